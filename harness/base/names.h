@@ -1,0 +1,24 @@
+// Name lookup helpers shared by every registry (models, methods, datasets, chat templates):
+// an unknown name fails with the list of known names and the nearest match.
+// Checked by: tests/base/names_test.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specbed {
+
+// Levenshtein edit distance between two ASCII strings (case-insensitive).
+int EditDistance(const std::string& a, const std::string& b);
+
+// The known name closest to `name`, or "" when none is reasonably close.
+std::string NearestName(const std::string& name, const std::vector<std::string>& known);
+
+// Throws specbed::Error: "unknown <kind> 'name' (did you mean 'x'?); known <kind>s: a, b, c".
+[[noreturn]] void FailUnknownName(const std::string& kind, const std::string& name,
+                                  const std::vector<std::string>& known);
+
+// Joins strings with a separator.
+std::string Join(const std::vector<std::string>& parts, const std::string& sep);
+
+}  // namespace specbed

@@ -1,0 +1,44 @@
+// Progress display for long runs on stderr. When stderr is a TTY (and $CI is unset) it draws a
+// bar redrawn in place with '\r' (throttled to ~10 Hz) with rate and ETA; otherwise it prints a
+// plain line at most every `plain_interval_s` seconds, so logs of CI jobs stay readable.
+// Checked by: tests/base/progress_test.cpp (plain mode output).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace specbed {
+
+class ProgressBar {
+ public:
+  // `total` units of work (0 = unknown); `label` prefixes every line; `unit` names the unit.
+  ProgressBar(std::string label, int64_t total, std::string unit = "it", FILE* out = stderr);
+  ~ProgressBar();
+
+  // Advances by `n` units; `note` (optional) replaces the trailing status text.
+  void Advance(int64_t n = 1, const std::string& note = "");
+  // Forces the final line out (idempotent; also called by the destructor).
+  void Finish();
+
+  // Overrides TTY detection (tests).
+  void set_interactive(bool interactive) { interactive_ = interactive; }
+  void set_plain_interval_s(double seconds) { plain_interval_s_ = seconds; }
+
+ private:
+  void Draw(bool final_line);
+
+  std::string label_;
+  std::string unit_;
+  std::string note_;
+  FILE* out_;
+  int64_t total_;
+  int64_t done_ = 0;
+  int64_t start_us_;
+  int64_t last_draw_us_ = 0;
+  bool interactive_;
+  bool finished_ = false;
+  double plain_interval_s_ = 10.0;
+};
+
+}  // namespace specbed
