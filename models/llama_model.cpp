@@ -1,1 +1,379 @@
-// placeholder
+// Llama-family decoder forward on CPU (see llama_model.h for the design).
+#include "models/llama_model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels, templated on the storage type (float or c10::BFloat16); math is float32.
+
+template <typename T>
+inline float Load(const T* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+// out[n, :] = x[n, :] / rms(x[n, :]) * w, for rows [0, n_rows).
+template <typename T>
+void RmsNormRows(const T* x, const T* w, T* out, int64_t n_rows, int64_t dim, float eps) {
+  for (int64_t n = 0; n < n_rows; ++n) {
+    const T* row = x + n * dim;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < dim; ++i) ss += Load(row, i) * Load(row, i);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    T* o = out + n * dim;
+    for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(Load(row, i) * inv * Load(w, i));
+  }
+}
+
+// In-place per-head RMSNorm of `n_heads` vectors of `head_dim` starting at v (Qwen3 q/k norm).
+template <typename T>
+void HeadNorm(T* v, const T* w, int64_t n_heads, int64_t head_dim, float eps) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    T* row = v + h * head_dim;
+    float ss = 0.f;
+    for (int64_t i = 0; i < head_dim; ++i) ss += Load(row, i) * Load(row, i);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(head_dim) + eps);
+    for (int64_t i = 0; i < head_dim; ++i) row[i] = static_cast<T>(Load(row, i) * inv * Load(w, i));
+  }
+}
+
+// Rotates `n_heads` vectors of `head_dim` from src into dst (may alias) at one position.
+template <typename T>
+void Rope(const T* src, T* dst, int64_t n_heads, int64_t head_dim, const float* cos,
+          const float* sin, bool interleaved) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const T* s = src + h * head_dim;
+    T* d = dst + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t i0 = interleaved ? 2 * i : i;
+      const int64_t i1 = interleaved ? 2 * i + 1 : i + half;
+      const float x0 = Load(s, i0), x1 = Load(s, i1);
+      d[i0] = static_cast<T>(x0 * cos[i] - x1 * sin[i]);
+      d[i1] = static_cast<T>(x1 * cos[i] + x0 * sin[i]);
+    }
+  }
+}
+
+template <typename T>
+inline float Dot(const T* a, const T* b, int64_t n) {
+  float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += Load(a, i) * Load(b, i);
+  return acc;
+}
+
+struct AttentionArgs {
+  int64_t batch, n_tokens, n_heads, n_kv_heads, head_dim, past, max_len;
+  const bool* mask;  // [batch, n_tokens, past + n_tokens] or nullptr (causal)
+  float* scores;     // [threads, >= past + n_tokens]
+  int64_t scores_stride;
+};
+
+// attn[b, t, h, :] = softmax(q . K^T * scale over allowed slots) @ V.
+// q: [batch*n_tokens, n_heads*head_dim]; k, v: [batch, n_kv_heads, max_len, head_dim].
+template <typename T>
+void Attention(const T* q, const T* k, const T* v, T* attn, const AttentionArgs& a) {
+  const int64_t n_slots = a.past + a.n_tokens;
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  const int64_t total = a.batch * a.n_heads * a.n_tokens;
+  const int64_t work_per_row = std::max<int64_t>(1, n_slots * a.head_dim);
+  const int64_t grain = std::max<int64_t>(1, 32768 / work_per_row);
+  at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
+    float* scores = a.scores + at::get_thread_num() * a.scores_stride;
+    std::vector<float> acc(a.head_dim);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t t = r % a.n_tokens;
+      const int64_t h = (r / a.n_tokens) % a.n_heads;
+      const int64_t b = r / (a.n_tokens * a.n_heads);
+      const int64_t kvh = h / group;
+      const T* qrow = q + ((b * a.n_tokens + t) * a.n_heads + h) * a.head_dim;
+      const T* kbase = k + ((b * a.n_kv_heads + kvh) * a.max_len) * a.head_dim;
+      const T* vbase = v + ((b * a.n_kv_heads + kvh) * a.max_len) * a.head_dim;
+      const bool* mrow = a.mask ? a.mask + (b * a.n_tokens + t) * n_slots : nullptr;
+      const int64_t causal_end = a.past + t + 1;
+      float max_score = -INFINITY;
+      for (int64_t s = 0; s < n_slots; ++s) {
+        const bool allowed = mrow ? mrow[s] : s < causal_end;
+        if (!allowed) {
+          scores[s] = -INFINITY;
+          continue;
+        }
+        const float sc = Dot(qrow, kbase + s * a.head_dim, a.head_dim) * scale;
+        scores[s] = sc;
+        max_score = std::max(max_score, sc);
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      T* out = attn + ((b * a.n_tokens + t) * a.n_heads + h) * a.head_dim;
+      if (max_score == -INFINITY) {  // fully masked row: output zeros
+        for (int64_t i = 0; i < a.head_dim; ++i) out[i] = static_cast<T>(0.f);
+        continue;
+      }
+      float denom = 0.f;
+      for (int64_t s = 0; s < n_slots; ++s) {
+        if (scores[s] == -INFINITY) continue;
+        const float p = std::exp(scores[s] - max_score);
+        denom += p;
+        const T* vrow = vbase + s * a.head_dim;
+        float* ap = acc.data();
+#pragma omp simd
+        for (int64_t i = 0; i < a.head_dim; ++i) ap[i] += p * Load(vrow, i);
+      }
+      const float inv = 1.0f / denom;
+      for (int64_t i = 0; i < a.head_dim; ++i) out[i] = static_cast<T>(acc[i] * inv);
+    }
+  });
+}
+
+// act[n, f] = silu(gate[n, f]) * up[n, f], with gate_up = [gate | up] per row.
+template <typename T>
+void SiluMul(const T* gate_up, T* act, int64_t n_rows, int64_t hidden) {
+  for (int64_t n = 0; n < n_rows; ++n) {
+    const T* g = gate_up + n * 2 * hidden;
+    const T* u = g + hidden;
+    T* o = act + n * hidden;
+    for (int64_t f = 0; f < hidden; ++f) {
+      const float gv = Load(g, f);
+      o[f] = static_cast<T>(gv / (1.0f + std::exp(-gv)) * Load(u, f));
+    }
+  }
+}
+
+at::Tensor Rows(const at::Tensor& buffer, int64_t n) { return buffer.narrow(0, 0, n); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  config_.Validate("LlamaModel");
+  weights_.Validate(config_, "LlamaModel");
+  dtype_ = weights_.tok_embeddings.scalar_type();
+  SPECBED_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16,
+                "LlamaModel supports float32 and bfloat16 weights on CPU, got ", dtype_);
+  for (const auto& layer : weights_.layers) {
+    wqkv_t_.push_back(layer.wqkv.t());
+    wo_t_.push_back(layer.wo.t());
+    w_gate_up_t_.push_back(layer.w_gate_up.t());
+    w_down_t_.push_back(layer.w_down.t());
+  }
+  lm_head_t_ = weights_.lm_head.t();
+  inv_freq_ = RopeInverseFrequencies(config_);
+  EnsureCapacity(16, 256);
+  EnsureRope(256);
+}
+
+KvCache LlamaModel::NewCache(int64_t batch, int64_t max_len) const {
+  return KvCache(config_, batch, max_len > 0 ? max_len : config_.max_seq_len, dtype_);
+}
+
+void LlamaModel::EnsureCapacity(int64_t n_rows, int64_t n_slots) {
+  if (n_rows > capacity_) {
+    capacity_ = std::max(n_rows, 2 * capacity_);
+    const auto opts = at::TensorOptions(dtype_);
+    x_ = at::empty({capacity_, config_.dim}, opts);
+    xn_ = at::empty({capacity_, config_.dim}, opts);
+    qkv_ = at::empty({capacity_, config_.qkv_dim()}, opts);
+    q_ = at::empty({capacity_, config_.q_dim()}, opts);
+    attn_ = at::empty({capacity_, config_.q_dim()}, opts);
+    gate_up_ = at::empty({capacity_, 2 * config_.hidden_dim}, opts);
+    act_ = at::empty({capacity_, config_.hidden_dim}, opts);
+    head_in_ = at::empty({capacity_, config_.dim}, opts);
+    logits_ = at::empty({capacity_, config_.vocab_size}, at::TensorOptions(at::kFloat));
+    if (dtype_ != at::kFloat) logits_lowp_ = at::empty({capacity_, config_.vocab_size}, opts);
+  }
+  if (n_slots > slot_capacity_ || scores_.size(0) < at::get_num_threads()) {
+    slot_capacity_ = std::max(n_slots, slot_capacity_);
+    scores_ = at::empty({at::get_num_threads(), slot_capacity_}, at::TensorOptions(at::kFloat));
+  }
+}
+
+void LlamaModel::EnsureRope(int64_t max_position) {
+  if (max_position <= rope_capacity_) return;
+  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
+  const int64_t half = config_.head_dim / 2;
+  rope_cos_ = at::empty({cap, half}, at::TensorOptions(at::kFloat));
+  rope_sin_ = at::empty({cap, half}, at::TensorOptions(at::kFloat));
+  float* c = rope_cos_.data_ptr<float>();
+  float* s = rope_sin_.data_ptr<float>();
+  for (int64_t p = 0; p < cap; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq_[i];
+      c[p * half + i] = static_cast<float>(std::cos(angle));
+      s[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_capacity_ = cap;
+}
+
+ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
+                                  const ForwardOptions& options) {
+  SPECBED_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+                "Forward: tokens must be int64 [batch, T]");
+  const int64_t batch = tokens.size(0), n_tokens = tokens.size(1);
+  SPECBED_CHECK(batch == cache.batch(), "Forward: tokens batch ", batch, " != cache batch ",
+                cache.batch());
+  SPECBED_CHECK(n_tokens >= 1, "Forward: no tokens");
+  const int64_t past = cache.length();
+  const int64_t n_slots = past + n_tokens;
+  SPECBED_CHECK(n_slots <= cache.max_len(), "context length ", n_slots, " exceeds the KV cache (",
+                cache.max_len(), " positions)");
+  const int64_t rows = batch * n_tokens;
+  EnsureCapacity(rows, n_slots);
+
+  const int64_t* token_ids = tokens.data_ptr<int64_t>();
+  at::Tensor positions_c;
+  const int64_t* positions = nullptr;
+  int64_t max_position = n_slots;
+  if (options.positions.defined()) {
+    SPECBED_CHECK(options.positions.sizes() == tokens.sizes() &&
+                      options.positions.scalar_type() == at::kLong,
+                  "Forward: positions must be int64 [batch, T] like tokens");
+    positions_c = options.positions.contiguous();
+    positions = positions_c.data_ptr<int64_t>();
+    for (int64_t i = 0; i < rows; ++i) {
+      SPECBED_CHECK(positions[i] >= 0, "Forward: negative position");
+      max_position = std::max(max_position, positions[i] + 1);
+    }
+  }
+  EnsureRope(max_position);
+  at::Tensor mask_c;
+  const bool* mask = nullptr;
+  if (options.mask.defined()) {
+    SPECBED_CHECK(options.mask.dim() == 3 && options.mask.size(0) == batch &&
+                      options.mask.size(1) == n_tokens && options.mask.size(2) == n_slots &&
+                      options.mask.scalar_type() == at::kBool,
+                  "Forward: mask must be bool [batch, T, cache_length + T] = [", batch, ", ",
+                  n_tokens, ", ", n_slots, "]");
+    mask_c = options.mask.contiguous();
+    mask = mask_c.data_ptr<bool>();
+  }
+  for (int64_t l : options.hidden_layers) {
+    SPECBED_CHECK(l >= 0 && l <= config_.n_layers, "Forward: hidden layer ", l,
+                  " outside [0, n_layers=", config_.n_layers, "]");
+  }
+
+  ForwardOutput out;
+  auto capture = [&](int64_t index, const at::Tensor& x) {
+    for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
+      if (options.hidden_layers[i] == index) {
+        out.hidden.resize(options.hidden_layers.size());
+        out.hidden[i] = x.clone().view({batch, n_tokens, config_.dim});
+      }
+    }
+  };
+
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dtype_, "LlamaModel::Forward", [&] {
+    using T = scalar_t;
+    const int64_t dim = config_.dim, hd = config_.head_dim, n_heads = config_.n_heads,
+                  n_kv = config_.n_kv_heads, qkv_dim = config_.qkv_dim();
+    const float eps = static_cast<float>(config_.norm_eps);
+    const int64_t half = hd / 2;
+    at::Tensor x = Rows(x_, rows), xn = Rows(xn_, rows), qkv = Rows(qkv_, rows),
+               attn = Rows(attn_, rows), gate_up = Rows(gate_up_, rows), act = Rows(act_, rows);
+    T* xp = x.data_ptr<T>();
+    T* xnp = xn.data_ptr<T>();
+    T* qkvp = qkv.data_ptr<T>();
+    T* qp = q_.data_ptr<T>();
+    T* attnp = attn.data_ptr<T>();
+    const float* cos_table = rope_cos_.data_ptr<float>();
+    const float* sin_table = rope_sin_.data_ptr<float>();
+
+    // Embedding lookup.
+    const T* emb = weights_.tok_embeddings.data_ptr<T>();
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t id = token_ids[i];
+      SPECBED_CHECK(id >= 0 && id < config_.vocab_size, "Forward: token id ", id,
+                    " outside the vocabulary [0, ", config_.vocab_size, ")");
+      std::memcpy(xp + i * dim, emb + id * dim, dim * sizeof(T));
+    }
+    capture(0, x);
+
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      const LlamaLayerWeights& w = weights_.layers[l];
+      RmsNormRows(xp, w.attn_norm.data_ptr<T>(), xnp, rows, dim, eps);
+      if (w.bqkv.defined()) {
+        at::addmm_out(qkv, w.bqkv, xn, wqkv_t_[l]);
+      } else {
+        at::mm_out(qkv, xn, wqkv_t_[l]);
+      }
+      // q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
+      T* kcache = cache.keys(l).data_ptr<T>();
+      T* vcache = cache.values(l).data_ptr<T>();
+      const int64_t max_len = cache.max_len();
+      const T* q_norm = w.q_norm.defined() ? w.q_norm.data_ptr<T>() : nullptr;
+      const T* k_norm = w.k_norm.defined() ? w.k_norm.data_ptr<T>() : nullptr;
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const int64_t row = b * n_tokens + t;
+          const int64_t pos = positions ? positions[row] : past + t;
+          T* qsrc = qkvp + row * qkv_dim;
+          T* ksrc = qsrc + n_heads * hd;
+          T* vsrc = ksrc + n_kv * hd;
+          if (q_norm) HeadNorm(qsrc, q_norm, n_heads, hd, eps);
+          if (k_norm) HeadNorm(ksrc, k_norm, n_kv, hd, eps);
+          const float* c = cos_table + pos * half;
+          const float* s = sin_table + pos * half;
+          Rope(qsrc, qp + row * n_heads * hd, n_heads, hd, c, s, config_.rope_interleaved);
+          const int64_t slot = past + t;
+          for (int64_t h = 0; h < n_kv; ++h) {
+            T* kdst = kcache + ((b * n_kv + h) * max_len + slot) * hd;
+            Rope(ksrc + h * hd, kdst, 1, hd, c, s, config_.rope_interleaved);
+            std::memcpy(vcache + ((b * n_kv + h) * max_len + slot) * hd, vsrc + h * hd,
+                        hd * sizeof(T));
+          }
+        }
+      }
+      AttentionArgs args{batch, n_tokens, n_heads, n_kv, hd, past, max_len, mask,
+                         scores_.data_ptr<float>(), slot_capacity_};
+      Attention(qp, kcache, vcache, attnp, args);
+      x.addmm_(attn, wo_t_[l]);
+      RmsNormRows(xp, w.ffn_norm.data_ptr<T>(), xnp, rows, dim, eps);
+      at::mm_out(gate_up, xn, w_gate_up_t_[l]);
+      SiluMul(gate_up.data_ptr<T>(), act.data_ptr<T>(), rows, config_.hidden_dim);
+      x.addmm_(act, w_down_t_[l]);
+      capture(l + 1, x);
+    }
+
+    if (options.logits != LogitsMode::kNone) {
+      const bool all = options.logits == LogitsMode::kAll;
+      const int64_t n_out = all ? rows : batch;
+      T* head_in = head_in_.data_ptr<T>();
+      const T* final_norm = weights_.final_norm.data_ptr<T>();
+      if (all) {
+        RmsNormRows(xp, final_norm, head_in, rows, dim, eps);
+      } else {
+        for (int64_t b = 0; b < batch; ++b) {
+          RmsNormRows(xp + (b * n_tokens + n_tokens - 1) * dim, final_norm, head_in + b * dim, 1,
+                      dim, eps);
+        }
+      }
+      at::Tensor logits = Rows(logits_, n_out);
+      if (dtype_ == at::kFloat) {
+        at::mm_out(logits, Rows(head_in_, n_out), lm_head_t_);
+      } else {
+        at::Tensor low = Rows(logits_lowp_, n_out);
+        at::mm_out(low, Rows(head_in_, n_out), lm_head_t_);
+        logits.copy_(low);
+      }
+      out.logits = logits.view({batch, all ? n_tokens : 1, config_.vocab_size});
+    }
+  });
+  cache.Advance(n_tokens);
+  return out;
+}
+
+}  // namespace specbed

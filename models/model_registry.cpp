@@ -1,1 +1,135 @@
-// placeholder
+// Model name resolution and loading.
+#include "models/model_registry.h"
+
+#include <ATen/ATen.h>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+#include "harness/base/paths.h"
+#include "models/checkpoint/hf_checkpoint.h"
+#include "models/checkpoint/llama2c_checkpoint.h"
+
+namespace specbed {
+namespace {
+
+ModelSpec Stories260K() {
+  ModelSpec s;
+  s.name = "stories260K";
+  s.format = "llama2c";
+  s.path = HomePath("models/stories260K/stories260K.bin");
+  s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
+  s.chat_template = "raw";
+  s.description = "Karpathy's TinyStories 260K-parameter llama2.c model (real, pretrained), vocab 512";
+  return s;
+}
+
+ModelSpec Random35M() {
+  ModelSpec s;
+  s.name = "random-35m";
+  s.format = "random";
+  s.chat_template = "raw";
+  s.description = "random-init Llama shape, ~35M params (dim 512, 6 layers, 8 heads, ffn 1408, "
+                  "vocab 32000, tied); speed benchmarks only";
+  LlamaConfig& c = s.random_config;
+  c.architecture = "LlamaForCausalLM";
+  c.dim = 512;
+  c.n_layers = 6;
+  c.n_heads = 8;
+  c.n_kv_heads = 8;
+  c.head_dim = 64;
+  c.hidden_dim = 1408;
+  c.vocab_size = 32000;
+  c.max_seq_len = 4096;
+  c.tie_embeddings = true;
+  c.rope_theta = 10000.0;
+  c.norm_eps = 1e-5;
+  s.random_seed = 1234;
+  return s;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Chat template a Hugging Face checkpoint most likely uses, from its architecture and vocab.
+std::string GuessChatTemplate(const LlamaConfig& config) {
+  if (config.architecture.rfind("Qwen", 0) == 0) return "chatml";
+  if (config.vocab_size >= 128000 && config.vocab_size <= 128512) return "llama3";
+  if (config.vocab_size == 32000) return "vicuna";
+  return "raw";
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinModelNames() { return {"stories260K", "random-35m"}; }
+
+ModelSpec ResolveModel(const std::string& name_or_path) {
+  if (name_or_path == "stories260K") return Stories260K();
+  if (name_or_path == "random-35m") return Random35M();
+  if (PathExists(name_or_path)) {
+    ModelSpec s;
+    s.name = name_or_path;
+    s.path = name_or_path;
+    if (EndsWith(name_or_path, ".bin")) {
+      s.format = "llama2c";
+      s.chat_template = "raw";
+      s.description = "llama2.c checkpoint";
+      // A tokenizer.bin beside the checkpoint is used when present.
+      const auto slash = name_or_path.find_last_of('/');
+      const std::string dir = slash == std::string::npos ? "." : name_or_path.substr(0, slash);
+      if (PathExists(dir + "/tokenizer.bin")) s.tokenizer_path = dir + "/tokenizer.bin";
+    } else {
+      s.format = "hf";
+      s.description = "Hugging Face checkpoint directory";
+      if (PathExists(name_or_path + "/tokenizer.json")) {
+        s.tokenizer_path = name_or_path + "/tokenizer.json";
+      }
+    }
+    return s;
+  }
+  FailUnknownName("model", name_or_path, BuiltinModelNames());
+}
+
+LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
+                       const std::string& chat_template_override) {
+  LoadedTarget out;
+  out.spec = ResolveModel(name_or_path);
+  LlamaConfig config;
+  LlamaWeights weights;
+  if (out.spec.format == "llama2c") {
+    Llama2cCheckpoint ckpt = ReadLlama2cCheckpoint(out.spec.path);
+    config = ckpt.config;
+    weights = WeightsFromHfTensors(config, ckpt.tensors, out.spec.path).To(dtype);
+  } else if (out.spec.format == "hf") {
+    LoadedModel loaded = LoadHfCheckpoint(out.spec.path, dtype);
+    config = loaded.config;
+    weights = std::move(loaded.weights);
+    if (out.spec.chat_template.empty()) out.spec.chat_template = GuessChatTemplate(config);
+  } else {
+    config = out.spec.random_config;
+    weights = RandomLlamaWeights(config, out.spec.random_seed, dtype);
+  }
+  if (!chat_template_override.empty()) out.spec.chat_template = chat_template_override;
+  out.chat_template = ChatTemplateFromName(out.spec.chat_template);
+  if (!out.spec.tokenizer_path.empty()) {
+    out.tokenizer = LoadTokenizer(out.spec.tokenizer_path, static_cast<int32_t>(config.vocab_size));
+    SPECBED_CHECK(out.tokenizer->vocab_size() <= config.vocab_size, "tokenizer '",
+                  out.spec.tokenizer_path, "' has ", out.tokenizer->vocab_size(),
+                  " tokens but model '", out.spec.name, "' only ", config.vocab_size);
+  }
+  out.model = std::make_shared<LlamaModel>(config, std::move(weights));
+  return out;
+}
+
+at::ScalarType ParseDtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  FailUnknownName("dtype", name, {"float32", "bfloat16"});
+}
+
+std::string DtypeName(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kFloat ? "float32" : "unsupported";
+}
+
+}  // namespace specbed

@@ -1,1 +1,911 @@
-// placeholder
+// The SpecBed results store on SQLite: schema creation/versioning/migration, WAL setup, the
+// append-only write path (one transaction per case, reused prepared statements) and the read side.
+// Checked by: tests/results/store_test.cpp.
+#include "results/store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "harness/base/error.h"
+#include "harness/base/names.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+namespace {
+
+// Schema version 1. Keep every column documented in results/README.md (a test checks it).
+// REAL columns are nullable only so that NaN (which SQLite stores as NULL) round-trips.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY NOT NULL,
+  value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE runs (
+  run_id                INTEGER PRIMARY KEY,
+  started_at            TEXT NOT NULL,
+  specbed_version       TEXT NOT NULL,
+  git_commit            TEXT NOT NULL,
+  build_flags           TEXT NOT NULL,
+  host                  TEXT NOT NULL,
+  cpu                   TEXT NOT NULL,
+  gpu                   TEXT NOT NULL,
+  library_versions_json TEXT NOT NULL,
+  config_json           TEXT NOT NULL,
+  repro_command         TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE cases (
+  case_id           INTEGER PRIMARY KEY,
+  run_id            INTEGER NOT NULL REFERENCES runs(run_id),
+  case_key          TEXT NOT NULL,
+  target            TEXT NOT NULL,
+  method            TEXT NOT NULL,
+  method_knobs_json TEXT NOT NULL,
+  dataset           TEXT NOT NULL,
+  categories        TEXT NOT NULL,
+  prompt_limit      INTEGER NOT NULL,
+  temperature       REAL,
+  top_p             REAL,
+  top_k             INTEGER NOT NULL,
+  seed              INTEGER NOT NULL,
+  max_new_tokens    INTEGER NOT NULL,
+  batch_size        INTEGER NOT NULL,
+  threads           INTEGER NOT NULL,
+  dtype             TEXT NOT NULL,
+  device            TEXT NOT NULL,
+  config_json       TEXT NOT NULL,
+  wall_s            REAL,
+  n_samples         INTEGER NOT NULL,
+  n_steps           INTEGER NOT NULL,
+  completed_at      TEXT NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX cases_by_key ON cases(case_key);
+CREATE INDEX cases_by_run ON cases(run_id);
+
+CREATE TABLE samples (
+  sample_id       INTEGER PRIMARY KEY,
+  case_id         INTEGER NOT NULL REFERENCES cases(case_id),
+  prompt_id       TEXT NOT NULL,
+  turn            INTEGER NOT NULL,
+  category        TEXT NOT NULL,
+  n_prompt_tokens INTEGER NOT NULL,
+  n_output_tokens INTEGER NOT NULL,
+  prefill_ms      REAL,
+  decode_ms       REAL,
+  n_steps         INTEGER NOT NULL,
+  stop_reason     TEXT NOT NULL,
+  output_hash     TEXT NOT NULL,
+  output_text     TEXT NOT NULL,
+  output_ids_json TEXT NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX samples_by_case ON samples(case_id, prompt_id, turn);
+
+CREATE TABLE steps (
+  step_id     INTEGER PRIMARY KEY,
+  case_id     INTEGER NOT NULL REFERENCES cases(case_id),
+  sample_id   INTEGER NOT NULL REFERENCES samples(sample_id),
+  step_idx    INTEGER NOT NULL,
+  n_drafted   INTEGER NOT NULL,
+  n_accepted  INTEGER NOT NULL,
+  n_emitted   INTEGER NOT NULL,
+  t_draft_us  REAL,
+  t_verify_us REAL,
+  t_other_us  REAL
+) STRICT;
+CREATE UNIQUE INDEX steps_by_sample ON steps(sample_id, step_idx);
+CREATE INDEX steps_by_case ON steps(case_id);
+
+CREATE TABLE bench (
+  bench_id            INTEGER PRIMARY KEY,
+  run_id              INTEGER NOT NULL REFERENCES runs(run_id),
+  model               TEXT NOT NULL,
+  dtype               TEXT NOT NULL,
+  threads             INTEGER NOT NULL,
+  batch_size          INTEGER NOT NULL,
+  context_len         INTEGER NOT NULL,
+  n_tokens            INTEGER NOT NULL,
+  reps                INTEGER NOT NULL,
+  tokens_per_s        REAL,
+  tokens_per_s_std    REAL,
+  ms_per_step         REAL,
+  forward_ms_per_step REAL,
+  other_ms_per_step   REAL,
+  n_params            INTEGER NOT NULL
+) STRICT;
+CREATE INDEX bench_by_run ON bench(run_id);
+
+CREATE VIEW steps_v AS
+  SELECT st.*, s.prompt_id, s.turn FROM steps st JOIN samples s USING (sample_id);
+
+CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER cases_no_update BEFORE UPDATE ON cases
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER cases_no_delete BEFORE DELETE ON cases
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER samples_no_update BEFORE UPDATE ON samples
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER samples_no_delete BEFORE DELETE ON samples
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER steps_no_update BEFORE UPDATE ON steps
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER steps_no_delete BEFORE DELETE ON steps
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER bench_no_update BEFORE UPDATE ON bench
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER bench_no_delete BEFORE DELETE ON bench
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+)sql";
+
+constexpr const char* kFormatName = "specbed_results";
+
+const std::vector<std::string> kTables = {"runs", "cases", "samples", "steps", "bench", "meta"};
+const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
+const std::vector<std::string> kDevices = {"cpu", "cuda"};
+const std::vector<std::string> kStopReasons = {"eos", "max_new_tokens", "stop_string",
+                                               "max_context"};
+
+bool Contains(const std::vector<std::string>& values, const std::string& v) {
+  for (const auto& x : values)
+    if (x == v) return true;
+  return false;
+}
+
+// Resets a statement when the scope ends, so that no statement keeps a read transaction open.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* stmt) : stmt_(stmt) {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  ~ResetOnExit() { sqlite3_reset(stmt_); }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+// Owns a statement that is used once.
+class OwnedStmt {
+ public:
+  explicit OwnedStmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~OwnedStmt() { sqlite3_finalize(stmt_); }
+  OwnedStmt(const OwnedStmt&) = delete;
+  OwnedStmt& operator=(const OwnedStmt&) = delete;
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+std::string ColText(sqlite3_stmt* s, int i) {
+  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, i));
+  const int n = sqlite3_column_bytes(s, i);
+  return p ? std::string(p, static_cast<size_t>(n)) : std::string();
+}
+
+double ColReal(sqlite3_stmt* s, int i) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::numeric_limits<double>::quiet_NaN();
+  return sqlite3_column_double(s, i);
+}
+
+int64_t ColInt(sqlite3_stmt* s, int i) {
+  return sqlite3_column_int64(s, i);
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Why a database file could not be opened/created, in words.
+std::string DescribeOpenFailure(const std::string& path, sqlite3* db) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "it is a directory";
+  const std::string dir = DirName(path);
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOTDIR) return "a parent of '" + dir + "' is not a directory";
+    return "directory '" + dir + "' does not exist";
+  }
+  if (!S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  std::string reason = db ? sqlite3_errmsg(db) : "out of memory";
+  const int sys_errno = db ? sqlite3_system_errno(db) : 0;
+  if (sys_errno != 0) reason += StrCat(" (", std::strerror(sys_errno), ")");
+  return reason;
+}
+
+}  // namespace
+
+std::string SqliteLibraryVersion() {
+  return sqlite3_libversion();
+}
+
+ResultsStore::ResultsStore(const std::string& path, const StoreOptions& options)
+    : path_(path), options_(options) {}
+
+ResultsStore::~ResultsStore() {
+  for (sqlite3_stmt* s : {insert_run_, insert_case_, insert_sample_, insert_step_, insert_bench_,
+                          find_case_, find_run_}) {
+    sqlite3_finalize(s);
+  }
+  if (db_ != nullptr) {
+    if (sqlite3_get_autocommit(db_) == 0) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close_v2(db_);
+  }
+}
+
+std::unique_ptr<ResultsStore> ResultsStore::Open(const std::string& path,
+                                                 const StoreOptions& options) {
+  SPECBED_CHECK(!path.empty(), "results database path is empty");
+  SPECBED_CHECK(options.busy_timeout_ms >= 0, "results database '", path,
+                "': busy_timeout_ms must be >= 0, got ", options.busy_timeout_ms);
+  std::unique_ptr<ResultsStore> store(new ResultsStore(path, options));
+  store->Init();
+  return store;
+}
+
+[[noreturn]] void ResultsStore::FailSqlite(int rc, const std::string& op) const {
+  const int primary = rc & 0xff;
+  const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+    const int64_t waited_ms = (NowMicros() - op_start_us_) / 1000;
+    Fail("results database '", path_, "' is locked by another process (waited ", waited_ms,
+         " ms); another specbed run may be writing to it: wait for it to finish, write to a "
+         "different results file, or raise the busy timeout (while ",
+         op, ")");
+  }
+  if (primary == SQLITE_NOTADB) {
+    Fail("'", path_, "' is not a SQLite database (", msg,
+         "); pass a SpecBed results database or a path for a new one");
+  }
+  if (primary == SQLITE_READONLY) {
+    Fail("results database '", path_, "' is not writable (", msg, ") while ", op);
+  }
+  std::string detail = msg;
+  if (primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN || primary == SQLITE_FULL) {
+    const int sys_errno = db_ ? sqlite3_system_errno(db_) : 0;
+    if (sys_errno != 0) detail += StrCat(" (", std::strerror(sys_errno), ")");
+  }
+  Fail("results database '", path_, "': ", op, " failed: ", detail);
+}
+
+void ResultsStore::Exec(const char* sql, const std::string& op) const {
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) FailSqlite(rc, op);
+}
+
+sqlite3_stmt* ResultsStore::Prepare(const char* sql) const {
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    FailSqlite(rc, StrCat("preparing '", sql, "'"));
+  }
+  return stmt;
+}
+
+sqlite3_stmt* ResultsStore::Cached(sqlite3_stmt** slot, const char* sql) const {
+  if (*slot == nullptr) *slot = Prepare(sql);
+  return *slot;
+}
+
+void ResultsStore::Init() {
+  op_start_us_ = NowMicros();
+  struct stat st {};
+  const bool existed = stat(path_.c_str(), &st) == 0;
+  if (options_.read_only) {
+    SPECBED_CHECK(existed, "results database '", path_, "' does not exist");
+  }
+  const int flags =
+      options_.read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string reason = DescribeOpenFailure(path_, db_);
+    Fail(existed ? "cannot open" : "cannot create", " results database '", path_, "': ", reason);
+  }
+  if (!options_.read_only && sqlite3_db_readonly(db_, "main") == 1) {
+    Fail("cannot open results database '", path_,
+         "' for writing: permission denied (it can still be opened read-only)");
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_, options_.busy_timeout_ms);
+  Exec("PRAGMA foreign_keys = ON", "enabling foreign keys");
+
+  // Identify the file before changing anything in it.
+  auto read_user_version = [&]() {
+    OwnedStmt s(Prepare("PRAGMA user_version"));
+    const int step_rc = sqlite3_step(s.get());
+    if (step_rc != SQLITE_ROW) FailSqlite(step_rc, "reading the schema version");
+    return static_cast<int>(sqlite3_column_int(s.get(), 0));
+  };
+  auto count_schema_objects = [&]() {
+    OwnedStmt s(Prepare("SELECT count(*) FROM sqlite_schema"));
+    const int step_rc = sqlite3_step(s.get());
+    if (step_rc != SQLITE_ROW) FailSqlite(step_rc, "reading the schema");
+    return ColInt(s.get(), 0);
+  };
+  auto check_format = [&]() {
+    sqlite3_stmt* raw = nullptr;
+    const int prc =
+        sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = 'format'", -1, &raw, nullptr);
+    OwnedStmt s(raw);
+    std::string format;
+    if (prc == SQLITE_OK) {
+      const int step_rc = sqlite3_step(s.get());
+      if (step_rc == SQLITE_ROW) {
+        format = ColText(s.get(), 0);
+      } else if (step_rc != SQLITE_DONE) {
+        FailSqlite(step_rc, "reading the meta table");
+      }
+    } else if ((prc & 0xff) != SQLITE_ERROR) {  // SQLITE_ERROR = no meta table
+      FailSqlite(prc, "reading the meta table");
+    }
+    SPECBED_CHECK(format == kFormatName, "'", path_,
+                  "' is a SQLite database but not a SpecBed results database (no meta row "
+                  "format = '",
+                  kFormatName, "'); pass a SpecBed results database or a path for a new one");
+  };
+
+  int version = read_user_version();
+  if (version == 0) {
+    SPECBED_CHECK(count_schema_objects() == 0, "'", path_,
+                  "' is a SQLite database but not a SpecBed results database (it has tables "
+                  "and schema version 0); pass a SpecBed results database or a path for a new "
+                  "one");
+    SPECBED_CHECK(!options_.read_only, "results database '", path_,
+                  "' is empty (no SpecBed results schema)");
+  } else {
+    check_format();
+    SPECBED_CHECK(version <= kResultsSchemaVersion, "results database '", path_,
+                  "' has schema version ", version, ", newer than this build of specbed supports (",
+                  kResultsSchemaVersion, "); use a newer specbed build or another results file");
+    SPECBED_CHECK(version == kResultsSchemaVersion || !options_.read_only, "results database '",
+                  path_, "' has the older schema version ", version, " (current ",
+                  kResultsSchemaVersion, "); open it once read-write to migrate it");
+  }
+
+  if (!options_.read_only) {
+    {
+      OwnedStmt s(Prepare("PRAGMA journal_mode = WAL"));
+      const int step_rc = sqlite3_step(s.get());
+      if (step_rc != SQLITE_ROW) FailSqlite(step_rc, "switching to WAL mode");
+      const std::string mode = ColText(s.get(), 0);
+      SPECBED_CHECK(mode == "wal", "results database '", path_,
+                    "': could not switch to WAL journal mode (got '", mode, "')");
+    }
+    Exec("PRAGMA synchronous = NORMAL", "setting synchronous = NORMAL");
+    Exec("PRAGMA cache_size = -65536", "setting the page cache size");
+    if (version < kResultsSchemaVersion) {
+      Begin("creating or migrating the schema");
+      try {
+        // Re-read inside the write transaction: another process may have done it meanwhile.
+        version = read_user_version();
+        SPECBED_CHECK(version <= kResultsSchemaVersion, "results database '", path_,
+                      "' has schema version ", version,
+                      ", newer than this build of specbed supports (", kResultsSchemaVersion,
+                      "); use a newer specbed build or another results file");
+        if (version == 0) {
+          SPECBED_CHECK(count_schema_objects() == 0, "'", path_,
+                        "' is a SQLite database but not a SpecBed results database");
+          InitSchema();
+        } else if (version < kResultsSchemaVersion) {
+          MigrateSchema(version);
+        }
+        Commit("creating or migrating the schema");
+      } catch (...) {
+        RollbackQuietly();
+        throw;
+      }
+      version = kResultsSchemaVersion;
+    }
+  }
+  schema_version_ = version;
+}
+
+void ResultsStore::InitSchema() {
+  Exec(kSchemaV1, "creating the schema");
+  OwnedStmt s(Prepare("INSERT INTO meta(key, value) VALUES (?1, ?2)"));
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"format", kFormatName},
+      {"schema_version", std::to_string(kResultsSchemaVersion)},
+      {"created_at", NowRfc3339()},
+      {"created_with_sqlite", sqlite3_libversion()}};
+  for (const auto& [key, value] : rows) {
+    sqlite3_reset(s.get());
+    sqlite3_bind_text(s.get(), 1, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s.get(), 2, value.c_str(), -1, SQLITE_TRANSIENT);
+    const int rc = sqlite3_step(s.get());
+    if (rc != SQLITE_DONE) FailSqlite(rc, "writing the meta table");
+  }
+  Exec(StrCat("PRAGMA user_version = ", kResultsSchemaVersion).c_str(),
+       "setting the schema version");
+}
+
+// Migration hook: upgrades a database from `from_version` to kResultsSchemaVersion, one version
+// at a time, inside the caller's write transaction. Add a case per schema change, e.g.
+//   case 1: Exec("ALTER TABLE samples ADD COLUMN ...", "migrating 1 -> 2"); break;
+// Migrations may only add tables/columns/indexes: stored results are never rewritten.
+void ResultsStore::MigrateSchema(int from_version) {
+  for (int v = from_version; v < kResultsSchemaVersion; ++v) {
+    switch (v) {
+      default:
+        Fail("results database '", path_, "' has schema version ", v,
+             ", which this build of specbed cannot migrate to ", kResultsSchemaVersion);
+    }
+  }
+  Exec(StrCat("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '",
+              kResultsSchemaVersion, "')")
+           .c_str(),
+       "updating the meta table");
+  Exec(StrCat("PRAGMA user_version = ", kResultsSchemaVersion).c_str(),
+       "setting the schema version");
+}
+
+void ResultsStore::CheckWritable() const {
+  SPECBED_CHECK(!options_.read_only, "results database '", path_,
+                "' was opened read-only; cannot write to it");
+}
+
+void ResultsStore::Begin(const char* op) {
+  op_start_us_ = NowMicros();
+  // IMMEDIATE takes the write lock up front, so waiting for another writer goes through the busy
+  // timeout instead of failing later on a read-to-write upgrade.
+  Exec("BEGIN IMMEDIATE", op);
+}
+
+void ResultsStore::Commit(const char* op) {
+  Exec("COMMIT", op);
+}
+
+void ResultsStore::RollbackQuietly() noexcept {
+  if (db_ != nullptr && sqlite3_get_autocommit(db_) == 0) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+}
+
+namespace {
+
+// Binding helpers; all strings are bound without copying (they outlive the step).
+void BindText(sqlite3_stmt* s, int i, const std::string& v) {
+  sqlite3_bind_text64(s, i, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
+}
+void BindInt(sqlite3_stmt* s, int i, int64_t v) {
+  sqlite3_bind_int64(s, i, v);
+}
+void BindReal(sqlite3_stmt* s, int i, double v) {
+  if (std::isnan(v)) {
+    sqlite3_bind_null(s, i);
+  } else {
+    sqlite3_bind_double(s, i, v);
+  }
+}
+
+int64_t SeedToInt(uint64_t seed) {
+  int64_t out;
+  std::memcpy(&out, &seed, sizeof(out));
+  return out;
+}
+uint64_t IntToSeed(int64_t v) {
+  uint64_t out;
+  std::memcpy(&out, &v, sizeof(out));
+  return out;
+}
+
+}  // namespace
+
+int64_t ResultsStore::BeginRun(const RunInfo& run) {
+  CheckWritable();
+  sqlite3_stmt* s = Cached(&insert_run_,
+                           "INSERT INTO runs(started_at, specbed_version, git_commit, build_flags, "
+                           "host, cpu, gpu, library_versions_json, config_json, repro_command) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  Begin("starting a run");
+  try {
+    ResetOnExit reset(s);
+    BindText(s, 1, run.started_at);
+    BindText(s, 2, run.specbed_version);
+    BindText(s, 3, run.git_commit);
+    BindText(s, 4, run.build_flags);
+    BindText(s, 5, run.host);
+    BindText(s, 6, run.cpu);
+    BindText(s, 7, run.gpu);
+    BindText(s, 8, run.library_versions_json);
+    BindText(s, 9, run.config_json);
+    BindText(s, 10, run.repro_command);
+    const int rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) FailSqlite(rc, "writing the runs row");
+    const int64_t run_id = sqlite3_last_insert_rowid(db_);
+    Commit("starting a run");
+    return run_id;
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+bool ResultsStore::HasCompletedCase(const std::string& case_key) const {
+  op_start_us_ = NowMicros();
+  sqlite3_stmt* s = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
+  ResetOnExit reset(s);
+  BindText(s, 1, case_key);
+  const int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) return true;
+  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("looking up case '", case_key, "'"));
+  return false;
+}
+
+int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
+                                const std::vector<SampleRecord>& samples,
+                                const std::vector<StepRecord>& steps) {
+  CheckWritable();
+  // Validate before taking the write lock.
+  SPECBED_CHECK(!c.case_key.empty(), "results database '", path_,
+                "': cannot write a case with an empty case_key (target '", c.target, "', method '",
+                c.method, "')");
+  SPECBED_CHECK(Contains(kDtypes, c.dtype), "results database '", path_, "': case '", c.case_key,
+                "' has dtype '", c.dtype, "'; expected one of: ", Join(kDtypes, ", "));
+  SPECBED_CHECK(Contains(kDevices, c.device), "results database '", path_, "': case '", c.case_key,
+                "' has device '", c.device, "'; expected one of: ", Join(kDevices, ", "));
+  for (const SampleRecord& sample : samples) {
+    SPECBED_CHECK(!sample.prompt_id.empty(), "results database '", path_, "': case '", c.case_key,
+                  "' has a sample with an empty prompt_id");
+    SPECBED_CHECK(Contains(kStopReasons, sample.stop_reason), "results database '", path_,
+                  "': case '", c.case_key, "', prompt '", sample.prompt_id, "' turn ", sample.turn,
+                  " has stop_reason '", sample.stop_reason,
+                  "'; expected one of: ", Join(kStopReasons, ", "));
+  }
+
+  sqlite3_stmt* find_case = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
+  sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
+  sqlite3_stmt* insert_case = Cached(
+      &insert_case_,
+      "INSERT INTO cases(run_id, case_key, target, method, method_knobs_json, dataset, "
+      "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, "
+      "threads, dtype, device, config_json, wall_s, n_samples, n_steps, completed_at) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+      "?20, ?21, ?22)");
+  sqlite3_stmt* insert_sample = Cached(
+      &insert_sample_,
+      "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
+      "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+  sqlite3_stmt* insert_step =
+      Cached(&insert_step_,
+             "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
+             "t_draft_us, t_verify_us, t_other_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+
+  Begin("writing a case");
+  try {
+    // Already completed (by an earlier run or a concurrent process)? Then write nothing.
+    {
+      ResetOnExit reset(find_case);
+      BindText(find_case, 1, c.case_key);
+      const int rc = sqlite3_step(find_case);
+      if (rc == SQLITE_ROW) {
+        const int64_t existing = ColInt(find_case, 0);
+        sqlite3_reset(find_case);
+        Commit("writing a case");
+        return existing;
+      }
+      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("looking up case '", c.case_key, "'"));
+    }
+    {
+      ResetOnExit reset(find_run);
+      BindInt(find_run, 1, run_id);
+      const int rc = sqlite3_step(find_run);
+      if (rc == SQLITE_DONE) {
+        Fail("results database '", path_, "': cannot write case '", c.case_key, "': run_id ",
+             run_id, " does not exist (call BeginRun first)");
+      }
+      if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
+    }
+
+    int64_t case_id = 0;
+    {
+      ResetOnExit reset(insert_case);
+      const std::string completed = NowRfc3339();
+      BindInt(insert_case, 1, run_id);
+      BindText(insert_case, 2, c.case_key);
+      BindText(insert_case, 3, c.target);
+      BindText(insert_case, 4, c.method);
+      BindText(insert_case, 5, c.method_knobs_json);
+      BindText(insert_case, 6, c.dataset);
+      BindText(insert_case, 7, c.categories);
+      BindInt(insert_case, 8, c.prompt_limit);
+      BindReal(insert_case, 9, c.temperature);
+      BindReal(insert_case, 10, c.top_p);
+      BindInt(insert_case, 11, c.top_k);
+      BindInt(insert_case, 12, SeedToInt(c.seed));
+      BindInt(insert_case, 13, c.max_new_tokens);
+      BindInt(insert_case, 14, c.batch_size);
+      BindInt(insert_case, 15, c.threads);
+      BindText(insert_case, 16, c.dtype);
+      BindText(insert_case, 17, c.device);
+      BindText(insert_case, 18, c.config_json);
+      BindReal(insert_case, 19, c.wall_s);
+      BindInt(insert_case, 20, static_cast<int64_t>(samples.size()));
+      BindInt(insert_case, 21, static_cast<int64_t>(steps.size()));
+      BindText(insert_case, 22, completed);
+      const int rc = sqlite3_step(insert_case);
+      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
+      case_id = sqlite3_last_insert_rowid(db_);
+    }
+
+    std::map<std::pair<std::string, int32_t>, int64_t> sample_ids;
+    for (const SampleRecord& sample : samples) {
+      ResetOnExit reset(insert_sample);
+      BindInt(insert_sample, 1, case_id);
+      BindText(insert_sample, 2, sample.prompt_id);
+      BindInt(insert_sample, 3, sample.turn);
+      BindText(insert_sample, 4, sample.category);
+      BindInt(insert_sample, 5, sample.n_prompt_tokens);
+      BindInt(insert_sample, 6, sample.n_output_tokens);
+      BindReal(insert_sample, 7, sample.prefill_ms);
+      BindReal(insert_sample, 8, sample.decode_ms);
+      BindInt(insert_sample, 9, sample.n_steps);
+      BindText(insert_sample, 10, sample.stop_reason);
+      BindText(insert_sample, 11, sample.output_hash);
+      BindText(insert_sample, 12, sample.output_text);
+      BindText(insert_sample, 13, sample.output_ids_json);
+      const int rc = sqlite3_step(insert_sample);
+      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+        Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
+             sample.prompt_id, "' turn ", sample.turn);
+      }
+      if (rc != SQLITE_DONE) {
+        FailSqlite(rc, StrCat("writing sample '", sample.prompt_id, "' turn ", sample.turn,
+                              " of case '", c.case_key, "'"));
+      }
+      sample_ids[{sample.prompt_id, sample.turn}] = sqlite3_last_insert_rowid(db_);
+    }
+
+    // Steps usually come grouped by sample: remember the last lookup.
+    const std::pair<std::string, int32_t>* last_key = nullptr;
+    int64_t last_sample_id = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const StepRecord& step = steps[i];
+      if (last_key == nullptr || last_key->second != step.turn ||
+          last_key->first != step.prompt_id) {
+        auto it = sample_ids.find({step.prompt_id, step.turn});
+        if (it == sample_ids.end()) {
+          Fail("results database '", path_, "': case '", c.case_key, "', step ", i, " (step_idx ",
+               step.step_idx, ") names prompt '", step.prompt_id, "' turn ", step.turn,
+               ", which has no sample in the case");
+        }
+        last_key = &it->first;
+        last_sample_id = it->second;
+      }
+      ResetOnExit reset(insert_step);
+      BindInt(insert_step, 1, case_id);
+      BindInt(insert_step, 2, last_sample_id);
+      BindInt(insert_step, 3, step.step_idx);
+      BindInt(insert_step, 4, step.n_drafted);
+      BindInt(insert_step, 5, step.n_accepted);
+      BindInt(insert_step, 6, step.n_emitted);
+      BindReal(insert_step, 7, step.t_draft_us);
+      BindReal(insert_step, 8, step.t_verify_us);
+      BindReal(insert_step, 9, step.t_other_us);
+      const int rc = sqlite3_step(insert_step);
+      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+        Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
+             step.step_idx, " for prompt '", step.prompt_id, "' turn ", step.turn);
+      }
+      if (rc != SQLITE_DONE) {
+        FailSqlite(rc, StrCat("writing step ", step.step_idx, " of prompt '", step.prompt_id,
+                              "' in case '", c.case_key, "'"));
+      }
+    }
+    Commit("writing a case");
+    return case_id;
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
+  CheckWritable();
+  sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
+  sqlite3_stmt* s = Cached(
+      &insert_bench_,
+      "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
+      "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
+      "n_params) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+  Begin("writing bench rows");
+  try {
+    {
+      ResetOnExit reset(find_run);
+      BindInt(find_run, 1, run_id);
+      const int rc = sqlite3_step(find_run);
+      if (rc == SQLITE_DONE) {
+        Fail("results database '", path_, "': cannot write bench rows: run_id ", run_id,
+             " does not exist (call BeginRun first)");
+      }
+      if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
+    }
+    for (const BenchRecord& r : rows) {
+      ResetOnExit reset(s);
+      BindInt(s, 1, run_id);
+      BindText(s, 2, r.model);
+      BindText(s, 3, r.dtype);
+      BindInt(s, 4, r.threads);
+      BindInt(s, 5, r.batch_size);
+      BindInt(s, 6, r.context_len);
+      BindInt(s, 7, r.n_tokens);
+      BindInt(s, 8, r.reps);
+      BindReal(s, 9, r.tokens_per_s);
+      BindReal(s, 10, r.tokens_per_s_std);
+      BindReal(s, 11, r.ms_per_step);
+      BindReal(s, 12, r.forward_ms_per_step);
+      BindReal(s, 13, r.other_ms_per_step);
+      BindInt(s, 14, r.n_params);
+      const int rc = sqlite3_step(s);
+      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
+    }
+    Commit("writing bench rows");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(
+      "SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, categories, "
+      "prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, threads, dtype, "
+      "device, config_json, wall_s, n_samples FROM cases ORDER BY case_id"));
+  std::vector<CaseRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    CaseRow row{};
+    row.case_id = ColInt(q, 0);
+    row.run_id = ColInt(q, 1);
+    CaseRecord& c = row.record;
+    c.case_key = ColText(q, 2);
+    c.target = ColText(q, 3);
+    c.method = ColText(q, 4);
+    c.method_knobs_json = ColText(q, 5);
+    c.dataset = ColText(q, 6);
+    c.categories = ColText(q, 7);
+    c.prompt_limit = ColInt(q, 8);
+    c.temperature = ColReal(q, 9);
+    c.top_p = ColReal(q, 10);
+    c.top_k = ColInt(q, 11);
+    c.seed = IntToSeed(ColInt(q, 12));
+    c.max_new_tokens = ColInt(q, 13);
+    c.batch_size = ColInt(q, 14);
+    c.threads = ColInt(q, 15);
+    c.dtype = ColText(q, 16);
+    c.device = ColText(q, 17);
+    c.config_json = ColText(q, 18);
+    c.wall_s = ColReal(q, 19);
+    row.n_samples = ColInt(q, 20);
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "listing cases");
+  return out;
+}
+
+std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(
+      "SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, prefill_ms, "
+      "decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json FROM samples "
+      "WHERE case_id = ?1 ORDER BY sample_id"));
+  BindInt(s.get(), 1, case_id);
+  std::vector<SampleRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    SampleRecord r;
+    r.prompt_id = ColText(q, 0);
+    r.turn = static_cast<int32_t>(ColInt(q, 1));
+    r.category = ColText(q, 2);
+    r.n_prompt_tokens = ColInt(q, 3);
+    r.n_output_tokens = ColInt(q, 4);
+    r.prefill_ms = ColReal(q, 5);
+    r.decode_ms = ColReal(q, 6);
+    r.n_steps = ColInt(q, 7);
+    r.stop_reason = ColText(q, 8);
+    r.output_hash = ColText(q, 9);
+    r.output_text = ColText(q, 10);
+    r.output_ids_json = ColText(q, 11);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the samples of case ", case_id));
+  return out;
+}
+
+std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(
+      Prepare("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, st.n_accepted, st.n_emitted, "
+              "st.t_draft_us, st.t_verify_us, st.t_other_us FROM steps st JOIN samples s ON "
+              "s.sample_id = st.sample_id WHERE st.case_id = ?1 ORDER BY st.step_id"));
+  BindInt(s.get(), 1, case_id);
+  std::vector<StepRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    StepRecord r;
+    r.prompt_id = ColText(q, 0);
+    r.turn = static_cast<int32_t>(ColInt(q, 1));
+    r.step_idx = ColInt(q, 2);
+    r.n_drafted = ColInt(q, 3);
+    r.n_accepted = ColInt(q, 4);
+    r.n_emitted = ColInt(q, 5);
+    r.t_draft_us = ColReal(q, 6);
+    r.t_verify_us = ColReal(q, 7);
+    r.t_other_us = ColReal(q, 8);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));
+  return out;
+}
+
+std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(
+      "SELECT model, dtype, threads, batch_size, context_len, n_tokens, reps, tokens_per_s, "
+      "tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, n_params FROM "
+      "bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id"));
+  BindInt(s.get(), 1, run_id);
+  std::vector<BenchRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    BenchRecord r;
+    r.model = ColText(q, 0);
+    r.dtype = ColText(q, 1);
+    r.threads = ColInt(q, 2);
+    r.batch_size = ColInt(q, 3);
+    r.context_len = ColInt(q, 4);
+    r.n_tokens = ColInt(q, 5);
+    r.reps = ColInt(q, 6);
+    r.tokens_per_s = ColReal(q, 7);
+    r.tokens_per_s_std = ColReal(q, 8);
+    r.ms_per_step = ColReal(q, 9);
+    r.forward_ms_per_step = ColReal(q, 10);
+    r.other_ms_per_step = ColReal(q, 11);
+    r.n_params = ColInt(q, 12);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench rows");
+  return out;
+}
+
+int64_t ResultsStore::CountRows(const std::string& table) const {
+  if (!Contains(kTables, table)) FailUnknownName("results table", table, kTables);
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(StrCat("SELECT count(*) FROM ", table).c_str()));
+  const int rc = sqlite3_step(s.get());
+  if (rc != SQLITE_ROW) FailSqlite(rc, StrCat("counting rows of ", table));
+  return ColInt(s.get(), 0);
+}
+
+std::vector<int64_t> ResultsStore::ListRunIds() const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare("SELECT run_id FROM runs ORDER BY run_id"));
+  std::vector<int64_t> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) out.push_back(ColInt(s.get(), 0));
+  if (rc != SQLITE_DONE) FailSqlite(rc, "listing runs");
+  return out;
+}
+
+}  // namespace specbed

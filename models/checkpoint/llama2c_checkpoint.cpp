@@ -1,1 +1,108 @@
-// placeholder
+// llama2.c legacy checkpoint reader (see llama2c_checkpoint.h for the layout).
+#include "models/checkpoint/llama2c_checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+
+namespace specbed {
+namespace {
+
+constexpr uint32_t kLlama2cMagic = 0x616b3432;  // "ak42": llama2.c export versions >= 1
+
+}  // namespace
+
+Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
+  auto file = MappedFile::Open(path);
+  SPECBED_CHECK(file->size() >= 28, "llama2.c checkpoint '", path, "' is ", file->size(),
+                " bytes; expected at least a 28-byte header");
+  uint32_t magic = 0;
+  std::memcpy(&magic, file->data(), 4);
+  SPECBED_CHECK(magic != kLlama2cMagic, "llama2.c checkpoint '", path,
+                "' uses a versioned export format (magic ak42); only the legacy format is "
+                "supported: re-export with llama2.c's legacy_export");
+  int32_t header[7];
+  std::memcpy(header, file->data(), sizeof(header));
+  const int64_t dim = header[0], hidden = header[1], n_layers = header[2], n_heads = header[3],
+                n_kv_heads = header[4], seq_len = header[6];
+  const bool shared_classifier = header[5] > 0;
+  const int64_t vocab = header[5] > 0 ? header[5] : -static_cast<int64_t>(header[5]);
+  const auto sane = [](int64_t v, int64_t hi) { return v > 0 && v <= hi; };
+  SPECBED_CHECK(sane(dim, 1 << 16) && sane(hidden, 1 << 18) && sane(n_layers, 1024) &&
+                    sane(n_heads, 1024) && sane(n_kv_heads, 1024) && sane(vocab, 1 << 22) &&
+                    sane(seq_len, 1 << 22),
+                "llama2.c checkpoint '", path, "' has an implausible header (dim=", dim,
+                " hidden_dim=", hidden, " n_layers=", n_layers, " n_heads=", n_heads,
+                " n_kv_heads=", n_kv_heads, " vocab_size=", header[5], " seq_len=", seq_len, ")");
+  SPECBED_CHECK(dim % n_heads == 0 && n_heads % n_kv_heads == 0 && (dim / n_heads) % 2 == 0,
+                "llama2.c checkpoint '", path, "': dim ", dim, " / n_heads ", n_heads,
+                " / n_kv_heads ", n_kv_heads, " do not form an even head size with GQA groups");
+
+  LlamaConfig config;
+  config.architecture = "llama2c";
+  config.dim = dim;
+  config.hidden_dim = hidden;
+  config.n_layers = n_layers;
+  config.n_heads = n_heads;
+  config.n_kv_heads = n_kv_heads;
+  config.head_dim = dim / n_heads;
+  config.vocab_size = vocab;
+  config.max_seq_len = seq_len;
+  config.rope_theta = 10000.0;
+  config.norm_eps = 1e-5;
+  config.tie_embeddings = shared_classifier;
+  config.rope_interleaved = true;
+  config.bos_token_id = 1;
+  config.eos_token_ids = {2};
+  config.torch_dtype = "float32";
+
+  const int64_t kv_dim = config.kv_dim();
+  const int64_t head_size = config.head_dim;
+  const int64_t expected_floats =
+      vocab * dim + n_layers * (2 * dim + dim * dim * 2 + 2 * kv_dim * dim + 3 * dim * hidden) +
+      dim + seq_len * head_size + (shared_classifier ? 0 : vocab * dim);
+  const int64_t expected_bytes = 28 + expected_floats * 4;
+  SPECBED_CHECK(static_cast<int64_t>(file->size()) == expected_bytes, "llama2.c checkpoint '", path,
+                "' is ", file->size(), " bytes but its header (dim=", dim, ", n_layers=", n_layers,
+                ", vocab=", vocab, ", ...) implies ", expected_bytes, " bytes (truncated or corrupt)");
+
+  const float* p = reinterpret_cast<const float*>(file->data() + 28);
+  auto take = [&](std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    at::Tensor t = at::from_blob(const_cast<float*>(p), shape, at::kFloat).clone();
+    p += n;
+    return t;
+  };
+  auto per_layer = [&](std::vector<int64_t> shape) {
+    std::vector<int64_t> full = {n_layers};
+    full.insert(full.end(), shape.begin(), shape.end());
+    return take(full);
+  };
+  Llama2cCheckpoint out;
+  auto& t = out.tensors;
+  t["model.embed_tokens.weight"] = take({vocab, dim});
+  const std::string L = "model.layers.";
+  auto split = [&](const at::Tensor& all, const std::string& name) {
+    for (int64_t l = 0; l < n_layers; ++l) t[L + std::to_string(l) + "." + name] = all[l].clone();
+  };
+  split(per_layer({dim}), "input_layernorm.weight");
+  split(per_layer({dim, dim}), "self_attn.q_proj.weight");
+  split(per_layer({kv_dim, dim}), "self_attn.k_proj.weight");
+  split(per_layer({kv_dim, dim}), "self_attn.v_proj.weight");
+  split(per_layer({dim, dim}), "self_attn.o_proj.weight");
+  split(per_layer({dim}), "post_attention_layernorm.weight");
+  split(per_layer({hidden, dim}), "mlp.gate_proj.weight");  // w1
+  split(per_layer({dim, hidden}), "mlp.down_proj.weight");  // w2
+  split(per_layer({hidden, dim}), "mlp.up_proj.weight");    // w3
+  t["model.norm.weight"] = take({dim});
+  p += seq_len * head_size;  // freq_cis_real and freq_cis_imag: recomputed from rope_theta
+  if (!shared_classifier) t["lm_head.weight"] = take({vocab, dim});
+  out.config = config;
+  return out;
+}
+
+}  // namespace specbed

@@ -1,0 +1,71 @@
+// `specbed list [models|methods|datasets|templates]`: what SpecBed knows.
+#include <cstdio>
+
+#include "datasets/dataset.h"
+#include "harness/base/names.h"
+#include "harness/cli/commands.h"
+#include "methods/method_registry.h"
+#include "models/model_registry.h"
+#include "models/tokenizer/chat_template.h"
+
+namespace specbed::cli {
+namespace {
+
+void ListModels() {
+  std::printf("models (or pass a Hugging Face checkpoint directory / llama2.c .bin path):\n");
+  for (const auto& name : BuiltinModelNames()) {
+    const ModelSpec s = ResolveModel(name);
+    std::printf("  %-14s %-8s template=%-7s %s\n", s.name.c_str(), s.format.c_str(),
+                s.chat_template.c_str(), s.description.c_str());
+  }
+}
+
+void ListMethods() {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  std::printf("methods:\n");
+  for (const auto& name : registry.Names()) {
+    const MethodInfo& m = registry.Info(name);
+    std::printf("  %-14s lossless=%s tree=%s drafter=%s batch>1=%s  %s\n", m.name.c_str(),
+                m.traits.lossless ? "yes" : "no", m.traits.tree ? "yes" : "no",
+                m.traits.needs_drafter ? "yes" : "no", m.traits.supports_batch ? "yes" : "no",
+                m.description.c_str());
+    for (const auto& k : m.knobs) {
+      std::printf("      %s = %s  %s\n", k.name.c_str(), k.default_value.dump().c_str(), k.description.c_str());
+    }
+  }
+}
+
+void ListDatasets() {
+  const DatasetRegistry& registry = DatasetRegistry::Builtin();
+  std::printf("datasets (or pass a .jsonl prompt file):\n");
+  for (const auto& name : registry.Names()) {
+    const DatasetInfo& d = registry.Info(name);
+    std::printf("  %-16s %5lld prompts  %d turn(s)  categories: %s\n", d.name.c_str(),
+                static_cast<long long>(d.prompt_count), d.multi_turn ? 2 : 1,
+                d.categories.empty() ? "-" : Join(d.categories, ",").c_str());
+  }
+}
+
+void ListTemplates() {
+  std::printf("chat templates: %s\n", Join(ChatTemplateNames(), ", ").c_str());
+}
+
+}  // namespace
+
+void AddListCommand(CLI::App& app) {
+  auto what = std::make_shared<std::string>("all");
+  CLI::App* cmd = app.add_subcommand("list", "List known models, methods, datasets, chat templates");
+  cmd->add_option("what", *what, "models | methods | datasets | templates | all")
+      ->check(CLI::IsMember({"models", "methods", "datasets", "templates", "all"}))
+      ->capture_default_str();
+  cmd->callback([what] {
+    const bool all = *what == "all";
+    if (all || *what == "models") ListModels();
+    if (all || *what == "methods") ListMethods();
+    if (all || *what == "datasets") ListDatasets();
+    if (all || *what == "templates") ListTemplates();
+  });
+}
+
+}  // namespace specbed::cli

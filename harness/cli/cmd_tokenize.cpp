@@ -1,0 +1,104 @@
+// `specbed tokenize`: text -> ids (and back) with a model's tokenizer or any tokenizer file.
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/cli/commands.h"
+#include "models/model_registry.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace specbed::cli {
+namespace {
+
+struct TokenizeOptions {
+  std::string model = "stories260K";
+  std::string tokenizer;
+  std::string text;
+  std::string decode;
+  bool bos = false;
+  bool no_special = false;
+  bool json = false;
+};
+
+std::vector<int32_t> ParseIds(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::string item;
+  std::stringstream in(s);
+  while (std::getline(in, item, ',')) {
+    const auto b = item.find_first_not_of(" \t[]");
+    const auto e = item.find_last_not_of(" \t[]");
+    if (b == std::string::npos) continue;
+    const std::string v = item.substr(b, e - b + 1);
+    try {
+      size_t used = 0;
+      const long id = std::stol(v, &used);
+      SPECBED_CHECK(used == v.size(), "--decode: '", v, "' is not an integer token id");
+      ids.push_back(static_cast<int32_t>(id));
+    } catch (const std::logic_error&) {
+      Fail("--decode: '", v, "' is not an integer token id");
+    }
+  }
+  return ids;
+}
+
+void RunTokenize(const TokenizeOptions& o) {
+  std::shared_ptr<Tokenizer> tok;
+  if (!o.tokenizer.empty()) {
+    tok = LoadTokenizer(o.tokenizer);
+  } else {
+    const ModelSpec spec = ResolveModel(o.model);
+    SPECBED_CHECK(!spec.tokenizer_path.empty(), "model '", o.model, "' has no tokenizer");
+    tok = LoadTokenizer(spec.tokenizer_path, spec.format == "llama2c" ? 512 : -1);
+  }
+  if (!o.decode.empty()) {
+    const std::vector<int32_t> ids = ParseIds(o.decode);
+    for (int32_t id : ids) {
+      SPECBED_CHECK(id >= 0 && id < tok->vocab_size(), "--decode: token id ", id,
+                    " outside the vocabulary [0, ", tok->vocab_size(), ")");
+    }
+    const std::string text = tok->Decode(ids);
+    if (o.json) {
+      std::cout << nlohmann::json({{"ids", ids}, {"text", text}}).dump(2) << std::endl;
+    } else {
+      std::cout << text << std::endl;
+    }
+    return;
+  }
+  EncodeOptions options;
+  options.add_bos = o.bos;
+  options.parse_special = !o.no_special;
+  const std::vector<int32_t> ids = tok->Encode(o.text, options);
+  std::vector<std::string> pieces;
+  for (int32_t id : ids) pieces.push_back(tok->TokenText(id));
+  const std::string round_trip = tok->Decode(ids);
+  if (o.json) {
+    nlohmann::json j = {{"text", o.text}, {"ids", ids}, {"tokens", pieces}, {"decoded", round_trip},
+                        {"n_tokens", ids.size()}};
+    std::cout << j.dump(2) << std::endl;
+    return;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+  std::cout << "\n";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::cout << (i ? " | " : "") << nlohmann::json(pieces[i]).dump();
+  }
+  std::cout << "\n" << ids.size() << " tokens\n";
+}
+
+}  // namespace
+
+void AddTokenizeCommand(CLI::App& app) {
+  auto o = std::make_shared<TokenizeOptions>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Text -> token ids (or --decode ids -> text)");
+  cmd->add_option("text", o->text, "Text to encode");
+  cmd->add_option("-m,--model", o->model, "Use this model's tokenizer")->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer, "A tokenizer file/dir instead (tokenizer.json, vocab.json+merges.txt dir, or llama2.c .bin)");
+  cmd->add_option("--decode", o->decode, "Comma-separated token ids to decode instead of encoding");
+  cmd->add_flag("--bos", o->bos, "Prepend BOS");
+  cmd->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o] { RunTokenize(*o); });
+}
+
+}  // namespace specbed::cli

@@ -1,0 +1,38 @@
+// specbed: the command-line entry point. Subcommands live in cmd_*.cpp.
+// Exit codes: 0 success; 1 a specbed error (bad input, unknown name, database trouble; the
+// message says which input and what was expected); CLI11's codes (>= 100) for usage errors.
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+
+#include "harness/base/error.h"
+#include "harness/cli/commands.h"
+
+int main(int argc, char** argv) {
+  specbed::cli::SetCommandLine(argc, argv);
+  CLI::App app{
+      "SpecBed: a testbed for speculative decoding methods.\n"
+      "Quickstart: specbed run configs/quickstart.json  (see README.md)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "specbed 0.1.0");
+  specbed::cli::AddGenerateCommand(app);
+  specbed::cli::AddRunCommand(app);
+  specbed::cli::AddTokenizeCommand(app);
+  specbed::cli::AddListCommand(app);
+  specbed::cli::AddBenchCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const specbed::Error& e) {
+    std::fprintf(stderr, "specbed: error: %s\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "specbed: error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "specbed: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+// AR generation loop (see ar_generate.h).
+#include "harness/engine/ar_generate.h"
+
+#include <ATen/ATen.h>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+
+GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
+                            const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                            KvCache& cache) {
+  SPECBED_CHECK(!prompt.empty(), "AR generation needs a non-empty prompt (add BOS)");
+  SPECBED_CHECK(cache.batch() == 1, "AR generation uses a batch-1 cache");
+  SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
+                " tokens does not fit the context (", cache.max_len(), " positions)");
+  const int64_t vocab = model.config().vocab_size;
+  Sampler sampler(config.sampling, config.seed);
+  StopChecker stop(config.stop, tokenizer, prompt.back());
+  GenerationResult result;
+  cache.Truncate(0);
+
+  const int64_t t_start = NowNanos();
+  at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
+  int64_t* pp = prompt_ids.data_ptr<int64_t>();
+  for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
+  ForwardOutput out = model.Forward(prompt_ids, cache);
+  int32_t token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+  const int64_t t_prefill_end = NowNanos();
+  stop.Push(token);
+
+  at::Tensor step_ids = at::empty({1, 1}, at::kLong);
+  int64_t* step_ptr = step_ids.data_ptr<int64_t>();
+  int64_t forward_ns = 0;
+  while (!stop.stopped()) {
+    if (cache.length() >= cache.max_len()) {
+      stop.StopForContext();
+      break;
+    }
+    step_ptr[0] = token;
+    const int64_t f0 = NowNanos();
+    out = model.Forward(step_ids, cache);
+    forward_ns += NowNanos() - f0;
+    token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+    ++result.n_steps;
+    stop.Push(token);
+  }
+  const int64_t t_end = NowNanos();
+  result.tokens = stop.tokens();
+  result.text = stop.text();
+  result.stop_reason = stop.reason();
+  result.prefill_ms = (t_prefill_end - t_start) * 1e-6;
+  result.decode_ms = (t_end - t_prefill_end) * 1e-6;
+  result.forward_ms = forward_ns * 1e-6;
+  return result;
+}
+
+}  // namespace specbed

@@ -1,0 +1,41 @@
+// Autoregressive (AR) generation: prefill + one-token decode steps with the KV cache. The
+// reference every speculative method is compared with (speed and output).
+// Timing convention (shared with all methods): prefill_ms covers the prompt forward and the
+// sampling of the first new token; decode_ms covers everything after (tokens 2..n), and
+// forward_ms is the part of decode_ms spent inside the model forward.
+// Checked by: tests/engine/ar_generate_test.cpp (pinned greedy stories260K tokens, stop rules,
+// seeded sampling, KV-cached decode vs. full-sequence forward).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/engine/sampler.h"
+#include "harness/engine/stop_rules.h"
+#include "models/llama_model.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace specbed {
+
+struct GenerationConfig {
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  StopConfig stop;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (EOS excluded)
+  std::string text;             // decoded, cut at a stop string
+  StopReason stop_reason = StopReason::kNone;
+  double prefill_ms = 0, decode_ms = 0, forward_ms = 0;
+  int64_t n_steps = 0;  // decode forwards (one per token after the first)
+};
+
+// Generates from `prompt` (non-empty ids, BOS included if wanted) into a reset `cache`
+// (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop strings).
+GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
+                            const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                            KvCache& cache);
+
+}  // namespace specbed

@@ -1,0 +1,248 @@
+// Run configuration parsing and case expansion.
+#include "harness/engine/run_config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+const std::vector<std::string> kRunConfigKeys = {
+    "name", "output", "targets", "methods", "datasets", "temperatures", "seeds", "top_p", "top_k",
+    "max_new_tokens", "dtype", "threads", "warmup", "stop_strings", "chat_template", "system_prompt"};
+
+[[noreturn]] void TypeError(const std::string& source, const std::string& key, const char* expected,
+                            const Json& got) {
+  std::string shown = got.dump();
+  if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+  Fail(source, ": key '", key, "' must be ", expected, ", got ", shown);
+}
+
+std::string GetString(const Json& j, const std::string& source, const std::string& key) {
+  if (!j.is_string()) TypeError(source, key, "a string", j);
+  return j.get<std::string>();
+}
+
+double GetNumber(const Json& j, const std::string& source, const std::string& key) {
+  if (!j.is_number()) TypeError(source, key, "a number", j);
+  return j.get<double>();
+}
+
+int64_t GetInt(const Json& j, const std::string& source, const std::string& key) {
+  if (!j.is_number_integer()) TypeError(source, key, "an integer", j);
+  return j.get<int64_t>();
+}
+
+std::vector<std::string> GetStrings(const Json& j, const std::string& source, const std::string& key) {
+  if (j.is_string()) return {j.get<std::string>()};
+  if (!j.is_array()) TypeError(source, key, "a string or an array of strings", j);
+  std::vector<std::string> out;
+  for (const auto& e : j) out.push_back(GetString(e, source, key + "[]"));
+  return out;
+}
+
+}  // namespace
+
+Json RunConfig::ToJson() const {
+  Json methods_json = Json::array();
+  for (const auto& m : methods) methods_json.push_back({{"name", m.name}, {"knobs", m.knobs}});
+  Json datasets_json = Json::array();
+  for (const auto& d : datasets) {
+    datasets_json.push_back({{"name", d.name}, {"limit", d.limit}, {"categories", d.categories}});
+  }
+  return {{"name", name},           {"output", output},       {"targets", targets},
+          {"methods", methods_json}, {"datasets", datasets_json}, {"temperatures", temperatures},
+          {"seeds", seeds},         {"top_p", top_p},         {"top_k", top_k},
+          {"max_new_tokens", max_new_tokens}, {"dtype", dtype}, {"threads", threads},
+          {"warmup", warmup},       {"stop_strings", stop_strings}, {"chat_template", chat_template},
+          {"system_prompt", system_prompt}};
+}
+
+RunConfig ParseRunConfig(const Json& json, const std::string& source) {
+  SPECBED_CHECK(json.is_object(), source, ": a run config must be a JSON object");
+  RunConfig c;
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    const std::string& key = it.key();
+    const Json& v = it.value();
+    if (key == "name") {
+      c.name = GetString(v, source, key);
+    } else if (key == "output") {
+      c.output = GetString(v, source, key);
+    } else if (key == "targets") {
+      c.targets = GetStrings(v, source, key);
+    } else if (key == "methods") {
+      if (!v.is_array()) TypeError(source, key, "an array of method names or {name, knobs}", v);
+      c.methods.clear();
+      for (const auto& m : v) {
+        MethodSpec spec;
+        if (m.is_string()) {
+          spec.name = m.get<std::string>();
+        } else if (m.is_object() && m.contains("name")) {
+          spec.name = GetString(m["name"], source, "methods[].name");
+          for (auto mit = m.begin(); mit != m.end(); ++mit) {
+            if (mit.key() == "knobs") {
+              if (!mit.value().is_object()) TypeError(source, "methods[].knobs", "an object", mit.value());
+              spec.knobs = mit.value();
+            } else if (mit.key() != "name") {
+              FailUnknownName("key in " + source + " methods[]", mit.key(), {"name", "knobs"});
+            }
+          }
+        } else {
+          TypeError(source, key, "an array of method names or {name, knobs}", m);
+        }
+        c.methods.push_back(spec);
+      }
+    } else if (key == "datasets") {
+      if (!v.is_array()) TypeError(source, key, "an array of dataset names or {name, limit, categories}", v);
+      c.datasets.clear();
+      for (const auto& d : v) {
+        DatasetSpec spec;
+        if (d.is_string()) {
+          spec.name = d.get<std::string>();
+        } else if (d.is_object() && d.contains("name")) {
+          for (auto dit = d.begin(); dit != d.end(); ++dit) {
+            if (dit.key() == "name") {
+              spec.name = GetString(dit.value(), source, "datasets[].name");
+            } else if (dit.key() == "limit") {
+              spec.limit = GetInt(dit.value(), source, "datasets[].limit");
+            } else if (dit.key() == "categories") {
+              spec.categories = GetStrings(dit.value(), source, "datasets[].categories");
+            } else {
+              FailUnknownName("key in " + source + " datasets[]", dit.key(), {"name", "limit", "categories"});
+            }
+          }
+        } else {
+          TypeError(source, key, "an array of dataset names or {name, limit, categories}", d);
+        }
+        SPECBED_CHECK(spec.limit == -1 || spec.limit >= 1, source, ": datasets[].limit must be >= 1 (or -1 = all), got ", spec.limit);
+        c.datasets.push_back(spec);
+      }
+    } else if (key == "temperatures") {
+      if (!v.is_array()) TypeError(source, key, "an array of numbers", v);
+      c.temperatures.clear();
+      for (const auto& t : v) c.temperatures.push_back(GetNumber(t, source, key + "[]"));
+    } else if (key == "seeds") {
+      if (!v.is_array()) TypeError(source, key, "an array of non-negative integers", v);
+      c.seeds.clear();
+      for (const auto& s : v) {
+        const int64_t seed = GetInt(s, source, key + "[]");
+        SPECBED_CHECK(seed >= 0, source, ": seeds must be non-negative, got ", seed);
+        c.seeds.push_back(static_cast<uint64_t>(seed));
+      }
+    } else if (key == "top_p") {
+      c.top_p = GetNumber(v, source, key);
+    } else if (key == "top_k") {
+      c.top_k = GetInt(v, source, key);
+    } else if (key == "max_new_tokens") {
+      c.max_new_tokens = GetInt(v, source, key);
+    } else if (key == "dtype") {
+      c.dtype = GetString(v, source, key);
+    } else if (key == "threads") {
+      c.threads = GetInt(v, source, key);
+    } else if (key == "warmup") {
+      c.warmup = GetInt(v, source, key);
+    } else if (key == "stop_strings") {
+      c.stop_strings = GetStrings(v, source, key);
+    } else if (key == "chat_template") {
+      c.chat_template = GetString(v, source, key);
+    } else if (key == "system_prompt") {
+      c.system_prompt = GetString(v, source, key);
+    } else {
+      FailUnknownName("key in run config " + source, key, kRunConfigKeys);
+    }
+  }
+  SPECBED_CHECK(!c.targets.empty() && !c.methods.empty() && !c.datasets.empty() &&
+                    !c.temperatures.empty() && !c.seeds.empty(),
+                source, ": targets, methods, datasets, temperatures and seeds must be non-empty");
+  for (double t : c.temperatures) {
+    SPECBED_CHECK(t >= 0 && std::isfinite(t), source, ": temperatures must be >= 0, got ", t);
+  }
+  SPECBED_CHECK(c.top_p > 0 && c.top_p <= 1, source, ": top_p must be in (0, 1], got ", c.top_p);
+  SPECBED_CHECK(c.top_k >= 0, source, ": top_k must be >= 0 (0 = off), got ", c.top_k);
+  SPECBED_CHECK(c.max_new_tokens >= 1, source, ": max_new_tokens must be >= 1, got ", c.max_new_tokens);
+  SPECBED_CHECK(c.threads >= 1 && c.threads <= 256, source, ": threads must be in [1, 256], got ", c.threads);
+  SPECBED_CHECK(c.warmup >= 0, source, ": warmup must be >= 0, got ", c.warmup);
+  SPECBED_CHECK(c.dtype == "float32" || c.dtype == "bfloat16", source,
+                ": dtype must be \"float32\" or \"bfloat16\", got \"", c.dtype, "\"");
+  SPECBED_CHECK(!c.output.empty(), source, ": output must name a database file");
+  return c;
+}
+
+RunConfig LoadRunConfig(const std::string& path) {
+  const std::string text = ReadFileToString(path);
+  Json json;
+  try {
+    json = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    Fail("run config '", path, "' is not valid JSON: ", e.what());
+  }
+  return ParseRunConfig(json, path);
+}
+
+Json CaseConfig::ToJson() const {
+  return {{"target", target},
+          {"method", method.name},
+          {"knobs", method.knobs},
+          {"dataset", dataset.name},
+          {"limit", dataset.limit},
+          {"categories", dataset.categories},
+          {"temperature", temperature},
+          {"seed", seed},
+          {"top_p", top_p},
+          {"top_k", top_k},
+          {"max_new_tokens", max_new_tokens},
+          {"dtype", dtype},
+          {"threads", threads},
+          {"stop_strings", stop_strings},
+          {"chat_template", chat_template},
+          {"system_prompt", system_prompt}};
+}
+
+std::string CaseConfig::Key() const { return HashString(ToJson().dump()); }
+
+std::string CaseConfig::Label() const {
+  std::ostringstream out;
+  out << target << " " << method.name;
+  if (!method.knobs.empty()) out << method.knobs.dump();
+  out << " " << dataset.name << " T=" << temperature << " seed=" << seed;
+  return out.str();
+}
+
+std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
+  std::vector<CaseConfig> cases;
+  for (const auto& target : config.targets) {
+    for (const auto& dataset : config.datasets) {
+      for (double temperature : config.temperatures) {
+        for (uint64_t seed : config.seeds) {
+          for (const auto& method : config.methods) {
+            CaseConfig c;
+            c.target = target;
+            c.method = method;
+            c.dataset = dataset;
+            c.temperature = temperature;
+            c.seed = seed;
+            c.top_p = config.top_p;
+            c.top_k = config.top_k;
+            c.max_new_tokens = config.max_new_tokens;
+            c.dtype = config.dtype;
+            c.threads = config.threads;
+            c.stop_strings = config.stop_strings;
+            c.chat_template = config.chat_template;
+            c.system_prompt = config.system_prompt;
+            cases.push_back(std::move(c));
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+}  // namespace specbed

@@ -1,0 +1,76 @@
+// The run configuration (`specbed run CONFIG.json`) and its expansion into cases:
+// targets x methods x datasets x temperatures x seeds. Every key is checked: unknown keys, wrong
+// types and impossible values fail naming the file and the key.
+// Checked by: tests/engine/run_config_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace specbed {
+
+struct MethodSpec {
+  std::string name;
+  nlohmann::json knobs = nlohmann::json::object();  // resolved (defaults filled) by the runner
+};
+
+struct DatasetSpec {
+  std::string name;  // registry name or a path to a prompt file
+  int64_t limit = -1;
+  std::vector<std::string> categories;
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::string output = "results/run.db";
+  std::vector<std::string> targets = {"stories260K"};
+  std::vector<MethodSpec> methods = {{"ar", nlohmann::json::object()}};
+  std::vector<DatasetSpec> datasets = {{"stories", -1, {}}};
+  std::vector<double> temperatures = {0.0};
+  std::vector<uint64_t> seeds = {0};
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t max_new_tokens = 128;
+  std::string dtype = "float32";
+  int64_t threads = 1;
+  int64_t warmup = 1;  // discarded generations of the first prompt before each case
+  std::vector<std::string> stop_strings;
+  std::string chat_template;  // "" = the model's default
+  std::string system_prompt;  // "" = none
+
+  nlohmann::json ToJson() const;
+};
+
+// Parses a config object; `source` (file path) is named in errors.
+RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
+RunConfig LoadRunConfig(const std::string& path);
+
+// One unit of work whose results are written in one transaction.
+struct CaseConfig {
+  std::string target;
+  MethodSpec method;
+  DatasetSpec dataset;
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t max_new_tokens = 128;
+  std::string dtype = "float32";
+  int64_t threads = 1;
+  std::vector<std::string> stop_strings;
+  std::string chat_template;
+  std::string system_prompt;
+
+  nlohmann::json ToJson() const;
+  // Stable hash of ToJson(): equal configs resume into the same case.
+  std::string Key() const;
+  // Short human label: "stories260K ar stories T=0 seed=0".
+  std::string Label() const;
+};
+
+std::vector<CaseConfig> ExpandCases(const RunConfig& config);
+
+}  // namespace specbed

@@ -1,0 +1,202 @@
+// Case runner (see runner.h).
+#include "harness/engine/runner.h"
+
+#include <ATen/Parallel.h>
+
+#include "datasets/dataset.h"
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/progress.h"
+#include "harness/base/timer.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+
+std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
+                                    const std::vector<ChatMessage>& messages) {
+  SPECBED_CHECK(target.tokenizer != nullptr, "model '", target.spec.name,
+                "' has no tokenizer; it can only be benchmarked (specbed bench)");
+  const std::string text = ApplyChatTemplate(target.chat_template, messages, true);
+  EncodeOptions options;
+  options.add_bos = !ChatTemplateIncludesBos(target.chat_template);
+  options.parse_special = true;
+  std::vector<int32_t> ids = target.tokenizer->Encode(text, options);
+  if (ids.empty() && target.tokenizer->bos_id() >= 0) ids.push_back(target.tokenizer->bos_id());
+  return ids;
+}
+
+uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
+  // splitmix64 over the three inputs.
+  uint64_t z = case_seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(prompt_index) * 0xbf58476d1ce4e5b9ULL +
+               static_cast<uint64_t>(turn) * 0x94d049bb133111ebULL + 0x2545f4914f6cdd1dULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+Runner::Runner(ResultsStore& store, RunnerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+LoadedTarget& Runner::Target(const std::string& name, const std::string& dtype,
+                             const std::string& chat_template) {
+  const std::string key = name + "|" + dtype + "|" + chat_template;
+  auto it = targets_.find(key);
+  if (it == targets_.end()) {
+    it = targets_.emplace(key, LoadModel(name, ParseDtype(dtype), chat_template)).first;
+  }
+  return it->second;
+}
+
+namespace {
+
+std::string IdsJson(const std::vector<int32_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+RunnerSummary Runner::Run(const RunConfig& config) {
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  std::vector<CaseConfig> cases = ExpandCases(config);
+  // Validate everything before running anything: names, knobs, datasets.
+  std::vector<std::vector<Prompt>> prompts(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].method.knobs = methods.ResolveKnobs(cases[i].method.name, cases[i].method.knobs);
+    ResolveModel(cases[i].target);
+    DatasetFilter filter;
+    filter.limit = cases[i].dataset.limit;
+    filter.categories = cases[i].dataset.categories;
+    prompts[i] = LoadDataset(cases[i].dataset.name, filter);
+  }
+  RunnerSummary summary;
+  summary.cases_total = static_cast<int64_t>(cases.size());
+  const int64_t t_start = NowMicros();
+
+  std::vector<size_t> todo;
+  int64_t total_turns = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (store_.HasCompletedCase(cases[i].Key())) {
+      ++summary.cases_skipped;
+      continue;
+    }
+    todo.push_back(i);
+    for (const auto& p : prompts[i]) total_turns += static_cast<int64_t>(p.turns.size());
+  }
+  if (summary.cases_skipped > 0) {
+    std::fprintf(stderr, "specbed: %lld of %lld cases already complete in %s; skipping them\n",
+                 static_cast<long long>(summary.cases_skipped), static_cast<long long>(summary.cases_total),
+                 store_.path().c_str());
+  }
+  if (todo.empty()) return summary;
+
+  RunInfo run_info = options_.run_info;
+  run_info.config_json = config.ToJson().dump();
+  const int64_t run_id = store_.BeginRun(run_info);
+  std::unique_ptr<ProgressBar> progress;
+  if (options_.show_progress) progress = std::make_unique<ProgressBar>(config.name, total_turns, "turn");
+
+  for (size_t ci : todo) {
+    const CaseConfig& c = cases[ci];
+    at::set_num_threads(static_cast<int>(c.threads));
+    LoadedTarget& target = Target(c.target, c.dtype, c.chat_template);
+    LlamaModel& model = *target.model;
+    GenerationConfig gen;
+    gen.sampling.temperature = c.temperature;
+    gen.sampling.top_p = c.top_p;
+    gen.sampling.top_k = c.top_k;
+    ValidateSamplingParams(gen.sampling);
+    gen.stop.max_new_tokens = c.max_new_tokens;
+    gen.stop.eos_ids = target.tokenizer ? target.tokenizer->eos_ids() : std::vector<int32_t>{};
+    for (int64_t e : model.config().eos_token_ids) {
+      gen.stop.eos_ids.push_back(static_cast<int32_t>(e));
+    }
+    gen.stop.stop_strings = c.stop_strings;
+    KvCache cache;
+    auto ensure_cache = [&](size_t prompt_len) {
+      const int64_t need = std::min<int64_t>(model.config().max_seq_len,
+                                             static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
+      if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
+    };
+
+    const int64_t case_start = NowMicros();
+    // Warmup: full generations of the first prompt's first turn, discarded.
+    if (!prompts[ci].empty()) {
+      std::vector<ChatMessage> messages;
+      if (!c.system_prompt.empty()) messages.push_back({"system", c.system_prompt});
+      messages.push_back({"user", prompts[ci][0].turns[0]});
+      const auto ids = BuildPromptIds(target, messages);
+      for (int64_t w = 0; w < config.warmup; ++w) {
+        ensure_cache(ids.size());
+        GenerationConfig warm = gen;
+        warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
+        GenerateAr(model, target.tokenizer.get(), ids, warm, cache);
+      }
+    }
+
+    std::vector<SampleRecord> samples;
+    std::vector<StepRecord> steps;
+    for (size_t pi = 0; pi < prompts[ci].size(); ++pi) {
+      const Prompt& prompt = prompts[ci][pi];
+      std::vector<ChatMessage> messages;
+      if (!c.system_prompt.empty()) messages.push_back({"system", c.system_prompt});
+      for (size_t turn = 0; turn < prompt.turns.size(); ++turn) {
+        messages.push_back({"user", prompt.turns[turn]});
+        const auto ids = BuildPromptIds(target, messages);
+        ensure_cache(ids.size());
+        GenerationConfig g = gen;
+        g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
+        GenerationResult r = GenerateAr(model, target.tokenizer.get(), ids, g, cache);
+        messages.push_back({"assistant", r.text});
+        SampleRecord s;
+        s.prompt_id = prompt.id;
+        s.turn = static_cast<int32_t>(turn);
+        s.category = prompt.category;
+        s.n_prompt_tokens = static_cast<int64_t>(ids.size());
+        s.n_output_tokens = static_cast<int64_t>(r.tokens.size());
+        s.prefill_ms = r.prefill_ms;
+        s.decode_ms = r.decode_ms;
+        s.n_steps = r.n_steps;
+        s.stop_reason = StopReasonName(r.stop_reason);
+        s.output_hash = HashTokens(r.tokens);
+        s.output_text = r.text;
+        s.output_ids_json = IdsJson(r.tokens);
+        samples.push_back(std::move(s));
+        if (progress) progress->Advance(1, c.Label());
+      }
+    }
+    CaseRecord record;
+    record.case_key = c.Key();
+    record.target = c.target;
+    record.method = c.method.name;
+    record.method_knobs_json = c.method.knobs.dump();
+    record.dataset = c.dataset.name;
+    std::string cats;
+    for (size_t k = 0; k < c.dataset.categories.size(); ++k) cats += (k ? "," : "") + c.dataset.categories[k];
+    record.categories = cats;
+    record.prompt_limit = c.dataset.limit;
+    record.temperature = c.temperature;
+    record.top_p = c.top_p;
+    record.top_k = c.top_k;
+    record.seed = c.seed;
+    record.max_new_tokens = c.max_new_tokens;
+    record.batch_size = 1;
+    record.threads = c.threads;
+    record.dtype = c.dtype;
+    record.device = "cpu";
+    record.config_json = c.ToJson().dump();
+    record.wall_s = (NowMicros() - case_start) * 1e-6;
+    store_.WriteCase(run_id, record, samples, steps);
+    ++summary.cases_run;
+  }
+  if (progress) progress->Finish();
+  summary.wall_s = (NowMicros() - t_start) * 1e-6;
+  return summary;
+}
+
+}  // namespace specbed

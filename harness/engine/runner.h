@@ -1,0 +1,52 @@
+// The case runner: executes expanded cases and writes each one (samples + steps) to the results
+// store in one transaction. Completed cases (same case key already in the database) are skipped,
+// so an interrupted run resumes where it stopped and never duplicates rows. The runner — not the
+// method — times phases and counts tokens.
+// Checked by: tests/engine/runner_test.cpp and tests/cli/cli_test.cpp (kill + resume).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/engine/ar_generate.h"
+#include "harness/engine/run_config.h"
+#include "models/model_registry.h"
+#include "results/store.h"
+
+namespace specbed {
+
+// Builds the prompt ids for a conversation with the model's chat template.
+std::vector<int32_t> BuildPromptIds(const LoadedTarget& target, const std::vector<ChatMessage>& messages);
+
+// Per-prompt sampling seed derived from the case seed, the prompt index and the turn, so results
+// do not depend on the order prompts run in and every method sees the same seeds.
+uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn);
+
+struct RunnerOptions {
+  bool show_progress = true;
+  // Environment identity stored with the run (see environment.h); filled by the CLI.
+  RunInfo run_info;
+};
+
+struct RunnerSummary {
+  int64_t cases_total = 0, cases_run = 0, cases_skipped = 0;
+  double wall_s = 0;
+};
+
+class Runner {
+ public:
+  Runner(ResultsStore& store, RunnerOptions options);
+  // Runs every case of `config` not yet completed in the store.
+  RunnerSummary Run(const RunConfig& config);
+
+ private:
+  LoadedTarget& Target(const std::string& name, const std::string& dtype, const std::string& chat_template);
+  ResultsStore& store_;
+  RunnerOptions options_;
+  std::map<std::string, LoadedTarget> targets_;
+};
+
+}  // namespace specbed

@@ -1,0 +1,47 @@
+// Token sampling from one row of logits: greedy (T=0), temperature, top-k, top-p; seeded
+// (std::mt19937_64, so a seed gives the same tokens on every platform). Works on raw float rows
+// (no ATen dispatch per token). The same Sampler is used by AR and by every method's bonus /
+// correction token, so stop rules and randomness are shared.
+// Checked by: tests/engine/sampler_test.cpp (greedy ties, top-k/top-p support, chi-square of
+// temperature sampling against softmax).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace specbed {
+
+struct SamplingParams {
+  double temperature = 0.0;  // 0 = greedy (argmax, lowest id on ties)
+  double top_p = 1.0;        // nucleus mass in (0, 1]; 1 = off
+  int64_t top_k = 0;         // 0 = off
+  bool greedy() const { return temperature <= 0.0; }
+};
+
+// Throws specbed::Error for impossible values (negative temperature, top_p outside (0,1], top_k < 0).
+void ValidateSamplingParams(const SamplingParams& params);
+
+class Sampler {
+ public:
+  Sampler(SamplingParams params, uint64_t seed);
+
+  // Samples a token id from logits[0..vocab).
+  int32_t Sample(const float* logits, int64_t vocab);
+  // The distribution Sample draws from (after temperature/top-k/top-p), into probs[0..vocab).
+  void Distribution(const float* logits, int64_t vocab, std::vector<float>& probs) const;
+
+  std::mt19937_64& rng() { return rng_; }
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> probs_;
+  std::vector<int32_t> order_;
+};
+
+// Index of the largest value (lowest index on ties).
+int32_t Argmax(const float* values, int64_t n);
+
+}  // namespace specbed

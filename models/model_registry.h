@@ -1,0 +1,50 @@
+// Named models and model loading. A --model argument is either a registry name
+// (`specbed list models`) or a path: a Hugging Face directory (config.json + safetensors
+// [+ tokenizer.json]) or a llama2.c .bin checkpoint.
+// Built-in names: stories260K (the real pretrained default), random-35m (random init, a
+// ~35M-parameter Llama shape for speed benchmarks; no tokenizer).
+// Checked by: tests/engine/model_registry_test.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/llama_model.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace specbed {
+
+struct ModelSpec {
+  std::string name;            // registry name, or the path as given
+  std::string format;          // "llama2c" | "hf" | "random"
+  std::string path;            // checkpoint file (llama2c) or directory (hf); "" for random
+  std::string tokenizer_path;  // "" = none
+  std::string chat_template;   // chat template name (models/tokenizer/chat_template.h)
+  std::string description;
+  LlamaConfig random_config;   // format "random" only
+  uint64_t random_seed = 0;
+};
+
+// Built-in model names.
+std::vector<std::string> BuiltinModelNames();
+// Resolves a name or a path; unknown names fail listing the known ones.
+ModelSpec ResolveModel(const std::string& name_or_path);
+
+struct LoadedTarget {
+  ModelSpec spec;
+  std::shared_ptr<LlamaModel> model;
+  std::shared_ptr<Tokenizer> tokenizer;  // null when the model has none (random shapes)
+  ChatTemplate chat_template = ChatTemplate::kRaw;
+};
+
+// Loads weights as `dtype` (kFloat or kBFloat16). `chat_template_override` ("" = model default).
+LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
+                       const std::string& chat_template_override = "");
+
+// "float32" / "fp32" -> kFloat, "bfloat16" / "bf16" -> kBFloat16; anything else fails.
+at::ScalarType ParseDtype(const std::string& name);
+std::string DtypeName(at::ScalarType dtype);
+
+}  // namespace specbed

@@ -1,0 +1,160 @@
+// The SpecBed results store: one SQLite database (WAL mode, versioned schema, append-only) holding
+// runs, completed cases with their per-prompt samples and per-verify-step records, and `specbed
+// bench` rows. Every metric (speed, tau, acceptance) is computed later from these raw facts.
+// A case is written with all its samples and steps in one transaction, so a crash never leaves a
+// partial case, and a sweep resumes by skipping case keys that are already stored.
+// Schema, units and example queries: results/README.md.
+// Checked by: tests/results/store_test.cpp (round trips, resume, crash and lock behaviour, errors).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace specbed {
+
+inline constexpr int kResultsSchemaVersion = 1;
+
+// One invocation of `specbed run/sweep/bench`.
+struct RunInfo {
+  std::string started_at;                                // RFC 3339 UTC
+  std::string specbed_version, git_commit, build_flags;  // build identity
+  std::string host, cpu, gpu;                            // hardware ("" gpu = none)
+  std::string library_versions_json;                     // {"torch":"1.13.0","sqlite":"3.40.1",...}
+  std::string config_json;                               // full resolved config of the run
+  std::string repro_command;                             // command line that reproduces the run
+};
+
+// One completed case: one target x method (with knobs) x dataset selection x sampling settings.
+struct CaseRecord {
+  std::string case_key;  // hash of the resolved case config; unique among completed cases
+  std::string target, method, method_knobs_json, dataset;
+  std::string categories;  // comma-joined category filter ("" = all)
+  int64_t prompt_limit = -1;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
+  uint64_t seed = 0;  // stored bit-cast into a signed 64-bit INTEGER (see README)
+  int64_t max_new_tokens = 0, batch_size = 1, threads = 1;
+  std::string dtype;        // "float32" | "bfloat16"
+  std::string device;       // "cpu" | "cuda"
+  std::string config_json;  // full resolved case config
+  double wall_s = 0;        // wall time of the whole case, seconds
+};
+
+// One generated answer: one prompt (one turn of a multi-turn prompt) of a case.
+struct SampleRecord {
+  std::string prompt_id;
+  int32_t turn = 0;
+  std::string category;
+  int64_t n_prompt_tokens = 0, n_output_tokens = 0;
+  double prefill_ms = 0, decode_ms = 0;
+  int64_t n_steps = 0;      // verify steps as reported by the runner
+  std::string stop_reason;  // "eos" | "max_new_tokens" | "stop_string" | "max_context"
+  std::string output_hash;  // hash of generated token ids
+  std::string output_text;
+  std::string output_ids_json;  // "[12,7,...]"
+};
+
+// One verify step of a speculative method (none for autoregressive decoding). (prompt_id, turn)
+// must name a sample of the same case.
+struct StepRecord {
+  std::string prompt_id;
+  int32_t turn = 0;
+  int64_t step_idx = 0;
+  int64_t n_drafted = 0, n_accepted = 0, n_emitted = 0;
+  double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
+};
+
+// One row of `specbed bench` (autoregressive decode speed).
+struct BenchRecord {
+  std::string model, dtype;
+  int64_t threads = 1, batch_size = 1, context_len = 0, n_tokens = 0, reps = 1;
+  double tokens_per_s = 0, tokens_per_s_std = 0, ms_per_step = 0, forward_ms_per_step = 0,
+         other_ms_per_step = 0;
+  int64_t n_params = 0;
+};
+
+struct StoreOptions {
+  int busy_timeout_ms = 10000;  // how long a write waits for another process's write lock
+  bool read_only = false;       // open an existing database for reading only
+};
+
+// Not thread-safe: use one ResultsStore per thread (several processes may share one file).
+// Every failure throws specbed::Error with a message naming the database path.
+class ResultsStore {
+ public:
+  // Opens (creating it and its schema when missing, unless read_only) the database at `path`.
+  // Fails for: an uncreatable path, a file that is not a SQLite database, a SQLite database that
+  // is not a SpecBed results database, or one written by a newer schema version. Older schema
+  // versions are migrated (read-write opens only).
+  static std::unique_ptr<ResultsStore> Open(const std::string& path,
+                                            const StoreOptions& options = {});
+  ~ResultsStore();
+  ResultsStore(const ResultsStore&) = delete;
+  ResultsStore& operator=(const ResultsStore&) = delete;
+
+  // Inserts a runs row, returns its run_id.
+  int64_t BeginRun(const RunInfo& run);
+  bool HasCompletedCase(const std::string& case_key) const;
+  // Writes the case with all its samples and steps in ONE transaction. If a completed case with
+  // the same key already exists, writes nothing and returns the existing case_id (never
+  // duplicates). On any failure nothing of the case is stored.
+  int64_t WriteCase(int64_t run_id, const CaseRecord& c, const std::vector<SampleRecord>& samples,
+                    const std::vector<StepRecord>& steps);
+  // Writes all rows in one transaction.
+  void WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows);
+
+  // Read side (used by `specbed summary`, reports and tests). Rows come in insertion order.
+  struct CaseRow {
+    int64_t case_id, run_id;
+    CaseRecord record;
+    int64_t n_samples;
+  };
+  std::vector<CaseRow> ListCases() const;
+  std::vector<SampleRecord> LoadSamples(int64_t case_id) const;
+  std::vector<StepRecord> LoadSteps(int64_t case_id) const;
+  std::vector<BenchRecord> LoadBench(int64_t run_id = -1) const;  // -1 = all runs
+  // Row count of one of: runs, cases, samples, steps, bench, meta.
+  int64_t CountRows(const std::string& table) const;
+  // Ids of all runs in order (convenience for reports and tests).
+  std::vector<int64_t> ListRunIds() const;
+  int schema_version() const { return schema_version_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  ResultsStore(const std::string& path, const StoreOptions& options);
+  void Init();
+  void InitSchema();
+  void MigrateSchema(int from_version);
+  void CheckWritable() const;
+  void Begin(const char* op);
+  void Commit(const char* op);
+  void RollbackQuietly() noexcept;
+  sqlite3_stmt* Prepare(const char* sql) const;
+  sqlite3_stmt* Cached(sqlite3_stmt** slot, const char* sql) const;
+  [[noreturn]] void FailSqlite(int rc, const std::string& op) const;
+  void Exec(const char* sql, const std::string& op) const;
+
+  std::string path_;
+  StoreOptions options_;
+  sqlite3* db_ = nullptr;
+  int schema_version_ = 0;
+  mutable int64_t op_start_us_ = 0;  // start of the current public operation, for lock messages
+  // Prepared statements, created on first use and reused (finalized by the destructor).
+  mutable sqlite3_stmt* insert_run_ = nullptr;
+  mutable sqlite3_stmt* insert_case_ = nullptr;
+  mutable sqlite3_stmt* insert_sample_ = nullptr;
+  mutable sqlite3_stmt* insert_step_ = nullptr;
+  mutable sqlite3_stmt* insert_bench_ = nullptr;
+  mutable sqlite3_stmt* find_case_ = nullptr;
+  mutable sqlite3_stmt* find_run_ = nullptr;
+};
+
+// Version of the linked SQLite library ("3.40.1"), for RunInfo::library_versions_json.
+std::string SqliteLibraryVersion();
+
+}  // namespace specbed

@@ -1,0 +1,487 @@
+// Tests for models/llama_config.{h,cpp}: parsing published config.json files (Llama-3.1-8B,
+// Qwen2.5-0.5B-Instruct, Qwen3-0.6B), HF defaults, every malformed-config error, ToHfJson round
+// trip, parameter counts of published models, RoPE inverse frequencies computed by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "models/llama_config.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+using nlohmann::json;
+using testing_util::SmallLlama2cConfig;
+using testing_util::SmallLlama3Config;
+using testing_util::SmallQwen2Config;
+using testing_util::SmallQwen3Config;
+
+// config.json of meta-llama/Llama-3.1-8B (as published).
+constexpr const char* kLlama31_8B = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// config.json of Qwen/Qwen2.5-0.5B-Instruct.
+constexpr const char* kQwen25_05B = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 21,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// config.json of Qwen/Qwen3-0.6B.
+constexpr const char* kQwen3_06B = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// The smallest accepted llama config: only the required fields.
+json MinimalLlama() {
+  return {{"model_type", "llama"},   {"hidden_size", 64},      {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100}};
+}
+
+// Expects ParseHfConfig(j, "cfg.json") to fail with a message containing every part.
+void ExpectParseFails(const json& j, const std::vector<std::string>& parts) {
+  try {
+    ParseHfConfig(j, "cfg.json");
+    ADD_FAILURE() << "expected an error for " << j.dump();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+    for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+}
+
+void ExpectSameConfig(const LlamaConfig& a, const LlamaConfig& b) {
+  EXPECT_EQ(a.architecture, b.architecture);
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.rope_interleaved, b.rope_interleaved);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  if (a.rope_scaling.type == RopeScalingType::kLlama3) {
+    EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+    EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+    EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
+              b.rope_scaling.original_max_position_embeddings);
+  }
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
+}
+
+TEST(HfConfig, ParsesLlama31_8B) {
+  const LlamaConfig c = ParseHfConfig(json::parse(kLlama31_8B), "llama.json");
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.dim, 4096);
+  EXPECT_EQ(c.n_layers, 32);
+  EXPECT_EQ(c.n_heads, 32);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.hidden_dim, 14336);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_seq_len, 131072);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.rope_interleaved);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.bos_token_id, 128000);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.ParameterCount(), 8030261248LL);  // published count of Llama-3.1-8B
+}
+
+TEST(HfConfig, ParsesQwen25_05B) {
+  const LlamaConfig c = ParseHfConfig(json::parse(kQwen25_05B), "qwen2.json");
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(c.dim, 896);
+  EXPECT_EQ(c.n_heads, 14);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{151645}));
+  EXPECT_EQ(c.ParameterCount(), 494032768LL);  // published count of Qwen2.5-0.5B
+}
+
+TEST(HfConfig, ParsesQwen3_06B) {
+  const LlamaConfig c = ParseHfConfig(json::parse(kQwen3_06B), "qwen3.json");
+  EXPECT_EQ(c.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(c.dim, 1024);
+  EXPECT_EQ(c.n_heads, 16);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);  // explicit, != 1024 / 16
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.max_seq_len, 40960);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.rope_theta, 1e6);  // given as an integer
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ(c.ParameterCount(), 596049920LL);  // published count of Qwen3-0.6B
+}
+
+TEST(HfConfig, DefaultsFollowTransformersConfigClasses) {
+  const LlamaConfig llama = ParseHfConfig(MinimalLlama(), "min.json");
+  EXPECT_EQ(llama.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(llama.n_kv_heads, 4);  // num_key_value_heads defaults to num_attention_heads
+  EXPECT_EQ(llama.head_dim, 16);   // hidden_size / num_attention_heads
+  EXPECT_FALSE(llama.tie_embeddings);  // LlamaConfig default (PretrainedConfig's is true)
+  EXPECT_EQ(llama.max_seq_len, 2048);
+  EXPECT_EQ(llama.rope_theta, 10000.0);
+  EXPECT_EQ(llama.norm_eps, 1e-6);
+  EXPECT_EQ(llama.bos_token_id, -1);
+  EXPECT_TRUE(llama.eos_token_ids.empty());
+  EXPECT_EQ(llama.torch_dtype, "float32");
+  EXPECT_EQ(llama.rope_scaling.type, RopeScalingType::kNone);
+
+  json qwen3 = MinimalLlama();
+  qwen3["model_type"] = "qwen3";
+  const LlamaConfig q3 = ParseHfConfig(qwen3, "min3.json");
+  EXPECT_EQ(q3.head_dim, 128);  // Qwen3Config default head_dim
+  EXPECT_EQ(q3.max_seq_len, 32768);
+  EXPECT_TRUE(q3.qk_norm);
+
+  // architectures alone identifies the family; null means "use the default".
+  json by_arch = MinimalLlama();
+  by_arch.erase("model_type");
+  by_arch["architectures"] = {"Qwen2ForCausalLM"};
+  by_arch["num_key_value_heads"] = nullptr;
+  const LlamaConfig q2 = ParseHfConfig(by_arch, "arch.json");
+  EXPECT_EQ(q2.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(q2.qkv_bias);
+  EXPECT_EQ(q2.n_kv_heads, 4);
+}
+
+TEST(HfConfig, AcceptsLinearScalingAndLegacyTypeKeyAndRopeParameters) {
+  json j = MinimalLlama();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  LlamaConfig c = ParseHfConfig(j, "lin.json");
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(c.rope_scaling.factor, 2.0);
+
+  j = MinimalLlama();
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 12345.0}};
+  c = ParseHfConfig(j, "rp.json");
+  EXPECT_EQ(c.rope_theta, 12345.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
+}
+
+TEST(HfConfigErrors, NotAnObject) { ExpectParseFails(json::array({1, 2}), {"JSON object"}); }
+
+TEST(HfConfigErrors, MissingRequiredField) {
+  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                            "intermediate_size", "vocab_size"}) {
+    json j = MinimalLlama();
+    j.erase(field);
+    ExpectParseFails(j, {"missing required field", std::string("\"") + field + "\""});
+  }
+}
+
+TEST(HfConfigErrors, WrongFieldTypes) {
+  json j = MinimalLlama();
+  j["hidden_size"] = "64";
+  ExpectParseFails(j, {"\"hidden_size\" must be an integer", "string"});
+  j = MinimalLlama();
+  j["vocab_size"] = 100.5;
+  ExpectParseFails(j, {"\"vocab_size\" must be an integer"});
+  j = MinimalLlama();
+  j["rms_norm_eps"] = "1e-5";
+  ExpectParseFails(j, {"\"rms_norm_eps\" must be a number"});
+  j = MinimalLlama();
+  j["tie_word_embeddings"] = 1;
+  ExpectParseFails(j, {"\"tie_word_embeddings\" must be true or false"});
+  j = MinimalLlama();
+  j["eos_token_id"] = {1, "2"};
+  ExpectParseFails(j, {"\"eos_token_id\" must be an integer or a list"});
+  j = MinimalLlama();
+  j["architectures"] = "LlamaForCausalLM";
+  ExpectParseFails(j, {"\"architectures\" must be a non-empty array"});
+  j = MinimalLlama();
+  j["rope_scaling"] = 8.0;
+  ExpectParseFails(j, {"\"rope_scaling\" must be an object or null"});
+}
+
+TEST(HfConfigErrors, UnknownOrMismatchedFamily) {
+  json j = MinimalLlama();
+  j["model_type"] = "qwen";
+  ExpectParseFails(j, {"unknown model_type 'qwen'", "did you mean", "llama, qwen2, qwen3"});
+  j = MinimalLlama();
+  j["architectures"] = {"MistralForCausalLM"};
+  ExpectParseFails(j, {"unknown architecture 'MistralForCausalLM'"});
+  j = MinimalLlama();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  ExpectParseFails(j, {"model_type \"llama\" does not match", "Qwen2ForCausalLM"});
+  j = MinimalLlama();
+  j.erase("model_type");
+  ExpectParseFails(j, {"missing \"model_type\" and \"architectures\""});
+}
+
+TEST(HfConfigErrors, InconsistentValues) {
+  json j = MinimalLlama();
+  j["num_key_value_heads"] = 3;
+  ExpectParseFails(j, {"not a multiple of num_key_value_heads (n_kv_heads) 3"});
+  j = MinimalLlama();
+  j["hidden_size"] = 66;
+  ExpectParseFails(j, {"hidden_size 66 is not a multiple of num_attention_heads 4"});
+  j = MinimalLlama();
+  j["head_dim"] = 7;
+  ExpectParseFails(j, {"head_dim 7 must be even"});
+  j = MinimalLlama();
+  j["vocab_size"] = 0;
+  ExpectParseFails(j, {"vocab_size must be positive"});
+  j = MinimalLlama();
+  j["bos_token_id"] = 100;
+  ExpectParseFails(j, {"bos_token_id 100 is outside the vocabulary"});
+  j = MinimalLlama();
+  j["rms_norm_eps"] = 0.0;
+  ExpectParseFails(j, {"rms_norm_eps (norm_eps) must be positive"});
+}
+
+TEST(HfConfigErrors, UnsupportedFeatures) {
+  json j = MinimalLlama();
+  j["attention_bias"] = true;
+  ExpectParseFails(j, {"attention_bias = true"});
+  j = MinimalLlama();
+  j["mlp_bias"] = true;
+  ExpectParseFails(j, {"mlp_bias = true"});
+  j = MinimalLlama();
+  j["hidden_act"] = "gelu";
+  ExpectParseFails(j, {"hidden_act \"gelu\""});
+  j = MinimalLlama();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  ExpectParseFails(j, {"use_sliding_window = true"});
+  j = MinimalLlama();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  ExpectParseFails(j, {"unknown rope scaling type 'yarn'", "llama3"});
+  j = MinimalLlama();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  ExpectParseFails(j, {"rope_scaling", "missing required field \"low_freq_factor\""});
+  j = MinimalLlama();
+  j["rope_scaling"] = {{"factor", 8.0}};
+  ExpectParseFails(j, {"neither \"rope_type\" nor \"type\""});
+}
+
+TEST(HfConfig, ToHfJsonRoundTripsEveryFamily) {
+  LlamaConfig linear = SmallQwen2Config();
+  linear.rope_scaling.type = RopeScalingType::kLinear;
+  linear.rope_scaling.factor = 2.5;
+  linear.eos_token_ids = {};
+  for (const LlamaConfig& c :
+       {SmallLlama3Config(), SmallQwen2Config(), SmallQwen3Config(), linear}) {
+    const json j = c.ToHfJson();
+    SCOPED_TRACE(j.dump());
+    // Through text, as written to disk.
+    const LlamaConfig back = ParseHfConfig(json::parse(j.dump(2)), "roundtrip.json");
+    ExpectSameConfig(c, back);
+  }
+  const json q3 = SmallQwen3Config().ToHfJson();
+  EXPECT_EQ(q3["model_type"], "qwen3");
+  EXPECT_EQ(q3["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(q3["head_dim"], 16);
+  EXPECT_EQ(SmallLlama3Config().ToHfJson()["rope_scaling"]["rope_type"], "llama3");
+}
+
+TEST(HfConfig, ToHfJsonRejectsWhatHfCannotExpress) {
+  EXPECT_THROW(SmallLlama2cConfig().ToHfJson(), Error);  // interleaved RoPE
+  LlamaConfig c = SmallLlama3Config();
+  c.qkv_bias = true;
+  try {
+    c.ToHfJson();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_bias"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfConfig, ValidateNamesSourceAndField) {
+  LlamaConfig c = SmallLlama2cConfig();
+  c.Validate("ok");  // llama2c configs are valid too
+  c.n_kv_heads = 3;
+  try {
+    c.Validate("model 'x'");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model 'x'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("n_kv_heads"), std::string::npos) << msg;
+  }
+  c = SmallLlama3Config();
+  c.architecture = "LlamaForCausalLm";
+  try {
+    c.Validate("src");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'LlamaForCausalLM'"), std::string::npos)
+        << e.what();
+  }
+  c = SmallLlama3Config();
+  c.rope_scaling.high_freq_factor = c.rope_scaling.low_freq_factor;
+  EXPECT_THROW(c.Validate("src"), Error);
+}
+
+TEST(HfConfig, ParameterCountOfSmallConfigs) {
+  // Qwen3 small config: untied, q/k norms, no bias. Counted by hand:
+  // embeddings 90*40 twice, per layer 2*40 norms + (64+32+32)*40 qkv + 40*64 o + 3*40*72 mlp +
+  // 2*16 q/k norms, final norm 40.
+  const int64_t per_layer = 80 + 128 * 40 + 40 * 64 + 3 * 40 * 72 + 32;
+  EXPECT_EQ(SmallQwen3Config().ParameterCount(), 2 * 90 * 40 + 2 * per_layer + 40);
+}
+
+TEST(RopeFrequencies, PlainHandComputed) {
+  LlamaConfig c = SmallLlama2cConfig();
+  c.head_dim = 8;
+  c.rope_theta = 10000.0;
+  // theta^(-2i/8) = 10000^(-i/4): 1, 0.1, 0.01, 0.001.
+  const std::vector<double> f = RopeInverseFrequencies(c);
+  ASSERT_EQ(f.size(), 4u);
+  const double expected[] = {1.0, 0.1, 0.01, 0.001};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], expected[i], 1e-15) << i;
+}
+
+TEST(RopeFrequencies, LinearDividesByFactor) {
+  LlamaConfig c = SmallLlama2cConfig();
+  c.head_dim = 8;
+  c.rope_theta = 10000.0;
+  c.rope_scaling.type = RopeScalingType::kLinear;
+  c.rope_scaling.factor = 4.0;
+  const std::vector<double> f = RopeInverseFrequencies(c);
+  const double expected[] = {0.25, 0.025, 0.0025, 0.00025};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], expected[i], 1e-15) << i;
+}
+
+TEST(RopeFrequencies, Llama3CoversAllThreeBands) {
+  LlamaConfig c = SmallLlama2cConfig();
+  c.head_dim = 8;
+  c.rope_theta = 10000.0;
+  c.rope_scaling.type = RopeScalingType::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 1000;
+  // low_freq_wavelen = 1000 / 1 = 1000, high_freq_wavelen = 1000 / 4 = 250.
+  // Base frequencies 1, 0.1, 0.01, 0.001 have wavelengths 2*pi/f = 6.28, 62.8, 628.3, 6283:
+  //  - 6.28 and 62.8 < 250: kept.
+  //  - 6283 > 1000: divided by 8 -> 0.000125.
+  //  - 628.3 in between: smooth = (1000/628.3185 - 1) / (4 - 1) = 0.1971831436396511,
+  //    f = (1 - smooth) * 0.01 / 8 + smooth * 0.01 = 0.0029753525068469473.
+  const std::vector<double> f = RopeInverseFrequencies(c);
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_NEAR(f[0], 1.0, 1e-15);
+  EXPECT_NEAR(f[1], 0.1, 1e-15);
+  EXPECT_NEAR(f[2], 0.0029753525068469473, 1e-15);
+  EXPECT_NEAR(f[3], 0.000125, 1e-15);
+}
+
+TEST(RopeFrequencies, Llama31_8BHighAndLowEnds) {
+  const LlamaConfig c = ParseHfConfig(json::parse(kLlama31_8B), "llama.json");
+  const std::vector<double> f = RopeInverseFrequencies(c);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_EQ(f[0], 1.0);  // highest frequency untouched
+  // Lowest frequency: 500000^(-126/128) has wavelength >> 8192, so it is divided by 8.
+  EXPECT_NEAR(f[63], std::pow(500000.0, -126.0 / 128.0) / 8.0, 1e-18);
+}
+
+}  // namespace
+}  // namespace specbed

@@ -1,0 +1,697 @@
+// Tests for results/store.h: round trips of every record type, no duplicate cases, resume via
+// HasCompletedCase, crash safety (a writer SIGKILLed mid-case leaves nothing), lock waiting and
+// the locked error, append-only enforcement, and the errors for bad paths/files/schema versions.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+#include "results/store.h"
+
+namespace specbed {
+namespace {
+
+// A fresh database path under the test scratch dir (old files of the same name are removed).
+std::string FreshDbPath(const std::string& name) {
+  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/results_" + name + ".db";
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::remove((path + suffix).c_str());
+  return path;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+RunInfo MakeRun() {
+  RunInfo r;
+  r.started_at = "2026-11-21T08:05:00Z";
+  r.specbed_version = "0.1.0";
+  r.git_commit = "c9810f3abcde";
+  r.build_flags = "Release -O3";
+  r.host = "testhost";
+  r.cpu = "Some CPU @ 3GHz (16 cores)";
+  r.gpu = "";
+  r.library_versions_json = R"({"torch":"1.13.0","sqlite":"3.40.1"})";
+  r.config_json = R"({"sweep":{"methods":["ar","eagle"]}})";
+  r.repro_command = "specbed sweep --config configs/x.yaml --results out.db";
+  return r;
+}
+
+CaseRecord MakeCase(const std::string& key) {
+  CaseRecord c;
+  c.case_key = key;
+  c.target = "tiny-llama";
+  c.method = "eagle";
+  c.method_knobs_json = R"({"depth":5,"top_k":8})";
+  c.dataset = "mt_bench";
+  c.categories = "writing,coding";
+  c.prompt_limit = -1;
+  c.temperature = 0.7;
+  c.top_p = 0.95;
+  c.top_k = 40;
+  c.seed = std::numeric_limits<uint64_t>::max() - 4;  // does not fit in int64
+  c.max_new_tokens = 256;
+  c.batch_size = 1;
+  c.threads = 4;
+  c.dtype = "bfloat16";
+  c.device = "cpu";
+  c.config_json = R"({"case":")" + key + R"("})";
+  c.wall_s = 12.5;
+  return c;
+}
+
+std::vector<SampleRecord> MakeSamples(int n) {
+  std::vector<SampleRecord> out;
+  for (int i = 0; i < n; ++i) {
+    SampleRecord s;
+    s.prompt_id = "p" + std::to_string(i / 2);
+    s.turn = i % 2;
+    s.category = i % 3 == 0 ? "writing" : "coding";
+    s.n_prompt_tokens = 100 + i;
+    s.n_output_tokens = 50 + i;
+    s.prefill_ms = 3.25 + i;
+    s.decode_ms = 1000.0 / 3.0 + i;
+    s.n_steps = 20 + i;
+    s.stop_reason = i % 2 ? "eos" : "max_new_tokens";
+    s.output_hash = "0123456789abcdef";
+    s.output_text = "answer " + std::to_string(i) + " \xC3\xA9\xF0\x9F\x98\x80";
+    s.output_ids_json = "[12,7," + std::to_string(i) + "]";
+    out.push_back(s);
+  }
+  return out;
+}
+
+// `per_sample` steps for every sample, grouped by sample.
+std::vector<StepRecord> MakeSteps(const std::vector<SampleRecord>& samples, int per_sample) {
+  std::vector<StepRecord> out;
+  for (const SampleRecord& s : samples) {
+    for (int k = 0; k < per_sample; ++k) {
+      StepRecord st;
+      st.prompt_id = s.prompt_id;
+      st.turn = s.turn;
+      st.step_idx = k;
+      st.n_drafted = 5;
+      st.n_accepted = k % 6;
+      st.n_emitted = k % 6 + 1;
+      st.t_draft_us = 100.5 + k;
+      st.t_verify_us = 2000.25 + k;
+      st.t_other_us = 0.125 * k;
+      out.push_back(st);
+    }
+  }
+  return out;
+}
+
+void ExpectSameCase(const CaseRecord& a, const CaseRecord& b) {
+  EXPECT_EQ(a.case_key, b.case_key);
+  EXPECT_EQ(a.target, b.target);
+  EXPECT_EQ(a.method, b.method);
+  EXPECT_EQ(a.method_knobs_json, b.method_knobs_json);
+  EXPECT_EQ(a.dataset, b.dataset);
+  EXPECT_EQ(a.categories, b.categories);
+  EXPECT_EQ(a.prompt_limit, b.prompt_limit);
+  EXPECT_EQ(a.temperature, b.temperature);
+  EXPECT_EQ(a.top_p, b.top_p);
+  EXPECT_EQ(a.top_k, b.top_k);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.max_new_tokens, b.max_new_tokens);
+  EXPECT_EQ(a.batch_size, b.batch_size);
+  EXPECT_EQ(a.threads, b.threads);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.config_json, b.config_json);
+  EXPECT_EQ(a.wall_s, b.wall_s);
+}
+
+void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
+  EXPECT_EQ(a.prompt_id, b.prompt_id);
+  EXPECT_EQ(a.turn, b.turn);
+  EXPECT_EQ(a.category, b.category);
+  EXPECT_EQ(a.n_prompt_tokens, b.n_prompt_tokens);
+  EXPECT_EQ(a.n_output_tokens, b.n_output_tokens);
+  EXPECT_EQ(a.prefill_ms, b.prefill_ms);
+  EXPECT_EQ(a.decode_ms, b.decode_ms);
+  EXPECT_EQ(a.n_steps, b.n_steps);
+  EXPECT_EQ(a.stop_reason, b.stop_reason);
+  EXPECT_EQ(a.output_hash, b.output_hash);
+  EXPECT_EQ(a.output_text, b.output_text);
+  EXPECT_EQ(a.output_ids_json, b.output_ids_json);
+}
+
+void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
+  EXPECT_EQ(a.prompt_id, b.prompt_id);
+  EXPECT_EQ(a.turn, b.turn);
+  EXPECT_EQ(a.step_idx, b.step_idx);
+  EXPECT_EQ(a.n_drafted, b.n_drafted);
+  EXPECT_EQ(a.n_accepted, b.n_accepted);
+  EXPECT_EQ(a.n_emitted, b.n_emitted);
+  EXPECT_EQ(a.t_draft_us, b.t_draft_us);
+  EXPECT_EQ(a.t_verify_us, b.t_verify_us);
+  EXPECT_EQ(a.t_other_us, b.t_other_us);
+}
+
+// Runs one SQL statement on a raw connection (outside the store); returns the error or "".
+std::string RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  std::string out = rc == SQLITE_OK ? "" : (err ? err : "error");
+  sqlite3_free(err);
+  sqlite3_close(db);
+  return out;
+}
+
+std::string RawQueryText(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* s = nullptr;
+  std::string out = "<error>";
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    out = text ? text : "<null>";
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
+TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
+  const std::string path = FreshDbPath("roundtrip");
+  RunInfo run = MakeRun();
+  CaseRecord c = MakeCase("key-roundtrip");
+  std::vector<SampleRecord> samples = MakeSamples(6);
+  // Raw bytes must survive: invalid UTF-8 and an embedded NUL from a byte-level tokenizer.
+  samples[1].output_text = std::string("bad \xFF\xFE utf8 and a \0 nul", 26);
+  samples[2].prefill_ms = std::numeric_limits<double>::quiet_NaN();
+  std::vector<StepRecord> steps = MakeSteps(samples, 7);
+  std::vector<BenchRecord> bench(2);
+  bench[0].model = "tiny-llama";
+  bench[0].dtype = "float32";
+  bench[0].threads = 8;
+  bench[0].batch_size = 2;
+  bench[0].context_len = 512;
+  bench[0].n_tokens = 128;
+  bench[0].reps = 5;
+  bench[0].tokens_per_s = 123.456;
+  bench[0].tokens_per_s_std = 1.5;
+  bench[0].ms_per_step = 8.1;
+  bench[0].forward_ms_per_step = 7.9;
+  bench[0].other_ms_per_step = 0.2;
+  bench[0].n_params = 1100000000;
+  bench[1] = bench[0];
+  bench[1].context_len = 2048;
+  bench[1].tokens_per_s_std = std::numeric_limits<double>::quiet_NaN();
+
+  int64_t run_id = 0, case_id = 0;
+  {
+    auto store = ResultsStore::Open(path);
+    EXPECT_EQ(store->schema_version(), kResultsSchemaVersion);
+    EXPECT_EQ(store->path(), path);
+    run_id = store->BeginRun(run);
+    case_id = store->WriteCase(run_id, c, samples, steps);
+    store->WriteBench(run_id, bench);
+  }
+  for (bool read_only : {false, true}) {
+    SCOPED_TRACE(read_only ? "read-only" : "read-write");
+    StoreOptions options;
+    options.read_only = read_only;
+    auto store = ResultsStore::Open(path, options);
+    EXPECT_EQ(store->ListRunIds(), std::vector<int64_t>{run_id});
+    EXPECT_EQ(RawQueryText(path, "SELECT repro_command FROM runs"), run.repro_command);
+    EXPECT_EQ(RawQueryText(path,
+                           "SELECT cpu || '|' || gpu || '|' || library_versions_json || "
+                           "'|' || started_at || '|' || git_commit FROM runs"),
+              run.cpu + "|" + run.gpu + "|" + run.library_versions_json + "|" + run.started_at +
+                  "|" + run.git_commit);
+    auto cases = store->ListCases();
+    ASSERT_EQ(cases.size(), 1u);
+    EXPECT_EQ(cases[0].case_id, case_id);
+    EXPECT_EQ(cases[0].run_id, run_id);
+    EXPECT_EQ(cases[0].n_samples, 6);
+    ExpectSameCase(cases[0].record, c);
+
+    auto loaded_samples = store->LoadSamples(case_id);
+    ASSERT_EQ(loaded_samples.size(), samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      SCOPED_TRACE(i);
+      if (i == 2) {
+        EXPECT_TRUE(std::isnan(loaded_samples[i].prefill_ms));
+        loaded_samples[i].prefill_ms = samples[i].prefill_ms;
+        EXPECT_TRUE(std::isnan(loaded_samples[i].prefill_ms));
+        continue;
+      }
+      ExpectSameSample(loaded_samples[i], samples[i]);
+    }
+    EXPECT_EQ(loaded_samples[1].output_text.size(), 26u);
+
+    auto loaded_steps = store->LoadSteps(case_id);
+    ASSERT_EQ(loaded_steps.size(), steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) ExpectSameStep(loaded_steps[i], steps[i]);
+
+    auto loaded_bench = store->LoadBench(run_id);
+    ASSERT_EQ(loaded_bench.size(), 2u);
+    EXPECT_EQ(loaded_bench[0].model, "tiny-llama");
+    EXPECT_EQ(loaded_bench[0].dtype, "float32");
+    EXPECT_EQ(loaded_bench[0].threads, 8);
+    EXPECT_EQ(loaded_bench[0].batch_size, 2);
+    EXPECT_EQ(loaded_bench[0].context_len, 512);
+    EXPECT_EQ(loaded_bench[0].n_tokens, 128);
+    EXPECT_EQ(loaded_bench[0].reps, 5);
+    EXPECT_EQ(loaded_bench[0].tokens_per_s, 123.456);
+    EXPECT_EQ(loaded_bench[0].tokens_per_s_std, 1.5);
+    EXPECT_EQ(loaded_bench[0].ms_per_step, 8.1);
+    EXPECT_EQ(loaded_bench[0].forward_ms_per_step, 7.9);
+    EXPECT_EQ(loaded_bench[0].other_ms_per_step, 0.2);
+    EXPECT_EQ(loaded_bench[0].n_params, 1100000000);
+    EXPECT_EQ(loaded_bench[1].context_len, 2048);
+    EXPECT_TRUE(std::isnan(loaded_bench[1].tokens_per_s_std));
+    EXPECT_EQ(store->LoadBench().size(), 2u);
+    EXPECT_TRUE(store->LoadBench(run_id + 1).empty());
+
+    EXPECT_EQ(store->CountRows("runs"), 1);
+    EXPECT_EQ(store->CountRows("cases"), 1);
+    EXPECT_EQ(store->CountRows("samples"), 6);
+    EXPECT_EQ(store->CountRows("steps"), 42);
+    EXPECT_EQ(store->CountRows("bench"), 2);
+  }
+}
+
+TEST(ResultsStore, DatabaseIsWalWithVersionAndMeta) {
+  const std::string path = FreshDbPath("pragmas");
+  ResultsStore::Open(path);
+  EXPECT_EQ(RawQueryText(path, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawQueryText(path, "PRAGMA user_version"), std::to_string(kResultsSchemaVersion));
+  EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'format'"), "specbed_results");
+  EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'schema_version'"),
+            std::to_string(kResultsSchemaVersion));
+  EXPECT_EQ(RawQueryText(path,
+                         "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
+                         "name = 'cases_by_key' AND sql LIKE '%UNIQUE%'"),
+            "1");
+  // Reopening an existing database works and keeps the version.
+  EXPECT_EQ(ResultsStore::Open(path)->schema_version(), kResultsSchemaVersion);
+}
+
+TEST(ResultsStore, WriteCaseTwiceWithSameKeyStoresOneCase) {
+  const std::string path = FreshDbPath("twice");
+  auto store = ResultsStore::Open(path);
+  const int64_t run1 = store->BeginRun(MakeRun());
+  const auto samples = MakeSamples(4);
+  const int64_t first = store->WriteCase(run1, MakeCase("same"), samples, MakeSteps(samples, 3));
+  // Same key again, even from another run with different data: nothing is written.
+  const int64_t run2 = store->BeginRun(MakeRun());
+  const auto other_samples = MakeSamples(9);
+  const int64_t second =
+      store->WriteCase(run2, MakeCase("same"), other_samples, MakeSteps(other_samples, 5));
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(store->CountRows("cases"), 1);
+  EXPECT_EQ(store->CountRows("samples"), 4);
+  EXPECT_EQ(store->CountRows("steps"), 12);
+  ASSERT_EQ(store->ListCases().size(), 1u);
+  EXPECT_EQ(store->ListCases()[0].run_id, run1);
+  // A different key is a different case.
+  EXPECT_NE(store->WriteCase(run2, MakeCase("other"), samples, {}), first);
+  EXPECT_EQ(store->CountRows("cases"), 2);
+}
+
+TEST(ResultsStore, ResumeSkipsCompletedCases) {
+  const std::string path = FreshDbPath("resume");
+  const std::vector<std::string> keys = {"case-a", "case-b", "case-c"};
+  const auto samples = MakeSamples(2);
+  // First sweep completes a and b, then "dies".
+  {
+    auto store = ResultsStore::Open(path);
+    const int64_t run = store->BeginRun(MakeRun());
+    for (const auto& key : keys) EXPECT_FALSE(store->HasCompletedCase(key));
+    store->WriteCase(run, MakeCase("case-a"), samples, {});
+    store->WriteCase(run, MakeCase("case-b"), samples, {});
+  }
+  // The resumed sweep skips what is stored and does only c.
+  auto store = ResultsStore::Open(path);
+  const int64_t run = store->BeginRun(MakeRun());
+  std::vector<std::string> done_now;
+  for (const auto& key : keys) {
+    if (store->HasCompletedCase(key)) continue;
+    store->WriteCase(run, MakeCase(key), samples, {});
+    done_now.push_back(key);
+  }
+  EXPECT_EQ(done_now, std::vector<std::string>{"case-c"});
+  EXPECT_EQ(store->CountRows("runs"), 2);
+  EXPECT_EQ(store->CountRows("cases"), 3);
+  EXPECT_EQ(store->CountRows("samples"), 6);
+  for (const auto& key : keys) EXPECT_TRUE(store->HasCompletedCase(key));
+  EXPECT_FALSE(store->HasCompletedCase("case-d"));
+  EXPECT_EQ(store->ListCases().back().run_id, run);
+}
+
+TEST(ResultsStore, FailureInsideCaseTransactionLeavesNothing) {
+  const std::string path = FreshDbPath("rollback");
+  auto store = ResultsStore::Open(path);
+  const int64_t run = store->BeginRun(MakeRun());
+  const auto samples = MakeSamples(4);
+  auto steps = MakeSteps(samples, 100);
+  // The very last step names a prompt with no sample: found only after everything else is written.
+  steps.back().prompt_id = "nope";
+  const std::string err = ErrorOf([&] { store->WriteCase(run, MakeCase("k"), samples, steps); });
+  EXPECT_CONTAINS(err, path);
+  EXPECT_CONTAINS(err, "prompt 'nope'");
+  EXPECT_CONTAINS(err, "no sample");
+  // Duplicate step index within a sample (a UNIQUE constraint inside the transaction).
+  steps = MakeSteps(samples, 100);
+  steps.back().step_idx = 0;
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, MakeCase("k"), samples, steps); }),
+                  "two steps with step_idx 0");
+  // Duplicate (prompt, turn) sample.
+  auto dup = samples;
+  dup.push_back(samples[0]);
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, MakeCase("k"), dup, {}); }),
+                  "two samples for prompt 'p0' turn 0");
+  EXPECT_EQ(store->CountRows("cases"), 0);
+  EXPECT_EQ(store->CountRows("samples"), 0);
+  EXPECT_EQ(store->CountRows("steps"), 0);
+  EXPECT_FALSE(store->HasCompletedCase("k"));
+  // The store is still usable and the key is free.
+  store->WriteCase(run, MakeCase("k"), samples, MakeSteps(samples, 100));
+  EXPECT_EQ(store->CountRows("steps"), 400);
+}
+
+TEST(ResultsStore, RejectsBadRecordsWithClearErrors) {
+  const std::string path = FreshDbPath("bad_records");
+  auto store = ResultsStore::Open(path);
+  const int64_t run = store->BeginRun(MakeRun());
+  CaseRecord c = MakeCase("k");
+  c.dtype = "float16";
+  std::string err = ErrorOf([&] { store->WriteCase(run, c, {}, {}); });
+  EXPECT_CONTAINS(err, "dtype 'float16'");
+  EXPECT_CONTAINS(err, "float32, bfloat16");
+  c = MakeCase("k");
+  c.device = "tpu";
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, c, {}, {}); }), "device 'tpu'");
+  c = MakeCase("");
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, c, {}, {}); }), "empty case_key");
+  auto samples = MakeSamples(1);
+  samples[0].stop_reason = "eof";
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, MakeCase("k"), samples, {}); }),
+                  "stop_reason 'eof'");
+  err = ErrorOf([&] { store->WriteCase(run + 100, MakeCase("k"), {}, {}); });
+  EXPECT_CONTAINS(err, "run_id " + std::to_string(run + 100) + " does not exist");
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteBench(run + 100, {BenchRecord{}}); }),
+                  "does not exist");
+  err = ErrorOf([&] { store->CountRows("cases; DROP TABLE cases"); });
+  EXPECT_CONTAINS(err, "unknown results table");
+  EXPECT_CONTAINS(err, "runs, cases, samples, steps, bench");
+  EXPECT_CONTAINS(ErrorOf([&] { store->CountRows("sample"); }), "did you mean 'samples'");
+  EXPECT_EQ(store->CountRows("cases"), 0);
+  EXPECT_EQ(store->CountRows("bench"), 0);
+}
+
+TEST(ResultsStore, StoredResultsAreAppendOnly) {
+  const std::string path = FreshDbPath("append_only");
+  {
+    auto store = ResultsStore::Open(path);
+    const int64_t run = store->BeginRun(MakeRun());
+    const auto samples = MakeSamples(2);
+    store->WriteCase(run, MakeCase("k"), samples, MakeSteps(samples, 2));
+    store->WriteBench(run, {BenchRecord{}});
+  }
+  const std::vector<std::pair<std::string, std::string>> table_columns = {
+      {"runs", "host"},
+      {"cases", "wall_s"},
+      {"samples", "output_text"},
+      {"steps", "n_accepted"},
+      {"bench", "tokens_per_s"}};
+  for (const auto& [table, column] : table_columns) {
+    SCOPED_TRACE(table);
+    EXPECT_CONTAINS(RawExec(path, "DELETE FROM " + table), "append-only");
+    EXPECT_CONTAINS(RawExec(path, "UPDATE " + table + " SET " + column + " = " + column),
+                    "append-only");
+  }
+  auto store = ResultsStore::Open(path);
+  EXPECT_EQ(store->CountRows("steps"), 4);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
+// A writer SIGKILLed in the middle of WriteCase (with a huge steps vector) leaves no partial case.
+TEST(ResultsStore, WriterKilledMidCaseLeavesNoPartialRows) {
+  const std::string path = FreshDbPath("killed");
+  int64_t run = 0;
+  {
+    auto store = ResultsStore::Open(path);
+    run = store->BeginRun(MakeRun());
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    auto store = ResultsStore::Open(path);
+    const auto samples = MakeSamples(20);
+    const auto steps = MakeSteps(samples, 50000);  // 1M steps: seconds of inserting
+    const char byte = 'R';
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    store->WriteCase(run, MakeCase("big"), samples, steps);
+    _exit(0);  // reaching this means the parent failed to kill us in time
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  // Wait until the child holds the write lock, i.e. is inside the case transaction.
+  sqlite3* probe = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &probe, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  bool in_transaction = false;
+  const int64_t deadline = NowMicros() + 30 * 1000 * 1000;
+  while (!in_transaction && NowMicros() < deadline) {
+    const int rc = sqlite3_exec(probe, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_BUSY) {
+      in_transaction = true;
+    } else {
+      sqlite3_exec(probe, "ROLLBACK", nullptr, nullptr, nullptr);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  sqlite3_close(probe);
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(in_transaction) << "child never started its write transaction";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "child finished before it was killed; status " << status;
+
+  auto store = ResultsStore::Open(path);
+  EXPECT_EQ(store->CountRows("cases"), 0);
+  EXPECT_EQ(store->CountRows("samples"), 0);
+  EXPECT_EQ(store->CountRows("steps"), 0);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+  EXPECT_FALSE(store->HasCompletedCase("big"));
+  EXPECT_EQ(RawQueryText(path, "PRAGMA integrity_check"), "ok");
+  // The resumed run writes the case normally.
+  const auto samples = MakeSamples(2);
+  store->WriteCase(store->BeginRun(MakeRun()), MakeCase("big"), samples, MakeSteps(samples, 3));
+  EXPECT_EQ(store->CountRows("steps"), 6);
+}
+
+// Another process holding the write lock: writes wait busy_timeout_ms, then fail clearly; reads
+// still work (WAL); after the lock is released writes succeed.
+TEST(ResultsStore, LockedDatabaseWaitsThenFailsClearly) {
+  const std::string path = FreshDbPath("locked");
+  ResultsStore::Open(path)->BeginRun(MakeRun());
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);
+    sqlite3* db = nullptr;
+    char status = 'L';
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK ||
+        sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      status = 'E';
+    }
+    if (write(to_parent[1], &status, 1) != 1) _exit(3);
+    char go = 0;
+    if (read(to_child[0], &go, 1) != 1) _exit(4);
+    sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+    _exit(status == 'L' ? 0 : 2);
+  }
+  close(to_parent[1]);
+  close(to_child[0]);
+  char status = 0;
+  ASSERT_EQ(read(to_parent[0], &status, 1), 1);
+  ASSERT_EQ(status, 'L') << "child could not lock the database";
+
+  StoreOptions options;
+  options.busy_timeout_ms = 300;
+  auto store = ResultsStore::Open(path, options);  // opening only reads: works while locked
+  int64_t t0 = NowMicros();
+  std::string err = ErrorOf([&] { store->BeginRun(MakeRun()); });
+  int64_t waited_ms = (NowMicros() - t0) / 1000;
+  EXPECT_CONTAINS(err, "results database '" + path + "' is locked by another process (waited ");
+  EXPECT_GE(waited_ms, 300);
+  t0 = NowMicros();
+  err = ErrorOf([&] { store->WriteCase(1, MakeCase("k"), MakeSamples(1), {}); });
+  EXPECT_CONTAINS(err, "is locked by another process");
+  EXPECT_GE((NowMicros() - t0) / 1000, 300);
+  // Readers are not blocked by a writer in WAL mode (`specbed summary` during a sweep).
+  EXPECT_FALSE(store->HasCompletedCase("k"));
+  EXPECT_EQ(store->CountRows("runs"), 1);
+
+  // Release the lock: the same store now writes.
+  const char go = 'G';
+  ASSERT_EQ(write(to_child[1], &go, 1), 1);
+  int child_status = 0;
+  ASSERT_EQ(waitpid(pid, &child_status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+  close(to_parent[0]);
+  close(to_child[1]);
+  const int64_t run = store->BeginRun(MakeRun());
+  store->WriteCase(run, MakeCase("k"), MakeSamples(1), {});
+  EXPECT_TRUE(store->HasCompletedCase("k"));
+}
+
+TEST(ResultsStore, UnwritablePathsNameThePath) {
+  const std::string file = std::string(SPECBED_TEST_TMPDIR) + "/results_plain_file.txt";
+  std::ofstream(file) << "just a file\n";
+  for (const std::string& path :
+       {file + "/x.db", std::string("/nonexistent_specbed_dir/sub/x.db")}) {
+    SCOPED_TRACE(path);
+    const std::string err = ErrorOf([&] { ResultsStore::Open(path); });
+    EXPECT_CONTAINS(err, "cannot create results database '" + path + "': ");
+  }
+  EXPECT_CONTAINS(ErrorOf([&] { ResultsStore::Open("/nonexistent_specbed_dir/sub/x.db"); }),
+                  "directory '/nonexistent_specbed_dir/sub' does not exist");
+  EXPECT_CONTAINS(ErrorOf([&] { ResultsStore::Open(SPECBED_TEST_TMPDIR); }), "is a directory");
+}
+
+TEST(ResultsStore, NotADatabaseFileIsRejectedUntouched) {
+  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/results_not_a_db.db";
+  const std::string content(4096, 'x');
+  std::ofstream(path) << content;
+  const std::string err = ErrorOf([&] { ResultsStore::Open(path); });
+  EXPECT_CONTAINS(err, "'" + path + "' is not a SQLite database");
+  std::ifstream in(path);
+  std::stringstream after;
+  after << in.rdbuf();
+  EXPECT_EQ(after.str(), content);
+}
+
+TEST(ResultsStore, ForeignSqliteDatabaseIsRejected) {
+  const std::string path = FreshDbPath("foreign");
+  ASSERT_EQ(RawExec(path, "CREATE TABLE notes(x TEXT); INSERT INTO notes VALUES ('keep')"), "");
+  EXPECT_CONTAINS(ErrorOf([&] { ResultsStore::Open(path); }),
+                  "'" + path + "' is a SQLite database but not a SpecBed results database");
+  // Someone else's table with a user_version set is rejected as well.
+  ASSERT_EQ(RawExec(path, "PRAGMA user_version = 1"), "");
+  EXPECT_CONTAINS(ErrorOf([&] { ResultsStore::Open(path); }), "not a SpecBed results database");
+  EXPECT_EQ(RawQueryText(path, "PRAGMA journal_mode"), "delete");  // not switched to WAL
+}
+
+TEST(ResultsStore, NewerSchemaVersionIsRejected) {
+  const std::string path = FreshDbPath("newer");
+  ResultsStore::Open(path);
+  ASSERT_EQ(RawExec(path, "PRAGMA user_version = " + std::to_string(kResultsSchemaVersion + 1)),
+            "");
+  for (bool read_only : {false, true}) {
+    StoreOptions options;
+    options.read_only = read_only;
+    const std::string err = ErrorOf([&] { ResultsStore::Open(path, options); });
+    EXPECT_CONTAINS(err, "results database '" + path + "' has schema version " +
+                             std::to_string(kResultsSchemaVersion + 1) + ", newer than this build");
+  }
+}
+
+TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {
+  const std::string path = FreshDbPath("read_only");
+  StoreOptions options;
+  options.read_only = true;
+  EXPECT_CONTAINS(ErrorOf([&] { ResultsStore::Open(path, options); }),
+                  "results database '" + path + "' does not exist");
+  ResultsStore::Open(path)->BeginRun(MakeRun());
+  auto store = ResultsStore::Open(path, options);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+  EXPECT_CONTAINS(ErrorOf([&] { store->BeginRun(MakeRun()); }), "opened read-only");
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(1, MakeCase("k"), {}, {}); }), "opened read-only");
+  EXPECT_CONTAINS(ErrorOf([&] { store->WriteBench(1, {}); }), "opened read-only");
+}
+
+// Every column of every table must be documented (as `name`) in results/README.md.
+TEST(ResultsStore, ReadmeDocumentsEveryColumn) {
+  const std::string path = FreshDbPath("readme");
+  ResultsStore::Open(path);
+  std::ifstream in(std::string(SPECBED_SOURCE_DIR) + "/results/README.md");
+  ASSERT_TRUE(in) << "results/README.md missing";
+  std::stringstream readme;
+  readme << in.rdbuf();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  int n_columns = 0;
+  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench"}) {
+    sqlite3_stmt* s = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr),
+              SQLITE_OK);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      const std::string column = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
+      ++n_columns;
+      EXPECT_NE(readme.str().find("`" + column + "`"), std::string::npos)
+          << table << "." << column << " is not documented in results/README.md";
+    }
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(db);
+  EXPECT_GT(n_columns, 60);
+}
+
+// Thousands of steps per case must write fast (one transaction, reused prepared statements).
+TEST(ResultsStore, WritesManyStepsFast) {
+  const std::string path = FreshDbPath("speed");
+  auto store = ResultsStore::Open(path);
+  const int64_t run = store->BeginRun(MakeRun());
+  const auto samples = MakeSamples(80);
+  const auto steps = MakeSteps(samples, 2500);  // 200k steps
+  const int64_t t0 = NowMicros();
+  const int64_t case_id = store->WriteCase(run, MakeCase("speed"), samples, steps);
+  const double write_s = (NowMicros() - t0) / 1e6;
+  const int64_t t1 = NowMicros();
+  const auto loaded = store->LoadSteps(case_id);
+  const double load_s = (NowMicros() - t1) / 1e6;
+  ASSERT_EQ(loaded.size(), steps.size());
+  ExpectSameStep(loaded[123457], steps[123457]);
+  std::printf("[ perf ] WriteCase: %zu steps in %.3f s = %.0f steps/s; LoadSteps: %.0f steps/s\n",
+              steps.size(), write_s, steps.size() / write_s, steps.size() / load_s);
+  RecordProperty("write_steps_per_s", static_cast<int>(steps.size() / write_s));
+  // Generous bound (shared 2-core machine); a statement-per-transaction write would be ~100x
+  // slower.
+  EXPECT_LT(write_s, 20.0);
+}
+
+}  // namespace
+}  // namespace specbed
