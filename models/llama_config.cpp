@@ -46,15 +46,17 @@ const FamilyInfo* FamilyByArchitecture(const std::string& architecture) {
 }
 
 // Present and not null.
-bool Has(const json& j, const char* field) { return j.contains(field) && !j[field].is_null(); }
+bool Has(const json& j, const char* field) {
+  return j.contains(field) && !j[field].is_null();
+}
 
 int64_t GetInt(const json& j, const char* field, const std::string& source) {
   SPECBED_CHECK(Has(j, field), source, ": missing required field \"", field, "\" (integer)");
   const json& v = j[field];
-  SPECBED_CHECK(v.is_number_integer(), source, ": field \"", field,
-                "\" must be an integer, got ", v.type_name(), " ", v.dump());
-  SPECBED_CHECK(v.is_number_integer() && (!v.is_number_unsigned() ||
-                                          v.get<uint64_t>() <= uint64_t{INT64_MAX}),
+  SPECBED_CHECK(v.is_number_integer(), source, ": field \"", field, "\" must be an integer, got ",
+                v.type_name(), " ", v.dump());
+  SPECBED_CHECK(v.is_number_integer() &&
+                    (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
                 source, ": field \"", field, "\" is out of range: ", v.dump());
   return v.get<int64_t>();
 }
@@ -117,8 +119,7 @@ RopeScaling ParseRopeScaling(const json& j, const std::string& field, const std:
     scaling.factor = GetDouble(j, "factor", where);
     scaling.low_freq_factor = GetDouble(j, "low_freq_factor", where);
     scaling.high_freq_factor = GetDouble(j, "high_freq_factor", where);
-    scaling.original_max_position_embeddings =
-        GetInt(j, "original_max_position_embeddings", where);
+    scaling.original_max_position_embeddings = GetInt(j, "original_max_position_embeddings", where);
     return scaling;
   }
   try {
@@ -376,10 +377,10 @@ nlohmann::json LlamaConfig::ToHfJson() const {
 }
 
 int64_t LlamaConfig::ParameterCount() const {
-  int64_t per_layer = 2 * dim                    // attention and MLP norms
-                      + qkv_dim() * dim          // q, k, v projections
-                      + dim * q_dim()            // o projection
-                      + 3 * dim * hidden_dim;    // gate, up, down
+  int64_t per_layer = 2 * dim                  // attention and MLP norms
+                      + qkv_dim() * dim        // q, k, v projections
+                      + dim * q_dim()          // o projection
+                      + 3 * dim * hidden_dim;  // gate, up, down
   if (qkv_bias) per_layer += qkv_dim();
   if (qk_norm) per_layer += 2 * head_dim;
   const int64_t embeddings = vocab_size * dim * (tie_embeddings ? 1 : 2);

@@ -26,8 +26,8 @@ LlamaWeights LlamaWeights::To(at::ScalarType dtype) const {
   auto conv = [dtype](const at::Tensor& t) { return t.defined() ? t.to(dtype).contiguous() : t; };
   LlamaWeights out;
   out.tok_embeddings = conv(tok_embeddings);
-  out.lm_head = lm_head.defined() && lm_head.is_same(tok_embeddings) ? out.tok_embeddings
-                                                                      : conv(lm_head);
+  out.lm_head =
+      lm_head.defined() && lm_head.is_same(tok_embeddings) ? out.tok_embeddings : conv(lm_head);
   out.final_norm = conv(final_norm);
   out.layers.reserve(layers.size());
   for (const auto& l : layers) {
@@ -53,8 +53,7 @@ void LlamaWeights::Validate(const LlamaConfig& c, const std::string& source) con
   SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, source,
                 ": tok_embeddings has dtype ", c10::toString(dtype),
                 ", expected Float or BFloat16");
-  auto check = [&](const std::string& name, const at::Tensor& t,
-                   std::vector<int64_t> shape) {
+  auto check = [&](const std::string& name, const at::Tensor& t, std::vector<int64_t> shape) {
     SPECBED_CHECK(t.defined(), source, ": weight ", name, " is missing (expected shape ",
                   ShapeString(shape), ")");
     SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), source, ": weight ", name, " has shape ",

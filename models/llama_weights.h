@@ -1,7 +1,7 @@
 // In-memory weights of a Llama-family decoder in SpecBed's engine layout: q/k/v and gate/up
 // projections fused so each layer runs two matmuls instead of five. All tensors share one dtype
 // (float32 or bfloat16) and live on one device.
-// Checked by: tests/models/hf_checkpoint_test.cpp and tests/models/llama2c_test.cpp (loaded
+// Checked by: tests/models/hf_checkpoint_test.cpp and tests/engine/llama_model_test.cpp (loaded
 // weights vs. the plain-loop reference forward over the original, unfused tensors).
 #pragma once
 

@@ -29,16 +29,15 @@ std::string ShapeString(at::IntArrayRef shape) {
 }
 
 // Reads tensor `name` (expected shape [rows, cols], or [rows] when cols == 0) as float32.
-Mat Load(const std::map<std::string, at::Tensor>& tensors, const std::string& name,
-         int64_t rows, int64_t cols) {
+Mat Load(const std::map<std::string, at::Tensor>& tensors, const std::string& name, int64_t rows,
+         int64_t cols) {
   auto it = tensors.find(name);
   SPECBED_CHECK(it != tensors.end() && it->second.defined(), kSource, ": missing tensor '", name,
                 "'");
   const std::vector<int64_t> shape =
       cols == 0 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols};
   SPECBED_CHECK(it->second.sizes() == at::IntArrayRef(shape), kSource, ": tensor '", name,
-                "' has shape ", ShapeString(it->second.sizes()), ", expected ",
-                ShapeString(shape));
+                "' has shape ", ShapeString(it->second.sizes()), ", expected ", ShapeString(shape));
   const at::Tensor t = it->second.to(at::kCPU).contiguous().to(at::kFloat).contiguous();
   Mat m;
   m.rows = rows;
@@ -92,9 +91,9 @@ struct RefLayer {
 
 }  // namespace
 
-std::vector<std::vector<float>> ReferenceForward(const LlamaConfig& config,
-                                                 const std::map<std::string, at::Tensor>& hf_tensors,
-                                                 const std::vector<int32_t>& tokens) {
+std::vector<std::vector<float>> ReferenceForward(
+    const LlamaConfig& config, const std::map<std::string, at::Tensor>& hf_tensors,
+    const std::vector<int32_t>& tokens) {
   config.Validate(kSource);
   const int64_t dim = config.dim, n_heads = config.n_heads, n_kv = config.n_kv_heads;
   const int64_t hd = config.head_dim, hidden = config.hidden_dim, vocab = config.vocab_size;
@@ -109,8 +108,7 @@ std::vector<std::vector<float>> ReferenceForward(const LlamaConfig& config,
 
   const Mat embed = Load(hf_tensors, "model.embed_tokens.weight", vocab, dim);
   const Mat final_norm = Load(hf_tensors, "model.norm.weight", dim, 0);
-  const Mat head =
-      config.tie_embeddings ? embed : Load(hf_tensors, "lm_head.weight", vocab, dim);
+  const Mat head = config.tie_embeddings ? embed : Load(hf_tensors, "lm_head.weight", vocab, dim);
   std::vector<RefLayer> layers(config.n_layers);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";

@@ -25,8 +25,8 @@ namespace specbed {
 // (linear/llama3 scaling), GQA, Qwen2 q/k/v biases, Qwen3 per-head q/k RMSNorm before RoPE,
 // SwiGLU MLP, tied/untied head. Throws specbed::Error for a missing or mis-shaped tensor or a
 // token outside the vocabulary.
-std::vector<std::vector<float>> ReferenceForward(const LlamaConfig& config,
-                                                 const std::map<std::string, at::Tensor>& hf_tensors,
-                                                 const std::vector<int32_t>& tokens);
+std::vector<std::vector<float>> ReferenceForward(
+    const LlamaConfig& config, const std::map<std::string, at::Tensor>& hf_tensors,
+    const std::vector<int32_t>& tokens);
 
 }  // namespace specbed

@@ -15,5 +15,6 @@ void AddRunCommand(CLI::App& app);
 void AddTokenizeCommand(CLI::App& app);
 void AddListCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddReportCommand(CLI::App& app);
 
 }  // namespace specbed::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddTokenizeCommand(app);
   specbed::cli::AddListCommand(app);
   specbed::cli::AddBenchCommand(app);
+  specbed::cli::AddReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -30,7 +30,8 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string ShapeString(at::IntArrayRef shape) {
@@ -39,7 +40,9 @@ std::string ShapeString(at::IntArrayRef shape) {
   return out + "]";
 }
 
-std::string DtypeName(at::ScalarType dtype) { return c10::toString(dtype); }
+std::string DtypeName(at::ScalarType dtype) {
+  return c10::toString(dtype);
+}
 
 json ParseJsonFile(const std::string& path) {
   const std::string text = ReadFileToString(path);
@@ -101,8 +104,8 @@ void AddEntries(const SafetensorsFile& file, at::ScalarType dtype,
       SPECBED_CHECK(it->second == shard, "safetensors file '", file.path(), "': tensor '",
                     entry.name, "' is listed under shard '", it->second, "' in ", kIndexFile);
     }
-    SPECBED_CHECK(tensors->count(entry.name) == 0, "safetensors file '", file.path(),
-                  "': tensor '", entry.name, "' appears in more than one shard");
+    SPECBED_CHECK(tensors->count(entry.name) == 0, "safetensors file '", file.path(), "': tensor '",
+                  entry.name, "' appears in more than one shard");
     (*tensors)[entry.name] = EntryToTensor(entry, dtype, file.path());
   }
 }
@@ -133,7 +136,9 @@ std::string TorchDtypeString(at::ScalarType dtype) {
   }
 }
 
-std::string LayerPrefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+std::string LayerPrefix(int64_t i) {
+  return "model.layers." + std::to_string(i) + ".";
+}
 
 // splitmix64 finalizer.
 uint64_t Mix64(uint64_t z) {
@@ -226,8 +231,10 @@ HfModel ReadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
     shards.insert(shard);
   }
   for (const auto& shard : shards) {
+    SPECBED_CHECK(PathExists(dir + "/" + shard), index, ": shard '", shard, "' does not exist");
+  }
+  for (const auto& shard : shards) {
     const std::string path = dir + "/" + shard;
-    SPECBED_CHECK(PathExists(path), index, ": shard '", shard, "' does not exist");
     auto file = SafetensorsFile::Open(path);
     AddEntries(*file, dtype, &weight_map, shard, &model.tensors);
   }
@@ -261,8 +268,8 @@ LlamaWeights WeightsFromHfTensors(const LlamaConfig& config,
            name == "lm_head.weight" ? " (config has tie_word_embeddings = false)" : "");
     }
     const at::Tensor& t = it->second;
-    SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), source, ": tensor '", name,
-                  "' has shape ", ShapeString(t.sizes()), ", expected ", ShapeString(shape));
+    SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), source, ": tensor '", name, "' has shape ",
+                  ShapeString(t.sizes()), ", expected ", ShapeString(shape));
     SPECBED_CHECK(t.scalar_type() == dtype, source, ": tensor '", name, "' has dtype ",
                   DtypeName(t.scalar_type()), " but '", embed_name, "' has ", DtypeName(dtype),
                   " (all tensors must share one dtype)");
@@ -288,8 +295,8 @@ LlamaWeights WeightsFromHfTensors(const LlamaConfig& config,
   if (!unexpected.empty()) {
     const size_t shown = std::min<size_t>(unexpected.size(), 8);
     std::vector<std::string> head(unexpected.begin(), unexpected.begin() + shown);
-    Fail(source, ": ", unexpected.size(), " unexpected tensor(s) not used by ",
-         config.architecture, " (qkv_bias = ", config.qkv_bias, ", qk_norm = ", config.qk_norm,
+    Fail(source, ": ", unexpected.size(), " unexpected tensor(s) not used by ", config.architecture,
+         " (qkv_bias = ", config.qkv_bias, ", qk_norm = ", config.qk_norm,
          ", tie_word_embeddings = ", config.tie_embeddings, "): ", Join(head, ", "),
          unexpected.size() > shown ? ", ..." : "");
   }
@@ -337,8 +344,8 @@ LoadedModel LoadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
 }
 
 void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
-                       const std::map<std::string, at::Tensor>& tensors,
-                       at::ScalarType store_dtype, int64_t max_shard_bytes) {
+                       const std::map<std::string, at::Tensor>& tensors, at::ScalarType store_dtype,
+                       int64_t max_shard_bytes) {
   const SafetensorsDtype st_dtype = ToSafetensorsDtype(store_dtype);
   SPECBED_CHECK(max_shard_bytes >= 0, "writing checkpoint '", dir,
                 "': max_shard_bytes must be >= 0, got ", max_shard_bytes);
@@ -354,8 +361,8 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
 
   std::vector<std::pair<std::string, at::Tensor>> stored_tensors;
   for (const auto& [name, t] : tensors) {
-    SPECBED_CHECK(t.defined() && t.is_floating_point(), "writing checkpoint '", dir,
-                  "': tensor '", name, "' is ", t.defined() ? DtypeName(t.scalar_type()) : "undefined",
+    SPECBED_CHECK(t.defined() && t.is_floating_point(), "writing checkpoint '", dir, "': tensor '",
+                  name, "' is ", t.defined() ? DtypeName(t.scalar_type()) : "undefined",
                   ", expected a floating-point tensor");
     stored_tensors.emplace_back(name, t.to(at::kCPU).to(store_dtype).contiguous());
   }
@@ -398,8 +405,7 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
     WriteSafetensors(dir + "/" + name, shards[i], metadata);
     for (const auto& v : shards[i]) weight_map[v.name] = name;
   }
-  const json index_json = {{"metadata", {{"total_size", total_bytes}}},
-                           {"weight_map", weight_map}};
+  const json index_json = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
   WriteTextFile(index, index_json.dump(2) + "\n");
   std::remove(single.c_str());
 }

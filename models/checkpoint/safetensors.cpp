@@ -31,11 +31,11 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {SafetensorsDtype::kF64, "F64", 8},  {SafetensorsDtype::kF32, "F32", 4},
-    {SafetensorsDtype::kF16, "F16", 2},  {SafetensorsDtype::kBF16, "BF16", 2},
-    {SafetensorsDtype::kI64, "I64", 8},  {SafetensorsDtype::kI32, "I32", 4},
-    {SafetensorsDtype::kI16, "I16", 2},  {SafetensorsDtype::kI8, "I8", 1},
-    {SafetensorsDtype::kU8, "U8", 1},    {SafetensorsDtype::kBool, "BOOL", 1},
+    {SafetensorsDtype::kF64, "F64", 8}, {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF16, "F16", 2}, {SafetensorsDtype::kBF16, "BF16", 2},
+    {SafetensorsDtype::kI64, "I64", 8}, {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kI16, "I16", 2}, {SafetensorsDtype::kI8, "I8", 1},
+    {SafetensorsDtype::kU8, "U8", 1},   {SafetensorsDtype::kBool, "BOOL", 1},
 };
 
 const DtypeInfo& Info(SafetensorsDtype dtype) {
@@ -75,13 +75,19 @@ uint64_t ReadLe64(const uint8_t* p) {
 }
 
 // True for a JSON integer (signed or unsigned; 1.0 is not an integer).
-bool IsInteger(const nlohmann::json& v) { return v.is_number_integer(); }
+bool IsInteger(const nlohmann::json& v) {
+  return v.is_number_integer();
+}
 
 }  // namespace
 
-size_t SafetensorsDtypeSize(SafetensorsDtype dtype) { return Info(dtype).size; }
+size_t SafetensorsDtypeSize(SafetensorsDtype dtype) {
+  return Info(dtype).size;
+}
 
-std::string SafetensorsDtypeName(SafetensorsDtype dtype) { return Info(dtype).name; }
+std::string SafetensorsDtypeName(SafetensorsDtype dtype) {
+  return Info(dtype).name;
+}
 
 SafetensorsDtype ParseSafetensorsDtype(const std::string& name) {
   for (const auto& info : kDtypes) {
@@ -169,8 +175,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) 
     }
     const uint64_t begin = offsets[0].get<uint64_t>();
     const uint64_t end = offsets[1].get<uint64_t>();
-    SPECBED_CHECK(begin <= end, at, ": data_offsets [", begin, ", ", end,
-                  "] has begin after end");
+    SPECBED_CHECK(begin <= end, at, ": data_offsets [", begin, ", ", end, "] has begin after end");
     SPECBED_CHECK(end <= data_size, at, ": data_offsets [", begin, ", ", end,
                   "] reach outside the data region of ", data_size, " bytes");
     size_t expected = 0;
@@ -195,8 +200,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) 
     if (previous != nullptr) {
       SPECBED_CHECK(previous->data + previous->nbytes <= entry.data, where, ": tensor '",
                     entry.name, "' (bytes ", entry.data - data_region, "..",
-                    entry.data - data_region + entry.nbytes, ") overlaps tensor '",
-                    previous->name, "' (bytes ", previous->data - data_region, "..",
+                    entry.data - data_region + entry.nbytes, ") overlaps tensor '", previous->name,
+                    "' (bytes ", previous->data - data_region, "..",
                     previous->data - data_region + previous->nbytes, ")");
     }
     previous = &entry;
@@ -230,8 +235,7 @@ void WriteSafetensors(const std::string& path, const std::vector<SafetensorsTens
     SPECBED_CHECK(ByteCount(t.shape, SafetensorsDtypeSize(t.dtype), &expected), at, ": shape ",
                   ShapeString(t.shape), " is too large");
     SPECBED_CHECK(t.nbytes == expected, at, ": ", t.nbytes, " bytes given but shape ",
-                  ShapeString(t.shape), " of ", SafetensorsDtypeName(t.dtype), " needs ",
-                  expected);
+                  ShapeString(t.shape), " of ", SafetensorsDtypeName(t.dtype), " needs ", expected);
     SPECBED_CHECK(t.nbytes == 0 || t.data != nullptr, at, ": null data pointer");
     header[t.name] = {{"dtype", SafetensorsDtypeName(t.dtype)},
                       {"shape", t.shape},

@@ -93,6 +93,8 @@ std::string ByteLevelToBytes(const std::string& text) {
   return out;
 }
 
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+
 uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -177,7 +179,8 @@ BpeTokenizer::BpeTokenizer(BpeConfig config)
     max_id = std::max<int64_t>(max_id, t.id);
   }
   SPECBED_CHECK(max_id >= 0, source_, ": empty vocab");
-  SPECBED_CHECK(max_id < (int64_t{1} << 31) - 1, source_, ": token id ", max_id, " too large");
+  SPECBED_CHECK(max_id < kMaxVocabSize, source_, ": token id ", max_id,
+                " is implausibly large (limit ", kMaxVocabSize, ")");
   kinds_.assign(max_id + 1, Kind::kNone);
   texts_.resize(max_id + 1);
   bytes_.resize(max_id + 1);

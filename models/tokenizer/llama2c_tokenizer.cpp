@@ -2,6 +2,7 @@
 // prefix " ", UTF-8 code point lookup with byte fallback, then repeatedly merge the best-scoring
 // adjacent pair, leftmost on ties; a heap makes it O(n log n) instead of run.c's O(n^2)).
 // Checked by: tests/tokenizer/llama2c_tokenizer_test.cpp (shipped models/stories260K/tok512.bin).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <queue>
@@ -14,7 +15,6 @@
 namespace specbed {
 namespace {
 
-constexpr int32_t kUnkId = 0;
 constexpr int32_t kBosId = 1;
 constexpr int32_t kEosId = 2;
 constexpr int32_t kMaxTokenLength = 1 << 16;  // sanity bound on max_token_length
@@ -78,8 +78,10 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int32_t vocab_size) 
   SPECBED_CHECK(max_token_length > 0 && max_token_length <= kMaxTokenLength, path,
                 ": max_token_length ", max_token_length, " is not in [1, ", kMaxTokenLength,
                 "]; not a llama2.c tokenizer.bin?");
-  pieces_.reserve(vocab_size);
-  scores_.reserve(vocab_size);
+  // Each token takes at least 8 bytes: do not trust vocab_size for the reservation.
+  const size_t plausible = std::min<size_t>(vocab_size, size / 8);
+  pieces_.reserve(plausible);
+  scores_.reserve(plausible);
   for (int32_t i = 0; i < vocab_size; ++i) {
     const int32_t score_bits = read_i32("score", i);
     float score;

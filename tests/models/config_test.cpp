@@ -113,7 +113,7 @@ constexpr const char* kQwen3_06B = R"({
 
 // The smallest accepted llama config: only the required fields.
 json MinimalLlama() {
-  return {{"model_type", "llama"},   {"hidden_size", 64},      {"num_hidden_layers", 2},
+  return {{"model_type", "llama"},    {"hidden_size", 64},        {"num_hidden_layers", 2},
           {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100}};
 }
 
@@ -223,8 +223,8 @@ TEST(HfConfig, ParsesQwen3_06B) {
 TEST(HfConfig, DefaultsFollowTransformersConfigClasses) {
   const LlamaConfig llama = ParseHfConfig(MinimalLlama(), "min.json");
   EXPECT_EQ(llama.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(llama.n_kv_heads, 4);  // num_key_value_heads defaults to num_attention_heads
-  EXPECT_EQ(llama.head_dim, 16);   // hidden_size / num_attention_heads
+  EXPECT_EQ(llama.n_kv_heads, 4);      // num_key_value_heads defaults to num_attention_heads
+  EXPECT_EQ(llama.head_dim, 16);       // hidden_size / num_attention_heads
   EXPECT_FALSE(llama.tie_embeddings);  // LlamaConfig default (PretrainedConfig's is true)
   EXPECT_EQ(llama.max_seq_len, 2048);
   EXPECT_EQ(llama.rope_theta, 10000.0);
@@ -266,7 +266,9 @@ TEST(HfConfig, AcceptsLinearScalingAndLegacyTypeKeyAndRopeParameters) {
   EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
 }
 
-TEST(HfConfigErrors, NotAnObject) { ExpectParseFails(json::array({1, 2}), {"JSON object"}); }
+TEST(HfConfigErrors, NotAnObject) {
+  ExpectParseFails(json::array({1, 2}), {"JSON object"});
+}
 
 TEST(HfConfigErrors, MissingRequiredField) {
   for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -355,7 +357,9 @@ TEST(HfConfigErrors, UnsupportedFeatures) {
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   ExpectParseFails(j, {"unknown rope scaling type 'yarn'", "llama3"});
   j = MinimalLlama();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0},
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"high_freq_factor", 4.0},
                        {"original_max_position_embeddings", 8192}};
   ExpectParseFails(j, {"rope_scaling", "missing required field \"low_freq_factor\""});
   j = MinimalLlama();

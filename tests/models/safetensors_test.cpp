@@ -41,7 +41,9 @@ void ExpectOpenFails(const std::string& path, const std::vector<std::string>& pa
 }
 
 // A header with one tensor "w" whose entry is `entry` (raw JSON text).
-std::string OneTensorHeader(const std::string& entry) { return "{\"w\":" + entry + "}"; }
+std::string OneTensorHeader(const std::string& entry) {
+  return "{\"w\":" + entry + "}";
+}
 
 TEST(Safetensors, DtypeSizesAndNames) {
   const std::vector<std::tuple<SafetensorsDtype, const char*, size_t>> expected = {
@@ -64,11 +66,11 @@ TEST(Safetensors, DtypeSizesAndNames) {
 }
 
 TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
-  const std::vector<SafetensorsDtype> dtypes = {
-      SafetensorsDtype::kF64, SafetensorsDtype::kF32, SafetensorsDtype::kF16,
-      SafetensorsDtype::kBF16, SafetensorsDtype::kI64, SafetensorsDtype::kI32,
-      SafetensorsDtype::kI16, SafetensorsDtype::kI8, SafetensorsDtype::kU8,
-      SafetensorsDtype::kBool};
+  const std::vector<SafetensorsDtype> dtypes = {SafetensorsDtype::kF64, SafetensorsDtype::kF32,
+                                                SafetensorsDtype::kF16, SafetensorsDtype::kBF16,
+                                                SafetensorsDtype::kI64, SafetensorsDtype::kI32,
+                                                SafetensorsDtype::kI16, SafetensorsDtype::kI8,
+                                                SafetensorsDtype::kU8,  SafetensorsDtype::kBool};
   // Per dtype a [2, 3] tensor with distinct bytes; plus a scalar and an empty tensor. Names are
   // chosen so that alphabetical order differs from write order.
   std::vector<std::vector<uint8_t>> buffers;
@@ -84,7 +86,10 @@ TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
   }
   for (size_t i = 0; i < dtypes.size(); ++i) {
     views.push_back({"z" + std::to_string(9 - i) + "_" + SafetensorsDtypeName(dtypes[i]),
-                     dtypes[i], {2, 3}, buffers[i].data(), buffers[i].size()});
+                     dtypes[i],
+                     {2, 3},
+                     buffers[i].data(),
+                     buffers[i].size()});
   }
   const float scalar = 3.5f;
   views.push_back({"scalar", SafetensorsDtype::kF32, {}, &scalar, sizeof(scalar)});
@@ -124,9 +129,8 @@ TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
 
 TEST(Safetensors, ReadsFileWithUnpaddedHeaderAndGapBetweenTensors) {
   // Hand-written file: no padding, data for "b" first, a 2-byte gap, then "a".
-  const std::string header =
-      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
-      R"("b":{"dtype":"I16","shape":[1],"data_offsets":[0,2]}})";
+  const std::string header = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
+                             R"("b":{"dtype":"I16","shape":[1],"data_offsets":[0,2]}})";
   const std::string path = TmpPath("unpadded");
   WriteRaw(path, header, std::string("\x01\x02\xff\xff\x05\x06", 6));
   auto file = SafetensorsFile::Open(path);
@@ -230,8 +234,7 @@ TEST(SafetensorsBadInput, ShapeNotAnArray) {
 
 TEST(SafetensorsBadInput, ShapeWithNonIntegerDim) {
   const std::string path = TmpPath("shape_float");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"),
-           "abcd");
+  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"), "abcd");
   ExpectOpenFails(path, {"tensor 'w'", "only integers"});
 }
 
@@ -251,8 +254,7 @@ TEST(SafetensorsBadInput, UnknownDtype) {
 
 TEST(SafetensorsBadInput, NegativeDimension) {
   const std::string path = TmpPath("negative_dim");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"),
-           "abcd");
+  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), "abcd");
   ExpectOpenFails(path, {"tensor 'w'", "negative dimension -1"});
 }
 
@@ -265,15 +267,13 @@ TEST(SafetensorsBadInput, DataOffsetsNotAPair) {
 
 TEST(SafetensorsBadInput, DataOffsetsBeginAfterEnd) {
   const std::string path = TmpPath("offsets_reversed");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1],"data_offsets":[4,0]})"),
-           "abcd");
+  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1],"data_offsets":[4,0]})"), "abcd");
   ExpectOpenFails(path, {"tensor 'w'", "begin after end"});
 }
 
 TEST(SafetensorsBadInput, DataOffsetsOutsideDataRegion) {
   const std::string path = TmpPath("offsets_outside");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"),
-           "abcd");
+  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), "abcd");
   ExpectOpenFails(path, {"tensor 'w'", "outside the data region of 4 bytes"});
 }
 

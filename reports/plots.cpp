@@ -1,0 +1,368 @@
+// gnuplot scripts for the report plots and running gnuplot (see plots.h).
+// Checked by: tests/reports/report_test.cpp.
+#include "reports/plots.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+
+namespace specbed {
+namespace {
+
+constexpr const char* kSize = "size 960,540";
+
+// A gnuplot single-quoted string literal ('' is the only escape).
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// A quoted string inside a datablock (no escapes there: double quotes become single quotes).
+std::string DataString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += (c == '"') ? '\'' : (c == '\n' ? ' ' : c);
+  return out + "\"";
+}
+
+// Plot labels: double quotes become single quotes so that a label looks the same in a datablock
+// and in a title (JSON knobs then read {'k':4}).
+std::string PlotLabel(const std::string& s) {
+  std::string out = s;
+  std::replace(out.begin(), out.end(), '"', '\'');
+  return out;
+}
+
+std::string Num(double v) {
+  if (!std::isfinite(v)) return "NaN";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string TemperatureLabel(double t) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "T=%g", t);
+  return buf;
+}
+
+// Terminal setup, the plot command(s), and the same plot again as SVG.
+std::string Render(const std::string& name, const std::string& setup, const std::string& plot) {
+  std::ostringstream s;
+  s << "set encoding utf8\n"
+    << "set terminal pngcairo " << kSize << " noenhanced font 'Sans,11'\n"
+    << "set output " << Quote(name + ".png") << "\n"
+    << setup << plot << "\n"
+    << "set terminal svg " << kSize << " noenhanced font 'Sans,11' background rgb 'white'\n"
+    << "set output " << Quote(name + ".svg") << "\n"
+    << "replot\n"
+    << "unset output\n"
+    << "reset\n\n";
+  return s.str();
+}
+
+std::string Header(const std::string& title, const std::string& xlabel, const std::string& ylabel) {
+  std::ostringstream s;
+  s << "set title " << Quote(title) << "\n"
+    << "set xlabel " << Quote(xlabel) << "\n"
+    << "set ylabel " << Quote(ylabel) << "\n"
+    << "set grid ytics\n"
+    << "set key outside right top box\n";
+  return s.str();
+}
+
+std::string GroupName(const ReportGroup& g) {
+  return g.target + " / " + g.dataset;
+}
+
+std::string WithTemperature(const std::string& label, double t) {
+  return PlotLabel(label) + " " + TemperatureLabel(t);
+}
+
+}  // namespace
+
+std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
+                                  int index) {
+  std::vector<Plot> plots;
+  const std::string suffix = std::to_string(index);
+  const std::string gname = GroupName(group);
+
+  // (1) Decode tokens/s per case, clustered by temperature.
+  {
+    std::vector<double> temps;
+    std::vector<std::string> series;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const double t = group.cases[i].row.record.temperature;
+      if (std::find(temps.begin(), temps.end(), t) == temps.end()) temps.push_back(t);
+      if (std::find(series.begin(), series.end(), PlotLabel(labels[i])) == series.end()) {
+        series.push_back(PlotLabel(labels[i]));
+      }
+    }
+    std::sort(temps.begin(), temps.end());
+    std::map<std::pair<double, std::string>, double> value;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      value[{group.cases[i].row.record.temperature, PlotLabel(labels[i])}] =
+          group.cases[i].metrics.decode_tokens_per_s;
+    }
+    Plot p;
+    p.name = "decode_speed_" + suffix;
+    p.title = "Decode throughput per case — " + gname;
+    p.caption =
+        "Decode tokens/s (output tokens after the first / decode time) of every case, "
+        "grouped by sampling temperature.";
+    std::ostringstream data;
+    data << "$" << p.name << " << EOD\n" << DataString("temperature");
+    for (const auto& s : series) data << " " << DataString(s);
+    data << "\n";
+    for (double t : temps) {
+      data << DataString(TemperatureLabel(t));
+      for (const auto& s : series) {
+        const auto it = value.find({t, s});
+        data << " " << Num(it == value.end() ? kNoValue : it->second);
+      }
+      data << "\n";
+    }
+    data << "EOD\n";
+    std::ostringstream setup;
+    setup << Header(p.title, "sampling temperature T", "decode throughput (tokens/s)")
+          << "set style data histograms\n"
+          << "set style histogram clustered gap 1\n"
+          << "set style fill solid 0.85 border -1\n"
+          << "set yrange [0:*]\n";
+    std::ostringstream plot;
+    plot << "plot for [i=2:" << series.size() + 1 << "] $" << p.name
+         << " using i:xtic(1) title columnheader(i)";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+
+  // (2) Decode time vs. decode tokens, one point per answer.
+  {
+    Plot p;
+    p.name = "decode_scatter_" + suffix;
+    p.title = "Decode time vs. answer length — " + gname;
+    p.caption =
+        "One point per answer: tokens decoded after the first vs. decode time; the "
+        "slope is the time per token.";
+    std::ostringstream data, plot;
+    plot << "plot ";
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseReport& c = group.cases[i];
+      const std::string block = "$" + p.name + "_" + std::to_string(i);
+      data << block << " << EOD\n";
+      for (const SampleRecord& s : c.samples) {
+        data << DecodeTokens(s) << " " << Num(s.decode_ms) << "\n";
+      }
+      data << "EOD\n";
+      if (i > 0) plot << ", \\\n     ";
+      plot << block << " using 1:2 with points pt " << (5 + 2 * (i % 4)) << " ps 1.2 title "
+           << Quote(WithTemperature(labels[i], c.row.record.temperature));
+    }
+    std::ostringstream setup;
+    setup << Header(p.title, "decode tokens per answer (tokens)", "decode time per answer (ms)")
+          << "set grid xtics\n"
+          << "set offsets 0, graph 0.05, graph 0.08, 0\n"
+          << "set xrange [0:*]\nset yrange [0:*]\n";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+
+  if (!group.has_steps()) return plots;
+
+  // (3a) Speedup vs. T_D%, speculative cases with an AR baseline.
+  {
+    Plot p;
+    p.name = "speedup_vs_draft_" + suffix;
+    p.title = "Speedup vs. drafting-time share — " + gname;
+    p.caption =
+        "Speculative cases with a matching AR case: speedup (geometric mean of per-prompt "
+        "AR/method decode-time ratios) vs. T_D (drafting time / decode time).";
+    std::ostringstream data, plot;
+    int n = 0;
+    plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseReport& c = group.cases[i];
+      if (c.is_ar || !std::isfinite(c.speedup.geomean) ||
+          !std::isfinite(c.metrics.draft_fraction)) {
+        continue;
+      }
+      const std::string block = "$" + p.name + "_" + std::to_string(i);
+      data << block << " << EOD\n"
+           << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+      plot << ", \\\n     " << block << " using 1:2 with points pt " << (5 + 2 * (n % 4))
+           << " ps 2 title " << Quote(WithTemperature(labels[i], c.row.record.temperature));
+      ++n;
+    }
+    if (n > 0) {
+      std::ostringstream setup;
+      setup << Header(p.title, "T_D: drafting time / decode time (%)",
+                      "speedup vs. AR (×, geometric mean over prompts)")
+            << "set grid xtics\n"
+            << "set offsets 0, 0, graph 0.1, 0\n"
+            << "set xrange [0:100]\nset yrange [0:*]\n";
+      p.script = data.str() + Render(p.name, setup.str(), plot.str());
+      plots.push_back(p);
+    }
+  }
+
+  // (3b) tau per speculative case.
+  {
+    Plot p;
+    p.name = "tau_" + suffix;
+    p.title = "Mean tokens per verify step (τ) — " + gname;
+    p.caption = "τ = tokens emitted / verify steps (accepted draft tokens plus the bonus token).";
+    std::ostringstream data;
+    data << "$" << p.name << " << EOD\n";
+    int n = 0;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseReport& c = group.cases[i];
+      if (!std::isfinite(c.metrics.tau)) continue;
+      data << DataString(WithTemperature(labels[i], c.row.record.temperature)) << " "
+           << Num(c.metrics.tau) << "\n";
+      ++n;
+    }
+    data << "EOD\n";
+    if (n > 0) {
+      std::ostringstream setup;
+      setup << Header(p.title, "case (method, knobs, temperature)", "τ (tokens per verify step)")
+            << "set style data histograms\n"
+            << "set style fill solid 0.85 border -1\n"
+            << "set boxwidth 0.6\n"
+            << "set yrange [0:*]\n"
+            << "set offsets 0, 0, graph 0.08, 0\n"
+            << "set xtics rotate by -20\n";
+      std::ostringstream plot;
+      plot << "plot $" << p.name << " using 2:xtic(1) title 'τ (tokens per verify step)'";
+      p.script = data.str() + Render(p.name, setup.str(), plot.str());
+      plots.push_back(p);
+    }
+  }
+  return plots;
+}
+
+std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench) {
+  if (bench.empty()) return {};
+  // One series per configuration other than the context length.
+  std::vector<std::string> keys;
+  std::map<std::string, std::vector<const BenchRecord*>> series;
+  for (const BenchRow& b : bench) {
+    const BenchRecord& r = b.record;
+    const std::string key =
+        StrCat(r.model, " ", r.dtype, " threads=", r.threads, " batch=", r.batch_size);
+    if (!series.count(key)) keys.push_back(key);
+    series[key].push_back(&r);
+  }
+  Plot p;
+  p.name = "bench_speed";
+  p.title = "AR decode throughput vs. context length (specbed bench)";
+  p.caption =
+      "Mean decode tokens/s over repetitions (error bars: standard deviation) for every "
+      "bench configuration.";
+  std::ostringstream data, plot;
+  plot << "plot ";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto rows = series[keys[i]];
+    std::stable_sort(rows.begin(), rows.end(), [](const BenchRecord* a, const BenchRecord* b) {
+      return a->context_len < b->context_len;
+    });
+    const std::string block = "$bench_" + std::to_string(i);
+    data << block << " << EOD\n";
+    for (const BenchRecord* r : rows) {
+      data << r->context_len << " " << Num(r->tokens_per_s) << " " << Num(r->tokens_per_s_std)
+           << "\n";
+    }
+    data << "EOD\n";
+    if (i > 0) plot << ", \\\n     ";
+    plot << block << " using 1:2:3 with yerrorlines pt 7 title " << Quote(keys[i]);
+  }
+  std::ostringstream setup;
+  setup << Header(p.title, "context length (tokens in the KV cache)",
+                  "decode throughput (tokens/s)")
+        << "set grid xtics\n"
+        << "set offsets graph 0.05, graph 0.05, 0, 0\n"
+        << "set yrange [0:*]\n";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  return {p};
+}
+
+std::string GnuplotProgram(const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const char* env = std::getenv("SPECBED_GNUPLOT");
+  if (env != nullptr && env[0] != '\0') return env;
+  return "gnuplot";
+}
+
+std::string FindExecutable(const std::string& program) {
+  auto is_executable = [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) return "";
+  if (program.find('/') != std::string::npos) return is_executable(program) ? program : "";
+  const char* path_env = std::getenv("PATH");
+  std::stringstream dirs(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable(candidate)) return candidate;
+  }
+  return "";
+}
+
+std::string RunGnuplot(const std::string& program, const std::string& dir,
+                       const std::string& script) {
+  // Shell single-quoting: ' -> '\''.
+  auto sh = [](const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  };
+  const std::string log = dir + "/gnuplot.log";
+  const std::string command = "cd " + sh(dir) + " && exec " + sh(program) + " > gnuplot.log 2>&1";
+  // A gnuplot that dies early must not kill us with SIGPIPE while we write the script.
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &old);
+  FILE* pipe = popen(command.c_str(), "w");
+  std::string error;
+  if (pipe == nullptr) {
+    error = StrCat("cannot start '", program, "': ", std::strerror(errno));
+  } else {
+    const size_t written = std::fwrite(script.data(), 1, script.size(), pipe);
+    const int status = pclose(pipe);
+    if (status == -1) {
+      error = StrCat("waiting for '", program, "' failed: ", std::strerror(errno));
+    } else if (WIFSIGNALED(status)) {
+      error = StrCat("'", program, "' was killed by signal ", WTERMSIG(status));
+    } else if (WEXITSTATUS(status) != 0) {
+      error = StrCat("'", program, "' exited with status ", WEXITSTATUS(status));
+    } else if (written != script.size()) {
+      error = StrCat("could not feed the whole script to '", program, "'");
+    }
+  }
+  sigaction(SIGPIPE, &old, nullptr);
+  if (!error.empty() && PathExists(log)) {
+    std::string text = ReadFileToString(log);
+    if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
+    if (!text.empty()) error += "; its output (" + log + "):\n" + text;
+  }
+  return error;
+}
+
+}  // namespace specbed

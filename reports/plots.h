@@ -1,0 +1,40 @@
+// Internal to specbed_reports: gnuplot scripts for the report plots (each script carries its data
+// as inline datablocks and writes NAME.png with the pngcairo terminal and NAME.svg with the svg
+// terminal, relative to the report directory) and running gnuplot through popen.
+// Checked by: tests/reports/report_test.cpp (plots exist, are PNGs, missing gnuplot is a warning).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+
+namespace specbed {
+
+struct Plot {
+  std::string name;     // file stem: NAME.png, NAME.svg
+  std::string title;    // also the alt text
+  std::string caption;  // one sentence under the image
+  std::string script;   // gnuplot commands (self-contained; ends with `reset`)
+};
+
+// Plots of one (target, dataset) group: decode tokens/s per case grouped by temperature, decode
+// time vs. decode tokens per answer, and (only when the group has steps rows) speedup vs. T_D%
+// and tau per case. `labels[i]` names group.cases[i] (unique within the group, without T);
+// `index` makes the file names unique across groups.
+std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
+                                  int index);
+// AR decode tokens/s vs. context length from the bench table (none when it is empty).
+std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
+
+// The gnuplot program to use: `requested` if not empty, else $SPECBED_GNUPLOT, else "gnuplot".
+std::string GnuplotProgram(const std::string& requested);
+// Absolute path of an executable `program` (a path, or a name searched on PATH); "" if none.
+std::string FindExecutable(const std::string& program);
+
+// Feeds `script` to `program` (through popen, working directory `dir`, output to
+// DIR/gnuplot.log). Returns "" on success, otherwise what went wrong (with the log's tail).
+std::string RunGnuplot(const std::string& program, const std::string& dir,
+                       const std::string& script);
+
+}  // namespace specbed

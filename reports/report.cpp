@@ -1,0 +1,678 @@
+// `specbed report`: loads a results database, computes per-case metrics (metrics/metrics.h),
+// builds the tables (constant columns hidden, llama-bench style) and writes report.md, index.html
+// and the gnuplot plots into the report directory (see report.h, reports/README.md).
+// Checked by: tests/reports/report_test.cpp.
+#include "reports/report.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+#include "reports/plots.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kNone = "—";
+
+// Configuration columns of the case table (may be hidden when constant; used in plot labels).
+const std::vector<std::string> kCaseConfigColumns = {
+    "run",   "method", "knobs",   "categories", "limit",   "T",      "top_p",
+    "top_k", "seed",   "max new", "dtype",      "threads", "device", "batch"};
+
+std::string Fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return kNone;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string General(double v) {
+  if (!std::isfinite(v)) return kNone;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// Method knobs as shown: the JSON text, "none" for an empty object.
+std::string Knobs(const std::string& json) {
+  return (json.empty() || json == "{}" || json == "null") ? "none" : json;
+}
+
+std::string NowUtc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The runs table (ResultsStore has no reader for it), read with a separate read-only connection.
+std::vector<ReportRun> LoadRuns(const std::string& db_path) {
+  sqlite3* db = nullptr;
+  std::vector<ReportRun> runs;
+  int rc = sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* stmt = nullptr;
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_prepare_v2(db,
+                            "SELECT run_id, started_at, specbed_version, git_commit, build_flags, "
+                            "host, cpu, gpu, library_versions_json, config_json, repro_command "
+                            "FROM runs ORDER BY run_id",
+                            -1, &stmt, nullptr);
+  }
+  if (rc == SQLITE_OK) {
+    auto text = [&](int i) {
+      const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
+      return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt, i))) : "";
+    };
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      ReportRun r;
+      r.run_id = sqlite3_column_int64(stmt, 0);
+      r.info.started_at = text(1);
+      r.info.specbed_version = text(2);
+      r.info.git_commit = text(3);
+      r.info.build_flags = text(4);
+      r.info.host = text(5);
+      r.info.cpu = text(6);
+      r.info.gpu = text(7);
+      r.info.library_versions_json = text(8);
+      r.info.config_json = text(9);
+      r.info.repro_command = text(10);
+      runs.push_back(std::move(r));
+    }
+    if (rc == SQLITE_DONE) rc = SQLITE_OK;
+  }
+  const std::string message = (rc == SQLITE_OK) ? "" : (db ? sqlite3_errmsg(db) : "out of memory");
+  sqlite3_finalize(stmt);
+  sqlite3_close_v2(db);
+  SPECBED_CHECK(rc == SQLITE_OK, "results database '", db_path,
+                "': reading the runs table failed: ", message);
+  return runs;
+}
+
+// ---- Rendering helpers ------------------------------------------------------------------------
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string MdCell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// "Same in every row" line: ordinary constants, then the columns that have no data at all.
+struct ConstantsText {
+  std::vector<std::pair<std::string, std::string>> values;
+  std::vector<std::string> no_data;
+};
+ConstantsText SplitConstants(const ReportTable& t) {
+  ConstantsText out;
+  for (const auto& [header, value] : t.constants) {
+    if (value == kNone) {
+      out.no_data.push_back(header);
+    } else {
+      out.values.emplace_back(header, value);
+    }
+  }
+  return out;
+}
+
+std::string MarkdownTable(const ReportTable& t) {
+  std::ostringstream s;
+  const ConstantsText c = SplitConstants(t);
+  if (!c.values.empty()) {
+    s << "Same in every row: ";
+    for (size_t i = 0; i < c.values.size(); ++i) {
+      s << (i ? " · " : "") << "**" << MdCell(c.values[i].first) << "** "
+        << MdCell(c.values[i].second);
+    }
+    s << "\n\n";
+  }
+  if (!c.no_data.empty()) {
+    s << "No data (" << kNone << ") for: " << MdCell(Join(c.no_data, ", ")) << "\n\n";
+  }
+  s << "|";
+  for (const auto& col : t.columns) s << " " << MdCell(col.header) << " |";
+  s << "\n|";
+  for (const auto& col : t.columns) s << (col.right_align ? "---:|" : "---|");
+  s << "\n";
+  for (const auto& row : t.rows) {
+    s << "|";
+    for (const auto& cell : row) s << " " << MdCell(cell) << " |";
+    s << "\n";
+  }
+  return s.str();
+}
+
+std::string HtmlTable(const ReportTable& t) {
+  std::ostringstream s;
+  const ConstantsText c = SplitConstants(t);
+  if (!c.values.empty()) {
+    s << "<p class=\"constants\">Same in every row: ";
+    for (size_t i = 0; i < c.values.size(); ++i) {
+      s << (i ? " · " : "") << "<b>" << HtmlEscape(c.values[i].first) << "</b> "
+        << HtmlEscape(c.values[i].second);
+    }
+    s << "</p>\n";
+  }
+  if (!c.no_data.empty()) {
+    s << "<p class=\"constants\">No data (" << kNone
+      << ") for: " << HtmlEscape(Join(c.no_data, ", ")) << "</p>\n";
+  }
+  s << "<table>\n<thead><tr>";
+  for (const auto& col : t.columns) {
+    s << "<th" << (col.right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(col.header)
+      << "</th>";
+  }
+  s << "</tr></thead>\n<tbody>\n";
+  for (const auto& row : t.rows) {
+    s << "<tr>";
+    for (size_t i = 0; i < row.size(); ++i) {
+      s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(row[i])
+        << "</td>";
+    }
+    s << "</tr>\n";
+  }
+  s << "</tbody>\n</table>\n";
+  return s.str();
+}
+
+// Provenance: one column per run.
+ReportTable RunsTable(const std::vector<ReportRun>& runs) {
+  ReportTable t;
+  t.columns.push_back({"", false, false});
+  for (const auto& r : runs) t.columns.push_back({StrCat("run ", r.run_id), false, false});
+  auto add = [&](const std::string& name, auto field) {
+    std::vector<std::string> row = {name};
+    for (const auto& r : runs) {
+      const std::string v = field(r.info);
+      row.push_back(v.empty() ? kNone : v);
+    }
+    t.rows.push_back(row);
+  };
+  add("started at", [](const RunInfo& i) { return i.started_at; });
+  add("specbed version", [](const RunInfo& i) { return i.specbed_version; });
+  add("git commit", [](const RunInfo& i) { return i.git_commit; });
+  add("build flags", [](const RunInfo& i) { return i.build_flags; });
+  add("host", [](const RunInfo& i) { return i.host; });
+  add("cpu", [](const RunInfo& i) { return i.cpu; });
+  add("gpu", [](const RunInfo& i) { return i.gpu.empty() ? std::string("none") : i.gpu; });
+  add("libraries", [](const RunInfo& i) { return i.library_versions_json; });
+  add("repro command", [](const RunInfo& i) { return i.repro_command; });
+  return t;
+}
+
+// Case labels for plots: method, knobs, and every other configuration column that varies in the
+// group (except T, which the plots show themselves). Made unique with the case id.
+std::vector<std::string> CaseLabels(const ReportGroup& group) {
+  const ReportTable table = BuildCaseTable(group);
+  std::vector<std::string> labels;
+  for (size_t r = 0; r < table.rows.size(); ++r) {
+    std::string label = group.cases[r].row.record.method;
+    const std::string knobs = Knobs(group.cases[r].row.record.method_knobs_json);
+    if (knobs != "none") label += " " + knobs;
+    for (size_t c = 0; c < table.columns.size(); ++c) {
+      const std::string& h = table.columns[c].header;
+      if (h == "method" || h == "knobs" || h == "T") continue;
+      if (std::find(kCaseConfigColumns.begin(), kCaseConfigColumns.end(), h) ==
+          kCaseConfigColumns.end()) {
+        continue;
+      }
+      label += " " + h + "=" + table.rows[r][c];
+    }
+    labels.push_back(label);
+  }
+  std::map<std::pair<std::string, double>, int> seen;
+  for (size_t r = 0; r < labels.size(); ++r) {
+    seen[{labels[r], group.cases[r].row.record.temperature}]++;
+  }
+  for (size_t r = 0; r < labels.size(); ++r) {
+    if (seen[{labels[r], group.cases[r].row.record.temperature}] > 1) {
+      labels[r] += StrCat(" (case ", group.cases[r].row.case_id, ")");
+    }
+  }
+  return labels;
+}
+
+bool IsPng(const std::string& path) {
+  static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[8] = {};
+  if (!in.read(reinterpret_cast<char*>(head), 8)) return false;
+  return std::equal(head, head + 8, kSignature);
+}
+
+void WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  SPECBED_CHECK(out.good(), "cannot write report file '", path, "'");
+  out << text;
+  out.close();
+  SPECBED_CHECK(out.good(), "writing report file '", path, "' failed (disk full?)");
+}
+
+constexpr const char* kCss = R"css(
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { border-bottom: 2px solid #ddd; padding-bottom: .2em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
+table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: .3em .6em; vertical-align: top; }
+th { background: #f3f3f3; text-align: left; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+tbody tr:nth-child(even) { background: #fafafa; }
+p.constants { font-size: 0.9em; color: #444; }
+code { background: #f3f3f3; padding: 0 .25em; }
+figure { margin: 1em 0; }
+figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 0.85em; color: #555; }
+.warning { background: #fff4e0; border: 1px solid #e0a040; padding: .5em; }
+)css";
+
+const std::vector<std::string> kConventions = {
+    "decode tok/s = Σ (output tokens − 1) / Σ decode time over the answers of a case: the first "
+    "token of every answer comes from the prefill forward and its time is counted in prefill ms.",
+    "prefill ms = mean prefill time per answer (prompt forward + first-token sampling).",
+    "speedup = AR decode time / method decode time on the same prompts (same target, dataset, "
+    "categories, limit, T, top_p, top_k, seed, max new tokens, dtype, device, threads, batch); "
+    "\"speedup\" is the geometric mean of the per-prompt ratios, \"speedup Σ\" the ratio of the "
+    "total decode times. AR rows are the baseline (1.00).",
+    "τ = Σ tokens emitted / number of verify steps (emitted tokens include the bonus/correction "
+    "token of every step, so a step that accepts nothing still counts 1).",
+    "T_D (%) = Σ drafting time / Σ decode time.",
+    "rollback (%) = (drafted − accepted) / drafted draft tokens.",
+    "— = no data (τ, T_D and rollback need per-step records, which only speculative methods "
+    "write; speedup needs a matching AR case).",
+};
+
+}  // namespace
+
+bool ReportGroup::has_steps() const {
+  for (const auto& c : cases) {
+    if (c.metrics.n_steps > 0) return true;
+  }
+  return false;
+}
+
+ReportTable HideConstantColumns(ReportTable table) {
+  if (table.rows.empty()) return table;
+  std::vector<bool> keep(table.columns.size(), true);
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    if (!table.columns[c].hideable) continue;
+    bool constant = true;
+    for (const auto& row : table.rows) constant = constant && row[c] == table.rows[0][c];
+    if (constant) {
+      keep[c] = false;
+      table.constants.emplace_back(table.columns[c].header, table.rows[0][c]);
+    }
+  }
+  ReportTable out;
+  out.constants = table.constants;
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    if (keep[c]) out.columns.push_back(table.columns[c]);
+  }
+  for (const auto& row : table.rows) {
+    std::vector<std::string> r;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (keep[c]) r.push_back(row[c]);
+    }
+    out.rows.push_back(std::move(r));
+  }
+  return out;
+}
+
+ReportData LoadReportData(const std::string& db_path) {
+  StoreOptions options;
+  options.read_only = true;
+  auto store = ResultsStore::Open(db_path, options);
+  ReportData data;
+  data.db_path = db_path;
+  data.runs = LoadRuns(db_path);
+
+  std::map<std::pair<std::string, std::string>, size_t> group_index;
+  for (auto& row : store->ListCases()) {
+    CaseReport c;
+    c.samples = store->LoadSamples(row.case_id);
+    c.metrics = ComputeCaseMetrics(c.samples, store->LoadSteps(row.case_id));
+    c.is_ar = row.record.method == "ar";
+    c.row = std::move(row);
+    const auto key = std::make_pair(c.row.record.target, c.row.record.dataset);
+    auto it = group_index.find(key);
+    if (it == group_index.end()) {
+      it = group_index.emplace(key, data.groups.size()).first;
+      data.groups.push_back({key.first, key.second, {}});
+    }
+    data.groups[it->second].cases.push_back(std::move(c));
+  }
+  for (ReportGroup& g : data.groups) {
+    std::stable_sort(g.cases.begin(), g.cases.end(), [](const CaseReport& a, const CaseReport& b) {
+      const CaseRecord& x = a.row.record;
+      const CaseRecord& y = b.row.record;
+      if (x.temperature != y.temperature) return x.temperature < y.temperature;
+      if (a.is_ar != b.is_ar) return a.is_ar;
+      if (x.method != y.method) return x.method < y.method;
+      if (x.method_knobs_json != y.method_knobs_json) {
+        return x.method_knobs_json < y.method_knobs_json;
+      }
+      return a.row.case_id < b.row.case_id;
+    });
+    for (CaseReport& c : g.cases) {
+      if (c.is_ar) continue;
+      for (const CaseReport& base : g.cases) {
+        if (!base.is_ar || !SameWorkload(base.row.record, c.row.record)) continue;
+        c.baseline_case_id = base.row.case_id;
+        c.speedup = ComputeSpeedup(base.samples, c.samples);
+        break;
+      }
+    }
+  }
+  for (int64_t run_id : store->ListRunIds()) {
+    for (auto& b : store->LoadBench(run_id)) data.bench.push_back({run_id, std::move(b)});
+  }
+  return data;
+}
+
+ReportTable BuildCaseTable(const ReportGroup& group) {
+  ReportTable t;
+  for (const auto& h : kCaseConfigColumns) {
+    const bool numeric =
+        h != "method" && h != "knobs" && h != "categories" && h != "dtype" && h != "device";
+    t.columns.push_back({h, numeric, h != "method"});
+  }
+  t.columns.push_back({"prompts", true, true});
+  t.columns.push_back({"samples", true, true});
+  t.columns.push_back({"output tokens", true, false});
+  t.columns.push_back({"decode tok/s", true, false});
+  t.columns.push_back({"prefill ms", true, false});
+  t.columns.push_back({"speedup", true, true});
+  t.columns.push_back({"speedup Σ", true, true});
+  t.columns.push_back({"τ", true, true});
+  t.columns.push_back({"T_D (%)", true, true});
+  t.columns.push_back({"rollback (%)", true, true});
+  t.columns.push_back({"stop reasons", false, false});
+  for (const CaseReport& c : group.cases) {
+    const CaseRecord& r = c.row.record;
+    const CaseMetrics& m = c.metrics;
+    std::vector<std::string> row = {
+        std::to_string(c.row.run_id),
+        r.method,
+        Knobs(r.method_knobs_json),
+        r.categories.empty() ? "all" : r.categories,
+        r.prompt_limit < 0 ? "all" : std::to_string(r.prompt_limit),
+        General(r.temperature),
+        General(r.top_p),
+        std::to_string(r.top_k),
+        std::to_string(r.seed),
+        std::to_string(r.max_new_tokens),
+        r.dtype,
+        std::to_string(r.threads),
+        r.device,
+        std::to_string(r.batch_size),
+        std::to_string(m.n_prompts),
+        std::to_string(m.n_samples),
+        std::to_string(m.output_tokens),
+        Fixed(m.decode_tokens_per_s, 1),
+        Fixed(m.prefill_ms_mean, 2),
+        c.is_ar ? "1.00" : Fixed(c.speedup.geomean, 2),
+        c.is_ar ? "1.00" : Fixed(c.speedup.total_ratio, 2),
+        Fixed(m.tau, 2),
+        Fixed(100.0 * m.draft_fraction, 1),
+        Fixed(100.0 * m.rollback_rate, 1),
+        FormatStopReasons(m.stop_reasons),
+    };
+    t.rows.push_back(std::move(row));
+  }
+  return HideConstantColumns(std::move(t));
+}
+
+ReportTable BuildBenchTable(const std::vector<BenchRow>& bench) {
+  ReportTable t;
+  t.columns = {{"run", true, true},      {"model", false, true},      {"dtype", false, true},
+               {"threads", true, true},  {"batch", true, true},       {"context", true, true},
+               {"tokens", true, true},   {"reps", true, true},        {"tok/s ± std", true, false},
+               {"ms/step", true, false}, {"forward ms", true, false}, {"other ms", true, false},
+               {"other %", true, false}};
+  for (const BenchRow& b : bench) {
+    const BenchRecord& r = b.record;
+    t.rows.push_back(
+        {std::to_string(b.run_id), r.model, r.dtype, std::to_string(r.threads),
+         std::to_string(r.batch_size), std::to_string(r.context_len), std::to_string(r.n_tokens),
+         std::to_string(r.reps), Fixed(r.tokens_per_s, 1) + " ± " + Fixed(r.tokens_per_s_std, 1),
+         Fixed(r.ms_per_step, 3), Fixed(r.forward_ms_per_step, 3), Fixed(r.other_ms_per_step, 3),
+         Fixed(r.ms_per_step > 0 ? 100.0 * r.other_ms_per_step / r.ms_per_step : kNoValue, 1)});
+  }
+  return HideConstantColumns(std::move(t));
+}
+
+ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
+                         const ReportOptions& options) {
+  const ReportData data = LoadReportData(db_path);  // fails first when the database is bad
+
+  SPECBED_CHECK(!out_dir.empty(), "report directory is empty");
+  std::error_code ec;
+  if (fs::exists(out_dir, ec)) {
+    SPECBED_CHECK(fs::is_directory(out_dir, ec), "cannot create report directory '", out_dir,
+                  "': a file with that name exists");
+  } else {
+    fs::create_directories(out_dir, ec);
+    SPECBED_CHECK(!ec, "cannot create report directory '", out_dir, "': ", ec.message());
+  }
+
+  ReportResult result;
+  auto warn = [&](const std::string& message) {
+    result.warnings.push_back(message);
+    if (options.print_warnings)
+      std::fprintf(stderr, "specbed report: warning: %s\n", message.c_str());
+  };
+
+  // Tables and plot scripts.
+  struct Section {
+    std::string heading;
+    ReportTable table;
+    std::vector<Plot> plots;
+    std::vector<std::string> notes;
+  };
+  std::vector<Section> sections;
+  for (size_t g = 0; g < data.groups.size(); ++g) {
+    const ReportGroup& group = data.groups[g];
+    Section s;
+    s.heading = group.target + " / " + group.dataset;
+    s.table = BuildCaseTable(group);
+    s.plots = BuildGroupPlots(group, CaseLabels(group), static_cast<int>(g + 1));
+    for (const CaseReport& c : group.cases) {
+      if (!c.is_ar && c.baseline_case_id < 0) {
+        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                                 ") has no AR case with the same workload: no speedup."));
+      } else if (!c.is_ar && c.speedup.n_matched == 0) {
+        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                                 ") shares no answered prompt with its AR case ",
+                                 c.baseline_case_id, ": no speedup."));
+      }
+    }
+    if (!group.has_steps()) {
+      s.notes.push_back("No speculative steps recorded: speedup-vs-T_D and τ plots skipped.");
+    }
+    sections.push_back(std::move(s));
+  }
+  Section bench_section;
+  bench_section.heading = "Bench: AR decode speed (specbed bench)";
+  if (!data.bench.empty()) {
+    bench_section.table = BuildBenchTable(data.bench);
+    bench_section.plots = BuildBenchPlots(data.bench);
+  }
+
+  // Plots.
+  std::vector<const Plot*> all_plots;
+  for (const auto& s : sections) {
+    for (const auto& p : s.plots) all_plots.push_back(&p);
+  }
+  for (const auto& p : bench_section.plots) all_plots.push_back(&p);
+  std::string script;
+  for (const Plot* p : all_plots) script += "# " + p->title + "\n" + p->script;
+  const std::string out = out_dir;
+  std::set<std::string> plotted;  // plot names whose PNG and SVG exist
+  if (!script.empty()) {
+    WriteTextFile(out + "/plots.gp",
+                  "# gnuplot script of this report (regenerate the plots: cd into this directory "
+                  "and run `gnuplot plots.gp`).\n" +
+                      script);
+    const std::string program = GnuplotProgram(options.gnuplot);
+    const std::string found = FindExecutable(program);
+    if (found.empty()) {
+      warn(StrCat("gnuplot program '", program,
+                  "' not found: the report has tables but no plots (install gnuplot, e.g. Debian "
+                  "package gnuplot-nox, or set SPECBED_GNUPLOT to its path)"));
+    } else {
+      for (const Plot* p : all_plots) {
+        for (const char* ext : {".png", ".svg"}) fs::remove(out + "/" + p->name + ext, ec);
+      }
+      const std::string error = RunGnuplot(found, out, script);
+      if (!error.empty()) warn("gnuplot failed, some plots may be missing: " + error);
+      for (const Plot* p : all_plots) {
+        const std::string png = out + "/" + p->name + ".png";
+        if (IsPng(png) && fs::exists(out + "/" + p->name + ".svg", ec)) {
+          plotted.insert(p->name);
+        } else if (error.empty()) {
+          warn(StrCat("gnuplot did not write a valid '", png, "' (see ", out, "/gnuplot.log)"));
+        }
+      }
+      if (error.empty() && fs::exists(out + "/gnuplot.log", ec) &&
+          fs::file_size(out + "/gnuplot.log", ec) == 0) {
+        fs::remove(out + "/gnuplot.log", ec);
+      }
+    }
+  }
+
+  // Markdown.
+  const std::string generated = NowUtc();
+  std::ostringstream md;
+  md << "# SpecBed report\n\n"
+     << "Results database: `" << db_path << "` · generated " << generated << " by `specbed report`"
+     << "\n\n";
+  for (const auto& w : result.warnings) md << "> **Warning:** " << MdCell(w) << "\n\n";
+  md << "## Provenance\n\n";
+  if (data.runs.empty()) {
+    md << "No runs recorded.\n\n";
+  } else {
+    md << MarkdownTable(RunsTable(data.runs)) << "\n";
+  }
+  md << "## Conventions\n\n";
+  for (const auto& c : kConventions) md << "- " << c << "\n";
+  md << "\n";
+  if (sections.empty()) md << "No cases recorded.\n\n";
+  auto md_plots = [&](const std::vector<Plot>& plots) {
+    for (const auto& p : plots) {
+      if (!plotted.count(p.name)) continue;
+      md << "![" << p.title << "](" << p.name << ".png)\n\n"
+         << "*" << p.caption << "* ([SVG](" << p.name << ".svg))\n\n";
+    }
+  };
+  for (const auto& s : sections) {
+    md << "## " << s.heading << "\n\n" << MarkdownTable(s.table) << "\n";
+    for (const auto& n : s.notes) md << "- " << n << "\n";
+    if (!s.notes.empty()) md << "\n";
+    md_plots(s.plots);
+  }
+  if (!data.bench.empty()) {
+    md << "## " << bench_section.heading << "\n\n" << MarkdownTable(bench_section.table) << "\n";
+    md_plots(bench_section.plots);
+  }
+
+  // HTML.
+  std::ostringstream html;
+  html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       << "<title>SpecBed report — " << HtmlEscape(db_path) << "</title>\n<style>" << kCss
+       << "</style>\n</head>\n<body>\n"
+       << "<h1>SpecBed report</h1>\n<p>Results database: <code>" << HtmlEscape(db_path)
+       << "</code> · generated " << generated << " by <code>specbed report</code></p>\n";
+  for (const auto& w : result.warnings) {
+    html << "<p class=\"warning\"><b>Warning:</b> " << HtmlEscape(w) << "</p>\n";
+  }
+  html << "<h2>Provenance</h2>\n";
+  if (data.runs.empty()) {
+    html << "<p>No runs recorded.</p>\n";
+  } else {
+    html << HtmlTable(RunsTable(data.runs));
+  }
+  html << "<h2>Conventions</h2>\n<ul>\n";
+  for (const auto& c : kConventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
+  html << "</ul>\n";
+  if (sections.empty()) html << "<p>No cases recorded.</p>\n";
+  auto html_plots = [&](const std::vector<Plot>& plots) {
+    for (const auto& p : plots) {
+      if (!plotted.count(p.name)) continue;
+      html << "<figure><img src=\"" << HtmlEscape(p.name) << ".png\" alt=\"" << HtmlEscape(p.title)
+           << "\"><figcaption>" << HtmlEscape(p.caption) << " (<a href=\"" << HtmlEscape(p.name)
+           << ".svg\">SVG</a>)</figcaption></figure>\n";
+      result.images.push_back(p.name + ".png");
+    }
+  };
+  for (const auto& s : sections) {
+    html << "<h2>" << HtmlEscape(s.heading) << "</h2>\n" << HtmlTable(s.table);
+    if (!s.notes.empty()) {
+      html << "<ul>\n";
+      for (const auto& n : s.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+      html << "</ul>\n";
+    }
+    html_plots(s.plots);
+  }
+  if (!data.bench.empty()) {
+    html << "<h2>" << HtmlEscape(bench_section.heading) << "</h2>\n"
+         << HtmlTable(bench_section.table);
+    html_plots(bench_section.plots);
+  }
+  html << "</body>\n</html>\n";
+
+  result.report_md = out + "/report.md";
+  result.index_html = out + "/index.html";
+  WriteTextFile(result.report_md, md.str());
+  WriteTextFile(result.index_html, html.str());
+  return result;
+}
+
+}  // namespace specbed

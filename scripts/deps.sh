@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs SpecBed's Debian 12 build and run dependencies (idempotent; skips apt when all are present).
+# libopenblas0-openmp must be named explicitly: without it libtorch falls back to the reference
+# BLAS and fp32 matmul runs ~15x slower (see docs/DEPENDENCIES.md).
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libtorch-dev libopenblas0-openmp
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libpcre2-dev
+  gnuplot-nox clang-format
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

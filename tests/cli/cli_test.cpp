@@ -1,0 +1,731 @@
+// End-to-end tests of the `specbed` command-line tool (harness/cli): runs the real binary as a
+// child process (fork/exec, stdout/stderr captured, exit status, timeout) on the shipped
+// stories260K model and checks what a user relies on: generate/tokenize/list output, `run` writing
+// complete cases to the results database and resuming without duplicates (also after SIGKILL),
+// clear errors for bad input, and `bench` rows. Databases are read through results/store.h.
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "harness/base/error.h"
+#include "results/store.h"
+
+extern char** environ;
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Child process helpers.
+
+// Passes when `haystack` contains `needle`; on failure shows both.
+::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
+  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected to find \"" << needle << "\" in:\n"
+                                       << haystack.substr(0, 4000);
+}
+
+struct ProcResult {
+  int exit_code = -1;   // valid when the child exited normally
+  int term_signal = 0;  // != 0 when it was killed by a signal
+  bool timed_out = false;
+  std::string out, err;  // captured stdout / stderr
+  double wall_s = 0;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+// A running `specbed` process whose stdout/stderr go to files under `dir` (files, not pipes, so a
+// chatty child never blocks on a full pipe while the test polls the database).
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& dir) {
+    static int counter = 0;
+    const std::string stem = dir + "/proc" + std::to_string(counter++);
+    out_path_ = stem + ".stdout";
+    err_path_ = stem + ".stderr";
+    // Everything the child needs is built before fork(): after it only async-signal-safe calls.
+    std::vector<std::string> argv_s = {SPECBED_BIN};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "SPECBED_HOME=", 13) != 0) env_s.emplace_back(*e);
+    }
+    env_s.push_back(std::string("SPECBED_HOME=") + SPECBED_SOURCE_DIR);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const int out_fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int err_fd = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0 || err_fd < 0) {
+      ADD_FAILURE() << "cannot create output files under " << dir;
+      if (out_fd >= 0) close(out_fd);
+      if (err_fd >= 0) close(err_fd);
+      return;
+    }
+    start_ = std::chrono::steady_clock::now();
+    pid_ = fork();
+    if (pid_ == 0) {
+      // Users run specbed from the repository root (relative shipped paths resolve from there).
+      if (chdir(SPECBED_SOURCE_DIR) != 0) _exit(126);
+      const int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, 0);
+      dup2(out_fd, 1);
+      dup2(err_fd, 2);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    close(out_fd);
+    close(err_fd);
+    if (pid_ < 0) ADD_FAILURE() << "fork failed: " << std::strerror(errno);
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // True once the child has exited (and was reaped).
+  bool Exited() {
+    if (pid_ <= 0 || reaped_) return true;
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) Reap(status);
+    return reaped_;
+  }
+
+  void Kill(int sig) {
+    if (pid_ > 0 && !reaped_) kill(pid_, sig);
+  }
+
+  // Waits up to timeout_s (then SIGKILLs the child) and collects its output.
+  ProcResult Wait(double timeout_s) {
+    const auto deadline = start_ + std::chrono::duration<double>(timeout_s);
+    while (!Exited()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        result_.timed_out = true;
+        kill(pid_, SIGKILL);
+        int status = 0;
+        waitpid(pid_, &status, 0);
+        Reap(status);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    result_.out = ReadAll(out_path_);
+    result_.err = ReadAll(err_path_);
+    return result_;
+  }
+
+ private:
+  void Reap(int status) {
+    reaped_ = true;
+    result_.wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (WIFEXITED(status)) result_.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) result_.term_signal = WTERMSIG(status);
+  }
+
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string out_path_, err_path_;
+  std::chrono::steady_clock::time_point start_;
+  ProcResult result_;
+};
+
+// Printable summary of a finished child for assertion messages.
+std::string Describe(const ProcResult& r) {
+  std::ostringstream s;
+  s << "exit=" << r.exit_code << " signal=" << r.term_signal << " timed_out=" << r.timed_out
+    << " wall=" << r.wall_s << "s\n--- stdout ---\n"
+    << r.out.substr(0, 4000) << "\n--- stderr ---\n"
+    << r.err.substr(0, 4000);
+  return s.str();
+}
+
+// Per-test scratch directory, removed and recreated at the start of each test.
+std::string TestDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::path(SPECBED_TEST_TMPDIR) / "cli" /
+                       (std::string(info->test_suite_name()) + "." + info->name());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+ProcResult RunSpecbed(const std::vector<std::string>& args, const std::string& dir,
+                      double timeout_s = 60) {
+  Child child(args, dir);
+  return child.Wait(timeout_s);
+}
+
+Json ParseJsonOrFail(const ProcResult& r) {
+  try {
+    return Json::parse(r.out);
+  } catch (const Json::parse_error& e) {
+    ADD_FAILURE() << "stdout is not JSON (" << e.what() << ")\n" << Describe(r);
+    return Json();
+  }
+}
+
+std::unique_ptr<ResultsStore> OpenReadOnly(const std::string& path) {
+  StoreOptions options;
+  options.read_only = true;
+  return ResultsStore::Open(path, options);
+}
+
+// Writes a run config into `dir` and returns its path.
+std::string WriteConfig(const std::string& dir, const std::string& name, const Json& config) {
+  const std::string path = dir + "/" + name;
+  WriteFile(path, config.dump(2));
+  return path;
+}
+
+Json SmallConfig(const std::string& db) {
+  return {{"name", "cli-test"},
+          {"output", db},
+          {"targets", {"stories260K"}},
+          {"methods", {"ar"}},
+          {"datasets", {{{"name", "stories"}, {"limit", 3}}}},
+          {"temperatures", {0, 1}},
+          {"seeds", {0}},
+          {"max_new_tokens", 16}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// generate
+
+TEST(CliGenerate, GreedyStoryIsTheModelsKnownContinuation) {
+  const std::string dir = TestDir();
+  const ProcResult r =
+      RunSpecbed({"generate", "-p", "Once upon a time", "--max-new-tokens", "24"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u)
+      << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "stories260K"));
+
+  // --json: the same generation, machine-readable.
+  const ProcResult j =
+      RunSpecbed({"generate", "-p", "Once upon a time", "-n", "24", "--json"}, dir);
+  ASSERT_EQ(j.exit_code, 0) << Describe(j);
+  const Json doc = ParseJsonOrFail(j);
+  ASSERT_TRUE(doc.is_object());
+  ASSERT_TRUE(doc["prompt_ids"].is_array() && !doc["prompt_ids"].empty());
+  EXPECT_EQ(doc["prompt_ids"][0], 1) << "prompt must start with BOS";
+  EXPECT_GT(doc["prompt_ids"].size(), 1u);
+  const std::string stop = doc.value("stop_reason", "");
+  if (stop == "eos") {
+    EXPECT_LE(doc["generated_ids"].size(), 24u);
+  } else {
+    EXPECT_EQ(stop, "max_new_tokens");
+    EXPECT_EQ(doc["generated_ids"].size(), 24u);
+  }
+  const std::string text = doc.value("text", "");
+  EXPECT_EQ(("Once upon a time" + text)
+                .rfind("Once upon a time, there was a little girl named "
+                       "Lily.",
+                       0),
+            0u)
+      << text;
+  // The plain output is the prompt followed by exactly the same text.
+  EXPECT_EQ(r.out, "Once upon a time" + text + "\n");
+  EXPECT_GT(doc["timings"]["decode_tokens_per_s"].get<double>(), 0.0);
+}
+
+TEST(CliGenerate, EmptyPromptGeneratesFromBos) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed({"generate", "-n", "16", "--json"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json doc = ParseJsonOrFail(r);
+  EXPECT_EQ(doc["prompt_ids"], Json::array({1}));
+  EXPECT_FALSE(doc["generated_ids"].empty());
+  EXPECT_FALSE(doc.value("text", "").empty());
+}
+
+TEST(CliGenerate, SamplingIsReproducibleBySeed) {
+  const std::string dir = TestDir();
+  auto sample = [&](const std::string& seed) {
+    const ProcResult r = RunSpecbed(
+        {"generate", "-p", "Once upon a time", "-n", "24", "-t", "1", "-s", seed, "--json"}, dir);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    return ParseJsonOrFail(r)["generated_ids"];
+  };
+  const Json a = sample("7");
+  const Json b = sample("7");
+  const Json c = sample("8");
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b) << "same seed must give the same tokens";
+  EXPECT_NE(a, c) << "seeds 7 and 8 gave identical samples";
+}
+
+// ---------------------------------------------------------------------------------------------
+// tokenize
+
+TEST(CliTokenize, RoundTripsBosAndDecode) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed({"tokenize", "Once upon a time", "--json"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json doc = ParseJsonOrFail(r);
+  EXPECT_EQ(doc["decoded"], "Once upon a time");
+  const std::vector<int> ids = doc["ids"].get<std::vector<int>>();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_NE(ids[0], 1) << "no BOS unless --bos";
+  EXPECT_EQ(doc["n_tokens"], ids.size());
+  EXPECT_EQ(doc["tokens"].size(), ids.size());
+
+  const ProcResult b = RunSpecbed({"tokenize", "Once upon a time", "--bos", "--json"}, dir);
+  ASSERT_EQ(b.exit_code, 0) << Describe(b);
+  std::vector<int> with_bos = {1};
+  with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+  EXPECT_EQ(ParseJsonOrFail(b)["ids"].get<std::vector<int>>(), with_bos);
+
+  std::string csv;
+  for (size_t i = 0; i < ids.size(); ++i) csv += (i ? "," : "") + std::to_string(ids[i]);
+  const ProcResult d = RunSpecbed({"tokenize", "--decode", csv}, dir);
+  ASSERT_EQ(d.exit_code, 0) << Describe(d);
+  EXPECT_EQ(d.out, "Once upon a time\n");
+
+  // Plain output: the ids on the first line.
+  const ProcResult p = RunSpecbed({"tokenize", "Once upon a time"}, dir);
+  ASSERT_EQ(p.exit_code, 0) << Describe(p);
+  std::string spaced;
+  for (size_t i = 0; i < ids.size(); ++i) spaced += (i ? " " : "") + std::to_string(ids[i]);
+  EXPECT_EQ(p.out.substr(0, p.out.find('\n')), spaced);
+
+  // Out-of-vocabulary ids are a clear error, not a crash.
+  const ProcResult bad = RunSpecbed({"tokenize", "--decode", "5,99999"}, dir);
+  EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
+  EXPECT_TRUE(Contains(bad.err, "99999"));
+}
+
+TEST(CliTokenize, Gpt2TokenizerDirAndSpecialTokens) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed(
+      {"tokenize", "--tokenizer", "models/tokenizer/gpt2", "Hello world", "--json"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ParseJsonOrFail(r)["ids"], Json::array({15496, 995}));
+
+  const ProcResult s = RunSpecbed(
+      {"tokenize", "--tokenizer", "models/tokenizer/gpt2", "<|endoftext|>", "--json"}, dir);
+  ASSERT_EQ(s.exit_code, 0) << Describe(s);
+  EXPECT_EQ(ParseJsonOrFail(s)["ids"], Json::array({50256}));
+
+  const ProcResult n = RunSpecbed({"tokenize", "--tokenizer", "models/tokenizer/gpt2",
+                                   "<|endoftext|>", "--no-special", "--json"},
+                                  dir);
+  ASSERT_EQ(n.exit_code, 0) << Describe(n);
+  const Json plain = ParseJsonOrFail(n);
+  EXPECT_GT(plain["ids"].size(), 1u);
+  for (const auto& id : plain["ids"]) EXPECT_NE(id, 50256);
+  EXPECT_EQ(plain["decoded"], "<|endoftext|>");
+}
+
+// ---------------------------------------------------------------------------------------------
+// list
+
+TEST(CliList, ListsModelsMethodsDatasetsTemplates) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed({"list"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "models"));
+  EXPECT_TRUE(Contains(r.out, "  stories260K "));
+  EXPECT_TRUE(Contains(r.out, "methods:"));
+  EXPECT_TRUE(Contains(r.out, "  ar "));
+  EXPECT_TRUE(Contains(r.out, "datasets"));
+  for (const char* name :
+       {"  stories ", "  spec_bench ", "  mt_bench ", "  humaneval ", "  gsm8k "}) {
+    EXPECT_TRUE(Contains(r.out, name));
+  }
+  EXPECT_TRUE(Contains(r.out, "chat templates:"));
+  EXPECT_TRUE(Contains(r.out, "llama3"));
+  EXPECT_TRUE(Contains(r.out, "chatml"));
+
+  const ProcResult m = RunSpecbed({"list", "models"}, dir);
+  ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  EXPECT_TRUE(Contains(m.out, "stories260K"));
+  EXPECT_EQ(m.out.find("methods:"), std::string::npos) << m.out;
+
+  const ProcResult bad = RunSpecbed({"list", "modles"}, dir);
+  EXPECT_NE(bad.exit_code, 0) << Describe(bad);
+  EXPECT_NE(bad.exit_code, 1) << "a usage error uses CLI11's exit codes";
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+
+void ExpectSaneSamples(ResultsStore& store, const ResultsStore::CaseRow& c, int64_t n,
+                       int64_t max_new_tokens) {
+  EXPECT_EQ(c.n_samples, n);
+  const std::vector<SampleRecord> samples = store.LoadSamples(c.case_id);
+  ASSERT_EQ(static_cast<int64_t>(samples.size()), n);
+  std::set<std::string> prompt_ids;
+  for (const auto& s : samples) {
+    prompt_ids.insert(s.prompt_id);
+    EXPECT_GE(s.n_output_tokens, 1);
+    EXPECT_LE(s.n_output_tokens, max_new_tokens);
+    EXPECT_GT(s.n_prompt_tokens, 1);
+    EXPECT_GT(s.decode_ms, 0.0) << s.prompt_id;
+    EXPECT_GT(s.prefill_ms, 0.0) << s.prompt_id;
+    EXPECT_FALSE(s.output_hash.empty());
+    EXPECT_FALSE(s.output_text.empty());
+    EXPECT_TRUE(s.stop_reason == "eos" || s.stop_reason == "max_new_tokens") << s.stop_reason;
+    if (s.stop_reason == "max_new_tokens") EXPECT_EQ(s.n_output_tokens, max_new_tokens);
+    EXPECT_EQ(static_cast<int64_t>(Json::parse(s.output_ids_json).size()), s.n_output_tokens);
+  }
+  EXPECT_EQ(static_cast<int64_t>(prompt_ids.size()), n) << "duplicate prompt ids in a case";
+}
+
+TEST(CliRun, WritesCasesAndResumesWithoutDuplicates) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/run.db";
+  const std::string config = WriteConfig(dir, "small.json", SmallConfig(db));
+  const ProcResult r = RunSpecbed({"run", config, "--no-progress"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "2 cases (2 run, 0 already complete)"));
+  {
+    auto store = OpenReadOnly(db);
+    const auto cases = store->ListCases();
+    ASSERT_EQ(cases.size(), 2u);
+    std::set<double> temperatures;
+    for (const auto& c : cases) {
+      EXPECT_EQ(c.record.target, "stories260K");
+      EXPECT_EQ(c.record.method, "ar");
+      EXPECT_EQ(c.record.dataset, "stories");
+      EXPECT_EQ(c.record.max_new_tokens, 16);
+      EXPECT_EQ(c.record.prompt_limit, 3);
+      temperatures.insert(c.record.temperature);
+      ExpectSaneSamples(*store, c, 3, 16);
+    }
+    EXPECT_EQ(temperatures, (std::set<double>{0.0, 1.0}));
+    EXPECT_EQ(store->CountRows("samples"), 6);
+    EXPECT_EQ(store->CountRows("runs"), 1);
+  }
+
+  // The same command again: everything is complete, nothing new is written.
+  const ProcResult again = RunSpecbed({"run", config, "--no-progress"}, dir);
+  ASSERT_EQ(again.exit_code, 0) << Describe(again);
+  EXPECT_TRUE(Contains(again.err, "2 cases (0 run, 2 already complete)"));
+  auto store = OpenReadOnly(db);
+  EXPECT_EQ(store->CountRows("cases"), 2);
+  EXPECT_EQ(store->CountRows("samples"), 6);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
+// Number of completed cases in `db`, or -1 while it cannot be read (not created yet).
+int64_t CountCasesOrMinusOne(const std::string& db) {
+  if (!fs::exists(db)) return -1;
+  try {
+    return OpenReadOnly(db)->CountRows("cases");
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
+TEST(CliRun, SigkillMidRunLeavesOnlyCompleteCasesAndResumes) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/kill.db";
+  Json cfg = SmallConfig(db);
+  cfg["temperatures"] = {0, 0.5, 1.0, 1.5};
+  cfg["datasets"] = {{{"name", "stories"}, {"limit", 4}}};
+  cfg["max_new_tokens"] = 32;
+  cfg["warmup"] = 0;
+  const std::string config = WriteConfig(dir, "kill.json", cfg);
+
+  int64_t at_kill = -1;
+  {
+    Child child({"run", config}, dir);
+    while (true) {
+      const int64_t n = CountCasesOrMinusOne(db);
+      if (n >= 1 && n < 4) {
+        child.Kill(SIGKILL);
+        at_kill = n;
+        break;
+      }
+      if (child.Exited()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const ProcResult r = child.Wait(60);
+    ASSERT_GE(at_kill, 1) << "the run finished before it could be killed mid-way; make it slower\n"
+                          << Describe(r);
+    EXPECT_EQ(r.term_signal, SIGKILL) << Describe(r);
+  }
+  {
+    auto store = OpenReadOnly(db);
+    const auto cases = store->ListCases();
+    ASSERT_GE(cases.size(), 1u);
+    ASSERT_LT(cases.size(), 4u);
+    for (const auto& c : cases) ExpectSaneSamples(*store, c, 4, 32);
+    EXPECT_EQ(store->CountRows("samples"), 4 * static_cast<int64_t>(cases.size()))
+        << "samples of an unfinished case were stored";
+  }
+
+  const ProcResult again = RunSpecbed({"run", config, "--no-progress"}, dir);
+  ASSERT_EQ(again.exit_code, 0) << Describe(again);
+  EXPECT_TRUE(Contains(again.err, "already complete"));
+  auto store = OpenReadOnly(db);
+  const auto cases = store->ListCases();
+  ASSERT_EQ(cases.size(), 4u);
+  std::set<std::string> keys;
+  std::set<double> temperatures;
+  for (const auto& c : cases) {
+    keys.insert(c.record.case_key);
+    temperatures.insert(c.record.temperature);
+    ExpectSaneSamples(*store, c, 4, 32);
+  }
+  EXPECT_EQ(keys.size(), 4u);
+  EXPECT_EQ(temperatures, (std::set<double>{0.0, 0.5, 1.0, 1.5}));
+  EXPECT_EQ(store->CountRows("samples"), 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: exit code 1 and a message naming the input and what was expected.
+
+// Runs `specbed run CONFIG` and expects failure with exit code 1 and each of `needles` in stderr;
+// also that nothing was run (no run rows in the database, if it was created).
+void ExpectRunFails(const std::string& dir, const std::string& config, const std::string& db,
+                    const std::vector<std::string>& needles) {
+  const ProcResult r = RunSpecbed({"run", config, "--no-progress"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_EQ(r.err.rfind("specbed: error: ", 0), 0u) << Describe(r);
+  for (const auto& n : needles) EXPECT_TRUE(Contains(r.err, n)) << config;
+  if (!db.empty() && fs::exists(db)) {
+    auto store = OpenReadOnly(db);
+    EXPECT_EQ(store->CountRows("runs"), 0);
+    EXPECT_EQ(store->CountRows("cases"), 0);
+  }
+}
+
+TEST(CliErrors, UnknownModelSuggestsNearest) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed({"generate", "-m", "stories260k", "-n", "4"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown model 'stories260k'"));
+  EXPECT_TRUE(Contains(r.err, "did you mean 'stories260K'?"));
+  EXPECT_TRUE(Contains(r.err, "known models: "));
+
+  const std::string db = dir + "/m.db";
+  Json cfg = SmallConfig(db);
+  cfg["targets"] = {"storie260K"};
+  ExpectRunFails(dir, WriteConfig(dir, "m.json", cfg), db,
+                 {"unknown model 'storie260K'", "did you mean 'stories260K'?"});
+}
+
+TEST(CliErrors, UnknownDatasetListsKnownOnes) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/d.db";
+  Json cfg = SmallConfig(db);
+  cfg["datasets"] = {"storys"};
+  ExpectRunFails(dir, WriteConfig(dir, "d.json", cfg), db,
+                 {"unknown dataset 'storys'", "did you mean 'stories'?", "mt_bench", "spec_bench"});
+}
+
+TEST(CliErrors, UnknownMethodListsAr) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/x.db";
+  Json cfg = SmallConfig(db);
+  cfg["methods"] = {"medusa9"};
+  ExpectRunFails(dir, WriteConfig(dir, "x.json", cfg), db,
+                 {"unknown method 'medusa9'", "known methods: ", "ar"});
+}
+
+TEST(CliErrors, UnknownConfigKeyNamesFileAndKey) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/k.db";
+  Json cfg = SmallConfig(db);
+  cfg.erase("temperatures");
+  cfg["temperature"] = {0};
+  const std::string config = WriteConfig(dir, "k.json", cfg);
+  ExpectRunFails(dir, config, db, {config, "'temperature'", "did you mean 'temperatures'?"});
+  EXPECT_FALSE(fs::exists(db)) << "the config is checked before the database is created";
+}
+
+TEST(CliErrors, MalformedJsonConfigNamesFile) {
+  const std::string dir = TestDir();
+  const std::string config = dir + "/broken.json";
+  WriteFile(config, "{\"targets\": [\"stories260K\",\n");
+  ExpectRunFails(dir, config, "", {config, "not valid JSON"});
+
+  const ProcResult missing = RunSpecbed({"run", dir + "/missing.json"}, dir);
+  EXPECT_EQ(missing.exit_code, 1) << Describe(missing);
+  EXPECT_TRUE(Contains(missing.err, dir + "/missing.json"));
+}
+
+TEST(CliErrors, ImpossibleKnobValues) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/v.db";
+  struct BadValue {
+    const char* key;
+    Json value;
+    const char* message;
+  };
+  const std::vector<BadValue> bad = {
+      {"temperatures", Json::array({-1}), "temperatures must be >= 0"},
+      {"max_new_tokens", 0, "max_new_tokens must be >= 1"},
+      {"top_p", 1.5, "top_p must be in (0, 1]"},
+      {"top_k", -3, "top_k must be >= 0"},
+      {"seeds", Json::array({-1}), "seeds must be non-negative"},
+      {"dtype", "float8", "dtype must be"},
+      {"max_new_tokens", "many", "'max_new_tokens' must be an integer"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.key);
+    Json cfg = SmallConfig(db);
+    cfg[b.key] = b.value;
+    const std::string config = WriteConfig(dir, std::string(b.key) + ".json", cfg);
+    ExpectRunFails(dir, config, db, {config, b.message});
+  }
+  EXPECT_FALSE(fs::exists(db));
+
+  // The same checks on the generate command line are usage errors (CLI11 exit codes, >= 100).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> usage_errors = {
+      {{"generate", "--top-p", "1.5"}, "--top-p"},
+      {{"generate", "-n", "0"}, "--max-new-tokens"},
+      {{"generate", "-t", "-1"}, "--temperature"}};
+  for (const auto& [args, option] : usage_errors) {
+    const ProcResult r = RunSpecbed(args, dir);
+    EXPECT_GE(r.exit_code, 100) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, option)) << Describe(r);
+  }
+}
+
+TEST(CliErrors, MalformedUserDatasetLineNamesFileAndLine) {
+  const std::string dir = TestDir();
+  const std::string prompts = dir + "/prompts.jsonl";
+  WriteFile(prompts,
+            "{\"prompt\": \"Once upon a time\"}\n"
+            "{\"prompt\": \"Tom had a red ball.\"}\n"
+            "{\"prompt\": \"The cat\", oops}\n");
+  const std::string db = dir + "/u.db";
+  Json cfg = SmallConfig(db);
+  cfg["datasets"] = {prompts};
+  ExpectRunFails(dir, WriteConfig(dir, "u.json", cfg), db, {prompts + ":3"});
+
+  // The same file without the bad line runs.
+  WriteFile(prompts,
+            "{\"prompt\": \"Once upon a time\"}\n"
+            "{\"prompt\": \"Tom had a red ball.\"}\n");
+  cfg["temperatures"] = {0};
+  const ProcResult ok = RunSpecbed({"run", WriteConfig(dir, "u2.json", cfg), "--no-progress"}, dir);
+  ASSERT_EQ(ok.exit_code, 0) << Describe(ok);
+  auto store = OpenReadOnly(db);
+  const auto cases = store->ListCases();
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].n_samples, 2);
+}
+
+TEST(CliErrors, UnwritableResultsPathIsNamed) {
+  const std::string dir = TestDir();
+  const std::string blocker = dir + "/not_a_dir";
+  WriteFile(blocker, "a regular file\n");
+  const std::string db = blocker + "/run.db";
+  ExpectRunFails(dir, WriteConfig(dir, "w.json", SmallConfig(db)), "",
+                 {"results database '" + db + "'"});
+  // -o overrides the config's output and is checked the same way.
+  const ProcResult r = RunSpecbed(
+      {"run", WriteConfig(dir, "w2.json", SmallConfig(dir + "/fine.db")), "-o", db}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, db));
+  EXPECT_FALSE(fs::exists(dir + "/fine.db"));
+}
+
+// Another process holds the write lock for longer than the store's busy timeout (10 s by
+// default): the run must fail with the lock message, store nothing, and succeed once released.
+// This test waits the full timeout once (~10 s).
+TEST(CliErrors, LockedDatabaseFailsCleanlyThenSucceeds) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/locked.db";
+  { ResultsStore::Open(db); }  // create the schema
+  Json cfg = SmallConfig(db);
+  cfg["temperatures"] = {0};
+  cfg["datasets"] = {{{"name", "stories"}, {"limit", 2}}};
+  const std::string config = WriteConfig(dir, "lock.json", cfg);
+
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(holder);
+  const ProcResult r = RunSpecbed({"run", config, "--no-progress"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "results database '" + db + "' is locked by another process"));
+  EXPECT_GE(r.wall_s, 9.0) << "it should wait for the busy timeout before giving up";
+  {
+    auto store = OpenReadOnly(db);
+    EXPECT_EQ(store->CountRows("cases"), 0);
+    EXPECT_EQ(store->CountRows("samples"), 0);
+  }
+  ASSERT_EQ(sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(holder);
+
+  const ProcResult ok = RunSpecbed({"run", config, "--no-progress"}, dir);
+  ASSERT_EQ(ok.exit_code, 0) << Describe(ok);
+  auto store = OpenReadOnly(db);
+  EXPECT_EQ(store->CountRows("cases"), 1);
+  EXPECT_EQ(store->CountRows("samples"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bench
+
+TEST(CliBench, PrintsMarkdownRowAndStoresIt) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  const ProcResult r = RunSpecbed({"bench", "-n", "32", "-r", "1", "-o", db}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "| model | dtype | threads | batch | context | tokens | tok/s |"));
+  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | 0 | 32 | "));
+  auto store = OpenReadOnly(db);
+  const std::vector<BenchRecord> rows = store->LoadBench();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].model, "stories260K");
+  EXPECT_EQ(rows[0].dtype, "float32");
+  EXPECT_EQ(rows[0].n_tokens, 32);
+  EXPECT_EQ(rows[0].reps, 1);
+  EXPECT_GT(rows[0].tokens_per_s, 0.0);
+  EXPECT_GT(rows[0].ms_per_step, 0.0);
+  EXPECT_GT(rows[0].n_params, 0);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
+}  // namespace
+}  // namespace specbed

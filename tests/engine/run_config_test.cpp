@@ -1,0 +1,123 @@
+// Tests of run-config parsing, case expansion and case keys, and of the runner's resume logic.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <filesystem>
+
+#include "harness/base/error.h"
+#include "harness/engine/run_config.h"
+#include "harness/engine/runner.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string ErrorOf(const Json& j) {
+  try {
+    ParseRunConfig(j, "cfg.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunConfig, DefaultsAndExpansion) {
+  const RunConfig c = ParseRunConfig(
+      Json::parse(R"({"targets":["stories260K"],"methods":["ar",{"name":"ar","knobs":{}}],
+                      "datasets":[{"name":"stories","limit":2,"categories":["story"]},"spec_bench"],
+                      "temperatures":[0,1],"seeds":[0,1,2]})"),
+      "cfg.json");
+  EXPECT_EQ(c.max_new_tokens, 128);
+  EXPECT_EQ(c.dtype, "float32");
+  const auto cases = ExpandCases(c);
+  EXPECT_EQ(cases.size(), 1u * 2 * 2 * 2 * 3);
+  EXPECT_EQ(cases[0].dataset.limit, 2);
+  EXPECT_EQ(cases[0].dataset.categories, std::vector<std::string>{"story"});
+}
+
+TEST(RunConfig, KeysAreStableAndDistinguishCases) {
+  const RunConfig c = ParseRunConfig(Json::parse(R"({"temperatures":[0,1]})"), "cfg.json");
+  const auto a = ExpandCases(c), b = ExpandCases(c);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].Key(), b[0].Key());
+  EXPECT_NE(a[0].Key(), a[1].Key());
+  EXPECT_EQ(a[0].Key().size(), 16u);
+}
+
+TEST(RunConfig, BadInputNamesFileAndKey) {
+  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatrues":[0]})")).find("did you mean 'temperatures'"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":"64"})")).find("cfg.json: key 'max_new_tokens' must be an integer"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatures":[-1]})")).find("temperatures must be >= 0"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"top_p":1.5})")).find("top_p must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be >= 1"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float16"})")).find("dtype must be"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"datasets":[{"name":"stories","limt":3}]})")).find("limt"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"methods":[]})")).find("must be non-empty"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"([1,2])")).find("must be a JSON object"), std::string::npos);
+}
+
+TEST(RunConfig, MalformedJsonFileIsNamed) {
+  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/bad_run_config.json";
+  std::ofstream(path) << "{\"targets\": [\"stories260K\",]";
+  try {
+    LoadRunConfig(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Runner, RunsCasesOnceAndResumes) {
+  const std::string db = std::string(SPECBED_TEST_TMPDIR) + "/runner_resume.db";
+  std::filesystem::remove(db);
+  RunConfig c = ParseRunConfig(Json::parse(R"({"datasets":[{"name":"stories","limit":2}],
+      "temperatures":[0,1],"max_new_tokens":8,"warmup":0})"), "cfg.json");
+  auto store = ResultsStore::Open(db);
+  RunnerOptions options;
+  options.show_progress = false;
+  Runner runner(*store, options);
+  const RunnerSummary first = runner.Run(c);
+  EXPECT_EQ(first.cases_run, 2);
+  c.temperatures = {0, 1, 2};
+  const RunnerSummary second = runner.Run(c);
+  EXPECT_EQ(second.cases_run, 1);
+  EXPECT_EQ(second.cases_skipped, 2);
+  EXPECT_EQ(store->CountRows("cases"), 3);
+  EXPECT_EQ(store->CountRows("samples"), 6);
+  for (const auto& row : store->ListCases()) {
+    for (const auto& s : store->LoadSamples(row.case_id)) {
+      EXPECT_GE(s.n_output_tokens, 1);
+      EXPECT_LE(s.n_output_tokens, 8);
+      EXPECT_EQ(s.output_hash.size(), 16u);
+    }
+  }
+}
+
+TEST(Runner, UnknownNamesFailBeforeAnythingRuns) {
+  const std::string db = std::string(SPECBED_TEST_TMPDIR) + "/runner_unknown.db";
+  std::filesystem::remove(db);
+  auto store = ResultsStore::Open(db);
+  RunnerOptions options;
+  options.show_progress = false;
+  Runner runner(*store, options);
+  auto error_of = [&](const char* json) {
+    try {
+      runner.Run(ParseRunConfig(Json::parse(json), "cfg.json"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(R"({"methods":["eagle9"]})").find("known methods: ar"), std::string::npos);
+  EXPECT_NE(error_of(R"({"targets":["stories260k"]})").find("did you mean 'stories260K'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"datasets":["storys"]})").find("did you mean 'stories'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"methods":[{"name":"ar","knobs":{"depth":3}}]})").find("unknown knob"), std::string::npos);
+  EXPECT_EQ(store->CountRows("cases"), 0);
+  EXPECT_EQ(store->CountRows("runs"), 0);
+}
+
+}  // namespace
+}  // namespace specbed

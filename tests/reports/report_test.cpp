@@ -1,0 +1,338 @@
+// Tests for reports/report.h (`specbed report`): on a synthetic database (two AR cases at T=0 and
+// T=1, a fake speculative method with steps, bench rows) the report directory gets report.md and
+// index.html with the right metric values, constant columns hidden and stated once, every
+// embedded PNG exists and is a PNG; an AR-only database skips the speculative plots; a missing
+// gnuplot (SPECBED_GNUPLOT override) still writes the tables and warns naming the program; bad
+// databases and uncreatable output directories fail naming the path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "reports/plots.h"
+#include "reports/report.h"
+#include "tests/reports/synthetic_db.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FreshDbPath;
+using testing::WriteSyntheticDb;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+#define EXPECT_NOT_CONTAINS(haystack, needle) \
+  EXPECT_EQ(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/reports_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+bool HasGnuplot() {
+  return !FindExecutable("gnuplot").empty();
+}
+
+int Column(const ReportTable& t, const std::string& header) {
+  for (size_t i = 0; i < t.columns.size(); ++i) {
+    if (t.columns[i].header == header) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string Constant(const ReportTable& t, const std::string& header) {
+  for (const auto& [h, v] : t.constants) {
+    if (h == header) return v;
+  }
+  return "<not constant>";
+}
+
+// The row whose cells match all of `where` (header -> value); fails the test when not exactly one.
+std::vector<std::string> Row(const ReportTable& t,
+                             const std::vector<std::pair<std::string, std::string>>& where) {
+  std::vector<std::vector<std::string>> found;
+  for (const auto& row : t.rows) {
+    bool ok = true;
+    for (const auto& [h, v] : where) {
+      const int c = Column(t, h);
+      ok = ok && c >= 0 && row[c] == v;
+    }
+    if (ok) found.push_back(row);
+  }
+  EXPECT_EQ(found.size(), 1u);
+  return found.empty() ? std::vector<std::string>(t.columns.size()) : found[0];
+}
+
+std::string Cell(const ReportTable& t, const std::vector<std::string>& row, const std::string& h) {
+  const int c = Column(t, h);
+  return c < 0 ? "<no column " + h + ">" : row[c];
+}
+
+TEST(ReportData, MetricsPerCaseAndAutomaticArBaseline) {
+  const std::string db = FreshDbPath("data");
+  WriteSyntheticDb(db);
+  const ReportData data = LoadReportData(db);
+  ASSERT_EQ(data.runs.size(), 1u);
+  EXPECT_EQ(data.runs[0].info.git_commit, "c9810f3abcde");
+  ASSERT_EQ(data.groups.size(), 1u);
+  const ReportGroup& g = data.groups[0];
+  EXPECT_EQ(g.target, "tiny");
+  EXPECT_EQ(g.dataset, "stories");
+  EXPECT_TRUE(g.has_steps());
+  ASSERT_EQ(g.cases.size(), 4u);
+  // Ordered by temperature, AR first.
+  EXPECT_EQ(g.cases[0].row.record.case_key, "ar0");
+  EXPECT_EQ(g.cases[3].row.record.case_key, "ar1");
+  const CaseReport& fake = g.cases[1];
+  EXPECT_EQ(fake.row.record.case_key, "fake0");
+  EXPECT_EQ(fake.baseline_case_id, g.cases[0].row.case_id);
+  EXPECT_NEAR(fake.speedup.geomean, 2.0, 1e-12);
+  EXPECT_EQ(g.cases[2].row.record.case_key, "fake0_64");
+  EXPECT_EQ(g.cases[2].baseline_case_id, -1);  // max_new_tokens differs from every AR case
+  EXPECT_TRUE(std::isnan(g.cases[2].speedup.geomean));
+  EXPECT_EQ(data.bench.size(), 2u);
+}
+
+TEST(ReportTables, ValuesAndConstantColumnsHidden) {
+  const std::string db = FreshDbPath("tables");
+  WriteSyntheticDb(db);
+  const ReportData data = LoadReportData(db);
+  const ReportTable t = BuildCaseTable(data.groups[0]);
+  // Constant configuration columns are hidden and stated once.
+  for (const char* hidden : {"run", "threads", "dtype", "seed", "device", "batch", "top_p",
+                             "categories", "limit", "prompts"}) {
+    EXPECT_EQ(Column(t, hidden), -1) << hidden;
+  }
+  EXPECT_EQ(Constant(t, "threads"), "1");
+  EXPECT_EQ(Constant(t, "dtype"), "float32");
+  EXPECT_EQ(Constant(t, "prompts"), "3");
+  // Varying ones stay; measurement columns always stay.
+  for (const char* shown :
+       {"method", "knobs", "T", "max new", "output tokens", "decode tok/s", "prefill ms", "speedup",
+        "speedup Σ", "τ", "T_D (%)", "rollback (%)", "stop reasons"}) {
+    EXPECT_GE(Column(t, shown), 0) << shown;
+  }
+  const auto ar0 = Row(t, {{"method", "ar"}, {"T", "0"}});
+  EXPECT_EQ(Cell(t, ar0, "decode tok/s"), "100.0");
+  EXPECT_EQ(Cell(t, ar0, "prefill ms"), "3.00");
+  EXPECT_EQ(Cell(t, ar0, "output tokens"), "37");
+  EXPECT_EQ(Cell(t, ar0, "speedup"), "1.00");
+  EXPECT_EQ(Cell(t, ar0, "τ"), "—");
+  EXPECT_EQ(Cell(t, ar0, "T_D (%)"), "—");
+  EXPECT_EQ(Cell(t, ar0, "stop reasons"), "eos 2, max_new_tokens 1");
+  const auto ar1 = Row(t, {{"method", "ar"}, {"T", "1"}});
+  EXPECT_EQ(Cell(t, ar1, "decode tok/s"), "50.0");
+  const auto fake = Row(t, {{"method", "fake"}, {"max new", "32"}});
+  EXPECT_EQ(Cell(t, fake, "knobs"), R"({"k":4})");
+  EXPECT_EQ(Cell(t, fake, "decode tok/s"), "242.9");
+  EXPECT_EQ(Cell(t, fake, "speedup"), "2.00");
+  EXPECT_EQ(Cell(t, fake, "speedup Σ"), "2.43");
+  EXPECT_EQ(Cell(t, fake, "τ"), "3.09");
+  EXPECT_EQ(Cell(t, fake, "T_D (%)"), "15.7");
+  EXPECT_EQ(Cell(t, fake, "rollback (%)"), "47.7");
+  const auto unmatched = Row(t, {{"method", "fake"}, {"max new", "64"}});
+  EXPECT_EQ(Cell(t, unmatched, "speedup"), "—");
+  EXPECT_EQ(Cell(t, unmatched, "τ"), "3.09");
+
+  const ReportTable b = BuildBenchTable(data.bench);
+  EXPECT_EQ(Column(b, "model"), -1);
+  EXPECT_EQ(Constant(b, "model"), "tiny");
+  ASSERT_GE(Column(b, "context"), 0);
+  const auto b128 = Row(b, {{"context", "128"}});
+  EXPECT_EQ(Cell(b, b128, "tok/s ± std"), "800.0 ± 10.0");
+  EXPECT_EQ(Cell(b, b128, "other %"), "20.0");
+}
+
+TEST(ReportTables, HideConstantColumnsKeepsNonHideableColumns) {
+  ReportTable t;
+  t.columns = {{"a", false, true}, {"b", false, true}, {"c", true, false}};
+  t.rows = {{"x", "1", "5"}, {"x", "2", "5"}};
+  const ReportTable h = HideConstantColumns(t);
+  ASSERT_EQ(h.columns.size(), 2u);
+  EXPECT_EQ(h.columns[0].header, "b");
+  EXPECT_EQ(h.columns[1].header, "c");  // constant but not hideable
+  ASSERT_EQ(h.constants.size(), 1u);
+  EXPECT_EQ(h.constants[0], std::make_pair(std::string("a"), std::string("x")));
+  EXPECT_EQ(h.rows[1], (std::vector<std::string>{"2", "5"}));
+}
+
+// Every <img src="..."> of the HTML, in order.
+std::vector<std::string> ImageSources(const std::string& html) {
+  std::vector<std::string> out;
+  const std::regex img("<img src=\"([^\"]+)\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), img); it != std::sregex_iterator();
+       ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
+bool IsPngFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[8] = {};
+  if (!in.read(head, 8)) return false;
+  return std::string(head, 8) == std::string("\x89PNG\r\n\x1a\n", 8) && fs::file_size(path) > 8;
+}
+
+TEST(WriteReport, WritesTablesAndValidPlots) {
+  if (!HasGnuplot()) GTEST_SKIP() << "gnuplot is not installed (Debian: gnuplot-nox)";
+  const std::string db = FreshDbPath("full");
+  WriteSyntheticDb(db);
+  const std::string dir = FreshDir("full") + "/nested/out";  // parents are created
+  ReportOptions options;
+  options.gnuplot = "gnuplot";
+  const ReportResult r = WriteReport(db, dir, options);
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
+  EXPECT_EQ(r.index_html, dir + "/index.html");
+  const std::string html = ReadFileToString(r.index_html);
+  const std::string md = ReadFileToString(r.report_md);
+
+  // Every plot type, each embedded in both documents, each a real PNG with an SVG twin.
+  const std::set<std::string> expected = {"decode_speed_1.png", "decode_scatter_1.png",
+                                          "speedup_vs_draft_1.png", "tau_1.png", "bench_speed.png"};
+  EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
+  const std::vector<std::string> srcs = ImageSources(html);
+  EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);
+  for (const std::string& png : srcs) {
+    EXPECT_TRUE(IsPngFile(dir + "/" + png)) << png;
+    const std::string svg = png.substr(0, png.size() - 4) + ".svg";
+    EXPECT_TRUE(fs::exists(dir + "/" + svg)) << svg;
+    EXPECT_CONTAINS(md, "](" + png + ")");
+  }
+  EXPECT_TRUE(fs::exists(dir + "/plots.gp"));
+  // Each plot has a title, axis labels and a legend (checked in the script).
+  const std::string gp = ReadFileToString(dir + "/plots.gp");
+  for (const char* needle :
+       {"set title 'Decode throughput per case — tiny / stories'",
+        "set ylabel 'decode throughput (tokens/s)'",
+        "set xlabel 'decode tokens per answer (tokens)'", "set ylabel 'τ (tokens per verify step)'",
+        "set xlabel 'T_D: drafting time / decode time (%)'", "set key outside right top box"}) {
+    EXPECT_CONTAINS(gp, needle);
+  }
+
+  // Provenance, conventions, values and the hidden-column statement in both documents.
+  for (const std::string& doc : {html, md}) {
+    for (const char* needle :
+         {"c9810f3abcde", "testhost", "Some CPU @ 3GHz (16 cores)", "Release -O3",
+          "2026-11-21T08:05:00Z", "specbed run configs/test.json -o test.db", "tiny / stories",
+          "242.9", "2.43", "3.09", "15.7", "47.7", "800.0 ± 10.0"}) {
+      EXPECT_CONTAINS(doc, needle);
+    }
+    EXPECT_CONTAINS(doc, "output tokens − 1");  // the decode tok/s convention is stated
+  }
+  EXPECT_CONTAINS(md, "**threads** 1");
+  EXPECT_CONTAINS(html, "<b>threads</b> 1");
+  EXPECT_NOT_CONTAINS(html, "<th class=\"num\">threads</th>");
+  EXPECT_CONTAINS(html, "<th class=\"num\">T</th>");
+  EXPECT_CONTAINS(html, "<style>");      // self-contained CSS
+  EXPECT_NOT_CONTAINS(html, "<link ");   // no external stylesheet
+  EXPECT_NOT_CONTAINS(html, "src=\"/");  // images by relative path
+  EXPECT_CONTAINS(md, "has no AR case with the same workload");
+}
+
+TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {
+  if (!HasGnuplot()) GTEST_SKIP() << "gnuplot is not installed (Debian: gnuplot-nox)";
+  const std::string db = FreshDbPath("ar_only");
+  WriteSyntheticDb(db, /*with_speculative=*/false, /*with_bench=*/false);
+  const std::string dir = FreshDir("ar_only");
+  const ReportResult r = WriteReport(db, dir, ReportOptions{"gnuplot", false});
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()),
+            (std::set<std::string>{"decode_speed_1.png", "decode_scatter_1.png"}));
+  EXPECT_FALSE(fs::exists(dir + "/tau_1.png"));
+  const ReportData data = LoadReportData(db);
+  const ReportTable t = BuildCaseTable(data.groups[0]);
+  EXPECT_EQ(Column(t, "τ"), -1);
+  EXPECT_EQ(Constant(t, "τ"), "—");
+  EXPECT_EQ(Constant(t, "speedup"), "1.00");
+  EXPECT_EQ(Constant(t, "knobs"), "none");
+  const std::string md = ReadFileToString(r.report_md);
+  EXPECT_CONTAINS(md, "No data (—) for: τ, T_D (%), rollback (%)");
+  EXPECT_NOT_CONTAINS(md, "## Bench");
+  for (const auto& png : ImageSources(ReadFileToString(r.index_html))) {
+    EXPECT_TRUE(IsPngFile(dir + "/" + png)) << png;
+  }
+}
+
+TEST(WriteReport, MissingGnuplotStillWritesTablesAndWarns) {
+  const std::string db = FreshDbPath("no_gnuplot");
+  WriteSyntheticDb(db);
+  const std::string dir = FreshDir("no_gnuplot");
+  ASSERT_EQ(setenv("SPECBED_GNUPLOT", "/nonexistent/gnuplot", 1), 0);
+  ::testing::internal::CaptureStderr();
+  const ReportResult r = WriteReport(db, dir);  // default options: $SPECBED_GNUPLOT
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("SPECBED_GNUPLOT");
+  EXPECT_CONTAINS(err, "warning: gnuplot program '/nonexistent/gnuplot' not found");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_CONTAINS(r.warnings[0], "/nonexistent/gnuplot");
+  EXPECT_TRUE(r.images.empty());
+  const std::string html = ReadFileToString(r.index_html);
+  EXPECT_CONTAINS(html, "<table>");
+  EXPECT_CONTAINS(html, "242.9");
+  EXPECT_CONTAINS(html, "not found");  // the warning is in the report too
+  EXPECT_TRUE(ImageSources(html).empty());
+  EXPECT_CONTAINS(ReadFileToString(r.report_md), "242.9");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_NE(entry.path().extension(), ".png") << entry.path();
+  }
+}
+
+TEST(WriteReport, FailingGnuplotIsAWarningWithItsStatus) {
+  if (FindExecutable("false").empty()) GTEST_SKIP() << "no `false` program on PATH";
+  const std::string db = FreshDbPath("gnuplot_fails");
+  WriteSyntheticDb(db, false, false);
+  const std::string dir = FreshDir("gnuplot_fails");
+  const ReportResult r = WriteReport(db, dir, ReportOptions{"false", false});
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_CONTAINS(r.warnings[0], "gnuplot failed");
+  EXPECT_CONTAINS(r.warnings[0], "exited with status 1");
+  EXPECT_TRUE(r.images.empty());
+  EXPECT_CONTAINS(ReadFileToString(r.index_html), "100.0");
+}
+
+TEST(WriteReport, BadDatabaseOrDirectoryFailsNamingIt) {
+  const std::string dir = FreshDir("errors");
+  const std::string missing = std::string(SPECBED_TEST_TMPDIR) + "/reports_no_such.db";
+  std::remove(missing.c_str());
+  EXPECT_CONTAINS(ErrorOf([&] { WriteReport(missing, dir); }), missing);
+  EXPECT_FALSE(fs::exists(dir));  // nothing is created for a bad database
+  EXPECT_FALSE(fs::exists(missing));
+
+  const std::string text = std::string(SPECBED_TEST_TMPDIR) + "/reports_not_a_db.db";
+  std::ofstream(text) << "this is not a database\n";
+  const std::string e = ErrorOf([&] { WriteReport(text, dir); });
+  EXPECT_CONTAINS(e, text);
+  EXPECT_CONTAINS(e, "not a SQLite database");
+
+  const std::string db = FreshDbPath("errors");
+  WriteSyntheticDb(db, false, false);
+  const std::string file = std::string(SPECBED_TEST_TMPDIR) + "/reports_a_file";
+  std::ofstream(file) << "x";
+  const std::string e2 = ErrorOf([&] { WriteReport(db, file + "/sub", ReportOptions{"", false}); });
+  EXPECT_CONTAINS(e2, "cannot create report directory '" + file + "/sub'");
+  const std::string e3 = ErrorOf([&] { WriteReport(db, file, ReportOptions{"", false}); });
+  EXPECT_CONTAINS(e3, "cannot create report directory '" + file + "'");
+}
+
+}  // namespace
+}  // namespace specbed
