@@ -457,7 +457,7 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         std::to_string(m.n_samples),
         std::to_string(m.output_tokens),
         Fixed(m.decode_tokens_per_s, 1),
-        Fixed(m.prefill_ms_mean, 2),
+        Fixed(m.prefill_ms_mean, 3),
         c.is_ar ? "1.00" : Fixed(c.speedup.geomean, 2),
         c.is_ar ? "1.00" : Fixed(c.speedup.total_ratio, 2),
         Fixed(m.tau, 2),
@@ -483,7 +483,7 @@ ReportTable BuildBenchTable(const std::vector<BenchRow>& bench) {
         {std::to_string(b.run_id), r.model, r.dtype, std::to_string(r.threads),
          std::to_string(r.batch_size), std::to_string(r.context_len), std::to_string(r.n_tokens),
          std::to_string(r.reps), Fixed(r.tokens_per_s, 1) + " ± " + Fixed(r.tokens_per_s_std, 1),
-         Fixed(r.ms_per_step, 3), Fixed(r.forward_ms_per_step, 3), Fixed(r.other_ms_per_step, 3),
+         Fixed(r.ms_per_step, 4), Fixed(r.forward_ms_per_step, 4), Fixed(r.other_ms_per_step, 4),
          Fixed(r.ms_per_step > 0 ? 100.0 * r.other_ms_per_step / r.ms_per_step : kNoValue, 1)});
   }
   return HideConstantColumns(std::move(t));
