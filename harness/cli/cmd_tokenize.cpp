@@ -21,6 +21,18 @@ struct TokenizeOptions {
   bool json = false;
 };
 
+// Text of `ids` as a user reads it: special tokens skipped, and decoded as a continuation of BOS,
+// so llama2.c's dummy-prefix space disappears exactly as it does after a real BOS.
+std::string DisplayText(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::string text;
+  int32_t prev = tok.bos_id();
+  for (int32_t id : ids) {
+    text += tok.DecodeNext(prev, id, /*skip_special=*/true);
+    prev = id;
+  }
+  return text;
+}
+
 std::vector<int32_t> ParseIds(const std::string& s) {
   std::vector<int32_t> ids;
   std::string item;
@@ -57,7 +69,7 @@ void RunTokenize(const TokenizeOptions& o) {
       SPECBED_CHECK(id >= 0 && id < tok->vocab_size(), "--decode: token id ", id,
                     " outside the vocabulary [0, ", tok->vocab_size(), ")");
     }
-    const std::string text = tok->Decode(ids);
+    const std::string text = DisplayText(*tok, ids);
     if (o.json) {
       std::cout << nlohmann::json({{"ids", ids}, {"text", text}}).dump(2) << std::endl;
     } else {
@@ -71,7 +83,7 @@ void RunTokenize(const TokenizeOptions& o) {
   const std::vector<int32_t> ids = tok->Encode(o.text, options);
   std::vector<std::string> pieces;
   for (int32_t id : ids) pieces.push_back(tok->TokenText(id));
-  const std::string round_trip = tok->Decode(ids);
+  const std::string round_trip = DisplayText(*tok, ids);
   if (o.json) {
     nlohmann::json j = {{"text", o.text}, {"ids", ids}, {"tokens", pieces}, {"decoded", round_trip},
                         {"n_tokens", ids.size()}};

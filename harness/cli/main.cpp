@@ -3,9 +3,11 @@
 // message says which input and what was expected); CLI11's codes (>= 100) for usage errors.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 #include "harness/cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -21,6 +23,19 @@ int main(int argc, char** argv) {
   specbed::cli::AddListCommand(app);
   specbed::cli::AddBenchCommand(app);
   specbed::cli::AddReportCommand(app);
+  // CLI11 reports an unknown first word only as "A subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      try {
+        specbed::FailUnknownName("command", argv[1], names);
+      } catch (const specbed::Error& e) {
+        std::fprintf(stderr, "specbed: error: %s\nRun 'specbed --help' for usage.\n", e.what());
+      }
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
