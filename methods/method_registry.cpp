@@ -43,7 +43,7 @@ nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name, const nlohm
   }
   if (knobs.is_object()) {
     for (auto it = knobs.begin(); it != knobs.end(); ++it) {
-      if (!resolved.contains(it.key())) FailUnknownName("knob of method '" + name + "'", it.key(), known);
+      if (!resolved.contains(it.key())) FailUnknownName("knob", it.key(), known, "method '" + name + "'");
       const nlohmann::json& def = resolved[it.key()];
       const bool same_kind = (def.is_number() && it.value().is_number()) ||
                              def.type() == it.value().type();

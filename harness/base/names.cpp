@@ -39,9 +39,9 @@ std::string NearestName(const std::string& name, const std::vector<std::string>&
 }
 
 void FailUnknownName(const std::string& kind, const std::string& name,
-                     const std::vector<std::string>& known) {
+                     const std::vector<std::string>& known, const std::string& context) {
   const std::string nearest = NearestName(name, known);
-  Fail("unknown ", kind, " '", name, "'", nearest.empty() ? "" : " (did you mean '" + nearest + "'?)",
+  Fail(context.empty() ? "" : context + ": ", "unknown ", kind, " '", name, "'", nearest.empty() ? "" : " (did you mean '" + nearest + "'?)",
        "; known ", kind, "s: ", known.empty() ? "(none)" : Join(known, ", "));
 }
 

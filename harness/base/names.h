@@ -14,9 +14,11 @@ int EditDistance(const std::string& a, const std::string& b);
 // The known name closest to `name`, or "" when none is reasonably close.
 std::string NearestName(const std::string& name, const std::vector<std::string>& known);
 
-// Throws specbed::Error: "unknown <kind> 'name' (did you mean 'x'?); known <kind>s: a, b, c".
+// Throws specbed::Error: "[<context>: ]unknown <kind> 'name' (did you mean 'x'?); known <kind>s:
+// a, b, c". `context` names where the name came from (e.g. a config file).
 [[noreturn]] void FailUnknownName(const std::string& kind, const std::string& name,
-                                  const std::vector<std::string>& known);
+                                  const std::vector<std::string>& known,
+                                  const std::string& context = "");
 
 // Joins strings with a separator.
 std::string Join(const std::vector<std::string>& parts, const std::string& sep);

@@ -78,7 +78,7 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty = BOS only)");
   cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Maximum tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   cmd->add_option("--top-k", o->top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Weights/activations dtype: float32 or bfloat16")->capture_default_str();

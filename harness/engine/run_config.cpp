@@ -91,7 +91,7 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
               if (!mit.value().is_object()) TypeError(source, "methods[].knobs", "an object", mit.value());
               spec.knobs = mit.value();
             } else if (mit.key() != "name") {
-              FailUnknownName("key in " + source + " methods[]", mit.key(), {"name", "knobs"});
+              FailUnknownName("key", mit.key(), {"name", "knobs"}, source + ": methods[]");
             }
           }
         } else {
@@ -115,7 +115,7 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
             } else if (dit.key() == "categories") {
               spec.categories = GetStrings(dit.value(), source, "datasets[].categories");
             } else {
-              FailUnknownName("key in " + source + " datasets[]", dit.key(), {"name", "limit", "categories"});
+              FailUnknownName("key", dit.key(), {"name", "limit", "categories"}, source + ": datasets[]");
             }
           }
         } else {
@@ -155,7 +155,7 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
     } else if (key == "system_prompt") {
       c.system_prompt = GetString(v, source, key);
     } else {
-      FailUnknownName("key in run config " + source, key, kRunConfigKeys);
+      FailUnknownName("key", key, kRunConfigKeys, "run config " + source);
     }
   }
   SPECBED_CHECK(!c.targets.empty() && !c.methods.empty() && !c.datasets.empty() &&

@@ -606,9 +606,6 @@ TEST(CliErrors, UnknownConfigKeyNamesFileAndKey) {
 
 // The list of valid keys must read as such (not repeat the file path with an "s" appended).
 TEST(CliErrors, UnknownConfigKeyMessageListsKeys) {
-  GTEST_SKIP() << "bug: harness/engine/run_config.cpp:158 (and :94, :118) pass the file path "
-                  "inside FailUnknownName's `kind`, so the message ends \"known key in run "
-                  "config /path/k.jsons: name, output, ...\"";
   const std::string dir = TestDir();
   const std::string db = dir + "/k.db";
   Json cfg = SmallConfig(db);
