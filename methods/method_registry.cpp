@@ -31,7 +31,8 @@ const MethodInfo& MethodRegistry::Info(const std::string& name) const {
   FailUnknownName("method", name, Names());
 }
 
-nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name, const nlohmann::json& knobs) const {
+nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name,
+                                            const nlohmann::json& knobs) const {
   const MethodInfo& info = Info(name);
   SPECBED_CHECK(knobs.is_null() || knobs.is_object(), "knobs of method '", name,
                 "' must be a JSON object, got ", knobs.dump());
@@ -43,10 +44,11 @@ nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name, const nlohm
   }
   if (knobs.is_object()) {
     for (auto it = knobs.begin(); it != knobs.end(); ++it) {
-      if (!resolved.contains(it.key())) FailUnknownName("knob", it.key(), known, "method '" + name + "'");
+      if (!resolved.contains(it.key()))
+        FailUnknownName("knob", it.key(), known, "method '" + name + "'");
       const nlohmann::json& def = resolved[it.key()];
-      const bool same_kind = (def.is_number() && it.value().is_number()) ||
-                             def.type() == it.value().type();
+      const bool same_kind =
+          (def.is_number() && it.value().is_number()) || def.type() == it.value().type();
       SPECBED_CHECK(same_kind, "knob '", it.key(), "' of method '", name, "' expects a value like ",
                     def.dump(), ", got ", it.value().dump());
       resolved[it.key()] = it.value();

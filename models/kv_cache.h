@@ -27,7 +27,8 @@ class KvCache {
   bool defined() const { return storage_.defined(); }
   at::ScalarType dtype() const { return storage_.scalar_type(); }
 
-  // Keys / values of `layer`: [batch, n_kv_heads, max_len, head_dim] views (all slots, filled or not).
+  // Keys / values of `layer`: [batch, n_kv_heads, max_len, head_dim] views (all slots, filled or
+  // not).
   at::Tensor keys(int64_t layer) const;
   at::Tensor values(int64_t layer) const;
 

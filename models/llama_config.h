@@ -25,16 +25,16 @@ struct RopeScaling {
 struct LlamaConfig {
   // "llama2c", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM".
   std::string architecture = "LlamaForCausalLM";
-  int64_t dim = 0;          // hidden_size
-  int64_t n_layers = 0;     // num_hidden_layers
-  int64_t n_heads = 0;      // num_attention_heads
-  int64_t n_kv_heads = 0;   // num_key_value_heads (GQA when < n_heads)
-  int64_t head_dim = 0;     // explicit in Qwen3 configs, else dim / n_heads
-  int64_t hidden_dim = 0;   // intermediate_size (SwiGLU inner width)
+  int64_t dim = 0;         // hidden_size
+  int64_t n_layers = 0;    // num_hidden_layers
+  int64_t n_heads = 0;     // num_attention_heads
+  int64_t n_kv_heads = 0;  // num_key_value_heads (GQA when < n_heads)
+  int64_t head_dim = 0;    // explicit in Qwen3 configs, else dim / n_heads
+  int64_t hidden_dim = 0;  // intermediate_size (SwiGLU inner width)
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;  // max_position_embeddings
   double rope_theta = 10000.0;
-  double norm_eps = 1e-5;   // rms_norm_eps
+  double norm_eps = 1e-5;       // rms_norm_eps
   bool tie_embeddings = false;  // lm_head shares tok_embeddings
   bool qkv_bias = false;        // Qwen2: q/k/v projections have a bias
   bool qk_norm = false;         // Qwen3: per-head RMSNorm on q and k before RoPE
@@ -42,9 +42,9 @@ struct LlamaConfig {
   // false = halves (i, i + head_dim/2) as in Hugging Face checkpoints ("rotate_half").
   bool rope_interleaved = false;
   RopeScaling rope_scaling;
-  int64_t bos_token_id = -1;               // -1 = none
-  std::vector<int64_t> eos_token_ids;      // may be empty
-  std::string torch_dtype = "float32";     // as stored in the checkpoint
+  int64_t bos_token_id = -1;            // -1 = none
+  std::vector<int64_t> eos_token_ids;   // may be empty
+  std::string torch_dtype = "float32";  // as stored in the checkpoint
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

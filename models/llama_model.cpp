@@ -151,7 +151,9 @@ void SiluMul(const T* gate_up, T* act, int64_t n_rows, int64_t hidden) {
   }
 }
 
-at::Tensor Rows(const at::Tensor& buffer, int64_t n) { return buffer.narrow(0, 0, n); }
+at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
+  return buffer.narrow(0, 0, n);
+}
 
 }  // namespace
 
@@ -239,9 +241,9 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
   const int64_t* positions = nullptr;
   int64_t max_position = n_slots;
   if (options.positions.defined()) {
-    SPECBED_CHECK(options.positions.sizes() == tokens.sizes() &&
-                      options.positions.scalar_type() == at::kLong,
-                  "Forward: positions must be int64 [batch, T] like tokens");
+    SPECBED_CHECK(
+        options.positions.sizes() == tokens.sizes() && options.positions.scalar_type() == at::kLong,
+        "Forward: positions must be int64 [batch, T] like tokens");
     positions_c = options.positions.contiguous();
     positions = positions_c.data_ptr<int64_t>();
     for (int64_t i = 0; i < rows; ++i) {
@@ -337,8 +339,10 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
           }
         }
       }
-      AttentionArgs args{batch, n_tokens, n_heads, n_kv, hd, past, max_len, mask,
-                         scores_.data_ptr<float>(), slot_capacity_};
+      AttentionArgs args{batch,         n_tokens, n_heads,
+                         n_kv,          hd,       past,
+                         max_len,       mask,     scores_.data_ptr<float>(),
+                         slot_capacity_};
       Attention(qp, kcache, vcache, attnp, args);
       x.addmm_(attn, wo_t_[l]);
       RmsNormRows(xp, w.ffn_norm.data_ptr<T>(), xnp, rows, dim, eps);

@@ -30,7 +30,8 @@ enum class LogitsMode { kNone, kLast, kAll };
 struct ForwardOptions {
   // [batch, T] int64 CPU: RoPE position of each new token. Undefined: cache.length() + t.
   at::Tensor positions;
-  // [batch, T, cache.length() + T] bool CPU, true = query t may attend to slot s. Undefined: causal.
+  // [batch, T, cache.length() + T] bool CPU, true = query t may attend to slot s. Undefined:
+  // causal.
   at::Tensor mask;
   // Hidden states to return, Hugging Face `hidden_states` indexing: 0 = embedding output,
   // l (1..n_layers) = output of decoder layer l (before the final norm).
@@ -53,7 +54,8 @@ class LlamaModel {
 
   // Runs the decoder over `tokens` ([batch, T] int64 CPU) appended after cache.length() and
   // advances the cache by T. The cache must have been made by NewCache (same batch).
-  ForwardOutput Forward(const at::Tensor& tokens, KvCache& cache, const ForwardOptions& options = {});
+  ForwardOutput Forward(const at::Tensor& tokens, KvCache& cache,
+                        const ForwardOptions& options = {});
 
   // A cache for `batch` sequences of up to `max_len` positions (default: config.max_seq_len).
   KvCache NewCache(int64_t batch, int64_t max_len = -1) const;

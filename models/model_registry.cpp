@@ -20,7 +20,8 @@ ModelSpec Stories260K() {
   s.path = HomePath("models/stories260K/stories260K.bin");
   s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
   s.chat_template = "raw";
-  s.description = "Karpathy's TinyStories 260K-parameter llama2.c model (real, pretrained), vocab 512";
+  s.description =
+      "Karpathy's TinyStories 260K-parameter llama2.c model (real, pretrained), vocab 512";
   return s;
 }
 
@@ -29,8 +30,9 @@ ModelSpec Random35M() {
   s.name = "random-35m";
   s.format = "random";
   s.chat_template = "raw";
-  s.description = "random-init Llama shape, ~35M params (dim 512, 6 layers, 8 heads, ffn 1408, "
-                  "vocab 32000, tied); speed benchmarks only";
+  s.description =
+      "random-init Llama shape, ~35M params (dim 512, 6 layers, 8 heads, ffn 1408, "
+      "vocab 32000, tied); speed benchmarks only";
   LlamaConfig& c = s.random_config;
   c.architecture = "LlamaForCausalLM";
   c.dim = 512;
@@ -49,7 +51,8 @@ ModelSpec Random35M() {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Chat template a Hugging Face checkpoint most likely uses, from its architecture and vocab.
@@ -62,7 +65,9 @@ std::string GuessChatTemplate(const LlamaConfig& config) {
 
 }  // namespace
 
-std::vector<std::string> BuiltinModelNames() { return {"stories260K", "random-35m"}; }
+std::vector<std::string> BuiltinModelNames() {
+  return {"stories260K", "random-35m"};
+}
 
 ModelSpec ResolveModel(const std::string& name_or_path) {
   if (name_or_path == "stories260K") return Stories260K();

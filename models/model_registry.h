@@ -23,7 +23,7 @@ struct ModelSpec {
   std::string tokenizer_path;  // "" = none
   std::string chat_template;   // chat template name (models/tokenizer/chat_template.h)
   std::string description;
-  LlamaConfig random_config;   // format "random" only
+  LlamaConfig random_config;  // format "random" only
   uint64_t random_seed = 0;
 };
 

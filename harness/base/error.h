@@ -33,7 +33,7 @@ template <typename... Args>
 }  // namespace specbed
 
 // Checks a condition that depends on user input; on failure throws specbed::Error.
-#define SPECBED_CHECK(cond, ...)                 \
-  do {                                           \
-    if (!(cond)) ::specbed::Fail(__VA_ARGS__);   \
+#define SPECBED_CHECK(cond, ...)               \
+  do {                                         \
+    if (!(cond)) ::specbed::Fail(__VA_ARGS__); \
   } while (0)

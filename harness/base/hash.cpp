@@ -25,6 +25,8 @@ std::string HashTokens(const std::vector<int32_t>& tokens) {
   return Hex64(Fnv1a64(tokens.data(), tokens.size() * sizeof(int32_t)));
 }
 
-std::string HashString(const std::string& text) { return Hex64(Fnv1a64(text.data(), text.size())); }
+std::string HashString(const std::string& text) {
+  return Hex64(Fnv1a64(text.data(), text.size()));
+}
 
 }  // namespace specbed

@@ -41,8 +41,9 @@ std::string NearestName(const std::string& name, const std::vector<std::string>&
 void FailUnknownName(const std::string& kind, const std::string& name,
                      const std::vector<std::string>& known, const std::string& context) {
   const std::string nearest = NearestName(name, known);
-  Fail(context.empty() ? "" : context + ": ", "unknown ", kind, " '", name, "'", nearest.empty() ? "" : " (did you mean '" + nearest + "'?)",
-       "; known ", kind, "s: ", known.empty() ? "(none)" : Join(known, ", "));
+  Fail(context.empty() ? "" : context + ": ", "unknown ", kind, " '", name, "'",
+       nearest.empty() ? "" : " (did you mean '" + nearest + "'?)", "; known ", kind,
+       "s: ", known.empty() ? "(none)" : Join(known, ", "));
 }
 
 std::string Join(const std::vector<std::string>& parts, const std::string& sep) {

@@ -16,6 +16,8 @@ std::string SpecBedHome() {
   return home;
 }
 
-std::string HomePath(const std::string& relative) { return SpecBedHome() + "/" + relative; }
+std::string HomePath(const std::string& relative) {
+  return SpecBedHome() + "/" + relative;
+}
 
 }  // namespace specbed

@@ -25,13 +25,18 @@ std::string FormatSeconds(double s) {
 }  // namespace
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, FILE* out)
-    : label_(std::move(label)), unit_(std::move(unit)), out_(out), total_(total),
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      out_(out),
+      total_(total),
       start_us_(NowMicros()) {
   const char* ci = std::getenv("CI");
   interactive_ = isatty(fileno(out_)) && (ci == nullptr || *ci == '\0');
 }
 
-ProgressBar::~ProgressBar() { Finish(); }
+ProgressBar::~ProgressBar() {
+  Finish();
+}
 
 void ProgressBar::Advance(int64_t n, const std::string& note) {
   done_ += n;

@@ -36,14 +36,16 @@ struct Timing {
 
 // Decodes `n_tokens` greedy steps for `batch` sequences after a random context of `context`
 // tokens (at least one). Returns wall time and the part spent in Forward.
-Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_ids, int64_t n_tokens) {
+Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_ids,
+                  int64_t n_tokens) {
   const int64_t batch = cache.batch();
   const int64_t vocab = model.config().vocab_size;
   cache.Truncate(0);
   ForwardOutput out = model.Forward(context_ids, cache);
   at::Tensor step = at::empty({batch, 1}, at::kLong);
   int64_t* sp = step.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) sp[b] = Argmax(out.logits.data_ptr<float>() + b * vocab, vocab);
+  for (int64_t b = 0; b < batch; ++b)
+    sp[b] = Argmax(out.logits.data_ptr<float>() + b * vocab, vocab);
   Timing t;
   int64_t forward_ns = 0;
   const int64_t start = NowNanos();
@@ -62,7 +64,9 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
 void RunBench(const BenchOptions& o) {
   SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1, "bench needs --tokens >= 1 and --reps >= 1");
   std::vector<BenchRecord> rows;
-  std::printf("| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | other ms | other %% |\n");
+  std::printf(
+      "| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
+      "other ms | other %% |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
@@ -83,7 +87,8 @@ void RunBench(const BenchOptions& o) {
             at::Tensor ids = at::empty({batch, prefill}, at::kLong);
             int64_t* ip = ids.data_ptr<int64_t>();
             for (int64_t i = 0; i < batch * prefill; ++i) {
-              ip[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
+              ip[i] =
+                  static_cast<int64_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
             }
             if (target.tokenizer && target.tokenizer->bos_id() >= 0) {
               for (int64_t b = 0; b < batch; ++b) ip[b * prefill] = target.tokenizer->bos_id();
@@ -99,7 +104,8 @@ void RunBench(const BenchOptions& o) {
             }
             double mean = 0, var = 0;
             for (double v : tps) mean += v / tps.size();
-            for (double v : tps) var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
+            for (double v : tps)
+              var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
             BenchRecord row;
             row.model = target.spec.name;
             row.dtype = DtypeName(model.dtype());
@@ -116,12 +122,12 @@ void RunBench(const BenchOptions& o) {
             row.other_ms_per_step = (total - forward) / steps * 1e3;
             row.n_params = model.config().ParameterCount();
             rows.push_back(row);
-            std::printf("| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f |\n",
-                        row.model.c_str(), row.dtype.c_str(), threads, static_cast<long long>(batch),
-                        static_cast<long long>(context), static_cast<long long>(o.tokens),
-                        row.tokens_per_s, row.tokens_per_s_std, row.ms_per_step,
-                        row.forward_ms_per_step, row.other_ms_per_step,
-                        100.0 * row.other_ms_per_step / row.ms_per_step);
+            std::printf(
+                "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f |\n",
+                row.model.c_str(), row.dtype.c_str(), threads, static_cast<long long>(batch),
+                static_cast<long long>(context), static_cast<long long>(o.tokens), row.tokens_per_s,
+                row.tokens_per_s_std, row.ms_per_step, row.forward_ms_per_step,
+                row.other_ms_per_step, 100.0 * row.other_ms_per_step / row.ms_per_step);
             std::fflush(stdout);
           }
         }
@@ -132,14 +138,19 @@ void RunBench(const BenchOptions& o) {
     auto store = ResultsStore::Open(o.output);
     RunInfo info = CurrentEnvironment();
     info.repro_command = CommandLine();
-    info.config_json = nlohmann::json({{"command", "bench"}, {"models", o.models}, {"dtypes", o.dtypes},
-                                       {"threads", o.threads}, {"batches", o.batches},
-                                       {"contexts", o.contexts}, {"tokens", o.tokens}, {"reps", o.reps}})
+    info.config_json = nlohmann::json({{"command", "bench"},
+                                       {"models", o.models},
+                                       {"dtypes", o.dtypes},
+                                       {"threads", o.threads},
+                                       {"batches", o.batches},
+                                       {"contexts", o.contexts},
+                                       {"tokens", o.tokens},
+                                       {"reps", o.reps}})
                            .dump();
     const int64_t run_id = store->BeginRun(info);
     store->WriteBench(run_id, rows);
-    std::fprintf(stderr, "specbed bench: %zu rows -> %s (run %lld)\n", rows.size(), o.output.c_str(),
-                 static_cast<long long>(run_id));
+    std::fprintf(stderr, "specbed bench: %zu rows -> %s (run %lld)\n", rows.size(),
+                 o.output.c_str(), static_cast<long long>(run_id));
   }
 }
 
@@ -147,15 +158,25 @@ void RunBench(const BenchOptions& o) {
 
 void AddBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
-  cmd->add_option("-m,--model", o->models, "Models (comma-separated or repeated)")->delimiter(',')->capture_default_str();
-  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")->delimiter(',')->capture_default_str();
+  CLI::App* cmd =
+      app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
+  cmd->add_option("-m,--model", o->models, "Models (comma-separated or repeated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--threads", o->threads, "Thread counts")->delimiter(',')->capture_default_str();
-  cmd->add_option("-b,--batch", o->batches, "Batch sizes (>= 1)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")->delimiter(',')->capture_default_str();
+  cmd->add_option("-b,--batch", o->batches, "Batch sizes (>= 1)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-n,--tokens", o->tokens, "Decode steps per measurement")->capture_default_str();
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
-  cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")->capture_default_str();
+  cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
+      ->capture_default_str();
   cmd->callback([o] { RunBench(*o); });
 }
 

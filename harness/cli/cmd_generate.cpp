@@ -40,13 +40,15 @@ void RunGenerate(const GenerateOptions& o) {
   gen.seed = o.seed;
   gen.stop.max_new_tokens = o.max_new_tokens;
   gen.stop.eos_ids = target.tokenizer->eos_ids();
-  for (int64_t e : target.model->config().eos_token_ids) gen.stop.eos_ids.push_back(static_cast<int32_t>(e));
+  for (int64_t e : target.model->config().eos_token_ids)
+    gen.stop.eos_ids.push_back(static_cast<int32_t>(e));
   gen.stop.stop_strings = o.stop;
-  const int64_t max_len = std::min<int64_t>(target.model->config().max_seq_len,
-                                            static_cast<int64_t>(ids.size()) + o.max_new_tokens + 1);
+  const int64_t max_len = std::min<int64_t>(
+      target.model->config().max_seq_len, static_cast<int64_t>(ids.size()) + o.max_new_tokens + 1);
   KvCache cache = target.model->NewCache(1, max_len);
   GenerationResult r = GenerateAr(*target.model, target.tokenizer.get(), ids, gen, cache);
-  const double decode_tps = r.decode_ms > 0 ? (static_cast<double>(r.tokens.size()) - 1) / (r.decode_ms * 1e-3) : 0.0;
+  const double decode_tps =
+      r.decode_ms > 0 ? (static_cast<double>(r.tokens.size()) - 1) / (r.decode_ms * 1e-3) : 0.0;
   if (o.json) {
     nlohmann::json j = {{"model", target.spec.name},
                         {"prompt", o.prompt},
@@ -63,10 +65,11 @@ void RunGenerate(const GenerateOptions& o) {
     return;
   }
   std::cout << o.prompt << r.text << std::endl;
-  std::fprintf(stderr,
-               "\n[%s] %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",
-               target.spec.name.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason),
-               r.prefill_ms, decode_tps);
+  std::fprintf(
+      stderr,
+      "\n[%s] %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",
+      target.spec.name.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason),
+      r.prefill_ms, decode_tps);
 }
 
 }  // namespace
@@ -74,16 +77,29 @@ void RunGenerate(const GenerateOptions& o) {
 void AddGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate from one prompt with AR decoding");
-  cmd->add_option("-m,--model", o->model, "Model name (specbed list models) or checkpoint path")->capture_default_str();
+  cmd->add_option("-m,--model", o->model, "Model name (specbed list models) or checkpoint path")
+      ->capture_default_str();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty = BOS only)");
-  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Maximum tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
-  cmd->add_option("--top-k", o->top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Maximum tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-6, 1.0));
+  cmd->add_option("--top-k", o->top_k, "Top-k sampling (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "Weights/activations dtype: float32 or bfloat16")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--chat-template", o->chat_template, "Override the model's chat template (raw, llama3, chatml, vicuna)");
+  cmd->add_option("--dtype", o->dtype, "Weights/activations dtype: float32 or bfloat16")
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Override the model's chat template (raw, llama3, chatml, vicuna)");
   cmd->add_option("--stop", o->stop, "Stop string (repeatable)");
   cmd->add_flag("--json", o->json, "Print prompt ids, generated ids, text and timings as JSON");
   cmd->callback([o] { RunGenerate(*o); });

@@ -31,7 +31,8 @@ void ListMethods() {
                 m.traits.needs_drafter ? "yes" : "no", m.traits.supports_batch ? "yes" : "no",
                 m.description.c_str());
     for (const auto& k : m.knobs) {
-      std::printf("      %s = %s  %s\n", k.name.c_str(), k.default_value.dump().c_str(), k.description.c_str());
+      std::printf("      %s = %s  %s\n", k.name.c_str(), k.default_value.dump().c_str(),
+                  k.description.c_str());
     }
   }
 }
@@ -55,7 +56,8 @@ void ListTemplates() {
 
 void AddListCommand(CLI::App& app) {
   auto what = std::make_shared<std::string>("all");
-  CLI::App* cmd = app.add_subcommand("list", "List known models, methods, datasets, chat templates");
+  CLI::App* cmd =
+      app.add_subcommand("list", "List known models, methods, datasets, chat templates");
   cmd->add_option("what", *what, "models | methods | datasets | templates | all")
       ->check(CLI::IsMember({"models", "methods", "datasets", "templates", "all"}))
       ->capture_default_str();

@@ -32,7 +32,8 @@ void RunRun(const RunOptions& o) {
   options.run_info.repro_command = CommandLine();
   Runner runner(*store, options);
   const RunnerSummary s = runner.Run(config);
-  std::fprintf(stderr, "specbed run: %lld cases (%lld run, %lld already complete) in %.1f s -> %s\n",
+  std::fprintf(stderr,
+               "specbed run: %lld cases (%lld run, %lld already complete) in %.1f s -> %s\n",
                static_cast<long long>(s.cases_total), static_cast<long long>(s.cases_run),
                static_cast<long long>(s.cases_skipped), s.wall_s, config.output.c_str());
 }
@@ -45,8 +46,10 @@ void AddRunCommand(CLI::App& app) {
       "run", "Run a config (targets x methods x datasets x temperatures x seeds) into SQLite");
   cmd->add_option("config", o->config, "Run config file (JSON; see configs/README.md)")->required();
   cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
-  cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-progress", o->no_progress, "Do not show progress on stderr");
   cmd->callback([o] { RunRun(*o); });
 }

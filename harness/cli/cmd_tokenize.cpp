@@ -85,7 +85,10 @@ void RunTokenize(const TokenizeOptions& o) {
   for (int32_t id : ids) pieces.push_back(tok->TokenText(id));
   const std::string round_trip = DisplayText(*tok, ids);
   if (o.json) {
-    nlohmann::json j = {{"text", o.text}, {"ids", ids}, {"tokens", pieces}, {"decoded", round_trip},
+    nlohmann::json j = {{"text", o.text},
+                        {"ids", ids},
+                        {"tokens", pieces},
+                        {"decoded", round_trip},
                         {"n_tokens", ids.size()}};
     std::cout << j.dump(2) << std::endl;
     return;
@@ -105,7 +108,9 @@ void AddTokenizeCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("tokenize", "Text -> token ids (or --decode ids -> text)");
   cmd->add_option("text", o->text, "Text to encode");
   cmd->add_option("-m,--model", o->model, "Use this model's tokenizer")->capture_default_str();
-  cmd->add_option("--tokenizer", o->tokenizer, "A tokenizer file/dir instead (tokenizer.json, vocab.json+merges.txt dir, or llama2.c .bin)");
+  cmd->add_option(
+      "--tokenizer", o->tokenizer,
+      "A tokenizer file/dir instead (tokenizer.json, vocab.json+merges.txt dir, or llama2.c .bin)");
   cmd->add_option("--decode", o->decode, "Comma-separated token ids to decode instead of encoding");
   cmd->add_flag("--bos", o->bos, "Prepend BOS");
   cmd->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");

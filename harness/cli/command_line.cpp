@@ -7,7 +7,11 @@ namespace {
 std::string g_command_line;
 }  // namespace
 
-void SetCommandLine(int argc, char** argv) { g_command_line = ReproCommand(argc, argv); }
-std::string CommandLine() { return g_command_line; }
+void SetCommandLine(int argc, char** argv) {
+  g_command_line = ReproCommand(argc, argv);
+}
+std::string CommandLine() {
+  return g_command_line;
+}
 
 }  // namespace specbed::cli

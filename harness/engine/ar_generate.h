@@ -33,7 +33,8 @@ struct GenerationResult {
 };
 
 // Generates from `prompt` (non-empty ids, BOS included if wanted) into a reset `cache`
-// (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop strings).
+// (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop
+// strings).
 GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
                             const std::vector<int32_t>& prompt, const GenerationConfig& config,
                             KvCache& cache);

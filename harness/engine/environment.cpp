@@ -11,7 +11,6 @@
 #include "harness/base/timer.h"
 #include "specbed_build_info.h"  // generated: SPECBED_GIT_COMMIT, SPECBED_VERSION, SPECBED_BUILD_FLAGS
 
-
 namespace specbed {
 
 RunInfo CurrentEnvironment() {
@@ -50,7 +49,8 @@ std::string ReproCommand(int argc, char** argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
-    const bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos;
+    const bool plain =
+        !arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos;
     if (i) out += ' ';
     if (plain) {
       out += arg;

@@ -15,8 +15,9 @@ namespace {
 using Json = nlohmann::json;
 
 const std::vector<std::string> kRunConfigKeys = {
-    "name", "output", "targets", "methods", "datasets", "temperatures", "seeds", "top_p", "top_k",
-    "max_new_tokens", "dtype", "threads", "warmup", "stop_strings", "chat_template", "system_prompt"};
+    "name",   "output",       "targets",       "methods",        "datasets", "temperatures",
+    "seeds",  "top_p",        "top_k",         "max_new_tokens", "dtype",    "threads",
+    "warmup", "stop_strings", "chat_template", "system_prompt"};
 
 [[noreturn]] void TypeError(const std::string& source, const std::string& key, const char* expected,
                             const Json& got) {
@@ -40,7 +41,8 @@ int64_t GetInt(const Json& j, const std::string& source, const std::string& key)
   return j.get<int64_t>();
 }
 
-std::vector<std::string> GetStrings(const Json& j, const std::string& source, const std::string& key) {
+std::vector<std::string> GetStrings(const Json& j, const std::string& source,
+                                    const std::string& key) {
   if (j.is_string()) return {j.get<std::string>()};
   if (!j.is_array()) TypeError(source, key, "a string or an array of strings", j);
   std::vector<std::string> out;
@@ -57,11 +59,21 @@ Json RunConfig::ToJson() const {
   for (const auto& d : datasets) {
     datasets_json.push_back({{"name", d.name}, {"limit", d.limit}, {"categories", d.categories}});
   }
-  return {{"name", name},           {"output", output},       {"targets", targets},
-          {"methods", methods_json}, {"datasets", datasets_json}, {"temperatures", temperatures},
-          {"seeds", seeds},         {"top_p", top_p},         {"top_k", top_k},
-          {"max_new_tokens", max_new_tokens}, {"dtype", dtype}, {"threads", threads},
-          {"warmup", warmup},       {"stop_strings", stop_strings}, {"chat_template", chat_template},
+  return {{"name", name},
+          {"output", output},
+          {"targets", targets},
+          {"methods", methods_json},
+          {"datasets", datasets_json},
+          {"temperatures", temperatures},
+          {"seeds", seeds},
+          {"top_p", top_p},
+          {"top_k", top_k},
+          {"max_new_tokens", max_new_tokens},
+          {"dtype", dtype},
+          {"threads", threads},
+          {"warmup", warmup},
+          {"stop_strings", stop_strings},
+          {"chat_template", chat_template},
           {"system_prompt", system_prompt}};
 }
 
@@ -88,7 +100,8 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
           spec.name = GetString(m["name"], source, "methods[].name");
           for (auto mit = m.begin(); mit != m.end(); ++mit) {
             if (mit.key() == "knobs") {
-              if (!mit.value().is_object()) TypeError(source, "methods[].knobs", "an object", mit.value());
+              if (!mit.value().is_object())
+                TypeError(source, "methods[].knobs", "an object", mit.value());
               spec.knobs = mit.value();
             } else if (mit.key() != "name") {
               FailUnknownName("key", mit.key(), {"name", "knobs"}, source + ": methods[]");
@@ -100,7 +113,8 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
         c.methods.push_back(spec);
       }
     } else if (key == "datasets") {
-      if (!v.is_array()) TypeError(source, key, "an array of dataset names or {name, limit, categories}", v);
+      if (!v.is_array())
+        TypeError(source, key, "an array of dataset names or {name, limit, categories}", v);
       c.datasets.clear();
       for (const auto& d : v) {
         DatasetSpec spec;
@@ -115,13 +129,15 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
             } else if (dit.key() == "categories") {
               spec.categories = GetStrings(dit.value(), source, "datasets[].categories");
             } else {
-              FailUnknownName("key", dit.key(), {"name", "limit", "categories"}, source + ": datasets[]");
+              FailUnknownName("key", dit.key(), {"name", "limit", "categories"},
+                              source + ": datasets[]");
             }
           }
         } else {
           TypeError(source, key, "an array of dataset names or {name, limit, categories}", d);
         }
-        SPECBED_CHECK(spec.limit == -1 || spec.limit >= 1, source, ": datasets[].limit must be >= 1 (or -1 = all), got ", spec.limit);
+        SPECBED_CHECK(spec.limit == -1 || spec.limit >= 1, source,
+                      ": datasets[].limit must be >= 1 (or -1 = all), got ", spec.limit);
         c.datasets.push_back(spec);
       }
     } else if (key == "temperatures") {
@@ -166,8 +182,10 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
   }
   SPECBED_CHECK(c.top_p > 0 && c.top_p <= 1, source, ": top_p must be in (0, 1], got ", c.top_p);
   SPECBED_CHECK(c.top_k >= 0, source, ": top_k must be >= 0 (0 = off), got ", c.top_k);
-  SPECBED_CHECK(c.max_new_tokens >= 1, source, ": max_new_tokens must be >= 1, got ", c.max_new_tokens);
-  SPECBED_CHECK(c.threads >= 1 && c.threads <= 256, source, ": threads must be in [1, 256], got ", c.threads);
+  SPECBED_CHECK(c.max_new_tokens >= 1, source, ": max_new_tokens must be >= 1, got ",
+                c.max_new_tokens);
+  SPECBED_CHECK(c.threads >= 1 && c.threads <= 256, source, ": threads must be in [1, 256], got ",
+                c.threads);
   SPECBED_CHECK(c.warmup >= 0, source, ": warmup must be >= 0, got ", c.warmup);
   SPECBED_CHECK(c.dtype == "float32" || c.dtype == "bfloat16", source,
                 ": dtype must be \"float32\" or \"bfloat16\", got \"", c.dtype, "\"");
@@ -205,7 +223,9 @@ Json CaseConfig::ToJson() const {
           {"system_prompt", system_prompt}};
 }
 
-std::string CaseConfig::Key() const { return HashString(ToJson().dump()); }
+std::string CaseConfig::Key() const {
+  return HashString(ToJson().dump());
+}
 
 std::string CaseConfig::Label() const {
   std::ostringstream out;

@@ -27,7 +27,8 @@ std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
 
 uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
   // splitmix64 over the three inputs.
-  uint64_t z = case_seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(prompt_index) * 0xbf58476d1ce4e5b9ULL +
+  uint64_t z = case_seed * 0x9e3779b97f4a7c15ULL +
+               static_cast<uint64_t>(prompt_index) * 0xbf58476d1ce4e5b9ULL +
                static_cast<uint64_t>(turn) * 0x94d049bb133111ebULL + 0x2545f4914f6cdd1dULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -90,8 +91,8 @@ RunnerSummary Runner::Run(const RunConfig& config) {
   }
   if (summary.cases_skipped > 0) {
     std::fprintf(stderr, "specbed: %lld of %lld cases already complete in %s; skipping them\n",
-                 static_cast<long long>(summary.cases_skipped), static_cast<long long>(summary.cases_total),
-                 store_.path().c_str());
+                 static_cast<long long>(summary.cases_skipped),
+                 static_cast<long long>(summary.cases_total), store_.path().c_str());
   }
   if (todo.empty()) return summary;
 
@@ -99,7 +100,8 @@ RunnerSummary Runner::Run(const RunConfig& config) {
   run_info.config_json = config.ToJson().dump();
   const int64_t run_id = store_.BeginRun(run_info);
   std::unique_ptr<ProgressBar> progress;
-  if (options_.show_progress) progress = std::make_unique<ProgressBar>(config.name, total_turns, "turn");
+  if (options_.show_progress)
+    progress = std::make_unique<ProgressBar>(config.name, total_turns, "turn");
 
   for (size_t ci : todo) {
     const CaseConfig& c = cases[ci];
@@ -119,8 +121,8 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     gen.stop.stop_strings = c.stop_strings;
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
-      const int64_t need = std::min<int64_t>(model.config().max_seq_len,
-                                             static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
+      const int64_t need = std::min<int64_t>(
+          model.config().max_seq_len, static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
       if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
     };
 
@@ -177,7 +179,8 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     record.method_knobs_json = c.method.knobs.dump();
     record.dataset = c.dataset.name;
     std::string cats;
-    for (size_t k = 0; k < c.dataset.categories.size(); ++k) cats += (k ? "," : "") + c.dataset.categories[k];
+    for (size_t k = 0; k < c.dataset.categories.size(); ++k)
+      cats += (k ? "," : "") + c.dataset.categories[k];
     record.categories = cats;
     record.prompt_limit = c.dataset.limit;
     record.temperature = c.temperature;

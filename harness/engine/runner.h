@@ -19,7 +19,8 @@
 namespace specbed {
 
 // Builds the prompt ids for a conversation with the model's chat template.
-std::vector<int32_t> BuildPromptIds(const LoadedTarget& target, const std::vector<ChatMessage>& messages);
+std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
+                                    const std::vector<ChatMessage>& messages);
 
 // Per-prompt sampling seed derived from the case seed, the prompt index and the turn, so results
 // do not depend on the order prompts run in and every method sees the same seeds.
@@ -43,7 +44,8 @@ class Runner {
   RunnerSummary Run(const RunConfig& config);
 
  private:
-  LoadedTarget& Target(const std::string& name, const std::string& dtype, const std::string& chat_template);
+  LoadedTarget& Target(const std::string& name, const std::string& dtype,
+                       const std::string& chat_template);
   ResultsStore& store_;
   RunnerOptions options_;
   std::map<std::string, LoadedTarget> targets_;

@@ -10,8 +10,8 @@
 namespace specbed {
 
 void ValidateSamplingParams(const SamplingParams& p) {
-  SPECBED_CHECK(p.temperature >= 0.0 && std::isfinite(p.temperature), "temperature must be >= 0, got ",
-                p.temperature);
+  SPECBED_CHECK(p.temperature >= 0.0 && std::isfinite(p.temperature),
+                "temperature must be >= 0, got ", p.temperature);
   SPECBED_CHECK(p.top_p > 0.0 && p.top_p <= 1.0, "top_p must be in (0, 1], got ", p.top_p);
   SPECBED_CHECK(p.top_k >= 0, "top_k must be >= 0 (0 = off), got ", p.top_k);
 }

@@ -19,7 +19,8 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0.0; }
 };
 
-// Throws specbed::Error for impossible values (negative temperature, top_p outside (0,1], top_k < 0).
+// Throws specbed::Error for impossible values (negative temperature, top_p outside (0,1], top_k <
+// 0).
 void ValidateSamplingParams(const SamplingParams& params);
 
 class Sampler {

@@ -9,11 +9,16 @@ namespace specbed {
 
 const char* StopReasonName(StopReason reason) {
   switch (reason) {
-    case StopReason::kNone: return "none";
-    case StopReason::kEos: return "eos";
-    case StopReason::kMaxNewTokens: return "max_new_tokens";
-    case StopReason::kStopString: return "stop_string";
-    case StopReason::kMaxContext: return "max_context";
+    case StopReason::kNone:
+      return "none";
+    case StopReason::kEos:
+      return "eos";
+    case StopReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case StopReason::kStopString:
+      return "stop_string";
+    case StopReason::kMaxContext:
+      return "max_context";
   }
   return "unknown";
 }

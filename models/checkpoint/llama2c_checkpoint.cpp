@@ -67,7 +67,8 @@ Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
   const int64_t expected_bytes = 28 + expected_floats * 4;
   SPECBED_CHECK(static_cast<int64_t>(file->size()) == expected_bytes, "llama2.c checkpoint '", path,
                 "' is ", file->size(), " bytes but its header (dim=", dim, ", n_layers=", n_layers,
-                ", vocab=", vocab, ", ...) implies ", expected_bytes, " bytes (truncated or corrupt)");
+                ", vocab=", vocab, ", ...) implies ", expected_bytes,
+                " bytes (truncated or corrupt)");
 
   const float* p = reinterpret_cast<const float*>(file->data() + 28);
   auto take = [&](std::vector<int64_t> shape) {

@@ -26,7 +26,8 @@ inline const Llama2cCheckpoint& Stories260K() {
 
 inline LlamaModel Stories260KModel(at::ScalarType dtype = at::kFloat) {
   const auto& ckpt = Stories260K();
-  return LlamaModel(ckpt.config, WeightsFromHfTensors(ckpt.config, ckpt.tensors, "stories260K").To(dtype));
+  return LlamaModel(ckpt.config,
+                    WeightsFromHfTensors(ckpt.config, ckpt.tensors, "stories260K").To(dtype));
 }
 
 inline at::Tensor Ids(const std::vector<int32_t>& ids) {

@@ -42,7 +42,8 @@ std::vector<int32_t> ReferenceGreedy(const LlamaConfig& config,
   for (int i = 0; i < n; ++i) {
     const auto logits = ReferenceForward(config, tensors, seq);
     const auto& last = logits.back();
-    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     gen.push_back(next);
     seq.push_back(next);
   }
@@ -64,18 +65,16 @@ const std::vector<PinnedCase>& PinnedCases() {
        {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
         410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
         261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
-        398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310, 439, 419, 357, 336}},
-      {"",
-       {1},
-       {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
-        401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
-        328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267,
-        337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310}},
+        398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336}},
+      {"", {1}, {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
+                 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267,
+                 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310}},
       {"Tom and Lily went to the park.",
        {1, 274, 287, 269, 317, 263, 377, 267, 265, 282, 295, 433, 426},
        {342, 394, 261, 370, 268, 414, 444, 335, 261, 370, 268, 414, 444, 426, 342, 391,
         266, 267, 337, 335, 312, 426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444,
-        426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444, 426, 13, 436, 438, 347,
+        426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444, 426, 13,  436, 438, 347,
         433, 432, 392, 287, 443, 436, 274, 287, 336, 426, 313, 438, 316, 439, 419, 298}},
   };
   return cases;
@@ -181,7 +180,8 @@ TEST(HfCheckpoint, EveryFamilyMatchesReferenceInFp32SingleAndSharded) {
   for (const auto& family : Families()) {
     for (const bool sharded : {false, true}) {
       SCOPED_TRACE(family.name + (sharded ? " sharded" : " single"));
-      const std::string dir = testing_util::ScratchDir(testing_util::TestName() + family.name + (sharded ? "_s" : ""));
+      const std::string dir =
+          testing_util::ScratchDir(testing_util::TestName() + family.name + (sharded ? "_s" : ""));
       const auto tensors = RandomHfTensors(family.config, 7);
       WriteHfCheckpoint(dir, family.config, tensors, at::kFloat, sharded ? 40000 : 0);
       LoadedModel loaded = LoadHfCheckpoint(dir, at::kFloat);
@@ -289,7 +289,8 @@ TEST(LlamaModel, TreeMaskPositionsAndKeepPositions) {
     const at::Tensor tree_logits = model.Forward(Ids(nodes), cache, tree).logits.clone();
     ForwardOptions all;
     all.logits = LogitsMode::kAll;
-    for (const auto& [branch, offset] : {std::make_pair(branch_a, 0), std::make_pair(branch_b, 3)}) {
+    for (const auto& [branch, offset] :
+         {std::make_pair(branch_a, 0), std::make_pair(branch_b, 3)}) {
       std::vector<int32_t> seq = prefix;
       seq.insert(seq.end(), branch.begin(), branch.end());
       KvCache fresh = model.NewCache(1, 32);
@@ -306,8 +307,16 @@ TEST(LlamaModel, TreeMaskPositionsAndKeepPositions) {
     KvCache fresh = model.NewCache(1, 32);
     model.Forward(Ids(seq), fresh);
     for (int64_t l = 0; l < family.config.n_layers; ++l) {
-      EXPECT_LT((cache.keys(l).narrow(2, 0, p + 2) - fresh.keys(l).narrow(2, 0, p + 2)).abs().max().item<double>(), 1e-6);
-      EXPECT_LT((cache.values(l).narrow(2, 0, p + 2) - fresh.values(l).narrow(2, 0, p + 2)).abs().max().item<double>(), 1e-6);
+      EXPECT_LT((cache.keys(l).narrow(2, 0, p + 2) - fresh.keys(l).narrow(2, 0, p + 2))
+                    .abs()
+                    .max()
+                    .item<double>(),
+                1e-6);
+      EXPECT_LT((cache.values(l).narrow(2, 0, p + 2) - fresh.values(l).narrow(2, 0, p + 2))
+                    .abs()
+                    .max()
+                    .item<double>(),
+                1e-6);
     }
     // Decoding after compaction continues exactly like the fresh sequence.
     const at::Tensor next_a = model.Forward(Ids({5}), cache).logits.clone();
@@ -340,14 +349,17 @@ TEST(LlamaModel, HiddenStatesFollowHfIndexing) {
   ASSERT_EQ(out.hidden.size(), 3u);
   for (const auto& h : out.hidden) EXPECT_EQ(h.sizes(), (at::IntArrayRef{1, 3, config.dim}));
   // Index 0 is the embedding output.
-  const at::Tensor emb = model.weights().tok_embeddings.index_select(0, at::tensor({1, 403, 407}, at::kLong));
+  const at::Tensor emb =
+      model.weights().tok_embeddings.index_select(0, at::tensor({1, 403, 407}, at::kLong));
   EXPECT_TRUE(at::equal(out.hidden[0][0], emb));
   // Index n_layers through the final norm and the head gives the logits.
   const at::Tensor h = out.hidden[1][0];
-  const at::Tensor normed = h * at::rsqrt(h.pow(2).mean(-1, true) + config.norm_eps) * model.weights().final_norm;
+  const at::Tensor normed =
+      h * at::rsqrt(h.pow(2).mean(-1, true) + config.norm_eps) * model.weights().final_norm;
   const at::Tensor logits = at::matmul(normed, model.weights().lm_head.t());
   EXPECT_LT((logits - out.logits[0]).abs().max().item<double>(), 1e-4);
-  EXPECT_THROW(model.Forward(Ids({1}), cache, ForwardOptions{{}, {}, {config.n_layers + 1}}), Error);
+  EXPECT_THROW(model.Forward(Ids({1}), cache, ForwardOptions{{}, {}, {config.n_layers + 1}}),
+               Error);
 }
 
 TEST(LlamaModel, BatchedForwardEqualsSeparateRuns) {
@@ -356,7 +368,8 @@ TEST(LlamaModel, BatchedForwardEqualsSeparateRuns) {
   at::Tensor both = at::cat({Ids(a), Ids(b)}, 0);
   KvCache cache = model.NewCache(2, 16);
   at::Tensor batched = model.Forward(both, cache).logits.clone();
-  batched = at::cat({batched, model.Forward(at::tensor({5, 6}, at::kLong).view({2, 1}), cache).logits}, 1);
+  batched = at::cat(
+      {batched, model.Forward(at::tensor({5, 6}, at::kLong).view({2, 1}), cache).logits}, 1);
   for (int s = 0; s < 2; ++s) {
     KvCache single = model.NewCache(1, 16);
     at::Tensor one = model.Forward(Ids(s == 0 ? a : b), single).logits.clone();
@@ -368,7 +381,7 @@ TEST(LlamaModel, BatchedForwardEqualsSeparateRuns) {
 TEST(LlamaModel, BadInputsFailClearly) {
   LlamaModel model = testing_util::Stories260KModel();
   KvCache cache = model.NewCache(1, 4);
-  EXPECT_THROW(model.Forward(Ids({600}), cache), Error);  // outside vocab 512
+  EXPECT_THROW(model.Forward(Ids({600}), cache), Error);            // outside vocab 512
   EXPECT_THROW(model.Forward(Ids({1, 2, 3, 4, 5}), cache), Error);  // exceeds the cache
   KvCache batch2 = model.NewCache(2, 4);
   EXPECT_THROW(model.Forward(Ids({1}), batch2), Error);  // batch mismatch

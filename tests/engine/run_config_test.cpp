@@ -47,13 +47,21 @@ TEST(RunConfig, KeysAreStableAndDistinguishCases) {
 }
 
 TEST(RunConfig, BadInputNamesFileAndKey) {
-  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatrues":[0]})")).find("did you mean 'temperatures'"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":"64"})")).find("cfg.json: key 'max_new_tokens' must be an integer"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatures":[-1]})")).find("temperatures must be >= 0"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"top_p":1.5})")).find("top_p must be in (0, 1]"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be >= 1"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float16"})")).find("dtype must be"), std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"datasets":[{"name":"stories","limt":3}]})")).find("limt"), std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatrues":[0]})")).find("did you mean 'temperatures'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":"64"})"))
+                .find("cfg.json: key 'max_new_tokens' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatures":[-1]})")).find("temperatures must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"top_p":1.5})")).find("top_p must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float16"})")).find("dtype must be"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Json::parse(R"({"datasets":[{"name":"stories","limt":3}]})")).find("limt"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"methods":[]})")).find("must be non-empty"), std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"([1,2])")).find("must be a JSON object"), std::string::npos);
 }
@@ -74,7 +82,8 @@ TEST(Runner, RunsCasesOnceAndResumes) {
   const std::string db = std::string(SPECBED_TEST_TMPDIR) + "/runner_resume.db";
   std::filesystem::remove(db);
   RunConfig c = ParseRunConfig(Json::parse(R"({"datasets":[{"name":"stories","limit":2}],
-      "temperatures":[0,1],"max_new_tokens":8,"warmup":0})"), "cfg.json");
+      "temperatures":[0,1],"max_new_tokens":8,"warmup":0})"),
+                               "cfg.json");
   auto store = ResultsStore::Open(db);
   RunnerOptions options;
   options.show_progress = false;
@@ -112,9 +121,12 @@ TEST(Runner, UnknownNamesFailBeforeAnythingRuns) {
     return std::string();
   };
   EXPECT_NE(error_of(R"({"methods":["eagle9"]})").find("known methods: ar"), std::string::npos);
-  EXPECT_NE(error_of(R"({"targets":["stories260k"]})").find("did you mean 'stories260K'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"datasets":["storys"]})").find("did you mean 'stories'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"methods":[{"name":"ar","knobs":{"depth":3}}]})").find("unknown knob"), std::string::npos);
+  EXPECT_NE(error_of(R"({"targets":["stories260k"]})").find("did you mean 'stories260K'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"datasets":["storys"]})").find("did you mean 'stories'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"methods":[{"name":"ar","knobs":{"depth":3}}]})").find("unknown knob"),
+            std::string::npos);
   EXPECT_EQ(store->CountRows("cases"), 0);
   EXPECT_EQ(store->CountRows("runs"), 0);
 }

@@ -23,7 +23,8 @@ TEST(Sampler, TopKOneEqualsGreedyAtAnyTemperature) {
 }
 
 TEST(Sampler, DistributionRespectsTopKAndTopP) {
-  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
   std::vector<float> p;
   Sampler({1.0, 1.0, 2}, 0).Distribution(logits.data(), 4, p);
   EXPECT_NEAR(p[0], 0.5 / 0.8, 1e-6);
