@@ -31,6 +31,12 @@ class KvCache {
   // not).
   at::Tensor keys(int64_t layer) const;
   at::Tensor values(int64_t layer) const;
+  // Raw storage of `layer`'s keys (kv = 0) or values (kv = 1), laid out as keys()/values();
+  // for the forward's hot loop, which must not build tensor views per layer.
+  void* LayerData(int64_t layer, int kv) const {
+    return static_cast<uint8_t*>(storage_.data_ptr()) +
+           (layer * 2 + kv) * batch_ * n_kv_heads_ * max_len_ * head_dim_ * storage_.element_size();
+  }
 
   // Drops every position >= new_length (0 <= new_length <= length()).
   void Truncate(int64_t new_length);

@@ -313,8 +313,8 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
         at::mm_out(qkv, xn, wqkv_t_[l]);
       }
       // q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
-      T* kcache = cache.keys(l).data_ptr<T>();
-      T* vcache = cache.values(l).data_ptr<T>();
+      T* kcache = static_cast<T*>(cache.LayerData(l, 0));
+      T* vcache = static_cast<T*>(cache.LayerData(l, 1));
       const int64_t max_len = cache.max_len();
       const T* q_norm = w.q_norm.defined() ? w.q_norm.data_ptr<T>() : nullptr;
       const T* k_norm = w.k_norm.defined() ? w.k_norm.data_ptr<T>() : nullptr;

@@ -96,6 +96,13 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
   FailUnknownName("model", name_or_path, BuiltinModelNames());
 }
 
+std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec) {
+  if (spec.tokenizer_path.empty()) return nullptr;
+  const int32_t vocab =
+      spec.format == "llama2c" ? static_cast<int32_t>(ReadLlama2cConfig(spec.path).vocab_size) : -1;
+  return LoadTokenizer(spec.tokenizer_path, vocab);
+}
+
 LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
                        const std::string& chat_template_override) {
   LoadedTarget out;
@@ -118,7 +125,7 @@ LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
   if (!chat_template_override.empty()) out.spec.chat_template = chat_template_override;
   out.chat_template = ChatTemplateFromName(out.spec.chat_template);
   if (!out.spec.tokenizer_path.empty()) {
-    out.tokenizer = LoadTokenizer(out.spec.tokenizer_path, static_cast<int32_t>(config.vocab_size));
+    out.tokenizer = LoadModelTokenizer(out.spec);
     SPECBED_CHECK(out.tokenizer->vocab_size() <= config.vocab_size, "tokenizer '",
                   out.spec.tokenizer_path, "' has ", out.tokenizer->vocab_size(),
                   " tokens but model '", out.spec.name, "' only ", config.vocab_size);

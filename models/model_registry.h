@@ -32,6 +32,10 @@ std::vector<std::string> BuiltinModelNames();
 // Resolves a name or a path; unknown names fail listing the known ones.
 ModelSpec ResolveModel(const std::string& name_or_path);
 
+// The tokenizer of a resolved model, or null when it has none. For llama2.c checkpoints the
+// vocabulary size comes from the checkpoint header.
+std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec);
+
 struct LoadedTarget {
   ModelSpec spec;
   std::shared_ptr<LlamaModel> model;

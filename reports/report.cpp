@@ -4,8 +4,6 @@
 // Checked by: tests/reports/report_test.cpp.
 #include "reports/report.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -59,49 +57,6 @@ std::string NowUtc() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-// The runs table (ResultsStore has no reader for it), read with a separate read-only connection.
-std::vector<ReportRun> LoadRuns(const std::string& db_path) {
-  sqlite3* db = nullptr;
-  std::vector<ReportRun> runs;
-  int rc = sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* stmt = nullptr;
-  if (rc == SQLITE_OK) {
-    rc = sqlite3_prepare_v2(db,
-                            "SELECT run_id, started_at, specbed_version, git_commit, build_flags, "
-                            "host, cpu, gpu, library_versions_json, config_json, repro_command "
-                            "FROM runs ORDER BY run_id",
-                            -1, &stmt, nullptr);
-  }
-  if (rc == SQLITE_OK) {
-    auto text = [&](int i) {
-      const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
-      return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt, i))) : "";
-    };
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      ReportRun r;
-      r.run_id = sqlite3_column_int64(stmt, 0);
-      r.info.started_at = text(1);
-      r.info.specbed_version = text(2);
-      r.info.git_commit = text(3);
-      r.info.build_flags = text(4);
-      r.info.host = text(5);
-      r.info.cpu = text(6);
-      r.info.gpu = text(7);
-      r.info.library_versions_json = text(8);
-      r.info.config_json = text(9);
-      r.info.repro_command = text(10);
-      runs.push_back(std::move(r));
-    }
-    if (rc == SQLITE_DONE) rc = SQLITE_OK;
-  }
-  const std::string message = (rc == SQLITE_OK) ? "" : (db ? sqlite3_errmsg(db) : "out of memory");
-  sqlite3_finalize(stmt);
-  sqlite3_close_v2(db);
-  SPECBED_CHECK(rc == SQLITE_OK, "results database '", db_path,
-                "': reading the runs table failed: ", message);
-  return runs;
 }
 
 // ---- Rendering helpers ------------------------------------------------------------------------
@@ -372,7 +327,7 @@ ReportData LoadReportData(const std::string& db_path) {
   auto store = ResultsStore::Open(db_path, options);
   ReportData data;
   data.db_path = db_path;
-  data.runs = LoadRuns(db_path);
+  data.runs = store->ListRuns();
 
   std::map<std::pair<std::string, std::string>, size_t> group_index;
   for (auto& row : store->ListCases()) {

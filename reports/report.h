@@ -57,10 +57,7 @@ struct ReportGroup {
   bool has_steps() const;         // some case has steps rows (a speculative method)
 };
 
-struct ReportRun {
-  int64_t run_id = 0;
-  RunInfo info;
-};
+using ReportRun = ResultsStore::RunRow;
 
 struct BenchRow {
   int64_t run_id = 0;

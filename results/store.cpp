@@ -898,6 +898,33 @@ int64_t ResultsStore::CountRows(const std::string& table) const {
   return ColInt(s.get(), 0);
 }
 
+std::vector<ResultsStore::RunRow> ResultsStore::ListRuns() const {
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(
+      "SELECT run_id, started_at, specbed_version, git_commit, build_flags, host, cpu, gpu, "
+      "library_versions_json, config_json, repro_command FROM runs ORDER BY run_id"));
+  std::vector<RunRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    RunRow r;
+    r.run_id = ColInt(q, 0);
+    r.info.started_at = ColText(q, 1);
+    r.info.specbed_version = ColText(q, 2);
+    r.info.git_commit = ColText(q, 3);
+    r.info.build_flags = ColText(q, 4);
+    r.info.host = ColText(q, 5);
+    r.info.cpu = ColText(q, 6);
+    r.info.gpu = ColText(q, 7);
+    r.info.library_versions_json = ColText(q, 8);
+    r.info.config_json = ColText(q, 9);
+    r.info.repro_command = ColText(q, 10);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "listing runs");
+  return out;
+}
+
 std::vector<int64_t> ResultsStore::ListRunIds() const {
   op_start_us_ = NowMicros();
   OwnedStmt s(Prepare("SELECT run_id FROM runs ORDER BY run_id"));

@@ -122,6 +122,12 @@ class ResultsStore {
   int64_t CountRows(const std::string& table) const;
   // Ids of all runs in order (convenience for reports and tests).
   std::vector<int64_t> ListRunIds() const;
+  // Every run with its provenance, in order.
+  struct RunRow {
+    int64_t run_id = 0;
+    RunInfo info;
+  };
+  std::vector<RunRow> ListRuns() const;
   int schema_version() const { return schema_version_; }
   const std::string& path() const { return path_; }
 

@@ -38,11 +38,7 @@ void RunGenerate(const GenerateOptions& o) {
   gen.sampling.top_p = o.top_p;
   gen.sampling.top_k = o.top_k;
   gen.seed = o.seed;
-  gen.stop.max_new_tokens = o.max_new_tokens;
-  gen.stop.eos_ids = target.tokenizer->eos_ids();
-  for (int64_t e : target.model->config().eos_token_ids)
-    gen.stop.eos_ids.push_back(static_cast<int32_t>(e));
-  gen.stop.stop_strings = o.stop;
+  gen.stop = StopConfigFor(target, o.max_new_tokens, o.stop);
   const int64_t max_len = std::min<int64_t>(
       target.model->config().max_seq_len, static_cast<int64_t>(ids.size()) + o.max_new_tokens + 1);
   KvCache cache = target.model->NewCache(1, max_len);

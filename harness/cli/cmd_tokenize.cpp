@@ -60,8 +60,8 @@ void RunTokenize(const TokenizeOptions& o) {
     tok = LoadTokenizer(o.tokenizer);
   } else {
     const ModelSpec spec = ResolveModel(o.model);
-    SPECBED_CHECK(!spec.tokenizer_path.empty(), "model '", o.model, "' has no tokenizer");
-    tok = LoadTokenizer(spec.tokenizer_path, spec.format == "llama2c" ? 512 : -1);
+    tok = LoadModelTokenizer(spec);
+    SPECBED_CHECK(tok != nullptr, "model '", o.model, "' has no tokenizer");
   }
   if (!o.decode.empty()) {
     const std::vector<int32_t> ids = ParseIds(o.decode);

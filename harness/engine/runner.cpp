@@ -3,6 +3,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
@@ -23,6 +25,21 @@ std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
   std::vector<int32_t> ids = target.tokenizer->Encode(text, options);
   if (ids.empty() && target.tokenizer->bos_id() >= 0) ids.push_back(target.tokenizer->bos_id());
   return ids;
+}
+
+StopConfig StopConfigFor(const LoadedTarget& target, int64_t max_new_tokens,
+                         const std::vector<std::string>& stop_strings) {
+  StopConfig stop;
+  stop.max_new_tokens = max_new_tokens;
+  if (target.tokenizer) stop.eos_ids = target.tokenizer->eos_ids();
+  for (int64_t e : target.model->config().eos_token_ids) {
+    const auto id = static_cast<int32_t>(e);
+    if (std::find(stop.eos_ids.begin(), stop.eos_ids.end(), id) == stop.eos_ids.end()) {
+      stop.eos_ids.push_back(id);
+    }
+  }
+  stop.stop_strings = stop_strings;
+  return stop;
 }
 
 uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
@@ -113,12 +130,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     gen.sampling.top_p = c.top_p;
     gen.sampling.top_k = c.top_k;
     ValidateSamplingParams(gen.sampling);
-    gen.stop.max_new_tokens = c.max_new_tokens;
-    gen.stop.eos_ids = target.tokenizer ? target.tokenizer->eos_ids() : std::vector<int32_t>{};
-    for (int64_t e : model.config().eos_token_ids) {
-      gen.stop.eos_ids.push_back(static_cast<int32_t>(e));
-    }
-    gen.stop.stop_strings = c.stop_strings;
+    gen.stop = StopConfigFor(target, c.max_new_tokens, c.stop_strings);
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
       const int64_t need = std::min<int64_t>(

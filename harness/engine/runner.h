@@ -22,6 +22,11 @@ namespace specbed {
 std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
                                     const std::vector<ChatMessage>& messages);
 
+// Stop rules for `target`: its tokenizer's EOS ids plus the config's, the given stop strings.
+// Every decoding path (run, generate, methods) uses this, so stop behaviour is identical.
+StopConfig StopConfigFor(const LoadedTarget& target, int64_t max_new_tokens,
+                         const std::vector<std::string>& stop_strings);
+
 // Per-prompt sampling seed derived from the case seed, the prompt index and the turn, so results
 // do not depend on the order prompts run in and every method sees the same seeds.
 uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn);

@@ -13,19 +13,18 @@ namespace {
 
 constexpr uint32_t kLlama2cMagic = 0x616b3432;  // "ak42": llama2.c export versions >= 1
 
-}  // namespace
-
-Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
-  auto file = MappedFile::Open(path);
-  SPECBED_CHECK(file->size() >= 28, "llama2.c checkpoint '", path, "' is ", file->size(),
+// Reads and validates the 28-byte header; errors name the file.
+LlamaConfig ParseLlama2cHeader(const MappedFile& file) {
+  const std::string& path = file.path();
+  SPECBED_CHECK(file.size() >= 28, "llama2.c checkpoint '", path, "' is ", file.size(),
                 " bytes; expected at least a 28-byte header");
   uint32_t magic = 0;
-  std::memcpy(&magic, file->data(), 4);
+  std::memcpy(&magic, file.data(), 4);
   SPECBED_CHECK(magic != kLlama2cMagic, "llama2.c checkpoint '", path,
                 "' uses a versioned export format (magic ak42); only the legacy format is "
                 "supported: re-export with llama2.c's legacy_export");
   int32_t header[7];
-  std::memcpy(header, file->data(), sizeof(header));
+  std::memcpy(header, file.data(), sizeof(header));
   const int64_t dim = header[0], hidden = header[1], n_layers = header[2], n_heads = header[3],
                 n_kv_heads = header[4], seq_len = header[6];
   const bool shared_classifier = header[5] > 0;
@@ -59,6 +58,21 @@ Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
   config.eos_token_ids = {2};
   config.torch_dtype = "float32";
 
+  return config;
+}
+
+}  // namespace
+
+LlamaConfig ReadLlama2cConfig(const std::string& path) {
+  return ParseLlama2cHeader(*MappedFile::Open(path));
+}
+
+Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
+  auto file = MappedFile::Open(path);
+  const LlamaConfig config = ParseLlama2cHeader(*file);
+  const int64_t dim = config.dim, hidden = config.hidden_dim, n_layers = config.n_layers,
+                vocab = config.vocab_size, seq_len = config.max_seq_len;
+  const bool shared_classifier = config.tie_embeddings;
   const int64_t kv_dim = config.kv_dim();
   const int64_t head_size = config.head_dim;
   const int64_t expected_floats =

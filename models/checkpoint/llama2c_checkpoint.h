@@ -25,4 +25,7 @@ struct Llama2cCheckpoint {
 // header is implausible, the file size disagrees with the header, or it is a newer export version.
 Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path);
 
+// The config from the header alone (same validation of the header, no tensor reads).
+LlamaConfig ReadLlama2cConfig(const std::string& path);
+
 }  // namespace specbed

@@ -242,6 +242,20 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
     options.read_only = read_only;
     auto store = ResultsStore::Open(path, options);
     EXPECT_EQ(store->ListRunIds(), std::vector<int64_t>{run_id});
+    const auto runs = store->ListRuns();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].run_id, run_id);
+    const RunInfo& got = runs[0].info;
+    EXPECT_EQ(got.started_at, run.started_at);
+    EXPECT_EQ(got.specbed_version, run.specbed_version);
+    EXPECT_EQ(got.git_commit, run.git_commit);
+    EXPECT_EQ(got.build_flags, run.build_flags);
+    EXPECT_EQ(got.host, run.host);
+    EXPECT_EQ(got.cpu, run.cpu);
+    EXPECT_EQ(got.gpu, run.gpu);
+    EXPECT_EQ(got.library_versions_json, run.library_versions_json);
+    EXPECT_EQ(got.config_json, run.config_json);
+    EXPECT_EQ(got.repro_command, run.repro_command);
     EXPECT_EQ(RawQueryText(path, "SELECT repro_command FROM runs"), run.repro_command);
     EXPECT_EQ(RawQueryText(path,
                            "SELECT cpu || '|' || gpu || '|' || library_versions_json || "
