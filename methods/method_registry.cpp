@@ -1,13 +1,30 @@
 // Method registry (see method_registry.h).
 #include "methods/method_registry.h"
 
+#include <cmath>
+
 #include "harness/base/error.h"
 #include "harness/base/names.h"
 
 namespace specbed {
 
+nlohmann::json MethodTraits::ToJson() const {
+  return nlohmann::json{{"speculative", speculative},
+                        {"lossless", lossless},
+                        {"tree", tree},
+                        {"needs_drafter", needs_drafter},
+                        {"needs_draft_probs", needs_draft_probs},
+                        {"needs_target_hidden", needs_target_hidden},
+                        {"supports_batch", supports_batch},
+                        {"trains_online", trains_online},
+                        {"overlaps_verification", overlaps_verification},
+                        {"sampling_verifier", sampling_verifier},
+                        {"drafter_knob", drafter_knob}};
+}
+
 void MethodRegistry::Register(MethodInfo info) {
   SPECBED_CHECK(!Has(info.name), "method '", info.name, "' registered twice");
+  SPECBED_CHECK(static_cast<bool>(info.factory), "method '", info.name, "' has no factory");
   methods_.push_back(std::move(info));
 }
 
@@ -47,22 +64,44 @@ nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name,
       if (!resolved.contains(it.key()))
         FailUnknownName("knob", it.key(), known, "method '" + name + "'");
       const nlohmann::json& def = resolved[it.key()];
+      const bool integral_ok = !def.is_number_integer() || it.value().is_number_integer();
       const bool same_kind =
-          (def.is_number() && it.value().is_number()) || def.type() == it.value().type();
+          ((def.is_number() && it.value().is_number()) || def.type() == it.value().type()) &&
+          integral_ok;
       SPECBED_CHECK(same_kind, "knob '", it.key(), "' of method '", name, "' expects a value like ",
                     def.dump(), ", got ", it.value().dump());
       resolved[it.key()] = it.value();
     }
   }
+  for (const auto& k : info.knobs) {
+    const nlohmann::json& v = resolved[k.name];
+    if (v.is_number() && k.min <= k.max) {
+      const double x = v.get<double>();
+      SPECBED_CHECK(x >= k.min && x <= k.max, "knob '", k.name, "' of method '", name,
+                    "' must be in [", k.min, ", ", k.max, "], got ", v.dump());
+    }
+    if (v.is_string() && !k.choices.empty()) {
+      const std::string s = v.get<std::string>();
+      bool ok = false;
+      for (const auto& c : k.choices) ok = ok || c == s;
+      if (!ok)
+        FailUnknownName("value of knob '" + k.name + "'", s, k.choices, "method '" + name + "'");
+    }
+  }
   return resolved;
 }
 
+std::unique_ptr<Decoder> MethodRegistry::Build(const std::string& name, MethodContext& context,
+                                               const nlohmann::json& knobs) const {
+  const MethodInfo& info = Info(name);
+  SPECBED_CHECK(context.target != nullptr && context.target->model != nullptr, "method '", name,
+                "': no target model");
+  return info.factory(context, ResolveKnobs(name, knobs));
+}
+
 void RegisterBuiltinMethods(MethodRegistry& registry) {
-  MethodInfo ar;
-  ar.name = "ar";
-  ar.description = "autoregressive decoding with the target alone (the baseline of every speedup)";
-  ar.traits.lossless = true;
-  registry.Register(ar);
+  RegisterArMethod(registry);
+  RegisterSpsMethod(registry);
 }
 
 }  // namespace specbed

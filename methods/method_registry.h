@@ -1,14 +1,22 @@
-// Registry of decoding methods: name -> description, traits, knobs (with defaults). Registration
-// is explicit (RegisterBuiltinMethods, called by the CLI) — no static-initialization magic.
-// Unknown names fail with the list of known ones and the nearest match.
-// Issue 3 (speculative core) extends MethodInfo with the Drafter/Controller/Adapter factories.
-// Checked by: tests/engine/runner_test.cpp (unknown method), `specbed list methods`.
+// Registry of decoding methods: name -> description, traits, knobs (with defaults and ranges) and
+// a factory that assembles the method's Decoder (harness/engine/method.h) for one case.
+// Registration is explicit (RegisterBuiltinMethods, called by the runner and the CLI) — no
+// static-initialization magic. Unknown names fail with the list of known ones and the nearest
+// match; unknown knobs, wrong types and out-of-range values fail naming the method and knob.
+// The runner branches on traits, never on method names.
+// Checked by: tests/engine/method_registry_test.cpp, tests/cli/cli_test.cpp (`specbed list
+// methods`).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/engine/method.h"
+#include "models/model_registry.h"
 
 namespace specbed {
 
@@ -16,37 +24,71 @@ struct MethodKnob {
   std::string name;
   nlohmann::json default_value;
   std::string description;
+  // Numeric knobs: inclusive range (checked by ResolveKnobs); ignored when min > max.
+  double min = 1, max = 0;
+  // String knobs: allowed values (empty = any).
+  std::vector<std::string> choices;
 };
 
+// Capabilities the runner and reports rely on (stored with every case).
 struct MethodTraits {
-  bool lossless = true;        // output distribution equals the target's (exact at T=0)
-  bool tree = false;           // drafts trees (vs. chains)
-  bool needs_drafter = false;  // needs a draft model / head
-  bool supports_batch = true;  // batch > 1
+  bool speculative = false;            // drafts and verifies (false: plain AR)
+  bool lossless = true;                // output distribution equals the target's (exact at T = 0)
+  bool tree = false;                   // drafts trees (vs. chains)
+  bool needs_drafter = false;          // needs a separate draft model / head
+  bool needs_draft_probs = false;      // its sampling verifier needs per-slot draft distributions
+  bool needs_target_hidden = false;    // the drafter reads target hidden states
+  bool supports_batch = false;         // batch > 1
+  bool trains_online = false;          // an Adapter updates the drafter while decoding
+  bool overlaps_verification = false;  // drafting overlaps verification (own Decoder)
+  std::string sampling_verifier;       // verification rule at T > 0 ("" for AR)
+  std::string drafter_knob;            // knob naming the draft model ("" = none)
+  nlohmann::json ToJson() const;
 };
+
+// What a factory may use to build a method for one case.
+struct MethodContext {
+  LoadedTarget* target = nullptr;  // the case's target (model, tokenizer)
+  at::ScalarType dtype = at::kFloat;
+  // Loads (cached across cases) a model by registry name or path, in `dtype`.
+  std::function<LoadedTarget&(const std::string& name_or_path)> load_model;
+};
+
+using MethodFactory =
+    std::function<std::unique_ptr<Decoder>(MethodContext& context, const nlohmann::json& knobs)>;
 
 struct MethodInfo {
   std::string name;
   std::string description;
+  std::string paper;  // citation / link ("" for baselines)
   MethodTraits traits;
   std::vector<MethodKnob> knobs;
+  MethodFactory factory;
 };
 
 class MethodRegistry {
  public:
-  // Adds a method; a duplicate name is an error.
+  // Adds a method; a duplicate name or a missing factory is an error.
   void Register(MethodInfo info);
   std::vector<std::string> Names() const;
   bool Has(const std::string& name) const;
   const MethodInfo& Info(const std::string& name) const;
-  // Knobs with defaults filled in; unknown knob names or wrong types fail naming the method.
+  // Knobs with defaults filled in; unknown knob names, wrong types, values out of range or not
+  // among the choices fail naming the method and the knob.
   nlohmann::json ResolveKnobs(const std::string& name, const nlohmann::json& knobs) const;
+  // Builds the method's decoder for one case (knobs are resolved first).
+  std::unique_ptr<Decoder> Build(const std::string& name, MethodContext& context,
+                                 const nlohmann::json& knobs) const;
 
  private:
   std::vector<MethodInfo> methods_;
 };
 
-// Registers every built-in method (today: ar).
+// Registers every built-in method (ar, sps).
 void RegisterBuiltinMethods(MethodRegistry& registry);
+
+// Per-method registration functions (one per methods/<name>/ folder).
+void RegisterArMethod(MethodRegistry& registry);
+void RegisterSpsMethod(MethodRegistry& registry);
 
 }  // namespace specbed

@@ -2,11 +2,14 @@
 // Checked by: tests/reports/metrics_test.cpp.
 #include "metrics/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
 
 namespace specbed {
 namespace {
@@ -21,6 +24,26 @@ nlohmann::json ConfigValue(const std::string& config_json, const char* key) {
   if (!j.is_object() || !j.contains(key)) return nullptr;
   return j.at(key);
 }
+
+// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fully specified generator, so bootstrap
+// intervals do not depend on the standard library's distributions.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform index in [0, n) by multiply-shift (bias < n / 2^64, negligible).
+  size_t Index(size_t n) {
+    return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
 
 }  // namespace
 
@@ -42,6 +65,36 @@ double GeometricMean(const std::vector<double>& values) {
     ++n;
   }
   return n == 0 ? kNoValue : std::exp(log_sum / static_cast<double>(n));
+}
+
+int64_t StepDraftDepth(const StepRecord& step) {
+  return step.draft_depth >= 0 ? step.draft_depth : step.n_drafted;
+}
+
+PositionAcceptance ComputePositionAcceptance(const std::vector<StepRecord>& steps) {
+  PositionAcceptance p;
+  int64_t max_depth = 0;
+  for (const StepRecord& st : steps) max_depth = std::max(max_depth, StepDraftDepth(st));
+  p.n_reached.assign(max_depth, 0);
+  p.n_accepted.assign(max_depth, 0);
+  p.n_conditional.assign(max_depth, 0);
+  for (const StepRecord& st : steps) {
+    const int64_t depth = StepDraftDepth(st);
+    const int64_t accepted = std::min(st.n_accepted, depth);  // stored rows satisfy this
+    for (int64_t i = 1; i <= depth; ++i) {
+      ++p.n_reached[i - 1];
+      if (accepted >= i - 1) ++p.n_conditional[i - 1];
+      if (accepted >= i) ++p.n_accepted[i - 1];
+    }
+  }
+  auto ratio = [](int64_t num, int64_t den) {
+    return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : kNoValue;
+  };
+  for (int64_t i = 0; i < max_depth; ++i) {
+    p.r.push_back(ratio(p.n_accepted[i], p.n_reached[i]));
+    p.alpha.push_back(ratio(p.n_accepted[i], p.n_conditional[i]));
+  }
+  return p;
 }
 
 CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
@@ -70,10 +123,21 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
     if (std::isfinite(st.t_draft_us)) m.draft_ms += st.t_draft_us / 1000.0;
     if (std::isfinite(st.t_verify_us)) m.verify_ms += st.t_verify_us / 1000.0;
     if (std::isfinite(st.t_other_us)) m.other_ms += st.t_other_us / 1000.0;
+    m.rollback_events += st.n_rollback_events;
   }
   if (m.n_steps > 0) {
-    m.tau = static_cast<double>(m.emitted) / static_cast<double>(m.n_steps);
-    if (m.decode_ms > 0) m.draft_fraction = m.draft_ms / m.decode_ms;
+    const double n = static_cast<double>(m.n_steps);
+    m.tau = static_cast<double>(m.emitted) / n;
+    if (m.decode_ms > 0) {
+      m.draft_fraction = m.draft_ms / m.decode_ms;
+      m.verify_fraction = m.verify_ms / m.decode_ms;
+      m.other_fraction = m.other_ms / m.decode_ms;
+    }
+    m.draft_us_per_step = m.draft_ms * 1000.0 / n;
+    m.verify_us_per_step = m.verify_ms * 1000.0 / n;
+    m.other_us_per_step = m.other_ms * 1000.0 / n;
+    m.rollback_events_per_step = static_cast<double>(m.rollback_events) / n;
+    m.positions = ComputePositionAcceptance(steps);
     if (m.drafted > 0) {
       m.rollback_rate =
           static_cast<double>(m.drafted - m.accepted) / static_cast<double>(m.drafted);
@@ -108,11 +172,37 @@ bool SameWorkload(const CaseRecord& a, const CaseRecord& b) {
   return true;
 }
 
+BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i) {
+  BaselineMatch out;
+  SPECBED_CHECK(i < cases.size(), "FindArBaseline: case index ", i, " out of range (", cases.size(),
+                " cases)");
+  const ResultsStore::CaseRow& c = cases[i];
+  if (c.record.method == kArMethod) return out;
+  for (size_t j = 0; j < cases.size(); ++j) {
+    const ResultsStore::CaseRow& b = cases[j];
+    if (j == i || b.record.method != kArMethod || !SameWorkload(b.record, c.record)) continue;
+    const bool same_run = b.run_id == c.run_id;
+    if (same_run) return {static_cast<int64_t>(j), true};
+    if (out.index < 0) out.index = static_cast<int64_t>(j);
+  }
+  return out;
+}
+
+double SortedQuantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return kNoValue;
+  const double h = (static_cast<double>(sorted.size()) - 1.0) * std::clamp(q, 0.0, 1.0);
+  const size_t lo = static_cast<size_t>(std::floor(h));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
 Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
-                       const std::vector<SampleRecord>& method_samples) {
+                       const std::vector<SampleRecord>& method_samples,
+                       const BootstrapOptions& bootstrap) {
   std::map<std::pair<std::string, int32_t>, double> ar_ms;
   for (const SampleRecord& s : ar_samples) ar_ms[{s.prompt_id, s.turn}] = s.decode_ms;
   Speedup out;
+  out.bootstrap = bootstrap;
   double ar_total = 0, method_total = 0;
   for (const SampleRecord& s : method_samples) {
     const auto it = ar_ms.find({s.prompt_id, s.turn});
@@ -121,13 +211,146 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
     }
     ++out.n_matched;
     out.per_prompt.push_back(it->second / s.decode_ms);
+    out.pairs.push_back({s.prompt_id, s.turn, it->second, s.decode_ms});
     ar_total += it->second;
     method_total += s.decode_ms;
   }
-  if (out.n_matched > 0) {
-    out.geomean = GeometricMean(out.per_prompt);
-    out.total_ratio = ar_total / method_total;
+  if (out.n_matched == 0) return out;
+  out.geomean = GeometricMean(out.per_prompt);
+  out.total_ratio = ar_total / method_total;
+
+  // Bootstrap units: prompts, each with the sums of its matched turns.
+  struct Cluster {
+    double log_sum = 0, ar_ms = 0, method_ms = 0;
+    int64_t n = 0;
+  };
+  std::vector<Cluster> clusters;
+  std::map<std::string, size_t> cluster_of;
+  for (const Speedup::Pair& p : out.pairs) {
+    auto it = cluster_of.emplace(p.prompt_id, clusters.size()).first;
+    if (it->second == clusters.size()) clusters.emplace_back();
+    Cluster& c = clusters[it->second];
+    c.log_sum += std::log(p.ar_ms / p.method_ms);
+    c.ar_ms += p.ar_ms;
+    c.method_ms += p.method_ms;
+    ++c.n;
   }
+  out.n_prompts = static_cast<int64_t>(clusters.size());
+  if (bootstrap.n_resamples <= 0) return out;
+  SPECBED_CHECK(bootstrap.level > 0 && bootstrap.level < 1, "bootstrap level ", bootstrap.level,
+                " must lie strictly between 0 and 1");
+  SplitMix64 rng(bootstrap.seed);
+  std::vector<double> geomeans, totals;
+  geomeans.reserve(bootstrap.n_resamples);
+  totals.reserve(bootstrap.n_resamples);
+  for (int64_t b = 0; b < bootstrap.n_resamples; ++b) {
+    Cluster sum;
+    for (size_t k = 0; k < clusters.size(); ++k) {
+      const Cluster& c = clusters[rng.Index(clusters.size())];
+      sum.log_sum += c.log_sum;
+      sum.ar_ms += c.ar_ms;
+      sum.method_ms += c.method_ms;
+      sum.n += c.n;
+    }
+    geomeans.push_back(std::exp(sum.log_sum / static_cast<double>(sum.n)));
+    totals.push_back(sum.ar_ms / sum.method_ms);
+  }
+  std::sort(geomeans.begin(), geomeans.end());
+  std::sort(totals.begin(), totals.end());
+  const double tail = (1.0 - bootstrap.level) / 2.0;
+  out.geomean_ci = {SortedQuantile(geomeans, tail), SortedQuantile(geomeans, 1.0 - tail)};
+  out.total_ratio_ci = {SortedQuantile(totals, tail), SortedQuantile(totals, 1.0 - tail)};
+  return out;
+}
+
+namespace {
+
+nlohmann::json ParseJsonArray(const std::string& json, const std::string& what) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  SPECBED_CHECK(j.is_array(), what, ": expected a JSON array of numbers, got '",
+                json.size() > 80 ? json.substr(0, 80) + "..." : json, "'");
+  return j;
+}
+
+}  // namespace
+
+std::vector<int64_t> ParseTokenIdsJson(const std::string& json, const std::string& what) {
+  if (json.empty()) return {};
+  const nlohmann::json j = ParseJsonArray(json, what);
+  std::vector<int64_t> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    SPECBED_CHECK(j[i].is_number_integer(), what, ": element ", i, " is ", j[i].dump(),
+                  "; expected an integer token id");
+    out.push_back(j[i].get<int64_t>());
+  }
+  return out;
+}
+
+std::vector<double> ParseMarginsJson(const std::string& json, const std::string& what) {
+  if (json.empty()) return {};
+  const nlohmann::json j = ParseJsonArray(json, what);
+  std::vector<double> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (j[i].is_null()) {
+      out.push_back(kNoValue);
+      continue;
+    }
+    SPECBED_CHECK(j[i].is_number(), what, ": element ", i, " is ", j[i].dump(),
+                  "; expected a number (a logit margin) or null");
+    out.push_back(j[i].get<double>());
+  }
+  return out;
+}
+
+ExactMatch ComputeExactMatch(const std::vector<SampleRecord>& ar_samples,
+                             const std::vector<SampleRecord>& method_samples) {
+  std::map<std::pair<std::string, int32_t>, const SampleRecord*> ar_by_key;
+  for (const SampleRecord& s : ar_samples) ar_by_key[{s.prompt_id, s.turn}] = &s;
+  auto where = [](const char* side, const SampleRecord& s, const char* field) {
+    return StrCat(side, " sample (prompt '", s.prompt_id, "' turn ", s.turn, ") ", field);
+  };
+  ExactMatch out;
+  std::vector<double> positions;
+  for (const SampleRecord& s : method_samples) {
+    const auto it = ar_by_key.find({s.prompt_id, s.turn});
+    if (it == ar_by_key.end()) continue;
+    const SampleRecord& ar = *it->second;
+    if (ar.output_ids_json.empty() || s.output_ids_json.empty()) continue;
+    const std::vector<int64_t> a =
+        ParseTokenIdsJson(ar.output_ids_json, where("AR", ar, "output_ids_json"));
+    const std::vector<int64_t> m =
+        ParseTokenIdsJson(s.output_ids_json, where("method", s, "output_ids_json"));
+    ++out.n_matched;
+    if (a == m) {
+      ++out.n_exact;
+      continue;
+    }
+    const size_t common = std::min(a.size(), m.size());
+    size_t pos = 0;
+    while (pos < common && a[pos] == m[pos]) ++pos;
+    ExactMatch::Divergence d;
+    d.prompt_id = s.prompt_id;
+    d.turn = s.turn;
+    d.position = static_cast<int64_t>(pos);
+    d.ar_token = pos < a.size() ? a[pos] : -1;
+    d.method_token = pos < m.size() ? m[pos] : -1;
+    const std::vector<double> margins =
+        ParseMarginsJson(ar.token_margins_json, where("AR", ar, "token_margins_json"));
+    if (pos < a.size() && pos < margins.size()) d.margin = margins[pos];
+    positions.push_back(static_cast<double>(pos));
+    if (out.min_position < 0 || d.position < out.min_position) out.min_position = d.position;
+    if (std::isfinite(d.margin) && (std::isnan(out.min_margin) || d.margin < out.min_margin)) {
+      out.min_margin = d.margin;
+    }
+    out.divergences.push_back(std::move(d));
+  }
+  if (out.n_matched > 0) {
+    out.rate = static_cast<double>(out.n_exact) / static_cast<double>(out.n_matched);
+  }
+  std::sort(positions.begin(), positions.end());
+  out.median_position = SortedQuantile(positions, 0.5);
   return out;
 }
 

@@ -1,10 +1,14 @@
 // Pure metric functions over raw results rows (results/store.h records): decode throughput, mean
-// prefill time, stop-reason counts, tau (tokens emitted per verify step), drafting-time share,
-// rollback rate, and speedup over an autoregressive (AR) baseline on the same prompts. No I/O.
+// prefill time, stop-reason counts, tau (tokens emitted per verify step), drafting/other time
+// shares and per-step phase costs, rollback rate, per-position acceptance (unconditional r_i and
+// conditional alpha_i), speedup over an autoregressive (AR) baseline on the same prompts with
+// bootstrap confidence intervals, exact match against AR (first divergence and the target's top-2
+// logit margin there), and the choice of the AR baseline. No I/O.
 // Definitions and conventions: reports/README.md. A metric with no data is NaN (shown as "—").
 // Checked by: tests/reports/metrics_test.cpp (hand-computed values).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -28,6 +32,29 @@ double SampleDecodeTokensPerS(const SampleRecord& sample);
 // Geometric mean of positive finite values (others are skipped); NaN when none is left.
 double GeometricMean(const std::vector<double>& values);
 
+// The method name of the autoregressive baseline.
+inline constexpr const char* kArMethod = "ar";
+
+// Depth of a step's draft as used by the metrics: draft_depth, or n_drafted when it was not
+// recorded (-1, rows from schema v1: a chain is assumed).
+int64_t StepDraftDepth(const StepRecord& step);
+
+// Per-position acceptance over the steps of a case, for positions i = 1..max depth (index i-1).
+// Both rates of the glossary (docs: reports/README.md):
+//   unconditional r_i = #steps with n_accepted >= i / #steps with depth >= i;
+//   conditional alpha_i = #steps with n_accepted >= i / #steps with n_accepted >= i-1 and
+//                         depth >= i  (P(accept at i | accepted up to i-1 and drafted to i)).
+// A rate whose denominator is 0 is NaN (cannot happen for i <= max depth with r_i).
+struct PositionAcceptance {
+  std::vector<int64_t> n_reached;      // #steps with depth >= i          (denominator of r_i)
+  std::vector<int64_t> n_accepted;     // #steps with n_accepted >= i     (numerator of both)
+  std::vector<int64_t> n_conditional;  // #steps with n_accepted >= i-1 and depth >= i
+  std::vector<double> r;               // unconditional r_i
+  std::vector<double> alpha;           // conditional alpha_i
+  int64_t max_depth() const { return static_cast<int64_t>(r.size()); }
+};
+PositionAcceptance ComputePositionAcceptance(const std::vector<StepRecord>& steps);
+
 // Aggregates of one case. Speculative fields are NaN when the case has no steps rows (AR).
 struct CaseMetrics {
   int64_t n_samples = 0;
@@ -46,6 +73,14 @@ struct CaseMetrics {
   double tau = kNoValue;             // emitted / n_steps (includes the bonus/correction token)
   double draft_fraction = kNoValue;  // draft_ms / decode_ms (0..1; shown as T_D%)
   double rollback_rate = kNoValue;   // (drafted - accepted) / drafted; NaN when none drafted
+  // Added with schema v2 (extensions; NaN without steps rows):
+  double verify_fraction = kNoValue;  // verify_ms / decode_ms
+  double other_fraction = kNoValue;   // other_ms / decode_ms ("other" share of decode time)
+  // Mean per-step phase costs, microseconds (sum of t_*_us / n_steps).
+  double draft_us_per_step = kNoValue, verify_us_per_step = kNoValue, other_us_per_step = kNoValue;
+  int64_t rollback_events = 0;                 // sum of n_rollback_events
+  double rollback_events_per_step = kNoValue;  // rollback_events / n_steps
+  PositionAcceptance positions;                // per-position acceptance (empty without steps)
 };
 
 CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
@@ -60,6 +95,32 @@ std::string FormatStopReasons(const std::map<std::string, int64_t>& stop_reasons
 // stop_strings, chat_template and system_prompt. Method, knobs and run are not compared.
 bool SameWorkload(const CaseRecord& a, const CaseRecord& b);
 
+// The AR baseline of `cases[i]`: the first case (in the given order) other than it with method
+// "ar" and SameWorkload in the same run; when there is none, the first such case of any run
+// (same_run false). index -1 when there is none or cases[i] is itself an AR case.
+struct BaselineMatch {
+  int64_t index = -1;  // into `cases`
+  bool same_run = false;
+};
+BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i);
+
+// A confidence interval; NaN bounds when there is no data.
+struct Interval {
+  double lo = kNoValue, hi = kNoValue;
+};
+
+// Percentile bootstrap over prompts: each resample draws as many prompt ids as were matched, with
+// replacement, and takes all matched turns of each drawn prompt (a cluster bootstrap, so the turns
+// of a multi-turn prompt stay together); the interval is the (1-level)/2 and (1+level)/2 quantiles
+// (linear interpolation between order statistics) of the statistic over the resamples. The
+// random stream is SplitMix64 from `seed` with an exact multiply-shift index draw, so intervals
+// are identical on every platform and run. n_resamples == 0 turns the intervals off (NaN).
+struct BootstrapOptions {
+  int64_t n_resamples = 2000;
+  uint64_t seed = 0x5bec'bed0'c1c1'0001ULL;
+  double level = 0.95;
+};
+
 // Speedup of a method over AR on the prompts both answered, matched by (prompt_id, turn).
 // Uses decode time only (prefill is the same computation for both).
 struct Speedup {
@@ -67,8 +128,56 @@ struct Speedup {
   std::vector<double> per_prompt;  // ar decode_ms / method decode_ms, in method sample order
   double geomean = kNoValue;       // GeometricMean(per_prompt); NaN when n_matched == 0
   double total_ratio = kNoValue;   // sum ar decode_ms / sum method decode_ms over matched pairs
+  // Extensions: the matched pairs (parallel to per_prompt) and the bootstrap intervals.
+  struct Pair {
+    std::string prompt_id;
+    int32_t turn = 0;
+    double ar_ms = 0, method_ms = 0;
+  };
+  std::vector<Pair> pairs;
+  int64_t n_prompts = 0;    // distinct prompt ids among the matched pairs (bootstrap units)
+  Interval geomean_ci;      // bootstrap interval of geomean
+  Interval total_ratio_ci;  // bootstrap interval of total_ratio
+  BootstrapOptions bootstrap;
 };
 Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
-                       const std::vector<SampleRecord>& method_samples);
+                       const std::vector<SampleRecord>& method_samples,
+                       const BootstrapOptions& bootstrap = {});
+
+// Quantile q (0..1) of `sorted` (ascending) with linear interpolation between order statistics
+// (Hyndman-Fan type 7); NaN when empty.
+double SortedQuantile(const std::vector<double>& sorted, double q);
+
+// Token ids of output_ids_json ("[12,7,...]"); margins of token_margins_json ("[1.5,0.25,...]",
+// null entries read as NaN). "" gives an empty vector. Fail (specbed::Error naming `what`) on
+// text that is not a JSON array of numbers.
+std::vector<int64_t> ParseTokenIdsJson(const std::string& json, const std::string& what);
+std::vector<double> ParseMarginsJson(const std::string& json, const std::string& what);
+
+// Exact match of a method's outputs against AR's on the answers both produced, matched by
+// (prompt_id, turn); answers without stored token ids on either side are left out. Meaningful as a
+// losslessness check at T = 0 (at T > 0 different random streams make outputs differ).
+struct ExactMatch {
+  struct Divergence {
+    std::string prompt_id;
+    int32_t turn = 0;
+    // First index where the token ids differ; when one output is a prefix of the other, the
+    // length of the shorter one (where one stopped and the other went on).
+    int64_t position = 0;
+    int64_t ar_token = -1, method_token = -1;  // the tokens at `position`, -1 past an output's end
+    // AR's token_margins_json[position]: the target's top-2 logit gap where the outputs part;
+    // NaN when AR stored no margins or its output ends at `position`.
+    double margin = kNoValue;
+  };
+  int64_t n_matched = 0;                // compared answers
+  int64_t n_exact = 0;                  // identical token ids
+  double rate = kNoValue;               // n_exact / n_matched
+  std::vector<Divergence> divergences;  // the other answers, in method sample order
+  int64_t min_position = -1;            // smallest divergence position (-1 = none)
+  double median_position = kNoValue;    // median divergence position
+  double min_margin = kNoValue;         // smallest finite margin at a divergence
+};
+ExactMatch ComputeExactMatch(const std::vector<SampleRecord>& ar_samples,
+                             const std::vector<SampleRecord>& method_samples);
 
 }  // namespace specbed

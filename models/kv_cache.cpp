@@ -3,9 +3,8 @@
 
 #include <ATen/ATen.h>
 
-#include <cstring>
-
 #include "harness/base/error.h"
+#include "kernels/kv_compact.h"
 
 namespace specbed {
 
@@ -61,22 +60,7 @@ void KvCache::KeepPositions(int64_t committed_length, const at::Tensor& indices)
       prev = src;
     }
   }
-  const size_t row_bytes = head_dim_ * storage_.element_size();
-  for (int64_t l = 0; l < n_layers_; ++l) {
-    for (int64_t kv = 0; kv < 2; ++kv) {
-      for (int64_t b = 0; b < batch_; ++b) {
-        for (int64_t h = 0; h < n_kv_heads_; ++h) {
-          uint8_t* head = static_cast<uint8_t*>(LayerData(l, static_cast<int>(kv))) +
-                          ((b * n_kv_heads_ + h) * max_len_) * row_bytes;
-          for (int64_t j = 0; j < keep; ++j) {
-            const int64_t src = ip[b * keep + j];
-            const int64_t dst = committed_length + j;
-            if (src != dst) std::memmove(head + dst * row_bytes, head + src * row_bytes, row_bytes);
-          }
-        }
-      }
-    }
-  }
+  CompactKvCache(storage_, committed_length, idx);
   length_ = committed_length + keep;
 }
 

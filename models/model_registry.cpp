@@ -25,6 +25,19 @@ ModelSpec Stories260K() {
   return s;
 }
 
+// The default SpS draft for stories260K: trained by `specbed train draft-lm` (see its
+// PROVENANCE.md); an HF directory sharing stories260K's llama2.c tokenizer.
+ModelSpec Stories260KDraft() {
+  ModelSpec s;
+  s.name = "stories260K-draft";
+  s.format = "hf";
+  s.path = HomePath("models/stories260K/draft");
+  s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
+  s.chat_template = "raw";
+  s.description = "draft LM distilled from stories260K for speculative sampling, vocab 512";
+  return s;
+}
+
 ModelSpec Random35M() {
   ModelSpec s;
   s.name = "random-35m";
@@ -66,11 +79,12 @@ std::string GuessChatTemplate(const LlamaConfig& config) {
 }  // namespace
 
 std::vector<std::string> BuiltinModelNames() {
-  return {"stories260K", "random-35m"};
+  return {"stories260K", "stories260K-draft", "random-35m"};
 }
 
 ModelSpec ResolveModel(const std::string& name_or_path) {
   if (name_or_path == "stories260K") return Stories260K();
+  if (name_or_path == "stories260K-draft") return Stories260KDraft();
   if (name_or_path == "random-35m") return Random35M();
   if (PathExists(name_or_path)) {
     ModelSpec s;
@@ -98,8 +112,16 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
 
 std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec) {
   if (spec.tokenizer_path.empty()) return nullptr;
-  const int32_t vocab =
-      spec.format == "llama2c" ? static_cast<int32_t>(ReadLlama2cConfig(spec.path).vocab_size) : -1;
+  int32_t vocab = -1;
+  if (spec.format == "llama2c") {
+    vocab = static_cast<int32_t>(ReadLlama2cConfig(spec.path).vocab_size);
+  } else if (spec.format == "hf" && EndsWith(spec.tokenizer_path, ".bin")) {
+    // A llama2.c tokenizer shared with an HF checkpoint (a trained draft): vocab from config.json.
+    const std::string config_path = spec.path + "/config.json";
+    vocab = static_cast<int32_t>(
+        ParseHfConfig(nlohmann::json::parse(ReadFileToString(config_path)), config_path)
+            .vocab_size);
+  }
   return LoadTokenizer(spec.tokenizer_path, vocab);
 }
 

@@ -1,8 +1,9 @@
 // Named models and model loading. A --model argument is either a registry name
 // (`specbed list models`) or a path: a Hugging Face directory (config.json + safetensors
 // [+ tokenizer.json]) or a llama2.c .bin checkpoint.
-// Built-in names: stories260K (the real pretrained default), random-35m (random init, a
-// ~35M-parameter Llama shape for speed benchmarks; no tokenizer).
+// Built-in names: stories260K (the real pretrained default), stories260K-draft (its SpS draft,
+// trained by `specbed train draft-lm`), random-35m (random init, a ~35M-parameter Llama shape for
+// speed benchmarks; no tokenizer).
 // Checked by: tests/engine/model_registry_test.cpp.
 #pragma once
 

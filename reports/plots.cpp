@@ -251,6 +251,48 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
       plots.push_back(p);
     }
   }
+
+  // (3c) Per-position acceptance r_i and alpha_i per speculative case.
+  {
+    Plot p;
+    p.name = "acceptance_" + suffix;
+    p.title = "Per-position acceptance — " + gname;
+    p.caption =
+        "Solid: r_i = steps accepting at least i draft tokens / steps drafting at least i deep; "
+        "dashed: α_i = the same numerator / steps that accepted i−1 and drafted at least i deep.";
+    std::ostringstream data, plot;
+    int n = 0;
+    int64_t max_depth = 0;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const PositionAcceptance& pos = group.cases[i].metrics.positions;
+      if (pos.max_depth() == 0) continue;
+      max_depth = std::max(max_depth, pos.max_depth());
+      const std::string block = "$" + p.name + "_" + std::to_string(i);
+      data << block << " << EOD\n";
+      for (int64_t k = 0; k < pos.max_depth(); ++k) {
+        data << k + 1 << " " << Num(pos.r[k]) << " " << Num(pos.alpha[k]) << "\n";
+      }
+      data << "EOD\n";
+      const std::string label = WithTemperature(labels[i], group.cases[i].row.record.temperature);
+      plot << (n == 0 ? "plot " : ", \\\n     ") << block
+           << " using 1:2 with linespoints lw 2 pt 7 lc " << n + 1 << " title "
+           << Quote(label + " r_i") << ", \\\n     " << block
+           << " using 1:3 with linespoints lw 2 dt 2 pt 6 lc " << n + 1 << " title "
+           << Quote(label + " α_i");
+      ++n;
+    }
+    if (n > 0) {
+      std::ostringstream setup;
+      setup << Header(p.title, "draft position i (tokens after the last accepted one)",
+                      "acceptance rate at position i")
+            << "set grid xtics\n"
+            << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
+            << "set xtics 1\n"
+            << "set yrange [0:1.05]\n";
+      p.script = data.str() + Render(p.name, setup.str(), plot.str());
+      plots.push_back(p);
+    }
+  }
   return plots;
 }
 

@@ -19,9 +19,10 @@ struct Plot {
 };
 
 // Plots of one (target, dataset) group: decode tokens/s per case grouped by temperature, decode
-// time vs. decode tokens per answer, and (only when the group has steps rows) speedup vs. T_D%
-// and tau per case. `labels[i]` names group.cases[i] (unique within the group, without T);
-// `index` makes the file names unique across groups.
+// time vs. decode tokens per answer, and (only when the group has steps rows) speedup vs. T_D%,
+// tau per case and per-position acceptance (r_i and alpha_i vs. i) per case. `labels[i]` names
+// group.cases[i] (unique within the group, without T); `index` makes the file names unique across
+// groups.
 std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
                                   int index);
 // AR decode tokens/s vs. context length from the bench table (none when it is empty).

@@ -45,6 +45,25 @@ std::string General(double v) {
   return buf;
 }
 
+// "[lo, hi]" with two decimals; "—" without an interval.
+std::string Interval2(const Interval& ci) {
+  if (!std::isfinite(ci.lo) || !std::isfinite(ci.hi)) return kNone;
+  return "[" + Fixed(ci.lo, 2) + ", " + Fixed(ci.hi, 2) + "]";
+}
+
+// "2/3 (66.7%)": answers identical to AR / compared answers; "—" when nothing was compared.
+std::string ExactMatchCell(const ExactMatch& e) {
+  if (e.n_matched == 0) return kNone;
+  return StrCat(e.n_exact, "/", e.n_matched, " (", Fixed(100.0 * e.rate, 1), "%)");
+}
+
+// "3 (0.250)": earliest divergence position and the smallest AR top-2 logit margin at a
+// divergence; "—" when every compared answer matched (or none was compared).
+std::string DivergenceCell(const ExactMatch& e) {
+  if (e.divergences.empty()) return kNone;
+  return StrCat(e.min_position, " (", Fixed(e.min_margin, 3), ")");
+}
+
 // Method knobs as shown: the JSON text, "none" for an empty object.
 std::string Knobs(const std::string& json) {
   return (json.empty() || json == "{}" || json == "null") ? "none" : json;
@@ -279,10 +298,21 @@ const std::vector<std::string> kConventions = {
     "total decode times. AR rows are the baseline (1.00).",
     "τ = Σ tokens emitted / number of verify steps (emitted tokens include the bonus/correction "
     "token of every step, so a step that accepts nothing still counts 1).",
-    "T_D (%) = Σ drafting time / Σ decode time.",
-    "rollback (%) = (drafted − accepted) / drafted draft tokens.",
-    "— = no data (τ, T_D and rollback need per-step records, which only speculative methods "
-    "write; speedup needs a matching AR case).",
+    "speedup 95% CI / speedup Σ 95% CI = percentile bootstrap intervals over prompts (2000 "
+    "resamples of the prompts with replacement, all turns of a drawn prompt together, fixed "
+    "seed).",
+    "T_D (%) = Σ drafting time / Σ decode time; other (%) = Σ other step time (sampling, "
+    "acceptance, cache bookkeeping) / Σ decode time.",
+    "rollback (%) = (drafted − accepted) / drafted draft tokens (drafted = tree nodes, root "
+    "excluded).",
+    "exact match = answers whose token ids equal the AR baseline's (a losslessness check at "
+    "T = 0); for the others the first divergence position (minimum) and the AR target's top-2 "
+    "logit margin there (smallest).",
+    "Per-position acceptance: r_i = steps accepting ≥ i tokens / steps drafting ≥ i deep; "
+    "α_i = steps accepting ≥ i / steps that accepted ≥ i−1 and drafted ≥ i deep.",
+    "— = no data (τ, T_D, rollback, other and per-position acceptance need per-step records, "
+    "which only speculative methods write; speedup, its intervals and exact match need a "
+    "matching AR case).",
 };
 
 }  // namespace
@@ -329,8 +359,13 @@ ReportData LoadReportData(const std::string& db_path) {
   data.db_path = db_path;
   data.runs = store->ListRuns();
 
+  const std::vector<ResultsStore::CaseRow> all_cases = store->ListCases();
+  std::map<int64_t, BaselineMatch> baseline_of;  // case_id -> its AR baseline in all_cases
+  for (size_t i = 0; i < all_cases.size(); ++i) {
+    baseline_of[all_cases[i].case_id] = FindArBaseline(all_cases, i);
+  }
   std::map<std::pair<std::string, std::string>, size_t> group_index;
-  for (auto& row : store->ListCases()) {
+  for (auto row : all_cases) {
     CaseReport c;
     c.samples = store->LoadSamples(row.case_id);
     c.metrics = ComputeCaseMetrics(c.samples, store->LoadSteps(row.case_id));
@@ -357,11 +392,15 @@ ReportData LoadReportData(const std::string& db_path) {
       return a.row.case_id < b.row.case_id;
     });
     for (CaseReport& c : g.cases) {
-      if (c.is_ar) continue;
+      const BaselineMatch match = baseline_of.at(c.row.case_id);
+      if (c.is_ar || match.index < 0) continue;
+      // The baseline has the same target and dataset, so it is in this group.
       for (const CaseReport& base : g.cases) {
-        if (!base.is_ar || !SameWorkload(base.row.record, c.row.record)) continue;
+        if (base.row.case_id != all_cases[match.index].case_id) continue;
         c.baseline_case_id = base.row.case_id;
+        c.baseline_same_run = match.same_run;
         c.speedup = ComputeSpeedup(base.samples, c.samples);
+        c.exact_match = ComputeExactMatch(base.samples, c.samples);
         break;
       }
     }
@@ -389,6 +428,11 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   t.columns.push_back({"τ", true, true});
   t.columns.push_back({"T_D (%)", true, true});
   t.columns.push_back({"rollback (%)", true, true});
+  t.columns.push_back({"other (%)", true, true});
+  t.columns.push_back({"speedup 95% CI", true, true});
+  t.columns.push_back({"speedup Σ 95% CI", true, true});
+  t.columns.push_back({"exact match", true, true});
+  t.columns.push_back({"first divergence (margin)", true, true});
   t.columns.push_back({"stop reasons", false, false});
   for (const CaseReport& c : group.cases) {
     const CaseRecord& r = c.row.record;
@@ -418,6 +462,11 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         Fixed(m.tau, 2),
         Fixed(100.0 * m.draft_fraction, 1),
         Fixed(100.0 * m.rollback_rate, 1),
+        Fixed(100.0 * m.other_fraction, 1),
+        c.is_ar ? kNone : Interval2(c.speedup.geomean_ci),
+        c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci),
+        ExactMatchCell(c.exact_match),
+        DivergenceCell(c.exact_match),
         FormatStopReasons(m.stop_reasons),
     };
     t.rows.push_back(std::move(row));
@@ -480,6 +529,11 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     s.table = BuildCaseTable(group);
     s.plots = BuildGroupPlots(group, CaseLabels(group), static_cast<int>(g + 1));
     for (const CaseReport& c : group.cases) {
+      if (!c.is_ar && c.baseline_case_id >= 0 && !c.baseline_same_run) {
+        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method, ", run ",
+                                 c.row.run_id, ") is compared with AR case ", c.baseline_case_id,
+                                 " of another run (none with the same workload in its run)."));
+      }
       if (!c.is_ar && c.baseline_case_id < 0) {
         s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
                                  ") has no AR case with the same workload: no speedup."));
@@ -490,7 +544,9 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       }
     }
     if (!group.has_steps()) {
-      s.notes.push_back("No speculative steps recorded: speedup-vs-T_D and τ plots skipped.");
+      s.notes.push_back(
+          "No speculative steps recorded: speedup-vs-T_D, τ and per-position acceptance plots "
+          "skipped.");
     }
     sections.push_back(std::move(s));
   }

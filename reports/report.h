@@ -1,6 +1,7 @@
 // `specbed report DB -o DIR`: turns a SpecBed results database into a report directory with
 // report.md and index.html (run provenance, one table per (target, dataset) with one row per
-// case, the bench table) and gnuplot plots (DIR/*.png + DIR/*.svg, script kept as DIR/plots.gp).
+// case, with speedup bootstrap CIs, time shares and exact match vs. AR, the bench table) and
+// gnuplot plots (DIR/*.png + DIR/*.svg, script kept as DIR/plots.gp).
 // Metric definitions: metrics/metrics.h and reports/README.md.
 // Checked by: tests/reports/report_test.cpp (synthetic databases with AR and a fake speculative
 // method, with and without gnuplot).
@@ -46,9 +47,11 @@ struct CaseReport {
   ResultsStore::CaseRow row;
   CaseMetrics metrics;
   std::vector<SampleRecord> samples;
-  bool is_ar = false;             // method == "ar" (the baseline; speedup 1.00)
-  int64_t baseline_case_id = -1;  // matching AR case (SameWorkload), -1 = none / is_ar
-  Speedup speedup;                // NaN fields when there is no baseline
+  bool is_ar = false;              // method == "ar" (the baseline; speedup 1.00)
+  int64_t baseline_case_id = -1;   // matching AR case (FindArBaseline), -1 = none / is_ar
+  bool baseline_same_run = false;  // the baseline comes from the case's own run
+  Speedup speedup;                 // NaN fields when there is no baseline (with bootstrap CIs)
+  ExactMatch exact_match;          // outputs vs. the baseline's; empty without a baseline
 };
 
 struct ReportGroup {

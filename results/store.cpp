@@ -147,6 +147,23 @@ CREATE TRIGGER bench_no_delete BEFORE DELETE ON bench
   BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
 )sql";
 
+// Schema migrations: kMigrations[v - 1] upgrades version v to v + 1. A new database is created by
+// running kSchemaV1 and then every migration, so new and migrated files have the same schema.
+// Migrations may only add tables/columns/indexes (stored results are never rewritten); added
+// columns carry defaults that mean "not recorded" for the rows written before.
+constexpr const char* kMigrations[] = {
+    // 1 -> 2: losslessness diagnostics, tree depth and rollback events, method identity.
+    R"sql(
+ALTER TABLE samples ADD COLUMN token_margins_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE steps ADD COLUMN draft_depth INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN n_rollback_events INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cases ADD COLUMN method_traits_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE cases ADD COLUMN drafter TEXT NOT NULL DEFAULT '';
+)sql",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
+              "one migration per schema version step");
+
 constexpr const char* kFormatName = "specbed_results";
 
 const std::vector<std::string> kTables = {"runs", "cases", "samples", "steps", "bench", "meta"};
@@ -372,9 +389,7 @@ void ResultsStore::Init() {
     SPECBED_CHECK(version <= kResultsSchemaVersion, "results database '", path_,
                   "' has schema version ", version, ", newer than this build of specbed supports (",
                   kResultsSchemaVersion, "); use a newer specbed build or another results file");
-    SPECBED_CHECK(version == kResultsSchemaVersion || !options_.read_only, "results database '",
-                  path_, "' has the older schema version ", version, " (current ",
-                  kResultsSchemaVersion, "); open it once read-write to migrate it");
+    // A read-only open of an older version reads it as it is (see the Load*/List* queries).
   }
 
   if (!options_.read_only) {
@@ -417,6 +432,9 @@ void ResultsStore::Init() {
 
 void ResultsStore::InitSchema() {
   Exec(kSchemaV1, "creating the schema");
+  for (int v = 1; v < kResultsSchemaVersion; ++v) {
+    Exec(kMigrations[v - 1], StrCat("creating the schema (version ", v, " -> ", v + 1, ")"));
+  }
   OwnedStmt s(Prepare("INSERT INTO meta(key, value) VALUES (?1, ?2)"));
   const std::vector<std::pair<std::string, std::string>> rows = {
       {"format", kFormatName},
@@ -435,16 +453,16 @@ void ResultsStore::InitSchema() {
 }
 
 // Migration hook: upgrades a database from `from_version` to kResultsSchemaVersion, one version
-// at a time, inside the caller's write transaction. Add a case per schema change, e.g.
-//   case 1: Exec("ALTER TABLE samples ADD COLUMN ...", "migrating 1 -> 2"); break;
-// Migrations may only add tables/columns/indexes: stored results are never rewritten.
+// at a time (kMigrations), inside the caller's write transaction. Add a kMigrations entry per
+// schema change. Migrations may only add tables/columns/indexes: stored results are never
+// rewritten.
 void ResultsStore::MigrateSchema(int from_version) {
+  SPECBED_CHECK(from_version >= 1, "results database '", path_, "' has schema version ",
+                from_version, ", which this build of specbed cannot migrate to ",
+                kResultsSchemaVersion);
   for (int v = from_version; v < kResultsSchemaVersion; ++v) {
-    switch (v) {
-      default:
-        Fail("results database '", path_, "' has schema version ", v,
-             ", which this build of specbed cannot migrate to ", kResultsSchemaVersion);
-    }
+    Exec(kMigrations[v - 1],
+         StrCat("migrating results database '", path_, "' from schema version ", v, " to ", v + 1));
   }
   Exec(StrCat("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '",
               kResultsSchemaVersion, "')")
@@ -567,6 +585,21 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
                   " has stop_reason '", sample.stop_reason,
                   "'; expected one of: ", Join(kStopReasons, ", "));
   }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepRecord& st = steps[i];
+    // The deepest node a step can accept: its recorded depth, or n_drafted (a chain) if unknown.
+    const int64_t depth = st.draft_depth >= 0 ? st.draft_depth : st.n_drafted;
+    const bool ok = st.n_drafted >= 0 && st.draft_depth >= -1 && st.draft_depth <= st.n_drafted &&
+                    st.n_accepted >= 0 && st.n_accepted <= depth && st.n_emitted >= 0 &&
+                    st.n_rollback_events >= 0;
+    SPECBED_CHECK(ok, "results database '", path_, "': case '", c.case_key, "', step ", i,
+                  " (prompt '", st.prompt_id, "' turn ", st.turn, ", step_idx ", st.step_idx,
+                  ") has n_drafted ", st.n_drafted, ", draft_depth ", st.draft_depth,
+                  ", n_accepted ", st.n_accepted, ", n_emitted ", st.n_emitted,
+                  ", n_rollback_events ", st.n_rollback_events,
+                  "; expected 0 <= n_accepted <= draft_depth <= n_drafted (draft_depth -1 = not "
+                  "recorded, then n_accepted <= n_drafted) and n_emitted, n_rollback_events >= 0");
+  }
 
   sqlite3_stmt* find_case = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
   sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
@@ -574,18 +607,20 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       &insert_case_,
       "INSERT INTO cases(run_id, case_key, target, method, method_knobs_json, dataset, "
       "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, "
-      "threads, dtype, device, config_json, wall_s, n_samples, n_steps, completed_at) VALUES "
+      "threads, dtype, device, config_json, wall_s, n_samples, n_steps, completed_at, "
+      "method_traits_json, drafter) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22)");
+      "?20, ?21, ?22, ?23, ?24)");
   sqlite3_stmt* insert_sample = Cached(
       &insert_sample_,
       "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
-      "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+      "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json, "
+      "token_margins_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   sqlite3_stmt* insert_step =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
-             "t_draft_us, t_verify_us, t_other_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events) VALUES (?1, ?2, "
+             "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
 
   Begin("writing a case");
   try {
@@ -639,6 +674,8 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindInt(insert_case, 20, static_cast<int64_t>(samples.size()));
       BindInt(insert_case, 21, static_cast<int64_t>(steps.size()));
       BindText(insert_case, 22, completed);
+      BindText(insert_case, 23, c.method_traits_json);
+      BindText(insert_case, 24, c.drafter);
       const int rc = sqlite3_step(insert_case);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
       case_id = sqlite3_last_insert_rowid(db_);
@@ -660,6 +697,7 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindText(insert_sample, 11, sample.output_hash);
       BindText(insert_sample, 12, sample.output_text);
       BindText(insert_sample, 13, sample.output_ids_json);
+      BindText(insert_sample, 14, sample.token_margins_json);
       const int rc = sqlite3_step(insert_sample);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
@@ -698,6 +736,8 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindReal(insert_step, 7, step.t_draft_us);
       BindReal(insert_step, 8, step.t_verify_us);
       BindReal(insert_step, 9, step.t_other_us);
+      BindInt(insert_step, 10, step.draft_depth);
+      BindInt(insert_step, 11, step.n_rollback_events);
       const int rc = sqlite3_step(insert_step);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
@@ -764,10 +804,14 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
 
 std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
   op_start_us_ = NowMicros();
+  // Files of schema v1 (opened read-only) lack the v2 columns: read their defaults.
+  const char* v2_columns = schema_version_ >= 2 ? "method_traits_json, drafter" : "'', ''";
   OwnedStmt s(Prepare(
-      "SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, categories, "
-      "prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, threads, dtype, "
-      "device, config_json, wall_s, n_samples FROM cases ORDER BY case_id"));
+      StrCat("SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, "
+             "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, "
+             "batch_size, threads, dtype, device, config_json, wall_s, n_samples, ",
+             v2_columns, " FROM cases ORDER BY case_id")
+          .c_str()));
   std::vector<CaseRow> out;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
@@ -795,6 +839,8 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
     c.config_json = ColText(q, 18);
     c.wall_s = ColReal(q, 19);
     row.n_samples = ColInt(q, 20);
+    c.method_traits_json = ColText(q, 21);
+    c.drafter = ColText(q, 22);
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, "listing cases");
@@ -803,10 +849,12 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
 
 std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
   op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(
-      "SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, prefill_ms, "
-      "decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json FROM samples "
-      "WHERE case_id = ?1 ORDER BY sample_id"));
+  const char* v2_columns = schema_version_ >= 2 ? "token_margins_json" : "''";
+  OwnedStmt s(Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
+                             "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
+                             "output_text, output_ids_json, ",
+                             v2_columns, " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
+                          .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<SampleRecord> out;
   int rc;
@@ -825,6 +873,7 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
     r.output_hash = ColText(q, 9);
     r.output_text = ColText(q, 10);
     r.output_ids_json = ColText(q, 11);
+    r.token_margins_json = ColText(q, 12);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the samples of case ", case_id));
@@ -833,10 +882,14 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
 
 std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
   op_start_us_ = NowMicros();
-  OwnedStmt s(
-      Prepare("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, st.n_accepted, st.n_emitted, "
-              "st.t_draft_us, st.t_verify_us, st.t_other_us FROM steps st JOIN samples s ON "
-              "s.sample_id = st.sample_id WHERE st.case_id = ?1 ORDER BY st.step_id"));
+  const char* v2_columns = schema_version_ >= 2 ? "st.draft_depth, st.n_rollback_events" : "-1, 0";
+  OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, "
+                             "st.n_accepted, st.n_emitted, st.t_draft_us, st.t_verify_us, "
+                             "st.t_other_us, ",
+                             v2_columns,
+                             " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
+                             "st.case_id = ?1 ORDER BY st.step_id")
+                          .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<StepRecord> out;
   int rc;
@@ -852,6 +905,8 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
     r.t_draft_us = ColReal(q, 6);
     r.t_verify_us = ColReal(q, 7);
     r.t_other_us = ColReal(q, 8);
+    r.draft_depth = ColInt(q, 9);
+    r.n_rollback_events = ColInt(q, 10);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));

@@ -17,7 +17,9 @@ struct sqlite3_stmt;
 
 namespace specbed {
 
-inline constexpr int kResultsSchemaVersion = 1;
+// Version 2 added samples.token_margins_json, steps.draft_depth / n_rollback_events and
+// cases.method_traits_json / drafter (see results/README.md, "Schema history").
+inline constexpr int kResultsSchemaVersion = 2;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -43,6 +45,9 @@ struct CaseRecord {
   std::string device;       // "cpu" | "cuda"
   std::string config_json;  // full resolved case config
   double wall_s = 0;        // wall time of the whole case, seconds
+  // Schema v2 (rows migrated from v1 read back as ""):
+  std::string method_traits_json;  // the method's MethodTraits as JSON, filled by the runner
+  std::string drafter;             // draft model name, "" when the method has none
 };
 
 // One generated answer: one prompt (one turn of a multi-turn prompt) of a case.
@@ -57,6 +62,10 @@ struct SampleRecord {
   std::string output_hash;  // hash of generated token ids
   std::string output_text;
   std::string output_ids_json;  // "[12,7,...]"
+  // Schema v2: "[m0,m1,...]", the target's top-2 logit gap (largest minus second-largest logit)
+  // of the distribution each generated token i was chosen from; written by AR cases for the
+  // losslessness diagnostics, "" otherwise (and for rows migrated from v1).
+  std::string token_margins_json;
 };
 
 // One verify step of a speculative method (none for autoregressive decoding). (prompt_id, turn)
@@ -65,8 +74,15 @@ struct StepRecord {
   std::string prompt_id;
   int32_t turn = 0;
   int64_t step_idx = 0;
+  // n_drafted = drafted nodes offered to the verifier (tree nodes for trees, the root = last
+  // accepted token excluded); n_accepted = draft tokens kept (<= draft depth); n_emitted = tokens
+  // appended to the output (accepted + bonus/correction, cut by stop conditions).
   int64_t n_drafted = 0, n_accepted = 0, n_emitted = 0;
   double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
+  // Schema v2. Depth of the deepest drafted node (= n_drafted for a chain; 0 <= depth <=
+  // n_drafted). -1 = not recorded (rows migrated from v1): metrics then assume a chain.
+  int64_t draft_depth = -1;
+  int64_t n_rollback_events = 0;  // method-specific rollback events (e.g. discarded branches)
 };
 
 // One row of `specbed bench` (autoregressive decode speed).
@@ -90,7 +106,8 @@ class ResultsStore {
   // Opens (creating it and its schema when missing, unless read_only) the database at `path`.
   // Fails for: an uncreatable path, a file that is not a SQLite database, a SQLite database that
   // is not a SpecBed results database, or one written by a newer schema version. Older schema
-  // versions are migrated (read-write opens only).
+  // versions are migrated by read-write opens; read-only opens read them as they are (columns
+  // added later read back as their defaults) and schema_version() reports the file's version.
   static std::unique_ptr<ResultsStore> Open(const std::string& path,
                                             const StoreOptions& options = {});
   ~ResultsStore();

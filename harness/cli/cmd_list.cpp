@@ -23,16 +23,33 @@ void ListModels() {
 void ListMethods() {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  std::printf("methods:\n");
+  std::printf("methods:  (knobs: name = default [range or choices])\n");
   for (const auto& name : registry.Names()) {
     const MethodInfo& m = registry.Info(name);
-    std::printf("  %-14s lossless=%s tree=%s drafter=%s batch>1=%s  %s\n", m.name.c_str(),
-                m.traits.lossless ? "yes" : "no", m.traits.tree ? "yes" : "no",
-                m.traits.needs_drafter ? "yes" : "no", m.traits.supports_batch ? "yes" : "no",
-                m.description.c_str());
+    const MethodTraits& t = m.traits;
+    std::printf("  %-12s %s\n", m.name.c_str(), m.description.c_str());
+    if (!m.paper.empty()) std::printf("      paper: %s\n", m.paper.c_str());
+    std::string traits = std::string("lossless=") + (t.lossless ? "yes" : "no") +
+                         " speculative=" + (t.speculative ? "yes" : "no") +
+                         " tree=" + (t.tree ? "yes" : "no") +
+                         " drafter=" + (t.needs_drafter ? "yes" : "no") +
+                         " draft_probs=" + (t.needs_draft_probs ? "yes" : "no") +
+                         " target_hidden=" + (t.needs_target_hidden ? "yes" : "no") +
+                         " online=" + (t.trains_online ? "yes" : "no") +
+                         " batch>1=" + (t.supports_batch ? "yes" : "no");
+    if (!t.sampling_verifier.empty()) traits += " verify(T>0)=" + t.sampling_verifier;
+    std::printf("      traits: %s\n", traits.c_str());
     for (const auto& k : m.knobs) {
-      std::printf("      %s = %s  %s\n", k.name.c_str(), k.default_value.dump().c_str(),
-                  k.description.c_str());
+      std::string range;
+      if (k.min <= k.max) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), " [%g, %g]", k.min, k.max);
+        range = buf;
+      } else if (!k.choices.empty()) {
+        range = " {" + Join(k.choices, ", ") + "}";
+      }
+      std::printf("      %s = %s%s  %s\n", k.name.c_str(), k.default_value.dump().c_str(),
+                  range.c_str(), k.description.c_str());
     }
   }
 }

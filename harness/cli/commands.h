@@ -16,5 +16,7 @@ void AddTokenizeCommand(CLI::App& app);
 void AddListCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddReportCommand(CLI::App& app);
+void AddSummaryCommand(CLI::App& app);
+void AddTrainCommand(CLI::App& app);
 
 }  // namespace specbed::cli

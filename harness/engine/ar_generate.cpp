@@ -8,6 +8,22 @@
 
 namespace specbed {
 
+float TopTwoMargin(const float* logits, int64_t vocab) {
+  if (vocab < 2) return 0.f;
+  float a = logits[0], b = logits[1];
+  if (b > a) std::swap(a, b);
+  for (int64_t i = 2; i < vocab; ++i) {
+    const float v = logits[i];
+    if (v > a) {
+      b = a;
+      a = v;
+    } else if (v > b) {
+      b = v;
+    }
+  }
+  return a - b;
+}
+
 GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
                             const std::vector<int32_t>& prompt, const GenerationConfig& config,
                             KvCache& cache) {
@@ -28,6 +44,8 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   ForwardOutput out = model.Forward(prompt_ids, cache);
   int32_t token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
   const int64_t t_prefill_end = NowNanos();
+  if (config.record_margins)
+    result.token_margins.push_back(TopTwoMargin(out.logits.data_ptr<float>(), vocab));
   stop.Push(token);
 
   at::Tensor step_ids = at::empty({1, 1}, at::kLong);
@@ -44,10 +62,15 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
     forward_ns += NowNanos() - f0;
     token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
     ++result.n_steps;
+    if (config.record_margins) {
+      result.token_margins.push_back(TopTwoMargin(out.logits.data_ptr<float>(), vocab));
+    }
     stop.Push(token);
   }
   const int64_t t_end = NowNanos();
   result.tokens = stop.tokens();
+  if (result.token_margins.size() > result.tokens.size())  // the EOS token is not emitted
+    result.token_margins.resize(result.tokens.size());
   result.text = stop.text();
   result.stop_reason = stop.reason();
   result.prefill_ms = (t_prefill_end - t_start) * 1e-6;

@@ -22,6 +22,9 @@ struct GenerationConfig {
   SamplingParams sampling;
   uint64_t seed = 0;
   StopConfig stop;
+  // Record the target's top-2 logit gap at every generated token (GenerationResult::
+  // token_margins); used to judge divergences from AR (a tiny margin = a numerical near-tie).
+  bool record_margins = false;
 };
 
 struct GenerationResult {
@@ -30,7 +33,13 @@ struct GenerationResult {
   StopReason stop_reason = StopReason::kNone;
   double prefill_ms = 0, decode_ms = 0, forward_ms = 0;
   int64_t n_steps = 0;  // decode forwards (one per token after the first)
+  // With GenerationConfig::record_margins: logit(top1) - logit(top2) of the distribution each
+  // generated token was drawn from (one per token, EOS excluded).
+  std::vector<float> token_margins;
 };
+
+// logit(top1) - logit(top2) over logits[0..vocab) (0 for vocab < 2).
+float TopTwoMargin(const float* logits, int64_t vocab);
 
 // Generates from `prompt` (non-empty ids, BOS included if wanted) into a reset `cache`
 // (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop

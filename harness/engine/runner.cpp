@@ -76,17 +76,33 @@ std::string IdsJson(const std::vector<int32_t>& ids) {
   return out + "]";
 }
 
+std::string MarginsJson(const std::vector<float>& margins) {
+  if (margins.empty()) return "";
+  std::string out = "[";
+  char buf[32];
+  for (size_t i = 0; i < margins.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? "," : "", margins[i]);
+    out += buf;
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 RunnerSummary Runner::Run(const RunConfig& config) {
   MethodRegistry methods;
   RegisterBuiltinMethods(methods);
   std::vector<CaseConfig> cases = ExpandCases(config);
-  // Validate everything before running anything: names, knobs, datasets.
+  // Validate everything before running anything: names, knobs (and the models they name),
+  // datasets.
   std::vector<std::vector<Prompt>> prompts(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     cases[i].method.knobs = methods.ResolveKnobs(cases[i].method.name, cases[i].method.knobs);
     ResolveModel(cases[i].target);
+    const MethodTraits& traits = methods.Info(cases[i].method.name).traits;
+    if (!traits.drafter_knob.empty()) {
+      ResolveModel(cases[i].method.knobs.at(traits.drafter_knob).get<std::string>());
+    }
     DatasetFilter filter;
     filter.limit = cases[i].dataset.limit;
     filter.categories = cases[i].dataset.categories;
@@ -125,18 +141,29 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     at::set_num_threads(static_cast<int>(c.threads));
     LoadedTarget& target = Target(c.target, c.dtype, c.chat_template);
     LlamaModel& model = *target.model;
+    const MethodInfo& method_info = methods.Info(c.method.name);
+    MethodContext method_context;
+    method_context.target = &target;
+    method_context.dtype = ParseDtype(c.dtype);
+    method_context.load_model = [&](const std::string& name) -> LoadedTarget& {
+      return Target(name, c.dtype, "");
+    };
+    std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
     GenerationConfig gen;
     gen.sampling.temperature = c.temperature;
     gen.sampling.top_p = c.top_p;
     gen.sampling.top_k = c.top_k;
     ValidateSamplingParams(gen.sampling);
     gen.stop = StopConfigFor(target, c.max_new_tokens, c.stop_strings);
+    // AR cases record the target's top-2 margins so divergences of other methods can be judged.
+    gen.record_margins = !method_info.traits.speculative;
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
       const int64_t need = std::min<int64_t>(
           model.config().max_seq_len, static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
       if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
     };
+    DecodeResult result;
 
     const int64_t case_start = NowMicros();
     // Warmup: full generations of the first prompt's first turn, discarded.
@@ -149,7 +176,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
         ensure_cache(ids.size());
         GenerationConfig warm = gen;
         warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
-        GenerateAr(model, target.tokenizer.get(), ids, warm, cache);
+        decoder->Generate(ids, warm, cache, result);
       }
     }
 
@@ -165,7 +192,8 @@ RunnerSummary Runner::Run(const RunConfig& config) {
         ensure_cache(ids.size());
         GenerationConfig g = gen;
         g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
-        GenerationResult r = GenerateAr(model, target.tokenizer.get(), ids, g, cache);
+        decoder->Generate(ids, g, cache, result);
+        const GenerationResult& r = result.generation;
         messages.push_back({"assistant", r.text});
         SampleRecord s;
         s.prompt_id = prompt.id;
@@ -180,7 +208,24 @@ RunnerSummary Runner::Run(const RunConfig& config) {
         s.output_hash = HashTokens(r.tokens);
         s.output_text = r.text;
         s.output_ids_json = IdsJson(r.tokens);
+        s.token_margins_json = MarginsJson(r.token_margins);
         samples.push_back(std::move(s));
+        for (size_t k = 0; k < result.steps.size(); ++k) {
+          const StepStats& st = result.steps[k];
+          StepRecord step;
+          step.prompt_id = prompt.id;
+          step.turn = static_cast<int32_t>(turn);
+          step.step_idx = static_cast<int64_t>(k);
+          step.n_drafted = st.n_drafted;
+          step.n_accepted = st.n_accepted;
+          step.n_emitted = st.n_emitted;
+          step.draft_depth = st.draft_depth;
+          step.n_rollback_events = st.n_rollback_events;
+          step.t_draft_us = st.t_draft_us;
+          step.t_verify_us = st.t_verify_us;
+          step.t_other_us = st.t_other_us;
+          steps.push_back(std::move(step));
+        }
         if (progress) progress->Advance(1, c.Label());
       }
     }
@@ -189,6 +234,9 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     record.target = c.target;
     record.method = c.method.name;
     record.method_knobs_json = c.method.knobs.dump();
+    record.method_traits_json = method_info.traits.ToJson().dump();
+    if (!method_info.traits.drafter_knob.empty())
+      record.drafter = c.method.knobs.value(method_info.traits.drafter_knob, "");
     record.dataset = c.dataset.name;
     std::string cats;
     for (size_t k = 0; k < c.dataset.categories.size(); ++k)

@@ -76,13 +76,20 @@ void Sampler::Distribution(const float* logits, int64_t vocab, std::vector<float
 int32_t Sampler::Sample(const float* logits, int64_t vocab) {
   if (params_.greedy()) return Argmax(logits, vocab);
   Distribution(logits, vocab, probs_);
-  // Inverse-CDF sampling with one uniform draw.
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return SampleFromProbs(probs_.data(), vocab, rng_);
+}
+
+double Uniform01(std::mt19937_64& rng) {
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
+
+int32_t SampleFromProbs(const float* probs, int64_t n, std::mt19937_64& rng) {
+  const double u = Uniform01(rng);
   double cum = 0.0;
   int32_t last_nonzero = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (probs_[i] <= 0.f) continue;
-    cum += probs_[i];
+  for (int64_t i = 0; i < n; ++i) {
+    if (probs[i] <= 0.f) continue;
+    cum += probs[i];
     last_nonzero = static_cast<int32_t>(i);
     if (u < cum) return static_cast<int32_t>(i);
   }

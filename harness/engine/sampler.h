@@ -45,4 +45,11 @@ class Sampler {
 // Index of the largest value (lowest index on ties).
 int32_t Argmax(const float* values, int64_t n);
 
+// Inverse-CDF draw from probs[0..n) (non-negative, summing to ~1) with one uniform from `rng`;
+// rounding past the total returns the last non-zero entry. The same draw Sampler::Sample uses.
+int32_t SampleFromProbs(const float* probs, int64_t n, std::mt19937_64& rng);
+
+// One uniform double in [0, 1) from `rng`.
+double Uniform01(std::mt19937_64& rng);
+
 }  // namespace specbed

@@ -1,10 +1,16 @@
 // Tests for metrics/metrics.h: every metric of the report against hand-computed values on the
 // synthetic samples/steps of synthetic_db.h (decode tok/s excluding the first token, mean prefill,
-// stop reasons, tau with the bonus token, T_D, rollback, per-prompt speedup and its geometric
-// mean, ratio of totals, workload matching).
+// stop reasons, tau with the bonus token, T_D, other share, per-step phase costs, rollback rate
+// and events, per-position acceptance r_i / alpha_i for chains and trees, per-prompt speedup and
+// its geometric mean, ratio of totals, their bootstrap CIs (deterministic, contain the estimate,
+// cluster by prompt), exact match vs. AR with divergence position and margin, workload matching
+// and the choice of the AR baseline).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+
+#include "harness/base/error.h"
 
 #include "metrics/metrics.h"
 #include "tests/reports/synthetic_db.h"
@@ -17,6 +23,20 @@ using testing::FakeSamples;
 using testing::FakeSteps;
 using testing::Sample;
 using testing::TestCase;
+using testing::TreeSamples;
+using testing::TreeSteps;
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 TEST(Metrics, DecodeTokensExcludeTheFirstToken) {
   EXPECT_EQ(DecodeTokens(Sample("a", 11, 1, 10, 10, "eos")), 10);
@@ -124,6 +144,257 @@ TEST(Metrics, SameWorkloadComparesEverythingButMethodAndKnobs) {
   EXPECT_FALSE(SameWorkload(a2, other));
   other.config_json = R"({"chat_template":"llama2","stop_strings":[]})";
   EXPECT_TRUE(SameWorkload(a2, other));
+}
+
+TEST(Metrics, PerPositionAcceptanceOfAChainUsesNDraftedAsDepth) {
+  // FakeSteps: 11 steps drafting 4 (depth not recorded -> 4), accepted 3,3,1,4,4,4,4,0,0,0,0.
+  const PositionAcceptance p = ComputePositionAcceptance(FakeSteps());
+  ASSERT_EQ(p.max_depth(), 4);
+  EXPECT_EQ(p.n_reached, (std::vector<int64_t>{11, 11, 11, 11}));
+  EXPECT_EQ(p.n_accepted, (std::vector<int64_t>{7, 6, 6, 4}));
+  EXPECT_EQ(p.n_conditional, (std::vector<int64_t>{11, 7, 6, 6}));
+  EXPECT_NEAR(p.r[0], 7.0 / 11, 1e-12);
+  EXPECT_NEAR(p.r[1], 6.0 / 11, 1e-12);
+  EXPECT_NEAR(p.r[2], 6.0 / 11, 1e-12);
+  EXPECT_NEAR(p.r[3], 4.0 / 11, 1e-12);
+  EXPECT_NEAR(p.alpha[0], 7.0 / 11, 1e-12);  // alpha_1 = r_1
+  EXPECT_NEAR(p.alpha[1], 6.0 / 7, 1e-12);
+  EXPECT_NEAR(p.alpha[2], 1.0, 1e-12);
+  EXPECT_NEAR(p.alpha[3], 4.0 / 6, 1e-12);
+  // Product of the conditional rates = the unconditional rate when every step drafts to depth 4.
+  EXPECT_NEAR(p.alpha[0] * p.alpha[1] * p.alpha[2] * p.alpha[3], p.r[3], 1e-12);
+}
+
+TEST(Metrics, PerPositionAcceptanceOfATreeUsesTheDraftDepth) {
+  const PositionAcceptance p = ComputePositionAcceptance(TreeSteps());
+  ASSERT_EQ(p.max_depth(), 4);  // not 8: n_drafted counts tree nodes
+  EXPECT_EQ(p.n_reached, (std::vector<int64_t>{5, 5, 4, 1}));
+  EXPECT_EQ(p.n_accepted, (std::vector<int64_t>{4, 3, 1, 0}));
+  EXPECT_EQ(p.n_conditional, (std::vector<int64_t>{5, 4, 2, 0}));
+  EXPECT_NEAR(p.r[0], 0.8, 1e-12);
+  EXPECT_NEAR(p.r[1], 0.6, 1e-12);
+  EXPECT_NEAR(p.r[2], 0.25, 1e-12);
+  EXPECT_NEAR(p.r[3], 0.0, 1e-12);
+  EXPECT_NEAR(p.alpha[0], 0.8, 1e-12);
+  EXPECT_NEAR(p.alpha[1], 0.75, 1e-12);
+  EXPECT_NEAR(p.alpha[2], 0.5, 1e-12);
+  EXPECT_TRUE(std::isnan(p.alpha[3]));  // no step accepted 3 and drafted 4 deep
+  EXPECT_EQ(ComputePositionAcceptance({}).max_depth(), 0);
+}
+
+TEST(Metrics, TreeCaseTimeSharesPhaseCostsAndRollback) {
+  const CaseMetrics m = ComputeCaseMetrics(TreeSamples(), TreeSteps());
+  EXPECT_NEAR(m.decode_ms, 190.0, 1e-12);
+  EXPECT_NEAR(m.decode_tokens_per_s, 34.0 / 0.190, 1e-9);
+  EXPECT_NEAR(m.tau, 13.0 / 5.0, 1e-12);
+  EXPECT_NEAR(m.draft_fraction, 5.0 / 190.0, 1e-12);
+  EXPECT_NEAR(m.verify_fraction, 10.0 / 190.0, 1e-12);
+  EXPECT_NEAR(m.other_fraction, 2.5 / 190.0, 1e-12);
+  EXPECT_NEAR(m.draft_us_per_step, 1000.0, 1e-9);
+  EXPECT_NEAR(m.verify_us_per_step, 2000.0, 1e-9);
+  EXPECT_NEAR(m.other_us_per_step, 500.0, 1e-9);
+  EXPECT_NEAR(m.rollback_rate, 30.0 / 38.0, 1e-12);
+  EXPECT_EQ(m.rollback_events, 3);
+  EXPECT_NEAR(m.rollback_events_per_step, 0.6, 1e-12);
+  EXPECT_EQ(m.positions.max_depth(), 4);
+  EXPECT_NEAR(m.positions.alpha[1], 0.75, 1e-12);
+  // The chain case: other = 11 x 0.1 ms of 140 ms.
+  EXPECT_NEAR(ComputeCaseMetrics(FakeSamples(), FakeSteps()).other_fraction, 1.1 / 140.0, 1e-12);
+  // AR: no steps, no shares.
+  const CaseMetrics ar = ComputeCaseMetrics(ArSamplesT0(), {});
+  EXPECT_TRUE(std::isnan(ar.other_fraction));
+  EXPECT_TRUE(std::isnan(ar.other_us_per_step));
+  EXPECT_TRUE(std::isnan(ar.rollback_events_per_step));
+  EXPECT_EQ(ar.positions.max_depth(), 0);
+}
+
+TEST(Metrics, SortedQuantileInterpolatesLinearly) {
+  EXPECT_DOUBLE_EQ(SortedQuantile({1, 2, 3, 4}, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(SortedQuantile({1, 2, 3, 4}, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(SortedQuantile({1, 2, 3, 4}, 1.0), 4.0);
+  EXPECT_NEAR(SortedQuantile({1, 2, 3, 4}, 0.025), 1.075, 1e-12);  // h = 3 x 0.025
+  EXPECT_DOUBLE_EQ(SortedQuantile({7}, 0.975), 7.0);
+  EXPECT_TRUE(std::isnan(SortedQuantile({}, 0.5)));
+}
+
+// The bootstrap uses a fixed seed, so every assertion below is deterministic (no false failures).
+TEST(Metrics, SpeedupBootstrapIntervalsAreDeterministicAndContainTheEstimate) {
+  const Speedup a = ComputeSpeedup(ArSamplesT0(), TreeSamples());
+  const Speedup b = ComputeSpeedup(ArSamplesT0(), TreeSamples());
+  EXPECT_EQ(a.n_prompts, 3);
+  EXPECT_EQ(a.bootstrap.n_resamples, 2000);
+  EXPECT_NEAR(a.geomean, std::pow(2.0, 2.0 / 3.0), 1e-12);
+  EXPECT_NEAR(a.total_ratio, 340.0 / 190.0, 1e-12);
+  // Identical on every call (bit for bit).
+  EXPECT_EQ(a.geomean_ci.lo, b.geomean_ci.lo);
+  EXPECT_EQ(a.geomean_ci.hi, b.geomean_ci.hi);
+  EXPECT_EQ(a.total_ratio_ci.lo, b.total_ratio_ci.lo);
+  EXPECT_EQ(a.total_ratio_ci.hi, b.total_ratio_ci.hi);
+  // Per-prompt ratios 2, 2, 1: a resample of three prompts ranges from all-p2 (1.0, probability
+  // 1/27 = 3.7% > 2.5%) to only p0/p1 (2.0, probability 8/27), so the 95% interval is [1, 2]
+  // for both statistics.
+  EXPECT_DOUBLE_EQ(a.geomean_ci.lo, 1.0);
+  EXPECT_DOUBLE_EQ(a.geomean_ci.hi, 2.0);
+  EXPECT_DOUBLE_EQ(a.total_ratio_ci.lo, 1.0);
+  EXPECT_DOUBLE_EQ(a.total_ratio_ci.hi, 2.0);
+  // Another seed may move the bounds but the interval is still a valid percentile interval.
+  BootstrapOptions other;
+  other.seed = 12345;
+  const Speedup c = ComputeSpeedup(ArSamplesT0(), TreeSamples(), other);
+  EXPECT_LE(c.geomean_ci.lo, c.geomean);
+  EXPECT_GE(c.geomean_ci.hi, c.geomean);
+
+  // A larger spread of 40 prompts: a proper interval around the estimate, narrower with 4x the
+  // prompts (~1/sqrt(4)).
+  auto make = [](int n_prompts, std::vector<SampleRecord>& ar, std::vector<SampleRecord>& m) {
+    for (int i = 0; i < n_prompts; ++i) {
+      const double ratio = 1.2 + 0.8 * ((i * 37) % 40) / 40.0;  // 1.2 .. 1.98
+      const std::string id = "q" + std::to_string(i);
+      ar.push_back(testing::Sample(id, 20, 1, 100.0 * ratio, 19, "eos"));
+      m.push_back(testing::Sample(id, 20, 1, 100.0, 5, "eos"));
+    }
+  };
+  std::vector<SampleRecord> ar40, m40, ar160, m160;
+  make(40, ar40, m40);
+  make(160, ar160, m160);
+  const Speedup s40 = ComputeSpeedup(ar40, m40);
+  const Speedup s160 = ComputeSpeedup(ar160, m160);
+  for (const Speedup* s : {&s40, &s160}) {
+    EXPECT_LT(s->geomean_ci.lo, s->geomean);
+    EXPECT_GT(s->geomean_ci.hi, s->geomean);
+    EXPECT_LT(s->total_ratio_ci.lo, s->total_ratio);
+    EXPECT_GT(s->total_ratio_ci.hi, s->total_ratio);
+    EXPECT_GT(s->geomean_ci.lo, 1.2);
+    EXPECT_LT(s->geomean_ci.hi, 1.98);
+  }
+  const double ratio =
+      (s160.geomean_ci.hi - s160.geomean_ci.lo) / (s40.geomean_ci.hi - s40.geomean_ci.lo);
+  EXPECT_GT(ratio, 0.35);
+  EXPECT_LT(ratio, 0.65);
+
+  // Turned off: no intervals; one prompt: a point interval.
+  BootstrapOptions off;
+  off.n_resamples = 0;
+  const Speedup d = ComputeSpeedup(ArSamplesT0(), TreeSamples(), off);
+  EXPECT_NEAR(d.geomean, a.geomean, 1e-15);
+  EXPECT_TRUE(std::isnan(d.geomean_ci.lo));
+  EXPECT_TRUE(std::isnan(d.total_ratio_ci.hi));
+  const Speedup one = ComputeSpeedup({ArSamplesT0()[0]}, {TreeSamples()[0]});
+  EXPECT_DOUBLE_EQ(one.geomean_ci.lo, 2.0);
+  EXPECT_DOUBLE_EQ(one.geomean_ci.hi, 2.0);
+  BootstrapOptions bad;
+  bad.level = 1.5;
+  EXPECT_CONTAINS(ErrorOf([&] { ComputeSpeedup(ArSamplesT0(), TreeSamples(), bad); }),
+                  "bootstrap level 1.5");
+}
+
+TEST(Metrics, SpeedupBootstrapResamplesPromptsWithAllTheirTurns) {
+  // Two prompts with two turns each; per-turn speedups 4 and 1 within every prompt, so every
+  // prompt has the same per-prompt geometric mean (2) and the same totals: a bootstrap over
+  // prompts has zero spread (one over answers would not).
+  std::vector<SampleRecord> ar, m;
+  for (const std::string id : {"a", "b"}) {
+    for (int turn = 0; turn < 2; ++turn) {
+      SampleRecord x = testing::Sample(id, 10, 1, turn == 0 ? 400 : 100, 9, "eos");
+      x.turn = turn;
+      ar.push_back(x);
+      x.decode_ms = 100;
+      m.push_back(x);
+    }
+  }
+  const Speedup s = ComputeSpeedup(ar, m);
+  EXPECT_EQ(s.n_matched, 4);
+  EXPECT_EQ(s.n_prompts, 2);
+  EXPECT_NEAR(s.geomean, 2.0, 1e-12);
+  EXPECT_NEAR(s.total_ratio, 2.5, 1e-12);
+  EXPECT_NEAR(s.geomean_ci.lo, 2.0, 1e-12);
+  EXPECT_NEAR(s.geomean_ci.hi, 2.0, 1e-12);
+  EXPECT_NEAR(s.total_ratio_ci.lo, 2.5, 1e-12);
+  EXPECT_NEAR(s.total_ratio_ci.hi, 2.5, 1e-12);
+  ASSERT_EQ(s.pairs.size(), 4u);
+  EXPECT_EQ(s.pairs[1].prompt_id, "a");
+  EXPECT_EQ(s.pairs[1].turn, 1);
+  EXPECT_DOUBLE_EQ(s.pairs[1].ar_ms, 100);
+}
+
+TEST(Metrics, ExactMatchFindsFirstDivergenceAndArMargin) {
+  const ExactMatch e = ComputeExactMatch(testing::ArSamplesWithMargins(), TreeSamples());
+  EXPECT_EQ(e.n_matched, 3);
+  EXPECT_EQ(e.n_exact, 1);
+  EXPECT_NEAR(e.rate, 1.0 / 3.0, 1e-12);
+  ASSERT_EQ(e.divergences.size(), 2u);
+  EXPECT_EQ(e.divergences[0].prompt_id, "p1");
+  EXPECT_EQ(e.divergences[0].position, 3);
+  EXPECT_EQ(e.divergences[0].ar_token, 4);
+  EXPECT_EQ(e.divergences[0].method_token, 9);
+  EXPECT_DOUBLE_EQ(e.divergences[0].margin, 0.125);
+  EXPECT_EQ(e.divergences[1].prompt_id, "p2");
+  EXPECT_EQ(e.divergences[1].position, 2);  // the method stopped after 2 tokens
+  EXPECT_EQ(e.divergences[1].ar_token, 3);
+  EXPECT_EQ(e.divergences[1].method_token, -1);
+  EXPECT_DOUBLE_EQ(e.divergences[1].margin, 0.5);
+  EXPECT_EQ(e.min_position, 2);
+  EXPECT_DOUBLE_EQ(e.median_position, 2.5);
+  EXPECT_DOUBLE_EQ(e.min_margin, 0.125);
+
+  // Identical outputs; AR without margins; AR shorter (no margin past its end); unmatched and
+  // id-less answers left out.
+  std::vector<SampleRecord> ar = testing::ArSamplesWithMargins();
+  ar[1].token_margins_json = "";
+  ar[2].output_ids_json = "[1,2]";
+  std::vector<SampleRecord> m = TreeSamples();
+  m[2].output_ids_json = "[1,2,3]";
+  m.push_back(testing::Sample("only_in_method", 3, 1, 5, 2, "eos"));
+  m[0].output_ids_json = "";
+  const ExactMatch f = ComputeExactMatch(ar, m);
+  EXPECT_EQ(f.n_matched, 2);
+  EXPECT_EQ(f.n_exact, 0);
+  ASSERT_EQ(f.divergences.size(), 2u);
+  EXPECT_EQ(f.divergences[0].position, 3);
+  EXPECT_TRUE(std::isnan(f.divergences[0].margin));  // AR stored no margins
+  EXPECT_EQ(f.divergences[1].position, 2);
+  EXPECT_EQ(f.divergences[1].ar_token, -1);
+  EXPECT_EQ(f.divergences[1].method_token, 3);
+  EXPECT_TRUE(std::isnan(f.divergences[1].margin));  // AR ended there
+  EXPECT_TRUE(std::isnan(f.min_margin));
+
+  const ExactMatch same = ComputeExactMatch(ArSamplesT0(), FakeSamples());
+  EXPECT_EQ(same.n_exact, 3);
+  EXPECT_DOUBLE_EQ(same.rate, 1.0);
+  EXPECT_EQ(same.min_position, -1);
+  EXPECT_TRUE(std::isnan(same.median_position));
+  EXPECT_TRUE(std::isnan(ComputeExactMatch(ArSamplesT0(), {}).rate));
+
+  m = TreeSamples();
+  m[1].output_ids_json = "[1,2,oops]";
+  const std::string err = ErrorOf([&] { ComputeExactMatch(testing::ArSamplesWithMargins(), m); });
+  EXPECT_CONTAINS(err, "method sample (prompt 'p1' turn 0) output_ids_json");
+  EXPECT_CONTAINS(err, "expected a JSON array");
+  EXPECT_EQ(ParseMarginsJson("[1.5,null]", "x").size(), 2u);
+  EXPECT_TRUE(std::isnan(ParseMarginsJson("[1.5,null]", "x")[1]));
+  EXPECT_CONTAINS(ErrorOf([] { ParseTokenIdsJson("[1,2.5]", "ids of p"); }),
+                  "ids of p: element 1 is 2.5");
+}
+
+TEST(Metrics, ArBaselinePrefersTheSameRunThenAnyRun) {
+  auto row = [](int64_t case_id, int64_t run_id, const std::string& method, double t) {
+    ResultsStore::CaseRow r{};
+    r.case_id = case_id;
+    r.run_id = run_id;
+    r.record = TestCase("k" + std::to_string(case_id), method, t);
+    return r;
+  };
+  const std::vector<ResultsStore::CaseRow> cases = {row(1, 1, "ar", 0),   row(2, 1, "fake", 0),
+                                                    row(3, 2, "fake", 0), row(4, 2, "ar", 0),
+                                                    row(5, 3, "fake", 0), row(6, 3, "fake", 1)};
+  EXPECT_EQ(FindArBaseline(cases, 0).index, -1);  // AR itself
+  EXPECT_EQ(FindArBaseline(cases, 1).index, 0);
+  EXPECT_TRUE(FindArBaseline(cases, 1).same_run);
+  EXPECT_EQ(FindArBaseline(cases, 2).index, 3);  // run 2 has its own AR (listed later)
+  EXPECT_TRUE(FindArBaseline(cases, 2).same_run);
+  EXPECT_EQ(FindArBaseline(cases, 4).index, 0);  // run 3 has none: first AR of any run
+  EXPECT_FALSE(FindArBaseline(cases, 4).same_run);
+  EXPECT_EQ(FindArBaseline(cases, 5).index, -1);  // T=1: no AR with the same workload
 }
 
 }  // namespace

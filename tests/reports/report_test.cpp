@@ -162,6 +162,50 @@ TEST(ReportTables, ValuesAndConstantColumnsHidden) {
   EXPECT_EQ(Cell(b, b128, "other %"), "20.0");
 }
 
+// Schema-v2 columns on the summary database: bootstrap CIs, the other-time share, exact match
+// with the first divergence and its margin, baselines from another run, the acceptance plot.
+TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
+  const std::string db = FreshDbPath("v2_columns");
+  testing::WriteSummaryDb(db);
+  const ReportData data = LoadReportData(db);
+  ASSERT_EQ(data.groups.size(), 1u);
+  const ReportTable t = BuildCaseTable(data.groups[0]);
+  const auto tree = Row(t, {{"method", "tree"}});
+  EXPECT_EQ(Cell(t, tree, "speedup"), "1.59");
+  EXPECT_EQ(Cell(t, tree, "speedup 95% CI"), "[1.00, 2.00]");
+  EXPECT_EQ(Cell(t, tree, "speedup Σ 95% CI"), "[1.00, 2.00]");
+  EXPECT_EQ(Cell(t, tree, "other (%)"), "1.3");
+  EXPECT_EQ(Cell(t, tree, "exact match"), "1/3 (33.3%)");
+  EXPECT_EQ(Cell(t, tree, "first divergence (margin)"), "2 (0.125)");
+  const auto fake = Row(t, {{"method", "fake"}, {"max new", "32"}});
+  EXPECT_EQ(Cell(t, fake, "speedup 95% CI"), "[1.00, 4.00]");
+  EXPECT_EQ(Cell(t, fake, "other (%)"), "0.8");
+  EXPECT_EQ(Cell(t, fake, "first divergence (margin)"), "3 (0.125)");
+  const auto ar = Row(t, {{"method", "ar"}, {"T", "0"}});
+  EXPECT_EQ(Cell(t, ar, "speedup 95% CI"), "—");
+  EXPECT_EQ(Cell(t, ar, "exact match"), "—");
+  for (const CaseReport& c : data.groups[0].cases) {
+    if (c.row.record.case_key == "fake0") {
+      EXPECT_EQ(c.baseline_case_id, 1);
+      EXPECT_FALSE(c.baseline_same_run);
+    }
+    if (c.row.record.case_key == "tree0") {
+      EXPECT_TRUE(c.baseline_same_run);
+    }
+  }
+
+  const std::string dir = FreshDir("v2_columns");
+  const ReportResult r = WriteReport(db, dir, ReportOptions{"/nonexistent/gnuplot", false});
+  const std::string md = ReadFileToString(r.report_md);
+  EXPECT_CONTAINS(md, "case 4 (fake, run 2) is compared with AR case 1 of another run");
+  EXPECT_CONTAINS(md, "percentile bootstrap intervals over prompts");
+  const std::string gp = ReadFileToString(dir + "/plots.gp");
+  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance — tiny / stories'");
+  EXPECT_CONTAINS(gp, "r_i'");
+  EXPECT_CONTAINS(gp, "α_i'");
+  EXPECT_CONTAINS(gp, "\n1 0.8 0.8\n2 0.6 0.75\n3 0.25 0.5\n4 0 NaN\nEOD");  // the tree case
+}
+
 TEST(ReportTables, HideConstantColumnsKeepsNonHideableColumns) {
   ReportTable t;
   t.columns = {{"a", false, true}, {"b", false, true}, {"c", true, false}};
@@ -207,8 +251,9 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
   const std::string md = ReadFileToString(r.report_md);
 
   // Every plot type, each embedded in both documents, each a real PNG with an SVG twin.
-  const std::set<std::string> expected = {"decode_speed_1.png", "decode_scatter_1.png",
-                                          "speedup_vs_draft_1.png", "tau_1.png", "bench_speed.png"};
+  const std::set<std::string> expected = {"decode_speed_1.png",     "decode_scatter_1.png",
+                                          "speedup_vs_draft_1.png", "tau_1.png",
+                                          "acceptance_1.png",       "bench_speed.png"};
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::vector<std::string> srcs = ImageSources(html);
   EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);

@@ -1,5 +1,6 @@
-// A small synthetic results database for the metrics and report tests, with hand-computable
-// values (see the comments on each case). Used by metrics_test.cpp and report_test.cpp.
+// Small synthetic results databases for the metrics, report and summary tests, with
+// hand-computable values (see the comments on each case). Used by metrics_test.cpp,
+// report_test.cpp, summary_test.cpp and tests/cli/summary_cli_test.cpp.
 #pragma once
 
 #include <cstdio>
@@ -143,6 +144,85 @@ inline void WriteSyntheticDb(const std::string& path, bool with_speculative = tr
     b2.other_ms_per_step = 0.25;
     store->WriteBench(run, {b, b2});
   }
+}
+
+// ---- Schema-v2 data for per-position acceptance, exact match and `specbed summary` ----------
+
+// A tree-method step: n_drafted nodes, the deepest `depth` deep, `accepted` kept (+1 emitted).
+// 1 ms drafting, 2 ms verify, 0.5 ms other.
+inline StepRecord TreeStep(const std::string& id, int64_t idx, int64_t drafted, int64_t depth,
+                           int64_t accepted, int64_t rollback_events) {
+  StepRecord st = Step(id, idx, drafted, accepted, accepted + 1);
+  st.draft_depth = depth;
+  st.n_rollback_events = rollback_events;
+  st.t_draft_us = 1000;
+  st.t_verify_us = 2000;
+  st.t_other_us = 500;
+  return st;
+}
+
+// Five tree steps (drafted, depth, accepted): (8,3,3) (8,3,1) (8,3,0) (6,2,2) (8,4,2).
+//   i=1: reached 5, accepted>=1: 4                 -> r_1 = 0.8,  alpha_1 = 4/5 = 0.8
+//   i=2: reached 5, accepted>=2: 3, acc>=1&d>=2: 4 -> r_2 = 0.6,  alpha_2 = 3/4 = 0.75
+//   i=3: reached 4, accepted>=3: 1, acc>=2&d>=3: 2 -> r_3 = 0.25, alpha_3 = 1/2 = 0.5
+//   i=4: reached 1, accepted>=4: 0, acc>=3&d>=4: 0 -> r_4 = 0,    alpha_4 = NaN
+// emitted 4+2+1+3+3 = 13 -> tau 2.6; drafted 38, accepted 8 -> rollback 30/38 = 78.95 %;
+// rollback events 0+2+1+0+0 = 3; per step 1000 / 2000 / 500 us.
+inline std::vector<StepRecord> TreeSteps() {
+  return {TreeStep("p0", 0, 8, 3, 3, 0), TreeStep("p0", 1, 8, 3, 1, 2),
+          TreeStep("p1", 0, 8, 3, 0, 1), TreeStep("p1", 1, 6, 2, 2, 0),
+          TreeStep("p2", 0, 8, 4, 2, 0)};
+}
+
+// AR at T=0 with token ids and the target's top-2 logit margins per generated token.
+inline std::vector<SampleRecord> ArSamplesWithMargins() {
+  std::vector<SampleRecord> s = ArSamplesT0();
+  s[0].output_ids_json = "[1,2,3]";
+  s[0].token_margins_json = "[4.0,3.0,2.0]";
+  s[1].output_ids_json = "[1,2,3,4,5]";
+  s[1].token_margins_json = "[2.0,1.5,1.0,0.125,3.0]";
+  s[2].output_ids_json = "[1,2,3,4]";
+  s[2].token_margins_json = "[1.0,0.75,0.5,0.25]";
+  return s;
+}
+
+// The tree method at T=0: decode 50 + 100 + 40 = 190 ms against AR's 100, 200, 40 -> per-prompt
+// speedups 2, 2, 1, geometric mean 2^(2/3) = 1.5874, ratio of totals 340 / 190 = 1.7895; 34
+// decode tokens / 0.19 s = 178.9 tok/s; drafting 5 ms = 2.63 %, other 2.5 ms = 1.32 % of decode.
+// Outputs vs. ArSamplesWithMargins: p0 identical; p1 diverges at position 3 (AR token 4, method
+// token 9, AR margin 0.125); p2 stops after 2 tokens (position 2, AR token 3, margin 0.5).
+// -> exact 1/3, first divergence min 2, median 2.5, smallest margin 0.125.
+inline std::vector<SampleRecord> TreeSamples() {
+  std::vector<SampleRecord> s = {Sample("p0", 11, 2, 50, 2, "eos"),
+                                 Sample("p1", 21, 4, 100, 2, "max_new_tokens"),
+                                 Sample("p2", 5, 3, 40, 1, "eos")};
+  s[0].output_ids_json = "[1,2,3]";
+  s[1].output_ids_json = "[1,2,3,9,9]";
+  s[2].output_ids_json = "[1,2]";
+  return s;
+}
+
+// The `specbed summary` database:
+//   run 1: case 1 AR T=0 (ids + margins), case 2 AR T=1, case 3 "tree" T=0 (TreeSamples,
+//          TreeSteps; baseline case 1, same run);
+//   run 2: case 4 "fake" T=0 (FakeSamples/FakeSteps; no AR in run 2 -> baseline case 1 of run 1;
+//          outputs "[1,2,3]": p0 exact, p1 and p2 diverge at 3 with margins 0.125 and 0.25),
+//          case 5 "fake" T=0 max_new_tokens 64 (no baseline anywhere).
+inline void WriteSummaryDb(const std::string& path) {
+  auto store = ResultsStore::Open(path);
+  const int64_t run1 = store->BeginRun(TestRun());
+  CaseRecord ar = TestCase("ar0", "ar", 0);
+  ar.method_traits_json = R"({"lossless":true,"tree":false,"needs_drafter":false})";
+  store->WriteCase(run1, ar, ArSamplesWithMargins(), {});
+  store->WriteCase(run1, TestCase("ar1", "ar", 1), ArSamplesT1(), {});
+  CaseRecord tree = TestCase("tree0", "tree", 0);
+  tree.method_knobs_json = R"({"depth":4,"topk":2})";
+  tree.drafter = "tiny-head";
+  tree.method_traits_json = R"({"lossless":true,"tree":true,"needs_drafter":true})";
+  store->WriteCase(run1, tree, TreeSamples(), TreeSteps());
+  const int64_t run2 = store->BeginRun(TestRun());
+  store->WriteCase(run2, TestCase("fake0", "fake", 0), FakeSamples(), FakeSteps());
+  store->WriteCase(run2, TestCase("fake0_64", "fake", 0, 64), FakeSamples(), FakeSteps());
 }
 
 }  // namespace specbed::testing

@@ -1,6 +1,8 @@
 // Tests for results/store.h: round trips of every record type, no duplicate cases, resume via
 // HasCompletedCase, crash safety (a writer SIGKILLed mid-case leaves nothing), lock waiting and
-// the locked error, append-only enforcement, and the errors for bad paths/files/schema versions.
+// the locked error, append-only enforcement, the errors for bad paths/files/schema versions, step
+// sanity checks, and the migration of a hand-made schema-v1 file to v2 (read-only opens read it
+// as is).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -80,6 +82,8 @@ CaseRecord MakeCase(const std::string& key) {
   c.device = "cpu";
   c.config_json = R"({"case":")" + key + R"("})";
   c.wall_s = 12.5;
+  c.method_traits_json = R"({"lossless":true,"tree":true,"needs_drafter":true})";
+  c.drafter = "tiny-eagle-head";
   return c;
 }
 
@@ -99,6 +103,7 @@ std::vector<SampleRecord> MakeSamples(int n) {
     s.output_hash = "0123456789abcdef";
     s.output_text = "answer " + std::to_string(i) + " \xC3\xA9\xF0\x9F\x98\x80";
     s.output_ids_json = "[12,7," + std::to_string(i) + "]";
+    s.token_margins_json = i % 2 ? "" : "[1.5,0.25," + std::to_string(i) + "]";
     out.push_back(s);
   }
   return out;
@@ -119,6 +124,8 @@ std::vector<StepRecord> MakeSteps(const std::vector<SampleRecord>& samples, int 
       st.t_draft_us = 100.5 + k;
       st.t_verify_us = 2000.25 + k;
       st.t_other_us = 0.125 * k;
+      st.draft_depth = k % 2 ? 5 : -1;  // n_accepted <= depth <= n_drafted; -1 = not recorded
+      st.n_rollback_events = k % 3;
       out.push_back(st);
     }
   }
@@ -144,6 +151,8 @@ void ExpectSameCase(const CaseRecord& a, const CaseRecord& b) {
   EXPECT_EQ(a.device, b.device);
   EXPECT_EQ(a.config_json, b.config_json);
   EXPECT_EQ(a.wall_s, b.wall_s);
+  EXPECT_EQ(a.method_traits_json, b.method_traits_json);
+  EXPECT_EQ(a.drafter, b.drafter);
 }
 
 void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
@@ -159,6 +168,7 @@ void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
   EXPECT_EQ(a.output_hash, b.output_hash);
   EXPECT_EQ(a.output_text, b.output_text);
   EXPECT_EQ(a.output_ids_json, b.output_ids_json);
+  EXPECT_EQ(a.token_margins_json, b.token_margins_json);
 }
 
 void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
@@ -171,6 +181,8 @@ void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
   EXPECT_EQ(a.t_draft_us, b.t_draft_us);
   EXPECT_EQ(a.t_verify_us, b.t_verify_us);
   EXPECT_EQ(a.t_other_us, b.t_other_us);
+  EXPECT_EQ(a.draft_depth, b.draft_depth);
+  EXPECT_EQ(a.n_rollback_events, b.n_rollback_events);
 }
 
 // Runs one SQL statement on a raw connection (outside the store); returns the error or "".
@@ -440,8 +452,30 @@ TEST(ResultsStore, RejectsBadRecordsWithClearErrors) {
   EXPECT_CONTAINS(err, "unknown results table");
   EXPECT_CONTAINS(err, "runs, cases, samples, steps, bench");
   EXPECT_CONTAINS(ErrorOf([&] { store->CountRows("sample"); }), "did you mean 'samples'");
+  // Steps that cannot happen: more accepted than the drafted depth, a depth beyond the drafted
+  // nodes, negative counts.
+  samples = MakeSamples(2);
+  for (const auto& mutate : std::vector<std::function<void(StepRecord&)>>{
+           [](StepRecord& st) { st.n_accepted = 6; },  // n_drafted 5, depth not recorded
+           [](StepRecord& st) { st.draft_depth = 2, st.n_accepted = 3; },
+           [](StepRecord& st) { st.draft_depth = 6; }, [](StepRecord& st) { st.draft_depth = -2; },
+           [](StepRecord& st) { st.n_rollback_events = -1; },
+           [](StepRecord& st) { st.n_accepted = -1; }}) {
+    auto steps = MakeSteps(samples, 3);
+    mutate(steps[4]);
+    err = ErrorOf([&] { store->WriteCase(run, MakeCase("k"), samples, steps); });
+    EXPECT_CONTAINS(err, "case 'k', step 4 (prompt 'p0' turn 1, step_idx 1)");
+    EXPECT_CONTAINS(err, "expected 0 <= n_accepted <= draft_depth <= n_drafted");
+  }
   EXPECT_EQ(store->CountRows("cases"), 0);
   EXPECT_EQ(store->CountRows("bench"), 0);
+  // A tree step: 12 nodes, 3 deep, 3 accepted.
+  auto tree_steps = MakeSteps(samples, 3);
+  tree_steps[4].n_drafted = 12;
+  tree_steps[4].draft_depth = 3;
+  tree_steps[4].n_accepted = 3;
+  const int64_t tree_case = store->WriteCase(run, MakeCase("tree"), samples, tree_steps);
+  EXPECT_EQ(store->LoadSteps(tree_case)[4].draft_depth, 3);
 }
 
 TEST(ResultsStore, StoredResultsAreAppendOnly) {
@@ -641,6 +675,164 @@ TEST(ResultsStore, NewerSchemaVersionIsRejected) {
     EXPECT_CONTAINS(err, "results database '" + path + "' has schema version " +
                              std::to_string(kResultsSchemaVersion + 1) + ", newer than this build");
   }
+}
+
+// Schema version 1 exactly as SpecBed wrote it (a frozen copy: the fixture for the migration
+// test; never change it).
+constexpr const char* kSchemaV1Fixture = R"sql(
+PRAGMA journal_mode = WAL;
+CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+CREATE TABLE runs (
+  run_id INTEGER PRIMARY KEY, started_at TEXT NOT NULL, specbed_version TEXT NOT NULL,
+  git_commit TEXT NOT NULL, build_flags TEXT NOT NULL, host TEXT NOT NULL, cpu TEXT NOT NULL,
+  gpu TEXT NOT NULL, library_versions_json TEXT NOT NULL, config_json TEXT NOT NULL,
+  repro_command TEXT NOT NULL) STRICT;
+CREATE TABLE cases (
+  case_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  case_key TEXT NOT NULL, target TEXT NOT NULL, method TEXT NOT NULL,
+  method_knobs_json TEXT NOT NULL, dataset TEXT NOT NULL, categories TEXT NOT NULL,
+  prompt_limit INTEGER NOT NULL, temperature REAL, top_p REAL, top_k INTEGER NOT NULL,
+  seed INTEGER NOT NULL, max_new_tokens INTEGER NOT NULL, batch_size INTEGER NOT NULL,
+  threads INTEGER NOT NULL, dtype TEXT NOT NULL, device TEXT NOT NULL, config_json TEXT NOT NULL,
+  wall_s REAL, n_samples INTEGER NOT NULL, n_steps INTEGER NOT NULL,
+  completed_at TEXT NOT NULL) STRICT;
+CREATE UNIQUE INDEX cases_by_key ON cases(case_key);
+CREATE INDEX cases_by_run ON cases(run_id);
+CREATE TABLE samples (
+  sample_id INTEGER PRIMARY KEY, case_id INTEGER NOT NULL REFERENCES cases(case_id),
+  prompt_id TEXT NOT NULL, turn INTEGER NOT NULL, category TEXT NOT NULL,
+  n_prompt_tokens INTEGER NOT NULL, n_output_tokens INTEGER NOT NULL, prefill_ms REAL,
+  decode_ms REAL, n_steps INTEGER NOT NULL, stop_reason TEXT NOT NULL, output_hash TEXT NOT NULL,
+  output_text TEXT NOT NULL, output_ids_json TEXT NOT NULL) STRICT;
+CREATE UNIQUE INDEX samples_by_case ON samples(case_id, prompt_id, turn);
+CREATE TABLE steps (
+  step_id INTEGER PRIMARY KEY, case_id INTEGER NOT NULL REFERENCES cases(case_id),
+  sample_id INTEGER NOT NULL REFERENCES samples(sample_id), step_idx INTEGER NOT NULL,
+  n_drafted INTEGER NOT NULL, n_accepted INTEGER NOT NULL, n_emitted INTEGER NOT NULL,
+  t_draft_us REAL, t_verify_us REAL, t_other_us REAL) STRICT;
+CREATE UNIQUE INDEX steps_by_sample ON steps(sample_id, step_idx);
+CREATE INDEX steps_by_case ON steps(case_id);
+CREATE TABLE bench (
+  bench_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  model TEXT NOT NULL, dtype TEXT NOT NULL, threads INTEGER NOT NULL, batch_size INTEGER NOT NULL,
+  context_len INTEGER NOT NULL, n_tokens INTEGER NOT NULL, reps INTEGER NOT NULL,
+  tokens_per_s REAL, tokens_per_s_std REAL, ms_per_step REAL, forward_ms_per_step REAL,
+  other_ms_per_step REAL, n_params INTEGER NOT NULL) STRICT;
+CREATE INDEX bench_by_run ON bench(run_id);
+CREATE VIEW steps_v AS
+  SELECT st.*, s.prompt_id, s.turn FROM steps st JOIN samples s USING (sample_id);
+CREATE TRIGGER samples_no_update BEFORE UPDATE ON samples
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER steps_no_update BEFORE UPDATE ON steps
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER cases_no_update BEFORE UPDATE ON cases
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+INSERT INTO meta VALUES ('format', 'specbed_results'), ('schema_version', '1'),
+  ('created_at', '2026-11-01T00:00:00Z'), ('created_with_sqlite', '3.40.1');
+INSERT INTO runs VALUES (1, '2026-11-01T00:00:00Z', '0.1.0', 'abc', 'Release', 'h', 'cpu', '',
+  '{}', '{}', 'specbed run x');
+INSERT INTO cases VALUES (1, 1, 'v1case', 'stories260K', 'sps', '{"k":4}', 'tinystories', '', -1,
+  0.0, 1.0, 0, 7, 32, 1, 1, 'float32', 'cpu', '{}', 1.5, 1, 2, '2026-11-01T00:00:01Z');
+INSERT INTO samples VALUES (1, 1, 'p0', 0, 'story', 5, 9, 1.0, 8.0, 2, 'eos', '0011223344556677',
+  'once', '[1,2,3,4,5,6,7,8,9]');
+INSERT INTO steps VALUES (1, 1, 1, 0, 4, 4, 5, 10.0, 20.0, 1.0),
+                         (2, 1, 1, 1, 4, 2, 3, 10.0, 20.0, 1.0);
+PRAGMA user_version = 1;
+)sql";
+
+// "name type notnull default" of every column of `table`, in order.
+std::vector<std::string> TableColumns(const std::string& path, const std::string& table) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* s = nullptr;
+  std::vector<std::string> out;
+  sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    std::string col;
+    for (int i : {1, 2, 3, 4}) {
+      const auto* t = reinterpret_cast<const char*>(sqlite3_column_text(s, i));
+      col += std::string(t ? t : "NULL") + " ";
+    }
+    out.push_back(col);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
+TEST(ResultsStore, MigratesSchemaV1ToV2) {
+  const std::string path = FreshDbPath("v1");
+  ASSERT_EQ(RawExec(path, kSchemaV1Fixture), "");
+  ASSERT_EQ(RawQueryText(path, "PRAGMA user_version"), "1");
+
+  // A read-only open reads the v1 file as it is: new fields come back as their defaults.
+  {
+    StoreOptions options;
+    options.read_only = true;
+    auto store = ResultsStore::Open(path, options);
+    EXPECT_EQ(store->schema_version(), 1);
+    const auto cases = store->ListCases();
+    ASSERT_EQ(cases.size(), 1u);
+    EXPECT_EQ(cases[0].record.method, "sps");
+    EXPECT_EQ(cases[0].record.method_traits_json, "");
+    EXPECT_EQ(cases[0].record.drafter, "");
+    EXPECT_EQ(store->LoadSamples(1).at(0).token_margins_json, "");
+    const auto steps = store->LoadSteps(1);
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_EQ(steps[1].n_accepted, 2);
+    EXPECT_EQ(steps[1].draft_depth, -1);
+    EXPECT_EQ(steps[1].n_rollback_events, 0);
+  }
+  EXPECT_EQ(RawQueryText(path, "PRAGMA user_version"), "1");  // untouched
+
+  // A read-write open migrates in place; old rows keep their values and get the defaults.
+  {
+    auto store = ResultsStore::Open(path);
+    EXPECT_EQ(store->schema_version(), 2);
+    EXPECT_EQ(RawQueryText(path, "PRAGMA user_version"), "2");
+    EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'created_at'"),
+              "2026-11-01T00:00:00Z");
+    const auto samples = store->LoadSamples(1);
+    ASSERT_EQ(samples.size(), 1u);
+    EXPECT_EQ(samples[0].output_ids_json, "[1,2,3,4,5,6,7,8,9]");
+    EXPECT_EQ(samples[0].token_margins_json, "");
+    const auto steps = store->LoadSteps(1);
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_EQ(steps[0].n_drafted, 4);
+    EXPECT_EQ(steps[0].draft_depth, -1);
+    EXPECT_EQ(steps[0].n_rollback_events, 0);
+    EXPECT_EQ(store->ListCases().at(0).record.drafter, "");
+    // New cases carry the v2 fields.
+    auto new_samples = MakeSamples(2);
+    auto new_steps = MakeSteps(new_samples, 4);
+    const int64_t case_id = store->WriteCase(1, MakeCase("v2case"), new_samples, new_steps);
+    const auto cases = store->ListCases();
+    ASSERT_EQ(cases.size(), 2u);
+    ExpectSameCase(cases[1].record, MakeCase("v2case"));
+    const auto loaded_samples = store->LoadSamples(case_id);
+    ASSERT_EQ(loaded_samples.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) ExpectSameSample(loaded_samples[i], new_samples[i]);
+    const auto loaded_steps = store->LoadSteps(case_id);
+    ASSERT_EQ(loaded_steps.size(), new_steps.size());
+    for (size_t i = 0; i < new_steps.size(); ++i) ExpectSameStep(loaded_steps[i], new_steps[i]);
+  }
+  // Still append-only, new columns included; reopening does not migrate again.
+  EXPECT_CONTAINS(RawExec(path, "UPDATE steps SET draft_depth = 1"), "append-only");
+  EXPECT_CONTAINS(RawExec(path, "UPDATE samples SET token_margins_json = '[]'"), "append-only");
+  EXPECT_EQ(ResultsStore::Open(path)->schema_version(), 2);
+  EXPECT_EQ(
+      RawQueryText(path, "SELECT count(*) FROM steps_v WHERE case_id = 1 AND draft_depth = -1"),
+      "2");  // the view shows the new columns
+
+  // The migrated file has the same columns (names, types, NOT NULL, defaults, order) as a new one.
+  const std::string fresh = FreshDbPath("v2_fresh");
+  ResultsStore::Open(fresh);
+  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench"}) {
+    SCOPED_TRACE(table);
+    EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
+  }
+  EXPECT_EQ(TableColumns(fresh, "steps").size(), 12u);
 }
 
 TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {

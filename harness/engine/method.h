@@ -1,0 +1,151 @@
+// The method interface: every decoding method is assembled from a few small parts, so that "one
+// interface" stays small and the runner never needs to know a method's name.
+//
+//   Drafter     proposes a draft tree below the root (the last committed token) each step and is
+//               told the verdict (accepted path + bonus token) to roll its own state forward.
+//   Controller  (optional) chooses the draft budget per prompt or per step (BlockPilot, LTD).
+//   Adapter     (optional) learns online from verifier feedback (OSD, the cost-aware bandit).
+//   Decoder     the generation loop. The default is SpeculativeDecoder (speculative_decoder.h:
+//               prefill -> repeat(draft, verify, accept) -> stop rules identical to AR); AR is
+//               ArDecoder; a method with its own loop (e.g. SpecBranch) brings its own Decoder.
+//
+// The runner, not the method, times phases and counts tokens: a Decoder reports one StepStats per
+// verify step with the time spent in the drafter (draft), in the target forward + acceptance + KV
+// compaction (verify) and everything else (other).
+// Checked by: tests/engine/speculative_test.cpp (losslessness, invariants, timing fields).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/engine/ar_generate.h"
+#include "harness/engine/sampler.h"
+#include "methods/common/draft_tree.h"
+
+namespace specbed {
+
+// How a sampling (T > 0) verification accepts draft tokens. At T = 0 every rule is greedy.
+enum class VerifyRule {
+  kGreedy,        // follow the target's argmax (exact at T = 0; used for every method at T = 0)
+  kChainRs,       // chain rejection sampling (Leviathan et al. / Chen et al.); chains only
+  kTreeRrs,       // multi-draft recursive rejection sampling (SpecInfer / EAGLE): the children of
+                  // a slot must be i.i.d. samples from that slot's draft distribution
+  kSampleFollow,  // sample the target at a slot, descend if a child carries that token; any tree
+};
+const char* VerifyRuleName(VerifyRule rule);
+// Parses "greedy" | "chain_rs" | "tree_rrs" | "sample_follow"; errors name `context`.
+VerifyRule ParseVerifyRule(const std::string& name, const std::string& context);
+
+// Outcome of one verify step.
+struct Verdict {
+  std::vector<int32_t> path;  // accepted node indices, root's child first (empty = none)
+  int32_t bonus = -1;         // token sampled from the target after the path (bonus/correction)
+  // Tokens the step commits: tokens of `path`, then `bonus`.
+  std::vector<int32_t> tokens;
+  // Requested target hidden states at the committed slots (root, then path nodes):
+  // one float/bf16 [1, 1 + path.size(), dim] tensor per requested layer.
+  std::vector<at::Tensor> hidden;
+  int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
+};
+
+// Per-step draft budget. `nodes` counts drafted nodes, root excluded; `depth` bounds the tree
+// depth (chains: depth == nodes).
+struct DraftBudget {
+  int64_t nodes = 0;
+  int64_t depth = 0;
+};
+
+// What a drafter sees at the start of a sequence.
+struct DraftBegin {
+  const std::vector<int32_t>* prompt = nullptr;  // prompt ids (all in the target cache)
+  int32_t root = -1;                             // first generated token (the first root)
+  // Target hidden states over the prompt for the drafter's requested layers: [1, P, dim] each.
+  std::vector<at::Tensor> hidden;
+  SamplingParams sampling;  // the case's sampling settings (drafters sample with them)
+  uint64_t seed = 0;        // seed for the drafter's own randomness in this sequence
+  int64_t max_len = 0;      // the target cache's length: prompt + generated tokens fit in it
+};
+
+// What a drafter sees at each step.
+struct DraftStep {
+  int32_t root = -1;
+  // All committed tokens: prompt + generated so far; the last one is `root`.
+  const std::vector<int32_t>* committed = nullptr;
+  DraftBudget budget;
+  int64_t step_index = 0;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Target layers whose hidden states the drafter wants (HF hidden_states indexing); empty = none.
+  virtual std::vector<int64_t> TargetHiddenLayers() const { return {}; }
+  // Starts a new sequence.
+  virtual void Begin(const DraftBegin& begin) = 0;
+  // Appends at most budget.nodes nodes (depth <= budget.depth) below the root to `tree` (given
+  // empty). Rules that need draft distributions (chain_rs, tree_rrs) need tree.draft_probs.
+  virtual void Draft(const DraftStep& step, DraftTree& tree) = 0;
+  // The verdict of the step (path, bonus = the next root, target hidden states); the drafter
+  // rolls its state (e.g. its KV cache) forward to the committed tokens.
+  virtual void Accept(const DraftTree& tree, const Verdict& verdict) = 0;
+};
+
+// Chooses the budget (optional part).
+class Controller {
+ public:
+  virtual ~Controller() = default;
+  // Called once per sequence after prefill, and before every step; may change `budget`.
+  virtual void BeginSequence(const DraftBegin& begin, DraftBudget& budget) {}
+  virtual void BeforeStep(const DraftStep& step, DraftBudget& budget) {}
+};
+
+// Learns online from verifier feedback (optional part).
+class Adapter {
+ public:
+  virtual ~Adapter() = default;
+  virtual void Observe(const DraftTree& tree, const Verdict& verdict) = 0;
+};
+
+// Counters and phase times of one verify step (filled by the decoder loop, never by a method).
+struct StepStats {
+  int64_t n_drafted = 0;    // drafted nodes (root excluded)
+  int64_t n_accepted = 0;   // accepted draft tokens (path length)
+  int64_t n_emitted = 0;    // tokens appended to the output this step (<= n_accepted + 1; fewer
+                            // only when a stop rule fired inside the step)
+  int64_t draft_depth = 0;  // deepest drafted node
+  int64_t n_rollback_events = 0;
+  double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
+};
+
+// One generation with its per-step records.
+struct DecodeResult {
+  GenerationResult generation;
+  std::vector<StepStats> steps;  // empty for AR
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Generates from `prompt` (non-empty) with `cache` (the target's batch-1 cache; reset here).
+  virtual void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                        KvCache& cache, DecodeResult& result) = 0;
+};
+
+// Autoregressive decoding (GenerateAr) as a Decoder.
+class ArDecoder : public Decoder {
+ public:
+  ArDecoder(LlamaModel& model, const Tokenizer* tokenizer) : model_(model), tokenizer_(tokenizer) {}
+  void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
+                DecodeResult& result) override;
+
+ private:
+  LlamaModel& model_;
+  const Tokenizer* tokenizer_;
+};
+
+}  // namespace specbed

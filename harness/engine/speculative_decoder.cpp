@@ -1,0 +1,151 @@
+// The draft -> verify -> accept loop (see speculative_decoder.h) and ArDecoder.
+#include "harness/engine/speculative_decoder.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+
+void ArDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                         KvCache& cache, DecodeResult& result) {
+  result.steps.clear();
+  result.generation = GenerateAr(model_, tokenizer_, prompt, config, cache);
+}
+
+uint64_t DrafterSeed(uint64_t sequence_seed) {
+  uint64_t z = sequence_seed + 0x6a09e667f3bcc909ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, const Tokenizer* tokenizer,
+                                       std::unique_ptr<Drafter> drafter, SpeculativeOptions options,
+                                       std::unique_ptr<Controller> controller,
+                                       std::unique_ptr<Adapter> adapter)
+    : target_(target),
+      tokenizer_(tokenizer),
+      drafter_(std::move(drafter)),
+      options_(options),
+      controller_(std::move(controller)),
+      adapter_(std::move(adapter)),
+      verifier_(target) {
+  SPECBED_CHECK(drafter_ != nullptr, "speculative decoder needs a drafter");
+  SPECBED_CHECK(options_.budget.nodes >= 0 && options_.budget.depth >= 0,
+                "draft budget must be >= 0 (nodes ", options_.budget.nodes, ", depth ",
+                options_.budget.depth, ")");
+}
+
+void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
+                                  const GenerationConfig& config, KvCache& cache,
+                                  DecodeResult& result) {
+  SPECBED_CHECK(!prompt.empty(), "generation needs a non-empty prompt (add BOS)");
+  SPECBED_CHECK(cache.batch() == 1, "speculative decoding uses a batch-1 cache");
+  SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
+                " tokens does not fit the context (", cache.max_len(), " positions)");
+  const int64_t vocab = target_.config().vocab_size;
+  GenerationResult& gen = result.generation;
+  gen = GenerationResult();
+  result.steps.clear();
+  Sampler sampler(config.sampling, config.seed);
+  StopChecker stop(config.stop, tokenizer_, prompt.back());
+  cache.Truncate(0);
+  const std::vector<int64_t> hidden_layers = drafter_->TargetHiddenLayers();
+
+  // Prefill (identical to AR).
+  const int64_t t_start = NowNanos();
+  at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
+  int64_t* pp = prompt_ids.data_ptr<int64_t>();
+  for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
+  ForwardOptions prefill_options;
+  prefill_options.hidden_layers = hidden_layers;
+  ForwardOutput out = target_.Forward(prompt_ids, cache, prefill_options);
+  int32_t root = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+  const int64_t t_prefill_end = NowNanos();
+  stop.Push(root);
+
+  committed_.assign(prompt.begin(), prompt.end());
+  committed_.push_back(root);
+  int64_t begin_ns = 0;
+  DraftBudget budget = options_.budget;
+  if (!stop.stopped()) {
+    DraftBegin begin;
+    begin.prompt = &prompt;
+    begin.root = root;
+    begin.hidden = std::move(out.hidden);
+    begin.sampling = config.sampling;
+    begin.seed = DrafterSeed(config.seed);
+    begin.max_len = cache.max_len();
+    const int64_t b0 = NowNanos();
+    if (controller_) controller_->BeginSequence(begin, budget);
+    drafter_->Begin(begin);
+    begin_ns = NowNanos() - b0;
+  }
+
+  result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
+  int64_t step_index = 0;
+  // End of the previous step; the first step's "other" starts at the end of prefill (minus the
+  // drafter's Begin, which is draft time), so draft + verify + other add up to decode time.
+  int64_t t_prev_end = t_prefill_end;
+  while (!stop.stopped()) {
+    const int64_t free = cache.max_len() - cache.length() - 1;  // slots after the root
+    if (free < 0) {
+      stop.StopForContext();
+      break;
+    }
+    const int64_t t0 = NowNanos();
+    DraftStep step;
+    step.root = root;
+    step.committed = &committed_;
+    step.step_index = step_index;
+    if (controller_) controller_->BeforeStep(step, budget);
+    step.budget.nodes = std::min(budget.nodes, free);
+    step.budget.depth = std::min(budget.depth, step.budget.nodes);
+    tree_.Clear();
+    drafter_->Draft(step, tree_);
+    tree_.ValidateStructure(vocab);
+    SPECBED_CHECK(tree_.size() <= step.budget.nodes && tree_.max_depth() <= step.budget.depth,
+                  "drafter exceeded its budget: ", tree_.size(), " nodes, depth ",
+                  tree_.max_depth(), " (budget ", step.budget.nodes, " nodes, depth ",
+                  step.budget.depth, ")");
+    const int64_t t1 = NowNanos();
+    verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
+    const int64_t t2 = NowNanos();
+    drafter_->Accept(tree_, verdict_);
+    if (adapter_) adapter_->Observe(tree_, verdict_);
+    const int64_t t3 = NowNanos();
+
+    StepStats stats;
+    stats.n_drafted = tree_.size();
+    stats.n_accepted = verdict_.n_accepted();
+    stats.draft_depth = tree_.max_depth();
+    const size_t before = stop.tokens().size();
+    for (int32_t token : verdict_.tokens) {
+      committed_.push_back(token);
+      if (stop.Push(token) != StopReason::kNone) break;
+    }
+    stats.n_emitted = static_cast<int64_t>(stop.tokens().size() - before);
+    root = verdict_.tokens.back();
+    const int64_t t4 = NowNanos();
+    stats.t_draft_us = ((t1 - t0) + (t3 - t2) + (step_index == 0 ? begin_ns : 0)) * 1e-3;
+    stats.t_verify_us = (t2 - t1) * 1e-3;
+    // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
+    stats.t_other_us = ((t4 - t3) + (t0 - t_prev_end) - (step_index == 0 ? begin_ns : 0)) * 1e-3;
+    t_prev_end = t4;
+    result.steps.push_back(stats);
+    ++step_index;
+    ++gen.n_steps;
+  }
+  const int64_t t_end = NowNanos();
+  gen.tokens = stop.tokens();
+  gen.text = stop.text();
+  gen.stop_reason = stop.reason();
+  gen.prefill_ms = (t_prefill_end - t_start) * 1e-6;
+  gen.decode_ms = (t_end - t_prefill_end) * 1e-6;
+}
+
+}  // namespace specbed

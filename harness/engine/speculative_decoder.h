@@ -1,0 +1,58 @@
+// The default Decoder of speculative methods: prefill -> repeat(draft, verify, accept) -> the
+// same stop rules as AR (stop_rules.h), fed one token at a time, so outputs are comparable token
+// for token.
+//
+// Conventions (shared with AR, see ar_generate.h and results/README.md):
+// - prefill_ms: the target's prompt forward and the sampling of the first token (the first
+//   root). The drafter's own prompt processing (Drafter::Begin) is counted as draft time of the
+//   first step, i.e. inside decode_ms, so a method pays for its drafter.
+// - Per step: draft = Controller + Drafter::Draft + Drafter::Accept + Adapter::Observe;
+//   verify = target forward over root + tree, acceptance and KV compaction (TreeVerifier);
+//   other = everything else in the loop (stop rules, bookkeeping).
+// - n_emitted counts tokens appended to the output; sum(n_emitted) = n_output_tokens - 1 (the
+//   first token comes from the prefill logits, as in AR). A stop inside a step drops the rest.
+// - The budget is clipped to the free context: L + 1 + nodes <= cache.max_len().
+// Checked by: tests/engine/speculative_test.cpp.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "harness/engine/verifier.h"
+
+namespace specbed {
+
+struct SpeculativeOptions {
+  DraftBudget budget;                               // default budget (a Controller may change it)
+  VerifyRule sampling_rule = VerifyRule::kChainRs;  // rule at T > 0 (greedy at T = 0)
+};
+
+class SpeculativeDecoder : public Decoder {
+ public:
+  SpeculativeDecoder(LlamaModel& target, const Tokenizer* tokenizer,
+                     std::unique_ptr<Drafter> drafter, SpeculativeOptions options,
+                     std::unique_ptr<Controller> controller = nullptr,
+                     std::unique_ptr<Adapter> adapter = nullptr);
+  void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
+                DecodeResult& result) override;
+
+  Drafter& drafter() { return *drafter_; }
+
+ private:
+  LlamaModel& target_;
+  const Tokenizer* tokenizer_;
+  std::unique_ptr<Drafter> drafter_;
+  SpeculativeOptions options_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Adapter> adapter_;
+  TreeVerifier verifier_;
+  DraftTree tree_;
+  Verdict verdict_;
+  std::vector<int32_t> committed_;
+};
+
+// Seed of a drafter's own randomness for a sequence, derived from the target sampler's seed.
+uint64_t DrafterSeed(uint64_t sequence_seed);
+
+}  // namespace specbed

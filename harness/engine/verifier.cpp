@@ -1,0 +1,192 @@
+// The verifier (see verifier.h). The per-slot work runs on raw rows through the CPU references
+// of kernels/ (the same contracts the CUDA kernels implement), so a step allocates nothing once
+// its buffers are warm.
+#include "harness/engine/verifier.h"
+
+#include <ATen/ATen.h>
+
+#include "harness/base/error.h"
+#include "kernels/cpu/references.h"
+#include "kernels/tree_mask.h"
+#include "methods/common/tree_builders.h"
+
+namespace specbed {
+
+const char* VerifyRuleName(VerifyRule rule) {
+  switch (rule) {
+    case VerifyRule::kGreedy:
+      return "greedy";
+    case VerifyRule::kChainRs:
+      return "chain_rs";
+    case VerifyRule::kTreeRrs:
+      return "tree_rrs";
+    case VerifyRule::kSampleFollow:
+      return "sample_follow";
+  }
+  return "?";
+}
+
+VerifyRule ParseVerifyRule(const std::string& name, const std::string& context) {
+  for (VerifyRule r : {VerifyRule::kGreedy, VerifyRule::kChainRs, VerifyRule::kTreeRrs,
+                       VerifyRule::kSampleFollow}) {
+    if (name == VerifyRuleName(r)) return r;
+  }
+  Fail(context, ": unknown verification rule '", name,
+       "' (expected one of: greedy, chain_rs, tree_rrs, sample_follow)");
+}
+
+namespace {
+
+// Per-thread scratch for AcceptTree (one decode loop per thread).
+struct AcceptScratch {
+  std::vector<int32_t> first_child, next_sibling;
+  std::vector<float> p;
+};
+
+AcceptScratch& Scratch() {
+  thread_local AcceptScratch scratch;
+  return scratch;
+}
+
+void Finish(const DraftTree& tree, Verdict& verdict) {
+  verdict.tokens.clear();
+  for (int32_t node : verdict.path) verdict.tokens.push_back(tree.token[node]);
+  verdict.tokens.push_back(verdict.bonus);
+}
+
+}  // namespace
+
+void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule rule,
+                Sampler& sampler, Verdict& verdict) {
+  const int64_t n = tree.size();
+  verdict.path.clear();
+  if (sampler.params().greedy()) rule = VerifyRule::kGreedy;
+
+  if (rule == VerifyRule::kGreedy) {
+    verdict.path.resize(n > 0 ? n : 1);
+    int32_t n_accepted = 0;
+    const int status =
+        cpu::GreedyTreeVerify(logits, tree.token.data(), tree.parent.data(), 1, n, vocab,
+                              verdict.path.data(), &n_accepted, &verdict.bonus);
+    SPECBED_CHECK(status == kKernelOk, "greedy verification: malformed draft tree");
+    verdict.path.resize(n_accepted);
+    Finish(tree, verdict);
+    return;
+  }
+
+  if (rule == VerifyRule::kChainRs) {
+    SPECBED_CHECK(tree.IsChain(), "chain rejection sampling needs a chain draft, got a tree of ", n,
+                  " nodes (use tree_rrs or sample_follow)");
+  }
+  if (rule == VerifyRule::kChainRs || rule == VerifyRule::kTreeRrs) {
+    SPECBED_CHECK(n == 0 || (tree.has_draft_probs() && tree.vocab == vocab), VerifyRuleName(rule),
+                  " verification needs the draft distributions (tree.draft_probs [n+1, ", vocab,
+                  "]); the drafter did not provide them");
+  }
+  AcceptScratch& s = Scratch();
+  ChildrenLists(tree, s.first_child, s.next_sibling);
+  std::mt19937_64& rng = sampler.rng();
+  int32_t slot = 0;  // current slot (0 = root, i + 1 = node i)
+  while (true) {
+    sampler.Distribution(logits + slot * vocab, vocab, s.p);
+    int32_t child = s.first_child[slot];
+    if (child < 0) {  // leaf (or root of an empty tree): bonus from the target
+      verdict.bonus = SampleFromProbs(s.p.data(), vocab, rng);
+      break;
+    }
+    int32_t next = -1;
+    if (rule == VerifyRule::kSampleFollow) {
+      const int32_t y = SampleFromProbs(s.p.data(), vocab, rng);
+      for (; child >= 0; child = s.next_sibling[child]) {
+        if (tree.token[child] == y) break;
+      }
+      if (child < 0) {
+        verdict.bonus = y;
+        break;
+      }
+      next = child;
+    } else {
+      const float* q = tree.DraftProbsRow(slot);
+      for (; child >= 0; child = s.next_sibling[child]) {
+        const float u = static_cast<float>(Uniform01(rng));
+        uint8_t accepted = 0;
+        cpu::TreeRejectionStep(s.p.data(), q, &tree.token[child], &u, 1, vocab, &accepted);
+        if (accepted) break;
+      }
+      if (child < 0) {  // every child rejected: correction from the residual
+        verdict.bonus = SampleFromProbs(s.p.data(), vocab, rng);
+        break;
+      }
+      next = child;
+    }
+    verdict.path.push_back(next);
+    slot = next + 1;
+  }
+  Finish(tree, verdict);
+}
+
+void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
+                          KvCache& cache, const std::vector<int64_t>& hidden_layers,
+                          Verdict& verdict) {
+  const int64_t n = tree.size();
+  const int64_t committed = cache.length();
+  const int64_t n_slots = n + 1;
+  SPECBED_CHECK(committed + n_slots <= cache.max_len(), "verify: ", n_slots,
+                " slots do not fit after ", committed, " committed positions (context ",
+                cache.max_len(), ")");
+  const int64_t vocab = target_.config().vocab_size;
+  // Grow reusable buffers.
+  if (!tokens_buf_.defined() || tokens_buf_.numel() < n_slots) {
+    const int64_t cap = std::max<int64_t>(n_slots, 64);
+    tokens_buf_ = at::empty({cap}, at::kLong);
+    positions_buf_ = at::empty({cap}, at::kLong);
+    parent_buf_ = at::empty({cap}, at::kInt);
+    keep_buf_ = at::empty({cap}, at::kLong);
+  }
+  int64_t* tok = tokens_buf_.data_ptr<int64_t>();
+  tok[0] = root;
+  for (int64_t i = 0; i < n; ++i) tok[i + 1] = tree.token[i];
+
+  ForwardOptions options;
+  options.logits = LogitsMode::kAll;
+  options.hidden_layers = hidden_layers;
+  if (!tree.IsChain()) {
+    int64_t* pos = positions_buf_.data_ptr<int64_t>();
+    pos[0] = committed;
+    for (int64_t i = 0; i < n; ++i) pos[i + 1] = committed + tree.depth[i];
+    options.positions = positions_buf_.narrow(0, 0, n_slots).view({1, n_slots});
+    const int64_t mask_numel = n_slots * (committed + n_slots);
+    if (!mask_buf_.defined() || mask_buf_.numel() < mask_numel) {
+      mask_buf_ = at::empty({std::max<int64_t>(mask_numel, 4096)}, at::kBool);
+    }
+    std::copy(tree.parent.begin(), tree.parent.end(), parent_buf_.data_ptr<int32_t>());
+    at::Tensor mask = mask_buf_.narrow(0, 0, mask_numel).view({1, n_slots, committed + n_slots});
+    BuildTreeMask(parent_buf_.narrow(0, 0, n).view({1, n}), committed, mask);
+    options.mask = mask;
+  }
+  ForwardOutput out =
+      target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
+  AcceptTree(tree, out.logits.data_ptr<float>(), vocab, rule, sampler, verdict);
+
+  // KV compaction: keep the root and the accepted path.
+  const int64_t k = verdict.n_accepted();
+  bool prefix = true;  // path = nodes 0..k-1 (always for chains): already in place
+  for (int64_t j = 0; j < k; ++j) prefix = prefix && verdict.path[j] == j;
+  if (prefix) {
+    cache.Truncate(committed + 1 + k);
+  } else {
+    int64_t* keep = keep_buf_.data_ptr<int64_t>();
+    keep[0] = committed;
+    for (int64_t j = 0; j < k; ++j) keep[j + 1] = committed + 1 + verdict.path[j];
+    cache.KeepPositions(committed, keep_buf_.narrow(0, 0, k + 1).view({1, k + 1}));
+  }
+  verdict.hidden.clear();
+  if (!hidden_layers.empty()) {
+    std::vector<int64_t> slots{0};
+    for (int32_t node : verdict.path) slots.push_back(node + 1);
+    const at::Tensor index = at::tensor(slots, at::kLong);
+    for (const at::Tensor& h : out.hidden) verdict.hidden.push_back(h.index_select(1, index));
+  }
+}
+
+}  // namespace specbed

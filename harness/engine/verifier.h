@@ -1,0 +1,58 @@
+// The one verifier every speculative method uses.
+//
+// TreeVerifier::Verify runs the target once over [root, node 0 .. node n-1] appended after the
+// committed cache (tree positions from depths, the ancestor mask from kernels/tree_mask; a chain
+// uses the plain causal path), chooses the accepted path with the rule, samples the bonus /
+// correction token, and compacts the target KV cache to committed + root + accepted path
+// (kernels/kv_compact). AcceptTree is the rule alone over given target logits, so the sampling
+// rules can be tested statistically without a model.
+//
+// Rules (method.h VerifyRule). Greedy follows the target argmax (kernels/greedy_verify). The
+// sampling rules are lossless: the committed tokens are distributed exactly as sampling the
+// target token by token with the same SamplingParams (temperature, top-k, top-p).
+// - chain_rs / tree_rrs: at slot s with target distribution p and children c_1..c_m (increasing
+//   index) drafted i.i.d. from q = draft_probs row s: for each child, accept with probability
+//   min(1, p(x)/q(x)) (kernels/rejection_step); on rejection p <- norm(max(p - q, 0)). The first
+//   accepted child is descended into; if none is accepted, the correction token is sampled from
+//   the residual p. After an accepted leaf, the bonus is sampled from the target at the leaf.
+//   (chain_rs is tree_rrs restricted to chains.)
+// - sample_follow: sample y from the target at slot s; descend into the first child carrying y,
+//   else y is the bonus. Needs no draft distributions.
+// Checked by: tests/engine/verifier_test.cpp (chi-square losslessness on a tiny vocabulary with
+// duplicate siblings and zero-mass draft tokens; greedy path; compaction vs a fresh forward).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "models/llama_model.h"
+
+namespace specbed {
+
+// Chooses the path and bonus for `tree` from the target logits at every slot.
+// logits: float32 [n + 1, vocab] row-major (row s = slot s; CPU). At sampler.params().greedy()
+// every rule acts as kGreedy. Fills verdict.path/bonus/tokens (hidden untouched).
+void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule rule,
+                Sampler& sampler, Verdict& verdict);
+
+class TreeVerifier {
+ public:
+  explicit TreeVerifier(LlamaModel& target) : target_(target) {}
+
+  // `cache` holds the committed tokens except `root` (cache.length() = L). Runs the target over
+  // root + tree, accepts with `rule`, compacts the cache to L + 1 + path length and fills
+  // `verdict` (with hidden states of `hidden_layers` at the committed slots).
+  void Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
+              KvCache& cache, const std::vector<int64_t>& hidden_layers, Verdict& verdict);
+
+ private:
+  LlamaModel& target_;
+  // Reused buffers (grown, never shrunk): no data allocation per step once warm.
+  at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
+  std::vector<int64_t> positions_;
+};
+
+}  // namespace specbed

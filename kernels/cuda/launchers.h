@@ -1,0 +1,73 @@
+// Raw CUDA launchers of SpecBed's speculative-decoding kernels (layer 1 of 3; see
+// kernels/README.md). Plain C++ on purpose: raw pointers and a `void* stream` (a cudaStream_t;
+// nullptr = the legacy default stream), no LibTorch and no CUDA headers, so this header can be
+// included from any translation unit. Defined in kernels/cuda/*.cu (library
+// specbed_kernels_cuda, built only with SPECBED_CUDA=ON).
+//
+// Every pointer is device memory, row-major and contiguous. Each launcher enqueues its work on
+// `stream`, never synchronizes, and returns kKernelOk or the cudaError_t of the launch
+// (KernelStatusString names it). Preconditions are those of the CPU references with the same
+// signature in kernels/cpu/references.h; the tree conventions are methods/common/draft_tree.h
+// (slot 0 = root = last committed token, slot i + 1 = node i, parent[i] < i, -1 = child of the
+// root).
+// Checked by: tests/kernels/kernel_test.cpp (the *Cuda tests compare every launcher with its CPU
+// reference through the LibTorch wrappers; skipped without a CUDA device).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_status.h"
+
+namespace specbed {
+namespace gpu {
+
+// Ancestor mask of a draft tree for the verify forward.
+//   parent: [batch, n] int32, parent[i] in [-1, i)
+//   mask:   out [batch, n + 1, prefix_len + n + 1] bool. Row s (verify slot s) is true at every
+//           prefix column [0, prefix_len), at the root column prefix_len, and at column
+//           prefix_len + 1 + j iff node j is slot s's node or one of its ancestors.
+// One thread per mask element.
+int BuildTreeMask(const int32_t* parent, int64_t batch, int64_t n, int64_t prefix_len, bool* mask,
+                  void* stream);
+
+// Greedy verification of a draft tree against the target's logits.
+//   logits:     [batch, n + 1, vocab] float32, row s = target logits at verify slot s
+//   tokens:     [batch, n] int32, drafted token of node i
+//   parent:     [batch, n] int32, parent[i] in [-1, i)
+//   accepted:   out [batch, n] int32, accepted node indices in depth order, -1 padded
+//   n_accepted: out [batch] int32
+//   bonus:      out [batch] int32, target argmax at the last accepted slot
+// Argmax = largest value, lowest index on ties, NaN never chosen unless element 0 is NaN
+// (exactly harness/engine/sampler.h Argmax). One 1024-thread block per sequence walks the tree;
+// only the rows on the accepted path are reduced.
+int GreedyTreeVerify(const float* logits, const int32_t* tokens, const int32_t* parent,
+                     int64_t batch, int64_t n, int64_t vocab, int32_t* accepted,
+                     int32_t* n_accepted, int32_t* bonus, void* stream);
+
+// In-place compaction of kept KV-cache rows.
+//   storage: [n_outer, batch, n_heads, max_len, row_bytes] bytes (a KvCache's storage with
+//            n_outer = n_layers * 2 and row_bytes = head_dim * element size)
+//   indices: [batch, keep] int64, strictly increasing, each >= committed_len and < max_len
+// Moves row indices[b][j] to committed_len + j for every outer/head. One thread per
+// (outer, b, head, row chunk) walks j in increasing order (a destination may be a later
+// source, so j is never parallel).
+int CompactKvRows(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads, int64_t max_len,
+                  int64_t row_bytes, int64_t committed_len, const int64_t* indices, int64_t keep,
+                  void* stream);
+
+// One speculative-sampling step per sequence.
+//   p:        [batch, vocab] float32, target (residual) distribution, updated in place
+//   q:        [batch, vocab] float32, draft distribution
+//   token:    [batch] int32, drafted token, in [0, vocab)
+//   u:        [batch] float32, uniform in [0, 1)
+//   accepted: out [batch] uint8 (0/1)
+// Accepts iff u * q[token] < p[token]. On rejection p <- max(p - q, 0) / sum(max(p - q, 0))
+// (the sum accumulated in double), or p unchanged if that sum is 0. One block per sequence.
+int TreeRejectionStep(float* p, const float* q, const int32_t* token, const float* u, int64_t batch,
+                      int64_t vocab, uint8_t* accepted, void* stream);
+
+// Human-readable name of a status returned above (cudaGetErrorString for CUDA codes).
+const char* KernelStatusString(int status);
+
+}  // namespace gpu
+}  // namespace specbed

@@ -1,0 +1,57 @@
+// Greedy tree verification: argument checks and CPU / CUDA dispatch (see
+// kernels/greedy_verify.h).
+// Checked by: tests/kernels/kernel_test.cpp (GreedyVerify* tests).
+#include "kernels/greedy_verify.h"
+
+#include <ATen/ATen.h>
+
+#include "harness/base/error.h"
+#include "kernels/cpu/references.h"
+#include "kernels/kernel_checks.h"
+#ifdef SPECBED_HAVE_CUDA_TORCH
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda_glue.h"
+#endif
+
+namespace specbed {
+
+void GreedyTreeVerify(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& parent,
+                      const at::Tensor& accepted, const at::Tensor& n_accepted,
+                      const at::Tensor& bonus) {
+  using namespace kernel_detail;
+  constexpr const char* kKernel = "GreedyTreeVerify";
+  CheckTensor(kKernel, "logits", logits, {at::kFloat}, {-1, -1, -1}, "[B, n + 1, V]");
+  const int64_t batch = logits.size(0), n = logits.size(1) - 1, vocab = logits.size(2);
+  SPECBED_CHECK(n >= 0 && vocab >= 1, kKernel, ": logits [", batch, ", ", n + 1, ", ", vocab,
+                "] needs at least the root row (n + 1 >= 1) and V >= 1");
+  CheckTensor(kKernel, "tokens", tokens, {at::kInt}, {batch, n}, "[B, n]");
+  CheckTensor(kKernel, "parent", parent, {at::kInt}, {batch, n}, "[B, n]");
+  CheckTensor(kKernel, "accepted", accepted, {at::kInt}, {batch, n}, "[B, n]");
+  CheckTensor(kKernel, "n_accepted", n_accepted, {at::kInt}, {batch}, "[B]");
+  CheckTensor(kKernel, "bonus", bonus, {at::kInt}, {batch}, "[B]");
+  const KernelDevice device = DeviceOf(kKernel, "logits", logits);
+  CheckSameDevice(kKernel, "tokens", tokens, "logits", logits);
+  CheckSameDevice(kKernel, "parent", parent, "logits", logits);
+  CheckSameDevice(kKernel, "accepted", accepted, "logits", logits);
+  CheckSameDevice(kKernel, "n_accepted", n_accepted, "logits", logits);
+  CheckSameDevice(kKernel, "bonus", bonus, "logits", logits);
+  CheckTreeParents(kKernel, "parent", parent);
+  if (device == KernelDevice::kCpu) {
+    CheckKernelStatus(kKernel, device,
+                      cpu::GreedyTreeVerify(
+                          logits.data_ptr<float>(), tokens.data_ptr<int32_t>(),
+                          parent.data_ptr<int32_t>(), batch, n, vocab, accepted.data_ptr<int32_t>(),
+                          n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>()));
+    return;
+  }
+#ifdef SPECBED_HAVE_CUDA_TORCH
+  CudaLaunchScope scope(logits);
+  CheckKernelStatus(kKernel, device,
+                    gpu::GreedyTreeVerify(
+                        logits.data_ptr<float>(), tokens.data_ptr<int32_t>(),
+                        parent.data_ptr<int32_t>(), batch, n, vocab, accepted.data_ptr<int32_t>(),
+                        n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>(), scope.stream()));
+#endif
+}
+
+}  // namespace specbed

@@ -1,0 +1,21 @@
+// Registration of `ar`, the autoregressive baseline (ArDecoder over GenerateAr).
+// Checked by: tests/engine/method_registry_test.cpp, tests/engine/runner_test.cpp.
+#include "methods/method_registry.h"
+
+namespace specbed {
+
+void RegisterArMethod(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "ar";
+  info.description =
+      "autoregressive decoding with the target alone (the baseline of every speedup)";
+  info.traits.speculative = false;
+  info.traits.lossless = true;
+  info.traits.supports_batch = false;
+  info.factory = [](MethodContext& context, const nlohmann::json&) -> std::unique_ptr<Decoder> {
+    return std::make_unique<ArDecoder>(*context.target->model, context.target->tokenizer.get());
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace specbed

@@ -1,0 +1,203 @@
+// Draft-tree builders shared by the methods, and derived tree structures:
+// - BuildChain: a chain from a token sequence (SpS, DFlash, any chain drafter).
+// - BeamTreeBuilder: EAGLE-2/3 dynamic tree (top-k beam expansion, then reranking of every
+//   generated candidate by cumulative log-probability down to a node budget). The drafter is a
+//   TopKExpander callback, so this file has no model dependency.
+// - BestFirstTreeBuilder: DDTree tree from per-depth top-K marginals (lazy best-first k-best
+//   prefix enumeration with a max-heap).
+// - ChildrenLists: first-child / next-sibling arrays for verifiers.
+// - RandomTree: deterministic random trees for the tests of other modules.
+// Everywhere, the *budget* is the number of drafted nodes, root excluded (DraftTree::size()).
+// Plain std::vector code, no LibTorch. Builders keep their buffers between calls (one builder
+// per drafter, reused every step, does not allocate once warm).
+// Checked by: tests/methods/draft_tree_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "methods/common/draft_tree.h"
+
+namespace specbed {
+
+// ---------------------------------------------------------------------------------------------
+// Chain.
+
+// Replaces `tree` with the chain tokens[0] -> tokens[1] -> ... -> tokens[n-1] (parent[i] = i-1,
+// depth[i] = i+1). draft_logp = logp[0..n) when logp is given, else empty. draft_probs are
+// cleared. The budget of the result is n.
+// tokens: [n] token ids; logp: [n] per-token log q(token | prefix), or nullptr.
+void BuildChain(const int32_t* tokens, int64_t n, DraftTree& tree, const float* logp = nullptr);
+// Same from vectors; `logp` is empty or has one entry per token.
+void BuildChain(const std::vector<int32_t>& tokens, DraftTree& tree,
+                const std::vector<float>& logp = {});
+
+// ---------------------------------------------------------------------------------------------
+// EAGLE-2/3 dynamic tree.
+
+// The drafter seen by BeamTreeBuilder: proposes the top-k next tokens below given nodes.
+class TopKExpander {
+ public:
+  virtual ~TopKExpander() = default;
+  // tree: every candidate generated so far (all of them, not only the frontier, so a drafter can
+  //   attend over them; see BeamTreeBuilder::candidates()), with draft_logp = per-node log-prob.
+  //   Empty on the first call.
+  // frontier_nodes: the nodes to expand, as indices into `tree`; -1 = the root (first call only,
+  //   which is {-1}). Ordered by cumulative log-prob, best first.
+  // k: children wanted per frontier node.
+  // tokens, logp: [frontier_nodes.size() * k] outputs, already sized by the caller; entry
+  //   f * k + r = the r-th most likely next token below frontier node f and its log-prob
+  //   log q(token | path to f) (<= 0), sorted in non-increasing order of log-prob per node.
+  //   Every entry must be written (the builder checks sizes, token ids >= 0, log-probs <= 0 and
+  //   not NaN, and the order, and throws specbed::Error otherwise).
+  virtual void Expand(const DraftTree& tree, const std::vector<int32_t>& frontier_nodes, int64_t k,
+                      std::vector<int32_t>& tokens, std::vector<float>& logp) = 0;
+};
+
+struct BeamTreeOptions {
+  // Number of layers = the largest node depth. The expander is called min(depth, budget) times:
+  // once on the root, then once per further layer. (EAGLE's `depth` counts the expansions after
+  // the first one, so EAGLE depth=5 is depth 6 here; its `total_token` = budget + 1.)
+  int64_t depth = 6;
+  int64_t top_k = 10;   // children per expanded node, and expanded nodes (beam width) per layer
+  int64_t budget = 59;  // drafted nodes kept, root excluded
+};
+
+// EAGLE-2 dynamic draft tree:
+//   Layer 1 = the top_k children of the root. For each further layer d <= depth, the top_k nodes
+//   of layer d-1 by cumulative log-prob (ties: earlier candidate first) are expanded with top_k
+//   children each. The score of a candidate is its cumulative log-prob, score(parent) + logp.
+//   Every generated node is a candidate (top_k + (depth-1) * top_k^2 of them). Finally the
+//   `budget` candidates with the highest score are kept (ties: shallower first, then earlier
+//   candidate; candidates are numbered layer by layer, so "earlier" alone already implies it).
+//   Layers deeper than `budget` are not generated: a kept node at depth d needs its d-1 ancestors
+//   kept too (below), so they could never be kept.
+// Candidate order: by layer; within a layer, by frontier node (best first) then by child rank.
+// The kept set is ancestor-closed. Proof: rank candidates by the strict total order
+//   (score desc, depth asc, candidate index asc) and keep a prefix of it. For a candidate c with
+//   parent p, score(c) = fl(score(p) + logp(c)) with logp(c) <= 0; rounding is monotone and
+//   score(p) is representable, so score(c) <= score(p). If score(c) < score(p), p ranks before c;
+//   if equal, depth(p) < depth(c) and again p ranks before c. So every kept node's parent is kept.
+//   The builder also checks it (specbed::Error "internal" if violated).
+// Output: a fresh compact tree in topological BFS order (by depth, then score desc, then
+//   candidate index), draft_logp = per-node (not cumulative) log-prob, no draft_probs (EAGLE's
+//   top-k drafts are deterministic: verify with sample-then-follow / q = 1).
+// Budget: the output has exactly min(budget, number of candidates) nodes; budget 0 gives an
+//   empty tree without calling the expander.
+class BeamTreeBuilder {
+ public:
+  // Builds into `tree` (cleared first). Throws specbed::Error on bad options or bad expander
+  // output.
+  void Build(TopKExpander& expander, const BeamTreeOptions& options, DraftTree& tree);
+
+  // After Build:
+  // Every generated candidate, in candidate order (what the expander last saw plus the last
+  // layer); draft_logp = per-node log-prob.
+  const DraftTree& candidates() const { return candidates_; }
+  // [candidates] cumulative log-prob of each candidate.
+  const std::vector<float>& candidate_scores() const { return candidate_scores_; }
+  // [candidates] index of each candidate in the output tree, -1 if pruned.
+  const std::vector<int32_t>& candidate_to_node() const { return candidate_to_node_; }
+  // [output nodes] candidate index of each output node.
+  const std::vector<int32_t>& node_to_candidate() const { return node_to_candidate_; }
+  // [output nodes] cumulative log-prob of each output node.
+  const std::vector<float>& node_scores() const { return node_scores_; }
+
+ private:
+  DraftTree candidates_;
+  std::vector<float> candidate_scores_;
+  std::vector<int32_t> candidate_to_node_;
+  std::vector<int32_t> node_to_candidate_;
+  std::vector<float> node_scores_;
+  std::vector<int32_t> frontier_;
+  std::vector<int32_t> order_;
+  std::vector<int32_t> expand_tokens_;
+  std::vector<float> expand_logp_;
+};
+
+// One-shot convenience (allocates a builder).
+void BuildBeamTree(TopKExpander& expander, const BeamTreeOptions& options, DraftTree& tree);
+
+// ---------------------------------------------------------------------------------------------
+// DDTree best-first tree.
+
+// DDTree tree from per-depth top-K marginals:
+//   A node at depth d (1..D) picks one of the K tokens of depth d; its score is the sum of the
+//   per-depth log-probs along its path (added root to leaf). The tree is grown best-first with a
+//   max-heap seeded with (depth 1, rank 0): pop the best candidate, add it as a node, push its
+//   next sibling (same parent, rank + 1, if rank + 1 < K) and its first child (depth + 1, rank 0,
+//   if depth < D); stop after `budget` nodes or when the heap is empty (all K + K^2 + ... + K^D
+//   prefixes taken).
+// Ties: the heap orders candidates by (score desc, depth asc, parent node index asc, rank asc).
+//   Because parent node indices follow pop order, this is the total order "u before v iff
+//   score(u) > score(v), or equal and shallower, or equal depth and parent(u) before parent(v),
+//   or same parent and lower rank". A candidate's generator (its parent for rank 0, its previous
+//   sibling otherwise) comes strictly before it in that order (log-probs <= 0 and sorted), so the
+//   best unpopped candidate is always in the heap: the nodes are exactly the first `budget`
+//   prefixes in that order (the top-budget prefixes by score), and they are popped in it.
+// Output: node order = pop order (non-increasing score; parents before children), draft_logp =
+//   per-node log-prob (logp[d-1][rank]), no draft_probs.
+class BestFirstTreeBuilder {
+ public:
+  // logp: [D, K] row-major float32 log-probs of the top-K tokens at each depth, each row sorted
+  //   in non-increasing order, all <= 0 (not NaN); tokens: [D, K] int32 token ids (>= 0).
+  // Builds into `tree` (cleared first); exactly min(budget, K + ... + K^D) nodes. Throws
+  // specbed::Error on bad arguments.
+  void Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K, int64_t budget,
+             DraftTree& tree);
+
+  // After Build: [n] cumulative log-prob and rank (column in the [D, K] inputs) of each node.
+  const std::vector<float>& node_scores() const { return node_scores_; }
+  const std::vector<int32_t>& node_ranks() const { return node_ranks_; }
+
+ private:
+  struct Entry {
+    float score;
+    int32_t depth;
+    int32_t parent;
+    int32_t rank;
+  };
+  std::vector<Entry> heap_;
+  std::vector<float> node_scores_;
+  std::vector<int32_t> node_ranks_;
+};
+
+// One-shot convenience (allocates a builder).
+void BuildBestFirstTree(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                        int64_t budget, DraftTree& tree);
+
+// ---------------------------------------------------------------------------------------------
+// Derived structures.
+
+// Children of every verify slot, for verifiers: first_child[s] = the smallest node index whose
+// slot-parent is s (slot 0 = root, slot i+1 = node i), or -1; next_sibling[i] = the next larger
+// node index with the same parent as node i, or -1. So the children of a slot are listed in
+// increasing node index. first_child: [n + 1], next_sibling: [n] (resized; no allocation once
+// the capacity is there).
+void ChildrenLists(const DraftTree& tree, std::vector<int32_t>& first_child,
+                   std::vector<int32_t>& next_sibling);
+
+// ---------------------------------------------------------------------------------------------
+// Random trees for tests.
+
+struct RandomTreeOptions {
+  bool chain = false;  // parent[i] = i - 1 instead of random parents
+  // 0 = unlimited; else no node deeper than this (ignored for chains: a chain of n has depth n).
+  int64_t max_depth = 0;
+  // Probability that a node copies the token of an existing sibling. With 0, sibling tokens are
+  // distinct (then no node may have more than `vocab` children; parents are re-drawn if needed).
+  double duplicate_sibling_prob = 0.0;
+  bool with_logp = false;  // draft_logp filled (log of draft_probs entries if those are made)
+  // draft_probs [n + 1, vocab]: random rows summing to 1 in which each child's token has
+  // positive probability (at least 1 / (4 * vocab) before normalisation).
+  bool with_draft_probs = false;
+};
+
+// A random valid tree with n nodes over tokens [0, vocab): parent of node i uniform over the root
+// and the eligible earlier nodes, tokens uniform. Deterministic given the seed on every platform
+// (std::mt19937_64 with SpecBed's own integer/real mapping, no std:: distributions). Throws
+// specbed::Error when impossible (vocab < 1, or distinct siblings under max_depth cannot fit).
+DraftTree RandomTree(int64_t n, int64_t vocab, uint64_t seed,
+                     const RandomTreeOptions& options = {});
+
+}  // namespace specbed

@@ -1,0 +1,47 @@
+// SpS drafter: classic speculative sampling (Leviathan et al. 2023, "Fast Inference from
+// Transformers via Speculative Decoding"; Chen et al. 2023, "Accelerating Large Language Model
+// Decoding with Speculative Sampling") with a separate small draft LM that shares the target's
+// tokenizer. Each step drafts a chain of gamma tokens autoregressively with the draft model
+// (sampling with the case's settings; argmax at T = 0) and records the draft distribution of
+// every position for chain rejection sampling.
+// The draft model keeps its own KV cache in step with the committed tokens: after a verdict it
+// truncates to committed + root + accepted; when the whole chain was accepted, the last draft
+// token (never fed to the draft model) is fed together with the new root at the next step.
+// Checked by: tests/engine/speculative_test.cpp (exact match with AR at T = 0 on stories260K;
+// drafter cache = fresh forward over the committed tokens).
+#pragma once
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "models/llama_model.h"
+
+namespace specbed {
+
+class SpsDrafter : public Drafter {
+ public:
+  // `draft` must share the target's vocabulary. The chain length is the step budget (gamma,
+  // clipped near the end of the context). Its cache is sized like the target's (DraftBegin).
+  explicit SpsDrafter(std::shared_ptr<LlamaModel> draft);
+
+  void Begin(const DraftBegin& begin) override;
+  void Draft(const DraftStep& step, DraftTree& tree) override;
+  void Accept(const DraftTree& tree, const Verdict& verdict) override;
+
+  // The draft model's cache (tests compare it with a fresh forward).
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  std::shared_ptr<LlamaModel> draft_;
+  KvCache cache_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<int32_t> pending_;  // committed tokens not yet in the draft cache (ends with root)
+  int64_t base_len_ = 0;          // draft cache length before this step's tokens
+  int64_t fed_ = 0;               // pending tokens fed this step
+  std::vector<float> probs_;
+  at::Tensor ids_;  // [1, capacity] int64 input buffer
+};
+
+}  // namespace specbed

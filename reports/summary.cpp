@@ -1,0 +1,405 @@
+// `specbed summary`: per-case metric rows of a results database (see summary.h), rendered as an
+// aligned terminal table or as JSON.
+// Checked by: tests/reports/summary_test.cpp and tests/cli/summary_cli_test.cpp.
+#include "reports/summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
+#include "harness/base/names.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kNone = "—";
+constexpr size_t kPositionsShown = 4;  // r_1..r_4 / alpha_1..alpha_4 in the table
+
+std::string Fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return kNone;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string General(double v) {
+  if (!std::isfinite(v)) return kNone;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+std::string WithInterval(double v, const Interval& ci) {
+  if (!std::isfinite(v)) return kNone;
+  if (!std::isfinite(ci.lo) || !std::isfinite(ci.hi)) return Fixed(v, 2);
+  return Fixed(v, 2) + " [" + Fixed(ci.lo, 2) + ", " + Fixed(ci.hi, 2) + "]";
+}
+
+// The first kPositionsShown rates, space-separated ("0.82 0.73 —"); "—" when there are none.
+std::string Rates(const std::vector<double>& rates) {
+  if (rates.empty()) return kNone;
+  std::string out;
+  for (size_t i = 0; i < rates.size() && i < kPositionsShown; ++i) {
+    out += (i ? " " : "") + Fixed(rates[i], 2);
+  }
+  return out;
+}
+
+// Display width of UTF-8 text (code points; the table only uses narrow characters).
+size_t Width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+Json Number(double v) {
+  return std::isfinite(v) ? Json(v) : Json(nullptr);
+}
+
+Json IntervalJson(const Interval& ci) {
+  return Json::array({Number(ci.lo), Number(ci.hi)});
+}
+
+// JSON text as stored -> a JSON value (the text itself when it does not parse; null when empty).
+Json StoredJson(const std::string& text) {
+  if (text.empty()) return nullptr;
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? Json(text) : j;
+}
+
+std::string MethodLabel(const CaseRecord& r) {
+  const std::string knobs = KnobsShort(r.method_knobs_json);
+  return knobs.empty() ? r.method : r.method + "(" + knobs + ")";
+}
+
+std::string JoinIds(const std::vector<int64_t>& ids) {
+  std::vector<std::string> s;
+  for (int64_t id : ids) s.push_back(std::to_string(id));
+  return s.empty() ? std::string("none") : Join(s, ", ");
+}
+
+}  // namespace
+
+std::string KnobsShort(const std::string& knobs_json) {
+  if (knobs_json.empty()) return "";
+  const Json j = Json::parse(knobs_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return knobs_json;
+  if (j.is_null()) return "";
+  if (!j.is_object()) return j.dump();
+  std::string out;
+  for (const auto& [key, value] : j.items()) {
+    if (!out.empty()) out += ",";
+    out += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return out;
+}
+
+Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) {
+  StoreOptions store_options;
+  store_options.read_only = true;
+  auto store = ResultsStore::Open(db_path, store_options);
+  Summary summary;
+  summary.db_path = db_path;
+  summary.schema_version = store->schema_version();
+  summary.run_ids = store->ListRunIds();
+  summary.bootstrap = options.bootstrap;
+  const std::vector<ResultsStore::CaseRow> cases = store->ListCases();
+
+  if (options.run_id >= 0) {
+    SPECBED_CHECK(std::count(summary.run_ids.begin(), summary.run_ids.end(), options.run_id) > 0,
+                  "run ", options.run_id, " is not in results database '", db_path,
+                  "' (runs: ", JoinIds(summary.run_ids), ")");
+  }
+  if (options.case_id >= 0) {
+    std::vector<int64_t> ids;
+    const ResultsStore::CaseRow* found = nullptr;
+    for (const auto& c : cases) {
+      ids.push_back(c.case_id);
+      if (c.case_id == options.case_id) found = &c;
+    }
+    SPECBED_CHECK(found != nullptr, "case ", options.case_id, " is not in results database '",
+                  db_path, "' (cases: ", JoinIds(ids), ")");
+    SPECBED_CHECK(options.run_id < 0 || found->run_id == options.run_id, "case ", options.case_id,
+                  " of results database '", db_path, "' belongs to run ", found->run_id,
+                  ", not to run ", options.run_id);
+  }
+
+  std::map<int64_t, std::vector<SampleRecord>> samples_cache;
+  auto samples_of = [&](int64_t case_id) -> const std::vector<SampleRecord>& {
+    auto it = samples_cache.find(case_id);
+    if (it == samples_cache.end()) {
+      it = samples_cache.emplace(case_id, store->LoadSamples(case_id)).first;
+    }
+    return it->second;
+  };
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ResultsStore::CaseRow& c = cases[i];
+    if (options.run_id >= 0 && c.run_id != options.run_id) continue;
+    if (options.case_id >= 0 && c.case_id != options.case_id) continue;
+    SummaryRow row;
+    row.row = c;
+    row.metrics = ComputeCaseMetrics(samples_of(c.case_id), store->LoadSteps(c.case_id));
+    row.is_baseline = c.record.method == kArMethod;
+    const std::string label =
+        StrCat("case ", c.case_id, " (", MethodLabel(c.record), ", run ", c.run_id, ")");
+    if (!row.is_baseline) {
+      const BaselineMatch match = FindArBaseline(cases, i);
+      if (match.index < 0) {
+        summary.notes.push_back(label +
+                                ": no AR case with the same workload in the database: no speedup "
+                                "or exact match.");
+      } else {
+        const ResultsStore::CaseRow& base = cases[match.index];
+        row.baseline_case_id = base.case_id;
+        row.baseline_run_id = base.run_id;
+        row.baseline_same_run = match.same_run;
+        const auto& base_samples = samples_of(base.case_id);
+        const auto& own_samples = samples_of(c.case_id);
+        row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap);
+        row.exact_match = ComputeExactMatch(base_samples, own_samples);
+        if (!match.same_run) {
+          summary.notes.push_back(
+              StrCat(label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
+                     " (no AR case with the same workload in run ", c.run_id, ")."));
+        }
+        if (row.speedup.n_matched == 0) {
+          summary.notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",
+                                         base.case_id, ": no speedup."));
+        }
+      }
+    }
+    summary.rows.push_back(std::move(row));
+  }
+  return summary;
+}
+
+std::string FormatSummaryTable(const Summary& s) {
+  bool any_drafter = false;
+  for (const SummaryRow& r : s.rows) any_drafter = any_drafter || !r.row.record.drafter.empty();
+
+  struct Column {
+    std::string header;
+    bool right = true;
+  };
+  std::vector<Column> columns = {{"case"}, {"run"}, {"method", false}};
+  if (any_drafter) columns.push_back({"drafter", false});
+  for (const Column& c : std::vector<Column>{{"target", false},
+                                             {"dataset", false},
+                                             {"T"},
+                                             {"n"},
+                                             {"tok/s"},
+                                             {"τ"},
+                                             {"T_D%"},
+                                             {"other%"},
+                                             {"rollback%"},
+                                             {"speedup [95% CI]"},
+                                             {"Σ ratio [95% CI]"},
+                                             {"exact"},
+                                             {"div min/med"},
+                                             {"margin"},
+                                             {"r_1..r_4", false},
+                                             {"α_1..α_4", false}}) {
+    columns.push_back(c);
+  }
+
+  std::vector<std::vector<std::string>> rows;
+  for (const SummaryRow& r : s.rows) {
+    const CaseRecord& c = r.row.record;
+    const CaseMetrics& m = r.metrics;
+    const ExactMatch& e = r.exact_match;
+    std::vector<std::string> row = {std::to_string(r.row.case_id), std::to_string(r.row.run_id),
+                                    MethodLabel(c)};
+    if (any_drafter) row.push_back(c.drafter.empty() ? kNone : c.drafter);
+    const bool compared = !r.is_baseline && r.baseline_case_id >= 0;
+    std::string speedup =
+        r.is_baseline ? "1.00 (baseline)" : WithInterval(r.speedup.geomean, r.speedup.geomean_ci);
+    if (compared && !r.baseline_same_run && std::isfinite(r.speedup.geomean)) speedup += " *";
+    const std::string total =
+        r.is_baseline ? "1.00" : WithInterval(r.speedup.total_ratio, r.speedup.total_ratio_ci);
+    std::string exact = kNone, divergence = kNone, margin = kNone;
+    if (compared && e.n_matched > 0) {
+      exact = StrCat(e.n_exact, "/", e.n_matched);
+      if (!e.divergences.empty()) {
+        divergence = StrCat(e.min_position, "/", General(e.median_position));
+        margin = Fixed(e.min_margin, 3);
+      }
+    }
+    for (const std::string& cell :
+         {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
+          Fixed(m.decode_tokens_per_s, 1), Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1),
+          Fixed(100.0 * m.other_fraction, 1), Fixed(100.0 * m.rollback_rate, 1), speedup, total,
+          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
+      row.push_back(cell);
+    }
+    rows.push_back(std::move(row));
+  }
+
+  std::ostringstream out;
+  out << "specbed summary: " << s.db_path << " (schema v" << s.schema_version << "), "
+      << s.rows.size() << (s.rows.size() == 1 ? " case" : " cases")
+      << "; runs in the database: " << JoinIds(s.run_ids) << "\n";
+  if (rows.empty()) {
+    out << "No cases recorded.\n";
+    return out.str();
+  }
+  std::vector<size_t> widths(columns.size());
+  for (size_t i = 0; i < columns.size(); ++i) {
+    widths[i] = Width(columns[i].header);
+    for (const auto& row : rows) widths[i] = std::max(widths[i], Width(row[i]));
+  }
+  auto emit = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const std::string pad(widths[i] - Width(cells[i]), ' ');
+      if (i) line += "  ";
+      line += columns[i].right ? pad + cells[i] : cells[i] + pad;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  };
+  std::vector<std::string> headers;
+  for (const Column& c : columns) headers.push_back(c.header);
+  emit(headers);
+  for (const auto& row : rows) emit(row);
+  out << "\n"
+      << "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
+         "τ = tokens emitted per verify step (bonus token included);\n"
+      << "T_D% / other% = drafting / other time as a share of decode time; rollback% = drafted "
+         "tokens rejected;\n"
+      << "speedup = AR decode time / method decode time per answer, geometric mean; Σ ratio = "
+         "total AR / total method decode time;\n"
+      << "[95% CI] = percentile bootstrap over prompts (" << s.bootstrap.n_resamples
+      << " resamples, fixed seed); * = AR baseline from another run;\n"
+      << "exact = answers token-identical to AR; div min/med = first divergence position (min / "
+         "median); margin = smallest AR top-2 logit gap at a divergence;\n"
+      << "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted "
+         ">= i) at draft position i.\n";
+  if (!s.notes.empty()) {
+    out << "\nNotes:\n";
+    for (const auto& n : s.notes) out << "- " << n << "\n";
+  }
+  return out.str();
+}
+
+std::string SummaryJson(const Summary& s) {
+  Json doc;
+  doc["db"] = s.db_path;
+  doc["schema_version"] = s.schema_version;
+  doc["runs"] = s.run_ids;
+  doc["bootstrap"] = {{"method", "percentile bootstrap over prompts"},
+                      {"n_resamples", s.bootstrap.n_resamples},
+                      {"seed", s.bootstrap.seed},
+                      {"level", s.bootstrap.level}};
+  Json cases = Json::array();
+  for (const SummaryRow& r : s.rows) {
+    const CaseRecord& c = r.row.record;
+    const CaseMetrics& m = r.metrics;
+    Json j;
+    j["case_id"] = r.row.case_id;
+    j["run_id"] = r.row.run_id;
+    j["case_key"] = c.case_key;
+    j["method"] = c.method;
+    j["knobs"] = StoredJson(c.method_knobs_json);
+    j["knobs_short"] = KnobsShort(c.method_knobs_json);
+    j["method_traits"] = StoredJson(c.method_traits_json);
+    j["drafter"] = c.drafter;
+    j["target"] = c.target;
+    j["dataset"] = c.dataset;
+    j["categories"] = c.categories;
+    j["prompt_limit"] = c.prompt_limit;
+    j["temperature"] = Number(c.temperature);
+    j["top_p"] = Number(c.top_p);
+    j["top_k"] = c.top_k;
+    j["seed"] = c.seed;
+    j["max_new_tokens"] = c.max_new_tokens;
+    j["batch_size"] = c.batch_size;
+    j["threads"] = c.threads;
+    j["dtype"] = c.dtype;
+    j["device"] = c.device;
+    j["n_samples"] = m.n_samples;
+    j["n_prompts"] = m.n_prompts;
+    j["output_tokens"] = m.output_tokens;
+    j["decode_tokens"] = m.decode_tokens;
+    j["decode_ms"] = Number(m.decode_ms);
+    j["decode_tokens_per_s"] = Number(m.decode_tokens_per_s);
+    j["prefill_ms_mean"] = Number(m.prefill_ms_mean);
+    j["stop_reasons"] = m.stop_reasons;
+    j["n_steps"] = m.n_steps;
+    j["drafted"] = m.drafted;
+    j["accepted"] = m.accepted;
+    j["emitted"] = m.emitted;
+    j["tau"] = Number(m.tau);
+    j["draft_fraction"] = Number(m.draft_fraction);
+    j["verify_fraction"] = Number(m.verify_fraction);
+    j["other_fraction"] = Number(m.other_fraction);
+    j["draft_us_per_step"] = Number(m.draft_us_per_step);
+    j["verify_us_per_step"] = Number(m.verify_us_per_step);
+    j["other_us_per_step"] = Number(m.other_us_per_step);
+    j["rollback_rate"] = Number(m.rollback_rate);
+    j["rollback_events"] = m.rollback_events;
+    j["rollback_events_per_step"] = Number(m.rollback_events_per_step);
+    Json r_list = Json::array(), alpha_list = Json::array();
+    for (double v : m.positions.r) r_list.push_back(Number(v));
+    for (double v : m.positions.alpha) alpha_list.push_back(Number(v));
+    j["acceptance"] = {{"max_depth", m.positions.max_depth()},
+                       {"r", r_list},
+                       {"alpha", alpha_list},
+                       {"n_reached", m.positions.n_reached},
+                       {"n_accepted", m.positions.n_accepted},
+                       {"n_conditional", m.positions.n_conditional}};
+    j["is_baseline"] = r.is_baseline;
+    if (r.baseline_case_id >= 0) {
+      const Speedup& sp = r.speedup;
+      const ExactMatch& e = r.exact_match;
+      j["baseline"] = {{"case_id", r.baseline_case_id},
+                       {"run_id", r.baseline_run_id},
+                       {"same_run", r.baseline_same_run}};
+      j["speedup"] = {{"n_matched", sp.n_matched},
+                      {"n_prompts", sp.n_prompts},
+                      {"geomean", Number(sp.geomean)},
+                      {"geomean_ci", IntervalJson(sp.geomean_ci)},
+                      {"total_ratio", Number(sp.total_ratio)},
+                      {"total_ratio_ci", IntervalJson(sp.total_ratio_ci)}};
+      Json divergences = Json::array();
+      for (const auto& d : e.divergences) {
+        divergences.push_back(
+            {{"prompt_id", d.prompt_id},
+             {"turn", d.turn},
+             {"position", d.position},
+             {"ar_token", d.ar_token >= 0 ? Json(d.ar_token) : Json(nullptr)},
+             {"method_token", d.method_token >= 0 ? Json(d.method_token) : Json(nullptr)},
+             {"margin", Number(d.margin)}});
+      }
+      j["exact_match"] = {
+          {"n_matched", e.n_matched},
+          {"n_exact", e.n_exact},
+          {"rate", Number(e.rate)},
+          {"min_divergence_position", e.min_position >= 0 ? Json(e.min_position) : Json(nullptr)},
+          {"median_divergence_position", Number(e.median_position)},
+          {"min_margin", Number(e.min_margin)},
+          {"divergences", divergences}};
+    } else {
+      j["baseline"] = nullptr;
+      j["speedup"] = nullptr;
+      j["exact_match"] = nullptr;
+    }
+    cases.push_back(std::move(j));
+  }
+  doc["cases"] = std::move(cases);
+  doc["notes"] = s.notes;
+  // Stored text may hold invalid UTF-8 (byte-level tokenizers): replace it instead of failing.
+  return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace specbed

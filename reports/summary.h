@@ -1,0 +1,60 @@
+// `specbed summary DB`: one row of metrics per case of a results database, as a terminal table or
+// as JSON with every number: method and knobs, target, dataset, T, answers, decode tok/s, tau,
+// T_D%, other%, rollback, speedup over the AR baseline (geometric mean and ratio of totals, each
+// with a bootstrap 95% CI over prompts), exact match vs. AR (rate, first divergence position,
+// the target's top-2 logit margin there) and per-position acceptance r_i / alpha_i.
+// The AR baseline of a case is an "ar" case with the same workload in the same run, else in any
+// run of the database (a note says so). Metric definitions: metrics/metrics.h, reports/README.md.
+// Checked by: tests/reports/summary_test.cpp (library) and tests/cli/summary_cli_test.cpp (CLI).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "results/store.h"
+
+namespace specbed {
+
+struct SummaryOptions {
+  int64_t run_id = -1;   // only cases of this run (-1 = all); baselines may come from any run
+  int64_t case_id = -1;  // only this case (-1 = all)
+  BootstrapOptions bootstrap;
+};
+
+struct SummaryRow {
+  ResultsStore::CaseRow row;
+  CaseMetrics metrics;
+  bool is_baseline = false;       // an AR case (method "ar"): the baseline itself
+  int64_t baseline_case_id = -1;  // the matching AR case, -1 = none / is_baseline
+  int64_t baseline_run_id = -1;
+  bool baseline_same_run = false;
+  Speedup speedup;         // empty (NaN) without a baseline
+  ExactMatch exact_match;  // empty (NaN) without a baseline
+};
+
+struct Summary {
+  std::string db_path;
+  int schema_version = 0;
+  std::vector<int64_t> run_ids;    // every run of the database
+  std::vector<SummaryRow> rows;    // selected cases, in case_id order
+  std::vector<std::string> notes;  // baselines from another run, cases without a baseline
+  BootstrapOptions bootstrap;
+};
+
+// Reads the database (read-only; older schema versions are read as they are) and computes every
+// row. Fails (specbed::Error naming the path) for a missing or non-SpecBed database, and for a
+// --run / --case id that is not in it (listing the ids that are).
+Summary BuildSummary(const std::string& db_path, const SummaryOptions& options = {});
+
+// Method knobs in short form: {"k":4,"tree":"static"} -> "k=4,tree=static"; "" for none.
+std::string KnobsShort(const std::string& knobs_json);
+
+// The human-readable table (aligned columns, a legend and the notes), ending with a newline.
+std::string FormatSummaryTable(const Summary& summary);
+
+// Every number of the summary as a JSON document (NaN = null), pretty-printed.
+std::string SummaryJson(const Summary& summary);
+
+}  // namespace specbed

@@ -1,0 +1,175 @@
+// End-to-end tests of `specbed summary` (harness/cli/cmd_summary.cpp): runs the real binary as a
+// child process on the synthetic summary database of tests/reports/synthetic_db.h and checks the
+// table (the tree case whose outputs diverge from AR at position 2 with margin 0.125, its speedup
+// CI, r_i / alpha_i, the note for a baseline from another run), --json, --run / --case, and the
+// errors for a missing database, a non-SpecBed database and unknown ids (exit status 1).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/reports/synthetic_db.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
+  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected to find \"" << needle << "\" in:\n"
+                                       << haystack.substr(0, 4000);
+}
+
+struct ProcResult {
+  int exit_code = -1;  // -1 unless the child exited normally
+  std::string out, err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `specbed args...` with stdout/stderr captured in files; kills it after 60 s.
+ProcResult RunSpecbed(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string stem =
+      std::string(SPECBED_TEST_TMPDIR) + "/summary_cli_" + std::to_string(counter++);
+  const std::string out_path = stem + ".stdout", err_path = stem + ".stderr";
+  std::vector<std::string> argv_s = {SPECBED_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ProcResult r;
+  if (out_fd < 0 || err_fd < 0) {
+    ADD_FAILURE() << "cannot create " << stem << ".*: " << std::strerror(errno);
+    return r;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out_fd);
+  close(err_fd);
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed: " << std::strerror(errno);
+    return r;
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "specbed summary timed out";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = ReadAll(out_path);
+  r.err = ReadAll(err_path);
+  return r;
+}
+
+// The table line of one case (it starts with the right-aligned case id).
+std::string LineOf(const std::string& table, int64_t case_id) {
+  std::istringstream in(table);
+  std::string line;
+  const std::string prefix = std::to_string(case_id) + "  ";
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, prefix.size(), prefix) == 0) return line;
+  }
+  return "<no line for case " + std::to_string(case_id) + ">";
+}
+
+TEST(CliSummary, TableReportsDivergencePositionMarginAndCis) {
+  const std::string db = testing::FreshDbPath("cli_summary_table");
+  testing::WriteSummaryDb(db);
+  const ProcResult r = RunSpecbed({"summary", db});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "specbed summary: " + db + " (schema v2), 5 cases"));
+  const std::string tree = LineOf(r.out, 3);
+  // The tree method diverges from AR: 1 of 3 answers identical, first divergence at position 2
+  // (median 2.5), smallest AR top-2 logit margin at a divergence 0.125.
+  for (const char* cell :
+       {"tree(depth=4,topk=2)", "tiny-head", "1/3", "2/2.5", "0.125", "1.59 [1.00, 2.00]",
+        "1.79 [1.00, 2.00]", "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —", "78.9"}) {
+    EXPECT_TRUE(Contains(tree, cell));
+  }
+  EXPECT_TRUE(Contains(LineOf(r.out, 1), "1.00 (baseline)"));
+  EXPECT_TRUE(Contains(LineOf(r.out, 4), "2.00 [1.00, 4.00] *"));
+  EXPECT_TRUE(Contains(r.out, "AR baseline is case 1 from run 1"));
+  EXPECT_TRUE(Contains(r.out, "case 5 (fake(k=4), run 2): no AR case with the same workload"));
+}
+
+TEST(CliSummary, JsonRunAndCaseSelection) {
+  const std::string db = testing::FreshDbPath("cli_summary_json");
+  testing::WriteSummaryDb(db);
+  ProcResult r = RunSpecbed({"summary", db, "--json", "--case", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  ASSERT_EQ(j["cases"].size(), 1u);
+  const Json& e = j["cases"][0]["exact_match"];
+  EXPECT_EQ(e["min_divergence_position"], 2);
+  EXPECT_EQ(e["min_margin"], 0.125);
+  EXPECT_EQ(e["divergences"][0]["position"], 3);
+  EXPECT_EQ(e["divergences"][0]["margin"], 0.125);
+  EXPECT_EQ(j["cases"][0]["speedup"]["geomean_ci"], Json({1.0, 2.0}));
+
+  r = RunSpecbed({"summary", db, "--run", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "2 cases"));
+  EXPECT_TRUE(Contains(LineOf(r.out, 4), "fake(k=4)"));
+  EXPECT_TRUE(Contains(LineOf(r.out, 3), "<no line"));
+}
+
+TEST(CliSummary, ClearErrorsForBadDatabasesAndIds) {
+  const std::string missing = testing::FreshDbPath("cli_summary_missing");
+  ProcResult r = RunSpecbed({"summary", missing});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "specbed: error: results database '" + missing + "' does not exist"));
+  EXPECT_TRUE(r.out.empty());
+
+  const std::string foreign = testing::FreshDbPath("cli_summary_foreign");
+  {
+    std::ofstream text(foreign);
+    text << "id,name\n1,not a database\n";
+  }
+  r = RunSpecbed({"summary", foreign});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "'" + foreign + "' is not a SQLite database"));
+
+  const std::string db = testing::FreshDbPath("cli_summary_ids");
+  testing::WriteSummaryDb(db);
+  r = RunSpecbed({"summary", db, "--run", "9"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "run 9 is not in results database '" + db + "' (runs: 1, 2)"));
+  r = RunSpecbed({"summary"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(Contains(r.err, "db is required"));
+}
+
+}  // namespace
+}  // namespace specbed

@@ -1,0 +1,401 @@
+// The speculative decoding loop on the real stories260K model (fp32): every speculative decoder
+// reproduces AR token for token at T = 0 (SpS with the shipped draft, with the target as its own
+// draft, and a synthetic random-tree drafter with an "oracle" branch used only in tests), plus the
+// loop's invariants: accepted nodes form root paths (checked in verifier_test), the KV cache
+// after compaction equals a fresh forward over the committed tokens (target and SpS drafter),
+// the counters add up (sum of emitted = output length - 1, the first token coming from prefill)
+// and the phase times add up to the decode time.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <random>
+
+#include "datasets/dataset.h"
+#include "harness/base/error.h"
+#include "harness/engine/runner.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/method_registry.h"
+#include "methods/sps/sps_drafter.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+struct Fixture {
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  std::vector<std::vector<int32_t>> prompts;
+  Fixture() {
+    for (const Prompt& p : LoadDataset("stories", {})) {
+      prompts.push_back(BuildPromptIds(target, {{"user", p.turns[0]}}));
+    }
+  }
+};
+
+Fixture& Shared() {
+  static Fixture fixture;
+  return fixture;
+}
+
+GenerationConfig Config(const LoadedTarget& target, double temperature, int64_t max_new_tokens,
+                        uint64_t seed = 7) {
+  GenerationConfig g;
+  g.sampling.temperature = temperature;
+  g.seed = seed;
+  g.stop = StopConfigFor(target, max_new_tokens, {});
+  return g;
+}
+
+KvCache CacheFor(LlamaModel& model, const std::vector<int32_t>& prompt, int64_t max_new) {
+  return model.NewCache(1, std::min<int64_t>(model.config().max_seq_len,
+                                             static_cast<int64_t>(prompt.size()) + max_new + 1));
+}
+
+std::unique_ptr<SpeculativeDecoder> MakeSps(LoadedTarget& target, std::shared_ptr<LlamaModel> draft,
+                                            int64_t gamma) {
+  SpeculativeOptions options;
+  options.budget = {gamma, gamma};
+  options.sampling_rule = VerifyRule::kChainRs;
+  return std::make_unique<SpeculativeDecoder>(*target.model, target.tokenizer.get(),
+                                              std::make_unique<SpsDrafter>(std::move(draft)),
+                                              options);
+}
+
+// Loop invariants every speculative generation must satisfy.
+void ExpectInvariants(const DecodeResult& r, const std::string& where) {
+  int64_t emitted = 0;
+  double phases_ms = 0;
+  for (const StepStats& s : r.steps) {
+    EXPECT_LE(s.n_accepted, s.n_drafted) << where;
+    EXPECT_LE(s.n_emitted, s.n_accepted + 1) << where;
+    EXPECT_LE(s.draft_depth, s.n_drafted) << where;
+    EXPECT_GE(s.t_draft_us, 0) << where;
+    EXPECT_GE(s.t_verify_us, 0) << where;
+    EXPECT_GE(s.t_other_us, 0) << where;
+    emitted += s.n_emitted;
+    phases_ms += (s.t_draft_us + s.t_verify_us + s.t_other_us) * 1e-3;
+  }
+  const int64_t n_out = static_cast<int64_t>(r.generation.tokens.size());
+  EXPECT_EQ(emitted, std::max<int64_t>(n_out - 1, 0)) << where;
+  EXPECT_EQ(r.generation.n_steps, static_cast<int64_t>(r.steps.size())) << where;
+  // Phases tile the decode time (up to the few instructions after the loop).
+  EXPECT_NEAR(phases_ms, r.generation.decode_ms, 0.05 + 0.01 * r.generation.decode_ms) << where;
+}
+
+void ExpectSameAsAr(Decoder& decoder, LoadedTarget& target, double temperature,
+                    int64_t max_new_tokens, const std::string& name, double* tau = nullptr) {
+  auto& prompts = Shared().prompts;
+  int64_t steps = 0, emitted = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const GenerationConfig g = Config(target, temperature, max_new_tokens, 100 + i);
+    KvCache cache = CacheFor(*target.model, prompts[i], max_new_tokens);
+    const GenerationResult ar =
+        GenerateAr(*target.model, target.tokenizer.get(), prompts[i], g, cache);
+    DecodeResult spec;
+    decoder.Generate(prompts[i], g, cache, spec);
+    const std::string where = name + " prompt " + std::to_string(i);
+    ASSERT_EQ(spec.generation.tokens, ar.tokens) << where;
+    EXPECT_EQ(spec.generation.stop_reason, ar.stop_reason) << where;
+    EXPECT_EQ(spec.generation.text, ar.text) << where;
+    ExpectInvariants(spec, where);
+    steps += static_cast<int64_t>(spec.steps.size());
+    for (const auto& s : spec.steps) emitted += s.n_emitted;
+  }
+  if (tau) *tau = static_cast<double>(emitted) / std::max<int64_t>(steps, 1);
+}
+
+TEST(Speculative, SpsWithShippedDraftMatchesArOnEveryStoryPrompt) {
+  LoadedTarget& target = Shared().target;
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  for (int64_t gamma : {1, 4, 7}) {
+    auto sps = MakeSps(target, draft.model, gamma);
+    double tau = 0;
+    ExpectSameAsAr(*sps, target, 0.0, 96, "sps gamma " + std::to_string(gamma), &tau);
+    EXPECT_GT(tau, 1.2) << "gamma " << gamma;  // the shipped draft is useful
+  }
+}
+
+TEST(Speculative, SelfDraftAcceptsEveryToken) {
+  // The target as its own draft: at T = 0 every drafted token is accepted, so each step emits
+  // gamma + 1 tokens (except where a stop rule cuts the step), exercising the "whole chain
+  // accepted" path of the drafter cache.
+  LoadedTarget& target = Shared().target;
+  LoadedTarget self = LoadModel("stories260K", at::kFloat);
+  auto sps = MakeSps(target, self.model, 3);
+  double tau = 0;
+  ExpectSameAsAr(*sps, target, 0.0, 64, "self-draft", &tau);
+  EXPECT_GT(tau, 3.7);
+  DecodeResult r;
+  const auto& prompt = Shared().prompts[0];
+  KvCache cache = CacheFor(*target.model, prompt, 64);
+  sps->Generate(prompt, Config(target, 0.0, 64), cache, r);
+  for (size_t k = 0; k + 1 < r.steps.size(); ++k) EXPECT_EQ(r.steps[k].n_accepted, 3);
+}
+
+// A test-only drafter: a random tree of `budget` nodes in which one branch follows the known AR
+// continuation (each token right with probability 0.85) and the other nodes are random tokens
+// under random parents (sometimes before the oracle branch, so the accepted path is not a
+// prefix of the node order and KV compaction must gather).
+class OracleRandomTreeDrafter : public Drafter {
+ public:
+  OracleRandomTreeDrafter(std::vector<int32_t> reference, size_t prompt_len, int64_t vocab,
+                          uint64_t seed)
+      : reference_(std::move(reference)), prompt_len_(prompt_len), vocab_(vocab), rng_(seed) {}
+  void Begin(const DraftBegin&) override {}
+  void Draft(const DraftStep& step, DraftTree& tree) override {
+    const size_t generated = step.committed->size() - prompt_len_;  // includes the root
+    std::uniform_real_distribution<double> u(0, 1);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab_ - 1));
+    int32_t tip = -1;  // oracle branch tip (-1 = root)
+    int64_t tip_depth = 0;
+    while (tree.size() < step.budget.nodes) {
+      const bool extend = u(rng_) < 0.5 && tip_depth < step.budget.depth;
+      if (extend) {
+        const size_t ref_index = generated + tip_depth;
+        int32_t t = ref_index < reference_.size() ? reference_[ref_index] : token(rng_);
+        if (u(rng_) > 0.85) t = token(rng_);
+        tip = tree.AddNode(t, tip);
+        ++tip_depth;
+      } else {
+        const int32_t parent =
+            std::uniform_int_distribution<int32_t>(-1, static_cast<int32_t>(tree.size()) - 1)(rng_);
+        const int32_t parent_depth = parent < 0 ? 0 : tree.depth[parent];
+        if (parent_depth >= step.budget.depth) continue;
+        tree.AddNode(token(rng_), parent);
+      }
+    }
+  }
+  void Accept(const DraftTree&, const Verdict&) override {}
+
+ private:
+  std::vector<int32_t> reference_;
+  size_t prompt_len_;
+  int64_t vocab_;
+  std::mt19937_64 rng_;
+};
+
+// Target KV rows [0, n) equal those of a fresh prefill over `tokens`.
+void ExpectCacheMatchesFreshForward(LlamaModel& model, const KvCache& cache,
+                                    const std::vector<int32_t>& tokens, const std::string& where) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ASSERT_LE(n, cache.length()) << where;
+  KvCache fresh = model.NewCache(1, n + 1);
+  at::Tensor ids = at::empty({1, n}, at::kLong);
+  for (int64_t i = 0; i < n; ++i) ids[0][i] = tokens[i];
+  ForwardOptions options;
+  options.logits = LogitsMode::kNone;
+  model.Forward(ids, fresh, options);
+  for (int64_t l = 0; l < cache.n_layers(); ++l) {
+    const at::Tensor a = cache.keys(l).narrow(2, 0, n), b = fresh.keys(l).narrow(2, 0, n);
+    const at::Tensor va = cache.values(l).narrow(2, 0, n), vb = fresh.values(l).narrow(2, 0, n);
+    EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-5)) << where << " keys layer " << l;
+    EXPECT_TRUE(at::allclose(va, vb, 1e-5, 1e-5)) << where << " values layer " << l;
+  }
+}
+
+TEST(Speculative, RandomTreeDrafterMatchesArAndCompactsKv) {
+  LoadedTarget& target = Shared().target;
+  auto& prompts = Shared().prompts;
+  const int64_t max_new = 80;
+  double total_emitted = 0, total_steps = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const GenerationConfig g = Config(target, 0.0, max_new);
+    KvCache cache = CacheFor(*target.model, prompts[i], max_new);
+    const GenerationResult ar =
+        GenerateAr(*target.model, target.tokenizer.get(), prompts[i], g, cache);
+    SpeculativeOptions options;
+    options.budget = {15, 6};
+    options.sampling_rule = VerifyRule::kSampleFollow;
+    SpeculativeDecoder decoder(
+        *target.model, target.tokenizer.get(),
+        std::make_unique<OracleRandomTreeDrafter>(ar.tokens, prompts[i].size(),
+                                                  target.model->config().vocab_size, 1000 + i),
+        options);
+    DecodeResult spec;
+    decoder.Generate(prompts[i], g, cache, spec);
+    const std::string where = "random tree prompt " + std::to_string(i);
+    ASSERT_EQ(spec.generation.tokens, ar.tokens) << where;
+    ExpectInvariants(spec, where);
+    for (const auto& s : spec.steps) total_emitted += s.n_emitted;
+    total_steps += static_cast<double>(spec.steps.size());
+    if (i < 4) {
+      // The cache holds prompt + every generated token but the last (the pending root), up to
+      // the stop; beyond the stop a step may have kept more accepted rows.
+      std::vector<int32_t> committed = prompts[i];
+      committed.insert(committed.end(), ar.tokens.begin(), ar.tokens.end() - 1);
+      ExpectCacheMatchesFreshForward(*target.model, cache, committed, where);
+    }
+  }
+  EXPECT_GT(total_emitted / total_steps, 2.0);  // the oracle branch is really accepted
+}
+
+TEST(Speculative, SpsDrafterCacheMatchesFreshDraftForward) {
+  LoadedTarget& target = Shared().target;
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  SpeculativeOptions options;
+  options.budget = {4, 4};
+  auto owned = std::make_unique<SpsDrafter>(draft.model);
+  SpsDrafter* drafter = owned.get();
+  SpeculativeDecoder decoder(*target.model, target.tokenizer.get(), std::move(owned), options);
+  const auto& prompt = Shared().prompts[3];
+  KvCache cache = CacheFor(*target.model, prompt, 60);
+  DecodeResult r;
+  decoder.Generate(prompt, Config(target, 0.0, 60), cache, r);
+  ASSERT_EQ(r.generation.stop_reason, StopReason::kMaxNewTokens);
+  // After the last step the drafter cache holds the committed tokens minus its pending ones.
+  std::vector<int32_t> committed = prompt;
+  committed.insert(committed.end(), r.generation.tokens.begin(), r.generation.tokens.end());
+  const int64_t n =
+      std::min<int64_t>(drafter->cache().length(), static_cast<int64_t>(committed.size()) - 1);
+  committed.resize(n);
+  ExpectCacheMatchesFreshForward(*draft.model, drafter->cache(), committed, "sps drafter");
+  ExpectCacheMatchesFreshForward(*target.model, cache,
+                                 std::vector<int32_t>(committed.begin(), committed.begin() + n),
+                                 "sps target");
+}
+
+TEST(Speculative, StopsLikeArAtContextLimitAndStopStrings) {
+  LoadedTarget& target = Shared().target;
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  auto sps = MakeSps(target, draft.model, 5);
+  const auto& prompt = Shared().prompts[1];
+  // A cache only 9 positions longer than the prompt: the budget shrinks, then max_context.
+  {
+    GenerationConfig g = Config(target, 0.0, 100);
+    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 9);
+    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), prompt, g, cache);
+    DecodeResult spec;
+    sps->Generate(prompt, g, cache, spec);
+    EXPECT_EQ(ar.stop_reason, StopReason::kMaxContext);
+    EXPECT_EQ(spec.generation.stop_reason, StopReason::kMaxContext);
+    EXPECT_EQ(spec.generation.tokens, ar.tokens);
+    ExpectInvariants(spec, "context limit");
+  }
+  // A stop string reached inside a step: the rest of the step is dropped.
+  {
+    GenerationConfig g = Config(target, 0.0, 100);
+    g.stop.stop_strings = {"."};
+    KvCache cache = CacheFor(*target.model, prompt, 100);
+    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), prompt, g, cache);
+    DecodeResult spec;
+    sps->Generate(prompt, g, cache, spec);
+    EXPECT_EQ(ar.stop_reason, StopReason::kStopString);
+    EXPECT_EQ(spec.generation.stop_reason, StopReason::kStopString);
+    EXPECT_EQ(spec.generation.tokens, ar.tokens);
+    EXPECT_EQ(spec.generation.text, ar.text);
+    ExpectInvariants(spec, "stop string");
+  }
+}
+
+TEST(Speculative, SpsSamplingIsSeededAndValid) {
+  LoadedTarget& target = Shared().target;
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  auto sps = MakeSps(target, draft.model, 4);
+  const auto& prompt = Shared().prompts[2];
+  DecodeResult a, b, c;
+  KvCache cache = CacheFor(*target.model, prompt, 64);
+  sps->Generate(prompt, Config(target, 1.0, 64, 5), cache, a);
+  sps->Generate(prompt, Config(target, 1.0, 64, 5), cache, b);
+  sps->Generate(prompt, Config(target, 1.0, 64, 6), cache, c);
+  EXPECT_EQ(a.generation.tokens, b.generation.tokens);
+  EXPECT_NE(a.generation.tokens, c.generation.tokens);
+  ExpectInvariants(a, "T=1");
+  int64_t accepted = 0;
+  for (const auto& s : a.steps) accepted += s.n_accepted;
+  EXPECT_GT(accepted, 0);
+}
+
+TEST(SpeculativeRunner, StoresStepsMarginsAndTraits) {
+  const std::string db = testing_util::ScratchDir(testing_util::TestName()) + "/run.db";
+  RunConfig config;
+  config.name = "spec";
+  config.output = db;
+  config.methods = {{"ar", nlohmann::json::object()}, {"sps", {{"gamma", 3}}}};
+  config.datasets = {{"stories", 4, {}}};
+  config.temperatures = {0.0};
+  config.max_new_tokens = 40;
+  config.warmup = 0;
+  auto store = ResultsStore::Open(db);
+  RunnerOptions options;
+  options.show_progress = false;
+  Runner(*store, options).Run(config);
+  const auto cases = store->ListCases();
+  ASSERT_EQ(cases.size(), 2u);
+  for (const auto& c : cases) {
+    const auto samples = store->LoadSamples(c.case_id);
+    const auto steps = store->LoadSteps(c.case_id);
+    ASSERT_EQ(samples.size(), 4u);
+    const auto traits = nlohmann::json::parse(c.record.method_traits_json);
+    if (c.record.method == "ar") {
+      EXPECT_TRUE(steps.empty());
+      EXPECT_FALSE(traits.at("speculative").get<bool>());
+      for (const auto& s : samples) {
+        const auto margins = nlohmann::json::parse(s.token_margins_json);
+        EXPECT_EQ(static_cast<int64_t>(margins.size()), s.n_output_tokens);
+      }
+    } else {
+      EXPECT_EQ(c.record.drafter, "stories260K-draft");
+      EXPECT_EQ(traits.at("sampling_verifier"), "chain_rs");
+      for (const auto& s : samples) {
+        int64_t emitted = 0, n = 0;
+        for (const auto& st : steps) {
+          if (st.prompt_id != s.prompt_id) continue;
+          EXPECT_EQ(st.step_idx, n);
+          EXPECT_EQ(st.draft_depth, st.n_drafted);  // chains
+          emitted += st.n_emitted;
+          ++n;
+        }
+        EXPECT_EQ(emitted, s.n_output_tokens - 1) << s.prompt_id;
+        EXPECT_EQ(n, s.n_steps);
+      }
+    }
+  }
+  // Same outputs for AR and SpS at T = 0.
+  const auto a = store->LoadSamples(cases[0].case_id), b = store->LoadSamples(cases[1].case_id);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].output_ids_json, b[i].output_ids_json);
+}
+
+TEST(MethodRegistry, ListsBuiltinsWithTraitsAndValidatesKnobs) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  EXPECT_TRUE(registry.Has("ar"));
+  EXPECT_TRUE(registry.Has("sps"));
+  const MethodInfo& sps = registry.Info("sps");
+  EXPECT_TRUE(sps.traits.speculative);
+  EXPECT_TRUE(sps.traits.needs_draft_probs);
+  EXPECT_EQ(sps.traits.sampling_verifier, "chain_rs");
+  const nlohmann::json knobs = registry.ResolveKnobs("sps", nlohmann::json::object());
+  EXPECT_EQ(knobs.at("gamma"), 4);
+  EXPECT_EQ(knobs.at("drafter"), "stories260K-draft");
+  auto message = [&](const nlohmann::json& k) -> std::string {
+    try {
+      registry.ResolveKnobs("sps", k);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message({{"gamma", 0}}).find("'gamma'"), std::string::npos);
+  EXPECT_NE(message({{"gamma", 2.5}}).find("expects a value like"), std::string::npos);
+  EXPECT_NE(message({{"gama", 3}}).find("gamma"), std::string::npos);  // nearest match
+  EXPECT_THROW(registry.Info("spss"), Error);
+}
+
+TEST(MethodRegistry, SpsRejectsDraftWithOtherVocabulary) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  LoadedTarget& target = Shared().target;
+  LoadedTarget other = LoadModel("random-35m", at::kFloat);
+  MethodContext context;
+  context.target = &target;
+  context.load_model = [&](const std::string&) -> LoadedTarget& { return other; };
+  try {
+    registry.Build("sps", context, {{"drafter", "random-35m"}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace specbed

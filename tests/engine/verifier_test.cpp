@@ -1,0 +1,285 @@
+// Losslessness of the verification rules (harness/engine/verifier.h AcceptTree), measured the way
+// a user relies on it: generate 3 tokens by repeated draft/verify steps against a synthetic
+// Markov "target" on a 4-token vocabulary, and compare the distribution of the 64 possible
+// 3-token outputs with the product of the target's conditionals (after the sampling transform:
+// temperature / top-k / top-p) by a chi-square test over 10^5 draws.
+// Drafts: chains (chain_rs), trees whose children are i.i.d. samples of the draft distribution
+// with duplicate siblings (tree_rrs), arbitrary trees (sample_follow). The draft distribution has
+// zeros where the target has mass (token 0 is never drafted, and its probability is high).
+// False-failure rate: each test rejects when the chi-square p-value is below 1e-4 (Wilson-
+// Hilferty approximation), i.e. a correct verifier fails with probability ~1e-4 per test per
+// seed; the seeds are fixed, so the outcome is deterministic. A deliberately wrong acceptor fails
+// the same test (PowerCheck), which shows the test can fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/engine/verifier.h"
+#include "methods/common/tree_builders.h"
+
+namespace specbed {
+namespace {
+
+constexpr int64_t kVocab = 4;
+constexpr int kOutputLen = 3;
+constexpr int kDraws = 100000;
+
+// Target logits given the previous token (a Markov chain), and the draft distribution.
+const float kTargetLogits[kVocab][kVocab] = {
+    {1.2f, 0.3f, -0.5f, 0.9f},
+    {0.8f, 1.5f, 0.1f, -1.0f},
+    {1.7f, -0.2f, 0.6f, 0.4f},
+    {0.5f, 0.2f, 1.1f, 0.0f},
+};
+// Rows sum to 1; token 0 never drafted (zero draft mass where the target has the most mass).
+const float kDraft[kVocab][kVocab] = {
+    {0.0f, 0.5f, 0.2f, 0.3f},
+    {0.0f, 0.2f, 0.7f, 0.1f},
+    {0.0f, 0.3f, 0.3f, 0.4f},
+    {0.0f, 0.6f, 0.1f, 0.3f},
+};
+
+double NormalSf(double z) {
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+// Upper tail of chi-square with k dof (Wilson-Hilferty).
+double ChiSquareSf(double x, int k) {
+  const double a = 2.0 / (9.0 * k);
+  const double z = (std::cbrt(x / k) - (1.0 - a)) / std::sqrt(a);
+  return NormalSf(z);
+}
+
+enum class DraftShape { kChain, kIidTree, kArbitraryTree };
+
+// Drafts below `root` (the last committed token) with a fixed shape of `n` nodes.
+void MakeDraft(DraftShape shape, int32_t root, std::mt19937_64& rng, DraftTree& tree) {
+  tree.Clear();
+  auto sample_q = [&](int32_t prev) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    double cum = 0;
+    for (int v = 0; v < kVocab; ++v) {
+      cum += kDraft[prev][v];
+      if (u < cum) return v;
+    }
+    return static_cast<int>(kVocab - 1);
+  };
+  if (shape == DraftShape::kArbitraryTree) {
+    // Depth-2 tree with 3 children at the root (duplicates allowed) and 2 below the first.
+    std::uniform_int_distribution<int> any(0, kVocab - 1);
+    const int32_t a = tree.AddNode(any(rng), -1);
+    tree.AddNode(any(rng), -1);
+    tree.AddNode(tree.token[a], -1);  // duplicate sibling
+    tree.AddNode(any(rng), a);
+    tree.AddNode(any(rng), a);
+    return;
+  }
+  // Children of each expanded slot drawn i.i.d. from the draft row of the slot's token.
+  const int width = shape == DraftShape::kChain ? 1 : 3;
+  const int depth = shape == DraftShape::kChain ? 3 : 2;
+  std::vector<int32_t> frontier{-1};
+  for (int d = 0; d < depth; ++d) {
+    std::vector<int32_t> next;
+    for (int32_t parent : frontier) {
+      const int32_t prev = parent < 0 ? root : tree.token[parent];
+      for (int w = 0; w < width; ++w) next.push_back(tree.AddNode(sample_q(prev), parent));
+    }
+    // Expand only the first child of each level (keeps the tree small, still deep).
+    frontier.assign(1, next.front());
+  }
+  tree.vocab = kVocab;
+  tree.draft_probs.assign((tree.size() + 1) * kVocab, 0.f);
+  for (int64_t slot = 0; slot <= tree.size(); ++slot) {
+    const int32_t tok = slot == 0 ? root : tree.token[slot - 1];
+    std::copy(kDraft[tok], kDraft[tok] + kVocab, tree.DraftProbsRow(slot));
+  }
+}
+
+using Acceptor = void (*)(const DraftTree&, const float*, int64_t, VerifyRule, Sampler&, Verdict&);
+
+// Accepts every drafted token of the first root path (a lossy rule, for the power check).
+void AcceptEverything(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule,
+                      Sampler& sampler, Verdict& verdict) {
+  verdict.path.clear();
+  int32_t slot = 0;
+  for (int64_t i = 0; i < tree.size(); ++i) {
+    if (tree.parent[i] == slot - 1) {
+      verdict.path.push_back(static_cast<int32_t>(i));
+      slot = static_cast<int32_t>(i) + 1;
+    }
+  }
+  verdict.bonus = sampler.Sample(logits + slot * vocab, vocab);
+  verdict.tokens.clear();
+  for (int32_t node : verdict.path) verdict.tokens.push_back(tree.token[node]);
+  verdict.tokens.push_back(verdict.bonus);
+}
+
+// Chi-square p-value of the 3-token output distribution for one rule/shape/sampling.
+double LosslessnessPValue(VerifyRule rule, DraftShape shape, SamplingParams params, uint64_t seed,
+                          Acceptor accept = &AcceptTree) {
+  Sampler sampler(params, seed);
+  std::mt19937_64 draft_rng(seed ^ 0x5bd1e995ULL);
+  std::vector<int64_t> counts(64, 0);
+  DraftTree tree;
+  Verdict verdict;
+  std::vector<float> logits;
+  const int32_t start = 2;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    std::vector<int32_t> out;
+    int32_t root = start;
+    while (static_cast<int>(out.size()) < kOutputLen) {
+      MakeDraft(shape, root, draft_rng, tree);
+      logits.resize((tree.size() + 1) * kVocab);
+      for (int64_t slot = 0; slot <= tree.size(); ++slot) {
+        const int32_t tok = slot == 0 ? root : tree.token[slot - 1];
+        std::copy(kTargetLogits[tok], kTargetLogits[tok] + kVocab, logits.begin() + slot * kVocab);
+      }
+      accept(tree, logits.data(), kVocab, rule, sampler, verdict);
+      // Invariant: the accepted nodes form a path from the root.
+      for (size_t j = 0; j < verdict.path.size(); ++j) {
+        EXPECT_EQ(tree.parent[verdict.path[j]], j == 0 ? -1 : verdict.path[j - 1]);
+      }
+      for (int32_t t : verdict.tokens) out.push_back(t);
+      root = verdict.tokens.back();
+    }
+    counts[out[0] * 16 + out[1] * 4 + out[2]]++;
+  }
+  // Expected: product of the target's transformed conditionals.
+  std::vector<double> expected(64, 0.0);
+  std::vector<float> p1, p2, p3;
+  Sampler dist(params, 0);
+  dist.Distribution(kTargetLogits[start], kVocab, p1);
+  for (int a = 0; a < kVocab; ++a) {
+    dist.Distribution(kTargetLogits[a], kVocab, p2);
+    for (int b = 0; b < kVocab; ++b) {
+      dist.Distribution(kTargetLogits[b], kVocab, p3);
+      for (int c = 0; c < kVocab; ++c) expected[a * 16 + b * 4 + c] = p1[a] * p2[b] * p3[c];
+    }
+  }
+  double chi2 = 0;
+  int cells = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (expected[i] <= 0) {
+      if (counts[i] != 0) return 0.0;  // an impossible output was produced
+      continue;
+    }
+    const double e = expected[i] * kDraws;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  return ChiSquareSf(chi2, cells - 1);
+}
+
+SamplingParams Temperature(double t, int64_t top_k = 0, double top_p = 1.0) {
+  SamplingParams p;
+  p.temperature = t;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return p;
+}
+
+constexpr double kAlpha = 1e-4;
+
+TEST(VerifierLossless, ChainRejectionSampling) {
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 11),
+            kAlpha);
+}
+
+TEST(VerifierLossless, ChainRejectionSamplingTopK) {
+  // top-k = 3 and T = 0.7: the target's transformed distribution has zeros; the draft (not
+  // transformed) still proposes those tokens.
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(0.7, 3), 12),
+            kAlpha);
+}
+
+TEST(VerifierLossless, TreeRecursiveRejectionWithDuplicateSiblings) {
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kTreeRrs, DraftShape::kIidTree, Temperature(1.0), 13),
+            kAlpha);
+}
+
+TEST(VerifierLossless, TreeRecursiveRejectionTopP) {
+  EXPECT_GT(
+      LosslessnessPValue(VerifyRule::kTreeRrs, DraftShape::kIidTree, Temperature(1.3, 0, 0.8), 14),
+      kAlpha);
+}
+
+TEST(VerifierLossless, SampleThenFollowAnyTree) {
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kSampleFollow, DraftShape::kArbitraryTree,
+                               Temperature(1.0), 15),
+            kAlpha);
+  EXPECT_GT(
+      LosslessnessPValue(VerifyRule::kSampleFollow, DraftShape::kIidTree, Temperature(0.8, 2), 16),
+      kAlpha);
+}
+
+TEST(VerifierLossless, PowerCheckWrongAcceptorFails) {
+  // The same test rejects a lossy rule decisively.
+  EXPECT_LT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 11,
+                               &AcceptEverything),
+            1e-12);
+}
+
+TEST(Verifier, GreedyFollowsArgmaxAndFirstMatchingChild) {
+  // Root children: node 0 (token 1), node 1 (token 3), node 2 (token 3, duplicate); node 3 below
+  // node 1 (token 0), node 4 below node 2 (token 2).
+  DraftTree tree;
+  tree.AddNode(1, -1);
+  tree.AddNode(3, -1);
+  tree.AddNode(3, -1);
+  tree.AddNode(0, 1);
+  tree.AddNode(2, 2);
+  std::vector<float> logits((tree.size() + 1) * kVocab, 0.f);
+  auto set_argmax = [&](int slot, int token) { logits[slot * kVocab + token] = 5.f; };
+  set_argmax(0, 3);  // root -> 3: first child with token 3 is node 1
+  set_argmax(2, 0);  // node 1 -> 0: node 3
+  set_argmax(4, 1);  // node 3 -> 1: no child, bonus 1
+  Sampler sampler(Temperature(0.0), 0);
+  Verdict verdict;
+  AcceptTree(tree, logits.data(), kVocab, VerifyRule::kTreeRrs, sampler, verdict);
+  EXPECT_EQ(verdict.path, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(verdict.bonus, 1);
+  EXPECT_EQ(verdict.tokens, (std::vector<int32_t>{3, 0, 1}));
+}
+
+TEST(Verifier, EmptyTreeIsOneArStep) {
+  DraftTree tree;
+  std::vector<float> logits = {0.f, 2.f, 1.f, 0.f};
+  Sampler sampler(Temperature(0.0), 0);
+  Verdict verdict;
+  AcceptTree(tree, logits.data(), kVocab, VerifyRule::kChainRs, sampler, verdict);
+  EXPECT_TRUE(verdict.path.empty());
+  EXPECT_EQ(verdict.tokens, (std::vector<int32_t>{1}));
+}
+
+TEST(Verifier, RejectionRulesNeedDraftDistributions) {
+  DraftTree tree;
+  tree.AddNode(1, -1);
+  std::vector<float> logits(2 * kVocab, 0.f);
+  Sampler sampler(Temperature(1.0), 0);
+  Verdict verdict;
+  try {
+    AcceptTree(tree, logits.data(), kVocab, VerifyRule::kChainRs, sampler, verdict);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("draft distributions"), std::string::npos) << e.what();
+  }
+  DraftTree branching;
+  branching.AddNode(1, -1);
+  branching.AddNode(2, -1);
+  branching.vocab = kVocab;
+  branching.draft_probs.assign(3 * kVocab, 0.25f);
+  std::vector<float> logits3(3 * kVocab, 0.f);
+  EXPECT_THROW(
+      AcceptTree(branching, logits3.data(), kVocab, VerifyRule::kChainRs, sampler, verdict), Error);
+}
+
+TEST(Verifier, ParseRuleNames) {
+  EXPECT_EQ(ParseVerifyRule("tree_rrs", "test"), VerifyRule::kTreeRrs);
+  EXPECT_THROW(ParseVerifyRule("typical", "test"), Error);
+}
+
+}  // namespace
+}  // namespace specbed

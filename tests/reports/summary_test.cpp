@@ -1,0 +1,256 @@
+// Tests for reports/summary.h (`specbed summary`): on the summary database of synthetic_db.h (AR
+// with token margins, a tree method whose outputs diverge from AR, a run without AR whose cases
+// fall back to the AR case of another run, a case without any baseline) every row carries the
+// hand-computed metrics (speedup and its bootstrap CI, exact match with the divergence position
+// and margin, r_i / alpha_i, time shares), the table and the JSON show them, --run / --case
+// select rows, and bad databases or ids fail naming them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "harness/base/error.h"
+#include "reports/summary.h"
+#include "tests/reports/synthetic_db.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+using testing::FreshDbPath;
+using testing::WriteSummaryDb;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+const SummaryRow& RowOf(const Summary& s, int64_t case_id) {
+  for (const auto& r : s.rows) {
+    if (r.row.case_id == case_id) return r;
+  }
+  ADD_FAILURE() << "no row for case " << case_id;
+  static const SummaryRow kEmpty{};
+  return kEmpty;
+}
+
+// The table line of one case (it starts with the right-aligned case id).
+std::string LineOf(const std::string& table, int64_t case_id) {
+  std::istringstream in(table);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, std::to_string(case_id).size() + 2,
+                                                   std::to_string(case_id) + "  ") == 0) {
+      return line;
+    }
+  }
+  return "<no line for case " + std::to_string(case_id) + ">";
+}
+
+TEST(Summary, RowsCarryHandComputedMetrics) {
+  const std::string db = FreshDbPath("summary_rows");
+  WriteSummaryDb(db);
+  const Summary s = BuildSummary(db);
+  EXPECT_EQ(s.schema_version, kResultsSchemaVersion);
+  EXPECT_EQ(s.run_ids, (std::vector<int64_t>{1, 2}));
+  ASSERT_EQ(s.rows.size(), 5u);
+
+  const SummaryRow& ar = RowOf(s, 1);
+  EXPECT_TRUE(ar.is_baseline);
+  EXPECT_EQ(ar.baseline_case_id, -1);
+  EXPECT_NEAR(ar.metrics.decode_tokens_per_s, 100.0, 1e-9);
+
+  const SummaryRow& tree = RowOf(s, 3);
+  EXPECT_FALSE(tree.is_baseline);
+  EXPECT_EQ(tree.baseline_case_id, 1);
+  EXPECT_TRUE(tree.baseline_same_run);
+  EXPECT_NEAR(tree.speedup.geomean, std::pow(2.0, 2.0 / 3.0), 1e-12);
+  EXPECT_NEAR(tree.speedup.total_ratio, 340.0 / 190.0, 1e-12);
+  EXPECT_DOUBLE_EQ(tree.speedup.geomean_ci.lo, 1.0);
+  EXPECT_DOUBLE_EQ(tree.speedup.geomean_ci.hi, 2.0);
+  EXPECT_EQ(tree.exact_match.n_exact, 1);
+  EXPECT_EQ(tree.exact_match.min_position, 2);
+  EXPECT_DOUBLE_EQ(tree.exact_match.min_margin, 0.125);
+  EXPECT_NEAR(tree.metrics.tau, 2.6, 1e-12);
+  EXPECT_NEAR(tree.metrics.other_fraction, 2.5 / 190.0, 1e-12);
+  ASSERT_EQ(tree.metrics.positions.max_depth(), 4);
+  EXPECT_NEAR(tree.metrics.positions.alpha[2], 0.5, 1e-12);
+
+  // Run 2 has no AR case: its fake case is compared with case 1 of run 1, and says so.
+  const SummaryRow& fake = RowOf(s, 4);
+  EXPECT_EQ(fake.baseline_case_id, 1);
+  EXPECT_EQ(fake.baseline_run_id, 1);
+  EXPECT_FALSE(fake.baseline_same_run);
+  EXPECT_NEAR(fake.speedup.geomean, 2.0, 1e-12);
+  EXPECT_EQ(fake.exact_match.n_exact, 1);
+  EXPECT_EQ(fake.exact_match.min_position, 3);
+  EXPECT_DOUBLE_EQ(fake.exact_match.median_position, 3.0);
+  EXPECT_DOUBLE_EQ(fake.exact_match.min_margin, 0.125);
+
+  const SummaryRow& lone = RowOf(s, 5);
+  EXPECT_EQ(lone.baseline_case_id, -1);
+  EXPECT_TRUE(std::isnan(lone.speedup.geomean));
+  EXPECT_EQ(lone.exact_match.n_matched, 0);
+
+  ASSERT_EQ(s.notes.size(), 2u);
+  EXPECT_EQ(s.notes[0],
+            "case 4 (fake(k=4), run 2): AR baseline is case 1 from run 1 (no AR case with the "
+            "same workload in run 2).");
+  EXPECT_CONTAINS(s.notes[1], "case 5 (fake(k=4), run 2): no AR case with the same workload");
+}
+
+TEST(Summary, TableShowsEveryColumn) {
+  const std::string db = FreshDbPath("summary_table");
+  WriteSummaryDb(db);
+  const std::string table = FormatSummaryTable(BuildSummary(db));
+  for (const char* header : {"method", "drafter", "target", "dataset", "tok/s", "τ", "T_D%",
+                             "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "exact",
+                             "div min/med", "margin", "r_1..r_4", "α_1..α_4"}) {
+    EXPECT_CONTAINS(table, header);
+  }
+  const std::string tree = LineOf(table, 3);
+  for (const char* cell : {"tree(depth=4,topk=2)", "tiny-head", "tiny", "stories", "178.9", "2.60",
+                           "2.6", "1.3", "78.9", "1.59 [1.00, 2.00]", "1.79 [1.00, 2.00]", "1/3",
+                           "2/2.5", "0.125", "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —"}) {
+    EXPECT_CONTAINS(tree, cell);
+  }
+  EXPECT_CONTAINS(LineOf(table, 1), "1.00 (baseline)");
+  const std::string fake = LineOf(table, 4);
+  EXPECT_CONTAINS(fake, "2.00 [1.00, 4.00] *");  // * = baseline from another run
+  EXPECT_CONTAINS(fake, "1/3");
+  EXPECT_CONTAINS(fake, "3/3");  // divergence min 3 / median 3
+  EXPECT_CONTAINS(fake, "0.64 0.55 0.55 0.36");
+  EXPECT_CONTAINS(LineOf(table, 5), "fake(k=4)");
+  EXPECT_CONTAINS(table, "2000 resamples");
+  EXPECT_CONTAINS(table, "Notes:\n- case 4 (fake(k=4), run 2): AR baseline is case 1 from run 1");
+  // Columns are aligned: every row line has the header's width or less, and the `run` column
+  // starts at the same offset in every line.
+  std::istringstream in(table);
+  std::string line;
+  std::getline(in, line);  // title
+  std::getline(in, line);  // header
+  const size_t run_end = line.find("run") + 3;
+  for (int64_t id = 1; id <= 5; ++id) {
+    const std::string row = LineOf(table, id);
+    EXPECT_EQ(row.substr(run_end - 1, 1), id <= 3 ? "1" : "2") << row;
+  }
+}
+
+TEST(Summary, JsonHasAllNumbers) {
+  const std::string db = FreshDbPath("summary_json");
+  WriteSummaryDb(db);
+  const Json j = Json::parse(SummaryJson(BuildSummary(db)));
+  EXPECT_EQ(j["schema_version"], kResultsSchemaVersion);
+  EXPECT_EQ(j["bootstrap"]["n_resamples"], 2000);
+  ASSERT_EQ(j["cases"].size(), 5u);
+  const Json& tree = j["cases"][2];
+  EXPECT_EQ(tree["case_id"], 3);
+  EXPECT_EQ(tree["method"], "tree");
+  EXPECT_EQ(tree["knobs"]["depth"], 4);
+  EXPECT_EQ(tree["knobs_short"], "depth=4,topk=2");
+  EXPECT_EQ(tree["drafter"], "tiny-head");
+  EXPECT_EQ(tree["method_traits"]["tree"], true);
+  EXPECT_NEAR(tree["tau"].get<double>(), 2.6, 1e-12);
+  EXPECT_NEAR(tree["other_fraction"].get<double>(), 2.5 / 190.0, 1e-12);
+  EXPECT_NEAR(tree["draft_us_per_step"].get<double>(), 1000.0, 1e-9);
+  EXPECT_EQ(tree["rollback_events"], 3);
+  EXPECT_EQ(tree["acceptance"]["max_depth"], 4);
+  EXPECT_NEAR(tree["acceptance"]["r"][2].get<double>(), 0.25, 1e-12);
+  EXPECT_TRUE(tree["acceptance"]["alpha"][3].is_null());  // NaN
+  EXPECT_EQ(tree["acceptance"]["n_reached"], Json({5, 5, 4, 1}));
+  EXPECT_EQ(tree["baseline"]["case_id"], 1);
+  EXPECT_EQ(tree["baseline"]["same_run"], true);
+  EXPECT_NEAR(tree["speedup"]["geomean"].get<double>(), std::pow(2.0, 2.0 / 3.0), 1e-12);
+  EXPECT_EQ(tree["speedup"]["geomean_ci"], Json({1.0, 2.0}));
+  EXPECT_EQ(tree["speedup"]["total_ratio_ci"], Json({1.0, 2.0}));
+  EXPECT_EQ(tree["speedup"]["n_prompts"], 3);
+  const Json& e = tree["exact_match"];
+  EXPECT_EQ(e["n_matched"], 3);
+  EXPECT_EQ(e["n_exact"], 1);
+  EXPECT_EQ(e["min_divergence_position"], 2);
+  EXPECT_EQ(e["median_divergence_position"], 2.5);
+  EXPECT_EQ(e["min_margin"], 0.125);
+  ASSERT_EQ(e["divergences"].size(), 2u);
+  EXPECT_EQ(e["divergences"][0]["prompt_id"], "p1");
+  EXPECT_EQ(e["divergences"][0]["position"], 3);
+  EXPECT_EQ(e["divergences"][0]["margin"], 0.125);
+  EXPECT_EQ(e["divergences"][0]["ar_token"], 4);
+  EXPECT_EQ(e["divergences"][0]["method_token"], 9);
+  EXPECT_TRUE(e["divergences"][1]["method_token"].is_null());  // the method stopped there
+  const Json& ar = j["cases"][0];
+  EXPECT_EQ(ar["is_baseline"], true);
+  EXPECT_TRUE(ar["speedup"].is_null());
+  EXPECT_TRUE(ar["tau"].is_null());
+  EXPECT_EQ(ar["acceptance"]["max_depth"], 0);
+  EXPECT_EQ(j["cases"][3]["baseline"]["same_run"], false);
+  EXPECT_TRUE(j["cases"][4]["baseline"].is_null());
+  EXPECT_EQ(j["notes"].size(), 2u);
+}
+
+TEST(Summary, RunAndCaseSelectRows) {
+  const std::string db = FreshDbPath("summary_select");
+  WriteSummaryDb(db);
+  SummaryOptions run2;
+  run2.run_id = 2;
+  const Summary s2 = BuildSummary(db, run2);
+  ASSERT_EQ(s2.rows.size(), 2u);
+  EXPECT_EQ(s2.rows[0].row.case_id, 4);
+  EXPECT_EQ(s2.rows[0].baseline_case_id, 1);  // baselines still come from any run
+  SummaryOptions one;
+  one.case_id = 3;
+  const Summary s3 = BuildSummary(db, one);
+  ASSERT_EQ(s3.rows.size(), 1u);
+  EXPECT_EQ(s3.rows[0].exact_match.min_position, 2);
+  EXPECT_TRUE(s3.notes.empty());
+
+  SummaryOptions bad;
+  bad.run_id = 7;
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(db, bad); }),
+                  "run 7 is not in results database '" + db + "' (runs: 1, 2)");
+  bad = {};
+  bad.case_id = 9;
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(db, bad); }),
+                  "case 9 is not in results database '" + db + "' (cases: 1, 2, 3, 4, 5)");
+  bad.case_id = 3;
+  bad.run_id = 2;
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(db, bad); }), "belongs to run 1, not to run 2");
+}
+
+TEST(Summary, EmptyMissingAndForeignDatabases) {
+  const std::string empty = FreshDbPath("summary_empty");
+  ResultsStore::Open(empty);
+  const Summary s = BuildSummary(empty);
+  EXPECT_TRUE(s.rows.empty());
+  EXPECT_CONTAINS(FormatSummaryTable(s), "No cases recorded.");
+  EXPECT_EQ(Json::parse(SummaryJson(s))["cases"].size(), 0u);
+
+  const std::string missing = FreshDbPath("summary_missing");
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(missing); }),
+                  "results database '" + missing + "' does not exist");
+  const std::string text = std::string(SPECBED_TEST_TMPDIR) + "/reports_summary_text.db";
+  std::ofstream(text) << "not a database at all, just some text that is long enough\n";
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(text); }), "is not a SQLite database");
+}
+
+TEST(Summary, KnobsShortForm) {
+  EXPECT_EQ(KnobsShort(R"({"k":4,"tree":"static","temps":[1,2]})"), "k=4,temps=[1,2],tree=static");
+  EXPECT_EQ(KnobsShort("{}"), "");
+  EXPECT_EQ(KnobsShort(""), "");
+  EXPECT_EQ(KnobsShort("null"), "");
+  EXPECT_EQ(KnobsShort("not json"), "not json");
+}
+
+}  // namespace
+}  // namespace specbed
