@@ -3,6 +3,7 @@
 // and the gnuplot plots into the report directory (see report.h, reports/README.md).
 // Checked by: tests/reports/report_test.cpp.
 #include "reports/report.h"
+#include "reports/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,26 +25,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kNone = "—";
+using report_format::kNone;
 
 // Configuration columns of the case table (may be hidden when constant; used in plot labels).
 const std::vector<std::string> kCaseConfigColumns = {
     "run",   "method", "knobs",   "categories", "limit",   "T",      "top_p",
     "top_k", "seed",   "max new", "dtype",      "threads", "device", "batch"};
 
-std::string Fixed(double v, int decimals) {
-  if (!std::isfinite(v)) return kNone;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
-
-std::string General(double v) {
-  if (!std::isfinite(v)) return kNone;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+using report_format::Fixed;
+using report_format::General;
 
 // "[lo, hi]" with two decimals; "—" without an interval.
 std::string Interval2(const Interval& ci) {

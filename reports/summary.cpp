@@ -2,6 +2,7 @@
 // aligned terminal table or as JSON.
 // Checked by: tests/reports/summary_test.cpp and tests/cli/summary_cli_test.cpp.
 #include "reports/summary.h"
+#include "reports/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,22 +23,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr const char* kNone = "—";
+using report_format::kNone;
 constexpr size_t kPositionsShown = 4;  // r_1..r_4 / alpha_1..alpha_4 in the table
 
-std::string Fixed(double v, int decimals) {
-  if (!std::isfinite(v)) return kNone;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
-
-std::string General(double v) {
-  if (!std::isfinite(v)) return kNone;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+using report_format::Fixed;
+using report_format::General;
 
 std::string WithInterval(double v, const Interval& ci) {
   if (!std::isfinite(v)) return kNone;

@@ -15,7 +15,7 @@ void ListModels() {
   std::printf("models (or pass a Hugging Face checkpoint directory / llama2.c .bin path):\n");
   for (const auto& name : BuiltinModelNames()) {
     const ModelSpec s = ResolveModel(name);
-    std::printf("  %-14s %-8s template=%-7s %s\n", s.name.c_str(), s.format.c_str(),
+    std::printf("  %-18s %-8s template=%-7s %s\n", s.name.c_str(), s.format.c_str(),
                 s.chat_template.c_str(), s.description.c_str());
   }
 }

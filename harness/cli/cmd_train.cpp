@@ -1,8 +1,8 @@
 // `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
 // (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
 // unfinished run in --out.
-// Checked by: tests/train/train_test.cpp (the trainer it calls) and tests/cli/cli_test.cpp
-// (exit codes of the command line).
+// Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message) and
+// tests/train/train_test.cpp (the trainer it calls).
 #include <cstdio>
 #include <memory>
 #if defined(__GLIBC__)

@@ -170,9 +170,8 @@ TEST(DraftLmTrainerTest, TinyRunLowersLossAndWritesOutputs) {
   EXPECT_GT(r.expected_acceptance, 0.0);
   EXPECT_LE(r.expected_acceptance, 1.0 + 1e-6);
   EXPECT_GT(r.data_seconds, 0.0);  // sampled in this run
-  for (const char* f : {"config.json", "model.safetensors", "train_log.jsonl",
-                        "train_summary.json", "work/data.bin", "work/train_state.safetensors",
-                        "work/.gitignore"}) {
+  for (const char* f : {"config.json", "model.safetensors", "train_log.jsonl", "train_summary.json",
+                        "work/data.bin", "work/train_state.safetensors", "work/.gitignore"}) {
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
   }
   const auto log = ReadLines(out + "/train_log.jsonl");

@@ -186,8 +186,8 @@ TokenData LoadOrSampleData(LlamaModel& target, const ojson& data_settings, int32
       SPECBED_CHECK(bytes.size() == static_cast<size_t>(d.n_rows * d.seq_len) * sizeof(int32_t),
                     bin, ": ", bytes.size(), " bytes, expected ", d.n_rows, " x ", d.seq_len,
                     " int32 tokens (delete it to resample)");
-      SPECBED_CHECK(Hex64(Fnv1a64(bytes.data(), bytes.size())) == m["hash"].get<std::string>(),
-                    bin, ": content hash does not match ", meta, " (delete both to resample)");
+      SPECBED_CHECK(Hex64(Fnv1a64(bytes.data(), bytes.size())) == m["hash"].get<std::string>(), bin,
+                    ": content hash does not match ", meta, " (delete both to resample)");
       d.tokens.resize(d.n_rows * d.seq_len);
       std::memcpy(d.tokens.data(), bytes.data(), bytes.size());
       return d;
@@ -344,8 +344,10 @@ void SaveState(const std::string& path, const TrainableLlama& model, const AdamW
     views.push_back(F32View("exp_avg/" + params[i].first, opt.exp_avg[i]));
     views.push_back(F32View("exp_avg_sq/" + params[i].first, opt.exp_avg_sq[i]));
   }
-  views.push_back({"order/perm", SafetensorsDtype::kI32,
-                   {static_cast<int64_t>(order.perm.size())}, order.perm.data(),
+  views.push_back({"order/perm",
+                   SafetensorsDtype::kI32,
+                   {static_cast<int64_t>(order.perm.size())},
+                   order.perm.data(),
                    order.perm.size() * sizeof(int32_t)});
   std::ostringstream rng;
   rng << order.rng;
@@ -455,8 +457,9 @@ void CheckConfig(const DraftLmTrainConfig& c) {
                 "--n-heads must be positive (got ", c.layers, ", ", c.dim, ", ", c.n_heads, ")");
   SPECBED_CHECK(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, "draft-lm: --dim ", c.dim,
                 " must be a multiple of --n-heads ", c.n_heads, " with an even head size");
-  SPECBED_CHECK(c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
-                "draft-lm: --n-kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
+  SPECBED_CHECK(
+      c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
+      "draft-lm: --n-kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
   SPECBED_CHECK(c.n_sequences >= 1 && c.n_eval_sequences >= 1 && c.seq_len >= 2,
                 "draft-lm: need --n-sequences >= 1, --n-eval-sequences >= 1 and --seq-len >= 2");
   SPECBED_CHECK(c.temperature > 0, "draft-lm: --temperature must be > 0 (sampling), got ",
@@ -576,8 +579,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   at::Tensor teacher_cache;
   if (st.step < end_step) {
     const int64_t t0 = NowMicros();
-    teacher_cache =
-        TeacherCache(teacher, data, config.n_sequences, config.batch, options.verbose);
+    teacher_cache = TeacherCache(teacher, data, config.n_sequences, config.batch, options.verbose);
     result.teacher_seconds = (NowMicros() - t0) * 1e-6;
   }
   {
@@ -592,7 +594,6 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
       const std::vector<int64_t> rows = order.Next(config.n_sequences, config.batch);
       const at::Tensor tokens = BatchTokens(data, rows);
       at::Tensor t_logp, t_p;
-      const int64_t p0 = NowMicros();
       {
         at::NoGradGuard no_grad;
         t_logp = teacher_cache.defined()
@@ -600,16 +601,11 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
                      : TeacherLogProbs(teacher, tokens);
         t_p = t_logp.exp();
       }
-      const int64_t p1 = NowMicros();
       const at::Tensor d_logp = at::log_softmax(draft.Forward(tokens), -1);
       const at::Tensor loss = (t_p * (t_logp - d_logp)).sum() / static_cast<double>(tokens.numel());
-      const int64_t p2 = NowMicros();
       loss.backward();
-      const int64_t p3 = NowMicros();
       const double lr = LearningRate(config, st.step);
       AdamWStep(draft, opt, config, lr, st.step + 1);
-      const int64_t p4 = NowMicros();
-      if (getenv("PROF")) fprintf(stderr, "teacher %.3f fwd %.3f bwd %.3f opt %.3f\n", (p1-p0)*1e-6, (p2-p1)*1e-6, (p3-p2)*1e-6, (p4-p3)*1e-6);
       const double loss_value = loss.item<double>();
       ++st.step;
       st.train_seconds += (NowMicros() - t0) * 1e-6;
@@ -634,7 +630,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
       }
     }
   }
-  if (st.step == 0 || !PathExists(out_dir + "/model.safetensors")) checkpoint();
+  if (!PathExists(out_dir + "/model.safetensors")) checkpoint();  // a finished run, files lost
 
   result.step = st.step;
   result.train_seconds = st.train_seconds;

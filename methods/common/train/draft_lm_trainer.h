@@ -19,6 +19,7 @@
 
 namespace specbed {
 
+// Defaults: the settings of the committed models/stories260K/draft (see its PROVENANCE.md).
 struct DraftLmTrainConfig {
   // Teacher: a model registry name or path, run as `dtype` ("float32" or "bfloat16").
   std::string target = "stories260K";
@@ -26,23 +27,23 @@ struct DraftLmTrainConfig {
   // Draft shape (llama2.c style: tied embeddings, no biases; HF rotate_half RoPE with the target's
   // theta and scaling, the target's RMSNorm eps, vocabulary, BOS and EOS).
   int64_t layers = 2;
-  int64_t dim = 32;
+  int64_t dim = 48;
   int64_t n_heads = 4;
-  int64_t n_kv_heads = 0;  // 0 = n_heads (plain multi-head attention)
-  int64_t hidden_dim = 0;  // 0 = 8/3 * dim rounded up to a multiple of 16 (SwiGLU width)
+  int64_t n_kv_heads = 0;   // 0 = n_heads (plain multi-head attention)
+  int64_t hidden_dim = 0;   // 0 = 8/3 * dim rounded up to a multiple of 16 (SwiGLU width)
   int64_t max_seq_len = 0;  // 0 = the target's
   // Data: n_sequences training + n_eval_sequences held-out sequences of seq_len tokens (BOS +
   // seq_len - 1 sampled at `temperature`; EOS does not stop the sampling).
-  int64_t n_sequences = 512;
+  int64_t n_sequences = 1536;
   int64_t n_eval_sequences = 32;
   int64_t seq_len = 256;
   double temperature = 1.0;
   // Optimisation.
-  int64_t steps = 600;
+  int64_t steps = 1200;
   int64_t batch = 16;
-  double lr = 3e-3;
-  double min_lr = 3e-4;  // cosine decay floor
-  int64_t warmup = 30;   // linear warmup steps
+  double lr = 1e-2;
+  double min_lr = 1e-3;        // cosine decay floor
+  int64_t warmup = 30;         // linear warmup steps
   double weight_decay = 0.01;  // AdamW, on matrices and embeddings (not on norms)
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -69,12 +70,12 @@ struct DraftLmTrainOptions {
 };
 
 struct DraftLmTrainResult {
-  int64_t step = 0;       // steps done
-  bool finished = false;  // step == steps (then the evaluation below is filled)
-  double first_loss = 0;  // training KL of the first step of this process (nats per position)
-  double final_loss = 0;  // mean training KL over the last (up to) 20 steps of this process
-  double eval_kl = 0;     // held-out KL(target || draft), nats per position
-  double top1_agreement = 0;       // held-out: argmax draft == argmax target, teacher-forced
+  int64_t step = 0;           // steps done
+  bool finished = false;      // step == steps (then the evaluation below is filled)
+  double first_loss = 0;      // training KL of the first step of this process (nats per position)
+  double final_loss = 0;      // mean training KL over the last (up to) 20 steps of this process
+  double eval_kl = 0;         // held-out KL(target || draft), nats per position
+  double top1_agreement = 0;  // held-out: argmax draft == argmax target, teacher-forced
   double expected_acceptance = 0;  // held-out: mean sum_v min(p, q) (SpS acceptance at T = 1)
   double data_seconds = 0;         // sampling the data (0 when it came from the cache)
   double teacher_seconds = 0;      // precomputing the teacher cache in this process

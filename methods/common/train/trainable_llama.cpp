@@ -70,8 +70,8 @@ TrainableLlama::TrainableLlama(const LlamaConfig& config,
   const auto expected = ExpectedHfTensorShapes(config_);
   for (const auto& [name, t] : tensors) {
     SPECBED_CHECK(expected.count(name) == 1, "TrainableLlama: unexpected tensor '", name,
-                  "' for a ", config_.architecture, " config (tie_embeddings = ",
-                  config_.tie_embeddings, ")");
+                  "' for a ", config_.architecture,
+                  " config (tie_embeddings = ", config_.tie_embeddings, ")");
   }
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);

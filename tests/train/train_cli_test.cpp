@@ -1,0 +1,77 @@
+// End-to-end test of `specbed train draft-lm` (harness/cli/cmd_train.cpp): runs the real binary
+// (path baked in as SPECBED_BIN) and checks its exit codes (0 ok, 1 specbed::Error, >= 100 usage),
+// interrupt + automatic resume from the command line, and the settings-mismatch message. No
+// LibTorch in the test itself. Deterministic (fixed seeds), so its false-failure rate is 0.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `specbed ARGS` with stdout/stderr captured in files under `dir`.
+CliRun Specbed(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/stdout", err = dir + "/stderr";
+  const std::string cmd = std::string(SPECBED_BIN) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadAll(out);
+  r.err = ReadAll(err);
+  return r;
+}
+
+TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_cli";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string out = dir + "/draft";
+  // Everything but --target and --seq-len (CLI11 rejects an option given twice).
+  const std::string knobs = "train draft-lm --out " + out +
+                            " --n-sequences 6 --n-eval-sequences 1 --steps 6 --batch 2 --dim 16"
+                            " --n-heads 2 --seed 3";
+  const std::string tiny = knobs + " --target stories260K --seq-len 24";
+
+  CliRun r = Specbed("train draft-lm --dim 16", dir);  // --out missing: a usage error
+  EXPECT_GE(r.exit_code, 100) << r.err;
+  EXPECT_NE(r.err.find("--out is required"), std::string::npos) << r.err;
+
+  r = Specbed(tiny + " --stop-after 3", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stopped at step 3 of 6"), std::string::npos) << r.out;
+
+  r = Specbed(tiny, dir);  // resumes automatically and finishes
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resuming"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("6 steps"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+
+  r = Specbed(knobs + " --target stories260K --seq-len 32",
+              dir);  // another run identity: a specbed::Error
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("'seq_len' (--seq-len) is 24 there but 32 now"), std::string::npos) << r.err;
+
+  r = Specbed(knobs + " --restart --target no-such-model", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no-such-model"), std::string::npos) << r.err;
+}
+
+}  // namespace
