@@ -67,24 +67,27 @@ LoadedTarget& Runner::Target(const std::string& name, const std::string& dtype,
 
 namespace {
 
-std::string IdsJson(const std::vector<int32_t>& ids) {
+// "[v0,v1,...]" with each value printed by `format` (printf style).
+template <typename T>
+std::string JsonArray(const std::vector<T>& values, const char* format) {
   std::string out = "[";
-  for (size_t i = 0; i < ids.size(); ++i) {
+  char buf[32];
+  for (size_t i = 0; i < values.size(); ++i) {
     if (i) out += ',';
-    out += std::to_string(ids[i]);
+    std::snprintf(buf, sizeof(buf), format, values[i]);
+    out += buf;
   }
   return out + "]";
 }
 
+std::string IdsJson(const std::vector<int32_t>& ids) {
+  return JsonArray(ids, "%d");
+}
+
+// Empty (not "[]") when no margins were recorded: the column's "not recorded" value.
 std::string MarginsJson(const std::vector<float>& margins) {
   if (margins.empty()) return "";
-  std::string out = "[";
-  char buf[32];
-  for (size_t i = 0; i < margins.size(); ++i) {
-    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? "," : "", margins[i]);
-    out += buf;
-  }
-  return out + "]";
+  return JsonArray(margins, "%.6g");
 }
 
 }  // namespace

@@ -108,10 +108,10 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     tree_.Clear();
     drafter_->Draft(step, tree_);
     tree_.ValidateStructure(vocab);
-    SPECBED_CHECK(tree_.size() <= step.budget.nodes && tree_.max_depth() <= step.budget.depth,
-                  "drafter exceeded its budget: ", tree_.size(), " nodes, depth ",
-                  tree_.max_depth(), " (budget ", step.budget.nodes, " nodes, depth ",
-                  step.budget.depth, ")");
+    const int32_t draft_depth = tree_.max_depth();
+    SPECBED_CHECK(tree_.size() <= step.budget.nodes && draft_depth <= step.budget.depth,
+                  "drafter exceeded its budget: ", tree_.size(), " nodes, depth ", draft_depth,
+                  " (budget ", step.budget.nodes, " nodes, depth ", step.budget.depth, ")");
     const int64_t t1 = NowNanos();
     verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
     const int64_t t2 = NowNanos();
@@ -122,7 +122,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     StepStats stats;
     stats.n_drafted = tree_.size();
     stats.n_accepted = verdict_.n_accepted();
-    stats.draft_depth = tree_.max_depth();
+    stats.draft_depth = draft_depth;
     const size_t before = stop.tokens().size();
     for (int32_t token : verdict_.tokens) {
       committed_.push_back(token);
