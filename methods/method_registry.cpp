@@ -102,6 +102,8 @@ std::unique_ptr<Decoder> MethodRegistry::Build(const std::string& name, MethodCo
 void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterArMethod(registry);
   RegisterSpsMethod(registry);
+  RegisterEagle3Method(registry);
+  RegisterOsdMethods(registry);  // after sps and eagle3: derives from their entries
 }
 
 }  // namespace specbed

@@ -64,6 +64,10 @@ struct MethodInfo {
   MethodTraits traits;
   std::vector<MethodKnob> knobs;
   MethodFactory factory;
+  // Optional up-front check of resolved knobs beyond ranges (e.g. that a named head exists), run
+  // by the runner before any case; throws specbed::Error. Without it, a drafter_knob is checked
+  // as a model name or path.
+  std::function<void(const nlohmann::json& knobs)> validate;
 };
 
 class MethodRegistry {
@@ -90,5 +94,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry);
 // Per-method registration functions (one per methods/<name>/ folder).
 void RegisterArMethod(MethodRegistry& registry);
 void RegisterSpsMethod(MethodRegistry& registry);
+void RegisterEagle3Method(MethodRegistry& registry);
+void RegisterOsdMethods(MethodRegistry& registry);  // sps+osd, eagle3+osd
 
 }  // namespace specbed

@@ -123,6 +123,7 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
     if (std::isfinite(st.t_draft_us)) m.draft_ms += st.t_draft_us / 1000.0;
     if (std::isfinite(st.t_verify_us)) m.verify_ms += st.t_verify_us / 1000.0;
     if (std::isfinite(st.t_other_us)) m.other_ms += st.t_other_us / 1000.0;
+    if (std::isfinite(st.t_adapt_us)) m.adapt_ms += st.t_adapt_us / 1000.0;
     m.rollback_events += st.n_rollback_events;
   }
   if (m.n_steps > 0) {
@@ -132,6 +133,7 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
       m.draft_fraction = m.draft_ms / m.decode_ms;
       m.verify_fraction = m.verify_ms / m.decode_ms;
       m.other_fraction = m.other_ms / m.decode_ms;
+      m.adapt_fraction = m.adapt_ms / m.decode_ms;
     }
     m.draft_us_per_step = m.draft_ms * 1000.0 / n;
     m.verify_us_per_step = m.verify_ms * 1000.0 / n;

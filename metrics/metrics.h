@@ -78,6 +78,9 @@ struct CaseMetrics {
   double other_fraction = kNoValue;   // other_ms / decode_ms ("other" share of decode time)
   // Mean per-step phase costs, microseconds (sum of t_*_us / n_steps).
   double draft_us_per_step = kNoValue, verify_us_per_step = kNoValue, other_us_per_step = kNoValue;
+  // Added with schema v3: online adaptation (OSD updates), already inside draft_ms.
+  double adapt_ms = 0;                         // sum of t_adapt_us, in milliseconds
+  double adapt_fraction = kNoValue;            // adapt_ms / decode_ms
   int64_t rollback_events = 0;                 // sum of n_rollback_events
   double rollback_events_per_step = kNoValue;  // rollback_events / n_steps
   PositionAcceptance positions;                // per-position acceptance (empty without steps)

@@ -124,13 +124,44 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
                   ", not to run ", options.run_id);
   }
 
+  SPECBED_CHECK(options.slice_begin >= 0 &&
+                    (options.slice_end < 0 || options.slice_end >= options.slice_begin),
+                "summary: the sample slice must satisfy 0 <= begin <= end (got ",
+                options.slice_begin, ":", options.slice_end, ")");
+  const bool filtered =
+      !options.category.empty() || options.slice_begin > 0 || options.slice_end >= 0;
+  // The selected samples of a case (category, then stream-order slice).
+  auto select = [&](std::vector<SampleRecord> all) {
+    if (!filtered) return all;
+    std::vector<SampleRecord> out;
+    int64_t index = 0;
+    for (SampleRecord& s : all) {
+      if (!options.category.empty() && s.category != options.category) continue;
+      if (index >= options.slice_begin && (options.slice_end < 0 || index < options.slice_end)) {
+        out.push_back(std::move(s));
+      }
+      ++index;
+    }
+    return out;
+  };
   std::map<int64_t, std::vector<SampleRecord>> samples_cache;
   auto samples_of = [&](int64_t case_id) -> const std::vector<SampleRecord>& {
     auto it = samples_cache.find(case_id);
     if (it == samples_cache.end()) {
-      it = samples_cache.emplace(case_id, store->LoadSamples(case_id)).first;
+      it = samples_cache.emplace(case_id, select(store->LoadSamples(case_id))).first;
     }
     return it->second;
+  };
+  auto steps_of = [&](int64_t case_id) {
+    std::vector<StepRecord> steps = store->LoadSteps(case_id);
+    if (!filtered) return steps;
+    std::set<std::pair<std::string, int32_t>> kept;
+    for (const SampleRecord& s : samples_of(case_id)) kept.insert({s.prompt_id, s.turn});
+    std::vector<StepRecord> out;
+    for (StepRecord& st : steps) {
+      if (kept.count({st.prompt_id, st.turn})) out.push_back(std::move(st));
+    }
+    return out;
   };
 
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -139,7 +170,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     if (options.case_id >= 0 && c.case_id != options.case_id) continue;
     SummaryRow row;
     row.row = c;
-    row.metrics = ComputeCaseMetrics(samples_of(c.case_id), store->LoadSteps(c.case_id));
+    row.metrics = ComputeCaseMetrics(samples_of(c.case_id), steps_of(c.case_id));
     row.is_baseline = c.record.method == kArMethod;
     const std::string label =
         StrCat("case ", c.case_id, " (", MethodLabel(c.record), ", run ", c.run_id, ")");
@@ -192,6 +223,7 @@ std::string FormatSummaryTable(const Summary& s) {
                                              {"τ"},
                                              {"T_D%"},
                                              {"other%"},
+                                             {"adapt%"},
                                              {"rollback%"},
                                              {"speedup [95% CI]"},
                                              {"Σ ratio [95% CI]"},
@@ -228,8 +260,9 @@ std::string FormatSummaryTable(const Summary& s) {
     for (const std::string& cell :
          {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
           Fixed(m.decode_tokens_per_s, 1), Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1),
-          Fixed(100.0 * m.other_fraction, 1), Fixed(100.0 * m.rollback_rate, 1), speedup, total,
-          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
+          Fixed(100.0 * m.other_fraction, 1), Fixed(100.0 * m.adapt_fraction, 1),
+          Fixed(100.0 * m.rollback_rate, 1), speedup, total, exact, divergence, margin,
+          Rates(m.positions.r), Rates(m.positions.alpha)}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));
@@ -265,8 +298,8 @@ std::string FormatSummaryTable(const Summary& s) {
   out << "\n"
       << "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
          "τ = tokens emitted per verify step (bonus token included);\n"
-      << "T_D% / other% = drafting / other time as a share of decode time; rollback% = drafted "
-         "tokens rejected;\n"
+      << "T_D% / other% = drafting / other time as a share of decode time; adapt% = online "
+         "adaptation (OSD updates), part of T_D%; rollback% = drafted tokens rejected;\n"
       << "speedup = AR decode time / method decode time per answer, geometric mean; Σ ratio = "
          "total AR / total method decode time;\n"
       << "[95% CI] = percentile bootstrap over prompts (" << s.bootstrap.n_resamples
@@ -333,6 +366,8 @@ std::string SummaryJson(const Summary& s) {
     j["draft_fraction"] = Number(m.draft_fraction);
     j["verify_fraction"] = Number(m.verify_fraction);
     j["other_fraction"] = Number(m.other_fraction);
+    j["adapt_ms"] = m.adapt_ms;
+    j["adapt_fraction"] = Number(m.adapt_fraction);
     j["draft_us_per_step"] = Number(m.draft_us_per_step);
     j["verify_us_per_step"] = Number(m.verify_us_per_step);
     j["other_us_per_step"] = Number(m.other_us_per_step);

@@ -20,6 +20,13 @@ namespace specbed {
 struct SummaryOptions {
   int64_t run_id = -1;   // only cases of this run (-1 = all); baselines may come from any run
   int64_t case_id = -1;  // only this case (-1 = all)
+  // Sample selection, applied to every case and its AR baseline alike: only samples of this
+  // category ("" = all), then only the [slice_begin, slice_end) of those in stream order (the
+  // order the case ran its prompts; slice_end -1 = to the end). Steps follow their samples.
+  // Used to measure a stream window, e.g. before/after a distribution shift (OSD).
+  std::string category;
+  int64_t slice_begin = 0;
+  int64_t slice_end = -1;
   BootstrapOptions bootstrap;
 };
 

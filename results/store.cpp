@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <utility>
@@ -160,13 +161,47 @@ ALTER TABLE steps ADD COLUMN n_rollback_events INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE cases ADD COLUMN method_traits_json TEXT NOT NULL DEFAULT '';
 ALTER TABLE cases ADD COLUMN drafter TEXT NOT NULL DEFAULT '';
 )sql",
+    // 2 -> 3: online-adaptation time per step (OSD), drafter training logs (loss curves).
+    // Training logs are bookkeeping, not results: a resumed training run replaces the rows past
+    // its last checkpoint, so these tables carry no append-only triggers.
+    R"sql(
+ALTER TABLE steps ADD COLUMN t_adapt_us REAL NOT NULL DEFAULT 0;
+CREATE TABLE train_runs (
+  train_id INTEGER PRIMARY KEY,
+  train_key TEXT NOT NULL UNIQUE,
+  task TEXT NOT NULL,
+  out_dir TEXT NOT NULL,
+  settings_json TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT NOT NULL DEFAULT '',
+  summary_json TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE train_log (
+  train_id INTEGER NOT NULL REFERENCES train_runs(train_id),
+  step INTEGER NOT NULL CHECK (step >= 1),
+  loss REAL,
+  lr REAL NOT NULL,
+  grad_norm REAL,
+  elapsed_s REAL NOT NULL,
+  PRIMARY KEY (train_id, step)
+);
+CREATE TABLE train_eval (
+  train_id INTEGER NOT NULL REFERENCES train_runs(train_id),
+  step INTEGER NOT NULL CHECK (step >= 0),
+  val_loss REAL,
+  acceptance_proxy REAL,
+  metrics_json TEXT NOT NULL DEFAULT '{}',
+  PRIMARY KEY (train_id, step)
+);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
 
 constexpr const char* kFormatName = "specbed_results";
 
-const std::vector<std::string> kTables = {"runs", "cases", "samples", "steps", "bench", "meta"};
+const std::vector<std::string> kTables = {"runs", "cases",      "samples",   "steps",     "bench",
+                                          "meta", "train_runs", "train_log", "train_eval"};
 const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
 const std::vector<std::string> kDevices = {"cpu", "cuda"};
 const std::vector<std::string> kStopReasons = {"eos", "max_new_tokens", "stop_string",
@@ -619,8 +654,8 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
   sqlite3_stmt* insert_step =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
-             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events) VALUES (?1, ?2, "
-             "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
 
   Begin("writing a case");
   try {
@@ -738,6 +773,7 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindReal(insert_step, 9, step.t_other_us);
       BindInt(insert_step, 10, step.draft_depth);
       BindInt(insert_step, 11, step.n_rollback_events);
+      BindReal(insert_step, 12, step.t_adapt_us);
       const int rc = sqlite3_step(insert_step);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
@@ -883,10 +919,11 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
 std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
   op_start_us_ = NowMicros();
   const char* v2_columns = schema_version_ >= 2 ? "st.draft_depth, st.n_rollback_events" : "-1, 0";
+  const char* v3_columns = schema_version_ >= 3 ? ", st.t_adapt_us" : ", 0";
   OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, "
                              "st.n_accepted, st.n_emitted, st.t_draft_us, st.t_verify_us, "
                              "st.t_other_us, ",
-                             v2_columns,
+                             v2_columns, v3_columns,
                              " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
                              "st.case_id = ?1 ORDER BY st.step_id")
                           .c_str()));
@@ -907,6 +944,7 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
     r.t_other_us = ColReal(q, 8);
     r.draft_depth = ColInt(q, 9);
     r.n_rollback_events = ColInt(q, 10);
+    r.t_adapt_us = ColReal(q, 11);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));
@@ -987,6 +1025,203 @@ std::vector<int64_t> ResultsStore::ListRunIds() const {
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) out.push_back(ColInt(s.get(), 0));
   if (rc != SQLITE_DONE) FailSqlite(rc, "listing runs");
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drafter training logs (schema v3).
+
+namespace {
+
+void StepOnce(sqlite3_stmt* s, const std::function<void(int)>& on_error) {
+  const int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) on_error(rc);
+}
+
+}  // namespace
+
+int64_t ResultsStore::BeginTrainRun(const TrainRunRecord& run) {
+  CheckWritable();
+  SPECBED_CHECK(schema_version_ >= 3, "results database '", path_, "' has schema version ",
+                schema_version_, "; training logs need version 3 (open it read-write to migrate)");
+  SPECBED_CHECK(!run.train_key.empty() && !run.task.empty(), "results database '", path_,
+                "': a training run needs a train_key and a task");
+  Begin("starting a training run");
+  int64_t id = -1;
+  try {
+    {
+      OwnedStmt s(Prepare("SELECT train_id FROM train_runs WHERE train_key = ?1"));
+      BindText(s.get(), 1, run.train_key);
+      const int rc = sqlite3_step(s.get());
+      if (rc == SQLITE_ROW)
+        id = ColInt(s.get(), 0);
+      else if (rc != SQLITE_DONE)
+        FailSqlite(rc, "looking up a training run");
+    }
+    if (id < 0) {
+      OwnedStmt s(
+          Prepare("INSERT INTO train_runs(train_key, task, out_dir, settings_json, started_at, "
+                  "finished_at, summary_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+      BindText(s.get(), 1, run.train_key);
+      BindText(s.get(), 2, run.task);
+      BindText(s.get(), 3, run.out_dir);
+      BindText(s.get(), 4, run.settings_json);
+      BindText(s.get(), 5, run.started_at.empty() ? NowRfc3339() : run.started_at);
+      BindText(s.get(), 6, run.finished_at);
+      BindText(s.get(), 7, run.summary_json);
+      StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "inserting a training run"); });
+      id = sqlite3_last_insert_rowid(db_);
+    }
+    Commit("starting a training run");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+  return id;
+}
+
+void ResultsStore::TruncateTrainRun(int64_t train_id, int64_t last_step) {
+  CheckWritable();
+  Begin("truncating a training log");
+  try {
+    for (const char* sql : {"DELETE FROM train_log WHERE train_id = ?1 AND step > ?2",
+                            "DELETE FROM train_eval WHERE train_id = ?1 AND step > ?2",
+                            "UPDATE train_runs SET finished_at = '', summary_json = '' WHERE "
+                            "train_id = ?1 AND ?2 = ?2"}) {
+      OwnedStmt s(Prepare(sql));
+      BindInt(s.get(), 1, train_id);
+      BindInt(s.get(), 2, last_step);
+      StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "truncating a training log"); });
+    }
+    Commit("truncating a training log");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::AppendTrainLog(int64_t train_id, const std::vector<TrainLogRow>& log,
+                                  const std::vector<TrainEvalRow>& evals) {
+  CheckWritable();
+  if (log.empty() && evals.empty()) return;
+  Begin("writing a training log");
+  try {
+    {
+      OwnedStmt s(
+          Prepare("INSERT INTO train_log(train_id, step, loss, lr, grad_norm, elapsed_s) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+      for (const TrainLogRow& r : log) {
+        ResetOnExit reset(s.get());
+        BindInt(s.get(), 1, train_id);
+        BindInt(s.get(), 2, r.step);
+        BindReal(s.get(), 3, r.loss);
+        BindReal(s.get(), 4, r.lr);
+        BindReal(s.get(), 5, r.grad_norm);
+        BindReal(s.get(), 6, r.elapsed_s);
+        StepOnce(s.get(), [&](int rc) {
+          if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+            Fail("results database '", path_, "': training run ", train_id,
+                 " already has a log row for step ", r.step, " (or the run does not exist)");
+          }
+          FailSqlite(rc, "writing a training log row");
+        });
+      }
+    }
+    {
+      OwnedStmt s(
+          Prepare("INSERT OR REPLACE INTO train_eval(train_id, step, val_loss, "
+                  "acceptance_proxy, metrics_json) VALUES (?1, ?2, ?3, ?4, ?5)"));
+      for (const TrainEvalRow& r : evals) {
+        ResetOnExit reset(s.get());
+        BindInt(s.get(), 1, train_id);
+        BindInt(s.get(), 2, r.step);
+        BindReal(s.get(), 3, r.val_loss);
+        BindReal(s.get(), 4, r.acceptance_proxy);
+        BindText(s.get(), 5, r.metrics_json);
+        StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "writing a training evaluation"); });
+      }
+    }
+    Commit("writing a training log");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::FinishTrainRun(int64_t train_id, const std::string& summary_json) {
+  CheckWritable();
+  Begin("finishing a training run");
+  try {
+    OwnedStmt s(
+        Prepare("UPDATE train_runs SET finished_at = ?2, summary_json = ?3 WHERE train_id = ?1"));
+    const std::string now = NowRfc3339();
+    BindInt(s.get(), 1, train_id);
+    BindText(s.get(), 2, now);
+    BindText(s.get(), 3, summary_json);
+    StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "finishing a training run"); });
+    Commit("finishing a training run");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+std::vector<ResultsStore::TrainRunRow> ResultsStore::ListTrainRuns() const {
+  op_start_us_ = NowMicros();
+  std::vector<TrainRunRow> out;
+  if (schema_version_ < 3) return out;
+  OwnedStmt s(
+      Prepare("SELECT train_id, train_key, task, out_dir, settings_json, started_at, "
+              "finished_at, summary_json FROM train_runs ORDER BY train_id"));
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    TrainRunRow r;
+    r.train_id = ColInt(q, 0);
+    r.record.train_key = ColText(q, 1);
+    r.record.task = ColText(q, 2);
+    r.record.out_dir = ColText(q, 3);
+    r.record.settings_json = ColText(q, 4);
+    r.record.started_at = ColText(q, 5);
+    r.record.finished_at = ColText(q, 6);
+    r.record.summary_json = ColText(q, 7);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "listing training runs");
+  return out;
+}
+
+std::vector<TrainLogRow> ResultsStore::LoadTrainLog(int64_t train_id) const {
+  op_start_us_ = NowMicros();
+  std::vector<TrainLogRow> out;
+  if (schema_version_ < 3) return out;
+  OwnedStmt s(
+      Prepare("SELECT step, loss, lr, grad_norm, elapsed_s FROM train_log WHERE "
+              "train_id = ?1 ORDER BY step"));
+  BindInt(s.get(), 1, train_id);
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    out.push_back({ColInt(q, 0), ColReal(q, 1), ColReal(q, 2), ColReal(q, 3), ColReal(q, 4)});
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "loading a training log");
+  return out;
+}
+
+std::vector<TrainEvalRow> ResultsStore::LoadTrainEval(int64_t train_id) const {
+  op_start_us_ = NowMicros();
+  std::vector<TrainEvalRow> out;
+  if (schema_version_ < 3) return out;
+  OwnedStmt s(
+      Prepare("SELECT step, val_loss, acceptance_proxy, metrics_json FROM train_eval "
+              "WHERE train_id = ?1 ORDER BY step"));
+  BindInt(s.get(), 1, train_id);
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    out.push_back({ColInt(q, 0), ColReal(q, 1), ColReal(q, 2), ColText(q, 3)});
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "loading training evaluations");
   return out;
 }
 

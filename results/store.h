@@ -19,7 +19,9 @@ namespace specbed {
 
 // Version 2 added samples.token_margins_json, steps.draft_depth / n_rollback_events and
 // cases.method_traits_json / drafter (see results/README.md, "Schema history").
-inline constexpr int kResultsSchemaVersion = 2;
+// Version 3 added steps.t_adapt_us and the drafter-training tables train_runs / train_log /
+// train_eval.
+inline constexpr int kResultsSchemaVersion = 3;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -83,6 +85,9 @@ struct StepRecord {
   // n_drafted). -1 = not recorded (rows migrated from v1): metrics then assume a chain.
   int64_t draft_depth = -1;
   int64_t n_rollback_events = 0;  // method-specific rollback events (e.g. discarded branches)
+  // Schema v3. Online adaptation (e.g. an OSD drafter update) run inside this step, microseconds;
+  // already included in t_draft_us (the drafter's cost). 0 for rows before v3.
+  double t_adapt_us = 0;
 };
 
 // One row of `specbed bench` (autoregressive decode speed).
@@ -92,6 +97,29 @@ struct BenchRecord {
   double tokens_per_s = 0, tokens_per_s_std = 0, ms_per_step = 0, forward_ms_per_step = 0,
          other_ms_per_step = 0;
   int64_t n_params = 0;
+};
+
+// Drafter training logs (schema v3): one train_runs row per training output directory, the loss
+// curve (train_log) and the periodic held-out evaluations (train_eval).
+struct TrainRunRecord {
+  std::string train_key;      // identity of the run (hash of its settings + output directory)
+  std::string task;           // "draft-lm", "eagle3", ...
+  std::string out_dir;        // where the drafter is written
+  std::string settings_json;  // the run identity (every setting that changes the weights)
+  std::string started_at;     // RFC 3339 UTC
+  std::string finished_at;    // "" while unfinished
+  std::string summary_json;   // "" while unfinished
+};
+struct TrainLogRow {
+  int64_t step = 0;  // 1-based optimiser step
+  double loss = 0, lr = 0, grad_norm = 0;
+  double elapsed_s = 0;  // training time up to this step, summed over resumed processes
+};
+struct TrainEvalRow {
+  int64_t step = 0;  // step after which the evaluation ran (0 = before training)
+  double val_loss = 0;
+  double acceptance_proxy = 0;      // method-specific, e.g. expected acceptance or top-1 agreement
+  std::string metrics_json = "{}";  // every evaluation figure
 };
 
 struct StoreOptions {
@@ -145,6 +173,23 @@ class ResultsStore {
     RunInfo info;
   };
   std::vector<RunRow> ListRuns() const;
+  // Drafter training logs. BeginTrainRun returns the train_id of `run.train_key`, inserting the
+  // row when new (an existing row is kept: a resumed run continues it). TruncateTrainRun drops
+  // the log/eval rows past `last_step` and marks the run unfinished (a resume from a checkpoint).
+  // AppendTrainLog writes rows in one transaction (a step already stored is an error).
+  int64_t BeginTrainRun(const TrainRunRecord& run);
+  void TruncateTrainRun(int64_t train_id, int64_t last_step);
+  void AppendTrainLog(int64_t train_id, const std::vector<TrainLogRow>& log,
+                      const std::vector<TrainEvalRow>& evals = {});
+  void FinishTrainRun(int64_t train_id, const std::string& summary_json);
+  struct TrainRunRow {
+    int64_t train_id = 0;
+    TrainRunRecord record;
+  };
+  std::vector<TrainRunRow> ListTrainRuns() const;
+  std::vector<TrainLogRow> LoadTrainLog(int64_t train_id) const;
+  std::vector<TrainEvalRow> LoadTrainEval(int64_t train_id) const;
+
   int schema_version() const { return schema_version_; }
   const std::string& path() const { return path_; }
 

@@ -1,11 +1,13 @@
-// `specbed summary DB [--json] [--run ID] [--case ID]`: one row of metrics per case of a results
-// database (reports/summary.h): decode tok/s, tau, T_D%, other%, rollback, speedup over the AR
-// baseline with bootstrap 95% CIs, exact match vs. AR with the first divergence and its margin,
-// per-position acceptance. A table on stdout, or with --json every number as JSON.
-// Checked by: tests/cli/summary_cli_test.cpp (the binary) and tests/reports/summary_test.cpp.
+// `specbed summary DB [--json] [--run ID] [--case ID] [--category C] [--slice A:B]`: one row of
+// metrics per case of a results database (reports/summary.h): decode tok/s, tau, T_D%, other%,
+// rollback, speedup over the AR baseline with bootstrap 95% CIs, exact match vs. AR with the first
+// divergence and its margin, per-position acceptance. A table on stdout, or with --json every
+// number as JSON. Checked by: tests/cli/summary_cli_test.cpp (the binary) and
+// tests/reports/summary_test.cpp.
 #include <cstdio>
 #include <memory>
 
+#include "harness/base/error.h"
 #include "harness/cli/commands.h"
 #include "reports/summary.h"
 
@@ -17,12 +19,29 @@ struct SummaryCommandOptions {
   bool json = false;
   int64_t run_id = -1;
   int64_t case_id = -1;
+  std::string category;
+  std::string slice;
 };
+
+// "A:B" (B may be empty = to the end) -> [A, B); errors name the flag.
+void ParseSlice(const std::string& text, SummaryOptions& options) {
+  const size_t colon = text.find(':');
+  SPECBED_CHECK(colon != std::string::npos, "--slice must look like A:B (e.g. 0:40 or 40:), got '",
+                text, "'");
+  try {
+    options.slice_begin = colon == 0 ? 0 : std::stoll(text.substr(0, colon));
+    options.slice_end = colon + 1 == text.size() ? -1 : std::stoll(text.substr(colon + 1));
+  } catch (const std::exception&) {
+    Fail("--slice must look like A:B with non-negative integers, got '", text, "'");
+  }
+}
 
 void RunSummary(const SummaryCommandOptions& o) {
   SummaryOptions options;
   options.run_id = o.run_id;
   options.case_id = o.case_id;
+  options.category = o.category;
+  if (!o.slice.empty()) ParseSlice(o.slice, options);
   const Summary summary = BuildSummary(o.db, options);
   const std::string text = o.json ? SummaryJson(summary) : FormatSummaryTable(summary);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -39,6 +58,10 @@ void AddSummaryCommand(CLI::App& app) {
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--case", o->case_id, "Only this case id")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--category", o->category,
+                  "Only samples of this prompt category (baselines filtered alike)");
+  cmd->add_option("--slice", o->slice,
+                  "Only samples A..B-1 (after --category) in stream order, e.g. 0:40 or 40:");
   cmd->callback([o] { RunSummary(*o); });
 }
 

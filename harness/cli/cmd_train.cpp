@@ -11,6 +11,7 @@
 
 #include "harness/cli/commands.h"
 #include "methods/common/train/draft_lm_trainer.h"
+#include "methods/eagle3/eagle3_trainer.h"
 
 namespace specbed::cli {
 namespace {
@@ -21,7 +22,7 @@ struct TrainDraftLmOptions {
   std::string out;
 };
 
-void RunTrainDraftLm(const TrainDraftLmOptions& o) {
+void KeepLargeBlocksInHeap() {
 #if defined(__GLIBC__)
   // glibc serves blocks above 128 KiB with mmap and unmaps them on free, so every training step
   // would page-fault its multi-MiB activations in afresh; keeping blocks up to 32 MiB (the
@@ -29,6 +30,10 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
+}
+
+void RunTrainDraftLm(const TrainDraftLmOptions& o) {
+  KeepLargeBlocksInHeap();
   const DraftLmTrainResult r = TrainDraftLm(o.config, o.out, o.run);
   if (!r.finished) {
     std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
@@ -40,6 +45,101 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
       "acceptance (T=1) %.4f; train %.1f s\n",
       o.out.c_str(), static_cast<long long>(r.step), r.final_loss, r.eval_kl, r.top1_agreement,
       r.expected_acceptance, r.train_seconds);
+}
+
+struct TrainEagle3Options {
+  Eagle3TrainConfig config;
+  TrainLoopOptions run;
+  std::string out;
+};
+
+void RunTrainEagle3(const TrainEagle3Options& o) {
+  KeepLargeBlocksInHeap();
+  const Eagle3TrainResult r = TrainEagle3(o.config, o.out, o.run);
+  if (!r.loop.finished) {
+    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
+                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
+    return;
+  }
+  std::printf(
+      "%s: %lld steps, final train loss %.4f; held-out TTT loss %.4f, step-0 top-1 %.4f, chain "
+      "tau estimate %.3f; train %.1f s\n",
+      o.out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
+      r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
+      r.loop.train_seconds);
+}
+
+// The shared optimiser flags (train_loop.h) on `cmd`.
+void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
+  cmd->add_option("--steps", c.steps, "Optimiser steps")->capture_default_str();
+  cmd->add_option("-b,--batch", c.batch, "Sequences per step")->capture_default_str();
+  cmd->add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  cmd->add_option("--min-lr", c.min_lr, "Learning rate at the end of the cosine decay")
+      ->capture_default_str();
+  cmd->add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)")
+      ->capture_default_str();
+  cmd->add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed of init and data order")->capture_default_str();
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--log-every", c.log_every, "Steps between loss rows in train_log.db")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", c.eval_every,
+                  "Steps between held-out evaluations (0 = only at the end)")
+      ->capture_default_str();
+  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  cmd->add_flag("--resume", run.resume, "Require an existing run in --out and continue it");
+  cmd->add_flag("--restart", run.restart, "Discard any run in --out and start afresh");
+  cmd->add_option("--stop-after", run.stop_after,
+                  "Stop after this many steps (checkpointed; the schedule still uses --steps)")
+      ->capture_default_str();
+  cmd->add_flag_callback(
+      "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar");
+}
+
+void AddTrainEagle3(CLI::App* train) {
+  auto o = std::make_shared<TrainEagle3Options>();
+  Eagle3TrainConfig& c = o->config;
+  c.optim = DefaultEagle3Optim();
+  CLI::App* cmd = train->add_subcommand(
+      "eagle3",
+      "Train an EAGLE-3 head with training-time test on a `specbed regen` file -> OUT/config.json "
+      "+ model.safetensors (published EAGLE-3 layout); resumable");
+  cmd->add_option("--out", o->out, "Output directory (checkpoint, train_log.db, work/)")
+      ->required();
+  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
+  cmd->add_option("-t,--target", c.target, "Target model (name or path)")->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  cmd->add_option("--aux-layers", c.aux_layers,
+                  "Three target hidden-state ids fused by the head (HF numbering); default "
+                  "{2, L/2, L-3}")
+      ->expected(3);
+  cmd->add_option("--draft-vocab", c.draft_vocab,
+                  "Draft vocabulary size (most frequent response tokens; clipped to the target's)")
+      ->capture_default_str();
+  cmd->add_option("--ttt-steps", c.ttt_steps, "Unrolled training-time-test steps")
+      ->capture_default_str();
+  cmd->add_option("--ttt-decay", c.ttt_decay, "Loss weight decay^k of TTT step k")
+      ->capture_default_str();
+  cmd->add_option("--max-len", c.max_len, "Crop training sequences to this many tokens")
+      ->capture_default_str();
+  cmd->add_option("--n-eval", c.n_eval, "Held-out sequences (the last ones of --data)")
+      ->capture_default_str();
+  cmd->add_option("--features", c.features,
+                  "Target features: online (run the target each step) or disk (cache under "
+                  "OUT/work/features)")
+      ->check(CLI::IsMember({"online", "disk"}))
+      ->capture_default_str();
+  cmd->add_option("--feature-dtype", c.feature_dtype,
+                  "Disk cache storage dtype: float32, bfloat16, float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  AddOptimFlags(cmd, c.optim, o->run);
+  cmd->callback([o] { RunTrainEagle3(*o); });
 }
 
 }  // namespace
@@ -90,7 +190,7 @@ void AddTrainCommand(CLI::App& app) {
   cmd->add_option("--seed", c.seed, "Seed of data, init and data order")->capture_default_str();
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
       ->capture_default_str();
-  cmd->add_option("--log-every", c.log_every, "Steps between train_log.jsonl lines")
+  cmd->add_option("--log-every", c.log_every, "Steps between loss rows in train_log.db")
       ->capture_default_str();
   cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
   cmd->add_flag("--resume", o->run.resume, "Require an existing run in --out and continue it");
@@ -99,6 +199,7 @@ void AddTrainCommand(CLI::App& app) {
                   "Stop after this many steps (checkpointed; the schedule still uses --steps)")
       ->capture_default_str();
   cmd->callback([o] { RunTrainDraftLm(*o); });
+  AddTrainEagle3(train);
 }
 
 }  // namespace specbed::cli

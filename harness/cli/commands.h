@@ -18,5 +18,6 @@ void AddBenchCommand(CLI::App& app);
 void AddReportCommand(CLI::App& app);
 void AddSummaryCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
+void AddRegenCommand(CLI::App& app);
 
 }  // namespace specbed::cli

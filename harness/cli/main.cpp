@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddReportCommand(app);
   specbed::cli::AddSummaryCommand(app);
   specbed::cli::AddTrainCommand(app);
+  specbed::cli::AddRegenCommand(app);
   // CLI11 reports an unknown first word only as "A subcommand is required": name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;

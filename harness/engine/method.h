@@ -104,11 +104,17 @@ class Controller {
   virtual void BeforeStep(const DraftStep& step, DraftBudget& budget) {}
 };
 
-// Learns online from verifier feedback (optional part).
+// Learns online from verifier feedback (optional part). The decoder calls BeginSequence after
+// the drafter's Begin, Observe after every verdict, and EndSequence once the sequence stopped
+// (still inside the timed decode: an update run there is charged to the request that triggered
+// it, as draft time and StepStats::t_adapt_us of its last step).
 class Adapter {
  public:
   virtual ~Adapter() = default;
+  virtual void BeginSequence(const DraftBegin& begin) {}
   virtual void Observe(const DraftTree& tree, const Verdict& verdict) = 0;
+  // `committed`: prompt + generated tokens (the first prompt_len are the prompt).
+  virtual void EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) {}
 };
 
 // Counters and phase times of one verify step (filled by the decoder loop, never by a method).
@@ -120,6 +126,7 @@ struct StepStats {
   int64_t draft_depth = 0;  // deepest drafted node
   int64_t n_rollback_events = 0;
   double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
+  double t_adapt_us = 0;  // online adaptation run in this step (included in t_draft_us)
 };
 
 // One generation with its per-step records.

@@ -102,9 +102,11 @@ RunnerSummary Runner::Run(const RunConfig& config) {
   for (size_t i = 0; i < cases.size(); ++i) {
     cases[i].method.knobs = methods.ResolveKnobs(cases[i].method.name, cases[i].method.knobs);
     ResolveModel(cases[i].target);
-    const MethodTraits& traits = methods.Info(cases[i].method.name).traits;
-    if (!traits.drafter_knob.empty()) {
-      ResolveModel(cases[i].method.knobs.at(traits.drafter_knob).get<std::string>());
+    const MethodInfo& checked = methods.Info(cases[i].method.name);
+    if (checked.validate) {
+      checked.validate(cases[i].method.knobs);
+    } else if (!checked.traits.drafter_knob.empty()) {
+      ResolveModel(cases[i].method.knobs.at(checked.traits.drafter_knob).get<std::string>());
     }
     DatasetFilter filter;
     filter.limit = cases[i].dataset.limit;
@@ -227,6 +229,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
           step.t_draft_us = st.t_draft_us;
           step.t_verify_us = st.t_verify_us;
           step.t_other_us = st.t_other_us;
+          step.t_adapt_us = st.t_adapt_us;
           steps.push_back(std::move(step));
         }
         if (progress) progress->Advance(1, c.Label());

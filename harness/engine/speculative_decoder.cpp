@@ -83,6 +83,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     const int64_t b0 = NowNanos();
     if (controller_) controller_->BeginSequence(begin, budget);
     drafter_->Begin(begin);
+    if (adapter_) adapter_->BeginSequence(begin);
     begin_ns = NowNanos() - b0;
   }
 
@@ -139,6 +140,16 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     result.steps.push_back(stats);
     ++step_index;
     ++gen.n_steps;
+  }
+  if (adapter_) {
+    // The adapter's end-of-sequence work (e.g. an OSD update) is drafter cost of this request.
+    const int64_t a0 = NowNanos();
+    adapter_->EndSequence(committed_, static_cast<int64_t>(prompt.size()));
+    const double adapt_us = (NowNanos() - a0) * 1e-3;
+    if (!result.steps.empty()) {
+      result.steps.back().t_draft_us += adapt_us;
+      result.steps.back().t_adapt_us += adapt_us;
+    }
   }
   const int64_t t_end = NowNanos();
   gen.tokens = stop.tokens();

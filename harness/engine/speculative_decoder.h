@@ -38,6 +38,9 @@ class SpeculativeDecoder : public Decoder {
                 DecodeResult& result) override;
 
   Drafter& drafter() { return *drafter_; }
+  // Installs (or replaces) the online Adapter; takes effect at the next Generate.
+  void SetAdapter(std::unique_ptr<Adapter> adapter) { adapter_ = std::move(adapter); }
+  Adapter* adapter() { return adapter_.get(); }
 
  private:
   LlamaModel& target_;

@@ -12,6 +12,12 @@ SpsDrafter::SpsDrafter(std::shared_ptr<LlamaModel> draft) : draft_(std::move(dra
   ids_ = at::empty({1, 8}, at::kLong);
 }
 
+void SpsDrafter::ReplaceModel(std::shared_ptr<LlamaModel> draft) {
+  SPECBED_CHECK(draft != nullptr && draft->config().ToHfJson() == draft_->config().ToHfJson(),
+                "SpS drafter: a replacement draft model must have the same config");
+  draft_ = std::move(draft);
+}
+
 void SpsDrafter::Begin(const DraftBegin& begin) {
   const auto& prompt = *begin.prompt;
   SPECBED_CHECK(!prompt.empty(), "SpS drafter: empty prompt");

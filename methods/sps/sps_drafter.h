@@ -30,6 +30,11 @@ class SpsDrafter : public Drafter {
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
+  // Serves `draft` from the next Begin on (online adaptation, methods/osd); its config must equal
+  // the current draft's (the cache is reused).
+  void ReplaceModel(std::shared_ptr<LlamaModel> draft);
+  const LlamaModel& model() const { return *draft_; }
+
   // The draft model's cache (tests compare it with a fresh forward).
   const KvCache& cache() const { return cache_; }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "results/store.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -104,12 +105,31 @@ std::string LineOf(const std::string& table, int64_t case_id) {
   return "<no line for case " + std::to_string(case_id) + ">";
 }
 
+TEST(CliSummary, CategoryAndSliceSelectSamplesOfEveryCase) {
+  const std::string db = testing::FreshDbPath("cli_summary_slice");
+  testing::WriteSummaryDb(db);
+  // The synthetic cases have 3 answers each, all of category "story".
+  ProcResult r = RunSpecbed({"summary", db, "--category", "story", "--slice", "1:"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  2 ")) << r.out;
+  EXPECT_TRUE(Contains(LineOf(r.out, 1), "stories  0  2 ")) << r.out;  // baselines alike
+  r = RunSpecbed({"summary", db, "--category", "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  0 ")) << r.out;
+  r = RunSpecbed({"summary", db, "--slice", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "--slice must look like A:B")) << r.err;
+  r = RunSpecbed({"summary", db, "--slice", "3:1"});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
 TEST(CliSummary, TableReportsDivergencePositionMarginAndCis) {
   const std::string db = testing::FreshDbPath("cli_summary_table");
   testing::WriteSummaryDb(db);
   const ProcResult r = RunSpecbed({"summary", db});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(Contains(r.out, "specbed summary: " + db + " (schema v2), 5 cases"));
+  EXPECT_TRUE(Contains(r.out, "specbed summary: " + db + " (schema v" +
+                                  std::to_string(kResultsSchemaVersion) + "), 5 cases"));
   const std::string tree = LineOf(r.out, 3);
   // The tree method diverges from AR: 1 of 3 answers identical, first divergence at position 2
   // (median 2.5), smallest AR top-2 logit margin at a divergence 0.125.

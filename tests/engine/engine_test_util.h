@@ -1,6 +1,8 @@
 // Shared helpers for tests/engine: paths, loading stories260K, comparing logits.
 #pragma once
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -48,6 +50,19 @@ inline double MaxAbsDiff(const at::Tensor& logits, const std::vector<std::vector
     }
   }
   return worst;
+}
+
+// Upper tail of the standard normal.
+inline double NormalSf(double z) {
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+// Upper tail of chi-square with k degrees of freedom (Wilson-Hilferty approximation), for the
+// statistical losslessness tests.
+inline double ChiSquareSf(double x, int k) {
+  const double a = 2.0 / (9.0 * k);
+  const double z = (std::cbrt(x / k) - (1.0 - a)) / std::sqrt(a);
+  return NormalSf(z);
 }
 
 }  // namespace testing_util

@@ -19,9 +19,12 @@
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
 #include "methods/common/tree_builders.h"
+#include "tests/engine/engine_test_util.h"
 
 namespace specbed {
 namespace {
+
+using testing_util::ChiSquareSf;
 
 constexpr int64_t kVocab = 4;
 constexpr int kOutputLen = 3;
@@ -41,17 +44,6 @@ const float kDraft[kVocab][kVocab] = {
     {0.0f, 0.3f, 0.3f, 0.4f},
     {0.0f, 0.6f, 0.1f, 0.3f},
 };
-
-double NormalSf(double z) {
-  return 0.5 * std::erfc(z / std::sqrt(2.0));
-}
-
-// Upper tail of chi-square with k dof (Wilson-Hilferty).
-double ChiSquareSf(double x, int k) {
-  const double a = 2.0 / (9.0 * k);
-  const double z = (std::cbrt(x / k) - (1.0 - a)) / std::sqrt(a);
-  return NormalSf(z);
-}
 
 enum class DraftShape { kChain, kIidTree, kArbitraryTree };
 

@@ -183,6 +183,7 @@ void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
   EXPECT_EQ(a.t_other_us, b.t_other_us);
   EXPECT_EQ(a.draft_depth, b.draft_depth);
   EXPECT_EQ(a.n_rollback_events, b.n_rollback_events);
+  EXPECT_EQ(a.t_adapt_us, b.t_adapt_us);
 }
 
 // Runs one SQL statement on a raw connection (outside the store); returns the error or "".
@@ -760,7 +761,7 @@ std::vector<std::string> TableColumns(const std::string& path, const std::string
   return out;
 }
 
-TEST(ResultsStore, MigratesSchemaV1ToV2) {
+TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
   const std::string path = FreshDbPath("v1");
   ASSERT_EQ(RawExec(path, kSchemaV1Fixture), "");
   ASSERT_EQ(RawQueryText(path, "PRAGMA user_version"), "1");
@@ -788,9 +789,10 @@ TEST(ResultsStore, MigratesSchemaV1ToV2) {
   // A read-write open migrates in place; old rows keep their values and get the defaults.
   {
     auto store = ResultsStore::Open(path);
-    EXPECT_EQ(store->schema_version(), 2);
-    EXPECT_EQ(RawQueryText(path, "PRAGMA user_version"), "2");
-    EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    EXPECT_EQ(store->schema_version(), kResultsSchemaVersion);
+    EXPECT_EQ(RawQueryText(path, "PRAGMA user_version"), std::to_string(kResultsSchemaVersion));
+    EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'schema_version'"),
+              std::to_string(kResultsSchemaVersion));
     EXPECT_EQ(RawQueryText(path, "SELECT value FROM meta WHERE key = 'created_at'"),
               "2026-11-01T00:00:00Z");
     const auto samples = store->LoadSamples(1);
@@ -802,7 +804,9 @@ TEST(ResultsStore, MigratesSchemaV1ToV2) {
     EXPECT_EQ(steps[0].n_drafted, 4);
     EXPECT_EQ(steps[0].draft_depth, -1);
     EXPECT_EQ(steps[0].n_rollback_events, 0);
+    EXPECT_EQ(steps[0].t_adapt_us, 0);
     EXPECT_EQ(store->ListCases().at(0).record.drafter, "");
+    EXPECT_TRUE(store->ListTrainRuns().empty());
     // New cases carry the v2 fields.
     auto new_samples = MakeSamples(2);
     auto new_steps = MakeSteps(new_samples, 4);
@@ -820,7 +824,7 @@ TEST(ResultsStore, MigratesSchemaV1ToV2) {
   // Still append-only, new columns included; reopening does not migrate again.
   EXPECT_CONTAINS(RawExec(path, "UPDATE steps SET draft_depth = 1"), "append-only");
   EXPECT_CONTAINS(RawExec(path, "UPDATE samples SET token_margins_json = '[]'"), "append-only");
-  EXPECT_EQ(ResultsStore::Open(path)->schema_version(), 2);
+  EXPECT_EQ(ResultsStore::Open(path)->schema_version(), kResultsSchemaVersion);
   EXPECT_EQ(
       RawQueryText(path, "SELECT count(*) FROM steps_v WHERE case_id = 1 AND draft_depth = -1"),
       "2");  // the view shows the new columns
@@ -828,11 +832,12 @@ TEST(ResultsStore, MigratesSchemaV1ToV2) {
   // The migrated file has the same columns (names, types, NOT NULL, defaults, order) as a new one.
   const std::string fresh = FreshDbPath("v2_fresh");
   ResultsStore::Open(fresh);
-  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench"}) {
+  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench",
+                                  "train_runs", "train_log", "train_eval"}) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
-  EXPECT_EQ(TableColumns(fresh, "steps").size(), 12u);
+  EXPECT_EQ(TableColumns(fresh, "steps").size(), 13u);
 }
 
 TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {
@@ -860,7 +865,8 @@ TEST(ResultsStore, ReadmeDocumentsEveryColumn) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   int n_columns = 0;
-  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench"}) {
+  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench",
+                                  "train_runs", "train_log", "train_eval"}) {
     sqlite3_stmt* s = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr),
               SQLITE_OK);

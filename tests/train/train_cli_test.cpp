@@ -75,3 +75,33 @@ TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
 }
 
 }  // namespace
+
+TEST(TrainCliTest, Eagle3FromRegenDataAndErrors) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_cli_eagle3";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  CliRun r = Specbed("regen --n-sequences 10 --max-new-tokens 30 --seed 2 -q --out " + dir +
+                         "/data.regen.safetensors",
+                     dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string train = "train eagle3 -q --data " + dir + "/data.regen.safetensors --n-eval 2" +
+                            " --max-len 24 --ttt-steps 2 --steps 6 --batch 2 --out " + dir +
+                            "/head";
+  r = Specbed(train + " --aux-layers 1 3 5", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("6 steps"), std::string::npos) << r.out;
+  for (const char* f : {"config.json", "model.safetensors", "train_log.db", "train_summary.json"}) {
+    EXPECT_TRUE(fs::exists(dir + "/head/" + f)) << f;
+  }
+  EXPECT_NE(ReadAll(dir + "/head/config.json").find("LlamaForCausalLMEagle3"), std::string::npos);
+
+  r = Specbed(train + " --aux-layers 1 3 9 --restart", dir);  // layer 9 of a 5-layer target
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("aux layer 9 is outside [0, 5]"), std::string::npos) << r.err;
+  r = Specbed(train + " --aux-layers 1 3 5 --lr 0.5", dir);  // another setting than the stored run
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("'lr' (--lr)"), std::string::npos) << r.err;
+  r = Specbed("train eagle3 --out " + dir + "/x --data " + dir + "/missing.safetensors", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("missing.safetensors"), std::string::npos) << r.err;
+}

@@ -18,6 +18,7 @@
 #include "methods/common/train/trainable_llama.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/model_registry.h"
+#include "results/store.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -150,13 +151,6 @@ DraftLmTrainOptions Quiet() {
   return o;
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 TEST(DraftLmTrainerTest, TinyRunLowersLossAndWritesOutputs) {
   const std::string out = Scratch();
   DraftLmTrainConfig c = TinyConfig();
@@ -170,15 +164,24 @@ TEST(DraftLmTrainerTest, TinyRunLowersLossAndWritesOutputs) {
   EXPECT_GT(r.expected_acceptance, 0.0);
   EXPECT_LE(r.expected_acceptance, 1.0 + 1e-6);
   EXPECT_GT(r.data_seconds, 0.0);  // sampled in this run
-  for (const char* f : {"config.json", "model.safetensors", "train_log.jsonl", "train_summary.json",
+  for (const char* f : {"config.json", "model.safetensors", "train_log.db", "train_summary.json",
                         "work/data.bin", "work/train_state.safetensors", "work/.gitignore"}) {
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
   }
-  const auto log = ReadLines(out + "/train_log.jsonl");
-  ASSERT_EQ(log.size(), 8u);  // every 5 steps
-  const auto last = nlohmann::json::parse(log.back());
-  EXPECT_EQ(last["step"], 40);
-  EXPECT_TRUE(last.contains("loss") && last.contains("lr") && last.contains("elapsed_s"));
+  {
+    auto store = ResultsStore::Open(out + "/train_log.db");
+    const auto runs = store->ListTrainRuns();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].record.task, "draft-lm");
+    const auto log = store->LoadTrainLog(runs[0].train_id);
+    ASSERT_EQ(log.size(), 8u);  // every 5 steps
+    EXPECT_EQ(log.back().step, 40);
+    EXPECT_GT(log.back().lr, 0);
+    EXPECT_GT(log.back().elapsed_s, 0);
+    const auto evals = store->LoadTrainEval(runs[0].train_id);
+    ASSERT_EQ(evals.size(), 1u);
+    EXPECT_EQ(evals[0].acceptance_proxy, r.expected_acceptance);
+  }
 
   // The checkpoint is an HF Llama directory with the target's vocabulary, BOS and EOS.
   LoadedTarget draft = LoadModel(out, at::kFloat);
@@ -206,9 +209,12 @@ void ExpectSameWeights(const std::string& a, const std::string& b) {
   }
 }
 
-std::vector<double> LoggedLosses(const std::string& path) {
+std::vector<double> LoggedLosses(const std::string& out_dir) {
+  auto store = ResultsStore::Open(out_dir + "/train_log.db");
   std::vector<double> out;
-  for (const auto& line : ReadLines(path)) out.push_back(nlohmann::json::parse(line)["loss"]);
+  for (const TrainLogRow& r : store->LoadTrainLog(store->ListTrainRuns().at(0).train_id)) {
+    out.push_back(r.loss);
+  }
   return out;
 }
 
@@ -230,23 +236,21 @@ TEST(DraftLmTrainerTest, InterruptedAndResumedEqualsUninterrupted) {
   ExpectSameWeights(root + "/full", root + "/a");
   EXPECT_EQ(resumed.final_loss, full.final_loss);
   EXPECT_EQ(resumed.top1_agreement, full.top1_agreement);
-  EXPECT_EQ(LoggedLosses(root + "/a/train_log.jsonl"),
-            LoggedLosses(root + "/full/train_log.jsonl"));
+  EXPECT_EQ(LoggedLosses(root + "/a"), LoggedLosses(root + "/full"));
 
   // Interrupted between checkpoints (13; the stop writes one), resumed with --resume, and a log
-  // holding lines past the checkpoint (as after a crash) is cut back.
+  // holding rows past the checkpoint (as after a crash) is cut back.
   stop.stop_after = 13;
   TrainDraftLm(c, root + "/b", stop);
   {
-    std::ofstream log(root + "/b/train_log.jsonl", std::ios::app);
-    log << "{\"step\":15,\"loss\":9.0,\"lr\":0.0,\"elapsed_s\":0.0}\n";
+    auto store = ResultsStore::Open(root + "/b/train_log.db");
+    store->AppendTrainLog(store->ListTrainRuns().at(0).train_id, {{15, 9.0, 0.0, 0.0, 0.0}});
   }
   DraftLmTrainOptions resume = Quiet();
   resume.resume = true;
   EXPECT_TRUE(TrainDraftLm(c, root + "/b", resume).finished);
   ExpectSameWeights(root + "/full", root + "/b");
-  EXPECT_EQ(LoggedLosses(root + "/b/train_log.jsonl"),
-            LoggedLosses(root + "/full/train_log.jsonl"));
+  EXPECT_EQ(LoggedLosses(root + "/b"), LoggedLosses(root + "/full"));
 }
 
 // Runs the trainer and returns the specbed::Error message ("" if none).

@@ -1,0 +1,387 @@
+// The shared drafter training loop (see train_loop.h and README.md beside it).
+// Checked by: tests/train/train_loop_test.cpp.
+#include "methods/common/train/train_loop.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/paths.h"
+#include "harness/base/progress.h"
+#include "harness/base/timer.h"
+#include "methods/common/train/train_util.h"
+#include "models/checkpoint/safetensors.h"
+#include "results/store.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+constexpr const char* kStateFormat = "specbed-train-state-v2";
+constexpr double kAdamEps = 1e-8;
+constexpr size_t kLossWindow = 20;
+
+// Shuffled passes over the training rows; the whole state is (rng, perm, cursor).
+struct DataOrder {
+  std::mt19937_64 rng;
+  std::vector<int32_t> perm;
+  int64_t cursor = 0;
+
+  std::vector<int64_t> Next(int64_t n_rows, int64_t batch) {
+    if (perm.empty() || cursor + batch > static_cast<int64_t>(perm.size())) {
+      perm.resize(n_rows);
+      for (int64_t i = 0; i < n_rows; ++i) perm[i] = static_cast<int32_t>(i);
+      for (int64_t i = n_rows - 1; i > 0; --i) {
+        const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+        std::swap(perm[i], perm[j]);
+      }
+      cursor = 0;
+    }
+    std::vector<int64_t> rows(perm.begin() + cursor, perm.begin() + cursor + batch);
+    cursor += batch;
+    return rows;
+  }
+};
+
+SafetensorsTensorView F32View(const std::string& name, const at::Tensor& t) {
+  return {name, SafetensorsDtype::kF32, t.sizes().vec(), t.data_ptr<float>(),
+          static_cast<size_t>(t.numel()) * sizeof(float)};
+}
+
+at::Tensor TensorFromEntry(const SafetensorsEntry& e, const std::string& path) {
+  SPECBED_CHECK(e.dtype == SafetensorsDtype::kF32, path, ": tensor '", e.name, "' is ",
+                SafetensorsDtypeName(e.dtype), ", expected F32");
+  at::Tensor t = at::empty(e.shape, at::kFloat);
+  std::memcpy(t.data_ptr<float>(), e.data, e.nbytes);
+  return t;
+}
+
+struct TrainState {
+  int64_t step = 0;
+  double train_seconds = 0;
+  std::vector<double> loss_window;
+};
+
+void SaveState(const std::string& path, AdamWOptimizer& opt, const DataOrder& order,
+               const TrainState& st, const ojson& settings) {
+  std::vector<at::Tensor> keep;  // detached copies must outlive the write
+  std::vector<SafetensorsTensorView> views;
+  const auto& params = opt.params();
+  keep.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    keep.push_back(params[i].second.detach().contiguous());
+    views.push_back(F32View("param/" + params[i].first, keep.back()));
+    views.push_back(F32View("exp_avg/" + params[i].first, opt.exp_avg()[i]));
+    views.push_back(F32View("exp_avg_sq/" + params[i].first, opt.exp_avg_sq()[i]));
+  }
+  views.push_back({"order/perm",
+                   SafetensorsDtype::kI32,
+                   {static_cast<int64_t>(order.perm.size())},
+                   order.perm.data(),
+                   order.perm.size() * sizeof(int32_t)});
+  std::ostringstream rng;
+  rng << order.rng;
+  std::map<std::string, std::string> meta;
+  meta["format"] = kStateFormat;
+  meta["settings"] = settings.dump();
+  meta["step"] = std::to_string(st.step);
+  meta["order_cursor"] = std::to_string(order.cursor);
+  meta["order_rng"] = rng.str();
+  meta["train_seconds"] = ojson(st.train_seconds).dump();
+  meta["loss_window"] = ojson(st.loss_window).dump();
+  WriteSafetensors(path, views, meta);
+}
+
+// The stored settings of a train state (for the mismatch check before anything is loaded).
+ojson ReadStateSettings(const std::string& path, const std::string& who) {
+  const auto file = SafetensorsFile::Open(path);
+  const auto& meta = file->metadata();
+  SPECBED_CHECK(meta.count("format") && meta.at("format") == kStateFormat, path, ": not a ", who,
+                " train state of this version (metadata format != ", kStateFormat,
+                "); pass --restart to discard it");
+  SPECBED_CHECK(meta.count("settings"), path, ": metadata has no 'settings'");
+  return ojson::parse(meta.at("settings"));
+}
+
+void LoadState(const std::string& path, AdamWOptimizer& opt, DataOrder& order, TrainState& st) {
+  const auto file = SafetensorsFile::Open(path);
+  const auto& meta = file->metadata();
+  for (const char* key : {"step", "order_cursor", "order_rng", "train_seconds", "loss_window"}) {
+    SPECBED_CHECK(meta.count(key), path, ": metadata has no '", key, "'");
+  }
+  auto find = [&](const std::string& name) -> const SafetensorsEntry& {
+    const SafetensorsEntry* e = file->Find(name);
+    SPECBED_CHECK(e != nullptr, path, ": missing tensor '", name, "'");
+    return *e;
+  };
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    const auto& [name, p] = opt.params()[i];
+    const at::Tensor value = TensorFromEntry(find("param/" + name), path);
+    opt.exp_avg()[i] = TensorFromEntry(find("exp_avg/" + name), path);
+    opt.exp_avg_sq()[i] = TensorFromEntry(find("exp_avg_sq/" + name), path);
+    SPECBED_CHECK(value.sizes() == p.sizes() && opt.exp_avg()[i].sizes() == p.sizes() &&
+                      opt.exp_avg_sq()[i].sizes() == p.sizes(),
+                  path, ": parameter '", name, "' or its optimizer moments have the wrong shape");
+    p.copy_(value);
+  }
+  const SafetensorsEntry& perm = find("order/perm");
+  SPECBED_CHECK(perm.dtype == SafetensorsDtype::kI32 && perm.shape.size() == 1, path,
+                ": 'order/perm' must be a 1-D I32 tensor");
+  order.perm.resize(perm.shape[0]);
+  std::memcpy(order.perm.data(), perm.data, perm.nbytes);
+  order.cursor = std::stoll(meta.at("order_cursor"));
+  std::istringstream rng(meta.at("order_rng"));
+  rng >> order.rng;
+  SPECBED_CHECK(!rng.fail(), path, ": malformed 'order_rng'");
+  st.step = std::stoll(meta.at("step"));
+  st.train_seconds = ojson::parse(meta.at("train_seconds")).get<double>();
+  st.loss_window = ojson::parse(meta.at("loss_window")).get<std::vector<double>>();
+  opt.set_steps_done(st.step);
+}
+
+TrainEvalRow EvalRow(int64_t step, const EvalMetrics& m) {
+  ojson all = m.extra;
+  all["loss"] = m.loss;
+  all["acceptance_proxy"] = m.acceptance_proxy;
+  return {step, m.loss, m.acceptance_proxy, all.dump()};
+}
+
+}  // namespace
+
+AdamWOptimizer::AdamWOptimizer(std::vector<std::pair<std::string, at::Tensor>> params,
+                               std::vector<bool> decay, double beta1, double beta2,
+                               double weight_decay)
+    : params_(std::move(params)),
+      decay_(std::move(decay)),
+      beta1_(beta1),
+      beta2_(beta2),
+      weight_decay_(weight_decay) {
+  SPECBED_CHECK(decay_.size() == params_.size(), "AdamW: ", params_.size(), " parameters but ",
+                decay_.size(), " decay flags");
+  for (const auto& [name, p] : params_) {
+    SPECBED_CHECK(p.defined() && p.scalar_type() == at::kFloat && p.requires_grad() && p.is_leaf(),
+                  "AdamW: parameter '", name, "' must be a float32 leaf tensor with requires_grad");
+    exp_avg_.push_back(at::zeros_like(p.detach()));
+    exp_avg_sq_.push_back(at::zeros_like(p.detach()));
+  }
+}
+
+double AdamWOptimizer::GradNorm() const {
+  double sum_sq = 0;
+  for (const auto& [name, p] : params_) {
+    if (p.grad().defined()) sum_sq += p.grad().pow(2).sum().item<double>();
+  }
+  return std::sqrt(sum_sq);
+}
+
+double AdamWOptimizer::Step(double lr, double grad_clip) {
+  at::NoGradGuard no_grad;
+  const double grad_norm = GradNorm();
+  const double scale =
+      (grad_clip > 0 && grad_norm > grad_clip) ? grad_clip / (grad_norm + 1e-6) : 1.0;
+  ++t_;
+  const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    at::Tensor g = p.grad();
+    if (scale != 1.0) g = g * scale;
+    if (decay_[i] && weight_decay_ > 0) p.mul_(1.0 - lr * weight_decay_);
+    exp_avg_[i].mul_(beta1_).add_(g, 1.0 - beta1_);
+    exp_avg_sq_[i].mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
+    const at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(kAdamEps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
+    p.mutable_grad().reset();
+  }
+  return grad_norm;
+}
+
+void CheckSameSettings(const ojson& stored, const ojson& wanted, const std::string& where) {
+  for (const auto& [key, value] : wanted.items()) {
+    const bool has = stored.contains(key);
+    if (has && stored[key] == value) continue;
+    const std::string hint =
+        "; pass --restart to discard it (or resume with the same settings, or use another --out)";
+    if (key == "target_fingerprint") {
+      Fail(where, " holds a run trained on other target weights (fingerprint ",
+           has ? stored[key].dump() : "none", ", this target's ", value.dump(), ")", hint);
+    }
+    Fail(where, " holds a run with different settings: '", key, "' (", FlagName(key), ") is ",
+         has ? stored[key].dump() : "absent", " there but ", value.dump(), " now", hint);
+  }
+}
+
+void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::string& who) {
+  SPECBED_CHECK(c.steps >= 1 && c.batch >= 1 && c.batch <= train_rows, who, ": need --steps >= 1 ",
+                "and 1 <= --batch <= the number of training rows (got ", c.steps, ", ", c.batch,
+                ", ", train_rows, " rows)");
+  SPECBED_CHECK(c.lr > 0 && c.min_lr >= 0 && c.min_lr <= c.lr, who, ": need --lr > 0 and ",
+                "0 <= --min-lr <= --lr (got ", c.lr, ", ", c.min_lr, ")");
+  SPECBED_CHECK(c.warmup >= 0 && c.weight_decay >= 0 && c.grad_clip >= 0, who,
+                ": --warmup, --weight-decay and --grad-clip must be >= 0");
+  SPECBED_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, who,
+                ": --beta1 and --beta2 must be in [0, 1)");
+  SPECBED_CHECK(c.checkpoint_every >= 1 && c.log_every >= 1 && c.eval_every >= 0 && c.threads >= 1,
+                who, ": --checkpoint-every, --log-every and --threads must be >= 1 and ",
+                "--eval-every >= 0");
+}
+
+ojson OptimSettings(const OptimConfig& c) {
+  ojson s;
+  s["steps"] = c.steps;
+  s["batch"] = c.batch;
+  s["lr"] = c.lr;
+  s["min_lr"] = c.min_lr;
+  s["warmup"] = c.warmup;
+  s["weight_decay"] = c.weight_decay;
+  s["beta1"] = c.beta1;
+  s["beta2"] = c.beta2;
+  s["grad_clip"] = c.grad_clip;
+  s["seed"] = c.seed;
+  return s;
+}
+
+double ScheduledLearningRate(const OptimConfig& c, int64_t step) {
+  if (step < c.warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
+  const int64_t span = std::max<int64_t>(1, c.steps - c.warmup);
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup) / span);
+  return c.min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (c.lr - c.min_lr);
+}
+
+TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const ojson& task_settings,
+                             const std::string& out_dir, const TrainLoopOptions& options) {
+  const std::string who = task.Name();
+  CheckOptimConfig(optim, task.TrainRows(), who);
+  SPECBED_CHECK(!out_dir.empty(), who, ": --out is required");
+  SPECBED_CHECK(!(options.resume && options.restart), who,
+                ": --resume and --restart exclude each other");
+  SPECBED_CHECK(options.stop_after >= 0, who, ": stop_after must be >= 0");
+  at::set_num_threads(optim.threads);
+
+  ojson settings = task_settings;
+  const ojson optim_settings = OptimSettings(optim);
+  for (const auto& [key, value] : optim_settings.items()) settings[key] = value;
+
+  const std::string work = out_dir + "/work";
+  const std::string state_path = work + "/train_state.safetensors";
+  const std::string db_path = out_dir + "/train_log.db";
+  fs::create_directories(work);
+  WriteFileAtomically(work + "/.gitignore", "# scratch of specbed train\n*\n");
+  if (options.restart) {
+    fs::remove(state_path);
+    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db_path + suffix);
+    fs::remove(out_dir + "/train_summary.json");
+  }
+  const bool have_state = PathExists(state_path);
+  SPECBED_CHECK(have_state || !options.resume, who, ": --resume given but '", out_dir,
+                "' holds no train state (", state_path, ")");
+  if (have_state) {
+    CheckSameSettings(ReadStateSettings(state_path, who), settings, "'" + out_dir + "'");
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> params = task.Parameters();
+  std::vector<bool> decay;
+  for (const auto& [name, p] : params) decay.push_back(task.Decays(name, p));
+  AdamWOptimizer opt(std::move(params), std::move(decay), optim.beta1, optim.beta2,
+                     optim.weight_decay);
+  DataOrder order;
+  order.rng.seed(DeriveSeed(optim.seed, 0, 0x6f72646572));  // "order"
+  TrainState st;
+  if (have_state) LoadState(state_path, opt, order, st);
+
+  auto store = ResultsStore::Open(db_path);
+  TrainRunRecord run;
+  run.train_key = Hex64(Fnv1a64(settings.dump().data(), settings.dump().size()));
+  run.task = who;
+  run.out_dir = out_dir;
+  run.settings_json = settings.dump();
+  TrainLoopResult result;
+  result.train_id = store->BeginTrainRun(run);
+  store->TruncateTrainRun(result.train_id, st.step);
+  if (options.verbose && st.step > 0) {
+    std::fprintf(stderr, "%s: resuming '%s' at step %lld of %lld\n", who.c_str(), out_dir.c_str(),
+                 static_cast<long long>(st.step), static_cast<long long>(optim.steps));
+  }
+
+  const int64_t end_step =
+      options.stop_after > 0 ? std::min(optim.steps, options.stop_after) : optim.steps;
+  std::vector<TrainLogRow> pending_log;
+  std::vector<TrainEvalRow> pending_eval;
+  auto flush_log = [&] {
+    store->AppendTrainLog(result.train_id, pending_log, pending_eval);
+    pending_log.clear();
+    pending_eval.clear();
+  };
+  auto checkpoint = [&] {
+    flush_log();
+    SaveState(state_path, opt, order, st, settings);
+    task.WriteDrafter(out_dir);
+  };
+  if (st.step < end_step) {
+    task.Prepare();
+    if (st.step == 0 && optim.eval_every > 0) pending_eval.push_back(EvalRow(0, task.Evaluate()));
+    std::unique_ptr<ProgressBar> bar;
+    if (options.verbose) {
+      bar = std::make_unique<ProgressBar>("train " + who, std::max<int64_t>(0, end_step - st.step),
+                                          "step");
+    }
+    bool first = true;
+    while (st.step < end_step) {
+      const int64_t t0 = NowMicros();
+      const std::vector<int64_t> rows = order.Next(task.TrainRows(), optim.batch);
+      const at::Tensor loss = task.Loss(rows);
+      loss.backward();
+      const double lr = ScheduledLearningRate(optim, st.step);
+      const double grad_norm = opt.Step(lr, optim.grad_clip);
+      const double loss_value = loss.item<double>();
+      ++st.step;
+      st.train_seconds += (NowMicros() - t0) * 1e-6;
+      st.loss_window.push_back(loss_value);
+      if (st.loss_window.size() > kLossWindow) st.loss_window.erase(st.loss_window.begin());
+      if (first) result.first_loss = loss_value;
+      first = false;
+      if (st.step % optim.log_every == 0 || st.step == optim.steps) {
+        pending_log.push_back({st.step, loss_value, lr, grad_norm, st.train_seconds});
+      }
+      if (optim.eval_every > 0 && st.step % optim.eval_every == 0 && st.step != optim.steps) {
+        pending_eval.push_back(EvalRow(st.step, task.Evaluate()));
+      }
+      if (st.step % optim.checkpoint_every == 0 || st.step == end_step) checkpoint();
+      if (bar) {
+        char note[64];
+        std::snprintf(note, sizeof(note), "loss %.4f lr %.2e", loss_value, lr);
+        bar->Advance(1, note);
+      }
+    }
+  }
+  if (!PathExists(state_path)) checkpoint();
+
+  result.step = st.step;
+  result.train_seconds = st.train_seconds;
+  double window = 0;
+  for (double l : st.loss_window) window += l;
+  result.final_loss = st.loss_window.empty() ? 0 : window / st.loss_window.size();
+  result.finished = st.step >= optim.steps;
+  if (!result.finished) return result;
+  result.eval = task.Evaluate();
+  pending_eval.push_back(EvalRow(st.step, result.eval));
+  flush_log();
+  return result;
+}
+
+}  // namespace specbed

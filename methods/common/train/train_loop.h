@@ -1,0 +1,151 @@
+// The one training loop shared by every drafter trainer (draft LM for SpS, EAGLE-3, ...): AdamW
+// with decoupled weight decay, linear warmup + cosine decay, global-norm gradient clipping, seeded
+// data order, periodic checkpoints with exact resume, periodic held-out evaluation (validation
+// loss + an acceptance proxy), a progress bar, and the loss curve in SQLite (the results store's
+// train_runs / train_log / train_eval tables, in OUT/train_log.db).
+// A trainer supplies a TrainTask (parameters, loss over rows, evaluation, how to write the
+// deployable drafter); the loop owns everything else, so every drafter is trained and resumed the
+// same way. Knobs and files: methods/common/train/README.md.
+// Checked by: tests/train/train_loop_test.cpp (schedule, clipping, AdamW against a closed form,
+// resume == uninterrupted bitwise, settings mismatch, log rows in SQLite).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace specbed {
+
+// Optimiser, schedule and bookkeeping settings of a training run.
+struct OptimConfig {
+  int64_t steps = 1000;
+  int64_t batch = 16;  // training rows per step
+  double lr = 1e-3;
+  double min_lr = 1e-4;     // cosine decay floor
+  int64_t warmup = 30;      // linear warmup steps
+  double weight_decay = 0;  // AdamW decoupled decay on the parameters the task marks
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  // global L2 norm; 0 = off
+  uint64_t seed = 0;       // data order (the task seeds its own init from it)
+  // Bookkeeping (not part of the run identity).
+  int64_t checkpoint_every = 100;
+  int64_t log_every = 10;
+  int64_t eval_every = 0;  // 0 = evaluate only at the end
+  int threads = 1;
+};
+
+// Throws specbed::Error naming `who` and the flag for an impossible setting.
+void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::string& who);
+// The identity part of `c` (every setting that changes the weights), as flat JSON keys.
+nlohmann::ordered_json OptimSettings(const OptimConfig& c);
+// Learning rate of 0-based update `step`: linear warmup to lr over `warmup` steps, then cosine
+// decay from lr to min_lr over the remaining steps.
+double ScheduledLearningRate(const OptimConfig& c, int64_t step);
+
+// AdamW (decoupled weight decay, bias-corrected moments), as torch.optim.AdamW, over a fixed
+// list of float32 leaf parameters. Used by RunTrainLoop and by online adapters (OSD).
+class AdamWOptimizer {
+ public:
+  // `params`: float32 CPU leaf tensors with requires_grad (names are checkpoint keys);
+  // `decay[i]`: whether weight decay applies to params[i].
+  AdamWOptimizer(std::vector<std::pair<std::string, at::Tensor>> params, std::vector<bool> decay,
+                 double beta1, double beta2, double weight_decay);
+  // Global L2 norm of the current gradients (parameters without a gradient count as 0).
+  double GradNorm() const;
+  // One update with learning rate `lr` from the parameters' .grad(), after clipping them to
+  // global norm `grad_clip` (0 = off); clears the gradients. Returns the gradient norm before
+  // clipping.
+  double Step(double lr, double grad_clip);
+  int64_t steps_done() const { return t_; }
+
+  // State, for checkpoints.
+  const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  void set_steps_done(int64_t t) { t_ = t; }
+
+ private:
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  std::vector<bool> decay_;
+  double beta1_, beta2_, weight_decay_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t t_ = 0;
+};
+
+// One held-out evaluation.
+struct EvalMetrics {
+  double loss = 0;              // validation loss (the training objective on held-out rows)
+  double acceptance_proxy = 0;  // what the task reports as its acceptance estimate
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // every other figure
+};
+
+// A drafter's training problem as the loop sees it.
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  // Short name for messages, the progress bar and train_runs.task ("draft-lm", "eagle3").
+  virtual std::string Name() const = 0;
+  // The trainable parameters: float32 CPU leaf tensors with requires_grad, in a fixed order with
+  // stable unique names (the checkpoint keys).
+  virtual std::vector<std::pair<std::string, at::Tensor>> Parameters() const = 0;
+  // Whether AdamW's weight decay applies to a parameter (default: matrices, not vectors).
+  virtual bool Decays(const std::string& name, const at::Tensor& param) const {
+    return param.dim() >= 2;
+  }
+  virtual int64_t TrainRows() const = 0;
+  // Called once per process before the first step (e.g. to precompute teacher caches).
+  virtual void Prepare() {}
+  // Scalar float32 loss over the training rows `rows` (indices in [0, TrainRows())), with its
+  // autograd graph. Must be deterministic given the parameters and rows.
+  virtual at::Tensor Loss(const std::vector<int64_t>& rows) = 0;
+  // Held-out evaluation, without gradients.
+  virtual EvalMetrics Evaluate() = 0;
+  // Writes the deployable drafter (config + safetensors) into `out_dir`.
+  virtual void WriteDrafter(const std::string& out_dir) const = 0;
+};
+
+struct TrainLoopOptions {
+  // Require an existing run in the output directory (else specbed::Error).
+  bool resume = false;
+  // Discard any run (train state, log database, summary) in the output directory first.
+  bool restart = false;
+  // Stop (after writing a checkpoint) once this many steps are done; 0 = run to `steps`. The
+  // schedule still uses `steps`, so this simulates an interruption.
+  int64_t stop_after = 0;
+  bool verbose = true;  // progress bar and messages on stderr
+};
+
+struct TrainLoopResult {
+  int64_t step = 0;          // steps done
+  bool finished = false;     // step == steps (then `eval` is filled)
+  double first_loss = 0;     // loss of the first step of this process
+  double final_loss = 0;     // mean loss over the last (up to) 20 steps of this process
+  double train_seconds = 0;  // training steps, summed over resumed processes
+  EvalMetrics eval;          // final held-out evaluation
+  int64_t train_id = 0;      // row of train_runs in OUT/train_log.db
+};
+
+// Trains (or resumes) `task` into `out_dir`:
+//   out_dir/<drafter files>          task.WriteDrafter, at every checkpoint
+//   out_dir/train_log.db             SQLite (results schema): train_runs, train_log, train_eval
+//   out_dir/work/train_state.safetensors   parameters, AdamW moments, data order (self-ignored)
+// `settings` is the run identity (everything that changes the weights; OptimSettings(optim) is
+// merged in). An unfinished run with the same identity resumes; a finished one only re-evaluates;
+// another identity fails naming the first differing setting (flag `--key-name`).
+TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim,
+                             const nlohmann::ordered_json& settings, const std::string& out_dir,
+                             const TrainLoopOptions& options = {});
+
+// Throws naming the first setting of `wanted` that differs in `stored` (used by the loop and by
+// trainers for their cached data); `where` names the directory or file.
+void CheckSameSettings(const nlohmann::ordered_json& stored, const nlohmann::ordered_json& wanted,
+                       const std::string& where);
+
+}  // namespace specbed

@@ -1,0 +1,474 @@
+// EAGLE-3 head checkpoints: published tensor names and shapes, validation (names, shapes,
+// dtypes, draft-vocabulary map), safetensors reading/writing, seeded random tensors and the
+// draft-vocabulary construction from token counts.
+// Checked by: tests/methods/eagle3_head_test.cpp.
+#include "methods/eagle3/eagle3_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+
+namespace specbed {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kPickleFile = "pytorch_model.bin";
+constexpr const char* kRecipeKey = "specbed_recipe";
+constexpr const char* kCanonicalPrefix = "midlayer.";
+constexpr const char* kVllmPrefix = "layers.0.";
+
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string ShapeString(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string DtypeName(at::ScalarType dtype) {
+  return c10::toString(dtype);
+}
+
+json ParseJsonFile(const std::string& path) {
+  const std::string text = ReadFileToString(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    Fail(path, ": not valid JSON: ", e.what());
+  }
+}
+
+void WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    SPECBED_CHECK(out.good(), "cannot open '", tmp, "' for writing");
+    out << text;
+    out.flush();
+    SPECBED_CHECK(out.good(), "write to '", tmp, "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    Fail("cannot rename '", tmp, "' to '", path, "'");
+  }
+}
+
+// `layers.0.` (vLLM / speculators) -> `midlayer.`; other names unchanged.
+std::string CanonicalName(const std::string& stored) {
+  if (StartsWith(stored, kVllmPrefix)) {
+    return kCanonicalPrefix + stored.substr(std::string(kVllmPrefix).size());
+  }
+  return stored;
+}
+
+bool IsVocabMapName(const std::string& name) {
+  return name == kEagle3D2t || name == kEagle3T2d;
+}
+
+// Checks `tensors` against `config`; `where(name)` names the input holding tensor `name`, and
+// `source` the whole set (for missing tensors).
+void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
+                  const std::string& source,
+                  const std::function<std::string(const std::string&)>& where) {
+  config.Validate(source);
+  const auto expected = ExpectedEagle3TensorShapes(config, /*with_embedding=*/true);
+  std::vector<std::string> known;
+  for (const auto& [name, shape] : expected) known.push_back(name);
+
+  for (const auto& [name, t] : tensors) {
+    if (expected.count(name)) continue;
+    const std::string nearest = NearestName(name, known);
+    Fail(where(name), ": unexpected tensor name for an EAGLE-3 head",
+         nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)",
+         "; expected names: ", Join(known, ", "));
+  }
+  const bool identity_vocab = config.draft_vocab_size == config.vocab_size;
+  for (const auto& [name, shape] : expected) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      if (name == kEagle3Embed) continue;
+      if (IsVocabMapName(name) && identity_vocab && tensors.count(kEagle3D2t) == 0 &&
+          tensors.count(kEagle3T2d) == 0) {
+        continue;
+      }
+      Fail(source, ": missing tensor '", name, "' (expected shape ", ShapeString(shape), ")",
+           IsVocabMapName(name) ? (identity_vocab ? " (d2t and t2d must come together)"
+                                                  : " (required when draft_vocab_size != "
+                                                    "vocab_size)")
+                                : "");
+    }
+    const at::Tensor& t = it->second;
+    SPECBED_CHECK(t.defined(), where(name), ": tensor is undefined");
+    SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), where(name), ": shape ",
+                  ShapeString(t.sizes()), ", expected ", ShapeString(shape));
+    if (name == kEagle3D2t) {
+      SPECBED_CHECK(t.scalar_type() == at::kLong, where(name), ": dtype ",
+                    DtypeName(t.scalar_type()), ", expected Long (safetensors I64)");
+    } else if (name == kEagle3T2d) {
+      SPECBED_CHECK(t.scalar_type() == at::kBool, where(name), ": dtype ",
+                    DtypeName(t.scalar_type()), ", expected Bool (safetensors BOOL)");
+    } else {
+      SPECBED_CHECK(t.is_floating_point(), where(name), ": dtype ", DtypeName(t.scalar_type()),
+                    ", expected a floating-point dtype (F32, F16 or BF16)");
+    }
+  }
+
+  // Draft-vocabulary map: d2t maps every draft id into [0, V) without collisions and t2d marks
+  // exactly those target ids.
+  auto d2t_it = tensors.find(kEagle3D2t);
+  if (d2t_it == tensors.end()) return;
+  const at::Tensor d2t = d2t_it->second.to(at::kCPU).contiguous();
+  const at::Tensor t2d = tensors.at(kEagle3T2d).to(at::kCPU).contiguous();
+  const int64_t vd = config.draft_vocab_size, v = config.vocab_size;
+  const int64_t* off = d2t.data_ptr<int64_t>();
+  const bool* mark = t2d.data_ptr<bool>();
+  std::vector<int64_t> owner(v, -1);
+  for (int64_t d = 0; d < vd; ++d) {
+    const int64_t target = d + off[d];
+    SPECBED_CHECK(target >= 0 && target < v, where(kEagle3D2t), ": draft id ", d,
+                  " maps to target id ", d, " + ", off[d], " = ", target,
+                  ", outside the vocabulary [0, ", v, ")");
+    SPECBED_CHECK(owner[target] < 0, where(kEagle3D2t), ": draft ids ", owner[target], " and ", d,
+                  " both map to target id ", target);
+    owner[target] = d;
+  }
+  int64_t marked = 0;
+  for (int64_t i = 0; i < v; ++i) marked += mark[i] ? 1 : 0;
+  SPECBED_CHECK(marked == vd, where(kEagle3T2d), ": marks ", marked,
+                " target ids, expected draft_vocab_size = ", vd);
+  for (int64_t d = 0; d < vd; ++d) {
+    const int64_t target = d + off[d];
+    SPECBED_CHECK(mark[target], where(kEagle3T2d), ": target id ", target,
+                  " is not marked although d2t maps draft id ", d,
+                  " to it (t2d inconsistent with d2t)");
+  }
+}
+
+// Copies a stored tensor out of the mapping; F16 / BF16 become float32, integer and bool types
+// keep their type (validation decides whether they fit the name).
+at::Tensor EntryToTensor(const SafetensorsEntry& entry) {
+  at::ScalarType stored = at::kFloat;
+  switch (entry.dtype) {
+    case SafetensorsDtype::kF64:
+      stored = at::kDouble;
+      break;
+    case SafetensorsDtype::kF32:
+      stored = at::kFloat;
+      break;
+    case SafetensorsDtype::kF16:
+      stored = at::kHalf;
+      break;
+    case SafetensorsDtype::kBF16:
+      stored = at::kBFloat16;
+      break;
+    case SafetensorsDtype::kI64:
+      stored = at::kLong;
+      break;
+    case SafetensorsDtype::kI32:
+      stored = at::kInt;
+      break;
+    case SafetensorsDtype::kI16:
+      stored = at::kShort;
+      break;
+    case SafetensorsDtype::kI8:
+      stored = at::kChar;
+      break;
+    case SafetensorsDtype::kU8:
+      stored = at::kByte;
+      break;
+    case SafetensorsDtype::kBool:
+      stored = at::kBool;
+      break;
+  }
+  at::Tensor raw = at::empty(entry.shape, at::TensorOptions().dtype(stored));
+  if (entry.nbytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.nbytes);
+  if (raw.is_floating_point() && stored != at::kFloat) raw = raw.to(at::kFloat).contiguous();
+  return raw;
+}
+
+// splitmix64 finalizer.
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// out[i] = mean + stddev * N(0, 1): Box-Muller over counter-based uniforms keyed by `key`, so
+// the values depend only on (key, i).
+void FillNormal(float* out, int64_t n, uint64_t key, double mean, double stddev) {
+  const int64_t pairs = (n + 1) / 2;
+  at::parallel_for(0, pairs, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const uint64_t a = Mix64(key + static_cast<uint64_t>(2 * p + 1) * 0x9E3779B97F4A7C15ULL);
+      const uint64_t b = Mix64(key + static_cast<uint64_t>(2 * p + 2) * 0x9E3779B97F4A7C15ULL);
+      const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+      const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;          // [0, 1)
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      const double angle = 2.0 * M_PI * u2;
+      out[2 * p] = static_cast<float>(mean + stddev * r * std::cos(angle));
+      if (2 * p + 1 < n) out[2 * p + 1] = static_cast<float>(mean + stddev * r * std::sin(angle));
+    }
+  });
+}
+
+uint64_t NameKey(uint64_t seed, const std::string& name) {
+  return Mix64(seed ^ Fnv1a64(name.data(), name.size()));
+}
+
+// d2t / t2d of a sorted list of distinct target ids.
+DraftVocabMap VocabMapFromUsed(const std::vector<int64_t>& used, int64_t vocab_size) {
+  const int64_t vd = static_cast<int64_t>(used.size());
+  DraftVocabMap map;
+  map.d2t = at::empty({vd}, at::TensorOptions().dtype(at::kLong));
+  map.t2d = at::zeros({vocab_size}, at::TensorOptions().dtype(at::kBool));
+  int64_t* d2t = map.d2t.data_ptr<int64_t>();
+  bool* t2d = map.t2d.data_ptr<bool>();
+  for (int64_t i = 0; i < vd; ++i) {
+    d2t[i] = used[i] - i;
+    t2d[used[i]] = true;
+  }
+  return map;
+}
+
+SafetensorsDtype SafetensorsDtypeOf(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return SafetensorsDtype::kF32;
+    case at::kBFloat16:
+      return SafetensorsDtype::kBF16;
+    case at::kHalf:
+      return SafetensorsDtype::kF16;
+    case at::kLong:
+      return SafetensorsDtype::kI64;
+    case at::kBool:
+      return SafetensorsDtype::kBool;
+    default:
+      Fail("cannot store a tensor of dtype ", DtypeName(dtype), " in an EAGLE-3 checkpoint");
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<int64_t>> ExpectedEagle3TensorShapes(const Eagle3Config& c,
+                                                                       bool with_embedding) {
+  const int64_t h = c.hidden_size;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  shapes[kEagle3Fc] = {h, c.fc_in_dim()};
+  shapes[kEagle3HiddenNorm] = {h};
+  shapes[kEagle3InputNorm] = {h};
+  shapes[kEagle3QProj] = {c.q_dim(), 2 * h};
+  shapes[kEagle3KProj] = {c.kv_dim(), 2 * h};
+  shapes[kEagle3VProj] = {c.kv_dim(), 2 * h};
+  shapes[kEagle3OProj] = {h, c.q_dim()};
+  shapes[kEagle3PostNorm] = {h};
+  shapes[kEagle3GateProj] = {c.intermediate_size, h};
+  shapes[kEagle3UpProj] = {c.intermediate_size, h};
+  shapes[kEagle3DownProj] = {h, c.intermediate_size};
+  shapes[kEagle3FinalNorm] = {h};
+  shapes[kEagle3LmHead] = {c.draft_vocab_size, h};
+  shapes[kEagle3D2t] = {c.draft_vocab_size};
+  shapes[kEagle3T2d] = {c.vocab_size};
+  if (with_embedding) shapes[kEagle3Embed] = {c.vocab_size, h};
+  return shapes;
+}
+
+void ValidateEagle3Tensors(const Eagle3Config& config,
+                           const std::map<std::string, at::Tensor>& tensors,
+                           const std::string& source) {
+  CheckTensors(config, tensors, source,
+               [&](const std::string& name) { return source + ", tensor '" + name + "'"; });
+}
+
+Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir) {
+  const std::string where = "EAGLE-3 checkpoint '" + dir + "'";
+  SPECBED_CHECK(std::filesystem::is_directory(dir), where,
+                ": not a directory (expected a directory with config.json and model.safetensors)");
+  const std::string config_path = dir + "/" + kConfigFile;
+  SPECBED_CHECK(PathExists(config_path), where, ": missing ", kConfigFile);
+  Eagle3Checkpoint ckpt;
+  ckpt.source = dir;
+  const json config_json = ParseJsonFile(config_path);
+  ckpt.config = ParseEagle3Config(config_json, config_path);
+  if (config_json.is_object() && config_json.contains(kRecipeKey)) {
+    ckpt.recipe = config_json[kRecipeKey];
+  }
+
+  // The tensor files: model.safetensors, else every *.safetensors shard (sorted).
+  std::vector<std::string> files;
+  if (PathExists(dir + "/" + kSingleFile)) {
+    files.push_back(dir + "/" + kSingleFile);
+  } else {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") {
+        files.push_back(e.path().string());
+      }
+    }
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty()) {
+    SPECBED_CHECK(!PathExists(dir + "/" + kPickleFile), where, ": has only ", kPickleFile,
+                  "; SpecBed never reads pickled PyTorch files. Convert it to model.safetensors "
+                  "once, offline, with the recipe in methods/eagle3/README.md (\"Converting a "
+                  "pytorch_model.bin head\")");
+    Fail(where, ": no ", kSingleFile, " (or other *.safetensors file)");
+  }
+
+  std::map<std::string, std::string> origin;  // canonical name -> "file 'f', tensor 'stored'"
+  for (const auto& path : files) {
+    auto file = SafetensorsFile::Open(path);
+    for (const auto& entry : file->entries()) {
+      const std::string at = "safetensors file '" + path + "', tensor '" + entry.name + "'";
+      if (EndsWith(entry.name, "rotary_emb.inv_freq")) continue;  // recomputed from the config
+      const std::string name = CanonicalName(entry.name);
+      SPECBED_CHECK(ckpt.tensors.count(name) == 0, at, ": duplicates ", origin[name],
+                    " (both are '", name, "')");
+      origin[name] = at;
+      ckpt.tensors[name] = EntryToTensor(entry);
+    }
+  }
+  CheckTensors(ckpt.config, ckpt.tensors, where + " (" + Join(files, ", ") + ")",
+               [&](const std::string& name) { return origin.at(name); });
+  if (ckpt.tensors.count(kEagle3D2t) == 0) {  // identity map (draft vocab == target vocab)
+    std::vector<int64_t> used(ckpt.config.vocab_size);
+    std::iota(used.begin(), used.end(), 0);
+    DraftVocabMap map = VocabMapFromUsed(used, ckpt.config.vocab_size);
+    ckpt.tensors[kEagle3D2t] = map.d2t;
+    ckpt.tensors[kEagle3T2d] = map.t2d;
+  }
+  return ckpt;
+}
+
+void WriteEagle3Checkpoint(const std::string& dir, const Eagle3Config& config,
+                           const std::map<std::string, at::Tensor>& tensors, const json& recipe,
+                           SafetensorsDtype float_dtype) {
+  const std::string where = "writing EAGLE-3 checkpoint '" + dir + "'";
+  at::ScalarType store;
+  Eagle3Config stored = config;
+  switch (float_dtype) {
+    case SafetensorsDtype::kF32:
+      store = at::kFloat;
+      stored.torch_dtype = "float32";
+      break;
+    case SafetensorsDtype::kBF16:
+      store = at::kBFloat16;
+      stored.torch_dtype = "bfloat16";
+      break;
+    case SafetensorsDtype::kF16:
+      store = at::kHalf;
+      stored.torch_dtype = "float16";
+      break;
+    default:
+      Fail(where, ": float dtype ", SafetensorsDtypeName(float_dtype),
+           " is not a weight dtype (expected F32, BF16 or F16)");
+  }
+  ValidateEagle3Tensors(config, tensors, where);
+
+  nlohmann::ordered_json config_json = Eagle3ConfigToJson(stored);
+  if (!recipe.is_null()) config_json[kRecipeKey] = nlohmann::ordered_json(recipe);
+  try {
+    std::filesystem::create_directories(dir);
+  } catch (const std::filesystem::filesystem_error& e) {
+    Fail("cannot create checkpoint directory '", dir, "': ", e.what());
+  }
+  WriteTextFile(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, t] : tensors) {
+    at::Tensor cpu = t.to(at::kCPU);
+    if (!IsVocabMapName(name)) cpu = cpu.to(store);
+    out.emplace_back(name, cpu.contiguous());
+  }
+  std::vector<SafetensorsTensorView> views;
+  for (const auto& [name, t] : out) {
+    views.push_back(SafetensorsTensorView{name, SafetensorsDtypeOf(t.scalar_type()),
+                                          t.sizes().vec(), t.data_ptr(),
+                                          static_cast<size_t>(t.numel()) * t.element_size()});
+  }
+  WriteSafetensors(dir + "/" + kSingleFile, views, {{"format", "pt"}});
+}
+
+std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config, uint64_t seed,
+                                                      bool with_embedding) {
+  config.Validate("RandomEagle3Tensors config");
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, shape] : ExpectedEagle3TensorShapes(config, with_embedding)) {
+    if (IsVocabMapName(name)) continue;
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    if (EndsWith(name, "norm.weight")) {
+      t.fill_(1.0f);
+    } else {
+      FillNormal(t.data_ptr<float>(), t.numel(), NameKey(seed, name), 0.0, 0.02);
+    }
+    tensors[name] = t;
+  }
+  // Draft vocabulary: a seeded partial Fisher-Yates draw of Vd target ids, sorted.
+  const int64_t v = config.vocab_size, vd = config.draft_vocab_size;
+  std::vector<int64_t> ids(v);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (vd < v) {
+    uint64_t state = NameKey(seed, kEagle3D2t);
+    for (int64_t i = 0; i < vd; ++i) {
+      state = Mix64(state + 0x9E3779B97F4A7C15ULL);
+      const uint64_t range = static_cast<uint64_t>(v - i);
+      const int64_t j =
+          i + static_cast<int64_t>((static_cast<unsigned __int128>(state) * range) >> 64);
+      std::swap(ids[i], ids[j]);
+    }
+    ids.resize(vd);
+    std::sort(ids.begin(), ids.end());
+  }
+  DraftVocabMap map = VocabMapFromUsed(ids, v);
+  tensors[kEagle3D2t] = map.d2t;
+  tensors[kEagle3T2d] = map.t2d;
+  return tensors;
+}
+
+DraftVocabMap BuildDraftVocabMap(const std::vector<int64_t>& target_token_counts,
+                                 int64_t draft_vocab_size) {
+  const int64_t v = static_cast<int64_t>(target_token_counts.size());
+  SPECBED_CHECK(draft_vocab_size >= 1 && draft_vocab_size <= v,
+                "BuildDraftVocabMap: draft_vocab_size ", draft_vocab_size,
+                " outside [1, vocab_size = ", v, "]");
+  for (int64_t i = 0; i < v; ++i) {
+    SPECBED_CHECK(target_token_counts[i] >= 0, "BuildDraftVocabMap: token id ", i,
+                  " has negative count ", target_token_counts[i]);
+  }
+  std::vector<int64_t> ids(v);
+  std::iota(ids.begin(), ids.end(), 0);
+  // Most frequent first, ties by the smaller id.
+  std::partial_sort(ids.begin(), ids.begin() + draft_vocab_size, ids.end(),
+                    [&](int64_t a, int64_t b) {
+                      const int64_t ca = target_token_counts[a], cb = target_token_counts[b];
+                      return ca != cb ? ca > cb : a < b;
+                    });
+  ids.resize(draft_vocab_size);
+  std::sort(ids.begin(), ids.end());
+  return VocabMapFromUsed(ids, v);
+}
+
+}  // namespace specbed

@@ -1,0 +1,181 @@
+// EAGLE-3 tree drafting (see eagle3_drafter.h).
+// Checked by: tests/methods/eagle3_drafter_test.cpp.
+#include "methods/eagle3/eagle3_drafter.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+
+Eagle3Drafter::Eagle3Drafter(std::unique_ptr<Eagle3Head> head, Eagle3DraftOptions options)
+    : head_(std::move(head)), options_(options) {
+  SPECBED_CHECK(head_ != nullptr, "eagle3 drafter needs a head");
+  SPECBED_CHECK(options_.depth >= 1 && options_.top_k >= 1 && options_.nodes >= 0,
+                "eagle3: depth and top_k must be >= 1 and the node budget >= 0 (got depth ",
+                options_.depth, ", top_k ", options_.top_k, ", nodes ", options_.nodes, ")");
+  const Eagle3Config& c = head_->config();
+  layers_ = c.aux_layer_ids;
+  SPECBED_CHECK(layers_.size() == static_cast<size_t>(kEagle3AuxLayers),
+                "eagle3: the head has no aux layer ids (eagle_aux_hidden_state_layer_ids); pair "
+                "it with its target's layers first");
+  SPECBED_CHECK(options_.top_k <= c.draft_vocab_size, "eagle3: top_k ", options_.top_k,
+                " exceeds the draft vocabulary (", c.draft_vocab_size, ")");
+  ht_ = c.target_hidden_size;
+  h_ = c.hidden_size;
+  vd_ = c.draft_vocab_size;
+  root_hidden_.resize(h_);
+  root_logp_.resize(vd_);
+  logp_row_.resize(vd_);
+}
+
+std::vector<int64_t> Eagle3Drafter::TargetHiddenLayers() const {
+  return layers_;
+}
+
+void Eagle3Drafter::ReplaceHead(std::unique_ptr<Eagle3Head> head) {
+  SPECBED_CHECK(head != nullptr && head->config().hidden_size == h_ &&
+                    head->config().draft_vocab_size == vd_ &&
+                    head->config().aux_layer_ids == layers_,
+                "eagle3: a replacement head must have the same shape and aux layers");
+  head_ = std::move(head);
+}
+
+void Eagle3Drafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t offset, int64_t n,
+                                 const int32_t* next) {
+  SPECBED_CHECK(hidden.size() == layers_.size(), "eagle3: expected ", layers_.size(),
+                " target hidden states, got ", hidden.size());
+  const int64_t width = static_cast<int64_t>(layers_.size()) * ht_;
+  const size_t base = pending_features_.size();
+  pending_features_.resize(base + static_cast<size_t>(n * width));
+  for (size_t l = 0; l < hidden.size(); ++l) {
+    const at::Tensor h =
+        hidden[l].scalar_type() == at::kFloat ? hidden[l].contiguous() : hidden[l].to(at::kFloat);
+    SPECBED_CHECK(h.dim() == 3 && h.size(1) >= offset + n && h.size(2) == ht_,
+                  "eagle3: target hidden state ", l, " has shape ", h.sizes(),
+                  ", expected [1, >=", offset + n, ", ", ht_, "]");
+    const float* src = h.data_ptr<float>() + offset * ht_;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(pending_features_.data() + base + i * width + l * ht_, src + i * ht_,
+                  sizeof(float) * ht_);
+    }
+  }
+  pending_tokens_.insert(pending_tokens_.end(), next, next + n);
+}
+
+void Eagle3Drafter::Begin(const DraftBegin& begin) {
+  const int64_t tree_rows = options_.depth * options_.top_k + 1;
+  head_->ResetCache(begin.max_len + tree_rows);
+  context_len_ = 0;
+  pending_features_.clear();
+  pending_tokens_.clear();
+  const std::vector<int32_t>& prompt = *begin.prompt;
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  next.push_back(begin.root);
+  QueueContext(begin.hidden, 0, p, next.data());
+}
+
+void Eagle3Drafter::Accept(const DraftTree& tree, const Verdict& verdict) {
+  // Rows for the root and the accepted nodes; their next tokens are the committed tokens.
+  const int64_t n = 1 + verdict.n_accepted();
+  QueueContext(verdict.hidden, 0, n, verdict.tokens.data());
+}
+
+void Eagle3Drafter::TopK(const float* row, int64_t k, int32_t* tokens, float* logp) {
+  // One pass: log-sum-exp (max-shifted, float expf) and the k best ids kept in a small sorted
+  // buffer (highest logit first; ties: smaller draft id first, so the result is deterministic).
+  float max_v = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < vd_; ++v) max_v = std::max(max_v, row[v]);
+  float sum = 0;
+  for (int64_t v = 0; v < vd_; ++v) sum += std::exp(row[v] - max_v);
+  const float log_z = max_v + std::log(sum);
+  order_.resize(k);
+  int64_t filled = 0;
+  for (int64_t v = 0; v < vd_; ++v) {
+    const float x = row[v];
+    if (filled == k && !(x > row[order_[k - 1]])) continue;  // equal: the earlier id stays
+    int64_t pos = filled < k ? filled++ : k - 1;
+    while (pos > 0 && x > row[order_[pos - 1]]) {
+      order_[pos] = order_[pos - 1];
+      --pos;
+    }
+    order_[pos] = static_cast<int32_t>(v);
+  }
+  for (int64_t r = 0; r < k; ++r) {
+    tokens[r] = head_->DraftToTarget(order_[r]);
+    logp[r] = std::min(0.0f, row[order_[r]] - log_z);
+  }
+}
+
+void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
+  const int64_t nodes = std::min(options_.nodes, step.budget.nodes);
+  const int64_t depth = std::min(options_.depth, step.budget.depth);
+  if (nodes <= 0 || depth <= 0) return;
+  // Context rows queued since the last step (the prompt at the first step).
+  const int64_t n = static_cast<int64_t>(pending_tokens_.size());
+  SPECBED_CHECK(n >= 1, "eagle3: no context rows to draft from (Begin not called?)");
+  head_->Forward(pending_features_.data(), kEagle3AuxLayers * ht_, pending_tokens_.data(), nullptr,
+                 n, nullptr, out_);
+  context_len_ += n;
+  pending_features_.clear();
+  pending_tokens_.clear();
+  std::memcpy(root_hidden_.data(), out_.hidden_row(n - 1), sizeof(float) * h_);
+  std::memcpy(root_logp_.data(), out_.logits_row(n - 1), sizeof(float) * vd_);
+  candidate_slot_.clear();
+  candidate_hidden_.clear();
+
+  BeamTreeOptions bo;
+  bo.depth = depth;
+  bo.top_k = options_.top_k;
+  bo.budget = nodes;
+  builder_.Build(*this, bo, tree);
+  head_->TruncateCache(context_len_);
+}
+
+void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier,
+                           int64_t k, std::vector<int32_t>& tokens, std::vector<float>& logp) {
+  if (frontier.size() == 1 && frontier[0] == -1) {
+    TopK(root_logp_.data(), k, tokens.data(), logp.data());
+    return;
+  }
+  const int64_t n_cand = candidates.size();
+  candidate_slot_.resize(n_cand, -1);
+  candidate_hidden_.resize(static_cast<size_t>(n_cand * h_));
+  const int64_t n = static_cast<int64_t>(frontier.size());
+  const int64_t cache_len = head_->cache_length();
+  const int64_t cols = cache_len + n;
+  features_.resize(static_cast<size_t>(n * h_));
+  tokens_.resize(n);
+  positions_.resize(n);
+  mask_.assign(static_cast<size_t>(n * cols), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t c = frontier[i];
+    const int32_t parent = candidates.parent[c];
+    const float* parent_hidden =
+        parent < 0 ? root_hidden_.data() : candidate_hidden_.data() + parent * h_;
+    SPECBED_CHECK(parent < 0 || candidate_slot_[parent] >= 0,
+                  "eagle3: internal: expanding a node whose parent was never run");
+    std::memcpy(features_.data() + i * h_, parent_hidden, sizeof(float) * h_);
+    tokens_[i] = candidates.token[c];
+    positions_[i] = context_len_ - 1 + candidates.depth[c];
+    uint8_t* row = mask_.data() + i * cols;
+    std::fill(row, row + context_len_, uint8_t{1});
+    for (int32_t a = parent; a >= 0; a = candidates.parent[a]) row[candidate_slot_[a]] = 1;
+    row[cache_len + i] = 1;
+  }
+  head_->Forward(features_.data(), h_, tokens_.data(), positions_.data(), n, mask_.data(), out_);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t c = frontier[i];
+    candidate_slot_[c] = cache_len + i;
+    std::memcpy(candidate_hidden_.data() + c * h_, out_.hidden_row(i), sizeof(float) * h_);
+    TopK(out_.logits_row(i), k, tokens.data() + i * k, logp.data() + i * k);
+  }
+}
+
+}  // namespace specbed

@@ -1,0 +1,84 @@
+// EAGLE-3 drafter (Li et al. 2025, arXiv:2503.01840): an Eagle3Head fed with three fused target
+// hidden states drafts an EAGLE-2 dynamic tree every step (top-k expansion per depth, beam of
+// width top_k, reranking of all candidates by cumulative log-prob to the node budget;
+// BeamTreeBuilder in methods/common/tree_builders.h). Drafts are deterministic top-k (no
+// sampling, no temperature), so at T > 0 the tree is verified with sample-then-follow (EAGLE's
+// q = 1 rule), which is lossless for any deterministic tree.
+//
+// State per sequence: the head's KV cache holds one "context" row per target position already in
+// the target cache (row t = (target features at t, token t+1)); tree rows of a step are appended
+// after the context and dropped after the tree is built. After a verdict, the rows for the root
+// and the accepted path (target hidden states from the verifier) are queued and run at the next
+// Draft together with the first expansion.
+// Checked by: tests/methods/eagle3_drafter_test.cpp (exact match with AR at T = 0 on stories260K
+// with a trained head, the T > 0 distribution test, tree = a plain re-implementation's tree).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "methods/common/tree_builders.h"
+#include "methods/eagle3/eagle3_head.h"
+
+namespace specbed {
+
+struct Eagle3DraftOptions {
+  // BeamTreeOptions semantics: tree layers (EAGLE's `depth` + 1), children per node / beam
+  // width, drafted nodes kept (EAGLE's `total_token` - 1). The step budget can lower them.
+  int64_t depth = 8;
+  int64_t top_k = 10;
+  int64_t nodes = 59;
+};
+
+class Eagle3Drafter : public Drafter, private TopKExpander {
+ public:
+  // `head`: the head to serve (owned; its KV cache is this drafter's). Its aux_layer_ids must be
+  // set (3 target hidden-state indices).
+  Eagle3Drafter(std::unique_ptr<Eagle3Head> head, Eagle3DraftOptions options);
+
+  std::vector<int64_t> TargetHiddenLayers() const override;
+  void Begin(const DraftBegin& begin) override;
+  void Draft(const DraftStep& step, DraftTree& tree) override;
+  void Accept(const DraftTree& tree, const Verdict& verdict) override;
+
+  // Replaces the served head between sequences (online adaptation); same config required.
+  void ReplaceHead(std::unique_ptr<Eagle3Head> head);
+  const Eagle3Head& head() const { return *head_; }
+  const Eagle3DraftOptions& options() const { return options_; }
+
+ private:
+  void Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier, int64_t k,
+              std::vector<int32_t>& tokens, std::vector<float>& logp) override;
+  // Top-k of the log-softmax of draft logits `row` into (target ids, log-probs).
+  void TopK(const float* row, int64_t k, int32_t* tokens, float* logp);
+  // Appends the context rows of target positions [first, first + n) from hidden states `hidden`
+  // (each [1, >= offset + n, Ht]) starting at index `offset`, with next tokens `next`.
+  void QueueContext(const std::vector<at::Tensor>& hidden, int64_t offset, int64_t n,
+                    const int32_t* next);
+
+  std::unique_ptr<Eagle3Head> head_;
+  Eagle3DraftOptions options_;
+  std::vector<int64_t> layers_;
+  int64_t ht_ = 0, h_ = 0, vd_ = 0;
+  Eagle3HeadOutput out_;
+  BeamTreeBuilder builder_;
+  // Context rows waiting to be run: fused features [n, 3 * Ht] and next tokens.
+  std::vector<float> pending_features_;
+  std::vector<int32_t> pending_tokens_;
+  int64_t context_len_ = 0;  // context rows in the head cache (= target positions covered)
+  // Per step: the root's output hidden and log-probs, and per candidate its output hidden and
+  // cache slot once run (-1 = not run yet).
+  std::vector<float> root_hidden_, root_logp_;
+  std::vector<float> candidate_hidden_;  // [candidates, H]
+  std::vector<int64_t> candidate_slot_;
+  std::vector<float> features_;  // [rows, H] input features of an expansion
+  std::vector<int32_t> tokens_;
+  std::vector<int64_t> positions_;
+  std::vector<uint8_t> mask_;
+  std::vector<float> logp_row_;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace specbed

@@ -1,0 +1,370 @@
+// EAGLE-3 draft head forward on CPU, float32 (see eagle3_head.h for the row convention).
+// Checked by: tests/methods/eagle3_head_test.cpp.
+#include "methods/eagle3/eagle3_head.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "harness/base/error.h"
+#include "methods/eagle3/eagle3_checkpoint.h"
+
+namespace specbed {
+namespace {
+
+std::string ShapeString(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// out[0, dim) = x / rms(x) * w; x may be float or bfloat16, math in float32.
+template <typename T>
+void RmsNormRow(const T* x, const float* w, float* out, int64_t dim, float eps) {
+  float ss = 0.f;
+  for (int64_t i = 0; i < dim; ++i) {
+    const float v = static_cast<float>(x[i]);
+    ss += v * v;
+  }
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i]) * inv * w[i];
+}
+
+// Rotates `n_heads` vectors of `head_dim` from src into dst (rotate_half pairing: i with
+// i + head_dim/2).
+void RopeHeads(const float* src, float* dst, int64_t n_heads, int64_t head_dim, const float* cos,
+               const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* s = src + h * head_dim;
+    float* d = dst + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x0 = s[i], x1 = s[i + half];
+      d[i] = x0 * cos[i] - x1 * sin[i];
+      d[i + half] = x1 * cos[i] + x0 * sin[i];
+    }
+  }
+}
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
+  return buffer.narrow(0, 0, n);
+}
+
+}  // namespace
+
+const float* Eagle3HeadOutput::hidden_row(int64_t i) const {
+  return hidden_buffer.data_ptr<float>() + i * hidden_buffer.size(1);
+}
+
+const float* Eagle3HeadOutput::logits_row(int64_t i) const {
+  return logits_buffer.data_ptr<float>() + i * logits_buffer.size(1);
+}
+
+Eagle3Head::Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
+                       const at::Tensor& target_embedding)
+    : config_(config) {
+  ValidateEagle3Tensors(config_, tensors, "Eagle3Head");
+  auto get = [&](const char* name) {
+    return tensors.at(name).to(at::kCPU).to(at::kFloat).contiguous();
+  };
+  fc_ = get(kEagle3Fc);
+  wqkv_ = at::cat({get(kEagle3QProj), get(kEagle3KProj), get(kEagle3VProj)}, 0).contiguous();
+  wo_ = get(kEagle3OProj);
+  w_gate_up_ = at::cat({get(kEagle3GateProj), get(kEagle3UpProj)}, 0).contiguous();
+  w_down_ = get(kEagle3DownProj);
+  lm_head_ = get(kEagle3LmHead);
+  fc_t_ = fc_.t();
+  wqkv_t_ = wqkv_.t();
+  wo_t_ = wo_.t();
+  w_gate_up_t_ = w_gate_up_.t();
+  w_down_t_ = w_down_.t();
+  lm_head_t_ = lm_head_.t();
+  hidden_norm_ = get(kEagle3HiddenNorm);
+  input_norm_ = get(kEagle3InputNorm);
+  post_norm_ = get(kEagle3PostNorm);
+  final_norm_ = get(kEagle3FinalNorm);
+
+  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  if (tensors.count(kEagle3Embed)) {
+    embedding_ = get(kEagle3Embed);
+    owns_embedding_ = true;
+  } else {
+    SPECBED_CHECK(target_embedding.defined(), "Eagle3Head: the head has no ", kEagle3Embed,
+                  ", so the target's token embedding [", v, ", ", h, "] is required");
+    SPECBED_CHECK(target_embedding.dim() == 2 && target_embedding.size(0) == v &&
+                      target_embedding.size(1) == h,
+                  "Eagle3Head: target token embedding has shape ",
+                  ShapeString(target_embedding.sizes()), ", expected [vocab_size, hidden_size] = [",
+                  v, ", ", h, "] (head and target must share vocabulary and hidden size)");
+    SPECBED_CHECK(target_embedding.is_floating_point(),
+                  "Eagle3Head: target token embedding must be a float tensor, got ",
+                  c10::toString(target_embedding.scalar_type()));
+    embedding_ = target_embedding.to(at::kCPU);
+    if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
+      embedding_ = embedding_.to(at::kFloat);
+    }
+    embedding_ = embedding_.contiguous();
+  }
+  parameter_count_ = config_.ParameterCount() + (owns_embedding_ ? v * h : 0);
+
+  const int64_t vd = config_.draft_vocab_size;
+  draft_to_target_.assign(vd, 0);
+  target_to_draft_.assign(v, -1);
+  at::Tensor d2t;
+  if (tensors.count(kEagle3D2t)) d2t = tensors.at(kEagle3D2t).to(at::kCPU).contiguous();
+  for (int64_t d = 0; d < vd; ++d) {
+    const int64_t target = d + (d2t.defined() ? d2t.data_ptr<int64_t>()[d] : 0);
+    draft_to_target_[d] = static_cast<int32_t>(target);
+    target_to_draft_[target] = static_cast<int32_t>(d);
+  }
+
+  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
+  EnsureRope(256);
+  EnsureRows(16);
+}
+
+void Eagle3Head::EnsureRows(int64_t n) {
+  if (n <= row_capacity_) return;
+  row_capacity_ = std::max(n, 2 * row_capacity_);
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
+  g_ = at::empty({row_capacity_, h}, opts);
+  x_ = at::empty({row_capacity_, 2 * h}, opts);
+  qkv_ = at::empty({row_capacity_, config_.qkv_dim()}, opts);
+  q_ = at::empty({row_capacity_, config_.q_dim()}, opts);
+  attn_ = at::empty({row_capacity_, config_.q_dim()}, opts);
+  hn_ = at::empty({row_capacity_, h}, opts);
+  gate_up_ = at::empty({row_capacity_, 2 * inter}, opts);
+  act_ = at::empty({row_capacity_, inter}, opts);
+}
+
+void Eagle3Head::EnsureRope(int64_t max_position) {
+  if (max_position <= rope_capacity_) return;
+  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
+  const int64_t half = config_.head_dim / 2;
+  rope_cos_.resize(cap * half);
+  rope_sin_.resize(cap * half);
+  for (int64_t p = rope_capacity_; p < cap; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq_[i];
+      rope_cos_[p * half + i] = static_cast<float>(std::cos(angle));
+      rope_sin_[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_capacity_ = cap;
+}
+
+void Eagle3Head::ResetCache(int64_t capacity) {
+  SPECBED_CHECK(capacity >= 1, "Eagle3Head::ResetCache: capacity must be positive, got ", capacity);
+  if (capacity > cache_capacity_) {
+    const size_t n = static_cast<size_t>(config_.n_kv_heads * capacity * config_.head_dim);
+    k_cache_.assign(n, 0.f);
+    v_cache_.assign(n, 0.f);
+    cache_capacity_ = capacity;
+  }
+  cache_length_ = 0;
+}
+
+void Eagle3Head::TruncateCache(int64_t length) {
+  SPECBED_CHECK(length >= 0 && length <= cache_length_, "Eagle3Head::TruncateCache: length ",
+                length, " outside [0, cache_length = ", cache_length_, "]");
+  cache_length_ = length;
+}
+
+void Eagle3Head::Forward(const float* features, int64_t feature_width, const int32_t* tokens,
+                         const int64_t* positions, int64_t n, const uint8_t* mask,
+                         Eagle3HeadOutput& out) {
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
+                n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
+                qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim(), fc_in = config_.fc_in_dim(),
+                vocab = config_.vocab_size, vd = config_.draft_vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  SPECBED_CHECK(n >= 1, "Eagle3Head::Forward: no rows (n = ", n, ")");
+  SPECBED_CHECK(features != nullptr && tokens != nullptr,
+                "Eagle3Head::Forward: features and tokens are required");
+  SPECBED_CHECK(feature_width == h || feature_width == fc_in, "Eagle3Head::Forward: feature width ",
+                feature_width, ", expected ", fc_in, " (", kEagle3AuxLayers,
+                " target hidden states of ", config_.target_hidden_size, ") or ", h,
+                " (the head's own hidden state)");
+  const int64_t past = cache_length_;
+  const int64_t n_slots = past + n;
+  SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::Forward: ", past, " cached + ", n,
+                " new rows exceed the cache capacity ", cache_capacity_, " (see ResetCache)");
+  int64_t max_position = n_slots;
+  for (int64_t i = 0; i < n; ++i) {
+    SPECBED_CHECK(tokens[i] >= 0 && tokens[i] < vocab, "Eagle3Head::Forward: token id ", tokens[i],
+                  " (row ", i, ") outside the vocabulary [0, ", vocab, ")");
+    if (positions != nullptr) {
+      SPECBED_CHECK(positions[i] >= 0, "Eagle3Head::Forward: negative position ", positions[i],
+                    " (row ", i, ")");
+      max_position = std::max(max_position, positions[i] + 1);
+    }
+  }
+  EnsureRows(n);
+  EnsureRope(max_position);
+  const int threads = at::get_num_threads();
+  const int64_t stride = cache_capacity_ + hd;  // scores of every slot + one accumulator row
+  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
+    score_stride_ = stride;
+    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
+  }
+
+  // 1. g: fused target features (fc) or the head's own hidden. Consumes `features` before any
+  // output is written, so they may alias out.hidden.
+  at::Tensor g = Rows(g_, n);
+  float* gp = g.data_ptr<float>();
+  if (feature_width != h) {
+    at::Tensor f = at::from_blob(const_cast<float*>(features), {n, fc_in},
+                                 at::TensorOptions().dtype(at::kFloat));
+    at::mm_out(g, f, fc_t_);
+  } else {
+    std::memcpy(gp, features, static_cast<size_t>(n * h) * sizeof(float));
+  }
+
+  // Output buffers (grown only when needed).
+  if (!out.hidden_buffer.defined() || out.hidden_buffer.size(0) < n ||
+      out.hidden_buffer.size(1) != h) {
+    const int64_t rows = std::max<int64_t>(n, row_capacity_);
+    out.hidden_buffer = at::empty({rows, h}, at::TensorOptions().dtype(at::kFloat));
+  }
+  if (!out.logits_buffer.defined() || out.logits_buffer.size(0) < n ||
+      out.logits_buffer.size(1) != vd) {
+    const int64_t rows = std::max<int64_t>(n, row_capacity_);
+    out.logits_buffer = at::empty({rows, vd}, at::TensorOptions().dtype(at::kFloat));
+  }
+  at::Tensor hid = Rows(out.hidden_buffer, n);
+  float* hp = hid.data_ptr<float>();
+
+  // 2. x = [input_layernorm(embed(token)) | hidden_norm(g)]; residual r -> hid.
+  at::Tensor x = Rows(x_, n);
+  float* xp = x.data_ptr<float>();
+  const float* in_norm = input_norm_.data_ptr<float>();
+  const float* hid_norm = hidden_norm_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    float* xrow = xp + i * 2 * h;
+    const int64_t id = tokens[i];
+    if (embedding_.scalar_type() == at::kFloat) {
+      RmsNormRow(embedding_.data_ptr<float>() + id * h, in_norm, xrow, h, eps);
+    } else {
+      RmsNormRow(embedding_.data_ptr<c10::BFloat16>() + id * h, in_norm, xrow, h, eps);
+    }
+    RmsNormRow(gp + i * h, hid_norm, xrow + h, h, eps);
+    std::memcpy(hp + i * h, config_.norm_before_residual ? xrow + h : gp + i * h,
+                static_cast<size_t>(h) * sizeof(float));
+  }
+
+  // 3. q, k, v; RoPE on q (into q_) and k; k, v into the cache at slots [past, past + n).
+  at::Tensor qkv = Rows(qkv_, n);
+  at::mm_out(qkv, x, wqkv_t_);
+  const float* qkvp = qkv.data_ptr<float>();
+  float* qp = q_.data_ptr<float>();
+  const int64_t half = hd / 2;
+  const int64_t cap = cache_capacity_;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = positions != nullptr ? positions[i] : past + i;
+    const float* c = rope_cos_.data() + pos * half;
+    const float* s = rope_sin_.data() + pos * half;
+    const float* qsrc = qkvp + i * qkv_dim;
+    const float* ksrc = qsrc + q_dim;
+    const float* vsrc = ksrc + n_kv * hd;
+    RopeHeads(qsrc, qp + i * q_dim, n_heads, hd, c, s);
+    const int64_t slot = past + i;
+    for (int64_t kh = 0; kh < n_kv; ++kh) {
+      RopeHeads(ksrc + kh * hd, k_cache_.data() + (kh * cap + slot) * hd, 1, hd, c, s);
+      std::memcpy(v_cache_.data() + (kh * cap + slot) * hd, vsrc + kh * hd,
+                  static_cast<size_t>(hd) * sizeof(float));
+    }
+  }
+
+  // 4. Attention of every (row, head) over the allowed cache slots.
+  at::Tensor attn = Rows(attn_, n);
+  float* attnp = attn.data_ptr<float>();
+  {
+    const int64_t group = n_heads / n_kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float* kc = k_cache_.data();
+    const float* vc = v_cache_.data();
+    float* scores_base = scores_.data();
+    const int64_t sstride = score_stride_;
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_slots * hd));
+    at::parallel_for(0, n * n_heads, grain, [&](int64_t begin, int64_t end) {
+      float* scores = scores_base + at::get_thread_num() * sstride;
+      float* acc = scores + cap;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
+        const float* qrow = qp + i * q_dim + head * hd;
+        const float* kbase = kc + kh * cap * hd;
+        const float* vbase = vc + kh * cap * hd;
+        const uint8_t* mrow = mask != nullptr ? mask + i * n_slots : nullptr;
+        float max_score = -INFINITY;
+        for (int64_t s = 0; s < n_slots; ++s) {
+          const bool allowed = mrow != nullptr ? mrow[s] != 0 : s <= past + i;
+          if (!allowed) {
+            scores[s] = -INFINITY;
+            continue;
+          }
+          scores[s] = Dot(qrow, kbase + s * hd, hd) * scale;
+          max_score = std::max(max_score, scores[s]);
+        }
+        float* o = attnp + i * q_dim + head * hd;
+        if (max_score == -INFINITY) {
+          std::fill(o, o + hd, 0.f);
+          continue;
+        }
+        std::fill(acc, acc + hd, 0.f);
+        float denom = 0.f;
+        for (int64_t s = 0; s < n_slots; ++s) {
+          if (scores[s] == -INFINITY) continue;
+          const float p = std::exp(scores[s] - max_score);
+          denom += p;
+          const float* vrow = vbase + s * hd;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+        }
+        const float inv = 1.0f / denom;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+      }
+    });
+  }
+
+  // 5. h = r + o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
+  hid.addmm_(attn, wo_t_);
+  at::Tensor hn = Rows(hn_, n);
+  float* hnp = hn.data_ptr<float>();
+  const float* post = post_norm_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, post, hnp + i * h, h, eps);
+  at::Tensor gate_up = Rows(gate_up_, n);
+  at::mm_out(gate_up, hn, w_gate_up_t_);
+  at::Tensor act = Rows(act_, n);
+  const float* gu = gate_up.data_ptr<float>();
+  float* ap = act.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* gate = gu + i * 2 * inter;
+    const float* up = gate + inter;
+    float* a = ap + i * inter;
+    for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
+  }
+  hid.addmm_(act, w_down_t_);
+
+  // 6. logits = lm_head(norm(h)).
+  const float* fin = final_norm_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, fin, hnp + i * h, h, eps);
+  at::Tensor logits = Rows(out.logits_buffer, n);
+  at::mm_out(logits, hn, lm_head_t_);
+
+  cache_length_ = n_slots;
+  out.n = n;
+  out.hidden = hid;
+  out.logits = logits;
+}
+
+}  // namespace specbed

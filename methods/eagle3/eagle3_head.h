@@ -1,0 +1,132 @@
+// The EAGLE-3 draft head's inference forward on CPU in float32, with its own KV cache.
+//
+// Row convention (as in SafeAILab/EAGLE `topK_genrate`): a row pairs the feature of target
+// position t with token t+1 and predicts token t+2. On the first step the feature is the
+// concatenation of the target's three aux hidden states at position t (width 3 * Ht; `fc` maps it
+// to H); later tree depths feed the head's own output hidden of the parent row (width H, `fc`
+// skipped). Token ids are target-vocabulary ids; logits are over the draft vocabulary
+// (DraftToTarget maps a draft id back).
+//
+// Per row:  g = fc(feature) (or feature when its width is H);  e = embed(token);
+//   x = [input_layernorm(e) | hidden_norm(g)] (2H);  q, k, v = proj(x);  RoPE(q, k) at the row's
+//   position (rotate_half pairing, head_dim from the config);  a = attention over the cached rows
+//   the mask allows (GQA, scale 1/sqrt(head_dim));  h = r + o_proj(a) with r = g (or
+//   hidden_norm(g) when norm_before_residual);  h += down(silu(gate(post_ln(h))) * up(post_ln(h)));
+//   hidden = h (un-normed: the next depth's feature);  logits = lm_head(norm(h)).
+// q/k/v and gate/up are fused, GEMMs go through ATen into preallocated buffers, norms, RoPE,
+// attention and SwiGLU are raw row loops.
+// Checked by: tests/methods/eagle3_head_test.cpp (full causal sequence, incremental == full, tree
+// mask + positions, feature width H, all against a plain-loop reference over the unfused tensors).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "methods/eagle3/eagle3_config.h"
+
+namespace specbed {
+
+// Output rows of one Eagle3Head::Forward call. The buffers are reused across calls (grown, never
+// shrunk); `hidden` / `logits` are views of their first `n` rows, valid until the next call.
+struct Eagle3HeadOutput {
+  at::Tensor hidden;  // float32 [n, H] CPU: layer output before the final norm
+  at::Tensor logits;  // float32 [n, Vd] CPU: draft-vocabulary logits
+  int64_t n = 0;
+  at::Tensor hidden_buffer;  // float32 [capacity, H] CPU
+  at::Tensor logits_buffer;  // float32 [capacity, Vd] CPU
+
+  const float* hidden_row(int64_t i) const;  // row i of `hidden` (H floats)
+  const float* logits_row(int64_t i) const;  // row i of `logits` (Vd floats)
+};
+
+class Eagle3Head {
+ public:
+  // `tensors`: canonical names as from LoadEagle3Checkpoint / RandomEagle3Tensors (checked with
+  // ValidateEagle3Tensors; any float dtype/device, copied to float32 CPU; d2t int64 [Vd] and
+  // t2d bool [V], optional when Vd == V). `target_embedding`: the target's frozen token
+  // embedding, [V, H] float32 or bfloat16 CPU (shared, not copied; other float dtypes are
+  // converted); used when `tensors` has no embed_tokens.weight (the checkpoint's own wins) and
+  // may then be undefined. Throws specbed::Error on any mismatch (names the tensor and shapes).
+  Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
+             const at::Tensor& target_embedding);
+
+  // Empties the cache and makes room for `capacity` rows (allocates only when growing).
+  void ResetCache(int64_t capacity);
+  int64_t cache_length() const { return cache_length_; }
+  int64_t cache_capacity() const { return cache_capacity_; }
+  // Drops cached rows [length, cache_length()).
+  void TruncateCache(int64_t length);
+
+  // Runs `n` rows and appends them to the cache at [cache_length(), cache_length() + n).
+  //   features  float32 [n, feature_width] row-major host memory; feature_width is
+  //             3 * target_hidden_size (fc applied) or hidden_size (fc skipped). When both are
+  //             equal, fc is skipped (as in the reference: fc only when width != H). May alias
+  //             out.hidden (features are consumed before any output is written).
+  //   tokens    int32 [n] target-vocabulary ids.
+  //   positions int64 [n] RoPE positions (>= 0), or nullptr = cache_length() + i.
+  //   mask      uint8 [n, cache_length() + n] row-major, 1 = row i may attend to cache slot j
+  //             (slots >= cache_length() are this call's rows); nullptr = causal. A row that may
+  //             attend to nothing gets a zero attention output.
+  // Throws specbed::Error for a bad width, token id, position, n < 1 or a full cache.
+  void Forward(const float* features, int64_t feature_width, const int32_t* tokens,
+               const int64_t* positions, int64_t n, const uint8_t* mask, Eagle3HeadOutput& out);
+
+  // Target id of draft id d (d + d2t[d]); d in [0, Vd).
+  int32_t DraftToTarget(int32_t d) const { return draft_to_target_[d]; }
+  // True when target id t (in [0, V)) is in the draft vocabulary.
+  bool InDraftVocab(int32_t t) const { return target_to_draft_[t] >= 0; }
+  // Draft id of target id t, or -1 when t is not in the draft vocabulary.
+  int32_t TargetToDraft(int32_t t) const { return target_to_draft_[t]; }
+  // Draft id -> target id for every draft id ([Vd]).
+  const std::vector<int32_t>& draft_to_target() const { return draft_to_target_; }
+
+  const Eagle3Config& config() const { return config_; }
+  // Parameters of the head (Eagle3Config::ParameterCount), plus embed_tokens when it is the
+  // checkpoint's own.
+  int64_t parameter_count() const { return parameter_count_; }
+  bool owns_embedding() const { return owns_embedding_; }
+
+ private:
+  void EnsureRows(int64_t n);
+  void EnsureRope(int64_t max_position);
+
+  Eagle3Config config_;
+  // Weights (float32 contiguous CPU); *_t_ are transposed views for x @ W^T.
+  at::Tensor fc_, wqkv_, wo_, w_gate_up_, w_down_, lm_head_;
+  at::Tensor fc_t_, wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_, lm_head_t_;
+  at::Tensor hidden_norm_, input_norm_, post_norm_, final_norm_;
+  at::Tensor embedding_;  // [V, H] float32 or bfloat16
+  bool owns_embedding_ = false;
+  int64_t parameter_count_ = 0;
+  std::vector<int32_t> draft_to_target_;  // [Vd]
+  std::vector<int32_t> target_to_draft_;  // [V], -1 = absent
+
+  // RoPE table [rope_capacity_, head_dim / 2].
+  std::vector<double> inv_freq_;
+  std::vector<float> rope_cos_, rope_sin_;
+  int64_t rope_capacity_ = 0;
+
+  // KV cache [n_kv_heads, cache_capacity_, head_dim] float32.
+  std::vector<float> k_cache_, v_cache_;
+  int64_t cache_capacity_ = 0;
+  int64_t cache_length_ = 0;
+
+  // Work buffers for up to row_capacity_ rows.
+  int64_t row_capacity_ = 0;
+  at::Tensor g_;               // [rows, H]
+  at::Tensor x_;               // [rows, 2H]
+  at::Tensor qkv_;             // [rows, qkv_dim]
+  at::Tensor q_;               // [rows, q_dim] rotated queries
+  at::Tensor attn_;            // [rows, q_dim]
+  at::Tensor hn_;              // [rows, H] normed hidden
+  at::Tensor gate_up_;         // [rows, 2I]
+  at::Tensor act_;             // [rows, I]
+  std::vector<float> scores_;  // [threads, score_stride_]
+  int64_t score_stride_ = 0;
+};
+
+}  // namespace specbed

@@ -1,0 +1,117 @@
+// Registration of `eagle3`: the EAGLE-3 head drafts an EAGLE-2 dynamic tree from three fused
+// target hidden states; greedy verification at T = 0, sample-then-follow at T > 0. Knobs use
+// EAGLE's own names and meanings (depth = expansions after the first layer, total_tokens = tree
+// size including the root).
+// Checked by: tests/engine/method_registry_test.cpp, tests/methods/eagle3_drafter_test.cpp.
+#include "methods/eagle3/eagle3_method.h"
+
+#include "harness/base/error.h"
+#include "harness/base/paths.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/eagle3/eagle3_checkpoint.h"
+#include "methods/eagle3/eagle3_drafter.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+
+std::string ResolveEagle3Head(const std::string& name_or_path) {
+  if (name_or_path == "stories260K-eagle3") return HomePath("models/stories260K/eagle3");
+  SPECBED_CHECK(PathExists(name_or_path), "eagle3: head '", name_or_path,
+                "' is neither a known head (stories260K-eagle3) nor an existing directory");
+  return name_or_path;
+}
+
+Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const LoadedTarget& target) {
+  Eagle3Checkpoint ckpt = LoadEagle3Checkpoint(ResolveEagle3Head(name_or_path));
+  const LlamaConfig& t = target.model->config();
+  Eagle3Config& c = ckpt.config;
+  SPECBED_CHECK(c.vocab_size == t.vocab_size, "eagle3: head '", name_or_path, "' has vocab_size ",
+                c.vocab_size, " but the target '", target.spec.name, "' has ", t.vocab_size);
+  SPECBED_CHECK(c.target_hidden_size == t.dim, "eagle3: head '", name_or_path,
+                "' expects target hidden size ", c.target_hidden_size, " but the target '",
+                target.spec.name, "' has ", t.dim);
+  SPECBED_CHECK(ckpt.tensors.count(kEagle3Embed) || c.hidden_size == t.dim, "eagle3: head '",
+                name_or_path, "' has hidden size ", c.hidden_size,
+                " and no embed_tokens.weight, "
+                "but the target's embedding has width ",
+                t.dim);
+  if (c.aux_layer_ids.empty()) c.aux_layer_ids = DefaultEagle3AuxLayers(t.n_layers);
+  for (int64_t l : c.aux_layer_ids) {
+    SPECBED_CHECK(l >= 0 && l <= t.n_layers, "eagle3: head '", name_or_path, "' reads target ",
+                  "layer ", l, " but the target has ", t.n_layers, " layers");
+  }
+  return ckpt;
+}
+
+void RegisterEagle3Method(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "eagle3";
+  info.description =
+      "EAGLE-3: a one-layer head on fused low/mid/high target features drafts a dynamic top-k "
+      "tree, reranked to total_tokens";
+  info.paper = "Li et al. 2025, EAGLE-3 (arXiv:2503.01840)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.tree = true;
+  info.traits.needs_drafter = true;
+  info.traits.needs_target_hidden = true;
+  info.traits.sampling_verifier = "sample_follow";
+  info.traits.drafter_knob = "head";
+  info.knobs = Eagle3Knobs();
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    return MakeEagle3Decoder(context, knobs, nullptr);
+  };
+  registry.Register(std::move(info));
+}
+
+std::vector<MethodKnob> Eagle3Knobs() {
+  return {
+      {"depth",
+       7,
+       "EAGLE depth: expansions after the first tree layer (tree depth = depth + 1)",
+       0,
+       31,
+       {}},
+      {"top_k", 10, "children per expanded node and beam width per layer", 1, 64, {}},
+      {"total_tokens",
+       60,
+       "tree size including the root (drafted nodes = total_tokens - 1)",
+       1,
+       1024,
+       {}},
+      {"head",
+       "stories260K-eagle3",
+       "EAGLE-3 head: a known name or a checkpoint directory",
+       1,
+       0,
+       {}},
+  };
+}
+
+std::unique_ptr<Decoder> MakeEagle3Decoder(MethodContext& context, const nlohmann::json& knobs,
+                                           Eagle3Drafter** drafter_out) {
+  const std::string head_name = knobs.at("head").get<std::string>();
+  const Eagle3Checkpoint ckpt = LoadEagle3HeadFor(head_name, *context.target);
+  Eagle3DraftOptions o;
+  o.depth = knobs.at("depth").get<int64_t>() + 1;
+  o.top_k = knobs.at("top_k").get<int64_t>();
+  o.nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+  SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "eagle3: knob 'top_k' ", o.top_k,
+                " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
+  auto head = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
+                                           context.target->model->weights().tok_embeddings);
+  auto drafter = std::make_unique<Eagle3Drafter>(std::move(head), o);
+  if (drafter_out != nullptr) *drafter_out = drafter.get();
+  SpeculativeOptions options;
+  options.budget.nodes = o.nodes;
+  options.budget.depth = o.depth;
+  options.sampling_rule = VerifyRule::kSampleFollow;
+  return std::make_unique<SpeculativeDecoder>(
+      *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
+}
+
+}  // namespace specbed

@@ -1,0 +1,58 @@
+// `specbed train eagle3`: trains an EAGLE-3 head on a target's own outputs (a `specbed regen`
+// file) with training-time test (TTT), through the shared training loop (train_loop.h).
+// The head takes the target's shape (hidden size, heads, head_dim, SwiGLU width, RoPE, RMSNorm
+// eps), the target's frozen token embedding, and a draft vocabulary of the draft_vocab most
+// frequent response tokens of the training data (d2t / t2d). Target features come from the
+// online or the disk source (target_features.h). The last n_eval sequences of the data are held
+// out. Knobs, defaults and recorded choices: methods/eagle3/README.md.
+// Checked by: tests/methods/eagle3_train_test.cpp (loss goes down, resume, the written checkpoint
+// loads and drafts), tests/cli (the command).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "methods/common/train/train_loop.h"
+
+namespace specbed {
+
+struct Eagle3TrainConfig {
+  std::string target = "stories260K";  // registry name or path; teacher dtype `dtype`
+  std::string dtype = "float32";
+  std::string data;  // `specbed regen` file (required)
+  // Target layers fused by the head (HF hidden_states numbering); empty = the EAGLE-3 default
+  // {2, L/2, L-3}.
+  std::vector<int64_t> aux_layers;
+  int64_t draft_vocab = 32000;            // clipped to the target's vocabulary size
+  int64_t ttt_steps = 7;                  // unrolled TTT steps (EAGLE-3: 7)
+  double ttt_decay = 0.8;                 // per-step loss weight decay^k (EAGLE-3: 0.8)
+  int64_t max_len = 256;                  // training sequences are cropped to this many tokens
+  int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
+  std::string features = "online";        // "online" | "disk" (target_features.h)
+  std::string feature_dtype = "float32";  // disk cache storage: float32 | bfloat16 | float16
+  OptimConfig optim;                      // defaults set by DefaultEagle3Optim()
+};
+
+// EAGLE-3's recipe scaled to small targets: AdamW beta (0.9, 0.95), no weight decay, grad clip
+// 0.5, warmup + cosine; lr 3e-3, batch 16, 800 steps.
+OptimConfig DefaultEagle3Optim();
+
+struct Eagle3TrainResult {
+  TrainLoopResult loop;
+  int64_t head_parameters = 0;
+  int64_t target_parameters = 0;
+  std::vector<int64_t> aux_layers;
+  double draft_vocab_coverage = 0;  // share of training response tokens inside the draft vocab
+  double data_seconds = 0;          // loading the data / building the disk cache
+};
+
+// Trains (or resumes) into out_dir: config.json + model.safetensors (the published EAGLE-3
+// layout, float32, with the recipe under "specbed_recipe"), train_log.db, train_summary.json and
+// work/ (train state; the disk feature cache under work/features). Errors name the knob.
+Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string& out_dir,
+                              const TrainLoopOptions& options = {});
+
+}  // namespace specbed

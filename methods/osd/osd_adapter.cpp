@@ -1,0 +1,142 @@
+// OSD online adaptation (see osd_adapter.h).
+// Checked by: tests/methods/osd_test.cpp.
+#include "methods/osd/osd_adapter.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "harness/base/error.h"
+#include "harness/base/names.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+
+const char* DivergenceName(Divergence d) {
+  switch (d) {
+    case Divergence::kForwardKl:
+      return "forward_kl";
+    case Divergence::kReverseKl:
+      return "reverse_kl";
+    case Divergence::kJsd:
+      return "jsd";
+  }
+  return "?";
+}
+
+Divergence ParseDivergence(const std::string& name, const std::string& context) {
+  if (name == "forward_kl") return Divergence::kForwardKl;
+  if (name == "reverse_kl") return Divergence::kReverseKl;
+  if (name == "jsd") return Divergence::kJsd;
+  FailUnknownName(context + " divergence", name, {"forward_kl", "reverse_kl", "jsd"});
+}
+
+at::Tensor DivergenceLoss(const at::Tensor& teacher_logits, const at::Tensor& student_logits,
+                          Divergence divergence) {
+  SPECBED_CHECK(teacher_logits.dim() == 2 && teacher_logits.sizes() == student_logits.sizes(),
+                "divergence: teacher and student logits must both be [N, V], got ",
+                teacher_logits.sizes(), " and ", student_logits.sizes());
+  const int64_t n = teacher_logits.size(0);
+  if (n == 0) return (student_logits.sum() * 0).to(at::kFloat);
+  at::Tensor log_p;
+  {
+    at::NoGradGuard no_grad;
+    log_p = at::log_softmax(teacher_logits, -1);
+  }
+  const at::Tensor log_q = at::log_softmax(student_logits, -1);
+  at::Tensor per_row;
+  switch (divergence) {
+    case Divergence::kForwardKl:
+      per_row = (log_p.exp() * (log_p - log_q)).sum(-1);
+      break;
+    case Divergence::kReverseKl:
+      per_row = (log_q.exp() * (log_q - log_p)).sum(-1);
+      break;
+    case Divergence::kJsd: {
+      const at::Tensor p = log_p.exp(), q = log_q.exp();
+      const at::Tensor log_m = at::log(0.5 * (p + q) + 1e-30);
+      per_row = 0.5 * (p * (log_p - log_m)).sum(-1) + 0.5 * (q * (log_q - log_m)).sum(-1);
+      break;
+    }
+  }
+  return per_row.mean();
+}
+
+OsdAdapter::OsdAdapter(std::unique_ptr<OsdStudent> student, OsdOptions options)
+    : student_(std::move(student)),
+      options_(options),
+      optimizer_(student_->Parameters(), std::vector<bool>(student_->Parameters().size(), false),
+                 0.9, 0.999, 0.0) {
+  SPECBED_CHECK(options_.interval >= 1 && options_.steps >= 1 && options_.lr > 0 &&
+                    options_.grad_clip >= 0 && options_.max_tokens >= 2,
+                "osd: need interval >= 1, steps >= 1, lr > 0, grad_clip >= 0 and max_tokens >= 2 "
+                "(got ",
+                options_.interval, ", ", options_.steps, ", ", options_.lr, ", ",
+                options_.grad_clip, ", ", options_.max_tokens, ")");
+}
+
+void OsdAdapter::BeginSequence(const DraftBegin& begin) {
+  corrections_.clear();
+  position_ = static_cast<int64_t>(begin.prompt->size()) + 1;  // prompt + the first root
+}
+
+void OsdAdapter::Observe(const DraftTree& tree, const Verdict& verdict) {
+  // The bonus token is a correction when the drafter proposed something at its slot (the slot
+  // has children) and the verifier took none of them.
+  const int32_t slot = verdict.path.empty() ? -1 : verdict.path.back();
+  bool proposed = false;
+  for (int64_t i = 0; i < tree.size() && !proposed; ++i) proposed = tree.parent[i] == slot;
+  if (proposed) corrections_.push_back(position_ + verdict.n_accepted());
+  position_ += static_cast<int64_t>(verdict.tokens.size());
+}
+
+void OsdAdapter::EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) {
+  ++stats_.requests;
+  Request r;
+  const int64_t n = static_cast<int64_t>(committed.size());
+  const int64_t first = std::max<int64_t>(0, n - options_.max_tokens);
+  r.tokens.assign(committed.begin() + first, committed.end());
+  for (int64_t p : corrections_) {
+    if (p - 1 >= first && p < n) r.corrections.push_back(p - first);
+  }
+  if (!r.corrections.empty()) buffer_.push_back(std::move(r));
+  if (stats_.requests % options_.interval == 0) Update();
+}
+
+void OsdAdapter::Update() {
+  if (buffer_.empty()) return;
+  const int64_t t0 = NowMicros();
+  OsdBatch batch;
+  const int64_t b = static_cast<int64_t>(buffer_.size());
+  int64_t t = 0;
+  for (const Request& r : buffer_) t = std::max<int64_t>(t, static_cast<int64_t>(r.tokens.size()));
+  batch.tokens = at::zeros({b, t}, at::kLong);
+  batch.lengths = at::empty({b}, at::kLong);
+  batch.loss_mask = at::zeros({b, t}, at::kFloat);
+  int64_t* tok = batch.tokens.data_ptr<int64_t>();
+  float* mask = batch.loss_mask.data_ptr<float>();
+  int64_t supervised = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const Request& r = buffer_[i];
+    for (size_t j = 0; j < r.tokens.size(); ++j) tok[i * t + j] = r.tokens[j];
+    batch.lengths.data_ptr<int64_t>()[i] = static_cast<int64_t>(r.tokens.size());
+    for (int64_t p : r.corrections) {
+      mask[i * t + p - 1] = 1.f;
+      ++supervised;
+    }
+  }
+  for (int64_t s = 0; s < options_.steps; ++s) {
+    const at::Tensor loss = student_->Loss(batch, options_.divergence);
+    if (s == 0) stats_.losses.push_back(loss.item<double>());
+    loss.backward();
+    optimizer_.Step(options_.lr, options_.grad_clip);
+  }
+  student_->Publish();
+  buffer_.clear();
+  ++stats_.updates;
+  stats_.supervised_positions += supervised;
+  stats_.update_seconds += (NowMicros() - t0) * 1e-6;
+}
+
+}  // namespace specbed

@@ -1,0 +1,115 @@
+// OSD — Online Speculative Decoding (Liu et al., ICML 2024, arXiv:2310.07177): an Adapter that
+// keeps distilling the drafter into the target while serving. Per request it records the
+// positions where the draft disagreed with the target (a correction token: the verifier rejected
+// every drafted child of the slot and sampled its own token); every `interval` requests it runs
+// `steps` AdamW updates on the buffered requests with a divergence between the target's and the
+// drafter's next-token distributions at those positions only, then serves the updated drafter.
+//
+// Convention (the paper's wording; the reference code supervises the position one later): a
+// correction token at sequence index p is supervised where the drafter predicted it, i.e. on the
+// distribution after tokens [0, p) (loss_mask[p - 1] = 1).
+// The teacher is an extra target forward over the buffered sequences (as in the reference code)
+// and the update runs inside the request that triggers it, so its wall time is charged to that
+// request (decode time, draft phase, StepStats::t_adapt_us).
+// Students: the SpS draft LM (`sps+osd`) and the EAGLE-3 head (`eagle3+osd`; the TTT loss
+// restricted to the recorded positions).
+// Checked by: tests/methods/osd_test.cpp (recorded positions, divergences against closed forms,
+// an update lowers the loss on the buffer and is served, outputs stay lossless at T = 0).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "methods/common/train/train_loop.h"
+
+namespace specbed {
+
+enum class Divergence {
+  kForwardKl,  // KL(target || draft): OSD's default, = soft cross-entropy up to a constant
+  kReverseKl,  // KL(draft || target)
+  kJsd,        // Jensen-Shannon divergence with mixing weight 1/2 (a true JSD; the reference
+               // code's "jsd" is 0.9 FKL + 0.1 RKL)
+};
+const char* DivergenceName(Divergence d);
+// "forward_kl" | "reverse_kl" | "jsd"; errors name `context`.
+Divergence ParseDivergence(const std::string& name, const std::string& context);
+
+// Mean over rows of D(teacher row, student row): teacher and student logits float32 [N, V]
+// (softmax at temperature 1), differentiable w.r.t. `student_logits`. N = 0 gives 0.
+at::Tensor DivergenceLoss(const at::Tensor& teacher_logits, const at::Tensor& student_logits,
+                          Divergence divergence);
+
+// The buffered requests of one update.
+struct OsdBatch {
+  at::Tensor tokens;     // int64 [B, T], right-padded with 0
+  at::Tensor lengths;    // int64 [B]
+  at::Tensor loss_mask;  // float32 [B, T]: 1 at p - 1 for every recorded correction index p
+};
+
+// A drafter that can be trained online: a trainable twin of the served drafter.
+class OsdStudent {
+ public:
+  virtual ~OsdStudent() = default;
+  // Trainable parameters (float32 leaves with requires_grad).
+  virtual std::vector<std::pair<std::string, at::Tensor>> Parameters() const = 0;
+  // Divergence between the target and the student at the masked positions of `batch` (runs the
+  // target itself, without gradients).
+  virtual at::Tensor Loss(const OsdBatch& batch, Divergence divergence) = 0;
+  // Makes the served drafter use the current parameters.
+  virtual void Publish() = 0;
+};
+
+struct OsdOptions {
+  int64_t interval = 8;  // requests between updates (OSD: 8)
+  int64_t steps = 1;     // AdamW steps per update (OSD: 1)
+  double lr = 3e-4;      // constant learning rate (OSD: 1e-4 for a 160M draft)
+  double grad_clip = 0;  // 0 = off (OSD: off)
+  Divergence divergence = Divergence::kForwardKl;
+  int64_t max_tokens = 512;  // a buffered request keeps at most its last max_tokens tokens
+};
+
+// What the adapter did, for reports and tests.
+struct OsdStats {
+  int64_t requests = 0;
+  int64_t updates = 0;
+  int64_t supervised_positions = 0;  // summed over updates
+  double update_seconds = 0;         // summed wall time of the updates (incl. teacher forward)
+  std::vector<double> losses;        // loss before each update's first step
+};
+
+class OsdAdapter : public Adapter {
+ public:
+  OsdAdapter(std::unique_ptr<OsdStudent> student, OsdOptions options);
+
+  void BeginSequence(const DraftBegin& begin) override;
+  void Observe(const DraftTree& tree, const Verdict& verdict) override;
+  void EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) override;
+
+  const OsdStats& stats() const { return stats_; }
+  // Correction indices recorded for the current (or just ended) request.
+  const std::vector<int64_t>& corrections() const { return corrections_; }
+  // Runs the pending update now (also called every `interval` requests).
+  void Update();
+
+ private:
+  struct Request {
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> corrections;
+  };
+  std::unique_ptr<OsdStudent> student_;
+  OsdOptions options_;
+  AdamWOptimizer optimizer_;
+  std::vector<Request> buffer_;
+  std::vector<int64_t> corrections_;
+  std::vector<uint8_t> has_children_;  // per slot of the current tree
+  int64_t position_ = 0;               // committed tokens so far in this request
+  OsdStats stats_;
+};
+
+}  // namespace specbed

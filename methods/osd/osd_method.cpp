@@ -1,0 +1,216 @@
+// Registration of `sps+osd` and `eagle3+osd`: the `sps` / `eagle3` decoders with an OsdAdapter
+// whose student is a trainable twin of the served drafter (TrainableLlama for the SpS draft LM,
+// TrainableEagle3 for the EAGLE-3 head). Each case starts from the drafter's stored weights; the
+// stream of a case is its prompts in dataset order (no shuffling), and updates persist across the
+// case's prompts (never across cases).
+// Checked by: tests/methods/osd_test.cpp, tests/engine/method_registry_test.cpp.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "harness/base/error.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/common/train/trainable_llama.h"
+#include "methods/eagle3/eagle3_drafter.h"
+#include "methods/eagle3/eagle3_method.h"
+#include "methods/eagle3/trainable_eagle3.h"
+#include "methods/method_registry.h"
+#include "methods/osd/osd_adapter.h"
+#include "methods/sps/sps_drafter.h"
+#include "models/checkpoint/hf_checkpoint.h"
+
+namespace specbed {
+namespace {
+
+// Target logits (and optionally hidden states) over a padded batch, without gradients.
+ForwardOutput TeacherForward(LlamaModel& target, const OsdBatch& batch,
+                             const std::vector<int64_t>& hidden_layers) {
+  at::NoGradGuard no_grad;
+  KvCache cache = target.NewCache(batch.tokens.size(0), batch.tokens.size(1));
+  ForwardOptions fo;
+  fo.logits = LogitsMode::kAll;
+  fo.hidden_layers = hidden_layers;
+  ForwardOutput out = target.Forward(batch.tokens, cache, fo);
+  out.logits = out.logits.clone();  // the model reuses its logits buffer
+  return out;
+}
+
+// Rows of `x` ([B, T, V]) where `mask` ([B, T]) is set: [N, V].
+at::Tensor MaskedRows(const at::Tensor& x, const at::Tensor& mask) {
+  const at::Tensor idx = mask.reshape(-1).nonzero().reshape(-1);
+  return x.reshape({-1, x.size(-1)}).index_select(0, idx);
+}
+
+class SpsOsdStudent : public OsdStudent {
+ public:
+  SpsOsdStudent(LlamaModel& target, SpsDrafter& drafter, const HfModel& draft)
+      : target_(target), drafter_(drafter), model_(draft.config, draft.tensors) {}
+
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
+    return model_.named_parameters();
+  }
+  at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
+    const ForwardOutput teacher = TeacherForward(target_, batch, {});
+    const at::Tensor student = model_.Forward(batch.tokens);
+    return DivergenceLoss(MaskedRows(teacher.logits, batch.loss_mask),
+                          MaskedRows(student, batch.loss_mask), divergence);
+  }
+  void Publish() override {
+    const LlamaConfig& c = model_.config();
+    drafter_.ReplaceModel(std::make_shared<LlamaModel>(
+        c, WeightsFromHfTensors(c, model_.HfTensors(), "sps+osd student")));
+  }
+
+ private:
+  LlamaModel& target_;
+  SpsDrafter& drafter_;
+  TrainableLlama model_;
+};
+
+class Eagle3OsdStudent : public OsdStudent {
+ public:
+  Eagle3OsdStudent(LlamaModel& target, Eagle3Drafter& drafter, const Eagle3Checkpoint& ckpt,
+                   int64_t ttt_steps)
+      : target_(target),
+        drafter_(drafter),
+        model_(ckpt.config, ckpt.tensors, target.weights().tok_embeddings),
+        ttt_steps_(ttt_steps) {}
+
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
+    return model_.named_parameters();
+  }
+  // The TTT objective restricted to the recorded positions: unrolled step k row t is supervised
+  // by the target at position t + 1 + k when that position is masked.
+  at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
+    const std::vector<int64_t>& layers = model_.config().aux_layer_ids;
+    const ForwardOutput teacher = TeacherForward(target_, batch, layers);
+    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    const auto logits = model_.Forward(aux, batch.tokens, ttt_steps_);
+    const at::Tensor target_draft = teacher.logits.index_select(-1, model_.draft_ids());
+    const int64_t t = batch.tokens.size(1);
+    at::Tensor total;
+    double weight = 1.0;
+    for (int64_t k = 0; k < ttt_steps_ && k + 1 < t; ++k) {
+      const int64_t shift = k + 1;
+      const at::Tensor mask = batch.loss_mask.narrow(1, shift, t - shift);
+      const at::Tensor teacher_rows = MaskedRows(target_draft.narrow(1, shift, t - shift), mask);
+      const at::Tensor student_rows = MaskedRows(logits[k].narrow(1, 0, t - shift), mask);
+      const at::Tensor term = DivergenceLoss(teacher_rows, student_rows, divergence) * weight;
+      total = total.defined() ? total + term : term;
+      weight *= 0.8;
+    }
+    return total;
+  }
+  void Publish() override {
+    drafter_.ReplaceHead(std::make_unique<Eagle3Head>(model_.config(), model_.Tensors(),
+                                                      target_.weights().tok_embeddings));
+  }
+
+ private:
+  LlamaModel& target_;
+  Eagle3Drafter& drafter_;
+  TrainableEagle3 model_;
+  int64_t ttt_steps_;
+};
+
+std::vector<MethodKnob> OsdKnobs() {
+  return {
+      {"osd_interval", 8, "requests between online updates (OSD: 8)", 1, 100000, {}},
+      {"osd_steps", 1, "AdamW steps per update", 1, 1000, {}},
+      {"osd_lr", 3e-4, "constant AdamW learning rate of the updates", 1e-9, 1.0, {}},
+      {"osd_divergence",
+       "forward_kl",
+       "divergence at the corrected positions",
+       1,
+       0,
+       {"forward_kl", "reverse_kl", "jsd"}},
+      {"osd_max_tokens",
+       512,
+       "a buffered request keeps its last osd_max_tokens tokens",
+       2,
+       65536,
+       {}},
+  };
+}
+
+OsdOptions OsdOptionsFrom(const nlohmann::json& knobs) {
+  OsdOptions o;
+  o.interval = knobs.at("osd_interval").get<int64_t>();
+  o.steps = knobs.at("osd_steps").get<int64_t>();
+  o.lr = knobs.at("osd_lr").get<double>();
+  o.divergence = ParseDivergence(knobs.at("osd_divergence").get<std::string>(), "osd");
+  o.max_tokens = knobs.at("osd_max_tokens").get<int64_t>();
+  return o;
+}
+
+void FillOsdTraits(MethodTraits& t) {
+  t.trains_online = true;
+  t.lossless = true;  // updates change the drafts, never the verification
+}
+
+}  // namespace
+
+void RegisterOsdMethods(MethodRegistry& registry) {
+  {
+    MethodInfo info = registry.Info("sps");
+    info.name = "sps+osd";
+    info.description =
+        "SpS whose draft LM is distilled online (OSD): forward KL at the corrected positions "
+        "every osd_interval requests";
+    info.paper = "Liu et al. 2024, Online Speculative Decoding (arXiv:2310.07177)";
+    FillOsdTraits(info.traits);
+    for (const MethodKnob& k : OsdKnobs()) info.knobs.push_back(k);
+    info.factory = [](MethodContext& context,
+                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+      const std::string name = knobs.at("drafter").get<std::string>();
+      LoadedTarget& draft = context.load_model(name);
+      SPECBED_CHECK(draft.spec.format == "hf", "sps+osd: draft '", name, "' is a ",
+                    draft.spec.format, " checkpoint; online training needs a Hugging Face ",
+                    "directory (config.json + safetensors)");
+      const LlamaConfig& t = context.target->model->config();
+      SPECBED_CHECK(draft.model->config().vocab_size == t.vocab_size, "sps+osd: draft '", name,
+                    "' does not share the target's vocabulary");
+      const HfModel stored = ReadHfCheckpoint(draft.spec.path, at::kFloat);
+      // The served draft starts as a private copy: updates never touch the shared model.
+      auto served = std::make_shared<LlamaModel>(
+          stored.config, WeightsFromHfTensors(stored.config, stored.tensors, draft.spec.path));
+      auto drafter = std::make_unique<SpsDrafter>(served);
+      auto student = std::make_unique<SpsOsdStudent>(*context.target->model, *drafter, stored);
+      SpeculativeOptions options;
+      options.budget.nodes = knobs.at("gamma").get<int64_t>();
+      options.budget.depth = options.budget.nodes;
+      options.sampling_rule = VerifyRule::kChainRs;
+      return std::make_unique<SpeculativeDecoder>(
+          *context.target->model, context.target->tokenizer.get(), std::move(drafter), options,
+          nullptr, std::make_unique<OsdAdapter>(std::move(student), OsdOptionsFrom(knobs)));
+    };
+    registry.Register(std::move(info));
+  }
+  {
+    MethodInfo info = registry.Info("eagle3");
+    info.name = "eagle3+osd";
+    info.description =
+        "EAGLE-3 whose head is trained online (OSD): the TTT loss at the corrected positions "
+        "every osd_interval requests";
+    info.paper =
+        "Li et al. 2025, EAGLE-3 (arXiv:2503.01840) + Liu et al. 2024, OSD (arXiv:2310.07177)";
+    FillOsdTraits(info.traits);
+    for (const MethodKnob& k : OsdKnobs()) info.knobs.push_back(k);
+    info.knobs.push_back({"osd_ttt_steps", 3, "unrolled TTT steps of the online loss", 1, 16, {}});
+    info.factory = [](MethodContext& context,
+                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+      Eagle3Drafter* drafter = nullptr;
+      nlohmann::json base = knobs;
+      std::unique_ptr<Decoder> decoder = MakeEagle3Decoder(context, base, &drafter);
+      const Eagle3Checkpoint ckpt =
+          LoadEagle3HeadFor(knobs.at("head").get<std::string>(), *context.target);
+      auto student = std::make_unique<Eagle3OsdStudent>(*context.target->model, *drafter, ckpt,
+                                                        knobs.at("osd_ttt_steps").get<int64_t>());
+      auto* spec = static_cast<SpeculativeDecoder*>(decoder.get());
+      spec->SetAdapter(std::make_unique<OsdAdapter>(std::move(student), OsdOptionsFrom(knobs)));
+      return decoder;
+    };
+    registry.Register(std::move(info));
+  }
+}
+
+}  // namespace specbed

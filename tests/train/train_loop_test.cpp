@@ -1,0 +1,233 @@
+// Tests of the shared drafter training loop (methods/common/train/train_loop.h) on a small
+// least-squares task: the schedule, AdamW against a closed form, loss going down, interrupt +
+// resume == uninterrupted (bitwise), the settings-mismatch error, and the loss curve in SQLite.
+// All inputs are fixed and single-threaded CPU ops are deterministic: false-failure rate 0.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "methods/common/train/train_loop.h"
+#include "models/checkpoint/safetensors.h"
+#include "results/store.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+using testing::HasSubstr;
+using testing_util::TestName;
+
+std::string Scratch() {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_loop_" + TestName();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// y = x W* + noise; learn W (and a bias vector, which is not decayed).
+class LeastSquaresTask : public TrainTask {
+ public:
+  explicit LeastSquaresTask(uint64_t seed) {
+    at::manual_seed(static_cast<int64_t>(seed));
+    x_ = at::randn({64, 6});
+    const at::Tensor w_true = at::randn({6, 3});
+    y_ = at::matmul(x_, w_true) + 0.01 * at::randn({64, 3});
+    w_ = (0.1 * at::randn({6, 3})).set_requires_grad(true);
+    b_ = at::zeros({3}).set_requires_grad(true);
+  }
+  std::string Name() const override { return "lsq"; }
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
+    return {{"w", w_}, {"b", b_}};
+  }
+  int64_t TrainRows() const override { return 48; }
+  at::Tensor Loss(const std::vector<int64_t>& rows) override {
+    const at::Tensor idx = at::tensor(rows, at::kLong);
+    const at::Tensor pred = at::matmul(x_.index_select(0, idx), w_) + b_;
+    return (pred - y_.index_select(0, idx)).pow(2).mean();
+  }
+  EvalMetrics Evaluate() override {
+    at::NoGradGuard no_grad;
+    ++evaluations;
+    const at::Tensor x = x_.slice(0, 48), y = y_.slice(0, 48);
+    EvalMetrics m;
+    m.loss = (at::matmul(x, w_) + b_ - y).pow(2).mean().item<double>();
+    m.acceptance_proxy = 1.0 / (1.0 + m.loss);
+    m.extra["rows"] = 16;
+    return m;
+  }
+  void WriteDrafter(const std::string& out_dir) const override {
+    const at::Tensor w = w_.detach().contiguous();
+    WriteSafetensors(out_dir + "/model.safetensors",
+                     {{"w", SafetensorsDtype::kF32, {6, 3}, w.data_ptr<float>(), 18 * 4}});
+  }
+  at::Tensor w() const { return w_.detach().clone(); }
+  int evaluations = 0;
+
+ private:
+  at::Tensor x_, y_, w_, b_;
+};
+
+StoreOptions ReadOnly() {
+  StoreOptions o;
+  o.read_only = true;
+  return o;
+}
+
+OptimConfig SmallOptim() {
+  OptimConfig c;
+  c.steps = 60;
+  c.batch = 8;
+  c.lr = 0.05;
+  c.min_lr = 0.005;
+  c.warmup = 5;
+  c.weight_decay = 0.01;
+  c.grad_clip = 1.0;
+  c.checkpoint_every = 7;
+  c.log_every = 3;
+  c.eval_every = 20;
+  return c;
+}
+
+TEST(TrainLoopTest, ScheduleWarmsUpThenDecaysToTheFloor) {
+  OptimConfig c = SmallOptim();
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, 0), c.lr / 5);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, 4), c.lr);
+  EXPECT_NEAR(ScheduledLearningRate(c, 5), c.lr, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 5 + 55 / 2.0), 0.5 * (c.lr + c.min_lr), 1e-3);
+  EXPECT_NEAR(ScheduledLearningRate(c, 59), c.min_lr, 1e-4);
+}
+
+TEST(TrainLoopTest, AdamWMatchesClosedFormAndClips) {
+  // One parameter, constant gradient g: after t steps with lr, no decay, the bias-corrected
+  // update is exactly -lr * sign(g) per step (m_hat = g, v_hat = g^2) up to eps.
+  at::Tensor p = at::zeros({2}).set_requires_grad(true);
+  AdamWOptimizer opt({{"p", p}}, {false}, 0.9, 0.95, 0.0);
+  for (int t = 0; t < 3; ++t) {
+    p.mutable_grad() = at::tensor({2.0f, -0.5f});
+    const double norm = opt.Step(0.1, 0);
+    EXPECT_NEAR(norm, std::sqrt(4.25), 1e-6);
+  }
+  EXPECT_NEAR(p[0].item<double>(), -0.3, 1e-6);
+  EXPECT_NEAR(p[1].item<double>(), 0.3, 1e-6);
+  EXPECT_FALSE(p.grad().defined());
+  // Decoupled decay multiplies by (1 - lr * wd) before the Adam step.
+  at::Tensor q = at::ones({1}).set_requires_grad(true);
+  AdamWOptimizer decayed({{"q", q}}, {true}, 0.9, 0.95, 0.5);
+  q.mutable_grad() = at::tensor({1.0f});
+  decayed.Step(0.1, 0);
+  EXPECT_NEAR(q.item<double>(), 1.0 * (1 - 0.05) - 0.1, 1e-6);
+}
+
+TEST(TrainLoopTest, TrainsLogsToSqliteAndEvaluates) {
+  at::set_num_threads(1);
+  const std::string out = Scratch();
+  LeastSquaresTask task(3);
+  TrainLoopOptions options;
+  options.verbose = false;
+  const TrainLoopResult r = RunTrainLoop(task, SmallOptim(), {{"task_knob", 1}}, out, options);
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.step, 60);
+  EXPECT_LT(r.final_loss, 0.2 * r.first_loss);
+  EXPECT_LT(r.eval.loss, 0.2);
+  EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/work/train_state.safetensors"));
+
+  auto store = ResultsStore::Open(out + "/train_log.db", ReadOnly());
+  const auto runs = store->ListTrainRuns();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].record.task, "lsq");
+  EXPECT_THAT(runs[0].record.settings_json, HasSubstr("\"task_knob\":1"));
+  EXPECT_THAT(runs[0].record.settings_json, HasSubstr("\"lr\":0.05"));
+  const auto log = store->LoadTrainLog(runs[0].train_id);
+  ASSERT_EQ(log.size(), 20u);  // steps 3, 6, ..., 60
+  EXPECT_EQ(log.front().step, 3);
+  EXPECT_EQ(log.back().step, 60);
+  EXPECT_GT(log.front().loss, log.back().loss);
+  EXPECT_GT(log.front().grad_norm, 0);
+  const auto evals = store->LoadTrainEval(runs[0].train_id);
+  ASSERT_EQ(evals.size(), 4u);  // before training, 20, 40, final 60
+  EXPECT_EQ(evals.front().step, 0);
+  EXPECT_EQ(evals.back().step, 60);
+  EXPECT_GT(evals.front().val_loss, evals.back().val_loss);
+  EXPECT_THAT(evals.back().metrics_json, HasSubstr("\"rows\":16"));
+}
+
+TEST(TrainLoopTest, InterruptAndResumeIsBitwiseUninterrupted) {
+  at::set_num_threads(1);
+  const std::string root = Scratch();
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  LeastSquaresTask full(5);
+  const TrainLoopResult rf = RunTrainLoop(full, SmallOptim(), {}, root + "/full", quiet);
+
+  TrainLoopOptions stop = quiet;
+  stop.stop_after = 25;  // not a multiple of checkpoint_every: the stop writes its own checkpoint
+  LeastSquaresTask first(5);
+  const TrainLoopResult r1 = RunTrainLoop(first, SmallOptim(), {}, root + "/split", stop);
+  EXPECT_FALSE(r1.finished);
+  EXPECT_EQ(r1.step, 25);
+  LeastSquaresTask second(5);  // a fresh process: parameters come from the train state
+  TrainLoopOptions resume = quiet;
+  resume.resume = true;
+  const TrainLoopResult r2 = RunTrainLoop(second, SmallOptim(), {}, root + "/split", resume);
+  EXPECT_TRUE(r2.finished);
+  EXPECT_TRUE(at::equal(second.w(), full.w()));
+  EXPECT_EQ(r2.eval.loss, rf.eval.loss);
+
+  auto a = ResultsStore::Open(root + "/full/train_log.db", ReadOnly());
+  auto b = ResultsStore::Open(root + "/split/train_log.db", ReadOnly());
+  const auto la = a->LoadTrainLog(a->ListTrainRuns()[0].train_id);
+  const auto lb = b->LoadTrainLog(b->ListTrainRuns()[0].train_id);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_EQ(la[i].step, lb[i].step);
+    EXPECT_EQ(la[i].loss, lb[i].loss) << "step " << la[i].step;
+  }
+  // A finished run is not retrained: only the evaluation runs again.
+  LeastSquaresTask third(5);
+  const TrainLoopResult r3 = RunTrainLoop(third, SmallOptim(), {}, root + "/split", quiet);
+  EXPECT_TRUE(r3.finished);
+  EXPECT_EQ(third.evaluations, 1);
+  EXPECT_TRUE(at::equal(third.w(), full.w()));
+}
+
+TEST(TrainLoopTest, OtherSettingsFailNamingTheSettingUnlessRestarted) {
+  at::set_num_threads(1);
+  const std::string out = Scratch();
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  quiet.stop_after = 10;
+  LeastSquaresTask task(1);
+  RunTrainLoop(task, SmallOptim(), {{"width", 4}}, out, quiet);
+  OptimConfig other = SmallOptim();
+  other.lr = 0.02;
+  LeastSquaresTask again(1);
+  try {
+    RunTrainLoop(again, other, {{"width", 4}}, out, quiet);
+    FAIL() << "expected a settings mismatch";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'lr' (--lr) is 0.05 there but 0.02 now"));
+  }
+  EXPECT_THROW(RunTrainLoop(again, SmallOptim(), {{"width", 5}}, out, quiet), Error);
+  TrainLoopOptions restart = quiet;
+  restart.restart = true;
+  EXPECT_NO_THROW(RunTrainLoop(again, other, {{"width", 4}}, out, restart));
+  TrainLoopOptions resume = quiet;
+  resume.resume = true;
+  EXPECT_THROW(RunTrainLoop(again, SmallOptim(), {}, Scratch() + "/empty", resume), Error);
+  OptimConfig bad = SmallOptim();
+  bad.batch = 100;  // more than the 48 training rows
+  EXPECT_THROW(RunTrainLoop(again, bad, {}, out + "/bad", quiet), Error);
+}
+
+}  // namespace
+}  // namespace specbed
