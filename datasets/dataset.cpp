@@ -407,14 +407,7 @@ std::vector<Prompt> LoadPromptFile(const std::string& path, const std::string& f
                                "dataset file '" + path + "'");
 }
 
-namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::vector<Prompt> LoadDataset(const std::string& name_or_path, const DatasetFilter& filter) {
   const DatasetRegistry& registry = DatasetRegistry::Builtin();

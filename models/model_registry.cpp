@@ -63,11 +63,6 @@ ModelSpec Random35M() {
   return s;
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Chat template a Hugging Face checkpoint most likely uses, from its architecture and vocab.
 std::string GuessChatTemplate(const LlamaConfig& config) {
   if (config.architecture.rfind("Qwen", 0) == 0) return "chatml";

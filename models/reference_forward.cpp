@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "harness/base/error.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -21,12 +22,6 @@ struct Mat {
   int64_t rows = 0;
   int64_t cols = 0;
 };
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // Reads tensor `name` (expected shape [rows, cols], or [rows] when cols == 0) as float32.
 Mat Load(const std::map<std::string, at::Tensor>& tensors, const std::string& name, int64_t rows,

@@ -1,4 +1,5 @@
-// Stable 64-bit FNV-1a hashing, used for output hashes and case keys stored in SQLite.
+// Stable 64-bit FNV-1a hashing, used for output hashes and case keys stored in SQLite, and the
+// splitmix64 mixer for seeded counter-based streams.
 // Checked by: tests/base/names_test.cpp (known FNV-1a vectors).
 #pragma once
 
@@ -15,5 +16,12 @@ std::string Hex64(uint64_t value);
 std::string HashTokens(const std::vector<int32_t>& tokens);
 // Hash of a string as 16 hex digits.
 std::string HashString(const std::string& text);
+
+// The splitmix64 finalizer: a bijective 64-bit mix, for counter-based random streams.
+inline uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
 
 }  // namespace specbed

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -53,6 +54,31 @@ std::string ReadFileToString(const std::string& path) {
 bool PathExists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
+}
+
+nlohmann::json ParseJsonFile(const std::string& path) {
+  const std::string text = ReadFileToString(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    Fail(path, ": not valid JSON: ", e.what());
+  }
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    SPECBED_CHECK(out.good(), "cannot open '", tmp, "' for writing");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    SPECBED_CHECK(out.good(), "write to '", tmp, "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    Fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
+  }
 }
 
 }  // namespace specbed

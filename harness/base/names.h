@@ -1,5 +1,5 @@
 // Name lookup helpers shared by every registry (models, methods, datasets, chat templates):
-// an unknown name fails with the list of known names and the nearest match.
+// an unknown name fails with the list of known names and the nearest match; small string helpers.
 // Checked by: tests/base/names_test.cpp.
 #pragma once
 
@@ -22,5 +22,14 @@ std::string NearestName(const std::string& name, const std::vector<std::string>&
 
 // Joins strings with a separator.
 std::string Join(const std::vector<std::string>& parts, const std::string& sep);
+
+// Prefix / suffix tests.
+inline bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+inline bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 }  // namespace specbed

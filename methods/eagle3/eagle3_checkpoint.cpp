@@ -22,6 +22,8 @@
 #include "harness/base/hash.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "models/checkpoint/hf_checkpoint.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -35,47 +37,8 @@ constexpr const char* kRecipeKey = "specbed_recipe";
 constexpr const char* kCanonicalPrefix = "midlayer.";
 constexpr const char* kVllmPrefix = "layers.0.";
 
-bool StartsWith(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 std::string DtypeName(at::ScalarType dtype) {
   return c10::toString(dtype);
-}
-
-json ParseJsonFile(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    Fail(path, ": not valid JSON: ", e.what());
-  }
-}
-
-void WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    SPECBED_CHECK(out.good(), "cannot open '", tmp, "' for writing");
-    out << text;
-    out.flush();
-    SPECBED_CHECK(out.good(), "write to '", tmp, "' failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    Fail("cannot rename '", tmp, "' to '", path, "'");
-  }
 }
 
 // `layers.0.` (vLLM / speculators) -> `midlayer.`; other names unchanged.
@@ -209,31 +172,6 @@ at::Tensor EntryToTensor(const SafetensorsEntry& entry) {
   if (entry.nbytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.nbytes);
   if (raw.is_floating_point() && stored != at::kFloat) raw = raw.to(at::kFloat).contiguous();
   return raw;
-}
-
-// splitmix64 finalizer.
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-// out[i] = mean + stddev * N(0, 1): Box-Muller over counter-based uniforms keyed by `key`, so
-// the values depend only on (key, i).
-void FillNormal(float* out, int64_t n, uint64_t key, double mean, double stddev) {
-  const int64_t pairs = (n + 1) / 2;
-  at::parallel_for(0, pairs, 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const uint64_t a = Mix64(key + static_cast<uint64_t>(2 * p + 1) * 0x9E3779B97F4A7C15ULL);
-      const uint64_t b = Mix64(key + static_cast<uint64_t>(2 * p + 2) * 0x9E3779B97F4A7C15ULL);
-      const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-      const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;          // [0, 1)
-      const double r = std::sqrt(-2.0 * std::log(u1));
-      const double angle = 2.0 * M_PI * u2;
-      out[2 * p] = static_cast<float>(mean + stddev * r * std::cos(angle));
-      if (2 * p + 1 < n) out[2 * p + 1] = static_cast<float>(mean + stddev * r * std::sin(angle));
-    }
-  });
 }
 
 uint64_t NameKey(uint64_t seed, const std::string& name) {
@@ -395,7 +333,7 @@ void WriteEagle3Checkpoint(const std::string& dir, const Eagle3Config& config,
   } catch (const std::filesystem::filesystem_error& e) {
     Fail("cannot create checkpoint directory '", dir, "': ", e.what());
   }
-  WriteTextFile(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
 
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, t] : tensors) {
@@ -422,7 +360,7 @@ std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config
     if (EndsWith(name, "norm.weight")) {
       t.fill_(1.0f);
     } else {
-      FillNormal(t.data_ptr<float>(), t.numel(), NameKey(seed, name), 0.0, 0.02);
+      FillSeededNormal(t.data_ptr<float>(), t.numel(), NameKey(seed, name), 0.0, 0.02);
     }
     tensors[name] = t;
   }

@@ -12,15 +12,10 @@
 
 #include "harness/base/error.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // out[0, dim) = x / rms(x) * w; x may be float or bfloat16, math in float32.
 template <typename T>

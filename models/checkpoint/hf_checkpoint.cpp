@@ -19,6 +19,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -29,43 +30,8 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 std::string DtypeName(at::ScalarType dtype) {
   return c10::toString(dtype);
-}
-
-json ParseJsonFile(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    Fail(path, ": not valid JSON: ", e.what());
-  }
-}
-
-void WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    SPECBED_CHECK(out.good(), "cannot open '", tmp, "' for writing");
-    out << text;
-    out.flush();
-    SPECBED_CHECK(out.good(), "write to '", tmp, "' failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    Fail("cannot rename '", tmp, "' to '", path, "'");
-  }
 }
 
 // Copies a stored tensor out of the mapping and converts it to `dtype`.
@@ -140,16 +106,9 @@ std::string LayerPrefix(int64_t i) {
   return "model.layers." + std::to_string(i) + ".";
 }
 
-// splitmix64 finalizer.
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 // Fills `out` with standard normal values: Box-Muller over counter-based uniforms keyed by `key`,
 // so the result depends only on (key, index), not on threads or library versions.
-void FillNormal(float* out, int64_t n, uint64_t key, double mean, double stddev) {
+void FillNormalImpl(float* out, int64_t n, uint64_t key, double mean, double stddev) {
   const int64_t pairs = (n + 1) / 2;
   at::parallel_for(0, pairs, 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
@@ -357,7 +316,7 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
   } catch (const std::filesystem::filesystem_error& e) {
     Fail("cannot create checkpoint directory '", dir, "': ", e.what());
   }
-  WriteTextFile(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
 
   std::vector<std::pair<std::string, at::Tensor>> stored_tensors;
   for (const auto& [name, t] : tensors) {
@@ -406,7 +365,7 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
     for (const auto& v : shards[i]) weight_map[v.name] = name;
   }
   const json index_json = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-  WriteTextFile(index, index_json.dump(2) + "\n");
+  WriteFileAtomically(index, index_json.dump(2) + "\n");
   std::remove(single.c_str());
 }
 
@@ -420,10 +379,15 @@ std::map<std::string, at::Tensor> RandomHfTensors(const LlamaConfig& config, uin
     at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
     const uint64_t key = Mix64(seed ^ Fnv1a64(name.data(), name.size()));
     const bool is_norm = EndsWith(name, "norm.weight");
-    FillNormal(t.data_ptr<float>(), t.numel(), key, is_norm ? 1.0 : 0.0, is_norm ? 0.1 : 0.02);
+    FillSeededNormal(t.data_ptr<float>(), t.numel(), key, is_norm ? 1.0 : 0.0,
+                     is_norm ? 0.1 : 0.02);
     tensors[name] = dtype == at::kFloat ? t : t.to(dtype);
   }
   return tensors;
+}
+
+void FillSeededNormal(float* out, int64_t n, uint64_t key, double mean, double stddev) {
+  FillNormalImpl(out, n, key, mean, stddev);
 }
 
 }  // namespace specbed

@@ -62,6 +62,11 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
                        const std::map<std::string, at::Tensor>& tensors,
                        at::ScalarType store_dtype = at::kFloat, int64_t max_shard_bytes = 0);
 
+// out[i] = mean + stddev * N(0, 1) for i < n: Box-Muller over counter-based uniforms keyed by
+// `key` (splitmix64), so the values depend only on (key, i) — not on threads, LibTorch's RNG or
+// its version. Used for every seeded random init (HF tensors, EAGLE-3 heads).
+void FillSeededNormal(float* out, int64_t n, uint64_t key, double mean, double stddev);
+
 // Random HF-named tensors for `config` (CPU, `dtype` kFloat or kBFloat16): normal(0, 0.02) for
 // embeddings/projections/head, 1 + 0.1*normal for RMSNorm weights (incl. q/k norms),
 // normal(0, 0.02) biases. Deterministic in (seed, tensor name) and independent of the LibTorch

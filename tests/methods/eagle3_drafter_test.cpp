@@ -83,6 +83,77 @@ TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
   }
 }
 
+// The shipped head at T = 1: the distribution of the second generated token (the first one
+// decided by tree verification) over 12000 seeded generations matches the target's exact
+// marginal sum_a p(a) p(b | a) (chi-square over the cells with expected count >= 5, the rest
+// pooled; reject at p < 1e-4: false-failure rate about 1e-4, deterministic given the seeds).
+TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheFirstVerifiedToken) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  LlamaModel& model = *target.model;
+  const int64_t vocab = model.config().vocab_size;
+  const std::vector<int32_t> prompt =
+      BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  // Exact marginal of the second token.
+  at::Tensor p1;
+  {
+    KvCache cache = model.NewCache(1, p);
+    p1 = at::softmax(model.Forward(testing_util::Ids(prompt), cache).logits.reshape({-1}), 0);
+  }
+  at::Tensor batch = at::empty({vocab, p + 1}, at::kLong);
+  for (int64_t a = 0; a < vocab; ++a) {
+    for (int64_t j = 0; j < p; ++j) batch[a][j] = prompt[j];
+    batch[a][p] = a;
+  }
+  KvCache batch_cache = model.NewCache(vocab, p + 1);
+  const at::Tensor p2 =
+      at::softmax(model.Forward(batch, batch_cache).logits.reshape({vocab, vocab}), 1);
+  const at::Tensor marginal = at::matmul(p1.unsqueeze(0), p2).reshape({-1});
+
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = ContextFor(target);
+  auto decoder =
+      registry.Build("eagle3", context, {{"depth", 3}, {"top_k", 4}, {"total_tokens", 8}});
+  const int kDraws = 12000;
+  std::vector<double> counts(vocab, 0);
+  KvCache cache = model.NewCache(1, p + 3);
+  int64_t accepted = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    GenerationConfig g;
+    g.sampling.temperature = 1.0;
+    g.seed = 5000 + i;
+    g.stop.max_new_tokens = 2;
+    g.stop.stop_on_eos = false;
+    DecodeResult r;
+    decoder->Generate(prompt, g, cache, r);
+    ASSERT_EQ(r.generation.tokens.size(), 2u);
+    counts[r.generation.tokens[1]] += 1;
+    for (const StepStats& s : r.steps) accepted += s.n_accepted;
+  }
+  double chi2 = 0, pooled_count = 0, pooled_expected = 0;
+  int cells = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    const double e = marginal[v].item<double>() * kDraws;
+    if (e >= 5) {
+      chi2 += (counts[v] - e) * (counts[v] - e) / e;
+      ++cells;
+    } else {
+      pooled_count += counts[v];
+      pooled_expected += e;
+    }
+  }
+  if (pooled_expected > 0) {
+    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  ASSERT_GT(cells, 5);
+  EXPECT_GT(testing_util::ChiSquareSf(chi2, cells - 1), 1e-4)
+      << "chi2 " << chi2 << " cells " << cells;
+  EXPECT_GT(accepted, kDraws / 3);  // the head's drafts are taken often: the tree path matters
+}
+
 // A tiny random target (vocabulary 4) and a random EAGLE-3 head over 3 of the 4 tokens.
 struct TinyPair {
   LlamaConfig target_config;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
 #include "harness/engine/ar_generate.h"
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/common/train/trainable_llama.h"
@@ -191,6 +192,10 @@ TEST(DraftLmTrainerTest, TinyRunLowersLossAndWritesOutputs) {
   EXPECT_EQ(draft.model->config().eos_token_ids, std::vector<int64_t>{2});
   EXPECT_EQ(draft.model->config().n_layers, 2);
   EXPECT_EQ(draft.model->config().dim, 16);
+  // The recipe is recorded next to the weights.
+  const nlohmann::json config = nlohmann::json::parse(ReadFileToString(out + "/config.json"));
+  EXPECT_EQ(config["specbed_recipe"]["steps"], 40);
+  EXPECT_EQ(config["specbed_recipe"]["trainer"], "specbed train draft-lm");
 
   // Rerunning a finished run trains nothing, reuses the cached data and reports the same figures.
   const DraftLmTrainResult again = TrainDraftLm(c, out, Quiet());

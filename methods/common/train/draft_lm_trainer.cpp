@@ -40,6 +40,25 @@ constexpr const char* kDataFormat = "specbed-draft-lm-data-v1";
 // fit in this many bytes (float32); otherwise every step runs the teacher on its batch.
 constexpr int64_t kTeacherCacheBytes = int64_t{2} << 30;
 
+OptimConfig DraftLmOptim(const DraftLmTrainConfig& c) {
+  OptimConfig o;
+  o.steps = c.steps;
+  o.batch = c.batch;
+  o.lr = c.lr;
+  o.min_lr = c.min_lr;
+  o.warmup = c.warmup;
+  o.weight_decay = c.weight_decay;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.grad_clip = c.grad_clip;
+  o.seed = c.seed;
+  o.checkpoint_every = c.checkpoint_every;
+  o.log_every = c.log_every;
+  o.eval_every = 0;
+  o.threads = c.threads;
+  return o;
+}
+
 // The run identity: everything that changes the trained weights.
 ojson Settings(const DraftLmTrainConfig& c, const LlamaConfig& draft, const std::string& target,
                const std::string& fingerprint) {
@@ -57,16 +76,9 @@ ojson Settings(const DraftLmTrainConfig& c, const LlamaConfig& draft, const std:
   s["n_eval_sequences"] = c.n_eval_sequences;
   s["seq_len"] = c.seq_len;
   s["temperature"] = c.temperature;
-  s["steps"] = c.steps;
-  s["batch"] = c.batch;
-  s["lr"] = c.lr;
-  s["min_lr"] = c.min_lr;
-  s["warmup"] = c.warmup;
-  s["weight_decay"] = c.weight_decay;
-  s["beta1"] = c.beta1;
-  s["beta2"] = c.beta2;
-  s["grad_clip"] = c.grad_clip;
-  s["seed"] = c.seed;
+  // The optimiser's part of the identity, in the same key order as before the shared loop.
+  const ojson optim = OptimSettings(DraftLmOptim(c));
+  for (const auto& [key, value] : optim.items()) s[key] = value;
   return s;
 }
 
@@ -264,25 +276,6 @@ LlamaConfig DraftLlamaConfig(const DraftLmTrainConfig& c, const LlamaConfig& tar
 
 namespace {
 
-OptimConfig DraftLmOptim(const DraftLmTrainConfig& c) {
-  OptimConfig o;
-  o.steps = c.steps;
-  o.batch = c.batch;
-  o.lr = c.lr;
-  o.min_lr = c.min_lr;
-  o.warmup = c.warmup;
-  o.weight_decay = c.weight_decay;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.grad_clip = c.grad_clip;
-  o.seed = c.seed;
-  o.checkpoint_every = c.checkpoint_every;
-  o.log_every = c.log_every;
-  o.eval_every = 0;
-  o.threads = c.threads;
-  return o;
-}
-
 // Forward-KL distillation of the draft on the sampled rows, as a TrainTask.
 class DraftLmTask : public TrainTask {
  public:
@@ -323,9 +316,16 @@ class DraftLmTask : public TrainTask {
     m.extra["expected_acceptance_t1"] = ev.acceptance;
     return m;
   }
+  // The HF checkpoint, with the training recipe (the run identity) under the extra config.json
+  // key "specbed_recipe" (Hugging Face loaders ignore unknown keys).
   void WriteDrafter(const std::string& out_dir) const override {
     WriteHfCheckpoint(out_dir, draft_.config(), draft_.HfTensors(), at::kFloat);
+    const std::string path = out_dir + "/config.json";
+    ojson config = ojson::parse(ReadFileToString(path));
+    config["specbed_recipe"] = recipe_;
+    WriteFileAtomically(path, config.dump(2) + "\n");
   }
+  void set_recipe(ojson recipe) { recipe_ = std::move(recipe); }
 
   double teacher_seconds = 0;
 
@@ -336,6 +336,7 @@ class DraftLmTask : public TrainTask {
   TrainableLlama& draft_;
   bool verbose_;
   at::Tensor teacher_cache_;
+  ojson recipe_;
 };
 
 }  // namespace
@@ -373,6 +374,9 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
 
   TrainableLlama draft(dc, DeriveSeed(config.seed, 0, 0x696e6974));  // "init"
   DraftLmTask task(config, teacher, data, draft, options.verbose);
+  ojson recipe = settings;
+  recipe["trainer"] = "specbed train draft-lm";
+  task.set_recipe(recipe);
   TrainLoopOptions loop_options;
   loop_options.resume = options.resume;
   loop_options.restart = options.restart;

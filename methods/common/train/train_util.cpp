@@ -19,19 +19,6 @@ uint64_t DeriveSeed(uint64_t seed, uint64_t index, uint64_t salt) {
   return Fnv1a64(words, sizeof(words));
 }
 
-void WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    SPECBED_CHECK(out.good(), "cannot write '", tmp, "'");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    SPECBED_CHECK(out.good(), "write failed for '", tmp, "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  SPECBED_CHECK(!ec, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
-}
-
 std::string TargetFingerprint(const LlamaModel& model) {
   const LlamaWeights& w = model.weights();
   std::vector<at::Tensor> parts = {w.tok_embeddings, w.final_norm, w.layers.front().wqkv,

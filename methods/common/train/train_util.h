@@ -8,15 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "harness/base/mapped_file.h"  // WriteFileAtomically
 #include "models/llama_model.h"
 
 namespace specbed {
 
 // Deterministic 64-bit seed from (seed, index, salt): FNV-1a over the three words.
 uint64_t DeriveSeed(uint64_t seed, uint64_t index, uint64_t salt);
-
-// Writes `bytes` to `path`.tmp and renames it over `path`, so a crash leaves the old file intact.
-void WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 // 16 hex digits identifying the model's weights: FNV-1a over the bytes of the embedding, the
 // final norm, the first layer's q/k/v, the last layer's down projection and an untied head.

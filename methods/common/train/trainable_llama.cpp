@@ -9,21 +9,12 @@
 #include <limits>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // x * 1/sqrt(mean(x^2) + eps) * w over the last dimension.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
