@@ -1,4 +1,5 @@
-// gnuplot scripts for the report plots and running gnuplot (see plots.h).
+// gnuplot scripts for the report plots and the papers' figures, and running gnuplot (see
+// plots.h).
 // Checked by: tests/reports/report_test.cpp.
 #include "reports/plots.h"
 
@@ -17,8 +18,11 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
+#include "reports/summary.h"
 
 namespace specbed {
 namespace {
@@ -83,6 +87,15 @@ std::string Header(const std::string& title, const std::string& xlabel, const st
     << "set grid ytics\n"
     << "set key outside right top box\n";
   return s.str();
+}
+
+// Numeric/boolean knobs in short form, {"k":4,"drafter":"x"} -> "k=4" (string knobs name models,
+// which the tables show; dropped to keep axis labels short).
+std::string ShortKnobs(const std::string& json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  if (!j.is_object()) return "";
+  for (auto it = j.begin(); it != j.end();) it = it->is_string() ? j.erase(it) : std::next(it);
+  return PlotLabel(KnobsShort(j.dump()));
 }
 
 std::string GroupName(const ReportGroup& g) {
@@ -289,6 +302,208 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
             << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
             << "set xtics 1\n"
             << "set yrange [0:1.05]\n";
+      p.script = data.str() + Render(p.name, setup.str(), plot.str());
+      plots.push_back(p);
+    }
+  }
+  return plots;
+}
+
+std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
+                                    const std::vector<std::string>& labels, int index,
+                                    std::vector<std::string>* skipped) {
+  std::vector<Plot> plots;
+  const std::string suffix = std::to_string(index);
+  const std::string gname = GroupName(group);
+  auto skip = [&](const std::string& why) {
+    if (skipped != nullptr) skipped->push_back(why);
+  };
+
+  // Speculative cases with steps, as series per (method, T) ordered by budget.
+  struct Point {
+    double budget, value;
+    size_t case_index;
+  };
+  std::vector<std::pair<std::string, double>> series_keys;
+  std::map<std::pair<std::string, double>, std::vector<size_t>> series_cases;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.is_ar || c.metrics.n_steps == 0) continue;
+    const auto key = std::make_pair(c.row.record.method, c.row.record.temperature);
+    if (!series_cases.count(key)) series_keys.push_back(key);
+    series_cases[key].push_back(i);
+  }
+  auto budget_of = [&](size_t i) {
+    const CaseMetrics& m = group.cases[i].metrics;
+    return static_cast<double>(m.drafted) / static_cast<double>(m.n_steps);
+  };
+
+  // (1) and (2): speedup and τ vs. budget.
+  for (const bool is_speedup : {true, false}) {
+    Plot p;
+    p.name = (is_speedup ? "speedup_vs_budget_" : "tau_vs_budget_") + suffix;
+    p.title = std::string(is_speedup ? "Speedup" : "τ") + " vs. draft budget — " + gname;
+    p.caption =
+        is_speedup ? "Speedup (geometric mean over prompts vs. AR) against the draft budget (mean "
+                     "drafted nodes per verify step), one line per method and temperature over its "
+                     "knob settings; circled: each method's best speedup."
+                   : "τ (tokens per verify step) against the draft budget (mean drafted nodes per "
+                     "verify step), one line per method and temperature; circled: the setting "
+                     "with the method's best speedup.";
+    std::ostringstream data, plot, best;
+    int n = 0;
+    for (const auto& key : series_keys) {
+      std::vector<Point> pts;
+      for (size_t i : series_cases[key]) {
+        const CaseReport& c = group.cases[i];
+        const double v = is_speedup ? c.speedup.geomean : c.metrics.tau;
+        if (std::isfinite(v)) pts.push_back({budget_of(i), v, i});
+      }
+      if (pts.empty()) continue;
+      std::stable_sort(pts.begin(), pts.end(),
+                       [](const Point& a, const Point& b) { return a.budget < b.budget; });
+      const std::string block = "$" + p.name + "_" + std::to_string(n);
+      data << block << " << EOD\n";
+      for (const Point& q : pts) data << Num(q.budget) << " " << Num(q.value) << "\n";
+      data << "EOD\n";
+      plot << (n == 0 ? "plot " : ", \\\n     ") << block
+           << " using 1:2 with linespoints lw 2 pt 7 ps 1.3 lc " << n + 1 << " title "
+           << Quote(PlotLabel(key.first) + " " + TemperatureLabel(key.second));
+      // The best-speedup case of this series.
+      double best_spd = -1;
+      size_t best_i = group.cases.size();
+      for (size_t i : series_cases[key]) {
+        const double s = group.cases[i].speedup.geomean;
+        if (std::isfinite(s) && s > best_spd) best_spd = s, best_i = i;
+      }
+      if (best_i < group.cases.size()) {
+        const double v =
+            is_speedup ? group.cases[best_i].speedup.geomean : group.cases[best_i].metrics.tau;
+        if (std::isfinite(v)) best << Num(budget_of(best_i)) << " " << Num(v) << "\n";
+      }
+      ++n;
+    }
+    if (n == 0) {
+      skip(StrCat(p.title, ": skipped (no speculative case with ",
+                  is_speedup ? "a speedup over a matching AR case" : "a τ", ")."));
+      continue;
+    }
+    if (!best.str().empty()) {
+      data << "$" << p.name << "_best << EOD\n" << best.str() << "EOD\n";
+      plot << ", \\\n     $" << p.name
+           << "_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup "
+              "of the method'";
+    }
+    std::ostringstream setup;
+    setup << Header(p.title, "draft budget (mean drafted nodes per verify step)",
+                    is_speedup ? "speedup vs. AR (×, geometric mean over prompts)"
+                               : "τ (tokens per verify step)")
+          << "set grid xtics\n"
+          << "set offsets 0, graph 0.05, graph 0.1, 0\n"
+          << "set xrange [0:*]\nset yrange [0:*]\n";
+    if (is_speedup) plot << ", \\\n     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+
+  // (3) Stacked phase-time shares per speculative case.
+  {
+    Plot p;
+    p.name = "phase_time_" + suffix;
+    p.title = "Decode time by phase — " + gname;
+    bool any_adapt = false;
+    std::vector<size_t> cases;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseMetrics& m = group.cases[i].metrics;
+      if (m.n_steps == 0 || !(m.decode_ms > 0)) continue;
+      cases.push_back(i);
+      any_adapt = any_adapt || m.adapt_ms > 0;
+    }
+    p.caption =
+        std::string("Share of decode time per speculative case: drafting") +
+        (any_adapt ? " (without adaptation), online adaptation (OSD updates)" : "") +
+        ", the verify forward, other step work (sampling, acceptance, bookkeeping) and the "
+        "untimed rest. Bars are labelled #case id (the case column of the details table), method, "
+        "numeric knobs (cut at 24 characters) and T.";
+    if (cases.empty()) {
+      skip(p.title + ": skipped (no speculative case with steps and decode time).");
+    } else {
+      std::ostringstream data;
+      data << "$" << p.name << " << EOD\n";
+      for (size_t i : cases) {
+        const CaseMetrics& m = group.cases[i].metrics;
+        const double draft = 100.0 * (m.draft_ms - m.adapt_ms) / m.decode_ms;
+        const double adapt = 100.0 * m.adapt_ms / m.decode_ms;
+        const double verify = 100.0 * m.verify_ms / m.decode_ms;
+        const double other = 100.0 * m.other_ms / m.decode_ms;
+        const double rest = std::max(0.0, 100.0 - draft - adapt - verify - other);
+        // Short label (case id, method, numeric knobs, T): long JSON labels do not fit under bars.
+        const CaseRecord& r = group.cases[i].row.record;
+        std::string knobs = ShortKnobs(r.method_knobs_json);
+        if (knobs.size() > 24) {  // cut at a UTF-8 character boundary
+          size_t cut = 23;
+          while (cut > 0 && (static_cast<unsigned char>(knobs[cut]) & 0xC0) == 0x80) --cut;
+          knobs = knobs.substr(0, cut) + "…";
+        }
+        data << DataString(StrCat("#", group.cases[i].row.case_id, " ", r.method, " ", knobs, " ",
+                                  TemperatureLabel(r.temperature)))
+             << " " << Num(draft) << " " << Num(adapt) << " " << Num(verify) << " " << Num(other)
+             << " " << Num(rest) << "\n";
+      }
+      data << "EOD\n";
+      std::ostringstream setup, plot;
+      setup << Header(p.title, "case (method, knobs, temperature)", "share of decode time (%)")
+            << "set style data histograms\n"
+            << "set style histogram rowstacked\n"
+            << "set style fill solid 0.85 border -1\n"
+            << "set boxwidth 0.6\n"
+            << "set yrange [0:105]\n"
+            << "set xtics rotate by -30 font ',9'\n";
+      plot << "plot $" << p.name << " using 2:xtic(1) title 'draft'";
+      if (any_adapt) plot << ", '' using 3 title 'adapt'";
+      plot << ", '' using 4 title 'verify', '' using 5 title 'other', '' using 6 title 'untimed'";
+      p.script = data.str() + Render(p.name, setup.str(), plot.str());
+      plots.push_back(p);
+    }
+  }
+
+  // (4) τ vs. temperature per method configuration.
+  {
+    Plot p;
+    p.name = "tau_vs_temperature_" + suffix;
+    p.title = "τ vs. temperature — " + gname;
+    p.caption = "τ (tokens per verify step) per method configuration at each sampling temperature.";
+    std::set<double> temps;
+    std::vector<std::string> keys;
+    std::map<std::string, std::vector<std::pair<double, double>>> pts;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseReport& c = group.cases[i];
+      if (!std::isfinite(c.metrics.tau)) continue;
+      temps.insert(c.row.record.temperature);
+      const std::string k = PlotLabel(labels[i]);
+      if (!pts.count(k)) keys.push_back(k);
+      pts[k].push_back({c.row.record.temperature, c.metrics.tau});
+    }
+    if (temps.size() < 2) {
+      skip(p.title + StrCat(": skipped (",
+                            temps.empty() ? "no case with a τ" : "one temperature only", ")."));
+    } else {
+      std::ostringstream data, plot;
+      for (size_t n = 0; n < keys.size(); ++n) {
+        auto& v = pts[keys[n]];
+        std::stable_sort(v.begin(), v.end());
+        const std::string block = "$" + p.name + "_" + std::to_string(n);
+        data << block << " << EOD\n";
+        for (const auto& [t, tau] : v) data << Num(t) << " " << Num(tau) << "\n";
+        data << "EOD\n";
+        plot << (n == 0 ? "plot " : ", \\\n     ") << block
+             << " using 1:2 with linespoints lw 2 pt 7 ps 1.3 title " << Quote(keys[n]);
+      }
+      std::ostringstream setup;
+      setup << Header(p.title, "sampling temperature T", "τ (tokens per verify step)")
+            << "set grid xtics\n"
+            << "set offsets graph 0.05, graph 0.05, graph 0.1, 0\n"
+            << "set yrange [0:*]\n";
       p.script = data.str() + Render(p.name, setup.str(), plot.str());
       plots.push_back(p);
     }

@@ -25,6 +25,15 @@ struct Plot {
 // groups.
 std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
                                   int index);
+// The papers' figures for one group (file names end in `_index`): speedup vs. budget and τ vs.
+// budget (budget = mean drafted nodes per verify step; one line per method and temperature over
+// its knob settings, each method's best-speedup point circled), stacked phase-time bars per
+// speculative case (draft, adapt when any, verify, other and untimed share of decode time) and τ
+// vs. temperature per method configuration. A figure the data cannot support is left out and a
+// sentence saying why is appended to `skipped`.
+std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
+                                    const std::vector<std::string>& labels, int index,
+                                    std::vector<std::string>* skipped);
 // AR decode tokens/s vs. context length from the bench table (none when it is empty).
 std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
 

@@ -1,7 +1,7 @@
 // `specbed report`: loads a results database, computes per-case metrics (metrics/metrics.h),
-// builds the tables (constant columns hidden, llama-bench style) and writes report.md, index.html
-// and the gnuplot plots into the report directory (see report.h, reports/README.md).
-// Checked by: tests/reports/report_test.cpp.
+// builds the tables (constant columns hidden, llama-bench style) and writes report.md, index.html,
+// tables.tex and the gnuplot plots into the report directory (see report.h, reports/README.md).
+// Checked by: tests/reports/report_test.cpp and tests/reports/paper_report_test.cpp.
 #include "reports/report.h"
 #include "reports/format.h"
 
@@ -142,7 +142,9 @@ std::string MarkdownTable(const ReportTable& t) {
     s << "No data (" << kNone << ") for: " << MdCell(Join(c.no_data, ", ")) << "\n\n";
   }
   s << "|";
-  for (const auto& col : t.columns) s << " " << MdCell(col.header) << " |";
+  for (const auto& col : t.columns) {
+    s << " " << MdCell(col.group.empty() ? col.header : col.group + " " + col.header) << " |";
+  }
   s << "\n|";
   for (const auto& col : t.columns) s << (col.right_align ? "---:|" : "---|");
   s << "\n";
@@ -169,14 +171,34 @@ std::string HtmlTable(const ReportTable& t) {
     s << "<p class=\"constants\">No data (" << kNone
       << ") for: " << HtmlEscape(Join(c.no_data, ", ")) << "</p>\n";
   }
-  s << "<table>\n<thead><tr>";
+  s << "<table>\n<thead>";
+  bool has_groups = false;
+  for (const auto& col : t.columns) has_groups = has_groups || !col.group.empty();
+  if (has_groups) {
+    s << "<tr>";
+    for (size_t c = 0; c < t.columns.size();) {
+      size_t e = c + 1;
+      while (e < t.columns.size() && !t.columns[c].group.empty() &&
+             t.columns[e].group == t.columns[c].group) {
+        ++e;
+      }
+      s << "<th class=\"group\"" << (e - c > 1 ? StrCat(" colspan=\"", e - c, "\"") : "") << ">"
+        << HtmlEscape(t.columns[c].group) << "</th>";
+      c = e;
+    }
+    s << "</tr>";
+  }
+  s << "<tr>";
   for (const auto& col : t.columns) {
     s << "<th" << (col.right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(col.header)
       << "</th>";
   }
   s << "</tr></thead>\n<tbody>\n";
   for (const auto& row : t.rows) {
-    s << "<tr>";
+    bool synthetic = false;
+    for (const auto& cell : row)
+      synthetic = synthetic || cell.find(kSyntheticMarker) != std::string::npos;
+    s << (synthetic ? "<tr class=\"synthetic-row\">" : "<tr>");
     for (size_t i = 0; i < row.size(); ++i) {
       s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(row[i])
         << "</td>";
@@ -209,6 +231,7 @@ ReportTable RunsTable(const std::vector<ReportRun>& runs) {
   add("gpu", [](const RunInfo& i) { return i.gpu.empty() ? std::string("none") : i.gpu; });
   add("libraries", [](const RunInfo& i) { return i.library_versions_json; });
   add("repro command", [](const RunInfo& i) { return i.repro_command; });
+  add("config", [](const RunInfo& i) { return i.config_json; });
   return t;
 }
 
@@ -268,7 +291,7 @@ h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: .3em .6em; vertical-align: top; }
 th { background: #f3f3f3; text-align: left; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafafa; }
 p.constants { font-size: 0.9em; color: #444; }
 code { background: #f3f3f3; padding: 0 .25em; }
@@ -276,6 +299,11 @@ figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.85em; color: #555; }
 .warning { background: #fff4e0; border: 1px solid #e0a040; padding: .5em; }
+.synthetic { background: #c62828; color: #fff; font-weight: bold; padding: .6em 1em;
+             font-size: 1.1em; }
+th.group { text-align: center; }
+td:not(.num) { overflow-wrap: anywhere; }
+tr.synthetic-row td { background: #fde0e0; }
 )css";
 
 const std::vector<std::string> kConventions = {
@@ -300,6 +328,11 @@ const std::vector<std::string> kConventions = {
     "logit margin there (smallest).",
     "Per-position acceptance: r_i = steps accepting ≥ i tokens / steps drafting ≥ i deep; "
     "α_i = steps accepting ≥ i / steps that accepted ≥ i−1 and drafted ≥ i deep.",
+    "Paper-layout tables: Spd = speedup (geometric mean over prompts, as above) per benchmark "
+    "(a dataset, or one category of it when its prompts have several), τ as above; Mean = "
+    "arithmetic mean over the benchmarks (* = over those with a value); T_D% and rollback% are "
+    "pooled over the row's cases. AR is the baseline and has no row.",
+    "Budget (figures) = mean drafted nodes per verify step (Σ drafted / steps, root excluded).",
     "— = no data (τ, T_D, rollback, other and per-position acceptance need per-step records, "
     "which only speculative methods write; speedup, its intervals and exact match need a "
     "matching AR case).",
@@ -358,7 +391,8 @@ ReportData LoadReportData(const std::string& db_path) {
   for (auto row : all_cases) {
     CaseReport c;
     c.samples = store->LoadSamples(row.case_id);
-    c.metrics = ComputeCaseMetrics(c.samples, store->LoadSteps(row.case_id));
+    c.steps = store->LoadSteps(row.case_id);
+    c.metrics = ComputeCaseMetrics(c.samples, c.steps);
     c.is_ar = row.record.method == "ar";
     c.row = std::move(row);
     const auto key = std::make_pair(c.row.record.target, c.row.record.dataset);
@@ -403,6 +437,7 @@ ReportData LoadReportData(const std::string& db_path) {
 
 ReportTable BuildCaseTable(const ReportGroup& group) {
   ReportTable t;
+  t.columns.push_back({"case", true, false});
   for (const auto& h : kCaseConfigColumns) {
     const bool numeric =
         h != "method" && h != "knobs" && h != "categories" && h != "dtype" && h != "device";
@@ -428,8 +463,9 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
     const CaseRecord& r = c.row.record;
     const CaseMetrics& m = c.metrics;
     std::vector<std::string> row = {
+        std::to_string(c.row.case_id),
         std::to_string(c.row.run_id),
-        r.method,
+        IsSyntheticCase(r) ? r.method + " [" + kSyntheticMarker + "]" : r.method,
         Knobs(r.method_knobs_json),
         r.categories.empty() ? "all" : r.categories,
         r.prompt_limit < 0 ? "all" : std::to_string(r.prompt_limit),
@@ -487,6 +523,41 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                          const ReportOptions& options) {
   const ReportData data = LoadReportData(db_path);  // fails first when the database is bad
 
+  // Paper references: given ones must load; ones named in a config are warnings when they fail.
+  std::vector<PaperReference> references;
+  std::vector<std::string> early_warnings;
+  std::set<std::string> seen_refs;
+  for (const std::string& path : options.paper_references) {
+    if (seen_refs.insert(path).second) references.push_back(LoadPaperReference(path));
+  }
+  {
+    std::vector<std::string> named;
+    for (const ReportRun& r : data.runs) {
+      for (const auto& p : PaperReferencePaths(r.info.config_json)) named.push_back(p);
+    }
+    for (const ReportGroup& g : data.groups) {
+      for (const CaseReport& c : g.cases) {
+        for (const auto& p : PaperReferencePaths(c.row.record.config_json)) named.push_back(p);
+      }
+    }
+    const std::string db_dir = fs::path(db_path).parent_path().string();
+    for (const std::string& name : named) {
+      // Relative paths: as given (from the working directory), else next to the database.
+      std::string path = name;
+      std::error_code ec;
+      if (!fs::exists(path, ec) && fs::path(name).is_relative() && !db_dir.empty()) {
+        path = (fs::path(db_dir) / name).string();
+      }
+      if (!seen_refs.insert(path).second) continue;
+      try {
+        references.push_back(LoadPaperReference(path));
+      } catch (const Error& e) {
+        early_warnings.push_back(StrCat("paper reference '", name,
+                                        "' named in a config could not be loaded: ", e.what()));
+      }
+    }
+  }
+
   SPECBED_CHECK(!out_dir.empty(), "report directory is empty");
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
@@ -503,6 +574,28 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     if (options.print_warnings)
       std::fprintf(stderr, "specbed report: warning: %s\n", message.c_str());
   };
+  for (const auto& w : early_warnings) warn(w);
+
+  const std::vector<PaperTable> paper_tables = BuildPaperTables(data);
+  std::vector<PaperComparison> comparisons;
+  for (const PaperReference& ref : references) {
+    comparisons.push_back(BuildPaperComparison(data, ref));
+  }
+  std::vector<std::string> synthetic_cases;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      if (IsSyntheticCase(c.row.record)) {
+        synthetic_cases.push_back(StrCat(c.row.case_id, " (", c.row.record.method, ")"));
+      }
+    }
+  }
+  const std::string synthetic_banner =
+      synthetic_cases.empty()
+          ? ""
+          : StrCat(kSyntheticMarker, ": case", synthetic_cases.size() > 1 ? "s " : " ",
+                   Join(synthetic_cases, ", "),
+                   " used synthetic acceptance (config key \"synthetic_acceptance\"); their "
+                   "speedup, τ and acceptance numbers are not real measurements.");
 
   // Tables and plot scripts.
   struct Section {
@@ -517,7 +610,12 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     Section s;
     s.heading = group.target + " / " + group.dataset;
     s.table = BuildCaseTable(group);
-    s.plots = BuildGroupPlots(group, CaseLabels(group), static_cast<int>(g + 1));
+    const std::vector<std::string> labels = CaseLabels(group);
+    s.plots = BuildGroupPlots(group, labels, static_cast<int>(g + 1));
+    std::vector<std::string> skipped;
+    for (Plot& p : BuildGroupFigures(group, labels, static_cast<int>(g + 1), &skipped)) {
+      s.plots.push_back(std::move(p));
+    }
     for (const CaseReport& c : group.cases) {
       if (!c.is_ar && c.baseline_case_id >= 0 && !c.baseline_same_run) {
         s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method, ", run ",
@@ -535,8 +633,10 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
     if (!group.has_steps()) {
       s.notes.push_back(
-          "No speculative steps recorded: speedup-vs-T_D, τ and per-position acceptance plots "
-          "skipped.");
+          "No speculative steps recorded: speedup-vs-T_D, τ, per-position acceptance, budget, "
+          "phase-time and τ-vs-temperature figures skipped.");
+    } else {
+      for (auto& n : skipped) s.notes.push_back(std::move(n));
     }
     sections.push_back(std::move(s));
   }
@@ -589,12 +689,37 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
   }
 
-  // Markdown.
+  // LaTeX.
   const std::string generated = NowUtc();
+  {
+    std::ostringstream tex;
+    tex << "% SpecBed report tables (" << db_path << ", generated " << generated
+        << " by specbed report).\n% Needs \\usepackage{booktabs}.\n\n";
+    for (const PaperTable& pt : paper_tables) {
+      tex << "% " << pt.title << "\n"
+          << LatexTable(pt.table,
+                        "Speedup (Spd, geometric mean vs. AR) and mean accepted length "
+                        "(τ) per benchmark — " +
+                            pt.title)
+          << "\n";
+    }
+    for (const PaperComparison& pc : comparisons) {
+      tex << "% paper vs measured: " << pc.heading << "\n"
+          << LatexTable(pc.table, "Paper vs measured — " + pc.heading) << "\n";
+    }
+    if (paper_tables.empty() && comparisons.empty()) {
+      tex << "% No speculative cases: no tables.\n";
+    }
+    result.tables_tex = out + "/tables.tex";
+    WriteTextFile(result.tables_tex, tex.str());
+  }
+
+  // Markdown.
   std::ostringstream md;
   md << "# SpecBed report\n\n"
      << "Results database: `" << db_path << "` · generated " << generated << " by `specbed report`"
      << "\n\n";
+  if (!synthetic_banner.empty()) md << "> **" << MdCell(synthetic_banner) << "**\n\n";
   for (const auto& w : result.warnings) md << "> **Warning:** " << MdCell(w) << "\n\n";
   md << "## Provenance\n\n";
   if (data.runs.empty()) {
@@ -606,6 +731,23 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& c : kConventions) md << "- " << c << "\n";
   md << "\n";
   if (sections.empty()) md << "No cases recorded.\n\n";
+  if (!paper_tables.empty()) {
+    md << "## Results (paper layout)\n\n"
+       << "Spd = speedup vs. AR (geometric mean over prompts), τ = tokens per verify step; also "
+          "in `tables.tex` (LaTeX, booktabs).\n\n";
+    for (const PaperTable& pt : paper_tables) {
+      md << "### " << pt.title << "\n\n" << MarkdownTable(pt.table) << "\n";
+      for (const auto& n : pt.notes) md << "- " << MdCell(n) << "\n";
+      if (!pt.notes.empty()) md << "\n";
+    }
+  }
+  for (const PaperComparison& pc : comparisons) {
+    md << "## Paper vs measured: " << pc.heading << "\n\n";
+    if (!pc.notes.empty()) md << MdCell(pc.notes) << "\n\n";
+    md << MarkdownTable(pc.table) << "\n";
+    for (const auto& n : pc.match_notes) md << "- " << MdCell(n) << "\n";
+    if (!pc.match_notes.empty()) md << "\n";
+  }
   auto md_plots = [&](const std::vector<Plot>& plots) {
     for (const auto& p : plots) {
       if (!plotted.count(p.name)) continue;
@@ -614,7 +756,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
   };
   for (const auto& s : sections) {
-    md << "## " << s.heading << "\n\n" << MarkdownTable(s.table) << "\n";
+    md << "## Details: " << s.heading << "\n\n" << MarkdownTable(s.table) << "\n";
     for (const auto& n : s.notes) md << "- " << n << "\n";
     if (!s.notes.empty()) md << "\n";
     md_plots(s.plots);
@@ -631,6 +773,10 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
        << "</style>\n</head>\n<body>\n"
        << "<h1>SpecBed report</h1>\n<p>Results database: <code>" << HtmlEscape(db_path)
        << "</code> · generated " << generated << " by <code>specbed report</code></p>\n";
+  if (!synthetic_banner.empty()) {
+    html << "<p class=\"synthetic\" id=\"synthetic-banner\">" << HtmlEscape(synthetic_banner)
+         << "</p>\n";
+  }
   for (const auto& w : result.warnings) {
     html << "<p class=\"warning\"><b>Warning:</b> " << HtmlEscape(w) << "</p>\n";
   }
@@ -644,6 +790,29 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& c : kConventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
   html << "</ul>\n";
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
+  if (!paper_tables.empty()) {
+    html << "<h2>Results (paper layout)</h2>\n<p>Spd = speedup vs. AR (geometric mean over "
+            "prompts), τ = tokens per verify step; also in <a href=\"tables.tex\">tables.tex</a> "
+            "(LaTeX, booktabs).</p>\n";
+    for (const PaperTable& pt : paper_tables) {
+      html << "<h3>" << HtmlEscape(pt.title) << "</h3>\n" << HtmlTable(pt.table);
+      if (!pt.notes.empty()) {
+        html << "<ul>\n";
+        for (const auto& n : pt.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+        html << "</ul>\n";
+      }
+    }
+  }
+  for (const PaperComparison& pc : comparisons) {
+    html << "<h2>Paper vs measured: " << HtmlEscape(pc.heading) << "</h2>\n";
+    if (!pc.notes.empty()) html << "<p>" << HtmlEscape(pc.notes) << "</p>\n";
+    html << HtmlTable(pc.table);
+    if (!pc.match_notes.empty()) {
+      html << "<ul>\n";
+      for (const auto& n : pc.match_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+      html << "</ul>\n";
+    }
+  }
   auto html_plots = [&](const std::vector<Plot>& plots) {
     for (const auto& p : plots) {
       if (!plotted.count(p.name)) continue;
@@ -654,7 +823,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
   };
   for (const auto& s : sections) {
-    html << "<h2>" << HtmlEscape(s.heading) << "</h2>\n" << HtmlTable(s.table);
+    html << "<h2>Details: " << HtmlEscape(s.heading) << "</h2>\n" << HtmlTable(s.table);
     if (!s.notes.empty()) {
       html << "<ul>\n";
       for (const auto& n : s.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";

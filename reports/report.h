@@ -1,10 +1,14 @@
 // `specbed report DB -o DIR`: turns a SpecBed results database into a report directory with
-// report.md and index.html (run provenance, one table per (target, dataset) with one row per
-// case, with speedup bootstrap CIs, time shares and exact match vs. AR, the bench table) and
-// gnuplot plots (DIR/*.png + DIR/*.svg, script kept as DIR/plots.gp).
+// report.md, index.html and tables.tex: run provenance, tables in the papers' layout (per
+// (target, temperature): one row per method configuration, Spd and τ per benchmark, their means,
+// T_D% and rollback%), a "paper vs measured" table when reference numbers are given, detailed
+// per-case tables per (target, dataset) (speedup bootstrap CIs, time shares, exact match vs. AR),
+// the bench table, and gnuplot figures (DIR/*.png + DIR/*.svg, script kept as DIR/plots.gp).
+// Cases flagged "synthetic_acceptance" are marked on their rows and by a banner.
 // Metric definitions: metrics/metrics.h and reports/README.md.
 // Checked by: tests/reports/report_test.cpp (synthetic databases with AR and a fake speculative
-// method, with and without gnuplot).
+// method, with and without gnuplot), tests/reports/paper_report_test.cpp (paper-layout tables,
+// LaTeX, figures, paper vs measured, synthetic banner, headless-browser rendering).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "metrics/metrics.h"
+#include "reports/paper_reference.h"
 #include "results/store.h"
 
 namespace specbed {
@@ -23,15 +28,27 @@ struct ReportOptions {
   // warning naming the program goes to stderr.
   std::string gnuplot;
   bool print_warnings = true;  // also print every warning to stderr as "specbed report: warning:"
+  // Paper reference files (`--paper PATH`, format: reports/paper_reference.h). Files named by
+  // "paper": {"reference": PATH} in a run's or case's config_json are added to these.
+  std::vector<std::string> paper_references;
 };
 
 // A table ready for rendering. Columns whose value is the same in every row can be moved out
 // (llama-bench style) and are stated once above the table.
 struct ReportTable {
   struct Column {
+    Column(std::string header_text = "", bool align_right = false, bool can_hide = false,
+           std::string group_name = "")
+        : header(std::move(header_text)),
+          right_align(align_right),
+          hideable(can_hide),
+          group(std::move(group_name)) {}
     std::string header;
     bool right_align = false;
     bool hideable = false;  // may be hidden when constant (configuration / no-data columns)
+    // Spanning header over consecutive columns with the same group (e.g. the benchmark above its
+    // "Spd" and "τ" columns); "" = none. Markdown writes "group header" instead.
+    std::string group;
   };
   std::vector<Column> columns;
   std::vector<std::vector<std::string>> rows;                  // rows[i][column]
@@ -47,6 +64,7 @@ struct CaseReport {
   ResultsStore::CaseRow row;
   CaseMetrics metrics;
   std::vector<SampleRecord> samples;
+  std::vector<StepRecord> steps;
   bool is_ar = false;              // method == "ar" (the baseline; speedup 1.00)
   int64_t baseline_case_id = -1;   // matching AR case (FindArBaseline), -1 = none / is_ar
   bool baseline_same_run = false;  // the baseline comes from the case's own run
@@ -83,13 +101,54 @@ ReportTable BuildCaseTable(const ReportGroup& group);
 // The bench table (constant configuration columns already hidden).
 ReportTable BuildBenchTable(const std::vector<BenchRow>& bench);
 
+// True when a case is flagged as using synthetic acceptance (not a real measurement): its
+// config_json or method knobs carry the key "synthetic_acceptance" (at any depth) with a value
+// other than false/null.
+bool IsSyntheticCase(const CaseRecord& c);
+// The marker shown on such rows and in the banner.
+inline constexpr const char* kSyntheticMarker = "SYNTHETIC ACCEPTANCE — not a real measurement";
+
+// One table in the papers' layout: for one (target, temperature), one row per method
+// configuration (AR excluded: it is the baseline), per benchmark the columns "Spd" (geometric-mean
+// speedup vs. AR) and "τ", then "Mean Spd" / "Mean τ" (arithmetic means over the benchmarks with a
+// value; "*" when some benchmark has none), "T_D%" and "rollback%" (pooled over the row's cases).
+// A benchmark is a dataset, or a (dataset, category) when the dataset's answers have several
+// categories. Configuration columns that are constant are hidden into `table.constants`.
+struct PaperTable {
+  std::string target;
+  double temperature = 0;
+  std::string title;  // "target · T=0"
+  ReportTable table;
+  std::vector<std::string> notes;  // duplicate cases, missing baselines, incomplete means
+};
+std::vector<PaperTable> BuildPaperTables(const ReportData& data);
+
+// "Paper vs measured": one row per reference row: the paper's Spd/τ next to the measured ones of
+// the first matching case (MatchesPaperRow, in report order), "—" when none matches.
+struct PaperComparison {
+  std::string heading;  // the paper, table and hardware
+  std::string notes;    // the reference file's notes
+  ReportTable table;
+  std::vector<std::string> match_notes;  // rows with several matching cases
+};
+PaperComparison BuildPaperComparison(const ReportData& data, const PaperReference& ref);
+
+// LaTeX: `s` with the special characters escaped (\ & % $ # _ { } ~ ^) and the Unicode symbols
+// the report uses (τ α Σ × ± · — – ≥ ≤ →) written as LaTeX; other text unchanged.
+std::string LatexEscape(const std::string& s);
+// A booktabs `table` environment with one `tabular` (spanning group headers as \multicolumn +
+// \cmidrule), the caption followed by the "Same in every row" constants.
+std::string LatexTable(const ReportTable& table, const std::string& caption);
+
 struct ReportResult {
-  std::string index_html, report_md;  // paths of the written files
+  std::string index_html, report_md, tables_tex;  // paths of the written files
   std::vector<std::string> images;    // file names (relative to the report dir) embedded
   std::vector<std::string> warnings;  // e.g. gnuplot missing; also printed to stderr
 };
 
-// Writes DIR/report.md, DIR/index.html and the plots. Creates `out_dir` (with parents) when
+// Writes DIR/report.md, DIR/index.html, DIR/tables.tex and the plots. Fails (naming the file) when
+// a `paper_references` file is missing or invalid; a file named in a config that cannot be read is
+// a warning. Creates `out_dir` (with parents) when
 // missing; fails naming it when it cannot be created or written.
 ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                          const ReportOptions& options = {});

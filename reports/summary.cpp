@@ -67,9 +67,15 @@ Json StoredJson(const std::string& text) {
   return j.is_discarded() ? Json(text) : j;
 }
 
+// True for cases run in synthetic-acceptance mode (forced acceptance: not a real measurement).
+bool IsSynthetic(const CaseRecord& r) {
+  return r.config_json.find("\"synthetic_acceptance\"") != std::string::npos;
+}
+
 std::string MethodLabel(const CaseRecord& r) {
   const std::string knobs = KnobsShort(r.method_knobs_json);
-  return knobs.empty() ? r.method : r.method + "(" + knobs + ")";
+  const std::string label = knobs.empty() ? r.method : r.method + "(" + knobs + ")";
+  return IsSynthetic(r) ? label + " [SYNTHETIC]" : label;
 }
 
 std::string JoinIds(const std::vector<int64_t>& ids) {
@@ -174,6 +180,11 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     row.is_baseline = c.record.method == kArMethod;
     const std::string label =
         StrCat("case ", c.case_id, " (", MethodLabel(c.record), ", run ", c.run_id, ")");
+    if (IsSynthetic(c.record)) {
+      summary.notes.push_back(label +
+                              ": SYNTHETIC ACCEPTANCE (forced per-position acceptance "
+                              "pattern): system overhead only, not a real measurement.");
+    }
     if (!row.is_baseline) {
       const BaselineMatch match = FindArBaseline(cases, i);
       if (match.index < 0) {

@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libpcre2-dev
-  gnuplot-nox clang-format
+  gnuplot-nox chromium clang-format
 )
 missing=()
 for p in "${packages[@]}"; do

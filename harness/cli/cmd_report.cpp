@@ -1,9 +1,11 @@
-// `specbed report DB [-o DIR]`: writes DIR/report.md, DIR/index.html and gnuplot plots for a
-// results database (reports/report.h) and prints the path of index.html. Warnings (e.g. gnuplot
-// missing) go to stderr; the report is still written.
+// `specbed report DB [-o DIR] [--paper REF.json]`: writes DIR/report.md, DIR/index.html,
+// DIR/tables.tex and gnuplot plots for a results database (reports/report.h) and prints the path
+// of index.html. Warnings (e.g. gnuplot missing) go to stderr; the report is still written.
 // Checked by: tests/reports/report_test.cpp (the report generation behind this command).
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "harness/cli/commands.h"
 #include "reports/report.h"
@@ -15,6 +17,7 @@ struct ReportCommandOptions {
   std::string db;
   std::string output;
   std::string gnuplot;
+  std::vector<std::string> paper;
 };
 
 // "results/run.db" -> "results/run_report".
@@ -31,6 +34,7 @@ std::string DefaultReportDir(const std::string& db) {
 void RunReport(const ReportCommandOptions& o) {
   ReportOptions options;
   options.gnuplot = o.gnuplot;
+  options.paper_references = o.paper;
   const std::string dir = o.output.empty() ? DefaultReportDir(o.db) : o.output;
   const ReportResult result = WriteReport(o.db, dir, options);
   std::fprintf(stderr, "specbed report: %zu plots, %zu warnings\n", result.images.size(),
@@ -49,6 +53,9 @@ void AddReportCommand(CLI::App& app) {
                   "Report directory, created if missing (default: DB without extension + _report)");
   cmd->add_option("--gnuplot", o->gnuplot,
                   "gnuplot program (default: $SPECBED_GNUPLOT, else gnuplot on PATH)");
+  cmd->add_option("--paper", o->paper,
+                  "Paper reference JSON (reports/README.md); adds a paper-vs-measured table "
+                  "(repeatable)");
   cmd->callback([o] { RunReport(*o); });
 }
 

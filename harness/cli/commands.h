@@ -19,5 +19,21 @@ void AddReportCommand(CLI::App& app);
 void AddSummaryCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
 void AddRegenCommand(CLI::App& app);
+void AddSweepCommand(CLI::App& app);
+void AddMergeCommand(CLI::App& app);
+void AddSlurmCommand(CLI::App& app);
+
+// `specbed run` and `specbed sweep` (cmd_sweep.cpp): load a run/sweep file, expand, shard, run.
+struct SweepFileOptions {
+  std::string command = "run";            // names the command in messages
+  std::string config, output, shard;      // shard "I/N" ("" = all cases)
+  int64_t limit = 0, max_new_tokens = 0;  // 0 = as in the config
+  bool dry_run = false, no_progress = false;
+};
+void RunSweepFile(const SweepFileOptions& options);
+void AddCompareCommand(CLI::App& app);
+
+// Exit status of `specbed compare` when the candidate regresses (1 = error, 0 = no regression).
+inline constexpr int kRegressionExitCode = 3;
 
 }  // namespace specbed::cli

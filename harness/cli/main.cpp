@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   specbed::cli::AddSummaryCommand(app);
   specbed::cli::AddTrainCommand(app);
   specbed::cli::AddRegenCommand(app);
+  specbed::cli::AddSweepCommand(app);
+  specbed::cli::AddMergeCommand(app);
+  specbed::cli::AddSlurmCommand(app);
+  specbed::cli::AddCompareCommand(app);
   // CLI11 reports an unknown first word only as "A subcommand is required": name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;

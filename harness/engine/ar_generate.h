@@ -25,6 +25,11 @@ struct GenerationConfig {
   // Record the target's top-2 logit gap at every generated token (GenerationResult::
   // token_margins); used to judge divergences from AR (a tiny margin = a numerical near-tie).
   bool record_margins = false;
+  // Synthetic acceptance (speculative decoders only; TreeVerifier::SetSyntheticAcceptance): forced
+  // per-position acceptance probabilities, for measuring system overhead apart from draft
+  // quality. Outputs are NOT the target's: such results are flagged as not real measurements.
+  // Empty = off.
+  std::vector<double> synthetic_acceptance;
 };
 
 struct GenerationResult {

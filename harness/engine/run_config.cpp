@@ -14,10 +14,23 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::vector<std::string> kRunConfigKeys = {
-    "name",   "output",       "targets",       "methods",        "datasets", "temperatures",
-    "seeds",  "top_p",        "top_k",         "max_new_tokens", "dtype",    "threads",
-    "warmup", "stop_strings", "chat_template", "system_prompt"};
+const std::vector<std::string> kRunConfigKeys = {"name",
+                                                 "output",
+                                                 "targets",
+                                                 "methods",
+                                                 "datasets",
+                                                 "temperatures",
+                                                 "seeds",
+                                                 "top_p",
+                                                 "top_k",
+                                                 "max_new_tokens",
+                                                 "dtype",
+                                                 "threads",
+                                                 "warmup",
+                                                 "stop_strings",
+                                                 "chat_template",
+                                                 "system_prompt",
+                                                 "synthetic_acceptance"};
 
 [[noreturn]] void TypeError(const std::string& source, const std::string& key, const char* expected,
                             const Json& got) {
@@ -74,7 +87,8 @@ Json RunConfig::ToJson() const {
           {"warmup", warmup},
           {"stop_strings", stop_strings},
           {"chat_template", chat_template},
-          {"system_prompt", system_prompt}};
+          {"system_prompt", system_prompt},
+          {"synthetic_acceptance", synthetic_acceptance}};
 }
 
 RunConfig ParseRunConfig(const Json& json, const std::string& source) {
@@ -170,6 +184,16 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
       c.chat_template = GetString(v, source, key);
     } else if (key == "system_prompt") {
       c.system_prompt = GetString(v, source, key);
+    } else if (key == "synthetic_acceptance") {
+      if (!v.is_array() || v.empty()) {
+        TypeError(source, key, "a non-empty array of probabilities (one per draft position)", v);
+      }
+      for (const auto& a : v) {
+        const double p = GetNumber(a, source, key + "[]");
+        SPECBED_CHECK(p >= 0 && p <= 1, source,
+                      ": synthetic_acceptance entries must be in [0, 1], ", "got ", p);
+        c.synthetic_acceptance.push_back(p);
+      }
     } else {
       FailUnknownName("key", key, kRunConfigKeys, "run config " + source);
     }
@@ -193,6 +217,10 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
   return c;
 }
 
+const std::vector<std::string>& RunConfigKeys() {
+  return kRunConfigKeys;
+}
+
 RunConfig LoadRunConfig(const std::string& path) {
   const std::string text = ReadFileToString(path);
   Json json;
@@ -204,27 +232,39 @@ RunConfig LoadRunConfig(const std::string& path) {
   return ParseRunConfig(json, path);
 }
 
+Json CaseConfig::IdentityJson() const {
+  Json j = {{"target", target},
+            {"method", method.name},
+            {"knobs", method.knobs},
+            {"dataset", dataset.name},
+            {"limit", dataset.limit},
+            {"categories", dataset.categories},
+            {"temperature", temperature},
+            {"seed", seed},
+            {"top_p", top_p},
+            {"top_k", top_k},
+            {"max_new_tokens", max_new_tokens},
+            {"dtype", dtype},
+            {"threads", threads},
+            {"stop_strings", stop_strings},
+            {"chat_template", chat_template},
+            {"system_prompt", system_prompt}};
+  if (repeat != 0) j["repeat"] = repeat;
+  if (batch_size != 1) j["batch_size"] = batch_size;
+  if (!synthetic_acceptance.empty()) j["synthetic_acceptance"] = synthetic_acceptance;
+  return j;
+}
+
 Json CaseConfig::ToJson() const {
-  return {{"target", target},
-          {"method", method.name},
-          {"knobs", method.knobs},
-          {"dataset", dataset.name},
-          {"limit", dataset.limit},
-          {"categories", dataset.categories},
-          {"temperature", temperature},
-          {"seed", seed},
-          {"top_p", top_p},
-          {"top_k", top_k},
-          {"max_new_tokens", max_new_tokens},
-          {"dtype", dtype},
-          {"threads", threads},
-          {"stop_strings", stop_strings},
-          {"chat_template", chat_template},
-          {"system_prompt", system_prompt}};
+  Json j = IdentityJson();
+  j["repeat"] = repeat;
+  j["batch_size"] = batch_size;
+  if (!paper.is_null()) j["paper"] = paper;
+  return j;
 }
 
 std::string CaseConfig::Key() const {
-  return HashString(ToJson().dump());
+  return HashString(IdentityJson().dump());
 }
 
 std::string CaseConfig::Label() const {
@@ -232,6 +272,9 @@ std::string CaseConfig::Label() const {
   out << target << " " << method.name;
   if (!method.knobs.empty()) out << method.knobs.dump();
   out << " " << dataset.name << " T=" << temperature << " seed=" << seed;
+  if (batch_size != 1) out << " batch=" << batch_size;
+  if (repeat != 0) out << " repeat=" << repeat;
+  if (!synthetic_acceptance.empty()) out << " SYNTHETIC";
   return out.str();
 }
 
@@ -256,6 +299,7 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
             c.stop_strings = config.stop_strings;
             c.chat_template = config.chat_template;
             c.system_prompt = config.system_prompt;
+            c.synthetic_acceptance = config.synthetic_acceptance;
             cases.push_back(std::move(c));
           }
         }

@@ -40,6 +40,10 @@ struct RunConfig {
   std::vector<std::string> stop_strings;
   std::string chat_template;  // "" = the model's default
   std::string system_prompt;  // "" = none
+  // Synthetic-acceptance mode (measuring system overhead apart from draft quality; NOT a real
+  // measurement): forced per-position acceptance probabilities for every speculative case
+  // (TreeVerifier::SetSyntheticAcceptance). Empty = off. Flagged in results and reports.
+  std::vector<double> synthetic_acceptance;
 
   nlohmann::json ToJson() const;
 };
@@ -47,6 +51,8 @@ struct RunConfig {
 // Parses a config object; `source` (file path) is named in errors.
 RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
 RunConfig LoadRunConfig(const std::string& path);
+// The keys ParseRunConfig accepts (sweep files add theirs, harness/engine/sweep.h).
+const std::vector<std::string>& RunConfigKeys();
 
 // One unit of work whose results are written in one transaction.
 struct CaseConfig {
@@ -63,11 +69,21 @@ struct CaseConfig {
   std::vector<std::string> stop_strings;
   std::string chat_template;
   std::string system_prompt;
+  std::vector<double> synthetic_acceptance;  // empty = off (part of the key when set)
+  // Sweeps (harness/engine/sweep.h): repetition index and batch size of the case, and the
+  // sweep's pass-through `paper` object (null when none; not part of the key).
+  int64_t repeat = 0;
+  int64_t batch_size = 1;
+  nlohmann::json paper;
 
+  // The full resolved case config (stored as cases.config_json).
   nlohmann::json ToJson() const;
-  // Stable hash of ToJson(): equal configs resume into the same case.
+  // The fields that identify the case: ToJson() without `paper`, and without `repeat` /
+  // `batch_size` while they are 0 / 1, so cases of configs written before sweeps keep their keys.
+  nlohmann::json IdentityJson() const;
+  // Stable hash of IdentityJson(): equal configs resume into the same case.
   std::string Key() const;
-  // Short human label: "stories260K ar stories T=0 seed=0".
+  // Short human label: "stories260K ar stories T=0 seed=0" (+ " batch=B", " repeat=R").
   std::string Label() const;
 };
 

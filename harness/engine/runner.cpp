@@ -93,14 +93,30 @@ std::string MarginsJson(const std::vector<float>& margins) {
 }  // namespace
 
 RunnerSummary Runner::Run(const RunConfig& config) {
+  return Run(SweepFromRunConfig(config));
+}
+
+RunnerSummary Runner::Run(const SweepConfig& config) {
   MethodRegistry methods;
   RegisterBuiltinMethods(methods);
-  std::vector<CaseConfig> cases = ExpandCases(config);
+  SweepExpansion expansion = ExpandSweep(config, methods);
+  return RunCases(std::move(expansion.cases), config.base.name, config.base.warmup,
+                  config.ToJson());
+}
+
+RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string& name,
+                               int64_t warmup, const nlohmann::json& config_json) {
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
   // Validate everything before running anything: names, knobs (and the models they name),
   // datasets.
   std::vector<std::vector<Prompt>> prompts(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     cases[i].method.knobs = methods.ResolveKnobs(cases[i].method.name, cases[i].method.knobs);
+    SPECBED_CHECK(cases[i].batch_size == 1, "case ", cases[i].Label(), ": batch_size ",
+                  cases[i].batch_size,
+                  " needs batched decoding, which the runner does not implement yet (no method "
+                  "has supports_batch)");
     ResolveModel(cases[i].target);
     const MethodInfo& checked = methods.Info(cases[i].method.name);
     if (checked.validate) {
@@ -135,14 +151,17 @@ RunnerSummary Runner::Run(const RunConfig& config) {
   if (todo.empty()) return summary;
 
   RunInfo run_info = options_.run_info;
-  run_info.config_json = config.ToJson().dump();
+  run_info.config_json = config_json.dump();
   const int64_t run_id = store_.BeginRun(run_info);
   std::unique_ptr<ProgressBar> progress;
-  if (options_.show_progress)
-    progress = std::make_unique<ProgressBar>(config.name, total_turns, "turn");
+  if (options_.show_progress) progress = std::make_unique<ProgressBar>(name, total_turns, "turn");
 
-  for (size_t ci : todo) {
+  for (size_t ti = 0; ti < todo.size(); ++ti) {
+    const size_t ci = todo[ti];
     const CaseConfig& c = cases[ci];
+    // "case 3/12 <label>": cases done (including those complete before) / all cases.
+    const std::string note = "case " + std::to_string(summary.cases_skipped + ti + 1) + "/" +
+                             std::to_string(summary.cases_total) + " " + c.Label();
     at::set_num_threads(static_cast<int>(c.threads));
     LoadedTarget& target = Target(c.target, c.dtype, c.chat_template);
     LlamaModel& model = *target.model;
@@ -162,6 +181,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     gen.stop = StopConfigFor(target, c.max_new_tokens, c.stop_strings);
     // AR cases record the target's top-2 margins so divergences of other methods can be judged.
     gen.record_margins = !method_info.traits.speculative;
+    gen.synthetic_acceptance = c.synthetic_acceptance;
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
       const int64_t need = std::min<int64_t>(
@@ -177,7 +197,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
       if (!c.system_prompt.empty()) messages.push_back({"system", c.system_prompt});
       messages.push_back({"user", prompts[ci][0].turns[0]});
       const auto ids = BuildPromptIds(target, messages);
-      for (int64_t w = 0; w < config.warmup; ++w) {
+      for (int64_t w = 0; w < warmup; ++w) {
         ensure_cache(ids.size());
         GenerationConfig warm = gen;
         warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
@@ -232,7 +252,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
           step.t_adapt_us = st.t_adapt_us;
           steps.push_back(std::move(step));
         }
-        if (progress) progress->Advance(1, c.Label());
+        if (progress) progress->Advance(1, note);
       }
     }
     CaseRecord record;
@@ -254,7 +274,7 @@ RunnerSummary Runner::Run(const RunConfig& config) {
     record.top_k = c.top_k;
     record.seed = c.seed;
     record.max_new_tokens = c.max_new_tokens;
-    record.batch_size = 1;
+    record.batch_size = c.batch_size;
     record.threads = c.threads;
     record.dtype = c.dtype;
     record.device = "cpu";

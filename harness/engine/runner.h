@@ -13,6 +13,7 @@
 
 #include "harness/engine/ar_generate.h"
 #include "harness/engine/run_config.h"
+#include "harness/engine/sweep.h"
 #include "models/model_registry.h"
 #include "results/store.h"
 
@@ -45,8 +46,15 @@ struct RunnerSummary {
 class Runner {
  public:
   Runner(ResultsStore& store, RunnerOptions options);
-  // Runs every case of `config` not yet completed in the store.
+  // Runs every case of `config` not yet completed in the store (ExpandSweep of the config).
   RunnerSummary Run(const RunConfig& config);
+  RunnerSummary Run(const SweepConfig& config);
+  // Runs `cases` (e.g. ExpandSweep's, possibly sharded) not yet completed in the store: every
+  // case is validated first, then each one is run (`warmup` discarded generations first) and
+  // written in one transaction. `name` labels the progress line; `config_json` is stored as the
+  // run's config. Cases need batch_size 1 (no method decodes batches yet).
+  RunnerSummary RunCases(std::vector<CaseConfig> cases, const std::string& name, int64_t warmup,
+                         const nlohmann::json& config_json);
 
  private:
   LoadedTarget& Target(const std::string& name, const std::string& dtype,

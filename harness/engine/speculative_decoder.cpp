@@ -54,6 +54,8 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   Sampler sampler(config.sampling, config.seed);
   StopChecker stop(config.stop, tokenizer_, prompt.back());
   cache.Truncate(0);
+  verifier_.SetSyntheticAcceptance(config.synthetic_acceptance,
+                                   DrafterSeed(config.seed ^ 0x73796e7468ULL));  // "synth"
   const std::vector<int64_t> hidden_layers = drafter_->TargetHiddenLayers();
 
   // Prefill (identical to AR).

@@ -125,6 +125,40 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
   Finish(tree, verdict);
 }
 
+void AcceptSynthetic(const DraftTree& tree, const float* logits, int64_t vocab,
+                     const std::vector<double>& acceptance, std::mt19937_64& rng, Sampler& sampler,
+                     Verdict& verdict) {
+  verdict.path.clear();
+  verdict.tokens.clear();
+  int32_t slot = -1;  // -1 = the root
+  for (size_t depth = 0;; ++depth) {
+    int32_t child = -1;
+    for (int64_t i = 0; i < tree.size(); ++i) {
+      if (tree.parent[i] == slot) {
+        child = static_cast<int32_t>(i);
+        break;
+      }
+    }
+    if (child < 0) break;
+    const double a = acceptance[std::min(depth, acceptance.size() - 1)];
+    if (!(Uniform01(rng) < a)) break;
+    verdict.path.push_back(child);
+    verdict.tokens.push_back(tree.token[child]);
+    slot = child;
+  }
+  verdict.bonus = sampler.Sample(logits + static_cast<int64_t>(slot + 1) * vocab, vocab);
+  verdict.tokens.push_back(verdict.bonus);
+}
+
+void TreeVerifier::SetSyntheticAcceptance(std::vector<double> acceptance, uint64_t seed) {
+  for (double a : acceptance) {
+    SPECBED_CHECK(a >= 0 && a <= 1, "synthetic_acceptance: every entry must be a probability in ",
+                  "[0, 1], got ", a);
+  }
+  synthetic_ = std::move(acceptance);
+  synthetic_rng_.seed(seed);
+}
+
 void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
                           KvCache& cache, const std::vector<int64_t>& hidden_layers,
                           Verdict& verdict) {
@@ -166,7 +200,12 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
   ForwardOutput out =
       target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
-  AcceptTree(tree, out.logits.data_ptr<float>(), vocab, rule, sampler, verdict);
+  if (synthetic_.empty()) {
+    AcceptTree(tree, out.logits.data_ptr<float>(), vocab, rule, sampler, verdict);
+  } else {
+    AcceptSynthetic(tree, out.logits.data_ptr<float>(), vocab, synthetic_, synthetic_rng_, sampler,
+                    verdict);
+  }
 
   // KV compaction: keep the root and the accepted path.
   const int64_t k = verdict.n_accepted();

@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "harness/engine/method.h"
@@ -38,9 +39,22 @@ namespace specbed {
 void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule rule,
                 Sampler& sampler, Verdict& verdict);
 
+// Synthetic acceptance (for measuring system overhead apart from draft quality; NOT lossless and
+// not a real measurement): ignores the target's verdict on draft tokens and walks down the tree
+// from the root, at depth d taking the first child of the current slot with probability
+// acceptance[d - 1] (the last entry repeats for deeper positions; draws from `rng`); the bonus is
+// then sampled from the target at the final slot as usual. Fills verdict.path/bonus/tokens.
+void AcceptSynthetic(const DraftTree& tree, const float* logits, int64_t vocab,
+                     const std::vector<double>& acceptance, std::mt19937_64& rng, Sampler& sampler,
+                     Verdict& verdict);
+
 class TreeVerifier {
  public:
   explicit TreeVerifier(LlamaModel& target) : target_(target) {}
+
+  // Turns synthetic acceptance on (non-empty `acceptance`, probabilities in [0, 1]) or off
+  // (empty) for the following Verify calls; `seed` seeds its draws.
+  void SetSyntheticAcceptance(std::vector<double> acceptance, uint64_t seed);
 
   // `cache` holds the committed tokens except `root` (cache.length() = L). Runs the target over
   // root + tree, accepts with `rule`, compacts the cache to L + 1 + path length and fills
@@ -53,6 +67,8 @@ class TreeVerifier {
   // Reused buffers (grown, never shrunk): no data allocation per step once warm.
   at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
   std::vector<int64_t> positions_;
+  std::vector<double> synthetic_;
+  std::mt19937_64 synthetic_rng_;
 };
 
 }  // namespace specbed

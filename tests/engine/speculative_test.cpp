@@ -399,3 +399,37 @@ TEST(MethodRegistry, SpsRejectsDraftWithOtherVocabulary) {
 
 }  // namespace
 }  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// Synthetic acceptance ignores the target's verdict: the per-position pattern is what is accepted.
+TEST(Speculative, SyntheticAcceptanceForcesThePerPositionPattern) {
+  LoadedTarget& target = Shared().target;
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  auto decoder = MakeSps(target, draft.model, 4);
+  const std::vector<int32_t>& prompt = Shared().prompts[0];
+  for (const auto& [pattern, expected] : std::vector<std::pair<std::vector<double>, int64_t>>{
+           {{1.0}, 4}, {{0.0}, 0}, {{1.0, 1.0, 0.0}, 2}}) {
+    GenerationConfig g = Config(target, 0.0, 64);
+    g.stop.stop_on_eos = false;
+    g.synthetic_acceptance = pattern;
+    KvCache cache = CacheFor(*target.model, prompt, 64);
+    DecodeResult r;
+    decoder->Generate(prompt, g, cache, r);
+    ASSERT_FALSE(r.steps.empty());
+    for (size_t i = 0; i + 1 < r.steps.size(); ++i) {  // the last step may be cut by the budget
+      EXPECT_EQ(r.steps[i].n_accepted, std::min(expected, r.steps[i].n_drafted)) << "step " << i;
+    }
+    ExpectInvariants(r, "synthetic");
+  }
+  // Probabilities outside [0, 1] are rejected.
+  GenerationConfig bad = Config(target, 0.0, 8);
+  bad.synthetic_acceptance = {1.5};
+  KvCache cache = CacheFor(*target.model, prompt, 8);
+  DecodeResult r;
+  EXPECT_THROW(decoder->Generate(prompt, bad, cache, r), Error);
+}
+
+}  // namespace
+}  // namespace specbed

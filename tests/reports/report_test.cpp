@@ -48,6 +48,13 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "<no specbed::Error thrown>";
 }
 
+ReportOptions QuietOptions(const std::string& gnuplot) {
+  ReportOptions o;
+  o.gnuplot = gnuplot;
+  o.print_warnings = false;
+  return o;
+}
+
 bool HasGnuplot() {
   return !FindExecutable("gnuplot").empty();
 }
@@ -195,7 +202,7 @@ TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
   }
 
   const std::string dir = FreshDir("v2_columns");
-  const ReportResult r = WriteReport(db, dir, ReportOptions{"/nonexistent/gnuplot", false});
+  const ReportResult r = WriteReport(db, dir, QuietOptions("/nonexistent/gnuplot"));
   const std::string md = ReadFileToString(r.report_md);
   EXPECT_CONTAINS(md, "case 4 (fake, run 2) is compared with AR case 1 of another run");
   EXPECT_CONTAINS(md, "percentile bootstrap intervals over prompts");
@@ -251,9 +258,12 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
   const std::string md = ReadFileToString(r.report_md);
 
   // Every plot type, each embedded in both documents, each a real PNG with an SVG twin.
-  const std::set<std::string> expected = {"decode_speed_1.png",     "decode_scatter_1.png",
-                                          "speedup_vs_draft_1.png", "tau_1.png",
-                                          "acceptance_1.png",       "bench_speed.png"};
+  // (No τ-vs-temperature figure: the speculative cases all ran at T=0.)
+  const std::set<std::string> expected = {"decode_speed_1.png",      "decode_scatter_1.png",
+                                          "speedup_vs_draft_1.png",  "tau_1.png",
+                                          "acceptance_1.png",        "bench_speed.png",
+                                          "speedup_vs_budget_1.png", "tau_vs_budget_1.png",
+                                          "phase_time_1.png"};
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::vector<std::string> srcs = ImageSources(html);
   EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);
@@ -299,7 +309,7 @@ TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {
   const std::string db = FreshDbPath("ar_only");
   WriteSyntheticDb(db, /*with_speculative=*/false, /*with_bench=*/false);
   const std::string dir = FreshDir("ar_only");
-  const ReportResult r = WriteReport(db, dir, ReportOptions{"gnuplot", false});
+  const ReportResult r = WriteReport(db, dir, QuietOptions("gnuplot"));
   EXPECT_TRUE(r.warnings.empty());
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()),
             (std::set<std::string>{"decode_speed_1.png", "decode_scatter_1.png"}));
@@ -347,7 +357,7 @@ TEST(WriteReport, FailingGnuplotIsAWarningWithItsStatus) {
   const std::string db = FreshDbPath("gnuplot_fails");
   WriteSyntheticDb(db, false, false);
   const std::string dir = FreshDir("gnuplot_fails");
-  const ReportResult r = WriteReport(db, dir, ReportOptions{"false", false});
+  const ReportResult r = WriteReport(db, dir, QuietOptions("false"));
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_CONTAINS(r.warnings[0], "gnuplot failed");
   EXPECT_CONTAINS(r.warnings[0], "exited with status 1");
@@ -373,9 +383,9 @@ TEST(WriteReport, BadDatabaseOrDirectoryFailsNamingIt) {
   WriteSyntheticDb(db, false, false);
   const std::string file = std::string(SPECBED_TEST_TMPDIR) + "/reports_a_file";
   std::ofstream(file) << "x";
-  const std::string e2 = ErrorOf([&] { WriteReport(db, file + "/sub", ReportOptions{"", false}); });
+  const std::string e2 = ErrorOf([&] { WriteReport(db, file + "/sub", QuietOptions("")); });
   EXPECT_CONTAINS(e2, "cannot create report directory '" + file + "/sub'");
-  const std::string e3 = ErrorOf([&] { WriteReport(db, file, ReportOptions{"", false}); });
+  const std::string e3 = ErrorOf([&] { WriteReport(db, file, QuietOptions("")); });
   EXPECT_CONTAINS(e3, "cannot create report directory '" + file + "'");
 }
 

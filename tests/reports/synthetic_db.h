@@ -1,6 +1,6 @@
 // Small synthetic results databases for the metrics, report and summary tests, with
 // hand-computable values (see the comments on each case). Used by metrics_test.cpp,
-// report_test.cpp, summary_test.cpp and tests/cli/summary_cli_test.cpp.
+// report_test.cpp, paper_report_test.cpp, summary_test.cpp and tests/cli/summary_cli_test.cpp.
 #pragma once
 
 #include <cstdio>
@@ -223,6 +223,83 @@ inline void WriteSummaryDb(const std::string& path) {
   const int64_t run2 = store->BeginRun(TestRun());
   store->WriteCase(run2, TestCase("fake0", "fake", 0), FakeSamples(), FakeSteps());
   store->WriteCase(run2, TestCase("fake0_64", "fake", 0, 64), FakeSamples(), FakeSteps());
+}
+
+// ---- Paper-layout database: methods x budgets x two datasets x two temperatures ---------------
+
+// Answers p0, p1, p2 with the given decode times (ms) and categories (dataset "beta" has two:
+// p0 and p1 are "math", p2 is "code"; dataset "alpha" has only "story").
+inline std::vector<SampleRecord> PaperSamples(const std::string& dataset, double ms0, double ms1,
+                                              double ms2) {
+  std::vector<SampleRecord> s = {Sample("p0", 11, 2, ms0, 2, "eos"),
+                                 Sample("p1", 21, 4, ms1, 2, "eos"),
+                                 Sample("p2", 5, 3, ms2, 2, "eos")};
+  if (dataset == "beta") {
+    s[0].category = s[1].category = "math";
+    s[2].category = "code";
+  }
+  return s;
+}
+
+// Two chain steps per answer drafting `k` tokens (2 ms draft, 1.5 ms verify, 0.1 ms other each):
+// p0 and p1 accept `a` per step, p2 accepts `a2` per step (emitted = accepted + 1).
+inline std::vector<StepRecord> PaperSteps(int64_t k, int64_t a, int64_t a2) {
+  std::vector<StepRecord> out;
+  for (const char* id : {"p0", "p1", "p2"}) {
+    const int64_t acc = std::string(id) == "p2" ? a2 : a;
+    for (int64_t i = 0; i < 2; ++i) out.push_back(Step(id, i, k, acc, acc + 1));
+  }
+  return out;
+}
+
+// The paper-layout database (one run, target "tiny", max_new_tokens 32, threads 1), for each
+// T in {0, 1} (T = 1 doubles every decode time, so speedups and τ stay, T_D halves) and each
+// dataset in {alpha, beta}:
+//   ar:              decode 100, 200, 40 ms
+//   sps {"k":2}:     decode 50, 100, 40 -> ratios 2, 2, 1; steps k=2, a=2, a2=0
+//   sps {"k":4}:     decode 25, 50, 40  -> ratios 4, 4, 1; steps k=4, a=4, a2=1
+//   tree {"depth":3,"top_k":2} (alpha only, config flagged "synthetic_acceptance"):
+//                    decode 50, 50, 40  -> ratios 2, 4, 1; steps k=6, a=3, a2=3
+// Benchmarks: alpha, beta/code (p2), beta/math (p0, p1). Hand-computed (T = 0):
+//   sps k=2: alpha Spd 2^(2/3) = 1.59×, τ 14/6 = 2.33; beta/code 1.00×, τ 1.00; beta/math 2.00×,
+//            τ 3.00; mean Spd (1.5874 + 1 + 2) / 3 = 1.53×, mean τ (2.333 + 1 + 3) / 3 = 2.11;
+//            T_D = 2 x 12 ms / 2 x 190 ms = 6.3 %; rollback (24 - 16) / 24 = 33.3 %.
+//   sps k=4: alpha 4^(2/3) = 2.52×, τ 24/6 = 4.00; beta/code 1.00×, τ 2.00; beta/math 4.00×,
+//            τ 5.00; mean 2.51×, τ 3.67; T_D 24 / 230 = 10.4 %; rollback (48 - 36) / 48 = 25.0 %.
+//   tree:    alpha 2.00×, τ 4.00; beta —; mean 2.00×* and 4.00*; T_D 12 / 140 = 8.6 %;
+//            rollback (36 - 18) / 36 = 50.0 %.
+// At T = 1: sps k=2 T_D = 24 / 760 = 3.2 %.
+inline void WritePaperDb(const std::string& path, const std::string& run_config_json = "{}") {
+  auto store = ResultsStore::Open(path);
+  RunInfo info = TestRun();
+  info.config_json = run_config_json;
+  const int64_t run = store->BeginRun(info);
+  for (const double t : {0.0, 1.0}) {
+    const double f = t == 0 ? 1.0 : 2.0;
+    for (const std::string dataset : {"alpha", "beta"}) {
+      const std::string tag = dataset + (t == 0 ? "0" : "1");
+      CaseRecord ar = TestCase("ar_" + tag, "ar", t);
+      ar.dataset = dataset;
+      store->WriteCase(run, ar, PaperSamples(dataset, 100 * f, 200 * f, 40 * f), {});
+      CaseRecord k2 = TestCase("k2_" + tag, "sps", t);
+      k2.dataset = dataset;
+      k2.method_knobs_json = R"({"k":2})";
+      store->WriteCase(run, k2, PaperSamples(dataset, 50 * f, 100 * f, 40 * f),
+                       PaperSteps(2, 2, 0));
+      CaseRecord k4 = TestCase("k4_" + tag, "sps", t);
+      k4.dataset = dataset;
+      k4.method_knobs_json = R"({"k":4})";
+      store->WriteCase(run, k4, PaperSamples(dataset, 25 * f, 50 * f, 40 * f), PaperSteps(4, 4, 1));
+      if (dataset == "alpha") {
+        CaseRecord tree = TestCase("tree_" + tag, "tree", t);
+        tree.dataset = dataset;
+        tree.method_knobs_json = R"({"depth":3,"top_k":2})";
+        tree.config_json = R"({"knobs":{"depth":3,"top_k":2},"synthetic_acceptance":{"p":0.8}})";
+        store->WriteCase(run, tree, PaperSamples(dataset, 50 * f, 50 * f, 40 * f),
+                         PaperSteps(6, 3, 3));
+      }
+    }
+  }
 }
 
 }  // namespace specbed::testing

@@ -1,0 +1,65 @@
+// `specbed compare --baseline A.db --candidate B.db`: the regression gate (reports/compare.h).
+// Prints the matched cases with τ and speed deltas (bootstrap CIs) and exits 3 when the candidate
+// regresses (τ lost at T = 0, speed confidently below the threshold, or a baseline case without a
+// match), 0 otherwise, 1 on errors.
+// Checked by: tests/cli/compare_cli_test.cpp (self-compare passes, a lowered budget fails).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "harness/cli/commands.h"
+#include "reports/compare.h"
+
+namespace specbed::cli {
+namespace {
+
+struct CompareCommandOptions {
+  std::string baseline, candidate;
+  CompareOptions options;
+  bool json = false;
+  bool no_tau = false, no_speed = false;
+};
+
+void RunCompare(const CompareCommandOptions& o) {
+  CompareOptions options = o.options;
+  options.gate_tau = !o.no_tau;
+  options.gate_speed = !o.no_speed;
+  const CompareResult r = CompareDatabases(o.baseline, o.candidate, options);
+  const std::string text = o.json ? CompareJson(r) : FormatCompareTable(r);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (r.regressed) std::exit(kRegressionExitCode);
+}
+
+}  // namespace
+
+void AddCompareCommand(CLI::App& app) {
+  auto o = std::make_shared<CompareCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare",
+      "Regression gate: baseline vs candidate results databases (τ exact at T=0, speed with "
+      "bootstrap CIs); exit 3 on a regression");
+  cmd->add_option("--baseline", o->baseline, "Baseline results database")->required();
+  cmd->add_option("--candidate", o->candidate, "Candidate results database")->required();
+  cmd->add_option("--match", o->options.match,
+                  "key: same resolved case config (repeats pooled); workload: same method and "
+                  "workload, knobs ignored")
+      ->check(CLI::IsMember({"key", "workload"}))
+      ->capture_default_str();
+  cmd->add_option("--tau-tolerance", o->options.tau_tolerance, "Allowed τ loss at T=0")
+      ->capture_default_str();
+  cmd->add_option("--speedup-threshold", o->options.speedup_threshold,
+                  "Allowed relative slowdown: fail when the whole 95% CI of the speed ratio is "
+                  "below 1 - threshold")
+      ->capture_default_str();
+  cmd->add_option("--resamples", o->options.bootstrap.n_resamples, "Bootstrap resamples")
+      ->capture_default_str();
+  cmd->add_flag("--no-tau-gate", o->no_tau, "Report τ but do not gate on it");
+  cmd->add_flag("--no-speed-gate", o->no_speed, "Report speed but do not gate on it");
+  cmd->add_flag("--gate-ar-speed", o->options.gate_absolute_speed,
+                "Also gate AR rows' absolute decode tok/s (same machine only)");
+  cmd->add_flag("--json", o->json, "Print the comparison as JSON");
+  cmd->callback([o] { RunCompare(*o); });
+}
+
+}  // namespace specbed::cli

@@ -1,0 +1,104 @@
+// `specbed sweep FILE [--shard i/N] [--output DB] [--dry-run] [--limit N]`: expands a sweep file
+// (harness/engine/sweep.h) into cases, prints the count and the notes on skipped combinations,
+// and runs this shard's cases into SQLite like `specbed run` (resumable: completed case keys are
+// skipped), with a progress line (cases done/total, ETA). RunSweepFile is shared with `run`.
+// Checked by: tests/cli/sweep_cli_test.cpp.
+#include <cstdio>
+#include <memory>
+
+#include "harness/base/error.h"
+#include "harness/cli/commands.h"
+#include "harness/engine/environment.h"
+#include "harness/engine/runner.h"
+#include "harness/engine/sweep.h"
+#include "methods/method_registry.h"
+#include "results/store.h"
+
+namespace specbed::cli {
+namespace {
+
+// "i/N" -> (i, N) with 0 <= i < N.
+void ParseShard(const std::string& text, int64_t* index, int64_t* count) {
+  const size_t slash = text.find('/');
+  bool ok = slash != std::string::npos && slash > 0 && slash + 1 < text.size();
+  if (ok) {
+    try {
+      size_t used_i = 0, used_n = 0;
+      *index = std::stoll(text.substr(0, slash), &used_i);
+      *count = std::stoll(text.substr(slash + 1), &used_n);
+      ok = used_i == slash && used_n == text.size() - slash - 1;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  SPECBED_CHECK(ok && *count >= 1 && *index >= 0 && *index < *count,
+                "--shard must be I/N with 0 <= I < N (e.g. 0/4), got '", text, "'");
+}
+
+}  // namespace
+
+void RunSweepFile(const SweepFileOptions& o) {
+  int64_t shard_index = 0, shard_count = 1;
+  if (!o.shard.empty()) ParseShard(o.shard, &shard_index, &shard_count);
+  SweepConfig config = LoadSweepConfig(o.config);
+  if (!o.output.empty()) config.base.output = o.output;
+  if (o.limit > 0) {
+    for (auto& d : config.base.datasets) d.limit = o.limit;
+  }
+  if (o.max_new_tokens > 0) config.base.max_new_tokens = o.max_new_tokens;
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  const SweepExpansion expansion = ExpandSweep(config, methods);
+  std::vector<CaseConfig> cases = ShardCases(expansion.cases, shard_index, shard_count);
+  if (shard_count > 1) {
+    std::fprintf(stderr, "specbed %s: %zu cases in shard %lld/%lld (%zu in the sweep)\n",
+                 o.command.c_str(), cases.size(), static_cast<long long>(shard_index),
+                 static_cast<long long>(shard_count), expansion.cases.size());
+  } else if (o.command == "sweep" || !expansion.notes.empty()) {
+    std::fprintf(stderr, "specbed %s: %zu cases\n", o.command.c_str(), cases.size());
+  }
+  for (const std::string& note : expansion.notes) {
+    std::fprintf(stderr, "specbed %s: %s\n", o.command.c_str(), note.c_str());
+  }
+  if (o.dry_run) {
+    for (const CaseConfig& c : cases) std::printf("%s  %s\n", c.Key().c_str(), c.Label().c_str());
+    return;
+  }
+  auto store = ResultsStore::Open(config.base.output);
+  RunnerOptions options;
+  options.show_progress = !o.no_progress;
+  options.run_info = CurrentEnvironment();
+  options.run_info.repro_command = CommandLine();
+  Runner runner(*store, options);
+  nlohmann::json config_json = config.ToJson();
+  if (shard_count > 1) config_json["shard"] = {{"index", shard_index}, {"count", shard_count}};
+  const RunnerSummary s =
+      runner.RunCases(std::move(cases), config.base.name, config.base.warmup, config_json);
+  std::fprintf(stderr, "specbed %s: %lld cases (%lld run, %lld already complete) in %.1f s -> %s\n",
+               o.command.c_str(), static_cast<long long>(s.cases_total),
+               static_cast<long long>(s.cases_run), static_cast<long long>(s.cases_skipped),
+               s.wall_s, config.base.output.c_str());
+}
+
+void AddSweepCommand(CLI::App& app) {
+  auto o = std::make_shared<SweepFileOptions>();
+  o->command = "sweep";
+  CLI::App* cmd = app.add_subcommand(
+      "sweep",
+      "Run a sweep file (a run config with knob lists/ranges, repeats, batch_sizes, "
+      "exclude/only), optionally one shard of it, into SQLite (resumable)");
+  cmd->add_option("config", o->config, "Sweep or run config file (JSON; see configs/README.md)")
+      ->required();
+  cmd->add_option("--shard", o->shard,
+                  "Run only shard I of N (I/N, 0-based; a case goes to hash(case key) % N)");
+  cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
+  cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
+  cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-progress", o->no_progress, "Do not show progress on stderr");
+  cmd->callback([o] { RunSweepFile(*o); });
+}
+
+}  // namespace specbed::cli

@@ -1,0 +1,314 @@
+// The regression gate (see compare.h).
+// Checked by: tests/reports/compare_test.cpp, tests/cli/compare_cli_test.cpp.
+#include "reports/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "reports/format.h"
+#include "reports/summary.h"
+#include "results/store.h"
+
+namespace specbed {
+namespace {
+
+using json = nlohmann::json;
+using report_format::Fixed;
+using report_format::General;
+using report_format::kNone;
+
+// One configuration (all its repeats) of one database.
+struct Group {
+  std::string label;
+  std::string method;
+  double temperature = 0;
+  int64_t repeats = 0;
+  int64_t emitted = 0, steps = 0;
+  // (prompt_id, turn) -> log speed per repeat.
+  std::map<std::string, std::vector<double>> log_speed;
+};
+
+std::string GroupKey(const CaseRecord& c, const std::string& match) {
+  if (match == "key") {
+    // Repeats of one configuration differ only by their "repeat" index: pool them.
+    json config = json::parse(c.config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object() || !config.contains("repeat")) return c.case_key;
+    config.erase("repeat");
+    const std::string text = config.dump();
+    return Hex64(Fnv1a64(text.data(), text.size()));
+  }
+  std::ostringstream k;
+  k << c.method << '|' << c.target << '|' << c.dataset << '|' << c.categories << '|'
+    << c.prompt_limit << '|' << c.temperature << '|' << c.top_p << '|' << c.top_k << '|' << c.seed
+    << '|' << c.max_new_tokens << '|' << c.batch_size << '|' << c.dtype << '|' << c.device;
+  return k.str();
+}
+
+std::string CaseLabel(const CaseRecord& c) {
+  std::string knobs = KnobsShort(c.method_knobs_json);
+  std::ostringstream s;
+  s << c.method;
+  if (!knobs.empty()) s << '(' << knobs << ')';
+  s << ' ' << c.target << ' ' << c.dataset << " T=" << General(c.temperature) << " seed=" << c.seed;
+  return s.str();
+}
+
+std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match) {
+  StoreOptions so;
+  so.read_only = true;
+  auto store = ResultsStore::Open(path, so);
+  const auto cases = store->ListCases();
+  std::map<std::string, Group> groups;
+  std::map<std::string, std::string> knobs_of_group;  // workload match: one configuration each
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CaseRecord& c = cases[i].record;
+    const std::string key = GroupKey(c, match);
+    Group& g = groups[key];
+    if (match == "workload") {
+      auto [it, inserted] = knobs_of_group.emplace(key, c.method_knobs_json);
+      SPECBED_CHECK(inserted || it->second == c.method_knobs_json, "compare --match workload: '",
+                    path, "' holds two configurations of method ", c.method,
+                    " on one workload (knobs ", it->second, " and ", c.method_knobs_json,
+                    "); compare by key instead");
+    }
+    g.label = CaseLabel(c);
+    g.method = c.method;
+    g.temperature = c.temperature;
+    ++g.repeats;
+    const std::vector<SampleRecord> samples = store->LoadSamples(cases[i].case_id);
+    for (const StepRecord& st : store->LoadSteps(cases[i].case_id)) {
+      g.emitted += st.n_emitted;
+      ++g.steps;
+    }
+    const bool is_ar = c.method == "ar";
+    if (is_ar) {
+      for (const SampleRecord& s : samples) {
+        const double v = SampleDecodeTokensPerS(s);
+        if (std::isfinite(v) && v > 0) {
+          g.log_speed[s.prompt_id + "#" + std::to_string(s.turn)].push_back(std::log(v));
+        }
+      }
+      continue;
+    }
+    const BaselineMatch base = FindArBaseline(cases, i);
+    if (base.index < 0) continue;
+    BootstrapOptions none;
+    none.n_resamples = 0;
+    const Speedup sp = ComputeSpeedup(store->LoadSamples(cases[base.index].case_id), samples, none);
+    for (const Speedup::Pair& p : sp.pairs) {
+      if (p.ar_ms > 0 && p.method_ms > 0) {
+        g.log_speed[p.prompt_id + "#" + std::to_string(p.turn)].push_back(
+            std::log(p.ar_ms / p.method_ms));
+      }
+    }
+  }
+  return groups;
+}
+
+double MeanOf(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? kNoValue : s / static_cast<double>(v.size());
+}
+
+// SplitMix64 stream with an exact multiply-shift draw in [0, n).
+struct Stream {
+  uint64_t state;
+  uint64_t Next() { return Mix64(state += 0x9E3779B97F4A7C15ULL); }
+  uint64_t Below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
+};
+
+void CompareSpeed(const Group& b, const Group& c, const CompareOptions& o, CompareRow& row) {
+  std::vector<const std::vector<double>*> lb, lc;
+  for (const auto& [prompt, values] : b.log_speed) {
+    auto it = c.log_speed.find(prompt);
+    if (it == c.log_speed.end() || values.empty() || it->second.empty()) continue;
+    lb.push_back(&values);
+    lc.push_back(&it->second);
+  }
+  row.n_prompts = static_cast<int64_t>(lb.size());
+  if (lb.empty()) {
+    row.note = "no prompt answered by both";
+    return;
+  }
+  double sum_b = 0, sum_c = 0;
+  for (size_t i = 0; i < lb.size(); ++i) {
+    sum_b += MeanOf(*lb[i]);
+    sum_c += MeanOf(*lc[i]);
+  }
+  const double n = static_cast<double>(lb.size());
+  row.speed_baseline = std::exp(sum_b / n);
+  row.speed_candidate = std::exp(sum_c / n);
+  row.speed_ratio = std::exp((sum_c - sum_b) / n);
+  if (o.bootstrap.n_resamples <= 0 || lb.size() < 2) {
+    if (lb.size() < 2) row.note = "one prompt: no interval, speed not gated";
+    return;
+  }
+  Stream rng{o.bootstrap.seed};
+  std::vector<double> stats;
+  stats.reserve(o.bootstrap.n_resamples);
+  for (int64_t r = 0; r < o.bootstrap.n_resamples; ++r) {
+    double diff = 0;
+    for (size_t k = 0; k < lb.size(); ++k) {
+      const size_t p = rng.Below(lb.size());
+      const double vb = (*lb[p])[rng.Below(lb[p]->size())];
+      const double vc = (*lc[p])[rng.Below(lc[p]->size())];
+      diff += vc - vb;
+    }
+    stats.push_back(std::exp(diff / n));
+  }
+  std::sort(stats.begin(), stats.end());
+  row.speed_ratio_ci.lo = SortedQuantile(stats, (1.0 - o.bootstrap.level) / 2);
+  row.speed_ratio_ci.hi = SortedQuantile(stats, (1.0 + o.bootstrap.level) / 2);
+  const bool gated = row.method == "ar" ? o.gate_absolute_speed : o.gate_speed;
+  row.speed_regressed = gated && row.speed_ratio_ci.hi < 1.0 - o.speedup_threshold;
+}
+
+}  // namespace
+
+CompareResult CompareDatabases(const std::string& baseline_path, const std::string& candidate_path,
+                               const CompareOptions& options) {
+  SPECBED_CHECK(options.match == "key" || options.match == "workload",
+                "compare: --match must be 'key' or 'workload', got '", options.match, "'");
+  SPECBED_CHECK(
+      options.tau_tolerance >= 0 && options.speedup_threshold >= 0 && options.speedup_threshold < 1,
+      "compare: need --tau-tolerance >= 0 and 0 <= --speedup-threshold < 1");
+  CompareResult result;
+  result.baseline_path = baseline_path;
+  result.candidate_path = candidate_path;
+  result.options = options;
+  const auto base = LoadGroups(baseline_path, options.match);
+  const auto cand = LoadGroups(candidate_path, options.match);
+  for (const auto& [key, b] : base) {
+    auto it = cand.find(key);
+    if (it == cand.end()) {
+      result.unmatched_baseline.push_back(b.label);
+      continue;
+    }
+    const Group& c = it->second;
+    CompareRow row;
+    row.label = b.label;
+    row.method = b.method;
+    row.temperature = b.temperature;
+    row.baseline_repeats = b.repeats;
+    row.candidate_repeats = c.repeats;
+    if (b.steps > 0) row.tau_baseline = static_cast<double>(b.emitted) / b.steps;
+    if (c.steps > 0) row.tau_candidate = static_cast<double>(c.emitted) / c.steps;
+    if (options.gate_tau && b.temperature == 0 && std::isfinite(row.tau_baseline)) {
+      row.tau_regressed = !(row.tau_candidate >= row.tau_baseline - options.tau_tolerance);
+    }
+    CompareSpeed(b, c, options, row);
+    if (row.method == "ar" && !options.gate_absolute_speed && row.note.empty()) {
+      row.note = "absolute tok/s: reported, not gated";
+    }
+    result.regressed = result.regressed || row.tau_regressed || row.speed_regressed;
+    result.rows.push_back(std::move(row));
+  }
+  for (const auto& [key, c] : cand) {
+    if (!base.count(key)) result.unmatched_candidate.push_back(c.label);
+  }
+  if (!result.unmatched_baseline.empty()) result.regressed = true;
+  std::sort(result.rows.begin(), result.rows.end(), [](const CompareRow& x, const CompareRow& y) {
+    return std::make_pair(x.temperature, x.label) < std::make_pair(y.temperature, y.label);
+  });
+  return result;
+}
+
+std::string FormatCompareTable(const CompareResult& r) {
+  std::ostringstream out;
+  out << "specbed compare: baseline " << r.baseline_path << ", candidate " << r.candidate_path
+      << " (match by " << r.options.match << ")\n";
+  std::vector<std::vector<std::string>> rows = {{"case", "τ base", "τ cand", "Δτ", "speed base",
+                                                 "speed cand", "ratio [95% CI]", "n", "verdict"}};
+  for (const CompareRow& x : r.rows) {
+    std::string verdict = "ok";
+    if (x.tau_regressed) verdict = "REGRESSED (τ)";
+    if (x.speed_regressed) verdict = x.tau_regressed ? "REGRESSED (τ, speed)" : "REGRESSED (speed)";
+    if (!x.note.empty()) verdict += " — " + x.note;
+    std::string ratio = Fixed(x.speed_ratio, 3);
+    if (std::isfinite(x.speed_ratio_ci.lo)) {
+      ratio += " [" + Fixed(x.speed_ratio_ci.lo, 3) + ", " + Fixed(x.speed_ratio_ci.hi, 3) + "]";
+    }
+    const bool ar = x.method == "ar";
+    rows.push_back({x.label, Fixed(x.tau_baseline, 3), Fixed(x.tau_candidate, 3),
+                    std::isfinite(x.tau_baseline) && std::isfinite(x.tau_candidate)
+                        ? Fixed(x.tau_candidate - x.tau_baseline, 3)
+                        : kNone,
+                    Fixed(x.speed_baseline, ar ? 0 : 3) + (ar ? " tok/s" : "x"),
+                    Fixed(x.speed_candidate, ar ? 0 : 3) + (ar ? " tok/s" : "x"), ratio,
+                    std::to_string(x.n_prompts), verdict});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  auto display = [](const std::string& s) {  // UTF-8 code points, for alignment
+    size_t n = 0;
+    for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+    return n;
+  };
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display(row[i]));
+  }
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      out << row[i];
+      if (i + 1 < row.size()) out << std::string(width[i] - display(row[i]) + 2, ' ');
+    }
+    out << "\n";
+  }
+  for (const std::string& l : r.unmatched_baseline) {
+    out << "REGRESSED: baseline case without a match in the candidate: " << l
+        << " (configuration changed? update the baseline explicitly)\n";
+  }
+  for (const std::string& l : r.unmatched_candidate) {
+    out << "note: candidate case not in the baseline: " << l << "\n";
+  }
+  out << "\nτ is gated at T = 0 (deterministic; tolerance " << General(r.options.tau_tolerance)
+      << "); speed = speedup vs the database's own AR (AR rows: decode tok/s), ratio = candidate /"
+         " baseline geometric mean over prompts, [95% CI] = paired bootstrap over prompts and "
+         "repeats; gated when the whole interval is below "
+      << General(1.0 - r.options.speedup_threshold) << ".\n"
+      << (r.regressed ? "verdict: REGRESSION\n" : "verdict: no regression\n");
+  return out.str();
+}
+
+std::string CompareJson(const CompareResult& r) {
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j;
+  j["baseline"] = r.baseline_path;
+  j["candidate"] = r.candidate_path;
+  j["match"] = r.options.match;
+  j["tau_tolerance"] = r.options.tau_tolerance;
+  j["speedup_threshold"] = r.options.speedup_threshold;
+  j["regressed"] = r.regressed;
+  j["rows"] = json::array();
+  for (const CompareRow& x : r.rows) {
+    j["rows"].push_back({{"case", x.label},
+                         {"method", x.method},
+                         {"temperature", x.temperature},
+                         {"n_prompts", x.n_prompts},
+                         {"baseline_repeats", x.baseline_repeats},
+                         {"candidate_repeats", x.candidate_repeats},
+                         {"tau_baseline", num(x.tau_baseline)},
+                         {"tau_candidate", num(x.tau_candidate)},
+                         {"speed_baseline", num(x.speed_baseline)},
+                         {"speed_candidate", num(x.speed_candidate)},
+                         {"speed_ratio", num(x.speed_ratio)},
+                         {"speed_ratio_ci", {num(x.speed_ratio_ci.lo), num(x.speed_ratio_ci.hi)}},
+                         {"tau_regressed", x.tau_regressed},
+                         {"speed_regressed", x.speed_regressed},
+                         {"note", x.note}});
+  }
+  j["unmatched_baseline"] = r.unmatched_baseline;
+  j["unmatched_candidate"] = r.unmatched_candidate;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace specbed

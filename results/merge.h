@@ -1,0 +1,32 @@
+// Merging results databases (`specbed merge OUT.db IN.db...`): copies the runs, cases (with their
+// samples and steps) and bench rows of another database into an open store, skipping cases whose
+// case_key is already there, so shards of a sweep run on several machines combine into one file
+// and merging the same input twice adds nothing.
+// Checked by: tests/results/merge_test.cpp and tests/cli/sweep_cli_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "results/store.h"
+
+namespace specbed {
+
+struct MergeSummary {
+  int64_t runs_copied = 0;     // runs rows inserted (a run already in the output is reused)
+  int64_t cases_copied = 0;    // cases written with all their samples and steps
+  int64_t cases_skipped = 0;   // cases whose case_key the output already held
+  int64_t samples_copied = 0;  // samples rows of the copied cases
+  int64_t steps_copied = 0;    // steps rows of the copied cases
+  int64_t bench_copied = 0;    // bench rows of the inserted runs
+};
+
+// Copies `input_path` (opened read-only; any schema version this build reads) into `out`. A run
+// is inserted only when something of it is copied, and is reused when `out` already holds a run
+// with identical provenance (so merging twice adds nothing). Each case is copied in one
+// transaction (WriteCase) with new run/case ids; its samples and steps follow it. Drafter
+// training tables are not copied. A missing or bad input, or the output itself, fails naming the
+// file.
+MergeSummary MergeResults(ResultsStore& out, const std::string& input_path);
+
+}  // namespace specbed

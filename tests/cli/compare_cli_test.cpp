@@ -1,0 +1,134 @@
+// `specbed compare` end to end (the regression gate): two runs of the same small stories260K
+// config compare clean (exit 0), a deliberately worse candidate — SpS with a lowered draft budget
+// (gamma 1 instead of 4), matched by workload — fails on τ at T = 0 (exit 3), a candidate missing
+// a baseline case fails, and bad arguments exit 1. T = 0 is deterministic; the speed gate uses a
+// tolerant threshold so timing noise cannot flip these verdicts (false-failure rate ~0: the
+// speed interval would have to lie entirely below 0.5).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CliRun Specbed(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/stdout", err = dir + "/stderr";
+  const std::string cmd = std::string(SPECBED_BIN) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadAll(out);
+  r.err = ReadAll(err);
+  return r;
+}
+
+// A run config: AR + SpS(gamma) on 4 story prompts, 32 tokens, T = 0.
+std::string WriteConfig(const std::string& dir, const std::string& name, int gamma,
+                        bool with_sps = true) {
+  const std::string path = dir + "/" + name + ".json";
+  std::ofstream f(path);
+  f << R"({"name": ")" << name << R"(", "output": ")" << dir << "/" << name << R"(.db",
+          "methods": ["ar")"
+    << (with_sps ? R"(, {"name": "sps", "knobs": {"gamma": )" + std::to_string(gamma) + "}}" : "")
+    << R"(], "datasets": [{"name": "stories", "limit": 4}], "temperatures": [0],
+          "max_new_tokens": 32, "warmup": 0})";
+  return path;
+}
+
+TEST(CompareCli, SelfComparePassesAndALoweredBudgetFails) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/compare_cli";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (auto [name, gamma] : {std::pair<const char*, int>{"base", 4}, {"again", 4}, {"worse", 1}}) {
+    const CliRun r = Specbed("run --no-progress " + WriteConfig(dir, name, gamma), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const std::string gate = " --speedup-threshold 0.5";
+  CliRun r = Specbed(
+      "compare --baseline " + dir + "/base.db --candidate " + dir + "/again.db" + gate, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("verdict: no regression"), std::string::npos) << r.out;
+
+  r = Specbed("compare --match workload --baseline " + dir + "/base.db --candidate " + dir +
+                  "/worse.db" + gate,
+              dir);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("REGRESSED (τ"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verdict: REGRESSION"), std::string::npos) << r.out;
+
+  // Matched by key, the lowered budget is another configuration: the baseline case has no
+  // match, which also fails (a configuration change must update the baseline explicitly).
+  r = Specbed("compare --baseline " + dir + "/base.db --candidate " + dir + "/worse.db" + gate,
+              dir);
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_NE(r.out.find("baseline case without a match"), std::string::npos) << r.out;
+
+  r = Specbed(
+      "compare --json --baseline " + dir + "/base.db --candidate " + dir + "/again.db" + gate, dir);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("\"regressed\": false"), std::string::npos) << r.out;
+
+  r = Specbed("compare --baseline " + dir + "/missing.db --candidate " + dir + "/again.db", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("missing.db"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+// Synthetic-acceptance mode end to end: the forced pattern shows in the measured per-position
+// acceptance, and the summary and the report flag the cases as not real measurements (the AR
+// baseline stays real). α_1 over ~100 draft steps at p = 0.9 lies in [0.75, 1] except with
+// probability < 1e-5 (binomial tail): that is this test's false-failure rate.
+TEST(SyntheticAcceptanceCli, FlaggedInSummaryAndReport) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/synthetic_cli";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string config = dir + "/synthetic.json";
+  {
+    std::ofstream f(config);
+    f << R"({"output": ")" << dir
+      << R"(/synthetic.db", "methods": ["ar", {"name": "sps", "knobs": {"gamma": 3}}],
+            "datasets": [{"name": "stories", "limit": 4}], "max_new_tokens": 96, "warmup": 0,
+            "synthetic_acceptance": [0.9, 0.0]})";
+  }
+  CliRun r = Specbed("run --no-progress " + config, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Specbed("summary " + dir + "/synthetic.db --json", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("SYNTHETIC ACCEPTANCE"), std::string::npos) << r.out;
+  // Position 2 is never accepted (p = 0), position 1 about 90% of the time.
+  const size_t alpha = r.out.rfind("\"alpha\": [");  // the sps case (AR has none)
+  ASSERT_NE(alpha, std::string::npos) << r.out;
+  const double a1 = std::stod(r.out.substr(alpha + 10));
+  EXPECT_GE(a1, 0.75);
+  EXPECT_LE(a1, 1.0);
+  r = Specbed("summary " + dir + "/synthetic.db", dir);
+  EXPECT_NE(r.out.find("sps(drafter=stories260K-draft,gamma=3) [SYNTHETIC]"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("ar [SYNTHETIC]"), std::string::npos) << r.out;
+  r = Specbed("report " + dir + "/synthetic.db -o " + dir + "/report", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(ReadAll(dir + "/report/index.html").find("SYNTHETIC ACCEPTANCE"), std::string::npos);
+}
+
+}  // namespace

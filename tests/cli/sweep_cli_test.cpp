@@ -1,0 +1,295 @@
+// End-to-end tests of `specbed sweep`, `specbed merge` and `specbed slurm` (harness/cli) with the
+// real binary on stories260K (2 prompts, 8 new tokens): shards 0/2 and 1/2 merged equal one
+// unsharded run case for case; a sweep killed with SIGKILL mid-way resumes to every case exactly
+// once; merging twice adds nothing; `run` accepts sweep files; dry runs, the slurm script and the
+// errors for bad shards, ranges, inputs and options. Databases are read through results/store.h.
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "results/store.h"
+#include "tests/cli/cli_test_util.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using cli_test::Child;
+using cli_test::Contains;
+using cli_test::Describe;
+using cli_test::ProcResult;
+using cli_test::RunSpecbed;
+using cli_test::TestDir;
+
+std::unique_ptr<ResultsStore> OpenReadOnly(const std::string& path) {
+  StoreOptions options;
+  options.read_only = true;
+  return ResultsStore::Open(path, options);
+}
+
+std::string WriteSweep(const std::string& dir, const std::string& name, const Json& sweep) {
+  const std::string path = dir + "/" + name;
+  cli_test::WriteFile(path, sweep.dump(2));
+  return path;
+}
+
+// AR + SpS gamma 1 and 2 at T 0 and 1 on 2 stories prompts, 8 new tokens: 6 cases.
+Json SmallSweep(const std::string& db) {
+  return {{"name", "sweep-test"},
+          {"output", db},
+          {"methods", {"ar", {{"name", "sps"}, {"knobs", {{"gamma", {1, 2}}}}}}},
+          {"datasets", {{{"name", "stories"}, {"limit", 2}}}},
+          {"temperatures", {0, 1}},
+          {"max_new_tokens", 8},
+          {"warmup", 0},
+          {"paper", {{"table", "Table 0"}}}};
+}
+
+// case_key -> number of cases with that key.
+std::map<std::string, int> KeyCounts(const std::string& db) {
+  std::map<std::string, int> out;
+  for (const auto& c : OpenReadOnly(db)->ListCases()) ++out[c.record.case_key];
+  return out;
+}
+
+std::set<std::string> Keys(const std::map<std::string, int>& counts) {
+  std::set<std::string> out;
+  for (const auto& [k, n] : counts) {
+    EXPECT_EQ(n, 1) << "case " << k << " stored " << n << " times";
+    out.insert(k);
+  }
+  return out;
+}
+
+// The keys listed by `specbed sweep FILE --dry-run [extra...]` (first word of each line).
+std::set<std::string> DryRunKeys(const std::string& dir, const std::string& sweep,
+                                 std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"sweep", sweep, "--dry-run"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const ProcResult r = RunSpecbed(args, dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  std::set<std::string> keys;
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    EXPECT_GT(line.size(), 18u) << line;
+    keys.insert(line.substr(0, 16));
+  }
+  return keys;
+}
+
+TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
+  const std::string dir = TestDir();
+  const std::string sweep = WriteSweep(dir, "small.json", SmallSweep(dir + "/all.db"));
+
+  const std::set<std::string> listed = DryRunKeys(dir, sweep);
+  EXPECT_EQ(listed.size(), 6u);
+  EXPECT_FALSE(fs::exists(dir + "/all.db")) << "--dry-run must not create the database";
+
+  const ProcResult all = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  ASSERT_EQ(all.exit_code, 0) << Describe(all);
+  EXPECT_TRUE(Contains(all.err, "specbed sweep: 6 cases\n"));
+  EXPECT_TRUE(Contains(all.err, "6 cases (6 run, 0 already complete)"));
+  const std::set<std::string> unsharded = Keys(KeyCounts(dir + "/all.db"));
+  EXPECT_EQ(unsharded, listed);
+
+  std::set<std::string> shard_keys[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string db = dir + "/shard_" + std::to_string(i) + ".db";
+    const std::string shard = std::to_string(i) + "/2";
+    const ProcResult r =
+        RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--no-progress"}, dir);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "in shard " + shard + " (6 in the sweep)"));
+    shard_keys[i] = Keys(KeyCounts(db));
+    EXPECT_EQ(shard_keys[i], DryRunKeys(dir, sweep, {"--shard", shard}));
+  }
+  for (const auto& k : shard_keys[0]) EXPECT_EQ(shard_keys[1].count(k), 0u) << "in both shards";
+
+  const std::string merged = dir + "/merged.db";
+  ProcResult m = RunSpecbed({"merge", merged, dir + "/shard_0.db", dir + "/shard_1.db"}, dir);
+  ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  EXPECT_TRUE(Contains(m.err, "6 cases copied, 0 skipped"));
+  EXPECT_EQ(Keys(KeyCounts(merged)), unsharded);
+  // Merging again (also the unsharded run) adds nothing.
+  m = RunSpecbed({"merge", merged, dir + "/shard_1.db", dir + "/shard_0.db", dir + "/all.db"}, dir);
+  ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  EXPECT_TRUE(Contains(m.err, "0 cases copied, 12 skipped"));
+  auto store = OpenReadOnly(merged);
+  EXPECT_EQ(store->CountRows("cases"), 6);
+  EXPECT_EQ(store->CountRows("samples"), 12);
+  EXPECT_EQ(store->CountRows("runs"), 2);
+
+  // Samples and steps came along; the case config carries repeat, batch and paper.
+  auto single = OpenReadOnly(dir + "/all.db");
+  std::map<std::string, ResultsStore::CaseRow> by_key;
+  for (const auto& c : single->ListCases()) by_key.emplace(c.record.case_key, c);
+  for (const auto& c : store->ListCases()) {
+    const auto& s = by_key.at(c.record.case_key);
+    EXPECT_EQ(c.n_samples, 2);
+    const auto samples = store->LoadSamples(c.case_id);
+    const auto want = single->LoadSamples(s.case_id);
+    ASSERT_EQ(samples.size(), want.size());
+    if (c.record.temperature == 0) {
+      for (size_t i = 0; i < samples.size(); ++i)
+        EXPECT_EQ(samples[i].output_hash, want[i].output_hash) << "greedy output differs";
+      EXPECT_EQ(store->LoadSteps(c.case_id).size(), single->LoadSteps(s.case_id).size());
+    }
+    if (c.record.method == "sps") {
+      EXPECT_GT(store->LoadSteps(c.case_id).size(), 0u);
+    }
+    EXPECT_EQ(c.record.batch_size, 1);
+    const Json config = Json::parse(c.record.config_json);
+    EXPECT_EQ(config["repeat"], 0);
+    EXPECT_EQ(config["batch_size"], 1);
+    EXPECT_EQ(config["paper"]["table"], "Table 0");
+  }
+}
+
+// Number of completed cases in `db`, or -1 while it cannot be read (not created yet).
+int64_t CountCasesOrMinusOne(const std::string& db) {
+  if (!fs::exists(db)) return -1;
+  try {
+    return OpenReadOnly(db)->CountRows("cases");
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
+TEST(CliSweep, SigkillMidSweepResumesToEveryCaseOnce) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/kill.db";
+  Json cfg = SmallSweep(db);
+  cfg["repeats"] = 4;  // 2 AR + 2 x 2 x 4 SpS = 18 cases
+  cfg["max_new_tokens"] = 32;
+  const std::string sweep = WriteSweep(dir, "kill.json", cfg);
+  int64_t at_kill = -1;
+  {
+    Child child({"sweep", sweep}, dir);
+    while (true) {
+      const int64_t n = CountCasesOrMinusOne(db);
+      if (n >= 1 && n < 18) {
+        child.Kill(SIGKILL);
+        at_kill = n;
+        break;
+      }
+      if (child.Exited()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const ProcResult r = child.Wait(60);
+    ASSERT_GE(at_kill, 1) << "the sweep finished before it could be killed; make it slower\n"
+                          << Describe(r);
+    EXPECT_EQ(r.term_signal, SIGKILL) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "specbed sweep: 18 cases"));
+  }
+  const int64_t before = OpenReadOnly(db)->CountRows("cases");
+  ASSERT_LT(before, 18);
+  EXPECT_EQ(OpenReadOnly(db)->CountRows("samples"), 2 * before) << "a partial case was stored";
+
+  const ProcResult again = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  ASSERT_EQ(again.exit_code, 0) << Describe(again);
+  EXPECT_TRUE(Contains(again.err, std::to_string(before) + " of 18 cases already complete"));
+  const std::map<std::string, int> counts = KeyCounts(db);
+  EXPECT_EQ(Keys(counts), DryRunKeys(dir, sweep));
+  EXPECT_EQ(counts.size(), 18u);
+  EXPECT_EQ(OpenReadOnly(db)->CountRows("samples"), 36);
+  std::map<int64_t, int> repeats;
+  for (const auto& c : OpenReadOnly(db)->ListCases())
+    ++repeats[Json::parse(c.record.config_json)["repeat"].get<int64_t>()];
+  EXPECT_EQ(repeats, (std::map<int64_t, int>{{0, 6}, {1, 4}, {2, 4}, {3, 4}}));
+
+  // Merging the resumed database twice into a fresh one never duplicates.
+  const std::string merged = dir + "/merged.db";
+  for (int i = 0; i < 2; ++i) {
+    const ProcResult m = RunSpecbed({"merge", merged, db}, dir);
+    ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  }
+  EXPECT_EQ(KeyCounts(merged), counts);
+  EXPECT_EQ(OpenReadOnly(merged)->CountRows("samples"), 36);
+}
+
+TEST(CliSweep, RunAcceptsSweepFilesAndReportsSkippedBatches) {
+  const std::string dir = TestDir();
+  Json cfg = SmallSweep(dir + "/run.db");
+  cfg["temperatures"] = {0};
+  cfg["batch_sizes"] = {1, 2};
+  const std::string sweep = WriteSweep(dir, "run.json", cfg);
+  const ProcResult r = RunSpecbed({"run", sweep, "--no-progress"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "skipped: method ar does not support batch > 1 (1 cases)"));
+  EXPECT_TRUE(Contains(r.err, "skipped: method sps does not support batch > 1 (2 cases)"));
+  EXPECT_TRUE(Contains(r.err, "3 cases (3 run, 0 already complete)"));
+  EXPECT_EQ(OpenReadOnly(dir + "/run.db")->CountRows("cases"), 3);
+}
+
+TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bad.db";
+  const std::string sweep = WriteSweep(dir, "ok.json", SmallSweep(db));
+  for (const char* shard : {"2/2", "1", "-1/2", "0/0", "a/b", "1/2x"}) {
+    const ProcResult r = RunSpecbed({"sweep", sweep, "--shard", shard}, dir);
+    EXPECT_EQ(r.exit_code, 1) << shard << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "--shard must be I/N with 0 <= I < N")) << shard;
+  }
+  Json cfg = SmallSweep(db);
+  cfg["methods"][1]["knobs"]["gamma"] = "4-1+1";
+  const std::string bad = WriteSweep(dir, "bad_range.json", cfg);
+  ProcResult r = RunSpecbed({"sweep", bad}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, bad + ": methods[1].knobs.gamma: bad range \"4-1+1\""));
+  EXPECT_FALSE(fs::exists(db));
+
+  // merge: a missing or non-SpecBed input fails naming it, before the output is created.
+  cli_test::WriteFile(dir + "/junk.db", "this is not a database, only some text of a good length");
+  for (const std::string& in : {dir + "/missing.db", dir + "/junk.db"}) {
+    r = RunSpecbed({"merge", dir + "/out.db", in}, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, in));
+    EXPECT_FALSE(fs::exists(dir + "/out.db"));
+  }
+  r = RunSpecbed({"merge", dir + "/out.db"}, dir);
+  EXPECT_GE(r.exit_code, 100) << "a missing input is a usage error\n" << Describe(r);
+}
+
+TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
+  const std::string dir = TestDir();
+  const std::string sweep = WriteSweep(dir, "s.json", SmallSweep("results/s.db"));
+  const ProcResult r =
+      RunSpecbed({"slurm", sweep, "--shards", "3", "--partition", "gpu", "--time", "02:30:00",
+                  "--cpus", "8", "--gpus", "1", "--output-dir", dir + "/shards"},
+                 dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string& s = r.out;
+  EXPECT_EQ(s.rfind("#!/bin/bash\n", 0), 0u) << s;
+  EXPECT_TRUE(Contains(s, "(6 cases) as a Slurm job array of 3 shards"));
+  for (const char* line :
+       {"#SBATCH --array=0-2\n", "#SBATCH --partition=gpu\n", "#SBATCH --time=02:30:00\n",
+        "#SBATCH --cpus-per-task=8\n", "#SBATCH --gres=gpu:1\n"}) {
+    EXPECT_TRUE(Contains(s, line));
+  }
+  EXPECT_TRUE(Contains(s, " sweep " + sweep + " --shard \"${SLURM_ARRAY_TASK_ID}/3\" --output " +
+                              dir + "/shards/\"shard_${SLURM_ARRAY_TASK_ID}.db\""));
+  EXPECT_TRUE(Contains(s, "#   "));
+  EXPECT_TRUE(Contains(s, " merge results/s.db " + dir + "/shards/shard_*.db\n"));
+  // Every #SBATCH line comes before the first command (sbatch stops reading them there).
+  EXPECT_LT(s.rfind("#SBATCH"), s.find("\nset -euo pipefail"));
+
+  ProcResult bad = RunSpecbed({"slurm", sweep, "--shards", "2", "--time", "2h"}, dir);
+  EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
+  EXPECT_TRUE(Contains(bad.err, "--time must be HH:MM:SS"));
+  bad = RunSpecbed({"slurm", sweep, "--shards", "0"}, dir);
+  EXPECT_GE(bad.exit_code, 100) << Describe(bad);
+  Json cfg = SmallSweep("results/s.db");
+  cfg["methods"] = {"arr"};
+  bad = RunSpecbed({"slurm", WriteSweep(dir, "bad.json", cfg), "--shards", "2"}, dir);
+  EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
+  EXPECT_TRUE(Contains(bad.err, "unknown method 'arr'"));
+}
+
+}  // namespace
+}  // namespace specbed

@@ -1,0 +1,367 @@
+// Tests of harness/engine/sweep.h: knob range strings (and clear errors for bad ones), cartesian
+// knob expansion, exclude/only (AR baselines kept for kept cases), repeats (AR not repeated,
+// repeat 0 keeps the pre-sweep case key), batch sizes (skipped for methods without batch
+// support), AR dedupe, the pass-through `paper`, parse errors naming file and key, and sharding
+// (every case in exactly one shard, assignment independent of the other cases).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/engine/sweep.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+const MethodRegistry& Builtin() {
+  static const MethodRegistry registry = [] {
+    MethodRegistry r;
+    RegisterBuiltinMethods(r);
+    return r;
+  }();
+  return registry;
+}
+
+SweepExpansion Expand(const char* json, const MethodRegistry& methods = Builtin()) {
+  return ExpandSweep(ParseSweepConfig(Json::parse(json), "sweep.json"), methods);
+}
+
+std::vector<Json> Values(const std::vector<Json>& v) {
+  return v;
+}
+
+TEST(KnobRange, GeometricArithmeticAndDefaultStep) {
+  EXPECT_EQ(ParseKnobRange("16-256*2", "k"), Values({16, 32, 64, 128, 256}));
+  EXPECT_EQ(ParseKnobRange("16-250*2", "k"), Values({16, 32, 64, 128}));
+  EXPECT_EQ(ParseKnobRange("1-7+2", "k"), Values({1, 3, 5, 7}));
+  EXPECT_EQ(ParseKnobRange("1-8+2", "k"), Values({1, 3, 5, 7}));
+  EXPECT_EQ(ParseKnobRange("2-4", "k"), Values({2, 3, 4}));
+  EXPECT_EQ(ParseKnobRange("5-5*3", "k"), Values({5}));
+  EXPECT_TRUE(ParseKnobRange("1-7+2", "k")[0].is_number_integer());
+  const std::vector<Json> floats = ParseKnobRange("0.5-1+0.25", "k");
+  EXPECT_EQ(floats, Values({0.5, 0.75, 1.0}));
+  EXPECT_TRUE(floats[0].is_number_float());
+  EXPECT_EQ(ParseKnobRange("0.1-0.3+0.1", "k"), Values({0.1, 0.2, 0.3})) << "no drift past the end";
+  EXPECT_EQ(ParseKnobRange("1-4*1.5", "k"), Values({1.0, 1.5, 2.25, 3.375}));
+
+  EXPECT_TRUE(LooksLikeKnobRange("16-256*2"));
+  EXPECT_TRUE(LooksLikeKnobRange("16-"));
+  EXPECT_FALSE(LooksLikeKnobRange("stories260K-draft"));
+  EXPECT_FALSE(LooksLikeKnobRange("models/x-1"));
+  EXPECT_FALSE(LooksLikeKnobRange("16"));
+  EXPECT_FALSE(LooksLikeKnobRange(""));
+}
+
+TEST(KnobRange, BadStringsFailClearly) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"16-256*", "expected a number after '*'"},
+      {"16-", "expected a number after '-'"},
+      {"256-16*2", "end is smaller than the start"},
+      {"1-7+0", "step must be > 0"},
+      {"0-8*2", "start above 0"},
+      {"4-8*1", "factor must be > 1"},
+      {"1-7/2", "unexpected '/'"},
+      {"1-7+2x", "unexpected text after the step"},
+      {"1.2.3-4", "expected '-' after the start"},
+      {"1-100000+1", "more than 10000 values"},
+  };
+  for (const auto& [text, why] : bad) {
+    const std::string e = ErrorOf([&] { ParseKnobRange(text, "f.json: methods[0].knobs.depth"); });
+    EXPECT_CONTAINS(e, "f.json: methods[0].knobs.depth: bad range \"" + text + "\"");
+    EXPECT_CONTAINS(e, why);
+    EXPECT_CONTAINS(e, "\"START-END*FACTOR\"");
+    EXPECT_CONTAINS(e, "\"START-END+STEP\"");
+  }
+}
+
+TEST(SweepParse, ErrorsNameFileAndKey) {
+  auto error_of = [](const char* json) {
+    return ErrorOf([&] { ParseSweepConfig(Json::parse(json), "cfg.json"); });
+  };
+  std::string e = error_of(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":"4-2+1"}}]})");
+  EXPECT_CONTAINS(e, "cfg.json: methods[1].knobs.gamma: bad range \"4-2+1\"");
+  e = error_of(R"({"methods":[{"name":"sps","knobs":{"gamma":[1,"3-x"]}}]})");
+  EXPECT_CONTAINS(e, "cfg.json: methods[0].knobs.gamma[1]: bad range");
+  EXPECT_CONTAINS(error_of(R"({"methods":[{"name":"sps","knobs":{"gamma":[]}}]})"),
+                  "methods[0].knobs.gamma: a knob list must not be empty");
+  EXPECT_CONTAINS(error_of(R"({"repeats":0})"), "cfg.json: key 'repeats' must be an integer >= 1");
+  EXPECT_CONTAINS(error_of(R"({"batch_sizes":[1,0]})"), "cfg.json: key 'batch_sizes'");
+  EXPECT_CONTAINS(error_of(R"({"batch_sizes":[]})"), "non-empty array");
+  EXPECT_CONTAINS(error_of(R"({"repeat":2})"), "did you mean 'repeats'?");
+  EXPECT_CONTAINS(error_of(R"({"repeat":2})"), "cfg.json");
+  EXPECT_CONTAINS(error_of(R"({"exclude":[{"methd":"ar"}]})"), "cfg.json: exclude[0]");
+  EXPECT_CONTAINS(error_of(R"({"exclude":[{"methd":"ar"}]})"), "did you mean 'method'?");
+  EXPECT_CONTAINS(error_of(R"({"only":[{"temperature":"hot"}]})"),
+                  "only[0].temperature must be a number");
+  EXPECT_CONTAINS(error_of(R"({"only":[{}]})"), "only[0] must name at least one field");
+  EXPECT_CONTAINS(error_of(R"({"paper":"Table 2"})"), "key 'paper' must be an object");
+  EXPECT_CONTAINS(error_of(R"({"methods":[{"name":"sps","gamma":2}]})"), "unknown key 'gamma'");
+  // Run-config keys keep their checks.
+  EXPECT_CONTAINS(error_of(R"({"temperatures":[-1]})"), "temperatures must be >= 0");
+}
+
+TEST(SweepExpand, KnobListsAndRangesAreCrossedWithinEachEntry) {
+  const SweepExpansion x = Expand(R"({"methods":["ar",
+      {"name":"sps","knobs":{"gamma":[1,"2-3"]}},
+      {"name":"eagle3","knobs":{"top_k":"2-4+2","depth":[3,5],"total_tokens":16}}]})");
+  ASSERT_EQ(x.cases.size(), 1u + 3u + 4u);
+  EXPECT_TRUE(x.notes.empty());
+  EXPECT_EQ(x.cases[0].method.name, "ar");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(x.cases[1 + i].method.name, "sps");
+    EXPECT_EQ(x.cases[1 + i].method.knobs["gamma"], i + 1);
+    EXPECT_EQ(x.cases[1 + i].method.knobs["drafter"], "stories260K-draft") << "knobs resolved";
+  }
+  // Knobs in key order, the first one outermost: depth x top_k.
+  const std::vector<std::pair<int, int>> want = {{3, 2}, {3, 4}, {5, 2}, {5, 4}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const CaseConfig& c = x.cases[4 + i];
+    EXPECT_EQ(c.method.name, "eagle3");
+    EXPECT_EQ(c.method.knobs["depth"], want[i].first);
+    EXPECT_EQ(c.method.knobs["top_k"], want[i].second);
+    EXPECT_EQ(c.method.knobs["total_tokens"], 16);
+  }
+  // The same file expands the same way; keys are unique.
+  const SweepExpansion y = Expand(R"({"methods":["ar",
+      {"name":"sps","knobs":{"gamma":[1,"2-3"]}},
+      {"name":"eagle3","knobs":{"top_k":"2-4+2","depth":[3,5],"total_tokens":16}}]})");
+  std::set<std::string> keys;
+  for (size_t i = 0; i < x.cases.size(); ++i) {
+    EXPECT_EQ(x.cases[i].Key(), y.cases[i].Key());
+    keys.insert(x.cases[i].Key());
+  }
+  EXPECT_EQ(keys.size(), x.cases.size());
+  // Knob values out of the method's range fail naming the file.
+  const std::string e =
+      ErrorOf([] { Expand(R"({"methods":[{"name":"sps","knobs":{"gamma":"16-1024*2"}}]})"); });
+  EXPECT_CONTAINS(e, "sweep.json: knob 'gamma' of method 'sps' must be in");
+}
+
+TEST(SweepExpand, PlainRunConfigKeepsItsCasesAndKeys) {
+  const char* json = R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
+      "temperatures":[0,1],"seeds":[0,3],"datasets":[{"name":"stories","limit":2}]})";
+  const SweepExpansion x = Expand(json);
+  std::vector<CaseConfig> old = ExpandCases(ParseRunConfig(Json::parse(json), "sweep.json"));
+  ASSERT_EQ(x.cases.size(), old.size());
+  for (size_t i = 0; i < old.size(); ++i) {
+    old[i].method.knobs = Builtin().ResolveKnobs(old[i].method.name, old[i].method.knobs);
+    EXPECT_EQ(x.cases[i].Key(), old[i].Key()) << i;
+    EXPECT_EQ(x.cases[i].Label(), old[i].Label());
+  }
+  // The key of a repeat-0, batch-1 case is the hash of the pre-sweep case config.
+  const CaseConfig& c = x.cases[1];
+  const Json legacy = {{"target", c.target},
+                       {"method", c.method.name},
+                       {"knobs", c.method.knobs},
+                       {"dataset", c.dataset.name},
+                       {"limit", c.dataset.limit},
+                       {"categories", c.dataset.categories},
+                       {"temperature", c.temperature},
+                       {"seed", c.seed},
+                       {"top_p", c.top_p},
+                       {"top_k", c.top_k},
+                       {"max_new_tokens", c.max_new_tokens},
+                       {"dtype", c.dtype},
+                       {"threads", c.threads},
+                       {"stop_strings", c.stop_strings},
+                       {"chat_template", c.chat_template},
+                       {"system_prompt", c.system_prompt}};
+  EXPECT_EQ(c.Key(), HashString(legacy.dump()));
+  EXPECT_EQ(c.ToJson()["repeat"], 0);
+  EXPECT_EQ(c.ToJson()["batch_size"], 1);
+  EXPECT_FALSE(c.ToJson().contains("paper"));
+}
+
+TEST(SweepExpand, RepeatsRunSpeculativeCasesRepeatedlyAndArOnce) {
+  const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":[1,2]}}],
+      "temperatures":[0,1],"repeats":3})");
+  int64_t ar = 0;
+  std::map<int64_t, int64_t> sps_by_repeat;
+  std::set<std::string> keys;
+  for (const CaseConfig& c : x.cases) {
+    keys.insert(c.Key());
+    if (c.method.name == "ar") {
+      ++ar;
+      EXPECT_EQ(c.repeat, 0);
+    } else {
+      ++sps_by_repeat[c.repeat];
+    }
+    EXPECT_EQ(c.ToJson()["repeat"], c.repeat);
+    if (c.repeat > 0) {
+      EXPECT_CONTAINS(c.Label(), " repeat=" + std::to_string(c.repeat));
+    }
+  }
+  EXPECT_EQ(ar, 2) << "one AR case per temperature, not per repeat";
+  EXPECT_EQ(sps_by_repeat, (std::map<int64_t, int64_t>{{0, 4}, {1, 4}, {2, 4}}));
+  EXPECT_EQ(keys.size(), x.cases.size()) << "repeats have distinct keys";
+  // Repeat 0 first: the first pass is the plain sweep.
+  EXPECT_EQ(x.cases.size(), 2u + 12u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(x.cases[i].repeat, 0);
+}
+
+TEST(SweepExpand, BatchSizesSkipMethodsWithoutBatchSupport) {
+  const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":[1,2]}}],
+      "batch_sizes":[1,2,4]})");
+  ASSERT_EQ(x.cases.size(), 3u);
+  for (const CaseConfig& c : x.cases) EXPECT_EQ(c.batch_size, 1);
+  ASSERT_EQ(x.notes.size(), 2u);
+  EXPECT_EQ(x.notes[0], "skipped: method ar does not support batch > 1 (2 cases)");
+  EXPECT_EQ(x.notes[1], "skipped: method sps does not support batch > 1 (4 cases)");
+
+  // A method that supports batches gets every batch size, each a distinct case.
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  MethodInfo batched;
+  batched.name = "batched";
+  batched.traits.speculative = true;
+  batched.traits.supports_batch = true;
+  batched.knobs = {{"width", 2, "test knob", 1, 8, {}}};
+  batched.factory = [](MethodContext&, const Json&) -> std::unique_ptr<Decoder> {
+    Fail("the test method 'batched' is never built");
+  };
+  methods.Register(batched);
+  const SweepExpansion b = Expand(R"({"methods":["ar","batched"],"batch_sizes":[1,2,4],
+      "repeats":2})",
+                                  methods);
+  std::vector<std::pair<std::string, int64_t>> got;
+  for (const CaseConfig& c : b.cases) got.emplace_back(c.method.name, c.batch_size);
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"ar", 1},      {"batched", 1}, {"batched", 2}, {"batched", 4},
+      {"batched", 1}, {"batched", 2}, {"batched", 4}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(b.cases[2].ToJson()["batch_size"], 2);
+  EXPECT_CONTAINS(b.cases[2].Label(), " batch=2");
+  EXPECT_NE(b.cases[1].Key(), b.cases[2].Key());
+  ASSERT_EQ(b.notes.size(), 1u);
+  EXPECT_EQ(b.notes[0], "skipped: method ar does not support batch > 1 (2 cases)");
+}
+
+TEST(SweepExpand, ArIsDeduplicated) {
+  const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"ar","knobs":{}},"ar",
+      {"name":"sps","knobs":{"gamma":2}},{"name":"sps","knobs":{"gamma":[2,3]}}],
+      "temperatures":[0,1]})");
+  std::map<std::string, int64_t> per_method;
+  for (const CaseConfig& c : x.cases) ++per_method[c.method.name];
+  EXPECT_EQ(per_method["ar"], 2);
+  EXPECT_EQ(per_method["sps"], 4);
+  ASSERT_EQ(x.notes.size(), 1u);
+  EXPECT_CONTAINS(x.notes[0], "dropped 6 duplicate cases");
+}
+
+TEST(SweepExpand, ExcludeAndOnly) {
+  const char* base = R"({"methods":["ar",{"name":"sps","knobs":{"gamma":[1,2,3]}},
+      {"name":"eagle3","knobs":{"depth":[3,5]}}],"temperatures":[0,1],)";
+  auto expand = [&](const std::string& tail) { return Expand((base + tail + "}").c_str()); };
+  auto labels = [](const SweepExpansion& x) {
+    std::vector<std::string> out;
+    for (const CaseConfig& c : x.cases) {
+      out.push_back(c.method.name +
+                    (c.method.knobs.contains("gamma")   ? c.method.knobs["gamma"].dump()
+                     : c.method.knobs.contains("depth") ? "d" + c.method.knobs["depth"].dump()
+                                                        : "") +
+                    (c.temperature == 0 ? "@0" : "@1"));
+    }
+    return out;
+  };
+  // Every given field must match; knobs match as a subset; a list matches any element.
+  SweepExpansion x = expand(R"("exclude":[{"method":"sps","knobs":{"gamma":[1,3]},"temperature":1},
+      {"method":"eagle3","knobs":{"depth":5}}])");
+  EXPECT_EQ(labels(x), (std::vector<std::string>{"ar@0", "sps1@0", "sps2@0", "sps3@0", "eagle3d3@0",
+                                                 "ar@1", "sps2@1", "eagle3d3@1"}));
+  EXPECT_EQ(x.notes, (std::vector<std::string>{"exclude: dropped 4 cases"}));
+
+  // `only`: a case must match an entry; the AR baseline of a kept case stays.
+  x = expand(R"("only":[{"method":"sps","knobs":{"gamma":2},"temperature":1}])");
+  EXPECT_EQ(labels(x), (std::vector<std::string>{"ar@1", "sps2@1"}));
+  EXPECT_EQ(x.notes, (std::vector<std::string>{"only: dropped 10 cases matching no entry"}));
+  // ...unless it is excluded, and an entry matching nothing is reported.
+  x = expand(R"("only":[{"method":"eagle3","temperature":0},{"dataset":"mt_bench"}],
+      "exclude":[{"method":"ar"}])");
+  EXPECT_EQ(labels(x), (std::vector<std::string>{"eagle3d3@0", "eagle3d5@0"}));
+  EXPECT_EQ(x.notes, (std::vector<std::string>{
+                         "exclude: dropped 2 cases", "only: dropped 8 cases matching no entry",
+                         "only[1] {\"dataset\":\"mt_bench\"} matched no case"}));
+
+  // Matchers naming unknown methods or knobs fail instead of matching nothing.
+  std::string e = ErrorOf([&] { expand(R"("exclude":[{"method":"eagle"}])"); });
+  EXPECT_CONTAINS(e, "sweep.json: exclude[0]");
+  EXPECT_CONTAINS(e, "unknown method 'eagle'");
+  e = ErrorOf([&] { expand(R"("only":[{"method":"sps","knobs":{"gama":2}}])"); });
+  EXPECT_CONTAINS(e, "sweep.json: only[0]");
+  EXPECT_CONTAINS(e, "did you mean 'gamma'?");
+}
+
+TEST(SweepExpand, PaperIsPassedThroughButNotPartOfTheKey) {
+  const char* plain = R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}]})";
+  const char* with_paper = R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
+      "paper":{"reference":"configs/papers/reference/x.json","table":"Table 2"}})";
+  const SweepConfig config = ParseSweepConfig(Json::parse(with_paper), "p.json");
+  EXPECT_EQ(config.paper["table"], "Table 2");
+  EXPECT_EQ(config.ToJson()["paper"], config.paper);
+  const SweepExpansion a = Expand(plain), b = ExpandSweep(config, Builtin());
+  ASSERT_EQ(a.cases.size(), b.cases.size());
+  for (size_t i = 0; i < a.cases.size(); ++i) {
+    EXPECT_EQ(a.cases[i].Key(), b.cases[i].Key());
+    EXPECT_EQ(b.cases[i].paper, config.paper);
+    EXPECT_EQ(b.cases[i].ToJson()["paper"]["reference"], "configs/papers/reference/x.json");
+  }
+}
+
+TEST(ShardCases, EveryCaseInExactlyOneShard) {
+  const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":"1-8"}},
+      {"name":"eagle3","knobs":{"depth":"2-6","top_k":[2,4]}}],"temperatures":[0,0.5,1],
+      "seeds":[0,1],"repeats":2})");
+  ASSERT_GT(x.cases.size(), 100u);
+  for (int64_t n = 1; n <= 4; ++n) {
+    std::map<std::string, int64_t> shard_of;
+    size_t total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<CaseConfig> shard = ShardCases(x.cases, i, n);
+      EXPECT_FALSE(shard.empty()) << i << "/" << n;
+      total += shard.size();
+      // Same shard on a second call, and the sweep order is kept.
+      const std::vector<CaseConfig> again = ShardCases(x.cases, i, n);
+      ASSERT_EQ(again.size(), shard.size());
+      size_t pos = 0;
+      for (size_t k = 0; k < shard.size(); ++k) {
+        EXPECT_EQ(again[k].Key(), shard[k].Key());
+        while (pos < x.cases.size() && x.cases[pos].Key() != shard[k].Key()) ++pos;
+        EXPECT_LT(pos, x.cases.size()) << "shard order differs from the sweep order";
+        EXPECT_TRUE(shard_of.emplace(shard[k].Key(), i).second) << "a case in two shards";
+      }
+    }
+    EXPECT_EQ(total, x.cases.size()) << n;
+    EXPECT_EQ(shard_of.size(), x.cases.size()) << n;
+    // The assignment depends on the case alone: the odd cases shard the same way.
+    std::vector<CaseConfig> odd;
+    for (size_t k = 1; k < x.cases.size(); k += 2) odd.push_back(x.cases[k]);
+    for (int64_t i = 0; i < n; ++i) {
+      for (const CaseConfig& c : ShardCases(odd, i, n)) EXPECT_EQ(shard_of[c.Key()], i);
+    }
+  }
+  EXPECT_CONTAINS(ErrorOf([&] { ShardCases(x.cases, 2, 2); }), "shard index must be in [0, 1]");
+  EXPECT_CONTAINS(ErrorOf([&] { ShardCases(x.cases, 0, 0); }), "shard count must be >= 1");
+}
+
+}  // namespace
+}  // namespace specbed

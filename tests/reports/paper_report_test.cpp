@@ -1,0 +1,447 @@
+// Tests for the paper-facing parts of `specbed report` (reports/report.h, paper_reference.h): on
+// the synthetic paper database (sps k=2/k=4 and a tree method x datasets alpha/beta x T=0/1, see
+// tests/reports/synthetic_db.h) the paper-layout table values (hand-computed, with per-category
+// benchmarks and incomplete means), the hidden-constant statement, LaTeX escaping and tables.tex,
+// every figure (PNG signature + SVG), the paper-vs-measured table from a small reference file (by
+// --paper and by the run config), reference-file errors, the synthetic-acceptance banner, and a
+// headless-browser check of index.html (Chromium screenshot not blank, every <img> loads).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "reports/paper_reference.h"
+#include "reports/plots.h"
+#include "reports/report.h"
+#include "tests/reports/synthetic_db.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FreshDbPath;
+using testing::WritePaperDb;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+#define EXPECT_NOT_CONTAINS(haystack, needle) \
+  EXPECT_EQ(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/paper_report_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no specbed::Error thrown>";
+}
+
+ReportOptions Options(const std::string& gnuplot, std::vector<std::string> paper = {}) {
+  ReportOptions o;
+  o.gnuplot = gnuplot;
+  o.print_warnings = false;
+  o.paper_references = std::move(paper);
+  return o;
+}
+
+// The cells of `t` as "group header" -> value for the row whose method cell starts with `method`
+// and whose knobs cell is `knobs`.
+std::map<std::string, std::string> RowOf(const ReportTable& t, const std::string& method,
+                                         const std::string& knobs) {
+  int knobs_col = -1;
+  for (size_t c = 0; c < t.columns.size(); ++c) {
+    if (t.columns[c].header == "knobs") knobs_col = static_cast<int>(c);
+  }
+  std::map<std::string, std::string> out;
+  int found = 0;
+  for (const auto& row : t.rows) {
+    if (row[0].rfind(method, 0) != 0 || (knobs_col >= 0 && row[knobs_col] != knobs)) continue;
+    ++found;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const auto& col = t.columns[c];
+      out[col.group.empty() ? col.header : col.group + " " + col.header] = row[c];
+    }
+  }
+  EXPECT_EQ(found, 1) << method << " " << knobs;
+  return out;
+}
+
+TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
+  const std::string db = FreshDbPath("paper_tables");
+  WritePaperDb(db);
+  const std::vector<PaperTable> tables = BuildPaperTables(LoadReportData(db));
+  ASSERT_EQ(tables.size(), 2u);  // (tiny, T=0) and (tiny, T=1)
+  EXPECT_EQ(tables[0].title, "tiny · T=0");
+  EXPECT_EQ(tables[1].title, "tiny · T=1");
+  const ReportTable& t = tables[0].table;
+  ASSERT_EQ(t.rows.size(), 3u);  // sps k=2, sps k=4, tree; AR has no row
+
+  // Columns: method, knobs, then per benchmark (beta split into its categories) Spd and τ.
+  std::vector<std::string> headers;
+  for (const auto& c : t.columns)
+    headers.push_back(c.group.empty() ? c.header : c.group + " " + c.header);
+  EXPECT_EQ(headers,
+            (std::vector<std::string>{"method", "knobs", "alpha Spd", "alpha τ", "beta/code Spd",
+                                      "beta/code τ", "beta/math Spd", "beta/math τ", "Mean Spd",
+                                      "Mean τ", "T_D%", "rollback%"}));
+  // Constant configuration columns are hidden and stated once.
+  std::map<std::string, std::string> constants(t.constants.begin(), t.constants.end());
+  EXPECT_EQ(constants["threads"], "1");
+  EXPECT_EQ(constants["max new"], "32");
+  EXPECT_EQ(constants["dtype"], "float32");
+  EXPECT_EQ(constants["run"], "1");
+  EXPECT_EQ(constants.count("knobs"), 0u);
+
+  auto k2 = RowOf(t, "sps", "k=2");
+  EXPECT_EQ(k2["alpha Spd"], "1.59×");
+  EXPECT_EQ(k2["alpha τ"], "2.33");
+  EXPECT_EQ(k2["beta/code Spd"], "1.00×");
+  EXPECT_EQ(k2["beta/code τ"], "1.00");
+  EXPECT_EQ(k2["beta/math Spd"], "2.00×");
+  EXPECT_EQ(k2["beta/math τ"], "3.00");
+  EXPECT_EQ(k2["Mean Spd"], "1.53×");
+  EXPECT_EQ(k2["Mean τ"], "2.11");
+  EXPECT_EQ(k2["T_D%"], "6.3");
+  EXPECT_EQ(k2["rollback%"], "33.3");
+  auto k4 = RowOf(t, "sps", "k=4");
+  EXPECT_EQ(k4["alpha Spd"], "2.52×");
+  EXPECT_EQ(k4["alpha τ"], "4.00");
+  EXPECT_EQ(k4["beta/code τ"], "2.00");
+  EXPECT_EQ(k4["beta/math Spd"], "4.00×");
+  EXPECT_EQ(k4["beta/math τ"], "5.00");
+  EXPECT_EQ(k4["Mean Spd"], "2.51×");
+  EXPECT_EQ(k4["Mean τ"], "3.67");
+  EXPECT_EQ(k4["T_D%"], "10.4");
+  EXPECT_EQ(k4["rollback%"], "25.0");
+  auto tree = RowOf(t, "tree", "depth=3,top_k=2");
+  EXPECT_EQ(tree["method"], std::string("tree [") + kSyntheticMarker + "]");
+  EXPECT_EQ(tree["alpha Spd"], "2.00×");
+  EXPECT_EQ(tree["beta/math Spd"], "—");
+  EXPECT_EQ(tree["Mean Spd"], "2.00×*");
+  EXPECT_EQ(tree["Mean τ"], "4.00*");
+  EXPECT_EQ(tree["T_D%"], "8.6");
+  EXPECT_EQ(tree["rollback%"], "50.0");
+  ASSERT_EQ(tables[0].notes.size(), 1u);
+  EXPECT_CONTAINS(tables[0].notes[0], "mean over the benchmarks with a value");
+
+  // T = 1 doubles every decode time: same speedups, T_D halves.
+  auto k2_t1 = RowOf(tables[1].table, "sps", "k=2");
+  EXPECT_EQ(k2_t1["alpha Spd"], "1.59×");
+  EXPECT_EQ(k2_t1["T_D%"], "3.2");
+}
+
+TEST(PaperTables, LatexEscapingAndTable) {
+  EXPECT_EQ(LatexEscape("a_b & 50% $x$ #1 {y} ~ ^ \\"),
+            "a\\_b \\& 50\\% \\$x\\$ \\#1 \\{y\\} \\textasciitilde{} \\textasciicircum{} "
+            "\\textbackslash{}");
+  EXPECT_EQ(LatexEscape("τ — 2.00× ± 1 · Σ"),
+            "$\\tau$ --- 2.00$\\times$ $\\pm$ 1 $\\cdot$ $\\Sigma$");
+  ReportTable t;
+  t.columns = {{"method", false, false},
+               {"knobs", false, true},
+               {"Spd", true, false, "mt_bench"},
+               {"τ", true, false, "mt_bench"}};
+  t.rows = {{"sps", "top_k=2", "1.50×", "2.00"}, {"sps", "top_k=2", "—", "3.00"}};
+  const std::string tex = LatexTable(HideConstantColumns(t), "T=0 & co");
+  EXPECT_CONTAINS(tex, "\\caption{T=0 \\& co. Same in every row: knobs top\\_k=2}");
+  EXPECT_CONTAINS(tex, "\\begin{tabular}{lrr}");
+  EXPECT_CONTAINS(tex, " & \\multicolumn{2}{c}{mt\\_bench} \\\\\n\\cmidrule(lr){2-3}");
+  EXPECT_CONTAINS(tex, "method & Spd & $\\tau$ \\\\\n\\midrule\n");
+  EXPECT_CONTAINS(tex, "sps & 1.50$\\times$ & 2.00 \\\\\nsps & --- & 3.00 \\\\\n\\bottomrule");
+}
+
+std::string WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+  return path;
+}
+
+// clang-format off
+const char* kReference = R"json({
+  "paper": "SpecTest (arXiv:0000.00000)", "table": "Table 2", "hardware": "1x A100-80G",
+  "notes": "Numbers from Table 2 of the paper.",
+  "rows": [
+    {"method": "sps", "knobs": {"k": 4}, "dataset": "alpha", "temperature": 0, "speedup": 2.6, "tau": 4.1},
+    {"method": "sps", "knobs": {"k": 2}, "target": "tiny", "dataset": "beta", "temperature": 1, "tau": 2.5},
+    {"method": "sps", "target": "other-model", "dataset": "alpha", "temperature": 0, "speedup": 3.0}
+  ]})json";
+// clang-format on
+
+TEST(PaperReference, LoadMatchAndComparisonTable) {
+  const std::string dir = FreshDir("reference");
+  const std::string path = WriteText(dir + "/ref.json", kReference);
+  const PaperReference ref = LoadPaperReference(path);
+  EXPECT_EQ(ref.paper, "SpecTest (arXiv:0000.00000)");
+  ASSERT_EQ(ref.rows.size(), 3u);
+  EXPECT_TRUE(std::isnan(ref.rows[1].speedup));
+  CaseRecord c = testing::TestCase("x", "sps", 0);
+  c.dataset = "data/alpha.jsonl";
+  EXPECT_TRUE(MatchesPaperRow(ref.rows[0], c));  // knobs {"k":4} is a subset; dataset file stem
+  c.method_knobs_json = R"({"k":2})";
+  EXPECT_FALSE(MatchesPaperRow(ref.rows[0], c));
+
+  const std::string db = FreshDbPath("paper_reference");
+  WritePaperDb(db);
+  const PaperComparison pc = BuildPaperComparison(LoadReportData(db), ref);
+  EXPECT_EQ(pc.heading, "SpecTest (arXiv:0000.00000), Table 2 (1x A100-80G)");
+  const ReportTable& t = pc.table;
+  ASSERT_EQ(t.rows.size(), 3u);
+  auto cell = [&](size_t r, const std::string& h) {
+    for (size_t c = 0; c < t.columns.size(); ++c) {
+      if (t.columns[c].header == h) return t.rows[r][c];
+    }
+    return "<no column " + h + ">";
+  };
+  EXPECT_EQ(cell(0, "paper Spd"), "2.60×");
+  EXPECT_EQ(cell(0, "measured Spd"), "2.52×");
+  EXPECT_EQ(cell(0, "paper τ"), "4.10");
+  EXPECT_EQ(cell(0, "measured τ"), "4.00");
+  EXPECT_EQ(cell(1, "paper Spd"), "—");
+  EXPECT_EQ(cell(1, "measured Spd"), "1.59×");  // whole beta case at T=1: ratios 2, 2, 1
+  EXPECT_EQ(cell(1, "measured τ"), "2.33");
+  EXPECT_EQ(cell(2, "measured Spd"), "—");  // no case of target other-model
+  EXPECT_EQ(cell(2, "measured case"), "—");
+}
+
+TEST(PaperReference, ErrorsNameTheFileAndField) {
+  const std::string dir = FreshDir("reference_errors");
+  const std::string unknown = WriteText(
+      dir + "/unknown.json",
+      R"({"rows": [{"method": "sps", "dataset": "d", "temperature": 0, "speedup": 1, "spedup": 2}]})");
+  std::string e = ErrorOf([&] { LoadPaperReference(unknown); });
+  EXPECT_CONTAINS(e, unknown);
+  EXPECT_CONTAINS(e, "rows[0]");
+  EXPECT_CONTAINS(e, "unknown field 'spedup'");
+  const std::string top = WriteText(dir + "/top.json", R"({"rows": [], "year": 2025})");
+  EXPECT_CONTAINS(ErrorOf([&] { LoadPaperReference(top); }), "unknown field 'year'");
+  const std::string neither = WriteText(
+      dir + "/neither.json", R"({"rows": [{"method": "a", "dataset": "d", "temperature": 0}]})");
+  EXPECT_CONTAINS(ErrorOf([&] { LoadPaperReference(neither); }), "'speedup' and 'tau'");
+  const std::string type =
+      WriteText(dir + "/type.json",
+                R"({"rows": [{"method": "a", "dataset": "d", "temperature": "0", "tau": 1}]})");
+  EXPECT_CONTAINS(ErrorOf([&] { LoadPaperReference(type); }), "'temperature' must be a number");
+  // A --paper file that is missing fails the report, before anything is written.
+  const std::string db = FreshDbPath("paper_missing_ref");
+  WritePaperDb(db);
+  const std::string out = dir + "/out";
+  EXPECT_CONTAINS(ErrorOf([&] { WriteReport(db, out, Options("", {dir + "/nope.json"})); }),
+                  dir + "/nope.json");
+}
+
+bool IsPngFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[8] = {};
+  if (!in.read(head, 8)) return false;
+  return std::string(head, 8) == std::string("\x89PNG\r\n\x1a\n", 8) && fs::file_size(path) > 8;
+}
+
+std::vector<std::string> ImageSources(const std::string& html) {
+  std::vector<std::string> out;
+  const std::regex img("<img src=\"([^\"]+)\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), img); it != std::sregex_iterator();
+       ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
+// Writes the report of the paper database with the reference named in the run config (relative
+// to the database's directory) into `dir`.
+ReportResult WritePaperReport(const std::string& name, const std::string& dir,
+                              const std::string& gnuplot) {
+  const std::string db = FreshDbPath(name);
+  WriteText(std::string(SPECBED_TEST_TMPDIR) + "/paper_report_ref.json", kReference);
+  WritePaperDb(db, R"({"name":"paper-test","paper":{"reference":"paper_report_ref.json"}})");
+  return WriteReport(db, dir, Options(gnuplot));
+}
+
+TEST(PaperReport, DocumentsTablesBannerAndPaperVsMeasured) {
+  const std::string dir = FreshDir("docs");
+  const ReportResult r = WritePaperReport("paper_docs", dir, "/nonexistent/gnuplot");
+  const std::string html = ReadFileToString(r.index_html);
+  const std::string md = ReadFileToString(r.report_md);
+  const std::string tex = ReadFileToString(r.tables_tex);
+  EXPECT_EQ(r.tables_tex, dir + "/tables.tex");
+  // Synthetic banner at the top and on the flagged rows.
+  EXPECT_CONTAINS(html,
+                  "<p class=\"synthetic\" id=\"synthetic-banner\">SYNTHETIC ACCEPTANCE — not a "
+                  "real measurement");
+  EXPECT_LT(html.find("synthetic-banner"), html.find("<h2>Provenance</h2>"));
+  EXPECT_CONTAINS(md, "> **SYNTHETIC ACCEPTANCE — not a real measurement: cases ");
+  EXPECT_CONTAINS(html, "<td>tree [SYNTHETIC ACCEPTANCE — not a real measurement]</td>");
+  // Paper-layout table with group headers, the constants statement, in all three formats.
+  EXPECT_CONTAINS(html, "<h2>Results (paper layout)</h2>");
+  EXPECT_CONTAINS(html, "<th class=\"group\" colspan=\"2\">beta/math</th>");
+  EXPECT_CONTAINS(html, "<b>threads</b> 1");
+  EXPECT_CONTAINS(md, "### tiny · T=0");
+  EXPECT_CONTAINS(md, "| method | knobs | alpha Spd | alpha τ | beta/code Spd |");
+  EXPECT_CONTAINS(
+      md, "| sps | k=2 | 1.59× | 2.33 | 1.00× | 1.00 | 2.00× | 3.00 | 1.53× | 2.11 | 6.3 | 33.3 |");
+  EXPECT_CONTAINS(
+      md, "Same in every row: **run** 1 · **top_p** 1 · **top_k** 0 · **seed** 0 · **max new** 32");
+  EXPECT_CONTAINS(tex, "\\toprule");
+  EXPECT_CONTAINS(tex, "\\multicolumn{2}{c}{beta/code}");
+  EXPECT_CONTAINS(
+      tex,
+      "tree [SYNTHETIC ACCEPTANCE --- not a real measurement] & depth=3,top\\_k=2 & 2.00$\\times$");
+  EXPECT_CONTAINS(tex, "threads 1");
+  // Paper vs measured from the run config's reference.
+  EXPECT_CONTAINS(md, "## Paper vs measured: SpecTest (arXiv:0000.00000), Table 2 (1x A100-80G)");
+  EXPECT_CONTAINS(html, "<td class=\"num\">2.60×</td><td class=\"num\">2.52×</td>");
+  EXPECT_CONTAINS(tex, "Paper vs measured");
+  // Provenance carries the run config; details sections stay.
+  EXPECT_CONTAINS(html, "<td>config</td>");
+  EXPECT_CONTAINS(md, "## Details: tiny / alpha");
+  EXPECT_CONTAINS(md, "## Details: tiny / beta");
+}
+
+// Every figure of the paper database: PNG signature, SVG with an <svg element, embedded with
+// alt text in index.html and report.md.
+TEST(PaperReport, EveryFigureIsWritten) {
+  if (FindExecutable("gnuplot").empty()) GTEST_SKIP() << "gnuplot is not installed (gnuplot-nox)";
+  const std::string dir = FreshDir("figures");
+  const ReportResult r = WritePaperReport("paper_figures", dir, "gnuplot");
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
+  std::set<std::string> expected;
+  for (const char* stem :
+       {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_", "acceptance_",
+        "speedup_vs_budget_", "tau_vs_budget_", "phase_time_", "tau_vs_temperature_"}) {
+    for (const char* g : {"1", "2"}) expected.insert(std::string(stem) + g + ".png");
+  }
+  EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
+  const std::string html = ReadFileToString(r.index_html);
+  const std::string md = ReadFileToString(r.report_md);
+  for (const std::string& png : expected) {
+    EXPECT_TRUE(IsPngFile(dir + "/" + png)) << png;
+    const std::string svg = dir + "/" + png.substr(0, png.size() - 4) + ".svg";
+    ASSERT_TRUE(fs::exists(svg)) << svg;
+    const std::string text = ReadFileToString(svg);
+    EXPECT_CONTAINS(text.substr(0, 2000), "<svg");
+    EXPECT_CONTAINS(text, "</svg>");
+    EXPECT_CONTAINS(html, "<img src=\"" + png + "\" alt=\"");
+    EXPECT_CONTAINS(md, "](" + png + ")");
+  }
+  const std::string gp = ReadFileToString(dir + "/plots.gp");
+  EXPECT_CONTAINS(gp, "set xlabel 'draft budget (mean drafted nodes per verify step)'");
+  EXPECT_CONTAINS(gp, "best speedup of the method");
+  EXPECT_CONTAINS(gp, "set style histogram rowstacked");
+  // Budgets of alpha at T=0: sps k=2 -> 2, k=4 -> 4 (speedups 1.5874, 2.51984); best = k=4.
+  EXPECT_CONTAINS(gp, "2 1.5874\n4 2.51984\nEOD");
+}
+
+TEST(PaperReport, OneTemperatureSkipsTauVsTemperatureWithANote) {
+  if (FindExecutable("gnuplot").empty()) GTEST_SKIP() << "gnuplot is not installed (gnuplot-nox)";
+  const std::string db = FreshDbPath("paper_one_t");
+  testing::WriteSyntheticDb(db);  // speculative cases only at T=0
+  const std::string dir = FreshDir("one_t");
+  const ReportResult r = WriteReport(db, dir, Options("gnuplot"));
+  EXPECT_FALSE(fs::exists(dir + "/tau_vs_temperature_1.png"));
+  EXPECT_TRUE(IsPngFile(dir + "/phase_time_1.png"));
+  EXPECT_CONTAINS(ReadFileToString(r.report_md),
+                  "τ vs. temperature — tiny / stories: skipped (one temperature only).");
+  EXPECT_NOT_CONTAINS(ReadFileToString(r.index_html), "synthetic-banner");
+}
+
+// ---- Headless browser ------------------------------------------------------------------------
+
+std::string Shell(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+std::string Chromium(const std::string& profile, const std::string& args) {
+  return Shell(
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+      "--user-data-dir='" +
+      profile + "' " + args + " 2>/dev/null");
+}
+
+// Width and height from a PNG's IHDR chunk (0 x 0 when it is not a PNG).
+std::pair<uint32_t, uint32_t> PngSize(const std::string& path) {
+  if (!IsPngFile(path)) return {0, 0};
+  const std::string b = ReadFileToString(path);
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(b[at])) << 24) | (uint32_t(uint8_t(b[at + 1])) << 16) |
+           (uint32_t(uint8_t(b[at + 2])) << 8) | uint32_t(uint8_t(b[at + 3]));
+  };
+  return {be32(16), be32(20)};
+}
+
+TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
+  if (FindExecutable("chromium").empty()) {
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+  }
+  if (FindExecutable("gnuplot").empty()) GTEST_SKIP() << "gnuplot is not installed (gnuplot-nox)";
+  const std::string dir = FreshDir("browser");
+  const std::string work = FreshDir("browser_work");
+  const ReportResult r = WritePaperReport("paper_browser", dir, "gnuplot");
+  ASSERT_FALSE(r.images.empty());
+
+  // Screenshot of the report vs. a blank page of the same size: PNG compresses a blank page to
+  // almost nothing, so a rendered report (tables, text, images) is many times larger.
+  const std::string blank_html =
+      WriteText(work + "/blank.html", "<!DOCTYPE html><html><body></body></html>");
+  const std::string shot = work + "/report.png", blank = work + "/blank.png";
+  Chromium(work + "/profile", "--window-size=1280,2000 --screenshot='" + shot + "' 'file://" +
+                                  fs::absolute(r.index_html).string() + "'");
+  Chromium(work + "/profile", "--window-size=1280,2000 --screenshot='" + blank + "' 'file://" +
+                                  fs::absolute(blank_html).string() + "'");
+  ASSERT_TRUE(IsPngFile(shot)) << "chromium wrote no screenshot";
+  ASSERT_TRUE(IsPngFile(blank));
+  EXPECT_EQ(PngSize(shot), std::make_pair(1280u, 2000u));
+  EXPECT_GT(fs::file_size(shot), 10 * fs::file_size(blank))
+      << "report screenshot " << fs::file_size(shot) << " bytes vs. blank " << fs::file_size(blank);
+
+  // Every <img> resolves: a copy of index.html (same directory, so relative paths hold) with a
+  // script that records each image's natural size after load; --dump-dom prints the DOM.
+  std::string html = ReadFileToString(r.index_html);
+  const std::string probe =
+      "<script>window.addEventListener('load', function () {"
+      " for (const img of document.images) {"
+      "  img.setAttribute('data-natural', img.naturalWidth > 0 && img.naturalHeight > 0"
+      "   ? img.naturalWidth + 'x' + img.naturalHeight : 'broken'); }"
+      " document.body.setAttribute('data-images', String(document.images.length)); });</script>";
+  html.insert(html.rfind("</body>"), probe);
+  const std::string check = WriteText(dir + "/_img_check.html", html);
+  const std::string dom =
+      Chromium(work + "/profile", "--virtual-time-budget=10000 --dump-dom 'file://" +
+                                      fs::absolute(check).string() + "'");
+  fs::remove(check);
+  EXPECT_CONTAINS(dom, "data-images=\"" + std::to_string(r.images.size()) + "\"");
+  EXPECT_NOT_CONTAINS(dom, "data-natural=\"broken\"");
+  const std::regex natural("data-natural=\"(\\d+)x(\\d+)\"");
+  size_t loaded = 0;
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), natural);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ((*it)[1], "960");
+    EXPECT_EQ((*it)[2], "540");
+    ++loaded;
+  }
+  EXPECT_EQ(loaded, r.images.size());
+  // And the files behind the DOM's <img> elements exist and are PNGs.
+  for (const std::string& src : ImageSources(dom)) EXPECT_TRUE(IsPngFile(dir + "/" + src)) << src;
+  EXPECT_EQ(ImageSources(dom).size(), r.images.size());
+}
+
+}  // namespace
+}  // namespace specbed
