@@ -37,7 +37,7 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
   const DraftLmTrainResult r = TrainDraftLm(o.config, o.out, o.run);
   if (!r.finished) {
     std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-                static_cast<long long>(r.step), static_cast<long long>(o.config.steps));
+                static_cast<long long>(r.step), static_cast<long long>(o.config.optim.steps));
     return;
   }
   std::printf(
@@ -175,29 +175,7 @@ void AddTrainCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--temperature", c.temperature, "Sampling temperature of the data")
       ->capture_default_str();
-  cmd->add_option("--steps", c.steps, "Optimiser steps")->capture_default_str();
-  cmd->add_option("-b,--batch", c.batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
-  cmd->add_option("--min-lr", c.min_lr, "Learning rate at the end of the cosine decay")
-      ->capture_default_str();
-  cmd->add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)")
-      ->capture_default_str();
-  cmd->add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = off)")
-      ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed of data, init and data order")->capture_default_str();
-  cmd->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
-      ->capture_default_str();
-  cmd->add_option("--log-every", c.log_every, "Steps between loss rows in train_log.db")
-      ->capture_default_str();
-  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
-  cmd->add_flag("--resume", o->run.resume, "Require an existing run in --out and continue it");
-  cmd->add_flag("--restart", o->run.restart, "Discard any run in --out and start afresh");
-  cmd->add_option("--stop-after", o->run.stop_after,
-                  "Stop after this many steps (checkpointed; the schedule still uses --steps)")
-      ->capture_default_str();
+  AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainDraftLm(*o); });
   AddTrainEagle3(train);
 }

@@ -188,4 +188,14 @@ inline ProcResult RunSpecbed(const std::vector<std::string>& args, const std::st
   return child.Wait(timeout_s);
 }
 
+// RunSpecbed with the arguments given as one space-separated string (no quoting: for arguments
+// without spaces).
+inline ProcResult RunSpecbedLine(const std::string& args, const std::string& dir,
+                                 double timeout_s = 120) {
+  std::vector<std::string> argv;
+  std::istringstream in(args);
+  for (std::string a; in >> a;) argv.push_back(a);
+  return RunSpecbed(argv, dir, timeout_s);
+}
+
 }  // namespace specbed::cli_test

@@ -5,7 +5,9 @@
 // tolerant threshold so timing noise cannot flip these verdicts (false-failure rate ~0: the
 // speed interval would have to lie entirely below 0.5).
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "tests/cli/cli_test_util.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,27 +19,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using specbed::cli_test::ReadAll;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-CliRun Specbed(const std::string& args, const std::string& dir) {
-  const std::string out = dir + "/stdout", err = dir + "/stderr";
-  const std::string cmd = std::string(SPECBED_BIN) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadAll(out);
-  r.err = ReadAll(err);
-  return r;
+specbed::cli_test::ProcResult Specbed(const std::string& args, const std::string& dir) {
+  return specbed::cli_test::RunSpecbedLine(args, dir);
 }
 
 // A run config: AR + SpS(gamma) on 4 story prompts, 32 tokens, T = 0.
@@ -58,12 +43,12 @@ TEST(CompareCli, SelfComparePassesAndALoweredBudgetFails) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (auto [name, gamma] : {std::pair<const char*, int>{"base", 4}, {"again", 4}, {"worse", 1}}) {
-    const CliRun r = Specbed("run --no-progress " + WriteConfig(dir, name, gamma), dir);
+    const auto r = Specbed("run --no-progress " + WriteConfig(dir, name, gamma), dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   const std::string gate = " --speedup-threshold 0.5";
-  CliRun r = Specbed(
-      "compare --baseline " + dir + "/base.db --candidate " + dir + "/again.db" + gate, dir);
+  auto r = Specbed("compare --baseline " + dir + "/base.db --candidate " + dir + "/again.db" + gate,
+                   dir);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verdict: no regression"), std::string::npos) << r.out;
 
@@ -111,7 +96,7 @@ TEST(SyntheticAcceptanceCli, FlaggedInSummaryAndReport) {
             "datasets": [{"name": "stories", "limit": 4}], "max_new_tokens": 96, "warmup": 0,
             "synthetic_acceptance": [0.9, 0.0]})";
   }
-  CliRun r = Specbed("run --no-progress " + config, dir);
+  auto r = Specbed("run --no-progress " + config, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = Specbed("summary " + dir + "/synthetic.db --json", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;

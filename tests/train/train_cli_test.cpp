@@ -3,7 +3,9 @@
 // interrupt + automatic resume from the command line, and the settings-mismatch message. No
 // LibTorch in the test itself. Deterministic (fixed seeds), so its false-failure rate is 0.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "tests/cli/cli_test_util.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -15,28 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using specbed::cli_test::ReadAll;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `specbed ARGS` with stdout/stderr captured in files under `dir`.
-CliRun Specbed(const std::string& args, const std::string& dir) {
-  const std::string out = dir + "/stdout", err = dir + "/stderr";
-  const std::string cmd = std::string(SPECBED_BIN) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadAll(out);
-  r.err = ReadAll(err);
-  return r;
+specbed::cli_test::ProcResult Specbed(const std::string& args, const std::string& dir) {
+  return specbed::cli_test::RunSpecbedLine(args, dir);
 }
 
 TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
@@ -50,7 +34,7 @@ TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
                             " --n-heads 2 --seed 3";
   const std::string tiny = knobs + " --target stories260K --seq-len 24";
 
-  CliRun r = Specbed("train draft-lm --dim 16", dir);  // --out missing: a usage error
+  auto r = Specbed("train draft-lm --dim 16", dir);  // --out missing: a usage error
   EXPECT_GE(r.exit_code, 100) << r.err;
   EXPECT_NE(r.err.find("--out is required"), std::string::npos) << r.err;
 
@@ -80,9 +64,9 @@ TEST(TrainCliTest, Eagle3FromRegenDataAndErrors) {
   const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_cli_eagle3";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  CliRun r = Specbed("regen --n-sequences 10 --max-new-tokens 30 --seed 2 -q --out " + dir +
-                         "/data.regen.safetensors",
-                     dir);
+  auto r = Specbed("regen --n-sequences 10 --max-new-tokens 30 --seed 2 -q --out " + dir +
+                       "/data.regen.safetensors",
+                   dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string train = "train eagle3 -q --data " + dir + "/data.regen.safetensors --n-eval 2" +
                             " --max-len 24 --ttt-steps 2 --steps 6 --batch 2 --out " + dir +

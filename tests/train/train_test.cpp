@@ -135,14 +135,14 @@ DraftLmTrainConfig TinyConfig() {
   c.n_sequences = 12;
   c.n_eval_sequences = 2;
   c.seq_len = 48;
-  c.steps = 20;
-  c.batch = 4;
-  c.lr = 1e-2;
-  c.min_lr = 1e-3;
-  c.warmup = 3;
-  c.checkpoint_every = 10;
-  c.log_every = 5;
-  c.seed = 7;
+  c.optim.steps = 20;
+  c.optim.batch = 4;
+  c.optim.lr = 1e-2;
+  c.optim.min_lr = 1e-3;
+  c.optim.warmup = 3;
+  c.optim.checkpoint_every = 10;
+  c.optim.log_every = 5;
+  c.optim.seed = 7;
   return c;
 }
 
@@ -155,7 +155,7 @@ DraftLmTrainOptions Quiet() {
 TEST(DraftLmTrainerTest, TinyRunLowersLossAndWritesOutputs) {
   const std::string out = Scratch();
   DraftLmTrainConfig c = TinyConfig();
-  c.steps = 40;
+  c.optim.steps = 40;
   const DraftLmTrainResult r = TrainDraftLm(c, out, Quiet());
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.step, 40);
@@ -284,7 +284,7 @@ TEST(DraftLmTrainerTest, DifferentSettingsInOutDirFailNamingTheSetting) {
   EXPECT_NE(msg.find("--restart"), std::string::npos) << msg;
 
   other = c;
-  other.steps = 30;
+  other.optim.steps = 30;
   msg = TrainError(other, out, Quiet());
   EXPECT_NE(msg.find("'steps' (--steps)"), std::string::npos) << msg;
 
@@ -295,8 +295,8 @@ TEST(DraftLmTrainerTest, DifferentSettingsInOutDirFailNamingTheSetting) {
 
   // Bookkeeping knobs are not part of the run identity.
   other = c;
-  other.checkpoint_every = 3;
-  other.log_every = 1;
+  other.optim.checkpoint_every = 3;
+  other.optim.log_every = 1;
   stop.stop_after = 4;
   EXPECT_EQ(TrainError(other, out, stop), "");
 
@@ -314,7 +314,7 @@ TEST(DraftLmTrainerTest, DifferentSettingsInOutDirFailNamingTheSetting) {
   msg = TrainError(c, Scratch() + "/empty", resume);
   EXPECT_NE(msg.find("holds no train state"), std::string::npos) << msg;
   other = c;
-  other.batch = 100;
+  other.optim.batch = 100;
   msg = TrainError(other, out, Quiet());
   EXPECT_NE(msg.find("--batch"), std::string::npos) << msg;
   other = c;

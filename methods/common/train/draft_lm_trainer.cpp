@@ -41,22 +41,7 @@ constexpr const char* kDataFormat = "specbed-draft-lm-data-v1";
 constexpr int64_t kTeacherCacheBytes = int64_t{2} << 30;
 
 OptimConfig DraftLmOptim(const DraftLmTrainConfig& c) {
-  OptimConfig o;
-  o.steps = c.steps;
-  o.batch = c.batch;
-  o.lr = c.lr;
-  o.min_lr = c.min_lr;
-  o.warmup = c.warmup;
-  o.weight_decay = c.weight_decay;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.grad_clip = c.grad_clip;
-  o.seed = c.seed;
-  o.checkpoint_every = c.checkpoint_every;
-  o.log_every = c.log_every;
-  o.eval_every = 0;
-  o.threads = c.threads;
-  return o;
+  return c.optim;
 }
 
 // The run identity: everything that changes the trained weights.
@@ -251,6 +236,25 @@ void CheckConfig(const DraftLmTrainConfig& c) {
 
 }  // namespace
 
+OptimConfig DefaultDraftLmOptim() {
+  OptimConfig o;
+  o.steps = 1200;
+  o.batch = 16;
+  o.lr = 1e-2;
+  o.min_lr = 1e-3;
+  o.warmup = 30;
+  o.weight_decay = 0.01;
+  o.beta1 = 0.9;
+  o.beta2 = 0.95;
+  o.grad_clip = 1.0;
+  o.seed = 0;
+  o.checkpoint_every = 100;
+  o.log_every = 10;
+  o.eval_every = 0;
+  o.threads = 1;
+  return o;
+}
+
 LlamaConfig DraftLlamaConfig(const DraftLmTrainConfig& c, const LlamaConfig& target) {
   LlamaConfig d;
   d.architecture = "LlamaForCausalLM";
@@ -290,7 +294,8 @@ class DraftLmTask : public TrainTask {
   int64_t TrainRows() const override { return config_.n_sequences; }
   void Prepare() override {
     const int64_t t0 = NowMicros();
-    teacher_cache_ = TeacherCache(teacher_, data_, config_.n_sequences, config_.batch, verbose_);
+    teacher_cache_ =
+        TeacherCache(teacher_, data_, config_.n_sequences, config_.optim.batch, verbose_);
     teacher_seconds += (NowMicros() - t0) * 1e-6;
   }
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
@@ -308,7 +313,7 @@ class DraftLmTask : public TrainTask {
   }
   EvalMetrics Evaluate() override {
     const EvalStats ev = specbed::Evaluate(teacher_, draft_, data_, config_.n_sequences,
-                                           config_.n_eval_sequences, config_.batch);
+                                           config_.n_eval_sequences, config_.optim.batch);
     EvalMetrics m;
     m.loss = ev.kl;
     m.acceptance_proxy = ev.acceptance;
@@ -347,7 +352,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   const OptimConfig optim = DraftLmOptim(config);
   CheckOptimConfig(optim, config.n_sequences, "draft-lm");
   SPECBED_CHECK(!out_dir.empty(), "draft-lm: --out is required");
-  at::set_num_threads(config.threads);
+  at::set_num_threads(config.optim.threads);
 
   LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));
   LlamaModel& teacher = *target.model;
@@ -372,17 +377,12 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   const TokenData data = LoadOrSampleData(teacher, DataSettings(settings), bos, work,
                                           options.verbose, &result.data_seconds);
 
-  TrainableLlama draft(dc, DeriveSeed(config.seed, 0, 0x696e6974));  // "init"
+  TrainableLlama draft(dc, DeriveSeed(config.optim.seed, 0, 0x696e6974));  // "init"
   DraftLmTask task(config, teacher, data, draft, options.verbose);
   ojson recipe = settings;
   recipe["trainer"] = "specbed train draft-lm";
   task.set_recipe(recipe);
-  TrainLoopOptions loop_options;
-  loop_options.resume = options.resume;
-  loop_options.restart = options.restart;
-  loop_options.stop_after = options.stop_after;
-  loop_options.verbose = options.verbose;
-  const TrainLoopResult loop = RunTrainLoop(task, optim, settings, out_dir, loop_options);
+  const TrainLoopResult loop = RunTrainLoop(task, optim, settings, out_dir, options);
   result.step = loop.step;
   result.finished = loop.finished;
   result.first_loss = loop.first_loss;
@@ -409,7 +409,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   summary["train_seconds"] = loop.train_seconds;
   summary["teacher_cache_seconds_this_run"] = result.teacher_seconds;
   summary["data_seconds_this_run"] = result.data_seconds;
-  summary["threads"] = config.threads;
+  summary["threads"] = config.optim.threads;
   WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
   if (options.verbose) {
     std::fprintf(stderr,

@@ -1,0 +1,281 @@
+// DFlash draft config.json parsing / writing and the default target layer rule. The Qwen3 part of
+// the config goes through ParseHfConfig so field defaults and errors match the engine's.
+// Checked by: tests/methods/dflash_head_test.cpp.
+#include "methods/dflash/dflash_config.h"
+
+#include <cfenv>
+#include <cmath>
+#include <string>
+
+#include "harness/base/error.h"
+#include "harness/base/names.h"
+
+namespace specbed {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kArchitecture = "DFlashDraftModel";
+constexpr const char* kCausalKey = "specbed_causal";
+
+bool Has(const json& j, const char* field) {
+  return j.contains(field) && !j[field].is_null();
+}
+
+int64_t GetInt(const json& j, const char* field, const std::string& source, int64_t fallback) {
+  if (!Has(j, field)) return fallback;
+  const json& v = j[field];
+  SPECBED_CHECK(v.is_number_integer() &&
+                    (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
+                source, ": field \"", field, "\" must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+bool GetBool(const json& j, const char* field, const std::string& source, bool fallback) {
+  if (!Has(j, field)) return fallback;
+  const json& v = j[field];
+  SPECBED_CHECK(v.is_boolean(), source, ": field \"", field, "\" must be true or false, got ",
+                v.dump());
+  return v.get<bool>();
+}
+
+std::vector<int64_t> GetIdList(const json& j, const char* field, const std::string& source) {
+  const json& v = j[field];
+  SPECBED_CHECK(v.is_array(), source, ": field \"", field,
+                "\" must be a list of target layer ids, got ", v.dump());
+  std::vector<int64_t> ids;
+  for (const auto& e : v) {
+    SPECBED_CHECK(e.is_number_integer(), source, ": field \"", field,
+                  "\" must contain only integers, got ", v.dump());
+    ids.push_back(e.get<int64_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+int64_t DflashConfig::num_features() const {
+  if (!target_layer_ids.empty()) return static_cast<int64_t>(target_layer_ids.size());
+  return n_layers;  // the default rule yields one id per draft layer
+}
+
+std::vector<int64_t> DflashConfig::TargetLayerIds() const {
+  if (!target_layer_ids.empty()) return target_layer_ids;
+  SPECBED_CHECK(num_target_layers > 0,
+                "DFlash config has neither dflash_config.target_layer_ids nor num_target_layers; "
+                "cannot derive the target layers");
+  return DefaultDflashTargetLayers(num_target_layers, n_layers);
+}
+
+void DflashConfig::Validate(const std::string& source) const {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"hidden_size", hidden_size},        {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", n_layers},     {"num_attention_heads", n_heads},
+      {"num_key_value_heads", n_kv_heads}, {"head_dim", head_dim},
+      {"vocab_size", vocab_size},          {"max_position_embeddings", max_position_embeddings},
+  };
+  for (const auto& [name, value] : positive) {
+    SPECBED_CHECK(value > 0, source, ": ", name, " must be positive, got ", value);
+  }
+  SPECBED_CHECK(block_size >= 2, source,
+                ": block_size must be at least 2 (bonus token + masks), got ", block_size);
+  SPECBED_CHECK(mask_token_id >= -1 && mask_token_id < vocab_size, source,
+                ": dflash_config.mask_token_id ", mask_token_id,
+                " outside [0, vocab_size = ", vocab_size, ")");
+  SPECBED_CHECK(num_target_layers >= 0, source, ": num_target_layers must be positive, got ",
+                num_target_layers);
+  SPECBED_CHECK(!target_layer_ids.empty() || num_target_layers > 0, source,
+                ": needs dflash_config.target_layer_ids or num_target_layers (to derive them)");
+  for (int64_t id : target_layer_ids) {
+    SPECBED_CHECK(id >= 0, source, ": dflash_config.target_layer_ids has negative id ", id);
+    SPECBED_CHECK(
+        num_target_layers == 0 || id < num_target_layers, source,
+        ": dflash_config.target_layer_ids has id ", id,
+        ", outside the target's decoder layers [0, num_target_layers = ", num_target_layers, ")");
+  }
+  if (target_layer_ids.empty()) {
+    try {
+      DefaultDflashTargetLayers(num_target_layers, n_layers);
+    } catch (const Error& e) {
+      Fail(source, ": no dflash_config.target_layer_ids and the default rule fails: ", e.what());
+    }
+  }
+  // Sizes, theta and scaling are re-checked with the engine's rules (scaling factors, bos/eos).
+  LlamaConfig llama = RopeConfig();
+  llama.dim = hidden_size;
+  llama.n_layers = n_layers;
+  llama.hidden_dim = intermediate_size;
+  llama.vocab_size = vocab_size;
+  llama.max_seq_len = max_position_embeddings;
+  llama.norm_eps = rms_norm_eps;
+  llama.bos_token_id = bos_token_id;
+  llama.eos_token_ids = eos_token_ids;
+  llama.Validate(source);
+}
+
+int64_t DflashConfig::ParameterCount() const {
+  const int64_t h = hidden_size;
+  const int64_t per_layer = 2 * h                             // input / post-attention norms
+                            + q_dim() * h + 2 * kv_dim() * h  // q, k, v
+                            + h * q_dim()                     // o_proj
+                            + 2 * head_dim                    // q_norm, k_norm
+                            + 3 * h * intermediate_size;      // gate, up, down
+  return h * fc_in_dim() + h                                  // fc, hidden_norm
+         + n_layers * per_layer + h;                          // layers, final norm
+}
+
+LlamaConfig DflashConfig::RopeConfig() const {
+  LlamaConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.head_dim = head_dim;
+  c.qk_norm = true;
+  c.rope_theta = rope_theta;
+  c.rope_scaling = rope_scaling;
+  c.rope_interleaved = false;  // Hugging Face rotate_half pairing
+  return c;
+}
+
+DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
+  SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
+  SPECBED_CHECK(Has(j, "architectures"), source, ": missing field \"architectures\" (expected [\"",
+                kArchitecture, "\"])");
+  const json& archs = j["architectures"];
+  SPECBED_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(), source,
+                ": field \"architectures\" must be a non-empty array of strings, got ",
+                archs.dump());
+  const std::string arch = archs[0].get<std::string>();
+  if (arch != kArchitecture) {
+    try {
+      FailUnknownName("DFlash architecture", arch, {kArchitecture});
+    } catch (const Error& e) {
+      Fail(source, ": field \"architectures\": ", e.what());
+    }
+  }
+  if (Has(j, "layer_types")) {
+    const json& types = j["layer_types"];
+    SPECBED_CHECK(types.is_array(), source, ": field \"layer_types\" must be a list, got ",
+                  types.dump());
+    for (size_t i = 0; i < types.size(); ++i) {
+      SPECBED_CHECK(types[i] == json("full_attention"), source, ": layer_types[", i, "] is ",
+                    types[i].dump(),
+                    "; only \"full_attention\" is supported by SpecBed's DFlash head (no draft "
+                    "sliding window)");
+    }
+  }
+
+  // The draft layers are Qwen3 layers whatever the target family: let the engine's parser read
+  // and check the shared fields.
+  json qwen = j;
+  qwen.erase("architectures");
+  const std::string model_type = j.value("model_type", json("qwen3")).is_string()
+                                     ? j.value("model_type", std::string("qwen3"))
+                                     : std::string("?");
+  SPECBED_CHECK(model_type == "qwen3" || model_type == "llama", source, ": model_type ",
+                j["model_type"].dump(),
+                " is not supported for a DFlash draft (expected \"qwen3\" or \"llama\")");
+  qwen["model_type"] = "qwen3";
+  qwen.erase("tie_word_embeddings");  // the draft has no embedding of its own
+  const LlamaConfig lc = ParseHfConfig(qwen, source);
+
+  DflashConfig c;
+  c.hidden_size = lc.dim;
+  c.intermediate_size = lc.hidden_dim;
+  c.n_layers = lc.n_layers;
+  c.n_heads = lc.n_heads;
+  c.n_kv_heads = lc.n_kv_heads;
+  c.head_dim = lc.head_dim;
+  c.vocab_size = lc.vocab_size;
+  c.max_position_embeddings = lc.max_seq_len;
+  c.rms_norm_eps = lc.norm_eps;
+  c.rope_theta = lc.rope_theta;
+  c.rope_scaling = lc.rope_scaling;
+  c.bos_token_id = lc.bos_token_id;
+  c.eos_token_ids = lc.eos_token_ids;
+  c.torch_dtype = lc.torch_dtype;
+  if (Has(j, "layer_types")) {
+    SPECBED_CHECK(static_cast<int64_t>(j["layer_types"].size()) == c.n_layers, source,
+                  ": layer_types has ", j["layer_types"].size(), " entries, expected ",
+                  "num_hidden_layers = ", c.n_layers);
+  }
+
+  SPECBED_CHECK(Has(j, "block_size"), source,
+                ": missing field \"block_size\" (positions drafted per forward, e.g. 16)");
+  c.block_size = GetInt(j, "block_size", source, 0);
+  c.num_target_layers = GetInt(j, "num_target_layers", source, 0);
+  c.causal = GetBool(j, kCausalKey, source, false);
+  if (Has(j, "dflash_config")) {
+    const json& dc = j["dflash_config"];
+    const std::string dc_source = source + ": dflash_config";
+    SPECBED_CHECK(dc.is_object(), source, ": field \"dflash_config\" must be an object, got ",
+                  dc.dump());
+    c.mask_token_id = GetInt(dc, "mask_token_id", dc_source, -1);
+    if (Has(dc, "target_layer_ids"))
+      c.target_layer_ids = GetIdList(dc, "target_layer_ids", dc_source);
+  }
+  c.Validate(source);
+  return c;
+}
+
+nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {
+  c.Validate("DflashConfigToJson");
+  // rope_scaling / bos / eos written exactly as the engine writes a config.json.
+  LlamaConfig llama = c.RopeConfig();
+  llama.bos_token_id = c.bos_token_id;
+  llama.eos_token_ids = c.eos_token_ids;
+  const json llama_json = llama.ToHfJson();
+
+  nlohmann::ordered_json j;
+  j["architectures"] = {kArchitecture};
+  j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+  j["model_type"] = "qwen3";
+  j["block_size"] = c.block_size;
+  nlohmann::ordered_json dc = nlohmann::ordered_json::object();
+  if (c.mask_token_id >= 0) dc["mask_token_id"] = c.mask_token_id;
+  if (!c.target_layer_ids.empty()) dc["target_layer_ids"] = c.target_layer_ids;
+  j["dflash_config"] = dc;
+  if (c.num_target_layers > 0) j["num_target_layers"] = c.num_target_layers;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = llama_json["rope_scaling"];
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["vocab_size"] = c.vocab_size;
+  j["layer_types"] = std::vector<std::string>(c.n_layers, "full_attention");
+  j["attention_bias"] = false;
+  j["bos_token_id"] = llama_json["bos_token_id"];
+  j["eos_token_id"] = llama_json["eos_token_id"];
+  j["tie_word_embeddings"] = false;
+  j["torch_dtype"] = c.torch_dtype;
+  if (c.causal) j[kCausalKey] = true;
+  return j;
+}
+
+std::vector<int64_t> DefaultDflashTargetLayers(int64_t target_layers, int64_t num_draft_layers) {
+  SPECBED_CHECK(num_draft_layers >= 1, "DFlash default target layers: num_draft_layers must be ",
+                "positive, got ", num_draft_layers);
+  SPECBED_CHECK(target_layers >= 1, "DFlash default target layers: num_target_layers must be ",
+                "positive, got ", target_layers);
+  if (num_draft_layers == 1) return {target_layers / 2};
+  SPECBED_CHECK(target_layers >= 4, "DFlash default target layers for ", num_draft_layers,
+                " draft layers span layers 1 .. L-3 and need a target with at least 4 layers, ",
+                "got num_target_layers = ", target_layers);
+  const int64_t span = target_layers - 4;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < num_draft_layers; ++i) {
+    // Python's round(): to nearest, ties to even (std::nearbyint in the default FE_TONEAREST).
+    const double x =
+        1.0 + static_cast<double>(i * span) / static_cast<double>(num_draft_layers - 1);
+    ids.push_back(static_cast<int64_t>(std::nearbyint(x)));
+  }
+  return ids;
+}
+
+}  // namespace specbed

@@ -1,0 +1,373 @@
+// DFlash draft head forward on CPU, float32 (see dflash_head.h for the computation).
+// Checked by: tests/methods/dflash_head_test.cpp.
+#include "methods/dflash/dflash_head.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "harness/base/error.h"
+#include "methods/dflash/dflash_checkpoint.h"
+#include "models/tensor_util.h"
+
+namespace specbed {
+namespace {
+
+// out[0, dim) = x / rms(x) * w; x may be float or bfloat16, math in float32. out may alias x.
+template <typename T>
+void RmsNormRow(const T* x, const float* w, float* out, int64_t dim, float eps) {
+  float ss = 0.f;
+  for (int64_t i = 0; i < dim; ++i) {
+    const float v = static_cast<float>(x[i]);
+    ss += v * v;
+  }
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i]) * inv * w[i];
+}
+
+// Per-head RMSNorm (weight w [head_dim]) then RoPE (rotate_half pairing) of one head_dim vector,
+// src -> dst (may alias).
+void NormRopeHead(const float* src, const float* w, float* dst, int64_t head_dim, float eps,
+                  const float* cos, const float* sin) {
+  RmsNormRow(src, w, dst, head_dim, eps);
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = dst[i], x1 = dst[i + half];
+    dst[i] = x0 * cos[i] - x1 * sin[i];
+    dst[i + half] = x1 * cos[i] + x0 * sin[i];
+  }
+}
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+at::Tensor Float32(const at::Tensor& t) {
+  return t.to(at::kCPU).to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+const float* DflashHeadOutput::logits_row(int64_t i) const {
+  return logits.data_ptr<float>() + i * logits.size(1);
+}
+
+DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
+                       const at::Tensor& target_embedding, const at::Tensor& target_lm_head)
+    : config_(config) {
+  ValidateDflashTensors(config_, tensors, "DflashHead");
+  num_features_ = config_.num_features();
+  auto get = [&](const std::string& name) { return Float32(tensors.at(name)); };
+  fc_ = get(kDflashFc);
+  fc_t_ = fc_.t();
+  hidden_norm_ = get(kDflashHiddenNorm);
+  final_norm_ = get(kDflashFinalNorm);
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    auto lg = [&](const char* suffix) { return get(DflashLayerTensorName(l, suffix)); };
+    Layer layer;
+    const at::Tensor k = lg(kDflashKProj), v = lg(kDflashVProj);
+    layer.wqkv = at::cat({lg(kDflashQProj), k, v}, 0).contiguous();
+    layer.wkv = at::cat({k, v}, 0).contiguous();
+    layer.wo = lg(kDflashOProj);
+    layer.w_gate_up = at::cat({lg(kDflashGateProj), lg(kDflashUpProj)}, 0).contiguous();
+    layer.w_down = lg(kDflashDownProj);
+    layer.wqkv_t = layer.wqkv.t();
+    layer.wkv_t = layer.wkv.t();
+    layer.wo_t = layer.wo.t();
+    layer.w_gate_up_t = layer.w_gate_up.t();
+    layer.w_down_t = layer.w_down.t();
+    layer.input_norm = lg(kDflashInputNorm);
+    layer.post_norm = lg(kDflashPostNorm);
+    layer.q_norm = lg(kDflashQNorm);
+    layer.k_norm = lg(kDflashKNorm);
+    layers_.push_back(std::move(layer));
+  }
+
+  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  auto check_vocab_matrix = [&](const at::Tensor& t, const char* what) {
+    SPECBED_CHECK(t.defined(), "DflashHead: the target's ", what, " [", v, ", ", h,
+                  "] is required (the draft has none of its own)");
+    SPECBED_CHECK(t.dim() == 2 && t.size(0) == v && t.size(1) == h, "DflashHead: target ", what,
+                  " has shape ", ShapeString(t.sizes()), ", expected [vocab_size, hidden_size] = [",
+                  v, ", ", h, "] (draft and target must share vocabulary and hidden size)");
+    SPECBED_CHECK(t.is_floating_point(), "DflashHead: target ", what,
+                  " must be a float tensor, got ", c10::toString(t.scalar_type()));
+  };
+  check_vocab_matrix(target_embedding, "token embedding");
+  check_vocab_matrix(target_lm_head, "lm_head");
+  embedding_ = target_embedding.to(at::kCPU);
+  if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
+    embedding_ = embedding_.to(at::kFloat);
+  }
+  embedding_ = embedding_.contiguous();
+  lm_head_ = Float32(target_lm_head);
+  lm_head_t_ = lm_head_.t();
+
+  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
+  EnsureRope(256);
+
+  const int64_t b = config_.block_size;
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  h_ = at::empty({b, h}, opts);
+  x_ = at::empty({b, h}, opts);
+  qkv_ = at::empty({b, config_.q_dim() + 2 * config_.kv_dim()}, opts);
+  q_ = at::empty({b, config_.q_dim()}, opts);
+  attn_ = at::empty({b, config_.q_dim()}, opts);
+  gate_up_ = at::empty({b, 2 * config_.intermediate_size}, opts);
+  act_ = at::empty({b, config_.intermediate_size}, opts);
+  k_block_.assign(static_cast<size_t>(config_.n_kv_heads * b * config_.head_dim), 0.f);
+  v_block_.assign(k_block_.size(), 0.f);
+  bonus_block_.assign(static_cast<size_t>(b), 0);
+  ResetContext(256);
+}
+
+void DflashHead::EnsureRope(int64_t max_position) {
+  if (max_position <= rope_capacity_) return;
+  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
+  const int64_t half = config_.head_dim / 2;
+  rope_cos_.resize(cap * half);
+  rope_sin_.resize(cap * half);
+  for (int64_t p = rope_capacity_; p < cap; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq_[i];
+      rope_cos_[p * half + i] = static_cast<float>(std::cos(angle));
+      rope_sin_[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_capacity_ = cap;
+}
+
+void DflashHead::GrowContext(int64_t capacity) {
+  if (capacity <= context_capacity_) return;
+  const int64_t n_kv = config_.n_kv_heads, hd = config_.head_dim;
+  for (Layer& layer : layers_) {
+    std::vector<float> k(static_cast<size_t>(n_kv * capacity * hd), 0.f), v(k.size(), 0.f);
+    for (int64_t kh = 0; kh < n_kv && context_length_ > 0; ++kh) {
+      const size_t bytes = static_cast<size_t>(context_length_ * hd) * sizeof(float);
+      std::memcpy(k.data() + kh * capacity * hd, layer.k_ctx.data() + kh * context_capacity_ * hd,
+                  bytes);
+      std::memcpy(v.data() + kh * capacity * hd, layer.v_ctx.data() + kh * context_capacity_ * hd,
+                  bytes);
+    }
+    layer.k_ctx = std::move(k);
+    layer.v_ctx = std::move(v);
+  }
+  context_capacity_ = capacity;
+}
+
+void DflashHead::ResetContext(int64_t capacity) {
+  SPECBED_CHECK(capacity >= 1, "DflashHead::ResetContext: capacity must be positive, got ",
+                capacity);
+  context_length_ = 0;
+  GrowContext(capacity);
+}
+
+void DflashHead::TruncateContext(int64_t length) {
+  SPECBED_CHECK(length >= 0 && length <= context_length_, "DflashHead::TruncateContext: length ",
+                length, " outside [0, context_length = ", context_length_, "]");
+  context_length_ = length;
+}
+
+void DflashHead::AppendContext(const float* features, int64_t n) {
+  SPECBED_CHECK(n >= 1, "DflashHead::AppendContext: no rows (n = ", n, ")");
+  SPECBED_CHECK(features != nullptr, "DflashHead::AppendContext: features are required");
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
+                kv_dim = config_.kv_dim();
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t past = context_length_;
+  if (past + n > context_capacity_) GrowContext(std::max(past + n, 2 * context_capacity_));
+  EnsureRope(past + n);
+  if (!ctx_rows_.defined() || ctx_rows_.size(0) < n) {
+    const int64_t rows = std::max<int64_t>(n, ctx_rows_.defined() ? 2 * ctx_rows_.size(0) : 0);
+    ctx_rows_ = at::empty({rows, h}, at::TensorOptions().dtype(at::kFloat));
+    ctx_kv_ = at::empty({rows, 2 * kv_dim}, at::TensorOptions().dtype(at::kFloat));
+  }
+  // c = hidden_norm(fc(feature)).
+  at::Tensor c = ctx_rows_.narrow(0, 0, n);
+  const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, config_.fc_in_dim()},
+                                     at::TensorOptions().dtype(at::kFloat));
+  at::mm_out(c, f, fc_t_);
+  float* cp = c.data_ptr<float>();
+  const float* hn = hidden_norm_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) RmsNormRow(cp + i * h, hn, cp + i * h, h, eps);
+
+  const int64_t half = hd / 2, cap = context_capacity_;
+  at::Tensor kv = ctx_kv_.narrow(0, 0, n);
+  const float* kvp = kv.data_ptr<float>();
+  for (Layer& layer : layers_) {
+    at::mm_out(kv, c, layer.wkv_t);
+    const float* kn = layer.k_norm.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = past + i;
+      const float* cs = rope_cos_.data() + pos * half;
+      const float* sn = rope_sin_.data() + pos * half;
+      const float* krow = kvp + i * 2 * kv_dim;
+      const float* vrow = krow + kv_dim;
+      for (int64_t kh = 0; kh < n_kv; ++kh) {
+        const int64_t at_slot = (kh * cap + pos) * hd;
+        NormRopeHead(krow + kh * hd, kn, layer.k_ctx.data() + at_slot, hd, eps, cs, sn);
+        std::memcpy(layer.v_ctx.data() + at_slot, vrow + kh * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+  }
+  context_length_ = past + n;
+}
+
+void DflashHead::ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out) {
+  SPECBED_CHECK(config_.mask_token_id >= 0,
+                "DflashHead::ForwardFromBonus: the config has no dflash_config.mask_token_id; "
+                "pass the block tokens to Forward instead");
+  bonus_block_[0] = bonus_token;
+  for (size_t i = 1; i < bonus_block_.size(); ++i) {
+    bonus_block_[i] = static_cast<int32_t>(config_.mask_token_id);
+  }
+  Forward(bonus_block_.data(), context_length_, out);
+}
+
+void DflashHead::Forward(const int32_t* block_tokens, int64_t start_position,
+                         DflashHeadOutput& out) {
+  const int64_t b = config_.block_size, h = config_.hidden_size, hd = config_.head_dim,
+                n_heads = config_.n_heads, n_kv = config_.n_kv_heads,
+                inter = config_.intermediate_size, q_dim = config_.q_dim(),
+                kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim, vocab = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  SPECBED_CHECK(block_tokens != nullptr, "DflashHead::Forward: block tokens are required");
+  SPECBED_CHECK(start_position >= 0, "DflashHead::Forward: negative start position ",
+                start_position);
+  for (int64_t i = 0; i < b; ++i) {
+    SPECBED_CHECK(block_tokens[i] >= 0 && block_tokens[i] < vocab, "DflashHead::Forward: token id ",
+                  block_tokens[i], " (block row ", i, ") outside the vocabulary [0, ", vocab, ")");
+  }
+  EnsureRope(start_position + b);
+  const int64_t ctx = context_length_, cap = context_capacity_;
+  const int threads = at::get_num_threads();
+  const int64_t stride = cap + b + hd;  // scores of every key + one accumulator row
+  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
+    score_stride_ = stride;
+    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
+  }
+  if (!out.logits.defined() || out.logits.size(0) != b || out.logits.size(1) != vocab) {
+    out.logits = at::empty({b, vocab}, at::TensorOptions().dtype(at::kFloat));
+  }
+  if (!out.hidden.defined() || out.hidden.size(0) != b || out.hidden.size(1) != h) {
+    out.hidden = at::empty({b, h}, at::TensorOptions().dtype(at::kFloat));
+  }
+
+  // Block embedding (the target's).
+  float* hp = h_.data_ptr<float>();
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t id = block_tokens[i];
+    if (embedding_.scalar_type() == at::kFloat) {
+      std::memcpy(hp + i * h, embedding_.data_ptr<float>() + id * h,
+                  static_cast<size_t>(h) * sizeof(float));
+    } else {
+      const c10::BFloat16* e = embedding_.data_ptr<c10::BFloat16>() + id * h;
+      for (int64_t d = 0; d < h; ++d) hp[i * h + d] = static_cast<float>(e[d]);
+    }
+  }
+
+  float* xp = x_.data_ptr<float>();
+  const float* qkvp = qkv_.data_ptr<float>();
+  float* qp = q_.data_ptr<float>();
+  float* attnp = attn_.data_ptr<float>();
+  const int64_t half = hd / 2;
+  const int64_t group = n_heads / n_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool causal = config_.causal;
+  for (Layer& layer : layers_) {
+    // 1. x = input_layernorm(h); q, k, v with per-head norms and RoPE.
+    const float* in_norm = layer.input_norm.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, in_norm, xp + i * h, h, eps);
+    at::mm_out(qkv_, x_, layer.wqkv_t);
+    const float* qn = layer.q_norm.data_ptr<float>();
+    const float* kn = layer.k_norm.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t pos = start_position + i;
+      const float* cs = rope_cos_.data() + pos * half;
+      const float* sn = rope_sin_.data() + pos * half;
+      const float* qsrc = qkvp + i * qkv_dim;
+      const float* ksrc = qsrc + q_dim;
+      const float* vsrc = ksrc + kv_dim;
+      for (int64_t head = 0; head < n_heads; ++head) {
+        NormRopeHead(qsrc + head * hd, qn, qp + i * q_dim + head * hd, hd, eps, cs, sn);
+      }
+      for (int64_t kh = 0; kh < n_kv; ++kh) {
+        NormRopeHead(ksrc + kh * hd, kn, k_block_.data() + (kh * b + i) * hd, hd, eps, cs, sn);
+        std::memcpy(v_block_.data() + (kh * b + i) * hd, vsrc + kh * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+
+    // 2. Attention of every (row, head) over the context rows and the (visible) block rows.
+    const float* kc = layer.k_ctx.data();
+    const float* vc = layer.v_ctx.data();
+    const float* kb = k_block_.data();
+    const float* vb = v_block_.data();
+    float* scores_base = scores_.data();
+    const int64_t sstride = score_stride_;
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (ctx + b) * hd));
+    at::parallel_for(0, b * n_heads, grain, [&](int64_t begin, int64_t end) {
+      float* scores = scores_base + at::get_thread_num() * sstride;
+      float* acc = scores + ctx + b;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
+        const float* qrow = qp + i * q_dim + head * hd;
+        const float* kcb = kc + kh * cap * hd;
+        const float* vcb = vc + kh * cap * hd;
+        const float* kbb = kb + kh * b * hd;
+        const float* vbb = vb + kh * b * hd;
+        const int64_t visible = causal ? i + 1 : b;
+        float max_score = -INFINITY;
+        for (int64_t s = 0; s < ctx; ++s) {
+          scores[s] = Dot(qrow, kcb + s * hd, hd) * scale;
+          max_score = std::max(max_score, scores[s]);
+        }
+        for (int64_t j = 0; j < visible; ++j) {
+          scores[ctx + j] = Dot(qrow, kbb + j * hd, hd) * scale;
+          max_score = std::max(max_score, scores[ctx + j]);
+        }
+        std::fill(acc, acc + hd, 0.f);
+        float denom = 0.f;
+        for (int64_t s = 0; s < ctx + visible; ++s) {
+          const float p = std::exp(scores[s] - max_score);
+          denom += p;
+          const float* vrow = s < ctx ? vcb + s * hd : vbb + (s - ctx) * hd;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+        }
+        const float inv = 1.0f / denom;
+        float* o = attnp + i * q_dim + head * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+      }
+    });
+
+    // 3. h += o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
+    h_.addmm_(attn_, layer.wo_t);
+    const float* post = layer.post_norm.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, post, xp + i * h, h, eps);
+    at::mm_out(gate_up_, x_, layer.w_gate_up_t);
+    const float* gu = gate_up_.data_ptr<float>();
+    float* ap = act_.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) {
+      const float* gate = gu + i * 2 * inter;
+      const float* up = gate + inter;
+      float* a = ap + i * inter;
+      for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
+    }
+    h_.addmm_(act_, layer.w_down_t);
+  }
+
+  // 4. logits = target_lm_head(norm(h)).
+  out.hidden.copy_(h_);
+  const float* fin = final_norm_.data_ptr<float>();
+  for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, fin, xp + i * h, h, eps);
+  at::mm_out(out.logits, x_, lm_head_t_);
+}
+
+}  // namespace specbed

@@ -1,0 +1,122 @@
+// The DFlash draft head's inference forward on CPU in float32, with its own cache of the projected
+// context keys/values.
+//
+// Context: each committed target position t contributes one feature row, the concatenation of
+// the target's hidden states (decoder-layer outputs, pre-final-norm) at the configured
+// target_layer_ids (width n * H). AppendContext projects it once, c = hidden_norm(fc(feature)),
+// and stores for every draft layer l: K = RoPE(k_norm(k_proj_l(c)), t) and V = v_proj_l(c).
+// Context row j has position j (row index == absolute position).
+//
+// Block forward (one call drafts a block): the B = block_size tokens [bonus, MASK, ..., MASK]
+// at positions [start, start + B) are embedded with the TARGET's embedding; per draft layer
+// (pre-norm Qwen3 layer): x = input_layernorm(h); q = RoPE(q_norm(q_proj(x))),
+// k = RoPE(k_norm(k_proj(x))), v = v_proj(x); each block row attends over all cached context rows
+// plus the block rows (all of them; rows <= i when config.causal) with GQA and scale
+// 1/sqrt(head_dim); h += o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
+// Only the block rows propagate; the context K/V are the same injected rows in every call.
+// logits = target_lm_head(norm(h)) for every block row (rows 1..B-1 are the drafts).
+// GEMMs go through ATen into preallocated buffers; norms, RoPE, attention and SwiGLU are raw row
+// loops.
+// Checked by: tests/methods/dflash_head_test.cpp (non-causal and causal block forward against a
+// plain-loop double reference over the checkpoint tensors, incremental context == full context,
+// truncation, errors).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "methods/dflash/dflash_config.h"
+
+namespace specbed {
+
+// Output of one DflashHead::Forward call; the buffers are allocated on first use and reused.
+struct DflashHeadOutput {
+  at::Tensor hidden;  // float32 [B, H] CPU: last layer output before the final norm
+  at::Tensor logits;  // float32 [B, V] CPU: target-vocabulary logits per block position
+
+  const float* logits_row(int64_t i) const;  // row i of `logits` (V floats)
+};
+
+class DflashHead {
+ public:
+  // `tensors`: canonical names as from LoadDflashCheckpoint / RandomDflashTensors (checked with
+  // ValidateDflashTensors; any float dtype/device, copied to float32 CPU).
+  // `target_embedding`: the target's token embedding [V, H], float32 or bfloat16 CPU (shared, not
+  // copied; other float dtypes are converted). `target_lm_head`: the target's output projection
+  // [V, H], any float dtype (shared when float32 contiguous CPU, else converted to float32).
+  // Throws specbed::Error naming the tensor and the shapes on any mismatch.
+  DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
+             const at::Tensor& target_embedding, const at::Tensor& target_lm_head);
+
+  // Empties the context and makes room for `capacity` rows (allocates only when growing).
+  void ResetContext(int64_t capacity);
+  int64_t context_length() const { return context_length_; }
+  int64_t context_capacity() const { return context_capacity_; }
+  // Projects `n` feature rows and appends them at positions [context_length(), +n).
+  //   features float32 [n, num_features * H] row-major host memory (concat over target_layer_ids
+  //            of the target's decoder-layer outputs, low layer first).
+  // Grows the context storage (doubling) when full. Throws specbed::Error for n < 1 or a null
+  // pointer.
+  void AppendContext(const float* features, int64_t n);
+  // Drops context rows [length, context_length()).
+  void TruncateContext(int64_t length);
+
+  // Drafts one block. `block_tokens` int32 [B] target-vocabulary ids at positions
+  // [start_position, start_position + B); start_position >= 0 (usually context_length()).
+  // Fills out.logits [B, V] and out.hidden [B, H] (allocated once, reused). Does not change the
+  // context. Throws specbed::Error for a token outside [0, V) or a negative position.
+  void Forward(const int32_t* block_tokens, int64_t start_position, DflashHeadOutput& out);
+  // Forward on [bonus, mask_token_id × (B - 1)] at start_position = context_length(). Throws
+  // specbed::Error when the config has no mask_token_id.
+  void ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out);
+
+  const DflashConfig& config() const { return config_; }
+  // Draft parameters (DflashConfig::ParameterCount), without the shared embedding / lm_head.
+  int64_t parameter_count() const { return config_.ParameterCount(); }
+
+ private:
+  struct Layer {
+    at::Tensor wqkv_t, wkv_t, wo_t, w_gate_up_t, w_down_t;  // transposed views for x @ W^T
+    at::Tensor wqkv, wkv, wo, w_gate_up, w_down;            // float32 contiguous [out, in]
+    at::Tensor input_norm, post_norm, q_norm, k_norm;       // float32
+    std::vector<float> k_ctx, v_ctx;  // [n_kv_heads, context_capacity_, head_dim]
+  };
+
+  void EnsureRope(int64_t max_position);
+  void GrowContext(int64_t capacity);
+
+  DflashConfig config_;
+  int64_t num_features_ = 0;
+  std::vector<Layer> layers_;
+  at::Tensor fc_t_, fc_, hidden_norm_, final_norm_;
+  at::Tensor embedding_;            // [V, H] float32 or bfloat16
+  at::Tensor lm_head_, lm_head_t_;  // [V, H] float32 and its transpose
+
+  std::vector<double> inv_freq_;
+  std::vector<float> rope_cos_, rope_sin_;  // [rope_capacity_, head_dim / 2]
+  int64_t rope_capacity_ = 0;
+
+  int64_t context_capacity_ = 0;
+  int64_t context_length_ = 0;
+
+  // Work buffers.
+  at::Tensor ctx_rows_;  // [rows, H] projected context rows (grown per AppendContext)
+  at::Tensor ctx_kv_;    // [rows, 2 * kv_dim]
+  at::Tensor h_;         // [B, H] block hidden (residual stream)
+  at::Tensor x_;         // [B, H] normed
+  at::Tensor qkv_;       // [B, q + 2 kv]
+  at::Tensor q_;         // [B, q] normed + rotated queries
+  at::Tensor attn_;      // [B, q]
+  at::Tensor gate_up_;   // [B, 2 I]
+  at::Tensor act_;       // [B, I]
+  std::vector<float> k_block_, v_block_;  // [n_kv_heads, B, head_dim]
+  std::vector<float> scores_;             // [threads, score_stride_]
+  int64_t score_stride_ = 0;
+  std::vector<int32_t> bonus_block_;  // [B]
+};
+
+}  // namespace specbed

@@ -1,0 +1,743 @@
+// Tests for methods/dflash: config.json parsing/writing (published Qwen3-8B-b16 layout, the
+// SpecBed causal option, every error), the default target layer rule (incl. Python's
+// round-half-to-even), checkpoint round trips (F32 exact, BF16/F16 within their rounding), every
+// checkpoint failure mode, and the block forward against an independent plain-loop reference
+// (double precision, unfused checkpoint tensors): non-causal and causal blocks, incremental
+// context == full context, truncation, ForwardFromBonus.
+// Randomized inputs use fixed seeds; tolerances are ~1e-4 relative to the output scale while the
+// float32 rounding error is ~1e-6 of it, so the false-failure rate is effectively zero.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+#include "methods/dflash/dflash_checkpoint.h"
+#include "methods/dflash/dflash_config.h"
+#include "methods/dflash/dflash_head.h"
+#include "models/checkpoint/safetensors.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using testing_util::ScratchDir;
+using testing_util::TestName;
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// A Qwen3-like draft scaled down; q_dim (48) != hidden (32) as in Qwen3-4B's draft.
+DflashConfig SmallConfig() {
+  DflashConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 12;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  c.block_size = 4;
+  c.mask_token_id = 49;
+  c.num_target_layers = 8;
+  c.target_layer_ids = {1, 3, 5};
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+void ExpectSameConfig(const DflashConfig& a, const DflashConfig& b) {
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.block_size, b.block_size);
+  EXPECT_EQ(a.mask_token_id, b.mask_token_id);
+  EXPECT_EQ(a.num_target_layers, b.num_target_layers);
+  EXPECT_EQ(a.target_layer_ids, b.target_layer_ids);
+  EXPECT_EQ(a.causal, b.causal);
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
+}
+
+// The message of the specbed::Error `fn` throws ("" and a test failure when it does not throw).
+template <typename Fn>
+std::string ErrorOf(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a specbed::Error";
+  return "";
+}
+
+// config.json of z-lab/Qwen3-8B-DFlash-b16 (as mirrored by SpecForge configs/qwen3-8b-dflash.json).
+json PublishedQwen3_8BConfig() {
+  return json::parse(R"({
+    "architectures": ["DFlashDraftModel"],
+    "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+    "model_type": "qwen3", "block_size": 16,
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+    "num_target_layers": 36, "num_hidden_layers": 5, "hidden_size": 4096,
+    "intermediate_size": 12288, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "rms_norm_eps": 1e-06, "rope_theta": 1000000, "rope_scaling": null,
+    "max_position_embeddings": 40960, "vocab_size": 151936,
+    "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention",
+                    "full_attention"],
+    "attention_bias": false, "attention_dropout": 0.0, "hidden_act": "silu",
+    "tie_word_embeddings": false, "dtype": "bfloat16", "use_cache": true,
+    "bos_token_id": 151643, "eos_token_id": 151645})");
+}
+
+json ConfigJson(const DflashConfig& c) {
+  return json::parse(DflashConfigToJson(c).dump());
+}
+
+// ---- Config ---------------------------------------------------------------------------------
+
+TEST(DflashConfig, JsonRoundTrip) {
+  DflashConfig c = SmallConfig();
+  ExpectSameConfig(ParseDflashConfig(ConfigJson(c), "small"), c);
+  const auto j = DflashConfigToJson(c);
+  EXPECT_EQ(j["architectures"], nlohmann::ordered_json::array({"DFlashDraftModel"}));
+  EXPECT_EQ(j["model_type"], "qwen3");
+  EXPECT_EQ(j["dflash_config"]["mask_token_id"], 49);
+  EXPECT_EQ(j["dflash_config"]["target_layer_ids"], nlohmann::ordered_json::array({1, 3, 5}));
+  EXPECT_EQ(j["layer_types"].size(), 2u);
+  EXPECT_FALSE(j.contains("specbed_causal"));
+
+  // Causal, no ids (derived), no mask token, no bos.
+  c.causal = true;
+  c.target_layer_ids.clear();
+  c.mask_token_id = -1;
+  c.bos_token_id = -1;
+  c.torch_dtype = "float32";
+  const auto j2 = DflashConfigToJson(c);
+  EXPECT_EQ(j2["specbed_causal"], true);
+  EXPECT_FALSE(j2["dflash_config"].contains("mask_token_id"));
+  EXPECT_FALSE(j2["dflash_config"].contains("target_layer_ids"));
+  const DflashConfig back = ParseDflashConfig(ConfigJson(c), "small");
+  ExpectSameConfig(back, c);
+  // Default rule for L = 8, 2 draft layers: round(1 + i * 4 / 1) = {1, 5}.
+  EXPECT_EQ(back.TargetLayerIds(), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(back.fc_in_dim(), 2 * 32);
+}
+
+TEST(DflashConfig, PublishedQwen3_8BDraft) {
+  const DflashConfig c = ParseDflashConfig(PublishedQwen3_8BConfig(), "qwen3-8b.json");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 32);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.block_size, 16);
+  EXPECT_EQ(c.mask_token_id, 151669);
+  EXPECT_EQ(c.num_target_layers, 36);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(c.TargetLayerIds(), DefaultDflashTargetLayers(36, 5));
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_FALSE(c.causal);
+  EXPECT_EQ(c.fc_in_dim(), 20480);
+  // ~1.05B parameters (notes); exactly: fc + hidden_norm + 5 layers + norm.
+  const int64_t per_layer =
+      2 * 4096 + 4096 * 4096 * 2 + 2 * 1024 * 4096 + 2 * 128 + 3 * 4096 * 12288;
+  EXPECT_EQ(c.ParameterCount(), 4096 * 20480 + 4096 + 5 * per_layer + 4096);
+  EXPECT_GT(c.ParameterCount(), 1'000'000'000);
+  EXPECT_LT(c.ParameterCount(), 1'100'000'000);
+  const auto shapes = ExpectedDflashTensorShapes(c);
+  EXPECT_EQ(shapes.size(), 3u + 5u * 11u);
+  EXPECT_EQ(shapes.at("fc.weight"), (std::vector<int64_t>{4096, 20480}));
+  EXPECT_EQ(shapes.at("layers.4.self_attn.k_proj.weight"), (std::vector<int64_t>{1024, 4096}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shapes.at("layers.2.mlp.down_proj.weight"), (std::vector<int64_t>{4096, 12288}));
+
+  // Older checkpoints: no dflash_config at all -> ids from the rule, no mask token.
+  json old = PublishedQwen3_8BConfig();
+  old.erase("dflash_config");
+  const DflashConfig o = ParseDflashConfig(old, "old.json");
+  EXPECT_TRUE(o.target_layer_ids.empty());
+  EXPECT_EQ(o.mask_token_id, -1);
+  EXPECT_EQ(o.TargetLayerIds(), (std::vector<int64_t>{1, 9, 17, 25, 33}));
+}
+
+TEST(DflashConfig, DefaultTargetLayers) {
+  EXPECT_EQ(DefaultDflashTargetLayers(36, 5), (std::vector<int64_t>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(DefaultDflashTargetLayers(36, 1), (std::vector<int64_t>{18}));
+  EXPECT_EQ(DefaultDflashTargetLayers(28, 5), (std::vector<int64_t>{1, 7, 13, 19, 25}));
+  // Python round() ties to even: L = 9, n = 3 -> 1 + 2.5 = 3.5 -> 4; L = 7 -> 2.5 -> 2.
+  EXPECT_EQ(DefaultDflashTargetLayers(9, 3), (std::vector<int64_t>{1, 4, 6}));
+  EXPECT_EQ(DefaultDflashTargetLayers(7, 3), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(DefaultDflashTargetLayers(4, 3), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_THAT(ErrorOf([] { DefaultDflashTargetLayers(3, 2); }), HasSubstr("at least 4 layers"));
+  EXPECT_THAT(ErrorOf([] { DefaultDflashTargetLayers(36, 0); }),
+              HasSubstr("num_draft_layers must be positive"));
+  EXPECT_THAT(ErrorOf([] { DefaultDflashTargetLayers(0, 1); }),
+              HasSubstr("num_target_layers must be positive"));
+}
+
+TEST(DflashConfig, Errors) {
+  auto error_with = [](const std::function<void(json&)>& edit) {
+    json j = PublishedQwen3_8BConfig();
+    edit(j);
+    return ErrorOf([&] { ParseDflashConfig(j, "cfg.json"); });
+  };
+  std::string msg = error_with([](json& j) { j["architectures"] = {"DFlashDraftModle"}; });
+  EXPECT_THAT(msg, HasSubstr("cfg.json: field \"architectures\""));
+  EXPECT_THAT(msg, HasSubstr("DFlashDraftModel"));
+  EXPECT_THAT(error_with([](json& j) { j.erase("architectures"); }),
+              HasSubstr("missing field \"architectures\""));
+  msg = error_with([](json& j) { j["layer_types"][1] = "sliding_attention"; });
+  EXPECT_THAT(msg, HasSubstr("layer_types[1]"));
+  EXPECT_THAT(msg, HasSubstr("sliding_attention"));
+  EXPECT_THAT(error_with([](json& j) { j["layer_types"].erase(0); }),
+              HasSubstr("layer_types has 4 entries, expected num_hidden_layers = 5"));
+  EXPECT_THAT(error_with([](json& j) { j.erase("block_size"); }),
+              HasSubstr("missing field \"block_size\""));
+  EXPECT_THAT(error_with([](json& j) { j["block_size"] = 1; }),
+              HasSubstr("block_size must be at least 2"));
+  EXPECT_THAT(error_with([](json& j) { j["block_size"] = "16"; }),
+              HasSubstr("field \"block_size\" must be an integer"));
+  EXPECT_THAT(error_with([](json& j) {
+                j["dflash_config"]["target_layer_ids"] = {1, 36};
+              }),
+              HasSubstr("target_layer_ids has id 36, outside the target's decoder layers"));
+  EXPECT_THAT(error_with([](json& j) { j["dflash_config"]["target_layer_ids"] = {-1}; }),
+              HasSubstr("target_layer_ids has negative id -1"));
+  EXPECT_THAT(error_with([](json& j) { j["dflash_config"]["target_layer_ids"] = "1,9"; }),
+              HasSubstr("field \"target_layer_ids\" must be a list"));
+  EXPECT_THAT(error_with([](json& j) {
+                j["dflash_config"].erase("target_layer_ids");
+                j.erase("num_target_layers");
+              }),
+              HasSubstr("needs dflash_config.target_layer_ids or num_target_layers"));
+  EXPECT_THAT(error_with([](json& j) { j["dflash_config"]["mask_token_id"] = 151936; }),
+              HasSubstr("mask_token_id 151936 outside [0, vocab_size = 151936)"));
+  EXPECT_THAT(error_with([](json& j) { j["dflash_config"] = 3; }),
+              HasSubstr("field \"dflash_config\" must be an object"));
+  EXPECT_THAT(error_with([](json& j) { j["attention_bias"] = true; }),
+              HasSubstr("attention_bias = true"));
+  EXPECT_THAT(error_with([](json& j) { j["model_type"] = "gemma"; }),
+              HasSubstr("model_type \"gemma\" is not supported for a DFlash draft"));
+  EXPECT_THAT(error_with([](json& j) { j["specbed_causal"] = 1; }),
+              HasSubstr("field \"specbed_causal\" must be true or false"));
+  EXPECT_THAT(error_with([](json& j) { j["hidden_size"] = 0; }), HasSubstr("hidden_size"));
+  EXPECT_THAT(error_with([](json& j) { j["num_key_value_heads"] = 5; }),
+              HasSubstr("num_key_value_heads"));
+  // Unknown target depth and no ids: TargetLayerIds() explains.
+  DflashConfig c = SmallConfig();
+  c.target_layer_ids.clear();
+  c.num_target_layers = 0;
+  EXPECT_THAT(ErrorOf([&] { c.TargetLayerIds(); }), HasSubstr("num_target_layers"));
+  EXPECT_THAT(ErrorOf([&] { DflashConfigToJson(c); }), HasSubstr("num_target_layers"));
+}
+
+// ---- Checkpoint -----------------------------------------------------------------------------
+
+void ExpectTensorsEqual(const TensorMap& got, const TensorMap& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got.at(name).scalar_type(), at::kFloat) << name;
+    EXPECT_TRUE(at::equal(got.at(name), t)) << name;
+  }
+}
+
+// Writes config.json and the tensors as they are (no validation).
+void WriteRawCheckpoint(const std::string& dir, const json& config, const TensorMap& tensors,
+                        const std::string& file = "model.safetensors") {
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir + "/config.json", std::ios::trunc);
+    out << config.dump(2);
+  }
+  std::vector<at::Tensor> keep;
+  std::vector<SafetensorsTensorView> views;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.contiguous();
+    keep.push_back(c);
+    const SafetensorsDtype dtype =
+        c.scalar_type() == at::kLong ? SafetensorsDtype::kI64 : SafetensorsDtype::kF32;
+    views.push_back({name, dtype, c.sizes().vec(), c.data_ptr(),
+                     static_cast<size_t>(c.numel()) * c.element_size()});
+  }
+  WriteSafetensors(dir + "/" + file, views);
+}
+
+// The error of loading a small checkpoint whose tensors were edited by `edit`.
+std::string LoadErrorAfter(const std::string& name, const std::function<void(TensorMap&)>& edit) {
+  const DflashConfig c = SmallConfig();
+  TensorMap tensors = RandomDflashTensors(c, 3);
+  edit(tensors);
+  const std::string dir = ScratchDir(name + "_edit");
+  WriteRawCheckpoint(dir, ConfigJson(c), tensors);
+  return ErrorOf([&] { LoadDflashCheckpoint(dir); });
+}
+
+TEST(DflashCheckpoint, RoundTripFloat32WithRecipe) {
+  const DflashConfig c = SmallConfig();
+  const TensorMap tensors = RandomDflashTensors(c, 7);
+  EXPECT_EQ(tensors.size(), 3u + 2u * 11u);
+  const std::string dir = ScratchDir(TestName());
+  const json recipe = {{"task", "dflash"}, {"gamma", 7}};
+  WriteDflashCheckpoint(dir, c, tensors, recipe);
+  const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
+  DflashConfig want = c;
+  want.torch_dtype = "float32";
+  ExpectSameConfig(ckpt.config, want);
+  ExpectTensorsEqual(ckpt.tensors, tensors);
+  EXPECT_EQ(ckpt.recipe, recipe);
+  EXPECT_EQ(ckpt.source, dir);
+  const json cj = json::parse(ReadFileToString(dir + "/config.json"));
+  EXPECT_EQ(cj["architectures"][0], "DFlashDraftModel");
+  EXPECT_EQ(cj["specbed_recipe"], recipe);
+  auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+  EXPECT_EQ(file->Find("layers.1.self_attn.q_norm.weight")->dtype, SafetensorsDtype::kF32);
+  EXPECT_EQ(file->entries().size(), tensors.size());
+}
+
+TEST(DflashCheckpoint, RoundTripHalfPrecisionCausalNoRecipe) {
+  DflashConfig c = SmallConfig();
+  c.causal = true;
+  const TensorMap tensors = RandomDflashTensors(c, 8);
+  for (auto [dtype, torch_dtype, name] :
+       {std::make_tuple(SafetensorsDtype::kBF16, at::kBFloat16, "bfloat16"),
+        std::make_tuple(SafetensorsDtype::kF16, at::kHalf, "float16")}) {
+    const std::string dir = ScratchDir(TestName() + name);
+    WriteDflashCheckpoint(dir, c, tensors, nullptr, dtype);
+    const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
+    EXPECT_EQ(ckpt.config.torch_dtype, name);
+    EXPECT_TRUE(ckpt.config.causal);
+    EXPECT_TRUE(ckpt.recipe.is_null());
+    EXPECT_EQ(SafetensorsFile::Open(dir + "/model.safetensors")->Find("fc.weight")->dtype, dtype);
+    ASSERT_EQ(ckpt.tensors.size(), tensors.size());
+    for (const auto& [tname, t] : tensors) {
+      const at::Tensor& got = ckpt.tensors.at(tname);
+      EXPECT_EQ(got.scalar_type(), at::kFloat) << tname;
+      EXPECT_TRUE(at::equal(got, t.to(torch_dtype).to(at::kFloat))) << tname << " " << name;
+      EXPECT_TRUE(at::allclose(got, t, /*rtol=*/1e-2, /*atol=*/1e-4)) << tname;
+    }
+  }
+}
+
+TEST(DflashCheckpoint, ShardsAndInvFreqBuffers) {
+  const DflashConfig c = SmallConfig();
+  const TensorMap tensors = RandomDflashTensors(c, 9);
+  TensorMap a, b;
+  for (const auto& [name, t] : tensors) (name < "layers.1" ? a : b)[name] = t;
+  b["layers.0.self_attn.rotary_emb.inv_freq"] = at::ones({6});
+  const std::string dir = ScratchDir(TestName());
+  WriteRawCheckpoint(dir, ConfigJson(c), a, "model-00001-of-00002.safetensors");
+  WriteRawCheckpoint(dir, ConfigJson(c), b, "model-00002-of-00002.safetensors");
+  ExpectTensorsEqual(LoadDflashCheckpoint(dir).tensors, tensors);
+}
+
+TEST(DflashCheckpoint, TensorErrors) {
+  const std::string name = TestName();
+  std::string msg =
+      LoadErrorAfter(name, [](TensorMap& t) { t.erase("layers.1.mlp.up_proj.weight"); });
+  EXPECT_THAT(msg, HasSubstr("missing tensor 'layers.1.mlp.up_proj.weight'"));
+  EXPECT_THAT(msg, HasSubstr("[48, 32]"));
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+
+  msg = LoadErrorAfter(name, [](TensorMap& t) {
+    t["layers.0.self_attn.qnorm.weight"] = t.at("layers.0.self_attn.q_norm.weight");
+    t.erase("layers.0.self_attn.q_norm.weight");
+  });
+  EXPECT_THAT(msg, HasSubstr("model.safetensors', tensor 'layers.0.self_attn.qnorm.weight'"));
+  EXPECT_THAT(msg, HasSubstr("did you mean 'layers.0.self_attn.q_norm.weight'?"));
+
+  msg = LoadErrorAfter(name, [](TensorMap& t) { t["embed_tokens.weight"] = at::zeros({50, 32}); });
+  EXPECT_THAT(msg, HasSubstr("tensor 'embed_tokens.weight': unexpected tensor name"));
+
+  msg = LoadErrorAfter(name, [](TensorMap& t) { t["fc.weight"] = at::zeros({32, 64}); });
+  EXPECT_THAT(msg, HasSubstr("tensor 'fc.weight'"));
+  EXPECT_THAT(msg, HasSubstr("shape [32, 64], expected [32, 96]"));
+
+  msg = LoadErrorAfter(name, [](TensorMap& t) { t["norm.weight"] = at::ones({32}, at::kLong); });
+  EXPECT_THAT(msg, HasSubstr("tensor 'norm.weight'"));
+  EXPECT_THAT(msg, HasSubstr("expected a floating-point dtype"));
+}
+
+TEST(DflashCheckpoint, DirectoryErrors) {
+  const DflashConfig c = SmallConfig();
+  const std::string dir = ScratchDir(TestName());
+  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir + "/nope"); }), HasSubstr("not a directory"));
+  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }), HasSubstr("missing config.json"));
+  {
+    std::ofstream out(dir + "/config.json");
+    out << ConfigJson(c).dump();
+  }
+  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }), HasSubstr("no model.safetensors"));
+  {
+    std::ofstream out(dir + "/pytorch_model.bin");
+    out << "pickle";
+  }
+  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }),
+              HasSubstr("has only pytorch_model.bin; SpecBed never reads pickled"));
+  // Duplicate across shards.
+  const TensorMap tensors = RandomDflashTensors(c, 4);
+  const std::string dup = ScratchDir(TestName() + "_dup");
+  WriteRawCheckpoint(dup, ConfigJson(c), tensors, "a.safetensors");
+  WriteRawCheckpoint(dup, ConfigJson(c), {{"norm.weight", tensors.at("norm.weight")}},
+                     "b.safetensors");
+  const std::string msg = ErrorOf([&] { LoadDflashCheckpoint(dup); });
+  EXPECT_THAT(msg, HasSubstr("b.safetensors', tensor 'norm.weight': duplicates"));
+  EXPECT_THAT(msg, HasSubstr("a.safetensors"));
+}
+
+TEST(DflashCheckpoint, WriterValidatesFirstAndRandomIsDeterministic) {
+  const DflashConfig c = SmallConfig();
+  TensorMap tensors = RandomDflashTensors(c, 5);
+  const std::string dir = ScratchDir(TestName());
+  TensorMap bad = tensors;
+  bad.erase("hidden_norm.weight");
+  EXPECT_THAT(ErrorOf([&] { WriteDflashCheckpoint(dir + "/x", c, bad); }),
+              HasSubstr("missing tensor 'hidden_norm.weight'"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  EXPECT_THAT(ErrorOf([&] {
+                WriteDflashCheckpoint(dir + "/y", c, tensors, nullptr, SafetensorsDtype::kI64);
+              }),
+              HasSubstr("is not a weight dtype"));
+  const TensorMap again = RandomDflashTensors(c, 5);
+  ExpectTensorsEqual(again, tensors);
+  EXPECT_FALSE(at::equal(RandomDflashTensors(c, 6).at("fc.weight"), tensors.at("fc.weight")));
+  EXPECT_TRUE(at::equal(tensors.at("layers.0.self_attn.k_norm.weight"), at::ones({12})));
+}
+
+// ---- Forward --------------------------------------------------------------------------------
+
+using Mat = std::vector<std::vector<double>>;
+
+Mat ToMat(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kDouble).contiguous();
+  Mat m(c.size(0), std::vector<double>(c.size(1)));
+  for (int64_t i = 0; i < c.size(0); ++i) {
+    for (int64_t j = 0; j < c.size(1); ++j) m[i][j] = c.data_ptr<double>()[i * c.size(1) + j];
+  }
+  return m;
+}
+
+std::vector<double> ToVec(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kDouble).contiguous();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+// y = W x for W [out, in].
+std::vector<double> MatVec(const Mat& w, const std::vector<double>& x) {
+  std::vector<double> y(w.size(), 0.0);
+  for (size_t o = 0; o < w.size(); ++o) {
+    for (size_t i = 0; i < x.size(); ++i) y[o] += w[o][i] * x[i];
+  }
+  return y;
+}
+
+std::vector<double> RmsNorm(const std::vector<double>& x, const std::vector<double>& w,
+                            double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / x.size() + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+  return y;
+}
+
+// Per-head RMSNorm then rotate_half RoPE at `pos` (plain theta, no scaling) of one head vector.
+std::vector<double> NormRope(const std::vector<double>& x, const std::vector<double>& w, double eps,
+                             int64_t pos, double theta) {
+  std::vector<double> n = RmsNorm(x, w, eps), y(x.size());
+  const size_t d = x.size(), half = d / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / d);
+    const double c = std::cos(pos * freq), s = std::sin(pos * freq);
+    y[i] = n[i] * c - n[i + half] * s;
+    y[i + half] = n[i + half] * c + n[i] * s;
+  }
+  return y;
+}
+
+std::vector<double> Slice(const std::vector<double>& x, int64_t begin, int64_t n) {
+  return std::vector<double>(x.begin() + begin, x.begin() + begin + n);
+}
+
+// Independent reference: logits [B][V] of the block `tokens` at positions [start, start + B) with
+// context feature rows `features` (row j at position j), straight from the unfused tensors.
+Mat ReferenceForward(const DflashConfig& c, const TensorMap& t, const at::Tensor& embedding,
+                     const at::Tensor& lm_head, const Mat& features,
+                     const std::vector<int32_t>& tokens, int64_t start) {
+  const int64_t b = c.block_size, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const double eps = c.rms_norm_eps;
+  const Mat fc = ToMat(t.at("fc.weight")), emb = ToMat(embedding), lm = ToMat(lm_head);
+  Mat ctx;
+  for (const auto& f : features) {
+    ctx.push_back(RmsNorm(MatVec(fc, f), ToVec(t.at("hidden_norm.weight")), eps));
+  }
+  Mat h;
+  for (int32_t tok : tokens) h.push_back(emb[tok]);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    auto w = [&](const char* s) { return ToMat(t.at(DflashLayerTensorName(l, s))); };
+    auto v = [&](const char* s) { return ToVec(t.at(DflashLayerTensorName(l, s))); };
+    const Mat wq = w(kDflashQProj), wk = w(kDflashKProj), wv = w(kDflashVProj),
+              wo = w(kDflashOProj), wg = w(kDflashGateProj), wu = w(kDflashUpProj),
+              wd = w(kDflashDownProj);
+    const std::vector<double> qn = v(kDflashQNorm), kn = v(kDflashKNorm);
+    // Keys / values: context rows then block rows, per kv head.
+    std::vector<Mat> keys(c.n_kv_heads), vals(c.n_kv_heads);
+    std::vector<Mat> queries(c.n_heads);
+    auto add_kv = [&](const std::vector<double>& x, int64_t pos) {
+      const auto k = MatVec(wk, x), vv = MatVec(wv, x);
+      for (int64_t kh = 0; kh < c.n_kv_heads; ++kh) {
+        keys[kh].push_back(NormRope(Slice(k, kh * hd, hd), kn, eps, pos, c.rope_theta));
+        vals[kh].push_back(Slice(vv, kh * hd, hd));
+      }
+    };
+    for (size_t j = 0; j < ctx.size(); ++j) add_kv(ctx[j], static_cast<int64_t>(j));
+    for (int64_t i = 0; i < b; ++i) {
+      const auto x = RmsNorm(h[i], v(kDflashInputNorm), eps);
+      add_kv(x, start + i);
+      const auto q = MatVec(wq, x);
+      for (int64_t head = 0; head < c.n_heads; ++head) {
+        queries[head].push_back(
+            NormRope(Slice(q, head * hd, hd), qn, eps, start + i, c.rope_theta));
+      }
+    }
+    const int64_t n_ctx = static_cast<int64_t>(ctx.size());
+    Mat next = h;
+    for (int64_t i = 0; i < b; ++i) {
+      std::vector<double> attn(c.n_heads * hd, 0.0);
+      for (int64_t head = 0; head < c.n_heads; ++head) {
+        const int64_t kh = head / group;
+        const int64_t n_keys = n_ctx + (c.causal ? i + 1 : b);
+        std::vector<double> s(n_keys);
+        double mx = -1e300;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d) dot += queries[head][i][d] * keys[kh][j][d];
+          s[j] = dot / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (int64_t j = 0; j < n_keys; ++j) {
+          for (int64_t d = 0; d < hd; ++d) attn[head * hd + d] += s[j] / z * vals[kh][j][d];
+        }
+      }
+      const auto o = MatVec(wo, attn);
+      for (int64_t d = 0; d < c.hidden_size; ++d) next[i][d] += o[d];
+      const auto x2 = RmsNorm(next[i], v(kDflashPostNorm), eps);
+      const auto g = MatVec(wg, x2), u = MatVec(wu, x2);
+      std::vector<double> a(g.size());
+      for (size_t f = 0; f < g.size(); ++f) a[f] = g[f] / (1.0 + std::exp(-g[f])) * u[f];
+      const auto down = MatVec(wd, a);
+      for (int64_t d = 0; d < c.hidden_size; ++d) next[i][d] += down[d];
+    }
+    h = next;
+  }
+  Mat logits;
+  for (int64_t i = 0; i < b; ++i) {
+    logits.push_back(MatVec(lm, RmsNorm(h[i], ToVec(t.at("norm.weight")), eps)));
+  }
+  return logits;
+}
+
+class DflashHeadForward : public ::testing::Test {
+ protected:
+  void Build(bool causal) {
+    config_ = SmallConfig();
+    config_.causal = causal;
+    tensors_ = RandomDflashTensors(config_, 11);
+    // Larger-than-init weights so attention is far from uniform and layers matter.
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (auto& [name, t] : tensors_) {
+      float* p = t.data_ptr<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        p[i] = EndsWith(name, "norm.weight") ? 1.0f + 0.2f * normal(rng) : 0.2f * normal(rng);
+      }
+    }
+    embedding_ = at::empty({config_.vocab_size, config_.hidden_size});
+    lm_head_ = at::empty({config_.vocab_size, config_.hidden_size});
+    for (at::Tensor* m : {&embedding_, &lm_head_}) {
+      float* p = m->data_ptr<float>();
+      for (int64_t i = 0; i < m->numel(); ++i) p[i] = normal(rng);
+    }
+    features_.assign(kContext, std::vector<float>(config_.fc_in_dim()));
+    for (auto& row : features_) {
+      for (float& f : row) f = normal(rng);
+    }
+  }
+
+  Mat FeatureMat(int64_t n) const {
+    Mat m;
+    for (int64_t i = 0; i < n; ++i) m.emplace_back(features_[i].begin(), features_[i].end());
+    return m;
+  }
+
+  std::vector<float> FlatFeatures(int64_t begin, int64_t end) const {
+    std::vector<float> flat;
+    for (int64_t i = begin; i < end; ++i) {
+      flat.insert(flat.end(), features_[i].begin(), features_[i].end());
+    }
+    return flat;
+  }
+
+  void ExpectMatches(const DflashHeadOutput& out, const Mat& want, const std::string& what) {
+    ASSERT_EQ(out.logits.size(0), config_.block_size);
+    ASSERT_EQ(out.logits.size(1), config_.vocab_size);
+    double scale = 0;
+    for (const auto& row : want) {
+      for (double x : row) scale = std::max(scale, std::abs(x));
+    }
+    for (int64_t i = 0; i < config_.block_size; ++i) {
+      for (int64_t v = 0; v < config_.vocab_size; ++v) {
+        ASSERT_NEAR(out.logits_row(i)[v], want[i][v], 1e-4 * scale)
+            << what << " row " << i << " vocab " << v;
+      }
+    }
+  }
+
+  static constexpr int64_t kContext = 9;
+  DflashConfig config_;
+  TensorMap tensors_;
+  at::Tensor embedding_, lm_head_;
+  std::vector<std::vector<float>> features_;
+};
+
+TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
+  for (bool causal : {false, true}) {
+    Build(causal);
+    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    head.ResetContext(2);  // forces growth while appending
+    const std::vector<int32_t> block = {7, 49, 49, 49};
+    const std::vector<int32_t> block2 = {3, 49, 12, 49};
+    DflashHeadOutput out;
+
+    // Full context in one call.
+    const auto all = FlatFeatures(0, kContext);
+    head.AppendContext(all.data(), kContext);
+    EXPECT_EQ(head.context_length(), kContext);
+    head.Forward(block.data(), kContext, out);
+    const Mat want_full = ReferenceForward(config_, tensors_, embedding_, lm_head_,
+                                           FeatureMat(kContext), block, kContext);
+    ExpectMatches(out, want_full, causal ? "causal full" : "full");
+    const float* logits_storage = out.logits.data_ptr<float>();
+
+    // Incremental: 4 rows, a draft, then 2 + 3 more rows (as accepted tokens arrive).
+    head.ResetContext(2);
+    EXPECT_EQ(head.context_length(), 0);
+    auto part = FlatFeatures(0, 4);
+    head.AppendContext(part.data(), 4);
+    head.Forward(block2.data(), 4, out);
+    ExpectMatches(
+        out, ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(4), block2, 4),
+        "prefix 4");
+    part = FlatFeatures(4, 6);
+    head.AppendContext(part.data(), 2);
+    part = FlatFeatures(6, kContext);
+    head.AppendContext(part.data(), 3);
+    head.Forward(block.data(), kContext, out);
+    ExpectMatches(out, want_full, "incremental");
+    EXPECT_EQ(out.logits.data_ptr<float>(), logits_storage);  // output buffers reused
+
+    // Truncate back to 6 rows (a rejected suffix) and redraft: equals a fresh 6-row context.
+    head.TruncateContext(6);
+    head.Forward(block2.data(), 6, out);
+    ExpectMatches(
+        out, ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(6), block2, 6),
+        "truncated");
+    // Re-append after truncation (rows overwritten in place).
+    part = FlatFeatures(6, kContext);
+    head.AppendContext(part.data(), 3);
+    head.ForwardFromBonus(7, out);  // [7, 49, 49, 49] at context_length()
+    ExpectMatches(out, want_full, "from bonus");
+  }
+}
+
+TEST_F(DflashHeadForward, CausalDiffersAndBlockRowsSeeLaterRowsOnlyWhenNonCausal) {
+  Build(false);
+  DflashHead bidir(config_, tensors_, embedding_, lm_head_);
+  config_.causal = true;
+  DflashHead causal(config_, tensors_, embedding_, lm_head_);
+  const auto all = FlatFeatures(0, 5);
+  bidir.AppendContext(all.data(), 5);
+  causal.AppendContext(all.data(), 5);
+  std::vector<int32_t> block = {7, 49, 49, 49}, changed = {7, 49, 49, 20};
+  DflashHeadOutput a, b, c, d;
+  bidir.Forward(block.data(), 5, a);
+  bidir.Forward(changed.data(), 5, b);
+  causal.Forward(block.data(), 5, c);
+  causal.Forward(changed.data(), 5, d);
+  // Changing the last block token moves row 0 only in the bidirectional head.
+  EXPECT_FALSE(at::allclose(a.logits[0], b.logits[0]));
+  EXPECT_TRUE(at::equal(c.logits.narrow(0, 0, 3), d.logits.narrow(0, 0, 3)));
+  EXPECT_FALSE(at::allclose(a.logits[1], c.logits[1]));
+}
+
+TEST_F(DflashHeadForward, Bf16EmbeddingAndErrors) {
+  Build(false);
+  DflashHead head(config_, tensors_, embedding_.to(at::kBFloat16), lm_head_);
+  const auto all = FlatFeatures(0, 3);
+  head.AppendContext(all.data(), 3);
+  const std::vector<int32_t> block = {5, 49, 49, 49};
+  DflashHeadOutput out;
+  head.Forward(block.data(), 3, out);
+  ExpectMatches(out,
+                ReferenceForward(config_, tensors_, embedding_.to(at::kBFloat16).to(at::kFloat),
+                                 lm_head_, FeatureMat(3), block, 3),
+                "bf16 embedding");
+  EXPECT_EQ(head.parameter_count(), config_.ParameterCount());
+
+  const std::vector<int32_t> bad = {5, 50, 49, 49};
+  EXPECT_THAT(ErrorOf([&] { head.Forward(bad.data(), 3, out); }),
+              HasSubstr("token id 50 (block row 1) outside the vocabulary [0, 50)"));
+  EXPECT_THAT(ErrorOf([&] { head.Forward(block.data(), -1, out); }),
+              HasSubstr("negative start position"));
+  EXPECT_THAT(ErrorOf([&] { head.TruncateContext(4); }), HasSubstr("outside [0, context_length"));
+  EXPECT_THAT(ErrorOf([&] { head.AppendContext(all.data(), 0); }), HasSubstr("no rows"));
+  EXPECT_THAT(ErrorOf([&] {
+                DflashHead(config_, tensors_, embedding_, at::zeros({50, 31}));
+              }),
+              HasSubstr("target lm_head has shape [50, 31], expected [vocab_size, hidden_size]"));
+  EXPECT_THAT(ErrorOf([&] { DflashHead(config_, tensors_, at::Tensor(), lm_head_); }),
+              HasSubstr("token embedding"));
+  TensorMap missing = tensors_;
+  missing.erase("layers.1.self_attn.k_norm.weight");
+  EXPECT_THAT(ErrorOf([&] { DflashHead(config_, missing, embedding_, lm_head_); }),
+              HasSubstr("DflashHead: missing tensor 'layers.1.self_attn.k_norm.weight'"));
+  DflashConfig no_mask = config_;
+  no_mask.mask_token_id = -1;
+  DflashHead head2(no_mask, tensors_, embedding_, lm_head_);
+  EXPECT_THAT(ErrorOf([&] { head2.ForwardFromBonus(3, out); }), HasSubstr("mask_token_id"));
+}
+
+}  // namespace
+}  // namespace specbed
