@@ -103,7 +103,8 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterArMethod(registry);
   RegisterSpsMethod(registry);
   RegisterEagle3Method(registry);
-  RegisterOsdMethods(registry);  // after sps and eagle3: derives from their entries
+  RegisterOsdMethods(registry);
+  RegisterDflashMethods(registry);  // after sps and eagle3: derives from their entries
 }
 
 }  // namespace specbed

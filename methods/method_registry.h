@@ -95,6 +95,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry);
 void RegisterArMethod(MethodRegistry& registry);
 void RegisterSpsMethod(MethodRegistry& registry);
 void RegisterEagle3Method(MethodRegistry& registry);
-void RegisterOsdMethods(MethodRegistry& registry);  // sps+osd, eagle3+osd
+void RegisterOsdMethods(MethodRegistry& registry);
+void RegisterDflashMethods(MethodRegistry& registry);  // dflash, ddtree  // sps+osd, eagle3+osd
 
 }  // namespace specbed

@@ -1,0 +1,127 @@
+// DFlash / DDTree drafting (see dflash_drafter.h).
+// Checked by: tests/methods/dflash_drafter_test.cpp.
+#include "methods/dflash/dflash_drafter.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+
+DflashDrafter::DflashDrafter(std::unique_ptr<DflashHead> head, DflashDraftOptions options)
+    : head_(std::move(head)), options_(options) {
+  SPECBED_CHECK(head_ != nullptr, "dflash drafter needs a head");
+  const DflashConfig& c = head_->config();
+  for (int64_t id : c.TargetLayerIds()) layers_.push_back(id + 1);
+  h_ = c.hidden_size;
+  vocab_ = c.vocab_size;
+  block_ = options_.block_size > 0 ? options_.block_size : c.block_size;
+  SPECBED_CHECK(block_ >= 2 && block_ <= c.block_size, "dflash: block_size ", block_,
+                " must be in [2, ", c.block_size, "] (the head's block size)");
+  SPECBED_CHECK(options_.top_k >= 1 && options_.top_k <= vocab_ && options_.budget >= 0,
+                "dflash: top_k must be in [1, vocab] and the budget >= 0");
+}
+
+std::vector<int64_t> DflashDrafter::TargetHiddenLayers() const {
+  return layers_;
+}
+
+void DflashDrafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t n) {
+  SPECBED_CHECK(hidden.size() == layers_.size(), "dflash: expected ", layers_.size(),
+                " target hidden states, got ", hidden.size());
+  const int64_t width = static_cast<int64_t>(layers_.size()) * h_;
+  const size_t base = pending_.size();
+  pending_.resize(base + static_cast<size_t>(n * width));
+  for (size_t l = 0; l < hidden.size(); ++l) {
+    const at::Tensor t =
+        hidden[l].scalar_type() == at::kFloat ? hidden[l].contiguous() : hidden[l].to(at::kFloat);
+    SPECBED_CHECK(t.dim() == 3 && t.size(1) >= n && t.size(2) == h_, "dflash: target hidden ",
+                  "state ", l, " has shape ", t.sizes(), ", expected [1, >=", n, ", ", h_, "]");
+    const float* src = t.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(pending_.data() + base + i * width + l * h_, src + i * h_, sizeof(float) * h_);
+    }
+  }
+  pending_rows_ += n;
+}
+
+void DflashDrafter::Begin(const DraftBegin& begin) {
+  head_->ResetContext(begin.max_len + 1);
+  pending_.clear();
+  pending_rows_ = 0;
+  sampler_ = std::make_unique<Sampler>(begin.sampling, begin.seed);
+  QueueContext(begin.hidden, static_cast<int64_t>(begin.prompt->size()));
+}
+
+void DflashDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
+  QueueContext(verdict.hidden, 1 + verdict.n_accepted());
+}
+
+void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  const int64_t depth = std::min({block_ - 1, step.budget.depth, step.budget.nodes});
+  if (depth <= 0) return;
+  if (pending_rows_ > 0) {
+    head_->AppendContext(pending_.data(), pending_rows_);
+    pending_.clear();
+    pending_rows_ = 0;
+  }
+  head_->ForwardFromBonus(step.root, out_);
+  if (!options_.tree) {  // DFlash: a chain of the per-row choices
+    const bool greedy = sampler_->params().greedy();
+    if (!greedy) {
+      tree.vocab = vocab_;
+      tree.draft_probs.assign(static_cast<size_t>((depth + 1) * vocab_), 0.f);
+    }
+    for (int64_t d = 1; d <= depth; ++d) {
+      const float* logits = out_.logits_row(d);
+      int32_t token;
+      if (greedy) {
+        token = Argmax(logits, vocab_);
+      } else {
+        sampler_->Distribution(logits, vocab_, probs_);
+        float* row = tree.DraftProbsRow(d - 1);
+        std::copy(probs_.begin(), probs_.end(), row);
+        token = SampleFromProbs(row, vocab_, sampler_->rng());
+      }
+      tree.AddNode(token, static_cast<int32_t>(d) - 2);
+    }
+    return;
+  }
+  // DDTree: per-depth top-K log-probs (no temperature), then the best-first tree.
+  const int64_t k = options_.top_k;
+  logp_.resize(static_cast<size_t>(depth * k));
+  tokens_.resize(static_cast<size_t>(depth * k));
+  order_.resize(k);
+  for (int64_t d = 1; d <= depth; ++d) {
+    const float* row = out_.logits_row(d);
+    float max_v = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < vocab_; ++v) max_v = std::max(max_v, row[v]);
+    float sum = 0;
+    for (int64_t v = 0; v < vocab_; ++v) sum += std::exp(row[v] - max_v);
+    const float log_z = max_v + std::log(sum);
+    int64_t filled = 0;  // the k best ids, highest first; ties: smaller id first
+    for (int64_t v = 0; v < vocab_; ++v) {
+      const float x = row[v];
+      if (filled == k && !(x > row[order_[k - 1]])) continue;
+      int64_t pos = filled < k ? filled++ : k - 1;
+      while (pos > 0 && x > row[order_[pos - 1]]) {
+        order_[pos] = order_[pos - 1];
+        --pos;
+      }
+      order_[pos] = static_cast<int32_t>(v);
+    }
+    for (int64_t r = 0; r < k; ++r) {
+      tokens_[(d - 1) * k + r] = order_[r];
+      logp_[(d - 1) * k + r] = std::min(0.0f, row[order_[r]] - log_z);
+    }
+  }
+  builder_.Build(logp_.data(), tokens_.data(), depth, k,
+                 std::min(options_.budget, step.budget.nodes), tree);
+}
+
+}  // namespace specbed
