@@ -22,6 +22,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
 
@@ -30,10 +31,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kSingleFile = "model.safetensors";
-constexpr const char* kPickleFile = "pytorch_model.bin";
-constexpr const char* kRecipeKey = "specbed_recipe";
 constexpr const char* kCanonicalPrefix = "midlayer.";
 constexpr const char* kVllmPrefix = "layers.0.";
 
@@ -132,52 +129,6 @@ void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Te
   }
 }
 
-// Copies a stored tensor out of the mapping; F16 / BF16 become float32, integer and bool types
-// keep their type (validation decides whether they fit the name).
-at::Tensor EntryToTensor(const SafetensorsEntry& entry) {
-  at::ScalarType stored = at::kFloat;
-  switch (entry.dtype) {
-    case SafetensorsDtype::kF64:
-      stored = at::kDouble;
-      break;
-    case SafetensorsDtype::kF32:
-      stored = at::kFloat;
-      break;
-    case SafetensorsDtype::kF16:
-      stored = at::kHalf;
-      break;
-    case SafetensorsDtype::kBF16:
-      stored = at::kBFloat16;
-      break;
-    case SafetensorsDtype::kI64:
-      stored = at::kLong;
-      break;
-    case SafetensorsDtype::kI32:
-      stored = at::kInt;
-      break;
-    case SafetensorsDtype::kI16:
-      stored = at::kShort;
-      break;
-    case SafetensorsDtype::kI8:
-      stored = at::kChar;
-      break;
-    case SafetensorsDtype::kU8:
-      stored = at::kByte;
-      break;
-    case SafetensorsDtype::kBool:
-      stored = at::kBool;
-      break;
-  }
-  at::Tensor raw = at::empty(entry.shape, at::TensorOptions().dtype(stored));
-  if (entry.nbytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.nbytes);
-  if (raw.is_floating_point() && stored != at::kFloat) raw = raw.to(at::kFloat).contiguous();
-  return raw;
-}
-
-uint64_t NameKey(uint64_t seed, const std::string& name) {
-  return Mix64(seed ^ Fnv1a64(name.data(), name.size()));
-}
-
 // d2t / t2d of a sorted list of distinct target ids.
 DraftVocabMap VocabMapFromUsed(const std::vector<int64_t>& used, int64_t vocab_size) {
   const int64_t vd = static_cast<int64_t>(used.size());
@@ -191,23 +142,6 @@ DraftVocabMap VocabMapFromUsed(const std::vector<int64_t>& used, int64_t vocab_s
     t2d[used[i]] = true;
   }
   return map;
-}
-
-SafetensorsDtype SafetensorsDtypeOf(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return SafetensorsDtype::kF32;
-    case at::kBFloat16:
-      return SafetensorsDtype::kBF16;
-    case at::kHalf:
-      return SafetensorsDtype::kF16;
-    case at::kLong:
-      return SafetensorsDtype::kI64;
-    case at::kBool:
-      return SafetensorsDtype::kBool;
-    default:
-      Fail("cannot store a tensor of dtype ", DtypeName(dtype), " in an EAGLE-3 checkpoint");
-  }
 }
 
 }  // namespace
@@ -244,53 +178,18 @@ void ValidateEagle3Tensors(const Eagle3Config& config,
 
 Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir) {
   const std::string where = "EAGLE-3 checkpoint '" + dir + "'";
-  SPECBED_CHECK(std::filesystem::is_directory(dir), where,
-                ": not a directory (expected a directory with config.json and model.safetensors)");
-  const std::string config_path = dir + "/" + kConfigFile;
-  SPECBED_CHECK(PathExists(config_path), where, ": missing ", kConfigFile);
+  const HeadConfigFile config_file = ReadHeadConfig(dir, where);
   Eagle3Checkpoint ckpt;
   ckpt.source = dir;
-  const json config_json = ParseJsonFile(config_path);
-  ckpt.config = ParseEagle3Config(config_json, config_path);
-  if (config_json.is_object() && config_json.contains(kRecipeKey)) {
-    ckpt.recipe = config_json[kRecipeKey];
-  }
-
-  // The tensor files: model.safetensors, else every *.safetensors shard (sorted).
-  std::vector<std::string> files;
-  if (PathExists(dir + "/" + kSingleFile)) {
-    files.push_back(dir + "/" + kSingleFile);
-  } else {
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") {
-        files.push_back(e.path().string());
-      }
-    }
-    std::sort(files.begin(), files.end());
-  }
-  if (files.empty()) {
-    SPECBED_CHECK(!PathExists(dir + "/" + kPickleFile), where, ": has only ", kPickleFile,
-                  "; SpecBed never reads pickled PyTorch files. Convert it to model.safetensors "
-                  "once, offline, with the recipe in methods/eagle3/README.md (\"Converting a "
-                  "pytorch_model.bin head\")");
-    Fail(where, ": no ", kSingleFile, " (or other *.safetensors file)");
-  }
-
-  std::map<std::string, std::string> origin;  // canonical name -> "file 'f', tensor 'stored'"
-  for (const auto& path : files) {
-    auto file = SafetensorsFile::Open(path);
-    for (const auto& entry : file->entries()) {
-      const std::string at = "safetensors file '" + path + "', tensor '" + entry.name + "'";
-      if (EndsWith(entry.name, "rotary_emb.inv_freq")) continue;  // recomputed from the config
-      const std::string name = CanonicalName(entry.name);
-      SPECBED_CHECK(ckpt.tensors.count(name) == 0, at, ": duplicates ", origin[name],
-                    " (both are '", name, "')");
-      origin[name] = at;
-      ckpt.tensors[name] = EntryToTensor(entry);
-    }
-  }
-  CheckTensors(ckpt.config, ckpt.tensors, where + " (" + Join(files, ", ") + ")",
-               [&](const std::string& name) { return origin.at(name); });
+  ckpt.config = ParseEagle3Config(config_file.config, config_file.path);
+  ckpt.recipe = config_file.recipe;
+  HeadTensors stored = ReadHeadTensors(
+      dir, where,
+      ", with the recipe in methods/eagle3/README.md (\"Converting a pytorch_model.bin head\")",
+      CanonicalName);
+  ckpt.tensors = std::move(stored.tensors);
+  CheckTensors(ckpt.config, ckpt.tensors, where + " (" + Join(stored.files, ", ") + ")",
+               [&](const std::string& name) { return stored.origin.at(name); });
   if (ckpt.tensors.count(kEagle3D2t) == 0) {  // identity map (draft vocab == target vocab)
     std::vector<int64_t> used(ckpt.config.vocab_size);
     std::iota(used.begin(), used.end(), 0);
@@ -305,49 +204,10 @@ void WriteEagle3Checkpoint(const std::string& dir, const Eagle3Config& config,
                            const std::map<std::string, at::Tensor>& tensors, const json& recipe,
                            SafetensorsDtype float_dtype) {
   const std::string where = "writing EAGLE-3 checkpoint '" + dir + "'";
-  at::ScalarType store;
   Eagle3Config stored = config;
-  switch (float_dtype) {
-    case SafetensorsDtype::kF32:
-      store = at::kFloat;
-      stored.torch_dtype = "float32";
-      break;
-    case SafetensorsDtype::kBF16:
-      store = at::kBFloat16;
-      stored.torch_dtype = "bfloat16";
-      break;
-    case SafetensorsDtype::kF16:
-      store = at::kHalf;
-      stored.torch_dtype = "float16";
-      break;
-    default:
-      Fail(where, ": float dtype ", SafetensorsDtypeName(float_dtype),
-           " is not a weight dtype (expected F32, BF16 or F16)");
-  }
+  stored.torch_dtype = HeadTorchDtype(float_dtype, where);
   ValidateEagle3Tensors(config, tensors, where);
-
-  nlohmann::ordered_json config_json = Eagle3ConfigToJson(stored);
-  if (!recipe.is_null()) config_json[kRecipeKey] = nlohmann::ordered_json(recipe);
-  try {
-    std::filesystem::create_directories(dir);
-  } catch (const std::filesystem::filesystem_error& e) {
-    Fail("cannot create checkpoint directory '", dir, "': ", e.what());
-  }
-  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
-
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [name, t] : tensors) {
-    at::Tensor cpu = t.to(at::kCPU);
-    if (!IsVocabMapName(name)) cpu = cpu.to(store);
-    out.emplace_back(name, cpu.contiguous());
-  }
-  std::vector<SafetensorsTensorView> views;
-  for (const auto& [name, t] : out) {
-    views.push_back(SafetensorsTensorView{name, SafetensorsDtypeOf(t.scalar_type()),
-                                          t.sizes().vec(), t.data_ptr(),
-                                          static_cast<size_t>(t.numel()) * t.element_size()});
-  }
-  WriteSafetensors(dir + "/" + kSingleFile, views, {{"format", "pt"}});
+  WriteHeadCheckpoint(dir, Eagle3ConfigToJson(stored), recipe, tensors, float_dtype, where);
 }
 
 std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config, uint64_t seed,
@@ -360,7 +220,7 @@ std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config
     if (EndsWith(name, "norm.weight")) {
       t.fill_(1.0f);
     } else {
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), NameKey(seed, name), 0.0, 0.02);
+      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0, 0.02);
     }
     tensors[name] = t;
   }
@@ -369,7 +229,7 @@ std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config
   std::vector<int64_t> ids(v);
   std::iota(ids.begin(), ids.end(), 0);
   if (vd < v) {
-    uint64_t state = NameKey(seed, kEagle3D2t);
+    uint64_t state = TensorNameSeed(seed, kEagle3D2t);
     for (int64_t i = 0; i < vd; ++i) {
       state = Mix64(state + 0x9E3779B97F4A7C15ULL);
       const uint64_t range = static_cast<uint64_t>(v - i);

@@ -1,0 +1,191 @@
+// Drafter-head checkpoint directories (see head_checkpoint.h).
+// Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp.
+#include "models/checkpoint/head_checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/mapped_file.h"
+#include "harness/base/names.h"
+#include "harness/base/paths.h"
+
+namespace specbed {
+namespace {
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kPickleFile = "pytorch_model.bin";
+
+// Copies a stored tensor out of the mapping; F16 / BF16 / F64 become float32, integer and bool
+// types keep their type (the caller's validation decides whether they fit the name).
+at::Tensor EntryToTensor(const SafetensorsEntry& entry) {
+  at::ScalarType stored = at::kFloat;
+  switch (entry.dtype) {
+    case SafetensorsDtype::kF64:
+      stored = at::kDouble;
+      break;
+    case SafetensorsDtype::kF32:
+      stored = at::kFloat;
+      break;
+    case SafetensorsDtype::kF16:
+      stored = at::kHalf;
+      break;
+    case SafetensorsDtype::kBF16:
+      stored = at::kBFloat16;
+      break;
+    case SafetensorsDtype::kI64:
+      stored = at::kLong;
+      break;
+    case SafetensorsDtype::kI32:
+      stored = at::kInt;
+      break;
+    case SafetensorsDtype::kI16:
+      stored = at::kShort;
+      break;
+    case SafetensorsDtype::kI8:
+      stored = at::kChar;
+      break;
+    case SafetensorsDtype::kU8:
+      stored = at::kByte;
+      break;
+    case SafetensorsDtype::kBool:
+      stored = at::kBool;
+      break;
+  }
+  at::Tensor raw = at::empty(entry.shape, at::TensorOptions().dtype(stored));
+  if (entry.nbytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.nbytes);
+  if (raw.is_floating_point() && stored != at::kFloat) raw = raw.to(at::kFloat).contiguous();
+  return raw;
+}
+
+SafetensorsDtype StoredDtype(at::ScalarType dtype, const std::string& where) {
+  switch (dtype) {
+    case at::kFloat:
+      return SafetensorsDtype::kF32;
+    case at::kBFloat16:
+      return SafetensorsDtype::kBF16;
+    case at::kHalf:
+      return SafetensorsDtype::kF16;
+    case at::kLong:
+      return SafetensorsDtype::kI64;
+    case at::kBool:
+      return SafetensorsDtype::kBool;
+    default:
+      Fail(where, ": cannot store a tensor of dtype ", c10::toString(dtype));
+  }
+}
+
+at::ScalarType FloatScalarType(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kBF16:
+      return at::kBFloat16;
+    case SafetensorsDtype::kF16:
+      return at::kHalf;
+    default:
+      return at::kFloat;
+  }
+}
+
+}  // namespace
+
+HeadConfigFile ReadHeadConfig(const std::string& dir, const std::string& where) {
+  SPECBED_CHECK(std::filesystem::is_directory(dir), where,
+                ": not a directory (expected a directory with config.json and model.safetensors)");
+  HeadConfigFile f;
+  f.path = dir + "/" + kConfigFile;
+  SPECBED_CHECK(PathExists(f.path), where, ": missing ", kConfigFile);
+  f.config = ParseJsonFile(f.path);
+  if (f.config.is_object() && f.config.contains(kHeadRecipeKey)) {
+    f.recipe = f.config[kHeadRecipeKey];
+  }
+  return f;
+}
+
+HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
+                            const std::string& conversion_hint,
+                            const std::function<std::string(const std::string&)>& rename) {
+  HeadTensors out;
+  if (PathExists(dir + "/" + kSingleFile)) {
+    out.files.push_back(dir + "/" + kSingleFile);
+  } else {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") {
+        out.files.push_back(e.path().string());
+      }
+    }
+    std::sort(out.files.begin(), out.files.end());
+  }
+  if (out.files.empty()) {
+    SPECBED_CHECK(!PathExists(dir + "/" + kPickleFile), where, ": has only ", kPickleFile,
+                  "; SpecBed never reads pickled PyTorch files. Convert it to model.safetensors "
+                  "once, offline",
+                  conversion_hint);
+    Fail(where, ": no ", kSingleFile, " (or other *.safetensors file)");
+  }
+  for (const auto& path : out.files) {
+    auto file = SafetensorsFile::Open(path);
+    for (const auto& entry : file->entries()) {
+      const std::string at = "safetensors file '" + path + "', tensor '" + entry.name + "'";
+      if (EndsWith(entry.name, "rotary_emb.inv_freq")) continue;  // recomputed from the config
+      const std::string name = rename ? rename(entry.name) : entry.name;
+      SPECBED_CHECK(out.tensors.count(name) == 0, at, ": duplicates ", out.origin[name],
+                    name == entry.name ? "" : " (both are '" + name + "')");
+      out.origin[name] = at;
+      out.tensors[name] = EntryToTensor(entry);
+    }
+  }
+  return out;
+}
+
+std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& where) {
+  switch (float_dtype) {
+    case SafetensorsDtype::kF32:
+      return "float32";
+    case SafetensorsDtype::kBF16:
+      return "bfloat16";
+    case SafetensorsDtype::kF16:
+      return "float16";
+    default:
+      Fail(where, ": float dtype ", SafetensorsDtypeName(float_dtype),
+           " is not a weight dtype (expected F32, BF16 or F16)");
+  }
+}
+
+void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
+                         const nlohmann::json& recipe,
+                         const std::map<std::string, at::Tensor>& tensors,
+                         SafetensorsDtype float_dtype, const std::string& where) {
+  const at::ScalarType store = FloatScalarType(float_dtype);
+  if (!recipe.is_null()) config_json[kHeadRecipeKey] = nlohmann::ordered_json(recipe);
+  try {
+    std::filesystem::create_directories(dir);
+  } catch (const std::filesystem::filesystem_error& e) {
+    Fail("cannot create checkpoint directory '", dir, "': ", e.what());
+  }
+  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, t] : tensors) {
+    at::Tensor cpu = t.to(at::kCPU);
+    if (cpu.is_floating_point()) cpu = cpu.to(store);
+    out.emplace_back(name, cpu.contiguous());
+  }
+  std::vector<SafetensorsTensorView> views;
+  for (const auto& [name, t] : out) {
+    views.push_back(SafetensorsTensorView{name, StoredDtype(t.scalar_type(), where),
+                                          t.sizes().vec(), t.data_ptr(),
+                                          static_cast<size_t>(t.numel()) * t.element_size()});
+  }
+  WriteSafetensors(dir + "/" + kSingleFile, views, {{"format", "pt"}});
+}
+
+uint64_t TensorNameSeed(uint64_t seed, const std::string& name) {
+  return Mix64(seed ^ Fnv1a64(name.data(), name.size()));
+}
+
+}  // namespace specbed
