@@ -11,10 +11,17 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "models/config_fields.h"
 
 namespace specbed {
 namespace {
 
+using config_fields::GetBool;
+using config_fields::GetDouble;
+using config_fields::GetInt;
+using config_fields::GetIntList;
+using config_fields::GetString;
+using config_fields::Has;
 using nlohmann::json;
 
 enum class Family { kLlama, kQwen2, kQwen3 };
@@ -43,55 +50,6 @@ const FamilyInfo* FamilyByArchitecture(const std::string& architecture) {
     if (architecture == f.architecture) return &f;
   }
   return nullptr;
-}
-
-// Present and not null.
-bool Has(const json& j, const char* field) {
-  return j.contains(field) && !j[field].is_null();
-}
-
-int64_t GetInt(const json& j, const char* field, const std::string& source) {
-  SPECBED_CHECK(Has(j, field), source, ": missing required field \"", field, "\" (integer)");
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_number_integer(), source, ": field \"", field, "\" must be an integer, got ",
-                v.type_name(), " ", v.dump());
-  SPECBED_CHECK(v.is_number_integer() &&
-                    (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
-                source, ": field \"", field, "\" is out of range: ", v.dump());
-  return v.get<int64_t>();
-}
-
-int64_t GetInt(const json& j, const char* field, const std::string& source, int64_t fallback) {
-  return Has(j, field) ? GetInt(j, field, source) : fallback;
-}
-
-double GetDouble(const json& j, const char* field, const std::string& source) {
-  SPECBED_CHECK(Has(j, field), source, ": missing required field \"", field, "\" (number)");
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_number(), source, ": field \"", field, "\" must be a number, got ",
-                v.type_name(), " ", v.dump());
-  return v.get<double>();
-}
-
-double GetDouble(const json& j, const char* field, const std::string& source, double fallback) {
-  return Has(j, field) ? GetDouble(j, field, source) : fallback;
-}
-
-bool GetBool(const json& j, const char* field, const std::string& source, bool fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_boolean(), source, ": field \"", field, "\" must be true or false, got ",
-                v.type_name(), " ", v.dump());
-  return v.get<bool>();
-}
-
-std::string GetString(const json& j, const char* field, const std::string& source,
-                      const std::string& fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_string(), source, ": field \"", field, "\" must be a string, got ",
-                v.type_name(), " ", v.dump());
-  return v.get<std::string>();
 }
 
 // Parses a rope scaling object ("rope_scaling", or transformers >= 4.57 "rope_parameters").

@@ -9,48 +9,22 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "models/config_fields.h"
 
 namespace specbed {
 namespace {
+
+using config_fields::GetBool;
+using config_fields::GetDouble;
+using config_fields::GetInt;
+using config_fields::GetIntList;
+using config_fields::GetString;
+using config_fields::Has;
 
 using nlohmann::json;
 
 constexpr const char* kArchitecture = "DFlashDraftModel";
 constexpr const char* kCausalKey = "specbed_causal";
-
-bool Has(const json& j, const char* field) {
-  return j.contains(field) && !j[field].is_null();
-}
-
-int64_t GetInt(const json& j, const char* field, const std::string& source, int64_t fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_number_integer() &&
-                    (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
-                source, ": field \"", field, "\" must be an integer, got ", v.dump());
-  return v.get<int64_t>();
-}
-
-bool GetBool(const json& j, const char* field, const std::string& source, bool fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_boolean(), source, ": field \"", field, "\" must be true or false, got ",
-                v.dump());
-  return v.get<bool>();
-}
-
-std::vector<int64_t> GetIdList(const json& j, const char* field, const std::string& source) {
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_array(), source, ": field \"", field,
-                "\" must be a list of target layer ids, got ", v.dump());
-  std::vector<int64_t> ids;
-  for (const auto& e : v) {
-    SPECBED_CHECK(e.is_number_integer(), source, ": field \"", field,
-                  "\" must contain only integers, got ", v.dump());
-    ids.push_back(e.get<int64_t>());
-  }
-  return ids;
-}
 
 }  // namespace
 
@@ -212,7 +186,7 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
                   dc.dump());
     c.mask_token_id = GetInt(dc, "mask_token_id", dc_source, -1);
     if (Has(dc, "target_layer_ids"))
-      c.target_layer_ids = GetIdList(dc, "target_layer_ids", dc_source);
+      c.target_layer_ids = GetIntList(dc, "target_layer_ids", dc_source);
   }
   c.Validate(source);
   return c;

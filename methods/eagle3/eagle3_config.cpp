@@ -8,48 +8,22 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "models/config_fields.h"
 
 namespace specbed {
 namespace {
+
+using config_fields::GetBool;
+using config_fields::GetDouble;
+using config_fields::GetInt;
+using config_fields::GetIntList;
+using config_fields::GetString;
+using config_fields::Has;
 
 using nlohmann::json;
 
 const std::vector<std::string> kArchitectures = {"LlamaForCausalLMEagle3",
                                                  "Eagle3LlamaForCausalLM"};
-
-bool Has(const json& j, const char* field) {
-  return j.contains(field) && !j[field].is_null();
-}
-
-int64_t GetInt(const json& j, const char* field, const std::string& source, int64_t fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_number_integer() &&
-                    (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
-                source, ": field \"", field, "\" must be an integer, got ", v.dump());
-  return v.get<int64_t>();
-}
-
-bool GetBool(const json& j, const char* field, const std::string& source, bool fallback) {
-  if (!Has(j, field)) return fallback;
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_boolean(), source, ": field \"", field, "\" must be true or false, got ",
-                v.dump());
-  return v.get<bool>();
-}
-
-std::vector<int64_t> GetIdList(const json& j, const char* field, const std::string& source) {
-  const json& v = j[field];
-  SPECBED_CHECK(v.is_array(), source, ": field \"", field,
-                "\" must be a list of target layer ids, got ", v.dump());
-  std::vector<int64_t> ids;
-  for (const auto& e : v) {
-    SPECBED_CHECK(e.is_number_integer(), source, ": field \"", field,
-                  "\" must contain only integers, got ", v.dump());
-    ids.push_back(e.get<int64_t>());
-  }
-  return ids;
-}
 
 }  // namespace
 
@@ -207,9 +181,9 @@ Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
                 "methods/eagle3/README.md)");
 
   if (Has(j, "eagle_aux_hidden_state_layer_ids")) {
-    c.aux_layer_ids = GetIdList(j, "eagle_aux_hidden_state_layer_ids", source);
+    c.aux_layer_ids = GetIntList(j, "eagle_aux_hidden_state_layer_ids", source);
   } else if (Has(layer, "eagle_aux_hidden_state_layer_ids")) {
-    c.aux_layer_ids = GetIdList(layer, "eagle_aux_hidden_state_layer_ids", layer_source);
+    c.aux_layer_ids = GetIntList(layer, "eagle_aux_hidden_state_layer_ids", layer_source);
   }
   if (Has(j, "eagle_config")) {
     const json& ec = j["eagle_config"];
@@ -220,7 +194,7 @@ Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
                   ": use_aux_hidden_state = false is not supported (an EAGLE-3 head fuses ",
                   kEagle3AuxLayers, " target hidden states)");
     if (Has(ec, "eagle_aux_hidden_state_layer_ids")) {
-      const auto ids = GetIdList(ec, "eagle_aux_hidden_state_layer_ids", ec_source);
+      const auto ids = GetIntList(ec, "eagle_aux_hidden_state_layer_ids", ec_source);
       SPECBED_CHECK(c.aux_layer_ids.empty() || c.aux_layer_ids == ids, ec_source,
                     ": eagle_aux_hidden_state_layer_ids differs from the top-level field of the "
                     "same name");
