@@ -11,23 +11,12 @@
 #include <cstring>
 
 #include "harness/base/error.h"
+#include "methods/common/head_kernels.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
-
-// out[0, dim) = x / rms(x) * w; x may be float or bfloat16, math in float32. out may alias x.
-template <typename T>
-void RmsNormRow(const T* x, const float* w, float* out, int64_t dim, float eps) {
-  float ss = 0.f;
-  for (int64_t i = 0; i < dim; ++i) {
-    const float v = static_cast<float>(x[i]);
-    ss += v * v;
-  }
-  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i]) * inv * w[i];
-}
 
 // Per-head RMSNorm (weight w [head_dim]) then RoPE (rotate_half pairing) of one head_dim vector,
 // src -> dst (may alias).
@@ -40,12 +29,6 @@ void NormRopeHead(const float* src, const float* w, float* dst, int64_t head_dim
     dst[i] = x0 * cos[i] - x1 * sin[i];
     dst[i + half] = x1 * cos[i] + x0 * sin[i];
   }
-}
-
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
 }
 
 at::Tensor Float32(const at::Tensor& t) {
@@ -128,19 +111,7 @@ DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, a
 }
 
 void DflashHead::EnsureRope(int64_t max_position) {
-  if (max_position <= rope_capacity_) return;
-  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
-  const int64_t half = config_.head_dim / 2;
-  rope_cos_.resize(cap * half);
-  rope_sin_.resize(cap * half);
-  for (int64_t p = rope_capacity_; p < cap; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * inv_freq_[i];
-      rope_cos_[p * half + i] = static_cast<float>(std::cos(angle));
-      rope_sin_[p * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
-  rope_capacity_ = cap;
+  GrowRopeTable(inv_freq_, max_position, rope_cos_, rope_sin_, rope_capacity_);
 }
 
 void DflashHead::GrowContext(int64_t capacity) {

@@ -11,23 +11,12 @@
 #include <cstring>
 
 #include "harness/base/error.h"
+#include "methods/common/head_kernels.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
-
-// out[0, dim) = x / rms(x) * w; x may be float or bfloat16, math in float32.
-template <typename T>
-void RmsNormRow(const T* x, const float* w, float* out, int64_t dim, float eps) {
-  float ss = 0.f;
-  for (int64_t i = 0; i < dim; ++i) {
-    const float v = static_cast<float>(x[i]);
-    ss += v * v;
-  }
-  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i]) * inv * w[i];
-}
 
 // Rotates `n_heads` vectors of `head_dim` from src into dst (rotate_half pairing: i with
 // i + head_dim/2).
@@ -43,12 +32,6 @@ void RopeHeads(const float* src, float* dst, int64_t n_heads, int64_t head_dim, 
       d[i + half] = x1 * cos[i] + x0 * sin[i];
     }
   }
-}
-
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
 }
 
 at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
@@ -144,19 +127,7 @@ void Eagle3Head::EnsureRows(int64_t n) {
 }
 
 void Eagle3Head::EnsureRope(int64_t max_position) {
-  if (max_position <= rope_capacity_) return;
-  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
-  const int64_t half = config_.head_dim / 2;
-  rope_cos_.resize(cap * half);
-  rope_sin_.resize(cap * half);
-  for (int64_t p = rope_capacity_; p < cap; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * inv_freq_[i];
-      rope_cos_[p * half + i] = static_cast<float>(std::cos(angle));
-      rope_sin_[p * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
-  rope_capacity_ = cap;
+  GrowRopeTable(inv_freq_, max_position, rope_cos_, rope_sin_, rope_capacity_);
 }
 
 void Eagle3Head::ResetCache(int64_t capacity) {
