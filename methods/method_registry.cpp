@@ -105,6 +105,8 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterEagle3Method(registry);
   RegisterOsdMethods(registry);
   RegisterDflashMethods(registry);  // after sps and eagle3: derives from their entries
+  RegisterJetspecMethods(registry);
+  RegisterBlockpilotMethods(registry);
 }
 
 }  // namespace specbed

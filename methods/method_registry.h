@@ -96,6 +96,8 @@ void RegisterArMethod(MethodRegistry& registry);
 void RegisterSpsMethod(MethodRegistry& registry);
 void RegisterEagle3Method(MethodRegistry& registry);
 void RegisterOsdMethods(MethodRegistry& registry);
-void RegisterDflashMethods(MethodRegistry& registry);  // dflash, ddtree  // sps+osd, eagle3+osd
+void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree  // sps+osd, eagle3+osd
+void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
+void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
 
 }  // namespace specbed

@@ -11,6 +11,7 @@
 
 #include "harness/cli/commands.h"
 #include "methods/common/train/draft_lm_trainer.h"
+#include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
 
 namespace specbed::cli {
@@ -142,6 +143,99 @@ void AddTrainEagle3(CLI::App* train) {
   cmd->callback([o] { RunTrainEagle3(*o); });
 }
 
+struct TrainDflashOptions {
+  DflashTrainConfig config;
+  TrainLoopOptions run;
+  std::string out;
+  std::string loss;
+};
+
+void RunTrainDflash(TrainDflashOptions& o) {
+  KeepLargeBlocksInHeap();
+  o.config.loss.kind = ParseDflashLossKind(o.loss);
+  const DflashTrainResult r = TrainDflash(o.config, o.out, o.run);
+  if (!r.loop.finished) {
+    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
+                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
+    return;
+  }
+  std::printf(
+      "%s: %lld steps, final train loss %.4f; held-out loss %.4f, block-row-1 top-1 %.4f, chain "
+      "tau estimate %.3f; train %.1f s\n",
+      o.out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
+      r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
+      r.loop.train_seconds);
+}
+
+// `train dflash` and `train jetspec`: one trainer, the variant sets the defaults.
+void AddTrainDflash(CLI::App* train, const std::string& variant) {
+  auto o = std::make_shared<TrainDflashOptions>();
+  DflashTrainConfig& c = o->config;
+  c = DefaultDflashTrainConfig(variant);
+  o->loss = DflashLossKindName(c.loss.kind);
+  const bool jetspec = variant == "jetspec";
+  CLI::App* cmd = train->add_subcommand(
+      variant, jetspec ? "Train a JetSpec causal block head (forward-KL distillation on the "
+                         "target's logits, random anchors) on a `specbed regen` file -> "
+                         "OUT/config.json + model.safetensors (DFlash layout, specbed_causal); "
+                         "resumable"
+                       : "Train a DFlash block-diffusion head (random anchors, cross-entropy "
+                         "weighted exp(-(k-1)/gamma)) on a `specbed regen` file -> "
+                         "OUT/config.json + model.safetensors (published DFlash layout); "
+                         "resumable");
+  cmd->add_option("--out", o->out, "Output directory (checkpoint, train_log.db, work/)")
+      ->required();
+  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
+  cmd->add_option("-t,--target", c.target, "Target model (name or path)")->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  cmd->add_option("--block-size", c.block_size, "Block size B (bonus token + B-1 masks)")
+      ->capture_default_str();
+  cmd->add_option("--layers", c.layers, "Draft decoder layers")->capture_default_str();
+  cmd->add_option("--heads", c.heads, "Draft attention heads (0 = the target's)")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", c.kv_heads,
+                  "Draft KV heads (0 = --heads when given, else the target's)")
+      ->capture_default_str();
+  cmd->add_option("--head-dim", c.head_dim, "Draft head dimension (0 = the target's)")
+      ->capture_default_str();
+  cmd->add_option("--intermediate", c.intermediate, "Draft SwiGLU width (0 = the target's)")
+      ->capture_default_str();
+  cmd->add_option("--target-layers", c.target_layers,
+                  "0-based target decoder layers whose outputs are fused; default: DFlash's rule "
+                  "(evenly spaced from 1 to L-3)");
+  cmd->add_option("--mask-token", c.mask_token, "Target vocabulary id used as MASK")
+      ->capture_default_str();
+  cmd->add_flag("--causal,!--bidirectional", c.causal,
+                "Causal attention inside the block (JetSpec) instead of bidirectional (DFlash)")
+      ->capture_default_str();
+  cmd->add_option("--anchors", c.anchors, "Random anchors (blocks) per sequence per step")
+      ->capture_default_str();
+  cmd->add_option("--loss", o->loss, "Objective: ce (hard labels), forward_kl, reverse_kl")
+      ->check(CLI::IsMember({"ce", "forward_kl", "reverse_kl"}))
+      ->capture_default_str();
+  cmd->add_option("--gamma", c.loss.gamma,
+                  "Per-position loss weight exp(-(k-1)/gamma); 0 = uniform")
+      ->capture_default_str();
+  cmd->add_option("--distill-temperature", c.loss.temperature,
+                  "Distillation temperature of the KL losses")
+      ->capture_default_str();
+  cmd->add_option("--max-len", c.max_len, "Crop training sequences to this many tokens")
+      ->capture_default_str();
+  cmd->add_option("--n-eval", c.n_eval, "Held-out sequences (the last ones of --data)")
+      ->capture_default_str();
+  cmd->add_option("--features", c.features,
+                  "Target features: online (run the target each step) or disk (cache under "
+                  "OUT/work/features)")
+      ->check(CLI::IsMember({"online", "disk"}))
+      ->capture_default_str();
+  cmd->add_option("--feature-dtype", c.feature_dtype,
+                  "Disk cache storage dtype: float32, bfloat16, float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  AddOptimFlags(cmd, c.optim, o->run);
+  cmd->callback([o] { RunTrainDflash(*o); });
+}
+
 }  // namespace
 
 void AddTrainCommand(CLI::App& app) {
@@ -178,6 +272,8 @@ void AddTrainCommand(CLI::App& app) {
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainDraftLm(*o); });
   AddTrainEagle3(train);
+  AddTrainDflash(train, "dflash");
+  AddTrainDflash(train, "jetspec");
 }
 
 }  // namespace specbed::cli

@@ -69,6 +69,10 @@ struct DraftBegin {
   SamplingParams sampling;  // the case's sampling settings (drafters sample with them)
   uint64_t seed = 0;        // seed for the drafter's own randomness in this sequence
   int64_t max_len = 0;      // the target cache's length: prompt + generated tokens fit in it
+  // The target's logits at the last prompt position (the distribution the first generated token,
+  // `root`, was sampled from; no temperature applied): float32 [V] CPU. A view of the target's
+  // output buffer, valid only during BeginSequence / Begin (copy it to keep it).
+  at::Tensor last_logits;
 };
 
 // What a drafter sees at each step.

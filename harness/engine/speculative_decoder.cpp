@@ -82,6 +82,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     begin.sampling = config.sampling;
     begin.seed = DrafterSeed(config.seed);
     begin.max_len = cache.max_len();
+    begin.last_logits = out.logits.view({vocab});  // [1, 1, V] -> [V], no copy
     const int64_t b0 = NowNanos();
     if (controller_) controller_->BeginSequence(begin, budget);
     drafter_->Begin(begin);

@@ -41,6 +41,12 @@ class SpeculativeDecoder : public Decoder {
   // Installs (or replaces) the online Adapter; takes effect at the next Generate.
   void SetAdapter(std::unique_ptr<Adapter> adapter) { adapter_ = std::move(adapter); }
   Adapter* adapter() { return adapter_.get(); }
+  // Installs (or replaces, or with nullptr removes) the Controller; takes effect at the next
+  // Generate.
+  void SetController(std::unique_ptr<Controller> controller) {
+    controller_ = std::move(controller);
+  }
+  Controller* controller() { return controller_.get(); }
 
  private:
   LlamaModel& target_;

@@ -1,4 +1,5 @@
-// Draft-tree builders (chain, EAGLE-2/3 beam tree, DDTree best-first tree), ChildrenLists and
+// Draft-tree builders (chain, EAGLE-2/3 beam tree, DDTree best-first tree, JetSpec
+// group-expansion tree), ChildrenLists and
 // RandomTree. Algorithms, tie-breaking and budget semantics are documented in tree_builders.h.
 // Checked by: tests/methods/draft_tree_test.cpp.
 #include "methods/common/tree_builders.h"
@@ -158,28 +159,39 @@ void BuildBeamTree(TopKExpander& expander, const BeamTreeOptions& options, Draft
 // ---------------------------------------------------------------------------------------------
 // DDTree best-first tree.
 
-void BestFirstTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
-                                 int64_t budget, DraftTree& tree) {
-  SPECBED_CHECK(D >= 1, "best-first tree: depth D must be >= 1, got ", D);
-  SPECBED_CHECK(K >= 1, "best-first tree: top-K must be >= 1, got ", K);
-  SPECBED_CHECK(budget >= 0, "best-first tree: budget must be >= 0, got ", budget);
-  SPECBED_CHECK(logp != nullptr && tokens != nullptr, "best-first tree: logp or tokens is null");
+namespace {
+
+// Checks the [D, K] top-K inputs shared by the DDTree and JetSpec builders; `what` names the
+// builder in the messages.
+void CheckTopKMarginals(const char* what, const float* logp, const int32_t* tokens, int64_t D,
+                        int64_t K, int64_t budget) {
+  SPECBED_CHECK(D >= 1, what, ": depth D must be >= 1, got ", D);
+  SPECBED_CHECK(K >= 1, what, ": top-K must be >= 1, got ", K);
+  SPECBED_CHECK(budget >= 0, what, ": budget must be >= 0, got ", budget);
+  SPECBED_CHECK(logp != nullptr && tokens != nullptr, what, ": logp or tokens is null");
   SPECBED_CHECK(D < std::numeric_limits<int32_t>::max() &&
                     K < std::numeric_limits<int32_t>::max() &&
                     budget < std::numeric_limits<int32_t>::max(),
-                "best-first tree: D = ", D, ", K = ", K, ", budget = ", budget, " is too large");
+                what, ": D = ", D, ", K = ", K, ", budget = ", budget, " is too large");
   for (int64_t d = 0; d < D; ++d) {
     const float* row = logp + d * K;
     for (int64_t r = 0; r < K; ++r) {
-      SPECBED_CHECK(row[r] <= 0.f, "best-first tree: logp[", d, ", ", r, "] = ", row[r],
+      SPECBED_CHECK(row[r] <= 0.f, what, ": logp[", d, ", ", r, "] = ", row[r],
                     " is not a log-probability (expected <= 0, not NaN)");
-      SPECBED_CHECK(r == 0 || row[r] <= row[r - 1], "best-first tree: logp row ", d,
+      SPECBED_CHECK(r == 0 || row[r] <= row[r - 1], what, ": logp row ", d,
                     " is not sorted in non-increasing order (rank ", r - 1, ": ", row[r - 1],
                     ", rank ", r, ": ", row[r], ")");
-      SPECBED_CHECK(tokens[d * K + r] >= 0, "best-first tree: tokens[", d, ", ", r,
+      SPECBED_CHECK(tokens[d * K + r] >= 0, what, ": tokens[", d, ", ", r,
                     "] = ", tokens[d * K + r], " is negative");
     }
   }
+}
+
+}  // namespace
+
+void BestFirstTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                                 int64_t budget, DraftTree& tree) {
+  CheckTopKMarginals("best-first tree", logp, tokens, D, K, budget);
   tree.Clear();
   node_scores_.clear();
   node_ranks_.clear();
@@ -217,6 +229,52 @@ void BestFirstTreeBuilder::Build(const float* logp, const int32_t* tokens, int64
 void BuildBestFirstTree(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
                         int64_t budget, DraftTree& tree) {
   BestFirstTreeBuilder builder;
+  builder.Build(logp, tokens, D, K, budget, tree);
+}
+
+// ---------------------------------------------------------------------------------------------
+// JetSpec group-expansion tree.
+
+void GroupExpandTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                                   int64_t budget, DraftTree& tree) {
+  CheckTopKMarginals("group-expand tree", logp, tokens, D, K, budget);
+  tree.Clear();
+  node_scores_.clear();
+  node_ranks_.clear();
+  heap_.clear();
+  expanded_ = 0;
+  if (budget == 0) return;
+
+  // "a ranks after b" (the max-heap's less-than): score desc, creation index asc (root = -1).
+  const auto after = [](const Entry& a, const Entry& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return a.node > b.node;
+  };
+  heap_.push_back(Entry{0.f, -1});
+  while (tree.size() < budget && !heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), after);
+    const Entry e = heap_.back();
+    heap_.pop_back();
+    const int64_t depth = e.node < 0 ? 0 : tree.depth[e.node];  // children go to depth + 1 <= D
+    ++expanded_;
+    const int64_t row = depth * K;
+    const int64_t group = std::min(K, budget - tree.size());
+    for (int64_t r = 0; r < group; ++r) {
+      const int32_t node = tree.AddNode(tokens[row + r], e.node, logp[row + r]);
+      const float score = e.score + logp[row + r];
+      node_scores_.push_back(score);
+      node_ranks_.push_back(static_cast<int32_t>(r));
+      if (depth + 1 < D) {  // a node at depth D is never expanded
+        heap_.push_back(Entry{score, node});
+        std::push_heap(heap_.begin(), heap_.end(), after);
+      }
+    }
+  }
+}
+
+void BuildGroupExpandTree(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                          int64_t budget, DraftTree& tree) {
+  GroupExpandTreeBuilder builder;
   builder.Build(logp, tokens, D, K, budget, tree);
 }
 

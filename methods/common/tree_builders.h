@@ -5,6 +5,8 @@
 //   TopKExpander callback, so this file has no model dependency.
 // - BestFirstTreeBuilder: DDTree tree from per-depth top-K marginals (lazy best-first k-best
 //   prefix enumeration with a max-heap).
+// - GroupExpandTreeBuilder: JetSpec tree from the same per-depth top-K marginals (best-first
+//   frontier, each popped node expanded with its K children at once).
 // - ChildrenLists: first-child / next-sibling arrays for verifiers.
 // - RandomTree: deterministic random trees for the tests of other modules.
 // Everywhere, the *budget* is the number of drafted nodes, root excluded (DraftTree::size()).
@@ -165,6 +167,61 @@ class BestFirstTreeBuilder {
 // One-shot convenience (allocates a builder).
 void BuildBestFirstTree(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
                         int64_t budget, DraftTree& tree);
+
+// ---------------------------------------------------------------------------------------------
+// JetSpec group-expansion tree.
+
+// JetSpec tree from per-depth top-K marginals (the accum_logp scorer: Algorithm 1 of the JetSpec
+// paper, App. B, as in the authors' jetflow/tree/baselines/accum_logp.py):
+//   A max-heap of expandable nodes keyed by cumulative log-prob starts with the root (score 0,
+//   depth 0). Repeatedly pop the best node u; if depth(u) < D, add its children *as a group*: the
+//   K tokens of depth(u) + 1 in rank order, child score = score(u) + logp[depth(u)][rank], each
+//   pushed onto the heap (children at depth D are not pushed: they could only be popped and
+//   dropped). Stop when the tree has `budget` nodes or the heap is empty (the full K-ary tree of
+//   depth D, K + K^2 + ... + K^D nodes, was built).
+// Last group: when fewer than K nodes of budget are left, only the best (lowest-rank) children
+//   that fit are added, as the repo's `for j in range(min(K, budget - len(nodes)))`; so the tree
+//   has exactly min(budget, K + ... + K^D) nodes.
+// Versus BestFirstTreeBuilder (DDTree): DDTree adds one prefix at a time in global score order,
+//   so its tree is the top-budget prefixes; here a popped node brings all its K children at once,
+//   so low-probability siblings may use budget that better, deeper prefixes would have used.
+//   Both use the same score and the same [D, K] inputs; both cap a node's children at K (the
+//   width). At K = 1 both give the chain of the per-depth argmax tokens.
+// Ties: the heap pops by (score desc, node creation index asc), i.e. insertion order as in the
+//   repo's heap; the root (index -1) is first. Deterministic.
+// Output: node order = creation order (parents before children; each group contiguous, in rank
+//   order), draft_logp = per-node log-prob (logp[d-1][rank]), no draft_probs.
+// Budget = drafted nodes, root excluded (the repo's budget counts the root: pass budget - 1).
+class GroupExpandTreeBuilder {
+ public:
+  // logp: [D, K] row-major float32 log-probs of the top-K tokens at each depth, each row sorted
+  //   in non-increasing order, all <= 0 (not NaN); tokens: [D, K] int32 token ids (>= 0).
+  // Builds into `tree` (cleared first); exactly min(budget, K + ... + K^D) nodes. Throws
+  // specbed::Error on bad arguments.
+  void Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K, int64_t budget,
+             DraftTree& tree);
+
+  // After Build: [n] cumulative log-prob and rank (column in the [D, K] inputs) of each node.
+  const std::vector<float>& node_scores() const { return node_scores_; }
+  const std::vector<int32_t>& node_ranks() const { return node_ranks_; }
+  // After Build: the number of nodes popped and expanded (root included; nodes at depth D are
+  // never expanded).
+  int64_t expanded() const { return expanded_; }
+
+ private:
+  struct Entry {
+    float score;
+    int32_t node;  // -1 = root
+  };
+  std::vector<Entry> heap_;
+  std::vector<float> node_scores_;
+  std::vector<int32_t> node_ranks_;
+  int64_t expanded_ = 0;
+};
+
+// One-shot convenience (allocates a builder).
+void BuildGroupExpandTree(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                          int64_t budget, DraftTree& tree);
 
 // ---------------------------------------------------------------------------------------------
 // Derived structures.

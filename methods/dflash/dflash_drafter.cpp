@@ -1,5 +1,5 @@
-// DFlash / DDTree drafting (see dflash_drafter.h).
-// Checked by: tests/methods/dflash_drafter_test.cpp.
+// DFlash / DDTree / JetSpec drafting (see dflash_drafter.h).
+// Checked by: tests/methods/dflash_drafter_test.cpp, tests/methods/jetspec_test.cpp.
 #include "methods/dflash/dflash_drafter.h"
 
 #include <ATen/ATen.h>
@@ -20,11 +20,19 @@ DflashDrafter::DflashDrafter(std::unique_ptr<DflashHead> head, DflashDraftOption
   for (int64_t id : c.TargetLayerIds()) layers_.push_back(id + 1);
   h_ = c.hidden_size;
   vocab_ = c.vocab_size;
-  block_ = options_.block_size > 0 ? options_.block_size : c.block_size;
-  SPECBED_CHECK(block_ >= 2 && block_ <= c.block_size, "dflash: block_size ", block_,
-                " must be in [2, ", c.block_size, "] (the head's block size)");
-  SPECBED_CHECK(options_.top_k >= 1 && options_.top_k <= vocab_ && options_.budget >= 0,
-                "dflash: top_k must be in [1, vocab] and the budget >= 0");
+  SPECBED_CHECK(options_.block_size >= 0, "dflash: block_size must be >= 0 (0 = the head's ",
+                c.block_size, "), got ", options_.block_size);
+  set_block_size(options_.block_size > 0 ? options_.block_size : c.block_size);
+  SPECBED_CHECK(
+      options_.kind == DflashTreeKind::kChain || (options_.top_k >= 1 && options_.top_k <= vocab_),
+      "dflash: top_k / width ", options_.top_k, " must be in [1, vocab = ", vocab_, "]");
+  SPECBED_CHECK(options_.budget >= 0, "dflash: the budget must be >= 0, got ", options_.budget);
+}
+
+void DflashDrafter::set_block_size(int64_t b) {
+  SPECBED_CHECK(b >= 2, "dflash: block_size ", b,
+                " must be >= 2 (the root row and at least one mask row)");
+  block_ = b;
 }
 
 std::vector<int64_t> DflashDrafter::TargetHiddenLayers() const {
@@ -70,8 +78,8 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     pending_.clear();
     pending_rows_ = 0;
   }
-  head_->ForwardFromBonus(step.root, out_);
-  if (!options_.tree) {  // DFlash: a chain of the per-row choices
+  head_->ForwardFromBonus(step.root, block_, out_);
+  if (options_.kind == DflashTreeKind::kChain) {  // DFlash: a chain of the per-row choices
     const bool greedy = sampler_->params().greedy();
     if (!greedy) {
       tree.vocab = vocab_;
@@ -92,7 +100,8 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     }
     return;
   }
-  // DDTree: per-depth top-K log-probs (no temperature), then the best-first tree.
+  // Trees: per-depth top-K log-probs (no temperature), then DDTree's best-first tree or
+  // JetSpec's group expansion.
   const int64_t k = options_.top_k;
   logp_.resize(static_cast<size_t>(depth * k));
   tokens_.resize(static_cast<size_t>(depth * k));
@@ -120,8 +129,12 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
       logp_[(d - 1) * k + r] = std::min(0.0f, row[order_[r]] - log_z);
     }
   }
-  builder_.Build(logp_.data(), tokens_.data(), depth, k,
-                 std::min(options_.budget, step.budget.nodes), tree);
+  const int64_t budget = std::min(options_.budget, step.budget.nodes);
+  if (options_.kind == DflashTreeKind::kBestFirst) {
+    best_first_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
+  } else {
+    group_expand_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
+  }
 }
 
 }  // namespace specbed

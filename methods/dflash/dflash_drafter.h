@@ -1,10 +1,18 @@
-// DFlash and DDTree drafting with one DflashHead.
+// DFlash, DDTree and JetSpec drafting with one DflashHead.
 //
 // Per sequence the head's context holds one row per target position already in the target cache
 // (fused target hidden states at the head's target_layer_ids, HF hidden_states[id + 1]). Per
 // step one block forward on [root, MASK × (B − 1)] at position context_length() gives, for block
-// row d = 1 .. B − 1, the draft's marginal distribution of the token at depth d below the root
-// (the rows do not condition on each other's drafted tokens: block diffusion).
+// row d = 1 .. B − 1, the draft's distribution of the token at depth d below the root. The rows
+// never condition on each other's drafted tokens (every row sees only MASK rows after the root):
+// with a non-causal head they are block-diffusion marginals; with a causal head (JetSpec) row d
+// sees rows <= d, still only the root and MASK rows, so they are single-pass per-depth marginals
+// too (JetSpec spec G-1).
+// B = the block size used (options.block_size, 0 = the head's trained block_size; changeable per
+// prompt with set_block_size). B may exceed the trained block size: the extra rows are untrained
+// mask positions (the head never saw them in training; with a non-causal head they also change
+// the earlier rows). Exactly B rows are forwarded every step; the drafted depth is
+// min(B − 1, budget.depth, budget.nodes).
 // - DFlash (Chen et al., "DFlash: Block Diffusion for Flash Speculative Decoding"): a chain of
 //   the per-row argmax at T = 0; at T > 0 each row is sampled from its own distribution (case
 //   sampling settings) and recorded as the draft distribution, so chain rejection sampling is
@@ -13,10 +21,15 @@
 //   node budget (BestFirstTreeBuilder: the top-budget prefixes by summed log-prob, the optimal
 //   prefix-closed tree under the draft's own factorised probabilities), log-softmax without
 //   temperature; deterministic, verified with sample-then-follow at T > 0.
+// - JetSpec (hao-ai-lab, "JetSpec: Breaking the Scaling Ceiling of Speculative Decoding with
+//   Parallel Tree Drafting"): the same per-depth top-K log-softmax, grown by accum_logp group
+//   expansion (GroupExpandTreeBuilder: pop the best frontier node, add its K children at once);
+//   deterministic, verified with sample-then-follow at T > 0.
 // After a verdict the rows of the root and the accepted nodes (target hidden states from the
 // verifier) are queued and appended at the next Draft.
-// Checked by: tests/methods/dflash_drafter_test.cpp (exact match with AR at T = 0 for both modes;
-// T = 1 distribution tests on a tiny target; the budget is respected).
+// Checked by: tests/methods/dflash_drafter_test.cpp (exact match with AR at T = 0 for the chain
+// and DDTree; T = 1 distribution tests on a tiny target; the budget is respected) and
+// tests/methods/jetspec_test.cpp (JetSpec and blocks larger than the head's with causal heads).
 #pragma once
 
 #include <cstdint>
@@ -29,11 +42,20 @@
 
 namespace specbed {
 
+// How the drafted tokens become a tree.
+enum class DflashTreeKind {
+  kChain,        // DFlash: the chain of per-row choices
+  kBestFirst,    // DDTree: BestFirstTreeBuilder over the per-depth top-K
+  kGroupExpand,  // JetSpec: GroupExpandTreeBuilder over the per-depth top-K
+};
+
 struct DflashDraftOptions {
-  bool tree = false;       // false: DFlash chain; true: DDTree best-first tree
-  int64_t block_size = 0;  // 0 = the head's block size; drafted depth <= block_size - 1
-  int64_t top_k = 8;       // DDTree: candidates per depth
-  int64_t budget = 32;     // DDTree: drafted nodes (root excluded); DFlash: ignored
+  DflashTreeKind kind = DflashTreeKind::kChain;
+  // Rows forwarded per step (>= 2; 0 = the head's block size; may exceed it: untrained mask
+  // rows); drafted depth <= block_size - 1.
+  int64_t block_size = 0;
+  int64_t top_k = 8;    // trees: candidates per depth (DDTree top_k, JetSpec width K)
+  int64_t budget = 32;  // trees: drafted nodes (root excluded); chain: ignored
 };
 
 class DflashDrafter : public Drafter {
@@ -46,6 +68,11 @@ class DflashDrafter : public Drafter {
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
   const DflashHead& head() const { return *head_; }
+  // The block size (rows forwarded per step) used from the next Draft on; b >= 2 (may exceed the
+  // head's trained block size). For a controller that picks the block size once per prompt.
+  // Throws specbed::Error for b < 2.
+  void set_block_size(int64_t b);
+  int64_t block_size() const { return block_; }
 
  private:
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t n);
@@ -60,7 +87,8 @@ class DflashDrafter : public Drafter {
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> probs_, logp_;
   std::vector<int32_t> tokens_, order_;
-  BestFirstTreeBuilder builder_;
+  BestFirstTreeBuilder best_first_;
+  GroupExpandTreeBuilder group_expand_;
 };
 
 }  // namespace specbed

@@ -95,19 +95,36 @@ DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, a
   inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
   EnsureRope(256);
 
-  const int64_t b = config_.block_size;
-  const auto opts = at::TensorOptions().dtype(at::kFloat);
-  h_ = at::empty({b, h}, opts);
-  x_ = at::empty({b, h}, opts);
-  qkv_ = at::empty({b, config_.q_dim() + 2 * config_.kv_dim()}, opts);
-  q_ = at::empty({b, config_.q_dim()}, opts);
-  attn_ = at::empty({b, config_.q_dim()}, opts);
-  gate_up_ = at::empty({b, 2 * config_.intermediate_size}, opts);
-  act_ = at::empty({b, config_.intermediate_size}, opts);
-  k_block_.assign(static_cast<size_t>(config_.n_kv_heads * b * config_.head_dim), 0.f);
-  v_block_.assign(k_block_.size(), 0.f);
-  bonus_block_.assign(static_cast<size_t>(b), 0);
+  EnsureRows(config_.block_size);
   ResetContext(256);
+}
+
+void DflashHead::EnsureRows(int64_t n) {
+  if (n > row_capacity_) {
+    const int64_t h = config_.hidden_size;
+    const auto opts = at::TensorOptions().dtype(at::kFloat);
+    h_store_ = at::empty({n, h}, opts);
+    x_store_ = at::empty({n, h}, opts);
+    qkv_store_ = at::empty({n, config_.q_dim() + 2 * config_.kv_dim()}, opts);
+    q_store_ = at::empty({n, config_.q_dim()}, opts);
+    attn_store_ = at::empty({n, config_.q_dim()}, opts);
+    gate_up_store_ = at::empty({n, 2 * config_.intermediate_size}, opts);
+    act_store_ = at::empty({n, config_.intermediate_size}, opts);
+    k_block_.assign(static_cast<size_t>(config_.n_kv_heads * n * config_.head_dim), 0.f);
+    v_block_.assign(k_block_.size(), 0.f);
+    row_capacity_ = n;
+    rows_ = 0;  // views re-made below
+  }
+  if (n == rows_) return;
+  // Leading rows of a contiguous [rows, cols] buffer: contiguous views.
+  h_ = h_store_.narrow(0, 0, n);
+  x_ = x_store_.narrow(0, 0, n);
+  qkv_ = qkv_store_.narrow(0, 0, n);
+  q_ = q_store_.narrow(0, 0, n);
+  attn_ = attn_store_.narrow(0, 0, n);
+  gate_up_ = gate_up_store_.narrow(0, 0, n);
+  act_ = act_store_.narrow(0, 0, n);
+  rows_ = n;
 }
 
 void DflashHead::EnsureRope(int64_t max_position) {
@@ -192,23 +209,33 @@ void DflashHead::AppendContext(const float* features, int64_t n) {
 }
 
 void DflashHead::ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out) {
+  ForwardFromBonus(bonus_token, config_.block_size, out);
+}
+
+void DflashHead::ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutput& out) {
   SPECBED_CHECK(config_.mask_token_id >= 0,
                 "DflashHead::ForwardFromBonus: the config has no dflash_config.mask_token_id; "
                 "pass the block tokens to Forward instead");
+  SPECBED_CHECK(n >= 1, "DflashHead::ForwardFromBonus: block rows n must be >= 1, got ", n);
+  if (static_cast<int64_t>(bonus_block_.size()) < n) bonus_block_.resize(static_cast<size_t>(n));
   bonus_block_[0] = bonus_token;
-  for (size_t i = 1; i < bonus_block_.size(); ++i) {
-    bonus_block_[i] = static_cast<int32_t>(config_.mask_token_id);
-  }
-  Forward(bonus_block_.data(), context_length_, out);
+  for (int64_t i = 1; i < n; ++i) bonus_block_[i] = static_cast<int32_t>(config_.mask_token_id);
+  Forward(bonus_block_.data(), n, context_length_, out);
 }
 
 void DflashHead::Forward(const int32_t* block_tokens, int64_t start_position,
                          DflashHeadOutput& out) {
-  const int64_t b = config_.block_size, h = config_.hidden_size, hd = config_.head_dim,
-                n_heads = config_.n_heads, n_kv = config_.n_kv_heads,
-                inter = config_.intermediate_size, q_dim = config_.q_dim(),
-                kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim, vocab = config_.vocab_size;
+  Forward(block_tokens, config_.block_size, start_position, out);
+}
+
+void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_position,
+                         DflashHeadOutput& out) {
+  const int64_t b = n, h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
+                n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
+                q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim,
+                vocab = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  SPECBED_CHECK(n >= 1, "DflashHead::Forward: block rows n must be >= 1, got ", n);
   SPECBED_CHECK(block_tokens != nullptr, "DflashHead::Forward: block tokens are required");
   SPECBED_CHECK(start_position >= 0, "DflashHead::Forward: negative start position ",
                 start_position);
@@ -216,6 +243,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t start_position,
     SPECBED_CHECK(block_tokens[i] >= 0 && block_tokens[i] < vocab, "DflashHead::Forward: token id ",
                   block_tokens[i], " (block row ", i, ") outside the vocabulary [0, ", vocab, ")");
   }
+  EnsureRows(b);
   EnsureRope(start_position + b);
   const int64_t ctx = context_length_, cap = context_capacity_;
   const int threads = at::get_num_threads();

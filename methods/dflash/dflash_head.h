@@ -7,19 +7,22 @@
 // and stores for every draft layer l: K = RoPE(k_norm(k_proj_l(c)), t) and V = v_proj_l(c).
 // Context row j has position j (row index == absolute position).
 //
-// Block forward (one call drafts a block): the B = block_size tokens [bonus, MASK, ..., MASK]
-// at positions [start, start + B) are embedded with the TARGET's embedding; per draft layer
+// Block forward (one call drafts a block): the n tokens [bonus, MASK, ..., MASK] (n = any
+// number of rows >= 1; block_size by default) at positions [start, start + n) are embedded with
+// the TARGET's embedding; per draft layer
 // (pre-norm Qwen3 layer): x = input_layernorm(h); q = RoPE(q_norm(q_proj(x))),
 // k = RoPE(k_norm(k_proj(x))), v = v_proj(x); each block row attends over all cached context rows
-// plus the block rows (all of them; rows <= i when config.causal) with GQA and scale
+// plus the block rows (all n of them; rows <= i when config.causal) with GQA and scale
 // 1/sqrt(head_dim); h += o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
 // Only the block rows propagate; the context K/V are the same injected rows in every call.
-// logits = target_lm_head(norm(h)) for every block row (rows 1..B-1 are the drafts).
+// logits = target_lm_head(norm(h)) for every block row (rows 1..n-1 are the drafts).
+// Rows past the trained block_size are just more mask rows (the head never saw them in
+// training, and with a non-causal head they also change the earlier rows).
 // GEMMs go through ATen into preallocated buffers; norms, RoPE, attention and SwiGLU are raw row
-// loops.
+// loops. The work buffers grow only when n exceeds every earlier n (none allocated once warm).
 // Checked by: tests/methods/dflash_head_test.cpp (non-causal and causal block forward against a
-// plain-loop double reference over the checkpoint tensors, incremental context == full context,
-// truncation, errors).
+// plain-loop double reference over the checkpoint tensors at n < block_size, n = block_size and
+// n > block_size, incremental context == full context, truncation, errors).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,8 +38,8 @@ namespace specbed {
 
 // Output of one DflashHead::Forward call; the buffers are allocated on first use and reused.
 struct DflashHeadOutput {
-  at::Tensor hidden;  // float32 [B, H] CPU: last layer output before the final norm
-  at::Tensor logits;  // float32 [B, V] CPU: target-vocabulary logits per block position
+  at::Tensor hidden;  // float32 [n, H] CPU: last layer output before the final norm
+  at::Tensor logits;  // float32 [n, V] CPU: target-vocabulary logits per block position
 
   const float* logits_row(int64_t i) const;  // row i of `logits` (V floats)
 };
@@ -65,13 +68,20 @@ class DflashHead {
   // Drops context rows [length, context_length()).
   void TruncateContext(int64_t length);
 
-  // Drafts one block. `block_tokens` int32 [B] target-vocabulary ids at positions
-  // [start_position, start_position + B); start_position >= 0 (usually context_length()).
-  // Fills out.logits [B, V] and out.hidden [B, H] (allocated once, reused). Does not change the
-  // context. Throws specbed::Error for a token outside [0, V) or a negative position.
+  // Drafts one block of n >= 1 rows (any n; rows past config().block_size are untrained mask
+  // positions). `block_tokens` int32 [n] host memory, target-vocabulary ids at positions
+  // [start_position, start_position + n); start_position >= 0 (usually context_length()).
+  // Fills out.logits float32 [n, V] and out.hidden float32 [n, H] CPU (reallocated only when n
+  // changes). Does not change the context. Throws specbed::Error for n < 1, a token outside
+  // [0, V) or a negative position.
+  void Forward(const int32_t* block_tokens, int64_t n, int64_t start_position,
+               DflashHeadOutput& out);
+  // Forward with n = config().block_size.
   void Forward(const int32_t* block_tokens, int64_t start_position, DflashHeadOutput& out);
-  // Forward on [bonus, mask_token_id × (B - 1)] at start_position = context_length(). Throws
-  // specbed::Error when the config has no mask_token_id.
+  // Forward on [bonus, mask_token_id × (n - 1)] at start_position = context_length(). Throws
+  // specbed::Error when the config has no mask_token_id or n < 1.
+  void ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutput& out);
+  // ForwardFromBonus with n = config().block_size.
   void ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out);
 
   const DflashConfig& config() const { return config_; }
@@ -88,6 +98,9 @@ class DflashHead {
 
   void EnsureRope(int64_t max_position);
   void GrowContext(int64_t capacity);
+  // Makes the work buffers hold n rows (reallocated when n > row_capacity_) and the row views
+  // below n rows long (re-made only when n changes).
+  void EnsureRows(int64_t n);
 
   DflashConfig config_;
   int64_t num_features_ = 0;
@@ -103,20 +116,23 @@ class DflashHead {
   int64_t context_capacity_ = 0;
   int64_t context_length_ = 0;
 
-  // Work buffers.
+  // Work buffers: storage for row_capacity_ block rows, and views of their first rows_ rows
+  // (the n of the latest Forward).
   at::Tensor ctx_rows_;  // [rows, H] projected context rows (grown per AppendContext)
   at::Tensor ctx_kv_;    // [rows, 2 * kv_dim]
-  at::Tensor h_;         // [B, H] block hidden (residual stream)
-  at::Tensor x_;         // [B, H] normed
-  at::Tensor qkv_;       // [B, q + 2 kv]
-  at::Tensor q_;         // [B, q] normed + rotated queries
-  at::Tensor attn_;      // [B, q]
-  at::Tensor gate_up_;   // [B, 2 I]
-  at::Tensor act_;       // [B, I]
-  std::vector<float> k_block_, v_block_;  // [n_kv_heads, B, head_dim]
+  int64_t row_capacity_ = 0, rows_ = 0;
+  at::Tensor h_store_, x_store_, qkv_store_, q_store_, attn_store_, gate_up_store_, act_store_;
+  at::Tensor h_;                          // [n, H] block hidden (residual stream)
+  at::Tensor x_;                          // [n, H] normed
+  at::Tensor qkv_;                        // [n, q + 2 kv]
+  at::Tensor q_;                          // [n, q] normed + rotated queries
+  at::Tensor attn_;                       // [n, q]
+  at::Tensor gate_up_;                    // [n, 2 I]
+  at::Tensor act_;                        // [n, I]
+  std::vector<float> k_block_, v_block_;  // [n_kv_heads, n, head_dim] (row_capacity_ rows)
   std::vector<float> scores_;             // [threads, score_stride_]
   int64_t score_stride_ = 0;
-  std::vector<int32_t> bonus_block_;  // [B]
+  std::vector<int32_t> bonus_block_;  // [n] (grown on demand)
 };
 
 }  // namespace specbed

@@ -1,11 +1,15 @@
 // Registration of `dflash` (block-diffusion chain drafts, chain rejection sampling at T > 0) and
 // `ddtree` (best-first tree over the same head's per-depth marginals, sample-then-follow at
-// T > 0). Both take a DFlash checkpoint directory in the published layout (knob `drafter`); the
-// head shares the target's embedding and LM head.
-// Checked by: tests/methods/dflash_drafter_test.cpp.
+// T > 0), and the DFlash-family decoder factory (dflash_method.h) that `jetspec` shares. All take
+// a DFlash checkpoint directory in the published layout (knob `drafter`); the head shares the
+// target's embedding and LM head.
+// Checked by: tests/methods/dflash_drafter_test.cpp, tests/methods/jetspec_test.cpp.
+#include "methods/dflash/dflash_method.h"
+
 #include <ATen/ATen.h>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 #include "harness/base/paths.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/dflash/dflash_checkpoint.h"
@@ -13,18 +17,27 @@
 #include "methods/method_registry.h"
 
 namespace specbed {
-namespace {
 
-void CheckDrafterKnob(const nlohmann::json& knobs, const std::string& method) {
+int64_t DraftedNodesForBudget(int64_t budget, const std::string& convention,
+                              const std::string& method) {
+  SPECBED_CHECK(budget >= 1, method, ": budget must be >= 1, got ", budget);
+  if (convention == kBudgetConventionDdtree) return budget;
+  if (convention == kBudgetConventionJetspec) return budget - 1;
+  FailUnknownName("budget_convention", convention,
+                  {kBudgetConventionDdtree, kBudgetConventionJetspec}, "method '" + method + "'");
+}
+
+void CheckDflashDrafterKnob(const nlohmann::json& knobs, const std::string& method) {
   const std::string dir = knobs.at("drafter").get<std::string>();
   SPECBED_CHECK(!dir.empty(), method, ": knob 'drafter' must name a DFlash checkpoint directory ",
                 "(config.json + model.safetensors in the published layout)");
   SPECBED_CHECK(PathExists(dir), method, ": drafter '", dir, "' does not exist");
 }
 
-std::unique_ptr<Decoder> MakeDflashDecoder(MethodContext& context, const nlohmann::json& knobs,
-                                           bool tree, const std::string& method) {
-  CheckDrafterKnob(knobs, method);
+std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
+                                                 const nlohmann::json& knobs, DflashTreeKind kind,
+                                                 const std::string& method) {
+  CheckDflashDrafterKnob(knobs, method);
   const std::string dir = knobs.at("drafter").get<std::string>();
   const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
   const LlamaModel& target = *context.target->model;
@@ -40,24 +53,24 @@ std::unique_ptr<Decoder> MakeDflashDecoder(MethodContext& context, const nlohman
   }
   const LlamaWeights& w = target.weights();
   auto head = std::make_unique<DflashHead>(c, ckpt.tensors, w.tok_embeddings, w.lm_head);
+  const bool tree = kind != DflashTreeKind::kChain;
   DflashDraftOptions o;
-  o.tree = tree;
+  o.kind = kind;
   o.block_size = knobs.at("block_size").get<int64_t>();
   if (tree) {
-    o.top_k = knobs.at("top_k").get<int64_t>();
-    o.budget = knobs.at("budget").get<int64_t>();
+    o.top_k = knobs.at(kind == DflashTreeKind::kGroupExpand ? "width" : "top_k").get<int64_t>();
+    o.budget = DraftedNodesForBudget(knobs.at("budget").get<int64_t>(),
+                                     knobs.at("budget_convention").get<std::string>(), method);
   }
   auto drafter = std::make_unique<DflashDrafter>(std::move(head), o);
   SpeculativeOptions options;
-  const int64_t block = o.block_size > 0 ? o.block_size : c.block_size;
+  const int64_t block = drafter->block_size();
   options.budget.depth = block - 1;
   options.budget.nodes = tree ? o.budget : block - 1;
   options.sampling_rule = tree ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
   return std::make_unique<SpeculativeDecoder>(
       *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
 }
-
-}  // namespace
 
 void RegisterDflashMethods(MethodRegistry& registry) {
   {
@@ -76,11 +89,17 @@ void RegisterDflashMethods(MethodRegistry& registry) {
     info.traits.drafter_knob = "drafter";
     info.knobs = {
         {"drafter", "", "DFlash checkpoint directory (published layout)", 1, 0, {}},
-        {"block_size", 0, "block size used (0 = the head's; at most the head's)", 0, 1024, {}},
+        {"block_size",
+         0,
+         "rows forwarded per step, drafting block_size - 1 tokens (0 = the head's block size; "
+         "larger values add untrained mask rows)",
+         0,
+         1024,
+         {}},
     };
-    info.validate = [](const nlohmann::json& knobs) { CheckDrafterKnob(knobs, "dflash"); };
+    info.validate = [](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, "dflash"); };
     info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
-      return MakeDflashDecoder(context, knobs, /*tree=*/false, "dflash");
+      return MakeDflashFamilyDecoder(context, knobs, DflashTreeKind::kChain, "dflash");
     };
     registry.Register(std::move(info));
   }
@@ -100,18 +119,31 @@ void RegisterDflashMethods(MethodRegistry& registry) {
     info.traits.drafter_knob = "drafter";
     info.knobs = {
         {"drafter", "", "DFlash checkpoint directory (published layout)", 1, 0, {}},
-        {"budget", 32, "drafted tree nodes (root excluded)", 1, 4096, {}},
+        {"budget",
+         32,
+         "tree node budget (drafted nodes, root excluded, under the default convention)",
+         1,
+         4096,
+         {}},
+        {"budget_convention",
+         kBudgetConventionDdtree,
+         "what budget counts: ddtree = drafted nodes (root excluded); jetspec = verify tokens "
+         "including the root (budget - 1 drafted nodes)",
+         1,
+         0,
+         {kBudgetConventionDdtree, kBudgetConventionJetspec}},
         {"top_k", 8, "candidates per depth (the tree's branching limit)", 1, 256, {}},
         {"block_size",
          0,
-         "block size used (0 = the head's); tree depth <= block_size - 1",
+         "rows forwarded per step (0 = the head's; larger values add untrained mask rows); tree "
+         "depth <= block_size - 1",
          0,
          1024,
          {}},
     };
-    info.validate = [](const nlohmann::json& knobs) { CheckDrafterKnob(knobs, "ddtree"); };
+    info.validate = [](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, "ddtree"); };
     info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
-      return MakeDflashDecoder(context, knobs, /*tree=*/true, "ddtree");
+      return MakeDflashFamilyDecoder(context, knobs, DflashTreeKind::kBestFirst, "ddtree");
     };
     registry.Register(std::move(info));
   }

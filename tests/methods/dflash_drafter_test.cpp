@@ -22,6 +22,7 @@
 #include "methods/dflash/dflash_drafter.h"
 #include "methods/method_registry.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/methods/dflash_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -29,61 +30,20 @@ namespace {
 
 using testing::HasSubstr;
 
-MethodContext ContextFor(LoadedTarget& target) {
-  MethodContext c;
-  c.target = &target;
-  c.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
-  return c;
-}
-
-// A DFlash head shaped for a target of width `dim`, vocabulary `vocab` and `layers` layers.
-DflashConfig HeadConfig(int64_t dim, int64_t vocab, int64_t layers, int64_t heads,
-                        int64_t kv_heads) {
-  DflashConfig c;
-  c.hidden_size = dim;
-  c.intermediate_size = 2 * dim;
-  c.n_layers = 2;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.head_dim = dim / heads;
-  c.vocab_size = vocab;
-  c.max_position_embeddings = 1024;
-  c.rms_norm_eps = 1e-5;
-  c.block_size = 6;
-  c.mask_token_id = 0;
-  c.num_target_layers = layers;
-  c.target_layer_ids = {0, layers - 1};
-  return c;
-}
-
-std::string WriteHead(const DflashConfig& c, uint64_t seed, const std::string& name,
-                      double scale = 1.0) {
-  const std::string dir = testing_util::ScratchDir(name);
-  auto tensors = RandomDflashTensors(c, seed);
-  if (scale != 1.0) {
-    for (auto& [n, t] : tensors) {
-      if (t.dim() == 2) t = t * scale;
-    }
-  }
-  WriteDflashCheckpoint(dir, c, tensors);
-  return dir;
-}
+using testing_util::DflashContextFor;
+using testing_util::DflashHeadConfig;
+using testing_util::WriteDflashHead;
 
 TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   at::set_num_threads(1);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
   const LlamaConfig& t = target.model->config();
   const std::string dir =
-      WriteHead(HeadConfig(t.dim, t.vocab_size, t.n_layers, t.n_heads, t.n_kv_heads), 3,
-                "dflash_drafter_stories");
+      WriteDflashHead(DflashHeadConfig(t.dim, t.vocab_size, t.n_layers, t.n_heads, t.n_kv_heads), 3,
+                      "dflash_drafter_stories");
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  MethodContext context = DflashContextFor(target);
   const auto prompts = LoadDataset("stories", {});
   for (const auto& [method, knobs] : std::vector<std::pair<std::string, nlohmann::json>>{
            {"dflash", {{"drafter", dir}}},
@@ -108,88 +68,14 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   }
 }
 
-struct Tiny {
-  std::shared_ptr<LlamaModel> target;
-  std::string head_dir;
-};
-
-Tiny MakeTiny() {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
-  c.Validate("tiny target");
-  LlamaWeights w = RandomLlamaWeights(c, 21);
-  w.lm_head = w.lm_head * 60;  // sharper distributions than the 0.02 init gives
-  Tiny t;
-  t.target = std::make_shared<LlamaModel>(c, w);
-  t.head_dir = WriteHead(HeadConfig(16, 4, 2, 2, 1), 9, "dflash_drafter_tiny", 20.0);
-  return t;
-}
-
-// Chi-square p-value of the 3-token output distribution of `decoder` from prompt {1, 3}.
-double OutputPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted) {
-  auto next_probs = [&](const std::vector<int32_t>& ids) {
-    KvCache cache = target.NewCache(1, 8);
-    return at::softmax(target.Forward(testing_util::Ids(ids), cache).logits.reshape({-1}), 0);
-  };
-  std::vector<double> expected(64, 0);
-  const at::Tensor pa = next_probs({1, 3});
-  for (int a = 0; a < 4; ++a) {
-    const at::Tensor pb = next_probs({1, 3, a});
-    for (int b = 0; b < 4; ++b) {
-      const at::Tensor pc = next_probs({1, 3, a, b});
-      for (int c = 0; c < 4; ++c) {
-        expected[a * 16 + b * 4 + c] =
-            pa[a].item<double>() * pb[b].item<double>() * pc[c].item<double>();
-      }
-    }
-  }
-  const int kDraws = 30000;
-  std::vector<double> counts(64, 0);
-  KvCache cache = target.NewCache(1, 16);
-  for (int i = 0; i < kDraws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = 777 + i;
-    g.stop.max_new_tokens = 3;
-    g.stop.stop_on_eos = false;
-    DecodeResult r;
-    decoder.Generate({1, 3}, g, cache, r);
-    EXPECT_EQ(r.generation.tokens.size(), 3u);
-    const auto& t = r.generation.tokens;
-    counts[t[0] * 16 + t[1] * 4 + t[2]] += 1;
-    for (const StepStats& s : r.steps) *accepted += s.n_accepted;
-  }
-  double chi2 = 0;
-  int cells = 0;
-  for (int i = 0; i < 64; ++i) {
-    const double e = expected[i] * kDraws;
-    if (e < 1e-9) {
-      EXPECT_EQ(counts[i], 0);
-      continue;
-    }
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  return testing_util::ChiSquareSf(chi2, cells - 1);
-}
-
 TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
   at::set_num_threads(1);
-  Tiny tiny = MakeTiny();
+  testing_util::TinyDflashTarget tiny = testing_util::MakeTinyDflashTarget();
   for (bool tree : {false, true}) {
     const DflashCheckpoint ckpt = LoadDflashCheckpoint(tiny.head_dir);
     const LlamaWeights& w = tiny.target->weights();
     DflashDraftOptions o;
-    o.tree = tree;
+    o.kind = tree ? DflashTreeKind::kBestFirst : DflashTreeKind::kChain;
     o.top_k = 2;
     o.budget = 5;
     auto drafter = std::make_unique<DflashDrafter>(
@@ -199,7 +85,7 @@ TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
     so.sampling_rule = tree ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
     SpeculativeDecoder decoder(*tiny.target, nullptr, std::move(drafter), so);
     int64_t accepted = 0;
-    const double p = OutputPValue(*tiny.target, decoder, &accepted);
+    const double p = testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted);
     EXPECT_GT(p, 1e-4) << (tree ? "ddtree" : "dflash");
     EXPECT_GT(accepted, 1000) << (tree ? "ddtree" : "dflash");  // drafts are taken often enough
   }
@@ -209,8 +95,9 @@ TEST(DflashDrafter, MismatchedHeadsFailClearly) {
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
-  const std::string tiny = WriteHead(HeadConfig(16, 4, 2, 2, 1), 1, "dflash_drafter_wrong");
+  MethodContext context = DflashContextFor(target);
+  const std::string tiny =
+      WriteDflashHead(DflashHeadConfig(16, 4, 2, 2, 1), 1, "dflash_drafter_wrong");
   try {
     registry.Build("dflash", context, {{"drafter", tiny}});
     FAIL() << "expected a mismatch";

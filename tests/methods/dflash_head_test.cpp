@@ -2,8 +2,9 @@
 // SpecBed causal option, every error), the default target layer rule (incl. Python's
 // round-half-to-even), checkpoint round trips (F32 exact, BF16/F16 within their rounding), every
 // checkpoint failure mode, and the block forward against an independent plain-loop reference
-// (double precision, unfused checkpoint tensors): non-causal and causal blocks, incremental
-// context == full context, truncation, ForwardFromBonus.
+// (double precision, unfused checkpoint tensors): non-causal and causal blocks of n < block_size,
+// n = block_size and n > block_size rows, incremental context == full context, truncation,
+// ForwardFromBonus; extra rows past block_size change earlier rows only in non-causal heads.
 // Randomized inputs use fixed seeds; tolerances are ~1e-4 relative to the output scale while the
 // float32 rounding error is ~1e-6 of it, so the false-failure rate is effectively zero.
 #include <gmock/gmock.h>
@@ -489,12 +490,14 @@ std::vector<double> Slice(const std::vector<double>& x, int64_t begin, int64_t n
   return std::vector<double>(x.begin() + begin, x.begin() + begin + n);
 }
 
-// Independent reference: logits [B][V] of the block `tokens` at positions [start, start + B) with
-// context feature rows `features` (row j at position j), straight from the unfused tensors.
+// Independent reference: logits [n][V] of the block `tokens` (n = tokens.size() rows, any n) at
+// positions [start, start + n) with context feature rows `features` (row j at position j),
+// straight from the unfused tensors.
 Mat ReferenceForward(const DflashConfig& c, const TensorMap& t, const at::Tensor& embedding,
                      const at::Tensor& lm_head, const Mat& features,
                      const std::vector<int32_t>& tokens, int64_t start) {
-  const int64_t b = c.block_size, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const int64_t b = static_cast<int64_t>(tokens.size()), hd = c.head_dim,
+                group = c.n_heads / c.n_kv_heads;
   const double eps = c.rms_norm_eps;
   const Mat fc = ToMat(t.at("fc.weight")), emb = ToMat(embedding), lm = ToMat(lm_head);
   Mat ctx;
@@ -611,13 +614,16 @@ class DflashHeadForward : public ::testing::Test {
   }
 
   void ExpectMatches(const DflashHeadOutput& out, const Mat& want, const std::string& what) {
-    ASSERT_EQ(out.logits.size(0), config_.block_size);
-    ASSERT_EQ(out.logits.size(1), config_.vocab_size);
+    const int64_t n = static_cast<int64_t>(want.size());
+    ASSERT_EQ(out.logits.size(0), n) << what;
+    ASSERT_EQ(out.logits.size(1), config_.vocab_size) << what;
+    ASSERT_EQ(out.hidden.size(0), n) << what;
+    ASSERT_EQ(out.hidden.size(1), config_.hidden_size) << what;
     double scale = 0;
     for (const auto& row : want) {
       for (double x : row) scale = std::max(scale, std::abs(x));
     }
-    for (int64_t i = 0; i < config_.block_size; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       for (int64_t v = 0; v < config_.vocab_size; ++v) {
         ASSERT_NEAR(out.logits_row(i)[v], want[i][v], 1e-4 * scale)
             << what << " row " << i << " vocab " << v;
@@ -679,6 +685,68 @@ TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
     head.AppendContext(part.data(), 3);
     head.ForwardFromBonus(7, out);  // [7, 49, 49, 49] at context_length()
     ExpectMatches(out, want_full, "from bonus");
+  }
+}
+
+TEST_F(DflashHeadForward, VariableRowCountsMatchReference) {
+  // n < block_size (4), n = block_size and n > block_size, in an order that grows, shrinks and
+  // regrows the work buffers; the bonus row plus mask rows, and a block with real tokens.
+  for (bool causal : {false, true}) {
+    Build(causal);
+    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    const auto all = FlatFeatures(0, kContext);
+    head.AppendContext(all.data(), kContext);
+    DflashHeadOutput out;
+    for (int64_t n : {4, 2, 7, 1, 9, 3, 9}) {
+      const std::string what =
+          std::string(causal ? "causal" : "non-causal") + " n " + std::to_string(n);
+      std::vector<int32_t> block(n, 49);
+      block[0] = 7;
+      head.ForwardFromBonus(7, n, out);
+      ExpectMatches(out,
+                    ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(kContext),
+                                     block, kContext),
+                    what + " from bonus");
+      for (int64_t i = 1; i < n; i += 2) block[i] = static_cast<int32_t>(3 * i + 1);
+      head.Forward(block.data(), n, kContext - 2, out);
+      ExpectMatches(out,
+                    ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(kContext),
+                                     block, kContext - 2),
+                    what + " tokens");
+    }
+    // The same n again keeps the output storage.
+    head.ForwardFromBonus(7, 9, out);
+    const float* storage = out.logits.data_ptr<float>();
+    head.ForwardFromBonus(5, 9, out);
+    EXPECT_EQ(out.logits.data_ptr<float>(), storage);
+    // The default forms are n = block_size.
+    DflashHeadOutput a, b;
+    head.ForwardFromBonus(5, a);
+    head.ForwardFromBonus(5, config_.block_size, b);
+    EXPECT_TRUE(at::equal(a.logits, b.logits));
+    EXPECT_THAT(ErrorOf([&] { head.ForwardFromBonus(5, 0, out); }), HasSubstr("must be >= 1"));
+    const int32_t token = 5;
+    EXPECT_THAT(ErrorOf([&] { head.Forward(&token, 0, kContext, out); }),
+                HasSubstr("block rows n must be >= 1, got 0"));
+  }
+}
+
+TEST_F(DflashHeadForward, ExtraRowsChangeEarlierRowsOnlyWhenNonCausal) {
+  for (bool causal : {false, true}) {
+    Build(causal);
+    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    const auto all = FlatFeatures(0, 6);
+    head.AppendContext(all.data(), 6);
+    DflashHeadOutput trained, longer;
+    head.ForwardFromBonus(7, config_.block_size, trained);
+    head.ForwardFromBonus(7, 2 * config_.block_size, longer);
+    const at::Tensor first = longer.logits.narrow(0, 0, config_.block_size);
+    if (causal) {
+      // Rows see only earlier rows (equal up to GEMM blocking, which may depend on the row count).
+      EXPECT_TRUE(at::allclose(first, trained.logits, 1e-5, 1e-5));
+    } else {
+      EXPECT_FALSE(at::allclose(first, trained.logits));
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // Tests for methods/common/draft_tree.* and tree_builders.*: DraftTree bookkeeping and
 // validation errors, PathTo, TreePositions, ChildrenLists, the chain builder, the EAGLE-2/3 beam
 // tree against a brute-force reimplementation on toy expanders, the DDTree best-first tree
-// against brute-force enumeration of all prefixes, and RandomTree. No LibTorch.
+// against brute-force enumeration of all prefixes, the JetSpec group-expansion tree against hand
+// examples and a heap-free reimplementation (and DDTree's top-budget optimality), and
+// RandomTree. No LibTorch.
 // All randomness uses fixed seeds, so every test is deterministic (false-failure rate 0).
 #include <gtest/gtest.h>
 
@@ -733,6 +735,250 @@ TEST(BestFirstTree, LargeBudgetIsExactAndOrderedByScore) {
       EXPECT_LE(parent_score + logp[(d - 1) * K + r + 1], worst);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JetSpec group-expansion tree.
+
+TEST(GroupExpandTree, HandExampleAndDifferenceFromDdtree) {
+  // The BestFirstTree hand example. Depth 1: tokens {10, 11} with log-probs {-0.1, -2}; depth 2:
+  // {20, 21} with {-0.5, -1}.
+  const std::vector<float> logp = {-0.1f, -2.f, -0.5f, -1.f};
+  const std::vector<int32_t> tokens = {10, 11, 20, 21};
+  GroupExpandTreeBuilder builder;
+  DraftTree tree;
+  // Budget 3: pop root -> group {10, 11}; pop 10 (-0.1) -> only its best child 20 fits.
+  builder.Build(logp.data(), tokens.data(), 2, 2, 3, tree);
+  EXPECT_EQ(tree.token, (std::vector<int32_t>{10, 11, 20}));
+  EXPECT_EQ(tree.parent, (std::vector<int32_t>{-1, -1, 0}));
+  EXPECT_EQ(tree.draft_logp, (std::vector<float>{-0.1f, -2.f, -0.5f}));
+  EXPECT_TRUE(tree.draft_probs.empty());
+  EXPECT_EQ(builder.node_scores(), (std::vector<float>{-0.1f, -2.f, -0.1f + -0.5f}));
+  EXPECT_EQ(builder.node_ranks(), (std::vector<int32_t>{0, 1, 0}));
+  EXPECT_EQ(builder.expanded(), 2);
+  // DDTree with the same inputs and budget keeps the three best prefixes instead: 10, 10->20,
+  // 10->21 (11 at -2 is worse than 10->21 at -1.1), so the trees differ.
+  DraftTree ddtree;
+  BuildBestFirstTree(logp.data(), tokens.data(), 2, 2, 3, ddtree);
+  EXPECT_EQ(ddtree.token, (std::vector<int32_t>{10, 20, 21}));
+  EXPECT_NE(ddtree.token, tree.token);
+  // Budget 100: the full tree, creation order root group, then 10's group, then 11's group.
+  builder.Build(logp.data(), tokens.data(), 2, 2, 100, tree);
+  EXPECT_EQ(tree.token, (std::vector<int32_t>{10, 11, 20, 21, 20, 21}));
+  EXPECT_EQ(tree.parent, (std::vector<int32_t>{-1, -1, 0, 0, 1, 1}));
+  EXPECT_EQ(tree.depth, (std::vector<int32_t>{1, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(builder.expanded(), 3);  // root, 10, 11; depth-2 nodes are never expanded
+  // Budget 0: empty.
+  builder.Build(logp.data(), tokens.data(), 2, 2, 0, tree);
+  EXPECT_EQ(tree.size(), 0);
+}
+
+TEST(GroupExpandTree, PopOrderAcrossDepthsAndTies) {
+  // D = 3, K = 2. Depth 1 {-0.1, -0.2}, depth 2 {-1, -3}, depth 3 {-0.05, -4}.
+  const std::vector<float> logp = {-0.1f, -0.2f, -1.f, -3.f, -0.05f, -4.f};
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  DraftTree tree;
+  // Pops: root -> n0 (1, -0.1), n1 (2, -0.2); n0 -> n2 (3, -1.1), n3 (4, -3.1);
+  // n1 -> n4 (3, -1.2), n5 (4, -3.2); n2 (-1.1) -> n6 (5, -1.15) [last group cut to 1]. Budget 7.
+  BuildGroupExpandTree(logp.data(), tokens.data(), 3, 2, 7, tree);
+  EXPECT_EQ(tree.token, (std::vector<int32_t>{1, 2, 3, 4, 3, 4, 5}));
+  EXPECT_EQ(tree.parent, (std::vector<int32_t>{-1, -1, 0, 0, 1, 1, 2}));
+  // Budget 9: n6's group is complete (5, 6), then n4 (-1.2) brings 5.
+  BuildGroupExpandTree(logp.data(), tokens.data(), 3, 2, 9, tree);
+  EXPECT_EQ(tree.token, (std::vector<int32_t>{1, 2, 3, 4, 3, 4, 5, 6, 5}));
+  EXPECT_EQ(tree.parent, (std::vector<int32_t>{-1, -1, 0, 0, 1, 1, 2, 2, 4}));
+
+  // All log-probs 0: every score ties, so nodes are expanded in creation order (breadth first).
+  const std::vector<float> zeros(6, 0.f);
+  BuildGroupExpandTree(zeros.data(), tokens.data(), 3, 2, 8, tree);
+  EXPECT_EQ(tree.parent, (std::vector<int32_t>{-1, -1, 0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(tree.token, (std::vector<int32_t>{1, 2, 3, 4, 3, 4, 5, 6}));
+}
+
+// Plain reference of the group expansion: a frontier list scanned for the best (score desc,
+// creation index asc) node, no heap.
+DraftTree ReferenceGroupExpand(const std::vector<float>& logp, const std::vector<int32_t>& tokens,
+                               int64_t D, int64_t K, int64_t budget) {
+  DraftTree tree;
+  std::vector<float> score;
+  std::vector<int32_t> frontier = {-1};  // -1 = root
+  while (tree.size() < budget && !frontier.empty()) {
+    size_t best = 0;
+    for (size_t f = 1; f < frontier.size(); ++f) {
+      const int32_t a = frontier[f], b = frontier[best];
+      const float sa = a < 0 ? 0.f : score[a], sb = b < 0 ? 0.f : score[b];
+      if (sa > sb || (sa == sb && a < b)) best = f;
+    }
+    const int32_t u = frontier[best];
+    frontier.erase(frontier.begin() + static_cast<std::ptrdiff_t>(best));
+    const int64_t d = u < 0 ? 0 : tree.depth[u];
+    if (d >= D) continue;
+    for (int64_t r = 0; r < K && tree.size() < budget; ++r) {
+      const int32_t node = tree.AddNode(tokens[d * K + r], u, logp[d * K + r]);
+      score.push_back((u < 0 ? 0.f : score[u]) + logp[d * K + r]);
+      frontier.push_back(node);
+    }
+  }
+  return tree;
+}
+
+TEST(GroupExpandTree, MatchesReferenceAndIsDominatedByDdtree) {
+  std::mt19937_64 rng(20260502);
+  int cases = 0;
+  GroupExpandTreeBuilder builder;  // reused across every case
+  for (int64_t D = 1; D <= 4; ++D) {
+    for (int64_t K = 1; K <= 4; ++K) {
+      for (int ties = 0; ties < 3; ++ties) {
+        std::vector<float> logp(D * K);
+        std::vector<int32_t> tokens(D * K);
+        for (int64_t d = 0; d < D; ++d) {
+          for (int64_t r = 0; r < K; ++r) {
+            // ties 0: continuous; 1: values in {0, -0.5, -1, -1.5}; 2: all 0.
+            const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+            logp[d * K + r] = ties == 0   ? static_cast<float>(-4.0 * u)
+                              : ties == 1 ? -0.5f * static_cast<float>(rng() % 4)
+                                          : 0.f;
+            tokens[d * K + r] = static_cast<int32_t>(100 * d + r);  // distinct per depth
+          }
+          std::sort(logp.begin() + d * K, logp.begin() + (d + 1) * K, std::greater<float>());
+        }
+        int64_t total = 0, layer = 1;
+        for (int64_t d = 0; d < D; ++d) total += (layer *= K);
+        for (int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, total / 2, total - 1,
+                               total, total + 3}) {
+          if (budget < 0) continue;
+          SCOPED_TRACE(testing::Message()
+                       << "D " << D << " K " << K << " ties " << ties << " budget " << budget);
+          DraftTree tree;
+          builder.Build(logp.data(), tokens.data(), D, K, budget, tree);
+          const DraftTree want = ReferenceGroupExpand(logp, tokens, D, K, budget);
+          EXPECT_EQ(tree.token, want.token);
+          EXPECT_EQ(tree.parent, want.parent);
+          EXPECT_EQ(tree.draft_logp, want.draft_logp);
+          // Budget respected exactly, prefix-closed (parents first), depth <= D, width <= K,
+          // siblings distinct.
+          ASSERT_EQ(tree.size(), std::min(budget, total));
+          tree.Validate(1000);
+          std::vector<int32_t> first_child, next_sibling;
+          ChildrenLists(tree, first_child, next_sibling);
+          for (int64_t slot = 0; slot <= tree.size(); ++slot) {
+            int64_t children = 0;
+            std::vector<int32_t> seen;
+            for (int32_t c = first_child[slot]; c >= 0; c = next_sibling[c]) {
+              ++children;
+              EXPECT_EQ(std::count(seen.begin(), seen.end(), tree.token[c]), 0);
+              seen.push_back(tree.token[c]);
+            }
+            EXPECT_LE(children, K);
+          }
+          for (int32_t i = 0; i < tree.size(); ++i) {
+            EXPECT_LE(tree.depth[i], D);
+            const float parent = tree.parent[i] < 0 ? 0.f : builder.node_scores()[tree.parent[i]];
+            EXPECT_EQ(builder.node_scores()[i], parent + tree.draft_logp[i]);
+          }
+          // DDTree keeps the top-budget prefixes, so its i-th best score is at least the
+          // group-expansion tree's i-th best (same size, both prefix sets of the same inputs).
+          BestFirstTreeBuilder ddtree;
+          DraftTree dd;
+          ddtree.Build(logp.data(), tokens.data(), D, K, budget, dd);
+          ASSERT_EQ(dd.size(), tree.size());
+          std::vector<float> a = ddtree.node_scores(), b = builder.node_scores();
+          std::sort(a.begin(), a.end(), std::greater<float>());
+          std::sort(b.begin(), b.end(), std::greater<float>());
+          for (size_t i = 0; i < a.size(); ++i) EXPECT_GE(a[i], b[i]) << "rank " << i;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 4 * 3 * 8);
+}
+
+TEST(GroupExpandTree, WidthOneIsTheArgmaxChain) {
+  const std::vector<float> logp = {-0.3f, -2.f, -0.1f, -5.f};
+  const std::vector<int32_t> tokens = {4, 9, 2, 7};
+  for (int64_t budget : {1, 3, 4, 10}) {
+    DraftTree tree;
+    BuildGroupExpandTree(logp.data(), tokens.data(), 4, 1, budget, tree);
+    const int64_t n = std::min<int64_t>(budget, 4);
+    DraftTree chain;
+    BuildChain(tokens.data(), n, chain, logp.data());
+    EXPECT_EQ(tree.token, chain.token) << budget;
+    EXPECT_EQ(tree.parent, chain.parent) << budget;
+    EXPECT_EQ(tree.depth, chain.depth) << budget;
+    EXPECT_EQ(tree.draft_logp, chain.draft_logp) << budget;
+    // DDTree at K = 1 is the same chain.
+    DraftTree dd;
+    BuildBestFirstTree(logp.data(), tokens.data(), 4, 1, budget, dd);
+    EXPECT_EQ(dd.token, chain.token) << budget;
+    EXPECT_EQ(dd.parent, chain.parent) << budget;
+  }
+}
+
+TEST(GroupExpandTree, LowProbabilitySiblingsUseBudget) {
+  // JetSpec's paper setting K = 7, D = 15, budget 254 (255 verify tokens with the root): one
+  // confident depth-1 token and six near-impossible ones. DDTree spends the budget deep below
+  // the confident token; group expansion adds all 7 siblings of every expanded node.
+  const int64_t D = 15, K = 7, budget = 254;
+  std::vector<float> logp(D * K);
+  std::vector<int32_t> tokens(D * K);
+  for (int64_t d = 0; d < D; ++d) {
+    for (int64_t r = 0; r < K; ++r) {
+      logp[d * K + r] = r == 0 ? -0.01f : -10.f - static_cast<float>(r);
+      tokens[d * K + r] = static_cast<int32_t>(r);
+    }
+  }
+  GroupExpandTreeBuilder group;
+  BestFirstTreeBuilder best;
+  DraftTree g, b;
+  group.Build(logp.data(), tokens.data(), D, K, budget, g);
+  best.Build(logp.data(), tokens.data(), D, K, budget, b);
+  ASSERT_EQ(g.size(), budget);
+  ASSERT_EQ(b.size(), budget);
+  // Group expansion: the argmax spine is expanded to depth 15 (15 groups of 7 = 105 nodes), the
+  // rest goes to the siblings' groups; every expanded node has all 7 children except the last.
+  const auto max_depth = [](const DraftTree& t) {
+    return *std::max_element(t.depth.begin(), t.depth.end());
+  };
+  EXPECT_EQ(max_depth(g), 15);
+  EXPECT_EQ(max_depth(b), 15);
+  std::vector<int32_t> first_child, next_sibling;
+  ChildrenLists(g, first_child, next_sibling);
+  int64_t full = 0, partial = 0;
+  for (int64_t slot = 0; slot <= g.size(); ++slot) {
+    int64_t children = 0;
+    for (int32_t c = first_child[slot]; c >= 0; c = next_sibling[c]) ++children;
+    if (children == K) ++full;
+    if (children > 0 && children < K) ++partial;
+  }
+  EXPECT_EQ(full, budget / K);
+  EXPECT_EQ(partial, budget % K == 0 ? 0 : 1);
+  // The top-budget prefixes score higher in total.
+  double gs = 0, bs = 0;
+  for (float x : group.node_scores()) gs += x;
+  for (float x : best.node_scores()) bs += x;
+  EXPECT_GT(bs, gs);
+}
+
+TEST(GroupExpandTree, BadInputsAreErrors) {
+  DraftTree tree;
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  const std::vector<float> unsorted = {-1.f, -0.5f, -0.1f, -0.2f};
+  ExpectError([&] { BuildGroupExpandTree(unsorted.data(), tokens.data(), 2, 2, 3, tree); },
+              {"group-expand tree: logp row 0 is not sorted"});
+  const std::vector<float> positive = {0.5f, -1.f, -0.1f, -0.2f};
+  ExpectError([&] { BuildGroupExpandTree(positive.data(), tokens.data(), 2, 2, 3, tree); },
+              {"logp[0, 0] = 0.5", "not a log-probability"});
+  const std::vector<float> good = {-0.1f, -1.f, -0.1f, -0.2f};
+  const std::vector<int32_t> negative = {1, 2, -3, 4};
+  ExpectError([&] { BuildGroupExpandTree(good.data(), negative.data(), 2, 2, 3, tree); },
+              {"tokens[1, 0] = -3"});
+  ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 0, 2, 3, tree); },
+              {"depth D must be >= 1"});
+  ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 2, 0, 3, tree); },
+              {"top-K must be >= 1"});
+  ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 2, 2, -1, tree); },
+              {"budget must be >= 0"});
 }
 
 // ---------------------------------------------------------------------------------------------

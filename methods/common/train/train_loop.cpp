@@ -344,6 +344,7 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
     while (st.step < end_step) {
       const int64_t t0 = NowMicros();
       const std::vector<int64_t> rows = order.Next(task.TrainRows(), optim.batch);
+      task.BeginStep(st.step);
       const at::Tensor loss = task.Loss(rows);
       loss.backward();
       const double lr = ScheduledLearningRate(optim, st.step);

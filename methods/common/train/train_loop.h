@@ -102,8 +102,11 @@ class TrainTask {
   virtual int64_t TrainRows() const = 0;
   // Called once per process before the first step (e.g. to precompute teacher caches).
   virtual void Prepare() {}
+  // Called before every Loss of training update `step` (0-based, the same on a resumed run), so
+  // a task can derive per-step randomness (e.g. DFlash's random anchors) that resumes exactly.
+  virtual void BeginStep(int64_t step) {}
   // Scalar float32 loss over the training rows `rows` (indices in [0, TrainRows())), with its
-  // autograd graph. Must be deterministic given the parameters and rows.
+  // autograd graph. Must be deterministic given the parameters, the rows and the step.
   virtual at::Tensor Loss(const std::vector<int64_t>& rows) = 0;
   // Held-out evaluation, without gradients.
   virtual EvalMetrics Evaluate() = 0;

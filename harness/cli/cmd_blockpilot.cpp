@@ -1,0 +1,221 @@
+// `specbed blockpilot label|train`: BlockPilot's offline data and predictor training
+// (methods/blockpilot/README.md). `label` decodes every prompt of a training prompt set once per
+// candidate block size with a DFlash drafter and stores p(x), τ and throughput per candidate
+// (resumable); `train` fits the block-size predictor on that file (resumable, shared training
+// loop). Both print the oracle / fixed / trained-block figures at the end.
+// Checked by: tests/cli/blockpilot_cli_test.cpp (label + train + run end to end, exit codes).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/cli/commands.h"
+#include "methods/blockpilot/blockpilot_labels.h"
+#include "methods/blockpilot/blockpilot_trainer.h"
+
+namespace specbed::cli {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct LabelOptions {
+  BlockPilotLabelConfig config;
+  BlockPilotLabelRunOptions run;
+  std::string out;
+};
+
+struct TrainOptions {
+  BlockPilotTrainConfig config;
+  TrainLoopOptions run;
+  std::string out;
+};
+
+// One line per choice: "  name  b=…  tau …  tok/s …".
+void PrintChoice(const char* name, const ojson& f) {
+  std::printf("  %-24s", name);
+  if (f.contains("block_size")) {
+    std::printf(" b=%-3lld", static_cast<long long>(f["block_size"].get<int64_t>()));
+  } else {
+    std::printf("      ");
+  }
+  std::printf("  mean tau %6.3f  decode %8.1f tok/s\n", f["mean_tau"].get<double>(),
+              f["tokens_per_s"].get<double>());
+}
+
+void PrintFigures(const std::string& title, const ojson& j) {
+  std::printf("%s (%lld prompts; labels: argmax %s):\n", title.c_str(),
+              static_cast<long long>(j["prompts"].get<int64_t>()),
+              j["criterion"].get<std::string>().c_str());
+  std::printf("  label histogram %s\n", j["label_histogram"].dump().c_str());
+  if (j.contains("predictor")) {
+    const ojson& p = j["predictor"];
+    std::printf("  predictor accuracy %.3f (tau labels %.3f, throughput labels %.3f)",
+                p["accuracy"].get<double>(), p["accuracy_tau_labels"].get<double>(),
+                p["accuracy_throughput_labels"].get<double>());
+    if (j.contains("majority_accuracy")) {
+      std::printf("; majority b=%lld %.3f",
+                  static_cast<long long>(j["majority_block_size"].get<int64_t>()),
+                  j["majority_accuracy"].get<double>());
+    }
+    std::printf("\n  predicted histogram %s\n", p["histogram"].dump().c_str());
+    PrintChoice("predictor", p);
+  }
+  PrintChoice("oracle (best tau)", j["oracle_tau"]);
+  PrintChoice("oracle (best tok/s)", j["oracle_throughput"]);
+  PrintChoice("best fixed by tau", j["best_fixed_tau"]);
+  PrintChoice("best fixed by tok/s", j["best_fixed_throughput"]);
+  if (j.contains("trained_block_size")) PrintChoice("trained block size", j["trained_block_size"]);
+}
+
+void RunLabel(const LabelOptions& o) {
+  const BlockPilotLabelResult r = LabelBlockPilot(o.config, o.out, o.run);
+  const BlockPilotLabels& l = r.labels;
+  if (!r.finished) {
+    std::printf("stopped after %lld prompts (%lld rows); rerun the same command to resume\n",
+                static_cast<long long>(l.provenance.value("prompts_done", int64_t{0})),
+                static_cast<long long>(l.size()));
+    return;
+  }
+  const ojson& p = l.provenance;
+  std::printf(
+      "blockpilot label: %lld prompts labelled (%lld skipped: stopped at the first token), "
+      "candidates %s around trained block size %lld, %lld output mismatches across block "
+      "sizes, %.1f s -> %s\n",
+      static_cast<long long>(l.size()),
+      static_cast<long long>(p.value("skipped_prompts", int64_t{0})),
+      ojson(l.candidates).dump().c_str(), static_cast<long long>(l.trained_block_size),
+      static_cast<long long>(p.value("output_mismatches", int64_t{0})),
+      p.value("wall_seconds", 0.0), o.out.c_str());
+  std::vector<int64_t> rows(l.size());
+  for (int64_t i = 0; i < l.size(); ++i) rows[i] = i;
+  PrintFigures("all prompts", BlockPilotFigures(l, rows, {}, "tau"));
+}
+
+void RunTrain(const TrainOptions& o) {
+  const BlockPilotTrainResult r = TrainBlockPilot(o.config, o.out, o.run);
+  if (!r.loop.finished) {
+    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
+                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
+    return;
+  }
+  std::printf(
+      "%s: %lld steps, final train loss %.4f, held-out loss %.4f; train accuracy %.3f; %lld "
+      "train / %lld held-out prompts; train %.1f s\n",
+      o.out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss,
+      r.evaluation["heldout_loss"].get<double>(), r.evaluation["train_accuracy"].get<double>(),
+      static_cast<long long>(r.n_train), static_cast<long long>(r.n_eval), r.loop.train_seconds);
+  PrintFigures("held-out prompts", r.evaluation["heldout"]);
+}
+
+void AddLabel(CLI::App* parent) {
+  auto o = std::make_shared<LabelOptions>();
+  BlockPilotLabelConfig& c = o->config;
+  CLI::App* cmd = parent->add_subcommand(
+      "label",
+      "Label a TRAINING prompt set: per prompt the target's last-position logits and, per "
+      "candidate block size B-radius..B+radius, tau and decode throughput of a greedy DFlash "
+      "decode -> one safetensors file; resumable");
+  cmd->add_option("--out", o->out, "Output label file (.safetensors); its directory is created")
+      ->required();
+  cmd->add_option("--drafter", c.drafter, "DFlash checkpoint directory")->required();
+  cmd->add_option("-t,--target", c.target, "Target model (name or path)")->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  cmd->add_option("--prompts", c.prompts,
+                  "'bos' (prompts sampled from the target after BOS), a dataset name or a "
+                  ".jsonl/.json prompt file; never the evaluation prompts")
+      ->capture_default_str();
+  cmd->add_option("--n-prompts", c.n_prompts, "bos mode: number of prompts")->capture_default_str();
+  cmd->add_option("--prompt-tokens", c.prompt_tokens,
+                  "bos mode: tokens sampled after BOS per prompt (T = 1)")
+      ->capture_default_str();
+  cmd->add_option("--dataset-categories", c.categories,
+                  "Dataset mode: only these categories (comma-separated)")
+      ->delimiter(',');
+  cmd->add_option("--limit", c.limit, "Dataset mode: first N prompts (-1 = all)")
+      ->capture_default_str();
+  cmd->add_option("--radius", c.radius, "Candidates B-radius..B+radius (those < 2 dropped)")
+      ->capture_default_str();
+  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
+      ->capture_default_str();
+  cmd->add_option("--timing-repeats", c.timing_repeats,
+                  "Timed decodes per prompt and candidate (throughput: the fastest)")
+      ->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed of the bos prompts")->capture_default_str();
+  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  cmd->add_option("--partial-every", o->run.partial_every_s,
+                  "Seconds between progress writes to OUT.partial (resume point)")
+      ->capture_default_str();
+  cmd->add_option("--stop-after", o->run.stop_after,
+                  "Stop after this many prompts (progress kept in OUT.partial; for tests)")
+      ->capture_default_str();
+  cmd->add_flag_callback(
+      "-q,--quiet", [o] { o->run.verbose = false; }, "No progress bar");
+  cmd->callback([o] { RunLabel(*o); });
+}
+
+void AddTrain(CLI::App* parent) {
+  auto o = std::make_shared<TrainOptions>();
+  BlockPilotTrainConfig& c = o->config;
+  c.optim = DefaultBlockPilotOptim();
+  CLI::App* cmd = parent->add_subcommand(
+      "train",
+      "Train the block-size predictor (MLP over p(x), cross-entropy on the labels) on a label "
+      "file -> OUT/config.json + model.safetensors; the last --holdout share of prompts is held "
+      "out; resumable");
+  cmd->add_option("--labels", c.labels, "Label file from `specbed blockpilot label`")->required();
+  cmd->add_option("--out", o->out, "Output directory (predictor, train_log.db, work/)")->required();
+  cmd->add_option("--criterion", c.criterion, "Label: argmax tau or argmax throughput")
+      ->check(CLI::IsMember({"tau", "throughput"}))
+      ->capture_default_str();
+  cmd->add_option("--input", c.input, "Predictor input: probs, logits or log_probs")
+      ->check(CLI::IsMember({"probs", "logits", "log_probs"}))
+      ->capture_default_str();
+  cmd->add_option("--hidden", c.hidden, "Hidden width")->capture_default_str();
+  cmd->add_option("--layers", c.layers, "Linear layers (1 = linear classifier)")
+      ->capture_default_str();
+  cmd->add_option("--holdout", c.holdout, "Share of prompts held out (the last ones)")
+      ->capture_default_str();
+  OptimConfig& opt = c.optim;
+  TrainLoopOptions& run = o->run;
+  cmd->add_option("--steps", opt.steps, "Optimiser steps")->capture_default_str();
+  cmd->add_option("-b,--batch", opt.batch, "Prompts per step")->capture_default_str();
+  cmd->add_option("--lr", opt.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  cmd->add_option("--min-lr", opt.min_lr, "Learning rate at the end of the cosine decay")
+      ->capture_default_str();
+  cmd->add_option("--warmup", opt.warmup, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--weight-decay", opt.weight_decay, "AdamW weight decay (matrices only)")
+      ->capture_default_str();
+  cmd->add_option("--beta1", opt.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", opt.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--grad-clip", opt.grad_clip, "Global gradient-norm clip (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt.seed, "Seed of init and data order")->capture_default_str();
+  cmd->add_option("--checkpoint-every", opt.checkpoint_every, "Steps between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--log-every", opt.log_every, "Steps between loss rows in train_log.db")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", opt.eval_every,
+                  "Steps between held-out evaluations (0 = only at the end)")
+      ->capture_default_str();
+  cmd->add_option("--threads", opt.threads, "CPU threads")->capture_default_str();
+  cmd->add_flag("--resume", run.resume, "Require an existing run in --out and continue it");
+  cmd->add_flag("--restart", run.restart, "Discard any run in --out and start afresh");
+  cmd->add_option("--stop-after", run.stop_after,
+                  "Stop after this many steps (checkpointed; the schedule still uses --steps)")
+      ->capture_default_str();
+  cmd->add_flag_callback(
+      "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar");
+  cmd->callback([o] { RunTrain(*o); });
+}
+
+}  // namespace
+
+void AddBlockpilotCommand(CLI::App& app) {
+  CLI::App* bp = app.add_subcommand(
+      "blockpilot", "BlockPilot: label a training prompt set, train the block-size predictor");
+  bp->require_subcommand(1);
+  AddLabel(bp);
+  AddTrain(bp);
+}
+
+}  // namespace specbed::cli
