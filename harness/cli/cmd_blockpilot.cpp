@@ -175,36 +175,7 @@ void AddTrain(CLI::App* parent) {
       ->capture_default_str();
   cmd->add_option("--holdout", c.holdout, "Share of prompts held out (the last ones)")
       ->capture_default_str();
-  OptimConfig& opt = c.optim;
-  TrainLoopOptions& run = o->run;
-  cmd->add_option("--steps", opt.steps, "Optimiser steps")->capture_default_str();
-  cmd->add_option("-b,--batch", opt.batch, "Prompts per step")->capture_default_str();
-  cmd->add_option("--lr", opt.lr, "Peak learning rate (AdamW)")->capture_default_str();
-  cmd->add_option("--min-lr", opt.min_lr, "Learning rate at the end of the cosine decay")
-      ->capture_default_str();
-  cmd->add_option("--warmup", opt.warmup, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--weight-decay", opt.weight_decay, "AdamW weight decay (matrices only)")
-      ->capture_default_str();
-  cmd->add_option("--beta1", opt.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", opt.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--grad-clip", opt.grad_clip, "Global gradient-norm clip (0 = off)")
-      ->capture_default_str();
-  cmd->add_option("--seed", opt.seed, "Seed of init and data order")->capture_default_str();
-  cmd->add_option("--checkpoint-every", opt.checkpoint_every, "Steps between checkpoints")
-      ->capture_default_str();
-  cmd->add_option("--log-every", opt.log_every, "Steps between loss rows in train_log.db")
-      ->capture_default_str();
-  cmd->add_option("--eval-every", opt.eval_every,
-                  "Steps between held-out evaluations (0 = only at the end)")
-      ->capture_default_str();
-  cmd->add_option("--threads", opt.threads, "CPU threads")->capture_default_str();
-  cmd->add_flag("--resume", run.resume, "Require an existing run in --out and continue it");
-  cmd->add_flag("--restart", run.restart, "Discard any run in --out and start afresh");
-  cmd->add_option("--stop-after", run.stop_after,
-                  "Stop after this many steps (checkpointed; the schedule still uses --steps)")
-      ->capture_default_str();
-  cmd->add_flag_callback(
-      "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar");
+  AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrain(*o); });
 }
 

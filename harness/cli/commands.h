@@ -4,6 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+namespace specbed {
+struct OptimConfig;       // methods/common/train/train_loop.h
+struct TrainLoopOptions;  // methods/common/train/train_loop.h
+}  // namespace specbed
+
 namespace specbed::cli {
 
 // argc/argv of the process, for the reproduce command stored with every run.
@@ -18,6 +23,9 @@ void AddBenchCommand(CLI::App& app);
 void AddReportCommand(CLI::App& app);
 void AddSummaryCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
+// The shared training-loop flags (--steps, --batch, --lr, ..., --resume, --restart,
+// --stop-after, --quiet; methods/common/train/train_loop.h) on `cmd` (cmd_train.cpp).
+void AddOptimFlags(CLI::App* cmd, OptimConfig& optim, TrainLoopOptions& run);
 void AddRegenCommand(CLI::App& app);
 void AddSweepCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);

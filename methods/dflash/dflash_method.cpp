@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "harness/base/error.h"
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
@@ -61,6 +63,8 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
     o.top_k = knobs.at(kind == DflashTreeKind::kGroupExpand ? "width" : "top_k").get<int64_t>();
     o.budget = DraftedNodesForBudget(knobs.at("budget").get<int64_t>(),
                                      knobs.at("budget_convention").get<std::string>(), method);
+    // DDTree's top_k 0 = min(budget, V): no width cap (the reference's K).
+    if (o.top_k == 0) o.top_k = std::max<int64_t>(1, std::min(o.budget, c.vocab_size));
   }
   auto drafter = std::make_unique<DflashDrafter>(std::move(head), o);
   SpeculativeOptions options;
@@ -132,7 +136,13 @@ void RegisterDflashMethods(MethodRegistry& registry) {
          1,
          0,
          {kBudgetConventionDdtree, kBudgetConventionJetspec}},
-        {"top_k", 8, "candidates per depth (the tree's branching limit)", 1, 256, {}},
+        {"top_k",
+         0,
+         "candidates per depth (the tree's branching limit); 0 = min(budget, vocab): no cap, "
+         "as in the DDTree reference",
+         0,
+         4096,
+         {}},
         {"block_size",
          0,
          "rows forwarded per step (0 = the head's; larger values add untrained mask rows); tree "

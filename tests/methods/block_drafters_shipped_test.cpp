@@ -1,0 +1,88 @@
+// The shipped stories260K block drafters (models/stories260K/dflash, trained by
+// `specbed train dflash`; models/stories260K/jetspec, by `specbed train jetspec`;
+// models/stories260K/blockpilot, by `specbed blockpilot label` + `train`) on the speculative
+// decoder: for `dflash` (block sizes 8 and 16), `ddtree`, `jetspec` (both budget conventions)
+// and `dflash+blockpilot`, every story prompt reproduces AR token for token at T = 0 in fp32, the
+// per-step node counts respect the budget, and tau clears a floor that an untrained head
+// (tau ~ 1.0) cannot reach. Deterministic (greedy, fp32, one thread): false-failure rate 0.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "datasets/dataset.h"
+#include "harness/engine/runner.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/dflash/dflash_checkpoint.h"
+#include "methods/method_registry.h"
+#include "tests/methods/dflash_test_util.h"
+
+namespace specbed {
+namespace {
+
+std::string Shipped(const std::string& name) {
+  return std::string(SPECBED_SOURCE_DIR) + "/models/stories260K/" + name;
+}
+
+struct ShippedCase {
+  std::string method;
+  nlohmann::json knobs;
+  int64_t max_nodes;  // drafted nodes per step at most
+  double min_tau;     // floor on tokens per verify step over all prompts
+};
+
+TEST(ShippedBlockDrafters, HeadsAreTrainedAsRecorded) {
+  const DflashCheckpoint dflash = LoadDflashCheckpoint(Shipped("dflash"));
+  EXPECT_FALSE(dflash.config.causal);
+  EXPECT_EQ(dflash.config.block_size, 16);
+  EXPECT_EQ(dflash.recipe["loss"], "ce");
+  EXPECT_EQ(dflash.recipe["gamma"], 7.0);
+  const DflashCheckpoint jetspec = LoadDflashCheckpoint(Shipped("jetspec"));
+  EXPECT_TRUE(jetspec.config.causal);
+  EXPECT_EQ(jetspec.recipe["loss"], "forward_kl");
+  EXPECT_EQ(jetspec.recipe["gamma"], 0.0);
+}
+
+TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = testing_util::DflashContextFor(target);
+  const std::string dflash = Shipped("dflash"), jetspec = Shipped("jetspec");
+  const std::vector<ShippedCase> cases = {
+      {"dflash", {{"drafter", dflash}, {"block_size", 8}}, 7, 1.6},
+      {"dflash", {{"drafter", dflash}}, 15, 1.8},
+      {"ddtree", {{"drafter", dflash}, {"budget", 32}}, 32, 2.3},
+      {"jetspec", {{"drafter", jetspec}, {"budget", 32}}, 31, 2.2},
+      {"jetspec", {{"drafter", jetspec}, {"budget", 64}, {"budget_convention", "ddtree"}}, 64, 2.3},
+      {"dflash+blockpilot", {{"drafter", dflash}, {"predictor", Shipped("blockpilot")}}, 17, 1.8},
+  };
+  const auto prompts = LoadDataset("stories", {});
+  for (const ShippedCase& c : cases) {
+    std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
+    int64_t steps = 0, emitted = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
+      GenerationConfig g;
+      g.stop = StopConfigFor(target, 96, {});
+      g.seed = i;
+      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 97);
+      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
+      DecodeResult spec;
+      decoder->Generate(ids, g, cache, spec);
+      ASSERT_EQ(spec.generation.tokens, ar.tokens) << c.method << c.knobs.dump() << " prompt " << i;
+      for (const StepStats& s : spec.steps) {
+        EXPECT_LE(s.n_drafted, c.max_nodes) << c.method << c.knobs.dump();
+        emitted += s.n_emitted;
+      }
+      steps += static_cast<int64_t>(spec.steps.size());
+    }
+    EXPECT_GT(static_cast<double>(emitted) / steps, c.min_tau) << c.method << c.knobs.dump();
+  }
+}
+
+}  // namespace
+}  // namespace specbed
