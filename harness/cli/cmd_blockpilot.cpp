@@ -11,6 +11,7 @@
 
 #include "harness/cli/commands.h"
 #include "methods/blockpilot/blockpilot_labels.h"
+#include "methods/blockpilot/blockpilot_oracle.h"
 #include "methods/blockpilot/blockpilot_trainer.h"
 
 namespace specbed::cli {
@@ -179,14 +180,65 @@ void AddTrain(CLI::App* parent) {
   cmd->callback([o] { RunTrain(*o); });
 }
 
+struct OracleOptions {
+  std::string db;
+  std::vector<int64_t> block_sizes;
+  bool json = false;
+};
+
+void RunOracle(const OracleOptions& o) {
+  const ojson figures = BlockPilotOracleFigures(o.db, o.block_sizes);
+  if (o.json) {
+    std::printf("%s\n", figures.dump(2).c_str());
+    return;
+  }
+  if (figures.empty()) {
+    std::printf("%s: no dflash cases with an explicit block_size\n", o.db.c_str());
+    return;
+  }
+  for (const ojson& e : figures) {
+    std::printf("%s / %s, T=%g, seed %lld, %lld new tokens, drafter %s (%lld prompts):\n",
+                e["target"].get<std::string>().c_str(), e["dataset"].get<std::string>().c_str(),
+                e["temperature"].get<double>(), static_cast<long long>(e["seed"].get<uint64_t>()),
+                static_cast<long long>(e["max_new_tokens"].get<int64_t>()),
+                e["drafter"].get<std::string>().c_str(),
+                static_cast<long long>(e["prompts"].get<int64_t>()));
+    for (const ojson& f : e["fixed"]) PrintChoice("fixed", f);
+    PrintChoice("best fixed by tau", e["best_fixed_tau"]);
+    PrintChoice("best fixed by tok/s", e["best_fixed_throughput"]);
+    PrintChoice("oracle (best tau)", e["oracle_tau"]);
+    PrintChoice("oracle (fastest)", e["oracle_throughput"]);
+    for (const ojson& bp : e["blockpilot"]) PrintChoice("dflash+blockpilot", bp);
+  }
+}
+
+void AddOracle(CLI::App* parent) {
+  auto o = std::make_shared<OracleOptions>();
+  CLI::App* cmd = parent->add_subcommand(
+      "oracle",
+      "BlockPilot vs fixed block sizes vs the per-prompt oracle on a results database: the "
+      "dflash cases at explicit block sizes and the dflash+blockpilot cases of the same drafter "
+      "and workload, over the prompts all of them answered");
+  cmd->add_option("db", o->db, "Results database (e.g. results/block_drafters_stories.db)")
+      ->required();
+  cmd->add_option("--block-sizes", o->block_sizes,
+                  "Only these fixed block sizes (e.g. the predictor's candidates 14 15 16 17 18); "
+                  "default: every explicit block_size in the database");
+  cmd->add_flag("--json", o->json, "Print the figures as JSON");
+  cmd->callback([o] { RunOracle(*o); });
+}
+
 }  // namespace
 
 void AddBlockpilotCommand(CLI::App& app) {
   CLI::App* bp = app.add_subcommand(
-      "blockpilot", "BlockPilot: label a training prompt set, train the block-size predictor");
+      "blockpilot",
+      "BlockPilot: label a training prompt set, train the block-size predictor, compare it with "
+      "fixed block sizes and the per-prompt oracle on a results database");
   bp->require_subcommand(1);
   AddLabel(bp);
   AddTrain(bp);
+  AddOracle(bp);
 }
 
 }  // namespace specbed::cli

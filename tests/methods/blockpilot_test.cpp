@@ -21,6 +21,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
@@ -29,11 +30,13 @@
 #include "harness/engine/speculative_decoder.h"
 #include "methods/blockpilot/blockpilot_labels.h"
 #include "methods/blockpilot/blockpilot_method.h"
+#include "methods/blockpilot/blockpilot_oracle.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
 #include "methods/blockpilot/blockpilot_trainer.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/method_registry.h"
 #include "models/checkpoint/safetensors.h"
+#include "results/store.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
 
@@ -639,6 +642,73 @@ TEST(BlockPilotMethod, MismatchErrors) {
             info.name, {{"drafter", head}, {"predictor", pred}, {"radius", 1}}));
       },
       {"knob 'radius' is 1", "trained with radius 2"});
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// BlockPilotOracleFigures on a hand-made database: two prompts, fixed b = 4 and 5, one
+// dflash+blockpilot case; every figure is computed by hand below.
+TEST(BlockPilotOracle, FiguresOnHandMadeDatabase) {
+  const std::string dir = testing_util::ScratchDir("blockpilot_oracle");
+  const std::string db = dir + "/r.db";
+  {
+    auto store = ResultsStore::Open(db);
+    const int64_t run = store->BeginRun(RunInfo{});
+    auto write = [&](const std::string& key, const std::string& method, const nlohmann::json& k,
+                     std::vector<std::tuple<std::string, int64_t, int64_t, double>> rows) {
+      CaseRecord c;
+      c.case_key = key;
+      c.target = "t";
+      c.method = method;
+      c.method_knobs_json = k.dump();
+      c.dataset = "d";
+      c.max_new_tokens = 16;
+      c.dtype = "float32";
+      c.device = "cpu";
+      std::vector<SampleRecord> samples;
+      for (const auto& [id, out, steps, ms] : rows) {
+        SampleRecord s;
+        s.prompt_id = id;
+        s.n_output_tokens = out;
+        s.n_steps = steps;
+        s.decode_ms = ms;
+        s.stop_reason = "max_new_tokens";
+        samples.push_back(s);
+      }
+      store->WriteCase(run, c, samples, {});
+    };
+    // (prompt, output tokens, steps, decode ms): tau = (out - 1) / steps.
+    write("a", "dflash", {{"drafter", "h"}, {"block_size", 4}},
+          {{"p1", 9, 4, 10.0}, {"p2", 9, 2, 20.0}});  // tau 2, 4
+    write("b", "dflash", {{"drafter", "h"}, {"block_size", 5}},
+          {{"p1", 9, 2, 30.0}, {"p2", 9, 8, 5.0}});  // tau 4, 1
+    write("c", "dflash+blockpilot", {{"drafter", "h"}, {"predictor", "p"}},
+          {{"p1", 9, 2, 12.0}, {"p2", 9, 4, 8.0}});  // tau 4, 2
+    write("d", "dflash", {{"drafter", "other"}, {"block_size", 0}}, {{"p1", 9, 1, 1.0}});
+  }
+  const nlohmann::ordered_json f = BlockPilotOracleFigures(db);
+  ASSERT_EQ(f.size(), 1u);  // the block_size 0 case of another drafter is not a fixed size
+  const auto& e = f[0];
+  EXPECT_EQ(e["prompts"], 2);
+  EXPECT_DOUBLE_EQ(e["fixed"][0]["mean_tau"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(e["fixed"][1]["mean_tau"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(e["fixed"][0]["tokens_per_s"].get<double>(), 16 / 30.0 * 1000);
+  EXPECT_EQ(e["best_fixed_tau"]["block_size"], 4);
+  EXPECT_EQ(e["best_fixed_throughput"]["block_size"], 4);            // 16 / 30 ms vs 16 / 35 ms
+  EXPECT_DOUBLE_EQ(e["oracle_tau"]["mean_tau"].get<double>(), 4.0);  // b = 5 on p1, b = 4 on p2
+  EXPECT_DOUBLE_EQ(e["oracle_throughput"]["tokens_per_s"].get<double>(), 16 / 15.0 * 1000);
+  ASSERT_EQ(e["blockpilot"].size(), 1u);
+  EXPECT_DOUBLE_EQ(e["blockpilot"][0]["mean_tau"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(e["blockpilot"][0]["tokens_per_s"].get<double>(), 16 / 20.0 * 1000);
+  // Restricted to b = 5: everything is b = 5's.
+  const nlohmann::ordered_json only5 = BlockPilotOracleFigures(db, {5});
+  ASSERT_EQ(only5[0]["fixed"].size(), 1u);
+  EXPECT_DOUBLE_EQ(only5[0]["oracle_tau"]["mean_tau"].get<double>(), 2.5);
+  EXPECT_THROW(BlockPilotOracleFigures(dir + "/missing.db"), Error);
 }
 
 }  // namespace
