@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "harness/base/error.h"
 
@@ -105,7 +106,7 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   const int64_t k = options_.top_k;
   logp_.resize(static_cast<size_t>(depth * k));
   tokens_.resize(static_cast<size_t>(depth * k));
-  order_.resize(k);
+  order_.resize(static_cast<size_t>(vocab_));
   for (int64_t d = 1; d <= depth; ++d) {
     const float* row = out_.logits_row(d);
     float max_v = -std::numeric_limits<float>::infinity();
@@ -113,17 +114,14 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     float sum = 0;
     for (int64_t v = 0; v < vocab_; ++v) sum += std::exp(row[v] - max_v);
     const float log_z = max_v + std::log(sum);
-    int64_t filled = 0;  // the k best ids, highest first; ties: smaller id first
-    for (int64_t v = 0; v < vocab_; ++v) {
-      const float x = row[v];
-      if (filled == k && !(x > row[order_[k - 1]])) continue;
-      int64_t pos = filled < k ? filled++ : k - 1;
-      while (pos > 0 && x > row[order_[pos - 1]]) {
-        order_[pos] = order_[pos - 1];
-        --pos;
-      }
-      order_[pos] = static_cast<int32_t>(v);
-    }
+    // The k best ids, highest first; ties: smaller id first (a strict total order, so the
+    // selection is unique). O(V + k log k) per depth: nth_element, then sort the top k.
+    std::iota(order_.begin(), order_.end(), 0);
+    const auto better = [row](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    };
+    if (k < vocab_) std::nth_element(order_.begin(), order_.begin() + k, order_.end(), better);
+    std::sort(order_.begin(), order_.begin() + k, better);
     for (int64_t r = 0; r < k; ++r) {
       tokens_[(d - 1) * k + r] = order_[r];
       logp_[(d - 1) * k + r] = std::min(0.0f, row[order_[r]] - log_z);
