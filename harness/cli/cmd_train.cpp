@@ -48,6 +48,33 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
       r.expected_acceptance, r.train_seconds);
 }
 
+// Prints how to resume when `loop` stopped before `steps`; returns whether it did.
+bool ReportIfStopped(const TrainLoopResult& loop, int64_t steps) {
+  if (loop.finished) return false;
+  std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
+              static_cast<long long>(loop.step), static_cast<long long>(steps));
+  return true;
+}
+
+// The regen-data flags of the head trainers that read target features (train eagle3, dflash,
+// jetspec): --max-len, --n-eval, --features, --feature-dtype.
+void AddRegenDataFlags(CLI::App* cmd, int64_t& max_len, int64_t& n_eval, std::string& features,
+                       std::string& feature_dtype) {
+  cmd->add_option("--max-len", max_len, "Crop training sequences to this many tokens")
+      ->capture_default_str();
+  cmd->add_option("--n-eval", n_eval, "Held-out sequences (the last ones of --data)")
+      ->capture_default_str();
+  cmd->add_option("--features", features,
+                  "Target features: online (run the target each step) or disk (cache under "
+                  "OUT/work/features)")
+      ->check(CLI::IsMember({"online", "disk"}))
+      ->capture_default_str();
+  cmd->add_option("--feature-dtype", feature_dtype,
+                  "Disk cache storage dtype: float32, bfloat16, float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+}
+
 struct TrainEagle3Options {
   Eagle3TrainConfig config;
   TrainLoopOptions run;
@@ -57,11 +84,7 @@ struct TrainEagle3Options {
 void RunTrainEagle3(const TrainEagle3Options& o) {
   KeepLargeBlocksInHeap();
   const Eagle3TrainResult r = TrainEagle3(o.config, o.out, o.run);
-  if (!r.loop.finished) {
-    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
-    return;
-  }
+  if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
   std::printf(
       "%s: %lld steps, final train loss %.4f; held-out TTT loss %.4f, step-0 top-1 %.4f, chain "
       "tau estimate %.3f; train %.1f s\n",
@@ -94,19 +117,7 @@ void AddTrainEagle3(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--ttt-decay", c.ttt_decay, "Loss weight decay^k of TTT step k")
       ->capture_default_str();
-  cmd->add_option("--max-len", c.max_len, "Crop training sequences to this many tokens")
-      ->capture_default_str();
-  cmd->add_option("--n-eval", c.n_eval, "Held-out sequences (the last ones of --data)")
-      ->capture_default_str();
-  cmd->add_option("--features", c.features,
-                  "Target features: online (run the target each step) or disk (cache under "
-                  "OUT/work/features)")
-      ->check(CLI::IsMember({"online", "disk"}))
-      ->capture_default_str();
-  cmd->add_option("--feature-dtype", c.feature_dtype,
-                  "Disk cache storage dtype: float32, bfloat16, float16")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
-      ->capture_default_str();
+  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainEagle3(*o); });
 }
@@ -122,11 +133,7 @@ void RunTrainDflash(TrainDflashOptions& o) {
   KeepLargeBlocksInHeap();
   o.config.loss.kind = ParseDflashLossKind(o.loss);
   const DflashTrainResult r = TrainDflash(o.config, o.out, o.run);
-  if (!r.loop.finished) {
-    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
-    return;
-  }
+  if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
   std::printf(
       "%s: %lld steps, final train loss %.4f; held-out loss %.4f, block-row-1 top-1 %.4f, chain "
       "tau estimate %.3f; train %.1f s\n",
@@ -187,19 +194,7 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
   cmd->add_option("--distill-temperature", c.loss.temperature,
                   "Distillation temperature of the KL losses")
       ->capture_default_str();
-  cmd->add_option("--max-len", c.max_len, "Crop training sequences to this many tokens")
-      ->capture_default_str();
-  cmd->add_option("--n-eval", c.n_eval, "Held-out sequences (the last ones of --data)")
-      ->capture_default_str();
-  cmd->add_option("--features", c.features,
-                  "Target features: online (run the target each step) or disk (cache under "
-                  "OUT/work/features)")
-      ->check(CLI::IsMember({"online", "disk"}))
-      ->capture_default_str();
-  cmd->add_option("--feature-dtype", c.feature_dtype,
-                  "Disk cache storage dtype: float32, bfloat16, float16")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
-      ->capture_default_str();
+  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainDflash(*o); });
 }

@@ -28,13 +28,6 @@ constexpr uint64_t kInitSalt = 0x64666c736e696e69ULL;    // "dflsnini"
 constexpr uint64_t kAnchorSalt = 0x64666c73616e6368ULL;  // "dflsanch"
 constexpr uint64_t kEvalSalt = 0x64666c736576616cULL;    // "dflseval"
 
-SafetensorsDtype FeatureDtype(const std::string& name, const std::string& who) {
-  if (name == "float32") return SafetensorsDtype::kF32;
-  if (name == "bfloat16") return SafetensorsDtype::kBF16;
-  if (name == "float16") return SafetensorsDtype::kF16;
-  Fail(who, ": --feature-dtype must be float32, bfloat16 or float16, got '", name, "'");
-}
-
 class DflashTrainTask : public TrainTask {
  public:
   DflashTrainTask(const DflashTrainConfig& config, const RegenData& data,
@@ -238,7 +231,7 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   for (int64_t id : hc.target_layer_ids) fo.layers.push_back(id + 1);  // HF hidden_states
   fo.max_len = config.max_len;
   fo.cache_dir = out_dir + "/work/features";
-  fo.store_dtype = FeatureDtype(config.feature_dtype, who);
+  fo.store_dtype = ParseFeatureStoreDtype(config.feature_dtype, who);
   fo.disk.verbose = options.verbose;
   std::filesystem::create_directories(out_dir + "/work");
   std::unique_ptr<TargetFeatureSource> features = MakeTargetFeatureSource(teacher, data, fo);
@@ -266,10 +259,7 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   settings["n_eval"] = config.n_eval;
 
   DflashTrainTask task(config, data, *features, head, n_train);
-  ojson recipe = settings;
-  const ojson optim_settings = OptimSettings(config.optim);
-  for (const auto& [key, value] : optim_settings.items()) recipe[key] = value;
-  recipe["trainer"] = "specbed train " + config.variant;
+  ojson recipe = TrainRecipe(settings, config.optim, "specbed train " + config.variant);
   recipe["features"] = config.features;
   recipe["data"] = data.provenance;
   task.set_recipe(recipe);

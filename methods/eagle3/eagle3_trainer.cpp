@@ -27,13 +27,6 @@ using ojson = nlohmann::ordered_json;
 
 constexpr uint64_t kInitSalt = 0x65616733696e6974ULL;  // "eag3init"
 
-SafetensorsDtype FeatureDtype(const std::string& name) {
-  if (name == "float32") return SafetensorsDtype::kF32;
-  if (name == "bfloat16") return SafetensorsDtype::kBF16;
-  if (name == "float16") return SafetensorsDtype::kF16;
-  Fail("eagle3: --feature-dtype must be float32, bfloat16 or float16, got '", name, "'");
-}
-
 class Eagle3TrainTask : public TrainTask {
  public:
   Eagle3TrainTask(const Eagle3TrainConfig& config, LlamaModel& target, const RegenData& data,
@@ -223,7 +216,7 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   fo.layers = result.aux_layers;
   fo.max_len = config.max_len;
   fo.cache_dir = out_dir + "/work/features";
-  fo.store_dtype = FeatureDtype(config.feature_dtype);
+  fo.store_dtype = ParseFeatureStoreDtype(config.feature_dtype, "eagle3");
   fo.disk.verbose = options.verbose;
   std::filesystem::create_directories(out_dir + "/work");
   std::unique_ptr<TargetFeatureSource> features = MakeTargetFeatureSource(teacher, data, fo);
@@ -242,10 +235,7 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   settings["n_eval"] = config.n_eval;
 
   Eagle3TrainTask task(config, teacher, data, *features, head, n_train);
-  ojson recipe = settings;
-  const ojson optim_settings = OptimSettings(config.optim);
-  for (const auto& [key, value] : optim_settings.items()) recipe[key] = value;
-  recipe["trainer"] = "specbed train eagle3";
+  ojson recipe = TrainRecipe(settings, config.optim, "specbed train eagle3");
   recipe["features"] = config.features;
   recipe["data"] = data.provenance;
   task.set_recipe(recipe);

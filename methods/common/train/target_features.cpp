@@ -565,6 +565,13 @@ TargetFeatures DiskFeatureCache::Get(const std::vector<int64_t>& rows, const Seq
 // ---------------------------------------------------------------------------------------------
 // Factory.
 
+SafetensorsDtype ParseFeatureStoreDtype(const std::string& name, const std::string& who) {
+  if (name == "float32") return SafetensorsDtype::kF32;
+  if (name == "bfloat16") return SafetensorsDtype::kBF16;
+  if (name == "float16") return SafetensorsDtype::kF16;
+  Fail(who, ": --feature-dtype must be float32, bfloat16 or float16, got '", name, "'");
+}
+
 std::vector<std::string> TargetFeatureSourceNames() {
   return {"online", "disk"};
 }

@@ -138,6 +138,10 @@ struct TargetFeatureOptions {
 // "online", "disk".
 std::vector<std::string> TargetFeatureSourceNames();
 
+// The disk cache storage dtype of a `--feature-dtype` value: float32 | bfloat16 | float16.
+// Throws specbed::Error naming `who` and the flag otherwise.
+SafetensorsDtype ParseFeatureStoreDtype(const std::string& name, const std::string& who);
+
 // The source named options.source (unknown names fail listing the known ones). "disk" builds or
 // reuses the cache of `data` first.
 std::unique_ptr<TargetFeatureSource> MakeTargetFeatureSource(LlamaModel& target,

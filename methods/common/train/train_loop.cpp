@@ -256,6 +256,15 @@ ojson OptimSettings(const OptimConfig& c) {
   return s;
 }
 
+nlohmann::ordered_json TrainRecipe(const nlohmann::ordered_json& settings, const OptimConfig& optim,
+                                   const std::string& trainer) {
+  nlohmann::ordered_json recipe = settings;
+  const nlohmann::ordered_json optim_settings = OptimSettings(optim);
+  for (const auto& [key, value] : optim_settings.items()) recipe[key] = value;
+  recipe["trainer"] = trainer;
+  return recipe;
+}
+
 double ScheduledLearningRate(const OptimConfig& c, int64_t step) {
   if (step < c.warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
   const int64_t span = std::max<int64_t>(1, c.steps - c.warmup);

@@ -45,6 +45,10 @@ struct OptimConfig {
 void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::string& who);
 // The identity part of `c` (every setting that changes the weights), as flat JSON keys.
 nlohmann::ordered_json OptimSettings(const OptimConfig& c);
+// The recipe a trainer stores with its drafter ("specbed_recipe"): the run identity `settings`,
+// then OptimSettings(optim), then "trainer": `trainer` (e.g. "specbed train eagle3").
+nlohmann::ordered_json TrainRecipe(const nlohmann::ordered_json& settings, const OptimConfig& optim,
+                                   const std::string& trainer);
 // Learning rate of 0-based update `step`: linear warmup to lr over `warmup` steps, then cosine
 // decay from lr to min_lr over the remaining steps.
 double ScheduledLearningRate(const OptimConfig& c, int64_t step);
