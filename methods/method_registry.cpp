@@ -5,6 +5,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -91,12 +92,26 @@ nlohmann::json MethodRegistry::ResolveKnobs(const std::string& name,
   return resolved;
 }
 
+nlohmann::json MethodRegistry::ResolveKnobsFor(const std::string& name, const nlohmann::json& knobs,
+                                               const std::string& target) const {
+  nlohmann::json resolved = ResolveKnobs(name, knobs);
+  for (const MethodKnob& k : Info(name).knobs) {
+    if (k.drafter_family.empty()) continue;
+    const nlohmann::json& v = resolved[k.name];
+    if (v.is_string() && v.get<std::string>() == kAutoDrafter) {
+      resolved[k.name] = DefaultDrafterName(k.drafter_family, target,
+                                            "method '" + name + "', knob '" + k.name + "'");
+    }
+  }
+  return resolved;
+}
+
 std::unique_ptr<Decoder> MethodRegistry::Build(const std::string& name, MethodContext& context,
                                                const nlohmann::json& knobs) const {
   const MethodInfo& info = Info(name);
   SPECBED_CHECK(context.target != nullptr && context.target->model != nullptr, "method '", name,
                 "': no target model");
-  return info.factory(context, ResolveKnobs(name, knobs));
+  return info.factory(context, ResolveKnobsFor(name, knobs, context.target->spec.name));
 }
 
 void RegisterBuiltinMethods(MethodRegistry& registry) {

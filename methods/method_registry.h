@@ -28,6 +28,10 @@ struct MethodKnob {
   double min = 1, max = 0;
   // String knobs: allowed values (empty = any).
   std::vector<std::string> choices;
+  // Drafter knobs: the drafter family (models/drafter_catalog.h: "draft", "eagle3", "dflash",
+  // "jetspec", "blockpilot"); the value "auto" resolves to the target's shipped drafter of this
+  // family (ResolveKnobsFor). "" = not a drafter knob.
+  std::string drafter_family;
 };
 
 // Capabilities the runner and reports rely on (stored with every case).
@@ -80,7 +84,12 @@ class MethodRegistry {
   // Knobs with defaults filled in; unknown knob names, wrong types, values out of range or not
   // among the choices fail naming the method and the knob.
   nlohmann::json ResolveKnobs(const std::string& name, const nlohmann::json& knobs) const;
-  // Builds the method's decoder for one case (knobs are resolved first).
+  // ResolveKnobs, then every drafter knob set to "auto" replaced by the shipped drafter of its
+  // family for registry target `target` (DefaultDrafterName), so the case key holds the name.
+  nlohmann::json ResolveKnobsFor(const std::string& name, const nlohmann::json& knobs,
+                                 const std::string& target) const;
+  // Builds the method's decoder for one case (knobs are resolved first, "auto" drafters for
+  // context.target).
   std::unique_ptr<Decoder> Build(const std::string& name, MethodContext& context,
                                  const nlohmann::json& knobs) const;
 

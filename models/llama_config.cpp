@@ -213,6 +213,17 @@ LlamaConfig ParseHfConfig(const json& j, const std::string& source) {
     }
   }
   c.torch_dtype = GetString(j, "torch_dtype", source, GetString(j, "dtype", source, "float32"));
+  if (Has(j, "specbed_twin")) {  // a cost twin (models/twin/cost_twin.h)
+    const json& twin = j["specbed_twin"];
+    SPECBED_CHECK(twin.is_object(), source, ": field \"specbed_twin\" must be an object");
+    const std::string twin_source = source + ": specbed_twin";
+    c.twin_feature_depth = GetInt(twin, "feature_depth", twin_source);
+    c.twin_label = GetString(twin, "label", twin_source, "");
+    SPECBED_CHECK(
+        c.twin_feature_depth >= 1 && c.twin_feature_depth <= GetInt(j, "num_hidden_layers", source),
+        source, ": specbed_twin.feature_depth ", c.twin_feature_depth,
+        " must be in [1, num_hidden_layers]");
+  }
   c.Validate(source);
   return c;
 }

@@ -45,10 +45,18 @@ struct LlamaConfig {
   int64_t bos_token_id = -1;            // -1 = none
   std::vector<int64_t> eos_token_ids;   // may be empty
   std::string torch_dtype = "float32";  // as stored in the checkpoint
+  // Cost twins (models/twin/cost_twin.h): the original model's depth, i.e. the layers that carry
+  // features (the rest are appended identity layers), and the plain-words label of the twin.
+  // 0 / "" for ordinary checkpoints.
+  int64_t twin_feature_depth = 0;
+  std::string twin_label;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // Layers that carry features: the original depth of a cost twin, else n_layers. Every rule that
+  // picks target layers (EAGLE-3 low/mid/high, DFlash target_layer_ids) applies to this depth.
+  int64_t FeatureDepth() const { return twin_feature_depth > 0 ? twin_feature_depth : n_layers; }
 
   // Throws specbed::Error naming `source` when a field is missing, non-positive or inconsistent
   // (e.g. n_heads not a multiple of n_kv_heads, odd head_dim).

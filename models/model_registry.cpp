@@ -9,6 +9,7 @@
 #include "harness/base/paths.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
+#include "models/twin/stories_twin.h"
 
 namespace specbed {
 namespace {
@@ -35,6 +36,29 @@ ModelSpec Stories260KDraft() {
   s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
   s.chat_template = "raw";
   s.description = "draft LM distilled from stories260K for speculative sampling, vocab 512";
+  return s;
+}
+
+// The cost twin of stories260K (models/twin/stories_twin.h): stories260K's exact function at the
+// cost of a 512-wide, 16-layer model, built on first use into the cache.
+ModelSpec Stories260KTwin() {
+  ModelSpec s;
+  s.name = "stories260K-twin";
+  s.format = "hf";
+  s.path = StoriesTwin().target;
+  s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
+  s.chat_template = "raw";
+  s.description =
+      "cost twin of stories260K: its exact function (same ids, logits within 1e-4) at the cost "
+      "of a width-512, 16-layer model (~47M parameters); built on first use";
+  return s;
+}
+
+ModelSpec Stories260KTwinDraft() {
+  ModelSpec s = Stories260KDraft();
+  s.name = "stories260K-twin-draft";
+  s.path = StoriesTwin().draft;
+  s.description = "cost twin of stories260K-draft (width x4) for SpS on stories260K-twin";
   return s;
 }
 
@@ -74,13 +98,16 @@ std::string GuessChatTemplate(const LlamaConfig& config) {
 }  // namespace
 
 std::vector<std::string> BuiltinModelNames() {
-  return {"stories260K", "stories260K-draft", "random-35m"};
+  return {"stories260K", "stories260K-draft", "stories260K-twin", "stories260K-twin-draft",
+          "random-35m"};
 }
 
 ModelSpec ResolveModel(const std::string& name_or_path) {
   if (name_or_path == "stories260K") return Stories260K();
   if (name_or_path == "stories260K-draft") return Stories260KDraft();
   if (name_or_path == "random-35m") return Random35M();
+  if (name_or_path == "stories260K-twin") return Stories260KTwin();
+  if (name_or_path == "stories260K-twin-draft") return Stories260KTwinDraft();
   if (PathExists(name_or_path)) {
     ModelSpec s;
     s.name = name_or_path;

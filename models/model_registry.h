@@ -3,7 +3,9 @@
 // [+ tokenizer.json]) or a llama2.c .bin checkpoint.
 // Built-in names: stories260K (the real pretrained default), stories260K-draft (its SpS draft,
 // trained by `specbed train draft-lm`), random-35m (random init, a ~35M-parameter Llama shape for
-// speed benchmarks; no tokenizer).
+// speed benchmarks; no tokenizer), stories260K-twin / stories260K-twin-draft (cost twins of
+// stories260K and its draft: the same function at the cost of a larger model, built on first use;
+// models/twin/stories_twin.h).
 // Checked by: tests/engine/model_registry_test.cpp.
 #pragma once
 

@@ -31,6 +31,7 @@ void AddSweepCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
 void AddSlurmCommand(CLI::App& app);
 void AddBlockpilotCommand(CLI::App& app);
+void AddTwinCommand(CLI::App& app);
 
 // `specbed run` and `specbed sweep` (cmd_sweep.cpp): load a run/sweep file, expand, shard, run.
 struct SweepFileOptions {

@@ -112,7 +112,8 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
   // datasets.
   std::vector<std::vector<Prompt>> prompts(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    cases[i].method.knobs = methods.ResolveKnobs(cases[i].method.name, cases[i].method.knobs);
+    cases[i].method.knobs =
+        methods.ResolveKnobsFor(cases[i].method.name, cases[i].method.knobs, cases[i].target);
     SPECBED_CHECK(cases[i].batch_size == 1, "case ", cases[i].Label(), ": batch_size ",
                   cases[i].batch_size,
                   " needs batched decoding, which the runner does not implement yet (no method "

@@ -429,6 +429,12 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
                 CaseConfig c;
                 c.target = target;
                 c.method = method;
+                // "auto" drafters become the target's shipped drafter (its name, in the key).
+                try {
+                  c.method.knobs = methods.ResolveKnobsFor(method.name, method.knobs, target);
+                } catch (const Error& e) {
+                  Fail(prefix, e.what());
+                }
                 c.dataset = dataset;
                 c.temperature = temperature;
                 c.seed = seed;

@@ -11,6 +11,7 @@
 #include "harness/base/mapped_file.h"
 #include "methods/dflash/dflash_method.h"
 #include "models/checkpoint/head_checkpoint.h"
+#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -110,7 +111,7 @@ namespace {
 // parses and has the knob's radius (the tensors are read by the factory).
 void CheckKnobs(const nlohmann::json& knobs) {
   CheckDflashDrafterKnob(knobs, kMethod);
-  const std::string dir = knobs.at("predictor").get<std::string>();
+  const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
   SPECBED_CHECK(!dir.empty(), kMethod, ": knob 'predictor' must name a BlockPilot predictor ",
                 "directory (config.json + model.safetensors from `specbed blockpilot train`)");
   SPECBED_CHECK(PathExists(dir), kMethod, ": predictor '", dir, "' does not exist");
@@ -140,8 +141,22 @@ void RegisterBlockpilotMethods(MethodRegistry& registry) {
   info.traits.sampling_verifier = "chain_rs";
   info.traits.drafter_knob = "drafter";
   info.knobs = {
-      {"drafter", "", "DFlash checkpoint directory (published layout)", 1, 0, {}},
-      {"predictor", "", "BlockPilot predictor directory (`specbed blockpilot train`)", 1, 0, {}},
+      {"drafter",
+       "auto",
+       "DFlash checkpoint directory (published layout), a known name, or auto = the target's "
+       "shipped head",
+       1,
+       0,
+       {},
+       "dflash"},
+      {"predictor",
+       "auto",
+       "BlockPilot predictor directory (`specbed blockpilot train`), a known name "
+       "(stories260K-blockpilot) or auto = the target's shipped predictor",
+       1,
+       0,
+       {},
+       "blockpilot"},
       {"radius",
        2,
        "candidate block sizes B - radius .. B + radius (must match the predictor's)",
@@ -152,7 +167,7 @@ void RegisterBlockpilotMethods(MethodRegistry& registry) {
   info.validate = CheckKnobs;
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     return MakeBlockPilotDecoder(context, knobs.at("drafter").get<std::string>(),
-                                 knobs.at("predictor").get<std::string>(),
+                                 ResolveDrafterDir(knobs.at("predictor").get<std::string>()),
                                  knobs.at("radius").get<int64_t>());
   };
   registry.Register(std::move(info));

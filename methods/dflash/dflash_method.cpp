@@ -17,6 +17,7 @@
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"
 #include "methods/method_registry.h"
+#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -29,8 +30,12 @@ int64_t DraftedNodesForBudget(int64_t budget, const std::string& convention,
                   {kBudgetConventionDdtree, kBudgetConventionJetspec}, "method '" + method + "'");
 }
 
+std::string DflashDrafterDir(const nlohmann::json& knobs) {
+  return ResolveDrafterDir(knobs.at("drafter").get<std::string>());
+}
+
 void CheckDflashDrafterKnob(const nlohmann::json& knobs, const std::string& method) {
-  const std::string dir = knobs.at("drafter").get<std::string>();
+  const std::string dir = DflashDrafterDir(knobs);
   SPECBED_CHECK(!dir.empty(), method, ": knob 'drafter' must name a DFlash checkpoint directory ",
                 "(config.json + model.safetensors in the published layout)");
   SPECBED_CHECK(PathExists(dir), method, ": drafter '", dir, "' does not exist");
@@ -40,7 +45,7 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
                                                  const nlohmann::json& knobs, DflashTreeKind kind,
                                                  const std::string& method) {
   CheckDflashDrafterKnob(knobs, method);
-  const std::string dir = knobs.at("drafter").get<std::string>();
+  const std::string dir = DflashDrafterDir(knobs);
   const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
   const LlamaModel& target = *context.target->model;
   const LlamaConfig& t = target.config();
@@ -50,8 +55,9 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
                 ") does not match the target '", context.target->spec.name, "' (vocab ",
                 t.vocab_size, ", hidden ", t.dim, "): the head shares the target's embedding");
   for (int64_t id : c.TargetLayerIds()) {
-    SPECBED_CHECK(id >= 0 && id < t.n_layers, method, ": drafter '", dir, "' reads target layer ",
-                  id, " but the target has ", t.n_layers, " layers");
+    SPECBED_CHECK(id >= 0 && id < t.FeatureDepth(), method, ": drafter '", dir,
+                  "' reads target layer ", id, " but the target has ", t.FeatureDepth(),
+                  " feature layers");
   }
   const LlamaWeights& w = target.weights();
   auto head = std::make_unique<DflashHead>(c, ckpt.tensors, w.tok_embeddings, w.lm_head);
@@ -92,7 +98,14 @@ void RegisterDflashMethods(MethodRegistry& registry) {
     info.traits.sampling_verifier = "chain_rs";
     info.traits.drafter_knob = "drafter";
     info.knobs = {
-        {"drafter", "", "DFlash checkpoint directory (published layout)", 1, 0, {}},
+        {"drafter",
+         "auto",
+         "DFlash checkpoint: a directory (published layout), a known name (stories260K-dflash, "
+         "stories260K-twin-dflash) or auto = the target's shipped head",
+         1,
+         0,
+         {},
+         "dflash"},
         {"block_size",
          0,
          "rows forwarded per step, drafting block_size - 1 tokens (0 = the head's block size; "
@@ -122,7 +135,14 @@ void RegisterDflashMethods(MethodRegistry& registry) {
     info.traits.sampling_verifier = "sample_follow";
     info.traits.drafter_knob = "drafter";
     info.knobs = {
-        {"drafter", "", "DFlash checkpoint directory (published layout)", 1, 0, {}},
+        {"drafter",
+         "auto",
+         "DFlash checkpoint: a directory (published layout), a known name (stories260K-dflash, "
+         "stories260K-twin-dflash) or auto = the target's shipped head",
+         1,
+         0,
+         {},
+         "dflash"},
         {"budget",
          32,
          "tree node budget (drafted nodes, root excluded, under the default convention)",

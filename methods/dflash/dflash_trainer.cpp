@@ -208,9 +208,9 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   hc.rope_scaling = tc.rope_scaling;
   hc.block_size = config.block_size;
   hc.mask_token_id = config.mask_token;
-  hc.num_target_layers = tc.n_layers;
+  hc.num_target_layers = tc.FeatureDepth();  // a cost twin's identity layers never count
   hc.target_layer_ids = config.target_layers.empty()
-                            ? DefaultDflashTargetLayers(tc.n_layers, config.layers)
+                            ? DefaultDflashTargetLayers(tc.FeatureDepth(), config.layers)
                             : config.target_layers;
   hc.causal = config.causal;
   hc.bos_token_id = tc.bos_token_id;

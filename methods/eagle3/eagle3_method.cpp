@@ -11,13 +11,15 @@
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/method_registry.h"
+#include "models/drafter_catalog.h"
 
 namespace specbed {
 
 std::string ResolveEagle3Head(const std::string& name_or_path) {
-  if (name_or_path == "stories260K-eagle3") return HomePath("models/stories260K/eagle3");
+  if (IsNamedDrafter(name_or_path, "eagle3")) return ResolveDrafterDir(name_or_path);
   SPECBED_CHECK(PathExists(name_or_path), "eagle3: head '", name_or_path,
-                "' is neither a known head (stories260K-eagle3) nor an existing directory");
+                "' is neither a known head (stories260K-eagle3, stories260K-twin-eagle3) nor an "
+                "existing directory");
   return name_or_path;
 }
 
@@ -35,10 +37,13 @@ Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const Loaded
                 " and no embed_tokens.weight, "
                 "but the target's embedding has width ",
                 t.dim);
-  if (c.aux_layer_ids.empty()) c.aux_layer_ids = DefaultEagle3AuxLayers(t.n_layers);
+  // A cost twin's appended identity layers are never feature layers: rules and checks use the
+  // original depth (LlamaConfig::FeatureDepth).
+  if (c.aux_layer_ids.empty()) c.aux_layer_ids = DefaultEagle3AuxLayers(t.FeatureDepth());
   for (int64_t l : c.aux_layer_ids) {
-    SPECBED_CHECK(l >= 0 && l <= t.n_layers, "eagle3: head '", name_or_path, "' reads target ",
-                  "layer ", l, " but the target has ", t.n_layers, " layers");
+    SPECBED_CHECK(l >= 0 && l <= t.FeatureDepth(), "eagle3: head '", name_or_path,
+                  "' reads target layer ", l, " but the target has ", t.FeatureDepth(),
+                  " feature layers");
   }
   return ckpt;
 }
@@ -84,11 +89,13 @@ std::vector<MethodKnob> Eagle3Knobs() {
        1024,
        {}},
       {"head",
-       "stories260K-eagle3",
-       "EAGLE-3 head: a known name or a checkpoint directory",
+       "auto",
+       "EAGLE-3 head: a known name (stories260K-eagle3, stories260K-twin-eagle3), a checkpoint "
+       "directory, or auto = the target's shipped head",
        1,
        0,
-       {}},
+       {},
+       "eagle3"},
   };
 }
 

@@ -158,12 +158,13 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   const int64_t n_train = data.size() - config.n_eval;
 
   result.aux_layers =
-      config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.n_layers) : config.aux_layers;
+      config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.FeatureDepth()) : config.aux_layers;
   SPECBED_CHECK(result.aux_layers.size() == static_cast<size_t>(kEagle3AuxLayers),
                 "eagle3: --aux-layers needs exactly ", kEagle3AuxLayers, " layer ids");
   for (int64_t l : result.aux_layers) {
-    SPECBED_CHECK(l >= 0 && l <= tc.n_layers, "eagle3: aux layer ", l, " is outside [0, ",
-                  tc.n_layers, "] (hidden_states numbering of a ", tc.n_layers, "-layer target)");
+    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "eagle3: aux layer ", l, " is outside [0, ",
+                  tc.FeatureDepth(), "] (hidden_states numbering of a ", tc.FeatureDepth(),
+                  "-layer target)");
   }
 
   // Draft vocabulary: the most frequent supervised (response) tokens of the training rows.

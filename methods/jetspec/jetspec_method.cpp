@@ -27,11 +27,13 @@ void RegisterJetspecMethods(MethodRegistry& registry) {
   info.traits.drafter_knob = "drafter";
   info.knobs = {
       {"drafter",
-       "",
-       "DFlash-layout checkpoint directory (a causal head from `specbed train jetspec`)",
+       "auto",
+       "DFlash-layout checkpoint directory (a causal head from `specbed train jetspec`), a known "
+       "name (stories260K-jetspec, stories260K-twin-jetspec) or auto = the target's shipped head",
        1,
        0,
-       {}},
+       {},
+       "jetspec"},
       {"budget",
        32,
        "tree node budget (verify tokens including the root, under the default convention)",

@@ -24,11 +24,13 @@ void RegisterSpsMethod(MethodRegistry& registry) {
   info.knobs = {
       {"gamma", 4, "draft length per step (drafted tokens, root excluded)", 1, 64, {}},
       {"drafter",
-       "stories260K-draft",
-       "draft model: registry name or path; must share the target's vocabulary",
+       "auto",
+       "draft model: registry name or path, must share the target's vocabulary; auto = the "
+       "target's shipped draft (stories260K-draft, stories260K-twin-draft)",
        1,
        0,
-       {}},
+       {},
+       "draft"},
   };
   info.factory = [](MethodContext& context,
                     const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {

@@ -1,0 +1,104 @@
+// `specbed twin`: writes cost twins (models/twin/cost_twin.h) — checkpoints that compute exactly a
+// small model's function at the cost of a larger one.
+//   specbed twin stories260K --out DIR --width-factor 8 --depth 16   a target (registry name,
+//                                                                      llama2.c .bin or HF dir)
+//   specbed twin models/stories260K/eagle3 --out DIR --width-factor 8   any drafter SpecBed
+//                                                                      writes (HF layout)
+//   specbed twin --builtin                 builds (or finds) the cached stories260K-twin set
+// Checked by: tests/cli/twin_cli_test.cpp.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/cli/commands.h"
+#include "models/model_registry.h"
+#include "models/twin/cost_twin.h"
+#include "models/twin/stories_twin.h"
+
+namespace specbed::cli {
+namespace {
+
+struct TwinOptions {
+  std::string source, output, of;
+  int64_t width_factor = kStoriesTwinWidthFactor;
+  int64_t target_width_factor = 0;
+  int64_t depth = 0;
+  bool builtin = false;
+};
+
+void RunTwin(const TwinOptions& o) {
+  if (o.builtin) {
+    const StoriesTwinPaths& p = StoriesTwin();
+    std::printf(
+        "stories260K-twin set: %s\n  target  %s\n  draft   %s\n  eagle3  %s\n"
+        "  dflash  %s\n  jetspec %s\n",
+        p.root.c_str(), p.target.c_str(), p.draft.c_str(), p.eagle3.c_str(), p.dflash.c_str(),
+        p.jetspec.c_str());
+    return;
+  }
+  SPECBED_CHECK(!o.source.empty() && !o.output.empty(),
+                "twin: give a model or drafter and --out DIR (or --builtin)");
+  HfCheckpointFiles files;
+  std::string of = o.of;
+  std::string where = o.source;
+  const bool is_dir = PathExists(o.source + "/config.json");
+  if (is_dir) {
+    files = ReadCheckpointFiles(o.source);
+  } else {
+    const ModelSpec spec = ResolveModel(o.source);
+    where = spec.path;
+    if (spec.format == "llama2c") {
+      files = Llama2cAsHf(spec.path);
+    } else if (spec.format == "hf") {
+      files = ReadCheckpointFiles(spec.path);
+    } else {
+      Fail("twin: model '", o.source, "' is a ", spec.format,
+           " shape without a checkpoint; give a checkpoint");
+    }
+    if (of.empty()) of = spec.name;
+  }
+  if (of.empty()) of = o.source;
+  TwinShape shape;
+  shape.width_factor = o.width_factor;
+  shape.target_width_factor = o.target_width_factor;
+  shape.depth = o.depth;
+  const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
+  WriteCheckpointFiles(o.output, twin);
+  std::printf("%s -> %s\n", TwinLabel(nlohmann::json::parse(twin.config.dump())).c_str(),
+              o.output.c_str());
+}
+
+}  // namespace
+
+void AddTwinCommand(CLI::App& app) {
+  auto o = std::make_shared<TwinOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "twin",
+      "Write a cost twin: a checkpoint with exactly a model's (or drafter's) function at the cost "
+      "of a wider/deeper one (zero-weight padding; models/twin/cost_twin.h)");
+  cmd->add_option("source", o->source,
+                  "Model (registry name, llama2.c .bin, HF directory) or drafter directory");
+  cmd->add_option("-o,--out", o->output, "Output checkpoint directory");
+  cmd->add_option("--width-factor", o->width_factor,
+                  "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm "
+                  "bit-exact)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--target-width-factor", o->target_width_factor,
+                  "Width factor of the target whose hidden states a drafter head reads (0 = "
+                  "--width-factor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--depth", o->depth,
+                  "Total layers (identity layers appended; 0 = keep the original depth)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--of", o->of, "Name of the original in the twin's label (default: source)");
+  cmd->add_flag("--builtin", o->builtin,
+                "Build (or find) the cached stories260K-twin set and print where it is");
+  cmd->callback([o] { RunTwin(*o); });
+}
+
+}  // namespace specbed::cli

@@ -1,0 +1,64 @@
+// Named drafters (see drafter_catalog.h).
+#include "models/drafter_catalog.h"
+
+#include "harness/base/error.h"
+#include "harness/base/paths.h"
+#include "models/twin/stories_twin.h"
+
+namespace specbed {
+
+const std::vector<NamedDrafter>& NamedDrafters() {
+  static const std::vector<NamedDrafter> drafters = {
+      {"stories260K-draft", "draft", "stories260K",
+       "SpS draft LM distilled from stories260K (2 layers, width 48)"},
+      {"stories260K-eagle3", "eagle3", "stories260K", "EAGLE-3 head trained on stories260K"},
+      {"stories260K-dflash", "dflash", "stories260K", "DFlash block head trained on stories260K"},
+      {"stories260K-jetspec", "jetspec", "stories260K",
+       "JetSpec causal block head trained on stories260K"},
+      {"stories260K-blockpilot", "blockpilot", "stories260K",
+       "BlockPilot block-size predictor for stories260K-dflash"},
+      {"stories260K-twin-draft", "draft", "stories260K-twin",
+       "cost twin of stories260K-draft (width x4: 192)"},
+      {"stories260K-twin-eagle3", "eagle3", "stories260K-twin",
+       "cost twin of stories260K-eagle3 (width x8: 512)"},
+      {"stories260K-twin-dflash", "dflash", "stories260K-twin",
+       "cost twin of stories260K-dflash (width x8: 512)"},
+      {"stories260K-twin-jetspec", "jetspec", "stories260K-twin",
+       "cost twin of stories260K-jetspec (width x8: 512)"},
+      {"stories260K-blockpilot", "blockpilot", "stories260K-twin",
+       "BlockPilot predictor of stories260K (the twin's logits are stories260K's)"},
+  };
+  return drafters;
+}
+
+bool IsNamedDrafter(const std::string& name, const std::string& family) {
+  for (const NamedDrafter& d : NamedDrafters()) {
+    if (d.name == name && (family.empty() || d.family == family)) return true;
+  }
+  return false;
+}
+
+std::string ResolveDrafterDir(const std::string& name_or_path) {
+  if (name_or_path == "stories260K-draft") return HomePath("models/stories260K/draft");
+  if (name_or_path == "stories260K-eagle3") return HomePath("models/stories260K/eagle3");
+  if (name_or_path == "stories260K-dflash") return HomePath("models/stories260K/dflash");
+  if (name_or_path == "stories260K-jetspec") return HomePath("models/stories260K/jetspec");
+  if (name_or_path == "stories260K-blockpilot") return HomePath("models/stories260K/blockpilot");
+  if (name_or_path == "stories260K-twin-draft") return StoriesTwin().draft;
+  if (name_or_path == "stories260K-twin-eagle3") return StoriesTwin().eagle3;
+  if (name_or_path == "stories260K-twin-dflash") return StoriesTwin().dflash;
+  if (name_or_path == "stories260K-twin-jetspec") return StoriesTwin().jetspec;
+  return name_or_path;
+}
+
+std::string DefaultDrafterName(const std::string& family, const std::string& target,
+                               const std::string& context) {
+  for (const NamedDrafter& d : NamedDrafters()) {
+    if (d.family == family && d.target == target) return d.name;
+  }
+  Fail(context, ": no shipped ", family, " drafter for target '", target,
+       "' (shipped: stories260K and stories260K-twin); name one with the knob instead of '",
+       kAutoDrafter, "'");
+}
+
+}  // namespace specbed

@@ -1,0 +1,45 @@
+// Named drafters: the drafters SpecBed ships for stories260K and their cost twins for
+// stories260K-twin, by family, and the default drafter of each family for a target. A method's
+// drafter knob set to "auto" (every method's default) resolves to DefaultDrafterName(family,
+// target) when its case is expanded, so `{"name": "ddtree"}` or `{"name": "eagle3"}` runs on
+// either target without naming a drafter, and the case key holds the resolved, machine-independent
+// name.
+//
+// Families (MethodKnob::drafter_family): "draft" (SpS draft LM), "eagle3" (EAGLE-3 head),
+// "dflash" (DFlash block head), "jetspec" (JetSpec causal block head), "blockpilot" (BlockPilot
+// block-size predictor; it reads the target's logits, which the twin reproduces, so both targets
+// share one).
+// Checked by: tests/models/cost_twin_test.cpp (names, defaults, resolution, errors).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specbed {
+
+// The knob value that asks for the target's default drafter.
+inline constexpr const char* kAutoDrafter = "auto";
+
+struct NamedDrafter {
+  std::string name;         // e.g. "stories260K-twin-eagle3"
+  std::string family;       // see above
+  std::string target;       // the registry target it belongs to
+  std::string description;  // one line
+};
+
+// Every named drafter, in listing order.
+const std::vector<NamedDrafter>& NamedDrafters();
+
+// True when `name` is a named drafter of `family` ("" = any family).
+bool IsNamedDrafter(const std::string& name, const std::string& family = "");
+
+// The checkpoint directory of a named drafter (building the cost-twin set on first use), or
+// `name_or_path` unchanged when it is not a name (a path).
+std::string ResolveDrafterDir(const std::string& name_or_path);
+
+// The default drafter name of `family` for registry target `target`; fails naming the method
+// (`context`), the family and the target when there is none ("name one with the knob").
+std::string DefaultDrafterName(const std::string& family, const std::string& target,
+                               const std::string& context);
+
+}  // namespace specbed

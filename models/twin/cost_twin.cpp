@@ -1,0 +1,283 @@
+// Cost-twin padding (see cost_twin.h).
+#include "models/twin/cost_twin.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <regex>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "models/checkpoint/head_checkpoint.h"
+#include "models/checkpoint/llama2c_checkpoint.h"
+#include "models/checkpoint/safetensors.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool EndsWithName(const std::string& name, const std::string& suffix) {
+  if (name == suffix) return true;
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         name[name.size() - suffix.size() - 1] == '.';
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What one tensor axis is, for padding.
+enum class Axis {
+  kKeep,          // unchanged (vocabulary, per-head norms)
+  kHidden,        // k blocks of hidden_size
+  kTargetHidden,  // k blocks of the target's hidden size (fused target features)
+  kQHeads,        // num_attention_heads * head_dim
+  kKvHeads,       // num_key_value_heads * head_dim
+  kFfn,           // intermediate_size
+};
+
+struct Rule {
+  const char* suffix;
+  std::vector<Axis> axes;
+  bool hidden_norm = false;  // an RMSNorm weight over the hidden width (scaled by sqrt(d/D))
+};
+
+// Ordered: the first matching suffix wins (q_norm / k_norm before the generic norm rule).
+const std::vector<Rule>& Rules() {
+  static const std::vector<Rule> rules = {
+      {"embed_tokens.weight", {Axis::kKeep, Axis::kHidden}},
+      {"lm_head.weight", {Axis::kKeep, Axis::kHidden}},
+      {"q_proj.weight", {Axis::kQHeads, Axis::kHidden}},
+      {"k_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
+      {"v_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
+      {"q_proj.bias", {Axis::kQHeads}},
+      {"k_proj.bias", {Axis::kKvHeads}},
+      {"v_proj.bias", {Axis::kKvHeads}},
+      {"o_proj.weight", {Axis::kHidden, Axis::kQHeads}},
+      {"gate_proj.weight", {Axis::kFfn, Axis::kHidden}},
+      {"up_proj.weight", {Axis::kFfn, Axis::kHidden}},
+      {"down_proj.weight", {Axis::kHidden, Axis::kFfn}},
+      {"fc.weight", {Axis::kHidden, Axis::kTargetHidden}},
+      {"q_norm.weight", {Axis::kKeep}},
+      {"k_norm.weight", {Axis::kKeep}},
+  };
+  return rules;
+}
+
+const Rule* FindRule(const std::string& name) {
+  for (const Rule& r : Rules()) {
+    if (EndsWithName(name, r.suffix)) return &r;
+  }
+  // Any other 1-d "...norm.weight" (input_layernorm, post_attention_layernorm, hidden_norm,
+  // model.norm, norm) is an RMSNorm over the hidden width.
+  static const Rule hidden_norm{"norm.weight", {Axis::kHidden}, true};
+  if (EndsWith(name, "norm.weight")) return &hidden_norm;
+  return nullptr;
+}
+
+int64_t GetPositive(const Json& config, const char* key, const std::string& source) {
+  SPECBED_CHECK(
+      config.contains(key) && config[key].is_number_integer() && config[key].get<int64_t>() > 0,
+      source, ": config.json needs a positive integer \"", key, "\" to build a cost twin");
+  return config[key].get<int64_t>();
+}
+
+struct Widths {
+  int64_t block = 0, padded = 0;
+  bool blocked = false;  // the axis may hold k blocks (concatenated inputs)
+};
+
+// Pads axis `axis` of `t` from `w.block` (or k blocks of it) to `w.padded` (per block), zeros
+// elsewhere.
+at::Tensor PadAxis(const at::Tensor& t, int64_t axis, const Widths& w, const std::string& name,
+                   const std::string& source) {
+  const int64_t size = t.size(axis);
+  int64_t blocks = 1;
+  if (w.blocked) {
+    SPECBED_CHECK(size % w.block == 0, source, ": tensor '", name, "' axis ", axis, " has size ",
+                  size, ", not a multiple of ", w.block, " as its config implies");
+    blocks = size / w.block;
+  } else {
+    SPECBED_CHECK(size == w.block, source, ": tensor '", name, "' axis ", axis, " has size ", size,
+                  " but its config implies ", w.block);
+  }
+  if (w.padded == w.block) return t;
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes[axis] = blocks * w.padded;
+  at::Tensor out = at::zeros(sizes, t.options());
+  for (int64_t b = 0; b < blocks; ++b) {
+    out.narrow(axis, b * w.padded, w.block).copy_(t.narrow(axis, b * w.block, w.block));
+  }
+  return out;
+}
+
+// Rows of each head reordered from interleaved pairs (2i, 2i+1) to rotate_half (i, i + d/2).
+at::Tensor InterleavedToHalves(const at::Tensor& w, int64_t n_heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  std::vector<int64_t> order;
+  order.reserve(n_heads * head_dim);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) order.push_back(h * head_dim + 2 * i);
+    for (int64_t i = 0; i < half; ++i) order.push_back(h * head_dim + 2 * i + 1);
+  }
+  at::Tensor index = at::empty({static_cast<int64_t>(order.size())}, at::kLong);
+  for (size_t i = 0; i < order.size(); ++i) index.data_ptr<int64_t>()[i] = order[i];
+  return w.index_select(0, index).contiguous();
+}
+
+}  // namespace
+
+HfCheckpointFiles ReadCheckpointFiles(const std::string& dir) {
+  const std::string where = "checkpoint '" + dir + "'";
+  HeadConfigFile config = ReadHeadConfig(dir, where);
+  HeadTensors tensors = ReadHeadTensors(dir, where, "");
+  HfCheckpointFiles out;
+  out.config = Json(config.config);
+  out.tensors = std::move(tensors.tensors);
+  return out;
+}
+
+HfCheckpointFiles Llama2cAsHf(const std::string& path) {
+  Llama2cCheckpoint ckpt = ReadLlama2cCheckpoint(path);
+  LlamaConfig config = ckpt.config;
+  HfCheckpointFiles out;
+  for (auto& [name, t] : ckpt.tensors) {
+    if (EndsWithName(name, "q_proj.weight")) {
+      out.tensors[name] = InterleavedToHalves(t, config.n_heads, config.head_dim);
+    } else if (EndsWithName(name, "k_proj.weight")) {
+      out.tensors[name] = InterleavedToHalves(t, config.n_kv_heads, config.head_dim);
+    } else {
+      out.tensors[name] = t;
+    }
+  }
+  config.architecture = "LlamaForCausalLM";
+  config.rope_interleaved = false;
+  out.config = Json(config.ToHfJson());
+  return out;
+}
+
+HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
+                                const std::string& of, const std::string& source) {
+  const int64_t f = shape.width_factor;
+  const int64_t tf = shape.target_width_factor > 0 ? shape.target_width_factor : f;
+  SPECBED_CHECK(f >= 1 && f <= 64 && tf >= 1 && tf <= 64, source,
+                ": cost-twin width factors must be in [1, 64], got ", f, " and ", tf);
+  SPECBED_CHECK(!in.config.contains(kTwinRecipeKey), source,
+                ": is already a cost twin; pad the original instead");
+  const Json& c = in.config;
+  const int64_t hidden = GetPositive(c, "hidden_size", source);
+  const int64_t n_heads = GetPositive(c, "num_attention_heads", source);
+  const int64_t n_kv =
+      c.contains("num_key_value_heads") ? GetPositive(c, "num_key_value_heads", source) : n_heads;
+  const int64_t head_dim = c.contains("head_dim") && c["head_dim"].is_number_integer()
+                               ? c["head_dim"].get<int64_t>()
+                               : hidden / n_heads;
+  const int64_t ffn = GetPositive(c, "intermediate_size", source);
+  const int64_t layers = GetPositive(c, "num_hidden_layers", source);
+  const int64_t target_hidden =
+      c.contains("target_hidden_size") ? GetPositive(c, "target_hidden_size", source) : hidden;
+  SPECBED_CHECK(c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number() &&
+                    c["rms_norm_eps"].get<double>() > 0,
+                source, ": config.json needs a positive \"rms_norm_eps\" to build a cost twin");
+  const double eps = c["rms_norm_eps"].get<double>();
+  const int64_t depth = shape.depth > 0 ? shape.depth : layers;
+  SPECBED_CHECK(depth >= layers, source, ": cost-twin depth ", depth, " is below the original's ",
+                layers, " layers (depth is only ever padded)");
+  SPECBED_CHECK(depth <= 4096, source, ": cost-twin depth ", depth, " is absurd (limit 4096)");
+
+  const std::map<Axis, Widths> widths = {
+      {Axis::kHidden, {hidden, hidden * f, true}},
+      {Axis::kTargetHidden, {target_hidden, target_hidden * tf, true}},
+      {Axis::kQHeads, {n_heads * head_dim, n_heads * f * head_dim, false}},
+      {Axis::kKvHeads, {n_kv * head_dim, n_kv * f * head_dim, false}},
+      {Axis::kFfn, {ffn, ffn * f, false}},
+  };
+  const double norm_scale = std::sqrt(1.0 / static_cast<double>(f));
+
+  HfCheckpointFiles out;
+  for (const auto& [name, t] : in.tensors) {
+    if (EndsWith(name, "rotary_emb.inv_freq")) continue;
+    if (!t.is_floating_point()) {  // d2t / t2d and other index maps
+      out.tensors[name] = t;
+      continue;
+    }
+    const Rule* rule = FindRule(name);
+    SPECBED_CHECK(rule != nullptr, source, ": no cost-twin padding rule for tensor '", name,
+                  "' (shape [", t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
+                  "fc, *norm.weight (models/twin/cost_twin.cpp)");
+    SPECBED_CHECK(t.dim() == static_cast<int64_t>(rule->axes.size()), source, ": tensor '", name,
+                  "' has ", t.dim(), " dims, its rule expects ", rule->axes.size());
+    at::Tensor padded = t.to(at::kFloat);
+    for (size_t a = 0; a < rule->axes.size(); ++a) {
+      if (rule->axes[a] == Axis::kKeep) continue;
+      padded = PadAxis(padded, static_cast<int64_t>(a), widths.at(rule->axes[a]), name, source);
+    }
+    if (rule->hidden_norm) padded = padded * norm_scale;
+    out.tensors[name] = padded.contiguous();
+  }
+
+  // Identity layers: every tensor of the last original layer, zero-valued, under the new index.
+  if (depth > layers) {
+    static const std::regex kLayer(R"(^(.*\blayers\.)(\d+)(\..*)$)");
+    std::vector<std::pair<std::string, std::string>> last;  // (prefix, suffix) of layer L-1
+    for (const auto& [name, t] : out.tensors) {
+      std::smatch m;
+      if (std::regex_match(name, m, kLayer) && std::stoll(m[2].str()) == layers - 1) {
+        last.emplace_back(m[1].str(), m[3].str());
+      }
+    }
+    SPECBED_CHECK(!last.empty(), source, ": no tensors named '*layers.", layers - 1,
+                  ".*' to model identity layers on");
+    for (int64_t l = layers; l < depth; ++l) {
+      for (const auto& [prefix, suffix] : last) {
+        const at::Tensor& like = out.tensors.at(prefix + std::to_string(layers - 1) + suffix);
+        out.tensors[prefix + std::to_string(l) + suffix] = at::zeros_like(like);
+      }
+    }
+  }
+
+  Json config = c;
+  config["hidden_size"] = hidden * f;
+  config["intermediate_size"] = ffn * f;
+  config["num_attention_heads"] = n_heads * f;
+  config["num_key_value_heads"] = n_kv * f;
+  config["head_dim"] = head_dim;
+  config["num_hidden_layers"] = depth;
+  config["rms_norm_eps"] = eps / static_cast<double>(f);
+  if (c.contains("target_hidden_size")) config["target_hidden_size"] = target_hidden * tf;
+  Json recipe;
+  recipe["of"] = of;
+  recipe["width"] = hidden * f;
+  recipe["depth"] = depth;
+  recipe["width_factor"] = f;
+  recipe["target_width_factor"] = tf;
+  recipe["feature_depth"] = layers;
+  recipe["original"] = {
+      {"hidden_size", hidden},       {"intermediate_size", ffn}, {"num_attention_heads", n_heads},
+      {"num_key_value_heads", n_kv}, {"head_dim", head_dim},     {"num_hidden_layers", layers},
+      {"rms_norm_eps", eps}};
+  recipe["label"] =
+      StrCat("cost twin of ", of, " (width ", hidden * f, ", ", depth, " layers; computes exactly ",
+             of, "'s function with zero-weight ", "padding, at the cost of the larger shape)");
+  recipe["format_version"] = 1;
+  config[kTwinRecipeKey] = recipe;
+  out.config = std::move(config);
+  return out;
+}
+
+void WriteCheckpointFiles(const std::string& dir, const HfCheckpointFiles& files) {
+  WriteHeadCheckpoint(dir, files.config, nullptr, files.tensors, SafetensorsDtype::kF32,
+                      "cost twin '" + dir + "'");
+}
+
+std::string TwinLabel(const nlohmann::json& config) {
+  if (!config.is_object() || !config.contains(kTwinRecipeKey)) return "";
+  const auto& r = config[kTwinRecipeKey];
+  if (!r.is_object() || !r.contains("label") || !r["label"].is_string()) return "";
+  return r["label"].get<std::string>();
+}
+
+}  // namespace specbed
