@@ -112,8 +112,11 @@ namespace {
 void CheckKnobs(const nlohmann::json& knobs) {
   CheckDflashDrafterKnob(knobs, kMethod);
   const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
-  SPECBED_CHECK(!dir.empty(), kMethod, ": knob 'predictor' must name a BlockPilot predictor ",
-                "directory (config.json + model.safetensors from `specbed blockpilot train`)");
+  SPECBED_CHECK(!dir.empty() && dir != kAutoDrafter, kMethod,
+                ": knob 'predictor' must name a BlockPilot predictor directory (config.json + "
+                "model.safetensors from `specbed blockpilot train`) or a known one; 'auto' "
+                "resolves only for a target with a shipped predictor (stories260K, "
+                "stories260K-twin)");
   SPECBED_CHECK(PathExists(dir), kMethod, ": predictor '", dir, "' does not exist");
   const HeadConfigFile file =
       ReadHeadConfig(dir, std::string("BlockPilot predictor '") + dir + "'");

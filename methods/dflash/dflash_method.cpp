@@ -36,8 +36,10 @@ std::string DflashDrafterDir(const nlohmann::json& knobs) {
 
 void CheckDflashDrafterKnob(const nlohmann::json& knobs, const std::string& method) {
   const std::string dir = DflashDrafterDir(knobs);
-  SPECBED_CHECK(!dir.empty(), method, ": knob 'drafter' must name a DFlash checkpoint directory ",
-                "(config.json + model.safetensors in the published layout)");
+  SPECBED_CHECK(!dir.empty() && dir != kAutoDrafter, method,
+                ": knob 'drafter' must name a DFlash checkpoint directory (config.json + "
+                "model.safetensors in the published layout) or a known head; 'auto' resolves only "
+                "for a target with a shipped head (stories260K, stories260K-twin)");
   SPECBED_CHECK(PathExists(dir), method, ": drafter '", dir, "' does not exist");
 }
 

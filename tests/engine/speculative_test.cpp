@@ -366,7 +366,9 @@ TEST(MethodRegistry, ListsBuiltinsWithTraitsAndValidatesKnobs) {
   EXPECT_EQ(sps.traits.sampling_verifier, "chain_rs");
   const nlohmann::json knobs = registry.ResolveKnobs("sps", nlohmann::json::object());
   EXPECT_EQ(knobs.at("gamma"), 4);
-  EXPECT_EQ(knobs.at("drafter"), "stories260K-draft");
+  EXPECT_EQ(knobs.at("drafter"), "auto");  // resolved per target:
+  EXPECT_EQ(registry.ResolveKnobsFor("sps", nlohmann::json::object(), "stories260K").at("drafter"),
+            "stories260K-draft");
   auto message = [&](const nlohmann::json& k) -> std::string {
     try {
       registry.ResolveKnobs("sps", k);

@@ -164,7 +164,8 @@ TEST(SweepExpand, PlainRunConfigKeepsItsCasesAndKeys) {
   std::vector<CaseConfig> old = ExpandCases(ParseRunConfig(Json::parse(json), "sweep.json"));
   ASSERT_EQ(x.cases.size(), old.size());
   for (size_t i = 0; i < old.size(); ++i) {
-    old[i].method.knobs = Builtin().ResolveKnobs(old[i].method.name, old[i].method.knobs);
+    old[i].method.knobs =
+        Builtin().ResolveKnobsFor(old[i].method.name, old[i].method.knobs, old[i].target);
     EXPECT_EQ(x.cases[i].Key(), old[i].Key()) << i;
     EXPECT_EQ(x.cases[i].Label(), old[i].Label());
   }

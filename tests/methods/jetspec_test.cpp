@@ -185,7 +185,7 @@ TEST(Jetspec, KnobsAndBudgetConventions) {
   EXPECT_TRUE(info.traits.lossless);
   EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
   const nlohmann::json k = registry.ResolveKnobs("jetspec", nlohmann::json::object());
-  EXPECT_EQ(k["drafter"], "");
+  EXPECT_EQ(k["drafter"], "auto");  // the target's shipped head, resolved per case
   EXPECT_EQ(k["budget"], 32);
   EXPECT_EQ(k["width"], 7);
   EXPECT_EQ(k["budget_convention"], "jetspec");
