@@ -10,6 +10,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
@@ -182,10 +183,12 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
     // AR cases record the target's top-2 margins so divergences of other methods can be judged.
     gen.record_margins = !method_info.traits.speculative;
     gen.synthetic_acceptance = c.synthetic_acceptance;
+    // Sized for the largest draft tree, so budgets are never clipped by the cache (only at the
+    // model's context limit).
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
-      const int64_t need = std::min<int64_t>(
-          model.config().max_seq_len, static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
+      const int64_t need =
+          CacheLengthFor(model, static_cast<int64_t>(prompt_len), c.max_new_tokens, *decoder);
       if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
     };
     DecodeResult result;
