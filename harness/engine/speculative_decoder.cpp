@@ -118,12 +118,11 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     step.committed = &committed_;
     step.step_index = step_index;
     if (controller_) controller_->BeforeStep(step, budget);
-    // Nodes: only what the cache cannot hold is cut. Depth: a step emits at most depth + 1
-    // tokens, so drafting deeper than the tokens still allowed after the bonus is wasted.
+    // Nodes: only what the cache cannot hold is cut. Depth: at most the tokens still allowed
+    // (a deeper draft could not be emitted).
     const int64_t left = config.stop.max_new_tokens - static_cast<int64_t>(stop.tokens().size());
     step.budget.nodes = std::min(budget.nodes, free);
-    step.budget.depth = std::min({budget.depth, step.budget.nodes, std::max<int64_t>(left - 1, 0)});
-    if (step.budget.depth == 0) step.budget.nodes = 0;  // no node fits a tree of depth 0
+    step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
     tree_.Clear();
     drafter_->Draft(step, tree_);
     tree_.ValidateStructure(vocab);

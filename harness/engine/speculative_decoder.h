@@ -15,8 +15,7 @@
 //   MaxDraftNodes(), capped at the model's context), so the node budget is only clipped when the
 //   cache truly cannot hold it (L + 1 + nodes <= cache.max_len(), e.g. at max_seq_len). Near the
 //   end of an answer only the depth is limited, by the tokens still allowed: depth <=
-//   max_new_tokens - generated - 1 (a step emits at most depth + 1 tokens), so a step with one
-//   token left drafts nothing.
+//   max_new_tokens - generated (generated includes the root).
 // Checked by: tests/engine/speculative_test.cpp.
 #pragma once
 
