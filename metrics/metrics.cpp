@@ -140,6 +140,7 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
     m.other_us_per_step = m.other_ms * 1000.0 / n;
     m.rollback_events_per_step = static_cast<double>(m.rollback_events) / n;
     m.positions = ComputePositionAcceptance(steps);
+    m.drafted_per_step = static_cast<double>(m.drafted) / n;
     if (m.drafted > 0) {
       m.rollback_rate =
           static_cast<double>(m.drafted - m.accepted) / static_cast<double>(m.drafted);
@@ -201,29 +202,47 @@ double SortedQuantile(const std::vector<double>& sorted, double q) {
 Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
                        const std::vector<SampleRecord>& method_samples,
                        const BootstrapOptions& bootstrap) {
-  std::map<std::pair<std::string, int32_t>, double> ar_ms;
-  for (const SampleRecord& s : ar_samples) ar_ms[{s.prompt_id, s.turn}] = s.decode_ms;
+  std::map<std::pair<std::string, int32_t>, const SampleRecord*> ar_by_key;
+  for (const SampleRecord& s : ar_samples) ar_by_key[{s.prompt_id, s.turn}] = &s;
   Speedup out;
   out.bootstrap = bootstrap;
-  double ar_total = 0, method_total = 0;
+  double ar_ms = 0, method_ms = 0, ar_tokens = 0, method_tokens = 0;
   for (const SampleRecord& s : method_samples) {
-    const auto it = ar_ms.find({s.prompt_id, s.turn});
-    if (it == ar_ms.end() || !IsPositiveFinite(it->second) || !IsPositiveFinite(s.decode_ms)) {
+    Speedup::Pair p;
+    p.prompt_id = s.prompt_id;
+    p.turn = s.turn;
+    p.method_ms = s.decode_ms;
+    p.method_tokens = DecodeTokens(s);
+    if (s.has_paired_ar()) {
+      p.paired = true;
+      p.ar_ms = s.paired_ar_decode_ms;
+      p.ar_tokens = s.paired_ar_output_tokens > 1 ? s.paired_ar_output_tokens - 1 : 0;
+    } else {
+      const auto it = ar_by_key.find({s.prompt_id, s.turn});
+      if (it == ar_by_key.end()) continue;
+      p.ar_ms = it->second->decode_ms;
+      p.ar_tokens = DecodeTokens(*it->second);
+    }
+    if (!IsPositiveFinite(p.ar_ms) || !IsPositiveFinite(p.method_ms) || p.ar_tokens <= 0 ||
+        p.method_tokens <= 0) {
       continue;
     }
     ++out.n_matched;
-    out.per_prompt.push_back(it->second / s.decode_ms);
-    out.pairs.push_back({s.prompt_id, s.turn, it->second, s.decode_ms});
-    ar_total += it->second;
-    method_total += s.decode_ms;
+    if (p.paired) ++out.n_paired;
+    out.per_prompt.push_back(p.ratio());
+    ar_ms += p.ar_ms;
+    method_ms += p.method_ms;
+    ar_tokens += static_cast<double>(p.ar_tokens);
+    method_tokens += static_cast<double>(p.method_tokens);
+    out.pairs.push_back(std::move(p));
   }
   if (out.n_matched == 0) return out;
   out.geomean = GeometricMean(out.per_prompt);
-  out.total_ratio = ar_total / method_total;
+  out.total_ratio = (method_tokens / method_ms) / (ar_tokens / ar_ms);
 
   // Bootstrap units: prompts, each with the sums of its matched turns.
   struct Cluster {
-    double log_sum = 0, ar_ms = 0, method_ms = 0;
+    double log_sum = 0, ar_ms = 0, method_ms = 0, ar_tokens = 0, method_tokens = 0;
     int64_t n = 0;
   };
   std::vector<Cluster> clusters;
@@ -232,9 +251,11 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
     auto it = cluster_of.emplace(p.prompt_id, clusters.size()).first;
     if (it->second == clusters.size()) clusters.emplace_back();
     Cluster& c = clusters[it->second];
-    c.log_sum += std::log(p.ar_ms / p.method_ms);
+    c.log_sum += std::log(p.ratio());
     c.ar_ms += p.ar_ms;
     c.method_ms += p.method_ms;
+    c.ar_tokens += static_cast<double>(p.ar_tokens);
+    c.method_tokens += static_cast<double>(p.method_tokens);
     ++c.n;
   }
   out.n_prompts = static_cast<int64_t>(clusters.size());
@@ -252,10 +273,12 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
       sum.log_sum += c.log_sum;
       sum.ar_ms += c.ar_ms;
       sum.method_ms += c.method_ms;
+      sum.ar_tokens += c.ar_tokens;
+      sum.method_tokens += c.method_tokens;
       sum.n += c.n;
     }
     geomeans.push_back(std::exp(sum.log_sum / static_cast<double>(sum.n)));
-    totals.push_back(sum.ar_ms / sum.method_ms);
+    totals.push_back((sum.method_tokens / sum.method_ms) / (sum.ar_tokens / sum.ar_ms));
   }
   std::sort(geomeans.begin(), geomeans.end());
   std::sort(totals.begin(), totals.end());

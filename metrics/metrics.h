@@ -1,8 +1,9 @@
 // Pure metric functions over raw results rows (results/store.h records): decode throughput, mean
 // prefill time, stop-reason counts, tau (tokens emitted per verify step), drafting/other time
 // shares and per-step phase costs, rollback rate, per-position acceptance (unconditional r_i and
-// conditional alpha_i), speedup over an autoregressive (AR) baseline on the same prompts with
-// bootstrap confidence intervals, exact match against AR (first divergence and the target's top-2
+// conditional alpha_i), speedup over autoregressive (AR) decoding (per-answer decode tok/s ratio
+// against the paired AR run or the AR case's answer, geometric mean) with bootstrap confidence
+// intervals, exact match against AR (first divergence and the target's top-2
 // logit margin there), and the choice of the AR baseline. No I/O.
 // Definitions and conventions: reports/README.md. A metric with no data is NaN (shown as "—").
 // Checked by: tests/reports/metrics_test.cpp (hand-computed values).
@@ -70,9 +71,10 @@ struct CaseMetrics {
   int64_t n_steps = 0;  // steps rows
   int64_t drafted = 0, accepted = 0, emitted = 0;
   double draft_ms = 0, verify_ms = 0, other_ms = 0;  // sums of t_*_us, in milliseconds
-  double tau = kNoValue;             // emitted / n_steps (includes the bonus/correction token)
-  double draft_fraction = kNoValue;  // draft_ms / decode_ms (0..1; shown as T_D%)
-  double rollback_rate = kNoValue;   // (drafted - accepted) / drafted; NaN when none drafted
+  double tau = kNoValue;               // emitted / n_steps (includes the bonus/correction token)
+  double draft_fraction = kNoValue;    // draft_ms / decode_ms (0..1; shown as T_D%)
+  double rollback_rate = kNoValue;     // (drafted - accepted) / drafted; NaN when none drafted
+  double drafted_per_step = kNoValue;  // drafted / n_steps: mean drafted nodes per verify step
   // Added with schema v2 (extensions; NaN without steps rows):
   double verify_fraction = kNoValue;  // verify_ms / decode_ms
   double other_fraction = kNoValue;   // other_ms / decode_ms ("other" share of decode time)
@@ -124,18 +126,35 @@ struct BootstrapOptions {
   double level = 0.95;
 };
 
-// Speedup of a method over AR on the prompts both answered, matched by (prompt_id, turn).
-// Uses decode time only (prefill is the same computation for both).
+// Speedup of a method over AR — the one definition SpecBed uses everywhere (summary, report,
+// compare, paper tables): per answer, method decode tok/s / AR decode tok/s for the same prompt
+// and turn (tok/s = DecodeTokens / decode_ms, so answers of different lengths at T > 0 compare
+// per token); the geometric mean over answers, with the bootstrap CI. At T = 0 with identical
+// outputs it equals the decode-time ratio AR ms / method ms. Decode only (prefill excluded).
+// The AR side of an answer is its paired AR run when the method sample carries one (paired
+// timing: AR timed on the same prompt back to back, SampleRecord::has_paired_ar), else the
+// `ar_samples` answer with the same (prompt_id, turn). Answers with no decode token or no decode
+// time on either side are left out.
 struct Speedup {
-  int64_t n_matched = 0;           // (prompt_id, turn) pairs present in both with decode_ms > 0
-  std::vector<double> per_prompt;  // ar decode_ms / method decode_ms, in method sample order
+  int64_t n_matched = 0;           // answers with an AR side (paired or matched by prompt/turn)
+  int64_t n_paired = 0;            // of those, timed against their paired AR run
+  std::vector<double> per_prompt;  // per-answer tok/s ratios, in method sample order
   double geomean = kNoValue;       // GeometricMean(per_prompt); NaN when n_matched == 0
-  double total_ratio = kNoValue;   // sum ar decode_ms / sum method decode_ms over matched pairs
+  // Ratio of aggregate throughputs: (sum method decode tokens / sum method decode_ms) /
+  // (sum AR decode tokens / sum AR decode_ms) over the matched answers.
+  double total_ratio = kNoValue;
   // Extensions: the matched pairs (parallel to per_prompt) and the bootstrap intervals.
   struct Pair {
     std::string prompt_id;
     int32_t turn = 0;
-    double ar_ms = 0, method_ms = 0;
+    double ar_ms = 0, method_ms = 0;           // decode times
+    int64_t ar_tokens = 0, method_tokens = 0;  // decode tokens (DecodeTokens)
+    bool paired = false;                       // AR side = the paired AR run
+    // method tok/s / AR tok/s.
+    double ratio() const {
+      return (static_cast<double>(method_tokens) / method_ms) /
+             (static_cast<double>(ar_tokens) / ar_ms);
+    }
   };
   std::vector<Pair> pairs;
   int64_t n_prompts = 0;    // distinct prompt ids among the matched pairs (bootstrap units)

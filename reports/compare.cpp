@@ -97,16 +97,18 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
       }
       continue;
     }
+    // The AR side: each sample's paired AR run when recorded, else the AR case's answer.
     const BaselineMatch base = FindArBaseline(cases, i);
-    if (base.index < 0) continue;
+    const bool paired = !samples.empty() && samples.front().has_paired_ar();
+    if (base.index < 0 && !paired) continue;
     BootstrapOptions none;
     none.n_resamples = 0;
-    const Speedup sp = ComputeSpeedup(store->LoadSamples(cases[base.index].case_id), samples, none);
-    for (const Speedup::Pair& p : sp.pairs) {
-      if (p.ar_ms > 0 && p.method_ms > 0) {
-        g.log_speed[p.prompt_id + "#" + std::to_string(p.turn)].push_back(
-            std::log(p.ar_ms / p.method_ms));
-      }
+    const Speedup sp =
+        ComputeSpeedup(base.index < 0 ? std::vector<SampleRecord>{}
+                                      : store->LoadSamples(cases[base.index].case_id),
+                       samples, none);
+    for (const Speedup::Pair& p : sp.pairs) {  // valid pairs only (ComputeSpeedup)
+      g.log_speed[p.prompt_id + "#" + std::to_string(p.turn)].push_back(std::log(p.ratio()));
     }
   }
   return groups;

@@ -3,8 +3,9 @@
 // - τ (tokens per verify step) exactly at T = 0, where decoding is deterministic: the candidate
 //   regresses when its τ is below the baseline's by more than `tau_tolerance` (default 0: any
 //   loss of acceptance fails). At T > 0 τ is reported, not gated.
-// - speed statistically: per prompt, a speculative case's speedup over the AR case of its own
-//   database (an AR case's own decode tokens/s); the statistic is the ratio of the candidate's to
+// - speed statistically: per prompt, a speculative case's speedup over AR in its own database
+//   (ComputeSpeedup's tok/s ratio: the sample's paired AR run when recorded, else the AR case's
+//   answer; an AR case's own decode tokens/s); the statistic is the ratio of the candidate's to
 //   the baseline's geometric mean over the prompts both answered; its interval is a paired
 //   bootstrap over prompts and repeats (resample prompts; per drawn prompt one repeat of each
 //   side). The candidate regresses when the whole interval lies below 1 - speedup_threshold.

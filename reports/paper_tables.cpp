@@ -209,11 +209,14 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
           } else {
             const std::vector<SampleRecord> mine = SamplesOfCategory(c.samples, b.category);
             tau = ComputeCaseMetrics(mine, StepsOfSamples(c.steps, mine)).tau;
-            if (base != nullptr) {
+            const bool paired = !mine.empty() && mine.front().has_paired_ar();
+            if (base != nullptr || paired) {
               BootstrapOptions no_ci;
               no_ci.n_resamples = 0;
-              spd =
-                  ComputeSpeedup(SamplesOfCategory(base->samples, b.category), mine, no_ci).geomean;
+              spd = ComputeSpeedup(base != nullptr ? SamplesOfCategory(base->samples, b.category)
+                                                   : std::vector<SampleRecord>{},
+                                   mine, no_ci)
+                        .geomean;
             }
           }
           if (used.insert(c.row.case_id).second) {

@@ -29,8 +29,8 @@ using report_format::kNone;
 
 // Configuration columns of the case table (may be hidden when constant; used in plot labels).
 const std::vector<std::string> kCaseConfigColumns = {
-    "run",   "method", "knobs",   "categories", "limit",   "T",      "top_p",
-    "top_k", "seed",   "max new", "dtype",      "threads", "device", "batch"};
+    "run",  "method",  "knobs", "categories", "limit",  "T",     "top_p", "top_k",
+    "seed", "max new", "dtype", "threads",    "device", "batch", "timing"};
 
 using report_format::Fixed;
 using report_format::General;
@@ -310,10 +310,14 @@ const std::vector<std::string> kConventions = {
     "decode tok/s = Σ (output tokens − 1) / Σ decode time over the answers of a case: the first "
     "token of every answer comes from the prefill forward and its time is counted in prefill ms.",
     "prefill ms = mean prefill time per answer (prompt forward + first-token sampling).",
-    "speedup = AR decode time / method decode time on the same prompts (same target, dataset, "
-    "categories, limit, T, top_p, top_k, seed, max new tokens, dtype, device, threads, batch); "
-    "\"speedup\" is the geometric mean of the per-prompt ratios, \"speedup Σ\" the ratio of the "
-    "total decode times. AR rows are the baseline (1.00).",
+    "speedup = geometric mean over answers of method decode tok/s ÷ AR decode tok/s for the "
+    "same prompt and turn (tok/s = (output tokens − 1) / decode time, so answers of different "
+    "lengths at T > 0 compare per token; at T = 0 with identical outputs it is the decode-time "
+    "ratio). The AR side is the paired AR run of each answer when the case was timed \"paired\" "
+    "(AR on the same prompt back to back, alternating which runs first), else the AR case with "
+    "the same target, dataset, categories, limit, T, top_p, top_k, seed, max new tokens, dtype, "
+    "device, threads and batch. \"speedup Σ\" = total method tok/s ÷ total AR tok/s. AR rows "
+    "are the baseline (1.00).",
     "τ = Σ tokens emitted / number of verify steps (emitted tokens include the bonus/correction "
     "token of every step, so a step that accepts nothing still counts 1).",
     "speedup 95% CI / speedup Σ 95% CI = percentile bootstrap intervals over prompts (2000 "
@@ -332,7 +336,9 @@ const std::vector<std::string> kConventions = {
     "(a dataset, or one category of it when its prompts have several), τ as above; Mean = "
     "arithmetic mean over the benchmarks (* = over those with a value); T_D% and rollback% are "
     "pooled over the row's cases. AR is the baseline and has no row.",
-    "Budget (figures) = mean drafted nodes per verify step (Σ drafted / steps, root excluded).",
+    "Budget (figures) and nodes/step (tables) = mean drafted nodes per verify step (Σ drafted / "
+    "steps, root excluded); compare it with the configured budget in the knobs.",
+    "timing = how a case was timed against AR: paired, per-case, or — (not recorded).",
     "— = no data (τ, T_D, rollback, other and per-position acceptance need per-step records, "
     "which only speculative methods write; speedup, its intervals and exact match need a "
     "matching AR case).",
@@ -417,6 +423,9 @@ ReportData LoadReportData(const std::string& db_path) {
     });
     for (CaseReport& c : g.cases) {
       const BaselineMatch match = baseline_of.at(c.row.case_id);
+      if (!c.is_ar && match.index < 0 && !c.samples.empty() && c.samples[0].has_paired_ar()) {
+        c.speedup = ComputeSpeedup({}, c.samples);  // paired AR runs only, no exact match
+      }
       if (c.is_ar || match.index < 0) continue;
       // The baseline has the same target and dataset, so it is in this group.
       for (const CaseReport& base : g.cases) {
@@ -439,9 +448,10 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   ReportTable t;
   t.columns.push_back({"case", true, false});
   for (const auto& h : kCaseConfigColumns) {
-    const bool numeric =
-        h != "method" && h != "knobs" && h != "categories" && h != "dtype" && h != "device";
+    const bool numeric = h != "method" && h != "knobs" && h != "categories" && h != "dtype" &&
+                         h != "device" && h != "timing";
     t.columns.push_back({h, numeric, h != "method"});
+    if (h == "knobs") t.columns.push_back({"nodes/step", true, true});  // beside the budget
   }
   t.columns.push_back({"prompts", true, true});
   t.columns.push_back({"samples", true, true});
@@ -467,6 +477,7 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         std::to_string(c.row.run_id),
         IsSyntheticCase(r) ? r.method + " [" + kSyntheticMarker + "]" : r.method,
         Knobs(r.method_knobs_json),
+        Fixed(m.drafted_per_step, 1),
         r.categories.empty() ? "all" : r.categories,
         r.prompt_limit < 0 ? "all" : std::to_string(r.prompt_limit),
         General(r.temperature),
@@ -478,6 +489,7 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         std::to_string(r.threads),
         r.device,
         std::to_string(r.batch_size),
+        r.timing_mode.empty() ? kNone : (r.timing_mode == "per_case" ? "per-case" : r.timing_mode),
         std::to_string(m.n_prompts),
         std::to_string(m.n_samples),
         std::to_string(m.output_tokens),
@@ -622,7 +634,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                                  c.row.run_id, ") is compared with AR case ", c.baseline_case_id,
                                  " of another run (none with the same workload in its run)."));
       }
-      if (!c.is_ar && c.baseline_case_id < 0) {
+      if (!c.is_ar && c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
         s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
                                  ") has no AR case with the same workload: no speedup."));
       } else if (!c.is_ar && c.speedup.n_matched == 0) {
@@ -733,7 +745,8 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   if (sections.empty()) md << "No cases recorded.\n\n";
   if (!paper_tables.empty()) {
     md << "## Results (paper layout)\n\n"
-       << "Spd = speedup vs. AR (geometric mean over prompts), τ = tokens per verify step; also "
+       << "Spd = speedup vs. AR (geometric mean over answers of method decode tok/s ÷ AR decode "
+          "tok/s, see Conventions), τ = tokens per verify step; also "
           "in `tables.tex` (LaTeX, booktabs).\n\n";
     for (const PaperTable& pt : paper_tables) {
       md << "### " << pt.title << "\n\n" << MarkdownTable(pt.table) << "\n";
@@ -792,7 +805,8 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
   if (!paper_tables.empty()) {
     html << "<h2>Results (paper layout)</h2>\n<p>Spd = speedup vs. AR (geometric mean over "
-            "prompts), τ = tokens per verify step; also in <a href=\"tables.tex\">tables.tex</a> "
+            "answers of method decode tok/s ÷ AR decode tok/s, see Conventions), τ = tokens per "
+            "verify step; also in <a href=\"tables.tex\">tables.tex</a> "
             "(LaTeX, booktabs).</p>\n";
     for (const PaperTable& pt : paper_tables) {
       html << "<h3>" << HtmlEscape(pt.title) << "</h3>\n" << HtmlTable(pt.table);

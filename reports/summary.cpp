@@ -78,6 +78,12 @@ std::string MethodLabel(const CaseRecord& r) {
   return IsSynthetic(r) ? label + " [SYNTHETIC]" : label;
 }
 
+// "paired", "per-case", or "—" for cases written before the timing mode was recorded.
+std::string TimingCell(const std::string& mode) {
+  if (mode.empty()) return kNone;
+  return mode == "per_case" ? "per-case" : mode;
+}
+
 std::string JoinIds(const std::vector<int64_t>& ids) {
   std::vector<std::string> s;
   for (int64_t id : ids) s.push_back(std::to_string(id));
@@ -185,9 +191,17 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
                               ": SYNTHETIC ACCEPTANCE (forced per-position acceptance "
                               "pattern): system overhead only, not a real measurement.");
     }
+    const std::vector<SampleRecord>& own = samples_of(c.case_id);
+    const bool paired = !own.empty() && own.front().has_paired_ar();
     if (!row.is_baseline) {
       const BaselineMatch match = FindArBaseline(cases, i);
-      if (match.index < 0) {
+      if (match.index < 0 && paired) {
+        // Paired timing needs no AR case for the speedup (no exact match without one).
+        row.speedup = ComputeSpeedup({}, own, options.bootstrap);
+        summary.notes.push_back(label +
+                                ": no AR case with the same workload: speedup from the paired AR "
+                                "runs only, no exact match.");
+      } else if (match.index < 0) {
         summary.notes.push_back(label +
                                 ": no AR case with the same workload in the database: no speedup "
                                 "or exact match.");
@@ -230,7 +244,9 @@ std::string FormatSummaryTable(const Summary& s) {
                                              {"dataset", false},
                                              {"T"},
                                              {"n"},
+                                             {"timing", false},
                                              {"tok/s"},
+                                             {"nodes/step"},
                                              {"τ"},
                                              {"T_D%"},
                                              {"other%"},
@@ -257,6 +273,7 @@ std::string FormatSummaryTable(const Summary& s) {
     const bool compared = !r.is_baseline && r.baseline_case_id >= 0;
     std::string speedup =
         r.is_baseline ? "1.00 (baseline)" : WithInterval(r.speedup.geomean, r.speedup.geomean_ci);
+    if (!r.is_baseline && r.speedup.n_paired > 0) speedup += " p";
     if (compared && !r.baseline_same_run && std::isfinite(r.speedup.geomean)) speedup += " *";
     const std::string total =
         r.is_baseline ? "1.00" : WithInterval(r.speedup.total_ratio, r.speedup.total_ratio_ci);
@@ -270,10 +287,10 @@ std::string FormatSummaryTable(const Summary& s) {
     }
     for (const std::string& cell :
          {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
-          Fixed(m.decode_tokens_per_s, 1), Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1),
-          Fixed(100.0 * m.other_fraction, 1), Fixed(100.0 * m.adapt_fraction, 1),
-          Fixed(100.0 * m.rollback_rate, 1), speedup, total, exact, divergence, margin,
-          Rates(m.positions.r), Rates(m.positions.alpha)}) {
+          TimingCell(c.timing_mode), Fixed(m.decode_tokens_per_s, 1), Fixed(m.drafted_per_step, 1),
+          Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1), Fixed(100.0 * m.other_fraction, 1),
+          Fixed(100.0 * m.adapt_fraction, 1), Fixed(100.0 * m.rollback_rate, 1), speedup, total,
+          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));
@@ -311,8 +328,12 @@ std::string FormatSummaryTable(const Summary& s) {
          "τ = tokens emitted per verify step (bonus token included);\n"
       << "T_D% / other% = drafting / other time as a share of decode time; adapt% = online "
          "adaptation (OSD updates), part of T_D%; rollback% = drafted tokens rejected;\n"
-      << "speedup = AR decode time / method decode time per answer, geometric mean; Σ ratio = "
-         "total AR / total method decode time;\n"
+      << "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); "
+         "timing = paired (AR timed on the same prompt back to back, alternating order), "
+         "per-case, or — (not recorded);\n"
+      << "speedup = geometric mean over answers of method decode tok/s / AR decode tok/s for "
+         "the same prompt and turn (p = AR side from the paired runs); Σ ratio = total method "
+         "tok/s / total AR tok/s;\n"
       << "[95% CI] = percentile bootstrap over prompts (" << s.bootstrap.n_resamples
       << " resamples, fixed seed); * = AR baseline from another run;\n"
       << "exact = answers token-identical to AR; div min/med = first divergence position (min / "
@@ -361,6 +382,7 @@ std::string SummaryJson(const Summary& s) {
     j["threads"] = c.threads;
     j["dtype"] = c.dtype;
     j["device"] = c.device;
+    j["timing_mode"] = c.timing_mode;
     j["n_samples"] = m.n_samples;
     j["n_prompts"] = m.n_prompts;
     j["output_tokens"] = m.output_tokens;
@@ -382,6 +404,7 @@ std::string SummaryJson(const Summary& s) {
     j["draft_us_per_step"] = Number(m.draft_us_per_step);
     j["verify_us_per_step"] = Number(m.verify_us_per_step);
     j["other_us_per_step"] = Number(m.other_us_per_step);
+    j["drafted_per_step"] = Number(m.drafted_per_step);
     j["rollback_rate"] = Number(m.rollback_rate);
     j["rollback_events"] = m.rollback_events;
     j["rollback_events_per_step"] = Number(m.rollback_events_per_step);
@@ -395,13 +418,15 @@ std::string SummaryJson(const Summary& s) {
                        {"n_accepted", m.positions.n_accepted},
                        {"n_conditional", m.positions.n_conditional}};
     j["is_baseline"] = r.is_baseline;
-    if (r.baseline_case_id >= 0) {
+    if (r.baseline_case_id >= 0 || r.speedup.n_matched > 0) {
       const Speedup& sp = r.speedup;
       const ExactMatch& e = r.exact_match;
-      j["baseline"] = {{"case_id", r.baseline_case_id},
-                       {"run_id", r.baseline_run_id},
-                       {"same_run", r.baseline_same_run}};
+      j["baseline"] = r.baseline_case_id < 0 ? Json(nullptr)
+                                             : Json{{"case_id", r.baseline_case_id},
+                                                    {"run_id", r.baseline_run_id},
+                                                    {"same_run", r.baseline_same_run}};
       j["speedup"] = {{"n_matched", sp.n_matched},
+                      {"n_paired", sp.n_paired},
                       {"n_prompts", sp.n_prompts},
                       {"geomean", Number(sp.geomean)},
                       {"geomean_ci", IntervalJson(sp.geomean_ci)},

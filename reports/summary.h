@@ -1,11 +1,13 @@
 // `specbed summary DB`: one row of metrics per case of a results database, as a terminal table or
 // as JSON with every number: method and knobs, target, dataset, T, answers, decode tok/s, tau,
-// T_D%, other%, rollback, speedup over the AR baseline (geometric mean and ratio of totals, each
-// with a bootstrap 95% CI over prompts), exact match vs. AR (rate, first divergence position,
-// the target's top-2 logit margin there) and per-position acceptance r_i / alpha_i.
-// The AR baseline of a case is an "ar" case with the same workload in the same run, else in any
-// run of the database (a note says so). Metric definitions: metrics/metrics.h, reports/README.md.
-// Checked by: tests/reports/summary_test.cpp (library) and tests/cli/summary_cli_test.cpp (CLI).
+// T_D%, other%, rollback, mean drafted nodes per step, the timing mode (paired / per-case),
+// speedup over AR (geometric mean over answers of method tok/s / AR tok/s, and the ratio of total
+// throughputs, each with a bootstrap 95% CI over prompts; from the paired AR runs when recorded),
+// exact match vs. AR (rate, first divergence position, the target's top-2 logit margin there) and
+// per-position acceptance r_i / alpha_i. The AR baseline of a case is an "ar" case with the same
+// workload in the same run, else in any run of the database (a note says so). Metric definitions:
+// metrics/metrics.h, reports/README.md. Checked by: tests/reports/summary_test.cpp (library) and
+// tests/cli/summary_cli_test.cpp (CLI).
 #pragma once
 
 #include <cstdint>

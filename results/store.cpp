@@ -194,6 +194,14 @@ CREATE TABLE train_eval (
   PRIMARY KEY (train_id, step)
 );
 )sql",
+    // 3 -> 4: paired timing (the AR run timed back to back with each answer) and the case's
+    // timing mode. The paired columns are NULL for samples timed per case.
+    R"sql(
+ALTER TABLE cases ADD COLUMN timing_mode TEXT NOT NULL DEFAULT '';
+ALTER TABLE samples ADD COLUMN paired_ar_decode_ms REAL;
+ALTER TABLE samples ADD COLUMN paired_ar_output_tokens INTEGER;
+ALTER TABLE samples ADD COLUMN paired_ar_first INTEGER;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
@@ -612,7 +620,15 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
                 "' has dtype '", c.dtype, "'; expected one of: ", Join(kDtypes, ", "));
   SPECBED_CHECK(Contains(kDevices, c.device), "results database '", path_, "': case '", c.case_key,
                 "' has device '", c.device, "'; expected one of: ", Join(kDevices, ", "));
+  SPECBED_CHECK(c.timing_mode.empty() || c.timing_mode == "paired" || c.timing_mode == "per_case",
+                "results database '", path_, "': case '", c.case_key, "' has timing_mode '",
+                c.timing_mode, "'; expected paired, per_case or empty");
   for (const SampleRecord& sample : samples) {
+    SPECBED_CHECK(
+        !sample.has_paired_ar() || sample.paired_ar_first == 0 || sample.paired_ar_first == 1,
+        "results database '", path_, "': case '", c.case_key, "', prompt '", sample.prompt_id,
+        "' turn ", sample.turn, " has paired_ar_first ", sample.paired_ar_first,
+        "; expected 0 or 1 with a paired AR run");
     SPECBED_CHECK(!sample.prompt_id.empty(), "results database '", path_, "': case '", c.case_key,
                   "' has a sample with an empty prompt_id");
     SPECBED_CHECK(Contains(kStopReasons, sample.stop_reason), "results database '", path_,
@@ -643,14 +659,15 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       "INSERT INTO cases(run_id, case_key, target, method, method_knobs_json, dataset, "
       "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, "
       "threads, dtype, device, config_json, wall_s, n_samples, n_steps, completed_at, "
-      "method_traits_json, drafter) VALUES "
+      "method_traits_json, drafter, timing_mode) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23, ?24)");
+      "?20, ?21, ?22, ?23, ?24, ?25)");
   sqlite3_stmt* insert_sample = Cached(
       &insert_sample_,
       "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
       "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json, "
-      "token_margins_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+      "token_margins_json, paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
   sqlite3_stmt* insert_step =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
@@ -711,6 +728,7 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindText(insert_case, 22, completed);
       BindText(insert_case, 23, c.method_traits_json);
       BindText(insert_case, 24, c.drafter);
+      BindText(insert_case, 25, c.timing_mode);
       const int rc = sqlite3_step(insert_case);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
       case_id = sqlite3_last_insert_rowid(db_);
@@ -733,6 +751,11 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindText(insert_sample, 12, sample.output_text);
       BindText(insert_sample, 13, sample.output_ids_json);
       BindText(insert_sample, 14, sample.token_margins_json);
+      if (sample.has_paired_ar()) {
+        BindReal(insert_sample, 15, sample.paired_ar_decode_ms);
+        BindInt(insert_sample, 16, sample.paired_ar_output_tokens);
+        BindInt(insert_sample, 17, sample.paired_ar_first);
+      }  // else NULL (bindings are cleared)
       const int rc = sqlite3_step(insert_sample);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
@@ -842,11 +865,12 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
   op_start_us_ = NowMicros();
   // Files of schema v1 (opened read-only) lack the v2 columns: read their defaults.
   const char* v2_columns = schema_version_ >= 2 ? "method_traits_json, drafter" : "'', ''";
+  const char* v4_columns = schema_version_ >= 4 ? ", timing_mode" : ", ''";
   OwnedStmt s(Prepare(
       StrCat("SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, "
              "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, "
              "batch_size, threads, dtype, device, config_json, wall_s, n_samples, ",
-             v2_columns, " FROM cases ORDER BY case_id")
+             v2_columns, v4_columns, " FROM cases ORDER BY case_id")
           .c_str()));
   std::vector<CaseRow> out;
   int rc;
@@ -877,6 +901,7 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
     row.n_samples = ColInt(q, 20);
     c.method_traits_json = ColText(q, 21);
     c.drafter = ColText(q, 22);
+    c.timing_mode = ColText(q, 23);
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, "listing cases");
@@ -886,11 +911,15 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
 std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
   op_start_us_ = NowMicros();
   const char* v2_columns = schema_version_ >= 2 ? "token_margins_json" : "''";
-  OwnedStmt s(Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
-                             "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
-                             "output_text, output_ids_json, ",
-                             v2_columns, " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
-                          .c_str()));
+  const char* v4_columns = schema_version_ >= 4
+                               ? ", paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first"
+                               : ", NULL, NULL, NULL";
+  OwnedStmt s(
+      Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
+                     "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
+                     "output_text, output_ids_json, ",
+                     v2_columns, v4_columns, " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
+                  .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<SampleRecord> out;
   int rc;
@@ -910,6 +939,11 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
     r.output_text = ColText(q, 10);
     r.output_ids_json = ColText(q, 11);
     r.token_margins_json = ColText(q, 12);
+    if (sqlite3_column_type(q, 14) != SQLITE_NULL) {
+      r.paired_ar_decode_ms = ColReal(q, 13);
+      r.paired_ar_output_tokens = ColInt(q, 14);
+      r.paired_ar_first = static_cast<int32_t>(ColInt(q, 15));
+    }
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the samples of case ", case_id));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,9 @@ namespace specbed {
 // cases.method_traits_json / drafter (see results/README.md, "Schema history").
 // Version 3 added steps.t_adapt_us and the drafter-training tables train_runs / train_log /
 // train_eval.
-inline constexpr int kResultsSchemaVersion = 3;
+// Version 4 added paired timing: cases.timing_mode and samples.paired_ar_decode_ms /
+// paired_ar_output_tokens / paired_ar_first.
+inline constexpr int kResultsSchemaVersion = 4;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -50,6 +53,9 @@ struct CaseRecord {
   // Schema v2 (rows migrated from v1 read back as ""):
   std::string method_traits_json;  // the method's MethodTraits as JSON, filled by the runner
   std::string drafter;             // draft model name, "" when the method has none
+  // Schema v4: how the case was timed: "paired" (AR timed on the same prompt right before or
+  // after each answer, samples carry paired_ar_*) or "per_case"; "" = not recorded (before v4).
+  std::string timing_mode;
 };
 
 // One generated answer: one prompt (one turn of a multi-turn prompt) of a case.
@@ -68,6 +74,13 @@ struct SampleRecord {
   // of the distribution each generated token i was chosen from; written by AR cases for the
   // losslessness diagnostics, "" otherwise (and for rows migrated from v1).
   std::string token_margins_json;
+  // Schema v4, paired timing only (NULL in SQL otherwise): the AR generation of the same prompt
+  // ids, seed and thread count timed back to back with this answer: its decode time, its output
+  // length, and whether it ran first (1) or second (0).
+  double paired_ar_decode_ms = std::numeric_limits<double>::quiet_NaN();
+  int64_t paired_ar_output_tokens = -1;  // -1 = no paired AR run
+  int32_t paired_ar_first = -1;          // -1 = no paired AR run
+  bool has_paired_ar() const { return paired_ar_output_tokens >= 0; }
 };
 
 // One verify step of a speculative method (none for autoregressive decoding). (prompt_id, turn)

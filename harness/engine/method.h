@@ -106,6 +106,9 @@ class Controller {
   // Called once per sequence after prefill, and before every step; may change `budget`.
   virtual void BeginSequence(const DraftBegin& begin, DraftBudget& budget) {}
   virtual void BeforeStep(const DraftStep& step, DraftBudget& budget) {}
+  // The largest node budget this controller may set when the decoder's default is `base` (the
+  // KV cache is sized for it before prefill, so a raised budget is never clipped by the cache).
+  virtual int64_t MaxNodes(const DraftBudget& base) const { return base.nodes; }
 };
 
 // Learns online from verifier feedback (optional part). The decoder calls BeginSequence after
@@ -145,6 +148,9 @@ class Decoder {
   // Generates from `prompt` (non-empty) with `cache` (the target's batch-1 cache; reset here).
   virtual void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                         KvCache& cache, DecodeResult& result) = 0;
+  // The most draft nodes one verify step may add to the target cache beyond the committed tokens
+  // (0 for AR). Callers size the cache with CacheLengthFor (speculative_decoder.h).
+  virtual int64_t MaxDraftNodes() const { return 0; }
 };
 
 // Autoregressive decoding (GenerateAr) as a Decoder.

@@ -2,6 +2,7 @@
 #include "harness/engine/run_config.h"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "harness/base/error.h"
@@ -30,7 +31,8 @@ const std::vector<std::string> kRunConfigKeys = {"name",
                                                  "stop_strings",
                                                  "chat_template",
                                                  "system_prompt",
-                                                 "synthetic_acceptance"};
+                                                 "synthetic_acceptance",
+                                                 "timing"};
 
 [[noreturn]] void TypeError(const std::string& source, const std::string& key, const char* expected,
                             const Json& got) {
@@ -88,7 +90,8 @@ Json RunConfig::ToJson() const {
           {"stop_strings", stop_strings},
           {"chat_template", chat_template},
           {"system_prompt", system_prompt},
-          {"synthetic_acceptance", synthetic_acceptance}};
+          {"synthetic_acceptance", synthetic_acceptance},
+          {"timing", timing}};
 }
 
 RunConfig ParseRunConfig(const Json& json, const std::string& source) {
@@ -194,6 +197,11 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
                       ": synthetic_acceptance entries must be in [0, 1], ", "got ", p);
         c.synthetic_acceptance.push_back(p);
       }
+    } else if (key == "timing") {
+      c.timing = GetString(v, source, key);
+      SPECBED_CHECK(
+          c.timing == kTimingAuto || c.timing == kTimingPaired || c.timing == kTimingPerCase,
+          source, ": timing must be \"auto\", \"paired\" or \"per_case\", got \"", c.timing, "\"");
     } else {
       FailUnknownName("key", key, kRunConfigKeys, "run config " + source);
     }
@@ -252,6 +260,7 @@ Json CaseConfig::IdentityJson() const {
   if (repeat != 0) j["repeat"] = repeat;
   if (batch_size != 1) j["batch_size"] = batch_size;
   if (!synthetic_acceptance.empty()) j["synthetic_acceptance"] = synthetic_acceptance;
+  if (timing == kTimingPaired) j["timing"] = timing;
   return j;
 }
 
@@ -259,6 +268,7 @@ Json CaseConfig::ToJson() const {
   Json j = IdentityJson();
   j["repeat"] = repeat;
   j["batch_size"] = batch_size;
+  j["timing"] = timing;
   if (!paper.is_null()) j["paper"] = paper;
   return j;
 }
@@ -275,6 +285,7 @@ std::string CaseConfig::Label() const {
   if (batch_size != 1) out << " batch=" << batch_size;
   if (repeat != 0) out << " repeat=" << repeat;
   if (!synthetic_acceptance.empty()) out << " SYNTHETIC";
+  if (timing == kTimingPaired) out << " paired";
   return out.str();
 }
 
@@ -306,7 +317,33 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
       }
     }
   }
+  ResolveTimingModes(cases, config.timing,
+                     [](const std::string& method) { return method != "ar"; });
   return cases;
+}
+
+void ResolveTimingModes(std::vector<CaseConfig>& cases, const std::string& mode,
+                        const std::function<bool(const std::string&)>& is_speculative) {
+  SPECBED_CHECK(mode == kTimingAuto || mode == kTimingPaired || mode == kTimingPerCase,
+                "timing must be \"auto\", \"paired\" or \"per_case\", got \"", mode, "\"");
+  auto workload = [](const CaseConfig& c) {
+    Json j = c.IdentityJson();
+    for (const char* key : {"method", "knobs", "repeat", "synthetic_acceptance", "timing"}) {
+      j.erase(key);
+    }
+    return j.dump();
+  };
+  std::set<std::string> with_ar;
+  for (CaseConfig& c : cases) {
+    c.timing = kTimingPerCase;
+    if (c.method.name == "ar" && !is_speculative(c.method.name)) with_ar.insert(workload(c));
+  }
+  for (CaseConfig& c : cases) {
+    if (!is_speculative(c.method.name)) continue;
+    const bool paired =
+        mode == kTimingPaired || (mode == kTimingAuto && with_ar.count(workload(c)) > 0);
+    if (paired) c.timing = kTimingPaired;
+  }
 }
 
 }  // namespace specbed

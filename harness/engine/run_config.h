@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ struct RunConfig {
   // measurement): forced per-position acceptance probabilities for every speculative case
   // (TreeVerifier::SetSyntheticAcceptance). Empty = off. Flagged in results and reports.
   std::vector<double> synthetic_acceptance;
+  // How speculative cases are timed against AR: "paired" (AR runs on the same prompt right before
+  // or after each answer, alternating the order; speedups use those pairs), "per_case" (the AR
+  // case's own timings, measured in its own case), or "auto" = paired when the config has an AR
+  // case for the same workload, else per_case (resolved by ResolveTimingModes).
+  std::string timing = "auto";
 
   nlohmann::json ToJson() const;
 };
@@ -70,6 +76,8 @@ struct CaseConfig {
   std::string chat_template;
   std::string system_prompt;
   std::vector<double> synthetic_acceptance;  // empty = off (part of the key when set)
+  // "paired" | "per_case" (resolved; AR cases are always per_case). Part of the key when paired.
+  std::string timing = "per_case";
   // Sweeps (harness/engine/sweep.h): repetition index and batch size of the case, and the
   // sweep's pass-through `paper` object (null when none; not part of the key).
   int64_t repeat = 0;
@@ -88,5 +96,16 @@ struct CaseConfig {
 };
 
 std::vector<CaseConfig> ExpandCases(const RunConfig& config);
+
+// The timing modes RunConfig::timing accepts.
+inline constexpr const char* kTimingAuto = "auto";
+inline constexpr const char* kTimingPaired = "paired";
+inline constexpr const char* kTimingPerCase = "per_case";
+// Sets CaseConfig::timing of every case from the config's `mode`: non-speculative cases (per
+// `is_speculative(method name)`) are per_case; speculative ones are paired for "paired",
+// per_case for "per_case", and for "auto" paired exactly when `cases` hold a non-speculative
+// "ar" case of the same workload (everything but method, knobs, repeat, synthetic acceptance).
+void ResolveTimingModes(std::vector<CaseConfig>& cases, const std::string& mode,
+                        const std::function<bool(const std::string&)>& is_speculative);
 
 }  // namespace specbed

@@ -10,6 +10,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
@@ -88,6 +89,15 @@ std::string IdsJson(const std::vector<int32_t>& ids) {
 std::string MarginsJson(const std::vector<float>& margins) {
   if (margins.empty()) return "";
   return JsonArray(margins, "%.6g");
+}
+
+constexpr const char* kArMethodName = "ar";
+
+// One paired AR generation of `ids` with the answer's seed.
+void RunPairedAr(Decoder& ar, const std::vector<int32_t>& ids, GenerationConfig config,
+                 uint64_t seed, KvCache& cache, DecodeResult& result) {
+  config.seed = seed;
+  ar.Generate(ids, config, cache, result);
 }
 
 }  // namespace
@@ -174,6 +184,14 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
       return Target(name, c.dtype, "");
     };
     std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
+    // Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every
+    // answer (the order alternates by answer index), so a shared machine's drift hits both.
+    const bool paired = c.timing == kTimingPaired;
+    std::unique_ptr<Decoder> paired_ar;
+    if (paired) {
+      paired_ar = methods.Build(kArMethodName, method_context,
+                                methods.ResolveKnobs(kArMethodName, nlohmann::json::object()));
+    }
     GenerationConfig gen;
     gen.sampling.temperature = c.temperature;
     gen.sampling.top_p = c.top_p;
@@ -183,13 +201,18 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
     // AR cases record the target's top-2 margins so divergences of other methods can be judged.
     gen.record_margins = !method_info.traits.speculative;
     gen.synthetic_acceptance = c.synthetic_acceptance;
+    // The paired AR run records no margins (none are stored for it; they cost AR time).
+    GenerationConfig paired_gen = gen;
+    paired_gen.record_margins = false;
+    // Sized for the largest draft tree, so budgets are never clipped by the cache (only at the
+    // model's context limit).
     KvCache cache;
     auto ensure_cache = [&](size_t prompt_len) {
-      const int64_t need = std::min<int64_t>(
-          model.config().max_seq_len, static_cast<int64_t>(prompt_len) + c.max_new_tokens + 1);
+      const int64_t need =
+          CacheLengthFor(model, static_cast<int64_t>(prompt_len), c.max_new_tokens, *decoder);
       if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
     };
-    DecodeResult result;
+    DecodeResult result, paired_result;
 
     const int64_t case_start = NowMicros();
     // Warmup: full generations of the first prompt's first turn, discarded.
@@ -203,6 +226,10 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
         GenerationConfig warm = gen;
         warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
         decoder->Generate(ids, warm, cache, result);
+        if (paired_ar) {
+          warm.record_margins = false;
+          paired_ar->Generate(ids, warm, cache, paired_result);
+        }
       }
     }
 
@@ -218,7 +245,13 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
         ensure_cache(ids.size());
         GenerationConfig g = gen;
         g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
+        // Even answers: AR first; odd answers: the method first.
+        const bool ar_first = paired && samples.size() % 2 == 0;
+        if (ar_first) RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
         decoder->Generate(ids, g, cache, result);
+        if (paired && !ar_first) {
+          RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+        }
         const GenerationResult& r = result.generation;
         messages.push_back({"assistant", r.text});
         SampleRecord s;
@@ -235,6 +268,11 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
         s.output_text = r.text;
         s.output_ids_json = IdsJson(r.tokens);
         s.token_margins_json = MarginsJson(r.token_margins);
+        if (paired) {
+          s.paired_ar_decode_ms = paired_result.generation.decode_ms;
+          s.paired_ar_output_tokens = static_cast<int64_t>(paired_result.generation.tokens.size());
+          s.paired_ar_first = ar_first ? 1 : 0;
+        }
         samples.push_back(std::move(s));
         for (size_t k = 0; k < result.steps.size(); ++k) {
           const StepStats& st = result.steps[k];
@@ -280,6 +318,7 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
     record.dtype = c.dtype;
     record.device = "cpu";
     record.config_json = c.ToJson().dump();
+    record.timing_mode = c.timing;
     record.wall_s = (NowMicros() - case_start) * 1e-6;
     store_.WriteCase(run_id, record, samples, steps);
     ++summary.cases_run;

@@ -1,7 +1,10 @@
 // The case runner: executes expanded cases and writes each one (samples + steps) to the results
 // store in one transaction. Completed cases (same case key already in the database) are skipped,
 // so an interrupted run resumes where it stopped and never duplicates rows. The runner — not the
-// method — times phases and counts tokens.
+// method — times phases and counts tokens. Cases with CaseConfig::timing "paired" also run AR on
+// every prompt back to back with the method (AR first on even answers, second on odd ones) and
+// store its decode time and output length with each sample. The target KV cache is sized for the
+// method's largest draft tree (CacheLengthFor), so node budgets are not clipped near the end.
 // Checked by: tests/engine/runner_test.cpp and tests/cli/cli_test.cpp (kill + resume).
 #pragma once
 

@@ -16,6 +16,12 @@ void ArDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationCon
   result.generation = GenerateAr(model_, tokenizer_, prompt, config, cache);
 }
 
+int64_t CacheLengthFor(const LlamaModel& model, int64_t prompt_len, int64_t max_new_tokens,
+                       const Decoder& decoder) {
+  return std::min<int64_t>(model.config().max_seq_len,
+                           prompt_len + max_new_tokens + 1 + decoder.MaxDraftNodes());
+}
+
 uint64_t DrafterSeed(uint64_t sequence_seed) {
   uint64_t z = sequence_seed + 0x6a09e667f3bcc909ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -38,6 +44,11 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, const Tokenizer* toke
   SPECBED_CHECK(options_.budget.nodes >= 0 && options_.budget.depth >= 0,
                 "draft budget must be >= 0 (nodes ", options_.budget.nodes, ", depth ",
                 options_.budget.depth, ")");
+}
+
+int64_t SpeculativeDecoder::MaxDraftNodes() const {
+  const int64_t own = options_.budget.nodes;
+  return controller_ ? std::max(own, controller_->MaxNodes(options_.budget)) : own;
 }
 
 void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
@@ -107,8 +118,11 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     step.committed = &committed_;
     step.step_index = step_index;
     if (controller_) controller_->BeforeStep(step, budget);
+    // Nodes: only what the cache cannot hold is cut. Depth: at most the tokens still allowed
+    // (a deeper draft could not be emitted).
+    const int64_t left = config.stop.max_new_tokens - static_cast<int64_t>(stop.tokens().size());
     step.budget.nodes = std::min(budget.nodes, free);
-    step.budget.depth = std::min(budget.depth, step.budget.nodes);
+    step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
     tree_.Clear();
     drafter_->Draft(step, tree_);
     tree_.ValidateStructure(vocab);

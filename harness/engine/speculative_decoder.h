@@ -11,7 +11,11 @@
 //   other = everything else in the loop (stop rules, bookkeeping).
 // - n_emitted counts tokens appended to the output; sum(n_emitted) = n_output_tokens - 1 (the
 //   first token comes from the prefill logits, as in AR). A stop inside a step drops the rest.
-// - The budget is clipped to the free context: L + 1 + nodes <= cache.max_len().
+// - Honest budgets: callers size the cache with CacheLengthFor (prompt + max_new_tokens + 1 +
+//   MaxDraftNodes(), capped at the model's context), so the node budget is only clipped when the
+//   cache truly cannot hold it (L + 1 + nodes <= cache.max_len(), e.g. at max_seq_len). Near the
+//   end of an answer only the depth is limited, by the tokens still allowed: depth <=
+//   max_new_tokens - generated (generated includes the root).
 // Checked by: tests/engine/speculative_test.cpp.
 #pragma once
 
@@ -36,6 +40,8 @@ class SpeculativeDecoder : public Decoder {
                      std::unique_ptr<Adapter> adapter = nullptr);
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
+  // The default budget's nodes, or the installed Controller's MaxNodes when larger.
+  int64_t MaxDraftNodes() const override;
 
   Drafter& drafter() { return *drafter_; }
   // Installs (or replaces) the online Adapter; takes effect at the next Generate.
@@ -60,6 +66,12 @@ class SpeculativeDecoder : public Decoder {
   Verdict verdict_;
   std::vector<int32_t> committed_;
 };
+
+// Length of a target KV cache that holds a prompt of `prompt_len` tokens, `max_new_tokens`
+// generated tokens, the root and the largest draft tree of `decoder` (MaxDraftNodes), capped at
+// the model's max_seq_len.
+int64_t CacheLengthFor(const LlamaModel& model, int64_t prompt_len, int64_t max_new_tokens,
+                       const Decoder& decoder);
 
 // Seed of a drafter's own randomness for a sequence, derived from the target sampler's seed.
 uint64_t DrafterSeed(uint64_t sequence_seed);

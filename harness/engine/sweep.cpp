@@ -502,6 +502,10 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
     }
     out.cases.push_back(std::move(k.c));
   }
+  // Before sharding, so every shard pairs the same cases.
+  ResolveTimingModes(out.cases, b.timing, [&](const std::string& name) {
+    return methods.Info(name).traits.speculative;
+  });
   for (const auto& [name, n] : batch_skipped) {
     out.notes.push_back(
         StrCat("skipped: method ", name, " does not support batch > 1 (", n, " cases)"));

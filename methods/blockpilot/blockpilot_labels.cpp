@@ -445,12 +445,12 @@ BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std:
   DecodeResult out;
   KvCache cache;
   auto run = [&](const std::vector<int32_t>& ids, int64_t block, bool capture) {
-    const int64_t need =
-        std::min<int64_t>(tc.max_seq_len, static_cast<int64_t>(ids.size()) + c.max_new_tokens + 1);
-    // Exactly `need` positions, as the runner sizes a fresh cache, so the budget clipping at the
-    // end of the context matches `specbed run` whatever the prompt order.
-    if (!cache.defined() || cache.max_len() != need) cache = model.NewCache(1, need);
     controller->set_block_size(block);
+    // Sized as the runner sizes it (room for the largest draft of this block size), so budgets
+    // are clipped only at the model's context limit, as in `specbed run`.
+    const int64_t need =
+        CacheLengthFor(model, static_cast<int64_t>(ids.size()), c.max_new_tokens, decoder);
+    if (!cache.defined() || cache.max_len() != need) cache = model.NewCache(1, need);
     controller->set_capture_logits(capture);
     decoder.Generate(ids, gen, cache, out);
   };

@@ -10,6 +10,7 @@
 // exact match with AR at T = 0 in fp32; the radius / block size / vocabulary mismatch errors).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +33,10 @@ class BlockPilotController : public Controller {
   // `drafter` is owned by the decoder this controller is installed in.
   BlockPilotController(std::shared_ptr<BlockPilotPredictor> predictor, DflashDrafter* drafter);
   void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
+  // The largest candidate block size minus one (the cache is sized for it).
+  int64_t MaxNodes(const DraftBudget& base) const override {
+    return std::max(base.nodes, predictor_->config().candidates.back() - 1);
+  }
   int64_t last_block_size() const { return last_block_size_; }  // 0 before the first sequence
   const BlockPilotPredictor& predictor() const { return *predictor_; }
 
@@ -47,6 +52,9 @@ class FixedBlockController : public Controller {
  public:
   FixedBlockController(DflashDrafter* drafter, int64_t block_size);
   void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
+  int64_t MaxNodes(const DraftBudget& base) const override {
+    return std::max(base.nodes, block_size_ - 1);
+  }
   void set_block_size(int64_t block_size) { block_size_ = block_size; }
   void set_capture_logits(bool capture) { capture_ = capture; }
   // float32 [V] values of the last captured sequence (empty before one).

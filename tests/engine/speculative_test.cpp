@@ -17,6 +17,8 @@
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
 #include "methods/sps/sps_drafter.h"
+#include "metrics/metrics.h"
+#include "reports/summary.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -353,6 +355,53 @@ TEST(SpeculativeRunner, StoresStepsMarginsAndTraits) {
   // Same outputs for AR and SpS at T = 0.
   const auto a = store->LoadSamples(cases[0].case_id), b = store->LoadSamples(cases[1].case_id);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].output_ids_json, b[i].output_ids_json);
+}
+
+// Paired timing: with AR in the config (timing "auto"), the sps case runs AR on every prompt
+// back to back (AR first on even answers, second on odd ones) and stores the paired AR decode
+// time and output length with every sample; its speedup then uses those pairs. "per_case"
+// stores none. The AR case itself runs and is stored as before.
+TEST(SpeculativeRunner, PairedTimingStoresAnArRunWithEveryAnswer) {
+  const std::string dir = testing_util::ScratchDir(testing_util::TestName());
+  RunConfig config;
+  config.methods = {{"ar", nlohmann::json::object()}, {"sps", {{"gamma", 3}}}};
+  config.datasets = {{"stories", 5, {}}};
+  config.temperatures = {0.0};
+  config.max_new_tokens = 24;
+  config.warmup = 1;
+  for (const std::string mode : {"auto", "per_case"}) {
+    SCOPED_TRACE(mode);
+    const bool paired = mode == "auto";
+    config.timing = mode;
+    config.output = dir + "/" + mode + ".db";
+    auto store = ResultsStore::Open(config.output);
+    RunnerOptions options;
+    options.show_progress = false;
+    Runner(*store, options).Run(config);
+    const auto cases = store->ListCases();
+    ASSERT_EQ(cases.size(), 2u);
+    EXPECT_EQ(cases[0].record.method, "ar");
+    EXPECT_EQ(cases[0].record.timing_mode, "per_case");
+    EXPECT_EQ(cases[1].record.timing_mode, paired ? "paired" : "per_case");
+    const auto ar = store->LoadSamples(cases[0].case_id);
+    const auto sps = store->LoadSamples(cases[1].case_id);
+    ASSERT_EQ(ar.size(), 5u);
+    ASSERT_EQ(sps.size(), 5u);
+    for (const SampleRecord& s : ar) EXPECT_FALSE(s.has_paired_ar());
+    for (size_t i = 0; i < sps.size(); ++i) {
+      ASSERT_EQ(sps[i].has_paired_ar(), paired) << i;
+      if (!paired) continue;
+      EXPECT_EQ(sps[i].paired_ar_first, i % 2 == 0 ? 1 : 0) << i;  // alternates
+      EXPECT_GT(sps[i].paired_ar_decode_ms, 0) << i;
+      // T = 0: the paired AR run generates the AR case's answer.
+      EXPECT_EQ(sps[i].paired_ar_output_tokens, ar[i].n_output_tokens) << i;
+    }
+    const Speedup speedup = ComputeSpeedup(ar, sps);
+    EXPECT_EQ(speedup.n_matched, 5);
+    EXPECT_EQ(speedup.n_paired, paired ? 5 : 0);
+    const std::string table = FormatSummaryTable(BuildSummary(config.output));
+    EXPECT_NE(table.find(paired ? " p " : "per-case"), std::string::npos) << table;
+  }
 }
 
 TEST(MethodRegistry, ListsBuiltinsWithTraitsAndValidatesKnobs) {

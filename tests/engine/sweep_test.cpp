@@ -187,10 +187,53 @@ TEST(SweepExpand, PlainRunConfigKeepsItsCasesAndKeys) {
                        {"stop_strings", c.stop_strings},
                        {"chat_template", c.chat_template},
                        {"system_prompt", c.system_prompt}};
-  EXPECT_EQ(c.Key(), HashString(legacy.dump()));
+  // With AR in the config the case is timed paired, which is part of its key; per_case keeps
+  // the pre-sweep key.
+  EXPECT_EQ(c.timing, "paired");
+  Json paired = legacy;
+  paired["timing"] = "paired";
+  EXPECT_EQ(c.Key(), HashString(paired.dump()));
+  CaseConfig per_case = c;
+  per_case.timing = "per_case";
+  EXPECT_EQ(per_case.Key(), HashString(legacy.dump()));
   EXPECT_EQ(c.ToJson()["repeat"], 0);
   EXPECT_EQ(c.ToJson()["batch_size"], 1);
   EXPECT_FALSE(c.ToJson().contains("paper"));
+}
+
+TEST(SweepExpand, TimingIsPairedWhenTheConfigHasArForTheWorkload) {
+  // auto (default): sps is paired where an AR case of the same workload exists (T = 0 and 1;
+  // synthetic acceptance and repeats do not change the workload); AR itself is per_case.
+  const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":[1,2]}}],
+      "temperatures":[0,1],"repeats":2,"synthetic_acceptance":[0.5]})");
+  ASSERT_EQ(x.cases.size(), 2u + 8u);
+  for (const CaseConfig& c : x.cases) {
+    EXPECT_EQ(c.timing, c.method.name == "ar" ? "per_case" : "paired") << c.Label();
+    EXPECT_EQ(c.ToJson()["timing"], c.timing);
+    EXPECT_EQ(c.IdentityJson().contains("timing"), c.timing == "paired");
+  }
+  // No AR case for the workload: per_case; `only` keeps the AR baseline, so still paired.
+  for (const CaseConfig& c : Expand(R"({"methods":[{"name":"sps","knobs":{"gamma":2}}]})").cases) {
+    EXPECT_EQ(c.timing, "per_case");
+  }
+  for (const CaseConfig& c : Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
+      "only":[{"method":"sps"}]})")
+                                 .cases) {
+    EXPECT_EQ(c.timing, c.method.name == "ar" ? "per_case" : "paired");
+  }
+  // Explicit modes.
+  for (const CaseConfig& c : Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
+      "timing":"per_case"})")
+                                 .cases) {
+    EXPECT_EQ(c.timing, "per_case");
+  }
+  for (const CaseConfig& c :
+       Expand(R"({"methods":[{"name":"sps","knobs":{"gamma":2}}],"timing":"paired"})").cases) {
+    EXPECT_EQ(c.timing, "paired");
+    EXPECT_CONTAINS(c.Label(), " paired");
+  }
+  EXPECT_CONTAINS(ErrorOf([] { Expand(R"({"timing":"pairs"})"); }),
+                  "sweep.json: timing must be \"auto\", \"paired\" or \"per_case\"");
 }
 
 TEST(SweepExpand, RepeatsRunSpeculativeCasesRepeatedlyAndArOnce) {

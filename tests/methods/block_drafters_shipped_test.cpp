@@ -4,7 +4,9 @@
 // decoder: for `dflash` (block sizes 8 and 16), `ddtree`, `jetspec` (both budget conventions)
 // and `dflash+blockpilot`, every story prompt reproduces AR token for token at T = 0 in fp32, the
 // per-step node counts respect the budget, and tau clears a floor that an untrained head
-// (tau ~ 1.0) cannot reach. Deterministic (greedy, fp32, one thread): false-failure rate 0.
+// (tau ~ 1.0) cannot reach; with honest budgets (cache sized for the largest tree), ddtree/jetspec
+// at budget 128 and eagle3 at 60 tokens draft their full budget on every step with room for it.
+// Deterministic (greedy, fp32, one thread): false-failure rate 0.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -81,6 +83,62 @@ TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
       steps += static_cast<int64_t>(spec.steps.size());
     }
     EXPECT_GT(static_cast<double>(emitted) / steps, c.min_tau) << c.method << c.knobs.dump();
+  }
+}
+
+// Honest budgets: with the cache sized by CacheLengthFor (room for the largest tree), ddtree and
+// jetspec at budget 128 and eagle3 at total_tokens 60 draft their full node budget on every step
+// whose depth limit (tokens still allowed) leaves room for the full tree depth,
+// never more than the budget, and reproduce AR token for token at T = 0.
+TEST(ShippedBlockDrafters, DraftTheFullBudgetOnEveryStepWithRoom) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = testing_util::DflashContextFor(target);
+  struct BudgetCase {
+    std::string method;
+    nlohmann::json knobs;
+    int64_t nodes, depth;  // the full tree: drafted nodes (root excluded) and depth
+  };
+  const std::vector<BudgetCase> cases = {
+      {"ddtree", {{"drafter", Shipped("dflash")}, {"budget", 128}}, 128, 15},
+      {"jetspec", {{"drafter", Shipped("jetspec")}, {"budget", 128}}, 127, 15},
+      {"eagle3", {{"total_tokens", 60}}, 59, 8},
+  };
+  const int64_t max_new = 64;
+  const auto prompts = LoadDataset("stories", {});
+  for (const BudgetCase& c : cases) {
+    std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
+    EXPECT_EQ(decoder->MaxDraftNodes(), c.nodes) << c.method;
+    int64_t full = 0, limited = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
+      GenerationConfig g;
+      g.stop = StopConfigFor(target, max_new, {});
+      g.seed = i;
+      KvCache cache = target.model->NewCache(
+          1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), max_new, *decoder));
+      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
+      DecodeResult spec;
+      decoder->Generate(ids, g, cache, spec);
+      ASSERT_EQ(spec.generation.tokens, ar.tokens) << c.method << " prompt " << i;
+      int64_t generated = 1;  // the first token comes from the prefill
+      for (const StepStats& s : spec.steps) {
+        const int64_t depth_room = max_new - generated;
+        EXPECT_LE(s.n_drafted, c.nodes) << c.method;
+        EXPECT_LE(s.draft_depth, std::min(c.depth, depth_room)) << c.method;
+        if (depth_room >= c.depth) {
+          EXPECT_EQ(s.n_drafted, c.nodes)
+              << c.method << " prompt " << i << " step at " << generated;
+          ++full;
+        } else {
+          ++limited;
+        }
+        generated += s.n_emitted;
+      }
+    }
+    EXPECT_GT(full, limited) << c.method << ": most steps have room for the full tree";
   }
 }
 

@@ -52,7 +52,7 @@ struct StoryCase {
   std::string method;
   nlohmann::json knobs;
   int64_t depth;      // block_size - 1
-  int64_t n_drafted;  // nodes every step drafts (the free context never clips them here)
+  int64_t n_drafted;  // nodes every step with room for the full depth drafts
 };
 
 // Runs `decoder` on 8 story prompts at T = 0 and checks AR equality and the per-step counts.
@@ -70,9 +70,14 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
     DecodeResult spec;
     decoder.Generate(ids, g, cache, spec);
     ASSERT_EQ(spec.generation.tokens, ar.tokens) << "prompt " << i;
+    int64_t generated = 1;  // the first token comes from the prefill
     for (const StepStats& s : spec.steps) {
-      EXPECT_EQ(s.n_drafted, c.n_drafted) << "prompt " << i;
-      EXPECT_LE(s.draft_depth, c.depth) << "prompt " << i;
+      // Near the end only the depth is limited, by the tokens still allowed.
+      const int64_t depth_room = 48 - generated;
+      if (depth_room >= c.depth) EXPECT_EQ(s.n_drafted, c.n_drafted) << "prompt " << i;
+      EXPECT_LE(s.n_drafted, c.n_drafted) << "prompt " << i;
+      EXPECT_LE(s.draft_depth, std::min(c.depth, depth_room)) << "prompt " << i;
+      generated += s.n_emitted;
     }
     steps += static_cast<int64_t>(spec.steps.size());
   }

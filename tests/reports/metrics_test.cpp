@@ -122,6 +122,74 @@ TEST(Metrics, SpeedupMatchesPromptsByIdAndTurn) {
   EXPECT_TRUE(std::isnan(none.total_ratio));
 }
 
+TEST(Metrics, SpeedupIsTheTokensPerSecondRatioWhenLengthsDiffer) {
+  // T > 0: answers of different lengths. p0: AR 10 decode tokens in 100 ms (100 tok/s), method
+  // 20 in 100 ms (200 tok/s) -> 2 (the time ratio would say 1). p1: AR 20 in 200 ms (100 tok/s),
+  // method 5 in 25 ms (200 tok/s) -> 2 (the time ratio would say 8). p2: AR 4 in 40 ms
+  // (100 tok/s), method 8 in 20 ms (400 tok/s) -> 4. Geometric mean (2 * 2 * 4)^(1/3) = 2.5198;
+  // totals: method 33 tokens / 145 ms = 227.586 tok/s, AR 34 / 340 ms = 100 tok/s -> 2.27586.
+  const std::vector<SampleRecord> ar = ArSamplesT0();
+  const std::vector<SampleRecord> method = {Sample("p0", 21, 2, 100, 5, "eos"),
+                                            Sample("p1", 6, 4, 25, 2, "eos"),
+                                            Sample("p2", 9, 3, 20, 3, "eos")};
+  const Speedup s = ComputeSpeedup(ar, method);
+  EXPECT_EQ(s.n_matched, 3);
+  EXPECT_EQ(s.n_paired, 0);
+  ASSERT_EQ(s.per_prompt.size(), 3u);
+  EXPECT_NEAR(s.per_prompt[0], 2.0, 1e-12);
+  EXPECT_NEAR(s.per_prompt[1], 2.0, 1e-12);
+  EXPECT_NEAR(s.per_prompt[2], 4.0, 1e-12);
+  EXPECT_NEAR(s.geomean, std::cbrt(16.0), 1e-12);
+  EXPECT_NEAR(s.total_ratio, (33.0 / 145.0) / (34.0 / 340.0), 1e-12);
+  EXPECT_EQ(s.pairs[1].ar_tokens, 20);
+  EXPECT_EQ(s.pairs[1].method_tokens, 5);
+  EXPECT_FALSE(s.pairs[1].paired);
+  // An answer without a decode token on either side has no rate: left out.
+  const Speedup one = ComputeSpeedup(ar, {Sample("p0", 1, 2, 3, 0, "eos"), method[1]});
+  EXPECT_EQ(one.n_matched, 1);
+  EXPECT_NEAR(one.geomean, 2.0, 1e-12);
+}
+
+TEST(Metrics, SpeedupUsesThePairedArRunsWhenSamplesCarryThem) {
+  // p0 paired: AR 15 decode tokens in 50 ms (300 tok/s), method 20 in 100 ms (200 tok/s) ->
+  // 2/3, whatever the AR case says (100 tok/s there would give 2). p1 paired: AR output 21
+  // tokens (20 decode) in 100 ms, method 20 in 50 ms -> 2. p2 not paired: the AR case's answer,
+  // 4 tokens in 40 ms vs the method's 4 in 10 ms -> 4.
+  std::vector<SampleRecord> method = {Sample("p0", 21, 2, 100, 5, "eos"),
+                                      Sample("p1", 21, 4, 50, 2, "eos"),
+                                      Sample("p2", 5, 3, 10, 3, "eos")};
+  method[0].paired_ar_decode_ms = 50;
+  method[0].paired_ar_output_tokens = 16;
+  method[0].paired_ar_first = 1;
+  method[1].paired_ar_decode_ms = 100;
+  method[1].paired_ar_output_tokens = 21;
+  method[1].paired_ar_first = 0;
+  const Speedup s = ComputeSpeedup(ArSamplesT0(), method);
+  EXPECT_EQ(s.n_matched, 3);
+  EXPECT_EQ(s.n_paired, 2);
+  ASSERT_EQ(s.per_prompt.size(), 3u);
+  EXPECT_NEAR(s.per_prompt[0], 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(s.per_prompt[1], 2.0, 1e-12);
+  EXPECT_NEAR(s.per_prompt[2], 4.0, 1e-12);
+  EXPECT_NEAR(s.geomean, std::cbrt(16.0 / 3.0), 1e-12);
+  // Totals: method 44 tokens / 160 ms; AR 15 + 20 + 4 = 39 tokens / 190 ms.
+  EXPECT_NEAR(s.total_ratio, (44.0 / 160.0) / (39.0 / 190.0), 1e-12);
+  EXPECT_TRUE(s.pairs[0].paired);
+  EXPECT_EQ(s.pairs[0].ar_tokens, 15);
+  EXPECT_FALSE(s.pairs[2].paired);
+  // Paired samples need no AR case at all.
+  const Speedup alone = ComputeSpeedup({}, method);
+  EXPECT_EQ(alone.n_matched, 2);
+  EXPECT_EQ(alone.n_paired, 2);
+  EXPECT_NEAR(alone.geomean, std::sqrt(4.0 / 3.0), 1e-12);
+}
+
+TEST(Metrics, DraftedNodesPerStep) {
+  // FakeSteps: 44 drafted nodes over 11 steps.
+  EXPECT_NEAR(ComputeCaseMetrics(FakeSamples(), FakeSteps()).drafted_per_step, 4.0, 1e-12);
+  EXPECT_TRUE(std::isnan(ComputeCaseMetrics(ArSamplesT0(), {}).drafted_per_step));
+}
+
 TEST(Metrics, SameWorkloadComparesEverythingButMethodAndKnobs) {
   const CaseRecord ar = TestCase("a", "ar", 0);
   EXPECT_TRUE(SameWorkload(ar, TestCase("b", "fake", 0)));

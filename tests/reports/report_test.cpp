@@ -321,7 +321,7 @@ TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {
   EXPECT_EQ(Constant(t, "speedup"), "1.00");
   EXPECT_EQ(Constant(t, "knobs"), "none");
   const std::string md = ReadFileToString(r.report_md);
-  EXPECT_CONTAINS(md, "No data (—) for: τ, T_D (%), rollback (%)");
+  EXPECT_CONTAINS(md, "No data (—) for: nodes/step, timing, τ, T_D (%), rollback (%)");
   EXPECT_NOT_CONTAINS(md, "## Bench");
   for (const auto& png : ImageSources(ReadFileToString(r.index_html))) {
     EXPECT_TRUE(IsPngFile(dir + "/" + png)) << png;

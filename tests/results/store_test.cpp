@@ -84,6 +84,7 @@ CaseRecord MakeCase(const std::string& key) {
   c.wall_s = 12.5;
   c.method_traits_json = R"({"lossless":true,"tree":true,"needs_drafter":true})";
   c.drafter = "tiny-eagle-head";
+  c.timing_mode = "paired";
   return c;
 }
 
@@ -104,6 +105,11 @@ std::vector<SampleRecord> MakeSamples(int n) {
     s.output_text = "answer " + std::to_string(i) + " \xC3\xA9\xF0\x9F\x98\x80";
     s.output_ids_json = "[12,7," + std::to_string(i) + "]";
     s.token_margins_json = i % 2 ? "" : "[1.5,0.25," + std::to_string(i) + "]";
+    if (i % 3 != 2) {  // paired timing on most samples; the rest read back as "none"
+      s.paired_ar_decode_ms = 500.0 / 3.0 + i;
+      s.paired_ar_output_tokens = 40 + i;
+      s.paired_ar_first = (i + 1) % 2;
+    }
     out.push_back(s);
   }
   return out;
@@ -153,6 +159,7 @@ void ExpectSameCase(const CaseRecord& a, const CaseRecord& b) {
   EXPECT_EQ(a.wall_s, b.wall_s);
   EXPECT_EQ(a.method_traits_json, b.method_traits_json);
   EXPECT_EQ(a.drafter, b.drafter);
+  EXPECT_EQ(a.timing_mode, b.timing_mode);
 }
 
 void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
@@ -169,6 +176,12 @@ void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
   EXPECT_EQ(a.output_text, b.output_text);
   EXPECT_EQ(a.output_ids_json, b.output_ids_json);
   EXPECT_EQ(a.token_margins_json, b.token_margins_json);
+  EXPECT_EQ(a.has_paired_ar(), b.has_paired_ar());
+  if (a.has_paired_ar() && b.has_paired_ar()) {
+    EXPECT_EQ(a.paired_ar_decode_ms, b.paired_ar_decode_ms);
+    EXPECT_EQ(a.paired_ar_output_tokens, b.paired_ar_output_tokens);
+    EXPECT_EQ(a.paired_ar_first, b.paired_ar_first);
+  }
 }
 
 void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
@@ -777,7 +790,9 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     EXPECT_EQ(cases[0].record.method, "sps");
     EXPECT_EQ(cases[0].record.method_traits_json, "");
     EXPECT_EQ(cases[0].record.drafter, "");
+    EXPECT_EQ(cases[0].record.timing_mode, "");
     EXPECT_EQ(store->LoadSamples(1).at(0).token_margins_json, "");
+    EXPECT_FALSE(store->LoadSamples(1).at(0).has_paired_ar());
     const auto steps = store->LoadSteps(1);
     ASSERT_EQ(steps.size(), 2u);
     EXPECT_EQ(steps[1].n_accepted, 2);
@@ -799,6 +814,11 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     ASSERT_EQ(samples.size(), 1u);
     EXPECT_EQ(samples[0].output_ids_json, "[1,2,3,4,5,6,7,8,9]");
     EXPECT_EQ(samples[0].token_margins_json, "");
+    EXPECT_FALSE(samples[0].has_paired_ar());  // v4: not paired
+    EXPECT_TRUE(std::isnan(samples[0].paired_ar_decode_ms));
+    EXPECT_EQ(store->ListCases().at(0).record.timing_mode, "");
+    EXPECT_EQ(RawQueryText(path, "SELECT count(*) FROM samples WHERE paired_ar_decode_ms IS NULL"),
+              "1");
     const auto steps = store->LoadSteps(1);
     ASSERT_EQ(steps.size(), 2u);
     EXPECT_EQ(steps[0].n_drafted, 4);
