@@ -47,6 +47,7 @@ void RunGenerate(const GenerateOptions& o) {
       r.decode_ms > 0 ? (static_cast<double>(r.tokens.size()) - 1) / (r.decode_ms * 1e-3) : 0.0;
   if (o.json) {
     nlohmann::json j = {{"model", target.spec.name},
+                        {"model_label", target.model->config().twin_label},
                         {"prompt", o.prompt},
                         {"prompt_ids", ids},
                         {"generated_ids", r.tokens},
@@ -61,11 +62,15 @@ void RunGenerate(const GenerateOptions& o) {
     return;
   }
   std::cout << o.prompt << r.text << std::endl;
+  // A cost twin says so: its speed is that of the larger shape, its outputs the original's.
+  const std::string& label = target.model->config().twin_label;
+  const std::string name =
+      label.empty() ? target.spec.name : target.spec.name + ", " + label.substr(0, label.find(" ("));
   std::fprintf(
       stderr,
       "\n[%s] %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",
-      target.spec.name.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason),
-      r.prefill_ms, decode_tps);
+      name.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason), r.prefill_ms,
+      decode_tps);
 }
 
 }  // namespace
