@@ -19,6 +19,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "reports/plots.h"
+#include "reports/summary.h"
 
 namespace specbed {
 namespace {
@@ -609,6 +610,16 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                    " used synthetic acceptance (config key \"synthetic_acceptance\"); their "
                    "speedup, τ and acceptance numbers are not real measurements.");
 
+  // The targets' cost regime (cost twins, AR's memory-roofline fraction), shown before the
+  // speedup tables.
+  std::vector<CostCase> cost_cases;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      cost_cases.push_back({c.row.case_id, &c.row.record, c.metrics.decode_tokens_per_s});
+    }
+  }
+  const std::vector<std::string> cost_notes = CostRegimeNotes(cost_cases);
+
   // Tables and plot scripts.
   struct Section {
     std::string heading;
@@ -743,6 +754,11 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& c : kConventions) md << "- " << c << "\n";
   md << "\n";
   if (sections.empty()) md << "No cases recorded.\n\n";
+  if (!cost_notes.empty()) {
+    md << "## Cost regime\n\n";
+    for (const auto& n : cost_notes) md << "- " << MdCell(n) << "\n";
+    md << "\n";
+  }
   if (!paper_tables.empty()) {
     md << "## Results (paper layout)\n\n"
        << "Spd = speedup vs. AR (geometric mean over answers of method decode tok/s ÷ AR decode "
@@ -803,6 +819,11 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& c : kConventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
   html << "</ul>\n";
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
+  if (!cost_notes.empty()) {
+    html << "<h2 id=\"cost-regime\">Cost regime</h2>\n<ul>\n";
+    for (const auto& n : cost_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+    html << "</ul>\n";
+  }
   if (!paper_tables.empty()) {
     html << "<h2>Results (paper layout)</h2>\n<p>Spd = speedup vs. AR (geometric mean over "
             "answers of method decode tok/s ÷ AR decode tok/s, see Conventions), τ = tokens per "

@@ -29,6 +29,32 @@ constexpr size_t kPositionsShown = 4;  // r_1..r_4 / alpha_1..alpha_4 in the tab
 using report_format::Fixed;
 using report_format::General;
 
+// What the runner recorded about a case's target and machine (config_json "target_info" and
+// "machine"; absent in older databases).
+struct TargetCost {
+  std::string label;          // cost-twin label, "" for a real model
+  double weight_bytes = 0;    // weight bytes an AR decode step reads
+  double bandwidth_gb_s = 0;  // measured memory bandwidth at the case's threads
+};
+
+TargetCost TargetCostOf(const CaseRecord& record) {
+  TargetCost cost;
+  const Json j = Json::parse(record.config_json, nullptr, false);
+  if (!j.is_object()) return cost;
+  if (j.contains("target_info") && j["target_info"].is_object()) {
+    const Json& t = j["target_info"];
+    if (t.contains("label") && t["label"].is_string()) cost.label = t["label"].get<std::string>();
+    if (t.contains("weight_bytes") && t["weight_bytes"].is_number())
+      cost.weight_bytes = t["weight_bytes"].get<double>();
+  }
+  if (j.contains("machine") && j["machine"].is_object() &&
+      j["machine"].contains("memory_bandwidth_gb_s") &&
+      j["machine"]["memory_bandwidth_gb_s"].is_number()) {
+    cost.bandwidth_gb_s = j["machine"]["memory_bandwidth_gb_s"].get<double>();
+  }
+  return cost;
+}
+
 std::string WithInterval(double v, const Interval& ci) {
   if (!std::isfinite(v)) return kNone;
   if (!std::isfinite(ci.lo) || !std::isfinite(ci.hi)) return Fixed(v, 2);
@@ -176,6 +202,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     return out;
   };
 
+  std::vector<CostCase> cost_cases;
   for (size_t i = 0; i < cases.size(); ++i) {
     const ResultsStore::CaseRow& c = cases[i];
     if (options.run_id >= 0 && c.run_id != options.run_id) continue;
@@ -186,6 +213,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     row.is_baseline = c.record.method == kArMethod;
     const std::string label =
         StrCat("case ", c.case_id, " (", MethodLabel(c.record), ", run ", c.run_id, ")");
+    cost_cases.push_back({c.case_id, &c.record, row.metrics.decode_tokens_per_s});
     if (IsSynthetic(c.record)) {
       summary.notes.push_back(label +
                               ": SYNTHETIC ACCEPTANCE (forced per-position acceptance "
@@ -227,7 +255,38 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     }
     summary.rows.push_back(std::move(row));
   }
+  summary.cost_notes = CostRegimeNotes(cost_cases);
   return summary;
+}
+
+std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
+  std::vector<std::string> notes;
+  std::set<std::string> labelled;
+  for (const CostCase& c : cases) {
+    const TargetCost cost = TargetCostOf(*c.record);
+    if (!cost.label.empty() && labelled.insert(c.record->target).second) {
+      notes.push_back(StrCat(c.record->target, " is the ", cost.label,
+                             ": its outputs are the original's, its costs those of the larger "
+                             "shape on this machine; not a real model of that size."));
+    }
+  }
+  for (const CostCase& c : cases) {
+    const TargetCost cost = TargetCostOf(*c.record);
+    if (c.record->method != kArMethod || cost.weight_bytes <= 0 || cost.bandwidth_gb_s <= 0 ||
+        !std::isfinite(c.decode_tokens_per_s)) {
+      continue;
+    }
+    const double gb_s = c.decode_tokens_per_s * cost.weight_bytes * 1e-9;
+    notes.push_back(StrCat(
+        "AR roofline, case ", c.case_id, " (", c.record->target, ", ", c.record->dtype, ", ",
+        c.record->threads, " thread", c.record->threads == 1 ? "" : "s",
+        ", T=", General(c.record->temperature), "): ", Fixed(c.decode_tokens_per_s, 1),
+        " tok/s x ", Fixed(cost.weight_bytes * 1e-6, 1), " MB of weights per token = ",
+        Fixed(gb_s, 2), " GB/s = ", Fixed(gb_s / cost.bandwidth_gb_s, 2),
+        " of the measured memory bandwidth (", Fixed(cost.bandwidth_gb_s, 2),
+        " GB/s, STREAM triad); speedups are over this baseline."));
+  }
+  return notes;
 }
 
 std::string FormatSummaryTable(const Summary& s) {
@@ -340,6 +399,10 @@ std::string FormatSummaryTable(const Summary& s) {
          "median); margin = smallest AR top-2 logit gap at a divergence;\n"
       << "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted "
          ">= i) at draft position i.\n";
+  if (!s.cost_notes.empty()) {
+    out << "\nCost regime:\n";
+    for (const auto& n : s.cost_notes) out << "- " << n << "\n";
+  }
   if (!s.notes.empty()) {
     out << "\nNotes:\n";
     for (const auto& n : s.notes) out << "- " << n << "\n";
@@ -459,6 +522,7 @@ std::string SummaryJson(const Summary& s) {
   }
   doc["cases"] = std::move(cases);
   doc["notes"] = s.notes;
+  doc["cost_notes"] = s.cost_notes;
   // Stored text may hold invalid UTF-8 (byte-level tokenizers): replace it instead of failing.
   return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

@@ -49,6 +49,10 @@ struct Summary {
   std::vector<int64_t> run_ids;    // every run of the database
   std::vector<SummaryRow> rows;    // selected cases, in case_id order
   std::vector<std::string> notes;  // baselines from another run, cases without a baseline
+  // The targets' cost regime, shown beside every speedup table: which targets are cost twins
+  // (models/twin) and AR's fraction of the memory roofline per AR case (from the target_info /
+  // machine the runner records in cases.config_json; empty for older databases).
+  std::vector<std::string> cost_notes;
   BootstrapOptions bootstrap;
 };
 
@@ -56,6 +60,18 @@ struct Summary {
 // row. Fails (specbed::Error naming the path) for a missing or non-SpecBed database, and for a
 // --run / --case id that is not in it (listing the ids that are).
 Summary BuildSummary(const std::string& db_path, const SummaryOptions& options = {});
+
+// One case for CostRegimeNotes: its record (config_json "target_info" / "machine", written by the
+// runner) and its decode throughput.
+struct CostCase {
+  int64_t case_id = 0;
+  const CaseRecord* record = nullptr;
+  double decode_tokens_per_s = 0;
+};
+// "X is the cost twin of Y: ..." once per twin target, and per AR case its decode throughput as a
+// fraction of the memory roofline (weight bytes per token x tok/s / measured bandwidth). Cases
+// without the recorded fields (older databases) give no notes.
+std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases);
 
 // Method knobs in short form: {"k":4,"tree":"static"} -> "k=4,tree=static"; "" for none.
 std::string KnobsShort(const std::string& knobs_json);

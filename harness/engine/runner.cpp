@@ -10,6 +10,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "harness/engine/machine_bench.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
 
@@ -55,6 +56,16 @@ uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
 
 Runner::Runner(ResultsStore& store, RunnerOptions options)
     : store_(store), options_(std::move(options)) {}
+
+double Runner::MemoryBandwidthGbs(int threads) {
+  auto it = bandwidth_gb_s_.find(threads);
+  if (it == bandwidth_gb_s_.end()) {
+    // 3 x 64 MiB arrays, best of 3: ~0.3 s, 2x the last-level cache of the machines here.
+    const MemoryBandwidth bw = MeasureMemoryBandwidth(threads, int64_t{64} << 20, 3);
+    it = bandwidth_gb_s_.emplace(threads, bw.triad_gb_s).first;
+  }
+  return it->second;
+}
 
 LoadedTarget& Runner::Target(const std::string& name, const std::string& dtype,
                              const std::string& chat_template) {
@@ -317,7 +328,16 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
     record.threads = c.threads;
     record.dtype = c.dtype;
     record.device = "cpu";
-    record.config_json = c.ToJson().dump();
+    // What the cost of this target is (a cost twin's label, the weight bytes a decode step reads)
+    // and the machine's measured memory bandwidth: reports state AR's roofline fraction from them.
+    nlohmann::json case_json = c.ToJson();
+    case_json["target_info"] = {{"label", model.config().twin_label},
+                                {"weight_bytes", DecodeWeightBytes(model)},
+                                {"parameters", model.config().ParameterCount()}};
+    case_json["machine"] = {
+        {"memory_bandwidth_gb_s", MemoryBandwidthGbs(static_cast<int>(c.threads))},
+        {"blas_core", BlasCoreName()}};
+    record.config_json = case_json.dump();
     record.timing_mode = c.timing;
     record.wall_s = (NowMicros() - case_start) * 1e-6;
     store_.WriteCase(run_id, record, samples, steps);

@@ -65,6 +65,10 @@ class Runner {
   ResultsStore& store_;
   RunnerOptions options_;
   std::map<std::string, LoadedTarget> targets_;
+  // Measured memory bandwidth (STREAM triad, GB/s) per thread count, once per Runner: recorded
+  // with every case so that reports state AR's fraction of the memory roofline.
+  double MemoryBandwidthGbs(int threads);
+  std::map<int, double> bandwidth_gb_s_;
 };
 
 }  // namespace specbed
