@@ -4,7 +4,7 @@
 // static-initialization magic. Unknown names fail with the list of known ones and the nearest
 // match; unknown knobs, wrong types and out-of-range values fail naming the method and knob.
 // The runner branches on traits, never on method names.
-// Checked by: tests/engine/method_registry_test.cpp, tests/cli/cli_test.cpp (`specbed list
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/cli/cli_test.cpp (`specbed list
 // methods`).
 #pragma once
 

@@ -9,7 +9,7 @@
 // "dflash" (DFlash block head), "jetspec" (JetSpec causal block head), "blockpilot" (BlockPilot
 // block-size predictor; it reads the target's logits, which the twin reproduces, so both targets
 // share one).
-// Checked by: tests/models/cost_twin_test.cpp (names, defaults, resolution, errors).
+// Checked by: tests/methods/cost_twin_test.cpp (names, defaults, resolution, errors).
 #pragma once
 
 #include <string>

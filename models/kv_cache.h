@@ -3,7 +3,7 @@
 // attention streams rows). `length()` positions are filled; LlamaModel::Forward appends the new
 // tokens' keys/values at [length, length + T) and advances length. Speculative methods append a
 // draft tree, then keep only the accepted nodes: KeepPositions gathers them into place.
-// Checked by: tests/engine/kv_cache_test.cpp (truncate / keep vs. a fresh forward).
+// Checked by: tests/engine/llama_model_test.cpp (truncate / keep vs. a fresh forward).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -125,6 +125,10 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
       s.description = "Hugging Face checkpoint directory";
       if (PathExists(name_or_path + "/tokenizer.json")) {
         s.tokenizer_path = name_or_path + "/tokenizer.json";
+      } else if (PathExists(name_or_path + "/tokenizer.bin")) {
+        // A llama2.c tokenizer beside an HF checkpoint (e.g. a cost twin of stories260K).
+        s.tokenizer_path = name_or_path + "/tokenizer.bin";
+        s.chat_template = "raw";
       }
     }
     return s;

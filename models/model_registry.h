@@ -6,7 +6,8 @@
 // speed benchmarks; no tokenizer), stories260K-twin / stories260K-twin-draft (cost twins of
 // stories260K and its draft: the same function at the cost of a larger model, built on first use;
 // models/twin/stories_twin.h).
-// Checked by: tests/engine/model_registry_test.cpp.
+// Checked by: tests/cli/cli_test.cpp (unknown names, list), tests/methods/cost_twin_test.cpp
+// (the stories260K-twin names).
 #pragma once
 
 #include <memory>

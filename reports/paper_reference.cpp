@@ -1,5 +1,5 @@
 // Loading and matching paper reference files (see paper_reference.h).
-// Checked by: tests/reports/paper_reference_test.cpp.
+// Checked by: tests/reports/paper_report_test.cpp.
 #include "reports/paper_reference.h"
 
 #include <cmath>

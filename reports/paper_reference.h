@@ -4,7 +4,7 @@
 // required per row; unknown fields are an error naming the file and the field) and matches its
 // rows against measured cases (method, dataset, temperature, target when given, knobs as a
 // subset when given).
-// Checked by: tests/reports/paper_reference_test.cpp.
+// Checked by: tests/reports/paper_report_test.cpp.
 #pragma once
 
 #include <string>

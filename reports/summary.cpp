@@ -280,11 +280,10 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
     notes.push_back(StrCat(
         "AR roofline, case ", c.case_id, " (", c.record->target, ", ", c.record->dtype, ", ",
         c.record->threads, " thread", c.record->threads == 1 ? "" : "s",
-        ", T=", General(c.record->temperature), "): ", Fixed(c.decode_tokens_per_s, 1),
-        " tok/s x ", Fixed(cost.weight_bytes * 1e-6, 1), " MB of weights per token = ",
-        Fixed(gb_s, 2), " GB/s = ", Fixed(gb_s / cost.bandwidth_gb_s, 2),
-        " of the measured memory bandwidth (", Fixed(cost.bandwidth_gb_s, 2),
-        " GB/s, STREAM triad); speedups are over this baseline."));
+        ", T=", General(c.record->temperature), "): ", Fixed(c.decode_tokens_per_s, 1), " tok/s x ",
+        Fixed(cost.weight_bytes * 1e-6, 1), " MB of weights per token = ", Fixed(gb_s, 2),
+        " GB/s = ", Fixed(gb_s / cost.bandwidth_gb_s, 2), " of the measured memory bandwidth (",
+        Fixed(cost.bandwidth_gb_s, 2), " GB/s, STREAM triad); speedups are over this baseline."));
   }
   return notes;
 }

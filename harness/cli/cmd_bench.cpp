@@ -11,7 +11,7 @@
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "harness/cli/commands.h"
-#include "harness/engine/environment.h"
+#include "harness/runner/environment.h"
 #include "harness/engine/sampler.h"
 #include "models/model_registry.h"
 #include "results/store.h"

@@ -8,7 +8,7 @@
 
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "models/model_registry.h"
 
 namespace specbed::cli {

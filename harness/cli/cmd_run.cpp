@@ -1,6 +1,6 @@
 // `specbed run CONFIG.json`: expands targets x methods x datasets x temperatures x seeds into cases
 // and runs them into the SQLite results store (resumable: completed cases are skipped). A sweep
-// file (harness/engine/sweep.h) is accepted too: both go through RunSweepFile (cmd_sweep.cpp).
+// file (harness/runner/sweep.h) is accepted too: both go through RunSweepFile (cmd_sweep.cpp).
 // Checked by: tests/cli/cli_test.cpp and tests/cli/sweep_cli_test.cpp.
 #include "harness/cli/commands.h"
 

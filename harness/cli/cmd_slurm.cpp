@@ -12,8 +12,8 @@
 
 #include "harness/base/error.h"
 #include "harness/cli/commands.h"
-#include "harness/engine/environment.h"
-#include "harness/engine/sweep.h"
+#include "harness/runner/environment.h"
+#include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 
 namespace specbed::cli {

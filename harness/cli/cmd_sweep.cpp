@@ -1,5 +1,5 @@
 // `specbed sweep FILE [--shard i/N] [--output DB] [--dry-run] [--limit N]`: expands a sweep file
-// (harness/engine/sweep.h) into cases, prints the count and the notes on skipped combinations,
+// (harness/runner/sweep.h) into cases, prints the count and the notes on skipped combinations,
 // and runs this shard's cases into SQLite like `specbed run` (resumable: completed case keys are
 // skipped), with a progress line (cases done/total, ETA). RunSweepFile is shared with `run`.
 // Checked by: tests/cli/sweep_cli_test.cpp.
@@ -8,9 +8,9 @@
 
 #include "harness/base/error.h"
 #include "harness/cli/commands.h"
-#include "harness/engine/environment.h"
-#include "harness/engine/runner.h"
-#include "harness/engine/sweep.h"
+#include "harness/runner/environment.h"
+#include "harness/runner/runner.h"
+#include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "results/store.h"
 

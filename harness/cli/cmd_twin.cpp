@@ -5,8 +5,9 @@
 //   specbed twin models/stories260K/eagle3 --out DIR --width-factor 8   any drafter SpecBed
 //                                                                      writes (HF layout)
 //   specbed twin --builtin                 builds (or finds) the cached stories260K-twin set
-// Checked by: tests/cli/twin_cli_test.cpp.
+// Checked by: tests/cli/twin_cli_test.cpp (shapes, drafters, errors, labels).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -43,12 +44,14 @@ void RunTwin(const TwinOptions& o) {
   HfCheckpointFiles files;
   std::string of = o.of;
   std::string where = o.source;
+  std::string tokenizer;  // the source model's tokenizer file, copied beside the twin
   const bool is_dir = PathExists(o.source + "/config.json");
   if (is_dir) {
     files = ReadCheckpointFiles(o.source);
   } else {
     const ModelSpec spec = ResolveModel(o.source);
     where = spec.path;
+    tokenizer = spec.tokenizer_path;
     if (spec.format == "llama2c") {
       files = Llama2cAsHf(spec.path);
     } else if (spec.format == "hf") {
@@ -66,6 +69,13 @@ void RunTwin(const TwinOptions& o) {
   shape.depth = o.depth;
   const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
   WriteCheckpointFiles(o.output, twin);
+  // The twin of a model keeps its tokenizer beside it, so `--model DIR` works as the original.
+  if (!tokenizer.empty()) {
+    const bool bin =
+        tokenizer.size() > 4 && tokenizer.compare(tokenizer.size() - 4, 4, ".bin") == 0;
+    std::filesystem::copy_file(tokenizer, o.output + (bin ? "/tokenizer.bin" : "/tokenizer.json"),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
   std::printf("%s -> %s\n", TwinLabel(nlohmann::json::parse(twin.config.dump())).c_str(),
               o.output.c_str());
 }

@@ -1,6 +1,6 @@
 // The process command line, kept for the reproduce command stored with every run.
 #include "harness/cli/commands.h"
-#include "harness/engine/environment.h"
+#include "harness/runner/environment.h"
 
 namespace specbed::cli {
 namespace {

@@ -3,7 +3,7 @@
 // Timing convention (shared with all methods): prefill_ms covers the prompt forward and the
 // sampling of the first new token; decode_ms covers everything after (tokens 2..n), and
 // forward_ms is the part of decode_ms spent inside the model forward.
-// Checked by: tests/engine/ar_generate_test.cpp (pinned greedy stories260K tokens, stop rules,
+// Checked by: tests/engine/generation_test.cpp (pinned greedy stories260K tokens, stop rules,
 // seeded sampling, KV-cached decode vs. full-sequence forward).
 #pragma once
 

@@ -2,7 +2,7 @@
 // token: stop on an EOS id (not emitted), after max_new_tokens, when the decoded text contains a
 // stop string (the token completing it is kept; the text is cut before the stop string), or when
 // the context is full. A method that emits several tokens per step feeds them one at a time.
-// Checked by: tests/engine/ar_generate_test.cpp.
+// Checked by: tests/engine/generation_test.cpp.
 #pragma once
 
 #include <cstdint>

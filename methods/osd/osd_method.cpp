@@ -3,7 +3,7 @@
 // TrainableEagle3 for the EAGLE-3 head). Each case starts from the drafter's stored weights; the
 // stream of a case is its prompts in dataset order (no shuffling), and updates persist across the
 // case's prompts (never across cases).
-// Checked by: tests/methods/osd_test.cpp, tests/engine/method_registry_test.cpp.
+// Checked by: tests/methods/osd_test.cpp, tests/engine/speculative_test.cpp (MethodRegistry.*).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 

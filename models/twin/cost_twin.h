@@ -25,7 +25,7 @@
 //   rotate_half pairing first.
 // The recipe goes to config.json under "specbed_twin" (of, label, width, depth, factors, the
 // original shape, feature_depth). Every result on a twin is labelled "cost twin of <of>".
-// Checked by: tests/models/cost_twin_test.cpp (padded stories260K vs. stories260K: logits within
+// Checked by: tests/methods/cost_twin_test.cpp (padded stories260K vs. stories260K: logits within
 // 1e-4 and identical greedy ids; every drafter twin drafts what its original drafts; the padding
 // rules on hand-made tensors; refusals of tensors with no rule).
 #pragma once

@@ -21,7 +21,7 @@
 //   target layers, ~1/10 of the target (papers: ~1/32 on 8B targets); the 2-layer DFlash / JetSpec
 //   heads ~1/8 (DFlash paper: 5 draft layers on 36, ~1/7); the SpS draft LM is padded x4
 //   (48 -> 192), ~1/47 of the target's cost (the papers' SpS drafts are 1/8 to 1/100).
-// Checked by: tests/models/cost_twin_test.cpp.
+// Checked by: tests/methods/cost_twin_test.cpp.
 #pragma once
 
 #include <string>

@@ -3,7 +3,7 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/ar_generate.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "models/model_registry.h"
 
 namespace specbed {

@@ -21,7 +21,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
-#include "harness/engine/sweep.h"
+#include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "reports/paper_reference.h"
 

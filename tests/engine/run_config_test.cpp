@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "harness/base/error.h"
-#include "harness/engine/run_config.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/run_config.h"
+#include "harness/runner/runner.h"
 
 namespace specbed {
 namespace {

@@ -1,4 +1,4 @@
-// Tests of harness/engine/sweep.h: knob range strings (and clear errors for bad ones), cartesian
+// Tests of harness/runner/sweep.h: knob range strings (and clear errors for bad ones), cartesian
 // knob expansion, exclude/only (AR baselines kept for kept cases), repeats (AR not repeated,
 // repeat 0 keeps the pre-sweep case key), batch sizes (skipped for methods without batch
 // support), AR dedupe, the pass-through `paper`, parse errors naming file and key, and sharding
@@ -13,7 +13,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
-#include "harness/engine/sweep.h"
+#include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 
 namespace specbed {

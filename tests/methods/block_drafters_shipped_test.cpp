@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "datasets/dataset.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/method_registry.h"

@@ -26,7 +26,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/blockpilot/blockpilot_labels.h"
 #include "methods/blockpilot/blockpilot_method.h"

@@ -21,7 +21,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"
 #include "models/checkpoint/hf_checkpoint.h"

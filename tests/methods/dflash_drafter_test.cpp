@@ -16,7 +16,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"

@@ -17,7 +17,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"

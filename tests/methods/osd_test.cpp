@@ -13,7 +13,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"

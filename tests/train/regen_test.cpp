@@ -24,7 +24,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/ar_generate.h"
-#include "harness/engine/runner.h"
+#include "harness/runner/runner.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/target_features.h"
 #include "models/checkpoint/hf_checkpoint.h"

@@ -5,7 +5,7 @@
 // every prompt back to back with the method (AR first on even answers, second on odd ones) and
 // store its decode time and output length with each sample. The target KV cache is sized for the
 // method's largest draft tree (CacheLengthFor), so node budgets are not clipped near the end.
-// Checked by: tests/engine/runner_test.cpp and tests/cli/cli_test.cpp (kill + resume).
+// Checked by: tests/engine/run_config_test.cpp and tests/cli/cli_test.cpp (kill + resume).
 #pragma once
 
 #include <functional>
@@ -14,13 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "datasets/dataset.h"
 #include "harness/engine/ar_generate.h"
-#include "harness/engine/run_config.h"
-#include "harness/engine/sweep.h"
+#include "harness/runner/run_config.h"
+#include "harness/runner/sweep.h"
 #include "models/model_registry.h"
 #include "results/store.h"
 
 namespace specbed {
+
+class MethodRegistry;  // methods/method_registry.h
+class ProgressBar;     // harness/base/progress.h
 
 // Builds the prompt ids for a conversation with the model's chat template.
 std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
@@ -62,6 +66,11 @@ class Runner {
  private:
   LoadedTarget& Target(const std::string& name, const std::string& dtype,
                        const std::string& chat_template);
+  // Runs one validated case (warmup, every turn of every prompt, paired AR when asked) and writes
+  // it to the store in one transaction.
+  void RunCase(const MethodRegistry& methods, const CaseConfig& c,
+               const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
+               const std::string& note, ProgressBar* progress);
   ResultsStore& store_;
   RunnerOptions options_;
   std::map<std::string, LoadedTarget> targets_;

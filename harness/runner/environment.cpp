@@ -1,5 +1,5 @@
 // Environment identity for results rows.
-#include "harness/engine/environment.h"
+#include "harness/runner/environment.h"
 
 #include <sqlite3.h>
 #include <torch/version.h>

@@ -1,7 +1,7 @@
 // Sweep files: parsing (knob lists and range strings, repeats, batch sizes, exclude/only,
 // paper), expansion into resolved cases and sharding (see sweep.h).
 // Checked by: tests/engine/sweep_test.cpp and tests/cli/sweep_cli_test.cpp.
-#include "harness/engine/sweep.h"
+#include "harness/runner/sweep.h"
 
 #include <algorithm>
 #include <cctype>

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/engine/run_config.h"
+#include "harness/runner/run_config.h"
 #include "methods/method_registry.h"
 
 namespace specbed {

@@ -57,7 +57,7 @@ struct RunConfig {
 // Parses a config object; `source` (file path) is named in errors.
 RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
 RunConfig LoadRunConfig(const std::string& path);
-// The keys ParseRunConfig accepts (sweep files add theirs, harness/engine/sweep.h).
+// The keys ParseRunConfig accepts (sweep files add theirs, harness/runner/sweep.h).
 const std::vector<std::string>& RunConfigKeys();
 
 // One unit of work whose results are written in one transaction.
@@ -78,7 +78,7 @@ struct CaseConfig {
   std::vector<double> synthetic_acceptance;  // empty = off (part of the key when set)
   // "paired" | "per_case" (resolved; AR cases are always per_case). Part of the key when paired.
   std::string timing = "per_case";
-  // Sweeps (harness/engine/sweep.h): repetition index and batch size of the case, and the
+  // Sweeps (harness/runner/sweep.h): repetition index and batch size of the case, and the
   // sweep's pass-through `paper` object (null when none; not part of the key).
   int64_t repeat = 0;
   int64_t batch_size = 1;

@@ -1,5 +1,5 @@
 // Run configuration parsing and case expansion.
-#include "harness/engine/run_config.h"
+#include "harness/runner/run_config.h"
 
 #include <cmath>
 #include <set>

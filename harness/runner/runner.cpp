@@ -1,0 +1,397 @@
+// Case runner (see runner.h).
+#include "harness/runner/runner.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "datasets/dataset.h"
+#include "harness/base/error.h"
+#include "harness/base/hash.h"
+#include "harness/base/progress.h"
+#include "harness/base/timer.h"
+#include "harness/engine/machine_bench.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+
+std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
+                                    const std::vector<ChatMessage>& messages) {
+  SPECBED_CHECK(target.tokenizer != nullptr, "model '", target.spec.name,
+                "' has no tokenizer; it can only be benchmarked (specbed bench)");
+  const std::string text = ApplyChatTemplate(target.chat_template, messages, true);
+  EncodeOptions options;
+  options.add_bos = !ChatTemplateIncludesBos(target.chat_template);
+  options.parse_special = true;
+  std::vector<int32_t> ids = target.tokenizer->Encode(text, options);
+  if (ids.empty() && target.tokenizer->bos_id() >= 0) ids.push_back(target.tokenizer->bos_id());
+  return ids;
+}
+
+StopConfig StopConfigFor(const LoadedTarget& target, int64_t max_new_tokens,
+                         const std::vector<std::string>& stop_strings) {
+  StopConfig stop;
+  stop.max_new_tokens = max_new_tokens;
+  if (target.tokenizer) stop.eos_ids = target.tokenizer->eos_ids();
+  for (int64_t e : target.model->config().eos_token_ids) {
+    const auto id = static_cast<int32_t>(e);
+    if (std::find(stop.eos_ids.begin(), stop.eos_ids.end(), id) == stop.eos_ids.end()) {
+      stop.eos_ids.push_back(id);
+    }
+  }
+  stop.stop_strings = stop_strings;
+  return stop;
+}
+
+uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
+  // splitmix64 over the three inputs.
+  uint64_t z = case_seed * 0x9e3779b97f4a7c15ULL +
+               static_cast<uint64_t>(prompt_index) * 0xbf58476d1ce4e5b9ULL +
+               static_cast<uint64_t>(turn) * 0x94d049bb133111ebULL + 0x2545f4914f6cdd1dULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+Runner::Runner(ResultsStore& store, RunnerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+double Runner::MemoryBandwidthGbs(int threads) {
+  auto it = bandwidth_gb_s_.find(threads);
+  if (it == bandwidth_gb_s_.end()) {
+    // 3 x 64 MiB arrays, best of 3: ~0.3 s, 2x the last-level cache of the machines here.
+    const MemoryBandwidth bw = MeasureMemoryBandwidth(threads, int64_t{64} << 20, 3);
+    it = bandwidth_gb_s_.emplace(threads, bw.triad_gb_s).first;
+  }
+  return it->second;
+}
+
+LoadedTarget& Runner::Target(const std::string& name, const std::string& dtype,
+                             const std::string& chat_template) {
+  const std::string key = name + "|" + dtype + "|" + chat_template;
+  auto it = targets_.find(key);
+  if (it == targets_.end()) {
+    it = targets_.emplace(key, LoadModel(name, ParseDtype(dtype), chat_template)).first;
+  }
+  return it->second;
+}
+
+namespace {
+
+// "[v0,v1,...]" with each value printed by `format` (printf style).
+template <typename T>
+std::string JsonArray(const std::vector<T>& values, const char* format) {
+  std::string out = "[";
+  char buf[32];
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    std::snprintf(buf, sizeof(buf), format, values[i]);
+    out += buf;
+  }
+  return out + "]";
+}
+
+std::string IdsJson(const std::vector<int32_t>& ids) {
+  return JsonArray(ids, "%d");
+}
+
+// Empty (not "[]") when no margins were recorded: the column's "not recorded" value.
+std::string MarginsJson(const std::vector<float>& margins) {
+  if (margins.empty()) return "";
+  return JsonArray(margins, "%.6g");
+}
+
+constexpr const char* kArMethodName = "ar";
+
+// One paired AR generation of `ids` with the answer's seed.
+void RunPairedAr(Decoder& ar, const std::vector<int32_t>& ids, GenerationConfig config,
+                 uint64_t seed, KvCache& cache, DecodeResult& result) {
+  config.seed = seed;
+  ar.Generate(ids, config, cache, result);
+}
+
+}  // namespace
+
+RunnerSummary Runner::Run(const RunConfig& config) {
+  return Run(SweepFromRunConfig(config));
+}
+
+RunnerSummary Runner::Run(const SweepConfig& config) {
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  SweepExpansion expansion = ExpandSweep(config, methods);
+  return RunCases(std::move(expansion.cases), config.base.name, config.base.warmup,
+                  config.ToJson());
+}
+
+namespace {
+
+// Step 1 of RunCases: everything is validated before anything runs — knobs resolved ("auto"
+// drafters for the case's target), names and the models they name, datasets loaded. Returns the
+// prompts of each case.
+std::vector<std::vector<Prompt>> ValidateCases(std::vector<CaseConfig>& cases,
+                                               const MethodRegistry& methods) {
+  std::vector<std::vector<Prompt>> prompts(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CaseConfig& c = cases[i];
+    c.method.knobs = methods.ResolveKnobsFor(c.method.name, c.method.knobs, c.target);
+    SPECBED_CHECK(c.batch_size == 1, "case ", c.Label(), ": batch_size ", c.batch_size,
+                  " needs batched decoding, which the runner does not implement yet (no method "
+                  "has supports_batch)");
+    ResolveModel(c.target);
+    const MethodInfo& checked = methods.Info(c.method.name);
+    if (checked.validate) {
+      checked.validate(c.method.knobs);
+    } else if (!checked.traits.drafter_knob.empty()) {
+      ResolveModel(c.method.knobs.at(checked.traits.drafter_knob).get<std::string>());
+    }
+    DatasetFilter filter;
+    filter.limit = c.dataset.limit;
+    filter.categories = c.dataset.categories;
+    prompts[i] = LoadDataset(c.dataset.name, filter);
+  }
+  return prompts;
+}
+
+// The sampling and stop settings of a case's generations.
+GenerationConfig GenerationConfigFor(const CaseConfig& c, const LoadedTarget& target,
+                                     const MethodInfo& method_info) {
+  GenerationConfig gen;
+  gen.sampling.temperature = c.temperature;
+  gen.sampling.top_p = c.top_p;
+  gen.sampling.top_k = c.top_k;
+  ValidateSamplingParams(gen.sampling);
+  gen.stop = StopConfigFor(target, c.max_new_tokens, c.stop_strings);
+  // AR cases record the target's top-2 margins so divergences of other methods can be judged.
+  gen.record_margins = !method_info.traits.speculative;
+  gen.synthetic_acceptance = c.synthetic_acceptance;
+  return gen;
+}
+
+// The conversation so far (system prompt, then alternating user / assistant turns).
+std::vector<ChatMessage> StartConversation(const CaseConfig& c) {
+  std::vector<ChatMessage> messages;
+  if (!c.system_prompt.empty()) messages.push_back({"system", c.system_prompt});
+  return messages;
+}
+
+SampleRecord ToSampleRecord(const Prompt& prompt, size_t turn, size_t n_prompt_tokens,
+                            const GenerationResult& r) {
+  SampleRecord s;
+  s.prompt_id = prompt.id;
+  s.turn = static_cast<int32_t>(turn);
+  s.category = prompt.category;
+  s.n_prompt_tokens = static_cast<int64_t>(n_prompt_tokens);
+  s.n_output_tokens = static_cast<int64_t>(r.tokens.size());
+  s.prefill_ms = r.prefill_ms;
+  s.decode_ms = r.decode_ms;
+  s.n_steps = r.n_steps;
+  s.stop_reason = StopReasonName(r.stop_reason);
+  s.output_hash = HashTokens(r.tokens);
+  s.output_text = r.text;
+  s.output_ids_json = IdsJson(r.tokens);
+  s.token_margins_json = MarginsJson(r.token_margins);
+  return s;
+}
+
+void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<StepStats>& stats,
+                       std::vector<StepRecord>& steps) {
+  for (size_t k = 0; k < stats.size(); ++k) {
+    const StepStats& st = stats[k];
+    StepRecord step;
+    step.prompt_id = prompt.id;
+    step.turn = static_cast<int32_t>(turn);
+    step.step_idx = static_cast<int64_t>(k);
+    step.n_drafted = st.n_drafted;
+    step.n_accepted = st.n_accepted;
+    step.n_emitted = st.n_emitted;
+    step.draft_depth = st.draft_depth;
+    step.n_rollback_events = st.n_rollback_events;
+    step.t_draft_us = st.t_draft_us;
+    step.t_verify_us = st.t_verify_us;
+    step.t_other_us = st.t_other_us;
+    step.t_adapt_us = st.t_adapt_us;
+    steps.push_back(std::move(step));
+  }
+}
+
+// The case row as stored: the resolved config, the method's traits and drafter, and what the
+// target costs (a cost twin's label, the weight bytes a decode step reads) with the machine's
+// measured memory bandwidth, from which reports state AR's roofline fraction.
+CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
+                           const LlamaModel& model, double bandwidth_gb_s) {
+  CaseRecord record;
+  record.case_key = c.Key();
+  record.target = c.target;
+  record.method = c.method.name;
+  record.method_knobs_json = c.method.knobs.dump();
+  record.method_traits_json = method_info.traits.ToJson().dump();
+  if (!method_info.traits.drafter_knob.empty())
+    record.drafter = c.method.knobs.value(method_info.traits.drafter_knob, "");
+  record.dataset = c.dataset.name;
+  std::string cats;
+  for (size_t k = 0; k < c.dataset.categories.size(); ++k)
+    cats += (k ? "," : "") + c.dataset.categories[k];
+  record.categories = cats;
+  record.prompt_limit = c.dataset.limit;
+  record.temperature = c.temperature;
+  record.top_p = c.top_p;
+  record.top_k = c.top_k;
+  record.seed = c.seed;
+  record.max_new_tokens = c.max_new_tokens;
+  record.batch_size = c.batch_size;
+  record.threads = c.threads;
+  record.dtype = c.dtype;
+  record.device = "cpu";
+  nlohmann::json case_json = c.ToJson();
+  case_json["target_info"] = {{"label", model.config().twin_label},
+                              {"weight_bytes", DecodeWeightBytes(model)},
+                              {"parameters", model.config().ParameterCount()}};
+  case_json["machine"] = {{"memory_bandwidth_gb_s", bandwidth_gb_s}, {"blas_core", BlasCoreName()}};
+  record.config_json = case_json.dump();
+  record.timing_mode = c.timing;
+  return record;
+}
+
+}  // namespace
+
+RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string& name,
+                               int64_t warmup, const nlohmann::json& config_json) {
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  const std::vector<std::vector<Prompt>> prompts = ValidateCases(cases, methods);
+  RunnerSummary summary;
+  summary.cases_total = static_cast<int64_t>(cases.size());
+  const int64_t t_start = NowMicros();
+
+  // Step 2: skip what the store already holds (resume).
+  std::vector<size_t> todo;
+  int64_t total_turns = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (store_.HasCompletedCase(cases[i].Key())) {
+      ++summary.cases_skipped;
+      continue;
+    }
+    todo.push_back(i);
+    for (const auto& p : prompts[i]) total_turns += static_cast<int64_t>(p.turns.size());
+  }
+  if (summary.cases_skipped > 0) {
+    std::fprintf(stderr, "specbed: %lld of %lld cases already complete in %s; skipping them\n",
+                 static_cast<long long>(summary.cases_skipped),
+                 static_cast<long long>(summary.cases_total), store_.path().c_str());
+  }
+  if (todo.empty()) return summary;
+
+  // Step 3: one run row, then every pending case, each written in one transaction.
+  RunInfo run_info = options_.run_info;
+  run_info.config_json = config_json.dump();
+  const int64_t run_id = store_.BeginRun(run_info);
+  std::unique_ptr<ProgressBar> progress;
+  if (options_.show_progress) progress = std::make_unique<ProgressBar>(name, total_turns, "turn");
+  for (size_t ti = 0; ti < todo.size(); ++ti) {
+    const size_t ci = todo[ti];
+    // "case 3/12 <label>": cases done (including those complete before) / all cases.
+    const std::string note = "case " + std::to_string(summary.cases_skipped + ti + 1) + "/" +
+                             std::to_string(summary.cases_total) + " " + cases[ci].Label();
+    RunCase(methods, cases[ci], prompts[ci], warmup, run_id, note, progress.get());
+    ++summary.cases_run;
+  }
+  if (progress) progress->Finish();
+  summary.wall_s = (NowMicros() - t_start) * 1e-6;
+  return summary;
+}
+
+void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
+                     const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
+                     const std::string& note, ProgressBar* progress) {
+  at::set_num_threads(static_cast<int>(c.threads));
+  LoadedTarget& target = Target(c.target, c.dtype, c.chat_template);
+  LlamaModel& model = *target.model;
+  const MethodInfo& method_info = methods.Info(c.method.name);
+  MethodContext method_context;
+  method_context.target = &target;
+  method_context.dtype = ParseDtype(c.dtype);
+  method_context.load_model = [&](const std::string& name) -> LoadedTarget& {
+    return Target(name, c.dtype, "");
+  };
+  std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
+  // Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every
+  // answer (the order alternates by answer index), so a shared machine's drift hits both.
+  const bool paired = c.timing == kTimingPaired;
+  std::unique_ptr<Decoder> paired_ar;
+  if (paired) {
+    paired_ar = methods.Build(kArMethodName, method_context,
+                              methods.ResolveKnobs(kArMethodName, nlohmann::json::object()));
+  }
+  const GenerationConfig gen = GenerationConfigFor(c, target, method_info);
+  // The paired AR run records no margins (none are stored for it; they cost AR time).
+  GenerationConfig paired_gen = gen;
+  paired_gen.record_margins = false;
+  // Sized for the largest draft tree, so budgets are never clipped by the cache (only at the
+  // model's context limit).
+  KvCache cache;
+  auto ensure_cache = [&](size_t prompt_len) {
+    const int64_t need =
+        CacheLengthFor(model, static_cast<int64_t>(prompt_len), c.max_new_tokens, *decoder);
+    if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
+  };
+  DecodeResult result, paired_result;
+
+  const int64_t case_start = NowMicros();
+  // Warmup: full generations of the first prompt's first turn, discarded.
+  if (!prompts.empty()) {
+    std::vector<ChatMessage> messages = StartConversation(c);
+    messages.push_back({"user", prompts[0].turns[0]});
+    const auto ids = BuildPromptIds(target, messages);
+    for (int64_t w = 0; w < warmup; ++w) {
+      ensure_cache(ids.size());
+      GenerationConfig warm = gen;
+      warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
+      decoder->Generate(ids, warm, cache, result);
+      if (paired_ar) {
+        warm.record_margins = false;
+        paired_ar->Generate(ids, warm, cache, paired_result);
+      }
+    }
+  }
+
+  // Every turn of every prompt.
+  std::vector<SampleRecord> samples;
+  std::vector<StepRecord> steps;
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    const Prompt& prompt = prompts[pi];
+    std::vector<ChatMessage> messages = StartConversation(c);
+    for (size_t turn = 0; turn < prompt.turns.size(); ++turn) {
+      messages.push_back({"user", prompt.turns[turn]});
+      const auto ids = BuildPromptIds(target, messages);
+      ensure_cache(ids.size());
+      GenerationConfig g = gen;
+      g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
+      // Even answers: AR first; odd answers: the method first.
+      const bool ar_first = paired && samples.size() % 2 == 0;
+      if (ar_first) RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+      decoder->Generate(ids, g, cache, result);
+      if (paired && !ar_first) {
+        RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+      }
+      const GenerationResult& r = result.generation;
+      messages.push_back({"assistant", r.text});
+      SampleRecord s = ToSampleRecord(prompt, turn, ids.size(), r);
+      if (paired) {
+        s.paired_ar_decode_ms = paired_result.generation.decode_ms;
+        s.paired_ar_output_tokens = static_cast<int64_t>(paired_result.generation.tokens.size());
+        s.paired_ar_first = ar_first ? 1 : 0;
+      }
+      samples.push_back(std::move(s));
+      AppendStepRecords(prompt, turn, result.steps, steps);
+      if (progress) progress->Advance(1, note);
+    }
+  }
+  CaseRecord record =
+      BuildCaseRecord(c, method_info, model, MemoryBandwidthGbs(static_cast<int>(c.threads)));
+  record.wall_s = (NowMicros() - case_start) * 1e-6;
+  store_.WriteCase(run_id, record, samples, steps);
+}
+
+}  // namespace specbed
