@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "harness/base/error.h"
+#include "models/gemv.h"
 
 namespace specbed {
 namespace {
@@ -166,12 +167,17 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
   dtype_ = weights_.tok_embeddings.scalar_type();
   SPECBED_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16,
                 "LlamaModel supports float32 and bfloat16 weights on CPU, got ", dtype_);
-  for (const auto& layer : weights_.layers) {
+  for (auto& layer : weights_.layers) {
+    // GemvRows reads the untransposed [out, in] matrices and needs them contiguous.
+    for (at::Tensor* m : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down, &layer.bqkv}) {
+      if (m->defined()) *m = m->contiguous();
+    }
     wqkv_t_.push_back(layer.wqkv.t());
     wo_t_.push_back(layer.wo.t());
     w_gate_up_t_.push_back(layer.w_gate_up.t());
     w_down_t_.push_back(layer.w_down.t());
   }
+  if (!weights_.lm_head.is_contiguous()) weights_.lm_head = weights_.lm_head.contiguous();
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
   EnsureCapacity(16, 256);
@@ -284,6 +290,9 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
                   n_kv = config_.n_kv_heads, qkv_dim = config_.qkv_dim();
     const float eps = static_cast<float>(config_.norm_eps);
     const int64_t half = hd / 2;
+    // Few rows: SpecBed's own matrix-vector kernel (models/gemv.h); otherwise ATen's GEMM.
+    const int64_t gemv_max_rows = GemvMaxRows(dtype_);
+    const bool use_gemv = rows <= gemv_max_rows;
     at::Tensor x = Rows(x_, rows), xn = Rows(xn_, rows), qkv = Rows(qkv_, rows),
                attn = Rows(attn_, rows), gate_up = Rows(gate_up_, rows), act = Rows(act_, rows);
     T* xp = x.data_ptr<T>();
@@ -307,7 +316,9 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       const LlamaLayerWeights& w = weights_.layers[l];
       RmsNormRows(xp, w.attn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      if (w.bqkv.defined()) {
+      if (use_gemv) {
+        GemvRows(xn, w.wqkv, w.bqkv, qkv, /*accumulate=*/false);
+      } else if (w.bqkv.defined()) {
         at::addmm_out(qkv, w.bqkv, xn, wqkv_t_[l]);
       } else {
         at::mm_out(qkv, xn, wqkv_t_[l]);
@@ -344,11 +355,23 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
                          max_len,       mask,     scores_.data_ptr<float>(),
                          slot_capacity_};
       Attention(qp, kcache, vcache, attnp, args);
-      x.addmm_(attn, wo_t_[l]);
+      if (use_gemv) {
+        GemvRows(attn, w.wo, {}, x, /*accumulate=*/true);
+      } else {
+        x.addmm_(attn, wo_t_[l]);
+      }
       RmsNormRows(xp, w.ffn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      at::mm_out(gate_up, xn, w_gate_up_t_[l]);
+      if (use_gemv) {
+        GemvRows(xn, w.w_gate_up, {}, gate_up, /*accumulate=*/false);
+      } else {
+        at::mm_out(gate_up, xn, w_gate_up_t_[l]);
+      }
       SiluMul(gate_up.data_ptr<T>(), act.data_ptr<T>(), rows, config_.hidden_dim);
-      x.addmm_(act, w_down_t_[l]);
+      if (use_gemv) {
+        GemvRows(act, w.w_down, {}, x, /*accumulate=*/true);
+      } else {
+        x.addmm_(act, w_down_t_[l]);
+      }
       capture(l + 1, x);
     }
 
@@ -366,13 +389,13 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
         }
       }
       at::Tensor logits = Rows(logits_, n_out);
-      if (dtype_ == at::kFloat) {
-        at::mm_out(logits, Rows(head_in_, n_out), lm_head_t_);
+      at::Tensor head_out = dtype_ == at::kFloat ? logits : Rows(logits_lowp_, n_out);
+      if (n_out <= gemv_max_rows) {
+        GemvRows(Rows(head_in_, n_out), weights_.lm_head, {}, head_out, /*accumulate=*/false);
       } else {
-        at::Tensor low = Rows(logits_lowp_, n_out);
-        at::mm_out(low, Rows(head_in_, n_out), lm_head_t_);
-        logits.copy_(low);
+        at::mm_out(head_out, Rows(head_in_, n_out), lm_head_t_);
       }
+      if (dtype_ != at::kFloat) logits.copy_(head_out);
       out.logits = logits.view({batch, all ? n_tokens : 1, config_.vocab_size});
     }
   });

@@ -3,7 +3,9 @@
 //
 // Design (llama.cpp / llm.c style, for low per-token overhead):
 // - q/k/v and gate/up projections are fused (two GEMMs per layer plus two in-place addmm for the
-//   residual adds); GEMMs go through ATen (OpenBLAS for fp32, oneDNN for bf16).
+//   residual adds); GEMMs go through ATen (OpenBLAS for fp32, oneDNN for bf16), except for a
+//   few rows (decode steps, short verify blocks: rows <= GemvMaxRows), which use SpecBed's own
+//   matrix-vector kernel (models/gemv.h) so that AR speed does not depend on BLAS's kernel choice.
 // - RMSNorm, q/k-norm + RoPE + cache write, attention and SwiGLU are hand-written row kernels:
 //   every query row is computed by the same code in the same order whatever the number of new
 //   tokens, so a row's attention result does not depend on how the tokens were batched.

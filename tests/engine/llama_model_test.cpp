@@ -374,7 +374,9 @@ TEST(LlamaModel, BatchedForwardEqualsSeparateRuns) {
     KvCache single = model.NewCache(1, 16);
     at::Tensor one = model.Forward(Ids(s == 0 ? a : b), single).logits.clone();
     one = at::cat({one, model.Forward(Ids({s == 0 ? 5 : 6}), single).logits}, 1);
-    EXPECT_LT((batched[s] - one[0]).abs().max().item<double>(), 1e-5);
+    // 8 batched rows go through BLAS, 4 single rows through SpecBed's GEMV (models/gemv.h):
+    // different summation orders, float32 rounding only.
+    EXPECT_LT((batched[s] - one[0]).abs().max().item<double>(), 5e-5);
   }
 }
 
