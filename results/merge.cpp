@@ -67,6 +67,10 @@ MergeSummary MergeResults(ResultsStore& out, const std::string& input_path) {
         out.WriteBench(out_run(), bench);
         summary.bench_copied += static_cast<int64_t>(bench.size());
       }
+      const std::vector<BenchVerifyRecord> verify = in->LoadBenchVerify(run.run_id);
+      if (!verify.empty()) out.WriteBenchVerify(out_run(), verify);
+      const std::vector<BenchBandwidthRecord> bandwidth = in->LoadBenchBandwidth(run.run_id);
+      if (!bandwidth.empty()) out.WriteBenchBandwidth(out_run(), bandwidth);
     }
   }
   return summary;

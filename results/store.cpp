@@ -202,14 +202,56 @@ ALTER TABLE samples ADD COLUMN paired_ar_decode_ms REAL;
 ALTER TABLE samples ADD COLUMN paired_ar_output_tokens INTEGER;
 ALTER TABLE samples ADD COLUMN paired_ar_first INTEGER;
 )sql",
+    // 4 -> 5: `specbed bench` memory roofline columns, verify-width curve and STREAM bandwidth.
+    R"sql(
+ALTER TABLE bench ADD COLUMN weight_bytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE bench ADD COLUMN bandwidth_gb_s REAL;
+ALTER TABLE bench ADD COLUMN roofline_fraction REAL;
+ALTER TABLE bench ADD COLUMN blas_core TEXT NOT NULL DEFAULT '';
+CREATE TABLE bench_verify (
+  bench_verify_id INTEGER PRIMARY KEY,
+  run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+  model           TEXT NOT NULL,
+  dtype           TEXT NOT NULL,
+  threads         INTEGER NOT NULL,
+  batch_size      INTEGER NOT NULL,
+  context_len     INTEGER NOT NULL,
+  n_query         INTEGER NOT NULL,
+  reps            INTEGER NOT NULL,
+  forward_ms      REAL,
+  ratio_to_one    REAL,
+  gemv_max_rows   INTEGER NOT NULL,
+  blas_core       TEXT NOT NULL
+) STRICT;
+CREATE INDEX bench_verify_by_run ON bench_verify(run_id);
+CREATE TABLE bench_bandwidth (
+  bandwidth_id INTEGER PRIMARY KEY,
+  run_id       INTEGER NOT NULL REFERENCES runs(run_id),
+  threads      INTEGER NOT NULL,
+  array_bytes  INTEGER NOT NULL,
+  reps         INTEGER NOT NULL,
+  copy_gb_s    REAL,
+  triad_gb_s   REAL
+) STRICT;
+CREATE INDEX bench_bandwidth_by_run ON bench_bandwidth(run_id);
+CREATE TRIGGER bench_verify_no_update BEFORE UPDATE ON bench_verify
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER bench_verify_no_delete BEFORE DELETE ON bench_verify
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER bench_bandwidth_no_update BEFORE UPDATE ON bench_bandwidth
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+CREATE TRIGGER bench_bandwidth_no_delete BEFORE DELETE ON bench_bandwidth
+  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
 
 constexpr const char* kFormatName = "specbed_results";
 
-const std::vector<std::string> kTables = {"runs", "cases",      "samples",   "steps",     "bench",
-                                          "meta", "train_runs", "train_log", "train_eval"};
+const std::vector<std::string> kTables = {"runs",       "cases",        "samples",         "steps",
+                                          "bench",      "bench_verify", "bench_bandwidth", "meta",
+                                          "train_runs", "train_log",    "train_eval"};
 const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
 const std::vector<std::string> kDevices = {"cpu", "cuda"};
 const std::vector<std::string> kStopReasons = {"eos", "max_new_tokens", "stop_string",
@@ -822,7 +864,8 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
       &insert_bench_,
       "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
       "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
-      "n_params) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core) VALUES (?1, ?2, ?3, "
+      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
   Begin("writing bench rows");
   try {
     {
@@ -851,10 +894,91 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
       BindReal(s, 12, r.forward_ms_per_step);
       BindReal(s, 13, r.other_ms_per_step);
       BindInt(s, 14, r.n_params);
+      BindInt(s, 15, r.weight_bytes);
+      BindReal(s, 16, r.bandwidth_gb_s);
+      BindReal(s, 17, r.roofline_fraction);
+      BindText(s, 18, r.blas_core);
       const int rc = sqlite3_step(s);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
     }
     Commit("writing bench rows");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerifyRecord>& rows) {
+  CheckWritable();
+  OwnedStmt find_run(Prepare("SELECT 1 FROM runs WHERE run_id = ?1"));
+  OwnedStmt s(Prepare(
+      "INSERT INTO bench_verify(run_id, model, dtype, threads, batch_size, context_len, n_query, "
+      "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+      "?7, ?8, ?9, ?10, ?11, ?12)"));
+  Begin("writing bench_verify rows");
+  try {
+    BindInt(find_run.get(), 1, run_id);
+    const int find_rc = sqlite3_step(find_run.get());
+    if (find_rc == SQLITE_DONE) {
+      Fail("results database '", path_, "': cannot write bench_verify rows: run_id ", run_id,
+           " does not exist (call BeginRun first)");
+    }
+    if (find_rc != SQLITE_ROW) FailSqlite(find_rc, "looking up the run");
+    sqlite3_reset(find_run.get());
+    for (const BenchVerifyRecord& r : rows) {
+      ResetOnExit reset(s.get());
+      BindInt(s.get(), 1, run_id);
+      BindText(s.get(), 2, r.model);
+      BindText(s.get(), 3, r.dtype);
+      BindInt(s.get(), 4, r.threads);
+      BindInt(s.get(), 5, r.batch_size);
+      BindInt(s.get(), 6, r.context_len);
+      BindInt(s.get(), 7, r.n_query);
+      BindInt(s.get(), 8, r.reps);
+      BindReal(s.get(), 9, r.forward_ms);
+      BindReal(s.get(), 10, r.ratio_to_one);
+      BindInt(s.get(), 11, r.gemv_max_rows);
+      BindText(s.get(), 12, r.blas_core);
+      const int rc = sqlite3_step(s.get());
+      if (rc != SQLITE_DONE)
+        FailSqlite(rc, StrCat("writing a bench_verify row for '", r.model, "'"));
+    }
+    Commit("writing bench_verify rows");
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::WriteBenchBandwidth(int64_t run_id,
+                                       const std::vector<BenchBandwidthRecord>& rows) {
+  CheckWritable();
+  OwnedStmt find_run(Prepare("SELECT 1 FROM runs WHERE run_id = ?1"));
+  OwnedStmt s(Prepare(
+      "INSERT INTO bench_bandwidth(run_id, threads, array_bytes, reps, copy_gb_s, triad_gb_s) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+  Begin("writing bench_bandwidth rows");
+  try {
+    BindInt(find_run.get(), 1, run_id);
+    const int find_rc = sqlite3_step(find_run.get());
+    if (find_rc == SQLITE_DONE) {
+      Fail("results database '", path_, "': cannot write bench_bandwidth rows: run_id ", run_id,
+           " does not exist (call BeginRun first)");
+    }
+    if (find_rc != SQLITE_ROW) FailSqlite(find_rc, "looking up the run");
+    sqlite3_reset(find_run.get());
+    for (const BenchBandwidthRecord& r : rows) {
+      ResetOnExit reset(s.get());
+      BindInt(s.get(), 1, run_id);
+      BindInt(s.get(), 2, r.threads);
+      BindInt(s.get(), 3, r.array_bytes);
+      BindInt(s.get(), 4, r.reps);
+      BindReal(s.get(), 5, r.copy_gb_s);
+      BindReal(s.get(), 6, r.triad_gb_s);
+      const int rc = sqlite3_step(s.get());
+      if (rc != SQLITE_DONE) FailSqlite(rc, "writing a bench_bandwidth row");
+    }
+    Commit("writing bench_bandwidth rows");
   } catch (...) {
     RollbackQuietly();
     throw;
@@ -987,10 +1111,14 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
 
 std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
   op_start_us_ = NowMicros();
+  const char* v5_columns = schema_version_ >= 5
+                               ? "weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core"
+                               : "-1, NULL, NULL, ''";
   OwnedStmt s(Prepare(
-      "SELECT model, dtype, threads, batch_size, context_len, n_tokens, reps, tokens_per_s, "
-      "tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, n_params FROM "
-      "bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id"));
+      StrCat("SELECT model, dtype, threads, batch_size, context_len, n_tokens, reps, tokens_per_s, "
+             "tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, n_params, ",
+             v5_columns, " FROM bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id")
+          .c_str()));
   BindInt(s.get(), 1, run_id);
   std::vector<BenchRecord> out;
   int rc;
@@ -1010,9 +1138,66 @@ std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
     r.forward_ms_per_step = ColReal(q, 10);
     r.other_ms_per_step = ColReal(q, 11);
     r.n_params = ColInt(q, 12);
+    r.weight_bytes = ColInt(q, 13);
+    r.bandwidth_gb_s = ColReal(q, 14);
+    r.roofline_fraction = ColReal(q, 15);
+    r.blas_core = ColText(q, 16);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench rows");
+  return out;
+}
+
+std::vector<BenchVerifyRecord> ResultsStore::LoadBenchVerify(int64_t run_id) const {
+  std::vector<BenchVerifyRecord> out;
+  if (schema_version_ < 5) return out;
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(
+      "SELECT model, dtype, threads, batch_size, context_len, n_query, reps, forward_ms, "
+      "ratio_to_one, gemv_max_rows, blas_core FROM bench_verify WHERE ?1 < 0 OR run_id = ?1 "
+      "ORDER BY bench_verify_id"));
+  BindInt(s.get(), 1, run_id);
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    BenchVerifyRecord r;
+    r.model = ColText(q, 0);
+    r.dtype = ColText(q, 1);
+    r.threads = ColInt(q, 2);
+    r.batch_size = ColInt(q, 3);
+    r.context_len = ColInt(q, 4);
+    r.n_query = ColInt(q, 5);
+    r.reps = ColInt(q, 6);
+    r.forward_ms = ColReal(q, 7);
+    r.ratio_to_one = ColReal(q, 8);
+    r.gemv_max_rows = ColInt(q, 9);
+    r.blas_core = ColText(q, 10);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench_verify rows");
+  return out;
+}
+
+std::vector<BenchBandwidthRecord> ResultsStore::LoadBenchBandwidth(int64_t run_id) const {
+  std::vector<BenchBandwidthRecord> out;
+  if (schema_version_ < 5) return out;
+  op_start_us_ = NowMicros();
+  OwnedStmt s(
+      Prepare("SELECT threads, array_bytes, reps, copy_gb_s, triad_gb_s FROM bench_bandwidth "
+              "WHERE ?1 < 0 OR run_id = ?1 ORDER BY bandwidth_id"));
+  BindInt(s.get(), 1, run_id);
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    sqlite3_stmt* q = s.get();
+    BenchBandwidthRecord r;
+    r.threads = ColInt(q, 0);
+    r.array_bytes = ColInt(q, 1);
+    r.reps = ColInt(q, 2);
+    r.copy_gb_s = ColReal(q, 3);
+    r.triad_gb_s = ColReal(q, 4);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench_bandwidth rows");
   return out;
 }
 

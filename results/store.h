@@ -24,7 +24,9 @@ namespace specbed {
 // train_eval.
 // Version 4 added paired timing: cases.timing_mode and samples.paired_ar_decode_ms /
 // paired_ar_output_tokens / paired_ar_first.
-inline constexpr int kResultsSchemaVersion = 4;
+// Version 5 added bench.weight_bytes / bandwidth_gb_s / roofline_fraction / blas_core and the
+// `specbed bench` tables bench_verify (verify-width curve) and bench_bandwidth (STREAM).
+inline constexpr int kResultsSchemaVersion = 5;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -110,6 +112,34 @@ struct BenchRecord {
   double tokens_per_s = 0, tokens_per_s_std = 0, ms_per_step = 0, forward_ms_per_step = 0,
          other_ms_per_step = 0;
   int64_t n_params = 0;
+  // Schema v5 (rows from older files read back as -1 / NaN / ""):
+  int64_t weight_bytes = -1;  // bytes of every layer matrix + lm_head in the model dtype
+  double bandwidth_gb_s = std::numeric_limits<double>::quiet_NaN();  // triad, same threads
+  // (weight_bytes / bandwidth) / forward time per step: AR decode's fraction of the memory
+  // roofline (batch 1; for batch > 1 the same bytes serve `batch` tokens per step).
+  double roofline_fraction = std::numeric_limits<double>::quiet_NaN();
+  std::string blas_core;  // OpenBLAS core type in use, e.g. "Haswell (OPENBLAS_CORETYPE=Haswell)"
+};
+
+// Schema v5: one point of `specbed bench --verify-widths`: the forward time of `n_query` new
+// tokens appended after `context_len` cached tokens (all logits returned, as a verifier does).
+struct BenchVerifyRecord {
+  std::string model, dtype;
+  int64_t threads = 1, batch_size = 1, context_len = 0, n_query = 1, reps = 1;
+  double forward_ms = 0;      // median over reps, milliseconds
+  double ratio_to_one = 0;    // forward_ms / forward_ms at n_query = 1 (same model/dtype/threads)
+  int64_t gemv_max_rows = 0;  // models/gemv.h threshold in effect (0 = ATen/BLAS only)
+  std::string blas_core;
+};
+
+// Schema v5: the machine's memory bandwidth, STREAM-style (double arrays much larger than the
+// last-level cache; best of `reps`). Bytes counted as STREAM does: copy 16 B, triad 24 B per
+// element (no write-allocate traffic).
+struct BenchBandwidthRecord {
+  int64_t threads = 1;
+  int64_t array_bytes = 0;  // bytes of each of the three arrays
+  int64_t reps = 1;
+  double copy_gb_s = 0, triad_gb_s = 0;  // 1 GB = 1e9 bytes
 };
 
 // Drafter training logs (schema v3): one train_runs row per training output directory, the loss
@@ -165,6 +195,9 @@ class ResultsStore {
                     const std::vector<StepRecord>& steps);
   // Writes all rows in one transaction.
   void WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows);
+  // Schema v5 bench tables; each call is one transaction.
+  void WriteBenchVerify(int64_t run_id, const std::vector<BenchVerifyRecord>& rows);
+  void WriteBenchBandwidth(int64_t run_id, const std::vector<BenchBandwidthRecord>& rows);
 
   // Read side (used by `specbed summary`, reports and tests). Rows come in insertion order.
   struct CaseRow {
@@ -175,8 +208,11 @@ class ResultsStore {
   std::vector<CaseRow> ListCases() const;
   std::vector<SampleRecord> LoadSamples(int64_t case_id) const;
   std::vector<StepRecord> LoadSteps(int64_t case_id) const;
-  std::vector<BenchRecord> LoadBench(int64_t run_id = -1) const;  // -1 = all runs
-  // Row count of one of: runs, cases, samples, steps, bench, meta.
+  std::vector<BenchRecord> LoadBench(int64_t run_id = -1) const;              // -1 = all runs
+  std::vector<BenchVerifyRecord> LoadBenchVerify(int64_t run_id = -1) const;  // none before v5
+  std::vector<BenchBandwidthRecord> LoadBenchBandwidth(int64_t run_id = -1) const;
+  // Row count of one of: runs, cases, samples, steps, bench, bench_verify, bench_bandwidth, meta,
+  // train_runs, train_log, train_eval.
   int64_t CountRows(const std::string& table) const;
   // Ids of all runs in order (convenience for reports and tests).
   std::vector<int64_t> ListRunIds() const;

@@ -226,6 +226,75 @@ std::string RawQueryText(const std::string& path, const std::string& sql) {
   return out;
 }
 
+TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
+  const std::string path = FreshDbPath("bench_v4");
+  BenchRecord row;
+  row.model = "m";
+  row.dtype = "bfloat16";
+  row.weight_bytes = 123456789;
+  row.bandwidth_gb_s = 21.5;
+  row.roofline_fraction = 0.78;
+  row.blas_core = "Haswell";
+  BenchRecord unmeasured = row;  // --bandwidth-mib 0: NaN round-trips
+  unmeasured.bandwidth_gb_s = std::numeric_limits<double>::quiet_NaN();
+  unmeasured.roofline_fraction = std::numeric_limits<double>::quiet_NaN();
+  BenchVerifyRecord v;
+  v.model = "m";
+  v.dtype = "float32";
+  v.threads = 2;
+  v.context_len = 64;
+  v.n_query = 16;
+  v.reps = 5;
+  v.forward_ms = 3.25;
+  v.ratio_to_one = 1.5;
+  v.gemv_max_rows = 4;
+  v.blas_core = "Zen";
+  BenchBandwidthRecord b;
+  b.threads = 2;
+  b.array_bytes = int64_t{256} << 20;
+  b.reps = 5;
+  b.copy_gb_s = 30.5;
+  b.triad_gb_s = 33.25;
+  int64_t run_id = 0;
+  {
+    auto store = ResultsStore::Open(path);
+    run_id = store->BeginRun(MakeRun());
+    store->WriteBench(run_id, {row});
+    store->WriteBench(run_id, {unmeasured});
+    store->WriteBenchVerify(run_id, {v, v});
+    store->WriteBenchBandwidth(run_id, {b});
+    EXPECT_THROW(store->WriteBenchVerify(run_id + 7, {v}), Error);
+    EXPECT_THROW(store->WriteBenchBandwidth(run_id + 7, {b}), Error);
+  }
+  StoreOptions ro;
+  ro.read_only = true;
+  auto store = ResultsStore::Open(path, ro);
+  const auto bench = store->LoadBench(run_id);
+  ASSERT_EQ(bench.size(), 2u);
+  EXPECT_EQ(bench[0].weight_bytes, 123456789);
+  EXPECT_DOUBLE_EQ(bench[0].bandwidth_gb_s, 21.5);
+  EXPECT_DOUBLE_EQ(bench[0].roofline_fraction, 0.78);
+  EXPECT_EQ(bench[0].blas_core, "Haswell");
+  EXPECT_TRUE(std::isnan(bench[1].bandwidth_gb_s));
+  EXPECT_TRUE(std::isnan(bench[1].roofline_fraction));
+  const auto verify = store->LoadBenchVerify();
+  ASSERT_EQ(verify.size(), 2u);
+  EXPECT_EQ(verify[1].n_query, 16);
+  EXPECT_EQ(verify[1].context_len, 64);
+  EXPECT_EQ(verify[1].threads, 2);
+  EXPECT_DOUBLE_EQ(verify[1].forward_ms, 3.25);
+  EXPECT_DOUBLE_EQ(verify[1].ratio_to_one, 1.5);
+  EXPECT_EQ(verify[1].gemv_max_rows, 4);
+  EXPECT_EQ(verify[1].blas_core, "Zen");
+  const auto bw = store->LoadBenchBandwidth(run_id);
+  ASSERT_EQ(bw.size(), 1u);
+  EXPECT_EQ(bw[0].array_bytes, int64_t{256} << 20);
+  EXPECT_DOUBLE_EQ(bw[0].copy_gb_s, 30.5);
+  EXPECT_DOUBLE_EQ(bw[0].triad_gb_s, 33.25);
+  EXPECT_EQ(store->CountRows("bench_verify"), 2);
+  EXPECT_EQ(store->CountRows("bench_bandwidth"), 1);
+}
+
 TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
   const std::string path = FreshDbPath("roundtrip");
   RunInfo run = MakeRun();
@@ -852,8 +921,9 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
   // The migrated file has the same columns (names, types, NOT NULL, defaults, order) as a new one.
   const std::string fresh = FreshDbPath("v2_fresh");
   ResultsStore::Open(fresh);
-  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench",
-                                  "train_runs", "train_log", "train_eval"}) {
+  for (const std::string table :
+       {"meta", "runs", "cases", "samples", "steps", "bench", "bench_verify", "bench_bandwidth",
+        "train_runs", "train_log", "train_eval"}) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
@@ -885,8 +955,9 @@ TEST(ResultsStore, ReadmeDocumentsEveryColumn) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   int n_columns = 0;
-  for (const std::string table : {"meta", "runs", "cases", "samples", "steps", "bench",
-                                  "train_runs", "train_log", "train_eval"}) {
+  for (const std::string table :
+       {"meta", "runs", "cases", "samples", "steps", "bench", "bench_verify", "bench_bandwidth",
+        "train_runs", "train_log", "train_eval"}) {
     sqlite3_stmt* s = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr),
               SQLITE_OK);
