@@ -1,18 +1,27 @@
 // `specbed bench`: AR decode speed of a model over context lengths x batch sizes x threads x
 // dtypes, with the time per decode step split into model forward vs. everything else (sampling,
-// bookkeeping). Rows go to the `bench` table of the results store and are printed as Markdown.
+// bookkeeping), and AR's fraction of the memory roofline (weight bytes per step / the STREAM triad
+// bandwidth measured at the same thread count, over the forward time). Optionally the
+// verify-width curve (--verify-widths: forward time of n new tokens after the context, median of
+// reps, and its ratio to n = 1). Each row is written to the results store (tables bench,
+// bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <random>
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "harness/cli/commands.h"
-#include "harness/runner/environment.h"
+#include "harness/engine/machine_bench.h"
 #include "harness/engine/sampler.h"
+#include "harness/runner/environment.h"
+#include "models/gemv.h"
 #include "models/model_registry.h"
 #include "results/store.h"
 
@@ -28,6 +37,9 @@ struct BenchOptions {
   int64_t tokens = 256;
   int64_t reps = 3;
   std::string output = "results/bench.db";
+  std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
+  int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
+  int64_t gemv_max_rows = -1;  // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
 };
 
 struct Timing {
@@ -63,11 +75,76 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
 
 void RunBench(const BenchOptions& o) {
   SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1, "bench needs --tokens >= 1 and --reps >= 1");
-  std::vector<BenchRecord> rows;
+  for (int64_t w : o.verify_widths) {
+    SPECBED_CHECK(w >= 1, "bench: --verify-widths must all be >= 1 (new tokens per forward), got ",
+                  w);
+  }
+  for (int t : o.threads) SPECBED_CHECK(t >= 1, "bench: --threads must be >= 1, got ", t);
+  SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
+                o.bandwidth_mib);
+  SetGemvMaxRows(o.gemv_max_rows);
+  const std::string blas_core = BlasCoreName();
+
+  // Every row is stored as soon as it is measured, so an interrupted bench keeps what it did.
+  std::unique_ptr<ResultsStore> store;
+  int64_t run_id = -1;
+  int64_t n_stored = 0;
+  if (!o.output.empty()) {
+    store = ResultsStore::Open(o.output);
+    RunInfo info = CurrentEnvironment();
+    info.repro_command = CommandLine();
+    info.config_json = nlohmann::json({{"command", "bench"},
+                                       {"models", o.models},
+                                       {"dtypes", o.dtypes},
+                                       {"threads", o.threads},
+                                       {"batches", o.batches},
+                                       {"contexts", o.contexts},
+                                       {"tokens", o.tokens},
+                                       {"reps", o.reps},
+                                       {"verify_widths", o.verify_widths},
+                                       {"bandwidth_mib", o.bandwidth_mib},
+                                       {"gemv_max_rows", o.gemv_max_rows},
+                                       {"blas_core", BlasCoreDescription()},
+                                       {"gemv_isa", GemvIsaName()}})
+                           .dump();
+    run_id = store->BeginRun(info);
+  }
+
+  std::printf("BLAS: OpenBLAS core %s\n", BlasCoreDescription().c_str());
+  std::printf("GEMV: %s, used for <= %lld rows (fp32) / <= %lld rows (bf16)\n",
+              GemvIsaName().c_str(), static_cast<long long>(GemvMaxRows(at::kFloat)),
+              static_cast<long long>(GemvMaxRows(at::kBFloat16)));
+  // Bandwidth at 1 thread and at every bench thread count (the roofline uses the same count).
+  std::map<int, double> triad_by_threads;
+  if (o.bandwidth_mib > 0) {
+    std::vector<int> counts = {1};
+    for (int t : o.threads)
+      if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
+    std::printf("\n| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
+    for (int t : counts) {
+      const MemoryBandwidth bw = MeasureMemoryBandwidth(t, o.bandwidth_mib << 20);
+      triad_by_threads[t] = bw.triad_gb_s;
+      std::printf("| STREAM (best of %d) | %d | %lld | %.2f | %.2f |\n", bw.reps, t,
+                  static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
+      std::fflush(stdout);
+      if (store) {
+        BenchBandwidthRecord rec;
+        rec.threads = t;
+        rec.array_bytes = bw.array_bytes;
+        rec.reps = bw.reps;
+        rec.copy_gb_s = bw.copy_gb_s;
+        rec.triad_gb_s = bw.triad_gb_s;
+        store->WriteBenchBandwidth(run_id, {rec});
+      }
+    }
+  }
+
+  std::vector<BenchVerifyRecord> verify_rows;
   std::printf(
-      "| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
-      "other ms | other %% |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "\n| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
+      "other ms | other %% | weight MB | roofline |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name));
@@ -121,36 +198,70 @@ void RunBench(const BenchOptions& o) {
             row.forward_ms_per_step = forward / steps * 1e3;
             row.other_ms_per_step = (total - forward) / steps * 1e3;
             row.n_params = model.config().ParameterCount();
-            rows.push_back(row);
+            row.weight_bytes = DecodeWeightBytes(model);
+            row.blas_core = blas_core;
+            if (triad_by_threads.count(threads) != 0) {
+              row.bandwidth_gb_s = triad_by_threads[threads];
+              row.roofline_fraction =
+                  RooflineFraction(row.weight_bytes, row.bandwidth_gb_s, row.forward_ms_per_step);
+            }
             std::printf(
-                "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f |\n",
+                "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f | "
+                "%.1f | %.2f |\n",
                 row.model.c_str(), row.dtype.c_str(), threads, static_cast<long long>(batch),
                 static_cast<long long>(context), static_cast<long long>(o.tokens), row.tokens_per_s,
                 row.tokens_per_s_std, row.ms_per_step, row.forward_ms_per_step,
-                row.other_ms_per_step, 100.0 * row.other_ms_per_step / row.ms_per_step);
+                row.other_ms_per_step, 100.0 * row.other_ms_per_step / row.ms_per_step,
+                row.weight_bytes * 1e-6, row.roofline_fraction);
             std::fflush(stdout);
+            if (store) {
+              store->WriteBench(run_id, {row});
+              ++n_stored;
+            }
+            if (!o.verify_widths.empty() && batch == 1) {
+              const std::vector<VerifyWidthPoint> curve =
+                  MeasureVerifyWidthCurve(model, context, o.verify_widths, o.reps);
+              std::vector<BenchVerifyRecord> recs;
+              for (const VerifyWidthPoint& p : curve) {
+                BenchVerifyRecord v;
+                v.model = row.model;
+                v.dtype = row.dtype;
+                v.threads = threads;
+                v.batch_size = 1;
+                v.context_len = context;
+                v.n_query = p.n_query;
+                v.reps = o.reps;
+                v.forward_ms = p.forward_ms;
+                v.ratio_to_one = p.ratio_to_one;
+                v.gemv_max_rows = GemvMaxRows(model.dtype());
+                v.blas_core = blas_core;
+                recs.push_back(v);
+              }
+              if (store) store->WriteBenchVerify(run_id, recs);
+              verify_rows.insert(verify_rows.end(), recs.begin(), recs.end());
+            }
           }
         }
       }
     }
   }
-  if (!o.output.empty()) {
-    auto store = ResultsStore::Open(o.output);
-    RunInfo info = CurrentEnvironment();
-    info.repro_command = CommandLine();
-    info.config_json = nlohmann::json({{"command", "bench"},
-                                       {"models", o.models},
-                                       {"dtypes", o.dtypes},
-                                       {"threads", o.threads},
-                                       {"batches", o.batches},
-                                       {"contexts", o.contexts},
-                                       {"tokens", o.tokens},
-                                       {"reps", o.reps}})
-                           .dump();
-    const int64_t run_id = store->BeginRun(info);
-    store->WriteBench(run_id, rows);
-    std::fprintf(stderr, "specbed bench: %zu rows -> %s (run %lld)\n", rows.size(),
-                 o.output.c_str(), static_cast<long long>(run_id));
+  if (!verify_rows.empty()) {
+    std::printf(
+        "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 "
+        "|\n");
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
+    for (const BenchVerifyRecord& v : verify_rows) {
+      std::printf("| verify | %s | %s | %lld | %lld | %lld | %.4f | %.2f |\n", v.model.c_str(),
+                  v.dtype.c_str(), static_cast<long long>(v.threads),
+                  static_cast<long long>(v.context_len), static_cast<long long>(v.n_query),
+                  v.forward_ms, v.ratio_to_one);
+    }
+  }
+  std::fflush(stdout);
+  if (store) {
+    std::fprintf(stderr, "specbed bench: %lld rows, %zu verify-width rows -> %s (run %lld)\n",
+                 static_cast<long long>(n_stored), verify_rows.size(), o.output.c_str(),
+                 static_cast<long long>(run_id));
   }
 }
 
@@ -176,6 +287,19 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-n,--tokens", o->tokens, "Decode steps per measurement")->capture_default_str();
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
+      ->capture_default_str();
+  cmd->add_option("--verify-widths", o->verify_widths,
+                  "Verify-width curve: forward time of n new tokens (each >= 1) after each "
+                  "context, median of --reps, and its ratio to n = 1 (batch 1 rows only), e.g. "
+                  "1,2,4,8,16,32,64")
+      ->delimiter(',');
+  cmd->add_option("--bandwidth-mib", o->bandwidth_mib,
+                  "STREAM copy/triad array size in MiB (three arrays; 0 = skip the bandwidth and "
+                  "roofline)")
+      ->capture_default_str();
+  cmd->add_option("--gemv-max-rows", o->gemv_max_rows,
+                  "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
+                  "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
   cmd->callback([o] { RunBench(*o); });
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -609,6 +610,65 @@ TEST(CliBench, PrintsMarkdownRowAndStoresIt) {
   EXPECT_GT(rows[0].ms_per_step, 0.0);
   EXPECT_GT(rows[0].n_params, 0);
   EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
+TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  const ProcResult r = RunSpecbed({"bench", "-n", "8", "-r", "2", "-c", "4", "--verify-widths",
+                                   "2,4", "--bandwidth-mib", "16", "-o", db},
+                                  dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "BLAS: OpenBLAS core "));
+  EXPECT_TRUE(Contains(r.out, "OPENBLAS_CORETYPE="));
+  EXPECT_TRUE(Contains(r.out, "| STREAM (best of 5) | 1 | 16 | "));
+  EXPECT_TRUE(Contains(r.out, "| weight MB | roofline |"));
+  EXPECT_TRUE(Contains(r.out, "| verify | stories260K | float32 | 1 | 4 | 1 | "));
+  EXPECT_TRUE(Contains(r.out, "| verify | stories260K | float32 | 1 | 4 | 4 | "));
+  auto store = OpenReadOnly(db);
+  const std::vector<BenchRecord> rows = store->LoadBench();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].weight_bytes, 0);
+  EXPECT_GT(rows[0].bandwidth_gb_s, 0.0);
+  EXPECT_TRUE(std::isfinite(rows[0].roofline_fraction));
+  EXPECT_GT(rows[0].roofline_fraction, 0.0);
+  EXPECT_FALSE(rows[0].blas_core.empty());
+  const std::vector<BenchVerifyRecord> verify = store->LoadBenchVerify();
+  ASSERT_EQ(verify.size(), 3u);  // n = 1 added for the ratio
+  EXPECT_EQ(verify[0].n_query, 1);
+  EXPECT_EQ(verify[1].n_query, 2);
+  EXPECT_EQ(verify[2].n_query, 4);
+  EXPECT_DOUBLE_EQ(verify[0].ratio_to_one, 1.0);
+  for (const auto& v : verify) {
+    EXPECT_EQ(v.model, "stories260K");
+    EXPECT_EQ(v.context_len, 4);
+    EXPECT_EQ(v.reps, 2);
+    EXPECT_GT(v.forward_ms, 0.0);
+    EXPECT_NEAR(v.ratio_to_one, v.forward_ms / verify[0].forward_ms, 1e-9);
+  }
+  const std::vector<BenchBandwidthRecord> bw = store->LoadBenchBandwidth();
+  ASSERT_EQ(bw.size(), 1u);
+  EXPECT_EQ(bw[0].threads, 1);
+  EXPECT_EQ(bw[0].array_bytes, int64_t{16} << 20);
+  EXPECT_GT(bw[0].copy_gb_s, 0.0);
+  EXPECT_GT(bw[0].triad_gb_s, 0.0);
+  EXPECT_DOUBLE_EQ(rows[0].bandwidth_gb_s, bw[0].triad_gb_s);
+}
+
+TEST(CliBench, BadVerifyWidthsAndBandwidthFailClearly) {
+  const std::string dir = TestDir();
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--verify-widths", "0"},
+                                               std::vector<std::string>{"--verify-widths=2,-1"}}) {
+    std::vector<std::string> argv = {"bench", "-n", "4", "-r", "1", "-o", ""};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcResult r = RunSpecbed(argv, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "--verify-widths must all be >= 1"));
+  }
+  const ProcResult r =
+      RunSpecbed({"bench", "-n", "4", "-r", "1", "-o", "", "--bandwidth-mib=-5"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--bandwidth-mib must be >= 0"));
 }
 
 }  // namespace

@@ -1,0 +1,202 @@
+// Memory bandwidth, verify-width curve, roofline fraction and BLAS identity (see machine_bench.h).
+#include "harness/engine/machine_bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <random>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+namespace {
+
+// Restores the ATen thread count when the scope ends.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(at::get_num_threads()) {
+    at::set_num_threads(threads);
+  }
+  ~ThreadScope() { at::set_num_threads(saved_); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Static chunking: the same thread touches (first-touch) and streams the same part of an array.
+template <typename F>
+void ForChunks(int64_t n, int threads, const F& f) {
+  const int64_t chunk = (n + threads - 1) / threads;
+  at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t begin = std::min(n, t * chunk), end = std::min(n, (t + 1) * chunk);
+      if (begin < end) f(begin, end);
+    }
+  });
+}
+
+}  // namespace
+
+MemoryBandwidth MeasureMemoryBandwidth(int threads, int64_t array_bytes, int reps) {
+  SPECBED_CHECK(threads >= 1, "MeasureMemoryBandwidth: threads must be >= 1, got ", threads);
+  SPECBED_CHECK(array_bytes >= 1024, "MeasureMemoryBandwidth: array size must be >= 1 KiB, got ",
+                array_bytes, " bytes");
+  SPECBED_CHECK(reps >= 1, "MeasureMemoryBandwidth: reps must be >= 1, got ", reps);
+  ThreadScope scope(threads);
+  const int64_t n = array_bytes / static_cast<int64_t>(sizeof(double));
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
+  double* ap = a.get();
+  double* bp = b.get();
+  double* cp = c.get();
+  ForChunks(n, threads, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      ap[i] = 1.0;
+      bp[i] = 2.0;
+      cp[i] = 0.5;
+    }
+  });
+  const double scalar = 3.0;
+  double best_copy = std::numeric_limits<double>::infinity();
+  double best_triad = std::numeric_limits<double>::infinity();
+  for (int r = 0; r <= reps; ++r) {  // r = 0: untimed warmup
+    int64_t t0 = NowNanos();
+    ForChunks(n, threads, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) cp[i] = ap[i];
+    });
+    const double copy_s = (NowNanos() - t0) * 1e-9;
+    t0 = NowNanos();
+    ForChunks(n, threads, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) ap[i] = bp[i] + scalar * cp[i];
+    });
+    const double triad_s = (NowNanos() - t0) * 1e-9;
+    if (r > 0) {
+      best_copy = std::min(best_copy, copy_s);
+      best_triad = std::min(best_triad, triad_s);
+    }
+  }
+  // Keep the stores observable.
+  volatile double sink = ap[n / 2] + cp[n - 1];
+  (void)sink;
+  MemoryBandwidth out;
+  out.threads = threads;
+  out.array_bytes = n * static_cast<int64_t>(sizeof(double));
+  out.reps = reps;
+  out.copy_gb_s = 2.0 * out.array_bytes / best_copy * 1e-9;
+  out.triad_gb_s = 3.0 * out.array_bytes / best_triad * 1e-9;
+  return out;
+}
+
+std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t context,
+                                                      const std::vector<int64_t>& widths,
+                                                      int64_t reps) {
+  SPECBED_CHECK(context >= 0, "verify-width curve: context must be >= 0, got ", context);
+  SPECBED_CHECK(reps >= 1, "verify-width curve: reps must be >= 1, got ", reps);
+  SPECBED_CHECK(!widths.empty(), "verify-width curve: no widths given");
+  std::vector<int64_t> ns;
+  for (int64_t w : widths) {
+    SPECBED_CHECK(w >= 1, "verify-width curve: every width must be >= 1, got ", w);
+    if (std::find(ns.begin(), ns.end(), w) == ns.end()) ns.push_back(w);
+  }
+  if (std::find(ns.begin(), ns.end(), 1) == ns.end()) ns.insert(ns.begin(), 1);
+  const int64_t max_n = *std::max_element(ns.begin(), ns.end());
+  const int64_t prefill = std::max<int64_t>(1, context);
+  SPECBED_CHECK(prefill + max_n <= model.config().max_seq_len, "verify-width curve: context ",
+                prefill, " + width ", max_n, " exceeds the model's max_seq_len ",
+                model.config().max_seq_len);
+  const int64_t vocab = model.config().vocab_size;
+  std::mt19937_64 rng(42);
+  auto random_ids = [&](int64_t n) {
+    at::Tensor ids = at::empty({1, n}, at::kLong);
+    int64_t* p = ids.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+    return ids;
+  };
+  KvCache cache = model.NewCache(1, prefill + max_n);
+  ForwardOptions no_logits;
+  no_logits.logits = LogitsMode::kNone;
+  model.Forward(random_ids(prefill), cache, no_logits);
+  ForwardOptions all;
+  all.logits = LogitsMode::kAll;
+  std::vector<VerifyWidthPoint> out;
+  for (int64_t n : ns) {
+    const at::Tensor ids = random_ids(n);
+    std::vector<double> ms;
+    for (int64_t r = 0; r <= reps; ++r) {  // r = 0: warmup
+      cache.Truncate(prefill);
+      const int64_t t0 = NowNanos();
+      model.Forward(ids, cache, all);
+      if (r > 0) ms.push_back((NowNanos() - t0) * 1e-6);
+    }
+    cache.Truncate(prefill);
+    VerifyWidthPoint p;
+    p.n_query = n;
+    p.forward_ms = Median(ms);
+    out.push_back(p);
+  }
+  double one_ms = 0;
+  for (const auto& p : out)
+    if (p.n_query == 1) one_ms = p.forward_ms;
+  for (auto& p : out) p.ratio_to_one = p.forward_ms / one_ms;
+  return out;
+}
+
+int64_t DecodeWeightBytes(const LlamaModel& model) {
+  const LlamaWeights& w = model.weights();
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  for (const LlamaLayerWeights& layer : w.layers) {
+    add(layer.wqkv);
+    add(layer.bqkv);
+    add(layer.wo);
+    add(layer.w_gate_up);
+    add(layer.w_down);
+  }
+  add(w.lm_head);
+  return bytes;
+}
+
+double RooflineFraction(int64_t weight_bytes, double bandwidth_gb_s, double forward_ms) {
+  if (!(bandwidth_gb_s > 0) || !(forward_ms > 0) || weight_bytes < 0) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  const double ideal_ms = static_cast<double>(weight_bytes) / (bandwidth_gb_s * 1e9) * 1e3;
+  return ideal_ms / forward_ms;
+}
+
+std::string BlasCoreName() {
+  using CharFn = char* (*)();
+  auto fn = reinterpret_cast<CharFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (fn == nullptr) return "unknown";
+  const char* name = fn();
+  return name != nullptr ? std::string(name) : "unknown";
+}
+
+std::string BlasCoreDescription() {
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  std::string out = BlasCoreName();
+  out += StrCat(" (OPENBLAS_CORETYPE=", env != nullptr && *env != '\0' ? env : "unset");
+  using CharFn = char* (*)();
+  auto config = reinterpret_cast<CharFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  if (config != nullptr && config() != nullptr) out += StrCat("; ", config());
+  out += ")";
+  return out;
+}
+
+}  // namespace specbed
