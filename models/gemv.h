@@ -30,9 +30,11 @@ namespace specbed {
 // 0.3.21 default core; forward ms for n = 1/2/3/4/6/8 rows):
 //   fp32  ATen 23.6/24.1/29.4/22.0/26.9/25.8   GEMV  8.9/11.6/14.6/18.0/25.9/32.0
 //   bf16  ATen 10.5/13.5/13.8/13.9/14.4/14.7   GEMV  6.2/ 7.7/10.8/13.8/20.7/25.9
-// (an earlier bf16 ATen run: 9.5/9.5/9.6/9.8/9.0/6.6). GEMV wins clearly up to 4 rows in fp32
-// (OpenBLAS's small-M sgemm is far from the memory roofline) and up to 2 rows in bf16 (oneDNN is
-// better blocked beyond that).
+// (an earlier bf16 ATen run: 9.5/9.5/9.6/9.8/9.0/6.6). A quieter fp32 run, n = 1/4 rows, ATen
+// vs GEMV: random-35m 22.7/16.0 vs 5.6/13.3 ms (OPENBLAS_CORETYPE=Haswell: 16.3/15.5 vs
+// 8.5/12.6); a width-512 16-layer shape 13.4/23.6 vs 8.2/17.8 (Haswell: 18.9/18.5 vs 8.4/19.0).
+// GEMV wins clearly at 1-3 rows in fp32 and ties or wins at 4 (OpenBLAS's small-M sgemm is far
+// from the memory roofline), and wins up to 2 rows in bf16 (oneDNN is better blocked beyond).
 inline constexpr int64_t kGemvMaxRowsFloat = 4;
 inline constexpr int64_t kGemvMaxRowsBFloat16 = 2;
 
