@@ -463,11 +463,12 @@ TEST(TargetFeaturesTest, ManifestMismatchRebuildAndResumedBuild) {
   EXPECT_GT(resumed->manifest()["resumed_from_sequence"].get<int64_t>(), 0);
   EXPECT_EQ(static_cast<int64_t>(resumed->manifest()["shards"].size()), n_shards);
   const TargetFeatures got = resumed->Get(rows, batch);
-  // Same rows, same values up to the BLAS kernel's summation order: the resumed build batches the
-  // sequences differently, and some OpenBLAS kernels (e.g. OPENBLAS_CORETYPE=Haswell) round
-  // differently per batch shape. A misaligned row or shard would differ by O(1).
+  // Same rows, same values up to the GEMM's summation order: the resumed build batches the
+  // sequences differently; forwards of <= 4 rows use SpecBed's GEMV (models/gemv.h) instead of
+  // BLAS, and some OpenBLAS kernels (e.g. OPENBLAS_CORETYPE=Haswell) round differently per batch
+  // shape. A misaligned row or shard would differ by O(1).
   EXPECT_TRUE(at::allclose(got.hidden, want.hidden, 1e-5, 1e-5));
-  EXPECT_TRUE(at::allclose(got.logits, want.logits, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(got.logits, want.logits, 1e-5, 1e-4));
 
   // rebuild replaces a cache with other settings.
   DiskFeatureCacheOptions rebuild;
