@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -166,6 +168,38 @@ TEST(GemvRows, ModelOneTokenForwardEqualsMultiRowForwardLastRow) {
       EXPECT_LT(RelativeError(gemv_one[0], blas_one[0]), tol);
       EXPECT_LT(RelativeError(gemv_four[3], blas_nine[8]), tol);
       EXPECT_LT(RelativeError(gemv_four[0], blas_nine[5]), tol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// Timing probe, not a check: `gemv_test --gtest_also_run_disabled_tests --gtest_filter=*Speed*`
+// prints GemvRows vs at::mm microseconds per call for 1..8 rows on a [2816, 512] matrix.
+TEST(GemvRows, DISABLED_Speed) {
+  at::set_num_threads(1);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor w = at::randn({2816, 512}).to(dtype);
+    const at::Tensor w_t = w.t();
+    for (int64_t rows : {1, 2, 3, 4, 6, 8}) {
+      const at::Tensor x = at::randn({rows, 512}).to(dtype);
+      at::Tensor out = at::empty({rows, 2816}, dtype);
+      auto time_us = [&](auto&& f) {
+        for (int i = 0; i < 20; ++i) f();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 200; ++i) f();
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                   .count() /
+               200;
+      };
+      const double gemv = time_us([&] { GemvRows(x, w, {}, out, false); });
+      const double mm = time_us([&] { at::mm_out(out, x, w_t); });
+      std::printf("%s rows %lld: GemvRows %.1f us, at::mm %.1f us\n",
+                  dtype == at::kFloat ? "fp32" : "bf16", static_cast<long long>(rows), gemv, mm);
     }
   }
 }
