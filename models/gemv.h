@@ -33,10 +33,16 @@ namespace specbed {
 // (an earlier bf16 ATen run: 9.5/9.5/9.6/9.8/9.0/6.6). A quieter fp32 run, n = 1/4 rows, ATen
 // vs GEMV: random-35m 22.7/16.0 vs 5.6/13.3 ms (OPENBLAS_CORETYPE=Haswell: 16.3/15.5 vs
 // 8.5/12.6); a width-512 16-layer shape 13.4/23.6 vs 8.2/17.8 (Haswell: 18.9/18.5 vs 8.4/19.0).
-// GEMV wins clearly at 1-3 rows in fp32 and ties or wins at 4 (OpenBLAS's small-M sgemm is far
-// from the memory roofline), and wins up to 2 rows in bf16 (oneDNN is better blocked beyond).
+// stories260K-twin (width 512, 16 layers, the cost-twin target), n = 1/2/3/4 rows, ATen vs GEMV:
+//   fp32  default core 14.0/18.7/22.4/20.7 vs 8.0/11.6/15.6/17.7; Haswell 18.6/19.5/25.2/18.8 vs
+//         8.2/11.8/15.8/18.5
+//   bf16  default core  7.5/ 8.1/ 8.6/ 9.4 vs 5.4/ 8.5/ 8.7/ 9.7; Haswell  7.3/ 7.7/ 8.2/ 8.9 vs
+//         5.0/ 8.2/ 8.8/ 9.6
+// GEMV wins at 1-3 rows in fp32 and ties or wins at 4 (OpenBLAS's small-M sgemm is far from the
+// memory roofline); in bf16 only the 1-row step wins (oneDNN's AVX512-BF16 kernels are well
+// blocked beyond that).
 inline constexpr int64_t kGemvMaxRowsFloat = 4;
-inline constexpr int64_t kGemvMaxRowsBFloat16 = 2;
+inline constexpr int64_t kGemvMaxRowsBFloat16 = 1;
 
 // The row threshold in use for `dtype` (kFloat or kBFloat16): the constants above unless
 // overridden by SetGemvMaxRows.
