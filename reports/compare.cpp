@@ -37,10 +37,12 @@ struct Group {
 
 std::string GroupKey(const CaseRecord& c, const std::string& match) {
   if (match == "key") {
-    // Repeats of one configuration differ only by their "repeat" index: pool them.
+    // Repeats of one configuration differ only by their "repeat" index: pool them. What the
+    // runner measured beside the configuration (the target's cost, the machine's bandwidth) is
+    // not part of it.
     json config = json::parse(c.config_json, nullptr, /*allow_exceptions=*/false);
     if (!config.is_object() || !config.contains("repeat")) return c.case_key;
-    config.erase("repeat");
+    for (const char* measured : {"repeat", "target_info", "machine"}) config.erase(measured);
     const std::string text = config.dump();
     return Hex64(Fnv1a64(text.data(), text.size()));
   }
