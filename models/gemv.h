@@ -41,8 +41,16 @@ namespace specbed {
 // GEMV wins at 1-3 rows in fp32 and ties or wins at 4 (OpenBLAS's small-M sgemm is far from the
 // memory roofline); in bf16 only the 1-row step wins (oneDNN's AVX512-BF16 kernels are well
 // blocked beyond that).
-inline constexpr int64_t kGemvMaxRowsFloat = 4;
-inline constexpr int64_t kGemvMaxRowsBFloat16 = 1;
+//
+// With the software prefetch (8 KiB ahead in each weight row, gemv.cpp) the multi-row kernel
+// overlaps DRAM streaming with its FMAs; before it, 4 rows out of cache ran at ~12 GFMA/s against
+// ~40 in cache. stories260K-twin, 1 thread, context 64, default core (2026-11-24, `specbed bench
+// --verify-widths ... --gemv-max-rows 0|8|16`): fp32 n = 1/2/3/4/6/8 rows 6.9/7.0/7.5/7.9 ms
+// (4 rows = 1.15x one row) and 6/8 rows 12.0/15.1 ms with GEMV vs 21.5/22.4 ms through BLAS;
+// 12/16 rows 22.9/30.0 vs ~33 (a tie, so BLAS from 9 rows on). bf16 n = 1/2/4/8: GEMV
+// 5.0/5.4/8.6/12.6 ms vs oneDNN (from 2 rows) 4.6/8.0/9.4/12.3.
+inline constexpr int64_t kGemvMaxRowsFloat = 8;
+inline constexpr int64_t kGemvMaxRowsBFloat16 = 4;
 
 // The row threshold in use for `dtype` (kFloat or kBFloat16): the constants above unless
 // overridden by SetGemvMaxRows.
