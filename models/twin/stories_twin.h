@@ -9,9 +9,10 @@
 // results/bench_issue12_twin_cpu.md):
 // - target: width x8 (64 -> 512; 64 heads of head_dim 8, 32 KV heads, FFN 1376) and depth 16
 //   (the 5 real layers + 11 identity layers): ~47M parameters of cost, 186 MB in fp32. A 1-token
-//   forward is memory-bound (~18 ms fp32); 4 tokens cost ~1.0x, 8 ~1.3x and 16 ~2x one token
-//   (fp32). Width buys the memory-bound regime (on a CPU verifying more than a few tokens turns
-//   compute-bound however large the model), depth buys realistic drafter/target cost ratios:
+//   fp32 forward is memory-bound (~7-8 ms, ~0.8 of the measured memory bandwidth with SpecBed's
+//   GEMV, models/gemv.h); 4 tokens cost ~1.1x, 8 ~2x and 16 ~4.5x one token. Width buys the
+//   memory-bound regime (on a CPU verifying more than a few tokens turns compute-bound however
+//   large the model), depth buys realistic drafter/target cost ratios:
 //   the alternative width x16, depth 5 (58M) verifies as well but makes a one-layer EAGLE-3 head
 //   1/4 of the target instead of ~1/10. (x8 is not a power of 4, so the RMSNorm scale sqrt(1/8)
 //   rounds: logits agree to ~1e-6, not bit for bit.)
