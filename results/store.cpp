@@ -857,27 +857,39 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
   }
 }
 
-void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
+void ResultsStore::WriteRowsOfRun(int64_t run_id, const std::string& table,
+                                  const std::function<void()>& write_rows) {
   CheckWritable();
   sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
-  sqlite3_stmt* s = Cached(
-      &insert_bench_,
-      "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
-      "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
-      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core) VALUES (?1, ?2, ?3, "
-      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
-  Begin("writing bench rows");
+  const std::string what = "writing " + table + " rows";
+  Begin(what.c_str());
   try {
     {
       ResetOnExit reset(find_run);
       BindInt(find_run, 1, run_id);
       const int rc = sqlite3_step(find_run);
       if (rc == SQLITE_DONE) {
-        Fail("results database '", path_, "': cannot write bench rows: run_id ", run_id,
+        Fail("results database '", path_, "': cannot write ", table, " rows: run_id ", run_id,
              " does not exist (call BeginRun first)");
       }
       if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
     }
+    write_rows();
+    Commit(what.c_str());
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
+  sqlite3_stmt* s = Cached(
+      &insert_bench_,
+      "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
+      "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
+      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core) VALUES (?1, ?2, ?3, "
+      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
+  WriteRowsOfRun(run_id, "bench", [&] {
     for (const BenchRecord& r : rows) {
       ResetOnExit reset(s);
       BindInt(s, 1, run_id);
@@ -901,30 +913,15 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
       const int rc = sqlite3_step(s);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
     }
-    Commit("writing bench rows");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerifyRecord>& rows) {
-  CheckWritable();
-  OwnedStmt find_run(Prepare("SELECT 1 FROM runs WHERE run_id = ?1"));
   OwnedStmt s(Prepare(
       "INSERT INTO bench_verify(run_id, model, dtype, threads, batch_size, context_len, n_query, "
       "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
       "?7, ?8, ?9, ?10, ?11, ?12)"));
-  Begin("writing bench_verify rows");
-  try {
-    BindInt(find_run.get(), 1, run_id);
-    const int find_rc = sqlite3_step(find_run.get());
-    if (find_rc == SQLITE_DONE) {
-      Fail("results database '", path_, "': cannot write bench_verify rows: run_id ", run_id,
-           " does not exist (call BeginRun first)");
-    }
-    if (find_rc != SQLITE_ROW) FailSqlite(find_rc, "looking up the run");
-    sqlite3_reset(find_run.get());
+  WriteRowsOfRun(run_id, "bench_verify", [&] {
     for (const BenchVerifyRecord& r : rows) {
       ResetOnExit reset(s.get());
       BindInt(s.get(), 1, run_id);
@@ -943,30 +940,15 @@ void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerif
       if (rc != SQLITE_DONE)
         FailSqlite(rc, StrCat("writing a bench_verify row for '", r.model, "'"));
     }
-    Commit("writing bench_verify rows");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 void ResultsStore::WriteBenchBandwidth(int64_t run_id,
                                        const std::vector<BenchBandwidthRecord>& rows) {
-  CheckWritable();
-  OwnedStmt find_run(Prepare("SELECT 1 FROM runs WHERE run_id = ?1"));
   OwnedStmt s(Prepare(
       "INSERT INTO bench_bandwidth(run_id, threads, array_bytes, reps, copy_gb_s, triad_gb_s) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
-  Begin("writing bench_bandwidth rows");
-  try {
-    BindInt(find_run.get(), 1, run_id);
-    const int find_rc = sqlite3_step(find_run.get());
-    if (find_rc == SQLITE_DONE) {
-      Fail("results database '", path_, "': cannot write bench_bandwidth rows: run_id ", run_id,
-           " does not exist (call BeginRun first)");
-    }
-    if (find_rc != SQLITE_ROW) FailSqlite(find_rc, "looking up the run");
-    sqlite3_reset(find_run.get());
+  WriteRowsOfRun(run_id, "bench_bandwidth", [&] {
     for (const BenchBandwidthRecord& r : rows) {
       ResetOnExit reset(s.get());
       BindInt(s.get(), 1, run_id);
@@ -978,11 +960,7 @@ void ResultsStore::WriteBenchBandwidth(int64_t run_id,
       const int rc = sqlite3_step(s.get());
       if (rc != SQLITE_DONE) FailSqlite(rc, "writing a bench_bandwidth row");
     }
-    Commit("writing bench_bandwidth rows");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -243,6 +244,10 @@ class ResultsStore {
   const std::string& path() const { return path_; }
 
  private:
+  // Checks the store is writable and `run_id` exists, then runs `write_rows` in one transaction
+  // (rolled back on any error); errors name the database and `table`.
+  void WriteRowsOfRun(int64_t run_id, const std::string& table,
+                      const std::function<void()>& write_rows);
   ResultsStore(const std::string& path, const StoreOptions& options);
   void Init();
   void InitSchema();
