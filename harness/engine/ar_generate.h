@@ -24,6 +24,7 @@ struct GenerationConfig {
   StopConfig stop;
   // Record the target's top-2 logit gap at every generated token (GenerationResult::
   // token_margins); used to judge divergences from AR (a tiny margin = a numerical near-tie).
+  // The margin scans are timed apart and excluded from decode_ms.
   bool record_margins = false;
   // Synthetic acceptance (speculative decoders only; TreeVerifier::SetSyntheticAcceptance): forced
   // per-position acceptance probabilities, for measuring system overhead apart from draft
