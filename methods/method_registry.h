@@ -4,8 +4,8 @@
 // static-initialization magic. Unknown names fail with the list of known ones and the nearest
 // match; unknown knobs, wrong types and out-of-range values fail naming the method and knob.
 // The runner branches on traits, never on method names.
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/cli/cli_test.cpp (`specbed list
-// methods`).
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/cli/cli_test.cpp
+// (`specbed list methods`).
 #pragma once
 
 #include <functional>

@@ -64,8 +64,9 @@ void RunGenerate(const GenerateOptions& o) {
   std::cout << o.prompt << r.text << std::endl;
   // A cost twin says so: its speed is that of the larger shape, its outputs the original's.
   const std::string& label = target.model->config().twin_label;
-  const std::string name =
-      label.empty() ? target.spec.name : target.spec.name + ", " + label.substr(0, label.find(" ("));
+  const std::string name = label.empty()
+                               ? target.spec.name
+                               : target.spec.name + ", " + label.substr(0, label.find(" ("));
   std::fprintf(
       stderr,
       "\n[%s] %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",

@@ -1,5 +1,6 @@
 // Registration of `ar`, the autoregressive baseline (ArDecoder over GenerateAr).
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/engine/run_config_test.cpp.
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
+// tests/engine/run_config_test.cpp.
 #include "methods/method_registry.h"
 
 namespace specbed {

@@ -2,7 +2,8 @@
 // target hidden states; greedy verification at T = 0, sample-then-follow at T > 0. Knobs use
 // EAGLE's own names and meanings (depth = expansions after the first layer, total_tokens = tree
 // size including the root).
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/methods/eagle3_drafter_test.cpp.
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
+// tests/methods/eagle3_drafter_test.cpp.
 #include "methods/eagle3/eagle3_method.h"
 
 #include "harness/base/error.h"

@@ -1,6 +1,7 @@
 // The `eagle3` method's building blocks, shared with `eagle3+osd` (methods/osd): head lookup,
 // pairing a head with a target, the knobs and the decoder factory.
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/methods/eagle3_drafter_test.cpp.
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
+// tests/methods/eagle3_drafter_test.cpp.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
 // Registration of `sps`: classic speculative sampling with a separate draft LM (SpsDrafter) on the
 // default SpeculativeDecoder with chain rejection sampling.
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/engine/speculative_test.cpp.
+// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
+// tests/engine/speculative_test.cpp.
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"

@@ -13,8 +13,8 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
 #include "methods/method_registry.h"
 #include "methods/sps/sps_drafter.h"
 #include "metrics/metrics.h"

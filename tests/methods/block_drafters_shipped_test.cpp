@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "datasets/dataset.h"
-#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/method_registry.h"
 #include "tests/methods/dflash_test_util.h"

@@ -16,8 +16,8 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"
 #include "methods/method_registry.h"

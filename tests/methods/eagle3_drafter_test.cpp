@@ -17,8 +17,8 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
-#include "harness/runner/runner.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/eagle3/eagle3_method.h"
