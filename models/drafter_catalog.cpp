@@ -7,26 +7,40 @@
 
 namespace specbed {
 
+namespace {
+
+template <const char* kFolder>
+std::string Shipped() {
+  return HomePath(std::string("models/stories260K/") + kFolder);
+}
+constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
+               kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot";
+
+}  // namespace
+
 const std::vector<NamedDrafter>& NamedDrafters() {
   static const std::vector<NamedDrafter> drafters = {
       {"stories260K-draft", "draft", "stories260K",
-       "SpS draft LM distilled from stories260K (2 layers, width 48)"},
-      {"stories260K-eagle3", "eagle3", "stories260K", "EAGLE-3 head trained on stories260K"},
-      {"stories260K-dflash", "dflash", "stories260K", "DFlash block head trained on stories260K"},
+       "SpS draft LM distilled from stories260K (2 layers, width 48)", &Shipped<kDraft>},
+      {"stories260K-eagle3", "eagle3", "stories260K", "EAGLE-3 head trained on stories260K",
+       &Shipped<kEagle3>},
+      {"stories260K-dflash", "dflash", "stories260K", "DFlash block head trained on stories260K",
+       &Shipped<kDflash>},
       {"stories260K-jetspec", "jetspec", "stories260K",
-       "JetSpec causal block head trained on stories260K"},
+       "JetSpec causal block head trained on stories260K", &Shipped<kJetspec>},
       {"stories260K-blockpilot", "blockpilot", "stories260K",
-       "BlockPilot block-size predictor for stories260K-dflash"},
+       "BlockPilot block-size predictor for stories260K-dflash", &Shipped<kBlockpilot>},
       {"stories260K-twin-draft", "draft", "stories260K-twin",
-       "cost twin of stories260K-draft (width x4: 192)"},
+       "cost twin of stories260K-draft (width x4: 192)", [] { return StoriesTwin().draft; }},
       {"stories260K-twin-eagle3", "eagle3", "stories260K-twin",
-       "cost twin of stories260K-eagle3 (width x8: 512)"},
+       "cost twin of stories260K-eagle3 (width x8: 512)", [] { return StoriesTwin().eagle3; }},
       {"stories260K-twin-dflash", "dflash", "stories260K-twin",
-       "cost twin of stories260K-dflash (width x8: 512)"},
+       "cost twin of stories260K-dflash (width x8: 512)", [] { return StoriesTwin().dflash; }},
       {"stories260K-twin-jetspec", "jetspec", "stories260K-twin",
-       "cost twin of stories260K-jetspec (width x8: 512)"},
+       "cost twin of stories260K-jetspec (width x8: 512)", [] { return StoriesTwin().jetspec; }},
       {"stories260K-blockpilot", "blockpilot", "stories260K-twin",
-       "BlockPilot predictor of stories260K (the twin's logits are stories260K's)"},
+       "BlockPilot predictor of stories260K (the twin's logits are stories260K's)",
+       &Shipped<kBlockpilot>},
   };
   return drafters;
 }
@@ -39,15 +53,9 @@ bool IsNamedDrafter(const std::string& name, const std::string& family) {
 }
 
 std::string ResolveDrafterDir(const std::string& name_or_path) {
-  if (name_or_path == "stories260K-draft") return HomePath("models/stories260K/draft");
-  if (name_or_path == "stories260K-eagle3") return HomePath("models/stories260K/eagle3");
-  if (name_or_path == "stories260K-dflash") return HomePath("models/stories260K/dflash");
-  if (name_or_path == "stories260K-jetspec") return HomePath("models/stories260K/jetspec");
-  if (name_or_path == "stories260K-blockpilot") return HomePath("models/stories260K/blockpilot");
-  if (name_or_path == "stories260K-twin-draft") return StoriesTwin().draft;
-  if (name_or_path == "stories260K-twin-eagle3") return StoriesTwin().eagle3;
-  if (name_or_path == "stories260K-twin-dflash") return StoriesTwin().dflash;
-  if (name_or_path == "stories260K-twin-jetspec") return StoriesTwin().jetspec;
+  for (const NamedDrafter& d : NamedDrafters()) {
+    if (d.name == name_or_path) return d.dir();
+  }
   return name_or_path;
 }
 

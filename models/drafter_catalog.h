@@ -25,6 +25,8 @@ struct NamedDrafter {
   std::string family;       // see above
   std::string target;       // the registry target it belongs to
   std::string description;  // one line
+  // Its checkpoint directory (a shipped folder, or the cost-twin set built on first use).
+  std::string (*dir)();
 };
 
 // Every named drafter, in listing order.

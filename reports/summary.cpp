@@ -262,16 +262,20 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
 std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
   std::vector<std::string> notes;
   std::set<std::string> labelled;
-  for (const CostCase& c : cases) {
-    const TargetCost cost = TargetCostOf(*c.record);
+  std::vector<TargetCost> costs;
+  for (const CostCase& c : cases) costs.push_back(TargetCostOf(*c.record));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CostCase& c = cases[i];
+    const TargetCost& cost = costs[i];
     if (!cost.label.empty() && labelled.insert(c.record->target).second) {
       notes.push_back(StrCat(c.record->target, " is the ", cost.label,
                              ": its outputs are the original's, its costs those of the larger "
                              "shape on this machine; not a real model of that size."));
     }
   }
-  for (const CostCase& c : cases) {
-    const TargetCost cost = TargetCostOf(*c.record);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CostCase& c = cases[i];
+    const TargetCost& cost = costs[i];
     if (c.record->method != kArMethod || cost.weight_bytes <= 0 || cost.bandwidth_gb_s <= 0 ||
         !std::isfinite(c.decode_tokens_per_s)) {
       continue;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
@@ -17,16 +18,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// `name` is `suffix` or ends with "." + suffix.
 bool EndsWithName(const std::string& name, const std::string& suffix) {
-  if (name == suffix) return true;
-  return name.size() > suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-         name[name.size() - suffix.size() - 1] == '.';
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return name == suffix || EndsWith(name, "." + suffix);
 }
 
 // What one tensor axis is, for padding.
