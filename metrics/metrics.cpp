@@ -199,29 +199,49 @@ double SortedQuantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
+const char* SpeedupScopeName(SpeedupScope scope) {
+  return scope == SpeedupScope::kEndToEnd ? "end_to_end" : "decode";
+}
+
+SpeedupScope ParseSpeedupScope(const std::string& name, const std::string& context) {
+  if (name == "decode") return SpeedupScope::kDecode;
+  if (name == "end_to_end" || name == "e2e") return SpeedupScope::kEndToEnd;
+  Fail(context, ": unknown speedup scope '", name,
+       "' (expected 'decode' or 'end_to_end' / 'e2e': prefill included)");
+}
+
 Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
                        const std::vector<SampleRecord>& method_samples,
-                       const BootstrapOptions& bootstrap) {
+                       const BootstrapOptions& bootstrap, SpeedupScope scope) {
   std::map<std::pair<std::string, int32_t>, const SampleRecord*> ar_by_key;
   for (const SampleRecord& s : ar_samples) ar_by_key[{s.prompt_id, s.turn}] = &s;
+  const bool e2e = scope == SpeedupScope::kEndToEnd;
+  // Tokens and time of an answer in the scope.
+  auto tokens_of = [&](int64_t n_output_tokens) {
+    return e2e ? n_output_tokens : (n_output_tokens > 1 ? n_output_tokens - 1 : 0);
+  };
+  auto ms_of = [&](double prefill_ms, double decode_ms) {
+    return e2e ? prefill_ms + decode_ms : decode_ms;
+  };
   Speedup out;
+  out.scope = scope;
   out.bootstrap = bootstrap;
   double ar_ms = 0, method_ms = 0, ar_tokens = 0, method_tokens = 0;
   for (const SampleRecord& s : method_samples) {
     Speedup::Pair p;
     p.prompt_id = s.prompt_id;
     p.turn = s.turn;
-    p.method_ms = s.decode_ms;
-    p.method_tokens = DecodeTokens(s);
+    p.method_ms = ms_of(s.prefill_ms, s.decode_ms);
+    p.method_tokens = tokens_of(s.n_output_tokens);
     if (s.has_paired_ar()) {
       p.paired = true;
-      p.ar_ms = s.paired_ar_decode_ms;
-      p.ar_tokens = s.paired_ar_output_tokens > 1 ? s.paired_ar_output_tokens - 1 : 0;
+      p.ar_ms = ms_of(s.paired_ar_prefill_ms, s.paired_ar_decode_ms);
+      p.ar_tokens = tokens_of(s.paired_ar_output_tokens);
     } else {
       const auto it = ar_by_key.find({s.prompt_id, s.turn});
       if (it == ar_by_key.end()) continue;
-      p.ar_ms = it->second->decode_ms;
-      p.ar_tokens = DecodeTokens(*it->second);
+      p.ar_ms = ms_of(it->second->prefill_ms, it->second->decode_ms);
+      p.ar_tokens = tokens_of(it->second->n_output_tokens);
     }
     if (!IsPositiveFinite(p.ar_ms) || !IsPositiveFinite(p.method_ms) || p.ar_tokens <= 0 ||
         p.method_tokens <= 0) {
@@ -240,10 +260,12 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
   out.geomean = GeometricMean(out.per_prompt);
   out.total_ratio = (method_tokens / method_ms) / (ar_tokens / ar_ms);
 
-  // Bootstrap units: prompts, each with the sums of its matched turns.
+  // Bootstrap units: prompts (Spec-Bench's questions), each with the sums of its matched turns.
   struct Cluster {
     double log_sum = 0, ar_ms = 0, method_ms = 0, ar_tokens = 0, method_tokens = 0;
     int64_t n = 0;
+    double method_speed() const { return method_tokens / method_ms; }
+    double ar_speed() const { return ar_tokens / ar_ms; }
   };
   std::vector<Cluster> clusters;
   std::map<std::string, size_t> cluster_of;
@@ -259,15 +281,25 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
     ++c.n;
   }
   out.n_prompts = static_cast<int64_t>(clusters.size());
+  {
+    double method_speed = 0, ar_speed = 0;
+    for (const Cluster& c : clusters) {
+      method_speed += c.method_speed();
+      ar_speed += c.ar_speed();
+    }
+    out.spec_bench = method_speed / ar_speed;  // the 1/n of both means cancels
+  }
   if (bootstrap.n_resamples <= 0) return out;
   SPECBED_CHECK(bootstrap.level > 0 && bootstrap.level < 1, "bootstrap level ", bootstrap.level,
                 " must lie strictly between 0 and 1");
   SplitMix64 rng(bootstrap.seed);
-  std::vector<double> geomeans, totals;
+  std::vector<double> geomeans, totals, spec_bench;
   geomeans.reserve(bootstrap.n_resamples);
   totals.reserve(bootstrap.n_resamples);
+  spec_bench.reserve(bootstrap.n_resamples);
   for (int64_t b = 0; b < bootstrap.n_resamples; ++b) {
     Cluster sum;
+    double method_speed = 0, ar_speed = 0;
     for (size_t k = 0; k < clusters.size(); ++k) {
       const Cluster& c = clusters[rng.Index(clusters.size())];
       sum.log_sum += c.log_sum;
@@ -276,15 +308,20 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
       sum.ar_tokens += c.ar_tokens;
       sum.method_tokens += c.method_tokens;
       sum.n += c.n;
+      method_speed += c.method_speed();
+      ar_speed += c.ar_speed();
     }
     geomeans.push_back(std::exp(sum.log_sum / static_cast<double>(sum.n)));
-    totals.push_back((sum.method_tokens / sum.method_ms) / (sum.ar_tokens / sum.ar_ms));
+    totals.push_back(sum.method_speed() / sum.ar_speed());
+    spec_bench.push_back(method_speed / ar_speed);
   }
   std::sort(geomeans.begin(), geomeans.end());
   std::sort(totals.begin(), totals.end());
+  std::sort(spec_bench.begin(), spec_bench.end());
   const double tail = (1.0 - bootstrap.level) / 2.0;
   out.geomean_ci = {SortedQuantile(geomeans, tail), SortedQuantile(geomeans, 1.0 - tail)};
   out.total_ratio_ci = {SortedQuantile(totals, tail), SortedQuantile(totals, 1.0 - tail)};
+  out.spec_bench_ci = {SortedQuantile(spec_bench, tail), SortedQuantile(spec_bench, 1.0 - tail)};
   return out;
 }
 

@@ -126,29 +126,46 @@ struct BootstrapOptions {
   double level = 0.95;
 };
 
+// What a speedup's times and tokens cover. kDecode (the default): decode tokens (every generated
+// token but the first, which the prefill produces) over decode time; kEndToEnd: every generated
+// token over prefill + decode time (wall time of the answer, as Spec-Bench times it).
+enum class SpeedupScope { kDecode, kEndToEnd };
+const char* SpeedupScopeName(SpeedupScope scope);  // "decode" | "end_to_end"
+// Parses "decode" | "end_to_end" (also "e2e"); errors name `context` and the choices.
+SpeedupScope ParseSpeedupScope(const std::string& name, const std::string& context);
+
 // Speedup of a method over AR — the one definition SpecBed uses everywhere (summary, report,
-// compare, paper tables): per answer, method decode tok/s / AR decode tok/s for the same prompt
-// and turn (tok/s = DecodeTokens / decode_ms, so answers of different lengths at T > 0 compare
-// per token); the geometric mean over answers, with the bootstrap CI. At T = 0 with identical
-// outputs it equals the decode-time ratio AR ms / method ms. Decode only (prefill excluded).
+// compare, paper tables): per answer, method tok/s / AR tok/s for the same prompt and turn
+// (tok/s over the scope's tokens and time, so answers of different lengths at T > 0 compare per
+// token); the geometric mean over answers, with the bootstrap CI. At T = 0 with identical
+// outputs it equals the time ratio AR ms / method ms. Decode only by default (SpeedupScope).
 // The AR side of an answer is its paired AR run when the method sample carries one (paired
 // timing: AR timed on the same prompt back to back, SampleRecord::has_paired_ar), else the
-// `ar_samples` answer with the same (prompt_id, turn). Answers with no decode token or no decode
-// time on either side are left out.
+// `ar_samples` answer with the same (prompt_id, turn). Answers with no token or no time on
+// either side are left out (so are end-to-end pairs whose paired AR prefill was not recorded,
+// i.e. written before schema v6).
+//
+// Beside it, labelled, Spec-Bench's own figure (evaluation/speed.py): per question (prompt), its
+// tokens summed over turns / its time summed over turns, for the method and for AR; the
+// arithmetic mean of the method's per-question speeds divided by the arithmetic mean of AR's, over
+// the same matched answers and in the same scope (Spec-Bench itself reports it end to end).
 struct Speedup {
+  SpeedupScope scope = SpeedupScope::kDecode;
   int64_t n_matched = 0;           // answers with an AR side (paired or matched by prompt/turn)
   int64_t n_paired = 0;            // of those, timed against their paired AR run
   std::vector<double> per_prompt;  // per-answer tok/s ratios, in method sample order
   double geomean = kNoValue;       // GeometricMean(per_prompt); NaN when n_matched == 0
-  // Ratio of aggregate throughputs: (sum method decode tokens / sum method decode_ms) /
-  // (sum AR decode tokens / sum AR decode_ms) over the matched answers.
+  // Ratio of aggregate throughputs: (sum method tokens / sum method ms) /
+  // (sum AR tokens / sum AR ms) over the matched answers.
   double total_ratio = kNoValue;
+  // Spec-Bench's figure (above).
+  double spec_bench = kNoValue;
   // Extensions: the matched pairs (parallel to per_prompt) and the bootstrap intervals.
   struct Pair {
     std::string prompt_id;
     int32_t turn = 0;
-    double ar_ms = 0, method_ms = 0;           // decode times
-    int64_t ar_tokens = 0, method_tokens = 0;  // decode tokens (DecodeTokens)
+    double ar_ms = 0, method_ms = 0;           // times in the scope
+    int64_t ar_tokens = 0, method_tokens = 0;  // tokens in the scope
     bool paired = false;                       // AR side = the paired AR run
     // method tok/s / AR tok/s.
     double ratio() const {
@@ -160,11 +177,13 @@ struct Speedup {
   int64_t n_prompts = 0;    // distinct prompt ids among the matched pairs (bootstrap units)
   Interval geomean_ci;      // bootstrap interval of geomean
   Interval total_ratio_ci;  // bootstrap interval of total_ratio
+  Interval spec_bench_ci;   // bootstrap interval of spec_bench
   BootstrapOptions bootstrap;
 };
 Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
                        const std::vector<SampleRecord>& method_samples,
-                       const BootstrapOptions& bootstrap = {});
+                       const BootstrapOptions& bootstrap = {},
+                       SpeedupScope scope = SpeedupScope::kDecode);
 
 // Quantile q (0..1) of `sorted` (ascending) with linear interpolation between order statistics
 // (Hyndman-Fan type 7); NaN when empty.

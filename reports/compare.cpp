@@ -62,7 +62,8 @@ std::string CaseLabel(const CaseRecord& c) {
   return s.str();
 }
 
-std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match) {
+std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match,
+                                        SpeedupScope scope) {
   StoreOptions so;
   so.read_only = true;
   auto store = ResultsStore::Open(path, so);
@@ -92,7 +93,10 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
     const bool is_ar = c.method == "ar";
     if (is_ar) {
       for (const SampleRecord& s : samples) {
-        const double v = SampleDecodeTokensPerS(s);
+        const double v =
+            scope == SpeedupScope::kEndToEnd
+                ? static_cast<double>(s.n_output_tokens) / ((s.prefill_ms + s.decode_ms) / 1000.0)
+                : SampleDecodeTokensPerS(s);
         if (std::isfinite(v) && v > 0) {
           g.log_speed[s.prompt_id + "#" + std::to_string(s.turn)].push_back(std::log(v));
         }
@@ -108,7 +112,7 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
     const Speedup sp =
         ComputeSpeedup(base.index < 0 ? std::vector<SampleRecord>{}
                                       : store->LoadSamples(cases[base.index].case_id),
-                       samples, none);
+                       samples, none, scope);
     for (const Speedup::Pair& p : sp.pairs) {  // valid pairs only (ComputeSpeedup)
       g.log_speed[p.prompt_id + "#" + std::to_string(p.turn)].push_back(std::log(p.ratio()));
     }
@@ -190,8 +194,8 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
   result.baseline_path = baseline_path;
   result.candidate_path = candidate_path;
   result.options = options;
-  const auto base = LoadGroups(baseline_path, options.match);
-  const auto cand = LoadGroups(candidate_path, options.match);
+  const auto base = LoadGroups(baseline_path, options.match, options.scope);
+  const auto cand = LoadGroups(candidate_path, options.match, options.scope);
   for (const auto& [key, b] : base) {
     auto it = cand.find(key);
     if (it == cand.end()) {
@@ -275,7 +279,9 @@ std::string FormatCompareTable(const CompareResult& r) {
     out << "note: candidate case not in the baseline: " << l << "\n";
   }
   out << "\nτ is gated at T = 0 (deterministic; tolerance " << General(r.options.tau_tolerance)
-      << "); speed = speedup vs the database's own AR (AR rows: decode tok/s), ratio = candidate /"
+      << "); speed = speedup vs the database's own AR (AR rows: tok/s), "
+      << SpeedupScopeName(r.options.scope)
+      << " scope (the speedup definition of specbed summary), ratio = candidate /"
          " baseline geometric mean over prompts, [95% CI] = paired bootstrap over prompts and "
          "repeats; gated when the whole interval is below "
       << General(1.0 - r.options.speedup_threshold) << ".\n"

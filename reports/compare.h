@@ -33,6 +33,8 @@ struct CompareOptions {
   // (baseline and candidate measured on the same machine).
   bool gate_absolute_speed = false;
   BootstrapOptions bootstrap;
+  // Speedups (and AR tok/s) over decode only (default) or prefill + decode.
+  SpeedupScope scope = SpeedupScope::kDecode;
 };
 
 struct CompareRow {

@@ -215,7 +215,7 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
               no_ci.n_resamples = 0;
               spd = ComputeSpeedup(base != nullptr ? SamplesOfCategory(base->samples, b.category)
                                                    : std::vector<SampleRecord>{},
-                                   mine, no_ci)
+                                   mine, no_ci, data.scope)
                         .geomean;
             }
           }

@@ -321,7 +321,12 @@ const std::vector<std::string> kConventions = {
     "are the baseline (1.00).",
     "τ = Σ tokens emitted / number of verify steps (emitted tokens include the bonus/correction "
     "token of every step, so a step that accepts nothing still counts 1).",
-    "speedup 95% CI / speedup Σ 95% CI = percentile bootstrap intervals over prompts (2000 "
+    "Spec-Bench = Spec-Bench's own speedup figure (evaluation/speed.py): the arithmetic mean over "
+    "prompts of the method's tok/s (tokens and time summed over a prompt's turns) ÷ the same mean "
+    "for AR, over the same answers and in the same scope as the speedup column (Spec-Bench itself "
+    "times end to end: `specbed report --scope e2e`).",
+    "speedup 95% CI / speedup Σ 95% CI / Spec-Bench 95% CI = percentile bootstrap intervals over "
+    "prompts (2000 "
     "resamples of the prompts with replacement, all turns of a drawn prompt together, fixed "
     "seed).",
     "T_D (%) = Σ drafting time / Σ decode time; other (%) = Σ other step time (sampling, "
@@ -381,12 +386,13 @@ ReportTable HideConstantColumns(ReportTable table) {
   return out;
 }
 
-ReportData LoadReportData(const std::string& db_path) {
+ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
   StoreOptions options;
   options.read_only = true;
   auto store = ResultsStore::Open(db_path, options);
   ReportData data;
   data.db_path = db_path;
+  data.scope = scope;
   data.runs = store->ListRuns();
 
   const std::vector<ResultsStore::CaseRow> all_cases = store->ListCases();
@@ -425,7 +431,8 @@ ReportData LoadReportData(const std::string& db_path) {
     for (CaseReport& c : g.cases) {
       const BaselineMatch match = baseline_of.at(c.row.case_id);
       if (!c.is_ar && match.index < 0 && !c.samples.empty() && c.samples[0].has_paired_ar()) {
-        c.speedup = ComputeSpeedup({}, c.samples);  // paired AR runs only, no exact match
+        c.speedup =
+            ComputeSpeedup({}, c.samples, {}, scope);  // paired AR runs only, no exact match
       }
       if (c.is_ar || match.index < 0) continue;
       // The baseline has the same target and dataset, so it is in this group.
@@ -433,7 +440,7 @@ ReportData LoadReportData(const std::string& db_path) {
         if (base.row.case_id != all_cases[match.index].case_id) continue;
         c.baseline_case_id = base.row.case_id;
         c.baseline_same_run = match.same_run;
-        c.speedup = ComputeSpeedup(base.samples, c.samples);
+        c.speedup = ComputeSpeedup(base.samples, c.samples, {}, scope);
         c.exact_match = ComputeExactMatch(base.samples, c.samples);
         break;
       }
@@ -461,12 +468,14 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   t.columns.push_back({"prefill ms", true, false});
   t.columns.push_back({"speedup", true, true});
   t.columns.push_back({"speedup Σ", true, true});
+  t.columns.push_back({"Spec-Bench", true, true});
   t.columns.push_back({"τ", true, true});
   t.columns.push_back({"T_D (%)", true, true});
   t.columns.push_back({"rollback (%)", true, true});
   t.columns.push_back({"other (%)", true, true});
   t.columns.push_back({"speedup 95% CI", true, true});
   t.columns.push_back({"speedup Σ 95% CI", true, true});
+  t.columns.push_back({"Spec-Bench 95% CI", true, true});
   t.columns.push_back({"exact match", true, true});
   t.columns.push_back({"first divergence (margin)", true, true});
   t.columns.push_back({"stop reasons", false, false});
@@ -498,12 +507,14 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         Fixed(m.prefill_ms_mean, 3),
         c.is_ar ? "1.00" : Fixed(c.speedup.geomean, 2),
         c.is_ar ? "1.00" : Fixed(c.speedup.total_ratio, 2),
+        c.is_ar ? "1.00" : Fixed(c.speedup.spec_bench, 2),
         Fixed(m.tau, 2),
         Fixed(100.0 * m.draft_fraction, 1),
         Fixed(100.0 * m.rollback_rate, 1),
         Fixed(100.0 * m.other_fraction, 1),
         c.is_ar ? kNone : Interval2(c.speedup.geomean_ci),
         c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci),
+        c.is_ar ? kNone : Interval2(c.speedup.spec_bench_ci),
         ExactMatchCell(c.exact_match),
         DivergenceCell(c.exact_match),
         FormatStopReasons(m.stop_reasons),
@@ -532,9 +543,25 @@ ReportTable BuildBenchTable(const std::vector<BenchRow>& bench) {
   return HideConstantColumns(std::move(t));
 }
 
+// The conventions list for a report whose speedups are in `scope`.
+std::vector<std::string> ConventionsFor(SpeedupScope scope) {
+  std::vector<std::string> out = {
+      scope == SpeedupScope::kEndToEnd
+          ? "Scope: END TO END. Every speedup here (speedup, speedup Σ, Spec-Bench, the paper "
+            "tables' Spd) uses every generated token over prefill + decode time for both the "
+            "method and AR (the conventions below say \"decode\" for the default scope)."
+          : "Scope: decode only. Every speedup here (speedup, speedup Σ, Spec-Bench, the paper "
+            "tables' Spd) uses decode tokens over decode time, prefill excluded (`specbed report "
+            "--scope e2e` includes it)."};
+  out.insert(out.end(), kConventions.begin(), kConventions.end());
+  return out;
+}
+
 ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                          const ReportOptions& options) {
-  const ReportData data = LoadReportData(db_path);  // fails first when the database is bad
+  // Fails first when the database is bad.
+  const ReportData data = LoadReportData(db_path, options.scope);
+  const std::vector<std::string> conventions = ConventionsFor(options.scope);
 
   // Paper references: given ones must load; ones named in a config are warnings when they fail.
   std::vector<PaperReference> references;
@@ -751,7 +778,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     md << MarkdownTable(RunsTable(data.runs)) << "\n";
   }
   md << "## Conventions\n\n";
-  for (const auto& c : kConventions) md << "- " << c << "\n";
+  for (const auto& c : conventions) md << "- " << c << "\n";
   md << "\n";
   if (sections.empty()) md << "No cases recorded.\n\n";
   if (!cost_notes.empty()) {
@@ -816,7 +843,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     html << HtmlTable(RunsTable(data.runs));
   }
   html << "<h2>Conventions</h2>\n<ul>\n";
-  for (const auto& c : kConventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
+  for (const auto& c : conventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
   html << "</ul>\n";
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
   if (!cost_notes.empty()) {

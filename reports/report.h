@@ -31,6 +31,8 @@ struct ReportOptions {
   // Paper reference files (`--paper PATH`, format: reports/paper_reference.h). Files named by
   // "paper": {"reference": PATH} in a run's or case's config_json are added to these.
   std::vector<std::string> paper_references;
+  // Speedups over decode only (default) or prefill + decode (`--scope e2e`).
+  SpeedupScope scope = SpeedupScope::kDecode;
 };
 
 // A table ready for rendering. Columns whose value is the same in every row can be moved out
@@ -90,11 +92,13 @@ struct ReportData {
   std::vector<ReportRun> runs;
   std::vector<ReportGroup> groups;  // one per (target, dataset), in order of first appearance
   std::vector<BenchRow> bench;
+  SpeedupScope scope = SpeedupScope::kDecode;  // of every speedup in it
 };
 
 // Reads everything the report needs. Fails (specbed::Error naming the path) when `db_path` is
-// missing or not a SpecBed results database; the database is opened read-only.
-ReportData LoadReportData(const std::string& db_path);
+// missing or not a SpecBed results database; the database is opened read-only. Speedups are
+// computed in `scope`.
+ReportData LoadReportData(const std::string& db_path, SpeedupScope scope = SpeedupScope::kDecode);
 
 // The per-case table of one group (constant configuration columns already hidden).
 ReportTable BuildCaseTable(const ReportGroup& group);

@@ -141,6 +141,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
   summary.schema_version = store->schema_version();
   summary.run_ids = store->ListRunIds();
   summary.bootstrap = options.bootstrap;
+  summary.scope = options.scope;
   const std::vector<ResultsStore::CaseRow> cases = store->ListCases();
 
   if (options.run_id >= 0) {
@@ -225,7 +226,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
       const BaselineMatch match = FindArBaseline(cases, i);
       if (match.index < 0 && paired) {
         // Paired timing needs no AR case for the speedup (no exact match without one).
-        row.speedup = ComputeSpeedup({}, own, options.bootstrap);
+        row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
         summary.notes.push_back(label +
                                 ": no AR case with the same workload: speedup from the paired AR "
                                 "runs only, no exact match.");
@@ -240,7 +241,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
         row.baseline_same_run = match.same_run;
         const auto& base_samples = samples_of(base.case_id);
         const auto& own_samples = samples_of(c.case_id);
-        row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap);
+        row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap, options.scope);
         row.exact_match = ComputeExactMatch(base_samples, own_samples);
         if (!match.same_run) {
           summary.notes.push_back(
@@ -292,6 +293,22 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
   return notes;
 }
 
+// The speedup columns' definitions in `scope` (one paragraph, newline-terminated).
+std::string SpeedupLegend(SpeedupScope scope) {
+  const bool e2e = scope == SpeedupScope::kEndToEnd;
+  const std::string per = e2e ? "end-to-end tok/s (every generated token / prefill + decode time)"
+                              : "decode tok/s (tokens after the first / decode time)";
+  return StrCat("speedup (", SpeedupScopeName(scope), ") = geometric mean over answers of method ",
+                per,
+                " / AR's for the same prompt and turn (p = AR side from the paired runs); Σ ratio "
+                "= total method tok/s / total AR tok/s;\n",
+                "Spec-Bench = Spec-Bench's own figure (evaluation/speed.py): mean over prompts of "
+                "the method's tok/s (turns summed) / the same mean for AR",
+                e2e ? " (end to end, as Spec-Bench reports it)"
+                    : " (decode only: --scope e2e for Spec-Bench's wall-time figure)",
+                ";\n");
+}
+
 std::string FormatSummaryTable(const Summary& s) {
   bool any_drafter = false;
   for (const SummaryRow& r : s.rows) any_drafter = any_drafter || !r.row.record.drafter.empty();
@@ -316,6 +333,7 @@ std::string FormatSummaryTable(const Summary& s) {
                                              {"rollback%"},
                                              {"speedup [95% CI]"},
                                              {"Σ ratio [95% CI]"},
+                                             {"Spec-Bench [95% CI]"},
                                              {"exact"},
                                              {"div min/med"},
                                              {"margin"},
@@ -339,6 +357,8 @@ std::string FormatSummaryTable(const Summary& s) {
     if (compared && !r.baseline_same_run && std::isfinite(r.speedup.geomean)) speedup += " *";
     const std::string total =
         r.is_baseline ? "1.00" : WithInterval(r.speedup.total_ratio, r.speedup.total_ratio_ci);
+    const std::string spec_bench =
+        r.is_baseline ? "1.00" : WithInterval(r.speedup.spec_bench, r.speedup.spec_bench_ci);
     std::string exact = kNone, divergence = kNone, margin = kNone;
     if (compared && e.n_matched > 0) {
       exact = StrCat(e.n_exact, "/", e.n_matched);
@@ -347,12 +367,26 @@ std::string FormatSummaryTable(const Summary& s) {
         margin = Fixed(e.min_margin, 3);
       }
     }
-    for (const std::string& cell :
-         {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
-          TimingCell(c.timing_mode), Fixed(m.decode_tokens_per_s, 1), Fixed(m.drafted_per_step, 1),
-          Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1), Fixed(100.0 * m.other_fraction, 1),
-          Fixed(100.0 * m.adapt_fraction, 1), Fixed(100.0 * m.rollback_rate, 1), speedup, total,
-          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
+    for (const std::string& cell : {c.target,
+                                    c.dataset,
+                                    General(c.temperature),
+                                    std::to_string(m.n_samples),
+                                    TimingCell(c.timing_mode),
+                                    Fixed(m.decode_tokens_per_s, 1),
+                                    Fixed(m.drafted_per_step, 1),
+                                    Fixed(m.tau, 2),
+                                    Fixed(100.0 * m.draft_fraction, 1),
+                                    Fixed(100.0 * m.other_fraction, 1),
+                                    Fixed(100.0 * m.adapt_fraction, 1),
+                                    Fixed(100.0 * m.rollback_rate, 1),
+                                    speedup,
+                                    total,
+                                    spec_bench,
+                                    exact,
+                                    divergence,
+                                    margin,
+                                    Rates(m.positions.r),
+                                    Rates(m.positions.alpha)}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));
@@ -393,11 +427,8 @@ std::string FormatSummaryTable(const Summary& s) {
       << "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); "
          "timing = paired (AR timed on the same prompt back to back, alternating order), "
          "per-case, or — (not recorded);\n"
-      << "speedup = geometric mean over answers of method decode tok/s / AR decode tok/s for "
-         "the same prompt and turn (p = AR side from the paired runs); Σ ratio = total method "
-         "tok/s / total AR tok/s;\n"
-      << "[95% CI] = percentile bootstrap over prompts (" << s.bootstrap.n_resamples
-      << " resamples, fixed seed); * = AR baseline from another run;\n"
+      << SpeedupLegend(s.scope) << "[95% CI] = percentile bootstrap over prompts ("
+      << s.bootstrap.n_resamples << " resamples, fixed seed); * = AR baseline from another run;\n"
       << "exact = answers token-identical to AR; div min/med = first divergence position (min / "
          "median); margin = smallest AR top-2 logit gap at a divergence;\n"
       << "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted "
@@ -491,13 +522,16 @@ std::string SummaryJson(const Summary& s) {
                                              : Json{{"case_id", r.baseline_case_id},
                                                     {"run_id", r.baseline_run_id},
                                                     {"same_run", r.baseline_same_run}};
-      j["speedup"] = {{"n_matched", sp.n_matched},
+      j["speedup"] = {{"scope", SpeedupScopeName(sp.scope)},
+                      {"n_matched", sp.n_matched},
                       {"n_paired", sp.n_paired},
                       {"n_prompts", sp.n_prompts},
                       {"geomean", Number(sp.geomean)},
                       {"geomean_ci", IntervalJson(sp.geomean_ci)},
                       {"total_ratio", Number(sp.total_ratio)},
-                      {"total_ratio_ci", IntervalJson(sp.total_ratio_ci)}};
+                      {"total_ratio_ci", IntervalJson(sp.total_ratio_ci)},
+                      {"spec_bench", Number(sp.spec_bench)},
+                      {"spec_bench_ci", IntervalJson(sp.spec_bench_ci)}};
       Json divergences = Json::array();
       for (const auto& d : e.divergences) {
         divergences.push_back(

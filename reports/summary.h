@@ -1,8 +1,9 @@
 // `specbed summary DB`: one row of metrics per case of a results database, as a terminal table or
 // as JSON with every number: method and knobs, target, dataset, T, answers, decode tok/s, tau,
 // T_D%, other%, rollback, mean drafted nodes per step, the timing mode (paired / per-case),
-// speedup over AR (geometric mean over answers of method tok/s / AR tok/s, and the ratio of total
-// throughputs, each with a bootstrap 95% CI over prompts; from the paired AR runs when recorded),
+// speedup over AR (geometric mean over answers of method tok/s / AR tok/s, the ratio of total
+// throughputs and Spec-Bench's ratio of mean per-question speeds, each with a bootstrap 95% CI
+// over prompts; from the paired AR runs when recorded; decode only or end to end),
 // exact match vs. AR (rate, first divergence position, the target's top-2 logit margin there) and
 // per-position acceptance r_i / alpha_i. The AR baseline of a case is an "ar" case with the same
 // workload in the same run, else in any run of the database (a note says so). Metric definitions:
@@ -30,6 +31,7 @@ struct SummaryOptions {
   int64_t slice_begin = 0;
   int64_t slice_end = -1;
   BootstrapOptions bootstrap;
+  SpeedupScope scope = SpeedupScope::kDecode;  // decode only, or prefill + decode (end to end)
 };
 
 struct SummaryRow {
@@ -54,6 +56,7 @@ struct Summary {
   // machine the runner records in cases.config_json; empty for older databases).
   std::vector<std::string> cost_notes;
   BootstrapOptions bootstrap;
+  SpeedupScope scope = SpeedupScope::kDecode;
 };
 
 // Reads the database (read-only; older schema versions are read as they are) and computes every
@@ -75,6 +78,10 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases);
 
 // Method knobs in short form: {"k":4,"tree":"static"} -> "k=4,tree=static"; "" for none.
 std::string KnobsShort(const std::string& knobs_json);
+
+// The definitions of the speedup columns (speedup, Σ ratio, Spec-Bench) in `scope`, as legend
+// text ending with a newline; summary and report print it under every speedup table.
+std::string SpeedupLegend(SpeedupScope scope);
 
 // The human-readable table (aligned columns, a legend and the notes), ending with a newline.
 std::string FormatSummaryTable(const Summary& summary);

@@ -243,6 +243,10 @@ CREATE TRIGGER bench_bandwidth_no_update BEFORE UPDATE ON bench_bandwidth
 CREATE TRIGGER bench_bandwidth_no_delete BEFORE DELETE ON bench_bandwidth
   BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
 )sql",
+    // 5 -> 6: the paired AR run's prefill time (end-to-end speedups).
+    R"sql(
+ALTER TABLE samples ADD COLUMN paired_ar_prefill_ms REAL;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
@@ -708,8 +712,9 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       &insert_sample_,
       "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
       "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json, "
-      "token_margins_json, paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+      "token_margins_json, paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first, "
+      "paired_ar_prefill_ms) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
   sqlite3_stmt* insert_step =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
@@ -797,6 +802,9 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
         BindReal(insert_sample, 15, sample.paired_ar_decode_ms);
         BindInt(insert_sample, 16, sample.paired_ar_output_tokens);
         BindInt(insert_sample, 17, sample.paired_ar_first);
+        if (std::isfinite(sample.paired_ar_prefill_ms)) {
+          BindReal(insert_sample, 18, sample.paired_ar_prefill_ms);
+        }
       }  // else NULL (bindings are cleared)
       const int rc = sqlite3_step(insert_sample);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
@@ -1016,12 +1024,13 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
   const char* v4_columns = schema_version_ >= 4
                                ? ", paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first"
                                : ", NULL, NULL, NULL";
-  OwnedStmt s(
-      Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
-                     "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
-                     "output_text, output_ids_json, ",
-                     v2_columns, v4_columns, " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
-                  .c_str()));
+  const char* v6_columns = schema_version_ >= 6 ? ", paired_ar_prefill_ms" : ", NULL";
+  OwnedStmt s(Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
+                             "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
+                             "output_text, output_ids_json, ",
+                             v2_columns, v4_columns, v6_columns,
+                             " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
+                          .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<SampleRecord> out;
   int rc;
@@ -1045,6 +1054,7 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
       r.paired_ar_decode_ms = ColReal(q, 13);
       r.paired_ar_output_tokens = ColInt(q, 14);
       r.paired_ar_first = static_cast<int32_t>(ColInt(q, 15));
+      if (sqlite3_column_type(q, 16) != SQLITE_NULL) r.paired_ar_prefill_ms = ColReal(q, 16);
     }
     out.push_back(std::move(r));
   }

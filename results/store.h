@@ -27,7 +27,7 @@ namespace specbed {
 // paired_ar_output_tokens / paired_ar_first.
 // Version 5 added bench.weight_bytes / bandwidth_gb_s / roofline_fraction / blas_core and the
 // `specbed bench` tables bench_verify (verify-width curve) and bench_bandwidth (STREAM).
-inline constexpr int kResultsSchemaVersion = 5;
+inline constexpr int kResultsSchemaVersion = 6;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -83,6 +83,9 @@ struct SampleRecord {
   double paired_ar_decode_ms = std::numeric_limits<double>::quiet_NaN();
   int64_t paired_ar_output_tokens = -1;  // -1 = no paired AR run
   int32_t paired_ar_first = -1;          // -1 = no paired AR run
+  // Schema v6: the paired AR run's prefill time (NaN for samples written before v6), for the
+  // end-to-end speedup (prefill + decode).
+  double paired_ar_prefill_ms = std::numeric_limits<double>::quiet_NaN();
   bool has_paired_ar() const { return paired_ar_output_tokens >= 0; }
 };
 

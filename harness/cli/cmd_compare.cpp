@@ -18,12 +18,14 @@ struct CompareCommandOptions {
   CompareOptions options;
   bool json = false;
   bool no_tau = false, no_speed = false;
+  std::string scope = "decode";
 };
 
 void RunCompare(const CompareCommandOptions& o) {
   CompareOptions options = o.options;
   options.gate_tau = !o.no_tau;
   options.gate_speed = !o.no_speed;
+  options.scope = ParseSpeedupScope(o.scope, "--scope");
   const CompareResult r = CompareDatabases(o.baseline, o.candidate, options);
   const std::string text = o.json ? CompareJson(r) : FormatCompareTable(r);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -59,6 +61,9 @@ void AddCompareCommand(CLI::App& app) {
   cmd->add_flag("--gate-ar-speed", o->options.gate_absolute_speed,
                 "Also gate AR rows' absolute decode tok/s (same machine only)");
   cmd->add_flag("--json", o->json, "Print the comparison as JSON");
+  cmd->add_option("--scope", o->scope,
+                  "Speed over decode only (decode, default) or prefill + decode (e2e)")
+      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
   cmd->callback([o] { RunCompare(*o); });
 }
 

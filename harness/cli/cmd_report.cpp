@@ -18,6 +18,7 @@ struct ReportCommandOptions {
   std::string output;
   std::string gnuplot;
   std::vector<std::string> paper;
+  std::string scope = "decode";
 };
 
 // "results/run.db" -> "results/run_report".
@@ -35,6 +36,7 @@ void RunReport(const ReportCommandOptions& o) {
   ReportOptions options;
   options.gnuplot = o.gnuplot;
   options.paper_references = o.paper;
+  options.scope = ParseSpeedupScope(o.scope, "--scope");
   const std::string dir = o.output.empty() ? DefaultReportDir(o.db) : o.output;
   const ReportResult result = WriteReport(o.db, dir, options);
   std::fprintf(stderr, "specbed report: %zu plots, %zu warnings\n", result.images.size(),
@@ -56,6 +58,9 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--paper", o->paper,
                   "Paper reference JSON (reports/README.md); adds a paper-vs-measured table "
                   "(repeatable)");
+  cmd->add_option("--scope", o->scope,
+                  "Speedups over decode only (decode, default) or prefill + decode (e2e)")
+      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
   cmd->callback([o] { RunReport(*o); });
 }
 

@@ -1,4 +1,5 @@
-// `specbed summary DB [--json] [--run ID] [--case ID] [--category C] [--slice A:B]`: one row of
+// `specbed summary DB [--json] [--run ID] [--case ID] [--category C] [--slice A:B]
+// [--scope decode|e2e]`: one row of
 // metrics per case of a results database (reports/summary.h): decode tok/s, tau, T_D%, other%,
 // rollback, speedup over the AR baseline with bootstrap 95% CIs, exact match vs. AR with the first
 // divergence and its margin, per-position acceptance. A table on stdout, or with --json every
@@ -21,6 +22,7 @@ struct SummaryCommandOptions {
   int64_t case_id = -1;
   std::string category;
   std::string slice;
+  std::string scope = "decode";
 };
 
 // "A:B" (B may be empty = to the end) -> [A, B); errors name the flag.
@@ -42,6 +44,7 @@ void RunSummary(const SummaryCommandOptions& o) {
   options.case_id = o.case_id;
   options.category = o.category;
   if (!o.slice.empty()) ParseSlice(o.slice, options);
+  options.scope = ParseSpeedupScope(o.scope, "--scope");
   const Summary summary = BuildSummary(o.db, options);
   const std::string text = o.json ? SummaryJson(summary) : FormatSummaryTable(summary);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -62,6 +65,9 @@ void AddSummaryCommand(CLI::App& app) {
                   "Only samples of this prompt category (baselines filtered alike)");
   cmd->add_option("--slice", o->slice,
                   "Only samples A..B-1 (after --category) in stream order, e.g. 0:40 or 40:");
+  cmd->add_option("--scope", o->scope,
+                  "Speedup over decode only (decode, default) or prefill + decode (e2e)")
+      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
   cmd->callback([o] { RunSummary(*o); });
 }
 

@@ -3,6 +3,9 @@
 // its buffers are warm.
 #include "harness/engine/verifier.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <ATen/ATen.h>
 
 #include "harness/base/error.h"
@@ -41,7 +44,10 @@ namespace {
 struct AcceptScratch {
   std::vector<int32_t> first_child, next_sibling;
   std::vector<float> p;
+  std::vector<float> p_target;  // VerifierFault::kTargetAsResidual only
 };
+
+std::atomic<int> g_fault{static_cast<int>(VerifierFault::kNone)};
 
 AcceptScratch& Scratch() {
   thread_local AcceptScratch scratch;
@@ -55,6 +61,14 @@ void Finish(const DraftTree& tree, Verdict& verdict) {
 }
 
 }  // namespace
+
+void SetVerifierFaultForTesting(VerifierFault fault) {
+  g_fault.store(static_cast<int>(fault), std::memory_order_relaxed);
+}
+
+VerifierFault VerifierFaultForTesting() {
+  return static_cast<VerifierFault>(g_fault.load(std::memory_order_relaxed));
+}
 
 void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule rule,
                 Sampler& sampler, Verdict& verdict) {
@@ -86,6 +100,7 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
   AcceptScratch& s = Scratch();
   ChildrenLists(tree, s.first_child, s.next_sibling);
   std::mt19937_64& rng = sampler.rng();
+  const VerifierFault fault = VerifierFaultForTesting();
   int32_t slot = 0;  // current slot (0 = root, i + 1 = node i)
   while (true) {
     sampler.Distribution(logits + slot * vocab, vocab, s.p);
@@ -95,7 +110,18 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
       break;
     }
     int32_t next = -1;
-    if (rule == VerifyRule::kSampleFollow) {
+    if (fault == VerifierFault::kGreedyAcceptance) {  // a wrong rule (negative controls)
+      const int32_t y =
+          static_cast<int32_t>(std::max_element(s.p.begin(), s.p.begin() + vocab) - s.p.begin());
+      for (; child >= 0; child = s.next_sibling[child]) {
+        if (tree.token[child] == y) break;
+      }
+      if (child < 0) {
+        verdict.bonus = SampleFromProbs(s.p.data(), vocab, rng);
+        break;
+      }
+      next = child;
+    } else if (rule == VerifyRule::kSampleFollow) {
       const int32_t y = SampleFromProbs(s.p.data(), vocab, rng);
       for (; child >= 0; child = s.next_sibling[child]) {
         if (tree.token[child] == y) break;
@@ -107,6 +133,7 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
       next = child;
     } else {
       const float* q = tree.DraftProbsRow(slot);
+      if (fault == VerifierFault::kTargetAsResidual) s.p_target = s.p;
       for (; child >= 0; child = s.next_sibling[child]) {
         const float u = static_cast<float>(Uniform01(rng));
         uint8_t accepted = 0;
@@ -114,7 +141,8 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
         if (accepted) break;
       }
       if (child < 0) {  // every child rejected: correction from the residual
-        verdict.bonus = SampleFromProbs(s.p.data(), vocab, rng);
+        const bool wrong = fault == VerifierFault::kTargetAsResidual;  // negative controls
+        verdict.bonus = SampleFromProbs(wrong ? s.p_target.data() : s.p.data(), vocab, rng);
         break;
       }
       next = child;

@@ -48,6 +48,29 @@ void AcceptSynthetic(const DraftTree& tree, const float* logits, int64_t vocab,
                      const std::vector<double>& acceptance, std::mt19937_64& rng, Sampler& sampler,
                      Verdict& verdict);
 
+// Deliberately wrong acceptance rules: the negative controls of the losslessness tests (each
+// method-level chi-square test shows it fails under them). Process-wide; never set outside tests.
+enum class VerifierFault {
+  kNone,
+  // Sampling rules: at each slot descend into the child carrying the target's argmax token; when
+  // no child does, the bonus is sampled from the target distribution at the slot.
+  kGreedyAcceptance,
+  // chain_rs / tree_rrs: after every child is rejected the correction is sampled from the
+  // target's p instead of the residual norm(max(p - q, 0)).
+  kTargetAsResidual,
+};
+void SetVerifierFaultForTesting(VerifierFault fault);
+VerifierFault VerifierFaultForTesting();
+
+// Sets a fault for its lifetime (tests).
+class ScopedVerifierFault {
+ public:
+  explicit ScopedVerifierFault(VerifierFault fault) { SetVerifierFaultForTesting(fault); }
+  ~ScopedVerifierFault() { SetVerifierFaultForTesting(VerifierFault::kNone); }
+  ScopedVerifierFault(const ScopedVerifierFault&) = delete;
+  ScopedVerifierFault& operator=(const ScopedVerifierFault&) = delete;
+};
+
 class TreeVerifier {
  public:
   explicit TreeVerifier(LlamaModel& target) : target_(target) {}

@@ -380,6 +380,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       SampleRecord s = ToSampleRecord(prompt, turn, ids.size(), r);
       if (paired) {
         s.paired_ar_decode_ms = paired_result.generation.decode_ms;
+        s.paired_ar_prefill_ms = paired_result.generation.prefill_ms;
         s.paired_ar_output_tokens = static_cast<int64_t>(paired_result.generation.tokens.size());
         s.paired_ar_first = ar_first ? 1 : 0;
       }

@@ -11,7 +11,11 @@
 // and the accepted path (target hidden states from the verifier) are queued and run at the next
 // Draft together with the first expansion.
 // Checked by: tests/methods/eagle3_drafter_test.cpp (exact match with AR at T = 0 on stories260K
-// with a trained head, the T > 0 distribution test, tree = a plain re-implementation's tree).
+// with the trained head; T = 1 distribution tests: 3 tokens on a tiny target, and the third
+// token with the shipped head, which depends on the tree's mask, positions and compaction, each
+// with a greedy-acceptance negative control); the tree builder alone against a brute-force
+// reimplementation in tests/methods/draft_tree_test.cpp; the head's forward against a plain-loop
+// reference in tests/methods/eagle3_head_test.cpp.
 #pragma once
 
 #include <cstdint>

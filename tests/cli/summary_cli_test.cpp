@@ -157,6 +157,18 @@ TEST(CliSummary, JsonRunAndCaseSelection) {
   EXPECT_EQ(e["divergences"][0]["position"], 3);
   EXPECT_EQ(e["divergences"][0]["margin"], 0.125);
   EXPECT_EQ(j["cases"][0]["speedup"]["geomean_ci"], Json({1.0, 2.0}));
+  EXPECT_EQ(j["cases"][0]["speedup"]["scope"], "decode");
+  EXPECT_TRUE(j["cases"][0]["speedup"]["spec_bench"].is_number());
+
+  // End to end (prefill included): another figure, stated in the output.
+  r = RunSpecbed({"summary", db, "--json", "--case", "3", "--scope", "e2e"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json e2e = Json::parse(r.out)["cases"][0]["speedup"];
+  EXPECT_EQ(e2e["scope"], "end_to_end");
+  EXPECT_NE(e2e["geomean"], j["cases"][0]["speedup"]["geomean"]);
+  r = RunSpecbed({"summary", db, "--scope", "wall"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(Contains(r.err, "--scope")) << r.err;
 
   r = RunSpecbed({"summary", db, "--run", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

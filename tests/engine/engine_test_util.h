@@ -1,4 +1,6 @@
-// Shared helpers for tests/engine: paths, loading stories260K, comparing logits.
+// Shared helpers for tests/engine and tests/methods: paths, loading stories260K, comparing logits,
+// the chi-square losslessness check of a decoder's exact n-token output distribution on a tiny
+// target (TinyOutputPValue).
 #pragma once
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/engine/method.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/llama_model.h"
@@ -63,6 +66,78 @@ inline double ChiSquareSf(double x, int k) {
   const double a = 2.0 / (9.0 * k);
   const double z = (std::cbrt(x / k) - (1.0 - a)) / std::sqrt(a);
   return NormalSf(z);
+}
+
+// Chi-square p-value of the distribution of the `n_tokens` tokens `decoder` generates at T = 1
+// from `prompt` on `target` (a tiny vocabulary: vocab^n_tokens cells) over `draws` generations
+// with seeds seed0 + i, against the target's exact distribution (each cell's probability is the
+// product of the target's next-token probabilities along it). Cells with an expected count below
+// 5 are pooled into one; a count in a cell of (numerically) zero probability gives p = 0. Adds
+// the accepted draft tokens to *accepted. With a lossless decoder the p-value is uniform, so a
+// check p > 1e-4 fails falsely with probability 1e-4 (deterministic for fixed seeds).
+inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder,
+                               const std::vector<int32_t>& prompt, int n_tokens, int draws,
+                               uint64_t seed0, int64_t* accepted) {
+  const int64_t vocab = target.config().vocab_size;
+  int64_t n_cells = 1;
+  for (int i = 0; i < n_tokens; ++i) n_cells *= vocab;
+  EXPECT_LE(n_cells, 4096) << "TinyOutputPValue needs a tiny vocabulary";
+  // Exact cell probabilities, depth first over prefixes.
+  std::vector<double> expected(n_cells, 0);
+  const int64_t max_len = static_cast<int64_t>(prompt.size()) + n_tokens + 1;
+  std::vector<int32_t> ids = prompt;
+  auto fill = [&](auto&& self, int depth, int64_t cell, double prob) -> void {
+    if (depth == n_tokens) {
+      expected[cell] = prob;
+      return;
+    }
+    KvCache cache = target.NewCache(1, max_len);
+    const at::Tensor p = at::softmax(target.Forward(Ids(ids), cache).logits.reshape({-1}), 0)
+                             .to(at::kDouble)
+                             .contiguous();
+    for (int64_t v = 0; v < vocab; ++v) {
+      ids.push_back(static_cast<int32_t>(v));
+      self(self, depth + 1, cell * vocab + v, prob * p.data_ptr<double>()[v]);
+      ids.pop_back();
+    }
+  };
+  fill(fill, 0, 0, 1.0);
+  std::vector<double> counts(n_cells, 0);
+  KvCache cache = target.NewCache(1, max_len + 16);
+  for (int i = 0; i < draws; ++i) {
+    GenerationConfig g;
+    g.sampling.temperature = 1.0;
+    g.seed = seed0 + static_cast<uint64_t>(i);
+    g.stop.max_new_tokens = n_tokens;
+    g.stop.stop_on_eos = false;
+    DecodeResult r;
+    decoder.Generate(prompt, g, cache, r);
+    EXPECT_EQ(r.generation.tokens.size(), static_cast<size_t>(n_tokens));
+    if (r.generation.tokens.size() != static_cast<size_t>(n_tokens)) return 0.0;
+    int64_t cell = 0;
+    for (int32_t t : r.generation.tokens) cell = cell * vocab + t;
+    counts[cell] += 1;
+    for (const StepStats& s : r.steps) *accepted += s.n_accepted;
+  }
+  double chi2 = 0, pooled_count = 0, pooled_expected = 0;
+  int cells = 0;
+  for (int64_t i = 0; i < n_cells; ++i) {
+    const double e = expected[i] * draws;
+    if (e < 1e-9 && counts[i] > 0) return 0.0;  // an impossible output
+    if (e >= 5) {
+      chi2 += (counts[i] - e) * (counts[i] - e) / e;
+      ++cells;
+    } else {
+      pooled_count += counts[i];
+      pooled_expected += e;
+    }
+  }
+  if (pooled_expected >= 1) {
+    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  EXPECT_GT(cells, 4);
+  return ChiSquareSf(chi2, cells - 1);
 }
 
 }  // namespace testing_util

@@ -4,21 +4,25 @@
 // loop's invariants: accepted nodes form root paths (checked in verifier_test), the KV cache
 // after compaction equals a fresh forward over the committed tokens (target and SpS drafter),
 // the counters add up (sum of emitted = output length - 1, the first token coming from prefill)
-// and the phase times add up to the decode time.
+// and the phase times add up to the decode time; SpS at T = 1 on a tiny pair matches the target's
+// exact 4-token distribution (chi-square, with negative controls).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <random>
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/method_registry.h"
 #include "methods/sps/sps_drafter.h"
 #include "metrics/metrics.h"
 #include "reports/summary.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -305,6 +309,57 @@ TEST(Speculative, SpsSamplingIsSeededAndValid) {
   int64_t accepted = 0;
   for (const auto& s : a.steps) accepted += s.n_accepted;
   EXPECT_GT(accepted, 0);
+}
+
+// A tiny random model (vocabulary 4, width 16, 2 layers) with sharp next-token distributions.
+std::shared_ptr<LlamaModel> TinyModel(uint64_t seed, double sharpen) {
+  LlamaConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.dim = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.hidden_dim = 32;
+  c.vocab_size = 4;
+  c.max_seq_len = 32;
+  c.tie_embeddings = false;
+  c.Validate("tiny model");
+  LlamaWeights w = RandomLlamaWeights(c, seed);
+  w.lm_head = w.lm_head * sharpen;
+  return std::make_shared<LlamaModel>(c, w);
+}
+
+// SpS end to end at T = 1 on a tiny target with a tiny random draft LM (vocabulary 4): the
+// distribution of 4 generated tokens (256 cells) over 40000 seeded generations matches the
+// target's exact distribution for gamma 2 and 3. Four tokens take one or two verification steps,
+// so the draft-probability rows must line up with the chain's slots and the draft cache must be
+// truncated correctly after a rejection for the second step to be right. Chi-square with cells
+// of expected count < 5 pooled, reject at p < 1e-4 (false-failure rate about 1e-4 per check, 2
+// checks; seeds fixed). Negative controls: greedy acceptance and a correction drawn from the
+// target instead of the residual (VerifierFault) each fail the same check.
+TEST(Speculative, SpsIsLosslessAtTemperatureOneOnATinyPair) {
+  at::set_num_threads(1);
+  std::shared_ptr<LlamaModel> target = TinyModel(21, 60.0);
+  std::shared_ptr<LlamaModel> draft = TinyModel(33, 25.0);
+  for (int64_t gamma : {2, 3}) {
+    SCOPED_TRACE("gamma " + std::to_string(gamma));
+    SpeculativeOptions options;
+    options.budget = {gamma, gamma};
+    options.sampling_rule = VerifyRule::kChainRs;
+    SpeculativeDecoder sps(*target, nullptr, std::make_unique<SpsDrafter>(draft), options);
+    int64_t accepted = 0;
+    const double p = testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &accepted);
+    EXPECT_GT(p, 1e-4);
+    EXPECT_GT(accepted, 40000 / 4);  // drafts are accepted often enough to matter
+    for (VerifierFault fault :
+         {VerifierFault::kGreedyAcceptance, VerifierFault::kTargetAsResidual}) {
+      ScopedVerifierFault inject(fault);
+      int64_t ignored = 0;
+      EXPECT_LT(testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &ignored), 1e-4)
+          << "fault " << static_cast<int>(fault);
+    }
+  }
 }
 
 TEST(SpeculativeRunner, StoresStepsMarginsAndTraits) {

@@ -1,11 +1,16 @@
-// DFlash / DDTree drafting end to end on the speculative decoder, with seeded random heads (the
-// losslessness of verification does not depend on the head's quality):
-// - stories260K at T = 0, fp32: `dflash` (chain) and `ddtree` (best-first tree) outputs are token-
-//   identical to AR on 8 story prompts, and the budget / block size bound every step;
-// - a tiny random target (vocabulary 4): the distribution of 3-token outputs over 30000 seeded
+// DFlash / DDTree drafting end to end on the speculative decoder (the losslessness of
+// verification does not depend on the head's quality):
+// - stories260K at T = 0, fp32, with the shipped head nudged by seeded noise (steps accept all,
+//   part or none of their drafts; a random head would accept nothing): `dflash` (chain) and
+//   `ddtree` (best-first tree) outputs are token-identical to AR on 8 story prompts, every
+//   verification outcome occurs, and the budget / block size bound every step;
+// - a tiny random target (vocabulary 4) with seeded random heads: the distribution of 3-token
+// outputs over 30000 seeded
 //   generations matches the target's exact distribution for `dflash` (chain rejection sampling
 //   with the recorded per-row distributions) and `ddtree` (sample-then-follow); chi-square over
-//   64 cells, reject at p < 1e-4 (false-failure rate about 1e-4 per test; seeds fixed);
+//   64 cells, reject at p < 1e-4 (false-failure rate about 1e-4 per test; seeds fixed); negative
+//   controls: the check fails (p < 1e-4) under greedy acceptance and, for the chain, under a
+//   correction drawn from the target instead of the residual (VerifierFault);
 // - a head for another vocabulary or target layers beyond the target fail clearly.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -17,6 +22,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"
@@ -34,13 +40,15 @@ using testing_util::DflashContextFor;
 using testing_util::DflashHeadConfig;
 using testing_util::WriteDflashHead;
 
+// Noise of the nudged stories260K head (times each matrix's RMS): tau about 1.5-2, so steps
+// accept all, part or none of their drafts.
+constexpr double kNudge = 0.3;
+
 TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   at::set_num_threads(1);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  const LlamaConfig& t = target.model->config();
-  const std::string dir =
-      WriteDflashHead(DflashHeadConfig(t.dim, t.vocab_size, t.n_layers, t.n_heads, t.n_kv_heads), 3,
-                      "dflash_drafter_stories");
+  const std::string dir = testing_util::WriteNudgedStoriesHead("stories260K-dflash", 6, kNudge, 3,
+                                                               "dflash_drafter_stories");
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   MethodContext context = DflashContextFor(target);
@@ -49,7 +57,10 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
            {"dflash", {{"drafter", dir}}},
            {"dflash", {{"drafter", dir}, {"block_size", 3}}},
            {"ddtree", {{"drafter", dir}, {"budget", 12}, {"top_k", 3}}}}) {
+    SCOPED_TRACE(method + knobs.dump());
     auto decoder = registry.Build(method, context, knobs);
+    testing_util::AcceptanceCounts counts;
+    int64_t steps = 0;
     for (size_t i = 0; i < 8; ++i) {
       const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
       GenerationConfig g;
@@ -58,13 +69,19 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
       const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
       DecodeResult spec;
       decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << method << knobs.dump() << " prompt " << i;
+      ASSERT_EQ(spec.generation.tokens, ar.tokens) << " prompt " << i;
       const int64_t depth = knobs.value("block_size", 6) - 1;
       for (const StepStats& s : spec.steps) {
         EXPECT_LE(s.draft_depth, depth);
         EXPECT_LE(s.n_drafted, method == "ddtree" ? 12 : depth);
       }
+      counts.Add(spec.steps);
+      steps += static_cast<int64_t>(spec.steps.size());
     }
+    // The nudged head makes the test reach every verification outcome.
+    EXPECT_GT(counts.accepted, 0);
+    EXPECT_GT(counts.none_accepted, 0);
+    EXPECT_GT(counts.partial, 0);
   }
 }
 
@@ -88,6 +105,16 @@ TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
     const double p = testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted);
     EXPECT_GT(p, 1e-4) << (tree ? "ddtree" : "dflash");
     EXPECT_GT(accepted, 1000) << (tree ? "ddtree" : "dflash");  // drafts are taken often enough
+    // Negative controls: the same check fails under a wrong acceptance rule (greedy acceptance;
+    // for the chain, also the correction drawn from the target instead of the residual).
+    std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
+    if (!tree) faults.push_back(VerifierFault::kTargetAsResidual);
+    for (VerifierFault fault : faults) {
+      ScopedVerifierFault inject(fault);
+      int64_t ignored = 0;
+      EXPECT_LT(testing_util::TinyOutputPValue(*tiny.target, decoder, &ignored), 1e-4)
+          << (tree ? "ddtree" : "dflash") << " fault " << static_cast<int>(fault);
+    }
   }
 }
 

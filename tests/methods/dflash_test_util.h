@@ -16,6 +16,9 @@
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_config.h"
 #include "methods/method_registry.h"
+#include "models/checkpoint/head_checkpoint.h"
+#include "models/checkpoint/hf_checkpoint.h"
+#include "models/drafter_catalog.h"
 #include "models/llama_model.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -73,6 +76,45 @@ inline std::string WriteDflashHead(const DflashConfig& c, uint64_t seed, const s
   return dir;
 }
 
+// A "nudged" head for stories260K: the shipped head `shipped` (a drafter name, e.g.
+// "stories260K-dflash" or the causal "stories260K-jetspec") with every matrix perturbed by seeded
+// Gaussian noise of `noise` times the matrix's own RMS, drafting blocks of `block_size`; written
+// as a checkpoint in scratch directory `name`. A seeded random head accepts nothing on
+// stories260K (tau = 1, every draft rejected), so the exact-match tests would never commit a
+// drafted token; the nudged head accepts some drafts and rejects others, reaching partial
+// acceptance, ragged best-first trees and the KV compaction of non-prefix paths.
+inline std::string WriteNudgedStoriesHead(const std::string& shipped, int64_t block_size,
+                                          double noise, uint64_t seed, const std::string& name) {
+  DflashCheckpoint ckpt = LoadDflashCheckpoint(ResolveDrafterDir(shipped));
+  ckpt.config.block_size = block_size;
+  for (auto& [n, t] : ckpt.tensors) {
+    if (t.dim() != 2) continue;
+    at::Tensor e = at::empty_like(t);
+    FillSeededNormal(e.data_ptr<float>(), e.numel(), TensorNameSeed(seed, n), 0.0, 1.0);
+    const double rms = t.pow(2).mean().sqrt().item<double>();
+    t = t + e * (noise * rms);
+  }
+  const std::string dir = ScratchDir(name);
+  WriteDflashCheckpoint(dir, ckpt.config, ckpt.tensors);
+  return dir;
+}
+
+// Acceptance summary of speculative steps, for asserting that a test exercised acceptance:
+// accepted draft tokens, steps that rejected every drafted node, steps that accepted some but not
+// all of their deepest chain (partial acceptance; possible only in steps drafting deeper than one
+// token, counted in `deep`).
+struct AcceptanceCounts {
+  int64_t accepted = 0, none_accepted = 0, partial = 0, deep = 0;
+  void Add(const std::vector<StepStats>& steps) {
+    for (const StepStats& s : steps) {
+      accepted += s.n_accepted;
+      if (s.draft_depth >= 2) ++deep;
+      if (s.n_drafted > 0 && s.n_accepted == 0) ++none_accepted;
+      if (s.n_accepted > 0 && s.n_accepted < s.draft_depth) ++partial;
+    }
+  }
+};
+
 // A tiny random target (vocabulary 4, width 16, 2 layers, max 32 positions) with sharp next-token
 // distributions, and a random head for it (scaled by 20 so its drafts are far from uniform).
 struct TinyDflashTarget {
@@ -95,7 +137,7 @@ inline TinyDflashTarget MakeTinyDflashTarget(bool causal_head = false,
   c.tie_embeddings = false;
   c.Validate("tiny target");
   LlamaWeights w = RandomLlamaWeights(c, 21);
-  w.lm_head = w.lm_head * 60;  // sharper distributions than the 0.02 init gives
+  w.lm_head = w.lm_head * 20;  // sharper distributions than the 0.02 init gives
   TinyDflashTarget t;
   t.target = std::make_shared<LlamaModel>(c, w);
   t.head_dir = WriteDflashHead(DflashHeadConfig(16, 4, 2, 2, 1, causal_head), 9, name, 20.0);
@@ -103,53 +145,12 @@ inline TinyDflashTarget MakeTinyDflashTarget(bool causal_head = false,
 }
 
 // Chi-square p-value of the distribution of the 3 tokens `decoder` generates at T = 1 from the
-// prompt {1, 3} on `target` (vocabulary 4: 64 cells) over 30000 generations with seeds 777 + i,
-// against the target's exact distribution. Adds the accepted draft tokens to *accepted.
-inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted) {
-  auto next_probs = [&](const std::vector<int32_t>& ids) {
-    KvCache cache = target.NewCache(1, 8);
-    return at::softmax(target.Forward(Ids(ids), cache).logits.reshape({-1}), 0);
-  };
-  std::vector<double> expected(64, 0);
-  const at::Tensor pa = next_probs({1, 3});
-  for (int a = 0; a < 4; ++a) {
-    const at::Tensor pb = next_probs({1, 3, a});
-    for (int b = 0; b < 4; ++b) {
-      const at::Tensor pc = next_probs({1, 3, a, b});
-      for (int c = 0; c < 4; ++c) {
-        expected[a * 16 + b * 4 + c] =
-            pa[a].item<double>() * pb[b].item<double>() * pc[c].item<double>();
-      }
-    }
-  }
-  const int kDraws = 30000;
-  std::vector<double> counts(64, 0);
-  KvCache cache = target.NewCache(1, 16);
-  for (int i = 0; i < kDraws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = 777 + i;
-    g.stop.max_new_tokens = 3;
-    g.stop.stop_on_eos = false;
-    DecodeResult r;
-    decoder.Generate({1, 3}, g, cache, r);
-    EXPECT_EQ(r.generation.tokens.size(), 3u);
-    const auto& t = r.generation.tokens;
-    counts[t[0] * 16 + t[1] * 4 + t[2]] += 1;
-    for (const StepStats& s : r.steps) *accepted += s.n_accepted;
-  }
-  double chi2 = 0;
-  int cells = 0;
-  for (int i = 0; i < 64; ++i) {
-    const double e = expected[i] * kDraws;
-    if (e < 1e-9) {
-      EXPECT_EQ(counts[i], 0);
-      continue;
-    }
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  return ChiSquareSf(chi2, cells - 1);
+// prompt {1, 3} on `target` (vocabulary 4: 64 cells) over `draws` generations with seeds
+// 777 + i, against the target's exact distribution (engine_test_util.h). Adds the accepted draft
+// tokens to *accepted.
+inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted,
+                               int draws = 30000) {
+  return TinyOutputPValue(target, decoder, {1, 3}, 3, draws, 777, accepted);
 }
 
 }  // namespace testing_util

@@ -4,7 +4,11 @@
 // - a random head with a reduced draft vocabulary on a tiny random target (vocabulary 4) is
 //   lossless at T = 1: the distribution of 3-token outputs over 40000 seeded generations matches
 //   the target's exact distribution (chi-square over 64 cells, reject at p < 1e-4: false-failure
-//   rate about 1e-4; the seeds are fixed, so the outcome is deterministic);
+//   rate about 1e-4; the seeds are fixed, so the outcome is deterministic), and greedy acceptance
+//   (VerifierFault) fails it;
+// - the shipped head at T = 1 with a depth-3 tree: the third generated token's distribution
+//   matches the target's exact marginal (the token is decided at a tree node's slot in > 1/4 of
+//   draws), and greedy acceptance fails the same check;
 // - the registry builds `eagle3` with EAGLE's knobs and rejects a head for another vocabulary.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -18,6 +22,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
@@ -83,75 +88,126 @@ TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
   }
 }
 
-// The shipped head at T = 1: the distribution of the second generated token (the first one
-// decided by tree verification) over 12000 seeded generations matches the target's exact
-// marginal sum_a p(a) p(b | a) (chi-square over the cells with expected count >= 5, the rest
-// pooled; reject at p < 1e-4: false-failure rate about 1e-4, deterministic given the seeds).
-TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheFirstVerifiedToken) {
-  at::set_num_threads(1);
+// Exact next-token distributions of `model` after `prompt` + each row of `suffixes` (one batched
+// forward): float64 [rows, vocab].
+at::Tensor NextProbs(LlamaModel& model, const std::vector<int32_t>& prompt,
+                     const std::vector<std::vector<int32_t>>& suffixes) {
+  const int64_t rows = static_cast<int64_t>(suffixes.size());
+  const int64_t len = static_cast<int64_t>(prompt.size() + suffixes[0].size());
+  at::Tensor batch = at::empty({rows, len}, at::kLong);
+  int64_t* b = batch.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t k = r * len;
+    for (int32_t t : prompt) b[k++] = t;
+    for (int32_t t : suffixes[r]) b[k++] = t;
+  }
+  KvCache cache = model.NewCache(rows, len);
+  ForwardOptions o;
+  o.logits = LogitsMode::kLast;
+  const int64_t vocab = model.config().vocab_size;
+  return at::softmax(model.Forward(batch, cache, o).logits.reshape({rows, vocab}).to(at::kDouble),
+                     1);
+}
+
+// The shipped head at T = 1 (tree depth 3, 8 nodes): the distribution of the THIRD generated
+// token over 12000 seeded generations matches the target's exact marginal
+// sum_{a,b} p(a) p(b | a) p(c | a, b). The first token comes from the prefill and the second is
+// the first one a tree verification decides; the third is decided at a tree node when the
+// second was an accepted draft (sample-then-follow descends into it), so it depends on the tree's
+// attention mask, positions and KV compaction. The exact marginal sums over the (a, b) pairs
+// holding all but 2e-5 of the mass (the rest, at most 0.24 expected draws, is spread
+// proportionally). Chi-square over the cells with expected count >= 5, the rest pooled; reject at
+// p < 1e-4 (false-failure rate about 1e-4, deterministic given the seeds). Negative control:
+// greedy acceptance (VerifierFault) fails the same check.
+TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
+  at::set_num_threads(2);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
   LlamaModel& model = *target.model;
   const int64_t vocab = model.config().vocab_size;
   const std::vector<int32_t> prompt =
       BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
   const int64_t p = static_cast<int64_t>(prompt.size());
-  // Exact marginal of the second token.
-  at::Tensor p1;
-  {
-    KvCache cache = model.NewCache(1, p);
-    p1 = at::softmax(model.Forward(testing_util::Ids(prompt), cache).logits.reshape({-1}), 0);
+  const at::Tensor p1 = NextProbs(model, prompt, {{}}).reshape({-1});
+  std::vector<std::vector<int32_t>> firsts(vocab);
+  for (int64_t a = 0; a < vocab; ++a) firsts[a] = {static_cast<int32_t>(a)};
+  const at::Tensor p2 = NextProbs(model, prompt, firsts);         // [vocab, vocab]
+  const at::Tensor joint = (p1.unsqueeze(1) * p2).reshape({-1});  // p(a) p(b | a)
+  const at::Tensor order = at::argsort(joint, 0, /*descending=*/true);
+  std::vector<std::vector<int32_t>> pairs;
+  std::vector<double> pair_mass;
+  double covered = 0;
+  for (int64_t k = 0; k < order.size(0) && covered < 1.0 - 2e-5; ++k) {
+    const int64_t cell = order[k].item<int64_t>();
+    pairs.push_back({static_cast<int32_t>(cell / vocab), static_cast<int32_t>(cell % vocab)});
+    pair_mass.push_back(joint[cell].item<double>());
+    covered += pair_mass.back();
   }
-  at::Tensor batch = at::empty({vocab, p + 1}, at::kLong);
-  for (int64_t a = 0; a < vocab; ++a) {
-    for (int64_t j = 0; j < p; ++j) batch[a][j] = prompt[j];
-    batch[a][p] = a;
+  at::Tensor marginal = at::zeros({vocab}, at::kDouble);
+  for (size_t start = 0; start < pairs.size(); start += 2048) {
+    const size_t end = std::min(pairs.size(), start + 2048);
+    const std::vector<std::vector<int32_t>> chunk(pairs.begin() + start, pairs.begin() + end);
+    const at::Tensor w = at::tensor(
+        std::vector<double>(pair_mass.begin() + start, pair_mass.begin() + end), at::kDouble);
+    marginal += at::matmul(w.unsqueeze(0), NextProbs(model, prompt, chunk)).reshape({-1});
   }
-  KvCache batch_cache = model.NewCache(vocab, p + 1);
-  const at::Tensor p2 =
-      at::softmax(model.Forward(batch, batch_cache).logits.reshape({vocab, vocab}), 1);
-  const at::Tensor marginal = at::matmul(p1.unsqueeze(0), p2).reshape({-1});
+  marginal /= covered;
+  const std::vector<double> expected(marginal.data_ptr<double>(),
+                                     marginal.data_ptr<double>() + vocab);
 
+  at::set_num_threads(1);  // the batched forwards above use 2; one-token steps are faster on 1
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   MethodContext context = ContextFor(target);
   auto decoder =
       registry.Build("eagle3", context, {{"depth", 3}, {"top_k", 4}, {"total_tokens", 8}});
   const int kDraws = 12000;
-  std::vector<double> counts(vocab, 0);
-  KvCache cache = model.NewCache(1, p + 3);
-  int64_t accepted = 0;
-  for (int i = 0; i < kDraws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = 5000 + i;
-    g.stop.max_new_tokens = 2;
-    g.stop.stop_on_eos = false;
-    DecodeResult r;
-    decoder->Generate(prompt, g, cache, r);
-    ASSERT_EQ(r.generation.tokens.size(), 2u);
-    counts[r.generation.tokens[1]] += 1;
-    for (const StepStats& s : r.steps) accepted += s.n_accepted;
-  }
-  double chi2 = 0, pooled_count = 0, pooled_expected = 0;
-  int cells = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    const double e = marginal[v].item<double>() * kDraws;
-    if (e >= 5) {
-      chi2 += (counts[v] - e) * (counts[v] - e) / e;
-      ++cells;
-    } else {
-      pooled_count += counts[v];
-      pooled_expected += e;
+  KvCache cache = model.NewCache(1, p + 4);
+  // The chi-square p-value of the third tokens; counts the draws whose second token was an
+  // accepted draft token (the third is then decided at that tree node's slot).
+  auto third_token_p_value = [&](int draws, int64_t* deep) {
+    std::vector<double> counts(vocab, 0);
+    for (int i = 0; i < draws; ++i) {
+      GenerationConfig g;
+      g.sampling.temperature = 1.0;
+      g.seed = 5000 + i;
+      g.stop.max_new_tokens = 3;
+      g.stop.stop_on_eos = false;
+      DecodeResult r;
+      decoder->Generate(prompt, g, cache, r);
+      EXPECT_EQ(r.generation.tokens.size(), 3u);
+      if (r.generation.tokens.size() != 3u) return 0.0;
+      counts[r.generation.tokens[2]] += 1;
+      if (!r.steps.empty() && r.steps[0].n_accepted >= 1) ++*deep;
     }
+    double chi2 = 0, pooled_count = 0, pooled_expected = 0;
+    int cells = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double e = expected[v] * draws;
+      if (e >= 5) {
+        chi2 += (counts[v] - e) * (counts[v] - e) / e;
+        ++cells;
+      } else {
+        pooled_count += counts[v];
+        pooled_expected += e;
+      }
+    }
+    if (pooled_expected > 0) {
+      chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+      ++cells;
+    }
+    EXPECT_GT(cells, 5);
+    return testing_util::ChiSquareSf(chi2, cells - 1);
+  };
+  int64_t deep = 0;
+  EXPECT_GT(third_token_p_value(kDraws, &deep), 1e-4);
+  // The head's drafts are taken often: in this many draws the third token was decided at a tree
+  // node's slot, so the tree path matters.
+  EXPECT_GT(deep, kDraws / 4);
+  {
+    ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
+    int64_t ignored = 0;
+    EXPECT_LT(third_token_p_value(kDraws / 4, &ignored), 1e-4);  // 3000 draws suffice
   }
-  if (pooled_expected > 0) {
-    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
-    ++cells;
-  }
-  ASSERT_GT(cells, 5);
-  EXPECT_GT(testing_util::ChiSquareSf(chi2, cells - 1), 1e-4)
-      << "chi2 " << chi2 << " cells " << cells;
-  EXPECT_GT(accepted, kDraws / 3);  // the head's drafts are taken often: the tree path matters
 }
 
 // A tiny random target (vocabulary 4) and a random EAGLE-3 head over 3 of the 4 tokens.
@@ -210,55 +266,15 @@ TEST(Eagle3Drafter, LosslessAtTemperatureOneWithSampleFollow) {
   so.sampling_rule = VerifyRule::kSampleFollow;
   SpeculativeDecoder decoder(target, nullptr, std::make_unique<Eagle3Drafter>(std::move(head), o),
                              so);
-  const std::vector<int32_t> prompt = {1, 3};
-
-  // Exact distribution of the 3 generated tokens: p(a) p(b | a) p(c | a, b).
-  auto next_probs = [&](const std::vector<int32_t>& ids) {
-    KvCache cache = target.NewCache(1, 8);
-    const at::Tensor logits = target.Forward(testing_util::Ids(ids), cache).logits;
-    return at::softmax(logits.reshape({-1}), 0);
-  };
-  std::vector<double> expected(64, 0);
-  const at::Tensor pa = next_probs(prompt);
-  for (int a = 0; a < 4; ++a) {
-    const at::Tensor pb = next_probs({1, 3, a});
-    for (int b = 0; b < 4; ++b) {
-      const at::Tensor pc = next_probs({1, 3, a, b});
-      for (int c = 0; c < 4; ++c) {
-        expected[a * 16 + b * 4 + c] =
-            pa[a].item<double>() * pb[b].item<double>() * pc[c].item<double>();
-      }
-    }
-  }
-  const int kDraws = 40000;
-  std::vector<double> counts(64, 0);
   int64_t accepted = 0;
-  KvCache cache = target.NewCache(1, 16);
-  for (int i = 0; i < kDraws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = 1000 + i;
-    g.stop.max_new_tokens = 3;
-    DecodeResult r;
-    decoder.Generate(prompt, g, cache, r);
-    ASSERT_EQ(r.generation.tokens.size(), 3u);
-    const auto& t = r.generation.tokens;
-    counts[t[0] * 16 + t[1] * 4 + t[2]] += 1;
-    for (const StepStats& s : r.steps) accepted += s.n_accepted;
-  }
-  double chi2 = 0;
-  int cells = 0;
-  for (int i = 0; i < 64; ++i) {
-    const double e = expected[i] * kDraws;
-    if (e < 1e-9) {
-      EXPECT_EQ(counts[i], 0) << "cell " << i;
-      continue;
-    }
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  EXPECT_GT(testing_util::ChiSquareSf(chi2, cells - 1), 1e-4) << "chi2 " << chi2;
-  EXPECT_GT(accepted, kDraws / 4);  // drafts are accepted often enough to matter
+  EXPECT_GT(testing_util::TinyOutputPValue(target, decoder, {1, 3}, 3, 40000, 1000, &accepted),
+            1e-4);
+  EXPECT_GT(accepted, 40000 / 4);  // drafts are accepted often enough to matter
+  // Negative control: greedy acceptance fails the same check.
+  ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
+  int64_t ignored = 0;
+  EXPECT_LT(testing_util::TinyOutputPValue(target, decoder, {1, 3}, 3, 40000, 1000, &ignored),
+            1e-4);
 }
 
 TEST(Eagle3Drafter, RegistryKnobsAndHeadChecks) {

@@ -1,6 +1,7 @@
 // JetSpec (methods/jetspec) and DFlash blocks larger than the head's, end to end on the
-// speculative decoder with seeded random CAUSAL heads (verification is lossless whatever the
-// head's quality):
+// speculative decoder (verification is lossless whatever the head's quality; on stories260K the
+// shipped heads nudged by seeded noise, so steps accept all, part or none of their drafts, and
+// on the tiny target seeded random CAUSAL heads):
 // - stories260K at T = 0, fp32: `jetspec` (several budgets and widths, both budget conventions,
 //   a block larger than the head's, a non-causal head), `ddtree` under the jetspec convention
 //   and `dflash` with block_size 10 and 16 (head block 6) are token-identical to AR on 8 story
@@ -13,6 +14,8 @@
 //   follow, built through the registry) and for `dflash` with block_size 9 > 6 (chain rejection
 //   sampling); chi-square over 64 cells, reject at p < 1e-4 (false-failure rate about 1e-4 per
 //   check, 2 checks; seeds fixed, so a given build either passes or fails deterministically);
+//   negative controls: both fail (p < 1e-4) under greedy acceptance, `dflash` also under a
+//   correction drawn from the target instead of the residual (VerifierFault);
 // - knob defaults, the budget conventions and their errors.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -27,6 +30,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/dflash/dflash_drafter.h"
 #include "methods/dflash/dflash_method.h"
@@ -40,6 +44,9 @@ using testing::HasSubstr;
 using testing_util::DflashContextFor;
 using testing_util::DflashHeadConfig;
 using testing_util::WriteDflashHead;
+
+// Noise of the nudged stories260K heads (times each matrix's RMS; dflash_test_util.h).
+constexpr double kNudge = 0.3;
 
 // K + K^2 + ... + K^D.
 int64_t FullTreeSize(int64_t K, int64_t D) {
@@ -60,6 +67,7 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
   SCOPED_TRACE(c.method + " " + c.knobs.dump());
   const auto prompts = LoadDataset("stories", {});
   int64_t steps = 0;
+  testing_util::AcceptanceCounts counts;
   for (size_t i = 0; i < 8; ++i) {
     const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
     GenerationConfig g;
@@ -79,9 +87,14 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
       EXPECT_LE(s.draft_depth, std::min(c.depth, depth_room)) << "prompt " << i;
       generated += s.n_emitted;
     }
+    counts.Add(spec.steps);
     steps += static_cast<int64_t>(spec.steps.size());
   }
   EXPECT_GT(steps, 0);
+  // The nudged heads make the test reach every verification outcome.
+  EXPECT_GT(counts.accepted, 0);
+  EXPECT_GT(counts.none_accepted, 0);
+  if (counts.deep > 0) EXPECT_GT(counts.partial, 0);
 }
 
 class JetspecStories : public ::testing::Test {
@@ -90,12 +103,11 @@ class JetspecStories : public ::testing::Test {
     at::set_num_threads(1);
     target_ = new LoadedTarget(LoadModel("stories260K", at::kFloat));
     const LlamaConfig& t = target_->model->config();
-    causal_dir_ = new std::string(WriteDflashHead(
-        DflashHeadConfig(t.dim, t.vocab_size, t.n_layers, t.n_heads, t.n_kv_heads, true), 5,
-        "jetspec_stories_causal"));
-    bidir_dir_ = new std::string(WriteDflashHead(
-        DflashHeadConfig(t.dim, t.vocab_size, t.n_layers, t.n_heads, t.n_kv_heads, false), 6,
-        "jetspec_stories_bidir"));
+    // Nudged shipped heads (dflash_test_util.h): they accept some drafts and reject others.
+    causal_dir_ = new std::string(testing_util::WriteNudgedStoriesHead(
+        "stories260K-jetspec", 6, kNudge, 5, "jetspec_stories_causal"));
+    bidir_dir_ = new std::string(testing_util::WriteNudgedStoriesHead(
+        "stories260K-dflash", 6, kNudge, 6, "jetspec_stories_bidir"));
   }
   static void TearDownTestSuite() {
     delete target_;
@@ -246,6 +258,15 @@ TEST(Jetspec, LosslessAtTemperatureOne) {
     const double p = testing_util::TinyOutputPValue(*tiny.target, *decoder, &accepted);
     EXPECT_GT(p, 1e-4);
     EXPECT_GT(accepted, 1000);  // drafts are taken often enough for the test to mean something
+    // Negative controls: a wrong acceptance rule fails the same check.
+    std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
+    if (method == "dflash") faults.push_back(VerifierFault::kTargetAsResidual);
+    for (VerifierFault fault : faults) {
+      ScopedVerifierFault inject(fault);
+      int64_t ignored = 0;
+      EXPECT_LT(testing_util::TinyOutputPValue(*tiny.target, *decoder, &ignored), 1e-4)
+          << "fault " << static_cast<int>(fault);
+    }
   }
 }
 

@@ -106,6 +106,57 @@ TEST(Metrics, SpeedupIsPerPromptGeometricMeanAndRatioOfTotals) {
   EXPECT_NEAR(s.total_ratio, 340.0 / 140.0, 1e-12);
 }
 
+// Spec-Bench's figure (mean over prompts of tok/s with a prompt's turns summed, method mean over AR
+// mean) beside the main speedup, in both scopes. p0 has two turns.
+TEST(Metrics, SpecBenchFigureAndEndToEndScope) {
+  std::vector<SampleRecord> ar = {Sample("p0", 11, 2, 100, 10, "eos"),
+                                  Sample("p0", 11, 2, 50, 10, "eos"),
+                                  Sample("p1", 21, 4, 200, 20, "eos")};
+  std::vector<SampleRecord> method = {Sample("p0", 21, 1, 100, 5, "eos"),
+                                      Sample("p0", 6, 3, 25, 2, "eos"),
+                                      Sample("p1", 9, 5, 20, 3, "eos")};
+  ar[1].turn = method[1].turn = 1;
+  // Decode: per answer 2, 1, 4; Spec-Bench: p0 method 25 tokens / 125 ms, AR 20 / 150; p1
+  // method 8 / 20, AR 20 / 200.
+  const Speedup d = ComputeSpeedup(ar, method);
+  EXPECT_EQ(d.scope, SpeedupScope::kDecode);
+  EXPECT_NEAR(d.geomean, 2.0, 1e-12);
+  EXPECT_NEAR(d.spec_bench, (25.0 / 125 + 8.0 / 20) / (20.0 / 150 + 20.0 / 200), 1e-12);
+  EXPECT_LE(d.spec_bench_ci.lo, d.spec_bench);
+  EXPECT_GE(d.spec_bench_ci.hi, d.spec_bench);
+  // End to end: every output token over prefill + decode.
+  const Speedup e = ComputeSpeedup(ar, method, {}, SpeedupScope::kEndToEnd);
+  EXPECT_EQ(e.scope, SpeedupScope::kEndToEnd);
+  const double r0 = (21.0 / 101) / (11.0 / 102), r1 = (6.0 / 28) / (11.0 / 52),
+               r2 = (9.0 / 25) / (21.0 / 204);
+  EXPECT_NEAR(e.geomean, std::cbrt(r0 * r1 * r2), 1e-12);
+  EXPECT_NEAR(e.total_ratio, (36.0 / 154) / (43.0 / 358), 1e-12);
+  EXPECT_NEAR(e.spec_bench, (27.0 / 129 + 9.0 / 25) / (22.0 / 154 + 21.0 / 204), 1e-12);
+  EXPECT_EQ(e.pairs[0].method_tokens, 21);
+  EXPECT_DOUBLE_EQ(e.pairs[0].ar_ms, 102.0);
+  // Paired samples: the AR side is the paired run; without its prefill (written before schema
+  // v6) an answer is left out of the end-to-end figure only.
+  std::vector<SampleRecord> paired = method;
+  for (SampleRecord& s : paired) {
+    s.paired_ar_decode_ms = 100;
+    s.paired_ar_output_tokens = 11;
+    s.paired_ar_first = 0;
+    s.paired_ar_prefill_ms = 10;
+  }
+  paired[2].paired_ar_prefill_ms = kNoValue;
+  const Speedup pd = ComputeSpeedup({}, paired);
+  EXPECT_EQ(pd.n_paired, 3);
+  const Speedup pe = ComputeSpeedup({}, paired, {}, SpeedupScope::kEndToEnd);
+  EXPECT_EQ(pe.n_paired, 2);
+  EXPECT_NEAR(pe.per_prompt[0], (21.0 / 101) / (11.0 / 110), 1e-12);
+  // Scope names.
+  EXPECT_EQ(ParseSpeedupScope("e2e", "--scope"), SpeedupScope::kEndToEnd);
+  EXPECT_EQ(ParseSpeedupScope("end_to_end", "--scope"), SpeedupScope::kEndToEnd);
+  EXPECT_STREQ(SpeedupScopeName(SpeedupScope::kDecode), "decode");
+  EXPECT_CONTAINS(ErrorOf([] { ParseSpeedupScope("wall", "--scope"); }),
+                  "--scope: unknown speedup scope 'wall'");
+}
+
 TEST(Metrics, SpeedupMatchesPromptsByIdAndTurn) {
   std::vector<SampleRecord> method = FakeSamples();
   method.push_back(Sample("only_in_method", 9, 1, 10, 2, "eos"));  // no AR answer: ignored

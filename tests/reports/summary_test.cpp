@@ -117,8 +117,8 @@ TEST(Summary, TableShowsEveryColumn) {
   const std::string table = FormatSummaryTable(BuildSummary(db));
   for (const char* header :
        {"method", "drafter", "target", "dataset", "timing", "tok/s", "nodes/step", "τ", "T_D%",
-        "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "exact", "div min/med",
-        "margin", "r_1..r_4", "α_1..α_4"}) {
+        "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "Spec-Bench [95% CI]",
+        "exact", "div min/med", "margin", "r_1..r_4", "α_1..α_4"}) {
     EXPECT_CONTAINS(table, header);
   }
   const std::string tree = LineOf(table, 3);
@@ -129,7 +129,18 @@ TEST(Summary, TableShowsEveryColumn) {
     EXPECT_CONTAINS(tree, cell);
   }
   EXPECT_CONTAINS(LineOf(table, 1), "1.00 (baseline)");
-  EXPECT_CONTAINS(table, "geometric mean over answers of method decode tok/s / AR decode tok/s");
+  EXPECT_CONTAINS(table,
+                  "speedup (decode) = geometric mean over answers of method decode tok/s "
+                  "(tokens after the first / decode time) / AR's");
+  EXPECT_CONTAINS(table, "Spec-Bench = Spec-Bench's own figure (evaluation/speed.py)");
+  {
+    SummaryOptions e2e;
+    e2e.scope = SpeedupScope::kEndToEnd;
+    const Summary s = BuildSummary(db, e2e);
+    const std::string t = FormatSummaryTable(s);
+    EXPECT_CONTAINS(t, "speedup (end_to_end) = geometric mean over answers of method end-to-end");
+    EXPECT_CONTAINS(SummaryJson(s), "\"scope\": \"end_to_end\"");
+  }
   const std::string fake = LineOf(table, 4);
   EXPECT_CONTAINS(fake, "2.00 [1.00, 4.00] *");  // * = baseline from another run
   EXPECT_CONTAINS(fake, "1/3");
