@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,18 @@
 namespace specbed {
 
 struct MethodKnob {
+  MethodKnob() = default;
+  MethodKnob(std::string knob_name, nlohmann::json default_json, std::string text,
+             double range_min = 1, double range_max = 0, std::vector<std::string> allowed = {},
+             std::string family = "")
+      : name(std::move(knob_name)),
+        default_value(std::move(default_json)),
+        description(std::move(text)),
+        min(range_min),
+        max(range_max),
+        choices(std::move(allowed)),
+        drafter_family(std::move(family)) {}
+
   std::string name;
   nlohmann::json default_value;
   std::string description;

@@ -35,8 +35,12 @@ struct ForwardOptions {
   // [batch, T, cache.length() + T] bool CPU, true = query t may attend to slot s. Undefined:
   // causal.
   at::Tensor mask;
-  // Hidden states to return, Hugging Face `hidden_states` indexing: 0 = embedding output,
-  // l (1..n_layers) = output of decoder layer l (before the final norm).
+  // Hidden states to return: 0 = embedding output, l (1..n_layers) = output of decoder layer l,
+  // always BEFORE the final norm. This equals Hugging Face's `hidden_states[l]` for
+  // l < n_layers; HF's last entry (l = n_layers) is taken AFTER the final norm, ours before it.
+  // EAGLE-3's default layers {2, L/2, L-3} are below it; a DFlash head naming the target's last
+  // layer (target_layer_ids id L-1 -> index L) reads the pre-norm state where the DFlash
+  // reference reads HF's post-norm one (the published heads' ids stop below L-1).
   std::vector<int64_t> hidden_layers;
   LogitsMode logits = LogitsMode::kLast;
 };

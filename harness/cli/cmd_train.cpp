@@ -117,6 +117,11 @@ void AddTrainEagle3(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--ttt-decay", c.ttt_decay, "Loss weight decay^k of TTT step k")
       ->capture_default_str();
+  cmd->add_option("--ttt-loss-norm", c.ttt_loss_norm,
+                  "Per-step loss normalisation: counted (by the step's supervised positions) or "
+                  "all (by every position of the batch, as the EAGLE-3 reference)")
+      ->check(CLI::IsMember({"counted", "all"}))
+      ->capture_default_str();
   AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainEagle3(*o); });

@@ -81,7 +81,7 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   }
   head_->ForwardFromBonus(step.root, block_, out_);
   if (options_.kind == DflashTreeKind::kChain) {  // DFlash: a chain of the per-row choices
-    const bool greedy = sampler_->params().greedy();
+    const bool greedy = sampler_->params().greedy() || options_.argmax_drafts;
     if (!greedy) {
       tree.vocab = vocab_;
       tree.draft_probs.assign(static_cast<size_t>((depth + 1) * vocab_), 0.f);

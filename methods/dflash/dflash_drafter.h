@@ -56,6 +56,10 @@ struct DflashDraftOptions {
   int64_t block_size = 0;
   int64_t top_k = 8;    // trees: candidates per depth (DDTree top_k, JetSpec width K)
   int64_t budget = 32;  // trees: drafted nodes (root excluded); chain: ignored
+  // Chain at T > 0: false = sample each row from its distribution and record it (chain_rs);
+  // true = argmax rows at every temperature, as the DFlash reference's spec_generate (verify
+  // with sample_follow).
+  bool argmax_drafts = false;
 };
 
 class DflashDrafter : public Drafter {

@@ -74,12 +74,15 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
     // DDTree's top_k 0 = min(budget, V): no width cap (the reference's K).
     if (o.top_k == 0) o.top_k = std::max<int64_t>(1, std::min(o.budget, c.vocab_size));
   }
+  o.argmax_drafts = knobs.value("draft_sampling", std::string("sample")) == "argmax";
   auto drafter = std::make_unique<DflashDrafter>(std::move(head), o);
   SpeculativeOptions options;
   const int64_t block = drafter->block_size();
   options.budget.depth = block - 1;
   options.budget.nodes = tree ? o.budget : block - 1;
-  options.sampling_rule = tree ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
+  // Deterministic drafts (trees, or argmax chains) need no draft distributions.
+  options.sampling_rule =
+      tree || o.argmax_drafts ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
   return std::make_unique<SpeculativeDecoder>(
       *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
 }
@@ -115,6 +118,13 @@ void RegisterDflashMethods(MethodRegistry& registry) {
          0,
          1024,
          {}},
+        {"draft_sampling",
+         "sample",
+         "drafts at T > 0: sample (each row sampled from its distribution, chain rejection "
+         "sampling) or argmax (the DFlash reference: greedy rows, sample-then-follow)",
+         1,
+         0,
+         {"sample", "argmax"}},
     };
     info.validate = [](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, "dflash"); };
     info.factory = [](MethodContext& context, const nlohmann::json& knobs) {

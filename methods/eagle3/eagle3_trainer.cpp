@@ -102,7 +102,7 @@ class Eagle3TrainTask : public TrainTask {
     }
     const auto logits = head_.Forward(f.hidden, batch.tokens, config_.ttt_steps);
     return Eagle3TttLoss(logits, f.logits, batch.loss_mask, head_.draft_ids(), head_.t2d(),
-                         config_.ttt_decay);
+                         config_.ttt_decay, ParseTttLossNorm(config_.ttt_loss_norm));
   }
 
   const Eagle3TrainConfig& config_;
@@ -138,6 +138,7 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   SPECBED_CHECK(!config.data.empty(), "eagle3: --data (a `specbed regen` file) is required");
   SPECBED_CHECK(config.ttt_steps >= 1 && config.ttt_steps <= 32, "eagle3: --ttt-steps must be in ",
                 "[1, 32], got ", config.ttt_steps);
+  ParseTttLossNorm(config.ttt_loss_norm);  // fails naming the choices
   SPECBED_CHECK(config.ttt_decay > 0 && config.ttt_decay <= 1, "eagle3: --ttt-decay must be in ",
                 "(0, 1], got ", config.ttt_decay);
   SPECBED_CHECK(config.max_len >= 3, "eagle3: --max-len must be >= 3, got ", config.max_len);
@@ -232,6 +233,7 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   settings["draft_vocab"] = vd;
   settings["ttt_steps"] = config.ttt_steps;
   settings["ttt_decay"] = config.ttt_decay;
+  settings["ttt_loss_norm"] = config.ttt_loss_norm;
   settings["max_len"] = config.max_len;
   settings["n_eval"] = config.n_eval;
 

@@ -26,9 +26,12 @@ struct Eagle3TrainConfig {
   // Target layers fused by the head (HF hidden_states numbering); empty = the EAGLE-3 default
   // {2, L/2, L-3}.
   std::vector<int64_t> aux_layers;
-  int64_t draft_vocab = 32000;            // clipped to the target's vocabulary size
-  int64_t ttt_steps = 7;                  // unrolled TTT steps (EAGLE-3: 7)
-  double ttt_decay = 0.8;                 // per-step loss weight decay^k (EAGLE-3: 0.8)
+  int64_t draft_vocab = 32000;  // clipped to the target's vocabulary size
+  int64_t ttt_steps = 7;        // unrolled TTT steps (EAGLE-3: 7)
+  double ttt_decay = 0.8;       // per-step loss weight decay^k (EAGLE-3: 0.8)
+  // Per-step loss normalisation (trainable_eagle3.h): "counted" (default; the shipped heads) or
+  // "all" (the EAGLE-3 reference).
+  std::string ttt_loss_norm = "counted";
   int64_t max_len = 256;                  // training sequences are cropped to this many tokens
   int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
   std::string features = "online";        // "online" | "disk" (target_features.h)

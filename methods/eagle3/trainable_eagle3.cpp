@@ -176,9 +176,21 @@ std::vector<at::Tensor> TrainableEagle3::Forward(const at::Tensor& aux, const at
   return logits;
 }
 
+const char* TttLossNormName(TttLossNorm norm) {
+  return norm == TttLossNorm::kAllPositions ? "all" : "counted";
+}
+
+TttLossNorm ParseTttLossNorm(const std::string& name) {
+  if (name == "counted") return TttLossNorm::kCounted;
+  if (name == "all") return TttLossNorm::kAllPositions;
+  Fail("eagle3: unknown TTT loss normalisation '", name,
+       "' (expected 'counted': per step by its counted positions, or 'all': by every position "
+       "of the batch, as the EAGLE-3 reference)");
+}
+
 TttLossResult Eagle3TttLoss(const std::vector<at::Tensor>& logits, const at::Tensor& target_logits,
                             const at::Tensor& loss_mask, const at::Tensor& draft_ids,
-                            const at::Tensor& t2d, double decay) {
+                            const at::Tensor& t2d, double decay, TttLossNorm norm) {
   SPECBED_CHECK(!logits.empty(), "EAGLE-3 TTT loss: no steps");
   SPECBED_CHECK(target_logits.dim() == 3 && loss_mask.dim() == 2 &&
                     target_logits.size(0) == loss_mask.size(0) &&
@@ -203,8 +215,11 @@ TttLossResult Eagle3TttLoss(const std::vector<at::Tensor>& logits, const at::Ten
     }
     const at::Tensor logq = at::log_softmax(logits[k], -1);
     const double count = mask.sum().item<double>();
-    const at::Tensor loss_k = -((p * logq).sum(-1) * mask).sum() / std::max(count, 1.0);
-    const at::Tensor term = loss_k * weight;
+    const at::Tensor sum_k = -((p * logq).sum(-1) * mask).sum();
+    const at::Tensor loss_k = sum_k / std::max(count, 1.0);  // reported per counted position
+    const at::Tensor term =
+        (norm == TttLossNorm::kCounted ? loss_k : sum_k / static_cast<double>(mask.numel())) *
+        weight;
     total = total.defined() ? total + term : term;
     r.step_loss.push_back(loss_k.item<double>());
     r.step_count.push_back(count);

@@ -12,8 +12,11 @@
 // The token embedding is the target's and stays frozen; d2t / t2d are fixed buffers.
 // TTT loss (per step k, weight decay^k, summed): soft cross-entropy between the target's
 // next-token distribution restricted to the draft vocabulary (softmax of target logits over the
-// draft ids) and the draft's log-softmax, averaged over positions whose loss mask is set and whose
-// target argmax is in the draft vocabulary.
+// draft ids) and the draft's log-softmax over the positions whose loss mask is set and whose
+// target argmax is in the draft vocabulary, normalised per TttLossNorm: by the count of those
+// positions (kCounted, SpecBed's default) or by all B x T positions of the batch (kAllPositions,
+// the EAGLE-3 reference's `.mean()` over the masked product, which weighs later steps and padded
+// batches less).
 // Checked by: tests/methods/eagle3_train_test.cpp (unrolled steps vs. Eagle3Head with an explicit
 // tree mask to 1e-4; the loss against a plain-loop version; training lowers it).
 #pragma once
@@ -71,7 +74,8 @@ class TrainableEagle3 {
 };
 
 struct TttLossResult {
-  at::Tensor loss;                 // scalar float32: sum_k decay^k * loss_k (differentiable)
+  // Scalar float32, differentiable: sum_k decay^k * loss_k, loss_k normalised per TttLossNorm.
+  at::Tensor loss;
   std::vector<double> step_loss;   // loss_k (0 when no position counts)
   std::vector<double> step_top1;   // per step: draft argmax == target argmax over the counted rows
   std::vector<double> step_count;  // counted positions per step
@@ -84,8 +88,14 @@ struct TttLossResult {
 //   draft_ids: int64 [Vd] target ids of the draft vocabulary; t2d: bool [V].
 // Step k row t is compared with the target distribution at position t + 1 + k and counted when
 // loss_mask[t + 1 + k] is set and argmax target_logits[t + 1 + k] is in the draft vocabulary.
+// How each TTT step's summed loss is normalised (see above); `--ttt-loss-norm counted|all`.
+enum class TttLossNorm { kCounted, kAllPositions };
+const char* TttLossNormName(TttLossNorm norm);          // "counted" | "all"
+TttLossNorm ParseTttLossNorm(const std::string& name);  // errors list the choices
+
 TttLossResult Eagle3TttLoss(const std::vector<at::Tensor>& logits, const at::Tensor& target_logits,
                             const at::Tensor& loss_mask, const at::Tensor& draft_ids,
-                            const at::Tensor& t2d, double decay);
+                            const at::Tensor& t2d, double decay,
+                            TttLossNorm norm = TttLossNorm::kCounted);
 
 }  // namespace specbed

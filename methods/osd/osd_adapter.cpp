@@ -83,11 +83,14 @@ void OsdAdapter::BeginSequence(const DraftBegin& begin) {
 
 void OsdAdapter::Observe(const DraftTree& tree, const Verdict& verdict) {
   // The bonus token is a correction when the drafter proposed something at its slot (the slot
-  // has children) and the verifier took none of them.
+  // has children) and the verifier took none of them; with supervise_round_end every step's
+  // bonus is (the reference's rule).
   const int32_t slot = verdict.path.empty() ? -1 : verdict.path.back();
   bool proposed = false;
   for (int64_t i = 0; i < tree.size() && !proposed; ++i) proposed = tree.parent[i] == slot;
-  if (proposed) corrections_.push_back(position_ + verdict.n_accepted());
+  if (proposed || options_.supervise_round_end) {
+    corrections_.push_back(position_ + verdict.n_accepted());
+  }
   position_ += static_cast<int64_t>(verdict.tokens.size());
 }
 

@@ -72,6 +72,11 @@ struct OsdOptions {
   double grad_clip = 0;  // 0 = off (OSD: off)
   Divergence divergence = Divergence::kForwardKl;
   int64_t max_tokens = 512;  // a buffered request keeps at most its last max_tokens tokens
+  // Which committed tokens are supervised: false (knob "rejected", default) = the bonus of a step
+  // whose drafted children at that slot were all rejected; true ("round_end", the OSD reference
+  // code's `wrong_token_ids`) = the last token of every step, including the bonus after a fully
+  // accepted draft.
+  bool supervise_round_end = false;
 };
 
 // What the adapter did, for reports and tests.

@@ -129,6 +129,13 @@ std::vector<MethodKnob> OsdKnobs() {
        2,
        65536,
        {}},
+      {"osd_supervise",
+       "rejected",
+       "supervised tokens: rejected (bonus where every drafted child was rejected) or round_end "
+       "(every step's last token, as the OSD reference code)",
+       1,
+       0,
+       {"rejected", "round_end"}},
   };
 }
 
@@ -139,6 +146,7 @@ OsdOptions OsdOptionsFrom(const nlohmann::json& knobs) {
   o.lr = knobs.at("osd_lr").get<double>();
   o.divergence = ParseDivergence(knobs.at("osd_divergence").get<std::string>(), "osd");
   o.max_tokens = knobs.at("osd_max_tokens").get<int64_t>();
+  o.supervise_round_end = knobs.at("osd_supervise").get<std::string>() == "round_end";
   return o;
 }
 

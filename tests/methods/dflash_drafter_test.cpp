@@ -7,7 +7,8 @@
 // - a tiny random target (vocabulary 4) with seeded random heads: the distribution of 3-token
 // outputs over 30000 seeded
 //   generations matches the target's exact distribution for `dflash` (chain rejection sampling
-//   with the recorded per-row distributions) and `ddtree` (sample-then-follow); chi-square over
+//   with the recorded per-row distributions), `dflash` with argmax drafts (the reference's rule,
+//   sample-then-follow) and `ddtree` (sample-then-follow); chi-square over
 //   64 cells, reject at p < 1e-4 (false-failure rate about 1e-4 per test; seeds fixed); negative
 //   controls: the check fails (p < 1e-4) under greedy acceptance and, for the chain, under a
 //   correction drawn from the target instead of the residual (VerifierFault);
@@ -88,32 +89,37 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
 TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
   at::set_num_threads(1);
   testing_util::TinyDflashTarget tiny = testing_util::MakeTinyDflashTarget();
-  for (bool tree : {false, true}) {
+  // Chain with sampled drafts (chain_rs), best-first tree, chain with argmax drafts (the
+  // reference's draft_sampling "argmax", sample_follow).
+  for (int variant : {0, 1, 2}) {
+    const bool tree = variant == 1;
+    const bool argmax = variant == 2;
     const DflashCheckpoint ckpt = LoadDflashCheckpoint(tiny.head_dir);
     const LlamaWeights& w = tiny.target->weights();
     DflashDraftOptions o;
     o.kind = tree ? DflashTreeKind::kBestFirst : DflashTreeKind::kChain;
     o.top_k = 2;
     o.budget = 5;
+    o.argmax_drafts = argmax;
     auto drafter = std::make_unique<DflashDrafter>(
         std::make_unique<DflashHead>(ckpt.config, ckpt.tensors, w.tok_embeddings, w.lm_head), o);
     SpeculativeOptions so;
     so.budget = {5, 5};
-    so.sampling_rule = tree ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
+    so.sampling_rule = tree || argmax ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
     SpeculativeDecoder decoder(*tiny.target, nullptr, std::move(drafter), so);
     int64_t accepted = 0;
     const double p = testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted);
-    EXPECT_GT(p, 1e-4) << (tree ? "ddtree" : "dflash");
-    EXPECT_GT(accepted, 1000) << (tree ? "ddtree" : "dflash");  // drafts are taken often enough
+    EXPECT_GT(p, 1e-4) << "variant " << variant;
+    EXPECT_GT(accepted, 1000) << "variant " << variant;  // drafts are taken often enough
     // Negative controls: the same check fails under a wrong acceptance rule (greedy acceptance;
     // for the chain, also the correction drawn from the target instead of the residual).
     std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
-    if (!tree) faults.push_back(VerifierFault::kTargetAsResidual);
+    if (variant == 0) faults.push_back(VerifierFault::kTargetAsResidual);
     for (VerifierFault fault : faults) {
       ScopedVerifierFault inject(fault);
       int64_t ignored = 0;
       EXPECT_LT(testing_util::TinyOutputPValue(*tiny.target, decoder, &ignored), 1e-4)
-          << (tree ? "ddtree" : "dflash") << " fault " << static_cast<int>(fault);
+          << "variant " << variant << " fault " << static_cast<int>(fault);
     }
   }
 }

@@ -120,7 +120,9 @@ TEST(TrainableEagle3Test, TttLossMatchesPlainLoops) {
   for (int64_t id : {0, 2, 3, 6}) t2d[id] = true;
   const double decay = 0.8;
   const TttLossResult r = Eagle3TttLoss(logits, target, mask, draft_ids, t2d, decay);
-  double expected = 0;
+  const TttLossResult all =
+      Eagle3TttLoss(logits, target, mask, draft_ids, t2d, decay, TttLossNorm::kAllPositions);
+  double expected = 0, expected_all = 0;
   for (int64_t k = 0; k < 2; ++k) {
     double sum = 0, count = 0;
     for (int64_t bi = 0; bi < b; ++bi) {
@@ -148,8 +150,13 @@ TEST(TrainableEagle3Test, TttLossMatchesPlainLoops) {
     EXPECT_EQ(r.step_count[k], count);
     EXPECT_NEAR(r.step_loss[k], sum / count, 1e-5);
     expected += std::pow(decay, k) * sum / count;
+    expected_all += std::pow(decay, k) * sum / static_cast<double>(b * t);  // the reference's mean
+    EXPECT_NEAR(all.step_loss[k], sum / count, 1e-5);  // reported per counted position alike
   }
   EXPECT_NEAR(r.loss.item<double>(), expected, 1e-5);
+  EXPECT_NEAR(all.loss.item<double>(), expected_all, 1e-5);
+  EXPECT_EQ(ParseTttLossNorm("all"), TttLossNorm::kAllPositions);
+  EXPECT_THROW(ParseTttLossNorm("mean"), Error);
 }
 
 TEST(Eagle3TrainerTest, TrainsResumesAndWritesThePublishedLayout) {

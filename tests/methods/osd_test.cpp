@@ -104,6 +104,23 @@ TEST(Osd, SpsRecordsTheRejectedDraftPositions) {
     ASSERT_LT(p, static_cast<int64_t>(all.size()));
     EXPECT_NE(argmax[p - 1].item<int64_t>(), all[p]) << "position " << p;
   }
+  // osd_supervise round_end (the reference's rule): the last token of every step, the bonus
+  // after a fully accepted draft included.
+  auto round_end = registry.Build(
+      "sps+osd", context, {{"gamma", 4}, {"osd_interval", 1000}, {"osd_supervise", "round_end"}});
+  DecodeResult r2;
+  round_end->Generate(prompt, g, cache, r2);
+  ASSERT_EQ(r2.generation.tokens, r.generation.tokens);
+  const auto& every =
+      dynamic_cast<OsdAdapter&>(*dynamic_cast<SpeculativeDecoder&>(*round_end).adapter())
+          .corrections();
+  ASSERT_EQ(every.size(), r2.steps.size());
+  ASSERT_LT(rejected_steps, static_cast<int64_t>(r2.steps.size()));  // some full accepts
+  int64_t p = static_cast<int64_t>(prompt.size()) + 1;  // first root after the prefill token
+  for (size_t i = 0; i < r2.steps.size(); ++i) {
+    EXPECT_EQ(every[i], p + r2.steps[i].n_accepted) << "step " << i;
+    p += r2.steps[i].n_emitted;
+  }
 }
 
 // Serves one prompt `repeats` times; returns tau per request and checks every output against AR.
