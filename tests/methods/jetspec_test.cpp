@@ -82,7 +82,9 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
     for (const StepStats& s : spec.steps) {
       // Near the end only the depth is limited, by the tokens still allowed.
       const int64_t depth_room = 48 - generated;
-      if (depth_room >= c.depth) EXPECT_EQ(s.n_drafted, c.n_drafted) << "prompt " << i;
+      if (depth_room >= c.depth) {
+        EXPECT_EQ(s.n_drafted, c.n_drafted) << "prompt " << i;
+      }
       EXPECT_LE(s.n_drafted, c.n_drafted) << "prompt " << i;
       EXPECT_LE(s.draft_depth, std::min(c.depth, depth_room)) << "prompt " << i;
       generated += s.n_emitted;
@@ -94,7 +96,9 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
   // The nudged heads make the test reach every verification outcome.
   EXPECT_GT(counts.accepted, 0);
   EXPECT_GT(counts.none_accepted, 0);
-  if (counts.deep > 0) EXPECT_GT(counts.partial, 0);
+  if (counts.deep > 0) {
+    EXPECT_GT(counts.partial, 0);
+  }
 }
 
 class JetspecStories : public ::testing::Test {
@@ -102,7 +106,6 @@ class JetspecStories : public ::testing::Test {
   static void SetUpTestSuite() {
     at::set_num_threads(1);
     target_ = new LoadedTarget(LoadModel("stories260K", at::kFloat));
-    const LlamaConfig& t = target_->model->config();
     // Nudged shipped heads (dflash_test_util.h): they accept some drafts and reject others.
     causal_dir_ = new std::string(testing_util::WriteNudgedStoriesHead(
         "stories260K-jetspec", 6, kNudge, 5, "jetspec_stories_causal"));
