@@ -285,6 +285,7 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
   result.loop = RunTrainLoop(task, c.optim, settings, out_dir, options);
   result.evaluation = task.last_eval();
   if (result.loop.finished) {
+    task.WriteDrafter(out_dir);  // again, now with the final held-out figures in config.json
     nlohmann::ordered_json summary;
     summary["settings"] = settings;
     summary["n_train_rows"] = result.n_train;
