@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "methods/method_registry.h"
+#include "methods/specbranch/hrad_trainer.h"
 #include "methods/specbranch/specbranch_decoder.h"
 #include "models/drafter_catalog.h"
 #include "tests/methods/parallel_test_util.h"
@@ -147,6 +148,49 @@ TEST(SpecBranch, HradMlpMatchesPlainLoopAndRoundTrips) {
   HradPredictor again(back.config, back.tensors);
   EXPECT_EQ(again.Classify(z), cls);
   EXPECT_EQ(again.logits(), predictor.logits());
+}
+
+// `specbed train hrad` on a tiny budget: labels of all three classes, a predictor that loads,
+// matches the target's shape, records its recipe and held-out figures, and decodes like AR.
+TEST(HradTrain, WritesALoadablePredictorWithRecipeAndEvaluation) {
+  const std::string dir = testing_util::ScratchDir(testing_util::TestName()) + "/hrad";
+  HradTrainConfig c;
+  c.target = "stories260K";
+  c.n_sequences = 6;
+  c.n_eval_sequences = 2;
+  c.seq_len = 48;
+  c.optim = DefaultHradOptim();
+  c.optim.steps = 60;
+  c.optim.checkpoint_every = 30;
+  TrainLoopOptions options;
+  options.verbose = false;
+  options.restart = true;
+  const HradTrainResult r = TrainHrad(c, dir, options);
+  ASSERT_TRUE(r.loop.finished);
+  EXPECT_EQ(r.n_train, 6 * 46);  // positions 1 .. seq_len - 2
+  EXPECT_EQ(r.n_eval, 2 * 46);
+  const auto counts = r.evaluation.at("train_class_counts");
+  for (int k = 0; k < 3; ++k) EXPECT_GT(counts[k].get<int64_t>(), 0) << "class " << k;
+  HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+  EXPECT_EQ(ckpt.config.target_dim, 64);
+  EXPECT_EQ(ckpt.config.target_layers, 5);
+  EXPECT_EQ(ckpt.config.Layers(), FeatureLayers());
+  EXPECT_EQ(ckpt.config.training.at("trainer"), "specbed train hrad");
+  EXPECT_TRUE(ckpt.config.evaluation.contains("balanced_accuracy"));
+  SpecBranchOptions options_sb;
+  options_sb.target_threads = 1;
+  SpecBranchDecoder decoder(*Shared().target.model, Shared().target.tokenizer.get(),
+                            Shared().draft.model,
+                            std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors),
+                            ckpt.config.Layers(), options_sb);
+  const auto& prompt = Shared().prompts[0];
+  LoadedTarget& target = Shared().target;
+  const GenerationConfig g = parallel_test::Config(target, 0.0, 48);
+  KvCache cache = parallel_test::CacheFor(*target.model, prompt, 48, decoder);
+  const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), prompt, g, cache);
+  DecodeResult out;
+  decoder.Generate(prompt, g, cache, out);
+  EXPECT_EQ(out.generation.tokens, ar.tokens);
 }
 
 TEST(SpecBranch, RegisteredWithTraitsAndKnobs) {
