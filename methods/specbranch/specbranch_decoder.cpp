@@ -126,7 +126,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
   std::vector<float> r_q;             // their sampling distributions (T > 0)
   std::vector<float> qb;              // draft logits at the branch point (after R)
   // The token the draft already drew at the branch point (-1 = none): it becomes the first
-  // candidate there (T > 0 losslessness: see the README, "Stop token").
+  // candidate there (T > 0 losslessness: methods/specbranch/README.md, "Stop token").
   int32_t bp_token = -1;
   bool draft_stage = true;
   std::vector<int32_t> context;
