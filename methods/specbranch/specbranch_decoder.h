@@ -7,11 +7,13 @@
 //   [DRAFT stage, only at the start and after a rollback; target idle] H-RAD a priori on the
 //     features of the last verified position: s = 0 -> R = []; s = 2 -> draft gamma_max tokens;
 //     s = 1 -> draft until the first token whose temperature-1 confidence is below epsilon (that
-//     token's position becomes the branch point; it is dropped), at most gamma_max.
+//     token's position becomes the branch point and the token its first candidate), at most
+//     gamma_max.
 //   [BRANCH step, two threads] target: forward [pend] + R (+ the last K layers' hidden states),
 //     chain acceptance of R. Draft: k = max(1, floor(k_max * (1 - conf_b))) candidates at the
 //     branch point (T = 0: top-k of q_b; T > 0: sampled from q_b without replacement, candidate i
-//     from q_b with the earlier candidates removed and renormalised), each extended into a branch
+//     from q_b with the earlier candidates removed and renormalised; a token the draft already
+//     drew at that position is the first candidate), each extended into a branch
 //     of L_br = gamma_max positions (candidate included).
 //   [join] R[n] rejected -> ROLLBACK: commit R[:n] + correction, drop all branches, DRAFT stage
 //     next. R accepted -> branch selection at the branch point with the multi-candidate rule
