@@ -122,6 +122,8 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterDflashMethods(registry);  // after sps and eagle3: derives from their entries
   RegisterJetspecMethods(registry);
   RegisterBlockpilotMethods(registry);
+  RegisterPearlMethod(registry);
+  RegisterSpecBranchMethod(registry);
 }
 
 }  // namespace specbed

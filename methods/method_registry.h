@@ -121,5 +121,7 @@ void RegisterOsdMethods(MethodRegistry& registry);
 void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree  // sps+osd, eagle3+osd
 void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
 void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
+void RegisterPearlMethod(MethodRegistry& registry);        // pearl
+void RegisterSpecBranchMethod(MethodRegistry& registry);   // specbranch
 
 }  // namespace specbed

@@ -115,6 +115,8 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
   if (m.decode_ms > 0) m.decode_tokens_per_s = m.decode_tokens / m.decode_ms * 1000.0;
   if (m.n_samples > 0) m.prefill_ms_mean = prefill_sum / static_cast<double>(m.n_samples);
 
+  double busy_draft_us = 0, busy_verify_us = 0;
+  int64_t busy_steps = 0;
   for (const StepRecord& st : steps) {
     ++m.n_steps;
     m.drafted += st.n_drafted;
@@ -125,6 +127,28 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
     if (std::isfinite(st.t_other_us)) m.other_ms += st.t_other_us / 1000.0;
     if (std::isfinite(st.t_adapt_us)) m.adapt_ms += st.t_adapt_us / 1000.0;
     m.rollback_events += st.n_rollback_events;
+    if (st.n_rolled_back >= 0 && st.n_draft_generated >= 0) {
+      m.rolled_back += st.n_rolled_back;
+      m.draft_generated += st.n_draft_generated;
+    }
+    if (st.n_target_forwards >= 0) m.target_forwards += st.n_target_forwards;
+    if (st.t_draft_busy_us >= 0 && st.t_verify_busy_us >= 0) {
+      busy_draft_us += st.t_draft_busy_us;
+      busy_verify_us += st.t_verify_busy_us;
+      ++busy_steps;
+    }
+  }
+  if (m.draft_generated > 0) {
+    m.spec_rollback_rate =
+        static_cast<double>(m.rolled_back) / static_cast<double>(m.draft_generated);
+  }
+  if (m.target_forwards > 0 && m.n_samples > 0) {
+    m.target_forwards_per_sample =
+        static_cast<double>(m.target_forwards) / static_cast<double>(m.n_samples);
+  }
+  if (busy_steps > 0) {
+    m.draft_busy_us_per_step = busy_draft_us / static_cast<double>(busy_steps);
+    m.verify_busy_us_per_step = busy_verify_us / static_cast<double>(busy_steps);
   }
   if (m.n_steps > 0) {
     const double n = static_cast<double>(m.n_steps);

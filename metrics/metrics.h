@@ -86,6 +86,15 @@ struct CaseMetrics {
   int64_t rollback_events = 0;                 // sum of n_rollback_events
   double rollback_events_per_step = kNoValue;  // rollback_events / n_steps
   PositionAcceptance positions;                // per-position acceptance (empty without steps)
+  // Added with schema v6 (NaN / 0 when no step recorded them): the spec's rollback rate
+  // (specs/specbranch.md 1.4, 5) = rolled_back / draft_generated, i.e. rolled-back draft tokens
+  // over every drafted token including discarded parallel work; target forwards; per-side busy.
+  int64_t rolled_back = 0, draft_generated = 0, target_forwards = 0;
+  double spec_rollback_rate = kNoValue;
+  double target_forwards_per_sample = kNoValue;  // target_forwards / n_samples
+  // Mean per-step busy time of each side, microseconds (their sum exceeds the per-step wall
+  // time when drafting overlapped verification).
+  double draft_busy_us_per_step = kNoValue, verify_busy_us_per_step = kNoValue;
 };
 
 CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,

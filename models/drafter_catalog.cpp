@@ -14,7 +14,8 @@ std::string Shipped() {
   return HomePath(std::string("models/stories260K/") + kFolder);
 }
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
-               kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot";
+               kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kHrad[] = "hrad",
+               kHradTwin[] = "hrad-twin";
 
 }  // namespace
 
@@ -41,6 +42,11 @@ const std::vector<NamedDrafter>& NamedDrafters() {
       {"stories260K-blockpilot", "blockpilot", "stories260K-twin",
        "BlockPilot predictor of stories260K (the twin's logits are stories260K's)",
        &Shipped<kBlockpilot>},
+      {"stories260K-hrad", "hrad", "stories260K",
+       "SpecBranch H-RAD predictor for stories260K + stories260K-draft", &Shipped<kHrad>},
+      {"stories260K-twin-hrad", "hrad", "stories260K-twin",
+       "SpecBranch H-RAD predictor for stories260K-twin + stories260K-twin-draft",
+       &Shipped<kHradTwin>},
   };
   return drafters;
 }

@@ -333,6 +333,10 @@ const std::vector<std::string> kConventions = {
     "acceptance, cache bookkeeping) / Σ decode time.",
     "rollback (%) = (drafted − accepted) / drafted draft tokens (drafted = tree nodes, root "
     "excluded).",
+    "rollback rate RB (%) = rolled-back draft tokens / all draft tokens generated, discarded "
+    "parallel work included (specs/specbranch.md 1.4; PEARL / SpecBranch's metric); target "
+    "forwards / answer = verification passes per answer; busy draft / verify = what each side "
+    "computed per step (their sum exceeds the step's wall time when they overlapped).",
     "exact match = answers whose token ids equal the AR baseline's (a losslessness check at "
     "T = 0); for the others the first divergence position (minimum) and the AR target's top-2 "
     "logit margin there (smallest).",
@@ -472,6 +476,9 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   t.columns.push_back({"τ", true, true});
   t.columns.push_back({"T_D (%)", true, true});
   t.columns.push_back({"rollback (%)", true, true});
+  t.columns.push_back({"rollback rate RB (%)", true, true});
+  t.columns.push_back({"target forwards / answer", true, true});
+  t.columns.push_back({"busy draft / verify (µs/step)", true, true});
   t.columns.push_back({"other (%)", true, true});
   t.columns.push_back({"speedup 95% CI", true, true});
   t.columns.push_back({"speedup Σ 95% CI", true, true});
@@ -511,6 +518,11 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         Fixed(m.tau, 2),
         Fixed(100.0 * m.draft_fraction, 1),
         Fixed(100.0 * m.rollback_rate, 1),
+        Fixed(100.0 * m.spec_rollback_rate, 1),
+        Fixed(m.target_forwards_per_sample, 1),
+        std::isfinite(m.draft_busy_us_per_step)
+            ? Fixed(m.draft_busy_us_per_step, 0) + " / " + Fixed(m.verify_busy_us_per_step, 0)
+            : std::string(kNone),
         Fixed(100.0 * m.other_fraction, 1),
         c.is_ar ? kNone : Interval2(c.speedup.geomean_ci),
         c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci),

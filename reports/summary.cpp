@@ -331,6 +331,9 @@ std::string FormatSummaryTable(const Summary& s) {
                                              {"other%"},
                                              {"adapt%"},
                                              {"rollback%"},
+                                             {"RB%"},
+                                             {"fwd/ans"},
+                                             {"busy D/V µs"},
                                              {"speedup [95% CI]"},
                                              {"Σ ratio [95% CI]"},
                                              {"Spec-Bench [95% CI]"},
@@ -367,26 +370,17 @@ std::string FormatSummaryTable(const Summary& s) {
         margin = Fixed(e.min_margin, 3);
       }
     }
-    for (const std::string& cell : {c.target,
-                                    c.dataset,
-                                    General(c.temperature),
-                                    std::to_string(m.n_samples),
-                                    TimingCell(c.timing_mode),
-                                    Fixed(m.decode_tokens_per_s, 1),
-                                    Fixed(m.drafted_per_step, 1),
-                                    Fixed(m.tau, 2),
-                                    Fixed(100.0 * m.draft_fraction, 1),
-                                    Fixed(100.0 * m.other_fraction, 1),
-                                    Fixed(100.0 * m.adapt_fraction, 1),
-                                    Fixed(100.0 * m.rollback_rate, 1),
-                                    speedup,
-                                    total,
-                                    spec_bench,
-                                    exact,
-                                    divergence,
-                                    margin,
-                                    Rates(m.positions.r),
-                                    Rates(m.positions.alpha)}) {
+    for (const std::string& cell :
+         {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
+          TimingCell(c.timing_mode), Fixed(m.decode_tokens_per_s, 1), Fixed(m.drafted_per_step, 1),
+          Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1), Fixed(100.0 * m.other_fraction, 1),
+          Fixed(100.0 * m.adapt_fraction, 1), Fixed(100.0 * m.rollback_rate, 1),
+          Fixed(100.0 * m.spec_rollback_rate, 1), Fixed(m.target_forwards_per_sample, 1),
+          std::isfinite(m.draft_busy_us_per_step)
+              ? StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0))
+              : std::string(kNone),
+          speedup, total, spec_bench,
+          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));
@@ -424,6 +418,10 @@ std::string FormatSummaryTable(const Summary& s) {
          "τ = tokens emitted per verify step (bonus token included);\n"
       << "T_D% / other% = drafting / other time as a share of decode time; adapt% = online "
          "adaptation (OSD updates), part of T_D%; rollback% = drafted tokens rejected;\n"
+      << "RB% = rollback rate (specs/specbranch.md 1.4): rolled-back draft tokens / all drafted "
+         "tokens incl. discarded parallel work; fwd/ans = target forwards per answer;\n"
+      << "busy D/V = per-step busy time of the draft / target side (sum > step wall time when "
+         "they overlapped, pearl/specbranch);\n"
       << "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); "
          "timing = paired (AR timed on the same prompt back to back, alternating order), "
          "per-case, or — (not recorded);\n"
@@ -504,6 +502,13 @@ std::string SummaryJson(const Summary& s) {
     j["drafted_per_step"] = Number(m.drafted_per_step);
     j["rollback_rate"] = Number(m.rollback_rate);
     j["rollback_events"] = m.rollback_events;
+    j["spec_rollback_rate"] = Number(m.spec_rollback_rate);
+    j["rolled_back_tokens"] = m.rolled_back;
+    j["draft_generated_tokens"] = m.draft_generated;
+    j["target_forwards"] = m.target_forwards;
+    j["target_forwards_per_sample"] = Number(m.target_forwards_per_sample);
+    j["draft_busy_us_per_step"] = Number(m.draft_busy_us_per_step);
+    j["verify_busy_us_per_step"] = Number(m.verify_busy_us_per_step);
     j["rollback_events_per_step"] = Number(m.rollback_events_per_step);
     Json r_list = Json::array(), alpha_list = Json::array();
     for (double v : m.positions.r) r_list.push_back(Number(v));

@@ -243,8 +243,16 @@ CREATE TRIGGER bench_bandwidth_no_update BEFORE UPDATE ON bench_bandwidth
 CREATE TRIGGER bench_bandwidth_no_delete BEFORE DELETE ON bench_bandwidth
   BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
 )sql",
-    // 5 -> 6: the paired AR run's prefill time (end-to-end speedups).
+    // 5 -> 6: parallel draft/verify decoders (PEARL, SpecBranch): per-side busy time, target
+    // forwards, rollback tokens (spec definition, discarded parallel work included) and the draft
+    // tokens generated per step (-1 = not recorded: rows written before); the paired AR run's
+    // prefill time (end-to-end speedups; NULL before).
     R"sql(
+ALTER TABLE steps ADD COLUMN t_draft_busy_us REAL NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN t_verify_busy_us REAL NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN n_target_forwards INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN n_rolled_back INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN n_draft_generated INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE samples ADD COLUMN paired_ar_prefill_ms REAL;
 )sql",
 };
@@ -718,8 +726,10 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
   sqlite3_stmt* insert_step =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
-             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us, "
+             "t_draft_busy_us, t_verify_busy_us, n_target_forwards, n_rolled_back, "
+             "n_draft_generated) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
 
   Begin("writing a case");
   try {
@@ -847,6 +857,11 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       BindInt(insert_step, 10, step.draft_depth);
       BindInt(insert_step, 11, step.n_rollback_events);
       BindReal(insert_step, 12, step.t_adapt_us);
+      BindReal(insert_step, 13, step.t_draft_busy_us);
+      BindReal(insert_step, 14, step.t_verify_busy_us);
+      BindInt(insert_step, 15, step.n_target_forwards);
+      BindInt(insert_step, 16, step.n_rolled_back);
+      BindInt(insert_step, 17, step.n_draft_generated);
       const int rc = sqlite3_step(insert_step);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
@@ -1066,10 +1081,14 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
   op_start_us_ = NowMicros();
   const char* v2_columns = schema_version_ >= 2 ? "st.draft_depth, st.n_rollback_events" : "-1, 0";
   const char* v3_columns = schema_version_ >= 3 ? ", st.t_adapt_us" : ", 0";
+  const char* v6_columns = schema_version_ >= 6
+                               ? ", st.t_draft_busy_us, st.t_verify_busy_us, st.n_target_forwards, "
+                                 "st.n_rolled_back, st.n_draft_generated"
+                               : ", -1, -1, -1, -1, -1";
   OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, "
                              "st.n_accepted, st.n_emitted, st.t_draft_us, st.t_verify_us, "
                              "st.t_other_us, ",
-                             v2_columns, v3_columns,
+                             v2_columns, v3_columns, v6_columns,
                              " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
                              "st.case_id = ?1 ORDER BY st.step_id")
                           .c_str()));
@@ -1091,6 +1110,11 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
     r.draft_depth = ColInt(q, 9);
     r.n_rollback_events = ColInt(q, 10);
     r.t_adapt_us = ColReal(q, 11);
+    r.t_draft_busy_us = ColReal(q, 12);
+    r.t_verify_busy_us = ColReal(q, 13);
+    r.n_target_forwards = ColInt(q, 14);
+    r.n_rolled_back = ColInt(q, 15);
+    r.n_draft_generated = ColInt(q, 16);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));

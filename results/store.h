@@ -107,6 +107,15 @@ struct StepRecord {
   // Schema v3. Online adaptation (e.g. an OSD drafter update) run inside this step, microseconds;
   // already included in t_draft_us (the drafter's cost). 0 for rows before v3.
   double t_adapt_us = 0;
+  // Schema v6 (parallel draft/verify decoders; rows before v6 read back as -1 = not recorded).
+  // Per-side busy time (= t_draft_us / t_verify_us for sequential decoders; larger, and then
+  // summing to more than the wall time, when drafting overlapped verification).
+  double t_draft_busy_us = -1, t_verify_busy_us = -1;
+  int64_t n_target_forwards = -1;  // target forwards (verification passes) in this step
+  // Rollback tokens (specs/specbranch.md 1.4): draft tokens discarded because a draft token was
+  // rejected, counting discarded parallel work; divided by Σ n_draft_generated = rollback rate.
+  int64_t n_rolled_back = -1;
+  int64_t n_draft_generated = -1;  // draft tokens generated this step (offered or not)
 };
 
 // One row of `specbed bench` (autoregressive decode speed).

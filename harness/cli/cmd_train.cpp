@@ -13,6 +13,7 @@
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
+#include "methods/specbranch/hrad_trainer.h"
 
 namespace specbed::cli {
 namespace {
@@ -206,6 +207,50 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
 
 }  // namespace
 
+struct TrainHradOptions {
+  HradTrainConfig config;
+  TrainLoopOptions run;
+  std::string out;
+};
+
+void AddTrainHrad(CLI::App* train) {
+  auto o = std::make_shared<TrainHradOptions>();
+  o->config.optim = DefaultHradOptim();
+  HradTrainConfig& c = o->config;
+  CLI::App* cmd = train->add_subcommand(
+      "hrad",
+      "Train SpecBranch's H-RAD predictor (3-class MLP on target features) from draft/target "
+      "agreement on sequences sampled from the target -> OUT/config.json + model.safetensors");
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("-t,--target", c.target, "Target model (name or path)")->capture_default_str();
+  cmd->add_option("--drafter", c.drafter, "SpS draft LM (auto = the target's shipped one)")
+      ->capture_default_str();
+  cmd->add_option("--gamma", c.gamma, "Draft length of the labels (= specbranch gamma_max)")
+      ->capture_default_str();
+  cmd->add_option("--feature-layers", c.feature_layers, "K: last target layers read")
+      ->capture_default_str();
+  cmd->add_option("--n-sequences", c.n_sequences, "Training sequences sampled from the target")
+      ->capture_default_str();
+  cmd->add_option("--n-eval-sequences", c.n_eval_sequences, "Held-out sequences")
+      ->capture_default_str();
+  cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (BOS included)")
+      ->capture_default_str();
+  cmd->add_option("--temperature", c.temperature, "Sampling temperature of the data")
+      ->capture_default_str();
+  cmd->add_option("--data-seed", c.data_seed, "Seed of the sampled sequences")
+      ->capture_default_str();
+  cmd->add_option("--dropout", c.dropout, "Dropout after each hidden layer")->capture_default_str();
+  AddOptimFlags(cmd, c.optim, o->run);
+  cmd->callback([o] {
+    const HradTrainResult r = TrainHrad(o->config, o->out, o->run);
+    if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
+    std::printf("%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",
+                o->out.c_str(), static_cast<long long>(r.n_train),
+                static_cast<long long>(r.n_eval), r.data_seconds, r.loop.train_seconds,
+                r.evaluation.dump().c_str());
+  });
+}
+
 void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
   cmd->add_option("--steps", c.steps, "Optimiser steps")->capture_default_str();
   cmd->add_option("-b,--batch", c.batch, "Sequences per step")->capture_default_str();
@@ -273,6 +318,7 @@ void AddTrainCommand(CLI::App& app) {
   AddTrainEagle3(train);
   AddTrainDflash(train, "dflash");
   AddTrainDflash(train, "jetspec");
+  AddTrainHrad(train);
 }
 
 }  // namespace specbed::cli

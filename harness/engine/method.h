@@ -134,6 +134,22 @@ struct StepStats {
   int64_t n_rollback_events = 0;
   double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
   double t_adapt_us = 0;  // online adaptation run in this step (included in t_draft_us)
+  // Per-side busy time: how long each side computed in this step. For a sequential decoder these
+  // equal t_draft_us / t_verify_us. A decoder that overlaps drafting with verification (PEARL,
+  // SpecBranch) still makes t_draft + t_verify + t_other tile the step's wall time (t_verify = the
+  // target side's critical path, t_draft = draft time NOT hidden behind it), and reports here
+  // what each side really computed, so busy_draft + busy_verify > wall when they overlapped.
+  double t_draft_busy_us = 0, t_verify_busy_us = 0;
+  int64_t n_target_forwards = 1;  // target forwards run in this step (verification passes)
+  // Rollback tokens (specs/specbranch.md 1.4, 5): draft tokens discarded because a draft token
+  // was rejected -- the rejected token, every token drafted after it, and tokens drafted
+  // concurrently that assumed it (parallel work); not the siblings a tree or branch selection
+  // drops. Divided by n_drafted (every drafted token, discarded parallel work included) it gives
+  // the rollback rate.
+  int64_t n_rolled_back = 0;
+  // Draft tokens the drafter generated in this step, whether offered to the verifier or not (=
+  // n_drafted for a sequential decoder; a parallel decoder also drafts the next chunk).
+  int64_t n_draft_generated = 0;
 };
 
 // One generation with its per-step records.

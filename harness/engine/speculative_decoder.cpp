@@ -153,6 +153,12 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     stats.t_verify_us = (t2 - t1) * 1e-3;
     // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
     stats.t_other_us = ((t4 - t3) + (t0 - t_prev_end) - (step_index == 0 ? begin_ns : 0)) * 1e-3;
+    stats.t_draft_busy_us = stats.t_draft_us;
+    stats.t_verify_busy_us = stats.t_verify_us;
+    stats.n_target_forwards = 1;
+    stats.n_draft_generated = stats.n_drafted;
+    // A rejection discards the drafted positions below the accepted path (depth - accepted).
+    stats.n_rolled_back = stats.n_accepted < draft_depth ? draft_depth - stats.n_accepted : 0;
     t_prev_end = t4;
     result.steps.push_back(stats);
     ++step_index;
@@ -166,6 +172,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     if (!result.steps.empty()) {
       result.steps.back().t_draft_us += adapt_us;
       result.steps.back().t_adapt_us += adapt_us;
+      result.steps.back().t_draft_busy_us += adapt_us;
     }
   }
   const int64_t t_end = NowNanos();

@@ -212,6 +212,11 @@ void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<Step
     step.t_verify_us = st.t_verify_us;
     step.t_other_us = st.t_other_us;
     step.t_adapt_us = st.t_adapt_us;
+    step.t_draft_busy_us = st.t_draft_busy_us;
+    step.t_verify_busy_us = st.t_verify_busy_us;
+    step.n_target_forwards = st.n_target_forwards;
+    step.n_rolled_back = st.n_rolled_back;
+    step.n_draft_generated = st.n_draft_generated;
     steps.push_back(std::move(step));
   }
 }

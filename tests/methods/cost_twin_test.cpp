@@ -246,7 +246,9 @@ TEST(StoriesTwin, EveryMethodMatchesArAndEveryDrafterTwinDraftsLikeItsOriginal) 
     const Trace a = RunMethod(small, name, nlohmann::json::object(), 3, 48);
     const Trace b = RunMethod(twin, name, nlohmann::json::object(), 3, 48);
     EXPECT_EQ(a.outputs, b.outputs);
-    if (!registry.Info(name).traits.trains_online) {
+    // SpecBranch's H-RAD predictor reads target hidden states, and the twin's (16 layers, width
+    // 512) are not stories260K's: each target has its own predictor, so the steps differ.
+    if (!registry.Info(name).traits.trains_online && name != "specbranch") {
       EXPECT_EQ(a.steps, b.steps);
     }
     int64_t accepted = 0;

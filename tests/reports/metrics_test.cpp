@@ -87,6 +87,33 @@ TEST(Metrics, SpeculativeCaseTauDraftShareRollback) {
   EXPECT_NEAR(m.other_ms, 1.1, 1e-9);
 }
 
+// Schema v6: the spec's rollback rate (rolled-back / generated draft tokens, parallel work
+// included), target forwards per answer and per-side busy time; rows that did not record them
+// (-1, from older files) are left out, and without any the figures are NaN.
+TEST(Metrics, SpecRollbackRateTargetForwardsAndBusyTimes) {
+  std::vector<StepRecord> steps = FakeSteps();
+  const CaseMetrics old = ComputeCaseMetrics(FakeSamples(), steps);  // v5-like rows: -1
+  EXPECT_TRUE(std::isnan(old.spec_rollback_rate));
+  EXPECT_TRUE(std::isnan(old.draft_busy_us_per_step));
+  EXPECT_TRUE(std::isnan(old.target_forwards_per_sample));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i].n_draft_generated = 4;
+    steps[i].n_rolled_back = i % 2 == 0 ? 4 : 0;  // 6 of 11 steps roll back everything
+    steps[i].n_target_forwards = 1;
+    steps[i].t_draft_busy_us = 3000;
+    steps[i].t_verify_busy_us = 1500;
+  }
+  steps[3].n_rolled_back = -1;  // not recorded: the row is left out of the rate
+  const CaseMetrics m = ComputeCaseMetrics(FakeSamples(), steps);
+  EXPECT_EQ(m.draft_generated, 40);
+  EXPECT_EQ(m.rolled_back, 24);
+  EXPECT_NEAR(m.spec_rollback_rate, 24.0 / 40.0, 1e-12);
+  EXPECT_EQ(m.target_forwards, 11);
+  EXPECT_NEAR(m.target_forwards_per_sample, 11.0 / m.n_samples, 1e-12);
+  EXPECT_NEAR(m.draft_busy_us_per_step, 3000, 1e-9);
+  EXPECT_NEAR(m.verify_busy_us_per_step, 1500, 1e-9);
+}
+
 TEST(Metrics, NothingDraftedMeansNoRollbackRate) {
   std::vector<StepRecord> steps = FakeSteps();
   for (auto& s : steps) s.n_drafted = s.n_accepted = 0;

@@ -927,7 +927,7 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
-  EXPECT_EQ(TableColumns(fresh, "steps").size(), 13u);
+  EXPECT_EQ(TableColumns(fresh, "steps").size(), 18u);  // v6: busy times, forwards, rollback
 }
 
 TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {

@@ -1,0 +1,92 @@
+// SideThread and ThreadBudget (see side_thread.h).
+#include "methods/pearl/side_thread.h"
+
+#include <ATen/Parallel.h>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+
+ThreadBudget::ThreadBudget(int threads) : saved_(at::get_num_threads()) {
+  SPECBED_CHECK(threads >= 1, "thread budget must be >= 1, got ", threads);
+  if (threads != saved_) at::set_num_threads(threads);
+}
+
+ThreadBudget::~ThreadBudget() {
+  if (at::get_num_threads() != saved_) at::set_num_threads(saved_);
+}
+
+SideThread::SideThread(int threads) : threads_(threads) {
+  SPECBED_CHECK(threads >= 1, "side thread budget must be >= 1, got ", threads);
+  // The caller's width: the worker's set_num_threads also moves the process-global default, which
+  // is put back below so that threads started later are unaffected.
+  const int caller = at::get_num_threads();
+  thread_ = std::thread([this] { Loop(); });
+  // The worker sets its own width first thing; wait for that before restoring the default.
+  Start([] {});
+  Wait();
+  at::set_num_threads(caller);
+}
+
+SideThread::~SideThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SideThread::Loop() {
+  at::set_num_threads(threads_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return has_job_ || quit_; });
+    if (quit_) return;
+    std::function<void()> job = std::move(job_);
+    has_job_ = false;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      job();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    error_ = error;
+    done_ = true;
+    cv_.notify_all();
+  }
+}
+
+void SideThread::Start(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SPECBED_CHECK(done_, "SideThread::Start while a job is running");
+    job_ = std::move(job);
+    has_job_ = true;
+    done_ = false;
+    error_ = nullptr;
+  }
+  cv_.notify_all();
+}
+
+void SideThread::Wait() {
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+int SideThread::WorkerThreads() {
+  int n = 0;
+  Start([&n] { n = at::get_num_threads(); });
+  Wait();
+  return n;
+}
+
+}  // namespace specbed

@@ -1,0 +1,65 @@
+// A second host thread with its own LibTorch intra-op thread budget, for decoders that overlap
+// drafting with verification (PEARL, SpecBranch).
+//
+// Thread budgets. With LibTorch's OpenMP backend (the Debian/PyTorch CPU builds), the intra-op
+// width at::parallel_for uses is the calling thread's OpenMP `nthreads-var` ICV, which is
+// per-thread: at::set_num_threads(n) on a thread sets that thread's ICV (omp_set_num_threads)
+// and, as a side effect, a process-global default that only threads which have not yet run an
+// ATen parallel op pick up on first use (at::internal::lazy_init_num_threads). So each side can
+// have its own width: the side thread sets its budget once on start (before its first parallel
+// op); the calling thread sets its budget with a ThreadBudget guard around the decode and restores
+// its previous width (which also restores the global default) on exit. Each root thread that
+// enters an OpenMP parallel region gets its own team, so the two sides never share workers; at a
+// budget of 1 a side runs no OpenMP workers at all.
+// Checked by: tests/methods/pearl_test.cpp (budgets are per thread; overlap of the two sides).
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace specbed {
+
+// Sets the calling thread's intra-op width for its lifetime and restores the previous one.
+class ThreadBudget {
+ public:
+  explicit ThreadBudget(int threads);
+  ~ThreadBudget();
+  ThreadBudget(const ThreadBudget&) = delete;
+  ThreadBudget& operator=(const ThreadBudget&) = delete;
+
+ private:
+  int saved_;
+};
+
+// One worker thread that runs one job at a time: Start(job) hands it over and returns at once;
+// Wait() blocks until it finished (rethrowing its exception). The worker's intra-op width is
+// `threads` (set on the worker itself before any job).
+class SideThread {
+ public:
+  explicit SideThread(int threads);
+  ~SideThread();
+  SideThread(const SideThread&) = delete;
+  SideThread& operator=(const SideThread&) = delete;
+
+  void Start(std::function<void()> job);
+  void Wait();
+  int threads() const { return threads_; }
+  // The intra-op width the worker reports (at::get_num_threads() on the worker).
+  int WorkerThreads();
+
+ private:
+  void Loop();
+
+  int threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool has_job_ = false, done_ = true, quit_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace specbed

@@ -1,0 +1,106 @@
+// Registration of `specbranch` (SpecBranchDecoder, specbranch_decoder.h) with its ablations as
+// knobs: branch = false (w/o branch: H-RAD + sequential SD), hrad = false (w/o H-RAD).
+// Checked by: tests/methods/specbranch_test.cpp.
+#include "harness/base/error.h"
+#include "methods/method_registry.h"
+#include "methods/specbranch/specbranch_decoder.h"
+#include "models/drafter_catalog.h"
+
+namespace specbed {
+
+void RegisterSpecBranchMethod(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "specbranch";
+  info.description =
+      "SpecBranch: H-RAD (3-class MLP on target features + draft confidence) sets draft lengths "
+      "and branch points; k branches are drafted at the branch point while the target verifies "
+      "the prefix (two threads); multi-candidate rejection selects one";
+  info.paper = "SpecBranch (anonymous submission, seed 004; specs/specbranch.md)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.needs_drafter = true;
+  info.traits.needs_draft_probs = true;
+  info.traits.needs_target_hidden = true;
+  info.traits.overlaps_verification = true;
+  info.traits.sampling_verifier = "chain_rs";
+  info.traits.drafter_knob = "drafter";
+  info.knobs = {
+      {"gamma_max", 4,
+       "longest draft chunk and branch length (positions); the spec ties it to the speed ratio "
+       "c = T_target / T_draft",
+       1, 64, {}},
+      {"k_max", 4, "most branches at a branch point: k = max(1, floor(k_max (1 - conf)))", 1, 64,
+       {}},
+      {"epsilon", 0.2, "confidence threshold (temperature-1 draft probability)", 0, 1, {}},
+      {"feature_layers", 4, "K: target layers H-RAD reads (must match the predictor)", 1, 64, {}},
+      {"branch", 1, "1 = branch parallelism; 0 = w/o branch (H-RAD + sequential SD)", 0, 1, {}},
+      {"hrad", 1, "1 = H-RAD; 0 = w/o H-RAD (fixed gamma_max chunks)", 0, 1, {}},
+      {"drafter",
+       "auto",
+       "draft model: registry name or path, must share the target's vocabulary; auto = the "
+       "target's shipped draft (stories260K-draft, stories260K-twin-draft)",
+       1,
+       0,
+       {},
+       "draft"},
+      {"predictor",
+       "auto",
+       "H-RAD predictor directory (`specbed train hrad`), a known name (stories260K-hrad, "
+       "stories260K-twin-hrad) or auto = the target's shipped one; unused with hrad = 0",
+       1,
+       0,
+       {},
+       "hrad"},
+      {"draft_threads", 1, "intra-op threads of the draft side (its own thread)", 1, 256, {}},
+      {"target_threads", 0,
+       "intra-op threads of the target side; 0 = the case's threads minus draft_threads (>= 1)",
+       0, 256, {}},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    if (knobs.at("hrad").get<int>() == 0) return;
+    const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
+    const HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+    SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
+                  "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
+                  " layers but the knob feature_layers is ", knobs.at("feature_layers"));
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const std::string drafter_name = knobs.at("drafter").get<std::string>();
+    LoadedTarget& draft = context.load_model(drafter_name);
+    const LlamaConfig& t = context.target->model->config();
+    SPECBED_CHECK(draft.model->config().vocab_size == t.vocab_size, "specbranch: draft model '",
+                  drafter_name, "' has vocabulary size ", draft.model->config().vocab_size,
+                  " but the target '", context.target->spec.name, "' has ", t.vocab_size);
+    SpecBranchOptions options;
+    options.gamma_max = knobs.at("gamma_max").get<int64_t>();
+    options.k_max = knobs.at("k_max").get<int64_t>();
+    options.epsilon = knobs.at("epsilon").get<double>();
+    options.branch = knobs.at("branch").get<int>() != 0;
+    options.hrad = knobs.at("hrad").get<int>() != 0;
+    options.draft_threads = knobs.at("draft_threads").get<int>();
+    options.target_threads = knobs.at("target_threads").get<int>();
+    std::unique_ptr<HradPolicy> policy;
+    std::vector<int64_t> layers;
+    if (options.hrad) {
+      const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
+      HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+      SPECBED_CHECK(ckpt.config.target_dim == t.dim && ckpt.config.target_layers == t.n_layers,
+                    "specbranch: predictor '", dir, "' was trained for a target of width ",
+                    ckpt.config.target_dim, " and ", ckpt.config.target_layers,
+                    " layers, but the target '", context.target->spec.name, "' has ", t.dim,
+                    " and ", t.n_layers);
+      SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
+                    "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
+                    " layers but the knob feature_layers is ", knobs.at("feature_layers"));
+      layers = ckpt.config.Layers();
+      policy = std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors);
+    }
+    return std::make_unique<SpecBranchDecoder>(*context.target->model,
+                                               context.target->tokenizer.get(), draft.model,
+                                               std::move(policy), layers, options);
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace specbed

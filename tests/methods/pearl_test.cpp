@@ -1,0 +1,189 @@
+// PEARL (methods/pearl): token-identical to AR at T = 0 on every story prompt (parallel and
+// serialised sides, several chunk lengths), lossless at T = 1 (exact chi-square, with a negative
+// control that accepts the next chunk's first token unverified), a rollback discards every token
+// drafted after the rejected position (trace), per-thread intra-op budgets, registry entry.
+// The overlap test is in pearl_overlap_test.cpp (run serially).
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+
+#include "methods/method_registry.h"
+#include "methods/pearl/pearl_decoder.h"
+#include "tests/methods/parallel_test_util.h"
+
+namespace specbed {
+namespace {
+
+using parallel_test::Shared;
+
+std::unique_ptr<PearlDecoder> MakePearl(int64_t gamma, bool parallel = true) {
+  PearlOptions options;
+  options.gamma = gamma;
+  options.parallel = parallel;
+  options.target_threads = 1;
+  options.draft_threads = 1;
+  return std::make_unique<PearlDecoder>(*Shared().target.model,
+                                        Shared().target.tokenizer.get(), Shared().draft.model,
+                                        options);
+}
+
+TEST(Pearl, MatchesArOnEveryStoryPrompt) {
+  for (int64_t gamma : {1, 4, 7}) {
+    auto pearl = MakePearl(gamma);
+    double rollback = 0;
+    parallel_test::ExpectSameAsAr(*pearl, 0.0, 96, "pearl gamma " + std::to_string(gamma),
+                                  &rollback);
+    EXPECT_GT(rollback, 0.0) << gamma;  // the shipped draft is imperfect: some rollbacks
+    EXPECT_LT(rollback, 1.0) << gamma;
+  }
+  auto serial = MakePearl(4, /*parallel=*/false);
+  parallel_test::ExpectSameAsAr(*serial, 0.0, 96, "pearl serialised");
+}
+
+TEST(Pearl, MatchesArAtTheContextLimit) {
+  // A cache that ends before max_new_tokens: PEARL stops for the context like AR.
+  LoadedTarget& target = Shared().target;
+  auto pearl = MakePearl(4);
+  const auto& prompt = Shared().prompts[1];
+  const GenerationConfig g = parallel_test::Config(target, 0.0, 400);
+  KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30);
+  const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), prompt, g, cache);
+  DecodeResult r;
+  pearl->Generate(prompt, g, cache, r);
+  EXPECT_EQ(r.generation.tokens, ar.tokens);
+  EXPECT_EQ(r.generation.stop_reason, ar.stop_reason);
+}
+
+TEST(Pearl, RollbackDiscardsEveryTokenDraftedAfterTheRejection) {
+  LoadedTarget& target = Shared().target;
+  auto pearl = MakePearl(5);
+  PearlTrace trace;
+  pearl->SetTrace(&trace);
+  int64_t rollbacks = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    const auto& prompt = Shared().prompts[i];
+    DecodeResult r;
+    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 96, *pearl);
+    pearl->Generate(prompt, parallel_test::Config(target, 0.0, 96), cache, r);
+    ASSERT_EQ(trace.steps.size(), r.steps.size());
+    std::vector<int32_t> committed = prompt;
+    committed.push_back(r.generation.tokens.at(0));
+    for (size_t k = 0; k < trace.steps.size(); ++k) {
+      const PearlTraceStep& s = trace.steps[k];
+      const int64_t n_r = static_cast<int64_t>(s.verified.size());
+      if (s.rollback) {
+        ++rollbacks;
+        // Nothing drafted before the rejection survives: the next step verifies no old token.
+        EXPECT_TRUE(s.next_r.empty()) << k;
+        if (k + 1 < trace.steps.size()) EXPECT_TRUE(trace.steps[k + 1].verified.empty()) << k;
+        // Rolled back: the rejected token and every R token after it, plus the whole chunk
+        // drafted concurrently (it assumed the rejected token).
+        const int64_t expected = s.n_accepted_r < n_r
+                                     ? (n_r - s.n_accepted_r) +
+                                           static_cast<int64_t>(s.drafted.size())
+                                     : static_cast<int64_t>(s.drafted.size());
+        EXPECT_EQ(s.n_rolled_back, expected) << k;
+        EXPECT_EQ(r.steps[k].n_rolled_back, expected) << k;
+        // The committed tokens are R's accepted prefix + the target's correction (differs from
+        // the rejected draft token).
+        ASSERT_EQ(static_cast<int64_t>(s.committed.size()), s.n_accepted_r + 1) << k;
+        const int32_t rejected =
+            s.n_accepted_r < n_r ? s.verified[s.n_accepted_r] : s.drafted.at(0);
+        EXPECT_NE(s.committed.back(), rejected) << k;
+        // The draft of the next step continues the committed tokens only (its cache keeps no
+        // discarded token): its context is exactly committed, ending with the correction.
+      } else {
+        EXPECT_EQ(s.n_rolled_back, 0) << k;
+        EXPECT_EQ(s.n_accepted_r, n_r) << k;
+        if (!s.drafted.empty()) {
+          // N[0] accepted: the rest of N is verified next.
+          EXPECT_EQ(s.committed.back(), s.drafted[0]) << k;
+          EXPECT_EQ(s.next_r, std::vector<int32_t>(s.drafted.begin() + 1, s.drafted.end())) << k;
+        }
+      }
+      committed.insert(committed.end(), s.committed.begin(), s.committed.end());
+    }
+    // The draft cache only ever holds committed tokens and the last chunk's speculative ones:
+    // after the sequence, its tokens before the last step's R are a prefix of committed.
+    const auto& cached = pearl->draft().cached();
+    const size_t common = std::min(cached.size(), committed.size());
+    size_t same = 0;
+    while (same < common && cached[same] == committed[same]) ++same;
+    EXPECT_GE(same + 8, common) << "draft cache diverges from the committed tokens";
+  }
+  EXPECT_GT(rollbacks, 5);
+}
+
+TEST(Pearl, LosslessAtTemperatureOneAndNegativeControlFails) {
+  LoadedTarget& target = Shared().target;
+  const auto& prompt = Shared().prompts[3];
+  for (bool broken : {false, true}) {
+    PearlOptions options;
+    options.gamma = 2;
+    options.target_threads = 1;
+    options.test_accept_next_unverified = broken;
+    PearlDecoder pearl(*target.model, target.tokenizer.get(), Shared().draft.model, options);
+    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 4, pearl);
+    const double p = parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
+      DecodeResult r;
+      pearl.Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
+      return r.generation.tokens;
+    });
+    std::printf("pearl T=1 chi-square p = %g (%s)\n", p,
+                broken ? "next token accepted unverified" : "chain rejection sampling");
+    if (broken) {
+      EXPECT_LT(p, 1e-6) << "the negative control must fail";
+    } else {
+      EXPECT_GT(p, 1e-3);
+    }
+  }
+}
+
+TEST(Pearl, SeededAtTemperatureOne) {
+  LoadedTarget& target = Shared().target;
+  auto pearl = MakePearl(4);
+  const auto& prompt = Shared().prompts[2];
+  DecodeResult a, b, c;
+  KvCache cache = parallel_test::CacheFor(*target.model, prompt, 64, *pearl);
+  pearl->Generate(prompt, parallel_test::Config(target, 1.0, 64, 5), cache, a);
+  pearl->Generate(prompt, parallel_test::Config(target, 1.0, 64, 5), cache, b);
+  pearl->Generate(prompt, parallel_test::Config(target, 1.0, 64, 6), cache, c);
+  EXPECT_EQ(a.generation.tokens, b.generation.tokens);
+  EXPECT_NE(a.generation.tokens, c.generation.tokens);
+  parallel_test::ExpectInvariants(a, "T=1");
+}
+
+TEST(Pearl, ThreadBudgetsArePerThread) {
+  const int before = at::get_num_threads();
+  {
+    SideThread side(1);
+    EXPECT_EQ(side.WorkerThreads(), 1);
+    EXPECT_EQ(at::get_num_threads(), before);  // the caller's width is untouched
+    {
+      ThreadBudget budget(2);
+      EXPECT_EQ(at::get_num_threads(), 2);
+      EXPECT_EQ(side.WorkerThreads(), 1);  // and the worker's too
+    }
+    EXPECT_EQ(at::get_num_threads(), before);
+  }
+  EXPECT_EQ(at::get_num_threads(), before);
+}
+
+TEST(Pearl, RegisteredWithTraitsAndKnobs) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  ASSERT_TRUE(registry.Has("pearl"));
+  const MethodInfo& info = registry.Info("pearl");
+  EXPECT_TRUE(info.traits.overlaps_verification);
+  EXPECT_TRUE(info.traits.lossless);
+  EXPECT_EQ(info.traits.sampling_verifier, "chain_rs");
+  const auto knobs = registry.ResolveKnobsFor("pearl", nlohmann::json::object(), "stories260K-twin");
+  EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");
+  EXPECT_EQ(knobs.at("gamma"), 4);
+  EXPECT_EQ(knobs.at("draft_threads"), 1);
+}
+
+}  // namespace
+}  // namespace specbed

@@ -1,0 +1,211 @@
+// SpecBranch (methods/specbranch): token-identical to AR at T = 0 on every story prompt (full
+// method with a pseudo-random H-RAD policy that visits every class, the shipped predictor when
+// present, w/o branch, w/o H-RAD, serialised sides); lossless at T = 1 (exact chi-square over the
+// top-3 sample space), and the same test fails when branch selection accepts the first branch;
+// the H-RAD MLP against a plain loop and its checkpoint round trip; registry entry.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "methods/method_registry.h"
+#include "methods/specbranch/hrad_trainer.h"
+#include "methods/specbranch/specbranch_decoder.h"
+#include "models/drafter_catalog.h"
+#include "tests/methods/parallel_test_util.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+using parallel_test::Shared;
+
+std::vector<int64_t> FeatureLayers() {
+  HradConfig c;
+  c.target_dim = Shared().target.model->config().dim;
+  c.target_layers = Shared().target.model->config().n_layers;
+  c.feature_layers = 4;
+  return c.Layers();
+}
+
+std::unique_ptr<SpecBranchDecoder> Make(SpecBranchOptions options, uint64_t policy_seed = 3) {
+  options.target_threads = 1;
+  options.draft_threads = 1;
+  return std::make_unique<SpecBranchDecoder>(
+      *Shared().target.model, Shared().target.tokenizer.get(), Shared().draft.model,
+      std::make_unique<RandomHradPolicy>(policy_seed), FeatureLayers(), options);
+}
+
+TEST(SpecBranch, MatchesArOnEveryStoryPrompt) {
+  struct Variant {
+    std::string name;
+    SpecBranchOptions options;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"full", {}});
+  {
+    SpecBranchOptions o;
+    o.gamma_max = 6;
+    o.k_max = 6;
+    o.epsilon = 0.4;
+    variants.push_back({"gamma 6, k 6, eps 0.4", o});
+  }
+  {
+    SpecBranchOptions o;
+    o.branch = false;
+    variants.push_back({"w/o branch", o});
+  }
+  {
+    SpecBranchOptions o;
+    o.hrad = false;
+    variants.push_back({"w/o H-RAD", o});
+  }
+  {
+    SpecBranchOptions o;
+    o.parallel = false;
+    variants.push_back({"serialised", o});
+  }
+  for (const Variant& v : variants) {
+    auto decoder = Make(v.options);
+    double rollback = 0;
+    parallel_test::ExpectSameAsAr(*decoder, 0.0, 96, "specbranch " + v.name, &rollback);
+    const SpecBranchCounters& c = decoder->counters();
+    if (v.options.hrad) {
+      for (int s = 0; s < 3; ++s) EXPECT_GT(c.class_count[s], 0) << v.name << " class " << s;
+    }
+    if (v.options.branch) {
+      EXPECT_GT(c.branches, c.branch_points) << v.name << ": some branch points spawn > 1 branch";
+    }
+    EXPECT_GT(c.rollbacks, 0) << v.name;
+  }
+}
+
+TEST(SpecBranch, ShippedPredictorMatchesAr) {
+  const std::string dir = ResolveDrafterDir("stories260K-hrad");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no predictor at " << dir;
+  HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+  SpecBranchOptions options;
+  options.target_threads = 1;
+  SpecBranchDecoder decoder(*Shared().target.model, Shared().target.tokenizer.get(),
+                            Shared().draft.model,
+                            std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors),
+                            ckpt.config.Layers(), options);
+  parallel_test::ExpectSameAsAr(decoder, 0.0, 96, "specbranch shipped H-RAD");
+}
+
+TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
+  LoadedTarget& target = Shared().target;
+  const auto& prompt = Shared().prompts[3];
+  for (bool broken : {false, true}) {
+    SpecBranchOptions options;
+    options.gamma_max = 2;
+    options.k_max = 6;
+    options.test_accept_first_branch = broken;
+    auto decoder = Make(options, 11);
+    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 4, *decoder);
+    const double p =
+        parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
+          DecodeResult r;
+          decoder->Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
+          return r.generation.tokens;
+        });
+    EXPECT_GT(decoder->counters().branches, decoder->counters().branch_points);
+    std::printf("specbranch T=1 chi-square p = %g (%s)\n", p,
+                broken ? "accept first branch" : "multi-candidate rule");
+    if (broken) {
+      EXPECT_LT(p, 1e-6) << "accepting the first branch must fail the test";
+    } else {
+      EXPECT_GT(p, 1e-3);
+    }
+  }
+}
+
+TEST(SpecBranch, HradMlpMatchesPlainLoopAndRoundTrips) {
+  HradConfig c;
+  c.target_dim = 8;
+  c.target_layers = 5;
+  c.feature_layers = 2;
+  c.hidden = {6, 4};
+  EXPECT_EQ(c.Layers(), (std::vector<int64_t>{4, 5}));
+  const auto tensors = RandomHradTensors(c, 9);
+  HradPredictor predictor(c, tensors);
+  std::vector<float> z(static_cast<size_t>(c.input_dim()));
+  for (size_t i = 0; i < z.size(); ++i) z[i] = std::sin(0.7 * i) * 3;
+  const int cls = predictor.Classify(z);
+  // Reference with ATen.
+  at::Tensor x = at::tensor(z).view({1, -1});
+  x = at::relu(at::addmm(tensors.at("mlp.0.bias"), x, tensors.at("mlp.0.weight").t()));
+  x = at::relu(at::addmm(tensors.at("mlp.1.bias"), x, tensors.at("mlp.1.weight").t()));
+  x = at::addmm(tensors.at("mlp.2.bias"), x, tensors.at("mlp.2.weight").t());
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(predictor.logits()[k], x[0][k].item<float>(), 1e-4);
+  EXPECT_EQ(cls, x.argmax(1).item<int64_t>());
+  const std::string dir = testing_util::ScratchDir(testing_util::TestName()) + "/hrad";
+  WriteHradCheckpoint(dir, c, tensors);
+  HradCheckpoint back = LoadHradCheckpoint(dir);
+  EXPECT_EQ(back.config.Layers(), c.Layers());
+  HradPredictor again(back.config, back.tensors);
+  EXPECT_EQ(again.Classify(z), cls);
+  EXPECT_EQ(again.logits(), predictor.logits());
+}
+
+// `specbed train hrad` on a tiny budget: labels of all three classes, a predictor that loads,
+// matches the target's shape, records its recipe and held-out figures, and decodes like AR.
+TEST(HradTrain, WritesALoadablePredictorWithRecipeAndEvaluation) {
+  const std::string dir = testing_util::ScratchDir(testing_util::TestName()) + "/hrad";
+  HradTrainConfig c;
+  c.target = "stories260K";
+  c.n_sequences = 6;
+  c.n_eval_sequences = 2;
+  c.seq_len = 48;
+  c.optim = DefaultHradOptim();
+  c.optim.steps = 60;
+  c.optim.checkpoint_every = 30;
+  TrainLoopOptions options;
+  options.verbose = false;
+  options.restart = true;
+  const HradTrainResult r = TrainHrad(c, dir, options);
+  ASSERT_TRUE(r.loop.finished);
+  EXPECT_EQ(r.n_train, 6 * 46);  // positions 1 .. seq_len - 2
+  EXPECT_EQ(r.n_eval, 2 * 46);
+  const auto counts = r.evaluation.at("train_class_counts");
+  for (int k = 0; k < 3; ++k) EXPECT_GT(counts[k].get<int64_t>(), 0) << "class " << k;
+  HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+  EXPECT_EQ(ckpt.config.target_dim, 64);
+  EXPECT_EQ(ckpt.config.target_layers, 5);
+  EXPECT_EQ(ckpt.config.Layers(), FeatureLayers());
+  EXPECT_EQ(ckpt.config.training.at("trainer"), "specbed train hrad");
+  EXPECT_TRUE(ckpt.config.evaluation.contains("balanced_accuracy"));
+  SpecBranchOptions options_sb;
+  options_sb.target_threads = 1;
+  SpecBranchDecoder decoder(*Shared().target.model, Shared().target.tokenizer.get(),
+                            Shared().draft.model,
+                            std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors),
+                            ckpt.config.Layers(), options_sb);
+  const auto& prompt = Shared().prompts[0];
+  LoadedTarget& target = Shared().target;
+  const GenerationConfig g = parallel_test::Config(target, 0.0, 48);
+  KvCache cache = parallel_test::CacheFor(*target.model, prompt, 48, decoder);
+  const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), prompt, g, cache);
+  DecodeResult out;
+  decoder.Generate(prompt, g, cache, out);
+  EXPECT_EQ(out.generation.tokens, ar.tokens);
+}
+
+TEST(SpecBranch, RegisteredWithTraitsAndKnobs) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  ASSERT_TRUE(registry.Has("specbranch"));
+  const MethodInfo& info = registry.Info("specbranch");
+  EXPECT_TRUE(info.traits.overlaps_verification);
+  EXPECT_TRUE(info.traits.needs_target_hidden);
+  const auto knobs =
+      registry.ResolveKnobsFor("specbranch", nlohmann::json::object(), "stories260K-twin");
+  EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");
+  EXPECT_EQ(knobs.at("predictor"), "stories260K-twin-hrad");
+  EXPECT_EQ(knobs.at("epsilon"), 0.2);
+}
+
+}  // namespace
+}  // namespace specbed
