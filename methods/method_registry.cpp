@@ -122,6 +122,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterDflashMethods(registry);  // after sps and eagle3: derives from their entries
   RegisterJetspecMethods(registry);
   RegisterBlockpilotMethods(registry);
+  RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
 }
 
 }  // namespace specbed

@@ -108,5 +108,6 @@ void RegisterOsdMethods(MethodRegistry& registry);
 void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree  // sps+osd, eagle3+osd
 void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
 void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
+void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +bandit
 
 }  // namespace specbed

@@ -31,6 +31,7 @@ constexpr DrafterSource kDrafters[] = {
     {"eagle3", kStoriesTwinWidthFactor},
     {"dflash", kStoriesTwinWidthFactor},
     {"jetspec", kStoriesTwinWidthFactor},
+    {"specblock", kStoriesTwinWidthFactor},
 };
 
 // Bumped whenever the padding or the recipe changes, so old caches are rebuilt.
@@ -67,6 +68,7 @@ StoriesTwinPaths PathsUnder(const std::string& root) {
   p.eagle3 = root + "/eagle3";
   p.dflash = root + "/dflash";
   p.jetspec = root + "/jetspec";
+  p.specblock = root + "/specblock";
   return p;
 }
 

@@ -1,5 +1,5 @@
 // The built-in cost twin of stories260K and of its shipped drafters ("stories260K-twin",
-// "stories260K-twin-draft", "-eagle3", "-dflash", "-jetspec"): built on first use in a few seconds
+// "stories260K-twin-draft", "-eagle3", "-dflash", "-jetspec", "-specblock"): built on first use in a few seconds
 // into the cache ($SPECBED_CACHE, else $SPECBED_HOME/.cache; outside git) and reused while the
 // sources and the recipe are unchanged (a fingerprint of both is checked on every first use in a
 // process). Concurrent builders (sweep shards, parallel tests) take a file lock; a build is
@@ -42,6 +42,7 @@ struct StoriesTwinPaths {
   std::string eagle3;   //   EAGLE-3 head
   std::string dflash;   //   DFlash head
   std::string jetspec;  //   JetSpec head
+  std::string specblock;  // SpecBlock drafter
 };
 
 // The cache root: $SPECBED_CACHE when set, else SpecBedHome() + "/.cache".
