@@ -14,8 +14,7 @@ std::string Shipped() {
   return HomePath(std::string("models/stories260K/") + kFolder);
 }
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
-               kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot",
-               kSpecblock[] = "specblock";
+               kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kSpecblock[] = "specblock";
 
 }  // namespace
 

@@ -123,7 +123,6 @@ void AddTrainEagle3(CLI::App* train) {
   cmd->callback([o] { RunTrainEagle3(*o); });
 }
 
-
 struct TrainSpecBlockOptions {
   SpecBlockTrainConfig config;
   TrainLoopOptions run;
@@ -169,13 +168,12 @@ void AddTrainSpecBlock(CLI::App* train) {
     KeepLargeBlocksInHeap();
     const SpecBlockTrainResult r = TrainSpecBlock(o->config, o->out, o->run);
     if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
-    std::printf("%s: %lld steps, %lld parameters, final train loss %.4f; held-out loss %.4f, "
-                "slot-1 top-1 %.4f, block chain tau estimate %.3f; train %.1f s\n",
-                o->out.c_str(), static_cast<long long>(r.loop.step),
-                static_cast<long long>(r.parameters), r.loop.final_loss, r.loop.eval.loss,
-                r.loop.eval.acceptance_proxy,
-                r.loop.eval.extra["block_chain_tau_estimate"].get<double>(),
-                r.loop.train_seconds);
+    std::printf(
+        "%s: %lld steps, %lld parameters, final train loss %.4f; held-out loss %.4f, "
+        "slot-1 top-1 %.4f, block chain tau estimate %.3f; train %.1f s\n",
+        o->out.c_str(), static_cast<long long>(r.loop.step), static_cast<long long>(r.parameters),
+        r.loop.final_loss, r.loop.eval.loss, r.loop.eval.acceptance_proxy,
+        r.loop.eval.extra["block_chain_tau_estimate"].get<double>(), r.loop.train_seconds);
   });
 }
 

@@ -141,7 +141,8 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
   std::vector<Query>& buf = buffers_[static_cast<int>(a)];
   // Batch of the buffered queries (right-padded; each keeps its last max_tokens tokens).
   int64_t t_max = 0;
-  for (const Query& q : buf) t_max = std::max<int64_t>(t_max, std::min<int64_t>(q.tokens.size(), o_.max_tokens));
+  for (const Query& q : buf)
+    t_max = std::max<int64_t>(t_max, std::min<int64_t>(q.tokens.size(), o_.max_tokens));
   const int64_t b = static_cast<int64_t>(buf.size());
   at::Tensor tokens = at::zeros({b, t_max}, at::kLong);
   at::Tensor mask = at::zeros({b, t_max}, at::kFloat);
@@ -177,11 +178,11 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
                           .reshape({-1, train_->config().draft_vocab_size})
                           .index_select(0, idx);
     }
-    const at::Tensor teacher_rows = at::log_softmax(
-        teacher.logits.index_select(-1, train_->draft_ids())
-            .reshape({-1, train_->config().draft_vocab_size})
-            .index_select(0, idx),
-        -1);
+    const at::Tensor teacher_rows =
+        at::log_softmax(teacher.logits.index_select(-1, train_->draft_ids())
+                            .reshape({-1, train_->config().draft_vocab_size})
+                            .index_select(0, idx),
+                        -1);
     AdamWOptimizer& opt = a == BanditAction::kHead ? *head_opt_ : *full_opt_;
     for (int64_t step = 0; step < o_.steps; ++step) {
       at::Tensor rank;

@@ -48,14 +48,14 @@ struct BanditOptions {
   double alpha = 0.10;
   double s_min = 5;
   double kl_lambda = 0.01;
-  int64_t warmup = 10;      // queries that only measure
-  int64_t cold_start = 8;   // training events with forced exploration
+  int64_t warmup = 10;     // queries that only measure
+  int64_t cold_start = 8;  // training events with forced exploration
   double eps_start = 0.30, eps_end = 0.10;
   int64_t block_after = 2;  // queries after an event that may not fire
   int64_t buffer = 8;       // queries per buffer before it fires
   int64_t interval = 8;     // measurement interval / window, in queries
   int64_t rollback_windows = 3;
-  int64_t steps = 1;        // AdamW steps per event
+  int64_t steps = 1;  // AdamW steps per event
   double lr = 1e-4;
   int64_t max_tokens = 512;
   bool gating = true;

@@ -113,7 +113,8 @@ void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
                   "specblock: internal: start condition width");
     std::memcpy(cond.data_ptr<float>() + i * width, starts[i].cond.data(), sizeof(float) * width);
     tokens.data_ptr<int64_t>()[i] = starts[i].token;
-    for (int64_t k = 0; k < k_; ++k) positions.data_ptr<int64_t>()[i * k_ + k] = starts[i].position + k;
+    for (int64_t k = 0; k < k_; ++k)
+      positions.data_ptr<int64_t>()[i * k_ + k] = starts[i].position + k;
   }
   const int64_t c = cache_len_;
   SPECBED_CHECK(c + r <= cache_.k[0].size(2), "specblock: drafter cache full (", c + r, " > ",
@@ -154,8 +155,7 @@ void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
   ++calls_total_;
 }
 
-void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0,
-                                   std::vector<Candidate>& next) {
+void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector<Candidate>& next) {
   const int64_t block = static_cast<int64_t>(dists_.size());
   dists_.push_back(out_logp_.narrow(0, row0, k_));
   const std::vector<int32_t>& d2t = model_->draft_to_target();
@@ -199,7 +199,8 @@ void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0,
         next.back().cond.assign(out_h_.data_ptr<float>() + (row0 + k) * d_,
                                 out_h_.data_ptr<float>() + (row0 + k + 1) * d_);
         next.back().visible = start.visible;
-        for (int64_t kk = 0; kk <= k; ++kk) next.back().visible.push_back(start_row_base_ + row0 + kk);
+        for (int64_t kk = 0; kk <= k; ++kk)
+          next.back().visible.push_back(start_row_base_ + row0 + kk);
       }
     }
     parent = made[0];
@@ -336,7 +337,8 @@ void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
 }
 
 double SpecBlockDrafter::SlotProb(int64_t slot, int32_t token) const {
-  if (slot < 0 || slot >= static_cast<int64_t>(slot_dist_.size()) || slot_dist_[slot] < 0) return -1;
+  if (slot < 0 || slot >= static_cast<int64_t>(slot_dist_.size()) || slot_dist_[slot] < 0)
+    return -1;
   const int64_t di = slot_dist_[slot];
   const int32_t d = model_->target_to_draft()[token];
   if (d < 0) return 0;

@@ -32,10 +32,10 @@
 namespace specbed {
 
 struct SpecBlockDraftOptions {
-  int64_t blocks = 2;                          // M (drafter calls per step)
-  int64_t budget = 60;                         // drafted nodes, root excluded
+  int64_t blocks = 2;                             // M (drafter calls per step)
+  int64_t budget = 60;                            // drafted nodes, root excluded
   std::array<int64_t, 4> branching{2, 4, 10, 0};  // width per rank bucket b0..b3
-  int64_t max_starts = 4;                      // starts per later block
+  int64_t max_starts = 4;                         // starts per later block
 };
 
 // "2,4,10,0" -> {2, 4, 10, 0}; errors name `context`.
@@ -69,8 +69,8 @@ class SpecBlockDrafter : public Drafter {
   struct Start {
     std::vector<float> cond;  // 3 Ht (target) or d (cached h)
     int32_t token = 0;
-    int64_t position = 0;       // absolute index of the token
-    int32_t node = -1;          // scratch node of the token (-1 = root)
+    int64_t position = 0;          // absolute index of the token
+    int32_t node = -1;             // scratch node of the token (-1 = root)
     std::vector<int64_t> visible;  // temporary cache rows on its branch path
     double cum_logp = 0;
   };
@@ -101,18 +101,18 @@ class SpecBlockDrafter : public Drafter {
   SpecBlockDraftOptions options_;
   int64_t k_ = 0, d_ = 0, ht_ = 0, vd_ = 0;
   SpecBlockKv cache_;
-  int64_t cache_len_ = 0;   // rows in use (committed + this step's temporary rows)
-  int64_t committed_ = 0;   // committed rows
+  int64_t cache_len_ = 0;       // rows in use (committed + this step's temporary rows)
+  int64_t committed_ = 0;       // committed rows
   std::vector<Start> pending_;  // catch-up starts (committed tokens)
   bool has_first_ = false;
-  Start first_;             // the next step's first-block start
+  Start first_;  // the next step's first-block start
   int64_t root_position_ = 0;
   // Output of the last Run.
   at::Tensor out_h_, out_logp_;
   std::vector<int64_t> out_bucket_;
   std::vector<at::Tensor> dists_;   // per block of this step: log-probs [K, Vd]
-  std::vector<Node> nodes_;          // scratch tree of this step
-  std::vector<int64_t> slot_dist_;   // per slot of the emitted tree: index into dists_ or -1
+  std::vector<Node> nodes_;         // scratch tree of this step
+  std::vector<int64_t> slot_dist_;  // per slot of the emitted tree: index into dists_ or -1
   std::vector<int64_t> first_buckets_;
   int64_t root_dist_ = -1, budget_ = 0, start_row_base_ = 0;
   int64_t calls_last_step_ = 0, calls_total_ = 0;

@@ -12,7 +12,6 @@
 namespace specbed {
 namespace {
 
-
 // x[b, idx[b, ...]] along dim 1 for idx int64 [B, ...] (any trailing shape), x [B, T, ...].
 at::Tensor GatherRows(const at::Tensor& x, const at::Tensor& idx) {
   const int64_t b = x.size(0);
@@ -34,7 +33,6 @@ at::Tensor PrefixMask(const at::Tensor& first, const at::Tensor& hit) {
   return at::cat({first.unsqueeze(-1), hit}, -1).cumprod(-1);
 }
 
-
 }  // namespace
 
 at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tensor& aux,
@@ -46,8 +44,9 @@ at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tenso
   const at::Tensor kk = at::arange(k, at::kLong);
   const at::Tensor pos = (i.unsqueeze(1) + 1 + kk.unsqueeze(0)).reshape({1, -1}).expand({b, -1});
   const at::Tensor qi = i.repeat_interleave(k), qk = kk.repeat({n1});
-  const at::Tensor mask = (qi.unsqueeze(1) > qi.unsqueeze(0)) |
-                          ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)));
+  const at::Tensor mask =
+      (qi.unsqueeze(1) > qi.unsqueeze(0)) |
+      ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)));
   at::Tensor h;
   {
     std::unique_ptr<at::NoGradGuard> guard;
@@ -58,9 +57,8 @@ at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tenso
   const at::Tensor h0 = h.select(2, 0);  // [B, n1, d]
   const at::Tensor logits = model.Logits(h0);
   if (rank_logits != nullptr) {
-    *rank_logits = at::cat({at::zeros({b, 1, kSpecBlockBuckets}, logits.options()),
-                            model.RankLogits(h0, logits)},
-                           1);
+    *rank_logits = at::cat(
+        {at::zeros({b, 1, kSpecBlockBuckets}, logits.options()), model.RankLogits(h0, logits)}, 1);
   }
   return at::cat({at::zeros({b, 1, logits.size(-1)}, logits.options()), logits}, 1);
 }
@@ -88,7 +86,7 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
   // Per-slot soft CE summed over slots, each normalised by its own weight sum.
   auto block_loss = [&](const at::Tensor& logits, const at::Tensor& teacher, const at::Tensor& w) {
     const at::Tensor ce = -(teacher * at::log_softmax(logits, -1)).sum(-1);  // [B, n1, K]
-    const at::Tensor num = (ce * w).sum(at::IntArrayRef{0, 1});                             // [K]
+    const at::Tensor num = (ce * w).sum(at::IntArrayRef{0, 1});              // [K]
     at::Tensor den = w.sum(at::IntArrayRef{0, 1});
     if (options.slot_norm_floor > 0) {
       den = at::maximum(den, den.narrow(0, 0, 1) * options.slot_norm_floor);
@@ -99,9 +97,10 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
                        const at::Tensor& w, bool confusion) {
     const at::Tensor rl = model.RankLogits(h, logits);
     const at::Tensor bucket = SpecBlockBucketLabels(logits, labels, model);
-    const at::Tensor ce = at::cross_entropy_loss(rl.reshape({-1, kSpecBlockBuckets}),
-                                                 bucket.reshape({-1}), {}, at::Reduction::None, -100)
-                              .view(w.sizes());
+    const at::Tensor ce =
+        at::cross_entropy_loss(rl.reshape({-1, kSpecBlockBuckets}), bucket.reshape({-1}), {},
+                               at::Reduction::None, -100)
+            .view(w.sizes());
     rank_num = rank_num + (ce * w).sum();
     rank_den += w.sum().item<double>();
     if (confusion) {
@@ -125,15 +124,14 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
   const at::Tensor valid1 = GatherRows(loss_mask, ti1c) * in1.unsqueeze(0).to(at::kFloat);
   const at::Tensor qi = at::arange(n1, at::kLong).repeat_interleave(k);
   const at::Tensor qk = at::arange(k, at::kLong).repeat({n1});
-  const at::Tensor mask1 = ((qi.unsqueeze(1) > qi.unsqueeze(0)) |
-                            ((qi.unsqueeze(1) == qi.unsqueeze(0)) &
-                             (qk.unsqueeze(1) >= qk.unsqueeze(0))))
-                               .unsqueeze(0)
-                               .expand({b, r, r});
+  const at::Tensor mask1 =
+      ((qi.unsqueeze(1) > qi.unsqueeze(0)) |
+       ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0))))
+          .unsqueeze(0)
+          .expand({b, r, r});
   SpecBlockKv kv1;
-  const at::Tensor h1 =
-      model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos1, mask1,
-                  nullptr, &kv1);
+  const at::Tensor h1 = model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true),
+                                    pos1, mask1, nullptr, &kv1);
   const at::Tensor logits1 = model.Logits(h1);  // [B, n1, K, Vd]
   const at::Tensor labels1 = GatherRows(tokens, li1c);
   const at::Tensor teacher1 = at::softmax(GatherRows(target_draft, ti1c), -1);
@@ -143,12 +141,13 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
     hit1 = d2t.index_select(0, logits1.argmax(-1).reshape({-1})).view(labels1.sizes()).eq(labels1);
     hit1 = hit1.to(at::kFloat) * valid1;
   }
-  const at::Tensor m1 = options.valid_prefix ? PrefixMask(at::ones({b, n1}), hit1)
-                                             : at::ones({b, n1, k + 1});
+  const at::Tensor m1 =
+      options.valid_prefix ? PrefixMask(at::ones({b, n1}), hit1) : at::ones({b, n1, k + 1});
   const at::Tensor w1 = m1.narrow(-1, 0, k) * valid1;
   draft_total = draft_total + block_loss(logits1, teacher1, w1);
   {
-    const at::Tensor hs = (hit1 * valid1).sum(at::IntArrayRef{0, 1}), cs = valid1.sum(at::IntArrayRef{0, 1});
+    const at::Tensor hs = (hit1 * valid1).sum(at::IntArrayRef{0, 1}),
+                     cs = valid1.sum(at::IntArrayRef{0, 1});
     for (int64_t s = 0; s < k; ++s) {
       res.slot_hits[s] = hs[s].item<double>();
       res.slot_counts[s] = cs[s].item<double>();
@@ -175,10 +174,10 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
     const at::Tensor ctx = (qi.unsqueeze(1) > qi.unsqueeze(0)).unsqueeze(0) |
                            ((qi.unsqueeze(1) == qi.unsqueeze(0)).unsqueeze(0) &
                             (qk.view({1, 1, r}) < s_row.unsqueeze(2)));
-    const at::Tensor own = ((qi.unsqueeze(1) == qi.unsqueeze(0)) &
-                            (qk.unsqueeze(1) >= qk.unsqueeze(0)))
-                               .unsqueeze(0)
-                               .expand({b, r, r});
+    const at::Tensor own =
+        ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)))
+            .unsqueeze(0)
+            .expand({b, r, r});
     const at::Tensor mask2 = at::cat({ctx.expand({b, r, r}), own}, 2);
     const at::Tensor h2 = model.Trunk(model.Fuse(cond2, tok2, false), pos2, mask2, &kv1, nullptr);
     const at::Tensor logits2 = model.Logits(h2);
@@ -187,7 +186,8 @@ SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor&
     at::Tensor hit2;
     {
       at::NoGradGuard no_grad;
-      hit2 = d2t.index_select(0, logits2.argmax(-1).reshape({-1})).view(labels2.sizes()).eq(labels2);
+      hit2 =
+          d2t.index_select(0, logits2.argmax(-1).reshape({-1})).view(labels2.sizes()).eq(labels2);
       hit2 = hit2.to(at::kFloat) * valid2;
     }
     const at::Tensor first2 = m1.gather(2, s.unsqueeze(-1)).squeeze(-1);

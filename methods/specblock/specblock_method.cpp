@@ -23,8 +23,8 @@ class SpecBlockOsdStudent : public OsdStudent {
   SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter)
       : target_(target),
         drafter_(drafter),
-        model_(drafter.model().config(), drafter.model().Tensors(),
-               target.weights().tok_embeddings, true) {}
+        model_(drafter.model().config(), drafter.model().Tensors(), target.weights().tok_embeddings,
+               true) {}
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
@@ -58,8 +58,9 @@ class SpecBlockOsdStudent : public OsdStudent {
 };
 
 void FillBaseInfo(MethodInfo& info) {
-  info.paper = "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree "
-               "Drafting (seed 000)";
+  info.paper =
+      "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree "
+      "Drafting (seed 000)";
   info.traits.speculative = true;
   info.traits.lossless = true;
   info.traits.tree = true;
@@ -114,11 +115,11 @@ std::unique_ptr<Decoder> MakeSpecBlockDecoder(MethodContext& context, const nloh
   const SpecBlockCheckpoint ckpt = LoadSpecBlockCheckpoint(ResolveSpecBlockDrafter(name));
   const LlamaConfig& t = context.target->model->config();
   const SpecBlockConfig& c = ckpt.config;
-  SPECBED_CHECK(c.vocab_size == t.vocab_size && c.target_hidden_size == t.dim &&
-                    c.hidden_size == t.dim,
-                "specblock: drafter '", name, "' (vocab ", c.vocab_size, ", target width ",
-                c.target_hidden_size, ", width ", c.hidden_size, ") does not fit target '",
-                context.target->spec.name, "' (vocab ", t.vocab_size, ", width ", t.dim, ")");
+  SPECBED_CHECK(
+      c.vocab_size == t.vocab_size && c.target_hidden_size == t.dim && c.hidden_size == t.dim,
+      "specblock: drafter '", name, "' (vocab ", c.vocab_size, ", target width ",
+      c.target_hidden_size, ", width ", c.hidden_size, ") does not fit target '",
+      context.target->spec.name, "' (vocab ", t.vocab_size, ", width ", t.dim, ")");
   for (int64_t l : c.aux_layer_ids) {
     SPECBED_CHECK(l >= 0 && l <= t.FeatureDepth(), "specblock: drafter '", name,
                   "' reads target layer ", l, " but the target has ", t.FeatureDepth(),
@@ -167,8 +168,8 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
         "osd_interval requests";
     FillBaseInfo(info);
     info.traits.trains_online = true;
-    info.knobs.push_back({"osd_interval", 8, "requests between online updates (paper: 8)", 1,
-                          100000, {}});
+    info.knobs.push_back(
+        {"osd_interval", 8, "requests between online updates (paper: 8)", 1, 100000, {}});
     info.knobs.push_back({"osd_steps", 1, "AdamW steps per update", 1, 1000, {}});
     info.knobs.push_back({"osd_lr", 1e-4, "constant AdamW learning rate", 1e-9, 1.0, {}});
     info.factory = [](MethodContext& context,
@@ -195,15 +196,21 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
         "from measured throughput gains (KL anchor, rollback)";
     FillBaseInfo(info);
     info.traits.trains_online = true;
-    info.knobs.push_back({"bandit", "on",
+    info.knobs.push_back({"bandit",
+                          "on",
                           "on = the cost-aware bandit; off = the paper's '- cost-aware bandit' "
                           "ablation (every saturated buffer fires, never skips)",
-                          1, 0, {"on", "off"}});
+                          1,
+                          0,
+                          {"on", "off"}});
     info.knobs.push_back({"warmup", 10, "queries that only measure (paper: 10)", 0, 100000, {}});
-    info.knobs.push_back({"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}});
+    info.knobs.push_back(
+        {"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}});
     info.knobs.push_back({"buffer", 8, "queries per buffer before it fires", 1, 10000, {}});
-    info.knobs.push_back({"interval", 8, "queries per measurement interval / window", 1, 10000, {}});
-    info.knobs.push_back({"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}});
+    info.knobs.push_back(
+        {"interval", 8, "queries per measurement interval / window", 1, 10000, {}});
+    info.knobs.push_back(
+        {"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}});
     info.knobs.push_back({"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}});
     info.knobs.push_back({"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}});
     info.knobs.push_back({"log", "", "append one JSON line per window to this file", 1, 0, {}});

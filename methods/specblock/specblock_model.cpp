@@ -32,7 +32,9 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
-std::string L(int64_t l, const char* rest) { return "layers." + std::to_string(l) + "." + rest; }
+std::string L(int64_t l, const char* rest) {
+  return "layers." + std::to_string(l) + "." + rest;
+}
 
 }  // namespace
 
@@ -247,10 +249,11 @@ SpecBlockModel::SpecBlockModel(const SpecBlockConfig& config,
     d2t_ids_[i] = static_cast<int32_t>(id);
     t2d_ids_[id] = static_cast<int32_t>(i);
   }
-  SPECBED_CHECK(target_embedding.defined() && target_embedding.dim() == 2 &&
-                    target_embedding.size(0) == v && target_embedding.size(1) == config_.hidden_size,
-                "SpecBlock drafter: the target embedding must be [", v, ", ", config_.hidden_size,
-                "], got ", target_embedding.defined() ? target_embedding.sizes() : at::IntArrayRef{});
+  SPECBED_CHECK(
+      target_embedding.defined() && target_embedding.dim() == 2 && target_embedding.size(0) == v &&
+          target_embedding.size(1) == config_.hidden_size,
+      "SpecBlock drafter: the target embedding must be [", v, ", ", config_.hidden_size, "], got ",
+      target_embedding.defined() ? target_embedding.sizes() : at::IntArrayRef{});
   embedding_ = target_embedding.detach().to(at::kFloat).contiguous();
   const int64_t half = config_.head_dim / 2;
   inv_freq_ = at::empty({half}, at::kDouble);
@@ -298,10 +301,10 @@ at::Tensor SpecBlockModel::Fuse(const at::Tensor& cond, const at::Tensor& tokens
   const at::Tensor& wf = Param("fuse.weight");                                   // [d, 3d]
   const int64_t d = c.hidden_size;
   // W_fuse [nc; ne; nq] = Wc nc + We ne + Wq nq (prefix broadcast: the first two per start).
-  const at::Tensor pre = at::matmul(nc, wf.narrow(1, 0, d).t()) +
-                         at::matmul(ne, wf.narrow(1, d, d).t());        // [B, N, d]
-  const at::Tensor q = at::matmul(nq, wf.narrow(1, 2 * d, d).t());      // [K, d]
-  return pre.unsqueeze(2) + q.unsqueeze(0).unsqueeze(0);                 // [B, N, K, d]
+  const at::Tensor pre =
+      at::matmul(nc, wf.narrow(1, 0, d).t()) + at::matmul(ne, wf.narrow(1, d, d).t());  // [B, N, d]
+  const at::Tensor q = at::matmul(nq, wf.narrow(1, 2 * d, d).t());                      // [K, d]
+  return pre.unsqueeze(2) + q.unsqueeze(0).unsqueeze(0);  // [B, N, K, d]
 }
 
 at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positions,
@@ -322,13 +325,13 @@ at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positio
     present->v.assign(c.n_layers, at::Tensor());
   }
   const int64_t shift0 = c.n_layers - c.n_shifts;  // first layer preceded by a shift
-  at::Tensor x = h0;                                // [B, N, K, d]
+  at::Tensor x = h0;                               // [B, N, K, d]
   for (int64_t l = 0; l < c.n_layers; ++l) {
     if (l >= shift0) {
       // h~_k = W_shift [x_k ; x_{k-1}], x_0 := x_1 (within each block).
-      const at::Tensor prev =
-          k > 1 ? at::cat({x.narrow(2, 0, 1), x.narrow(2, 0, k - 1)}, 2) : x;
-      x = at::matmul(at::cat({x, prev}, -1), Param("shift." + std::to_string(l - shift0) + ".weight").t());
+      const at::Tensor prev = k > 1 ? at::cat({x.narrow(2, 0, 1), x.narrow(2, 0, k - 1)}, 2) : x;
+      x = at::matmul(at::cat({x, prev}, -1),
+                     Param("shift." + std::to_string(l - shift0) + ".weight").t());
     }
     const at::Tensor flat = x.reshape({b, r, d});
     const at::Tensor xn = RmsNorm(flat, Param(L(l, "input_layernorm.weight")), eps);
@@ -340,8 +343,9 @@ at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positio
                              .view({b, r, nkv, hd})
                              .transpose(1, 2),
                          cos, sin);
-    at::Tensor vv =
-        at::matmul(xn, Param(L(l, "self_attn.v_proj.weight")).t()).view({b, r, nkv, hd}).transpose(1, 2);
+    at::Tensor vv = at::matmul(xn, Param(L(l, "self_attn.v_proj.weight")).t())
+                        .view({b, r, nkv, hd})
+                        .transpose(1, 2);
     if (present != nullptr) {
       present->k[l] = kk;
       present->v[l] = vv;
@@ -397,8 +401,8 @@ at::Tensor SpecBlockModel::RankLogits(const at::Tensor& h, const at::Tensor& log
   const at::Tensor hd = h.detach();
   const at::Tensor hn = hd * at::rsqrt(hd.pow(2).mean(-1, true) + config_.rms_norm_eps);
   const at::Tensor in = at::cat({hn, SpecBlockPsi(logits)}, -1);
-  const at::Tensor z = at::silu(at::matmul(in, Param("rank_head.fc1.weight").t()) +
-                                Param("rank_head.fc1.bias"));
+  const at::Tensor z =
+      at::silu(at::matmul(in, Param("rank_head.fc1.weight").t()) + Param("rank_head.fc1.bias"));
   return at::matmul(z, Param("rank_head.fc2.weight").t()) + Param("rank_head.fc2.bias");
 }
 
@@ -415,10 +419,10 @@ at::Tensor SpecBlockBucketLabels(const at::Tensor& logits, const at::Tensor& lab
   const at::Tensor inside = did.ge(0);
   const at::Tensor own = lg.gather(-1, did.clamp_min(0).unsqueeze(-1));  // [..., 1]
   const at::Tensor rank = lg.gt(own).sum(-1) + 1;
-  at::Tensor bucket = at::where(rank.le(1), at::zeros_like(rank),
-                                at::where(rank.le(4), at::ones_like(rank),
-                                          at::where(rank.le(10), at::full_like(rank, 2),
-                                                    at::full_like(rank, 3))));
+  at::Tensor bucket =
+      at::where(rank.le(1), at::zeros_like(rank),
+                at::where(rank.le(4), at::ones_like(rank),
+                          at::where(rank.le(10), at::full_like(rank, 2), at::full_like(rank, 3))));
   return at::where(inside, bucket, at::full_like(bucket, 3));
 }
 

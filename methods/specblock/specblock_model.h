@@ -129,7 +129,9 @@ class SpecBlockModel {
 // psi(p) of draft logits [..., Vd] -> [..., 15] (no gradient).
 at::Tensor SpecBlockPsi(const at::Tensor& logits);
 // Bucket of a 1-based rank: 1 -> 0, 2..4 -> 1, 5..10 -> 2, > 10 -> 3.
-inline int64_t SpecBlockBucketOfRank(int64_t r) { return r <= 1 ? 0 : r <= 4 ? 1 : r <= 10 ? 2 : 3; }
+inline int64_t SpecBlockBucketOfRank(int64_t r) {
+  return r <= 1 ? 0 : r <= 4 ? 1 : r <= 10 ? 2 : 3;
+}
 // Bucket labels of target ids `labels` (int64 [...], target vocabulary) under draft logits
 // [..., Vd]: bucket of the label's rank; labels outside the draft vocabulary get bucket 3.
 at::Tensor SpecBlockBucketLabels(const at::Tensor& logits, const at::Tensor& labels,

@@ -180,8 +180,8 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
       config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.FeatureDepth()) : config.aux_layers;
   SPECBED_CHECK(aux.size() == 3, "specblock: --aux-layers needs exactly 3 layer ids");
   for (int64_t l : aux) {
-    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l,
-                  " is outside [0, ", tc.FeatureDepth(), "]");
+    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l, " is outside [0, ",
+                  tc.FeatureDepth(), "]");
   }
   std::vector<int64_t> counts(tc.vocab_size, 0);
   int64_t supervised = 0;

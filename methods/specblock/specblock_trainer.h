@@ -28,9 +28,9 @@
 namespace specbed {
 
 struct SpecBlockLossOptions {
-  int64_t blocks = 2;          // chained blocks (1 = no cross-block training)
-  bool valid_prefix = true;    // false: the "- valid-prefix curriculum" ablation (mask = 1)
-  bool rank = true;            // add the rank-head loss
+  int64_t blocks = 2;        // chained blocks (1 = no cross-block training)
+  bool valid_prefix = true;  // false: the "- valid-prefix curriculum" ablation (mask = 1)
+  bool rank = true;          // add the rank-head loss
   // Slot k's loss is divided by max(N_k, slot_norm_floor * N_1) (N_k = valid-prefix count of
   // slot k in its block, N_1 = that block's slot-1 count). 0 = the paper's per-slot
   // normalisation exactly; > 0 keeps a handful of surviving rows of a barely trained drafter
@@ -39,9 +39,9 @@ struct SpecBlockLossOptions {
 };
 
 struct SpecBlockLossResult {
-  at::Tensor loss;                                // scalar, differentiable
+  at::Tensor loss;  // scalar, differentiable
   double draft_loss = 0, rank_loss = 0;
-  std::vector<double> slot_hits, slot_counts;     // block-1 per slot: top-1 == label, counted
+  std::vector<double> slot_hits, slot_counts;        // block-1 per slot: top-1 == label, counted
   std::array<std::array<double, 4>, 4> confusion{};  // [true bucket][predicted], m = 1 positions
 };
 

@@ -25,12 +25,12 @@ bool EndsWithName(const std::string& name, const std::string& suffix) {
 
 // What one tensor axis is, for padding.
 enum class Axis {
-  kKeep,          // unchanged (vocabulary, per-head norms)
-  kHidden,        // k blocks of hidden_size
-  kTargetHidden,  // k blocks of the target's hidden size (fused target features)
-  kQHeads,        // num_attention_heads * head_dim
-  kKvHeads,       // num_key_value_heads * head_dim
-  kFfn,           // intermediate_size
+  kKeep,            // unchanged (vocabulary, per-head norms)
+  kHidden,          // k blocks of hidden_size
+  kTargetHidden,    // k blocks of the target's hidden size (fused target features)
+  kQHeads,          // num_attention_heads * head_dim
+  kKvHeads,         // num_key_value_heads * head_dim
+  kFfn,             // intermediate_size
   kHiddenThenRest,  // hidden_size (an RMS-normalised input: scaled by sqrt(d/D)), then extra
                     // columns kept as they are (SpecBlock's rank head input [h ; psi(p)])
 };
@@ -230,9 +230,8 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
                       ", expected hidden_size ", hidden, " + extra columns");
         // The rank head reads RMS-normalised h: over the padded width that is sqrt(D/d) times
         // the original, so its columns are scaled by sqrt(d/D).
-        padded = at::cat({PadAxis(padded.narrow(a, 0, hidden) * norm_scale,
-                                  static_cast<int64_t>(a), {hidden, hidden * f, false}, name,
-                                  source),
+        padded = at::cat({PadAxis(padded.narrow(a, 0, hidden) * norm_scale, static_cast<int64_t>(a),
+                                  {hidden, hidden * f, false}, name, source),
                           padded.narrow(a, hidden, size - hidden)},
                          static_cast<int64_t>(a));
         continue;

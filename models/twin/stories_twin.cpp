@@ -27,10 +27,8 @@ struct DrafterSource {
 
 // The shipped drafters and the width factor of each twin (target factor: kStoriesTwinWidthFactor).
 constexpr DrafterSource kDrafters[] = {
-    {"draft", kStoriesTwinDraftWidthFactor},
-    {"eagle3", kStoriesTwinWidthFactor},
-    {"dflash", kStoriesTwinWidthFactor},
-    {"jetspec", kStoriesTwinWidthFactor},
+    {"draft", kStoriesTwinDraftWidthFactor}, {"eagle3", kStoriesTwinWidthFactor},
+    {"dflash", kStoriesTwinWidthFactor},     {"jetspec", kStoriesTwinWidthFactor},
     {"specblock", kStoriesTwinWidthFactor},
 };
 

@@ -282,10 +282,10 @@ TEST(SpecBlock, DrafterCachePathEqualsTrainingLayout) {
   o.blocks = 2;
   o.budget = 6;
   o.branching = {1, 1, 1, 1};
-  SpecBlockDrafter drafter(std::make_unique<SpecBlockModel>(tiny.config, tiny.tensors,
-                                                            tiny.target->weights().tok_embeddings,
-                                                            false),
-                           o);
+  SpecBlockDrafter drafter(
+      std::make_unique<SpecBlockModel>(tiny.config, tiny.tensors,
+                                       tiny.target->weights().tok_embeddings, false),
+      o);
   std::vector<int32_t> prompt(seq.begin(), seq.begin() + 3);
   DraftBegin begin;
   begin.prompt = &prompt;
@@ -411,9 +411,8 @@ TEST(SpecBlock, TrainingLossGoesDownAndBucketsAreRanks) {
     int32_t outside = -1;
     for (int32_t v = 0; v < 4; ++v)
       if (model.target_to_draft()[v] < 0) outside = v;
-    EXPECT_EQ(SpecBlockBucketLabels(logits, at::full({1}, outside, at::kLong), model)
-                  .item<int64_t>(),
-              3);
+    EXPECT_EQ(
+        SpecBlockBucketLabels(logits, at::full({1}, outside, at::kLong), model).item<int64_t>(), 3);
   }
   EXPECT_EQ(SpecBlockBucketOfRank(1), 0);
   EXPECT_EQ(SpecBlockBucketOfRank(4), 1);
@@ -516,7 +515,7 @@ TEST(SpecBlockBandit, RollbackAfterThreeFallingWindows) {
   EXPECT_FALSE(r.AddWindow(3.3, &best));  // flat: not a fall
   EXPECT_FALSE(r.AddWindow(3.2, &best));
   EXPECT_FALSE(r.AddWindow(3.1, &best));
-  EXPECT_TRUE(r.AddWindow(3.0, &best));  // 3.3 > 3.2 > 3.1 > 3.0
+  EXPECT_TRUE(r.AddWindow(3.0, &best));   // 3.3 > 3.2 > 3.1 > 3.0
   EXPECT_FALSE(r.AddWindow(2.9, &best));  // history restarted
 }
 
