@@ -124,6 +124,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterBlockpilotMethods(registry);
   RegisterPearlMethod(registry);
   RegisterSpecBranchMethod(registry);
+  RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
 }
 
 }  // namespace specbed

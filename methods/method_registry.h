@@ -123,5 +123,6 @@ void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
 void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
 void RegisterPearlMethod(MethodRegistry& registry);        // pearl
 void RegisterSpecBranchMethod(MethodRegistry& registry);   // specbranch
+void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +bandit
 
 }  // namespace specbed

@@ -15,7 +15,7 @@ std::string Shipped() {
 }
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
                kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kHrad[] = "hrad",
-               kHradTwin[] = "hrad-twin";
+               kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock";
 
 }  // namespace
 
@@ -31,6 +31,8 @@ const std::vector<NamedDrafter>& NamedDrafters() {
        "JetSpec causal block head trained on stories260K", &Shipped<kJetspec>},
       {"stories260K-blockpilot", "blockpilot", "stories260K",
        "BlockPilot block-size predictor for stories260K-dflash", &Shipped<kBlockpilot>},
+      {"stories260K-specblock", "specblock", "stories260K",
+       "SpecBlock block drafter trained on stories260K", &Shipped<kSpecblock>},
       {"stories260K-twin-draft", "draft", "stories260K-twin",
        "cost twin of stories260K-draft (width x4: 192)", [] { return StoriesTwin().draft; }},
       {"stories260K-twin-eagle3", "eagle3", "stories260K-twin",
@@ -39,6 +41,9 @@ const std::vector<NamedDrafter>& NamedDrafters() {
        "cost twin of stories260K-dflash (width x8: 512)", [] { return StoriesTwin().dflash; }},
       {"stories260K-twin-jetspec", "jetspec", "stories260K-twin",
        "cost twin of stories260K-jetspec (width x8: 512)", [] { return StoriesTwin().jetspec; }},
+      {"stories260K-twin-specblock", "specblock", "stories260K-twin",
+       "cost twin of stories260K-specblock (width x8: 512)",
+       [] { return StoriesTwin().specblock; }},
       {"stories260K-blockpilot", "blockpilot", "stories260K-twin",
        "BlockPilot predictor of stories260K (the twin's logits are stories260K's)",
        &Shipped<kBlockpilot>},

@@ -6,10 +6,10 @@
 // name.
 //
 // Families (MethodKnob::drafter_family): "draft" (SpS draft LM), "eagle3" (EAGLE-3 head),
-// "dflash" (DFlash block head), "jetspec" (JetSpec causal block head), "blockpilot" (BlockPilot
-// block-size predictor; it reads the target's logits, which the twin reproduces, so both targets
-// share one), "hrad" (SpecBranch's H-RAD predictor; it reads target hidden states, so the twin
-// has its own).
+// "dflash" (DFlash block head), "jetspec" (JetSpec causal block head), "specblock" (SpecBlock
+// drafter), "blockpilot" (BlockPilot block-size predictor; it reads the target's logits, which the
+// twin reproduces, so both targets share one), "hrad" (SpecBranch's H-RAD predictor; it reads
+// target hidden states, so the twin has its own).
 // Checked by: tests/methods/cost_twin_test.cpp (names, defaults, resolution, errors).
 #pragma once
 

@@ -25,12 +25,14 @@ bool EndsWithName(const std::string& name, const std::string& suffix) {
 
 // What one tensor axis is, for padding.
 enum class Axis {
-  kKeep,          // unchanged (vocabulary, per-head norms)
-  kHidden,        // k blocks of hidden_size
-  kTargetHidden,  // k blocks of the target's hidden size (fused target features)
-  kQHeads,        // num_attention_heads * head_dim
-  kKvHeads,       // num_key_value_heads * head_dim
-  kFfn,           // intermediate_size
+  kKeep,            // unchanged (vocabulary, per-head norms)
+  kHidden,          // k blocks of hidden_size
+  kTargetHidden,    // k blocks of the target's hidden size (fused target features)
+  kQHeads,          // num_attention_heads * head_dim
+  kKvHeads,         // num_key_value_heads * head_dim
+  kFfn,             // intermediate_size
+  kHiddenThenRest,  // hidden_size (an RMS-normalised input: scaled by sqrt(d/D)), then extra
+                    // columns kept as they are (SpecBlock's rank head input [h ; psi(p)])
 };
 
 struct Rule {
@@ -57,6 +59,19 @@ const std::vector<Rule>& Rules() {
       {"fc.weight", {Axis::kHidden, Axis::kTargetHidden}},
       {"q_norm.weight", {Axis::kKeep}},
       {"k_norm.weight", {Axis::kKeep}},
+      // SpecBlock drafters (methods/specblock): W_cond over fused target features, W_fuse over
+      // [c ; e ; q] and W_shift over [x_k ; x_{k-1}] (blocks of hidden_size), the K position
+      // queries, the three input norms, and the rank head over [h ; psi(p)].
+      {"cond.weight", {Axis::kHidden, Axis::kTargetHidden}},
+      {"fuse.weight", {Axis::kHidden, Axis::kHidden}},
+      {"queries", {Axis::kKeep, Axis::kHidden}},
+      {"norm_c.weight", {Axis::kHidden}, true},
+      {"norm_e.weight", {Axis::kHidden}, true},
+      {"norm_q.weight", {Axis::kHidden}, true},
+      {"rank_head.fc1.weight", {Axis::kKeep, Axis::kHiddenThenRest}},
+      {"rank_head.fc1.bias", {Axis::kKeep}},
+      {"rank_head.fc2.weight", {Axis::kKeep, Axis::kKeep}},
+      {"rank_head.fc2.bias", {Axis::kKeep}},
   };
   return rules;
 }
@@ -65,6 +80,8 @@ const Rule* FindRule(const std::string& name) {
   for (const Rule& r : Rules()) {
     if (EndsWithName(name, r.suffix)) return &r;
   }
+  static const Rule shift{"shift.*.weight", {Axis::kHidden, Axis::kHidden}};
+  if (name.rfind("shift.", 0) == 0 && EndsWith(name, ".weight")) return &shift;
   // Any other 1-d "...norm.weight" (input_layernorm, post_attention_layernorm, hidden_norm,
   // model.norm, norm) is an RMSNorm over the hidden width.
   static const Rule hidden_norm{"norm.weight", {Axis::kHidden}, true};
@@ -207,6 +224,18 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
     at::Tensor padded = t.to(at::kFloat);
     for (size_t a = 0; a < rule->axes.size(); ++a) {
       if (rule->axes[a] == Axis::kKeep) continue;
+      if (rule->axes[a] == Axis::kHiddenThenRest) {
+        const int64_t size = padded.size(a);
+        SPECBED_CHECK(size > hidden, source, ": tensor '", name, "' axis ", a, " has size ", size,
+                      ", expected hidden_size ", hidden, " + extra columns");
+        // The rank head reads RMS-normalised h: over the padded width that is sqrt(D/d) times
+        // the original, so its columns are scaled by sqrt(d/D).
+        padded = at::cat({PadAxis(padded.narrow(a, 0, hidden) * norm_scale, static_cast<int64_t>(a),
+                                  {hidden, hidden * f, false}, name, source),
+                          padded.narrow(a, hidden, size - hidden)},
+                         static_cast<int64_t>(a));
+        continue;
+      }
       padded = PadAxis(padded, static_cast<int64_t>(a), widths.at(rule->axes[a]), name, source);
     }
     if (rule->hidden_norm) padded = padded * norm_scale;

@@ -27,10 +27,9 @@ struct DrafterSource {
 
 // The shipped drafters and the width factor of each twin (target factor: kStoriesTwinWidthFactor).
 constexpr DrafterSource kDrafters[] = {
-    {"draft", kStoriesTwinDraftWidthFactor},
-    {"eagle3", kStoriesTwinWidthFactor},
-    {"dflash", kStoriesTwinWidthFactor},
-    {"jetspec", kStoriesTwinWidthFactor},
+    {"draft", kStoriesTwinDraftWidthFactor}, {"eagle3", kStoriesTwinWidthFactor},
+    {"dflash", kStoriesTwinWidthFactor},     {"jetspec", kStoriesTwinWidthFactor},
+    {"specblock", kStoriesTwinWidthFactor},
 };
 
 // Bumped whenever the padding or the recipe changes, so old caches are rebuilt.
@@ -67,6 +66,7 @@ StoriesTwinPaths PathsUnder(const std::string& root) {
   p.eagle3 = root + "/eagle3";
   p.dflash = root + "/dflash";
   p.jetspec = root + "/jetspec";
+  p.specblock = root + "/specblock";
   return p;
 }
 

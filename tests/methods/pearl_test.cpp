@@ -77,7 +77,9 @@ TEST(Pearl, RollbackDiscardsEveryTokenDraftedAfterTheRejection) {
         ++rollbacks;
         // Nothing drafted before the rejection survives: the next step verifies no old token.
         EXPECT_TRUE(s.next_r.empty()) << k;
-        if (k + 1 < trace.steps.size()) EXPECT_TRUE(trace.steps[k + 1].verified.empty()) << k;
+        if (k + 1 < trace.steps.size()) {
+          EXPECT_TRUE(trace.steps[k + 1].verified.empty()) << k;
+        }
         // Rolled back: the rejected token and every R token after it, plus the whole chunk
         // drafted concurrently (it assumed the rejected token).
         const int64_t expected = s.n_accepted_r < n_r

@@ -1,0 +1,324 @@
+// SpecBlock's cost-aware bandit adapter (see specblock_bandit.h).
+// Checked by: tests/methods/specblock_test.cpp.
+#include "methods/specblock/specblock_bandit.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+#include "methods/specblock/specblock_drafter.h"
+#include "methods/specblock/specblock_model.h"
+#include "methods/specblock/specblock_trainer.h"
+
+namespace specbed {
+
+const char* BanditActionName(BanditAction a) {
+  switch (a) {
+    case BanditAction::kSkip:
+      return "skip";
+    case BanditAction::kHead:
+      return "head";
+    case BanditAction::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+BanditPolicy::BanditPolicy(const BanditOptions& options) : o_(options), rng_(options.seed) {}
+
+double BanditPolicy::epsilon() const {
+  if (o_.cold_start <= 1) return o_.eps_end;
+  const double f = std::min(1.0, static_cast<double>(events_) / (o_.cold_start - 1));
+  return o_.eps_start + (o_.eps_end - o_.eps_start) * f;
+}
+
+BanditAction BanditPolicy::Choose(double s) {
+  const double head = s * v_[1], full = s * v_[2];
+  const BanditAction best = full > head ? BanditAction::kFull : BanditAction::kHead;
+  if (!o_.gating) return best;  // "- cost-aware bandit": always update
+  if (events_ < o_.cold_start) {
+    if (s < o_.s_min) return BanditAction::kSkip;
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    if (u(rng_) < epsilon()) return u(rng_) < 0.5 ? BanditAction::kHead : BanditAction::kFull;
+    if (n_[1] == 0 || n_[2] == 0) {
+      if (n_[1] != n_[2]) return n_[1] < n_[2] ? BanditAction::kHead : BanditAction::kFull;
+      return events_ % 2 == 0 ? BanditAction::kHead : BanditAction::kFull;
+    }
+    return best;
+  }
+  if (head <= 0 && full <= 0) return BanditAction::kSkip;
+  return best;
+}
+
+void BanditPolicy::OnEvent(BanditAction a) {
+  ++events_;
+  ++n_[static_cast<int>(a)];
+}
+
+void BanditPolicy::OnMeasured(BanditAction a, double delta, double s_trig) {
+  if (s_trig < o_.s_min || a == BanditAction::kSkip) return;
+  double& v = v_[static_cast<int>(a)];
+  v = (1 - o_.alpha) * v + o_.alpha * delta / s_trig;
+}
+
+void BanditPolicy::Reset() {
+  v_ = {};
+  n_ = {};
+}
+
+bool RollbackTracker::AddWindow(double tau, bool* is_best) {
+  *is_best = tau >= best_;
+  if (*is_best) best_ = tau;
+  history_.push_back(tau);
+  const int64_t n = static_cast<int64_t>(history_.size());
+  if (n < windows_ + 1) return false;
+  for (int64_t i = n - windows_; i < n; ++i) {
+    if (!(history_[i] < history_[i - 1])) return false;
+  }
+  history_.clear();
+  return true;
+}
+
+SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDrafter& drafter,
+                                               BanditOptions options, std::string log_path)
+    : target_(target),
+      drafter_(drafter),
+      o_(options),
+      log_path_(std::move(log_path)),
+      policy_(options),
+      rollback_(options.rollback_windows) {
+  const SpecBlockModel& served = drafter_.model();
+  const at::Tensor embedding = target_.weights().tok_embeddings;
+  train_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, true);
+  anchor_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, false);
+  std::vector<std::pair<std::string, at::Tensor>> head, all = train_->named_parameters();
+  std::vector<bool> head_decay, all_decay;
+  for (const auto& [name, p] : all) {
+    all_decay.push_back(false);
+    if (SpecBlockIsHeadParam(name)) {
+      head.emplace_back(name, p);
+      head_decay.push_back(false);
+    }
+  }
+  head_opt_ = std::make_unique<AdamWOptimizer>(head, head_decay, 0.9, 0.999, 0.0);
+  full_opt_ = std::make_unique<AdamWOptimizer>(all, all_decay, 0.9, 0.999, 0.0);
+  good_ = served.Tensors();
+}
+
+SpecBlockBanditAdapter::~SpecBlockBanditAdapter() = default;
+
+void SpecBlockBanditAdapter::BeginSequence(const DraftBegin& begin) {
+  s_ = 0;
+  positions_.clear();
+  position_ = static_cast<int64_t>(begin.prompt->size());  // index of the first generated token
+  q_steps_ = q_tokens_ = 0;
+  t_begin_ = NowMicros();
+}
+
+void SpecBlockBanditAdapter::Observe(const DraftTree& tree, const Verdict& verdict) {
+  const int64_t a = verdict.n_accepted();
+  const int64_t slot = a == 0 ? 0 : verdict.path.back() + 1;
+  const double r = drafter_.SlotProb(slot, verdict.bonus);
+  // The committed sequence index of the bonus: position_ is the index of the current root.
+  const int64_t bonus_index = position_ + a + 1;
+  if (r >= 0) {
+    s_ += 1.0 - r;
+    positions_.push_back(bonus_index);
+  }
+  position_ += a + 1;
+  ++q_steps_;
+  q_tokens_ += a + 1;
+}
+
+void SpecBlockBanditAdapter::Fire(BanditAction a) {
+  const int64_t t0 = NowMicros();
+  std::vector<Query>& buf = buffers_[static_cast<int>(a)];
+  // Batch of the buffered queries (right-padded; each keeps its last max_tokens tokens).
+  int64_t t_max = 0;
+  for (const Query& q : buf)
+    t_max = std::max<int64_t>(t_max, std::min<int64_t>(q.tokens.size(), o_.max_tokens));
+  const int64_t b = static_cast<int64_t>(buf.size());
+  at::Tensor tokens = at::zeros({b, t_max}, at::kLong);
+  at::Tensor mask = at::zeros({b, t_max}, at::kFloat);
+  for (int64_t i = 0; i < b; ++i) {
+    const Query& q = buf[i];
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    const int64_t off = std::max<int64_t>(0, n - o_.max_tokens);
+    for (int64_t j = off; j < n; ++j) tokens[i][j - off] = q.tokens[j];
+    for (int64_t p : q.positions) {
+      const int64_t row = p - 1 - off;  // the distribution after tokens [0, p)
+      if (row >= 1 && row < t_max && p < n) mask[i][row] = 1;
+    }
+  }
+  if (mask.sum().item<double>() > 0) {
+    const std::vector<int64_t>& layers = train_->config().aux_layer_ids;
+    ForwardOutput teacher;
+    {
+      at::NoGradGuard no_grad;
+      KvCache cache = target_.NewCache(b, t_max);
+      ForwardOptions fo;
+      fo.logits = LogitsMode::kAll;
+      fo.hidden_layers = layers;
+      teacher = target_.Forward(tokens, cache, fo);
+      teacher.logits = teacher.logits.clone();
+    }
+    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    const at::Tensor idx = mask.reshape(-1).nonzero().reshape(-1);
+    const at::Tensor labels = tokens.reshape(-1).index_select(0, idx + 1);  // token p at row p-1
+    at::Tensor anchor_logits;
+    {
+      at::NoGradGuard no_grad;
+      anchor_logits = SpecBlockNextTokenLogits(*anchor_, aux, tokens, true)
+                          .reshape({-1, train_->config().draft_vocab_size})
+                          .index_select(0, idx);
+    }
+    const at::Tensor teacher_rows =
+        at::log_softmax(teacher.logits.index_select(-1, train_->draft_ids())
+                            .reshape({-1, train_->config().draft_vocab_size})
+                            .index_select(0, idx),
+                        -1);
+    AdamWOptimizer& opt = a == BanditAction::kHead ? *head_opt_ : *full_opt_;
+    for (int64_t step = 0; step < o_.steps; ++step) {
+      at::Tensor rank;
+      const at::Tensor logits =
+          SpecBlockNextTokenLogits(*train_, aux, tokens, a == BanditAction::kHead, &rank);
+      const int64_t vd = train_->config().draft_vocab_size;
+      const at::Tensor rows = logits.reshape({-1, vd}).index_select(0, idx);
+      const at::Tensor log_q = at::log_softmax(rows, -1);
+      const at::Tensor fkl = (teacher_rows.exp() * (teacher_rows - log_q)).sum(-1).mean();
+      const at::Tensor anchor_lp = at::log_softmax(anchor_logits, -1);
+      const at::Tensor kl0 = (log_q.exp() * (log_q - anchor_lp)).sum(-1).mean();
+      const at::Tensor buckets = SpecBlockBucketLabels(rows, labels, *train_);
+      const at::Tensor rank_rows = rank.reshape({-1, kSpecBlockBuckets}).index_select(0, idx);
+      const at::Tensor rce = at::cross_entropy_loss(rank_rows, buckets);
+      const at::Tensor loss = fkl + rce + o_.kl_lambda * kl0;
+      loss.backward();
+      // Head-only: the trunk ran without gradients; the full optimiser covers everything.
+      opt.Step(o_.lr, 0.5);
+      if (a == BanditAction::kHead) {
+        for (const auto& [name, p] : train_->named_parameters()) {
+          if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+        }
+      }
+    }
+    drafter_.model().CopyFrom(*train_);  // θ_train -> θ_inf
+  }
+  buf.clear();
+  const double secs = (NowMicros() - t0) * 1e-6;
+  stats_.update_seconds += secs;
+  window_.update_seconds += secs;
+  pending_update_s_ += secs;
+  ++stats_.events;
+  ++window_.events;
+  if (a == BanditAction::kHead) ++window_.head_events;
+  if (a == BanditAction::kFull) ++window_.full_events;
+  policy_.OnEvent(a);
+}
+
+void SpecBlockBanditAdapter::CloseWindow() {
+  window_.tau = win_steps_ > 0 ? static_cast<double>(win_tokens_) / win_steps_ : 0;
+  window_.tokens_per_s = win_seconds_ > 0 ? win_tokens_ / win_seconds_ : 0;
+  bool best = false;
+  if (rollback_.AddWindow(window_.tau, &best)) {
+    drafter_.model().CopyFrom(*std::make_unique<SpecBlockModel>(
+        drafter_.model().config(), good_, target_.weights().tok_embeddings, false));
+    train_->CopyFrom(drafter_.model());
+    policy_.Reset();
+    ++window_.rollbacks;
+    ++stats_.rollbacks;
+  } else if (best) {
+    good_ = drafter_.model().Tensors();
+  }
+  if (!log_path_.empty()) {
+    nlohmann::json j;
+    j["window"] = stats_.windows.size();
+    j["queries"] = window_.queries;
+    j["tau"] = window_.tau;
+    j["tokens_per_s"] = window_.tokens_per_s;
+    j["skip"] = window_.actions[0];
+    j["head"] = window_.actions[1];
+    j["full"] = window_.actions[2];
+    j["events"] = window_.events;
+    j["head_events"] = window_.head_events;
+    j["full_events"] = window_.full_events;
+    j["rollbacks"] = window_.rollbacks;
+    j["update_seconds"] = window_.update_seconds;
+    j["v_head"] = policy_.value(BanditAction::kHead);
+    j["v_full"] = policy_.value(BanditAction::kFull);
+    std::ofstream(log_path_, std::ios::app) << j.dump() << "\n";
+  }
+  stats_.windows.push_back(window_);
+  window_ = BanditWindow();
+  win_steps_ = win_tokens_ = 0;
+  win_seconds_ = 0;
+}
+
+void SpecBlockBanditAdapter::EndSequence(const std::vector<int32_t>& committed,
+                                         int64_t prompt_len) {
+  // Throughput of this query (the previous event's update time charged to it).
+  const double secs = (NowMicros() - t_begin_) * 1e-6 + pending_update_s_;
+  pending_update_s_ = 0;
+  const double tokens = static_cast<double>(q_tokens_);
+  history_.emplace_back(tokens, secs);
+  ++queries_;
+  win_steps_ += q_steps_;
+  win_tokens_ += q_tokens_;
+  win_seconds_ += secs;
+  ++window_.queries;
+  if (measuring_) {
+    meas_tokens_ += tokens;
+    meas_seconds_ += secs;
+    if (--meas_left_ == 0) {
+      measuring_ = false;
+      const double tps = meas_seconds_ > 0 ? meas_tokens_ / meas_seconds_ : 0;
+      policy_.OnMeasured(trig_a_, tps - trig_base_, trig_s_);
+    }
+  }
+  BanditAction a = BanditAction::kSkip;
+  if (queries_ <= o_.warmup) {
+    double tt = 0, ss = 0;
+    for (const auto& [t, s] : history_) {
+      tt += t;
+      ss += s;
+    }
+    warm_tps_ = ss > 0 ? tt / ss : 0;
+  } else {
+    a = policy_.Choose(s_);
+  }
+  ++window_.actions[static_cast<int>(a)];
+  if (a != BanditAction::kSkip) {
+    Query q;
+    q.tokens = committed;
+    q.positions = positions_;
+    buffers_[static_cast<int>(a)].push_back(std::move(q));
+  }
+  const bool blocked = o_.gating && (blocked_ > 0 || measuring_);
+  if (blocked_ > 0) --blocked_;
+  if (a != BanditAction::kSkip && !blocked &&
+      static_cast<int64_t>(buffers_[static_cast<int>(a)].size()) >= o_.buffer) {
+    // Baseline: the `interval` queries before the trigger (the warm-up's for the first event).
+    double tt = 0, ss = 0;
+    const int64_t n = static_cast<int64_t>(history_.size());
+    for (int64_t i = std::max<int64_t>(0, n - o_.interval); i < n; ++i) {
+      tt += history_[i].first;
+      ss += history_[i].second;
+    }
+    trig_base_ = policy_.events() == 0 ? warm_tps_ : (ss > 0 ? tt / ss : 0);
+    trig_s_ = s_;
+    trig_a_ = a;
+    Fire(a);
+    measuring_ = true;
+    meas_left_ = o_.interval;
+    meas_tokens_ = meas_seconds_ = 0;
+    blocked_ = o_.block_after;
+  }
+  if (window_.queries >= o_.interval) CloseWindow();
+}
+
+}  // namespace specbed

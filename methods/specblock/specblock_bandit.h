@@ -1,0 +1,174 @@
+// SpecBlock's cost-aware bandit adapter (spec §5): decides per query whether to skip, update the
+// heads only (lm_head + final norm + rank head) or update the whole drafter, from a value per
+// action learned from the measured throughput change after each update.
+//
+// Per query (one prompt's generation): signal s = sum over verify steps whose path stopped at a
+// node with drafted children of (1 - r), r = the draft probability of the token the target chose
+// there (the bonus). Lifecycle: `warmup` queries only measure throughput; then per query the
+// policy picks an action (BanditPolicy); a non-skip action pushes the query (its committed tokens
+// and rejected positions) into that action's buffer; a buffer holding `buffer` queries fires one
+// training event (unless blocked: `block_after` queries after every event, or a measurement
+// interval still open): `steps` AdamW steps on forward KL(target || draft) at the buffered
+// positions + rank-head CE + kl_lambda · KL(p_train || p_theta0), then the served drafter takes
+// the new weights and a measurement interval of `interval` queries opens. When it closes:
+// delta = throughput over the interval (update time included) - throughput over the `interval`
+// queries before the event (or the warm-up's), and v[a] <- (1 - alpha) v[a] + alpha delta / s_trig
+// unless s_trig < s_min. Windows of `interval` queries track tau; three consecutive falls
+// revert the served and trained drafter to the last good snapshot (the best-tau window's
+// weights) and reset the values.
+// Cold start: the first `cold_start` events pick head or full (never skip, unless s < s_min):
+// with probability eps (linear eps_start -> eps_end over the cold start) uniformly, else the one
+// with fewer samples, then the larger estimate. After it: argmax of s·v, skip when both <= 0.
+// `gating = false` is the paper's "- cost-aware bandit" ablation: never skip, never blocked,
+// every saturation fires (head/full routing by the estimates kept).
+// Every update runs inside the request that triggers it (charged to its decode time).
+// Checked by: tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "methods/common/train/train_loop.h"
+#include "models/llama_model.h"
+
+namespace specbed {
+
+class SpecBlockDrafter;
+class SpecBlockModel;
+
+enum class BanditAction { kSkip = 0, kHead = 1, kFull = 2 };
+const char* BanditActionName(BanditAction a);
+
+struct BanditOptions {
+  double alpha = 0.10;
+  double s_min = 5;
+  double kl_lambda = 0.01;
+  int64_t warmup = 10;     // queries that only measure
+  int64_t cold_start = 8;  // training events with forced exploration
+  double eps_start = 0.30, eps_end = 0.10;
+  int64_t block_after = 2;  // queries after an event that may not fire
+  int64_t buffer = 8;       // queries per buffer before it fires
+  int64_t interval = 8;     // measurement interval / window, in queries
+  int64_t rollback_windows = 3;
+  int64_t steps = 1;  // AdamW steps per event
+  double lr = 1e-4;
+  int64_t max_tokens = 512;
+  bool gating = true;
+  uint64_t seed = 0;
+};
+
+// The decision logic alone (no model), for tests.
+class BanditPolicy {
+ public:
+  explicit BanditPolicy(const BanditOptions& options);
+  // Action for a query with signal s (after warm-up).
+  BanditAction Choose(double s);
+  // A training event of action `a` fired.
+  void OnEvent(BanditAction a);
+  // A measurement interval of action `a` closed with throughput change `delta` for trigger
+  // signal `s_trig` (ignored when s_trig < s_min).
+  void OnMeasured(BanditAction a, double delta, double s_trig);
+  void Reset();  // values and sample counts back to 0 (rollback)
+  double value(BanditAction a) const { return v_[static_cast<int>(a)]; }
+  int64_t samples(BanditAction a) const { return n_[static_cast<int>(a)]; }
+  int64_t events() const { return events_; }
+  double epsilon() const;
+
+ private:
+  BanditOptions o_;
+  std::array<double, 3> v_{};
+  std::array<int64_t, 3> n_{};
+  int64_t events_ = 0;
+  std::mt19937_64 rng_;
+};
+
+// Tracks window tau and decides rollbacks.
+class RollbackTracker {
+ public:
+  explicit RollbackTracker(int64_t windows) : windows_(windows) {}
+  // Adds a closed window's tau; returns true when tau fell over the last `windows` windows
+  // (then the history restarts). `*is_best` says whether this window is the best so far.
+  bool AddWindow(double tau, bool* is_best);
+
+ private:
+  int64_t windows_;
+  std::vector<double> history_;
+  double best_ = -1;
+};
+
+struct BanditWindow {
+  int64_t queries = 0;
+  double tau = 0;
+  double tokens_per_s = 0;
+  std::array<int64_t, 3> actions{};  // per query
+  int64_t events = 0;
+  int64_t head_events = 0, full_events = 0;
+  int64_t rollbacks = 0;
+  double update_seconds = 0;
+};
+
+struct BanditStats {
+  std::vector<BanditWindow> windows;
+  int64_t events = 0, rollbacks = 0;
+  double update_seconds = 0;
+};
+
+class SpecBlockBanditAdapter : public Adapter {
+ public:
+  // `drafter`: the served drafter (θ_inf); the adapter keeps θ_train and θ0 copies.
+  SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDrafter& drafter, BanditOptions options,
+                         std::string log_path = "");
+  ~SpecBlockBanditAdapter() override;
+
+  void BeginSequence(const DraftBegin& begin) override;
+  void Observe(const DraftTree& tree, const Verdict& verdict) override;
+  void EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) override;
+
+  const BanditStats& stats() const { return stats_; }
+  const BanditPolicy& policy() const { return policy_; }
+
+ private:
+  struct Query {
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> positions;  // rejected positions (index of the target's token)
+  };
+  void Fire(BanditAction a);
+  void CloseWindow();
+
+  LlamaModel& target_;
+  SpecBlockDrafter& drafter_;
+  BanditOptions o_;
+  std::string log_path_;
+  std::unique_ptr<SpecBlockModel> train_, anchor_;
+  std::unique_ptr<AdamWOptimizer> head_opt_, full_opt_;
+  BanditPolicy policy_;
+  RollbackTracker rollback_;
+  std::map<std::string, at::Tensor> good_;  // last good snapshot
+  std::array<std::vector<Query>, 3> buffers_;
+  // Current query.
+  double s_ = 0;
+  std::vector<int64_t> positions_;
+  int64_t position_ = 0, q_steps_ = 0, q_tokens_ = 0;
+  int64_t t_begin_ = 0;
+  // Throughput history per query: (tokens, seconds).
+  std::vector<std::pair<double, double>> history_;
+  int64_t queries_ = 0, blocked_ = 0;
+  double warm_tps_ = 0;
+  // Open measurement interval.
+  bool measuring_ = false;
+  BanditAction trig_a_ = BanditAction::kSkip;
+  double trig_s_ = 0, trig_base_ = 0, meas_tokens_ = 0, meas_seconds_ = 0;
+  int64_t meas_left_ = 0;
+  double pending_update_s_ = 0;
+  BanditWindow window_;
+  int64_t win_steps_ = 0, win_tokens_ = 0;
+  double win_seconds_ = 0;
+  BanditStats stats_;
+};
+
+}  // namespace specbed

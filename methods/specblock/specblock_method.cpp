@@ -1,0 +1,239 @@
+// Registration of `specblock`, `specblock+osd` and `specblock+bandit` (see README.md).
+// Checked by: tests/methods/specblock_test.cpp, tests/engine/paper_configs_test.cpp.
+#include "methods/specblock/specblock_method.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/method_registry.h"
+#include "methods/osd/osd_adapter.h"
+#include "methods/specblock/specblock_bandit.h"
+#include "methods/specblock/specblock_drafter.h"
+#include "methods/specblock/specblock_trainer.h"
+#include "models/drafter_catalog.h"
+
+namespace specbed {
+namespace {
+
+class SpecBlockOsdStudent : public OsdStudent {
+ public:
+  SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter)
+      : target_(target),
+        drafter_(drafter),
+        model_(drafter.model().config(), drafter.model().Tensors(), target.weights().tok_embeddings,
+               true) {}
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
+    return model_.named_parameters();
+  }
+  // Divergence at the corrected positions between the target and the drafter's block-1 slot-1
+  // distribution (restricted to the draft vocabulary).
+  at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
+    ForwardOutput teacher;
+    {
+      at::NoGradGuard no_grad;
+      KvCache cache = target_.NewCache(batch.tokens.size(0), batch.tokens.size(1));
+      ForwardOptions fo;
+      fo.logits = LogitsMode::kAll;
+      fo.hidden_layers = model_.config().aux_layer_ids;
+      teacher = target_.Forward(batch.tokens, cache, fo);
+      teacher.logits = teacher.logits.clone();
+    }
+    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    const at::Tensor student = SpecBlockNextTokenLogits(model_, aux, batch.tokens, false);
+    const int64_t vd = model_.config().draft_vocab_size;
+    const at::Tensor idx = batch.loss_mask.reshape(-1).nonzero().reshape(-1);
+    const at::Tensor t = teacher.logits.index_select(-1, model_.draft_ids()).reshape({-1, vd});
+    return DivergenceLoss(t.index_select(0, idx), student.reshape({-1, vd}).index_select(0, idx),
+                          divergence);
+  }
+  void Publish() override { drafter_.model().CopyFrom(model_); }
+
+ private:
+  LlamaModel& target_;
+  SpecBlockDrafter& drafter_;
+  SpecBlockModel model_;
+};
+
+void FillBaseInfo(MethodInfo& info) {
+  info.paper =
+      "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree "
+      "Drafting (seed 000)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.tree = true;
+  info.traits.needs_drafter = true;
+  info.traits.needs_target_hidden = true;
+  info.traits.sampling_verifier = "sample_follow";
+  info.traits.drafter_knob = "drafter";
+  info.knobs = SpecBlockKnobs();
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveSpecBlockDrafter(knobs.at("drafter").get<std::string>());
+    ParseBranching(knobs.at("branching").get<std::string>(), "specblock knob 'branching'");
+  };
+}
+
+}  // namespace
+
+std::string ResolveSpecBlockDrafter(const std::string& name_or_path) {
+  if (IsNamedDrafter(name_or_path, "specblock")) return ResolveDrafterDir(name_or_path);
+  SPECBED_CHECK(PathExists(name_or_path), "specblock: drafter '", name_or_path,
+                "' is neither a known drafter (stories260K-specblock, "
+                "stories260K-twin-specblock) nor an existing directory");
+  return name_or_path;
+}
+
+std::vector<MethodKnob> SpecBlockKnobs() {
+  return {
+      {"drafter",
+       "auto",
+       "SpecBlock drafter: a known name (stories260K-specblock, stories260K-twin-specblock), a "
+       "checkpoint directory, or auto = the target's shipped drafter",
+       1,
+       0,
+       {},
+       "specblock"},
+      {"block_size", 4, "K: slots per block (must equal the drafter's trained K)", 1, 32, {}},
+      {"blocks", 2, "M: blocks (= drafter calls) per iteration", 1, 16, {}},
+      {"budget", 60, "drafted nodes per tree, root excluded", 1, 1024, {}},
+      {"branching",
+       "2,4,10,0",
+       "width per rank bucket b0..b3 (top-b tokens attached; 0 ends the block's spine)",
+       1,
+       0,
+       {}},
+      {"starts", 4, "most next-block starts per later block", 1, 64, {}},
+  };
+}
+
+std::unique_ptr<Decoder> MakeSpecBlockDecoder(MethodContext& context, const nlohmann::json& knobs,
+                                              SpecBlockDrafter** drafter_out,
+                                              VerifyRule sampling_rule) {
+  const std::string name = knobs.at("drafter").get<std::string>();
+  const SpecBlockCheckpoint ckpt = LoadSpecBlockCheckpoint(ResolveSpecBlockDrafter(name));
+  const LlamaConfig& t = context.target->model->config();
+  const SpecBlockConfig& c = ckpt.config;
+  SPECBED_CHECK(
+      c.vocab_size == t.vocab_size && c.target_hidden_size == t.dim && c.hidden_size == t.dim,
+      "specblock: drafter '", name, "' (vocab ", c.vocab_size, ", target width ",
+      c.target_hidden_size, ", width ", c.hidden_size, ") does not fit target '",
+      context.target->spec.name, "' (vocab ", t.vocab_size, ", width ", t.dim, ")");
+  for (int64_t l : c.aux_layer_ids) {
+    SPECBED_CHECK(l >= 0 && l <= t.FeatureDepth(), "specblock: drafter '", name,
+                  "' reads target layer ", l, " but the target has ", t.FeatureDepth(),
+                  " feature layers");
+  }
+  SPECBED_CHECK(knobs.at("block_size").get<int64_t>() == c.block_size, "specblock: knob ",
+                "'block_size' is ", knobs.at("block_size").get<int64_t>(), " but drafter '", name,
+                "' was trained with K = ", c.block_size, " (K is fixed at training)");
+  SpecBlockDraftOptions o;
+  o.blocks = knobs.at("blocks").get<int64_t>();
+  o.budget = knobs.at("budget").get<int64_t>();
+  o.branching = ParseBranching(knobs.at("branching").get<std::string>(), "specblock");
+  o.max_starts = knobs.at("starts").get<int64_t>();
+  auto model = std::make_unique<SpecBlockModel>(c, ckpt.tensors,
+                                                context.target->model->weights().tok_embeddings,
+                                                /*trainable=*/false);
+  auto drafter = std::make_unique<SpecBlockDrafter>(std::move(model), o);
+  if (drafter_out != nullptr) *drafter_out = drafter.get();
+  SpeculativeOptions options;
+  options.budget.nodes = o.budget;
+  options.budget.depth = o.blocks * c.block_size;
+  options.sampling_rule = sampling_rule;
+  return std::make_unique<SpeculativeDecoder>(
+      *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
+}
+
+void RegisterSpecBlockMethods(MethodRegistry& registry) {
+  {
+    MethodInfo info;
+    info.name = "specblock";
+    info.description =
+        "SpecBlock: a block drafter (K dependent slots per call, layer-wise shift) grows a "
+        "rank-head-shaped tree in M batched calls";
+    FillBaseInfo(info);
+    info.factory = [](MethodContext& context,
+                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+      return MakeSpecBlockDecoder(context, knobs, nullptr);
+    };
+    registry.Register(std::move(info));
+  }
+  {
+    MethodInfo info;
+    info.name = "specblock+osd";
+    info.description =
+        "SpecBlock with always-update OSD: forward KL at the corrected positions every "
+        "osd_interval requests";
+    FillBaseInfo(info);
+    info.traits.trains_online = true;
+    info.knobs.push_back(
+        {"osd_interval", 8, "requests between online updates (paper: 8)", 1, 100000, {}});
+    info.knobs.push_back({"osd_steps", 1, "AdamW steps per update", 1, 1000, {}});
+    info.knobs.push_back({"osd_lr", 1e-4, "constant AdamW learning rate", 1e-9, 1.0, {}});
+    info.factory = [](MethodContext& context,
+                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+      SpecBlockDrafter* drafter = nullptr;
+      std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+      OsdOptions o;
+      o.interval = knobs.at("osd_interval").get<int64_t>();
+      o.steps = knobs.at("osd_steps").get<int64_t>();
+      o.lr = knobs.at("osd_lr").get<double>();
+      o.divergence = Divergence::kForwardKl;
+      auto student = std::make_unique<SpecBlockOsdStudent>(*context.target->model, *drafter);
+      static_cast<SpeculativeDecoder*>(decoder.get())
+          ->SetAdapter(std::make_unique<OsdAdapter>(std::move(student), o));
+      return decoder;
+    };
+    registry.Register(std::move(info));
+  }
+  {
+    MethodInfo info;
+    info.name = "specblock+bandit";
+    info.description =
+        "SpecBlock with the cost-aware bandit: per query skip / head-only / full update chosen "
+        "from measured throughput gains (KL anchor, rollback)";
+    FillBaseInfo(info);
+    info.traits.trains_online = true;
+    info.knobs.push_back({"bandit",
+                          "on",
+                          "on = the cost-aware bandit; off = the paper's '- cost-aware bandit' "
+                          "ablation (every saturated buffer fires, never skips)",
+                          1,
+                          0,
+                          {"on", "off"}});
+    info.knobs.push_back({"warmup", 10, "queries that only measure (paper: 10)", 0, 100000, {}});
+    info.knobs.push_back(
+        {"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}});
+    info.knobs.push_back({"buffer", 8, "queries per buffer before it fires", 1, 10000, {}});
+    info.knobs.push_back(
+        {"interval", 8, "queries per measurement interval / window", 1, 10000, {}});
+    info.knobs.push_back(
+        {"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}});
+    info.knobs.push_back({"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}});
+    info.knobs.push_back({"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}});
+    info.knobs.push_back({"log", "", "append one JSON line per window to this file", 1, 0, {}});
+    info.factory = [](MethodContext& context,
+                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+      SpecBlockDrafter* drafter = nullptr;
+      std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+      BanditOptions o;
+      o.gating = knobs.at("bandit").get<std::string>() == "on";
+      o.warmup = knobs.at("warmup").get<int64_t>();
+      o.cold_start = knobs.at("cold_start").get<int64_t>();
+      o.buffer = knobs.at("buffer").get<int64_t>();
+      o.interval = knobs.at("interval").get<int64_t>();
+      o.s_min = knobs.at("s_min").get<double>();
+      o.lr = knobs.at("lr").get<double>();
+      o.kl_lambda = knobs.at("kl_lambda").get<double>();
+      static_cast<SpeculativeDecoder*>(decoder.get())
+          ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(
+              *context.target->model, *drafter, o, knobs.at("log").get<std::string>()));
+      return decoder;
+    };
+    registry.Register(std::move(info));
+  }
+}
+
+}  // namespace specbed

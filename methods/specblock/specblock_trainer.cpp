@@ -1,0 +1,278 @@
+// SpecBlock training (see specblock_trainer.h).
+// Checked by: tests/methods/specblock_test.cpp.
+#include "methods/specblock/specblock_trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+#include "methods/common/train/regen.h"
+#include "methods/common/train/target_features.h"
+#include "methods/common/train/train_util.h"
+#include "methods/eagle3/eagle3_checkpoint.h"
+#include "methods/eagle3/eagle3_config.h"
+#include "models/model_registry.h"
+
+namespace specbed {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+constexpr uint64_t kInitSalt = 0x7370626c6b696e69ULL;   // "spblkini"
+constexpr uint64_t kSplitSalt = 0x7370626c6b73706cULL;  // "spblkspl"
+
+}  // namespace
+
+namespace {
+
+class SpecBlockTrainTask : public TrainTask {
+ public:
+  SpecBlockTrainTask(const SpecBlockTrainConfig& config, const RegenData& data,
+                     TargetFeatureSource& features, SpecBlockModel& model, int64_t n_train)
+      : config_(config), data_(data), features_(features), model_(model), n_train_(n_train) {}
+
+  std::string Name() const override { return "specblock"; }
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
+    return model_.named_parameters();
+  }
+  int64_t TrainRows() const override { return n_train_; }
+  void BeginStep(int64_t step) override {
+    rng_.seed(DeriveSeed(config_.optim.seed, static_cast<uint64_t>(step), kSplitSalt));
+    rank_on_ = step >= config_.rank_warmup;
+  }
+  at::Tensor Loss(const std::vector<int64_t>& rows) override {
+    SpecBlockLossOptions o;
+    o.blocks = config_.blocks;
+    o.valid_prefix = config_.valid_prefix;
+    o.slot_norm_floor = config_.slot_norm_floor;
+    o.rank = rank_on_;
+    return Compute(rows, o).loss;
+  }
+
+  EvalMetrics Evaluate() override {
+    at::NoGradGuard no_grad;
+    rng_.seed(DeriveSeed(config_.optim.seed, 0, kSplitSalt ^ 1));
+    const int64_t n = data_.size(), k = config_.block_size;
+    std::vector<double> hits(k, 0), counts(k, 0);
+    std::array<std::array<double, 4>, 4> conf{};
+    double loss = 0, draft = 0, rank = 0, batches = 0;
+    for (int64_t b0 = n_train_; b0 < n; b0 += config_.optim.batch) {
+      std::vector<int64_t> rows;
+      for (int64_t x = b0; x < std::min(n, b0 + config_.optim.batch); ++x) rows.push_back(x);
+      SpecBlockLossOptions o;
+      o.blocks = config_.blocks;
+      o.valid_prefix = config_.valid_prefix;
+      o.slot_norm_floor = config_.slot_norm_floor;
+      o.rank = true;
+      const SpecBlockLossResult r = Compute(rows, o);
+      loss += r.loss.item<double>();
+      draft += r.draft_loss;
+      rank += r.rank_loss;
+      batches += 1;
+      for (int64_t s = 0; s < k; ++s) {
+        hits[s] += r.slot_hits[s];
+        counts[s] += r.slot_counts[s];
+      }
+      for (int a = 0; a < 4; ++a)
+        for (int p = 0; p < 4; ++p) conf[a][p] += r.confusion[a][p];
+    }
+    EvalMetrics m;
+    m.loss = batches > 0 ? loss / batches : 0;
+    ojson top1 = ojson::array();
+    double chain = 1, tau = 1;
+    for (int64_t s = 0; s < k; ++s) {
+      const double a = counts[s] > 0 ? hits[s] / counts[s] : 0;
+      top1.push_back(a);
+      chain *= a;
+      tau += chain;
+    }
+    m.acceptance_proxy = top1[0].get<double>();
+    m.extra["slot_top1"] = top1;
+    m.extra["block_chain_tau_estimate"] = tau;
+    m.extra["draft_loss"] = batches > 0 ? draft / batches : 0;
+    m.extra["rank_loss"] = batches > 0 ? rank / batches : 0;
+    ojson cm = ojson::array();
+    double total = 0;
+    for (auto& row : conf)
+      for (double x : row) total += x;
+    ojson freq = ojson::array();
+    for (int a = 0; a < 4; ++a) {
+      cm.push_back(ojson(std::vector<double>(conf[a].begin(), conf[a].end())));
+      double rs = 0;
+      for (double x : conf[a]) rs += x;
+      freq.push_back(total > 0 ? rs / total : 0);
+    }
+    m.extra["rank_confusion"] = cm;  // [true bucket][predicted bucket], block 1, mask = 1
+    m.extra["bucket_frequency"] = freq;
+    m.extra["rank_positions"] = total;
+    return m;
+  }
+
+  void WriteDrafter(const std::string& out_dir) const override {
+    SpecBlockConfig c = model_.config();
+    c.recipe = recipe_;
+    WriteSpecBlockCheckpoint(out_dir, c, model_.Tensors());
+  }
+  void set_recipe(ojson recipe) { recipe_ = std::move(recipe); }
+
+ private:
+  SpecBlockLossResult Compute(const std::vector<int64_t>& rows, const SpecBlockLossOptions& o) {
+    const SequenceBatch batch = MakeSequenceBatch(data_, rows, config_.max_len);
+    TargetFeatures f;
+    {
+      at::NoGradGuard no_grad;
+      f = features_.Get(rows, batch);
+    }
+    return SpecBlockLoss(model_, f.hidden, batch.tokens, f.logits, batch.loss_mask, o, rng_);
+  }
+
+  const SpecBlockTrainConfig& config_;
+  const RegenData& data_;
+  TargetFeatureSource& features_;
+  SpecBlockModel& model_;
+  int64_t n_train_;
+  std::mt19937_64 rng_;
+  bool rank_on_ = false;
+  ojson recipe_;
+};
+
+}  // namespace
+
+OptimConfig DefaultSpecBlockOptim() {
+  OptimConfig o;
+  o.steps = 800;
+  o.batch = 16;
+  o.lr = 3e-3;
+  o.min_lr = 3e-4;
+  o.warmup = 12;  // 1.5% of the steps, as the paper
+  o.weight_decay = 0;
+  o.beta1 = 0.9;
+  o.beta2 = 0.999;
+  o.grad_clip = 0.5;
+  o.checkpoint_every = 100;
+  o.log_every = 10;
+  o.eval_every = 200;
+  return o;
+}
+
+SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const std::string& out_dir,
+                                    const TrainLoopOptions& options) {
+  SPECBED_CHECK(!config.data.empty(), "specblock: --data (a `specbed regen` file) is required");
+  SPECBED_CHECK(config.max_len >= 3, "specblock: --max-len must be >= 3");
+  SPECBED_CHECK(config.n_eval >= 1, "specblock: --n-eval must be >= 1");
+  SPECBED_CHECK(config.blocks == 1 || config.blocks == 2, "specblock: --blocks must be 1 or 2");
+  at::set_num_threads(config.optim.threads);
+  SpecBlockTrainResult result;
+  LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));
+  LlamaModel& teacher = *target.model;
+  const LlamaConfig& tc = teacher.config();
+  const RegenData data = LoadRegenData(config.data, tc.vocab_size);
+  SPECBED_CHECK(data.size() > config.n_eval, "specblock: '", config.data, "' has ", data.size(),
+                " sequences; need more than --n-eval ", config.n_eval);
+  const int64_t n_train = data.size() - config.n_eval;
+  const std::vector<int64_t> aux =
+      config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.FeatureDepth()) : config.aux_layers;
+  SPECBED_CHECK(aux.size() == 3, "specblock: --aux-layers needs exactly 3 layer ids");
+  for (int64_t l : aux) {
+    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l, " is outside [0, ",
+                  tc.FeatureDepth(), "]");
+  }
+  std::vector<int64_t> counts(tc.vocab_size, 0);
+  int64_t supervised = 0;
+  for (int64_t x = 0; x < n_train; ++x) {
+    const int64_t begin = data.offsets[x] + data.prompt_lengths[x];
+    const int64_t end = std::min(data.offsets[x + 1], data.offsets[x] + config.max_len);
+    for (int64_t j = begin; j < end; ++j) ++counts[data.tokens[j]];
+    supervised += std::max<int64_t>(0, end - begin);
+  }
+  const int64_t vd = std::min(config.draft_vocab, tc.vocab_size);
+  const DraftVocabMap vocab = BuildDraftVocabMap(counts, vd);
+  {
+    int64_t covered = 0;
+    const bool* in = vocab.t2d.data_ptr<bool>();
+    for (int64_t v = 0; v < tc.vocab_size; ++v) covered += in[v] ? counts[v] : 0;
+    result.draft_vocab_coverage = supervised > 0 ? static_cast<double>(covered) / supervised : 1;
+  }
+  SpecBlockConfig c;
+  c.hidden_size = tc.dim;
+  c.intermediate_size = tc.hidden_dim;
+  c.n_heads = tc.n_heads;
+  c.n_kv_heads = tc.n_kv_heads;
+  c.head_dim = tc.head_dim;
+  c.target_hidden_size = tc.dim;
+  c.vocab_size = tc.vocab_size;
+  c.draft_vocab_size = vd;
+  c.block_size = config.block_size;
+  c.n_layers = config.layers;
+  c.n_shifts = config.shifts < 0 ? config.layers : config.shifts;
+  c.rank_hidden = config.rank_hidden;
+  c.rms_norm_eps = tc.norm_eps;
+  c.rope_theta = tc.rope_theta;
+  c.max_position_embeddings = tc.max_seq_len;
+  c.aux_layer_ids = aux;
+  c.Validate("specblock drafter for target '" + target.spec.name + "'");
+  std::map<std::string, at::Tensor> init =
+      RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kInitSalt));
+  init["d2t"] = vocab.d2t;
+  init["t2d"] = vocab.t2d;
+  SpecBlockModel model(c, init, teacher.weights().tok_embeddings, /*trainable=*/true);
+  result.parameters = model.ParameterCount();
+
+  TargetFeatureOptions fo;
+  fo.source = config.features;
+  fo.layers = aux;
+  fo.max_len = config.max_len;
+  fo.cache_dir = out_dir + "/work/features";
+  fo.store_dtype = ParseFeatureStoreDtype(config.feature_dtype, "specblock");
+  fo.disk.verbose = options.verbose;
+  std::filesystem::create_directories(out_dir + "/work");
+  std::unique_ptr<TargetFeatureSource> features = MakeTargetFeatureSource(teacher, data, fo);
+
+  ojson settings;
+  settings["target"] = target.spec.name;
+  settings["target_fingerprint"] = TargetFingerprint(teacher);
+  settings["dtype"] = config.dtype;
+  settings["data_fingerprint"] = RegenDataFingerprint(data);
+  settings["aux_layers"] = aux;
+  settings["draft_vocab"] = vd;
+  settings["block_size"] = config.block_size;
+  settings["layers"] = config.layers;
+  settings["shifts"] = c.n_shifts;
+  settings["rank_hidden"] = config.rank_hidden;
+  settings["blocks"] = config.blocks;
+  settings["rank_warmup"] = config.rank_warmup;
+  settings["valid_prefix"] = config.valid_prefix;
+  settings["slot_norm_floor"] = config.slot_norm_floor;
+  settings["max_len"] = config.max_len;
+  settings["n_eval"] = config.n_eval;
+  SpecBlockTrainTask task(config, data, *features, model, n_train);
+  ojson recipe = TrainRecipe(settings, config.optim, "specbed train specblock");
+  recipe["features"] = config.features;
+  recipe["data"] = data.provenance;
+  task.set_recipe(recipe);
+  result.loop = RunTrainLoop(task, config.optim, settings, out_dir, options);
+  if (result.loop.finished) {
+    ojson summary;
+    summary["date"] = NowRfc3339();
+    summary["recipe"] = recipe;
+    summary["parameters"] = result.parameters;
+    summary["draft_vocab_coverage"] = result.draft_vocab_coverage;
+    summary["steps"] = result.loop.step;
+    summary["final_train_loss"] = result.loop.final_loss;
+    summary["eval_loss"] = result.loop.eval.loss;
+    summary["eval_top1_slot1"] = result.loop.eval.acceptance_proxy;
+    summary["eval"] = result.loop.eval.extra;
+    summary["train_seconds"] = result.loop.train_seconds;
+    summary["threads"] = config.optim.threads;
+    WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+  }
+  return result;
+}
+
+}  // namespace specbed

@@ -1,0 +1,95 @@
+// `specbed train specblock` (spec §4): trains a SpecBlock drafter on a target's own outputs (a
+// `specbed regen` file) through the shared training loop (train_loop.h).
+// Layout (one sequence of T tokens): every position i in [0, T-2] is a block-1 start (condition =
+// target features at i, token = x_{i+1}, slot k (1-based) predicts x_{i+1+k}, soft label = the
+// target's distribution at i + k restricted to the draft vocabulary and renormalised; RoPE
+// position i + k). Slot (i, k) attends to every slot of starts i' < i and to slots (i, <= k).
+// Cross-block chaining: per start s ~ U{1..K}; block 2 starts from h^(L)_{i,s} (W_cond skipped)
+// with token x_{i+1+s}, attends to the context of starts < i, block-1 slots (i, 1..s) and
+// causally to itself; gradients flow through h^(L)_{i,s}; the valid-prefix mask carries over
+// (block 2 starts at m_{i,s+1}).
+// Valid-prefix mask: m_1 = 1, m_{k+1} = m_k · [argmax p_k == x]; loss of slot k weighted by m_k,
+// normalised per slot by its own count (per block). Rank loss: CE of the rank head against the
+// bucket of the label's rank in p_k over positions with m_k = 1, after `rank_warmup` steps.
+// Checked by: tests/methods/specblock_test.cpp (loss goes down, the written drafter loads).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "methods/common/train/train_loop.h"
+#include "methods/specblock/specblock_model.h"
+
+namespace specbed {
+
+struct SpecBlockLossOptions {
+  int64_t blocks = 2;        // chained blocks (1 = no cross-block training)
+  bool valid_prefix = true;  // false: the "- valid-prefix curriculum" ablation (mask = 1)
+  bool rank = true;          // add the rank-head loss
+  // Slot k's loss is divided by max(N_k, slot_norm_floor * N_1) (N_k = valid-prefix count of
+  // slot k in its block, N_1 = that block's slot-1 count). 0 = the paper's per-slot
+  // normalisation exactly; > 0 keeps a handful of surviving rows of a barely trained drafter
+  // from dominating the gradient (and, through global-norm clipping, freezing slot 1).
+  double slot_norm_floor = 0;
+};
+
+struct SpecBlockLossResult {
+  at::Tensor loss;  // scalar, differentiable
+  double draft_loss = 0, rank_loss = 0;
+  std::vector<double> slot_hits, slot_counts;        // block-1 per slot: top-1 == label, counted
+  std::array<std::array<double, 4>, 4> confusion{};  // [true bucket][predicted], m = 1 positions
+};
+
+// aux float32 [B, T, 3 Ht]; tokens int64 [B, T]; target_logits float32 [B, T, V]; loss_mask
+// float32 [B, T] (SequenceBatch convention); `rng` draws the split points s.
+SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor& aux,
+                                  const at::Tensor& tokens, const at::Tensor& target_logits,
+                                  const at::Tensor& loss_mask, const SpecBlockLossOptions& options,
+                                  std::mt19937_64& rng);
+
+// Block-1 slot-1 draft logits [B, T, Vd] of every position (row t: the drafter's distribution of
+// token t + 1 given tokens <= t, from target features at t - 1; row 0 is zero). For online
+// adaptation at single positions. `detach_trunk`: compute the trunk without gradients
+// (head-only updates).
+at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tensor& aux,
+                                    const at::Tensor& tokens, bool detach_trunk,
+                                    at::Tensor* rank_logits = nullptr);
+
+struct SpecBlockTrainConfig {
+  std::string target = "stories260K";
+  std::string dtype = "float32";
+  std::string data;
+  std::vector<int64_t> aux_layers;  // empty = EAGLE-3 default {2, L/2, L-3}
+  int64_t draft_vocab = 32000;
+  int64_t block_size = 4;
+  int64_t layers = 2;
+  int64_t shifts = -1;  // -1 = layers (a shift before every layer)
+  int64_t rank_hidden = 256;
+  int64_t blocks = 2;
+  int64_t rank_warmup = 2000;
+  bool valid_prefix = true;
+  double slot_norm_floor = 1.0;
+  int64_t max_len = 128;
+  int64_t n_eval = 32;
+  std::string features = "online";
+  std::string feature_dtype = "float32";
+  OptimConfig optim;
+};
+
+OptimConfig DefaultSpecBlockOptim();
+
+struct SpecBlockTrainResult {
+  TrainLoopResult loop;
+  int64_t parameters = 0;
+  double draft_vocab_coverage = 0;
+};
+
+SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const std::string& out_dir,
+                                    const TrainLoopOptions& options = {});
+
+}  // namespace specbed

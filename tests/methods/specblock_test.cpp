@@ -1,0 +1,523 @@
+// SpecBlock (methods/specblock):
+// - the shipped stories260K drafter reproduces AR token for token at T = 0 in fp32 on every story
+//   prompt, with drafts accepted (tau > 1.5), under both branching maps;
+// - one iteration makes exactly M drafter forward calls (catch-up batched with the first block);
+// - T = 1 with sample_follow on a tiny random target (vocabulary 4) matches the exact 3-token
+//   distribution (chi-square, reject at p < 1e-4), and the same test with greedy acceptance
+//   fails (p < 1e-4): the negative control;
+// - the drafter cache path equals the training layout (incremental == full);
+// - a bad checkpoint is refused naming the tensor / field; the registry knobs;
+// - the training loss goes down; the bandit's decision logic with fixed seeds.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "datasets/dataset.h"
+#include "harness/base/error.h"
+#include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
+#include "methods/common/train/train_loop.h"
+#include "methods/method_registry.h"
+#include "methods/specblock/specblock_bandit.h"
+#include "methods/specblock/specblock_drafter.h"
+#include "methods/specblock/specblock_method.h"
+#include "methods/specblock/specblock_model.h"
+#include "methods/specblock/specblock_trainer.h"
+#include "models/checkpoint/hf_checkpoint.h"
+#include "models/checkpoint/safetensors.h"
+#include "tests/engine/engine_test_util.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+using testing::HasSubstr;
+
+MethodContext ContextFor(LoadedTarget& target) {
+  MethodContext c;
+  c.target = &target;
+  c.dtype = at::kFloat;
+  c.load_model = [](const std::string& name) -> LoadedTarget& {
+    static std::map<std::string, LoadedTarget> cache;
+    auto it = cache.find(name);
+    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
+    return it->second;
+  };
+  return c;
+}
+
+TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = ContextFor(target);
+  for (const nlohmann::json& knobs :
+       {nlohmann::json::object(), nlohmann::json{{"branching", "2,4,6,4"}},
+        nlohmann::json{{"budget", 8}, {"blocks", 3}}}) {
+    std::unique_ptr<Decoder> decoder = registry.Build("specblock", context, knobs);
+    int64_t steps = 0, emitted = 0, accepted = 0;
+    const auto prompts = LoadDataset("stories", {});
+    ASSERT_EQ(prompts.size(), 32u);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
+      GenerationConfig g;
+      g.stop = StopConfigFor(target, 96, {});
+      g.seed = i;
+      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 97);
+      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
+      DecodeResult spec;
+      decoder->Generate(ids, g, cache, spec);
+      ASSERT_EQ(spec.generation.tokens, ar.tokens) << knobs.dump() << " prompt " << i;
+      EXPECT_EQ(spec.generation.stop_reason, ar.stop_reason);
+      int64_t e = 0;
+      for (const StepStats& s : spec.steps) {
+        EXPECT_LE(s.n_drafted, knobs.value("budget", 60));
+        e += s.n_emitted;
+        accepted += s.n_accepted;
+      }
+      EXPECT_EQ(e, static_cast<int64_t>(ar.tokens.size()) - 1);
+      steps += static_cast<int64_t>(spec.steps.size());
+      emitted += e;
+    }
+    EXPECT_GT(accepted, 0) << knobs.dump();
+    const double tau = static_cast<double>(emitted) / steps;
+    EXPECT_GT(tau, 1.5) << knobs.dump();
+  }
+}
+
+TEST(SpecBlock, OneIterationIsExactlyMDrafterCalls) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = ContextFor(target);
+  for (int64_t m : {1, 2, 3}) {
+    const nlohmann::json knobs = registry.ResolveKnobsFor(
+        "specblock", {{"blocks", m}, {"branching", "2,4,6,4"}}, "stories260K");
+    SpecBlockDrafter* drafter = nullptr;
+    std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+    const std::vector<int32_t> ids =
+        BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
+    GenerationConfig g;
+    g.stop = StopConfigFor(target, 64, {});
+    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 65);
+    DecodeResult spec;
+    const int64_t before = drafter->calls_total();
+    decoder->Generate(ids, g, cache, spec);
+    // The prompt's catch-up, each verdict's accepted tokens and the first block share call 1;
+    // every step whose depth budget allows more than one block (the decoder lowers it to the
+    // tokens left near max_new_tokens) makes exactly M calls.
+    const std::vector<int64_t>& calls = drafter->step_calls();
+    const std::vector<int64_t>& depths = drafter->step_depth_budgets();
+    ASSERT_EQ(calls.size(), spec.steps.size());
+    int64_t total = 0, full = 0;
+    for (size_t s = 0; s < calls.size(); ++s) {
+      total += calls[s];
+      if (depths[s] > (m - 1) * 4) {
+        EXPECT_EQ(calls[s], m) << "M = " << m << " step " << s;
+        ++full;
+      } else {
+        EXPECT_GE(calls[s], 1);
+        EXPECT_LE(calls[s], m);
+      }
+    }
+    EXPECT_EQ(drafter->calls_total() - before, total);
+    EXPECT_GT(full, static_cast<int64_t>(calls.size()) / 2) << "M = " << m;
+  }
+}
+
+// A tiny random target (vocabulary 4) and a random SpecBlock drafter over 3 of its tokens.
+struct TinySetup {
+  std::shared_ptr<LlamaModel> target;
+  SpecBlockConfig config;
+  std::map<std::string, at::Tensor> tensors;
+};
+
+TinySetup MakeTiny() {
+  TinySetup p;
+  LlamaConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.dim = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.hidden_dim = 32;
+  c.vocab_size = 4;
+  c.max_seq_len = 32;
+  c.tie_embeddings = false;
+  c.Validate("tiny target");
+  LlamaWeights w = RandomLlamaWeights(c, 21);
+  w.lm_head = w.lm_head * 60;
+  p.target = std::make_shared<LlamaModel>(c, w);
+  SpecBlockConfig& s = p.config;
+  s.hidden_size = 16;
+  s.intermediate_size = 32;
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 8;
+  s.target_hidden_size = 16;
+  s.vocab_size = 4;
+  s.draft_vocab_size = 3;
+  s.block_size = 2;
+  s.rank_hidden = 8;
+  s.aux_layer_ids = {0, 1, 2};
+  p.tensors = RandomSpecBlockTensors(s, 5);
+  p.tensors["lm_head.weight"] = p.tensors["lm_head.weight"] * 80;
+  return p;
+}
+
+// Chi-square survival p of the 3-token outputs of `rule` at T = 1 against the exact distribution.
+double TinyChiSquareP(VerifyRule rule, int draws, int64_t* accepted_out) {
+  TinySetup tiny = MakeTiny();
+  LlamaModel& target = *tiny.target;
+  SpecBlockDraftOptions o;
+  o.blocks = 2;
+  o.budget = 6;
+  o.branching = {2, 2, 2, 1};
+  auto model = std::make_unique<SpecBlockModel>(tiny.config, tiny.tensors,
+                                                target.weights().tok_embeddings, false);
+  SpeculativeOptions so;
+  so.budget = {o.budget, 4};
+  so.sampling_rule = rule;
+  SpeculativeDecoder decoder(target, nullptr,
+                             std::make_unique<SpecBlockDrafter>(std::move(model), o), so);
+  const std::vector<int32_t> prompt = {1, 3};
+  auto next_probs = [&](const std::vector<int32_t>& ids) {
+    KvCache cache = target.NewCache(1, 8);
+    return at::softmax(target.Forward(testing_util::Ids(ids), cache).logits.reshape({-1}), 0);
+  };
+  std::vector<double> expected(64, 0);
+  const at::Tensor pa = next_probs(prompt);
+  for (int a = 0; a < 4; ++a) {
+    const at::Tensor pb = next_probs({1, 3, a});
+    for (int b = 0; b < 4; ++b) {
+      const at::Tensor pc = next_probs({1, 3, a, b});
+      for (int c = 0; c < 4; ++c)
+        expected[a * 16 + b * 4 + c] =
+            pa[a].item<double>() * pb[b].item<double>() * pc[c].item<double>();
+    }
+  }
+  std::vector<double> counts(64, 0);
+  int64_t accepted = 0;
+  KvCache cache = target.NewCache(1, 16);
+  for (int i = 0; i < draws; ++i) {
+    GenerationConfig g;
+    g.sampling.temperature = 1.0;
+    g.seed = 1000 + i;
+    g.stop.max_new_tokens = 3;
+    DecodeResult r;
+    decoder.Generate(prompt, g, cache, r);
+    const auto& t = r.generation.tokens;
+    if (t.size() != 3u) return -1;
+    counts[t[0] * 16 + t[1] * 4 + t[2]] += 1;
+    for (const StepStats& s : r.steps) accepted += s.n_accepted;
+  }
+  double chi2 = 0, pooled = 0, pooled_e = 0;
+  int cells = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double e = expected[i] * draws;
+    if (e < 5) {
+      pooled += counts[i];
+      pooled_e += e;
+      continue;
+    }
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  if (pooled_e > 0) {
+    chi2 += (pooled - pooled_e) * (pooled - pooled_e) / pooled_e;
+    ++cells;
+  }
+  *accepted_out = accepted;
+  return testing_util::ChiSquareSf(chi2, cells - 1);
+}
+
+TEST(SpecBlock, LosslessAtTemperatureOneWithSampleFollow) {
+  at::set_num_threads(1);
+  int64_t accepted = 0;
+  const int kDraws = 20000;
+  const double p = TinyChiSquareP(VerifyRule::kSampleFollow, kDraws, &accepted);
+  EXPECT_GT(p, 1e-4);
+  EXPECT_GT(accepted, kDraws / 4);  // drafts are taken often: the tree path matters
+}
+
+TEST(SpecBlock, GreedyAcceptanceAtTemperatureOneFailsTheSameTest) {
+  // Negative control: the same drafts and test, with greedy acceptance (the target's argmax)
+  // instead of sample_follow, is rejected.
+  at::set_num_threads(1);
+  int64_t accepted = 0;
+  const double p = TinyChiSquareP(VerifyRule::kGreedy, 4000, &accepted);
+  EXPECT_LT(p, 1e-4);
+}
+
+TEST(SpecBlock, DrafterCachePathEqualsTrainingLayout) {
+  // Slot-1 logits of every position from the training layout (one forward over the sequence)
+  // equal those the serving drafter computes step by step (catch-up batched with block 1).
+  at::set_num_threads(1);
+  TinySetup tiny = MakeTiny();
+  SpecBlockModel model(tiny.config, tiny.tensors, tiny.target->weights().tok_embeddings, false);
+  const std::vector<int32_t> seq = {1, 3, 0, 2, 2, 1, 0, 3};
+  const int64_t t = static_cast<int64_t>(seq.size());
+  KvCache cache = tiny.target->NewCache(1, t);
+  ForwardOptions fo;
+  fo.logits = LogitsMode::kAll;
+  fo.hidden_layers = tiny.config.aux_layer_ids;
+  ForwardOutput out = tiny.target->Forward(testing_util::Ids(seq), cache, fo);
+  std::vector<at::Tensor> hidden;
+  for (const at::Tensor& h : out.hidden) hidden.push_back(h.clone());
+  const at::Tensor aux = at::cat(hidden, -1).to(at::kFloat);
+  at::NoGradGuard no_grad;
+  const at::Tensor full =
+      SpecBlockNextTokenLogits(model, aux, testing_util::Ids(seq).to(at::kLong), true);
+  // Serving: prompt of 3 tokens, then two verdicts accepting 1 and 2 tokens.
+  SpecBlockDraftOptions o;
+  o.blocks = 2;
+  o.budget = 6;
+  o.branching = {1, 1, 1, 1};
+  SpecBlockDrafter drafter(
+      std::make_unique<SpecBlockModel>(tiny.config, tiny.tensors,
+                                       tiny.target->weights().tok_embeddings, false),
+      o);
+  std::vector<int32_t> prompt(seq.begin(), seq.begin() + 3);
+  DraftBegin begin;
+  begin.prompt = &prompt;
+  begin.root = seq[3];
+  begin.max_len = 16;
+  for (const at::Tensor& h : hidden) begin.hidden.push_back(h.narrow(1, 0, 3));
+  drafter.Begin(begin);
+  int64_t root = 3;
+  for (int64_t a : {1, 2}) {
+    DraftTree tree;
+    DraftStep step;
+    step.root = seq[root];
+    step.budget = {6, 4};
+    drafter.Draft(step, tree);
+    // Root slot distribution = full slot-1 logits at row root (distribution of token root + 1).
+    const at::Tensor lp = at::log_softmax(full[0][root], -1);
+    for (int32_t v = 0; v < 4; ++v) {
+      const int32_t d = drafter.model().target_to_draft()[v];
+      const double expect = d < 0 ? 0 : std::exp(lp[d].item<double>());
+      EXPECT_NEAR(drafter.SlotProb(0, v), expect, 1e-5) << "root " << root << " token " << v;
+    }
+    // Verdict: accept a tokens (fake path of fresh nodes is fine for the drafter's state).
+    Verdict verdict;
+    for (int64_t i = 0; i < a; ++i) verdict.tokens.push_back(seq[root + 1 + i]);
+    verdict.path.assign(a, 0);
+    verdict.bonus = seq[root + 1 + a];
+    verdict.tokens.push_back(verdict.bonus);
+    for (const at::Tensor& h : hidden) verdict.hidden.push_back(h.narrow(1, root, 1 + a));
+    drafter.Accept(tree, verdict);
+    root += 1 + a;
+  }
+}
+
+TEST(SpecBlock, BadCheckpointsAreRefusedByName) {
+  TinySetup tiny = MakeTiny();
+  const std::string dir = testing_util::ScratchDir("specblock_bad_ckpt");
+  WriteSpecBlockCheckpoint(dir, tiny.config, tiny.tensors);
+  EXPECT_NO_THROW(LoadSpecBlockCheckpoint(dir));
+  // Missing tensor.
+  auto broken = tiny.tensors;
+  broken.erase("shift.1.weight");
+  EXPECT_THROW(WriteSpecBlockCheckpoint(dir + "_w", tiny.config, broken), Error);
+  // Drop a tensor from the stored file by rewriting it without that name.
+  std::map<std::string, at::Tensor> stored = LoadSpecBlockCheckpoint(dir).tensors;
+  stored.erase("rank_head.fc2.bias");
+  std::vector<SafetensorsTensorView> views;
+  for (auto& [name, t] : stored) {
+    views.push_back({name,
+                     t.scalar_type() == at::kFloat  ? SafetensorsDtype::kF32
+                     : t.scalar_type() == at::kLong ? SafetensorsDtype::kI64
+                                                    : SafetensorsDtype::kBool,
+                     t.sizes().vec(), t.data_ptr(), static_cast<size_t>(t.nbytes())});
+  }
+  WriteSafetensors(dir + "/model.safetensors", views);
+  try {
+    LoadSpecBlockCheckpoint(dir);
+    FAIL() << "a missing tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank_head.fc2.bias"));
+  }
+  // Not a SpecBlock config.
+  std::ofstream(dir + "/config.json") << R"({"model_type": "llama"})";
+  try {
+    LoadSpecBlockCheckpoint(dir);
+    FAIL() << "a llama config was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model_type 'llama'"));
+  }
+  // The registry refuses a path that is not there and a K mismatch.
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  const MethodInfo& info = registry.Info("specblock");
+  EXPECT_THROW(info.validate(registry.ResolveKnobs("specblock", {{"drafter", dir + "/nope"}})),
+               Error);
+  EXPECT_THROW(registry.ResolveKnobs("specblock", {{"budget", 0}}), Error);
+  EXPECT_THROW(ParseBranching("2,4,10", "t"), Error);
+  EXPECT_THROW(ParseBranching("0,4,10,0", "t"), Error);
+  EXPECT_EQ(ParseBranching("2,4,6,4", "t"), (std::array<int64_t, 4>{2, 4, 6, 4}));
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodContext context = ContextFor(target);
+  try {
+    registry.Build("specblock", context, {{"block_size", 3}});
+    FAIL() << "a K mismatch was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'block_size' is 3"));
+  }
+}
+
+TEST(SpecBlock, RegistryKnobsAndTraits) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  for (const char* name : {"specblock", "specblock+osd", "specblock+bandit"}) {
+    const MethodInfo& info = registry.Info(name);
+    EXPECT_TRUE(info.traits.tree) << name;
+    EXPECT_TRUE(info.traits.lossless) << name;
+    EXPECT_EQ(info.traits.sampling_verifier, "sample_follow") << name;
+    const nlohmann::json k = registry.ResolveKnobs(name, {});
+    EXPECT_EQ(k["block_size"], 4);
+    EXPECT_EQ(k["blocks"], 2);
+    EXPECT_EQ(k["budget"], 60);
+    EXPECT_EQ(k["branching"], "2,4,10,0");
+  }
+  EXPECT_EQ(registry.ResolveKnobs("specblock+osd", {})["osd_interval"], 8);
+  EXPECT_TRUE(registry.Info("specblock+bandit").traits.trains_online);
+  EXPECT_EQ(registry.ResolveKnobsFor("specblock", {}, "stories260K")["drafter"],
+            "stories260K-specblock");
+  EXPECT_EQ(registry.ResolveKnobsFor("specblock+bandit", {}, "stories260K-twin")["drafter"],
+            "stories260K-twin-specblock");
+}
+
+TEST(SpecBlock, TrainingLossGoesDownAndBucketsAreRanks) {
+  at::set_num_threads(1);
+  TinySetup tiny = MakeTiny();
+  SpecBlockModel model(tiny.config, tiny.tensors, tiny.target->weights().tok_embeddings, true);
+  // Buckets from ranks.
+  {
+    const at::Tensor logits = at::tensor({3.0f, 2.0f, 1.0f}).view({1, 3});
+    const auto& d2t = model.draft_to_target();
+    for (int64_t r = 0; r < 3; ++r) {
+      const at::Tensor lab = at::full({1}, d2t[r], at::kLong);
+      EXPECT_EQ(SpecBlockBucketLabels(logits, lab, model).item<int64_t>(), r == 0 ? 0 : 1);
+    }
+    int32_t outside = -1;
+    for (int32_t v = 0; v < 4; ++v)
+      if (model.target_to_draft()[v] < 0) outside = v;
+    EXPECT_EQ(
+        SpecBlockBucketLabels(logits, at::full({1}, outside, at::kLong), model).item<int64_t>(), 3);
+  }
+  EXPECT_EQ(SpecBlockBucketOfRank(1), 0);
+  EXPECT_EQ(SpecBlockBucketOfRank(4), 1);
+  EXPECT_EQ(SpecBlockBucketOfRank(10), 2);
+  EXPECT_EQ(SpecBlockBucketOfRank(11), 3);
+  // Sequences sampled from the tiny target.
+  at::Tensor tokens = at::zeros({4, 10}, at::kLong);
+  std::mt19937_64 gen(3);
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t t = 0; t < 10; ++t) tokens[b][t] = static_cast<int64_t>(gen() % 4);
+  KvCache cache = tiny.target->NewCache(4, 10);
+  ForwardOptions fo;
+  fo.logits = LogitsMode::kAll;
+  fo.hidden_layers = tiny.config.aux_layer_ids;
+  ForwardOutput out = tiny.target->Forward(tokens, cache, fo);
+  std::vector<at::Tensor> hs;
+  for (auto& h : out.hidden) hs.push_back(h.clone());
+  const at::Tensor aux = at::cat(hs, -1).to(at::kFloat);
+  const at::Tensor tl = out.logits.clone();
+  at::Tensor mask = at::ones({4, 10}, at::kFloat);
+  mask.narrow(1, 9, 1).zero_();
+  std::vector<bool> decay(model.named_parameters().size(), false);
+  AdamWOptimizer opt(model.named_parameters(), decay, 0.9, 0.999, 0);
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    std::mt19937_64 rng(step);
+    SpecBlockLossOptions lo;
+    const SpecBlockLossResult r = SpecBlockLoss(model, aux, tokens, tl, mask, lo, rng);
+    if (step == 0) first = r.loss.item<double>();
+    last = r.loss.item<double>();
+    ASSERT_TRUE(std::isfinite(last));
+    r.loss.backward();
+    opt.Step(1e-2, 0.5);
+  }
+  EXPECT_LT(last, 0.8 * first);
+}
+
+TEST(SpecBlockBandit, ColdStartExploresBothActionsThenFollowsValues) {
+  BanditOptions o;
+  o.seed = 7;
+  BanditPolicy p(o);
+  // Below s_min nothing fires during the cold start.
+  EXPECT_EQ(p.Choose(1.0), BanditAction::kSkip);
+  // The cold start never skips a query with enough signal and samples both actions.
+  std::array<int, 3> seen{};
+  for (int e = 0; e < o.cold_start; ++e) {
+    const BanditAction a = p.Choose(20.0);
+    ASSERT_NE(a, BanditAction::kSkip);
+    ++seen[static_cast<int>(a)];
+    p.OnEvent(a);
+  }
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+  EXPECT_NEAR(p.epsilon(), 0.10, 1e-12);
+  // Values: both <= 0 -> skip.
+  EXPECT_EQ(p.Choose(20.0), BanditAction::kSkip);
+  // A measured gain for head moves its EWMA: v = 0.1 * delta / s.
+  p.OnMeasured(BanditAction::kHead, 50.0, 10.0);
+  EXPECT_NEAR(p.value(BanditAction::kHead), 0.5, 1e-12);
+  p.OnMeasured(BanditAction::kHead, 50.0, 4.0);  // s_trig < s_min: ignored
+  EXPECT_NEAR(p.value(BanditAction::kHead), 0.5, 1e-12);
+  EXPECT_EQ(p.Choose(20.0), BanditAction::kHead);
+  p.OnMeasured(BanditAction::kFull, 200.0, 10.0);  // v_full = 2
+  EXPECT_EQ(p.Choose(20.0), BanditAction::kFull);
+  p.OnMeasured(BanditAction::kFull, -1000.0, 10.0);  // v_full = 0.9 * 2 - 10 = -8.2
+  EXPECT_NEAR(p.value(BanditAction::kFull), -8.2, 1e-9);
+  EXPECT_EQ(p.Choose(20.0), BanditAction::kHead);
+  p.Reset();
+  EXPECT_EQ(p.value(BanditAction::kHead), 0);
+  EXPECT_EQ(p.Choose(20.0), BanditAction::kSkip);
+  // The "- cost-aware bandit" ablation never skips.
+  BanditOptions off = o;
+  off.gating = false;
+  BanditPolicy q(off);
+  EXPECT_EQ(q.Choose(0.0), BanditAction::kHead);
+}
+
+TEST(SpecBlockBandit, SameSeedSameChoices) {
+  BanditOptions o;
+  o.seed = 11;
+  BanditPolicy a(o), b(o);
+  for (int i = 0; i < 8; ++i) {
+    const BanditAction x = a.Choose(10.0), y = b.Choose(10.0);
+    EXPECT_EQ(x, y);
+    a.OnEvent(x);
+    b.OnEvent(y);
+  }
+}
+
+TEST(SpecBlockBandit, RollbackAfterThreeFallingWindows) {
+  RollbackTracker r(3);
+  bool best = false;
+  EXPECT_FALSE(r.AddWindow(3.0, &best));
+  EXPECT_TRUE(best);
+  EXPECT_FALSE(r.AddWindow(3.5, &best));
+  EXPECT_TRUE(best);
+  EXPECT_FALSE(r.AddWindow(3.4, &best));
+  EXPECT_FALSE(best);
+  EXPECT_FALSE(r.AddWindow(3.3, &best));
+  EXPECT_FALSE(r.AddWindow(3.3, &best));  // flat: not a fall
+  EXPECT_FALSE(r.AddWindow(3.2, &best));
+  EXPECT_FALSE(r.AddWindow(3.1, &best));
+  EXPECT_TRUE(r.AddWindow(3.0, &best));   // 3.3 > 3.2 > 3.1 > 3.0
+  EXPECT_FALSE(r.AddWindow(2.9, &best));  // history restarted
+}
+
+}  // namespace
+}  // namespace specbed
