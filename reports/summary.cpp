@@ -371,16 +371,31 @@ std::string FormatSummaryTable(const Summary& s) {
       }
     }
     for (const std::string& cell :
-         {c.target, c.dataset, General(c.temperature), std::to_string(m.n_samples),
-          TimingCell(c.timing_mode), Fixed(m.decode_tokens_per_s, 1), Fixed(m.drafted_per_step, 1),
-          Fixed(m.tau, 2), Fixed(100.0 * m.draft_fraction, 1), Fixed(100.0 * m.other_fraction, 1),
-          Fixed(100.0 * m.adapt_fraction, 1), Fixed(100.0 * m.rollback_rate, 1),
-          Fixed(100.0 * m.spec_rollback_rate, 1), Fixed(m.target_forwards_per_sample, 1),
+         {c.target,
+          c.dataset,
+          General(c.temperature),
+          std::to_string(m.n_samples),
+          TimingCell(c.timing_mode),
+          Fixed(m.decode_tokens_per_s, 1),
+          Fixed(m.drafted_per_step, 1),
+          Fixed(m.tau, 2),
+          Fixed(100.0 * m.draft_fraction, 1),
+          Fixed(100.0 * m.other_fraction, 1),
+          Fixed(100.0 * m.adapt_fraction, 1),
+          Fixed(100.0 * m.rollback_rate, 1),
+          Fixed(100.0 * m.spec_rollback_rate, 1),
+          Fixed(m.target_forwards_per_sample, 1),
           std::isfinite(m.draft_busy_us_per_step)
               ? StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0))
               : std::string(kNone),
-          speedup, total, spec_bench,
-          exact, divergence, margin, Rates(m.positions.r), Rates(m.positions.alpha)}) {
+          speedup,
+          total,
+          spec_bench,
+          exact,
+          divergence,
+          margin,
+          Rates(m.positions.r),
+          Rates(m.positions.alpha)}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));

@@ -13,8 +13,8 @@
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
-#include "methods/specbranch/hrad_trainer.h"
 #include "methods/specblock/specblock_trainer.h"
+#include "methods/specbranch/hrad_trainer.h"
 
 namespace specbed::cli {
 namespace {
@@ -299,10 +299,10 @@ void AddTrainHrad(CLI::App* train) {
   cmd->callback([o] {
     const HradTrainResult r = TrainHrad(o->config, o->out, o->run);
     if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
-    std::printf("%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",
-                o->out.c_str(), static_cast<long long>(r.n_train),
-                static_cast<long long>(r.n_eval), r.data_seconds, r.loop.train_seconds,
-                r.evaluation.dump().c_str());
+    std::printf(
+        "%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",
+        o->out.c_str(), static_cast<long long>(r.n_train), static_cast<long long>(r.n_eval),
+        r.data_seconds, r.loop.train_seconds, r.evaluation.dump().c_str());
   });
 }
 

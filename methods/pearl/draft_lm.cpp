@@ -99,8 +99,8 @@ float SoftmaxProb(const float* logits, int64_t vocab, int32_t token) {
 }
 
 int AcceptAtSlot(const float* logits, int64_t vocab, const int32_t* candidates, int64_t k,
-                 const float* q, Sampler& sampler, std::vector<float>& scratch,
-                 int32_t* correction, bool accept_first) {
+                 const float* q, Sampler& sampler, std::vector<float>& scratch, int32_t* correction,
+                 bool accept_first) {
   if (accept_first && k > 0) return 0;
   if (sampler.params().greedy()) {
     const int32_t best = Argmax(logits, vocab);

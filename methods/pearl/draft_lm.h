@@ -82,7 +82,7 @@ float SoftmaxProb(const float* logits, int64_t vocab, int32_t token);
 // Returns the accepted candidate's index or -1 (then *correction holds the token).
 // `accept_first` (negative control for tests only, NOT lossless): always accepts candidate 0.
 int AcceptAtSlot(const float* logits, int64_t vocab, const int32_t* candidates, int64_t k,
-                 const float* q, Sampler& sampler, std::vector<float>& scratch,
-                 int32_t* correction, bool accept_first = false);
+                 const float* q, Sampler& sampler, std::vector<float>& scratch, int32_t* correction,
+                 bool accept_first = false);
 
 }  // namespace specbed

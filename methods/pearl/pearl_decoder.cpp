@@ -68,8 +68,8 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     begin_ns = NowNanos() - b0;
   }
 
-  std::vector<int32_t> r;            // draft tokens after pend awaiting verification
-  std::vector<float> r_q;            // their draft distributions (T > 0)
+  std::vector<int32_t> r;  // draft tokens after pend awaiting verification
+  std::vector<float> r_q;  // their draft distributions (T > 0)
   std::vector<int32_t> draft_context;
   DraftChunk next;
   const bool greedy = config.sampling.greedy();
@@ -120,10 +120,9 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     int64_t n_acc = 0;
     int32_t correction = -1;
     for (; n_acc < n_r; ++n_acc) {
-      const int accepted =
-          AcceptAtSlot(logits + n_acc * vocab, vocab, &r[n_acc],
-                       1, greedy ? nullptr : r_q.data() + n_acc * vocab, sampler, scratch_,
-                       &correction);
+      const int accepted = AcceptAtSlot(logits + n_acc * vocab, vocab, &r[n_acc], 1,
+                                        greedy ? nullptr : r_q.data() + n_acc * vocab, sampler,
+                                        scratch_, &correction);
       if (accepted < 0) break;
     }
     const int64_t v1 = NowNanos();
@@ -141,10 +140,9 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
       stats.n_rolled_back += (n_r - n_acc) + n_drafted_next;
       rollback = true;
     } else if (n_drafted_next > 0) {  // all of R accepted: test the next chunk's first token
-      const int accepted =
-          AcceptAtSlot(logits + n_r * vocab, vocab, next.tokens.data(), 1,
-                       greedy ? nullptr : next.q.data(), sampler, scratch_, &correction,
-                       options_.test_accept_next_unverified);
+      const int accepted = AcceptAtSlot(logits + n_r * vocab, vocab, next.tokens.data(), 1,
+                                        greedy ? nullptr : next.q.data(), sampler, scratch_,
+                                        &correction, options_.test_accept_next_unverified);
       if (accepted == 0) {
         tokens.push_back(next.tokens[0]);
         new_r.assign(next.tokens.begin() + 1, next.tokens.end());
@@ -197,8 +195,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
                           : draft_busy_ns;
     stats.t_draft_us = (exposed_ns + (step_index == 0 ? begin_ns : 0)) * 1e-3;
     const double step_ns = static_cast<double>(t2 - t_prev_end);
-    stats.t_other_us =
-        (step_ns - (v1 - v0) - exposed_ns - (step_index == 0 ? begin_ns : 0)) * 1e-3;
+    stats.t_other_us = (step_ns - (v1 - v0) - exposed_ns - (step_index == 0 ? begin_ns : 0)) * 1e-3;
     t_prev_end = t2;
     result.steps.push_back(stats);
     ++step_index;

@@ -38,10 +38,10 @@
 namespace specbed {
 
 struct PearlOptions {
-  int64_t gamma = 4;          // chunk length drafted per step
-  int target_threads = 0;     // intra-op width of the target side; 0 = the caller's width - draft
-  int draft_threads = 1;      // intra-op width of the draft side
-  bool parallel = true;       // false: the two sides run one after the other (same tokens)
+  int64_t gamma = 4;       // chunk length drafted per step
+  int target_threads = 0;  // intra-op width of the target side; 0 = the caller's width - draft
+  int draft_threads = 1;   // intra-op width of the draft side
+  bool parallel = true;    // false: the two sides run one after the other (same tokens)
   // Negative control for tests only (NOT lossless): accept the next chunk's first token without
   // testing it against the target.
   bool test_accept_next_unverified = false;
@@ -49,13 +49,13 @@ struct PearlOptions {
 
 // Per-step trace for tests (off unless a PearlTrace is installed).
 struct PearlTraceStep {
-  std::vector<int32_t> verified;     // R: draft tokens verified this step (after pend)
-  std::vector<int32_t> drafted;      // N: the chunk drafted concurrently
-  std::vector<int32_t> committed;    // tokens committed this step
-  int64_t n_accepted_r = 0;          // accepted tokens of R
-  bool rollback = false;             // a rejection discarded drafted tokens
+  std::vector<int32_t> verified;   // R: draft tokens verified this step (after pend)
+  std::vector<int32_t> drafted;    // N: the chunk drafted concurrently
+  std::vector<int32_t> committed;  // tokens committed this step
+  int64_t n_accepted_r = 0;        // accepted tokens of R
+  bool rollback = false;           // a rejection discarded drafted tokens
   int64_t n_rolled_back = 0;
-  std::vector<int32_t> next_r;       // R of the next step
+  std::vector<int32_t> next_r;  // R of the next step
 };
 struct PearlTrace {
   std::vector<PearlTraceStep> steps;
@@ -63,8 +63,8 @@ struct PearlTrace {
 
 class PearlDecoder : public Decoder {
  public:
-  PearlDecoder(LlamaModel& target, const Tokenizer* tokenizer,
-               std::shared_ptr<LlamaModel> draft, PearlOptions options);
+  PearlDecoder(LlamaModel& target, const Tokenizer* tokenizer, std::shared_ptr<LlamaModel> draft,
+               PearlOptions options);
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma; }

@@ -38,8 +38,8 @@ nlohmann::ordered_json HradConfigToJson(const HradConfig& c) {
 }
 
 HradConfig ParseHradConfig(const nlohmann::json& j, const std::string& source) {
-  SPECBED_CHECK(j.is_object() && j.value("format", "") == "specbed-hrad",
-                source, ": not an H-RAD predictor config (format must be \"specbed-hrad\")");
+  SPECBED_CHECK(j.is_object() && j.value("format", "") == "specbed-hrad", source,
+                ": not an H-RAD predictor config (format must be \"specbed-hrad\")");
   SPECBED_CHECK(j.value("version", 0) == 1, source, ": unsupported H-RAD config version");
   HradConfig c;
   c.target_dim = j.at("target_dim").get<int64_t>();
@@ -48,10 +48,10 @@ HradConfig ParseHradConfig(const nlohmann::json& j, const std::string& source) {
   c.hidden = j.at("hidden").get<std::vector<int64_t>>();
   if (j.contains("training")) c.training = j.at("training");
   if (j.contains("evaluation")) c.evaluation = j.at("evaluation");
-  SPECBED_CHECK(c.target_dim > 0 && c.feature_layers >= 1 && c.target_layers >= 1 &&
-                    c.hidden.size() == 2,
-                source, ": impossible H-RAD config (target_dim ", c.target_dim, ", K ",
-                c.feature_layers, ", target_layers ", c.target_layers, ")");
+  SPECBED_CHECK(
+      c.target_dim > 0 && c.feature_layers >= 1 && c.target_layers >= 1 && c.hidden.size() == 2,
+      source, ": impossible H-RAD config (target_dim ", c.target_dim, ", K ", c.feature_layers,
+      ", target_layers ", c.target_layers, ")");
   return c;
 }
 
@@ -97,8 +97,8 @@ void WriteHradCheckpoint(const std::string& dir, const HradConfig& config,
                       "writing H-RAD predictor '" + dir + "'");
 }
 
-void HradFeatures(const std::vector<at::Tensor>& hidden, int64_t slot,
-                  const at::Tensor& embedding, int32_t token, std::vector<float>& out) {
+void HradFeatures(const std::vector<at::Tensor>& hidden, int64_t slot, const at::Tensor& embedding,
+                  int32_t token, std::vector<float>& out) {
   const int64_t dim = embedding.size(1);
   out.resize(static_cast<size_t>((hidden.size() + 1) * dim));
   for (size_t k = 0; k < hidden.size(); ++k) {

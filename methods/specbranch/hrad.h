@@ -22,7 +22,7 @@
 namespace specbed {
 
 struct HradConfig {
-  int64_t target_dim = 0;     // d_model of the target
+  int64_t target_dim = 0;      // d_model of the target
   int64_t feature_layers = 4;  // K
   int64_t target_layers = 0;   // the target's number of decoder layers (features: L-K+1..L)
   std::vector<int64_t> hidden = {256, 64};
@@ -51,8 +51,8 @@ void WriteHradCheckpoint(const std::string& dir, const HradConfig& config,
 // Builds z into `out` (input_dim floats): hidden[k] is [1, T, dim] (any float dtype) for feature
 // layer k, `slot` the position within T, `embedding` the target's tok_embeddings [V, dim],
 // `token` the newest committed token.
-void HradFeatures(const std::vector<at::Tensor>& hidden, int64_t slot,
-                  const at::Tensor& embedding, int32_t token, std::vector<float>& out);
+void HradFeatures(const std::vector<at::Tensor>& hidden, int64_t slot, const at::Tensor& embedding,
+                  int32_t token, std::vector<float>& out);
 
 // The decision rule H-RAD feeds. Classify returns 0, 1 or 2.
 class HradPolicy {

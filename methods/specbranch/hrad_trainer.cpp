@@ -60,7 +60,8 @@ void BuildData(const HradTrainConfig& c, LoadedTarget& target, std::shared_ptr<L
   for (int64_t s = 0; s < total; ++s) {
     // Sample a sequence from the target.
     Sampler sampler(sampling, c.data_seed * 1000003ULL + static_cast<uint64_t>(s));
-    std::vector<int32_t> seq = {static_cast<int32_t>(std::max<int64_t>(model.config().bos_token_id, 0))};
+    std::vector<int32_t> seq = {
+        static_cast<int32_t>(std::max<int64_t>(model.config().bos_token_id, 0))};
     KvCache cache = model.NewCache(1, c.seq_len + c.gamma + 2);
     at::Tensor one = at::empty({1, 1}, at::kLong);
     while (static_cast<int64_t>(seq.size()) < c.seq_len) {
@@ -105,8 +106,7 @@ void BuildData(const HradTrainConfig& c, LoadedTarget& target, std::shared_ptr<L
   }
   const int64_t in = hc.input_dim();
   SPECBED_CHECK(in == (hc.feature_layers + 1) * dim, "H-RAD: feature size mismatch");
-  train.x = at::from_blob(rows_train.data(), {static_cast<int64_t>(train.y.size()), in},
-                          at::kFloat)
+  train.x = at::from_blob(rows_train.data(), {static_cast<int64_t>(train.y.size()), in}, at::kFloat)
                 .clone();
   eval.x = at::from_blob(rows_eval.data(), {static_cast<int64_t>(eval.y.size()), in}, at::kFloat)
                .clone();
@@ -121,7 +121,8 @@ class HradTask : public TrainTask {
     for (int64_t l : train_.y) ++counts_[l];
     const double n = static_cast<double>(train_.y.size());
     std::vector<float> w(3);
-    for (int k = 0; k < 3; ++k) w[k] = static_cast<float>(counts_[k] > 0 ? n / (3.0 * counts_[k]) : 0.0);
+    for (int k = 0; k < 3; ++k)
+      w[k] = static_cast<float>(counts_[k] > 0 ? n / (3.0 * counts_[k]) : 0.0);
     class_weight_ = at::tensor(w);
     y_train_ = at::tensor(train_.y, at::kLong);
     for (const auto& [name, t] : RandomHradTensors(hc_, c.optim.seed)) {
@@ -179,7 +180,8 @@ class HradTask : public TrainTask {
       ++confusion[y[i].item<int64_t>()][pred[i].item<int64_t>()];
     }
     int64_t right = 0, n = 0;
-    nlohmann::ordered_json recall = nlohmann::ordered_json::object(), conf = nlohmann::json::array();
+    nlohmann::ordered_json recall = nlohmann::ordered_json::object(),
+                           conf = nlohmann::json::array();
     const char* names[3] = {"all_reject", "confidence", "all_accept"};
     for (int a = 0; a < 3; ++a) {
       int64_t row = 0;
@@ -193,7 +195,8 @@ class HradTask : public TrainTask {
     m.extra["accuracy"] = m.acceptance_proxy;
     m.extra["balanced_accuracy"] =
         (recall["all_reject"].get<double>() + recall["confidence"].get<double>() +
-         recall["all_accept"].get<double>()) / 3.0;
+         recall["all_accept"].get<double>()) /
+        3.0;
     m.extra["recall"] = recall;
     m.extra["confusion_rows_true_cols_pred"] = conf;
     m.extra["eval_rows"] = n;
@@ -245,9 +248,9 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
                 "specbed train hrad: impossible settings (gamma ", c.gamma, ", K ",
                 c.feature_layers, ", sequences ", c.n_sequences, "/", c.n_eval_sequences,
                 ", seq-len ", c.seq_len, ")");
-  const std::string drafter =
-      c.drafter == kAutoDrafter ? DefaultDrafterName("draft", c.target, "specbed train hrad")
-                                : c.drafter;
+  const std::string drafter = c.drafter == kAutoDrafter
+                                  ? DefaultDrafterName("draft", c.target, "specbed train hrad")
+                                  : c.drafter;
   const int64_t d0 = NowNanos();
   LoadedTarget target = LoadModel(c.target, at::kFloat);
   LoadedTarget draft = LoadModel(drafter, at::kFloat);

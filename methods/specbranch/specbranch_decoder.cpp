@@ -39,8 +39,7 @@ std::vector<int32_t> TopK(const float* logits, int64_t vocab, int64_t k) {
 SpecBranchDecoder::SpecBranchDecoder(LlamaModel& target, const Tokenizer* tokenizer,
                                      std::shared_ptr<LlamaModel> draft,
                                      std::unique_ptr<HradPolicy> policy,
-                                     std::vector<int64_t> feature_layers,
-                                     SpecBranchOptions options)
+                                     std::vector<int64_t> feature_layers, SpecBranchOptions options)
     : target_(target),
       tokenizer_(tokenizer),
       draft_(std::move(draft)),
@@ -66,9 +65,8 @@ int SpecBranchDecoder::Classify(const std::vector<float>& z) {
   return s;
 }
 
-void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
-                                 const GenerationConfig& config, KvCache& cache,
-                                 DecodeResult& result) {
+void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                                 KvCache& cache, DecodeResult& result) {
   SPECBED_CHECK(!prompt.empty(), "generation needs a non-empty prompt (add BOS)");
   SPECBED_CHECK(cache.batch() == 1, "specbranch uses a batch-1 cache");
   SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
@@ -122,9 +120,9 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
     begin_ns = NowNanos() - b0;
   }
 
-  std::vector<int32_t> r;             // retained draft tokens after pend
-  std::vector<float> r_q;             // their sampling distributions (T > 0)
-  std::vector<float> qb;              // draft logits at the branch point (after R)
+  std::vector<int32_t> r;  // retained draft tokens after pend
+  std::vector<float> r_q;  // their sampling distributions (T > 0)
+  std::vector<float> qb;   // draft logits at the branch point (after R)
   // The token the draft already drew at the branch point (-1 = none): it becomes the first
   // candidate there (T > 0 losslessness: methods/specbranch/README.md, "Stop token").
   int32_t bp_token = -1;
@@ -133,7 +131,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
   DraftChunk chunk;
   std::vector<DraftChunk> branches;
   std::vector<int32_t> candidates;
-  std::vector<float> cand_q;          // [k, vocab] proposal of each candidate (T > 0)
+  std::vector<float> cand_q;  // [k, vocab] proposal of each candidate (T > 0)
   std::vector<float> dist;
   int64_t t_prev_end = t_prefill_end;
   int64_t step_index = 0;
@@ -157,8 +155,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
         if (s == 0 || gm == 0) {
           draft_.Draft(context, 0, false, chunk, false, /*next=*/true);
         } else {
-          draft_.Draft(context, gm, true, chunk, true, /*next=*/true,
-                       s == 1 ? eps : -1.f);
+          draft_.Draft(context, gm, true, chunk, true, /*next=*/true, s == 1 ? eps : -1.f);
         }
       });
       side_->Wait();
@@ -193,7 +190,8 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
       SPECBED_CHECK(static_cast<int64_t>(qb.size()) == vocab, "specbranch: no branch point");
       const float conf_b = TopProb(qb.data(), vocab);
       const int64_t k = std::max<int64_t>(
-          1, static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
+          1,
+          static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
       if (greedy) {
         candidates = TopK(qb.data(), vocab, k);  // bp_token (a greedy draw) is the first
       } else {
@@ -342,9 +340,9 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt,
     stats.t_verify_us = (v1 - v0) * 1e-3;
     double exposed_ns = 0;
     if (n_cand > 0) {
-      exposed_ns = options_.parallel ? std::max<double>(0, static_cast<double>(d1) -
-                                                               std::max<double>(d0, v1))
-                                     : branch_ns;
+      exposed_ns = options_.parallel
+                       ? std::max<double>(0, static_cast<double>(d1) - std::max<double>(d0, v1))
+                       : branch_ns;
     }
     stats.t_draft_us = (serial_ns + exposed_ns + first_ns) * 1e-3;
     const double step_ns = static_cast<double>(t2 - t_prev_end);

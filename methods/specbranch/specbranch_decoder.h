@@ -43,11 +43,11 @@
 namespace specbed {
 
 struct SpecBranchOptions {
-  int64_t gamma_max = 4;  // longest draft chunk and branch length (positions); ~ c
-  int64_t k_max = 4;      // most branches at a branch point
-  double epsilon = 0.2;   // confidence threshold (temperature-1 draft probability)
-  bool branch = true;     // false: w/o branch (H-RAD + sequential SD)
-  bool hrad = true;       // false: w/o H-RAD (s = 2 always)
+  int64_t gamma_max = 4;   // longest draft chunk and branch length (positions); ~ c
+  int64_t k_max = 4;       // most branches at a branch point
+  double epsilon = 0.2;    // confidence threshold (temperature-1 draft probability)
+  bool branch = true;      // false: w/o branch (H-RAD + sequential SD)
+  bool hrad = true;        // false: w/o H-RAD (s = 2 always)
   int target_threads = 0;  // 0 = the caller's width - draft_threads (branch mode)
   int draft_threads = 1;
   bool parallel = true;  // false: the two sides of a branch step run one after the other

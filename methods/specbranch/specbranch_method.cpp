@@ -25,11 +25,18 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
   info.traits.sampling_verifier = "chain_rs";
   info.traits.drafter_knob = "drafter";
   info.knobs = {
-      {"gamma_max", 4,
+      {"gamma_max",
+       4,
        "longest draft chunk and branch length (positions); the spec ties it to the speed ratio "
        "c = T_target / T_draft",
-       1, 64, {}},
-      {"k_max", 4, "most branches at a branch point: k = max(1, floor(k_max (1 - conf)))", 1, 64,
+       1,
+       64,
+       {}},
+      {"k_max",
+       4,
+       "most branches at a branch point: k = max(1, floor(k_max (1 - conf)))",
+       1,
+       64,
        {}},
       {"epsilon", 0.2, "confidence threshold (temperature-1 draft probability)", 0, 1, {}},
       {"feature_layers", 4, "K: target layers H-RAD reads (must match the predictor)", 1, 64, {}},
@@ -52,9 +59,12 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
        {},
        "hrad"},
       {"draft_threads", 1, "intra-op threads of the draft side (its own thread)", 1, 256, {}},
-      {"target_threads", 0,
+      {"target_threads",
+       0,
        "intra-op threads of the target side; 0 = the case's threads minus draft_threads (>= 1)",
-       0, 256, {}},
+       0,
+       256,
+       {}},
   };
   info.validate = [](const nlohmann::json& knobs) {
     if (knobs.at("hrad").get<int>() == 0) return;

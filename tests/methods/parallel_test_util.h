@@ -107,8 +107,8 @@ inline void ExpectSameAsAr(Decoder& decoder, double temperature, int64_t max_new
 // probability of every sequence comes from fresh forwards over prompt + prefix; `generate(seed)`
 // returns the tokens of one generation. Returns the p-value (bins with expected count < 5 are
 // pooled).
-inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double temperature,
-                              int64_t top_k, int64_t n_tokens, int64_t n_samples,
+inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double temperature, int64_t top_k,
+                              int64_t n_tokens, int64_t n_samples,
                               const std::function<std::vector<int32_t>(uint64_t)>& generate) {
   LoadedTarget& target = Shared().target;
   LlamaModel& model = *target.model;
@@ -119,7 +119,7 @@ inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double tempera
   Sampler sampler(params, 1);
   std::map<std::vector<int32_t>, double> exact;
   std::function<void(std::vector<int32_t>&, double)> expand = [&](std::vector<int32_t>& prefix,
-                                                                   double prob) {
+                                                                  double prob) {
     if (static_cast<int64_t>(prefix.size()) == n_tokens) {
       exact[prefix] = prob;
       return;

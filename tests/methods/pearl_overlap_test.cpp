@@ -44,7 +44,7 @@ Totals Measure(PearlDecoder& pearl, LlamaModel& target) {
   for (int rep = 0; rep < 3; ++rep) {
     DecodeResult r;
     pearl.Generate(prompt, g, cache, r);
-    if (rep == 0) continue;  // warm-up
+    if (rep == 0) continue;                        // warm-up
     for (size_t k = 1; k < r.steps.size(); ++k) {  // step 0 carries the draft prefill
       const StepStats& s = r.steps[k];
       t.wall_us += s.t_draft_us + s.t_verify_us + s.t_other_us;
@@ -70,11 +70,12 @@ TEST(PearlOverlap, WallPerStepIsBelowTheSumOfBusyTimes) {
     PearlDecoder pearl(target, nullptr, draft, options);
     (overlap ? parallel : serial) = Measure(pearl, target);
   }
-  std::printf("parallel: wall %.0f us/step, busy draft %.0f + verify %.0f us/step; serial: wall %.0f, "
-              "busy %.0f + %.0f\n",
-              parallel.wall_us / parallel.steps, parallel.draft_busy_us / parallel.steps,
-              parallel.verify_busy_us / parallel.steps, serial.wall_us / serial.steps,
-              serial.draft_busy_us / serial.steps, serial.verify_busy_us / serial.steps);
+  std::printf(
+      "parallel: wall %.0f us/step, busy draft %.0f + verify %.0f us/step; serial: wall %.0f, "
+      "busy %.0f + %.0f\n",
+      parallel.wall_us / parallel.steps, parallel.draft_busy_us / parallel.steps,
+      parallel.verify_busy_us / parallel.steps, serial.wall_us / serial.steps,
+      serial.draft_busy_us / serial.steps, serial.verify_busy_us / serial.steps);
   ASSERT_GT(parallel.steps, 10);
   const double n = static_cast<double>(parallel.steps);
   // Both sides take at least 1 ms per step on this pair.

@@ -24,9 +24,8 @@ std::unique_ptr<PearlDecoder> MakePearl(int64_t gamma, bool parallel = true) {
   options.parallel = parallel;
   options.target_threads = 1;
   options.draft_threads = 1;
-  return std::make_unique<PearlDecoder>(*Shared().target.model,
-                                        Shared().target.tokenizer.get(), Shared().draft.model,
-                                        options);
+  return std::make_unique<PearlDecoder>(*Shared().target.model, Shared().target.tokenizer.get(),
+                                        Shared().draft.model, options);
 }
 
 TEST(Pearl, MatchesArOnEveryStoryPrompt) {
@@ -82,10 +81,9 @@ TEST(Pearl, RollbackDiscardsEveryTokenDraftedAfterTheRejection) {
         }
         // Rolled back: the rejected token and every R token after it, plus the whole chunk
         // drafted concurrently (it assumed the rejected token).
-        const int64_t expected = s.n_accepted_r < n_r
-                                     ? (n_r - s.n_accepted_r) +
-                                           static_cast<int64_t>(s.drafted.size())
-                                     : static_cast<int64_t>(s.drafted.size());
+        const int64_t expected =
+            s.n_accepted_r < n_r ? (n_r - s.n_accepted_r) + static_cast<int64_t>(s.drafted.size())
+                                 : static_cast<int64_t>(s.drafted.size());
         EXPECT_EQ(s.n_rolled_back, expected) << k;
         EXPECT_EQ(r.steps[k].n_rolled_back, expected) << k;
         // The committed tokens are R's accepted prefix + the target's correction (differs from
@@ -181,7 +179,8 @@ TEST(Pearl, RegisteredWithTraitsAndKnobs) {
   EXPECT_TRUE(info.traits.overlaps_verification);
   EXPECT_TRUE(info.traits.lossless);
   EXPECT_EQ(info.traits.sampling_verifier, "chain_rs");
-  const auto knobs = registry.ResolveKnobsFor("pearl", nlohmann::json::object(), "stories260K-twin");
+  const auto knobs =
+      registry.ResolveKnobsFor("pearl", nlohmann::json::object(), "stories260K-twin");
   EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");
   EXPECT_EQ(knobs.at("gamma"), 4);
   EXPECT_EQ(knobs.at("draft_threads"), 1);

@@ -88,10 +88,9 @@ TEST(SpecBranch, ShippedPredictorMatchesAr) {
   HradCheckpoint ckpt = LoadHradCheckpoint(dir);
   SpecBranchOptions options;
   options.target_threads = 1;
-  SpecBranchDecoder decoder(*Shared().target.model, Shared().target.tokenizer.get(),
-                            Shared().draft.model,
-                            std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors),
-                            ckpt.config.Layers(), options);
+  SpecBranchDecoder decoder(
+      *Shared().target.model, Shared().target.tokenizer.get(), Shared().draft.model,
+      std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors), ckpt.config.Layers(), options);
   parallel_test::ExpectSameAsAr(decoder, 0.0, 96, "specbranch shipped H-RAD");
 }
 
@@ -105,12 +104,11 @@ TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
     options.test_accept_first_branch = broken;
     auto decoder = Make(options, 11);
     KvCache cache = parallel_test::CacheFor(*target.model, prompt, 4, *decoder);
-    const double p =
-        parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
-          DecodeResult r;
-          decoder->Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
-          return r.generation.tokens;
-        });
+    const double p = parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
+      DecodeResult r;
+      decoder->Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
+      return r.generation.tokens;
+    });
     EXPECT_GT(decoder->counters().branches, decoder->counters().branch_points);
     std::printf("specbranch T=1 chi-square p = %g (%s)\n", p,
                 broken ? "accept first branch" : "multi-candidate rule");
@@ -179,10 +177,9 @@ TEST(HradTrain, WritesALoadablePredictorWithRecipeAndEvaluation) {
   EXPECT_TRUE(ckpt.config.evaluation.contains("balanced_accuracy"));
   SpecBranchOptions options_sb;
   options_sb.target_threads = 1;
-  SpecBranchDecoder decoder(*Shared().target.model, Shared().target.tokenizer.get(),
-                            Shared().draft.model,
-                            std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors),
-                            ckpt.config.Layers(), options_sb);
+  SpecBranchDecoder decoder(
+      *Shared().target.model, Shared().target.tokenizer.get(), Shared().draft.model,
+      std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors), ckpt.config.Layers(), options_sb);
   const auto& prompt = Shared().prompts[0];
   LoadedTarget& target = Shared().target;
   const GenerationConfig g = parallel_test::Config(target, 0.0, 48);
