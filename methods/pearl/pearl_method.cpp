@@ -1,9 +1,14 @@
 // Registration of `pearl`: PEARL's parallel draft/verify pipeline with the SpS draft LM
 // (PearlDecoder, pearl_decoder.h).
 // Checked by: tests/methods/pearl_test.cpp.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
 #include "harness/base/error.h"
 #include "methods/method_registry.h"
 #include "methods/pearl/pearl_decoder.h"
+#include "methods/pearl/speed_ratio.h"
 
 namespace specbed {
 
@@ -22,7 +27,13 @@ void RegisterPearlMethod(MethodRegistry& registry) {
   info.traits.sampling_verifier = "chain_rs";
   info.traits.drafter_knob = "drafter";
   info.knobs = {
-      {"gamma", 4, "chunk length drafted per step (static, as in PEARL)", 1, 64, {}},
+      {"gamma",
+       4,
+       "chunk length drafted per step (static, as in PEARL); 0 = auto: ceil(c), the measured "
+       "speed ratio c = T_target / T_draft of one-token forwards (PEARL's rule)",
+       0,
+       64,
+       {}},
       {"drafter",
        "auto",
        "draft model: registry name or path, must share the target's vocabulary; auto = the "
@@ -48,9 +59,14 @@ void RegisterPearlMethod(MethodRegistry& registry) {
                   draft.model->config().vocab_size, " but the target '", context.target->spec.name,
                   "' has ", context.target->model->config().vocab_size);
     PearlOptions options;
-    options.gamma = knobs.at("gamma").get<int64_t>();
     options.draft_threads = knobs.at("draft_threads").get<int>();
     options.target_threads = knobs.at("target_threads").get<int>();
+    const int target_threads = options.target_threads > 0
+                                   ? options.target_threads
+                                   : std::max(1, at::get_num_threads() - options.draft_threads);
+    options.gamma =
+        ResolveChunkKnob(knobs.at("gamma").get<int64_t>(), "pearl", "gamma", *context.target->model,
+                         *draft.model, target_threads, options.draft_threads, 64);
     return std::make_unique<PearlDecoder>(*context.target->model, context.target->tokenizer.get(),
                                           draft.model, options);
   };

@@ -1,6 +1,7 @@
 // The SpecBlock drafter (Shi et al., "SpecBlock: Block-Iterative Speculative Decoding with Dynamic
-// Tree Drafting"; spec: shared/specs/specblock.md §2): one network, written with differentiable
-// ATen ops, used both for serving (under NoGradGuard, with its own KV cache) and for training.
+// Tree Drafting", §2 of the paper and of SpecBed's implementation notes): one network, written with
+// differentiable ATen ops, used both for serving (under NoGradGuard, with its own KV cache) and for
+// training.
 //
 // Per start (condition c, token x) one forward produces a block of K slots:
 //   c    = W_cond · [h_low ; h_mid ; h_top]   (first-block start: target features, width 3·Ht)

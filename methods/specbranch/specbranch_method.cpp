@@ -1,8 +1,13 @@
 // Registration of `specbranch` (SpecBranchDecoder, specbranch_decoder.h) with its ablations as
 // knobs: branch = false (w/o branch: H-RAD + sequential SD), hrad = false (w/o H-RAD).
 // Checked by: tests/methods/specbranch_test.cpp.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
 #include "harness/base/error.h"
 #include "methods/method_registry.h"
+#include "methods/pearl/speed_ratio.h"
 #include "methods/specbranch/specbranch_decoder.h"
 #include "models/drafter_catalog.h"
 
@@ -27,9 +32,9 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
   info.knobs = {
       {"gamma_max",
        4,
-       "longest draft chunk and branch length (positions); the spec ties it to the speed ratio "
-       "c = T_target / T_draft",
-       1,
+       "longest draft chunk and branch length (positions); 0 = auto: ceil(c), the measured speed "
+       "ratio c = T_target / T_draft of one-token forwards (the paper's rule)",
+       0,
        64,
        {}},
       {"k_max",
@@ -83,13 +88,18 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
                   drafter_name, "' has vocabulary size ", draft.model->config().vocab_size,
                   " but the target '", context.target->spec.name, "' has ", t.vocab_size);
     SpecBranchOptions options;
-    options.gamma_max = knobs.at("gamma_max").get<int64_t>();
+    options.draft_threads = knobs.at("draft_threads").get<int>();
+    options.target_threads = knobs.at("target_threads").get<int>();
+    const int target_threads = options.target_threads > 0
+                                   ? options.target_threads
+                                   : std::max(1, at::get_num_threads() - options.draft_threads);
+    options.gamma_max = ResolveChunkKnob(knobs.at("gamma_max").get<int64_t>(), "specbranch",
+                                         "gamma_max", *context.target->model, *draft.model,
+                                         target_threads, options.draft_threads, 64);
     options.k_max = knobs.at("k_max").get<int64_t>();
     options.epsilon = knobs.at("epsilon").get<double>();
     options.branch = knobs.at("branch").get<int>() != 0;
     options.hrad = knobs.at("hrad").get<int>() != 0;
-    options.draft_threads = knobs.at("draft_threads").get<int>();
-    options.target_threads = knobs.at("target_threads").get<int>();
     std::unique_ptr<HradPolicy> policy;
     std::vector<int64_t> layers;
     if (options.hrad) {

@@ -7,10 +7,12 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "methods/method_registry.h"
 #include "methods/pearl/pearl_decoder.h"
+#include "methods/pearl/speed_ratio.h"
 #include "tests/methods/parallel_test_util.h"
 
 namespace specbed {
@@ -169,6 +171,32 @@ TEST(Pearl, ThreadBudgetsArePerThread) {
     EXPECT_EQ(at::get_num_threads(), before);
   }
   EXPECT_EQ(at::get_num_threads(), before);
+}
+
+// gamma 0 = auto: the chunk is ceil(c), c = T_target / T_draft of measured one-token forwards.
+// The same model on both sides gives c near 1 (checked within [0.2, 5]: a timing check, loose
+// enough that contention from a parallel ctest does not fail it in practice); the registry builds
+// a PEARL decoder with an auto chunk in [1, 64] that still matches AR.
+TEST(Pearl, AutoChunkFollowsTheMeasuredSpeedRatio) {
+  EXPECT_EQ(ChunkForSpeedRatio(3.2, 64), 4);
+  EXPECT_EQ(ChunkForSpeedRatio(4.0, 64), 4);
+  EXPECT_EQ(ChunkForSpeedRatio(0.3, 64), 1);
+  EXPECT_EQ(ChunkForSpeedRatio(500.0, 64), 64);
+  EXPECT_EQ(ChunkForSpeedRatio(std::nan(""), 16), 16);
+  const SpeedRatio same =
+      MeasureSpeedRatio(*Shared().target.model, *Shared().target.model, 1, 1, 16, 9);
+  EXPECT_GT(same.target_ms, 0);
+  EXPECT_GT(same.c, 0.2);
+  EXPECT_LT(same.c, 5.0);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context;
+  context.target = &Shared().target;
+  context.load_model = [](const std::string&) -> LoadedTarget& { return Shared().draft; };
+  auto decoder = registry.Build("pearl", context, {{"gamma", 0}, {"drafter", "stories260K-draft"}});
+  EXPECT_GE(decoder->MaxDraftNodes(), 1);
+  EXPECT_LE(decoder->MaxDraftNodes(), 64);
+  parallel_test::ExpectSameAsAr(*decoder, 0.0, 48, "pearl gamma auto");
 }
 
 TEST(Pearl, RegisteredWithTraitsAndKnobs) {

@@ -94,6 +94,20 @@ TEST(SpecBranch, ShippedPredictorMatchesAr) {
   parallel_test::ExpectSameAsAr(decoder, 0.0, 96, "specbranch shipped H-RAD");
 }
 
+// gamma_max 0 = auto: ceil of the measured speed ratio c (methods/pearl/speed_ratio.h), built
+// through the registry with the shipped predictor; still token-identical to AR.
+TEST(SpecBranch, AutoChunkFromTheSpeedRatioMatchesAr) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context;
+  context.target = &Shared().target;
+  context.load_model = [](const std::string&) -> LoadedTarget& { return Shared().draft; };
+  auto decoder =
+      registry.Build("specbranch", context, {{"gamma_max", 0}, {"drafter", "stories260K-draft"}});
+  EXPECT_GE(decoder->MaxDraftNodes(), 1);
+  parallel_test::ExpectSameAsAr(*decoder, 0.0, 48, "specbranch gamma_max auto");
+}
+
 TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
   LoadedTarget& target = Shared().target;
   const auto& prompt = Shared().prompts[3];
