@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,27 @@ inline double ChiSquareSf(double x, int k) {
   const double a = 2.0 / (9.0 * k);
   const double z = (std::cbrt(x / k) - (1.0 - a)) / std::sqrt(a);
   return NormalSf(z);
+}
+
+// A tiny random Llama target for the distribution tests (vocabulary 4, width 16, 2 layers, 2
+// heads, max 32 positions, untied): seeded weights with lm_head scaled by `lm_head_scale` for
+// sharper next-token distributions than the 0.02 init gives.
+inline std::shared_ptr<LlamaModel> TinyRandomTarget(uint64_t seed, double lm_head_scale) {
+  LlamaConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.dim = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.hidden_dim = 32;
+  c.vocab_size = 4;
+  c.max_seq_len = 32;
+  c.tie_embeddings = false;
+  c.Validate("tiny target");
+  LlamaWeights w = RandomLlamaWeights(c, seed);
+  w.lm_head = w.lm_head * lm_head_scale;
+  return std::make_shared<LlamaModel>(c, w);
 }
 
 // Chi-square p-value of the distribution of the `n_tokens` tokens `decoder` generates at T = 1

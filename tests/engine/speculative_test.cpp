@@ -311,23 +311,8 @@ TEST(Speculative, SpsSamplingIsSeededAndValid) {
   EXPECT_GT(accepted, 0);
 }
 
-// A tiny random model (vocabulary 4, width 16, 2 layers) with sharp next-token distributions.
 std::shared_ptr<LlamaModel> TinyModel(uint64_t seed, double sharpen) {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
-  c.Validate("tiny model");
-  LlamaWeights w = RandomLlamaWeights(c, seed);
-  w.lm_head = w.lm_head * sharpen;
-  return std::make_shared<LlamaModel>(c, w);
+  return testing_util::TinyRandomTarget(seed, sharpen);
 }
 
 // SpS end to end at T = 1 on a tiny target with a tiny random draft LM (vocabulary 4): the

@@ -124,22 +124,8 @@ struct TinyDflashTarget {
 
 inline TinyDflashTarget MakeTinyDflashTarget(bool causal_head = false,
                                              const std::string& name = "dflash_drafter_tiny") {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
-  c.Validate("tiny target");
-  LlamaWeights w = RandomLlamaWeights(c, 21);
-  w.lm_head = w.lm_head * 20;  // sharper distributions than the 0.02 init gives
   TinyDflashTarget t;
-  t.target = std::make_shared<LlamaModel>(c, w);
+  t.target = TinyRandomTarget(21, 20.0);  // sharper distributions than the 0.02 init gives
   t.head_dir = WriteDflashHead(DflashHeadConfig(16, 4, 2, 2, 1, causal_head), 9, name, 20.0);
   return t;
 }

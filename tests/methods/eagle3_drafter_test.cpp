@@ -212,7 +212,6 @@ TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
 
 // A tiny random target (vocabulary 4) and a random EAGLE-3 head over 3 of the 4 tokens.
 struct TinyPair {
-  LlamaConfig target_config;
   std::shared_ptr<LlamaModel> target;
   Eagle3Config head_config;
   std::map<std::string, at::Tensor> head_tensors;
@@ -220,22 +219,7 @@ struct TinyPair {
 
 TinyPair MakeTinyPair() {
   TinyPair p;
-  LlamaConfig& c = p.target_config;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
-  c.Validate("tiny target");
-  LlamaWeights w = RandomLlamaWeights(c, 21);
-  // Sharper next-token distributions than the 0.02 init gives.
-  w.lm_head = w.lm_head * 60;
-  p.target = std::make_shared<LlamaModel>(c, w);
+  p.target = testing_util::TinyRandomTarget(21, 60.0);  // engine_test_util.h
   Eagle3Config& h = p.head_config;
   h.hidden_size = 16;
   h.intermediate_size = 32;

@@ -21,6 +21,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/method_registry.h"
@@ -142,21 +143,7 @@ struct TinySetup {
 
 TinySetup MakeTiny() {
   TinySetup p;
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
-  c.Validate("tiny target");
-  LlamaWeights w = RandomLlamaWeights(c, 21);
-  w.lm_head = w.lm_head * 60;
-  p.target = std::make_shared<LlamaModel>(c, w);
+  p.target = testing_util::TinyRandomTarget(21, 60.0);  // engine_test_util.h
   SpecBlockConfig& s = p.config;
   s.hidden_size = 16;
   s.intermediate_size = 32;
@@ -174,8 +161,10 @@ TinySetup MakeTiny() {
   return p;
 }
 
-// Chi-square survival p of the 3-token outputs of `rule` at T = 1 against the exact distribution.
-double TinyChiSquareP(VerifyRule rule, int draws, int64_t* accepted_out) {
+// Chi-square p of the 3-token outputs at T = 1 (sample_follow) against the exact distribution
+// (TinyOutputPValue, engine_test_util.h: cells with expected count < 5 pooled). Adds the accepted
+// draft tokens to *accepted.
+double TinyChiSquareP(int draws, int64_t* accepted) {
   TinySetup tiny = MakeTiny();
   LlamaModel& target = *tiny.target;
   SpecBlockDraftOptions o;
@@ -186,76 +175,28 @@ double TinyChiSquareP(VerifyRule rule, int draws, int64_t* accepted_out) {
                                                 target.weights().tok_embeddings, false);
   SpeculativeOptions so;
   so.budget = {o.budget, 4};
-  so.sampling_rule = rule;
+  so.sampling_rule = VerifyRule::kSampleFollow;
   SpeculativeDecoder decoder(target, nullptr,
                              std::make_unique<SpecBlockDrafter>(std::move(model), o), so);
-  const std::vector<int32_t> prompt = {1, 3};
-  auto next_probs = [&](const std::vector<int32_t>& ids) {
-    KvCache cache = target.NewCache(1, 8);
-    return at::softmax(target.Forward(testing_util::Ids(ids), cache).logits.reshape({-1}), 0);
-  };
-  std::vector<double> expected(64, 0);
-  const at::Tensor pa = next_probs(prompt);
-  for (int a = 0; a < 4; ++a) {
-    const at::Tensor pb = next_probs({1, 3, a});
-    for (int b = 0; b < 4; ++b) {
-      const at::Tensor pc = next_probs({1, 3, a, b});
-      for (int c = 0; c < 4; ++c)
-        expected[a * 16 + b * 4 + c] =
-            pa[a].item<double>() * pb[b].item<double>() * pc[c].item<double>();
-    }
-  }
-  std::vector<double> counts(64, 0);
-  int64_t accepted = 0;
-  KvCache cache = target.NewCache(1, 16);
-  for (int i = 0; i < draws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = 1000 + i;
-    g.stop.max_new_tokens = 3;
-    DecodeResult r;
-    decoder.Generate(prompt, g, cache, r);
-    const auto& t = r.generation.tokens;
-    if (t.size() != 3u) return -1;
-    counts[t[0] * 16 + t[1] * 4 + t[2]] += 1;
-    for (const StepStats& s : r.steps) accepted += s.n_accepted;
-  }
-  double chi2 = 0, pooled = 0, pooled_e = 0;
-  int cells = 0;
-  for (int i = 0; i < 64; ++i) {
-    const double e = expected[i] * draws;
-    if (e < 5) {
-      pooled += counts[i];
-      pooled_e += e;
-      continue;
-    }
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  if (pooled_e > 0) {
-    chi2 += (pooled - pooled_e) * (pooled - pooled_e) / pooled_e;
-    ++cells;
-  }
-  *accepted_out = accepted;
-  return testing_util::ChiSquareSf(chi2, cells - 1);
+  return testing_util::TinyOutputPValue(target, decoder, {1, 3}, 3, draws, 1000, accepted);
 }
 
 TEST(SpecBlock, LosslessAtTemperatureOneWithSampleFollow) {
   at::set_num_threads(1);
   int64_t accepted = 0;
   const int kDraws = 20000;
-  const double p = TinyChiSquareP(VerifyRule::kSampleFollow, kDraws, &accepted);
+  const double p = TinyChiSquareP(kDraws, &accepted);
   EXPECT_GT(p, 1e-4);
   EXPECT_GT(accepted, kDraws / 4);  // drafts are taken often: the tree path matters
 }
 
 TEST(SpecBlock, GreedyAcceptanceAtTemperatureOneFailsTheSameTest) {
-  // Negative control: the same drafts and test, with greedy acceptance (the target's argmax)
-  // instead of sample_follow, is rejected.
+  // Negative control: the same drafts and test with greedy acceptance (descend into the child
+  // carrying the target's argmax; VerifierFault) instead of sample_follow is rejected.
   at::set_num_threads(1);
+  ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
   int64_t accepted = 0;
-  const double p = TinyChiSquareP(VerifyRule::kGreedy, 4000, &accepted);
-  EXPECT_LT(p, 1e-4);
+  EXPECT_LT(TinyChiSquareP(20000, &accepted), 1e-4);
 }
 
 TEST(SpecBlock, DrafterCachePathEqualsTrainingLayout) {
