@@ -29,10 +29,12 @@ namespace {
 
 constexpr const char* kSize = "size 960,540";
 
-// A gnuplot single-quoted string literal ('' is the only escape).
+// A gnuplot single-quoted string literal. Single quotes inside become double quotes rather than
+// the '' escape: gnuplot 5.4 misparses a doubled-quote run such as '''' (an empty knob value in a
+// label) and drops the whole plot command.
 std::string Quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
+  for (char c : s) out += (c == '\'') ? '"' : c;
   return out + "'";
 }
 
