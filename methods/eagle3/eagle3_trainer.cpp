@@ -32,6 +32,7 @@ class Eagle3TrainTask : public TrainTask {
   Eagle3TrainTask(const Eagle3TrainConfig& config, LlamaModel& target, const RegenData& data,
                   TargetFeatureSource& features, TrainableEagle3& head, int64_t n_train)
       : config_(config),
+        loss_norm_(ParseTttLossNorm(config.ttt_loss_norm)),
         target_(target),
         data_(data),
         features_(features),
@@ -102,10 +103,11 @@ class Eagle3TrainTask : public TrainTask {
     }
     const auto logits = head_.Forward(f.hidden, batch.tokens, config_.ttt_steps);
     return Eagle3TttLoss(logits, f.logits, batch.loss_mask, head_.draft_ids(), head_.t2d(),
-                         config_.ttt_decay, ParseTttLossNorm(config_.ttt_loss_norm));
+                         config_.ttt_decay, loss_norm_);
   }
 
   const Eagle3TrainConfig& config_;
+  TttLossNorm loss_norm_;  // parsed once from config_.ttt_loss_norm
   LlamaModel& target_;
   const RegenData& data_;
   TargetFeatureSource& features_;
@@ -131,6 +133,24 @@ OptimConfig DefaultEagle3Optim() {
   o.log_every = 10;
   o.eval_every = 200;
   return o;
+}
+
+DraftVocabMap DraftVocabOfRegenRows(const RegenData& data, int64_t n_train, int64_t max_len,
+                                    int64_t vocab_size, int64_t draft_vocab, double* coverage) {
+  std::vector<int64_t> counts(vocab_size, 0);
+  int64_t supervised = 0;
+  for (int64_t i = 0; i < n_train; ++i) {
+    const int64_t begin = data.offsets[i] + data.prompt_lengths[i];
+    const int64_t end = std::min(data.offsets[i + 1], data.offsets[i] + max_len);
+    for (int64_t j = begin; j < end; ++j) ++counts[data.tokens[j]];
+    supervised += std::max<int64_t>(0, end - begin);
+  }
+  DraftVocabMap vocab = BuildDraftVocabMap(counts, std::min(draft_vocab, vocab_size));
+  int64_t covered = 0;
+  const bool* in = vocab.t2d.data_ptr<bool>();
+  for (int64_t v = 0; v < vocab_size; ++v) covered += in[v] ? counts[v] : 0;
+  *coverage = supervised > 0 ? static_cast<double>(covered) / supervised : 1;
+  return vocab;
 }
 
 Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string& out_dir,
@@ -169,22 +189,9 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   }
 
   // Draft vocabulary: the most frequent supervised (response) tokens of the training rows.
-  std::vector<int64_t> counts(tc.vocab_size, 0);
-  int64_t supervised = 0;
-  for (int64_t i = 0; i < n_train; ++i) {
-    const int64_t begin = data.offsets[i] + data.prompt_lengths[i];
-    const int64_t end = std::min(data.offsets[i + 1], data.offsets[i] + config.max_len);
-    for (int64_t j = begin; j < end; ++j) ++counts[data.tokens[j]];
-    supervised += std::max<int64_t>(0, end - begin);
-  }
   const int64_t vd = std::min(config.draft_vocab, tc.vocab_size);
-  const DraftVocabMap vocab = BuildDraftVocabMap(counts, vd);
-  {
-    int64_t covered = 0;
-    const bool* in = vocab.t2d.data_ptr<bool>();
-    for (int64_t v = 0; v < tc.vocab_size; ++v) covered += in[v] ? counts[v] : 0;
-    result.draft_vocab_coverage = supervised > 0 ? static_cast<double>(covered) / supervised : 1;
-  }
+  const DraftVocabMap vocab = DraftVocabOfRegenRows(data, n_train, config.max_len, tc.vocab_size,
+                                                    vd, &result.draft_vocab_coverage);
 
   Eagle3Config hc;
   hc.hidden_size = tc.dim;

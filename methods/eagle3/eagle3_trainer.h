@@ -15,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "methods/common/train/regen.h"
 #include "methods/common/train/train_loop.h"
+#include "methods/eagle3/eagle3_checkpoint.h"
 
 namespace specbed {
 
@@ -51,6 +53,13 @@ struct Eagle3TrainResult {
   double draft_vocab_coverage = 0;  // share of training response tokens inside the draft vocab
   double data_seconds = 0;          // loading the data / building the disk cache
 };
+
+// The draft vocabulary of a reduced-vocabulary head trained on `data`: the `draft_vocab` (clipped
+// to `vocab_size`) most frequent supervised (response) tokens of rows [0, n_train), each row
+// cropped to `max_len` tokens (BuildDraftVocabMap). *coverage = the share of those supervised
+// tokens inside it (1 when there are none). Shared by the EAGLE-3 and SpecBlock trainers.
+DraftVocabMap DraftVocabOfRegenRows(const RegenData& data, int64_t n_train, int64_t max_len,
+                                    int64_t vocab_size, int64_t draft_vocab, double* coverage);
 
 // Trains (or resumes) into out_dir: config.json + model.safetensors (the published EAGLE-3
 // layout, float32, with the recipe under "specbed_recipe"), train_log.db, train_summary.json and

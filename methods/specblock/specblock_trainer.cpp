@@ -18,6 +18,7 @@
 #include "methods/common/train/train_util.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
+#include "methods/eagle3/eagle3_trainer.h"
 #include "models/model_registry.h"
 
 namespace specbed {
@@ -183,22 +184,9 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
     SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l, " is outside [0, ",
                   tc.FeatureDepth(), "]");
   }
-  std::vector<int64_t> counts(tc.vocab_size, 0);
-  int64_t supervised = 0;
-  for (int64_t x = 0; x < n_train; ++x) {
-    const int64_t begin = data.offsets[x] + data.prompt_lengths[x];
-    const int64_t end = std::min(data.offsets[x + 1], data.offsets[x] + config.max_len);
-    for (int64_t j = begin; j < end; ++j) ++counts[data.tokens[j]];
-    supervised += std::max<int64_t>(0, end - begin);
-  }
   const int64_t vd = std::min(config.draft_vocab, tc.vocab_size);
-  const DraftVocabMap vocab = BuildDraftVocabMap(counts, vd);
-  {
-    int64_t covered = 0;
-    const bool* in = vocab.t2d.data_ptr<bool>();
-    for (int64_t v = 0; v < tc.vocab_size; ++v) covered += in[v] ? counts[v] : 0;
-    result.draft_vocab_coverage = supervised > 0 ? static_cast<double>(covered) / supervised : 1;
-  }
+  const DraftVocabMap vocab = DraftVocabOfRegenRows(data, n_train, config.max_len, tc.vocab_size,
+                                                    vd, &result.draft_vocab_coverage);
   SpecBlockConfig c;
   c.hidden_size = tc.dim;
   c.intermediate_size = tc.hidden_dim;
