@@ -41,9 +41,10 @@ double BanditPolicy::epsilon() const {
 BanditAction BanditPolicy::Choose(double s) {
   const double head = s * v_[1], full = s * v_[2];
   const BanditAction best = full > head ? BanditAction::kFull : BanditAction::kHead;
-  if (!o_.gating) return best;  // "- cost-aware bandit": always update
   if (events_ < o_.cold_start) {
-    if (s < o_.s_min) return BanditAction::kSkip;
+    // Cold start: explore both actions (the "- cost-aware bandit" ablation keeps the head/full
+    // routing, so it explores too, but never skips).
+    if (o_.gating && s < o_.s_min) return BanditAction::kSkip;
     std::uniform_real_distribution<double> u(0.0, 1.0);
     if (u(rng_) < epsilon()) return u(rng_) < 0.5 ? BanditAction::kHead : BanditAction::kFull;
     if (n_[1] == 0 || n_[2] == 0) {
@@ -52,7 +53,7 @@ BanditAction BanditPolicy::Choose(double s) {
     }
     return best;
   }
-  if (head <= 0 && full <= 0) return BanditAction::kSkip;
+  if (o_.gating && head <= 0 && full <= 0) return BanditAction::kSkip;
   return best;
 }
 
@@ -169,33 +170,30 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
       teacher.logits = teacher.logits.clone();
     }
     const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
-    const at::Tensor idx = mask.reshape(-1).nonzero().reshape(-1);
-    const at::Tensor labels = tokens.reshape(-1).index_select(0, idx + 1);  // token p at row p-1
+    // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting).
+    const SpecBlockSlotRows rows = SpecBlockSlotsDrafting(mask, train_->config().block_size);
+    const at::Tensor labels = tokens.reshape(-1).index_select(0, rows.seq + 1);
+    const int64_t vd = train_->config().draft_vocab_size;
     at::Tensor anchor_logits;
     {
       at::NoGradGuard no_grad;
-      anchor_logits = SpecBlockNextTokenLogits(*anchor_, aux, tokens, true)
-                          .reshape({-1, train_->config().draft_vocab_size})
-                          .index_select(0, idx);
+      anchor_logits = SpecBlockSlotLogits(*anchor_, aux, tokens, rows, true);
     }
     const at::Tensor teacher_rows =
         at::log_softmax(teacher.logits.index_select(-1, train_->draft_ids())
-                            .reshape({-1, train_->config().draft_vocab_size})
-                            .index_select(0, idx),
+                            .reshape({-1, vd})
+                            .index_select(0, rows.seq),
                         -1);
     AdamWOptimizer& opt = a == BanditAction::kHead ? *head_opt_ : *full_opt_;
     for (int64_t step = 0; step < o_.steps; ++step) {
-      at::Tensor rank;
+      at::Tensor rank_rows;
       const at::Tensor logits =
-          SpecBlockNextTokenLogits(*train_, aux, tokens, a == BanditAction::kHead, &rank);
-      const int64_t vd = train_->config().draft_vocab_size;
-      const at::Tensor rows = logits.reshape({-1, vd}).index_select(0, idx);
-      const at::Tensor log_q = at::log_softmax(rows, -1);
+          SpecBlockSlotLogits(*train_, aux, tokens, rows, a == BanditAction::kHead, &rank_rows);
+      const at::Tensor log_q = at::log_softmax(logits, -1);
       const at::Tensor fkl = (teacher_rows.exp() * (teacher_rows - log_q)).sum(-1).mean();
       const at::Tensor anchor_lp = at::log_softmax(anchor_logits, -1);
       const at::Tensor kl0 = (log_q.exp() * (log_q - anchor_lp)).sum(-1).mean();
-      const at::Tensor buckets = SpecBlockBucketLabels(rows, labels, *train_);
-      const at::Tensor rank_rows = rank.reshape({-1, kSpecBlockBuckets}).index_select(0, idx);
+      const at::Tensor buckets = SpecBlockBucketLabels(logits, labels, *train_);
       const at::Tensor rce = at::cross_entropy_loss(rank_rows, buckets);
       const at::Tensor loss = fkl + rce + o_.kl_lambda * kl0;
       loss.backward();

@@ -59,6 +59,11 @@ class SpecBlockDrafter : public Drafter {
   // under the distribution the slot's children were drawn from; -1 when the slot has no children
   // in the last drafted tree.
   double SlotProb(int64_t slot, int32_t token) const;
+  // The distribution behind tree slot `slot` (as SlotProb): block * K + k for slot k (0-based)
+  // of the step's block `block`, or -1 when the slot has no children.
+  int64_t SlotDistribution(int64_t slot) const {
+    return slot >= 0 && slot < static_cast<int64_t>(slot_dist_.size()) ? slot_dist_[slot] : -1;
+  }
   // Rank buckets predicted for the slots of the last step's first block (K entries).
   const std::vector<int64_t>& first_block_buckets() const { return first_buckets_; }
   // Per Draft of the current sequence: drafter forwards and the step's depth budget.

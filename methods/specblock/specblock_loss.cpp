@@ -35,9 +35,13 @@ at::Tensor PrefixMask(const at::Tensor& first, const at::Tensor& hit) {
 
 }  // namespace
 
-at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tensor& aux,
-                                    const at::Tensor& tokens, bool detach_trunk,
-                                    at::Tensor* rank_logits) {
+namespace {
+
+// Trunk output [B, T - 1, K, d] of the block-1 training layout: start i is the root at token
+// index i + 1 (condition: target features at i), slot k drafts token i + 2 + k; every start sees
+// all K slots of earlier starts and the slots <= k of its own block (the served cache layout).
+at::Tensor Block1Hidden(const SpecBlockModel& model, const at::Tensor& aux,
+                        const at::Tensor& tokens, bool detach_trunk) {
   const int64_t b = tokens.size(0), t = tokens.size(1), k = model.config().block_size;
   const int64_t n1 = t - 1;
   const at::Tensor i = at::arange(n1, at::kLong);
@@ -47,20 +51,59 @@ at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tenso
   const at::Tensor mask =
       (qi.unsqueeze(1) > qi.unsqueeze(0)) |
       ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)));
-  at::Tensor h;
-  {
-    std::unique_ptr<at::NoGradGuard> guard;
-    if (detach_trunk) guard = std::make_unique<at::NoGradGuard>();
-    h = model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos,
-                    mask.unsqueeze(0).expand({b, -1, -1}), nullptr, nullptr);
-  }
-  const at::Tensor h0 = h.select(2, 0);  // [B, n1, d]
+  std::unique_ptr<at::NoGradGuard> guard;
+  if (detach_trunk) guard = std::make_unique<at::NoGradGuard>();
+  return model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos,
+                     mask.unsqueeze(0).expand({b, -1, -1}), nullptr, nullptr);
+}
+
+}  // namespace
+
+at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tensor& aux,
+                                    const at::Tensor& tokens, bool detach_trunk,
+                                    at::Tensor* rank_logits) {
+  const int64_t b = tokens.size(0);
+  const at::Tensor h0 = Block1Hidden(model, aux, tokens, detach_trunk).select(2, 0);  // [B,n1,d]
   const at::Tensor logits = model.Logits(h0);
   if (rank_logits != nullptr) {
     *rank_logits = at::cat(
         {at::zeros({b, 1, kSpecBlockBuckets}, logits.options()), model.RankLogits(h0, logits)}, 1);
   }
   return at::cat({at::zeros({b, 1, logits.size(-1)}, logits.options()), logits}, 1);
+}
+
+SpecBlockSlotRows SpecBlockSlotsDrafting(const at::Tensor& loss_mask, int64_t block_size) {
+  SPECBED_CHECK(
+      loss_mask.dim() == 2 && loss_mask.scalar_type() == at::kFloat && loss_mask.device().is_cpu(),
+      "specblock: loss mask must be float32 [B, T] on the CPU");
+  const at::Tensor m = loss_mask.contiguous();
+  const int64_t b = m.size(0), t = m.size(1), n1 = t - 1;
+  const float* p = m.data_ptr<float>();
+  std::vector<int64_t> slot, seq;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t r = 1; r + 1 < t; ++r) {
+      if (p[bi * t + r] == 0) continue;
+      for (int64_t k = 0; k < block_size && r - k >= 1; ++k) {
+        const int64_t start = r - k - 1;  // layout start of the root at token index r - k
+        slot.push_back((bi * n1 + start) * block_size + k);
+        seq.push_back(bi * t + r);
+      }
+    }
+  }
+  SpecBlockSlotRows rows;
+  rows.slot = at::tensor(slot, at::kLong);
+  rows.seq = at::tensor(seq, at::kLong);
+  return rows;
+}
+
+at::Tensor SpecBlockSlotLogits(const SpecBlockModel& model, const at::Tensor& aux,
+                               const at::Tensor& tokens, const SpecBlockSlotRows& rows,
+                               bool detach_trunk, at::Tensor* rank_logits) {
+  const at::Tensor h = Block1Hidden(model, aux, tokens, detach_trunk);
+  const at::Tensor hs = h.reshape({-1, h.size(-1)}).index_select(0, rows.slot);  // [N, d]
+  const at::Tensor logits = model.Logits(hs);
+  if (rank_logits != nullptr) *rank_logits = model.RankLogits(hs, logits);
+  return logits;
 }
 
 SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor& aux,

@@ -20,17 +20,20 @@ namespace {
 
 class SpecBlockOsdStudent : public OsdStudent {
  public:
-  SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter)
+  SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter, int64_t max_tokens)
       : target_(target),
         drafter_(drafter),
+        max_tokens_(max_tokens),
         model_(drafter.model().config(), drafter.model().Tensors(), target.weights().tok_embeddings,
                true) {}
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
-  // Divergence at the corrected positions between the target and the drafter's block-1 slot-1
-  // distribution (restricted to the draft vocabulary).
-  at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
+  // Divergence at the corrected positions between the target and every block-1 slot that
+  // drafts them (SpecBlockSlotsDrafting; restricted to the draft vocabulary).
+  // Each request keeps its last `max_tokens` tokens (the adapt_tokens knob), as the bandit does.
+  at::Tensor Loss(const OsdBatch& full, Divergence divergence) override {
+    const OsdBatch batch = CropTail(full);
     ForwardOutput teacher;
     {
       at::NoGradGuard no_grad;
@@ -42,20 +45,49 @@ class SpecBlockOsdStudent : public OsdStudent {
       teacher.logits = teacher.logits.clone();
     }
     const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
-    const at::Tensor student = SpecBlockNextTokenLogits(model_, aux, batch.tokens, false);
+    const SpecBlockSlotRows rows =
+        SpecBlockSlotsDrafting(batch.loss_mask, model_.config().block_size);
+    const at::Tensor student = SpecBlockSlotLogits(model_, aux, batch.tokens, rows, false);
     const int64_t vd = model_.config().draft_vocab_size;
-    const at::Tensor idx = batch.loss_mask.reshape(-1).nonzero().reshape(-1);
     const at::Tensor t = teacher.logits.index_select(-1, model_.draft_ids()).reshape({-1, vd});
-    return DivergenceLoss(t.index_select(0, idx), student.reshape({-1, vd}).index_select(0, idx),
-                          divergence);
+    return DivergenceLoss(t.index_select(0, rows.seq), student, divergence);
   }
   void Publish() override { drafter_.model().CopyFrom(model_); }
 
  private:
+  OsdBatch CropTail(const OsdBatch& full) const {
+    const int64_t b = full.tokens.size(0), t = full.tokens.size(1);
+    if (t <= max_tokens_) return full;
+    OsdBatch out;
+    out.tokens = at::zeros({b, max_tokens_}, at::kLong);
+    out.loss_mask = at::zeros({b, max_tokens_}, at::kFloat);
+    out.lengths = at::empty({b}, at::kLong);
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t n = full.lengths[i].item<int64_t>(), keep = std::min(n, max_tokens_);
+      out.tokens[i].narrow(0, 0, keep).copy_(full.tokens[i].narrow(0, n - keep, keep));
+      out.loss_mask[i].narrow(0, 0, keep).copy_(full.loss_mask[i].narrow(0, n - keep, keep));
+      out.lengths[i] = keep;
+    }
+    return out;
+  }
+
   LlamaModel& target_;
   SpecBlockDrafter& drafter_;
+  int64_t max_tokens_;
   SpecBlockModel model_;
 };
+
+// An online update trains on the last adapt_tokens tokens of each buffered request: the
+// training layout's attention is dense over (tokens x K)^2, so long requests cost memory and
+// time quadratically (8 requests of ~450 tokens: several GB and tens of seconds on a CPU).
+MethodKnob AdaptTokensKnob() {
+  return {"adapt_tokens",
+          512,
+          "an online update trains on the last adapt_tokens tokens of each buffered request",
+          8,
+          1 << 20,
+          {}};
+}
 
 void FillBaseInfo(MethodInfo& info) {
   info.paper =
@@ -172,6 +204,7 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
         {"osd_interval", 8, "requests between online updates (paper: 8)", 1, 100000, {}});
     info.knobs.push_back({"osd_steps", 1, "AdamW steps per update", 1, 1000, {}});
     info.knobs.push_back({"osd_lr", 1e-4, "constant AdamW learning rate", 1e-9, 1.0, {}});
+    info.knobs.push_back(AdaptTokensKnob());
     info.factory = [](MethodContext& context,
                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
       SpecBlockDrafter* drafter = nullptr;
@@ -181,7 +214,8 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
       o.steps = knobs.at("osd_steps").get<int64_t>();
       o.lr = knobs.at("osd_lr").get<double>();
       o.divergence = Divergence::kForwardKl;
-      auto student = std::make_unique<SpecBlockOsdStudent>(*context.target->model, *drafter);
+      auto student = std::make_unique<SpecBlockOsdStudent>(*context.target->model, *drafter,
+                                                           knobs.at("adapt_tokens").get<int64_t>());
       static_cast<SpeculativeDecoder*>(decoder.get())
           ->SetAdapter(std::make_unique<OsdAdapter>(std::move(student), o));
       return decoder;
@@ -212,8 +246,10 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
     info.knobs.push_back(
         {"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}});
     info.knobs.push_back({"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}});
+    info.knobs.push_back({"steps", 1, "AdamW steps per training event", 1, 1000, {}});
     info.knobs.push_back({"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}});
     info.knobs.push_back({"log", "", "append one JSON line per window to this file", 1, 0, {}});
+    info.knobs.push_back(AdaptTokensKnob());
     info.factory = [](MethodContext& context,
                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
       SpecBlockDrafter* drafter = nullptr;
@@ -226,6 +262,8 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
       o.interval = knobs.at("interval").get<int64_t>();
       o.s_min = knobs.at("s_min").get<double>();
       o.lr = knobs.at("lr").get<double>();
+      o.steps = knobs.at("steps").get<int64_t>();
+      o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
       o.kl_lambda = knobs.at("kl_lambda").get<double>();
       static_cast<SpeculativeDecoder*>(decoder.get())
           ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(

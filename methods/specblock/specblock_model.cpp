@@ -14,6 +14,7 @@
 #include "harness/base/error.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/gemv.h"
 
 namespace specbed {
 namespace {
@@ -30,6 +31,30 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   const int64_t half = x.size(-1) / 2;
   const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+// Most activation rows for which a serving (no-gradient) projection runs on SpecBed's GemvRows
+// instead of ATen's matmul. OpenBLAS repacks the whole weight on every small-M sgemm call: on the
+// stories260K twin that packing and the small-M kernel were 28% of a SpecBlock decode (perf,
+// budget 6), with drafter calls of 8-24 rows. GemvRows streams each weight once per 4 rows.
+constexpr int64_t kServeGemvMaxRows = 32;
+
+// x [..., in] @ w[out, in]^T -> [..., out]. x: float32 or the weight's dtype, CPU; w: [out, in].
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
+  const int64_t in = x.size(-1);
+  const int64_t rows = in > 0 ? x.numel() / in : 0;
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  if (!needs_grad && rows > 0 && rows <= kServeGemvMaxRows && x.device().is_cpu() &&
+      w.device().is_cpu() && x.scalar_type() == w.scalar_type() &&
+      (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.dim() == 2 &&
+      w.is_contiguous()) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    const at::Tensor out = at::empty({rows, w.size(0)}, w.options());
+    GemvRows(x.reshape({rows, in}).contiguous(), w, {}, out, /*accumulate=*/false);
+    return out.view(shape);
+  }
+  return at::matmul(x, w.t());
 }
 
 std::string L(int64_t l, const char* rest) {
@@ -293,7 +318,7 @@ at::Tensor SpecBlockModel::Fuse(const at::Tensor& cond, const at::Tensor& tokens
                                 bool target_cond) const {
   const SpecBlockConfig& c = config_;
   const double eps = c.rms_norm_eps;
-  const at::Tensor cv = target_cond ? at::matmul(cond, Param("cond.weight").t()) : cond;
+  const at::Tensor cv = target_cond ? Linear(cond, Param("cond.weight")) : cond;
   const at::Tensor e = at::embedding(embedding_, tokens);  // [B, N, d]
   const at::Tensor nc = RmsNorm(cv, Param("norm_c.weight"), eps);
   const at::Tensor ne = RmsNorm(e, Param("norm_e.weight"), eps);
@@ -330,22 +355,18 @@ at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positio
     if (l >= shift0) {
       // h~_k = W_shift [x_k ; x_{k-1}], x_0 := x_1 (within each block).
       const at::Tensor prev = k > 1 ? at::cat({x.narrow(2, 0, 1), x.narrow(2, 0, k - 1)}, 2) : x;
-      x = at::matmul(at::cat({x, prev}, -1),
-                     Param("shift." + std::to_string(l - shift0) + ".weight").t());
+      x = Linear(at::cat({x, prev}, -1), Param("shift." + std::to_string(l - shift0) + ".weight"));
     }
     const at::Tensor flat = x.reshape({b, r, d});
     const at::Tensor xn = RmsNorm(flat, Param(L(l, "input_layernorm.weight")), eps);
-    const at::Tensor q = Rope(at::matmul(xn, Param(L(l, "self_attn.q_proj.weight")).t())
-                                  .view({b, r, nh, hd})
-                                  .transpose(1, 2),
-                              cos, sin);
-    at::Tensor kk = Rope(at::matmul(xn, Param(L(l, "self_attn.k_proj.weight")).t())
-                             .view({b, r, nkv, hd})
-                             .transpose(1, 2),
-                         cos, sin);
-    at::Tensor vv = at::matmul(xn, Param(L(l, "self_attn.v_proj.weight")).t())
-                        .view({b, r, nkv, hd})
-                        .transpose(1, 2);
+    const at::Tensor q = Rope(
+        Linear(xn, Param(L(l, "self_attn.q_proj.weight"))).view({b, r, nh, hd}).transpose(1, 2),
+        cos, sin);
+    at::Tensor kk = Rope(
+        Linear(xn, Param(L(l, "self_attn.k_proj.weight"))).view({b, r, nkv, hd}).transpose(1, 2),
+        cos, sin);
+    at::Tensor vv =
+        Linear(xn, Param(L(l, "self_attn.v_proj.weight"))).view({b, r, nkv, hd}).transpose(1, 2);
     if (present != nullptr) {
       present->k[l] = kk;
       present->v[l] = vv;
@@ -361,20 +382,19 @@ at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positio
     at::Tensor scores = at::matmul(q, kk.transpose(2, 3)) * scale;  // [B, nh, R, C + R]
     scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
     const at::Tensor a = at::matmul(at::softmax(scores, -1), vv);  // [B, nh, R, hd]
-    at::Tensor h = flat + at::matmul(a.transpose(1, 2).reshape({b, r, nh * hd}),
-                                     Param(L(l, "self_attn.o_proj.weight")).t());
+    at::Tensor h = flat + Linear(a.transpose(1, 2).reshape({b, r, nh * hd}),
+                                 Param(L(l, "self_attn.o_proj.weight")));
     const at::Tensor hn = RmsNorm(h, Param(L(l, "post_attention_layernorm.weight")), eps);
-    const at::Tensor g = at::matmul(hn, Param(L(l, "mlp.gate_proj.weight")).t());
-    const at::Tensor u = at::matmul(hn, Param(L(l, "mlp.up_proj.weight")).t());
-    h = h + at::matmul(at::silu(g) * u, Param(L(l, "mlp.down_proj.weight")).t());
+    const at::Tensor g = Linear(hn, Param(L(l, "mlp.gate_proj.weight")));
+    const at::Tensor u = Linear(hn, Param(L(l, "mlp.up_proj.weight")));
+    h = h + Linear(at::silu(g) * u, Param(L(l, "mlp.down_proj.weight")));
     x = h.view({b, n, k, d});
   }
   return x;
 }
 
 at::Tensor SpecBlockModel::Logits(const at::Tensor& h) const {
-  return at::matmul(RmsNorm(h, Param("norm.weight"), config_.rms_norm_eps),
-                    Param("lm_head.weight").t());
+  return Linear(RmsNorm(h, Param("norm.weight"), config_.rms_norm_eps), Param("lm_head.weight"));
 }
 
 at::Tensor SpecBlockPsi(const at::Tensor& logits) {

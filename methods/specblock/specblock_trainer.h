@@ -60,6 +60,28 @@ at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tenso
                                     const at::Tensor& tokens, bool detach_trunk,
                                     at::Tensor* rank_logits = nullptr);
 
+// Online adaptation (OSD student, bandit events) supervises a token on every block-1 slot that
+// can draft it: the draft of token r + 1 (mask row r, the distribution after tokens [0, r]) comes
+// from the root at r - k, slot k (0-based), for k < K and r - k >= 1 (the first committed token
+// is the earliest root). At a rejection after a accepted tokens (a < K) the served tree drafted
+// it at slot a of the root's first block, so that slot is always among them.
+struct SpecBlockSlotRows {
+  at::Tensor slot;  // int64 [N]: flat index into the [B, T - 1, K] block-1 slot layout
+  at::Tensor seq;   // int64 [N]: flat index b * T + r of the supervised row (teacher logits row;
+                    // the label is token r + 1)
+};
+// loss_mask: float32 [B, T] CPU, 1 at the supervised rows r (OsdBatch convention: r = p - 1 for
+// a correction at token index p); rows with r < 1 or r > T - 2 are ignored.
+SpecBlockSlotRows SpecBlockSlotsDrafting(const at::Tensor& loss_mask, int64_t block_size);
+
+// Draft logits [N, Vd] float32 of `rows.slot` in the block-1 training layout over aux float32
+// [B, T, 3 Ht] and tokens int64 [B, T] (differentiable unless `detach_trunk`: then the trunk runs
+// without gradients and only the final norm, lm_head and rank head train). `rank_logits`
+// (optional) receives the rank head's [N, 4] logits at the same slots.
+at::Tensor SpecBlockSlotLogits(const SpecBlockModel& model, const at::Tensor& aux,
+                               const at::Tensor& tokens, const SpecBlockSlotRows& rows,
+                               bool detach_trunk, at::Tensor* rank_logits = nullptr);
+
 struct SpecBlockTrainConfig {
   std::string target = "stories260K";
   std::string dtype = "float32";
