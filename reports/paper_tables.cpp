@@ -2,6 +2,8 @@
 // and rollback%), the paper-vs-measured table, the synthetic-acceptance flag and LaTeX rendering
 // (see report.h).
 // Checked by: tests/reports/paper_report_test.cpp (hand-computed values on synthetic databases).
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -91,6 +93,106 @@ bool IsSyntheticCase(const CaseRecord& c) {
     if (!j.is_discarded() && HasSyntheticKey(j)) return true;
   }
   return false;
+}
+
+std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t window) {
+  SPECBED_CHECK(window >= 1, "report: the stream window must be >= 1 answer, got ", window);
+  std::vector<StreamTable> out;
+  for (const ReportGroup& g : data.groups) {
+    std::vector<double> temps;
+    for (const CaseReport& c : g.cases) {
+      if (std::find(temps.begin(), temps.end(), c.row.record.temperature) == temps.end())
+        temps.push_back(c.row.record.temperature);
+    }
+    for (double temp : temps) {
+      std::vector<const CaseReport*> cases;
+      bool adapts = false;
+      for (const CaseReport& c : g.cases) {
+        if (c.row.record.temperature != temp) continue;
+        cases.push_back(&c);
+        for (const StepRecord& st : c.steps) adapts = adapts || st.t_adapt_us > 0;
+      }
+      if (!adapts) continue;
+      // The baseline's samples for the per-window speedups (paired AR runs take precedence in
+      // ComputeSpeedup; otherwise answers are matched by prompt and turn).
+      auto ar_samples = [&](const CaseReport& c) -> const std::vector<SampleRecord>* {
+        for (const CaseReport& o : g.cases) {
+          if (o.row.case_id == c.baseline_case_id) return &o.samples;
+        }
+        return nullptr;
+      };
+      const std::vector<SampleRecord> no_samples;
+      StreamTable st;
+      st.title = StrCat(g.target, " / ", g.dataset, " · T=", General(temp), " · windows of ",
+                        window, " answers");
+      ReportTable& t = st.table;
+      t.columns.push_back({"window", false, false});
+      t.columns.push_back({"answers", true, false});
+      t.columns.push_back({"category", false, false});
+      std::vector<const CaseReport*> shown;
+      for (const CaseReport* c : cases) {
+        if (c->is_ar) continue;
+        shown.push_back(c);
+        const std::string label = StrCat("case ", c->row.case_id, " ", c->row.record.method);
+        t.columns.push_back({"τ", true, false, label});
+        t.columns.push_back({"Spd", true, false, label});
+        t.columns.push_back({"upd s", true, false, label});
+        const std::string knobs = KnobsShort(c->row.record.method_knobs_json);
+        st.case_notes.push_back(StrCat("case ", c->row.case_id, ": ", MethodCell(c->row.record),
+                                       knobs.empty() ? "" : " " + knobs));
+      }
+      size_t n_answers = 0;
+      for (const CaseReport* c : shown) n_answers = std::max(n_answers, c->samples.size());
+      const int64_t n_windows = (static_cast<int64_t>(n_answers) + window - 1) / window;
+      // Per case: emitted tokens, steps and update time per answer (prompt, turn).
+      std::vector<std::map<std::pair<std::string, int32_t>, std::array<double, 3>>> per(
+          shown.size());
+      for (size_t i = 0; i < shown.size(); ++i) {
+        for (const StepRecord& r : shown[i]->steps) {
+          auto& a = per[i][{r.prompt_id, r.turn}];
+          a[0] += r.n_emitted;
+          a[1] += 1;
+          a[2] += r.t_adapt_us * 1e-6;
+        }
+      }
+      auto add_row = [&](const std::string& name, size_t from, size_t to) {
+        std::vector<std::string> row = {
+            name, to == from + 1 ? std::to_string(to) : StrCat(from + 1, "–", to), ""};
+        std::vector<std::string> cats;
+        for (size_t i = 0; i < shown.size(); ++i) {
+          const std::vector<SampleRecord>& s = shown[i]->samples;
+          std::vector<SampleRecord> part;
+          double emitted = 0, steps = 0, upd = 0;
+          for (size_t j = from; j < std::min(to, s.size()); ++j) {
+            part.push_back(s[j]);
+            if (std::find(cats.begin(), cats.end(), s[j].category) == cats.end())
+              cats.push_back(s[j].category);
+            const auto it = per[i].find({s[j].prompt_id, s[j].turn});
+            if (it == per[i].end()) continue;
+            emitted += it->second[0];
+            steps += it->second[1];
+            upd += it->second[2];
+          }
+          const std::vector<SampleRecord>* ar = ar_samples(*shown[i]);
+          BootstrapOptions none;
+          none.n_resamples = 0;
+          const Speedup sp = ComputeSpeedup(ar ? *ar : no_samples, part, none, data.scope);
+          row.push_back(steps > 0 ? Fixed(emitted / steps, 2) : kNone);
+          row.push_back(sp.n_matched > 0 ? Fixed(sp.geomean, 2) : kNone);
+          row.push_back(Fixed(upd, 1));
+        }
+        row[2] = Join(cats, "+");
+        t.rows.push_back(std::move(row));
+      };
+      for (int64_t w = 0; w < n_windows; ++w) {
+        add_row(std::to_string(w + 1), static_cast<size_t>(w * window),
+                std::min(n_answers, static_cast<size_t>((w + 1) * window)));
+      }
+      add_row("all", 0, n_answers);
+      out.push_back(std::move(st));
+    }
+  }
+  return out;
 }
 
 std::vector<PaperTable> BuildPaperTables(const ReportData& data) {

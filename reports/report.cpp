@@ -629,6 +629,14 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& w : early_warnings) warn(w);
 
   const std::vector<PaperTable> paper_tables = BuildPaperTables(data);
+  const std::vector<StreamTable> stream_tables = BuildStreamTables(data, options.stream_window);
+  const std::string stream_intro = StrCat(
+      "Cases that trained online (OSD, the SpecBlock bandit) next to the others of the same "
+      "target, dataset and temperature, per window of ",
+      options.stream_window,
+      " consecutive answers in the order they ran: τ = tokens per verify step, Spd = speedup vs. "
+      "AR (geometric mean over the window's answers), upd s = online-update seconds charged to "
+      "the window's answers (already inside their decode time).");
   std::vector<PaperComparison> comparisons;
   for (const PaperReference& ref : references) {
     comparisons.push_back(BuildPaperComparison(data, ref));
@@ -769,6 +777,10 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       tex << "% paper vs measured: " << pc.heading << "\n"
           << LatexTable(pc.table, "Paper vs measured — " + pc.heading) << "\n";
     }
+    for (const StreamTable& st : stream_tables) {
+      tex << "% adaptation over the stream: " << st.title << "\n"
+          << LatexTable(st.table, "Adaptation over the stream — " + st.title) << "\n";
+    }
     if (paper_tables.empty() && comparisons.empty()) {
       tex << "% No speculative cases: no tables.\n";
     }
@@ -807,6 +819,14 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       md << "### " << pt.title << "\n\n" << MarkdownTable(pt.table) << "\n";
       for (const auto& n : pt.notes) md << "- " << MdCell(n) << "\n";
       if (!pt.notes.empty()) md << "\n";
+    }
+  }
+  if (!stream_tables.empty()) {
+    md << "## Adaptation over the stream\n\n" << MdCell(stream_intro) << "\n\n";
+    for (const StreamTable& st : stream_tables) {
+      md << "### " << st.title << "\n\n" << MarkdownTable(st.table) << "\n";
+      for (const auto& n : st.case_notes) md << "- " << MdCell(n) << "\n";
+      md << "\n";
     }
   }
   for (const PaperComparison& pc : comparisons) {
@@ -875,6 +895,15 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
         for (const auto& n : pt.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
         html << "</ul>\n";
       }
+    }
+  }
+  if (!stream_tables.empty()) {
+    html << "<h2 id=\"stream\">Adaptation over the stream</h2>\n<p>" << HtmlEscape(stream_intro)
+         << "</p>\n";
+    for (const StreamTable& st : stream_tables) {
+      html << "<h3>" << HtmlEscape(st.title) << "</h3>\n" << HtmlTable(st.table) << "<ul>\n";
+      for (const auto& n : st.case_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+      html << "</ul>\n";
     }
   }
   for (const PaperComparison& pc : comparisons) {

@@ -33,6 +33,9 @@ struct ReportOptions {
   std::vector<std::string> paper_references;
   // Speedups over decode only (default) or prefill + decode (`--scope e2e`).
   SpeedupScope scope = SpeedupScope::kDecode;
+  // Answers per window of the adaptation-over-the-stream tables (`--window`, BuildStreamTables);
+  // 8 = the SpecBlock paper's measurement interval.
+  int64_t stream_window = 8;
 };
 
 // A table ready for rendering. Columns whose value is the same in every row can be moved out
@@ -126,6 +129,21 @@ struct PaperTable {
   std::vector<std::string> notes;  // duplicate cases, missing baselines, incomplete means
 };
 std::vector<PaperTable> BuildPaperTables(const ReportData& data);
+
+// Adaptation over a prompt stream (the SpecBlock paper's adaptation tables): for each (target,
+// dataset, temperature) where some case trained online (a step with t_adapt_us > 0), one row per
+// window of `window` consecutive answers in the order they were run (sample order; the dataset's
+// order for a run that was not resumed out of order), and per case of that (target, dataset, T)
+// the window's τ (emitted tokens / verify steps), Spd (geometric mean of the answers' speedups,
+// the report's scope) and "upd s" (online-update seconds charged to the window's answers). The
+// "category" column names the window's categories (e.g. where a stream shifts), the last row
+// covers every answer.
+struct StreamTable {
+  std::string title;  // "target / dataset · T=0 · windows of 8 answers"
+  ReportTable table;
+  std::vector<std::string> case_notes;  // "case 3: specblock+osd budget=6 ..." per column group
+};
+std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t window);
 
 // "Paper vs measured": one row per reference row: the paper's Spd/τ next to the measured ones of
 // the first matching case (MatchesPaperRow, in report order), "—" when none matches.

@@ -19,6 +19,7 @@ struct ReportCommandOptions {
   std::string gnuplot;
   std::vector<std::string> paper;
   std::string scope = "decode";
+  int64_t window = 8;
 };
 
 // "results/run.db" -> "results/run_report".
@@ -37,6 +38,7 @@ void RunReport(const ReportCommandOptions& o) {
   options.gnuplot = o.gnuplot;
   options.paper_references = o.paper;
   options.scope = ParseSpeedupScope(o.scope, "--scope");
+  options.stream_window = o.window;
   const std::string dir = o.output.empty() ? DefaultReportDir(o.db) : o.output;
   const ReportResult result = WriteReport(o.db, dir, options);
   std::fprintf(stderr, "specbed report: %zu plots, %zu warnings\n", result.images.size(),
@@ -61,6 +63,10 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--scope", o->scope,
                   "Speedups over decode only (decode, default) or prefill + decode (e2e)")
       ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  cmd->add_option("--window", o->window,
+                  "Answers per window of the adaptation-over-the-stream tables (cases that "
+                  "trained online; default 8, the SpecBlock paper's interval)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->callback([o] { RunReport(*o); });
 }
 

@@ -144,6 +144,76 @@ TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
   EXPECT_EQ(k2_t1["T_D%"], "3.2");
 }
 
+// A 5-answer stream (categories a, a, a, b, b): AR 10 ms per decode token; "static" 5 ms per
+// token, 2 tokens per step; "adapt" 10 ms then 4 ms per token, 1 then 3 tokens per step, with 0.5 s
+// of online update charged to answer 2. Windows of 2 answers: [1-2], [3-4], [5], all.
+TEST(StreamTables, WindowsOfAnswersWithTauSpeedupAndUpdateTime) {
+  const std::string db = FreshDbPath("stream");
+  {
+    auto store = ResultsStore::Open(db);
+    const int64_t run = store->BeginRun(testing::TestRun());
+    std::vector<SampleRecord> ar, stat, adapt;
+    std::vector<StepRecord> stat_steps, adapt_steps;
+    for (int i = 0; i < 5; ++i) {
+      const std::string id = "p" + std::to_string(i);
+      SampleRecord a = testing::Sample(id, 7, 1, 60, 0, "max_new_tokens");  // 6 decode tokens
+      a.category = i < 3 ? "a" : "b";
+      ar.push_back(a);
+      SampleRecord s = a;
+      s.decode_ms = 30;
+      stat.push_back(s);
+      for (int k = 0; k < 3; ++k) stat_steps.push_back(testing::Step(id, k, 2, 1, 2));
+      SampleRecord d = a;
+      d.decode_ms = i < 2 ? 60 : 24;
+      adapt.push_back(d);
+      const int per = i < 2 ? 1 : 3;
+      for (int k = 0; k < 6 / per; ++k) {
+        StepRecord st = testing::Step(id, k, 3, per - 1, per);
+        if (i == 1 && k == 5) st.t_adapt_us = 5e5;
+        adapt_steps.push_back(st);
+      }
+    }
+    store->WriteCase(run, testing::TestCase("ar", "ar", 0), ar, {});
+    CaseRecord cs = testing::TestCase("static", "static", 0);
+    store->WriteCase(run, cs, stat, stat_steps);
+    CaseRecord ca = testing::TestCase("adapt", "adapt", 0);
+    ca.method_knobs_json = R"({"osd_interval":2})";
+    store->WriteCase(run, ca, adapt, adapt_steps);
+  }
+  const ReportData data = LoadReportData(db);
+  const std::vector<StreamTable> tables = BuildStreamTables(data, 2);
+  ASSERT_EQ(tables.size(), 1u);
+  const ReportTable& t = tables[0].table;
+  EXPECT_EQ(tables[0].title, "tiny / stories · T=0 · windows of 2 answers");
+  ASSERT_EQ(t.rows.size(), 4u);
+  // Columns: window, answers, category, then (τ, Spd, upd s) per case in report order (method
+  // name): case 3 (adapt), case 2 (static).
+  ASSERT_EQ(t.columns.size(), 9u);
+  EXPECT_EQ(t.columns[3].group, "case 3 adapt");
+  EXPECT_EQ(t.columns[6].group, "case 2 static");
+  using Row = std::vector<std::string>;
+  EXPECT_EQ(t.rows[0], (Row{"1", "1–2", "a", "1.00", "1.00", "0.5", "2.00", "2.00", "0.0"}));
+  EXPECT_EQ(t.rows[1], (Row{"2", "3–4", "a+b", "3.00", "2.50", "0.0", "2.00", "2.00", "0.0"}));
+  EXPECT_EQ(t.rows[2], (Row{"3", "5", "b", "3.00", "2.50", "0.0", "2.00", "2.00", "0.0"}));
+  // All: adapt τ = 30 tokens / 18 steps; Spd = geomean(1, 1, 2.5, 2.5, 2.5) = 2.5^(3/5).
+  EXPECT_EQ(t.rows[3], (Row{"all", "1–5", "a+b", "1.67", "1.73", "0.5", "2.00", "2.00", "0.0"}));
+  ASSERT_EQ(tables[0].case_notes.size(), 2u);
+  EXPECT_CONTAINS(tables[0].case_notes[0], "osd_interval=2");
+  // The report shows it (markdown, HTML, LaTeX), with the window from the options.
+  ReportOptions o = Options("/nonexistent/gnuplot");
+  o.stream_window = 2;
+  const ReportResult r = WriteReport(db, FreshDir("stream"), o);
+  EXPECT_CONTAINS(ReadFileToString(r.report_md), "## Adaptation over the stream");
+  EXPECT_CONTAINS(ReadFileToString(r.report_md), "windows of 2 answers");
+  EXPECT_CONTAINS(ReadFileToString(r.index_html), "id=\"stream\"");
+  EXPECT_CONTAINS(ReadFileToString(r.tables_tex), "Adaptation over the stream");
+  // No online training in a database: no stream table; a window of 0 is refused.
+  const std::string plain = FreshDbPath("stream_plain");
+  testing::WriteSyntheticDb(plain);
+  EXPECT_TRUE(BuildStreamTables(LoadReportData(plain), 8).empty());
+  EXPECT_CONTAINS(ErrorOf([&] { BuildStreamTables(data, 0); }), "window must be >= 1");
+}
+
 TEST(PaperTables, LatexEscapingAndTable) {
   EXPECT_EQ(LatexEscape("a_b & 50% $x$ #1 {y} ~ ^ \\"),
             "a\\_b \\& 50\\% \\$x\\$ \\#1 \\{y\\} \\textasciitilde{} \\textasciicircum{} "
