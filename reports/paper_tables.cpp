@@ -134,6 +134,8 @@ std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t windo
         if (c->is_ar) continue;
         shown.push_back(c);
         const std::string label = StrCat("case ", c->row.case_id, " ", c->row.record.method);
+        st.case_labels.push_back(label);
+        st.tau.emplace_back();
         t.columns.push_back({"τ", true, false, label});
         t.columns.push_back({"Spd", true, false, label});
         t.columns.push_back({"upd s", true, false, label});
@@ -178,6 +180,7 @@ std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t windo
           none.n_resamples = 0;
           const Speedup sp = ComputeSpeedup(ar ? *ar : no_samples, part, none, data.scope);
           row.push_back(steps > 0 ? Fixed(emitted / steps, 2) : kNone);
+          if (name != "all") st.tau[i].push_back(steps > 0 ? emitted / steps : kNoValue);
           row.push_back(sp.n_matched > 0 ? Fixed(sp.geomean, 2) : kNone);
           row.push_back(Fixed(upd, 1));
         }

@@ -513,6 +513,33 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
   return plots;
 }
 
+Plot BuildStreamPlot(const StreamTable& table, int index) {
+  Plot p;
+  p.name = "stream_tau_" + std::to_string(index);
+  p.title = "τ per window — " + table.title;
+  p.caption =
+      "τ (tokens per verify step) per window of consecutive answers, one line per case (the "
+      "adaptation-over-the-stream table's τ columns).";
+  std::ostringstream data, plot;
+  for (size_t n = 0; n < table.tau.size(); ++n) {
+    const std::string block = "$" + p.name + "_" + std::to_string(n);
+    data << block << " << EOD\n";
+    for (size_t w = 0; w < table.tau[n].size(); ++w) {
+      if (std::isfinite(table.tau[n][w])) data << w + 1 << " " << Num(table.tau[n][w]) << "\n";
+    }
+    data << "EOD\n";
+    plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 pt "
+         << 5 + 2 * (n % 4) << " ps 1.1 title " << Quote(PlotLabel(table.case_labels[n]));
+  }
+  std::ostringstream setup;
+  setup << Header(p.title, "window (consecutive answers)", "τ (tokens per verify step)")
+        << "set grid\n"
+        << "set offsets graph 0.02, graph 0.02, graph 0.1, 0\n"
+        << "set yrange [0:*]\n";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  return p;
+}
+
 std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench) {
   if (bench.empty()) return {};
   // One series per configuration other than the context length.

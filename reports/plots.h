@@ -34,6 +34,8 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
 std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
                                     const std::vector<std::string>& labels, int index,
                                     std::vector<std::string>* skipped);
+// τ per window of a stream table (one line per case; file name stream_tau_INDEX).
+Plot BuildStreamPlot(const StreamTable& table, int index);
 // AR decode tokens/s vs. context length from the bench table (none when it is empty).
 std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
 

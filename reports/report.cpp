@@ -710,6 +710,11 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
     sections.push_back(std::move(s));
   }
+  std::vector<Plot> stream_plots;
+  for (size_t i = 0; i < stream_tables.size(); ++i) {
+    if (!stream_tables[i].tau.empty())
+      stream_plots.push_back(BuildStreamPlot(stream_tables[i], static_cast<int>(i + 1)));
+  }
   Section bench_section;
   bench_section.heading = "Bench: AR decode speed (specbed bench)";
   if (!data.bench.empty()) {
@@ -723,6 +728,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     for (const auto& p : s.plots) all_plots.push_back(&p);
   }
   for (const auto& p : bench_section.plots) all_plots.push_back(&p);
+  for (const auto& p : stream_plots) all_plots.push_back(&p);
   std::string script;
   for (const Plot* p : all_plots) script += "# " + p->title + "\n" + p->script;
   const std::string out = out_dir;
@@ -821,14 +827,6 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       if (!pt.notes.empty()) md << "\n";
     }
   }
-  if (!stream_tables.empty()) {
-    md << "## Adaptation over the stream\n\n" << MdCell(stream_intro) << "\n\n";
-    for (const StreamTable& st : stream_tables) {
-      md << "### " << st.title << "\n\n" << MarkdownTable(st.table) << "\n";
-      for (const auto& n : st.case_notes) md << "- " << MdCell(n) << "\n";
-      md << "\n";
-    }
-  }
   for (const PaperComparison& pc : comparisons) {
     md << "## Paper vs measured: " << pc.heading << "\n\n";
     if (!pc.notes.empty()) md << MdCell(pc.notes) << "\n\n";
@@ -843,6 +841,15 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
          << "*" << p.caption << "* ([SVG](" << p.name << ".svg))\n\n";
     }
   };
+  if (!stream_tables.empty()) {
+    md << "## Adaptation over the stream\n\n" << MdCell(stream_intro) << "\n\n";
+    for (const StreamTable& st : stream_tables) {
+      md << "### " << st.title << "\n\n" << MarkdownTable(st.table) << "\n";
+      for (const auto& n : st.case_notes) md << "- " << MdCell(n) << "\n";
+      md << "\n";
+    }
+    md_plots(stream_plots);
+  }
   for (const auto& s : sections) {
     md << "## Details: " << s.heading << "\n\n" << MarkdownTable(s.table) << "\n";
     for (const auto& n : s.notes) md << "- " << n << "\n";
@@ -897,15 +904,6 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       }
     }
   }
-  if (!stream_tables.empty()) {
-    html << "<h2 id=\"stream\">Adaptation over the stream</h2>\n<p>" << HtmlEscape(stream_intro)
-         << "</p>\n";
-    for (const StreamTable& st : stream_tables) {
-      html << "<h3>" << HtmlEscape(st.title) << "</h3>\n" << HtmlTable(st.table) << "<ul>\n";
-      for (const auto& n : st.case_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-      html << "</ul>\n";
-    }
-  }
   for (const PaperComparison& pc : comparisons) {
     html << "<h2>Paper vs measured: " << HtmlEscape(pc.heading) << "</h2>\n";
     if (!pc.notes.empty()) html << "<p>" << HtmlEscape(pc.notes) << "</p>\n";
@@ -925,6 +923,16 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       result.images.push_back(p.name + ".png");
     }
   };
+  if (!stream_tables.empty()) {
+    html << "<h2 id=\"stream\">Adaptation over the stream</h2>\n<p>" << HtmlEscape(stream_intro)
+         << "</p>\n";
+    for (const StreamTable& st : stream_tables) {
+      html << "<h3>" << HtmlEscape(st.title) << "</h3>\n" << HtmlTable(st.table) << "<ul>\n";
+      for (const auto& n : st.case_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+      html << "</ul>\n";
+    }
+    html_plots(stream_plots);
+  }
   for (const auto& s : sections) {
     html << "<h2>Details: " << HtmlEscape(s.heading) << "</h2>\n" << HtmlTable(s.table);
     if (!s.notes.empty()) {

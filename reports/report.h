@@ -141,7 +141,9 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data);
 struct StreamTable {
   std::string title;  // "target / dataset · T=0 · windows of 8 answers"
   ReportTable table;
-  std::vector<std::string> case_notes;  // "case 3: specblock+osd budget=6 ..." per column group
+  std::vector<std::string> case_notes;   // "case 3: specblock+osd budget=6 ..." per column group
+  std::vector<std::string> case_labels;  // the column groups' labels ("case 3 specblock+osd")
+  std::vector<std::vector<double>> tau;  // [case][window] (NaN: no steps), for the τ plot
 };
 std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t window);
 

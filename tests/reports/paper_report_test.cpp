@@ -207,6 +207,11 @@ TEST(StreamTables, WindowsOfAnswersWithTauSpeedupAndUpdateTime) {
   EXPECT_CONTAINS(ReadFileToString(r.report_md), "windows of 2 answers");
   EXPECT_CONTAINS(ReadFileToString(r.index_html), "id=\"stream\"");
   EXPECT_CONTAINS(ReadFileToString(r.tables_tex), "Adaptation over the stream");
+  ASSERT_EQ(tables[0].tau.size(), 2u);
+  EXPECT_EQ(tables[0].tau[0], (std::vector<double>{1.0, 3.0, 3.0}));
+  const Plot plot = BuildStreamPlot(tables[0], 1);
+  EXPECT_EQ(plot.name, "stream_tau_1");
+  EXPECT_CONTAINS(plot.script, "$stream_tau_1_0 << EOD\n1 1\n2 3\n3 3\nEOD");
   // No online training in a database: no stream table; a window of 0 is refused.
   const std::string plain = FreshDbPath("stream_plain");
   testing::WriteSyntheticDb(plain);
