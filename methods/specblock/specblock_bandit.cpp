@@ -110,6 +110,7 @@ SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDraf
   head_opt_ = std::make_unique<AdamWOptimizer>(head, head_decay, 0.9, 0.999, 0.0);
   full_opt_ = std::make_unique<AdamWOptimizer>(all, all_decay, 0.9, 0.999, 0.0);
   good_ = served.Tensors();
+  window_weights_ = good_;
 }
 
 SpecBlockBanditAdapter::~SpecBlockBanditAdapter() = default;
@@ -231,8 +232,11 @@ void SpecBlockBanditAdapter::CloseWindow() {
     ++window_.rollbacks;
     ++stats_.rollbacks;
   } else if (best) {
-    good_ = drafter_.model().Tensors();
+    // The weights that served this window from its start (an event inside the window changed
+    // the served weights after part of its tau was measured; those are not known to be good).
+    good_ = window_weights_;
   }
+  if (window_.events > 0 || window_.rollbacks > 0) window_weights_ = drafter_.model().Tensors();
   if (!log_path_.empty()) {
     nlohmann::json j;
     j["window"] = stats_.windows.size();

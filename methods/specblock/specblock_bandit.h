@@ -149,6 +149,8 @@ class SpecBlockBanditAdapter : public Adapter {
   BanditPolicy policy_;
   RollbackTracker rollback_;
   std::map<std::string, at::Tensor> good_;  // last good snapshot
+  // The served weights when the current window opened (what a best window's tau measured).
+  std::map<std::string, at::Tensor> window_weights_;
   std::array<std::vector<Query>, 3> buffers_;
   // Current query.
   double s_ = 0;
