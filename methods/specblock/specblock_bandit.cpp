@@ -304,6 +304,13 @@ void SpecBlockBanditAdapter::EndSequence(const std::vector<int32_t>& committed,
   if (blocked_ > 0) --blocked_;
   if (a != BanditAction::kSkip && !blocked &&
       static_cast<int64_t>(buffers_[static_cast<int>(a)].size()) >= o_.buffer) {
+    // Without gating (the "- bandit" ablation) an event can fire inside the previous event's
+    // measurement interval: close that one early over the queries it saw, so the head/full
+    // values still learn (otherwise every event restarts the interval and none ever closes).
+    if (measuring_ && meas_left_ < o_.interval) {
+      const double tps = meas_seconds_ > 0 ? meas_tokens_ / meas_seconds_ : 0;
+      policy_.OnMeasured(trig_a_, tps - trig_base_, trig_s_);
+    }
     // Baseline: the `interval` queries before the trigger (the warm-up's for the first event).
     double tt = 0, ss = 0;
     const int64_t n = static_cast<int64_t>(history_.size());
