@@ -340,11 +340,10 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
   ojson state = {{"stages_done", 0}};
   if (PathExists(state_path)) {
     const nlohmann::json stored = ParseJsonFile(state_path);
-    const ojson stored_settings = stored.at("settings");
-    SPECBED_CHECK(stored_settings == settings, "train ltd: '", out_dir,
-                  "' holds a run with other settings (", state_path,
+    SPECBED_CHECK(stored.at("settings") == nlohmann::json::parse(settings.dump()), "train ltd: '",
+                  out_dir, "' holds a run with other settings (", state_path,
                   "); use another --out or delete it");
-    state = stored;
+    state = ojson::parse(stored.dump());
   }
   state["settings"] = settings;
 
