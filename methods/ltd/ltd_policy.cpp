@@ -254,8 +254,14 @@ int64_t LtdPolicy::Act(const float* obs) {
     const int64_t in = in_[l];
     for (int64_t j = 0; j < out_[l]; ++j) {
       const float* row = w + j * in;
-      float s = 0.f;
-      for (int64_t i = 0; i < in; ++i) s += row[i] * x[i];
+      // Eight independent partial sums (vectorisable without reassociating a single chain).
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 8 <= in; i += 8) {
+        for (int k = 0; k < 8; ++k) acc[k] += row[i + k] * x[i + k];
+      }
+      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (; i < in; ++i) s += row[i] * x[i];
       s += biases_[l][j];
       if (l + 1 < weights_.size()) s = relu_ ? std::max(s, 0.f) : std::tanh(s);
       y[j] = s;
