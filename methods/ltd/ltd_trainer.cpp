@@ -299,7 +299,6 @@ class TrainController : public TreeShapeController {
   void DropOpen() {
     if (learner != nullptr) learner->DropOpen();
   }
-  int64_t fixed_or_max() const { return fixed_rounds > 0 ? fixed_rounds : c_.max_depth; }
 
  private:
   const LtdTrainConfig& c_;
