@@ -55,6 +55,10 @@ const std::vector<NamedDrafter>& NamedDrafters() {
       {"stories260K-twin-ltd", "ltd", "stories260K-twin",
        "LTD depth + size policies for stories260K-twin + stories260K-twin-eagle3",
        &Shipped<kLtdTwin>},
+      {"stories260K-twin-ltd", "ltd", "stories260K",
+       "the twin's LTD policies (trained on the twin's costs; stories260K's observations are the "
+       "twin's, so they run there too, untuned for its costs)",
+       &Shipped<kLtdTwin>},
   };
   return drafters;
 }
