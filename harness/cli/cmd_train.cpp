@@ -1,8 +1,8 @@
 // `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
 // (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
 // unfinished run in --out.
-// Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message) and
-// tests/train/train_test.cpp (the trainer it calls).
+// Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
+// tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
 #include <memory>
 #if defined(__GLIBC__)

@@ -16,7 +16,7 @@
 // Knobs and defaults: methods/ltd/README.md.
 // Checked by: tests/methods/ltd_trainer_test.cpp (simulated mode: bitwise reproducible, writes
 // loadable policies that `ltd` runs token-identically to AR, learns the small verification size
-// the tables favour; tables monotone where they must be).
+// the tables favour) and tests/cli/ltd_cli_test.cpp (the CLI: stop after a stage, resume, errors).
 #pragma once
 
 #include <cstdint>
