@@ -125,6 +125,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterPearlMethod(registry);
   RegisterSpecBranchMethod(registry);
   RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
+  RegisterLtdMethods(registry);        // ltd, eagle3+ddd, eagle3+svip, eagle3+gammatune
 }
 
 }  // namespace specbed

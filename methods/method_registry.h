@@ -124,5 +124,6 @@ void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
 void RegisterPearlMethod(MethodRegistry& registry);        // pearl
 void RegisterSpecBranchMethod(MethodRegistry& registry);   // specbranch
 void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +bandit
+void RegisterLtdMethods(MethodRegistry& registry);         // ltd, eagle3+{ddd,svip,gammatune}
 
 }  // namespace specbed

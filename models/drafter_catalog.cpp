@@ -15,7 +15,7 @@ std::string Shipped() {
 }
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
                kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kHrad[] = "hrad",
-               kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock";
+               kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock", kLtdTwin[] = "ltd-twin";
 
 }  // namespace
 
@@ -52,6 +52,13 @@ const std::vector<NamedDrafter>& NamedDrafters() {
       {"stories260K-twin-hrad", "hrad", "stories260K-twin",
        "SpecBranch H-RAD predictor for stories260K-twin + stories260K-twin-draft",
        &Shipped<kHradTwin>},
+      {"stories260K-twin-ltd", "ltd", "stories260K-twin",
+       "LTD depth + size policies for stories260K-twin + stories260K-twin-eagle3",
+       &Shipped<kLtdTwin>},
+      {"stories260K-twin-ltd", "ltd", "stories260K",
+       "the twin's LTD policies (trained on the twin's costs; stories260K's observations are the "
+       "twin's, so they run there too, untuned for its costs)",
+       &Shipped<kLtdTwin>},
   };
   return drafters;
 }

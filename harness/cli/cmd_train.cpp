@@ -1,8 +1,8 @@
 // `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
 // (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
 // unfinished run in --out.
-// Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message) and
-// tests/train/train_test.cpp (the trainer it calls).
+// Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
+// tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
 #include <memory>
 #if defined(__GLIBC__)
@@ -13,6 +13,7 @@
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
+#include "methods/ltd/ltd_trainer.h"
 #include "methods/specblock/specblock_trainer.h"
 #include "methods/specbranch/hrad_trainer.h"
 
@@ -337,6 +338,87 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
       "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar");
 }
 
+struct TrainLtdOptions {
+  LtdTrainConfig config = DefaultLtdTrainConfig();
+  std::string out;
+  int64_t stop_after_stages = 0;
+};
+
+void AddTrainLtd(CLI::App* train) {
+  auto o = std::make_shared<TrainLtdOptions>();
+  LtdTrainConfig& c = o->config;
+  CLI::App* cmd = train->add_subcommand(
+      "ltd",
+      "Train LTD's depth and size policies with PPO on the real target + EAGLE-3 head (reward = "
+      "accepted tokens / measured cycle time) -> OUT/depth, OUT/size, tables.json, "
+      "train_log.db; resumable");
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("-t,--target", c.target, "Target model")->capture_default_str();
+  cmd->add_option("--head", c.head, "EAGLE-3 head (auto = the target's shipped head)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Target dtype")->capture_default_str();
+  cmd->add_option("--prompts", c.prompts, "Prompt dataset")->capture_default_str();
+  cmd->add_option("--train-from", c.train_from, "Training prompts: index >= this")
+      ->capture_default_str();
+  cmd->add_option("--val-from", c.val_from, "Validation prompts start here")->capture_default_str();
+  cmd->add_option("--val-count", c.val_count, "Validation prompts")->capture_default_str();
+  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per generation")
+      ->capture_default_str();
+  cmd->add_option("--top-k", c.top_k, "Beam width W")->capture_default_str();
+  cmd->add_option("--max-depth", c.max_depth, "Most expansion rounds")->capture_default_str();
+  cmd->add_option("--depth-every", c.depth_every, "Ask pi_D after every n-th round")
+      ->capture_default_str();
+  cmd->add_option("--size-step", c.size_step, "V = size_step * (a + 1)")->capture_default_str();
+  cmd->add_option("--n-actions", c.n_actions, "Size actions")->capture_default_str();
+  cmd->add_option("--depth-hidden", c.depth_hidden, "pi_D actor hidden widths")
+      ->capture_default_str();
+  cmd->add_option("--size-hidden", c.size_hidden, "pi_V actor hidden widths")
+      ->capture_default_str();
+  cmd->add_option("--critic-hidden", c.critic_hidden, "Critic hidden widths")
+      ->capture_default_str();
+  cmd->add_option("--activation", c.activation, "tanh or relu")->capture_default_str();
+  cmd->add_option("--partner-rounds-max", c.partner_rounds_max,
+                  "Size stage: heuristic depth ~ U{1..this}")
+      ->capture_default_str();
+  cmd->add_option("--partner-nodes", c.partner_nodes, "Depth stage: fixed V")
+      ->capture_default_str();
+  cmd->add_option("--reward", c.reward, "throughput (spec) or tau (ablation)")
+      ->capture_default_str();
+  cmd->add_option("--timing", c.timing, "measured or simulated (from the tables)")
+      ->capture_default_str();
+  cmd->add_option("--tables", c.tables, "tables.json for --timing simulated (else measured)");
+  cmd->add_option("--size-steps", c.size_steps, "Episodes of the initial size stage")
+      ->capture_default_str();
+  cmd->add_option("--depth-steps", c.depth_steps, "Decisions of the initial depth stage")
+      ->capture_default_str();
+  cmd->add_option("--iter-steps", c.iter_steps, "Transitions per co-adaptation round")
+      ->capture_default_str();
+  cmd->add_option("--iterations", c.iterations, "Co-adaptation rounds (size, depth, ...)")
+      ->capture_default_str();
+  cmd->add_option("--n-steps", c.ppo.n_steps, "PPO rollout length")->capture_default_str();
+  cmd->add_option("--minibatch", c.ppo.minibatch, "PPO minibatch")->capture_default_str();
+  cmd->add_option("--epochs", c.ppo.epochs, "PPO epochs per update")->capture_default_str();
+  cmd->add_option("--lr", c.ppo.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--ent-coef", c.ppo.ent_coef, "Entropy coefficient")->capture_default_str();
+  cmd->add_option("--gamma-size", c.gamma_size, "Discount, size policy")->capture_default_str();
+  cmd->add_option("--gamma-depth", c.gamma_depth, "Discount, depth policy")->capture_default_str();
+  cmd->add_option("--eval-every", c.eval_every, "Updates between validations")
+      ->capture_default_str();
+  cmd->add_option("--seed", c.ppo.seed, "Seed")->capture_default_str();
+  cmd->add_option("--threads", c.threads, "Threads")->capture_default_str();
+  cmd->add_option("--stop-after-stages", o->stop_after_stages,
+                  "Stop after N stages (resume later)");
+  cmd->callback([o] {
+    const LtdTrainResult r = TrainLtd(o->config, o->out, true, o->stop_after_stages);
+    if (!r.finished) {
+      std::printf("stopped after %lld stages; rerun the same command to resume\n",
+                  static_cast<long long>(r.stages_done));
+      return;
+    }
+    std::printf("%s: %s\n", o->out.c_str(), r.summary["final_validation"].dump().c_str());
+  });
+}
+
 void AddTrainCommand(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "Train drafters (see methods/common/train)");
   train->require_subcommand(1);
@@ -375,6 +457,7 @@ void AddTrainCommand(CLI::App& app) {
   AddTrainDflash(train, "dflash");
   AddTrainDflash(train, "jetspec");
   AddTrainHrad(train);
+  AddTrainLtd(train);
 }
 
 }  // namespace specbed::cli

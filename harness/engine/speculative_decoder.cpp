@@ -117,6 +117,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     step.root = root;
     step.committed = &committed_;
     step.step_index = step_index;
+    step.controller = controller_.get();
     if (controller_) controller_->BeforeStep(step, budget);
     // Nodes: only what the cache cannot hold is cut. Depth: at most the tokens still allowed
     // (a deeper draft could not be emitted).
@@ -135,6 +136,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     const int64_t t2 = NowNanos();
     drafter_->Accept(tree_, verdict_);
     if (adapter_) adapter_->Observe(tree_, verdict_);
+    if (controller_) controller_->AfterStep(tree_, verdict_);
     const int64_t t3 = NowNanos();
 
     StepStats stats;
@@ -156,7 +158,8 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     stats.t_draft_busy_us = stats.t_draft_us;
     stats.t_verify_busy_us = stats.t_verify_us;
     stats.n_target_forwards = 1;
-    stats.n_draft_generated = stats.n_drafted;
+    const int64_t generated = drafter_->GeneratedLastStep();
+    stats.n_draft_generated = generated >= 0 ? generated : stats.n_drafted;
     // A rejection discards the drafted positions below the accepted path (depth - accepted).
     stats.n_rolled_back = stats.n_accepted < draft_depth ? draft_depth - stats.n_accepted : 0;
     t_prev_end = t4;

@@ -6,7 +6,8 @@
 // - prefill_ms: the target's prompt forward and the sampling of the first token (the first
 //   root). The drafter's own prompt processing (Drafter::Begin) is counted as draft time of the
 //   first step, i.e. inside decode_ms, so a method pays for its drafter.
-// - Per step: draft = Controller + Drafter::Draft + Drafter::Accept + Adapter::Observe;
+// - Per step: draft = Controller::BeforeStep + Drafter::Draft (with the Controller's draft hooks,
+//   DraftStep::controller) + Drafter::Accept + Adapter::Observe + Controller::AfterStep;
 //   verify = target forward over root + tree, acceptance and KV compaction (TreeVerifier);
 //   other = everything else in the loop (stop rules, bookkeeping).
 // - n_emitted counts tokens appended to the output; sum(n_emitted) = n_output_tokens - 1 (the

@@ -63,6 +63,7 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
   node_to_candidate_.clear();
   node_scores_.clear();
   tree.Clear();
+  layers_built_ = 0;
   if (options.budget == 0) return;
 
   // Expansion: layer by layer, beam of width k over the latest layer.
@@ -113,11 +114,16 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
         candidate_scores_.push_back(parent_score + lp);
       }
     }
+    layers_built_ = d;
+    if (d >= 2 && d < layers && !expander.ContinueGrowing(candidate_scores_, layer_begin, d)) break;
   }
 
   // Reranking: keep the `budget` best candidates under (score desc, depth asc, index asc).
   const int64_t total = candidates_.size();
-  const int64_t kept = std::min(options.budget, total);
+  const int64_t wanted =
+      std::clamp<int64_t>(expander.KeepBudget(candidate_scores_, layers_built_, options.budget),
+                          std::min<int64_t>(1, options.budget), options.budget);
+  const int64_t kept = std::min(wanted, total);
   order_.resize(static_cast<size_t>(total));
   std::iota(order_.begin(), order_.end(), 0);
   std::nth_element(order_.begin(), order_.begin() + (kept - 1), order_.end(),

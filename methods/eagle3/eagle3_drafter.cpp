@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "harness/base/error.h"
@@ -116,6 +117,7 @@ void Eagle3Drafter::TopK(const float* row, int64_t k, int32_t* tokens, float* lo
 void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   const int64_t nodes = std::min(options_.nodes, step.budget.nodes);
   const int64_t depth = std::min(options_.depth, step.budget.depth);
+  generated_ = 0;
   if (nodes <= 0 || depth <= 0) return;
   // Context rows queued since the last step (the prompt at the first step).
   const int64_t n = static_cast<int64_t>(pending_tokens_.size());
@@ -134,8 +136,65 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   bo.depth = depth;
   bo.top_k = options_.top_k;
   bo.budget = nodes;
-  builder_.Build(*this, bo, tree);
+  step_ = &step;
+  layer_limit_ = std::min(depth, nodes);
+  if (step.controller != nullptr) best_entropy_ = Entropy(root_logp_.data());
+  try {
+    builder_.Build(*this, bo, tree);
+  } catch (...) {
+    step_ = nullptr;
+    throw;
+  }
+  step_ = nullptr;
+  generated_ = builder_.candidates().size();
   head_->TruncateCache(context_len_);
+}
+
+double Eagle3Drafter::Entropy(const float* row) const {
+  float max_v = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < vd_; ++v) max_v = std::max(max_v, row[v]);
+  double sum = 0, weighted = 0;
+  for (int64_t v = 0; v < vd_; ++v) {
+    const double x = static_cast<double>(row[v] - max_v);
+    const double e = std::exp(x);
+    sum += e;
+    weighted += e * x;
+  }
+  return std::log(sum) - weighted / sum;  // H = log Z - E[x - max]
+}
+
+bool Eagle3Drafter::ContinueGrowing(const std::vector<float>& scores, int64_t layer_begin,
+                                    int64_t layer) {
+  if (step_ == nullptr || step_->controller == nullptr) return true;
+  const int64_t n = static_cast<int64_t>(scores.size()) - layer_begin;
+  const int64_t w = std::min<int64_t>(options_.top_k, n);
+  beam_scores_.assign(scores.begin() + layer_begin, scores.end());
+  std::partial_sort(beam_scores_.begin(), beam_scores_.begin() + w, beam_scores_.end(),
+                    std::greater<float>());
+  DraftRoundInfo info;
+  info.rounds = layer - 1;
+  info.max_rounds = layer_limit_ - 1;
+  info.top_k = options_.top_k;
+  info.child_scores = scores.data() + layer_begin;
+  info.n_child_scores = n;
+  info.beam_scores = beam_scores_.data();
+  info.n_beam = w;
+  info.best_entropy = best_entropy_;
+  info.context_len = static_cast<int64_t>(step_->committed ? step_->committed->size() : 0);
+  return step_->controller->ContinueDrafting(info);
+}
+
+int64_t Eagle3Drafter::KeepBudget(const std::vector<float>& scores, int64_t layers,
+                                  int64_t budget) {
+  if (step_ == nullptr || step_->controller == nullptr) return budget;
+  DraftTreeInfo info;
+  info.rounds = layers - 1;
+  info.top_k = options_.top_k;
+  info.scores = scores.data();
+  info.n_scores = static_cast<int64_t>(scores.size());
+  info.budget_nodes = budget;
+  info.context_len = static_cast<int64_t>(step_->committed ? step_->committed->size() : 0);
+  return step_->controller->VerifySize(info);
 }
 
 void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier,
@@ -176,6 +235,7 @@ void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_
     std::memcpy(candidate_hidden_.data() + c * h_, out_.hidden_row(i), sizeof(float) * h_);
     TopK(out_.logits_row(i), k, tokens.data() + i * k, logp.data() + i * k);
   }
+  if (step_ != nullptr && step_->controller != nullptr) best_entropy_ = Entropy(out_.logits_row(0));
 }
 
 }  // namespace specbed

@@ -34,6 +34,10 @@ struct Eagle3DraftOptions {
   int64_t depth = 8;
   int64_t top_k = 10;
   int64_t nodes = 59;
+  // Report every generated candidate (top_k + (layers - 1) * top_k^2) as the step's generated
+  // draft tokens (Drafter::GeneratedLastStep), so the tree depth a Controller chose can be read
+  // back from the steps table (LTD and its baselines); false = the offered nodes.
+  bool report_generated = false;
 };
 
 class Eagle3Drafter : public Drafter, private TopKExpander {
@@ -46,6 +50,7 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   void Begin(const DraftBegin& begin) override;
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
+  int64_t GeneratedLastStep() const override { return options_.report_generated ? generated_ : -1; }
 
   // Replaces the served head between sequences (online adaptation); same config required.
   void ReplaceHead(std::unique_ptr<Eagle3Head> head);
@@ -55,6 +60,12 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
  private:
   void Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier, int64_t k,
               std::vector<int32_t>& tokens, std::vector<float>& logp) override;
+  // The Controller's draft hooks (DraftStep::controller), when one is installed.
+  bool ContinueGrowing(const std::vector<float>& scores, int64_t layer_begin,
+                       int64_t layer) override;
+  int64_t KeepBudget(const std::vector<float>& scores, int64_t layers, int64_t budget) override;
+  // Entropy (nats) of the softmax of draft logits `row` [vd_].
+  double Entropy(const float* row) const;
   // Top-k of the log-softmax of draft logits `row` into (target ids, log-probs).
   void TopK(const float* row, int64_t k, int32_t* tokens, float* logp);
   // Appends the context rows of target positions [first, first + n) from hidden states `hidden`
@@ -83,6 +94,13 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   std::vector<uint8_t> mask_;
   std::vector<float> logp_row_;
   std::vector<int32_t> order_;
+  // The step being drafted (during Draft only), its layer limit, the entropy below the best
+  // node of the latest expansion, and the beam scores handed to the depth hook.
+  const DraftStep* step_ = nullptr;
+  int64_t layer_limit_ = 0;
+  double best_entropy_ = 0;
+  std::vector<float> beam_scores_;
+  int64_t generated_ = 0;
 };
 
 }  // namespace specbed

@@ -53,13 +53,15 @@ const MethodRegistry& Registry() {
 }
 
 // The backticked names on the README line starting with "Planned methods:".
-std::set<std::string> PlannedMethods() {
+std::set<std::string> PlannedMethods(bool* found = nullptr) {
   std::ifstream in(kPapersDir + "/README.md");
   EXPECT_TRUE(in.good()) << "configs/papers/README.md is missing";
   std::string line;
   std::set<std::string> names;
+  if (found != nullptr) *found = false;
   while (std::getline(in, line)) {
     if (line.rfind("Planned methods:", 0) != 0) continue;
+    if (found != nullptr) *found = true;
     const std::regex name_re("`([^`]+)`");
     for (std::sregex_iterator it(line.begin(), line.end(), name_re), end; it != end; ++it)
       names.insert((*it)[1].str());
@@ -124,8 +126,9 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
   const std::vector<std::string> files = SweepFiles();
   // specblock, jetspec, blockpilot, ltd, specbranch, eagle3, dflash, ddtree.
   ASSERT_GE(files.size(), 8u);
-  const std::set<std::string> planned = PlannedMethods();
-  ASSERT_FALSE(planned.empty()) << "configs/papers/README.md has no 'Planned methods:' line";
+  bool has_line = false;
+  const std::set<std::string> planned = PlannedMethods(&has_line);  // may be empty ("none")
+  ASSERT_TRUE(has_line) << "configs/papers/README.md has no 'Planned methods:' line";
   for (const std::string& file : files) {
     SCOPED_TRACE(file);
     const SweepConfig sweep = LoadSweepConfig(file);

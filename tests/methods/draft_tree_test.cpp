@@ -1,8 +1,8 @@
 // Tests for methods/common/draft_tree.* and tree_builders.*: DraftTree bookkeeping and
 // validation errors, PathTo, TreePositions, ChildrenLists, the chain builder, the EAGLE-2/3 beam
-// tree against a brute-force reimplementation on toy expanders, the DDTree best-first tree
-// against brute-force enumeration of all prefixes, the JetSpec group-expansion tree against hand
-// examples and a heap-free reimplementation (and DDTree's top-budget optimality), and
+// tree against a brute-force reimplementation on toy expanders (and its growth hooks), the DDTree
+// best-first tree against brute-force enumeration of all prefixes, the JetSpec group-expansion tree
+// against hand examples and a heap-free reimplementation (and DDTree's top-budget optimality), and
 // RandomTree. No LibTorch.
 // All randomness uses fixed seeds, so every test is deterministic (false-failure rate 0).
 #include <gtest/gtest.h>
@@ -501,6 +501,61 @@ TEST(BeamTree, BuilderIsReusable) {
   EXPECT_EQ(first.token, second.token);
   EXPECT_EQ(first.parent, second.parent);
   EXPECT_EQ(first.draft_logp, second.draft_logp);
+}
+
+// The growth hooks (LTD's depth and size policies): stopping after layer L and keeping K nodes
+// gives exactly the tree of options {depth L, budget K}; the hooks see the layers in order.
+class StoppingExpander : public ToyExpander {
+ public:
+  StoppingExpander(int64_t stop_layer, int64_t keep)
+      : ToyExpander(false), stop_(stop_layer), keep_(keep) {}
+  bool ContinueGrowing(const std::vector<float>& scores, int64_t layer_begin,
+                       int64_t layer) override {
+    layers_seen.push_back(layer);
+    EXPECT_EQ(static_cast<int64_t>(scores.size()) - layer_begin,
+              layer == 1 ? 3 : 9);  // top_k 3: a full layer of 3 x 3 children
+    return layer < stop_;
+  }
+  int64_t KeepBudget(const std::vector<float>& scores, int64_t layers, int64_t budget) override {
+    keep_layers = layers;
+    keep_budget = budget;
+    return keep_;
+  }
+  std::vector<int64_t> layers_seen;
+  int64_t keep_layers = 0, keep_budget = 0;
+
+ private:
+  int64_t stop_, keep_;
+};
+
+TEST(BeamTree, GrowthHooksStopAndTrim) {
+  for (int64_t stop : {2, 3, 5}) {
+    for (int64_t keep : {1, 4, 7}) {
+      StoppingExpander hooked(stop, keep);
+      BeamTreeBuilder builder;
+      DraftTree tree;
+      builder.Build(hooked, BeamTreeOptions{6, 3, 20}, tree);
+      EXPECT_EQ(builder.layers_built(), stop);
+      std::vector<int64_t> expected_layers;
+      for (int64_t l = 2; l <= stop; ++l) expected_layers.push_back(l);
+      EXPECT_EQ(hooked.layers_seen, expected_layers);
+      EXPECT_EQ(hooked.keep_layers, stop);
+      EXPECT_EQ(hooked.keep_budget, 20);
+      ToyExpander plain(false);
+      DraftTree reference;
+      BuildBeamTree(plain, BeamTreeOptions{stop, 3, keep}, reference);
+      EXPECT_EQ(tree.size(), keep);
+      EXPECT_EQ(tree.token, reference.token) << stop << " " << keep;
+      EXPECT_EQ(tree.parent, reference.parent);
+    }
+  }
+  // A kept count above the budget is clipped to it; below 1 to 1.
+  StoppingExpander greedy(6, 1000), stingy(6, 0);
+  DraftTree a, b;
+  BuildBeamTree(greedy, BeamTreeOptions{6, 3, 20}, a);
+  BuildBeamTree(stingy, BeamTreeOptions{6, 3, 20}, b);
+  EXPECT_EQ(a.size(), 20);
+  EXPECT_EQ(b.size(), 1);
 }
 
 // An expander that returns fixed (bad) outputs.

@@ -1,0 +1,134 @@
+// LTD and baseline controllers (see ltd_controllers.h).
+// Checked by: tests/methods/ltd_test.cpp.
+#include "methods/ltd/ltd_controllers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "harness/base/error.h"
+#include "harness/base/timer.h"
+
+namespace specbed {
+
+void TreeShapeController::BeginSequence(const DraftBegin& begin, DraftBudget& budget) {
+  budget.depth = max_rounds_ + 1;
+  budget.nodes = max_nodes_;
+}
+
+void TreeShapeController::BeforeStep(const DraftStep& step, DraftBudget& budget) {
+  budget.depth = max_rounds_ + 1;
+  budget.nodes = max_nodes_;
+}
+
+LtdController::LtdController(std::shared_ptr<LtdPolicy> depth, std::shared_ptr<LtdPolicy> size,
+                             int64_t max_rounds, int64_t static_rounds, int64_t static_nodes,
+                             int64_t depth_every)
+    : TreeShapeController(max_rounds, 1),
+      depth_(std::move(depth)),
+      size_(std::move(size)),
+      static_rounds_(static_rounds),
+      static_nodes_(static_nodes),
+      depth_every_(depth_every) {
+  SPECBED_CHECK(max_rounds >= 1 && static_rounds >= 1 && static_nodes >= 1,
+                "ltd: max_depth, depth and total_tokens - 1 must be >= 1");
+  max_nodes_ =
+      size_ ? LtdVerifySize(size_->config(), size_->config().n_actions - 1) : static_nodes_;
+  if (!depth_) max_rounds_ = std::min(max_rounds_, static_rounds_);
+  if (depth_every_ <= 0) depth_every_ = depth_ ? depth_->config().depth_every : 1;
+}
+
+bool LtdController::ContinueDrafting(const DraftRoundInfo& info) {
+  if (!depth_) return info.rounds < static_rounds_;
+  if (info.rounds % depth_every_ != 0) return true;
+  const int64_t t0 = NowNanos();
+  std::vector<float>& obs = depth_->obs_buffer();
+  EncodeDepthObservation(depth_->config(), info.child_scores, info.n_child_scores, info.context_len,
+                         info.rounds, obs.data());
+  const bool go = depth_->Act(obs.data()) == 1;
+  stats_.policy_us += (NowNanos() - t0) * 1e-3;
+  ++stats_.depth_calls;
+  return go;
+}
+
+int64_t LtdController::VerifySize(const DraftTreeInfo& info) {
+  if (!size_) return std::min(static_nodes_, info.budget_nodes);
+  const int64_t t0 = NowNanos();
+  std::vector<float>& obs = size_->obs_buffer();
+  EncodeSizeObservation(size_->config(), info.scores, info.n_scores, info.context_len, info.rounds,
+                        obs.data());
+  const int64_t v = LtdVerifySize(size_->config(), size_->Act(obs.data()));
+  stats_.policy_us += (NowNanos() - t0) * 1e-3;
+  ++stats_.size_calls;
+  return std::min(v, info.budget_nodes);
+}
+
+DddController::DddController(int64_t max_rounds, int64_t nodes, std::vector<int64_t> check_rounds,
+                             double threshold)
+    : TreeShapeController(max_rounds, nodes),
+      check_rounds_(std::move(check_rounds)),
+      threshold_(threshold) {}
+
+double LogSumExp(const float* scores, int64_t n) {
+  if (n <= 0) return -std::numeric_limits<double>::infinity();
+  double m = scores[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, static_cast<double>(scores[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(scores[i] - m);
+  return m + std::log(s);
+}
+
+bool DddController::ContinueDrafting(const DraftRoundInfo& info) {
+  if (std::find(check_rounds_.begin(), check_rounds_.end(), info.rounds) == check_rounds_.end())
+    return true;
+  return LogSumExp(info.beam_scores, info.n_beam) >= threshold_;
+}
+
+SvipController::SvipController(int64_t max_rounds, int64_t nodes, double entropy_factor,
+                               double min_entropy)
+    : TreeShapeController(max_rounds, nodes), factor_(entropy_factor), min_entropy_(min_entropy) {}
+
+double SvipController::AcceptanceBound(double entropy) const {
+  return 1.0 - std::sqrt(factor_ * std::max(entropy, min_entropy_));
+}
+
+bool SvipController::ContinueDrafting(const DraftRoundInfo& info) {
+  // Stop once the bound for the next token drops below one half (see README: our reading).
+  return AcceptanceBound(info.best_entropy) >= 0.5;
+}
+
+GammatuneController::GammatuneController(int64_t nodes, double initial, double gamma_min,
+                                         double gamma_max, double eta)
+    : TreeShapeController(static_cast<int64_t>(std::ceil(gamma_max)), nodes),
+      initial_(initial),
+      gamma_min_(gamma_min),
+      gamma_max_(gamma_max),
+      eta_(eta),
+      gamma_(initial) {
+  SPECBED_CHECK(
+      gamma_min >= 1 && gamma_min <= initial && initial <= gamma_max && eta > 0 && eta <= 1,
+      "gammatune: need 1 <= gamma_min <= depth <= gamma_max and 0 < eta <= 1 (got ", gamma_min,
+      ", ", initial, ", ", gamma_max, ", ", eta, ")");
+}
+
+int64_t GammatuneController::Rounds() const {
+  return std::clamp<int64_t>(std::llround(gamma_), 1, max_rounds_);
+}
+
+void GammatuneController::BeginSequence(const DraftBegin& begin, DraftBudget& budget) {
+  gamma_ = initial_;
+  budget.depth = Rounds() + 1;
+  budget.nodes = max_nodes_;
+}
+
+void GammatuneController::BeforeStep(const DraftStep& step, DraftBudget& budget) {
+  budget.depth = Rounds() + 1;
+  budget.nodes = max_nodes_;
+}
+
+void GammatuneController::AfterStep(const DraftTree& tree, const Verdict& verdict) {
+  gamma_ = std::clamp((1 - eta_) * gamma_ + eta_ * static_cast<double>(verdict.n_accepted()),
+                      gamma_min_, gamma_max_);
+}
+
+}  // namespace specbed

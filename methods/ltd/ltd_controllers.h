@@ -1,0 +1,114 @@
+// Controllers that steer the EAGLE-3 tree drafter through the draft hooks of
+// harness/engine/method.h (Controller::ContinueDrafting between expansion rounds, VerifySize after
+// the last one):
+// - LtdController: LTD (spec §3.3): the depth policy pi_D asked every `depth_every`-th round, the
+//   size policy pi_V once per step; either may be absent (then a static depth / size is used), so
+//   one class serves `ltd` with policies both / size / depth. Policy inference runs inside the
+//   drafter's Draft call, so it is charged to draft time.
+// - DddController (Brown et al. 2024): stop after checkpoint rounds (5, 7, 9) when the log of the
+//   summed beam path probabilities falls below a threshold (-0.3).
+// - SvipController (Zhang et al. 2024c): stop when the entropy of the best node's draft
+//   distribution implies a low acceptance bound (entropy factor 0.15, minimum entropy 0.3).
+// - GammatuneController (Gautam et al. 2025): per-sequence depth gamma, updated after every step
+//   by gamma <- clip((1 - eta) gamma + eta * accepted, gamma_min, gamma_max).
+// Depth D = expansion rounds after the first tree layer (spec §9.1); V = drafted nodes verified,
+// root excluded. Knobs, defaults and interpretations: methods/ltd/README.md.
+// Checked by: tests/methods/ltd_test.cpp (each controller's decisions on hand-made rounds, the
+// budget it sets; ltd and every baseline token-identical to AR at T = 0 on the story prompts).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "methods/ltd/ltd_policy.h"
+
+namespace specbed {
+
+// Per-controller counters (reset by the owner).
+struct LtdControllerStats {
+  int64_t steps = 0;
+  int64_t depth_calls = 0, size_calls = 0;
+  double policy_us = 0;  // policy inference (observation + forward), microseconds
+};
+
+// Common part: fixed maximum rounds and node budget; the step budget asks the drafter for
+// max_rounds + 1 layers and max_nodes nodes.
+class TreeShapeController : public Controller {
+ public:
+  TreeShapeController(int64_t max_rounds, int64_t max_nodes)
+      : max_rounds_(max_rounds), max_nodes_(max_nodes) {}
+  void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
+  void BeforeStep(const DraftStep& step, DraftBudget& budget) override;
+  int64_t MaxNodes(const DraftBudget& base) const override {
+    return std::max(base.nodes, max_nodes_);
+  }
+  int64_t max_rounds() const { return max_rounds_; }
+  int64_t max_nodes() const { return max_nodes_; }
+
+ protected:
+  int64_t max_rounds_, max_nodes_;
+};
+
+class LtdController : public TreeShapeController {
+ public:
+  // depth / size: the policies (nullptr = static `static_rounds` / `static_nodes`).
+  // depth_every: ask pi_D after every depth_every-th round (0 = the policy's own setting).
+  LtdController(std::shared_ptr<LtdPolicy> depth, std::shared_ptr<LtdPolicy> size,
+                int64_t max_rounds, int64_t static_rounds, int64_t static_nodes,
+                int64_t depth_every);
+  bool ContinueDrafting(const DraftRoundInfo& info) override;
+  int64_t VerifySize(const DraftTreeInfo& info) override;
+  void AfterStep(const DraftTree& tree, const Verdict& verdict) override { ++stats_.steps; }
+  LtdControllerStats& stats() { return stats_; }
+
+ private:
+  std::shared_ptr<LtdPolicy> depth_, size_;
+  int64_t static_rounds_, static_nodes_, depth_every_;
+  LtdControllerStats stats_;
+};
+
+class DddController : public TreeShapeController {
+ public:
+  DddController(int64_t max_rounds, int64_t nodes, std::vector<int64_t> check_rounds,
+                double threshold);
+  bool ContinueDrafting(const DraftRoundInfo& info) override;
+
+ private:
+  std::vector<int64_t> check_rounds_;
+  double threshold_;
+};
+
+// Log of the summed probabilities of `n` cumulative log-probs (log-sum-exp).
+double LogSumExp(const float* scores, int64_t n);
+
+class SvipController : public TreeShapeController {
+ public:
+  SvipController(int64_t max_rounds, int64_t nodes, double entropy_factor, double min_entropy);
+  bool ContinueDrafting(const DraftRoundInfo& info) override;
+  // The acceptance lower bound SVIP reads off an entropy h: 1 - sqrt(factor * max(h, min_h)).
+  double AcceptanceBound(double entropy) const;
+
+ private:
+  double factor_, min_entropy_;
+};
+
+class GammatuneController : public TreeShapeController {
+ public:
+  // gamma starts at `initial` each sequence; bounds [gamma_min, gamma_max]; rate eta.
+  GammatuneController(int64_t nodes, double initial, double gamma_min, double gamma_max,
+                      double eta);
+  void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
+  void BeforeStep(const DraftStep& step, DraftBudget& budget) override;
+  void AfterStep(const DraftTree& tree, const Verdict& verdict) override;
+  double gamma() const { return gamma_; }
+  // Rounds of the next step: round(gamma) clipped to [1, max_rounds].
+  int64_t Rounds() const;
+
+ private:
+  double initial_, gamma_min_, gamma_max_, eta_;
+  double gamma_ = 0;
+};
+
+}  // namespace specbed

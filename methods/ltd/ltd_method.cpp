@@ -1,0 +1,275 @@
+// Registration of `ltd`, `eagle3+ddd`, `eagle3+svip`, `eagle3+gammatune` (see ltd_method.h).
+// Checked by: tests/methods/ltd_test.cpp, tests/engine/speculative_test.cpp.
+#include "methods/ltd/ltd_method.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "harness/base/error.h"
+#include "harness/base/paths.h"
+#include "methods/eagle3/eagle3_method.h"
+#include "methods/ltd/ltd_controllers.h"
+#include "methods/ltd/ltd_policy.h"
+#include "models/drafter_catalog.h"
+
+namespace specbed {
+
+std::unique_ptr<SpeculativeDecoder> MakeLtdEagle3Decoder(MethodContext& context,
+                                                         const std::string& head, int64_t top_k,
+                                                         int64_t max_rounds, int64_t max_nodes,
+                                                         std::unique_ptr<Controller> controller,
+                                                         Eagle3Drafter** drafter_out) {
+  const Eagle3Checkpoint ckpt = LoadEagle3HeadFor(head, *context.target);
+  Eagle3DraftOptions o;
+  o.depth = max_rounds + 1;
+  o.top_k = top_k;
+  o.nodes = max_nodes;
+  o.report_generated = true;
+  SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "knob 'top_k' ", o.top_k,
+                " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
+  auto h = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
+                                        context.target->model->weights().tok_embeddings);
+  auto drafter = std::make_unique<Eagle3Drafter>(std::move(h), o);
+  if (drafter_out != nullptr) *drafter_out = drafter.get();
+  SpeculativeOptions options;
+  options.budget.nodes = max_nodes;
+  options.budget.depth = max_rounds + 1;
+  options.sampling_rule = VerifyRule::kSampleFollow;
+  return std::make_unique<SpeculativeDecoder>(*context.target->model,
+                                              context.target->tokenizer.get(), std::move(drafter),
+                                              options, std::move(controller));
+}
+
+std::string ResolveLtdPolicyDir(const std::string& name_or_path) {
+  if (IsNamedDrafter(name_or_path, "ltd")) return ResolveDrafterDir(name_or_path);
+  SPECBED_CHECK(PathExists(name_or_path), "ltd: policy '", name_or_path,
+                "' is neither a known policy pair (stories260K-twin-ltd) nor an existing "
+                "directory");
+  return name_or_path;
+}
+
+namespace {
+
+MethodTraits Eagle3LikeTraits() {
+  MethodTraits t;
+  t.speculative = true;
+  t.lossless = true;
+  t.tree = true;
+  t.needs_drafter = true;
+  t.needs_target_hidden = true;
+  t.sampling_verifier = "sample_follow";
+  t.drafter_knob = "head";
+  return t;
+}
+
+MethodKnob HeadKnob() {
+  return {"head",
+          "auto",
+          "EAGLE-3 head: a known name (stories260K-eagle3, stories260K-twin-eagle3), a checkpoint "
+          "directory, or auto = the target's shipped head",
+          1,
+          0,
+          {},
+          "eagle3"};
+}
+
+std::vector<int64_t> ParseRounds(const std::string& text, const std::string& knob) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      SPECBED_CHECK(used == item.size() && v >= 1, "");
+      out.push_back(v);
+    } catch (...) {
+      Fail("knob '", knob,
+           "': expected a comma-separated list of rounds >= 1 (e.g. \"5,7,9\"), "
+           "got \"",
+           text, "\"");
+    }
+  }
+  SPECBED_CHECK(!out.empty(), "knob '", knob, "' names no round");
+  return out;
+}
+
+std::shared_ptr<LtdPolicy> LoadPolicyPart(const std::string& dir, const char* part,
+                                          LtdPolicyKind kind, int64_t top_k, int64_t max_depth) {
+  const std::string path = dir + "/" + part;
+  SPECBED_CHECK(PathExists(path + "/config.json"), "ltd: policy directory '", dir, "' has no ",
+                part, "/config.json (the knob 'policies' asks for the ", part, " policy)");
+  LtdPolicyCheckpoint ckpt = LoadLtdPolicy(path);
+  SPECBED_CHECK(ckpt.config.kind == kind, "ltd: '", path, "/config.json' holds a ",
+                LtdPolicyKindName(ckpt.config.kind), " policy, expected ", part);
+  SPECBED_CHECK(ckpt.config.top_k == top_k && ckpt.config.max_depth == max_depth, "ltd: '", path,
+                "' was trained for top_k ", ckpt.config.top_k, " and max_depth ",
+                ckpt.config.max_depth, ", but the knobs say top_k ", top_k, " and max_depth ",
+                max_depth);
+  return std::make_shared<LtdPolicy>(std::move(ckpt));
+}
+
+void RegisterLtd(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "ltd";
+  info.description =
+      "LTD: learned depth (pi_D) and verification-size (pi_V) policies, trained with PPO on "
+      "measured throughput, steer the EAGLE-3 tree drafter";
+  info.paper = "Zhang et al. 2026, Learning to Draft (ICLR 2026)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = {
+      HeadKnob(),
+      {"policy",
+       "auto",
+       "policy pair: a known name (stories260K-twin-ltd), a directory with depth/ and size/, or "
+       "auto = the target's shipped pair",
+       1,
+       0,
+       {},
+       "ltd"},
+      {"policies",
+       "both",
+       "which learned policies drive the tree",
+       1,
+       0,
+       {"both", "size", "depth"}},
+      {"top_k", 10, "beam width W (children per expanded node); must match the policies", 1, 64},
+      {"max_depth", 12, "most expansion rounds D (the depth policy's ceiling)", 1, 31},
+      {"depth", 8, "static expansion rounds when the depth policy is off (policies=size)", 1, 31},
+      {"total_tokens", 61,
+       "static tree size incl. the root when the size policy is off (policies=depth): V = "
+       "total_tokens - 1 (spec: the depth env verifies 60 drafts)",
+       2, 1025},
+      {"depth_every", 0, "ask pi_D after every n-th round; 0 = the policy's own setting", 0, 31},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+    ResolveLtdPolicyDir(knobs.at("policy").get<std::string>());
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const std::string dir = ResolveLtdPolicyDir(knobs.at("policy").get<std::string>());
+    const std::string which = knobs.at("policies").get<std::string>();
+    const int64_t top_k = knobs.at("top_k").get<int64_t>();
+    const int64_t max_depth = knobs.at("max_depth").get<int64_t>();
+    std::shared_ptr<LtdPolicy> depth, size;
+    if (which != "size")
+      depth = LoadPolicyPart(dir, "depth", LtdPolicyKind::kDepth, top_k, max_depth);
+    if (which != "depth")
+      size = LoadPolicyPart(dir, "size", LtdPolicyKind::kSize, top_k, max_depth);
+    auto controller = std::make_unique<LtdController>(
+        depth, size, max_depth, knobs.at("depth").get<int64_t>(),
+        knobs.at("total_tokens").get<int64_t>() - 1, knobs.at("depth_every").get<int64_t>());
+    const int64_t rounds = controller->max_rounds();
+    const int64_t nodes = controller->max_nodes();
+    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(), top_k, rounds, nodes,
+                                std::move(controller));
+  };
+  registry.Register(std::move(info));
+}
+
+std::vector<MethodKnob> DynamicDepthKnobs() {
+  return {
+      HeadKnob(),
+      {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
+      {"max_depth", 12, "most expansion rounds D", 1, 31},
+      {"total_tokens", 61, "tree size incl. the root (spec: V = 60 drafts verified)", 2, 1025},
+  };
+}
+
+void RegisterDdd(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "eagle3+ddd";
+  info.description =
+      "EAGLE-3 with DDD dynamic depth: stop at checkpoint rounds when the beam's summed path "
+      "probability falls below a threshold";
+  info.paper = "Brown et al. 2024, Dynamic Depth Decoding (as configured by LTD, App. A.1)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = DynamicDepthKnobs();
+  info.knobs.push_back({"check_rounds", "5,7,9", "rounds after which DDD checks", 1, 0});
+  info.knobs.push_back(
+      {"threshold", -0.3, "stop when log sum_beam exp(score) < threshold", -100, 0});
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+    ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds");
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const int64_t rounds = knobs.at("max_depth").get<int64_t>();
+    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+    auto c = std::make_unique<DddController>(
+        rounds, nodes, ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds"),
+        knobs.at("threshold").get<double>());
+    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
+                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+  };
+  registry.Register(std::move(info));
+}
+
+void RegisterSvip(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "eagle3+svip";
+  info.description =
+      "EAGLE-3 with SVIP dynamic depth: stop when the draft entropy implies a low acceptance "
+      "bound";
+  info.paper = "Zhang et al. 2024c, SVIP (as configured by LTD, App. A.1)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = DynamicDepthKnobs();
+  info.knobs.push_back({"entropy_factor", 0.15, "c in the bound 1 - sqrt(c * H)", 0, 10});
+  info.knobs.push_back({"min_entropy", 0.3, "entropy floor h_min (nats)", 0, 100});
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const int64_t rounds = knobs.at("max_depth").get<int64_t>();
+    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+    auto c =
+        std::make_unique<SvipController>(rounds, nodes, knobs.at("entropy_factor").get<double>(),
+                                         knobs.at("min_entropy").get<double>());
+    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
+                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+  };
+  registry.Register(std::move(info));
+}
+
+void RegisterGammatune(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "eagle3+gammatune";
+  info.description =
+      "EAGLE-3 with Gammatune: the depth follows a smoothed count of accepted drafts";
+  info.paper = "Gautam et al. 2025, Gammatune (settings of LTD, App. A.1)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = {
+      HeadKnob(),
+      {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
+      {"depth", 8, "default depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2, 20},
+      {"eta", 0.2, "adaptation rate", 0.001, 1},
+      {"total_tokens", 61, "tree size incl. the root (spec: V = 60 drafts verified)", 2, 1025},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const double d = static_cast<double>(knobs.at("depth").get<int64_t>());
+    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+    auto c = std::make_unique<GammatuneController>(nodes, d, 0.5 * d, 1.5 * d,
+                                                   knobs.at("eta").get<double>());
+    const int64_t rounds = c->max_rounds();
+    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
+                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace
+
+void RegisterLtdMethods(MethodRegistry& registry) {
+  RegisterLtd(registry);
+  RegisterDdd(registry);
+  RegisterSvip(registry);
+  RegisterGammatune(registry);
+}
+
+}  // namespace specbed

@@ -1,0 +1,133 @@
+// `specbed train ltd` in the simulated-reward mode (methods/ltd/ltd_trainer.h) on stories260K with
+// its shipped EAGLE-3 head and hand-written cost tables:
+// - two runs with the same settings write bitwise-identical policies (the simulated mode is
+//   deterministic; measured rewards are not, see methods/ltd/README.md);
+// - the written policies load into `ltd` and stay token-identical to AR;
+// - the size stage learns what the tables favour: with a steep T_verify(V) its greedy policy
+//   verifies few nodes (mean V <= 3 of 1..16); with a flat T_verify it verifies many (mean V >= 8).
+// Seeded and single-threaded: deterministic outcomes (no false-failure rate).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "datasets/dataset.h"
+#include "harness/base/error.h"
+#include "harness/engine/speculative_decoder.h"
+#include "harness/runner/runner.h"
+#include "methods/ltd/ltd_policy.h"
+#include "methods/ltd/ltd_trainer.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+// T_draft(D) = D ms; T_verify(V) = 1 ms + slope * V ms.
+std::string WriteTables(const std::string& dir, double slope) {
+  fs::create_directories(dir);
+  nlohmann::ordered_json j;
+  j["t_draft"] = nlohmann::ordered_json::array();
+  for (int d = 1; d <= 12; ++d) j["t_draft"].push_back({{"D", d}, {"ms", 1.0 * d}});
+  j["t_verify"] = nlohmann::ordered_json::array();
+  for (int v = 1; v <= 16; ++v) j["t_verify"].push_back({{"V", v}, {"ms", 1.0 + slope * v}});
+  const std::string path = dir + "/input_tables.json";
+  std::ofstream(path) << j.dump(2);
+  return path;
+}
+
+LtdTrainConfig SmallConfig(const std::string& tables) {
+  LtdTrainConfig c = DefaultLtdTrainConfig();
+  c.target = "stories260K";
+  c.timing = "simulated";
+  c.tables = tables;
+  c.max_new_tokens = 32;
+  c.val_count = 2;
+  c.n_actions = 16;
+  c.size_step = 1;
+  c.partner_rounds_max = 4;
+  c.partner_nodes = 4;
+  c.depth_hidden = {32};
+  c.size_hidden = {32, 16};
+  c.critic_hidden = {32, 16};
+  c.size_steps = 1024;
+  c.depth_steps = 256;
+  c.iter_steps = 128;
+  c.iterations = 1;
+  c.ppo.n_steps = 128;
+  c.ppo.minibatch = 32;
+  c.ppo.epochs = 4;
+  c.ppo.lr = 3e-3;
+  c.eval_every = 100;
+  return c;
+}
+
+TEST(LtdTrainer, SimulatedModeIsReproducibleAndItsPoliciesRunExactly) {
+  at::set_num_threads(1);
+  const std::string root = ::testing::TempDir() + "/ltd_trainer_repro";
+  fs::remove_all(root);
+  const std::string tables = WriteTables(root, 2.0);
+  LtdTrainConfig c = SmallConfig(tables);
+  c.size_steps = 256;
+  const LtdTrainResult a = TrainLtd(c, root + "/a", false);
+  const LtdTrainResult b = TrainLtd(c, root + "/b", false);
+  ASSERT_TRUE(a.finished && b.finished);
+  for (const char* part : {"depth", "size"}) {
+    const auto ta = LoadLtdPolicy(root + "/a/" + part).tensors;
+    const auto tb = LoadLtdPolicy(root + "/b/" + part).tensors;
+    for (const auto& [name, t] : ta) EXPECT_TRUE(at::equal(t, tb.at(name))) << part << " " << name;
+  }
+  // Every simulated figure agrees (policy_us_per_cycle is a measured inference time).
+  auto figures = [](nlohmann::ordered_json f) {
+    for (auto& [k, v] : f.items()) v.erase("policy_us_per_cycle");
+    return f.dump();
+  };
+  EXPECT_EQ(figures(a.summary["final_validation"]), figures(b.summary["final_validation"]));
+  // A rerun of a finished directory trains nothing and keeps the result.
+  const LtdTrainResult again = TrainLtd(c, root + "/a", false);
+  EXPECT_TRUE(again.finished);
+
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context;
+  context.target = &target;
+  context.load_model = [](const std::string& n) -> LoadedTarget& { Fail("unexpected ", n); };
+  std::unique_ptr<Decoder> decoder =
+      registry.Build("ltd", context, {{"policy", root + "/a"}, {"top_k", 10}, {"max_depth", 12}});
+  const auto prompts = LoadDataset("stories", {});
+  for (size_t i = 0; i < 4; ++i) {
+    const auto ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
+    GenerationConfig g;
+    g.stop = StopConfigFor(target, 48, {});
+    KvCache cache = target.model->NewCache(
+        1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 48, *decoder));
+    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
+    DecodeResult spec;
+    decoder->Generate(ids, g, cache, spec);
+    EXPECT_EQ(spec.generation.tokens, ar.tokens) << "prompt " << i;
+  }
+}
+
+TEST(LtdTrainer, SizeStageLearnsWhatTheTablesFavour) {
+  at::set_num_threads(1);
+  const std::string root = ::testing::TempDir() + "/ltd_trainer_tables";
+  fs::remove_all(root);
+  double mean_v[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string dir = root + (k == 0 ? "/steep" : "/flat");
+    const LtdTrainConfig c = SmallConfig(WriteTables(dir, k == 0 ? 3.0 : 0.0));
+    const LtdTrainResult r = TrainLtd(c, dir + "/out", false, /*stop_after_stages=*/1);
+    EXPECT_EQ(r.stages_done, 1);
+    const LtdPolicyCheckpoint size = LoadLtdPolicy(dir + "/out/size");
+    mean_v[k] = size.config.evaluation["validation"]["mean_V"].get<double>();
+  }
+  EXPECT_LE(mean_v[0], 3.0) << "steep T_verify: expected few verified nodes";
+  EXPECT_GE(mean_v[1], 8.0) << "flat T_verify: expected many verified nodes";
+}
+
+}  // namespace
+}  // namespace specbed
