@@ -582,15 +582,15 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
   const std::vector<std::string> labels = ShortCaseLabels(rows);
   std::set<std::string> methods;
   for (const CaseReport* c : reports) methods.insert(c->row.record.method);
-  std::map<std::string, std::vector<std::string>> settings;  // method -> knobs, first seen first
+  std::map<std::string, std::vector<std::string>> settings;  // method -> labels, first seen first
   for (size_t i = 0; i < reports.size(); ++i) {
     CaseReport& c = *reports[i];
     c.label = labels[i];
     c.method_index =
         static_cast<int>(std::distance(methods.begin(), methods.find(c.row.record.method)));
     auto& known = settings[c.row.record.method];
-    auto it = std::find(known.begin(), known.end(), c.row.record.method_knobs_json);
-    if (it == known.end()) it = known.insert(known.end(), c.row.record.method_knobs_json);
+    auto it = std::find(known.begin(), known.end(), c.label);
+    if (it == known.end()) it = known.insert(known.end(), c.label);
     c.setting_index = static_cast<int>(it - known.begin());
   }
   return data;

@@ -80,7 +80,7 @@ struct CaseReport {
   // used by the headline and stream tables and every plot.
   std::string label;
   // Plot style: one colour per method (index into the report's sorted methods) and one marker
-  // per knob setting of that method (index of its knobs among the method's cases, report order).
+  // per setting of that method (index of its label among the method's labels, report order).
   int method_index = 0;
   int setting_index = 0;
 };
