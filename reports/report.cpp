@@ -267,7 +267,7 @@ void WriteTextFile(const std::string& path, const std::string& text) {
 
 constexpr const char* kCss = R"css(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+       max-width: 1500px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
@@ -291,9 +291,9 @@ details > summary > h2 { display: inline; }
 details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
 details.provenance td { font-size: 0.85em; max-width: 40em; }
 .headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.headline-table { flex: 1 1 420px; }
+.headline-table { flex: 0 1 auto; }
 .headline-table td:first-child { white-space: nowrap; overflow-wrap: normal; }
-.headline-chart { flex: 1 1 480px; margin: 0; }
+.headline-chart { flex: 1 1 440px; margin: 0; max-width: 800px; }
 .slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
 )css";
 
@@ -1191,16 +1191,14 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   }
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
   if (!headlines.empty()) {
-    html << "<h2 id=\"headline\">Headline</h2>\n<p>Per target and temperature, every speculative "
-            "case, best speedup first: speedup = geometric mean over answers of method decode "
-            "tok/s ÷ AR's, with its 95% bootstrap CI over prompts; τ = tokens per verify step; "
-            "T_D% = drafting share of decode time; exact match = answers identical to AR's "
-            "(definitions under Conventions at the end).</p>\n";
+    html << "<h2 id=\"headline\">Headline</h2>\n<p class=\"constants\">Best speedup first. "
+            "Speedup = geometric mean over answers of method ÷ AR decode tok/s [95% bootstrap CI "
+            "over prompts]; τ = tokens per verify step; T_D% = drafting share of decode time; "
+            "exact match = answers identical to AR's (Conventions at the end).</p>\n";
     for (size_t i = 0; i < headlines.size(); ++i) {
       const HeadlineTable& h = headlines[i];
-      html << "<div class=\"headline\"><div class=\"headline-table\"><h3>" << HtmlEscape(h.title)
-           << "</h3>\n"
-           << HtmlTable(h.table) << "</div>\n";
+      // Title, then the chart and the table side by side (the chart first when they wrap).
+      html << "<h3>" << HtmlEscape(h.title) << "</h3>\n<div class=\"headline\">";
       const Plot& p = headline_plots[i];
       if (!p.name.empty() && plotted.count(p.name)) {
         html << "<figure class=\"headline-chart\"><img src=\"" << HtmlEscape(p.name)
@@ -1208,6 +1206,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
              << " (<a href=\"" << HtmlEscape(p.name) << ".svg\">SVG</a>)</figcaption></figure>\n";
         result.images.push_back(p.name + ".png");
       }
+      html << "<div class=\"headline-table\">" << HtmlTable(h.table) << "</div>\n";
       html << "</div>\n";
       if (!h.slow_notes.empty()) {
         html << "<div class=\"slow-note\"><b>Why some speedups are below 1×:</b> "
