@@ -291,8 +291,8 @@ details > summary > h2 { display: inline; }
 details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
 details.provenance td { font-size: 0.85em; max-width: 40em; }
 .headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.headline-table { flex: 0 1 auto; }
-.headline-table td:first-child { white-space: nowrap; overflow-wrap: normal; }
+.headline-table { flex: 1 1 560px; }
+.headline-table td:first-child { overflow-wrap: normal; min-width: 10em; }
 .headline-chart { flex: 1 1 440px; margin: 0; max-width: 800px; }
 .slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
 )css";
