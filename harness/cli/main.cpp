@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddBenchCommand(app);
   specbed::cli::AddReportCommand(app);
   specbed::cli::AddSummaryCommand(app);
+  specbed::cli::AddExportCommand(app);
   specbed::cli::AddTrainCommand(app);
   specbed::cli::AddRegenCommand(app);
   specbed::cli::AddSweepCommand(app);
