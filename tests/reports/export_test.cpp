@@ -6,9 +6,11 @@
 // and the errors for unknown formats and tables.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include <sqlite3.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
@@ -172,6 +174,75 @@ TEST(Export, SamplesStepsJsonAndErrors) {
             std::string::npos);
   EXPECT_NE(error_of([] { ParseExportTable("runs", "--table"); }).find("cases, samples or steps"),
             std::string::npos);
+}
+
+// The SQL views (schema v7) give summary's point estimates: per case decode tok/s, τ, the AR
+// baseline and the speedup (geometric mean and ratio of totals), on the summary database plus a
+// paired-timing case without an AR case (its speedup from the paired AR runs only).
+TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
+  const std::string db = FreshDbPath("export_views");
+  WriteSummaryDb(db);
+  {
+    auto store = ResultsStore::Open(db);
+    const int64_t run = store->BeginRun(testing::TestRun());
+    CaseRecord c = testing::TestCase("paired0", "fake", 0, 128);  // no AR with max new 128
+    c.timing_mode = "paired";
+    std::vector<SampleRecord> samples = testing::FakeSamples();
+    const double ar_ms[] = {90, 170, 45};
+    for (size_t i = 0; i < samples.size(); ++i) {
+      samples[i].paired_ar_decode_ms = ar_ms[i];
+      samples[i].paired_ar_output_tokens = samples[i].n_output_tokens + static_cast<int64_t>(i);
+      samples[i].paired_ar_first = static_cast<int32_t>(i % 2);
+      samples[i].paired_ar_prefill_ms = 2;
+    }
+    store->WriteCase(run, c, samples, testing::FakeSteps());
+  }
+  const Summary summary = BuildSummary(db);
+  ASSERT_EQ(summary.rows.size(), 6u);
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(handle,
+                               "SELECT case_id, decode_tok_per_s, tau, baseline_case_id, speedup, "
+                               "speedup_total_ratio, n_matched FROM case_summary ORDER BY case_id",
+                               -1, &s, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(handle);
+  auto value = [&](int col) {
+    return sqlite3_column_type(s, col) == SQLITE_NULL ? std::nan("")
+                                                      : sqlite3_column_double(s, col);
+  };
+  auto expect_same = [](double view, double summary_value, const std::string& what) {
+    if (std::isnan(summary_value)) {
+      EXPECT_TRUE(std::isnan(view)) << what << ": view " << view << ", summary none";
+    } else {
+      EXPECT_NEAR(view, summary_value, 1e-9 * std::max(1.0, std::fabs(summary_value))) << what;
+    }
+  };
+  size_t n = 0, n_speedups = 0;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    ASSERT_LT(n, summary.rows.size());
+    const SummaryRow& r = summary.rows[n++];
+    const std::string what = "case " + std::to_string(r.row.case_id);
+    EXPECT_EQ(sqlite3_column_int64(s, 0), r.row.case_id);
+    expect_same(value(1), r.metrics.decode_tokens_per_s, what + " decode tok/s");
+    expect_same(value(2), r.metrics.tau, what + " tau");
+    if (r.is_baseline) {
+      EXPECT_EQ(sqlite3_column_type(s, 3), SQLITE_NULL) << what;
+      continue;
+    }
+    EXPECT_EQ(sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 3),
+              r.baseline_case_id)
+        << what;
+    expect_same(value(4), r.speedup.geomean, what + " speedup");
+    expect_same(value(5), r.speedup.total_ratio, what + " speedup total ratio");
+    EXPECT_EQ(sqlite3_column_int64(s, 6), r.speedup.n_matched) << what;
+    n_speedups += std::isfinite(r.speedup.geomean);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(handle);
+  EXPECT_EQ(n, summary.rows.size());
+  EXPECT_EQ(n_speedups, 3u);  // tree (same run), fake (other run's AR), paired (no AR case)
 }
 
 }  // namespace
