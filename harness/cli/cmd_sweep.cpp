@@ -4,6 +4,7 @@
 // skipped), with a progress line (cases done/total, ETA). RunSweepFile is shared with `run`.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "harness/base/error.h"
@@ -63,6 +64,13 @@ void RunSweepFile(const SweepFileOptions& o) {
   if (o.dry_run) {
     for (const CaseConfig& c : cases) std::printf("%s  %s\n", c.Key().c_str(), c.Label().c_str());
     return;
+  }
+  // The default output (results/run.db: no -o, no "output" in the config) gets its folder
+  // created; an explicit output's folder must exist (a typo is not silently created).
+  if (o.output.empty() && config.base.output == RunConfig().output) {
+    const std::filesystem::path parent = std::filesystem::path(config.base.output).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   }
   auto store = ResultsStore::Open(config.base.output);
   RunnerOptions options;
