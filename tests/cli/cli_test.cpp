@@ -83,6 +83,21 @@ Json SmallConfig(const std::string& db) {
 // ---------------------------------------------------------------------------------------------
 // generate
 
+// A mistyped option names the nearest option of its subcommand and exits with a usage code.
+TEST(CliFlags, UnknownOptionSuggestsTheNearest) {
+  const std::string dir = TestDir();
+  ProcResult r = RunSpecbed({"generate", "--modle", "stories260K", "-p", "x"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown option '--modle'; did you mean '--model'?")) << Describe(r);
+  r = RunSpecbed({"summary", "x.db", "--jsn"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "did you mean '--json'?")) << Describe(r);
+  // Nothing near: the unknown option is still named.
+  r = RunSpecbed({"summary", "x.db", "--zzzzzzzzzz"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown option '--zzzzzzzzzz'")) << Describe(r);
+}
+
 TEST(CliGenerate, GreedyStoryIsTheModelsKnownContinuation) {
   const std::string dir = TestDir();
   const ProcResult r =
