@@ -4,7 +4,10 @@
 // bandwidth measured at the same thread count, over the forward time). Optionally the
 // verify-width curve (--verify-widths: forward time of n new tokens after the context, median of
 // reps, and its ratio to n = 1). Each row is written to the results store (tables bench,
-// bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown.
+// bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown, so an
+// interrupted bench keeps its rows. Every combination (context + tokens and verify widths within
+// each model's max_seq_len, batch >= 1, context >= 0, known dtypes) is validated before the first
+// measurement.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -16,6 +19,7 @@
 #include <random>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 #include "harness/base/timer.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
@@ -82,6 +86,37 @@ void RunBench(const BenchOptions& o) {
   for (int t : o.threads) SPECBED_CHECK(t >= 1, "bench: --threads must be >= 1, got ", t);
   SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
                 o.bandwidth_mib);
+  // Every combination is checked before anything is measured: a context that cannot fit a model
+  // fails now, naming every such combination, instead of after the first rows.
+  {
+    std::vector<std::string> bad;
+    for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
+    for (int64_t b : o.batches) {
+      if (b < 1) bad.push_back(StrCat("batch ", b, " (must be >= 1)"));
+    }
+    for (int64_t c : o.contexts) {
+      if (c < 0) bad.push_back(StrCat("context ", c, " (must be >= 0)"));
+    }
+    int64_t max_width = 1;
+    for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
+    for (const auto& model_name : o.models) {
+      const LoadedTarget probe = LoadModel(model_name, ParseDtype(o.dtypes.front()));
+      const int64_t max_seq = probe.model->config().max_seq_len;
+      for (int64_t context : o.contexts) {
+        const int64_t prefill = std::max<int64_t>(1, context);
+        if (prefill + o.tokens + 1 > max_seq) {
+          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + ", o.tokens,
+                               " tokens + 1 > max_seq_len ", max_seq));
+        }
+        if (!o.verify_widths.empty() && prefill + max_width > max_seq) {
+          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + verify width ",
+                               max_width, " > max_seq_len ", max_seq));
+        }
+      }
+    }
+    SPECBED_CHECK(bad.empty(), "bench: ", bad.size(),
+                  " combination(s) cannot run (nothing was measured): ", Join(bad, "; "));
+  }
   SetGemvMaxRows(o.gemv_max_rows);
   const std::string blas_core = BlasCoreName();
 

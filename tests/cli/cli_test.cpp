@@ -670,6 +670,18 @@ TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
   EXPECT_DOUBLE_EQ(rows[0].bandwidth_gb_s, bw[0].triad_gb_s);
 }
 
+// Every combination is validated before the first measurement: a context that cannot fit fails
+// at once, naming it, and nothing is measured (no bench rows, no measurement lines).
+TEST(CliBench, ImpossibleContextFailsBeforeMeasuringAnything) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  const ProcResult r = RunSpecbed({"bench", "-n", "8", "-r", "1", "-c", "0,100000", "-o", db}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "1 combination(s) cannot run (nothing was measured)"));
+  EXPECT_TRUE(Contains(r.err, "stories260K context 100000"));
+  EXPECT_FALSE(Contains(r.out, "| stories260K |")) << Describe(r);  // no row measured
+}
+
 TEST(CliBench, BadVerifyWidthsAndBandwidthFailClearly) {
   const std::string dir = TestDir();
   for (const std::vector<std::string>& args : {std::vector<std::string>{"--verify-widths", "0"},
