@@ -306,7 +306,7 @@ void AddBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd =
       app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
-  cmd->add_option("-m,--model", o->models, "Models (comma-separated or repeated)")
+  cmd->add_option("-m,--model,--target", o->models, "Models (comma-separated or repeated)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
@@ -319,7 +319,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("-n,--tokens", o->tokens, "Decode steps per measurement")->capture_default_str();
+  cmd->add_option("-n,--tokens,--max-new-tokens", o->tokens, "Decode steps per measurement")
+      ->capture_default_str();
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
       ->capture_default_str();

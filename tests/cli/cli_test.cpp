@@ -84,6 +84,34 @@ Json SmallConfig(const std::string& db) {
 // generate
 
 // A mistyped option names the nearest option of its subcommand and exits with a usage code.
+// One flag vocabulary: -o/--output, -t/--target (--model), -q/--quiet, -n/--max-new-tokens
+// everywhere, the old spellings (--out, -m/--model, --no-progress, --tokens, --n-heads) kept as
+// aliases.
+TEST(CliFlags, OldAndNewSpellingsAreAliases) {
+  const std::string dir = TestDir();
+  ProcResult r = RunSpecbed(
+      {"generate", "--target", "stories260K", "-p", "Once upon a time", "--tokens", "4"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const ProcResult m = RunSpecbed(
+      {"generate", "-m", "stories260K", "-p", "Once upon a time", "--max-new-tokens", "4"}, dir);
+  ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  EXPECT_EQ(r.out, m.out);  // the same generation under either spelling
+  for (const char* quiet : {"--quiet", "-q", "--no-progress"}) {
+    r = RunSpecbed({"sweep", "configs/quickstart.json", "--dry-run", quiet}, dir);
+    EXPECT_EQ(r.exit_code, 0) << quiet << Describe(r);
+  }
+  r = RunSpecbed({"bench", "--target", "stories260K", "--max-new-tokens", "4", "-r", "1", "-c", "0",
+                  "--bandwidth-mib", "0", "-o", ""},
+                 dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "| stories260K |")) << Describe(r);
+  // The canonical and old names appear in --help (CLI11 lists every name of an option).
+  r = RunSpecbed({"regen", "--help"}, dir);
+  EXPECT_TRUE(Contains(r.out, "-o,--output,--out")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "-t,--target,--model")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "-q,--quiet,--no-progress")) << r.out;
+}
+
 TEST(CliFlags, UnknownOptionSuggestsTheNearest) {
   const std::string dir = TestDir();
   ProcResult r = RunSpecbed({"generate", "--modle", "stories260K", "-p", "x"}, dir);
