@@ -332,6 +332,12 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
                               dir + "/shards/\"shard_${SLURM_ARRAY_TASK_ID}.db\""));
   EXPECT_TRUE(Contains(s, "#   "));
   EXPECT_TRUE(Contains(s, " merge results/s.db " + dir + "/shards/shard_*.db\n"));
+  // The log folder exists before submission (Slurm opens the logs before a task runs; it failed
+  // every task with JobLaunchFailure when the script created the folder) and the path is absolute.
+  EXPECT_TRUE(fs::is_directory(dir + "/shards"));
+  EXPECT_TRUE(Contains(
+      s, "#SBATCH --output=" + fs::absolute(dir + "/shards").string() + "/slurm_%A_%a.log\n"))
+      << s;
   // Every #SBATCH line comes before the first command (sbatch stops reading them there).
   EXPECT_LT(s.rfind("#SBATCH"), s.find("\nset -euo pipefail"));
 
