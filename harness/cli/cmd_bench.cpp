@@ -7,7 +7,7 @@
 // bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown, so an
 // interrupted bench keeps its rows. Every combination (context + tokens and verify widths within
 // each model's max_seq_len, batch >= 1, context >= 0, known dtypes) is validated before the first
-// measurement.
+// measurement. A progress display (one unit per measured row) goes to stderr unless -q.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -20,6 +20,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
@@ -31,6 +32,12 @@
 
 namespace specbed::cli {
 namespace {
+
+std::string Fixed1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
 
 struct BenchOptions {
   std::vector<std::string> models = {"stories260K"};
@@ -44,6 +51,7 @@ struct BenchOptions {
   std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
   int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
   int64_t gemv_max_rows = -1;  // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
+  bool quiet = false;          // no progress display on stderr
 };
 
 struct Timing {
@@ -180,6 +188,15 @@ void RunBench(const BenchOptions& o) {
       "\n| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
       "other ms | other %% | weight MB | roofline |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // Progress on stderr (the table goes to stdout): one unit per measured combination.
+  std::unique_ptr<ProgressBar> progress;
+  if (!o.quiet) {
+    progress = std::make_unique<ProgressBar>(
+        "bench",
+        static_cast<int64_t>(o.models.size() * o.dtypes.size() * o.threads.size() *
+                             o.batches.size() * o.contexts.size()),
+        "row");
+  }
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name));
@@ -253,6 +270,11 @@ void RunBench(const BenchOptions& o) {
               store->WriteBench(run_id, {row});
               ++n_stored;
             }
+            if (progress) {
+              progress->Advance(1,
+                                StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch,
+                                       " ctx=", context, ": ", Fixed1(row.tokens_per_s), " tok/s"));
+            }
             if (!o.verify_widths.empty() && batch == 1) {
               const std::vector<VerifyWidthPoint> curve =
                   MeasureVerifyWidthCurve(model, context, o.verify_widths, o.reps);
@@ -280,6 +302,7 @@ void RunBench(const BenchOptions& o) {
       }
     }
   }
+  if (progress) progress->Finish();
   if (!verify_rows.empty()) {
     std::printf(
         "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 "
@@ -337,6 +360,7 @@ void AddBenchCommand(CLI::App& app) {
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
+  cmd->add_flag("-q,--quiet,--no-progress", o->quiet, "No progress display on stderr");
   cmd->callback([o] { RunBench(*o); });
 }
 

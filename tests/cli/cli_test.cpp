@@ -105,6 +105,13 @@ TEST(CliFlags, OldAndNewSpellingsAreAliases) {
                  dir);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.out, "| stories260K |")) << Describe(r);
+  // bench shows its progress on stderr (one unit per measured row), not with -q.
+  EXPECT_TRUE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  r = RunSpecbed({"bench", "-m", "stories260K", "-n", "4", "-r", "1", "-c", "0", "--bandwidth-mib",
+                  "0", "-o", "", "-q"},
+                 dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
   // The canonical and old names appear in --help (CLI11 lists every name of an option).
   r = RunSpecbed({"regen", "--help"}, dir);
   EXPECT_TRUE(Contains(r.out, "-o,--output,--out")) << r.out;
