@@ -6,12 +6,14 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/names.h"
 #include "reports/format.h"
 #include "reports/summary.h"
 #include "results/store.h"
@@ -27,6 +29,7 @@ using report_format::kNone;
 // One configuration (all its repeats) of one database.
 struct Group {
   std::string label;
+  CaseRecord record;  // of the first case (the configuration's settings)
   std::string method;
   double temperature = 0;
   int64_t repeats = 0;
@@ -62,6 +65,65 @@ std::string CaseLabel(const CaseRecord& c) {
   return s.str();
 }
 
+// Flattens a JSON value into dotted settings ("knobs.k" -> "4").
+void FlattenSettings(const json& j, const std::string& path,
+                     std::map<std::string, std::string>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      FlattenSettings(*it, path.empty() ? it.key() : path + "." + it.key(), out);
+    }
+  } else {
+    out[path] = j.is_string() ? j.get<std::string>() : j.dump();
+  }
+}
+
+// Every setting of a case: the record's configuration fields, its knobs, and its resolved config
+// (config_json, without the repeat index and what the runner measured beside it).
+std::map<std::string, std::string> Settings(const CaseRecord& c) {
+  std::map<std::string, std::string> s = {{"method", c.method},
+                                          {"target", c.target},
+                                          {"dataset", c.dataset},
+                                          {"categories", c.categories},
+                                          {"prompt_limit", std::to_string(c.prompt_limit)},
+                                          {"temperature", General(c.temperature)},
+                                          {"top_p", General(c.top_p)},
+                                          {"top_k", std::to_string(c.top_k)},
+                                          {"seed", std::to_string(c.seed)},
+                                          {"max_new_tokens", std::to_string(c.max_new_tokens)},
+                                          {"batch_size", std::to_string(c.batch_size)},
+                                          {"dtype", c.dtype},
+                                          {"device", c.device},
+                                          {"threads", std::to_string(c.threads)},
+                                          {"drafter", c.drafter},
+                                          {"timing_mode", c.timing_mode}};
+  const json knobs = json::parse(c.method_knobs_json, nullptr, false);
+  if (knobs.is_object()) FlattenSettings(knobs, "knobs", s);
+  json config = json::parse(c.config_json, nullptr, false);
+  if (config.is_object()) {
+    for (const char* measured : {"repeat", "target_info", "machine"}) config.erase(measured);
+    std::map<std::string, std::string> from_config;
+    FlattenSettings(config, "config", from_config);
+    for (auto& [k, v] : from_config) s.emplace(k, v);
+  }
+  return s;
+}
+
+// "threads 1 → 2, knobs.k 4 → 8" (settings missing on one side read "(none)").
+std::vector<std::string> SettingDiffs(const CaseRecord& a, const CaseRecord& b) {
+  const auto sa = Settings(a), sb = Settings(b);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : sa) keys.insert(k);
+  for (const auto& [k, v] : sb) keys.insert(k);
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    const auto ia = sa.find(k), ib = sb.find(k);
+    const std::string va = ia == sa.end() ? "(none)" : ia->second;
+    const std::string vb = ib == sb.end() ? "(none)" : ib->second;
+    if (va != vb) out.push_back(k + " " + va + " → " + vb);
+  }
+  return out;
+}
+
 std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match,
                                         SpeedupScope scope) {
   StoreOptions so;
@@ -82,6 +144,7 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
                     "); compare by key instead");
     }
     g.label = CaseLabel(c);
+    if (g.repeats == 0) g.record = c;
     g.method = c.method;
     g.temperature = c.temperature;
     ++g.repeats;
@@ -205,6 +268,7 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
     const Group& c = it->second;
     CompareRow row;
     row.label = b.label;
+    row.candidate_label = c.label;
     row.method = b.method;
     row.temperature = b.temperature;
     row.baseline_repeats = b.repeats;
@@ -221,8 +285,29 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
     result.regressed = result.regressed || row.tau_regressed || row.speed_regressed;
     result.rows.push_back(std::move(row));
   }
+  std::vector<const Group*> cand_unmatched;
   for (const auto& [key, c] : cand) {
-    if (!base.count(key)) result.unmatched_candidate.push_back(c.label);
+    if (!base.count(key)) {
+      result.unmatched_candidate.push_back(c.label);
+      cand_unmatched.push_back(&c);
+    }
+  }
+  // For each unmatched baseline case: the unmatched candidate case of the same method with the
+  // fewest differing settings, and those settings.
+  for (const auto& [key, b] : base) {
+    if (cand.count(key)) continue;
+    const Group* best = nullptr;
+    std::vector<std::string> best_diffs;
+    for (const Group* c : cand_unmatched) {
+      if (c->method != b.method) continue;
+      std::vector<std::string> d = SettingDiffs(b.record, c->record);
+      if (best == nullptr || d.size() < best_diffs.size()) best = c, best_diffs = std::move(d);
+    }
+    result.unmatched_baseline_diffs.push_back(
+        best == nullptr ? std::string("no unmatched candidate case of method ") + b.method
+                        : "closest candidate case " + best->label + " differs in: " +
+                              (best_diffs.empty() ? std::string("(no setting: only the case key)")
+                                                  : Join(best_diffs, ", ")));
   }
   if (!result.unmatched_baseline.empty()) result.regressed = true;
   std::sort(result.rows.begin(), result.rows.end(), [](const CompareRow& x, const CompareRow& y) {
@@ -247,7 +332,11 @@ std::string FormatCompareTable(const CompareResult& r) {
       ratio += " [" + Fixed(x.speed_ratio_ci.lo, 3) + ", " + Fixed(x.speed_ratio_ci.hi, 3) + "]";
     }
     const bool ar = x.method == "ar";
-    rows.push_back({x.label, Fixed(x.tau_baseline, 3), Fixed(x.tau_candidate, 3),
+    // With --match workload the two sides may differ in knobs: show both.
+    const std::string label = x.candidate_label.empty() || x.candidate_label == x.label
+                                  ? x.label
+                                  : x.label + " | candidate: " + x.candidate_label;
+    rows.push_back({label, Fixed(x.tau_baseline, 3), Fixed(x.tau_candidate, 3),
                     std::isfinite(x.tau_baseline) && std::isfinite(x.tau_candidate)
                         ? Fixed(x.tau_candidate - x.tau_baseline, 3)
                         : kNone,
@@ -271,9 +360,12 @@ std::string FormatCompareTable(const CompareResult& r) {
     }
     out << "\n";
   }
-  for (const std::string& l : r.unmatched_baseline) {
-    out << "REGRESSED: baseline case without a match in the candidate: " << l
+  for (size_t i = 0; i < r.unmatched_baseline.size(); ++i) {
+    out << "REGRESSED: baseline case without a match in the candidate: " << r.unmatched_baseline[i]
         << " (configuration changed? update the baseline explicitly)\n";
+    if (i < r.unmatched_baseline_diffs.size()) {
+      out << "  " << r.unmatched_baseline_diffs[i] << "\n";
+    }
   }
   for (const std::string& l : r.unmatched_candidate) {
     out << "note: candidate case not in the baseline: " << l << "\n";
@@ -301,6 +393,7 @@ std::string CompareJson(const CompareResult& r) {
   j["rows"] = json::array();
   for (const CompareRow& x : r.rows) {
     j["rows"].push_back({{"case", x.label},
+                         {"candidate_case", x.candidate_label},
                          {"method", x.method},
                          {"temperature", x.temperature},
                          {"n_prompts", x.n_prompts},
@@ -317,6 +410,7 @@ std::string CompareJson(const CompareResult& r) {
                          {"note", x.note}});
   }
   j["unmatched_baseline"] = r.unmatched_baseline;
+  j["unmatched_baseline_diffs"] = r.unmatched_baseline_diffs;
   j["unmatched_candidate"] = r.unmatched_candidate;
   return j.dump(2) + "\n";
 }

@@ -38,8 +38,10 @@ struct CompareOptions {
 };
 
 struct CompareRow {
-  std::string label;   // method(knobs) target dataset T seed
-  std::string method;  // method name
+  std::string label;  // method(knobs) target dataset T seed, of the baseline case
+  std::string
+      candidate_label;  // the same of the candidate (differs in knobs with --match workload)
+  std::string method;   // method name
   double temperature = 0;
   int64_t n_prompts = 0;  // prompts both sides answered (speed statistic units)
   int64_t baseline_repeats = 0, candidate_repeats = 0;
@@ -59,6 +61,11 @@ struct CompareResult {
   std::vector<CompareRow> rows;
   std::vector<std::string> unmatched_baseline;   // labels of baseline cases without a match
   std::vector<std::string> unmatched_candidate;  // labels of candidate cases without a match
+  // Per unmatched baseline case (same order): the unmatched candidate case of the same method
+  // with the fewest differing settings and those settings ("closest candidate case L differs in:
+  // threads 1 → 2, knobs.k 4 → 8"; settings = the case's configuration fields, knobs.* and
+  // config.* of its resolved config), or "no unmatched candidate case of method M".
+  std::vector<std::string> unmatched_baseline_diffs;
   bool regressed = false;  // any row regressed, or a baseline case has no match
 };
 

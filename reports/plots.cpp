@@ -1,6 +1,6 @@
 // gnuplot scripts for the report plots and the papers' figures, and running gnuplot (see
 // plots.h).
-// Checked by: tests/reports/report_test.cpp.
+// Checked by: tests/reports/report_test.cpp, tests/reports/headline_test.cpp.
 #include "reports/plots.h"
 
 #include <signal.h>
@@ -27,7 +27,18 @@
 namespace specbed {
 namespace {
 
-constexpr const char* kSize = "size 960,540";
+// Image size: 960x540, taller when the key has more entries than fit beside a 540-pixel plot
+// (about 26 lines of the 11-point font), so that the key stays outside the plot and readable.
+std::string SizeFor(const std::string& plot) {
+  int entries = 0;
+  for (const char* what : {" title '", "columnheader("}) {
+    for (size_t at = plot.find(what); at != std::string::npos; at = plot.find(what, at + 1)) {
+      ++entries;
+    }
+  }
+  const int height = entries > 26 ? 540 + 18 * (entries - 26) : 540;
+  return StrCat("size 960,", height);
+}
 
 // A gnuplot single-quoted string literal. Single quotes inside become double quotes rather than
 // the '' escape: gnuplot 5.4 misparses a doubled-quote run such as '''' (an empty knob value in a
@@ -69,11 +80,12 @@ std::string TemperatureLabel(double t) {
 // Terminal setup, the plot command(s), and the same plot again as SVG.
 std::string Render(const std::string& name, const std::string& setup, const std::string& plot) {
   std::ostringstream s;
+  const std::string size = SizeFor(plot);
   s << "set encoding utf8\n"
-    << "set terminal pngcairo " << kSize << " noenhanced font 'Sans,11'\n"
+    << "set terminal pngcairo " << size << " noenhanced font 'Sans,11'\n"
     << "set output " << Quote(name + ".png") << "\n"
     << setup << plot << "\n"
-    << "set terminal svg " << kSize << " noenhanced font 'Sans,11' background rgb 'white'\n"
+    << "set terminal svg " << size << " noenhanced font 'Sans,11' background rgb 'white'\n"
     << "set output " << Quote(name + ".svg") << "\n"
     << "replot\n"
     << "unset output\n"
@@ -108,7 +120,99 @@ std::string WithTemperature(const std::string& label, double t) {
   return PlotLabel(label) + " " + TemperatureLabel(t);
 }
 
+// `lc rgb '#rrggbb' pt N` of a case: its method's colour and its knob setting's marker.
+std::string CaseStyle(const CaseReport& c) {
+  return StrCat("lc rgb ", Quote(MethodColor(c.method_index)), " pt ",
+                SettingMarker(c.setting_index));
+}
+
+// The colour as the integer gnuplot's `lc rgb variable` reads from a data column.
+long ColorInt(const std::string& hex) {
+  return std::strtol(hex.c_str() + 1, nullptr, 16);
+}
+
+// `set xrange` from the data: [lo - 5% of the span, hi + 5%] (span at least `min_span`).
+std::string XRangeFromData(double lo, double hi, double min_span) {
+  const double pad = 0.05 * std::max(hi - lo, min_span);
+  return StrCat("set xrange [", Num(lo - pad), ":", Num(hi + pad), "]\n");
+}
+
 }  // namespace
+
+std::string MethodColor(int method_index) {
+  static const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                   "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+                                   "#000080", "#808000", "#00c000", "#ff00ff", "#800000",
+                                   "#00a0a0", "#f0a000", "#6060ff", "#a0a0a0", "#000000"};
+  const int n = static_cast<int>(sizeof(kPalette) / sizeof(kPalette[0]));
+  return kPalette[((method_index % n) + n) % n];
+}
+
+int SettingMarker(int setting_index) {
+  // filled circle, square, triangle up, triangle down, diamond, pentagon, then open ones.
+  static const int kMarkers[] = {7, 5, 9, 11, 13, 15, 6, 4, 8, 10, 12, 14};
+  const int n = static_cast<int>(sizeof(kMarkers) / sizeof(kMarkers[0]));
+  return kMarkers[((setting_index % n) + n) % n];
+}
+
+std::vector<std::string> GnuplotWarnings(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower.find("warning:") != std::string::npos) {
+      const size_t b = line.find_first_not_of(" \t\"");
+      out.push_back(b == std::string::npos ? line : line.substr(b));
+    }
+  }
+  return out;
+}
+
+Plot BuildHeadlinePlot(const HeadlineTable& table, int index) {
+  Plot p;
+  p.name = "headline_speedup_" + std::to_string(index);
+  p.title = "Speedup vs. AR — " + table.title;
+  p.caption =
+      "Speedup (geometric mean over answers of method decode tok/s ÷ AR's) per case, best first; "
+      "bars coloured by method, whiskers = 95% bootstrap CI over prompts, dashed = AR (1.0×).";
+  std::ostringstream data;
+  data << "$" << p.name << " << EOD\n";
+  double ymax = 1.0;
+  int n = 0;
+  for (const CaseReport* c : table.cases) {
+    const Speedup& s = c->speedup;
+    if (!std::isfinite(s.geomean)) continue;
+    std::string label = c->label;
+    if (table.table.constants.empty() || table.table.constants[0].first != "dataset") {
+      label += " (" + c->row.record.dataset + ")";  // several datasets in the table
+    }
+    data << DataString(PlotLabel(label)) << " " << Num(s.geomean) << " " << Num(s.geomean_ci.lo)
+         << " " << Num(s.geomean_ci.hi) << " " << ColorInt(MethodColor(c->method_index)) << "\n";
+    ymax = std::max(ymax, s.geomean);
+    if (std::isfinite(s.geomean_ci.hi)) ymax = std::max(ymax, s.geomean_ci.hi);
+    ++n;
+  }
+  data << "EOD\n";
+  if (n == 0) return {};
+  std::ostringstream setup, plot;
+  setup << Header(p.title, "case (method and the knobs that differ)",
+                  "speedup vs. AR (×, geometric mean over answers)")
+        << "set style fill solid 0.85 border -1\n"
+        << "set boxwidth 0.6\n"
+        << "set xrange [-0.6:" << Num(n - 0.4) << "]\n"
+        << "set yrange [0:" << Num(ymax * 1.12) << "]\n"
+        << "set xtics rotate by -30 font ',9'\n";
+  plot << "plot $" << p.name
+       << " using 0:2:(0.6):5:xtic(1) with boxes lc rgb variable notitle, \\\n"
+       << "     $" << p.name
+       << " using 0:2:3:4 with yerrorbars lc rgb 'black' pt -1 lw 1.5 title '95% CI', \\\n"
+       << "     1 with lines dt 2 lw 1.5 lc rgb 'gray30' title 'AR (1.0×)'";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  return p;
+}
 
 std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
                                   int index) {
@@ -120,11 +224,13 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
   {
     std::vector<double> temps;
     std::vector<std::string> series;
+    std::vector<const CaseReport*> series_case;  // the first case of each series (its style)
     for (size_t i = 0; i < group.cases.size(); ++i) {
       const double t = group.cases[i].row.record.temperature;
       if (std::find(temps.begin(), temps.end(), t) == temps.end()) temps.push_back(t);
       if (std::find(series.begin(), series.end(), PlotLabel(labels[i])) == series.end()) {
         series.push_back(PlotLabel(labels[i]));
+        series_case.push_back(&group.cases[i]);
       }
     }
     std::sort(temps.begin(), temps.end());
@@ -159,8 +265,16 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
           << "set style fill solid 0.85 border -1\n"
           << "set yrange [0:*]\n";
     std::ostringstream plot;
-    plot << "plot for [i=2:" << series.size() + 1 << "] $" << p.name
-         << " using i:xtic(1) title columnheader(i)";
+    // One colour per method; a method's further knob settings are hatched.
+    for (size_t k = 0; k < series.size(); ++k) {
+      const CaseReport& c = *series_case[k];
+      plot << (k == 0 ? "plot $" + p.name : ", \\\n     ''") << " using " << k + 2
+           << (k == 0 ? ":xtic(1)" : "") << " title columnheader(" << k + 2 << ") lc rgb "
+           << Quote(MethodColor(c.method_index))
+           << (c.setting_index == 0
+                   ? std::string(" fs solid 0.85 border -1")
+                   : StrCat(" fs pattern ", 1 + (c.setting_index - 1) % 7, " border -1"));
+    }
     p.script = data.str() + Render(p.name, setup.str(), plot.str());
     plots.push_back(p);
   }
@@ -184,7 +298,7 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
       }
       data << "EOD\n";
       if (i > 0) plot << ", \\\n     ";
-      plot << block << " using 1:2 with points pt " << (5 + 2 * (i % 4)) << " ps 1.2 title "
+      plot << block << " using 1:2 with points " << CaseStyle(c) << " ps 1.2 title "
            << Quote(WithTemperature(labels[i], c.row.record.temperature));
     }
     std::ostringstream setup;
@@ -218,8 +332,8 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
       const std::string block = "$" + p.name + "_" + std::to_string(i);
       data << block << " << EOD\n"
            << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
-      plot << ", \\\n     " << block << " using 1:2 with points pt " << (5 + 2 * (n % 4))
-           << " ps 2 title " << Quote(WithTemperature(labels[i], c.row.record.temperature));
+      plot << ", \\\n     " << block << " using 1:2 with points " << CaseStyle(c) << " ps 2 title "
+           << Quote(WithTemperature(labels[i], c.row.record.temperature));
       ++n;
     }
     if (n > 0) {
@@ -247,21 +361,24 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
       const CaseReport& c = group.cases[i];
       if (!std::isfinite(c.metrics.tau)) continue;
       data << DataString(WithTemperature(labels[i], c.row.record.temperature)) << " "
-           << Num(c.metrics.tau) << "\n";
+           << Num(c.metrics.tau) << " " << ColorInt(MethodColor(c.method_index)) << "\n";
       ++n;
     }
     data << "EOD\n";
     if (n > 0) {
       std::ostringstream setup;
       setup << Header(p.title, "case (method, knobs, temperature)", "τ (tokens per verify step)")
-            << "set style data histograms\n"
             << "set style fill solid 0.85 border -1\n"
             << "set boxwidth 0.6\n"
+            << "set xrange [-0.6:" << Num(n - 0.4) << "]\n"
             << "set yrange [0:*]\n"
             << "set offsets 0, 0, graph 0.08, 0\n"
-            << "set xtics rotate by -20\n";
+            << "set xtics rotate by -20\n"
+            << "unset key\n";
       std::ostringstream plot;
-      plot << "plot $" << p.name << " using 2:xtic(1) title 'τ (tokens per verify step)'";
+      plot << "plot $" << p.name
+           << " using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable title 'τ (tokens per verify "
+              "step)'";
       p.script = data.str() + Render(p.name, setup.str(), plot.str());
       plots.push_back(p);
     }
@@ -289,10 +406,10 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
       }
       data << "EOD\n";
       const std::string label = WithTemperature(labels[i], group.cases[i].row.record.temperature);
-      plot << (n == 0 ? "plot " : ", \\\n     ") << block
-           << " using 1:2 with linespoints lw 2 pt 7 lc " << n + 1 << " title "
-           << Quote(label + " r_i") << ", \\\n     " << block
-           << " using 1:3 with linespoints lw 2 dt 2 pt 6 lc " << n + 1 << " title "
+      const CaseReport& c = group.cases[i];
+      plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
+           << CaseStyle(c) << " title " << Quote(label + " r_i") << ", \\\n     " << block
+           << " using 1:3 with linespoints lw 2 dt 2 " << CaseStyle(c) << " title "
            << Quote(label + " α_i");
       ++n;
     }
@@ -368,8 +485,15 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
       data << block << " << EOD\n";
       for (const Point& q : pts) data << Num(q.budget) << " " << Num(q.value) << "\n";
       data << "EOD\n";
-      plot << (n == 0 ? "plot " : ", \\\n     ") << block
-           << " using 1:2 with linespoints lw 2 pt 7 ps 1.3 lc " << n + 1 << " title "
+      const CaseReport& first = group.cases[series_cases[key].front()];
+      int t_index = 0;  // dash type per temperature of the method
+      for (const auto& other : series_keys) {
+        if (other == key) break;
+        if (other.first == key.first) ++t_index;
+      }
+      plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 pt "
+           << SettingMarker(t_index) << " dt " << 1 + t_index << " ps 1.3 lc rgb "
+           << Quote(MethodColor(first.method_index)) << " title "
            << Quote(PlotLabel(key.first) + " " + TemperatureLabel(key.second));
       // The best-speedup case of this series.
       double best_spd = -1;
@@ -477,13 +601,14 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
     p.caption = "τ (tokens per verify step) per method configuration at each sampling temperature.";
     std::set<double> temps;
     std::vector<std::string> keys;
+    std::map<std::string, const CaseReport*> key_case;
     std::map<std::string, std::vector<std::pair<double, double>>> pts;
     for (size_t i = 0; i < group.cases.size(); ++i) {
       const CaseReport& c = group.cases[i];
       if (!std::isfinite(c.metrics.tau)) continue;
       temps.insert(c.row.record.temperature);
       const std::string k = PlotLabel(labels[i]);
-      if (!pts.count(k)) keys.push_back(k);
+      if (!pts.count(k)) keys.push_back(k), key_case[k] = &c;
       pts[k].push_back({c.row.record.temperature, c.metrics.tau});
     }
     if (temps.size() < 2) {
@@ -499,12 +624,14 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
         for (const auto& [t, tau] : v) data << Num(t) << " " << Num(tau) << "\n";
         data << "EOD\n";
         plot << (n == 0 ? "plot " : ", \\\n     ") << block
-             << " using 1:2 with linespoints lw 2 pt 7 ps 1.3 title " << Quote(keys[n]);
+             << " using 1:2 with linespoints lw 2 ps 1.3 " << CaseStyle(*key_case[keys[n]])
+             << " title " << Quote(keys[n]);
       }
       std::ostringstream setup;
       setup << Header(p.title, "sampling temperature T", "τ (tokens per verify step)")
             << "set grid xtics\n"
-            << "set offsets graph 0.05, graph 0.05, graph 0.1, 0\n"
+            << XRangeFromData(*temps.begin(), *temps.rbegin(), 0.1)
+            << "set offsets 0, 0, graph 0.1, 0\n"
             << "set yrange [0:*]\n";
       p.script = data.str() + Render(p.name, setup.str(), plot.str());
       plots.push_back(p);

@@ -1,7 +1,8 @@
 // Internal to specbed_reports: gnuplot scripts for the report plots (each script carries its data
 // as inline datablocks and writes NAME.png with the pngcairo terminal and NAME.svg with the svg
 // terminal, relative to the report directory) and running gnuplot through popen.
-// Checked by: tests/reports/report_test.cpp (plots exist, are PNGs, missing gnuplot is a warning).
+// Checked by: tests/reports/report_test.cpp (plots exist, are PNGs, missing gnuplot is a warning),
+// tests/reports/headline_test.cpp (styles, headline chart, gnuplot warnings).
 #pragma once
 
 #include <string>
@@ -36,6 +37,17 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
                                     std::vector<std::string>* skipped);
 // τ per window of a stream table (one line per case; file name stream_tau_INDEX).
 Plot BuildStreamPlot(const StreamTable& table, int index);
+// The headline chart of one headline table: speedup per case as bars (one colour per method) with
+// 95% CI whiskers and AR at 1.0× dashed; file name headline_speedup_INDEX. Cases without a
+// speedup are left out; nullopt-like empty name when none has one.
+Plot BuildHeadlinePlot(const HeadlineTable& table, int index);
+// The colour of method number `method_index` ("#rrggbb", a 20-colour palette, cycling) and the
+// gnuplot point type of knob setting number `setting_index` of a method (filled shapes first).
+std::string MethodColor(int method_index);
+int SettingMarker(int setting_index);
+// gnuplot's warnings in its output (`text`): every line containing "warning:" (any case).
+std::vector<std::string> GnuplotWarnings(const std::string& text);
+
 // AR decode tokens/s vs. context length from the bench table (none when it is empty).
 std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
 

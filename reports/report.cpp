@@ -1,7 +1,8 @@
 // `specbed report`: loads a results database, computes per-case metrics (metrics/metrics.h),
 // builds the tables (constant columns hidden, llama-bench style) and writes report.md, index.html,
 // tables.tex and the gnuplot plots into the report directory (see report.h, reports/README.md).
-// Checked by: tests/reports/report_test.cpp and tests/reports/paper_report_test.cpp.
+// Checked by: tests/reports/report_test.cpp, tests/reports/paper_report_test.cpp and
+// tests/reports/headline_test.cpp.
 #include "reports/report.h"
 #include "reports/format.h"
 
@@ -11,9 +12,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
@@ -55,9 +60,10 @@ std::string DivergenceCell(const ExactMatch& e) {
   return StrCat(e.min_position, " (", Fixed(e.min_margin, 3), ")");
 }
 
-// Method knobs as shown: the JSON text, "none" for an empty object.
+// Method knobs as shown in the details table: short form "k=4,drafter=x", "none" for none.
 std::string Knobs(const std::string& json) {
-  return (json.empty() || json == "{}" || json == "null") ? "none" : json;
+  const std::string s = KnobsShort(json);
+  return s.empty() ? "none" : s;
 }
 
 std::string NowUtc() {
@@ -236,35 +242,10 @@ ReportTable RunsTable(const std::vector<ReportRun>& runs) {
   return t;
 }
 
-// Case labels for plots: method, knobs, and every other configuration column that varies in the
-// group (except T, which the plots show themselves). Made unique with the case id.
+// Case labels for plots and tables: the report-wide short labels (ShortCaseLabels).
 std::vector<std::string> CaseLabels(const ReportGroup& group) {
-  const ReportTable table = BuildCaseTable(group);
   std::vector<std::string> labels;
-  for (size_t r = 0; r < table.rows.size(); ++r) {
-    std::string label = group.cases[r].row.record.method;
-    const std::string knobs = Knobs(group.cases[r].row.record.method_knobs_json);
-    if (knobs != "none") label += " " + knobs;
-    for (size_t c = 0; c < table.columns.size(); ++c) {
-      const std::string& h = table.columns[c].header;
-      if (h == "method" || h == "knobs" || h == "T") continue;
-      if (std::find(kCaseConfigColumns.begin(), kCaseConfigColumns.end(), h) ==
-          kCaseConfigColumns.end()) {
-        continue;
-      }
-      label += " " + h + "=" + table.rows[r][c];
-    }
-    labels.push_back(label);
-  }
-  std::map<std::pair<std::string, double>, int> seen;
-  for (size_t r = 0; r < labels.size(); ++r) {
-    seen[{labels[r], group.cases[r].row.record.temperature}]++;
-  }
-  for (size_t r = 0; r < labels.size(); ++r) {
-    if (seen[{labels[r], group.cases[r].row.record.temperature}] > 1) {
-      labels[r] += StrCat(" (case ", group.cases[r].row.case_id, ")");
-    }
-  }
+  for (const CaseReport& c : group.cases) labels.push_back(c.label);
   return labels;
 }
 
@@ -286,7 +267,7 @@ void WriteTextFile(const std::string& path, const std::string& text) {
 
 constexpr const char* kCss = R"css(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+       max-width: 1500px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
@@ -305,6 +286,15 @@ figcaption { font-size: 0.85em; color: #555; }
 th.group { text-align: center; }
 td:not(.num) { overflow-wrap: anywhere; }
 tr.synthetic-row td { background: #fde0e0; }
+details > summary { cursor: pointer; }
+details > summary > h2 { display: inline; }
+details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
+details.provenance td { font-size: 0.85em; max-width: 40em; }
+.headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.headline-table { flex: 1 1 560px; }
+.headline-table td:first-child { overflow-wrap: normal; min-width: 10em; }
+.headline-chart { flex: 1 1 440px; margin: 0; max-width: 800px; }
+.slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
 )css";
 
 const std::vector<std::string> kConventions = {
@@ -354,6 +344,47 @@ const std::vector<std::string> kConventions = {
     "matching AR case).",
 };
 
+// Abbreviation of a knob name in a short label (ShortCaseLabels).
+std::string KnobAbbreviation(const std::string& key) {
+  static const std::map<std::string, std::string> kKnown = {
+      {"depth", "d"},       {"top_k", "k"},  {"total_tokens", "n"}, {"budget", "b"},
+      {"block_size", "bs"}, {"gamma", "g"},  {"width", "w"},        {"radius", "r"},
+      {"blocks", "blk"},    {"branch", "br"}};
+  const auto it = kKnown.find(key);
+  if (it != kKnown.end()) return it->second;
+  std::string out;
+  bool start = true;
+  for (char c : key) {
+    if (c == '_' || c == '-') {
+      start = true;
+    } else if (start) {
+      out += c;
+      start = false;
+    }
+  }
+  return out.empty() ? key : out;
+}
+
+// One knob as a label token: "d7", "greedy" / "no-greedy" for booleans, "drafter=stem" for
+// strings.
+std::string KnobToken(const std::string& key, const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? key : "no-" + key;  // full name: flags are rare
+  const std::string a = KnobAbbreviation(key);
+  if (v.is_number_integer()) return a + std::to_string(v.get<int64_t>());
+  if (v.is_number()) return a + General(v.get<double>());
+  if (v.is_string()) {
+    std::string text = v.get<std::string>();
+    const fs::path path(text);
+    if (text.find('/') != std::string::npos && !path.filename().empty()) {
+      text = path.filename().string();
+    }
+    return a + "=" + (text.empty() ? "\"\"" : text);
+  }
+  std::string dumped = v.dump();
+  std::replace(dumped.begin(), dumped.end(), '"', '\'');
+  return a + "=" + dumped;
+}
+
 }  // namespace
 
 bool ReportGroup::has_steps() const {
@@ -386,6 +417,91 @@ ReportTable HideConstantColumns(ReportTable table) {
       if (keep[c]) r.push_back(row[c]);
     }
     out.rows.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::CaseRow*>& cases) {
+  using Json = nlohmann::json;
+  std::vector<Json> knobs;
+  for (const auto* c : cases) {
+    Json j = Json::parse(c->record.method_knobs_json, nullptr, false);
+    knobs.push_back(j.is_object() ? j : Json::object());
+  }
+  // Knob keys whose value differs among the cases of one method (a missing key counts as null).
+  std::map<std::string, std::set<std::string>> varying;  // method -> keys
+  {
+    std::map<std::string, std::map<std::string, std::set<std::string>>> values;
+    std::map<std::string, int> count;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string& m = cases[i]->record.method;
+      ++count[m];
+      for (auto it = knobs[i].begin(); it != knobs[i].end(); ++it) values[m][it.key()];
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string& m = cases[i]->record.method;
+      for (auto& [key, seen] : values[m]) {
+        seen.insert(knobs[i].contains(key) ? knobs[i][key].dump() : "null");
+      }
+    }
+    for (auto& [m, keys] : values) {
+      for (auto& [key, seen] : keys) {
+        if (seen.size() > 1) varying[m].insert(key);
+      }
+    }
+  }
+  // Other configuration fields that differ among all the cases.
+  struct Field {
+    const char* name;
+    std::function<std::string(const CaseRecord&)> text;
+  };
+  const std::vector<Field> fields = {
+      {"threads", [](const CaseRecord& r) { return StrCat("t", r.threads); }},
+      {"dtype", [](const CaseRecord& r) { return r.dtype; }},
+      {"batch", [](const CaseRecord& r) { return StrCat("batch", r.batch_size); }},
+      {"seed", [](const CaseRecord& r) { return StrCat("seed", r.seed); }},
+      {"top_p", [](const CaseRecord& r) { return "top_p" + General(r.top_p); }},
+      {"top_k", [](const CaseRecord& r) { return StrCat("top_k", r.top_k); }},
+      {"max new", [](const CaseRecord& r) { return StrCat("max", r.max_new_tokens); }},
+      {"limit",
+       [](const CaseRecord& r) {
+         return r.prompt_limit < 0 ? std::string("all") : StrCat("limit", r.prompt_limit);
+       }},
+      {"categories",
+       [](const CaseRecord& r) {
+         return r.categories.empty() ? std::string("all") : r.categories;
+       }},
+      {"device", [](const CaseRecord& r) { return r.device; }},
+  };
+  std::vector<bool> field_varies(fields.size(), false);
+  for (size_t f = 0; f < fields.size(); ++f) {
+    std::set<std::string> seen;
+    for (const auto* c : cases) seen.insert(fields[f].text(c->record));
+    field_varies[f] = seen.size() > 1;
+  }
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CaseRecord& r = cases[i]->record;
+    std::string label = r.method;
+    for (const std::string& key : varying[r.method]) {
+      if (knobs[i].contains(key) && !knobs[i][key].is_null()) {
+        label += " " + KnobToken(key, knobs[i][key]);  // a missing knob is the method's default
+      }
+    }
+    for (size_t f = 0; f < fields.size(); ++f) {
+      if (field_varies[f]) label += " " + fields[f].text(r);
+    }
+    labels.push_back(label);
+  }
+  std::map<std::tuple<std::string, std::string, std::string, double>, int> seen;
+  auto key_of = [&](size_t i) {
+    const CaseRecord& r = cases[i]->record;
+    return std::make_tuple(labels[i], r.target, r.dataset, r.temperature);
+  };
+  for (size_t i = 0; i < cases.size(); ++i) seen[key_of(i)]++;
+  std::vector<std::string> out = labels;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (seen[key_of(i)] > 1) out[i] += StrCat(" #", cases[i]->case_id);
   }
   return out;
 }
@@ -453,12 +569,37 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
   for (int64_t run_id : store->ListRunIds()) {
     for (auto& b : store->LoadBench(run_id)) data.bench.push_back({run_id, std::move(b)});
   }
+  data.verify_curve = store->LoadBenchVerify();
+  // Labels and plot styles over every case of the report.
+  std::vector<const ResultsStore::CaseRow*> rows;
+  std::vector<CaseReport*> reports;
+  for (ReportGroup& g : data.groups) {
+    for (CaseReport& c : g.cases) {
+      rows.push_back(&c.row);
+      reports.push_back(&c);
+    }
+  }
+  const std::vector<std::string> labels = ShortCaseLabels(rows);
+  std::set<std::string> methods;
+  for (const CaseReport* c : reports) methods.insert(c->row.record.method);
+  std::map<std::string, std::vector<std::string>> settings;  // method -> labels, first seen first
+  for (size_t i = 0; i < reports.size(); ++i) {
+    CaseReport& c = *reports[i];
+    c.label = labels[i];
+    c.method_index =
+        static_cast<int>(std::distance(methods.begin(), methods.find(c.row.record.method)));
+    auto& known = settings[c.row.record.method];
+    auto it = std::find(known.begin(), known.end(), c.label);
+    if (it == known.end()) it = known.insert(known.end(), c.label);
+    c.setting_index = static_cast<int>(it - known.begin());
+  }
   return data;
 }
 
 ReportTable BuildCaseTable(const ReportGroup& group) {
   ReportTable t;
   t.columns.push_back({"case", true, false});
+  t.columns.push_back({"label", false, false});
   for (const auto& h : kCaseConfigColumns) {
     const bool numeric = h != "method" && h != "knobs" && h != "categories" && h != "dtype" &&
                          h != "device" && h != "timing";
@@ -491,6 +632,7 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
     const CaseMetrics& m = c.metrics;
     std::vector<std::string> row = {
         std::to_string(c.row.case_id),
+        c.label,
         std::to_string(c.row.run_id),
         IsSyntheticCase(r) ? r.method + " [" + kSyntheticMarker + "]" : r.method,
         Knobs(r.method_knobs_json),
@@ -553,6 +695,144 @@ ReportTable BuildBenchTable(const std::vector<BenchRow>& bench) {
          Fixed(r.ms_per_step > 0 ? 100.0 * r.other_ms_per_step / r.ms_per_step : kNoValue, 1)});
   }
   return HideConstantColumns(std::move(t));
+}
+
+namespace {
+
+// The verify-width ratio (forward of n new tokens / forward of one) of `target` at `n` tokens,
+// linear between measured widths; NaN when the curve has no rows for the target. Rows match
+// when their model is the target or a path whose file name is the target; the rows with the
+// given thread count are preferred, then the smallest context.
+double VerifyRatio(const std::vector<BenchVerifyRecord>& curve, const std::string& target,
+                   int64_t threads, double n, std::string* described) {
+  std::vector<const BenchVerifyRecord*> rows;
+  for (const BenchVerifyRecord& r : curve) {
+    if (r.model == target || fs::path(r.model).filename().string() == target) rows.push_back(&r);
+  }
+  if (rows.empty()) return kNoValue;
+  bool any_threads = false;
+  for (const auto* r : rows) any_threads = any_threads || r->threads == threads;
+  int64_t context = -1;
+  for (const auto* r : rows) {
+    if (any_threads && r->threads != threads) continue;
+    if (context < 0 || r->context_len < context) context = r->context_len;
+  }
+  std::vector<std::pair<double, double>> pts;
+  for (const auto* r : rows) {
+    if ((any_threads && r->threads != threads) || r->context_len != context) continue;
+    pts.push_back({static_cast<double>(r->n_query), r->ratio_to_one});
+  }
+  std::sort(pts.begin(), pts.end());
+  if (pts.empty()) return kNoValue;
+  if (described != nullptr) {
+    *described = StrCat("verify-width curve of ", rows[0]->model, " at context ", context, ", ",
+                        any_threads ? threads : rows[0]->threads, " thread(s)");
+  }
+  if (n <= pts.front().first) return pts.front().second;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (n <= pts[i].first) {
+      const double f = (n - pts[i - 1].first) / (pts[i].first - pts[i - 1].first);
+      return pts[i - 1].second + f * (pts[i].second - pts[i - 1].second);
+    }
+  }
+  return pts.back().second;  // beyond the curve: its last point (a lower bound)
+}
+
+}  // namespace
+
+std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
+  std::vector<HeadlineTable> out;
+  std::vector<std::pair<std::string, double>> keys;
+  std::map<std::pair<std::string, double>,
+           std::vector<std::pair<const ReportGroup*, const CaseReport*>>>
+      cases;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      if (c.is_ar) continue;
+      const auto key = std::make_pair(g.target, c.row.record.temperature);
+      if (!cases.count(key)) keys.push_back(key);
+      cases[key].push_back({&g, &c});
+    }
+  }
+  std::stable_sort(keys.begin(), keys.end());
+  for (const auto& key : keys) {
+    auto& list = cases[key];
+    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+      const double x = a.second->speedup.geomean, y = b.second->speedup.geomean;
+      if (std::isfinite(x) != std::isfinite(y)) return std::isfinite(x);
+      return std::isfinite(x) && x > y;
+    });
+    HeadlineTable h;
+    h.target = key.first;
+    h.temperature = key.second;
+    h.title = StrCat(key.first, " · T=", General(key.second));
+    ReportTable& t = h.table;
+    t.columns = {{"method", false, false}, {"dataset", false, true},
+                 {"τ", true, false},       {"speedup [95% CI]", true, false},
+                 {"T_D%", true, false},    {"exact match", true, false},
+                 {"case", true, false}};
+    bool no_curve = false;
+    for (const auto& [g, c] : list) {
+      const std::string spd =
+          std::isfinite(c->speedup.geomean)
+              ? Fixed(c->speedup.geomean, 2) + "× " + Interval2(c->speedup.geomean_ci)
+              : std::string(kNone);
+      t.rows.push_back(
+          {IsSyntheticCase(c->row.record) ? c->label + " [" + kSyntheticMarker + "]" : c->label,
+           g->dataset, Fixed(c->metrics.tau, 2), spd, Fixed(100.0 * c->metrics.draft_fraction, 1),
+           ExactMatchCell(c->exact_match), std::to_string(c->row.case_id)});
+      h.cases.push_back(c);
+      if (!(c->speedup.geomean < 1.0)) continue;
+      // Why: a step costs more AR-token times than it emits tokens.
+      const CaseReport* base = nullptr;
+      for (const CaseReport& o : g->cases) {
+        if (o.row.case_id == c->baseline_case_id) base = &o;
+      }
+      const CaseMetrics& m = c->metrics;
+      std::string note = StrCat(c->label, " (case ", c->row.case_id, ", ", g->dataset,
+                                "): ", Fixed(c->speedup.geomean, 2), "×");
+      if (base != nullptr && m.n_steps > 0 && base->metrics.decode_tokens_per_s > 0 &&
+          m.decode_ms > 0) {
+        const double step_ms = m.decode_ms / static_cast<double>(m.n_steps);
+        const double ar_ms = 1000.0 / base->metrics.decode_tokens_per_s;
+        note += StrCat(" — a step emits τ = ", Fixed(m.tau, 2), " tokens but takes ",
+                       Fixed(step_ms / ar_ms, 2), " AR-token times (", Fixed(step_ms, 3),
+                       " ms vs. ", Fixed(ar_ms, 3), " ms per AR token; drafting ",
+                       Fixed(100.0 * m.draft_fraction, 0), "%, verifying ",
+                       Fixed(100.0 * m.verify_fraction, 0), "%)");
+        std::string described;
+        const double width = m.drafted_per_step + 1.0;
+        const double ratio = VerifyRatio(data.verify_curve, c->row.record.target,
+                                         c->row.record.threads, width, &described);
+        if (std::isfinite(ratio)) {
+          note += StrCat("; verifying ", Fixed(width, 1), " tokens at once costs ", Fixed(ratio, 2),
+                         "× one token's forward (", described, ")");
+        } else {
+          no_curve = true;
+        }
+        note += ".";
+      } else {
+        note += " (no AR baseline or no steps recorded to explain it).";
+      }
+      h.slow_notes.push_back(note);
+    }
+    if (!h.slow_notes.empty()) {
+      h.slow_explanation =
+          "Speculation pays only when a step's τ tokens take less time than τ AR tokens (speedup "
+          "≈ τ ÷ the step's cost in AR-token times). Below 1× the drafting plus the wider verify "
+          "forward cost more than the tokens they save: the regime of a target whose forward is "
+          "cheap next to that work (a small model on a CPU; see Cost regime).";
+      if (no_curve) {
+        h.slow_explanation +=
+            StrCat(" The database has no verify-width curve of ", h.target,
+                   ": `specbed bench --verify-widths` measures how a forward's cost grows with the "
+                   "tokens it verifies.");
+      }
+    }
+    t = HideConstantColumns(std::move(t));
+    out.push_back(std::move(h));
+  }
+  return out;
 }
 
 // The conventions list for a report whose speedups are in `scope`.
@@ -715,6 +995,11 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     if (!stream_tables[i].tau.empty())
       stream_plots.push_back(BuildStreamPlot(stream_tables[i], static_cast<int>(i + 1)));
   }
+  const std::vector<HeadlineTable> headlines = BuildHeadlineTables(data);
+  std::vector<Plot> headline_plots(headlines.size());  // empty name: no chart
+  for (size_t i = 0; i < headlines.size(); ++i) {
+    headline_plots[i] = BuildHeadlinePlot(headlines[i], static_cast<int>(i + 1));
+  }
   Section bench_section;
   bench_section.heading = "Bench: AR decode speed (specbed bench)";
   if (!data.bench.empty()) {
@@ -724,6 +1009,9 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
 
   // Plots.
   std::vector<const Plot*> all_plots;
+  for (const auto& p : headline_plots) {
+    if (!p.name.empty()) all_plots.push_back(&p);
+  }
   for (const auto& s : sections) {
     for (const auto& p : s.plots) all_plots.push_back(&p);
   }
@@ -750,6 +1038,12 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       }
       const std::string error = RunGnuplot(found, out, script);
       if (!error.empty()) warn("gnuplot failed, some plots may be missing: " + error);
+      // gnuplot's own warnings (it exits 0 after them) are report warnings too.
+      if (error.empty() && fs::exists(out + "/gnuplot.log", ec)) {
+        for (const std::string& w : GnuplotWarnings(ReadFileToString(out + "/gnuplot.log"))) {
+          warn(StrCat("gnuplot: ", w, " (see ", out, "/gnuplot.log)"));
+        }
+      }
       for (const Plot* p : all_plots) {
         const std::string png = out + "/" + p->name + ".png";
         if (IsPng(png) && fs::exists(out + "/" + p->name + ".svg", ec)) {
@@ -801,16 +1095,27 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
      << "\n\n";
   if (!synthetic_banner.empty()) md << "> **" << MdCell(synthetic_banner) << "**\n\n";
   for (const auto& w : result.warnings) md << "> **Warning:** " << MdCell(w) << "\n\n";
-  md << "## Provenance\n\n";
-  if (data.runs.empty()) {
-    md << "No runs recorded.\n\n";
-  } else {
-    md << MarkdownTable(RunsTable(data.runs)) << "\n";
-  }
-  md << "## Conventions\n\n";
-  for (const auto& c : conventions) md << "- " << c << "\n";
-  md << "\n";
   if (sections.empty()) md << "No cases recorded.\n\n";
+  if (!headlines.empty()) {
+    md << "## Headline\n\n"
+       << "Per target and temperature, every speculative case, best speedup first: speedup = "
+          "geometric mean over answers of method decode tok/s ÷ AR's, with its 95% bootstrap CI "
+          "over prompts; τ = tokens per verify step; T_D% = drafting share of decode time; exact "
+          "match = answers identical to AR's.\n\n";
+    for (size_t i = 0; i < headlines.size(); ++i) {
+      const HeadlineTable& h = headlines[i];
+      md << "### " << h.title << "\n\n" << MarkdownTable(h.table) << "\n";
+      const Plot& p = headline_plots[i];
+      if (!p.name.empty() && plotted.count(p.name)) {
+        md << "![" << p.title << "](" << p.name << ".png)\n\n";
+      }
+      if (!h.slow_notes.empty()) {
+        md << "**Why some speedups are below 1×:** " << MdCell(h.slow_explanation) << "\n\n";
+        for (const auto& n : h.slow_notes) md << "- " << MdCell(n) << "\n";
+        md << "\n";
+      }
+    }
+  }
   if (!cost_notes.empty()) {
     md << "## Cost regime\n\n";
     for (const auto& n : cost_notes) md << "- " << MdCell(n) << "\n";
@@ -860,6 +1165,15 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     md << "## " << bench_section.heading << "\n\n" << MarkdownTable(bench_section.table) << "\n";
     md_plots(bench_section.plots);
   }
+  md << "## Provenance\n\n";
+  if (data.runs.empty()) {
+    md << "No runs recorded.\n\n";
+  } else {
+    md << MarkdownTable(RunsTable(data.runs)) << "\n";
+  }
+  md << "## Conventions\n\n";
+  for (const auto& c : conventions) md << "- " << c << "\n";
+  md << "\n";
 
   // HTML.
   std::ostringstream html;
@@ -875,16 +1189,33 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   for (const auto& w : result.warnings) {
     html << "<p class=\"warning\"><b>Warning:</b> " << HtmlEscape(w) << "</p>\n";
   }
-  html << "<h2>Provenance</h2>\n";
-  if (data.runs.empty()) {
-    html << "<p>No runs recorded.</p>\n";
-  } else {
-    html << HtmlTable(RunsTable(data.runs));
-  }
-  html << "<h2>Conventions</h2>\n<ul>\n";
-  for (const auto& c : conventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
-  html << "</ul>\n";
   if (sections.empty()) html << "<p>No cases recorded.</p>\n";
+  if (!headlines.empty()) {
+    html << "<h2 id=\"headline\">Headline</h2>\n<p class=\"constants\">Best speedup first. "
+            "Speedup = geometric mean over answers of method ÷ AR decode tok/s [95% bootstrap CI "
+            "over prompts]; τ = tokens per verify step; T_D% = drafting share of decode time; "
+            "exact match = answers identical to AR's (Conventions at the end).</p>\n";
+    for (size_t i = 0; i < headlines.size(); ++i) {
+      const HeadlineTable& h = headlines[i];
+      // Title, then the chart and the table side by side (the chart first when they wrap).
+      html << "<h3>" << HtmlEscape(h.title) << "</h3>\n<div class=\"headline\">";
+      const Plot& p = headline_plots[i];
+      if (!p.name.empty() && plotted.count(p.name)) {
+        html << "<figure class=\"headline-chart\"><img src=\"" << HtmlEscape(p.name)
+             << ".png\" alt=\"" << HtmlEscape(p.title) << "\"><figcaption>" << HtmlEscape(p.caption)
+             << " (<a href=\"" << HtmlEscape(p.name) << ".svg\">SVG</a>)</figcaption></figure>\n";
+        result.images.push_back(p.name + ".png");
+      }
+      html << "<div class=\"headline-table\">" << HtmlTable(h.table) << "</div>\n";
+      html << "</div>\n";
+      if (!h.slow_notes.empty()) {
+        html << "<div class=\"slow-note\"><b>Why some speedups are below 1×:</b> "
+             << HtmlEscape(h.slow_explanation) << "<ul>\n";
+        for (const auto& n : h.slow_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
+        html << "</ul></div>\n";
+      }
+    }
+  }
   if (!cost_notes.empty()) {
     html << "<h2 id=\"cost-regime\">Cost regime</h2>\n<ul>\n";
     for (const auto& n : cost_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
@@ -947,7 +1278,16 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
          << HtmlTable(bench_section.table);
     html_plots(bench_section.plots);
   }
-  html << "</body>\n</html>\n";
+  html
+      << "<details id=\"provenance\" class=\"provenance\"><summary><h2>Provenance</h2></summary>\n";
+  if (data.runs.empty()) {
+    html << "<p>No runs recorded.</p>\n";
+  } else {
+    html << HtmlTable(RunsTable(data.runs));
+  }
+  html << "</details>\n<details id=\"conventions\"><summary><h2>Conventions</h2></summary>\n<ul>\n";
+  for (const auto& c : conventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
+  html << "</ul>\n</details>\n</body>\n</html>\n";
 
   result.report_md = out + "/report.md";
   result.index_html = out + "/index.html";

@@ -8,7 +8,8 @@
 // Metric definitions: metrics/metrics.h and reports/README.md.
 // Checked by: tests/reports/report_test.cpp (synthetic databases with AR and a fake speculative
 // method, with and without gnuplot), tests/reports/paper_report_test.cpp (paper-layout tables,
-// LaTeX, figures, paper vs measured, synthetic banner, headless-browser rendering).
+// LaTeX, figures, paper vs measured, synthetic banner, headless-browser rendering),
+// tests/reports/headline_test.cpp (short labels, headline tables, below-1x notes, section order).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +76,13 @@ struct CaseReport {
   bool baseline_same_run = false;  // the baseline comes from the case's own run
   Speedup speedup;                 // NaN fields when there is no baseline (with bootstrap CIs)
   ExactMatch exact_match;          // outputs vs. the baseline's; empty without a baseline
+  // Short human label (ShortCaseLabels over every case of the report, e.g. "eagle3 d7 k10 n60"),
+  // used by the headline and stream tables and every plot.
+  std::string label;
+  // Plot style: one colour per method (index into the report's sorted methods) and one marker
+  // per setting of that method (index of its label among the method's labels, report order).
+  int method_index = 0;
+  int setting_index = 0;
 };
 
 struct ReportGroup {
@@ -95,13 +103,45 @@ struct ReportData {
   std::vector<ReportRun> runs;
   std::vector<ReportGroup> groups;  // one per (target, dataset), in order of first appearance
   std::vector<BenchRow> bench;
-  SpeedupScope scope = SpeedupScope::kDecode;  // of every speedup in it
+  std::vector<BenchVerifyRecord> verify_curve;  // `specbed bench --verify-widths` rows (any run)
+  SpeedupScope scope = SpeedupScope::kDecode;   // of every speedup in it
 };
 
 // Reads everything the report needs. Fails (specbed::Error naming the path) when `db_path` is
 // missing or not a SpecBed results database; the database is opened read-only. Speedups are
 // computed in `scope`.
 ReportData LoadReportData(const std::string& db_path, SpeedupScope scope = SpeedupScope::kDecode);
+
+// Short human labels for cases, one per entry of `cases` (same order): the method, then every
+// method knob whose value differs among the given cases of that method, abbreviated ("depth" d,
+// "top_k" k, "total_tokens" n, "budget" b, "block_size" bs, "gamma" g, "width" w; other keys by
+// the initials of their words, osd_lr -> ol) and written with its value ("d7"; a boolean as
+// "name" / "no-name"; a string as "abbrev=file name" of a path; a case without the knob shows
+// nothing for it: the method's default), then every other configuration field
+// that differs among the given cases (threads "t4", dtype, batch "batch4", seed, top_p, top_k,
+// max new, limit, categories, device). Temperature, target and dataset are not part of a label
+// (tables and plots show them). Two cases with the same label and the same target, dataset and
+// temperature get " #case_id" appended.
+std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::CaseRow*>& cases);
+
+// The headline of the report: per (target, temperature) one row per speculative case (dataset
+// shown when the target has several) with its label, τ, speedup [95% CI], T_D% and exact match,
+// ordered by speedup (best first); AR cases are the baseline and have no row.
+struct HeadlineTable {
+  std::string target;
+  double temperature = 0;
+  std::string title;  // "target · T=0"
+  ReportTable table;
+  std::vector<const CaseReport*> cases;  // one per row
+  // Sentences explaining speedups below 1 (the cost regime): per such case the measured step time
+  // in AR-token times and, when the database has a verify-width curve for the target, the cost of
+  // verifying the case's tokens per step relative to one token.
+  std::vector<std::string> slow_notes;
+  // Said once above those notes: why a step can cost more than the tokens it saves (and, when the
+  // database has no verify-width curve of the target, how to measure one). "" without notes.
+  std::string slow_explanation;
+};
+std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data);
 
 // The per-case table of one group (constant configuration columns already hidden).
 ReportTable BuildCaseTable(const ReportGroup& group);

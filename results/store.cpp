@@ -255,6 +255,57 @@ ALTER TABLE steps ADD COLUMN n_rolled_back INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE steps ADD COLUMN n_draft_generated INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE samples ADD COLUMN paired_ar_prefill_ms REAL;
 )sql",
+    // 6 -> 7: read-only views with the point estimates of `specbed summary` (decode scope): each
+    // case's AR baseline (metrics FindArBaseline / SameWorkload), the per-answer speedup terms
+    // (paired AR run when recorded, else the baseline's answer to the same prompt and turn), and
+    // per case decode tok/s, τ and the speedup (geometric mean of the terms, and the ratio of
+    // totals). Intervals stay in `specbed summary` / `specbed export`.
+    R"sql(
+-- The same-run match first: other runs' case ids are offset by 2^62 inside min() (SQLite does not
+-- let a subquery's ORDER BY name the outer row).
+CREATE VIEW case_baseline AS
+SELECT m.case_id,
+       (SELECT min(CASE WHEN a.run_id = m.run_id THEN a.case_id
+                        ELSE a.case_id + 4611686018427387904 END) % 4611686018427387904
+        FROM cases a
+        WHERE a.method = 'ar' AND a.case_id <> m.case_id AND a.target = m.target
+          AND a.dataset = m.dataset AND a.categories = m.categories
+          AND a.prompt_limit = m.prompt_limit AND a.temperature = m.temperature
+          AND a.top_p = m.top_p AND a.top_k = m.top_k AND a.seed = m.seed
+          AND a.max_new_tokens = m.max_new_tokens AND a.batch_size = m.batch_size
+          AND a.dtype = m.dtype AND a.device = m.device AND a.threads = m.threads
+          AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt'))) AS baseline_case_id
+FROM cases m WHERE m.method <> 'ar';
+CREATE VIEW answer_speedup AS
+WITH terms AS (
+  SELECT s.case_id, s.prompt_id, s.turn, s.paired_ar_output_tokens IS NOT NULL AS paired,
+         max(s.n_output_tokens - 1, 0) AS method_tokens, s.decode_ms AS method_ms,
+         CASE WHEN s.paired_ar_output_tokens IS NOT NULL
+              THEN max(s.paired_ar_output_tokens - 1, 0) ELSE max(a.n_output_tokens - 1, 0)
+         END AS ar_tokens,
+         CASE WHEN s.paired_ar_output_tokens IS NOT NULL THEN s.paired_ar_decode_ms
+              ELSE a.decode_ms END AS ar_ms
+  FROM samples s JOIN cases c ON c.case_id = s.case_id AND c.method <> 'ar'
+  LEFT JOIN case_baseline b ON b.case_id = s.case_id
+  LEFT JOIN samples a ON s.paired_ar_output_tokens IS NULL AND a.case_id = b.baseline_case_id
+                     AND a.prompt_id = s.prompt_id AND a.turn = s.turn)
+SELECT case_id, prompt_id, turn, paired, method_tokens, method_ms, ar_tokens, ar_ms,
+       (method_tokens * 1.0 / method_ms) / (ar_tokens * 1.0 / ar_ms) AS ratio
+FROM terms
+WHERE method_ms > 0 AND ar_ms > 0 AND method_tokens > 0 AND ar_tokens > 0;
+CREATE VIEW case_summary AS
+SELECT c.case_id, c.run_id, c.method, c.method_knobs_json, c.target, c.dataset, c.temperature,
+       (SELECT sum(max(n_output_tokens - 1, 0)) * 1000.0 / nullif(sum(decode_ms), 0)
+        FROM samples WHERE case_id = c.case_id) AS decode_tok_per_s,
+       (SELECT sum(n_emitted) * 1.0 / nullif(count(*), 0) FROM steps WHERE case_id = c.case_id)
+         AS tau,
+       b.baseline_case_id,
+       (SELECT exp(avg(ln(ratio))) FROM answer_speedup WHERE case_id = c.case_id) AS speedup,
+       (SELECT (sum(method_tokens) * 1.0 / sum(method_ms)) / (sum(ar_tokens) * 1.0 / sum(ar_ms))
+        FROM answer_speedup WHERE case_id = c.case_id) AS speedup_total_ratio,
+       (SELECT count(*) FROM answer_speedup WHERE case_id = c.case_id) AS n_matched
+FROM cases c LEFT JOIN case_baseline b ON b.case_id = c.case_id;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");

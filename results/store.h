@@ -27,7 +27,10 @@ namespace specbed {
 // paired_ar_output_tokens / paired_ar_first.
 // Version 5 added bench.weight_bytes / bandwidth_gb_s / roofline_fraction / blas_core and the
 // `specbed bench` tables bench_verify (verify-width curve) and bench_bandwidth (STREAM).
-inline constexpr int kResultsSchemaVersion = 6;
+// Version 6 added the parallel-decoder step columns and samples.paired_ar_prefill_ms.
+// Version 7 added the views case_baseline, answer_speedup and case_summary (summary's point
+// estimates in SQL; no table changes).
+inline constexpr int kResultsSchemaVersion = 7;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {

@@ -1,6 +1,7 @@
 // Progress display (TTY bar or periodic plain lines).
 #include "harness/base/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -22,7 +23,37 @@ std::string FormatSeconds(double s) {
   return buf;
 }
 
+// Columns of the terminal behind `out` (TIOCGWINSZ), else $COLUMNS, else 0 (unknown: no cut).
+int DetectWidth(FILE* out) {
+  winsize ws{};
+  if (isatty(fileno(out)) && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    return ws.ws_col;
+  }
+  const char* env = std::getenv("COLUMNS");
+  if (env != nullptr && *env != '\0') {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return 0;
+}
+
 }  // namespace
+
+std::string FitToWidth(const std::string& line, int columns) {
+  if (columns <= 0) return line;
+  size_t n = 0;
+  for (unsigned char c : line) n += (c & 0xC0) != 0x80;
+  if (n <= static_cast<size_t>(columns)) return line;
+  // Keep columns - 1 code points, then "…".
+  size_t kept = 0, at = 0;
+  for (; at < line.size(); ++at) {
+    if ((static_cast<unsigned char>(line[at]) & 0xC0) != 0x80) {
+      if (kept == static_cast<size_t>(columns - 1)) break;
+      ++kept;
+    }
+  }
+  return line.substr(0, at) + "…";
+}
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, FILE* out)
     : label_(std::move(label)),
@@ -32,6 +63,7 @@ ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, FIL
       start_us_(NowMicros()) {
   const char* ci = std::getenv("CI");
   interactive_ = isatty(fileno(out_)) && (ci == nullptr || *ci == '\0');
+  width_ = DetectWidth(out_);
 }
 
 ProgressBar::~ProgressBar() {
@@ -72,10 +104,15 @@ void ProgressBar::Draw(bool final_line) {
     const int filled = static_cast<int>(width * static_cast<double>(done_) / total_);
     bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
   }
-  std::fprintf(out_, "%s%s: %s%s %s, %.1f %s/s, elapsed %s, eta %s%s%s", interactive_ ? "\r" : "",
-               label_.c_str(), bar.c_str(), counts, unit_.c_str(), rate, unit_.c_str(),
-               FormatSeconds(elapsed).c_str(), final_line ? "0m00s" : FormatSeconds(eta).c_str(),
-               note_.empty() ? "" : "  ", note_.c_str());
+  char head[512];
+  std::snprintf(head, sizeof(head), "%s: %s%s %s, %.1f %s/s, elapsed %s, eta %s", label_.c_str(),
+                bar.c_str(), counts, unit_.c_str(), rate, unit_.c_str(),
+                FormatSeconds(elapsed).c_str(), final_line ? "0m00s" : FormatSeconds(eta).c_str());
+  std::string line = head;
+  if (!note_.empty()) line += "  " + note_;
+  // One column less than the terminal: a line exactly as wide as the terminal wraps on some.
+  line = FitToWidth(line, width_ > 1 ? width_ - 1 : width_);
+  std::fprintf(out_, "%s%s", interactive_ ? "\r" : "", line.c_str());
   if (interactive_) {
     std::fputs(final_line ? "\n" : "\033[K", out_);
   } else {

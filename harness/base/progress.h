@@ -1,6 +1,8 @@
 // Progress display for long runs on stderr. When stderr is a TTY (and $CI is unset) it draws a
 // bar redrawn in place with '\r' (throttled to ~10 Hz) with rate and ETA; otherwise it prints a
-// plain line at most every `plain_interval_s` seconds, so logs of CI jobs stay readable.
+// plain line at most every `plain_interval_s` seconds, so logs of CI jobs stay readable. Lines are
+// cut to the terminal width (the TTY's columns, else $COLUMNS when set; no cut otherwise), ending
+// in "…", so a long status (a case label with its knobs) never wraps.
 // Checked by: tests/base/progress_test.cpp (plain mode output).
 #pragma once
 
@@ -24,6 +26,8 @@ class ProgressBar {
   // Overrides TTY detection (tests).
   void set_interactive(bool interactive) { interactive_ = interactive; }
   void set_plain_interval_s(double seconds) { plain_interval_s_ = seconds; }
+  // Overrides the detected line width in columns (tests); 0 = no cut.
+  void set_width(int columns) { width_ = columns; }
 
  private:
   void Draw(bool final_line);
@@ -39,6 +43,11 @@ class ProgressBar {
   bool interactive_;
   bool finished_ = false;
   double plain_interval_s_ = 10.0;
+  int width_ = 0;  // columns a line may take (0 = no cut)
 };
+
+// `line` cut to at most `columns` display columns (UTF-8 code points), the last one "…" when cut;
+// unchanged when it fits or `columns` <= 0.
+std::string FitToWidth(const std::string& line, int columns);
 
 }  // namespace specbed

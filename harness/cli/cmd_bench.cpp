@@ -4,7 +4,10 @@
 // bandwidth measured at the same thread count, over the forward time). Optionally the
 // verify-width curve (--verify-widths: forward time of n new tokens after the context, median of
 // reps, and its ratio to n = 1). Each row is written to the results store (tables bench,
-// bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown.
+// bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown, so an
+// interrupted bench keeps its rows. Every combination (context + tokens and verify widths within
+// each model's max_seq_len, batch >= 1, context >= 0, known dtypes) is validated before the first
+// measurement. A progress display (one unit per measured row) goes to stderr unless -q.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -16,6 +19,8 @@
 #include <random>
 
 #include "harness/base/error.h"
+#include "harness/base/names.h"
+#include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
@@ -27,6 +32,12 @@
 
 namespace specbed::cli {
 namespace {
+
+std::string Fixed1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
 
 struct BenchOptions {
   std::vector<std::string> models = {"stories260K"};
@@ -40,6 +51,7 @@ struct BenchOptions {
   std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
   int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
   int64_t gemv_max_rows = -1;  // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
+  bool quiet = false;          // no progress display on stderr
 };
 
 struct Timing {
@@ -82,6 +94,37 @@ void RunBench(const BenchOptions& o) {
   for (int t : o.threads) SPECBED_CHECK(t >= 1, "bench: --threads must be >= 1, got ", t);
   SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
                 o.bandwidth_mib);
+  // Every combination is checked before anything is measured: a context that cannot fit a model
+  // fails now, naming every such combination, instead of after the first rows.
+  {
+    std::vector<std::string> bad;
+    for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
+    for (int64_t b : o.batches) {
+      if (b < 1) bad.push_back(StrCat("batch ", b, " (must be >= 1)"));
+    }
+    for (int64_t c : o.contexts) {
+      if (c < 0) bad.push_back(StrCat("context ", c, " (must be >= 0)"));
+    }
+    int64_t max_width = 1;
+    for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
+    for (const auto& model_name : o.models) {
+      const LoadedTarget probe = LoadModel(model_name, ParseDtype(o.dtypes.front()));
+      const int64_t max_seq = probe.model->config().max_seq_len;
+      for (int64_t context : o.contexts) {
+        const int64_t prefill = std::max<int64_t>(1, context);
+        if (prefill + o.tokens + 1 > max_seq) {
+          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + ", o.tokens,
+                               " tokens + 1 > max_seq_len ", max_seq));
+        }
+        if (!o.verify_widths.empty() && prefill + max_width > max_seq) {
+          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + verify width ",
+                               max_width, " > max_seq_len ", max_seq));
+        }
+      }
+    }
+    SPECBED_CHECK(bad.empty(), "bench: ", bad.size(),
+                  " combination(s) cannot run (nothing was measured): ", Join(bad, "; "));
+  }
   SetGemvMaxRows(o.gemv_max_rows);
   const std::string blas_core = BlasCoreName();
 
@@ -145,6 +188,15 @@ void RunBench(const BenchOptions& o) {
       "\n| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
       "other ms | other %% | weight MB | roofline |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // Progress on stderr (the table goes to stdout): one unit per measured combination.
+  std::unique_ptr<ProgressBar> progress;
+  if (!o.quiet) {
+    progress = std::make_unique<ProgressBar>(
+        "bench",
+        static_cast<int64_t>(o.models.size() * o.dtypes.size() * o.threads.size() *
+                             o.batches.size() * o.contexts.size()),
+        "row");
+  }
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name));
@@ -218,6 +270,11 @@ void RunBench(const BenchOptions& o) {
               store->WriteBench(run_id, {row});
               ++n_stored;
             }
+            if (progress) {
+              progress->Advance(1,
+                                StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch,
+                                       " ctx=", context, ": ", Fixed1(row.tokens_per_s), " tok/s"));
+            }
             if (!o.verify_widths.empty() && batch == 1) {
               const std::vector<VerifyWidthPoint> curve =
                   MeasureVerifyWidthCurve(model, context, o.verify_widths, o.reps);
@@ -245,6 +302,7 @@ void RunBench(const BenchOptions& o) {
       }
     }
   }
+  if (progress) progress->Finish();
   if (!verify_rows.empty()) {
     std::printf(
         "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 "
@@ -271,7 +329,7 @@ void AddBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd =
       app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
-  cmd->add_option("-m,--model", o->models, "Models (comma-separated or repeated)")
+  cmd->add_option("-m,--model,--target", o->models, "Models (comma-separated or repeated)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
@@ -284,7 +342,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("-n,--tokens", o->tokens, "Decode steps per measurement")->capture_default_str();
+  cmd->add_option("-n,--tokens,--max-new-tokens", o->tokens, "Decode steps per measurement")
+      ->capture_default_str();
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
       ->capture_default_str();
@@ -301,6 +360,7 @@ void AddBenchCommand(CLI::App& app) {
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
+  cmd->add_flag("-q,--quiet,--no-progress", o->quiet, "No progress display on stderr");
   cmd->callback([o] { RunBench(*o); });
 }
 

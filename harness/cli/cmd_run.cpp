@@ -18,7 +18,7 @@ void AddRunCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--no-progress", o->no_progress, "Do not show progress on stderr");
+  cmd->add_flag("-q,--quiet,--no-progress", o->no_progress, "Do not show progress on stderr");
   cmd->callback([o] { RunSweepFile(*o); });
 }
 

@@ -1,11 +1,14 @@
 // `specbed slurm FILE --shards N [...]`: prints a Slurm job-array script (sbatch) whose task i
 // runs `specbed sweep FILE --shard i/N --output DIR/shard_i.db`, with the `specbed merge` command
 // to run afterwards in a comment. Slurm schedules; SpecBed only shards (a case goes to shard
-// hash(case key) % N) and merges. The sweep is expanded first, so a bad file fails here.
+// hash(case key) % N) and merges. The sweep is expanded first, so a bad file fails here. The
+// --output-dir folder is created here (Slurm opens each task's log there before the task runs)
+// and the #SBATCH --output log path is absolute.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <string>
@@ -76,12 +79,21 @@ void RunSlurm(const SlurmOptions& o) {
   s += "#SBATCH --ntasks=1\n";
   s += "#SBATCH --cpus-per-task=" + std::to_string(o.cpus) + "\n";
   if (o.gpus > 0) s += "#SBATCH --gres=gpu:" + std::to_string(o.gpus) + "\n";
-  s += "#SBATCH --output=" + dir + "/slurm_%A_%a.log\n";
+  // Slurm opens the log before the script runs: the folder must exist at submission (created
+  // below), and an absolute path makes the log land there whatever directory sbatch runs in.
+  const std::string log_dir = std::filesystem::path(o.output_dir).is_absolute()
+                                  ? o.output_dir
+                                  : (std::filesystem::path(cwd) / o.output_dir).string();
+  s += "#SBATCH --output=" + log_dir + "/slurm_%A_%a.log\n";
   s += "set -euo pipefail\n";
   s += "cd " + ShellWord(cwd) + "\n";
   s += "mkdir -p " + dir + "\n";
   s += specbed + " sweep " + ShellWord(o.config) + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n +
        "\" --output " + dir + "/\"shard_${SLURM_ARRAY_TASK_ID}.db\" --no-progress\n";
+  std::error_code ec;
+  std::filesystem::create_directories(o.output_dir, ec);
+  SPECBED_CHECK(!ec, "slurm: cannot create --output-dir '", o.output_dir,
+                "' (the job array's logs and shard databases go there): ", ec.message());
   std::fwrite(s.data(), 1, s.size(), stdout);
 }
 

@@ -4,6 +4,7 @@
 // skipped), with a progress line (cases done/total, ETA). RunSweepFile is shared with `run`.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "harness/base/error.h"
@@ -64,6 +65,13 @@ void RunSweepFile(const SweepFileOptions& o) {
     for (const CaseConfig& c : cases) std::printf("%s  %s\n", c.Key().c_str(), c.Label().c_str());
     return;
   }
+  // The default output (results/run.db: no -o, no "output" in the config) gets its folder
+  // created; an explicit output's folder must exist (a typo is not silently created).
+  if (o.output.empty() && config.base.output == RunConfig().output) {
+    const std::filesystem::path parent = std::filesystem::path(config.base.output).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
   auto store = ResultsStore::Open(config.base.output);
   RunnerOptions options;
   options.show_progress = !o.no_progress;
@@ -97,7 +105,7 @@ void AddSweepCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--no-progress", o->no_progress, "Do not show progress on stderr");
+  cmd->add_flag("-q,--quiet,--no-progress", o->no_progress, "Do not show progress on stderr");
   cmd->callback([o] { RunSweepFile(*o); });
 }
 

@@ -22,6 +22,7 @@ void AddListCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddReportCommand(CLI::App& app);
 void AddSummaryCommand(CLI::App& app);
+void AddExportCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
 // The shared training-loop flags (--steps, --batch, --lr, ..., --resume, --restart,
 // --stop-after, --quiet; methods/common/train/train_loop.h) on `cmd` (cmd_train.cpp).

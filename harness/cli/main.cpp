@@ -1,6 +1,8 @@
 // specbed: the command-line entry point. Subcommands live in cmd_*.cpp.
 // Exit codes: 0 success; 1 a specbed error (bad input, unknown name, database trouble; the
-// message says which input and what was expected); CLI11's codes (>= 100) for usage errors.
+// message says which input and what was expected); CLI11's codes (>= 100) for usage errors. An
+// unknown option is named with the nearest option of its subcommand ("--modle": did you mean
+// "--model"?). Checked by: tests/cli/cli_test.cpp (CliFlags.*).
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddBenchCommand(app);
   specbed::cli::AddReportCommand(app);
   specbed::cli::AddSummaryCommand(app);
+  specbed::cli::AddExportCommand(app);
   specbed::cli::AddTrainCommand(app);
   specbed::cli::AddRegenCommand(app);
   specbed::cli::AddSweepCommand(app);
@@ -47,6 +50,37 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    // Unknown options: name the nearest option of the subcommand ("--modle" -> "--model").
+    const CLI::App* sub = nullptr;
+    if (argc > 1) {
+      for (const CLI::App* s : app.get_subcommands({})) {
+        if (s->get_name() == argv[1]) sub = s;
+      }
+    }
+    bool suggested = false;
+    if (sub != nullptr) {
+      std::vector<std::string> known;
+      for (const CLI::Option* opt : sub->get_options()) {
+        for (const std::string& n : opt->get_lnames()) known.push_back("--" + n);
+      }
+      for (int i = 2; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg.rfind("--", 0) != 0 || arg == "--") continue;
+        arg = arg.substr(0, arg.find('='));
+        if (std::find(known.begin(), known.end(), arg) != known.end()) continue;
+        const std::string near = specbed::NearestName(arg, known);
+        const std::string hint = near.empty() ? "" : "; did you mean '" + near + "'?";
+        std::fprintf(stderr, "specbed %s: error: unknown option '%s'%s\n", argv[1], arg.c_str(),
+                     hint.c_str());
+        suggested = true;
+      }
+    }
+    if (suggested) {
+      std::fprintf(stderr, "Run 'specbed %s --help' for its options.\n", argv[1]);
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const specbed::Error& e) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "harness/base/paths.h"
 
 namespace specbed {
 namespace {
@@ -191,6 +193,71 @@ std::vector<std::string> MatcherMethods(const Json& matcher) {
   return out;
 }
 
+// ---- Config-relative input paths ----------------------------------------------------------------
+
+// A relative input path written in a config: tried in the config file's folder, then in the
+// SpecBed home (SpecBedHome). Kept as written when neither holds it (a registry name such as
+// "stories260K-draft", or a missing path that then fails with its own message), and when the
+// found file is the one the text already names from the working directory (so the case keys of
+// runs started from the SpecBed tree do not change).
+std::string ResolveInputPath(const std::string& value, const std::filesystem::path& config_dir) {
+  namespace fs = std::filesystem;
+  if (value.empty() || value == "auto") return value;
+  const fs::path given(value);
+  if (given.is_absolute()) return value;
+  std::error_code ec;
+  for (const fs::path& base : {config_dir, fs::path(SpecBedHome())}) {
+    const fs::path candidate = base / given;
+    if (!fs::exists(candidate, ec)) continue;
+    if (fs::exists(given, ec) && fs::equivalent(given, candidate, ec)) return value;
+    return candidate.lexically_normal().string();
+  }
+  return value;
+}
+
+void ResolveStrings(Json& v, const std::filesystem::path& dir) {
+  if (v.is_string()) {
+    v = ResolveInputPath(v.get<std::string>(), dir);
+  } else if (v.is_array()) {
+    for (Json& e : v) {
+      if (e.is_string()) e = ResolveInputPath(e.get<std::string>(), dir);
+    }
+  }
+}
+
+// Resolves the input paths of a run/sweep config in place: targets, dataset names, and the
+// method knobs the registry flags as drafter/model knobs (MethodKnob::drafter_family: drafter,
+// head, predictor). Outputs stay relative to the working directory.
+void ResolveConfigPaths(Json& config, const std::string& config_path) {
+  if (!config.is_object()) return;
+  std::filesystem::path dir = std::filesystem::path(config_path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (config.contains("targets")) ResolveStrings(config["targets"], dir);
+  if (config.contains("datasets") && config["datasets"].is_array()) {
+    for (Json& d : config["datasets"]) {
+      if (d.is_string()) {
+        ResolveStrings(d, dir);
+      } else if (d.is_object() && d.contains("name")) {
+        ResolveStrings(d["name"], dir);
+      }
+    }
+  }
+  if (!config.contains("methods") || !config["methods"].is_array()) return;
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  for (Json& m : config["methods"]) {
+    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("knobs") ||
+        !m["knobs"].is_object() || !registry.Has(m["name"].get<std::string>())) {
+      continue;
+    }
+    for (const MethodKnob& k : registry.Info(m["name"].get<std::string>()).knobs) {
+      if (!k.drafter_family.empty() && m["knobs"].contains(k.name)) {
+        ResolveStrings(m["knobs"][k.name], dir);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool LooksLikeKnobRange(const std::string& text) {
@@ -327,6 +394,7 @@ SweepConfig LoadSweepConfig(const std::string& path) {
   } catch (const Json::parse_error& e) {
     Fail("config '", path, "' is not valid JSON: ", e.what());
   }
+  ResolveConfigPaths(json, path);
   return ParseSweepConfig(json, path);
 }
 

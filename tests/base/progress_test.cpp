@@ -1,4 +1,5 @@
-// Tests for the progress display in plain (non-TTY) mode, which is what CI logs see.
+// Tests for the progress display in plain (non-TTY) mode, which is what CI logs see, and the
+// cut of long lines to the terminal width.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -48,6 +49,39 @@ TEST(Progress, PlainModeThrottlesLines) {
   int lines = 0;
   for (char c : out) lines += c == '\n';
   EXPECT_LE(lines, 2) << out;  // at most the first and the final line
+}
+
+// Lines fit the width: a long status (a case label with JSON knobs, ~250 characters) is cut to
+// width - 1 columns ending in "…"; short lines and width 0 are unchanged.
+TEST(Progress, LinesAreCutToTheTerminalWidth) {
+  EXPECT_EQ(FitToWidth("short", 80), "short");
+  EXPECT_EQ(FitToWidth("abcdef", 0), "abcdef");
+  EXPECT_EQ(FitToWidth("abcdef", 4), "abc…");
+  EXPECT_EQ(FitToWidth("ττττττ", 4), "τττ…");  // code points, not bytes
+  FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  const std::string note = "case 7/20 ddtree " + std::string(240, 'k');
+  {
+    ProgressBar bar("sweep", 4, "turn", f);
+    bar.set_interactive(false);
+    bar.set_plain_interval_s(0.0);
+    bar.set_width(60);
+    for (int i = 0; i < 4; ++i) bar.Advance(1, note);
+  }
+  const std::string out = ReadAll(f);
+  std::fclose(f);
+  size_t start = 0, lines = 0;
+  while (start < out.size()) {
+    const size_t end = out.find('\n', start);
+    const std::string line = out.substr(start, end - start);
+    size_t columns = 0;
+    for (unsigned char c : line) columns += (c & 0xC0) != 0x80;
+    EXPECT_LE(columns, 59u) << line;
+    EXPECT_EQ(line.substr(line.size() - 3), "…") << line;
+    ++lines;
+    start = end + 1;
+  }
+  EXPECT_GE(lines, 4u);
 }
 
 }  // namespace

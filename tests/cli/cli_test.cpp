@@ -83,6 +83,56 @@ Json SmallConfig(const std::string& db) {
 // ---------------------------------------------------------------------------------------------
 // generate
 
+// A mistyped option names the nearest option of its subcommand and exits with a usage code.
+// One flag vocabulary: -o/--output, -t/--target (--model), -q/--quiet, -n/--max-new-tokens
+// everywhere, the old spellings (--out, -m/--model, --no-progress, --tokens, --n-heads) kept as
+// aliases.
+TEST(CliFlags, OldAndNewSpellingsAreAliases) {
+  const std::string dir = TestDir();
+  ProcResult r = RunSpecbed(
+      {"generate", "--target", "stories260K", "-p", "Once upon a time", "--tokens", "4"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const ProcResult m = RunSpecbed(
+      {"generate", "-m", "stories260K", "-p", "Once upon a time", "--max-new-tokens", "4"}, dir);
+  ASSERT_EQ(m.exit_code, 0) << Describe(m);
+  EXPECT_EQ(r.out, m.out);  // the same generation under either spelling
+  for (const char* quiet : {"--quiet", "-q", "--no-progress"}) {
+    r = RunSpecbed({"sweep", "configs/quickstart.json", "--dry-run", quiet}, dir);
+    EXPECT_EQ(r.exit_code, 0) << quiet << Describe(r);
+  }
+  r = RunSpecbed({"bench", "--target", "stories260K", "--max-new-tokens", "4", "-r", "1", "-c", "0",
+                  "--bandwidth-mib", "0", "-o", ""},
+                 dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "| stories260K |")) << Describe(r);
+  // bench shows its progress on stderr (one unit per measured row), not with -q.
+  EXPECT_TRUE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  r = RunSpecbed({"bench", "-m", "stories260K", "-n", "4", "-r", "1", "-c", "0", "--bandwidth-mib",
+                  "0", "-o", "", "-q"},
+                 dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  // The canonical and old names appear in --help (CLI11 lists every name of an option).
+  r = RunSpecbed({"regen", "--help"}, dir);
+  EXPECT_TRUE(Contains(r.out, "-o,--output,--out")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "-t,--target,--model")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "-q,--quiet,--no-progress")) << r.out;
+}
+
+TEST(CliFlags, UnknownOptionSuggestsTheNearest) {
+  const std::string dir = TestDir();
+  ProcResult r = RunSpecbed({"generate", "--modle", "stories260K", "-p", "x"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown option '--modle'; did you mean '--model'?")) << Describe(r);
+  r = RunSpecbed({"summary", "x.db", "--jsn"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "did you mean '--json'?")) << Describe(r);
+  // Nothing near: the unknown option is still named.
+  r = RunSpecbed({"summary", "x.db", "--zzzzzzzzzz"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown option '--zzzzzzzzzz'")) << Describe(r);
+}
+
 TEST(CliGenerate, GreedyStoryIsTheModelsKnownContinuation) {
   const std::string dir = TestDir();
   const ProcResult r =
@@ -653,6 +703,18 @@ TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
   EXPECT_GT(bw[0].copy_gb_s, 0.0);
   EXPECT_GT(bw[0].triad_gb_s, 0.0);
   EXPECT_DOUBLE_EQ(rows[0].bandwidth_gb_s, bw[0].triad_gb_s);
+}
+
+// Every combination is validated before the first measurement: a context that cannot fit fails
+// at once, naming it, and nothing is measured (no bench rows, no measurement lines).
+TEST(CliBench, ImpossibleContextFailsBeforeMeasuringAnything) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  const ProcResult r = RunSpecbed({"bench", "-n", "8", "-r", "1", "-c", "0,100000", "-o", db}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "1 combination(s) cannot run (nothing was measured)"));
+  EXPECT_TRUE(Contains(r.err, "stories260K context 100000"));
+  EXPECT_FALSE(Contains(r.out, "| stories260K |")) << Describe(r);  // no row measured
 }
 
 TEST(CliBench, BadVerifyWidthsAndBandwidthFailClearly) {

@@ -1,8 +1,9 @@
-// End-to-end tests of `specbed summary` (harness/cli/cmd_summary.cpp): runs the real binary as a
-// child process on the synthetic summary database of tests/reports/synthetic_db.h and checks the
-// table (the tree case whose outputs diverge from AR at position 2 with margin 0.125, its speedup
-// CI, r_i / alpha_i, the note for a baseline from another run), --json, --run / --case, and the
-// errors for a missing database, a non-SpecBed database and unknown ids (exit status 1).
+// End-to-end tests of `specbed summary` (harness/cli/cmd_summary.cpp) and `specbed export`
+// (cmd_export.cpp): runs the real binary as a child process on the synthetic summary database of
+// tests/reports/synthetic_db.h and checks the table (the tree case whose outputs diverge from AR at
+// position 2 with margin 0.125, its speedup CI, r_i / alpha_i, the note for a baseline from another
+// run), --json, --run / --case, and the errors for a missing database, a non-SpecBed database and
+// unknown ids (exit status 1).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -103,6 +105,64 @@ std::string LineOf(const std::string& table, int64_t case_id) {
     if (first != std::string::npos && line.compare(first, prefix.size(), prefix) == 0) return line;
   }
   return "<no line for case " + std::to_string(case_id) + ">";
+}
+
+// `specbed export`: the cases CSV has one row per case of `summary --json` and its τ and speedup
+// cells are the same numbers; -o creates its folder; bad --format fails naming the flag.
+TEST(CliExport, CasesCsvMatchesSummaryJson) {
+  const std::string db = testing::FreshDbPath("cli_export");
+  testing::WriteSummaryDb(db);
+  const ProcResult json = RunSpecbed({"summary", db, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json doc = Json::parse(json.out);
+  const std::string out = std::string(SPECBED_TEST_TMPDIR) + "/cli_export_dir/sub/cases.csv";
+  std::remove(out.c_str());
+  const ProcResult r = RunSpecbed({"export", db, "--format", "csv", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(ReadAll(out));
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    // The columns compared here hold no commas or quotes: split plainly up to the first quote.
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') {
+        quoted = !quoted;
+      } else if (c == ',' && !quoted) {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  ASSERT_EQ(rows.size(), 1 + doc["cases"].size());
+  auto col = [&](const std::string& name) {
+    for (size_t c = 0; c < rows[0].size(); ++c) {
+      if (rows[0][c] == name) return c;
+    }
+    ADD_FAILURE() << "no column " << name;
+    return size_t{0};
+  };
+  for (size_t i = 0; i < doc["cases"].size(); ++i) {
+    const Json& c = doc["cases"][i];
+    const auto& row = rows[i + 1];
+    EXPECT_EQ(row[col("case_id")], c["case_id"].dump());
+    EXPECT_EQ(row[col("tau")], c["tau"].is_null() ? "" : c["tau"].dump());
+    const Json spd = c["speedup"].is_null() ? Json() : c["speedup"]["geomean"];
+    EXPECT_EQ(row[col("speedup.geomean")], spd.is_null() ? "" : spd.dump());
+    const Json lo = c["speedup"].is_null() ? Json() : c["speedup"]["geomean_ci"][0];
+    EXPECT_EQ(row[col("speedup.geomean_ci.lo")], lo.is_null() ? "" : lo.dump());
+  }
+  const ProcResult bad = RunSpecbed({"export", db, "--format", "xlsx"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(Contains(bad.err, "--format"));
+  const ProcResult steps = RunSpecbed({"export", db, "--table", "steps", "--format", "json"});
+  ASSERT_EQ(steps.exit_code, 0) << steps.err;
+  EXPECT_GT(Json::parse(steps.out).size(), 10u);
 }
 
 TEST(CliSummary, CategoryAndSliceSelectSamplesOfEveryCase) {

@@ -5,6 +5,7 @@
 // errors for bad shards, ranges, inputs and options. Databases are read through results/store.h.
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -256,6 +257,61 @@ TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   EXPECT_GE(r.exit_code, 100) << "a missing input is a usage error\n" << Describe(r);
 }
 
+// A config's relative input paths resolve against the config file's folder (the dataset), then
+// the SpecBed home (the DFlash drafter under models/), run from another working directory; the
+// default output (results/run.db, relative to the working directory) gets its folder created.
+TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
+  const std::string dir = TestDir();
+  fs::create_directories(dir + "/configs/data");
+  fs::create_directories(dir + "/elsewhere");
+  fs::copy_file(std::string(SPECBED_SOURCE_DIR) + "/datasets/data/stories/prompts.jsonl",
+                dir + "/configs/data/my_prompts.jsonl");
+  const Json config = {
+      {"name", "paths-test"},
+      {"targets", {"stories260K"}},
+      {"methods",
+       {"ar", {{"name", "dflash"}, {"knobs", {{"drafter", "models/stories260K/dflash"}}}}}},
+      {"datasets", {{{"name", "data/my_prompts.jsonl"}, {"limit", 1}}}},
+      {"temperatures", {0}},
+      {"max_new_tokens", 4},
+      {"warmup", 0}};
+  WriteSweep(dir + "/configs", "paths.json", config);
+  // Neither path exists from the working directory: before, both failed ("does not exist").
+  ASSERT_FALSE(fs::exists(dir + "/elsewhere/data/my_prompts.jsonl"));
+  ASSERT_FALSE(fs::exists(dir + "/elsewhere/models/stories260K/dflash"));
+  // RunSpecbed starts specbed in the source tree; this one must start elsewhere.
+  auto run_in = [&](const std::string& cwd, const std::string& args, std::string* err) {
+    const std::string err_file = dir + "/stderr.txt";
+    const int status = std::system(("cd '" + cwd + "' && '" + std::string(SPECBED_BIN) + "' " +
+                                    args + " > /dev/null 2> '" + err_file + "'")
+                                       .c_str());
+    *err = cli_test::ReadAll(err_file);
+    return status;
+  };
+  std::string err;
+  ASSERT_EQ(run_in(dir + "/elsewhere", "run ../configs/paths.json --no-progress", &err), 0) << err;
+  const std::string db = dir + "/elsewhere/results/run.db";
+  ASSERT_TRUE(fs::exists(db)) << err;
+  const auto cases = OpenReadOnly(db)->ListCases();
+  ASSERT_EQ(cases.size(), 2u);
+  for (const auto& c : cases) {
+    EXPECT_NE(c.record.dataset.find("configs/data/my_prompts.jsonl"), std::string::npos)
+        << c.record.dataset;
+    EXPECT_EQ(c.n_samples, 1);
+    if (c.record.method == "dflash") {
+      EXPECT_NE(c.record.method_knobs_json.find(std::string(SPECBED_SOURCE_DIR).substr(1)),
+                std::string::npos)
+          << c.record.method_knobs_json;
+    }
+  }
+  // A path that exists nowhere still fails naming it.
+  Json bad = config;
+  bad["datasets"] = {{{"name", "data/missing.jsonl"}, {"limit", 1}}};
+  WriteSweep(dir + "/configs", "bad.json", bad);
+  EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --no-progress -o x.db", &err), 0);
+  EXPECT_TRUE(cli_test::Contains(err, "data/missing.jsonl"));
+}
+
 TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   const std::string dir = TestDir();
   const std::string sweep = WriteSweep(dir, "s.json", SmallSweep("results/s.db"));
@@ -276,6 +332,12 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
                               dir + "/shards/\"shard_${SLURM_ARRAY_TASK_ID}.db\""));
   EXPECT_TRUE(Contains(s, "#   "));
   EXPECT_TRUE(Contains(s, " merge results/s.db " + dir + "/shards/shard_*.db\n"));
+  // The log folder exists before submission (Slurm opens the logs before a task runs; it failed
+  // every task with JobLaunchFailure when the script created the folder) and the path is absolute.
+  EXPECT_TRUE(fs::is_directory(dir + "/shards"));
+  EXPECT_TRUE(Contains(
+      s, "#SBATCH --output=" + fs::absolute(dir + "/shards").string() + "/slurm_%A_%a.log\n"))
+      << s;
   // Every #SBATCH line comes before the first command (sbatch stops reading them there).
   EXPECT_LT(s.rfind("#SBATCH"), s.find("\nset -euo pipefail"));
 

@@ -26,7 +26,7 @@ using testing::TestRun;
 // is `method_scale` x AR's (with a small per-prompt wobble); each prompt takes 4 steps emitting
 // `emit` tokens each.
 void WriteDb(const std::string& path, double method_scale, int64_t emit_t0, int64_t emit_t1,
-             bool with_t1 = true) {
+             bool with_t1 = true, int64_t threads = 1, const std::string& knobs = "") {
   auto store = ResultsStore::Open(path);
   const int64_t run = store->BeginRun(TestRun());
   for (double t : {0.0, 1.0}) {
@@ -44,8 +44,15 @@ void WriteDb(const std::string& path, double method_scale, int64_t emit_t0, int6
       for (int k = 0; k < 4; ++k) steps.push_back(Step(id, k, 4, emit - 1, emit));
     }
     const std::string suffix = t == 0 ? "0" : "1";
-    store->WriteCase(run, TestCase("ar" + suffix, "ar", t), ar, {});
-    store->WriteCase(run, TestCase("spec" + suffix, "fake", t), spec, steps);
+    // The case key hashes the configuration: another thread count or knobs is another key.
+    const std::string key_suffix =
+        suffix + (threads == 1 ? "" : "_t" + std::to_string(threads)) + knobs;
+    CaseRecord ar_case = TestCase("ar" + key_suffix, "ar", t);
+    CaseRecord spec_case = TestCase("spec" + key_suffix, "fake", t);
+    ar_case.threads = spec_case.threads = threads;
+    if (!knobs.empty()) spec_case.method_knobs_json = knobs;
+    store->WriteCase(run, ar_case, ar, {});
+    store->WriteCase(run, spec_case, spec, steps);
   }
 }
 
@@ -122,6 +129,41 @@ TEST(Compare, MissingCaseFailsAndArSpeedIsGatedOnlyOnRequest) {
   o.gate_absolute_speed = true;
   EXPECT_FALSE(CompareDatabases(a, a, o).regressed);
   EXPECT_THROW(CompareDatabases(a, FreshDbPath("cmp_none"), o), Error);
+}
+
+// A changed setting (threads) leaves every baseline case unmatched: each one names the closest
+// candidate case and the setting that differs; the table prints it.
+TEST(Compare, UnmatchedCasesNameTheSettingsThatDiffer) {
+  const std::string a = FreshDbPath("cmp_diff_a"), b = FreshDbPath("cmp_diff_b");
+  WriteDb(a, 0.5, 3, 3);
+  WriteDb(b, 0.5, 3, 3, true, /*threads=*/2);
+  const CompareResult r = Compare(a, b);
+  EXPECT_TRUE(r.regressed);
+  ASSERT_EQ(r.unmatched_baseline.size(), 4u);
+  ASSERT_EQ(r.unmatched_baseline_diffs.size(), 4u);
+  for (const std::string& d : r.unmatched_baseline_diffs) {
+    EXPECT_NE(d.find("differs in: threads 1 → 2"), std::string::npos) << d;
+    EXPECT_EQ(d.find("temperature"), std::string::npos) << d;  // the same-T case is the closest
+  }
+  const std::string table = FormatCompareTable(r);
+  EXPECT_NE(table.find("differs in: threads 1 → 2"), std::string::npos) << table;
+  EXPECT_NE(CompareJson(r).find("unmatched_baseline_diffs"), std::string::npos);
+}
+
+// --match workload pairs cases whose knobs differ: the row shows both sides' knobs.
+TEST(Compare, WorkloadMatchShowsBothSidesKnobs) {
+  const std::string a = FreshDbPath("cmp_knobs_a"), b = FreshDbPath("cmp_knobs_b");
+  WriteDb(a, 0.5, 3, 3);
+  WriteDb(b, 0.5, 3, 3, true, 1, R"({"k":8})");
+  CompareOptions o;
+  o.match = "workload";
+  const CompareResult r = CompareDatabases(a, b, o);
+  EXPECT_TRUE(r.unmatched_baseline.empty());
+  const CompareRow& row = RowOf(r, "fake", 0);
+  EXPECT_NE(row.label.find("fake(k=4)"), std::string::npos) << row.label;
+  EXPECT_NE(row.candidate_label.find("fake(k=8)"), std::string::npos) << row.candidate_label;
+  const std::string table = FormatCompareTable(r);
+  EXPECT_NE(table.find("| candidate: fake(k=8)"), std::string::npos) << table;
 }
 
 }  // namespace

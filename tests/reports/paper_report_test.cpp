@@ -4,9 +4,11 @@
 // benchmarks and incomplete means), the hidden-constant statement, LaTeX escaping and tables.tex,
 // every figure (PNG signature + SVG), the paper-vs-measured table from a small reference file (by
 // --paper and by the run config), reference-file errors, the synthetic-acceptance banner, and a
-// headless-browser check of index.html (Chromium screenshot not blank, every <img> loads).
+// headless-browser check of index.html (Chromium screenshot not blank, every <img> loads, the
+// headline table and chart on the first screen above the collapsed provenance, no legend with `{`).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -392,9 +394,9 @@ TEST(PaperReport, EveryFigureIsWritten) {
   const ReportResult r = WritePaperReport("paper_figures", dir, "gnuplot");
   EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
   std::set<std::string> expected;
-  for (const char* stem :
-       {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_", "acceptance_",
-        "speedup_vs_budget_", "tau_vs_budget_", "phase_time_", "tau_vs_temperature_"}) {
+  for (const char* stem : {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_",
+                           "acceptance_", "speedup_vs_budget_", "tau_vs_budget_", "phase_time_",
+                           "tau_vs_temperature_", "headline_speedup_"}) {
     for (const char* g : {"1", "2"}) expected.insert(std::string(stem) + g + ".png");
   }
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
@@ -516,6 +518,65 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
   // And the files behind the DOM's <img> elements exist and are PNGs.
   for (const std::string& src : ImageSources(dom)) EXPECT_TRUE(IsPngFile(dir + "/" + src)) << src;
   EXPECT_EQ(ImageSources(dom).size(), r.images.size());
+
+  // Layout: the headline table and its speedup chart are laid out on the first screen (a
+  // 1280x900 window), above the collapsed provenance, which comes last. Positions are measured
+  // in the rendered page (getBoundingClientRect) and written into the DOM.
+  std::string layout = ReadFileToString(r.index_html);
+  layout.insert(
+      layout.rfind("</body>"),
+      "<script>window.addEventListener('load', function () {"
+      " const top = (e) => e ? String(Math.round(e.getBoundingClientRect().top + scrollY)) : "
+      "'none';"
+      " document.body.setAttribute('data-headline-table',"
+      "  top(document.querySelector('.headline-table table')));"
+      " document.body.setAttribute('data-headline-chart',"
+      "  top(document.querySelector('img[src^=\"headline_speedup_\"]')));"
+      " document.body.setAttribute('data-provenance', top(document.getElementById('provenance')));"
+      " document.body.setAttribute('data-provenance-open',"
+      "  String(document.getElementById('provenance').open)); });</script>");
+  const std::string layout_file = WriteText(dir + "/_layout_check.html", layout);
+  const std::string layout_dom = Chromium(
+      work + "/profile", "--window-size=1280,900 --virtual-time-budget=10000 --dump-dom 'file://" +
+                             fs::absolute(layout_file).string() + "'");
+  fs::remove(layout_file);
+  auto attribute = [&](const std::string& name) {
+    std::smatch m;
+    const std::regex re(name + "=\"(-?\\d+|none|true|false)\"");
+    return std::regex_search(layout_dom, m, re) ? m[1].str() : std::string("missing");
+  };
+  const std::string table_top = attribute("data-headline-table");
+  const std::string chart_top = attribute("data-headline-chart");
+  const std::string provenance_top = attribute("data-provenance");
+  ASSERT_TRUE(std::isdigit(static_cast<unsigned char>(table_top[0]))) << table_top;
+  ASSERT_TRUE(std::isdigit(static_cast<unsigned char>(chart_top[0]))) << chart_top;
+  ASSERT_TRUE(std::isdigit(static_cast<unsigned char>(provenance_top[0]))) << provenance_top;
+  EXPECT_LT(std::stoi(table_top), 900) << "headline table below the first screen";
+  EXPECT_LT(std::stoi(chart_top), 900) << "headline chart below the first screen";
+  EXPECT_LT(std::stoi(table_top), std::stoi(provenance_top));
+  EXPECT_LT(std::stoi(chart_top), std::stoi(provenance_top));
+  EXPECT_EQ(attribute("data-provenance-open"), "false");  // collapsed
+
+  // No figure legend (or any other text gnuplot drew) contains '{' (raw JSON knobs): the SVGs'
+  // text elements, and the plot titles of the script. The database's knobs are JSON objects
+  // ({"k":2}, {"k":4}), so raw knobs would show up here.
+  const std::regex svg_text("<text[^>]*>([^<]*)</text>");
+  for (const std::string& png : r.images) {
+    const std::string svg = dir + "/" + png.substr(0, png.size() - 4) + ".svg";
+    const std::string text = ReadFileToString(svg);
+    size_t n_text = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), svg_text);
+         it != std::sregex_iterator(); ++it, ++n_text) {
+      EXPECT_EQ((*it)[1].str().find('{'), std::string::npos) << svg << ": " << (*it)[1];
+    }
+    EXPECT_GT(n_text, 3u) << svg;
+  }
+  const std::string gp = ReadFileToString(dir + "/plots.gp");
+  const std::regex title(" title '([^']*)'");
+  for (auto it = std::sregex_iterator(gp.begin(), gp.end(), title); it != std::sregex_iterator();
+       ++it) {
+    EXPECT_EQ((*it)[1].str().find('{'), std::string::npos) << (*it)[1];
+  }
 }
 
 }  // namespace

@@ -149,7 +149,8 @@ TEST(ReportTables, ValuesAndConstantColumnsHidden) {
   const auto ar1 = Row(t, {{"method", "ar"}, {"T", "1"}});
   EXPECT_EQ(Cell(t, ar1, "decode tok/s"), "50.0");
   const auto fake = Row(t, {{"method", "fake"}, {"max new", "32"}});
-  EXPECT_EQ(Cell(t, fake, "knobs"), R"({"k":4})");
+  EXPECT_EQ(Cell(t, fake, "knobs"), "k=4");
+  EXPECT_EQ(Cell(t, fake, "label"), "fake max32");
   EXPECT_EQ(Cell(t, fake, "decode tok/s"), "242.9");
   EXPECT_EQ(Cell(t, fake, "speedup"), "2.00");
   EXPECT_EQ(Cell(t, fake, "speedup Σ"), "2.43");
@@ -263,7 +264,7 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
                                           "speedup_vs_draft_1.png",  "tau_1.png",
                                           "acceptance_1.png",        "bench_speed.png",
                                           "speedup_vs_budget_1.png", "tau_vs_budget_1.png",
-                                          "phase_time_1.png"};
+                                          "phase_time_1.png",        "headline_speedup_1.png"};
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::vector<std::string> srcs = ImageSources(html);
   EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);

@@ -1,0 +1,74 @@
+// `specbed export DB [--format csv|json] [--table cases|samples|steps] [-o FILE] [--run ID]
+// [--scope decode|e2e]`: a results database as CSV or JSON (reports/export.h); stdout unless -o
+// names a file (its folder is created).
+// Checked by: tests/cli/summary_cli_test.cpp (the binary vs. `summary --json`) and
+// tests/reports/export_test.cpp.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "harness/base/error.h"
+#include "harness/cli/commands.h"
+#include "reports/export.h"
+
+namespace specbed::cli {
+namespace {
+
+struct ExportCommandOptions {
+  std::string db, format = "csv", table = "cases", output, scope = "decode";
+  int64_t run_id = -1;
+};
+
+void RunExport(const ExportCommandOptions& o) {
+  const ExportFormat format = ParseExportFormat(o.format, "--format");
+  const ExportTable table = ParseExportTable(o.table, "--table");
+  SummaryOptions options;
+  options.run_id = o.run_id;
+  options.scope = ParseSpeedupScope(o.scope, "--scope");
+  const Summary summary = BuildSummary(o.db, options);
+  const std::string text = ExportResults(summary, table, format);
+  if (o.output.empty() || o.output == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(o.output).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) {
+    fs::create_directories(parent, ec);
+    SPECBED_CHECK(!ec, "export: cannot create the folder of -o '", o.output, "': ", ec.message());
+  }
+  std::ofstream out(o.output, std::ios::binary | std::ios::trunc);
+  SPECBED_CHECK(out.good(), "export: cannot write -o '", o.output, "'");
+  out << text;
+  out.close();
+  SPECBED_CHECK(out.good(), "export: writing '", o.output, "' failed (disk full?)");
+  std::fprintf(stderr, "specbed export: %s\n", o.output.c_str());
+}
+
+}  // namespace
+
+void AddExportCommand(CLI::App& app) {
+  auto o = std::make_shared<ExportCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Results database -> CSV or JSON (cases with every summary metric and CI, samples, "
+      "steps)");
+  cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
+  cmd->add_option("--format", o->format, "csv (default) or json")
+      ->check(CLI::IsMember({"csv", "json"}));
+  cmd->add_option("--table", o->table,
+                  "cases (default: one row per case, the numbers of `specbed summary --json`), "
+                  "samples (one row per answer) or steps (one row per verify step)")
+      ->check(CLI::IsMember({"cases", "samples", "steps"}));
+  cmd->add_option("-o,--output", o->output, "Output file (default: stdout)");
+  cmd->add_option("--run", o->run_id, "Only the cases of this run id")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--scope", o->scope,
+                  "Speedups over decode only (decode, default) or prefill + decode (e2e)")
+      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  cmd->callback([o] { RunExport(*o); });
+}
+
+}  // namespace specbed::cli

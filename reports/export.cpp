@@ -1,0 +1,195 @@
+// `specbed export`: cases (the summary's numbers), samples and steps as CSV or JSON (export.h).
+// Checked by: tests/reports/export_test.cpp.
+#include "reports/export.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
+#include "harness/base/names.h"
+
+namespace specbed {
+namespace {
+
+using Json = nlohmann::json;
+
+// Fields kept as one JSON-text column (objects whose keys differ between cases, lists).
+bool KeepAsText(const std::string& path) {
+  static const std::set<std::string> kText = {"knobs", "method_traits", "stop_reasons",
+                                              "exact_match.divergences"};
+  return kText.count(path) > 0;
+}
+
+// Flattens `j` into (column, value) pairs: objects recurse with dotted names, a two-element list
+// under a name ending in "_ci" becomes NAME.lo / NAME.hi, other lists are JSON text.
+void Flatten(const Json& j, const std::string& path,
+             std::vector<std::pair<std::string, Json>>& out) {
+  if (j.is_object() && !KeepAsText(path)) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      Flatten(*it, path.empty() ? it.key() : path + "." + it.key(), out);
+    }
+  } else if (j.is_array() && path.size() > 3 && path.compare(path.size() - 3, 3, "_ci") == 0 &&
+             j.size() == 2) {
+    out.emplace_back(path + ".lo", j[0]);
+    out.emplace_back(path + ".hi", j[1]);
+  } else if ((j.is_array() || j.is_object())) {
+    out.emplace_back(path, Json(j.dump()));
+  } else {
+    out.emplace_back(path, j);
+  }
+}
+
+std::string CsvCell(const Json& v) {
+  std::string text;
+  if (v.is_null()) return "";
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_boolean()) {
+    text = v.get<bool>() ? "true" : "false";
+  } else {
+    text = v.dump();  // numbers: shortest round-trip form, as in the JSON export
+  }
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += (c == '"') ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+// Rows of flattened objects -> CSV with the union of the columns in first-seen order.
+std::string Csv(const std::vector<Json>& rows) {
+  std::vector<std::string> columns;
+  std::set<std::string> seen;
+  std::vector<std::vector<std::pair<std::string, Json>>> flat(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Flatten(rows[i], "", flat[i]);
+    for (const auto& [name, value] : flat[i]) {
+      if (seen.insert(name).second) columns.push_back(name);
+    }
+  }
+  // A field that is null in some rows (an AR case's "speedup") and an object in others is
+  // written only as the object's columns (empty cells where it is null).
+  std::vector<std::string> kept;
+  for (const std::string& c : columns) {
+    bool prefix = false;
+    for (const std::string& o : columns) prefix = prefix || o.rfind(c + ".", 0) == 0;
+    if (!prefix) kept.push_back(c);
+  }
+  columns = std::move(kept);
+  std::ostringstream s;
+  for (size_t c = 0; c < columns.size(); ++c) s << (c ? "," : "") << CsvCell(Json(columns[c]));
+  s << "\n";
+  for (const auto& row : flat) {
+    std::map<std::string, const Json*> by_name;
+    for (const auto& [name, value] : row) by_name[name] = &value;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const auto it = by_name.find(columns[c]);
+      s << (c ? "," : "") << (it == by_name.end() ? "" : CsvCell(*it->second));
+    }
+    s << "\n";
+  }
+  return s.str();
+}
+
+Json Number(double v) {
+  return std::isfinite(v) ? Json(v) : Json(nullptr);
+}
+
+Json SampleJson(const SummaryRow& r, const SampleRecord& s) {
+  return {{"case_id", r.row.case_id},
+          {"run_id", r.row.run_id},
+          {"prompt_id", s.prompt_id},
+          {"turn", s.turn},
+          {"category", s.category},
+          {"n_prompt_tokens", s.n_prompt_tokens},
+          {"n_output_tokens", s.n_output_tokens},
+          {"prefill_ms", Number(s.prefill_ms)},
+          {"decode_ms", Number(s.decode_ms)},
+          {"n_steps", s.n_steps},
+          {"stop_reason", s.stop_reason},
+          {"output_hash", s.output_hash},
+          {"output_text", s.output_text},
+          {"output_ids", s.output_ids_json},
+          {"token_margins", s.token_margins_json},
+          {"paired_ar_decode_ms", Number(s.paired_ar_decode_ms)},
+          {"paired_ar_prefill_ms", Number(s.paired_ar_prefill_ms)},
+          {"paired_ar_output_tokens",
+           s.has_paired_ar() ? Json(s.paired_ar_output_tokens) : Json(nullptr)},
+          {"paired_ar_first", s.paired_ar_first >= 0 ? Json(s.paired_ar_first) : Json(nullptr)}};
+}
+
+// -1 ("not recorded") as null.
+Json Recorded(int64_t v) {
+  return v >= 0 ? Json(v) : Json(nullptr);
+}
+Json RecordedUs(double v) {
+  return v >= 0 ? Number(v) : Json(nullptr);
+}
+
+Json StepJson(const SummaryRow& r, const StepRecord& s) {
+  return {{"case_id", r.row.case_id},
+          {"run_id", r.row.run_id},
+          {"prompt_id", s.prompt_id},
+          {"turn", s.turn},
+          {"step_idx", s.step_idx},
+          {"n_drafted", s.n_drafted},
+          {"n_accepted", s.n_accepted},
+          {"n_emitted", s.n_emitted},
+          {"t_draft_us", Number(s.t_draft_us)},
+          {"t_verify_us", Number(s.t_verify_us)},
+          {"t_other_us", Number(s.t_other_us)},
+          {"t_adapt_us", Number(s.t_adapt_us)},
+          {"draft_depth", Recorded(s.draft_depth)},
+          {"n_rollback_events", s.n_rollback_events},
+          {"t_draft_busy_us", RecordedUs(s.t_draft_busy_us)},
+          {"t_verify_busy_us", RecordedUs(s.t_verify_busy_us)},
+          {"n_target_forwards", Recorded(s.n_target_forwards)},
+          {"n_rolled_back", Recorded(s.n_rolled_back)},
+          {"n_draft_generated", Recorded(s.n_draft_generated)}};
+}
+
+}  // namespace
+
+ExportFormat ParseExportFormat(const std::string& text, const std::string& flag) {
+  if (text == "csv") return ExportFormat::kCsv;
+  if (text == "json") return ExportFormat::kJson;
+  Fail(flag, ": unknown export format '", text, "' (expected csv or json)");
+}
+
+ExportTable ParseExportTable(const std::string& text, const std::string& flag) {
+  if (text == "cases") return ExportTable::kCases;
+  if (text == "samples") return ExportTable::kSamples;
+  if (text == "steps") return ExportTable::kSteps;
+  Fail(flag, ": unknown table '", text, "' (expected cases, samples or steps)");
+}
+
+std::string ExportResults(const Summary& summary, ExportTable table, ExportFormat format) {
+  const Json doc = Json::parse(SummaryJson(summary));
+  if (table == ExportTable::kCases) {
+    if (format == ExportFormat::kJson) return doc.dump(2) + "\n";
+    std::vector<Json> rows(doc["cases"].begin(), doc["cases"].end());
+    return Csv(rows);
+  }
+  std::vector<Json> rows;
+  if (!summary.rows.empty()) {
+    StoreOptions options;
+    options.read_only = true;
+    auto store = ResultsStore::Open(summary.db_path, options);
+    for (const SummaryRow& r : summary.rows) {
+      if (table == ExportTable::kSamples) {
+        for (const SampleRecord& s : store->LoadSamples(r.row.case_id))
+          rows.push_back(SampleJson(r, s));
+      } else {
+        for (const StepRecord& s : store->LoadSteps(r.row.case_id)) rows.push_back(StepJson(r, s));
+      }
+    }
+  }
+  if (format == ExportFormat::kJson) return Json(rows).dump(2) + "\n";
+  return Csv(rows);
+}
+
+}  // namespace specbed
