@@ -1,5 +1,5 @@
 // The draft and verify sides of PEARL really overlap: on a target and a draft where each side
-// takes >= 1 ms per step, the wall time per step is below the sum of the two sides' busy times
+// takes >= 0.5 ms per step, the wall time per step is below the sum of the two sides' busy times
 // (and with the sides serialised it is not). Timing-sensitive: registered RUN_SERIAL so a
 // parallel ctest does not starve it (tests/methods/CMakeLists.txt).
 #include <gtest/gtest.h>
@@ -59,7 +59,7 @@ Totals Measure(PearlDecoder& pearl, LlamaModel& target) {
 
 TEST(PearlOverlap, WallPerStepIsBelowTheSumOfBusyTimes) {
   LlamaModel target(Shape(512, 8), RandomLlamaWeights(Shape(512, 8), 1));
-  auto draft = std::make_shared<LlamaModel>(Shape(256, 4), RandomLlamaWeights(Shape(256, 4), 2));
+  auto draft = std::make_shared<LlamaModel>(Shape(256, 6), RandomLlamaWeights(Shape(256, 6), 2));
   Totals parallel, serial;
   for (bool overlap : {true, false}) {
     PearlOptions options;
@@ -78,8 +78,9 @@ TEST(PearlOverlap, WallPerStepIsBelowTheSumOfBusyTimes) {
       serial.draft_busy_us / serial.steps, serial.verify_busy_us / serial.steps);
   ASSERT_GT(parallel.steps, 10);
   const double n = static_cast<double>(parallel.steps);
-  // Both sides take at least 1 ms per step on this pair.
-  EXPECT_GE(parallel.draft_busy_us / n, 1000.0);
+  // Both sides take real time per step on this pair (draft ~1.3 ms, verify ~3.3 ms on the
+  // 2-core VM when idle; the bound leaves room for a faster machine).
+  EXPECT_GE(parallel.draft_busy_us / n, 500.0);
   EXPECT_GE(parallel.verify_busy_us / n, 1000.0);
   // Overlapped: wall per step below busy(draft) + busy(verify).
   EXPECT_LT(parallel.wall_us / n, parallel.busy_sum_us / n)

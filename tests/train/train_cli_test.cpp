@@ -34,9 +34,9 @@ TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
                             " --n-heads 2 --seed 3";
   const std::string tiny = knobs + " --target stories260K --seq-len 24";
 
-  auto r = Specbed("train draft-lm --dim 16", dir);  // --out missing: a usage error
+  auto r = Specbed("train draft-lm --dim 16", dir);  // -o/--output missing: a usage error
   EXPECT_GE(r.exit_code, 100) << r.err;
-  EXPECT_NE(r.err.find("--out is required"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--output is required"), std::string::npos) << r.err;
 
   r = Specbed(tiny + " --stop-after 3", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
