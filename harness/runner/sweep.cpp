@@ -12,6 +12,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 
@@ -320,14 +321,10 @@ SweepConfig ParseSweepConfig(const Json& j, const std::string& source) {
 }
 
 SweepConfig LoadSweepConfig(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    Fail("config '", path, "' is not valid JSON: ", e.what());
-  }
-  return ParseSweepConfig(json, path);
+  JsonParseOptions options;
+  options.expected = "a sweep config object";
+  const Json json = ReadJsonFile(path, options);
+  return WithJsonContext(path, [&] { return ParseSweepConfig(json, path); });
 }
 
 SweepConfig SweepFromRunConfig(const RunConfig& config) {

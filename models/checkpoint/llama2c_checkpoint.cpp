@@ -7,6 +7,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -116,6 +117,9 @@ Llama2cCheckpoint ReadLlama2cCheckpoint(const std::string& path) {
   t["model.norm.weight"] = take({dim});
   p += seq_len * head_size;  // freq_cis_real and freq_cis_imag: recomputed from rope_theta
   if (!shared_classifier) t["lm_head.weight"] = take({vocab, dim});
+  for (const auto& [name, tensor] : t) {
+    CheckFiniteWeights(tensor, name, "llama2.c checkpoint '" + path + "'");
+  }
   out.config = config;
   return out;
 }

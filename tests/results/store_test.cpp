@@ -301,7 +301,11 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
   CaseRecord c = MakeCase("key-roundtrip");
   std::vector<SampleRecord> samples = MakeSamples(6);
   // Raw bytes must survive: invalid UTF-8 and an embedded NUL from a byte-level tokenizer.
-  samples[1].output_text = std::string("bad \xFF\xFE utf8 and a \0 nul", 26);
+  // Every byte of the literal, the embedded NUL included (sizeof, not a hand count: the count
+  // once read past the literal's end, which ASan reports).
+  static const char kOddBytes[] = "bad \xFF\xFE utf8 and a \0 nul";
+  samples[1].output_text = std::string(kOddBytes, sizeof(kOddBytes) - 1);
+  ASSERT_EQ(samples[1].output_text.size(), 23u);
   samples[2].prefill_ms = std::numeric_limits<double>::quiet_NaN();
   std::vector<StepRecord> steps = MakeSteps(samples, 7);
   std::vector<BenchRecord> bench(2);
