@@ -3,6 +3,8 @@
 #include "harness/base/json_read.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <vector>
 
 #include "harness/base/mapped_file.h"
@@ -26,10 +28,43 @@ std::string Reason(const std::string& what) {
   return s;
 }
 
+// A char iterator that records the furthest position nlohmann's lexer has read, so SAX events
+// (which carry no position) can name the line of a duplicate key.
+class TrackingIterator {
+ public:
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  TrackingIterator(const char* p, const char** furthest) : p_(p), furthest_(furthest) {}
+  reference operator*() const {
+    if (p_ > *furthest_) *furthest_ = p_;
+    return *p_;
+  }
+  TrackingIterator& operator++() {
+    ++p_;
+    return *this;
+  }
+  TrackingIterator operator++(int) {
+    TrackingIterator old = *this;
+    ++p_;
+    return old;
+  }
+  bool operator==(const TrackingIterator& o) const { return p_ == o.p_; }
+  bool operator!=(const TrackingIterator& o) const { return p_ != o.p_; }
+
+ private:
+  const char* p_;
+  const char** furthest_;
+};
+
 // Builds the DOM; records the first error instead of throwing inside nlohmann's parser.
 class DomBuilder {
  public:
-  explicit DomBuilder(bool reject_duplicate_keys) : reject_duplicates_(reject_duplicate_keys) {}
+  DomBuilder(bool reject_duplicate_keys, const char* begin, const char* const* furthest)
+      : reject_duplicates_(reject_duplicate_keys), begin_(begin), furthest_(furthest) {}
 
   bool null() { return Put(json(nullptr)); }
   bool boolean(bool v) { return Put(json(v)); }
@@ -49,6 +84,8 @@ class DomBuilder {
     if (reject_duplicates_ && object->contains(k)) {
       error_ = StrCat("duplicate key \"", k, "\" at ", JsonPointerChild(Pointer(), k),
                       " (each key may appear once per object)");
+      // The lexer has read up to the key's closing quote.
+      error_position_ = static_cast<size_t>(*furthest_ - begin_) + 1;
       return false;
     }
     key_ = std::move(k);
@@ -118,6 +155,8 @@ class DomBuilder {
   }
 
   bool reject_duplicates_;
+  const char* begin_;
+  const char* const* furthest_;
   json root_;
   std::vector<Frame> stack_;
   std::string key_;
@@ -144,11 +183,13 @@ std::string JsonPointerChild(const std::string& parent, std::string_view key) {
 
 json ParseJsonText(std::string_view text, const std::string& source,
                    const JsonParseOptions& options) {
-  DomBuilder builder(options.reject_duplicate_keys);
+  const char* furthest = text.data();
+  DomBuilder builder(options.reject_duplicate_keys, text.data(), &furthest);
   bool ok = false;
   try {
-    ok = json::sax_parse(text.begin(), text.end(), &builder, json::input_format_t::json,
-                         /*strict=*/true);
+    ok = json::sax_parse(TrackingIterator(text.data(), &furthest),
+                         TrackingIterator(text.data() + text.size(), &furthest), &builder,
+                         json::input_format_t::json, /*strict=*/true);
   } catch (const json::exception& e) {
     FailJsonException(e, source);
   }

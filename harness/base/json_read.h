@@ -32,7 +32,7 @@ struct JsonParseOptions {
 
 // Parses `text` (strict JSON, nothing after the value). Errors read
 // "<source>:<line>: not valid JSON (column <c>): <reason>[; expected <expected>]" (number
-// overflow such as 1e400 included) or "<source>: not valid JSON: duplicate key "k" at /a/b/k".
+// overflow such as 1e400 and duplicate keys included: "duplicate key "k" at /a/b/k").
 nlohmann::json ParseJsonText(std::string_view text, const std::string& source,
                              const JsonParseOptions& options = {});
 

@@ -62,6 +62,8 @@ TEST(JsonRead, DuplicateKeyIsAnErrorNamingItsPointer) {
       ErrorOf([] { ParseJsonText(R"({"methods": [{"name": "sps", "name": "ar"}]})", "run.json"); });
   EXPECT_HAS(e, "run.json");
   EXPECT_HAS(e, "duplicate key \"name\" at /methods/0/name");
+  EXPECT_HAS(ErrorOf([] { ParseJsonText("{\n  \"a\": 1,\n  \"a\": 2\n}", "d.json"); }),
+             "d.json:3: not valid JSON (column 5): duplicate key \"a\" at /a");
   // Allowed when asked (files whose format permits repeats).
   JsonParseOptions o;
   o.reject_duplicate_keys = false;
