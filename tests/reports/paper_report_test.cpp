@@ -7,6 +7,7 @@
 // headless-browser check of index.html (Chromium screenshot not blank, every <img> loads).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
