@@ -1,7 +1,7 @@
 // libFuzzer target: encode/decode round trip of the shipped GPT-2 tokenizer
 // (models/tokenizer/gpt2) on arbitrary text: byte-level BPE without a normalizer is lossless, so
 // Decode(Encode(text)) == text for every byte string (special-token text parsed as plain text).
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/bpe_roundtrip).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_bpe_roundtrip).
 #include <cstdlib>
 #include <memory>
 

@@ -1,7 +1,7 @@
 // libFuzzer target: GPT-2 vocab.json + merges.txt loading (models/tokenizer/tokenizer.h). The input
 // is split at its first NUL byte: vocab.json before it, merges.txt after it. Either the pair loads
 // and encodes text to ids inside the vocabulary, or it fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/gpt2_vocab).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_gpt2_vocab).
 #include <cstdlib>
 #include <cstring>
 

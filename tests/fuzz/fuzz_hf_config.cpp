@@ -1,7 +1,7 @@
 // libFuzzer target: Hugging Face config.json parsing (models/llama_config.h) through the JSON
 // reader: a config either parses to one that passes Validate (every size within SpecBed's caps,
 // so nothing sized by it can exhaust memory) or fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/hf_config).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_hf_config).
 #include <cstdlib>
 #include <string_view>
 

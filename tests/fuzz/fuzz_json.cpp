@@ -1,7 +1,7 @@
 // libFuzzer target: the one JSON reader (harness/base/json_read.h) on arbitrary bytes: it either
 // returns a document that re-serializes and re-parses to the same value, or fails as
 // specbed::Error; output of any string is valid UTF-8 after DumpJsonForOutput.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/json).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_json).
 #include <cstdlib>
 #include <string_view>
 

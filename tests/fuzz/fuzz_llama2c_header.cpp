@@ -1,6 +1,6 @@
 // libFuzzer target: the llama2.c checkpoint header (models/checkpoint/llama2c_header.h): any bytes
 // either give a config within SpecBed's caps or fail as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/llama2c_header).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_llama2c_header).
 #include <cstdlib>
 
 #include "models/checkpoint/llama2c_header.h"

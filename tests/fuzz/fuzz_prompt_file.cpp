@@ -1,7 +1,7 @@
 // libFuzzer target: prompt files (datasets/dataset.h: JSONL and JSON formats). The first input
 // byte picks the format, the rest is the file. Either it loads prompts with at least one
 // non-empty turn and a file:line source each, or it fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/prompt_file).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_prompt_file).
 #include <cstdlib>
 
 #include "datasets/dataset.h"

@@ -1,6 +1,6 @@
 // libFuzzer target: the results store's reader (results/store.h) on arbitrary database files,
 // opened read-only: every listing and load either works or fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/results_store).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_results_store).
 #include <cstdlib>
 
 #include "results/store.h"

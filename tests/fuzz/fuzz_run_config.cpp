@@ -1,6 +1,6 @@
 // libFuzzer target: run configs (harness/runner/run_config.h) through the JSON reader: either the
 // config parses, passes its checks and expands into cases, or it fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/run_config).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_run_config).
 #include <cstdlib>
 
 #include "harness/runner/run_config.h"

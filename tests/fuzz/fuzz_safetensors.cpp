@@ -1,6 +1,6 @@
 // libFuzzer target: the safetensors reader (models/checkpoint/safetensors.h) on arbitrary files:
 // a file either opens with every tensor's bytes inside the file, or fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/safetensors).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_safetensors).
 #include <cstdlib>
 
 #include "models/checkpoint/safetensors.h"

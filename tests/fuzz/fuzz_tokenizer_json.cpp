@@ -1,7 +1,7 @@
 // libFuzzer target: HF tokenizer.json loading (models/tokenizer/tokenizer.h) plus encode/decode of
 // a few texts: a file either loads into a tokenizer whose ids stay inside its vocabulary and
 // whose every token decodes, or fails as specbed::Error.
-// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/tokenizer_json).
+// Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_tokenizer_json).
 #include <cstdlib>
 
 #include "models/tokenizer/tokenizer.h"

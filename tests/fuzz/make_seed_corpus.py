@@ -14,7 +14,7 @@ OUT = os.path.join(ROOT, "tests", "fuzz", "corpus")
 
 
 def put(target, name, data):
-    d = os.path.join(OUT, target)
+    d = os.path.join(OUT, "fuzz_" + target)
     os.makedirs(d, exist_ok=True)
     if isinstance(data, str):
         data = data.encode("utf-8")
