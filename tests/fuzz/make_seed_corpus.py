@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the libFuzzer targets (tests/fuzz/corpus/<target>/) from files in
 this repository and small hand-made inputs. Re-run after changing it; the output is committed.
-Crash inputs found later are committed next to these seeds as regression inputs (see README)."""
+Crash inputs found later are committed next to these seeds as regression inputs (see README).
+Checked by: scripts/fuzz (runs every target over these corpora)."""
 import json
 import os
 import shutil
