@@ -11,6 +11,7 @@
 #include "datasets/dataset.h"
 #include "datasets/dataset_internal.h"
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 
@@ -37,14 +38,6 @@ std::string Described(const json& value) {
 bool IsNonEmptyString(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
-}
-
-// nlohmann's parse_error text without its "[json.exception...] parse error at line 1," prefix,
-// which would be misleading for one JSONL line.
-std::string ParseErrorDetail(const json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t column = what.find("column");
-  return column == std::string::npos ? what : what.substr(column);
 }
 
 // Reads an optional id field ("question_id", "id", "task_id"); integers become decimal strings.
@@ -284,24 +277,23 @@ ParsedFile ParseJsonl(const std::string& path, const std::string& text, const st
     }
     if (blank) continue;
     const std::string where = StrCat(path, ":", line_number);
-    json object;
-    try {
-      object = json::parse(begin_ptr, end_ptr);
-    } catch (const json::parse_error& e) {
-      Fail(where, ": not valid JSON (", ParseErrorDetail(e),
-           "); expected one JSON object per line");
-    }
-    Prompt prompt;
-    if (format == "questions_jsonl") {
-      prompt = ParseQuestionObject(object, where, std::to_string(line_number));
-    } else if (format == "humaneval_jsonl") {
-      prompt = ParseHumanEval(object, where);
-    } else if (format == "gsm8k_jsonl") {
-      prompt = ParseGsm8k(object, where, line_number);
-    } else {
-      prompt = ParseMath500(object, where, line_number);
-    }
+    JsonParseOptions options;
+    options.first_line = line_number;
+    options.expected = "one JSON object per line";
+    const json object =
+        ParseJsonText(std::string_view(begin_ptr, end_ptr - begin_ptr), path, options);
+    Prompt prompt = WithJsonContext(where, [&] {
+      if (format == "questions_jsonl") {
+        return ParseQuestionObject(object, where, std::to_string(line_number));
+      } else if (format == "humaneval_jsonl") {
+        return ParseHumanEval(object, where);
+      } else if (format == "gsm8k_jsonl") {
+        return ParseGsm8k(object, where, line_number);
+      }
+      return ParseMath500(object, where, line_number);
+    });
     prompt.source_category = prompt.category;
+    prompt.source = where;
     parsed.prompts.push_back(std::move(prompt));
     parsed.lines.push_back(line_number);
   }
@@ -309,15 +301,9 @@ ParsedFile ParseJsonl(const std::string& path, const std::string& text, const st
 }
 
 ParsedFile ParseJsonArray(const std::string& path, const std::string& text) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    const int64_t line =
-        LinesOfOffsets(text, {e.byte > 0 ? static_cast<size_t>(e.byte - 1) : 0}).front();
-    Fail(path, ":", line, ": not valid JSON (", ParseErrorDetail(e),
-         "); expected a JSON array of prompt objects");
-  }
+  JsonParseOptions options;
+  options.expected = "a JSON array of prompt objects";
+  const json root = ParseJsonText(text, path, options);
   SPECBED_CHECK(root.is_array(), path, ":1: expected a JSON array of prompt objects, found ",
                 Described(root));
   const std::vector<int64_t> lines = LinesOfOffsets(text, ArrayElementOffsets(text));
@@ -325,8 +311,10 @@ ParsedFile ParseJsonArray(const std::string& path, const std::string& text) {
   ParsedFile parsed;
   for (size_t i = 0; i < root.size(); ++i) {
     const std::string where = StrCat(path, ":", lines[i], " (array element ", i + 1, ")");
-    Prompt prompt = ParseQuestionObject(root[i], where, std::to_string(i + 1));
+    Prompt prompt = WithJsonContext(
+        where, [&] { return ParseQuestionObject(root[i], where, std::to_string(i + 1)); });
     prompt.source_category = prompt.category;
+    prompt.source = StrCat(path, ":", lines[i]);
     parsed.prompts.push_back(std::move(prompt));
     parsed.lines.push_back(lines[i]);
   }

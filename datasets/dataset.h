@@ -26,6 +26,9 @@ struct Prompt {
   // registry regroups categories: Spec-Bench's MT-Bench part has category "mt_bench" and
   // source_category "writing", "roleplay", ...
   std::string source_category;
+  // Where the prompt was read: "<file>:<line>" (errors about the prompt, e.g. one too long for
+  // the model's context, name it).
+  std::string source;
 };
 
 struct DatasetInfo {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
@@ -252,6 +253,20 @@ void LlamaConfig::Validate(const std::string& source) const {
   };
   for (const auto& [name, value] : positive) {
     SPECBED_CHECK(value > 0, source, ": ", name, " must be positive, got ", value);
+  }
+  const std::tuple<const char*, int64_t, int64_t> capped[] = {
+      {"hidden_size (dim)", dim, kMaxConfigDim},
+      {"num_hidden_layers (n_layers)", n_layers, kMaxConfigLayers},
+      {"num_attention_heads (n_heads)", n_heads, kMaxConfigHeads},
+      {"num_key_value_heads (n_kv_heads)", n_kv_heads, kMaxConfigHeads},
+      {"head_dim", head_dim, kMaxConfigDim},
+      {"intermediate_size (hidden_dim)", hidden_dim, kMaxConfigDim},
+      {"vocab_size", vocab_size, kMaxConfigVocab},
+      {"max_position_embeddings (max_seq_len)", max_seq_len, kMaxConfigPositions},
+  };
+  for (const auto& [name, value, cap] : capped) {
+    SPECBED_CHECK(value <= cap, source, ": ", name, " = ", value, " exceeds SpecBed's limit of ",
+                  cap, " (far above any published model; the config is corrupt)");
   }
   SPECBED_CHECK(n_heads % n_kv_heads == 0, source, ": num_attention_heads (n_heads) ", n_heads,
                 " is not a multiple of num_key_value_heads (n_kv_heads) ", n_kv_heads);

@@ -22,6 +22,15 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3 only
 };
 
+// Upper bounds on config sizes, far above any published model (Llama-3.1-405B: 126 layers,
+// hidden 16384, intermediate 53248, 128 heads; the largest vocabularies ~262k; 10M-token contexts).
+// A config beyond them is refused before anything is allocated.
+constexpr int64_t kMaxConfigLayers = 4096;
+constexpr int64_t kMaxConfigDim = int64_t{1} << 18;
+constexpr int64_t kMaxConfigHeads = 4096;
+constexpr int64_t kMaxConfigVocab = int64_t{1} << 24;
+constexpr int64_t kMaxConfigPositions = int64_t{1} << 26;
+
 struct LlamaConfig {
   // "llama2c", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM".
   std::string architecture = "LlamaForCausalLM";
@@ -60,6 +69,8 @@ struct LlamaConfig {
 
   // Throws specbed::Error naming `source` when a field is missing, non-positive or inconsistent
   // (e.g. n_heads not a multiple of n_kv_heads, odd head_dim).
+  // Also caps every size at a bound no real model reaches (kMaxConfig*), so a corrupt or
+  // hostile config fails here instead of allocating.
   void Validate(const std::string& source) const;
   // Hugging Face config.json for this architecture (what the writer stores).
   nlohmann::json ToHfJson() const;

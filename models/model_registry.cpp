@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
@@ -144,9 +145,7 @@ std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec) {
   } else if (spec.format == "hf" && EndsWith(spec.tokenizer_path, ".bin")) {
     // A llama2.c tokenizer shared with an HF checkpoint (a trained draft): vocab from config.json.
     const std::string config_path = spec.path + "/config.json";
-    vocab = static_cast<int32_t>(
-        ParseHfConfig(nlohmann::json::parse(ReadFileToString(config_path)), config_path)
-            .vocab_size);
+    vocab = static_cast<int32_t>(ParseHfConfig(ReadJsonFile(config_path), config_path).vocab_size);
   }
   return LoadTokenizer(spec.tokenizer_path, vocab);
 }

@@ -1,4 +1,4 @@
-// Small tensor helpers shared by loaders and trainers (error messages).
+// Small tensor helpers shared by loaders and trainers (error messages, the finite-weights check).
 // Checked by: the loader tests that assert on their messages (tests/models/hf_checkpoint_test.cpp,
 // tests/methods/eagle3_head_test.cpp).
 #pragma once
@@ -15,5 +15,14 @@ inline std::string ShapeString(at::IntArrayRef shape) {
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
 }
+
+// Environment variable that turns CheckFiniteWeights off ("1"): loading a checkpoint that holds
+// NaN or Inf on purpose (e.g. to study a broken one).
+constexpr const char* kAllowNonFiniteWeightsEnv = "SPECBED_ALLOW_NONFINITE_WEIGHTS";
+
+// Fails naming `source` and `name` when `t` (any shape, floating dtype, CPU or CUDA) holds a NaN
+// or an infinity, with the count and the first flat index; a no-op when
+// SPECBED_ALLOW_NONFINITE_WEIGHTS=1. Loaders call it on every weight they read.
+void CheckFiniteWeights(const at::Tensor& t, const std::string& name, const std::string& source);
 
 }  // namespace specbed

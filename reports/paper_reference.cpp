@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 
@@ -54,7 +55,7 @@ void CollectReferences(const Json& j, std::vector<std::string>* out) {
 }  // namespace
 
 PaperReference LoadPaperReference(const std::string& path) {
-  const Json j = ParseJsonFile(path);
+  const Json j = ReadJsonFile(path);
   SPECBED_CHECK(j.is_object(), "paper reference '", path, "': expected a JSON object");
   PaperReference ref;
   ref.path = path;

@@ -3,8 +3,10 @@
 // Checked by: tests/results/store_test.cpp.
 #include "results/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -376,6 +378,11 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Whether this process may create files in `dir` (effective ids, as open() checks).
+bool DirWritable(const std::string& dir) {
+  return faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
+}
+
 // Why a database file could not be opened/created, in words.
 std::string DescribeOpenFailure(const std::string& path, sqlite3* db) {
   struct stat st {};
@@ -386,6 +393,9 @@ std::string DescribeOpenFailure(const std::string& path, sqlite3* db) {
     return "directory '" + dir + "' does not exist";
   }
   if (!S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  if (stat(path.c_str(), &st) != 0 && !DirWritable(dir)) {
+    return "folder '" + dir + "' is not writable (permission denied creating the file in it)";
+  }
   std::string reason = db ? sqlite3_errmsg(db) : "out of memory";
   const int sys_errno = db ? sqlite3_system_errno(db) : 0;
   if (sys_errno != 0) reason += StrCat(" (", std::strerror(sys_errno), ")");
@@ -437,6 +447,14 @@ std::unique_ptr<ResultsStore> ResultsStore::Open(const std::string& path,
          "); pass a SpecBed results database or a path for a new one");
   }
   if (primary == SQLITE_READONLY) {
+    // SQLite writes a journal next to the database: a writable file in a read-only folder fails
+    // here too, and the fix is the folder's permissions, not the file's.
+    const std::string dir = DirName(path_);
+    if (rc == SQLITE_READONLY_DIRECTORY || !DirWritable(dir)) {
+      Fail("results database '", path_, "' cannot be written: its folder '", dir,
+           "' is not writable, and SQLite must create a journal file next to the database (", msg,
+           ") while ", op, "; make the folder writable or write the results elsewhere");
+    }
     Fail("results database '", path_, "' is not writable (", msg, ") while ", op);
   }
   std::string detail = msg;

@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libpcre2-dev
   gnuplot-nox chromium clang-format
+  libutf8proc-dev clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -56,15 +56,6 @@ bool PathExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-nlohmann::json ParseJsonFile(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(path, ": not valid JSON: ", e.what());
-  }
-}
-
 void WriteFileAtomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   {

@@ -8,8 +8,6 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 namespace specbed {
 
 class MappedFile {
@@ -33,9 +31,6 @@ class MappedFile {
 
 // Reads a whole file into a string. Throws specbed::Error naming the path on failure.
 std::string ReadFileToString(const std::string& path);
-
-// Parses a JSON file; a malformed file fails naming the path and the parser's message.
-nlohmann::json ParseJsonFile(const std::string& path);
 
 // Writes `bytes` to `path`.tmp and renames it over `path`, so a crash leaves the old file intact.
 // Errors name the file.

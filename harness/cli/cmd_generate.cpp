@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "harness/base/json_read.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
@@ -58,7 +59,7 @@ void RunGenerate(const GenerateOptions& o) {
                           {"decode_ms", r.decode_ms},
                           {"forward_ms", r.forward_ms},
                           {"decode_tokens_per_s", decode_tps}}}};
-    std::cout << j.dump(2) << std::endl;
+    std::cout << DumpJsonForOutput(j) << std::endl;
     return;
   }
   std::cout << o.prompt << r.text << std::endl;

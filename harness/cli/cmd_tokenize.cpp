@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/cli/commands.h"
 #include "models/model_registry.h"
 #include "models/tokenizer/tokenizer.h"
@@ -71,7 +72,7 @@ void RunTokenize(const TokenizeOptions& o) {
     }
     const std::string text = DisplayText(*tok, ids);
     if (o.json) {
-      std::cout << nlohmann::json({{"ids", ids}, {"text", text}}).dump(2) << std::endl;
+      std::cout << DumpJsonForOutput({{"ids", ids}, {"text", text}}) << std::endl;
     } else {
       std::cout << text << std::endl;
     }
@@ -90,13 +91,13 @@ void RunTokenize(const TokenizeOptions& o) {
                         {"tokens", pieces},
                         {"decoded", round_trip},
                         {"n_tokens", ids.size()}};
-    std::cout << j.dump(2) << std::endl;
+    std::cout << DumpJsonForOutput(j) << std::endl;
     return;
   }
   for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
   std::cout << "\n";
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::cout << (i ? " | " : "") << nlohmann::json(pieces[i]).dump();
+    std::cout << (i ? " | " : "") << DumpJsonForOutput(pieces[i], -1);
   }
   std::cout << "\n" << ids.size() << " tokens\n";
 }

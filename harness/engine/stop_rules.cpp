@@ -26,7 +26,8 @@ const char* StopReasonName(StopReason reason) {
 StopChecker::StopChecker(const StopConfig& config, const Tokenizer* tokenizer,
                          int32_t last_prompt_token)
     : config_(config), tokenizer_(tokenizer), prev_token_(last_prompt_token) {
-  SPECBED_CHECK(config_.max_new_tokens >= 1, "max_new_tokens must be >= 1, got ",
+  SPECBED_CHECK(config_.max_new_tokens >= 1 && config_.max_new_tokens <= kMaxNewTokensLimit,
+                "max_new_tokens must be in [1, ", kMaxNewTokensLimit, "], got ",
                 config_.max_new_tokens);
   SPECBED_CHECK(config_.stop_strings.empty() || tokenizer_ != nullptr,
                 "stop strings need a tokenizer");
@@ -34,7 +35,8 @@ StopChecker::StopChecker(const StopConfig& config, const Tokenizer* tokenizer,
     SPECBED_CHECK(!s.empty(), "stop strings must be non-empty");
     max_stop_len_ = std::max(max_stop_len_, s.size());
   }
-  tokens_.reserve(config_.max_new_tokens);
+  // Generations usually stop long before max_new_tokens; larger ones grow the buffer.
+  tokens_.reserve(std::min<int64_t>(config_.max_new_tokens, 4096));
 }
 
 StopReason StopChecker::Push(int32_t token) {

@@ -13,6 +13,10 @@
 
 namespace specbed {
 
+// The most new tokens one generation may ask for (the CLI's -n bound too); a larger
+// max_new_tokens is an error naming the field, not an allocation failure.
+constexpr int64_t kMaxNewTokensLimit = int64_t{1} << 20;
+
 enum class StopReason { kNone, kEos, kMaxNewTokens, kStopString, kMaxContext };
 const char* StopReasonName(StopReason reason);
 

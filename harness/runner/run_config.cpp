@@ -7,8 +7,10 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "harness/engine/stop_rules.h"
 
 namespace specbed {
 namespace {
@@ -214,7 +216,8 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
   }
   SPECBED_CHECK(c.top_p > 0 && c.top_p <= 1, source, ": top_p must be in (0, 1], got ", c.top_p);
   SPECBED_CHECK(c.top_k >= 0, source, ": top_k must be >= 0 (0 = off), got ", c.top_k);
-  SPECBED_CHECK(c.max_new_tokens >= 1, source, ": max_new_tokens must be >= 1, got ",
+  SPECBED_CHECK(c.max_new_tokens >= 1 && c.max_new_tokens <= kMaxNewTokensLimit, source,
+                ": max_new_tokens must be in [1, ", kMaxNewTokensLimit, "], got ",
                 c.max_new_tokens);
   SPECBED_CHECK(c.threads >= 1 && c.threads <= 256, source, ": threads must be in [1, 256], got ",
                 c.threads);
@@ -230,14 +233,10 @@ const std::vector<std::string>& RunConfigKeys() {
 }
 
 RunConfig LoadRunConfig(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    Fail("run config '", path, "' is not valid JSON: ", e.what());
-  }
-  return ParseRunConfig(json, path);
+  JsonParseOptions options;
+  options.expected = "a run config object";
+  const Json json = ReadJsonFile(path, options);
+  return WithJsonContext(path, [&] { return ParseRunConfig(json, path); });
 }
 
 Json CaseConfig::IdentityJson() const {

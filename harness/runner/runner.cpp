@@ -369,16 +369,24 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
     std::vector<ChatMessage> messages = StartConversation(c);
     for (size_t turn = 0; turn < prompt.turns.size(); ++turn) {
       messages.push_back({"user", prompt.turns[turn]});
-      const auto ids = BuildPromptIds(target, messages);
-      ensure_cache(ids.size());
       GenerationConfig g = gen;
       g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
       // Even answers: AR first; odd answers: the method first.
       const bool ar_first = paired && samples.size() % 2 == 0;
-      if (ar_first) RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
-      decoder->Generate(ids, g, cache, result);
-      if (paired && !ar_first) {
-        RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+      std::vector<int32_t> ids;
+      try {
+        ids = BuildPromptIds(target, messages);
+        ensure_cache(ids.size());
+        if (ar_first) RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+        decoder->Generate(ids, g, cache, result);
+        if (paired && !ar_first) {
+          RunPairedAr(*paired_ar, ids, paired_gen, g.seed, cache, paired_result);
+        }
+      } catch (const Error& e) {
+        // Name the prompt's file and line (a prompt too long for the context, ...).
+        Fail(prompt.source.empty() ? "dataset '" + c.dataset.name + "'" : prompt.source,
+             ": prompt '", prompt.id, "' (turn ", turn + 1, ", method ", c.method.name,
+             "): ", e.what());
       }
       const GenerationResult& r = result.generation;
       messages.push_back({"assistant", r.text});

@@ -13,6 +13,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
@@ -387,15 +388,11 @@ SweepConfig ParseSweepConfig(const Json& j, const std::string& source) {
 }
 
 SweepConfig LoadSweepConfig(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    Fail("config '", path, "' is not valid JSON: ", e.what());
-  }
+  JsonParseOptions options;
+  options.expected = "a sweep config object";
+  Json json = ReadJsonFile(path, options);
   ResolveConfigPaths(json, path);
-  return ParseSweepConfig(json, path);
+  return WithJsonContext(path, [&] { return ParseSweepConfig(json, path); });
 }
 
 SweepConfig SweepFromRunConfig(const RunConfig& config) {

@@ -3,6 +3,8 @@
 // Checked by: tests/methods/dflash_head_test.cpp.
 #include "methods/dflash/dflash_config.h"
 
+#include <algorithm>
+
 #include <cfenv>
 #include <cmath>
 #include <string>
@@ -67,6 +69,12 @@ void DflashConfig::Validate(const std::string& source) const {
         ": dflash_config.target_layer_ids has id ", id,
         ", outside the target's decoder layers [0, num_target_layers = ", num_target_layers, ")");
   }
+  SPECBED_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == n_layers,
+                source, ": layer_types has ", sliding_layers.size(),
+                " entries, expected num_hidden_layers = ", n_layers);
+  SPECBED_CHECK(sliding_layers.empty() || sliding_window >= 1, source,
+                ": sliding_window must be >= 1 for \"sliding_attention\" layers, got ",
+                sliding_window);
   if (target_layer_ids.empty()) {
     try {
       DefaultDflashTargetLayers(num_target_layers, n_layers);
@@ -127,17 +135,20 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
       Fail(source, ": field \"architectures\": ", e.what());
     }
   }
+  std::vector<bool> sliding;
   if (Has(j, "layer_types")) {
     const json& types = j["layer_types"];
     SPECBED_CHECK(types.is_array(), source, ": field \"layer_types\" must be a list, got ",
                   types.dump());
     for (size_t i = 0; i < types.size(); ++i) {
-      SPECBED_CHECK(types[i] == json("full_attention"), source, ": layer_types[", i, "] is ",
-                    types[i].dump(),
-                    "; only \"full_attention\" is supported by SpecBed's DFlash head (no draft "
-                    "sliding window)");
+      SPECBED_CHECK(types[i] == json("full_attention") || types[i] == json("sliding_attention"),
+                    source, ": layer_types[", i, "] is ", types[i].dump(),
+                    "; SpecBed's DFlash head supports \"full_attention\" and "
+                    "\"sliding_attention\"");
+      sliding.push_back(types[i] == json("sliding_attention"));
     }
   }
+  const bool any_sliding = std::find(sliding.begin(), sliding.end(), true) != sliding.end();
 
   // The draft layers are Qwen3 layers whatever the target family: let the engine's parser read
   // and check the shared fields.
@@ -151,6 +162,9 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
                 " is not supported for a DFlash draft (expected \"qwen3\" or \"llama\")");
   qwen["model_type"] = "qwen3";
   qwen.erase("tie_word_embeddings");  // the draft has no embedding of its own
+  // With layer_types, they say which layers slide (Qwen3's use_sliding_window / max_window_layers
+  // only derive layer_types when it is absent).
+  if (Has(j, "layer_types")) qwen.erase("use_sliding_window");
   const LlamaConfig lc = ParseHfConfig(qwen, source);
 
   DflashConfig c;
@@ -174,11 +188,23 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
                   "num_hidden_layers = ", c.n_layers);
   }
 
-  SPECBED_CHECK(Has(j, "block_size"), source,
-                ": missing field \"block_size\" (positions drafted per forward, e.g. 16)");
-  c.block_size = GetInt(j, "block_size", source, 0);
+  if (any_sliding) {
+    SPECBED_CHECK(Has(j, "sliding_window"), source,
+                  ": layer_types has \"sliding_attention\" layers but no \"sliding_window\"");
+    c.sliding_window = GetInt(j, "sliding_window", source);
+    c.sliding_layers = sliding;
+  }
   c.num_target_layers = GetInt(j, "num_target_layers", source, 0);
-  c.causal = GetBool(j, kCausalKey, source, false);
+  // block_size: top level (published configs), or only in dflash_config (newer z-lab configs),
+  // or absent: z-lab's default of 16. The causal flag: upstream "is_causal" (top level or in
+  // dflash_config) or SpecBed's "specbed_causal".
+  std::vector<std::pair<std::string, int64_t>> block_sizes;
+  std::vector<std::pair<std::string, bool>> causal_flags;
+  if (Has(j, "block_size")) block_sizes.emplace_back("block_size", GetInt(j, "block_size", source));
+  if (Has(j, kCausalKey))
+    causal_flags.emplace_back(kCausalKey, GetBool(j, kCausalKey, source, false));
+  if (Has(j, "is_causal"))
+    causal_flags.emplace_back("is_causal", GetBool(j, "is_causal", source, false));
   if (Has(j, "dflash_config")) {
     const json& dc = j["dflash_config"];
     const std::string dc_source = source + ": dflash_config";
@@ -187,6 +213,24 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
     c.mask_token_id = GetInt(dc, "mask_token_id", dc_source, -1);
     if (Has(dc, "target_layer_ids"))
       c.target_layer_ids = GetIntList(dc, "target_layer_ids", dc_source);
+    if (Has(dc, "block_size")) {
+      block_sizes.emplace_back("dflash_config.block_size", GetInt(dc, "block_size", dc_source));
+    }
+    if (Has(dc, "is_causal")) {
+      causal_flags.emplace_back("dflash_config.is_causal",
+                                GetBool(dc, "is_causal", dc_source, false));
+    }
+  }
+  c.block_size = block_sizes.empty() ? kDflashDefaultBlockSize : block_sizes[0].second;
+  for (const auto& [field, value] : block_sizes) {
+    SPECBED_CHECK(value == c.block_size, source, ": ", block_sizes[0].first, " = ", c.block_size,
+                  " but ", field, " = ", value, " (they must agree)");
+  }
+  c.causal = !causal_flags.empty() && causal_flags[0].second;
+  for (const auto& [field, value] : causal_flags) {
+    SPECBED_CHECK(value == c.causal, source, ": ", causal_flags[0].first, " = ",
+                  c.causal ? "true" : "false", " but ", field, " = ", value ? "true" : "false",
+                  " (they must agree)");
   }
   c.Validate(source);
   return c;
@@ -222,7 +266,12 @@ nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {
   j["rope_scaling"] = llama_json["rope_scaling"];
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["vocab_size"] = c.vocab_size;
-  j["layer_types"] = std::vector<std::string>(c.n_layers, "full_attention");
+  std::vector<std::string> layer_types;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    layer_types.push_back(c.LayerWindow(l) > 0 ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = layer_types;
+  if (!c.sliding_layers.empty()) j["sliding_window"] = c.sliding_window;
   j["attention_bias"] = false;
   j["bos_token_id"] = llama_json["bos_token_id"];
   j["eos_token_id"] = llama_json["eos_token_id"];

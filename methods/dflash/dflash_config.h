@@ -18,6 +18,9 @@
 
 namespace specbed {
 
+// block_size when a config gives none (z-lab's DFlash default).
+constexpr int64_t kDflashDefaultBlockSize = 16;
+
 struct DflashConfig {
   int64_t hidden_size = 0;        // H: draft width = the target's hidden size (shared embedding)
   int64_t intermediate_size = 0;  // SwiGLU inner width
@@ -41,10 +44,23 @@ struct DflashConfig {
   // i sees the context and block rows <= i) instead of the bidirectional block, so JetSpec's
   // causal variant reuses the head. Written as the top-level "specbed_causal": true only when set.
   bool causal = false;
-  int64_t bos_token_id = -1;             // -1 = none
+  // Per-layer attention from "layer_types": true for a "sliding_attention" layer, whose queries
+  // see only keys less than `sliding_window` positions behind them (query position - key
+  // position < sliding_window, as Hugging Face's sliding-window mask), context and block rows
+  // alike. Empty = every layer "full_attention".
+  std::vector<bool> sliding_layers;
+  int64_t sliding_window = 0;  // config "sliding_window"; required (>= 1) when a layer slides
+  int64_t bos_token_id = -1;   // -1 = none
   std::vector<int64_t> eos_token_ids;    // may be empty
   std::string torch_dtype = "bfloat16";  // as stored in the checkpoint
 
+  // The attention window of decoder layer `layer`: sliding_window for a sliding layer, else 0
+  // (full attention).
+  int64_t LayerWindow(int64_t layer) const {
+    return layer < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[layer]
+               ? sliding_window
+               : 0;
+  }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // Number of fused target layers (the effective target_layer_ids' size).
@@ -69,15 +85,19 @@ struct DflashConfig {
 // Parses a DFlash draft config.json object. `source` (usually the file path) is named in errors.
 // Layout (z-lab/dflash, SpecForge configs/qwen3-*-dflash.json): architectures[0]
 // "DFlashDraftModel", Qwen3 fields at top level (model_type qwen3 or llama: the draft layers are
-// always Qwen3-style with q_norm / k_norm), block_size, num_target_layers,
-// dflash_config {mask_token_id, target_layer_ids} (both optional), layer_types (every entry must
-// be "full_attention"; "sliding_attention" is rejected as unsupported), attention_bias must be
-// false, optional "specbed_causal". Sizes, rms_norm_eps, rope_theta / rope_scaling, bos/eos,
-// hidden_act silu and torch_dtype / dtype go through ParseHfConfig.
+// always Qwen3-style with q_norm / k_norm), block_size (top level, or only inside dflash_config
+// as newer z-lab configs have it, or absent: 16, z-lab's default; both places must agree),
+// num_target_layers, dflash_config {mask_token_id, target_layer_ids, block_size, is_causal} (all
+// optional), layer_types ("full_attention" or "sliding_attention" with "sliding_window"; any
+// other type is refused by name), attention_bias must be false, optional causal flag: upstream
+// "is_causal" (top level or in dflash_config) or SpecBed's "specbed_causal" (they must agree).
+// Sizes, rms_norm_eps, rope_theta / rope_scaling, bos/eos, hidden_act silu and torch_dtype /
+// dtype go through ParseHfConfig.
 DflashConfig ParseDflashConfig(const nlohmann::json& j, const std::string& source);
 
 // The published config.json layout for `config` (architectures ["DFlashDraftModel"], auto_map,
-// model_type qwen3, layer_types full_attention × n_layers, attention_bias false,
+// model_type qwen3, layer_types (sliding_attention for sliding layers, with sliding_window;
+// full_attention otherwise), attention_bias false,
 // tie_word_embeddings false, dflash_config with mask_token_id when >= 0 and target_layer_ids when
 // set; "specbed_causal": true when causal). ParseDflashConfig(DflashConfigToJson(c)) == c.
 nlohmann::ordered_json DflashConfigToJson(const DflashConfig& config);

@@ -69,6 +69,7 @@ DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, a
     layer.post_norm = lg(kDflashPostNorm);
     layer.q_norm = lg(kDflashQNorm);
     layer.k_norm = lg(kDflashKNorm);
+    layer.window = config_.LayerWindow(l);
     layers_.push_back(std::move(layer));
   }
 
@@ -312,6 +313,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
     float* scores_base = scores_.data();
     const int64_t sstride = score_stride_;
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (ctx + b) * hd));
+    const int64_t window = layer.window;
     at::parallel_for(0, b * n_heads, grain, [&](int64_t begin, int64_t end) {
       float* scores = scores_base + at::get_thread_num() * sstride;
       float* acc = scores + ctx + b;
@@ -323,22 +325,32 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
         const float* kbb = kb + kh * b * hd;
         const float* vbb = vb + kh * b * hd;
         const int64_t visible = causal ? i + 1 : b;
+        // A sliding layer sees keys less than `window` positions behind the query: context rows
+        // (row s at position s) from query_position - window + 1 on, block rows from i - window
+        // + 1 on (the query's own row always).
+        const int64_t ctx_begin =
+            window > 0 ? std::min(ctx, std::max<int64_t>(0, start_position + i - window + 1)) : 0;
+        const int64_t block_begin = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
         float max_score = -INFINITY;
-        for (int64_t s = 0; s < ctx; ++s) {
+        for (int64_t s = ctx_begin; s < ctx; ++s) {
           scores[s] = Dot(qrow, kcb + s * hd, hd) * scale;
           max_score = std::max(max_score, scores[s]);
         }
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = block_begin; j < visible; ++j) {
           scores[ctx + j] = Dot(qrow, kbb + j * hd, hd) * scale;
           max_score = std::max(max_score, scores[ctx + j]);
         }
         std::fill(acc, acc + hd, 0.f);
         float denom = 0.f;
-        for (int64_t s = 0; s < ctx + visible; ++s) {
-          const float p = std::exp(scores[s] - max_score);
+        // Visible keys: context rows [ctx_begin, ctx), then block rows [block_begin, visible).
+        auto accumulate = [&](float score, const float* vrow) {
+          const float p = std::exp(score - max_score);
           denom += p;
-          const float* vrow = s < ctx ? vcb + s * hd : vbb + (s - ctx) * hd;
           for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+        };
+        for (int64_t s = ctx_begin; s < ctx; ++s) accumulate(scores[s], vcb + s * hd);
+        for (int64_t j = block_begin; j < visible; ++j) {
+          accumulate(scores[ctx + j], vbb + j * hd);
         }
         const float inv = 1.0f / denom;
         float* o = attnp + i * q_dim + head * hd;

@@ -94,6 +94,7 @@ class DflashHead {
     at::Tensor wqkv, wkv, wo, w_gate_up, w_down;            // float32 contiguous [out, in]
     at::Tensor input_norm, post_norm, q_norm, k_norm;       // float32
     std::vector<float> k_ctx, v_ctx;  // [n_kv_heads, context_capacity_, head_dim]
+    int64_t window = 0;               // sliding-window size; 0 = full attention
   };
 
   void EnsureRope(int64_t max_position);

@@ -38,6 +38,11 @@ TrainableDflash::TrainableDflash(const DflashConfig& config,
   ValidateDflashTensors(config_, tensors, "DFlash trainable head");
   SPECBED_CHECK(config_.mask_token_id >= 0,
                 "DFlash trainable head: the config needs dflash_config.mask_token_id");
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    SPECBED_CHECK(config_.LayerWindow(l) == 0, "DFlash trainable head: layer ", l,
+                  " is \"sliding_attention\"; training supports full-attention layers only "
+                  "(sliding windows are implemented for drafting, not in the training forward)");
+  }
   for (const auto& [name, shape] : ExpectedDflashTensorShapes(config_)) {
     at::Tensor p = tensors.at(name).detach().to(at::kCPU).to(at::kFloat).contiguous().clone();
     params_.emplace_back(name, p.set_requires_grad(true));

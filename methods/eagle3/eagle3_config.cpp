@@ -22,8 +22,10 @@ using config_fields::Has;
 
 using nlohmann::json;
 
-const std::vector<std::string> kArchitectures = {"LlamaForCausalLMEagle3",
-                                                 "Eagle3LlamaForCausalLM"};
+// "LlamaForCausalLM": the SafeAILab EAGLE-3 training template's config (the head is one Llama
+// decoder layer; the EAGLE-3 fields and the single layer say what it is).
+const std::vector<std::string> kArchitectures = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM",
+                                                 "LlamaForCausalLM"};
 
 }  // namespace
 

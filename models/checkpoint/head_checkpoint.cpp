@@ -10,9 +10,11 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -99,7 +101,7 @@ HeadConfigFile ReadHeadConfig(const std::string& dir, const std::string& where) 
   HeadConfigFile f;
   f.path = dir + "/" + kConfigFile;
   SPECBED_CHECK(PathExists(f.path), where, ": missing ", kConfigFile);
-  f.config = ParseJsonFile(f.path);
+  f.config = ReadJsonFile(f.path);
   if (f.config.is_object() && f.config.contains(kHeadRecipeKey)) {
     f.recipe = f.config[kHeadRecipeKey];
   }
@@ -137,6 +139,7 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
                     name == entry.name ? "" : " (both are '" + name + "')");
       out.origin[name] = at;
       out.tensors[name] = EntryToTensor(entry);
+      CheckFiniteWeights(out.tensors[name], entry.name, "safetensors file '" + path + "'");
     }
   }
   return out;

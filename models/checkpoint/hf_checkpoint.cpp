@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "models/checkpoint/safetensors.h"
@@ -72,7 +74,9 @@ void AddEntries(const SafetensorsFile& file, at::ScalarType dtype,
     }
     SPECBED_CHECK(tensors->count(entry.name) == 0, "safetensors file '", file.path(), "': tensor '",
                   entry.name, "' appears in more than one shard");
-    (*tensors)[entry.name] = EntryToTensor(entry, dtype, file.path());
+    at::Tensor t = EntryToTensor(entry, dtype, file.path());
+    CheckFiniteWeights(t, entry.name, "safetensors file '" + file.path() + "'");
+    (*tensors)[entry.name] = std::move(t);
   }
 }
 
@@ -162,7 +166,7 @@ HfModel ReadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
   const std::string config_path = dir + "/" + kConfigFile;
   SPECBED_CHECK(PathExists(config_path), "checkpoint directory '", dir, "' has no ", kConfigFile);
   HfModel model;
-  model.config = ParseHfConfig(ParseJsonFile(config_path), config_path);
+  model.config = ParseHfConfig(ReadJsonFile(config_path), config_path);
 
   const std::string single = dir + "/" + kSingleFile;
   const std::string index = dir + "/" + kIndexFile;
@@ -173,7 +177,7 @@ HfModel ReadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
   }
   SPECBED_CHECK(PathExists(index), "checkpoint directory '", dir, "' has neither ", kSingleFile,
                 " nor ", kIndexFile);
-  const json index_json = ParseJsonFile(index);
+  const json index_json = ReadJsonFile(index);
   SPECBED_CHECK(index_json.is_object() && index_json.contains("weight_map") &&
                     index_json["weight_map"].is_object(),
                 index, ": expected an object with a \"weight_map\" object");
@@ -208,6 +212,24 @@ LlamaWeights WeightsFromHfTensors(const LlamaConfig& config,
                                   const std::map<std::string, at::Tensor>& tensors,
                                   const std::string& source) {
   config.Validate(source);
+  // Compare the config's layer count with the layers the checkpoint holds before building the
+  // expected-tensor table, whose size follows the config.
+  int64_t layers_present = 0;
+  const std::string layer_prefix = "model.layers.";
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;
+    if (name.compare(0, layer_prefix.size(), layer_prefix) != 0) continue;
+    int64_t index = 0;
+    size_t i = layer_prefix.size();
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && index <= kMaxConfigLayers; ++i) {
+      index = index * 10 + (name[i] - '0');
+    }
+    if (i > layer_prefix.size()) layers_present = std::max(layers_present, index + 1);
+  }
+  SPECBED_CHECK(config.n_layers <= layers_present, source,
+                ": config has num_hidden_layers = ", config.n_layers,
+                " but the checkpoint holds tensors for ", layers_present,
+                " layer(s) (model.layers.0 .. model.layers.", layers_present - 1, ")");
   const auto expected = ExpectedHfTensorShapes(config);
   const std::string embed_name = "model.embed_tokens.weight";
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/names.h"
 
 namespace specbed {
@@ -115,12 +116,10 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) 
   const uint8_t* data_region = bytes + 8 + header_len;
   const size_t data_size = size - 8 - header_len;
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(header_begin, header_begin + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(where, ": header is not valid JSON: ", e.what());
-  }
+  JsonParseOptions options;
+  options.expected = "a safetensors header object";
+  const nlohmann::json header =
+      ParseJsonText(std::string_view(header_begin, header_len), where + " header", options);
   SPECBED_CHECK(header.is_object(), where, ": header must be a JSON object, got ",
                 header.type_name());
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 
@@ -17,30 +18,42 @@ namespace {
 using nlohmann::json;
 
 json ParseJsonFile(const std::string& path, const std::string& what) {
-  const std::string text = ReadFileToString(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    Fail(path, ": not valid JSON (expected a ", what, "): ", e.what());
-  }
+  JsonParseOptions options;
+  options.expected = "a " + what;
+  return ReadJsonFile(path, options);
+}
+
+// A token id from a JSON number: an integer in [0, 2^31 - 1] (ids >= 2^32 or negative ones would
+// otherwise wrap silently in the int32 conversion).
+int32_t ReadTokenId(const json& id, const std::string& where) {
+  SPECBED_CHECK(id.is_number_integer(), where, " must have an integer id, got ", id.dump());
+  SPECBED_CHECK(id.is_number_unsigned()
+                    ? id.get<uint64_t>() <= uint64_t{INT32_MAX}
+                    : (id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX),
+                where, " has id ", id.dump(), ", outside [0, 2147483647]");
+  return static_cast<int32_t>(id.get<int64_t>());
 }
 
 std::shared_ptr<PcreRegex> Gpt2Regex(const std::string& where) {
   return std::make_shared<PcreRegex>(kGpt2SplitPattern, /*literal=*/false, where);
 }
 
-// Normalizers: null and NFC (input is assumed to already be NFC; no ICU) are accepted.
-void CheckNormalizer(const json& j, const std::string& path) {
+// Normalizers: null, NFC (applied through libutf8proc) and Sequences of those are accepted.
+// Sets *nfc when an NFC step is present.
+void ParseNormalizer(const json& j, const std::string& path, bool* nfc) {
   if (j.is_null()) return;
   SPECBED_CHECK(j.is_object(), path, ": 'normalizer' must be an object or null");
   const std::string type = j.value("type", "");
-  if (type == "NFC") return;  // assumed: callers pass NFC text (README.md)
+  if (type == "NFC") {
+    *nfc = true;
+    return;
+  }
   if (type == "Sequence") {
-    for (const json& n : j.at("normalizers")) CheckNormalizer(n, path);
+    for (const json& n : j.at("normalizers")) ParseNormalizer(n, path, nfc);
     return;
   }
   Fail(path, ": unsupported normalizer type '", type,
-       "' (supported: null, NFC (input assumed NFC), Sequence of those)");
+       "' (supported: null, NFC, Sequence of those)");
 }
 
 BpeSplitStep::Behavior ParseBehavior(const std::string& name, const std::string& path) {
@@ -110,7 +123,9 @@ std::optional<std::string> TemplateBosName(const json& j, std::optional<int32_t>
   const std::string name = single[0].at("SpecialToken").at("id").get<std::string>();
   if (j.contains("special_tokens") && j.at("special_tokens").contains(name)) {
     const json& ids = j.at("special_tokens").at(name).at("ids");
-    if (ids.is_array() && ids.size() == 1) *id = ids[0].get<int32_t>();
+    if (ids.is_array() && ids.size() == 1) {
+      *id = ReadTokenId(ids[0], "post_processor special token '" + name + "'");
+    }
   }
   return name;
 }
@@ -151,9 +166,8 @@ BpeConfig ParseHfTokenizerJson(const std::string& path) {
     SPECBED_CHECK(model.contains("vocab") && model.at("vocab").is_object(), path,
                   ": model.vocab must be an object of token -> id");
     for (const auto& [token, id] : model.at("vocab").items()) {
-      SPECBED_CHECK(id.is_number_integer(), path, ": model.vocab entry '", token,
-                    "' must have an integer id");
-      config.vocab.emplace_back(token, id.get<int32_t>());
+      config.vocab.emplace_back(token,
+                                ReadTokenId(id, StrCat(path, ": model.vocab entry '", token, "'")));
     }
     SPECBED_CHECK(model.contains("merges") && model.at("merges").is_array(), path,
                   ": model.merges must be an array");
@@ -176,7 +190,7 @@ BpeConfig ParseHfTokenizerJson(const std::string& path) {
     }
     config.ignore_merges = model.value("ignore_merges", false);
 
-    CheckNormalizer(root.value("normalizer", json()), path);
+    ParseNormalizer(root.value("normalizer", json()), path, &config.nfc);
     const json pre = root.value("pre_tokenizer", json());
     bool has_byte_level = false;
     if (!pre.is_null()) ParsePreTokenizer(pre, path, &config.pre_tokenizer, &has_byte_level);
@@ -194,7 +208,7 @@ BpeConfig ParseHfTokenizerJson(const std::string& path) {
                       "] must be an object with an integer 'id' and a string 'content', got ",
                       t.dump());
         BpeAddedToken added;
-        added.id = t.at("id").get<int32_t>();
+        added.id = ReadTokenId(t.at("id"), StrCat(path, ": added_tokens[", i, "]"));
         added.content = t.at("content").get<std::string>();
         added.special = t.value("special", false);
         config.added_tokens.push_back(std::move(added));
@@ -221,7 +235,7 @@ BpeConfig ParseHfTokenizerJson(const std::string& path) {
       if (auto id = FindToken(config, name)) config.eos_ids.push_back(*id);
     }
   } catch (const json::exception& e) {
-    Fail(path, ": malformed tokenizer.json: ", e.what());
+    FailJsonException(e, path + " (tokenizer.json)");
   }
   return config;
 }
@@ -240,9 +254,7 @@ std::unique_ptr<Tokenizer> LoadGpt2Tokenizer(const std::string& vocab_json,
   const json vocab = ParseJsonFile(vocab_json, "GPT-2 vocab.json object of token -> id");
   SPECBED_CHECK(vocab.is_object(), vocab_json, ": expected a JSON object of token -> id");
   for (const auto& [token, id] : vocab.items()) {
-    SPECBED_CHECK(id.is_number_integer(), vocab_json, ": entry '", token,
-                  "' must have an integer id");
-    config.vocab.emplace_back(token, id.get<int32_t>());
+    config.vocab.emplace_back(token, ReadTokenId(id, StrCat(vocab_json, ": entry '", token, "'")));
   }
   const std::string merges_text = ReadFileToString(merges_txt);
   std::istringstream lines(merges_text);
@@ -265,7 +277,7 @@ std::unique_ptr<Tokenizer> LoadGpt2Tokenizer(const std::string& vocab_json,
   split.regex = Gpt2Regex(merges_txt);
   config.pre_tokenizer.push_back(std::move(split));
   if (auto it = vocab.find("<|endoftext|>"); it != vocab.end()) {
-    const int32_t id = it->get<int32_t>();
+    const int32_t id = ReadTokenId(*it, vocab_json + ": entry '<|endoftext|>'");
     config.added_tokens.push_back({id, "<|endoftext|>", /*special=*/true});
     config.bos_id = id;
     config.eos_ids = {id};

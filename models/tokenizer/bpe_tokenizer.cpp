@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <queue>
 #include <string_view>
 #include <unordered_map>
+
+#include <utf8proc.h>
 
 #include "harness/base/error.h"
 
@@ -99,6 +102,25 @@ uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
+// Unicode Normalization Form C of valid UTF-8 `text` (libutf8proc); ASCII is returned as is.
+std::string NfcNormalize(std::string_view text) {
+  bool ascii = true;
+  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return std::string(text);
+  utf8proc_uint8_t* mapped = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) {  // cannot happen for valid UTF-8; keep the text rather than lose it
+    std::free(mapped);
+    return std::string(text);
+  }
+  std::string out(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+  std::free(mapped);
+  return out;
+}
+
 class BpeTokenizer : public Tokenizer {
  public:
   explicit BpeTokenizer(BpeConfig config);
@@ -150,6 +172,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::string> byte_symbols_;  // byte -> its unicode symbol (UTF-8)
   std::vector<BpeSplitStep> pre_tokenizer_;
   bool ignore_merges_;
+  bool nfc_;
   std::vector<BpeAddedToken> added_;
   std::vector<std::vector<int>> added_by_first_byte_;  // indexes into added_, longest first
   int32_t bos_id_;
@@ -165,6 +188,7 @@ BpeTokenizer::BpeTokenizer(BpeConfig config)
     : source_(std::move(config.source)),
       pre_tokenizer_(std::move(config.pre_tokenizer)),
       ignore_merges_(config.ignore_merges),
+      nfc_(config.nfc),
       added_(std::move(config.added_tokens)),
       bos_id_(config.bos_id),
       eos_ids_(std::move(config.eos_ids)) {
@@ -185,7 +209,9 @@ BpeTokenizer::BpeTokenizer(BpeConfig config)
   texts_.resize(max_id + 1);
   bytes_.resize(max_id + 1);
   for (const auto& [text, id] : config.vocab) {
-    if (kinds_[id] != Kind::kNone) continue;  // duplicate id: keep the first entry
+    // Two tokens with one id would decode one of them wrongly: refuse, naming both.
+    SPECBED_CHECK(kinds_[id] == Kind::kNone, source_, ": vocab tokens '", texts_[id], "' and '",
+                  text, "' share id ", id, " (each id must name one token)");
     kinds_[id] = Kind::kVocab;
     texts_[id] = text;
     bytes_[id] = ByteLevelToBytes(text);
@@ -193,6 +219,12 @@ BpeTokenizer::BpeTokenizer(BpeConfig config)
     text_to_id_.emplace(text, id);
   }
   for (const auto& t : added_) {
+    // An added token may restate a vocab token with its own id (GPT-2's <|endoftext|>), but not
+    // take over an id that names other text.
+    SPECBED_CHECK(kinds_[t.id] == Kind::kNone || texts_[t.id] == t.content, source_,
+                  ": added token '", t.content, "' reuses id ", t.id, " of ",
+                  kinds_[t.id] == Kind::kVocab ? "vocab" : "added", " token '", texts_[t.id],
+                  "' (each id must name one token)");
     kinds_[t.id] = t.special ? Kind::kSpecial : Kind::kAdded;
     texts_[t.id] = t.content;
     bytes_[t.id] = t.content;
@@ -292,7 +324,7 @@ void BpeTokenizer::EncodeText(std::string_view text, std::vector<int32_t>* out) 
 
 void BpeTokenizer::EncodeValidUtf8(std::string_view text, std::vector<int32_t>* out) const {
   if (text.empty()) return;
-  std::vector<std::string> pieces{std::string(text)};
+  std::vector<std::string> pieces{nfc_ ? NfcNormalize(text) : std::string(text)};
   std::vector<std::pair<size_t, size_t>> matches;
   struct Segment {
     size_t begin, end;

@@ -41,6 +41,9 @@ struct BpeConfig {
   std::string merges_source;  // file named in merge errors; empty: `source`
   std::vector<BpeSplitStep> pre_tokenizer;
   bool ignore_merges = false;  // a pre-token that is itself in the vocab is emitted directly
+  // Normalizer NFC (tokenizer.json "normalizer": {"type": "NFC"}): text between added tokens is
+  // put in Unicode Normalization Form C (through libutf8proc) before pre-tokenization.
+  bool nfc = false;
   std::vector<BpeAddedToken> added_tokens;
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;

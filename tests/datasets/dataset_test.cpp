@@ -459,3 +459,41 @@ TEST(DatasetPerformance, LargestSetsLoadWellUnderASecond) {
 
 }  // namespace
 }  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// A number that overflows a double (1e400) and a repeated key are errors naming the file and
+// line (nlohmann alone throws out_of_range naming neither, and keeps the last key).
+TEST(DatasetErrors, NumberOverflowAndDuplicateKeysNameFileAndLine) {
+  const std::string overflow = WriteTemp(
+      "overflow.jsonl", "{\"turns\": [\"a\"]}\n{\"turns\": [\"b\"], \"question_id\": 1e400}\n");
+  std::string error = ErrorOf([&] { LoadPromptFile(overflow, "questions_jsonl"); });
+  EXPECT_NE(error.find(overflow + ":2: not valid JSON"), std::string::npos) << error;
+  EXPECT_NE(error.find("1e400"), std::string::npos) << error;
+
+  const std::string dup =
+      WriteTemp("dup.jsonl", "{\"turns\": [\"a\"]}\n\n{\"prompt\": \"b\", \"prompt\": \"c\"}\n");
+  error = ErrorOf([&] { LoadPromptFile(dup, "questions_jsonl"); });
+  EXPECT_NE(error.find(dup + ":3"), std::string::npos) << error;
+  EXPECT_NE(error.find("duplicate key \"prompt\" at /prompt"), std::string::npos) << error;
+
+  const std::string array = WriteTemp(
+      "overflow.json", "[\n  {\"turns\": [\"a\"]},\n  {\"turns\": [\"b\"], \"id\": -1e999}\n]\n");
+  error = ErrorOf([&] { LoadPromptFile(array, "questions_json"); });
+  EXPECT_NE(error.find(array + ":3: not valid JSON"), std::string::npos) << error;
+}
+
+// Every prompt carries the file and line it came from, for errors about it later (a prompt too
+// long for the model's context names them).
+TEST(UserFiles, PromptsRememberTheirFileAndLine) {
+  const std::string path =
+      WriteTemp("sources.jsonl", "{\"turns\": [\"a\"]}\n\n{\"prompt\": \"b\"}\n");
+  const std::vector<Prompt> prompts = LoadPromptFile(path, "questions_jsonl");
+  ASSERT_EQ(prompts.size(), 2u);
+  EXPECT_EQ(prompts[0].source, path + ":1");
+  EXPECT_EQ(prompts[1].source, path + ":3");
+}
+
+}  // namespace
+}  // namespace specbed

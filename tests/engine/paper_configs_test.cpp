@@ -20,6 +20,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
@@ -156,7 +157,7 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     }
 
     // The registered part expands (no checkpoint is opened: the paths do not exist here).
-    const Json raw = ParseJsonFile(file);
+    const Json raw = ReadJsonFile(file);
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     const SweepExpansion expansion = ExpandSweep(registered, Registry());
     EXPECT_FALSE(expansion.cases.empty());
@@ -192,7 +193,7 @@ TEST(PaperConfigs, PairedDrafterSweepsGiveEachTargetOneDrafter) {
   // (target, method) pair of the registered methods uses a single value of its drafter knob.
   for (const std::string& file : SweepFiles()) {
     SCOPED_TRACE(file);
-    const Json raw = ParseJsonFile(file);
+    const Json raw = ReadJsonFile(file);
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     std::map<std::string, std::set<std::string>> drafters;
     for (const CaseConfig& c : ExpandSweep(registered, Registry()).cases) {
@@ -220,7 +221,7 @@ TEST(PaperConfigs, ReferenceRowsAreCoveredBySweeps) {
 
     // The report's own loader accepts it.
     const PaperReference loaded = LoadPaperReference(ref_path);
-    const Json ref = ParseJsonFile(ref_path);
+    const Json ref = ReadJsonFile(ref_path);
     for (auto it = ref.begin(); it != ref.end(); ++it)
       EXPECT_TRUE(top_fields.count(it.key()) == 1) << "unknown field " << it.key();
     for (const char* key : {"paper", "table", "hardware", "notes"}) {

@@ -56,7 +56,7 @@ TEST(RunConfig, BadInputNamesFileAndKey) {
             std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"top_p":1.5})")).find("top_p must be in (0, 1]"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be >= 1"),
+  EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be in [1, "),
             std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float16"})")).find("dtype must be"),
             std::string::npos);
@@ -129,6 +129,42 @@ TEST(Runner, UnknownNamesFailBeforeAnythingRuns) {
             std::string::npos);
   EXPECT_EQ(store->CountRows("cases"), 0);
   EXPECT_EQ(store->CountRows("runs"), 0);
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+std::string LoadError(const std::string& name, const std::string& text) {
+  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/" + name;
+  std::ofstream(path) << text;
+  try {
+    LoadRunConfig(path);
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("non-specbed exception: ") + e.what();
+  }
+  return "<no error>";
+}
+
+// 1e400 used to escape as nlohmann::json::out_of_range naming neither file nor line; a repeated
+// key was silently last-wins; a huge max_new_tokens died in a reservation (std::bad_alloc).
+TEST(RunConfig, OverflowDuplicateKeysAndHugeMaxNewTokensAreErrorsNamingTheFile) {
+  const std::string overflow =
+      LoadError("overflow_run.json", "{\n  \"temperatures\": [0],\n  \"top_p\": 1e400\n}\n");
+  EXPECT_NE(overflow.find("overflow_run.json:3: not valid JSON"), std::string::npos) << overflow;
+  const std::string dup = LoadError(
+      "dup_run.json", R"({"methods": [{"name": "sps", "knobs": {"gamma": 3, "gamma": 5}}]})");
+  EXPECT_NE(dup.find("dup_run.json"), std::string::npos) << dup;
+  EXPECT_NE(dup.find("duplicate key \"gamma\" at /methods/0/knobs/gamma"), std::string::npos)
+      << dup;
+  const std::string huge = LoadError("huge_run.json", R"({"max_new_tokens": 4000000000000})");
+  EXPECT_NE(huge.find("huge_run.json: max_new_tokens must be in [1, 1048576]"), std::string::npos)
+      << huge;
+  EXPECT_THROW(StopChecker({int64_t{1} << 40, true, {}, {}}, nullptr, 1), Error);
 }
 
 }  // namespace

@@ -217,13 +217,25 @@ TEST(DflashConfig, Errors) {
   EXPECT_THAT(msg, HasSubstr("DFlashDraftModel"));
   EXPECT_THAT(error_with([](json& j) { j.erase("architectures"); }),
               HasSubstr("missing field \"architectures\""));
-  msg = error_with([](json& j) { j["layer_types"][1] = "sliding_attention"; });
+  msg = error_with([](json& j) { j["layer_types"][1] = "chunked_attention"; });
   EXPECT_THAT(msg, HasSubstr("layer_types[1]"));
-  EXPECT_THAT(msg, HasSubstr("sliding_attention"));
+  EXPECT_THAT(msg, HasSubstr("chunked_attention"));
+  EXPECT_THAT(error_with([](json& j) { j["layer_types"][1] = "sliding_attention"; }),
+              HasSubstr("\"sliding_attention\" layers but no \"sliding_window\""));
+  EXPECT_THAT(error_with([](json& j) {
+                j["layer_types"][1] = "sliding_attention";
+                j["sliding_window"] = 0;
+              }),
+              HasSubstr("sliding_window must be >= 1"));
   EXPECT_THAT(error_with([](json& j) { j["layer_types"].erase(0); }),
               HasSubstr("layer_types has 4 entries, expected num_hidden_layers = 5"));
-  EXPECT_THAT(error_with([](json& j) { j.erase("block_size"); }),
-              HasSubstr("missing field \"block_size\""));
+  EXPECT_THAT(error_with([](json& j) { j["dflash_config"]["block_size"] = 8; }),
+              HasSubstr("block_size = 16 but dflash_config.block_size = 8 (they must agree)"));
+  EXPECT_THAT(error_with([](json& j) {
+                j["is_causal"] = true;
+                j["specbed_causal"] = false;
+              }),
+              HasSubstr("(they must agree)"));
   EXPECT_THAT(error_with([](json& j) { j["block_size"] = 1; }),
               HasSubstr("block_size must be at least 2"));
   EXPECT_THAT(error_with([](json& j) { j["block_size"] = "16"; }),
@@ -540,16 +552,23 @@ Mat ReferenceForward(const DflashConfig& c, const TensorMap& t, const at::Tensor
       for (int64_t head = 0; head < c.n_heads; ++head) {
         const int64_t kh = head / group;
         const int64_t n_keys = n_ctx + (c.causal ? i + 1 : b);
+        // Sliding layers: a key at position kpos is visible when (start + i) - kpos < window.
+        const int64_t window = c.LayerWindow(l);
+        auto visible = [&](int64_t j) {
+          const int64_t kpos = j < n_ctx ? j : start + (j - n_ctx);
+          return window == 0 || (start + i) - kpos < window;
+        };
         std::vector<double> s(n_keys);
         double mx = -1e300;
         for (int64_t j = 0; j < n_keys; ++j) {
+          if (!visible(j)) continue;
           double dot = 0;
           for (int64_t d = 0; d < hd; ++d) dot += queries[head][i][d] * keys[kh][j][d];
           s[j] = dot / std::sqrt(static_cast<double>(hd));
           mx = std::max(mx, s[j]);
         }
         double z = 0;
-        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (int64_t j = 0; j < n_keys; ++j) z += (s[j] = visible(j) ? std::exp(s[j] - mx) : 0.0);
         for (int64_t j = 0; j < n_keys; ++j) {
           for (int64_t d = 0; d < hd; ++d) attn[head * hd + d] += s[j] / z * vals[kh][j][d];
         }
@@ -688,6 +707,49 @@ TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
   }
 }
 
+// "sliding_attention" layers (window from the config) against the reference: the first layer
+// slides with a window of 3 positions, the second attends to everything; non-causal and causal,
+// full and incremental context, and the window really changes the output.
+TEST_F(DflashHeadForward, SlidingWindowLayersMatchReference) {
+  for (bool causal : {false, true}) {
+    Build(causal);
+    DflashHead full(config_, tensors_, embedding_, lm_head_);
+    config_.sliding_layers = {true, false};
+    config_.sliding_window = 3;
+    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    const std::vector<int32_t> block = {7, 49, 49, 49};
+    const auto all = FlatFeatures(0, kContext);
+    head.AppendContext(all.data(), kContext);
+    full.AppendContext(all.data(), kContext);
+    DflashHeadOutput out, out_full;
+    head.Forward(block.data(), kContext, out);
+    full.Forward(block.data(), kContext, out_full);
+    const Mat want = ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(kContext),
+                                      block, kContext);
+    ExpectMatches(out, want, causal ? "sliding causal" : "sliding");
+    EXPECT_GT((out.logits - out_full.logits).abs().max().item<float>(), 1e-3);
+    // Incremental context, a shorter context than the window, and n > block_size rows.
+    head.ResetContext(1);
+    auto part = FlatFeatures(0, 2);
+    head.AppendContext(part.data(), 2);
+    const std::vector<int32_t> longer = {3, 49, 12, 49, 49, 5};
+    head.Forward(longer.data(), static_cast<int64_t>(longer.size()), 2, out);
+    ExpectMatches(
+        out, ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(2), longer, 2),
+        "short context");
+    // A window of 1: each row sees only itself (no context at all).
+    config_.sliding_layers = {true, true};
+    config_.sliding_window = 1;
+    DflashHead own(config_, tensors_, embedding_, lm_head_);
+    own.AppendContext(all.data(), kContext);
+    own.Forward(block.data(), kContext, out);
+    ExpectMatches(out,
+                  ReferenceForward(config_, tensors_, embedding_, lm_head_, FeatureMat(kContext),
+                                   block, kContext),
+                  "window 1");
+  }
+}
+
 TEST_F(DflashHeadForward, VariableRowCountsMatchReference) {
   // n < block_size (4), n = block_size and n > block_size, in an order that grows, shrinks and
   // regrows the work buffers; the bonus row plus mask rows, and a block with real tokens.
@@ -805,6 +867,57 @@ TEST_F(DflashHeadForward, Bf16EmbeddingAndErrors) {
   no_mask.mask_token_id = -1;
   DflashHead head2(no_mask, tensors_, embedding_, lm_head_);
   EXPECT_THAT(ErrorOf([&] { head2.ForwardFromBonus(3, out); }), HasSubstr("mask_token_id"));
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// Published config variants upstream code reads: block_size only inside dflash_config (newer z-lab
+// configs) or absent (z-lab's default 16), the upstream is_causal flag, and sliding_attention
+// layers with their window; each written as a small checkpoint and loaded.
+TEST(DflashCheckpoint, PublishedConfigVariantsLoad) {
+  const DflashConfig c = SmallConfig();
+  const TensorMap tensors = RandomDflashTensors(c, 9);
+  auto load_with = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    json j = ConfigJson(c);
+    edit(j);
+    const std::string dir = ScratchDir(TestName() + "_" + name);
+    WriteRawCheckpoint(dir, j, tensors);
+    return LoadDflashCheckpoint(dir).config;
+  };
+  DflashConfig got = load_with("inner_block", [](json& j) {
+    j.erase("block_size");
+    j["dflash_config"]["block_size"] = 8;
+  });
+  EXPECT_EQ(got.block_size, 8);
+  got = load_with("no_block", [](json& j) { j.erase("block_size"); });
+  EXPECT_EQ(got.block_size, kDflashDefaultBlockSize);
+  EXPECT_EQ(got.block_size, 16);
+  got = load_with("is_causal", [](json& j) { j["is_causal"] = true; });
+  EXPECT_TRUE(got.causal);
+  got = load_with("inner_is_causal", [](json& j) { j["dflash_config"]["is_causal"] = true; });
+  EXPECT_TRUE(got.causal);
+  got = load_with("not_causal", [](json& j) { j["is_causal"] = false; });
+  EXPECT_FALSE(got.causal);
+  got = load_with("sliding", [](json& j) {
+    j["layer_types"] = {"sliding_attention", "full_attention"};
+    j["sliding_window"] = 5;
+    j["use_sliding_window"] = true;
+  });
+  EXPECT_EQ(got.sliding_layers, (std::vector<bool>{true, false}));
+  EXPECT_EQ(got.sliding_window, 5);
+  EXPECT_EQ(got.LayerWindow(0), 5);
+  EXPECT_EQ(got.LayerWindow(1), 0);
+  // Written back in the published layout, it parses to the same layers.
+  const json back = ConfigJson(got);
+  EXPECT_EQ(back["layer_types"], json({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(back["sliding_window"], 5);
+  const DflashConfig again = ParseDflashConfig(back, "back.json");
+  EXPECT_EQ(again.sliding_layers, got.sliding_layers);
+  EXPECT_EQ(again.sliding_window, 5);
 }
 
 }  // namespace

@@ -258,7 +258,7 @@ TEST(Eagle3Config, Errors) {
   EXPECT_THAT(msg, HasSubstr("num_hidden_layers is 2, expected 1"));
   EXPECT_THAT(parse_with("fc_norm", true), HasSubstr("fc_norm = true"));
   EXPECT_THAT(parse_with("norm_output", true), HasSubstr("norm_output = true"));
-  msg = parse_with("architectures", json::array({"LlamaForCausalLM"}));
+  msg = parse_with("architectures", json::array({"MistralForCausalLM"}));
   EXPECT_THAT(msg, HasSubstr("architectures"));
   EXPECT_THAT(msg, HasSubstr("LlamaForCausalLMEagle3"));
   EXPECT_THAT(parse_with("architectures", nullptr), HasSubstr("missing field \"architectures\""));
@@ -961,6 +961,32 @@ TEST_F(Eagle3HeadForward, VocabMapAccessorsAndErrors) {
               HasSubstr("token id 300"));
   EXPECT_EQ(head.cache_length(), 0);
   EXPECT_THAT(ErrorOf([&] { head.TruncateCache(1); }), HasSubstr("outside [0, cache_length = 0]"));
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// The SafeAILab EAGLE-3 training template's config says "architectures": ["LlamaForCausalLM"]
+// (one Llama decoder layer plus the EAGLE-3 fields); a checkpoint written with it loads.
+TEST(Eagle3Checkpoint, SafeAILabTemplateArchitectureLoads) {
+  const Eagle3Config c = SmallConfig();
+  const TensorMap tensors = RandomEagle3Tensors(c, 5);
+  const std::string dir = ScratchDir(TestName());
+  WriteEagle3Checkpoint(dir, c, tensors, nullptr);
+  json cj = json::parse(ReadFileToString(dir + "/config.json"));
+  cj["architectures"] = {"LlamaForCausalLM"};
+  std::ofstream(dir + "/config.json", std::ios::trunc) << cj.dump(2);
+  const Eagle3Checkpoint ckpt = LoadEagle3Checkpoint(dir);
+  ExpectSameConfig(ckpt.config, c);
+  ExpectTensorsEqual(ckpt.tensors, tensors);
+  // Still one decoder layer only: a plain two-layer Llama config is not an EAGLE-3 head.
+  cj["num_hidden_layers"] = 2;
+  std::ofstream(dir + "/config.json", std::ios::trunc) << cj.dump(2);
+  EXPECT_NE(ErrorOf([&] { LoadEagle3Checkpoint(dir); }).find("num_hidden_layers is 2, expected 1"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -465,6 +468,72 @@ TEST(HfCheckpointErrors, CorruptSafetensorsNamesFile) {
   const std::string dir = WriteValidCheckpoint(TestName());
   WriteText(dir + "/model.safetensors", "tiny");
   ExpectError([&] { ReadHfCheckpoint(dir); }, {dir + "/model.safetensors", "shorter"});
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// A config.json claiming 10^9 layers used to build a table of 10^10 tensor names until the OOM
+// killer ended the process. Now the cap refuses it at once, and a layer count within the cap but
+// above the layers the checkpoint holds fails before anything sized by the config is built.
+TEST(HfCheckpointErrors, AbsurdLayerCountFailsFastWithoutAllocating) {
+  const std::string dir = ScratchDir(TestName());
+  WriteHfCheckpoint(dir, SmallLlama3Config(), RandomHfTensors(SmallLlama3Config(), 1));
+  json j = json::parse(ReadFileToString(dir + "/config.json"));
+  j["num_hidden_layers"] = 1000000000;
+  WriteText(dir + "/config.json", j.dump());
+  const auto start = std::chrono::steady_clock::now();
+  ExpectError([&] { LoadHfCheckpoint(dir); },
+              {dir + "/config.json", "num_hidden_layers (n_layers) = 1000000000",
+               "exceeds SpecBed's limit of 4096"});
+  j["num_hidden_layers"] = 4000;
+  WriteText(dir + "/config.json", j.dump());
+  ExpectError([&] { LoadHfCheckpoint(dir); },
+              {dir, "num_hidden_layers = 4000 but the checkpoint holds tensors for 2 layer(s)"});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0);
+  for (const char* field : {"hidden_size", "vocab_size", "intermediate_size",
+                            "max_position_embeddings", "num_attention_heads"}) {
+    json big = json::parse(ReadFileToString(dir + "/config.json"));
+    big["num_hidden_layers"] = 2;
+    big[field] = int64_t{1} << 40;
+    WriteText(dir + "/config.json", big.dump());
+    ExpectError([&] { ReadHfCheckpoint(dir); }, {dir + "/config.json", "exceeds SpecBed's limit"});
+  }
+}
+
+// NaN or Inf weights are an error naming the file and tensor; SPECBED_ALLOW_NONFINITE_WEIGHTS=1
+// loads them anyway.
+TEST(HfCheckpointErrors, NonFiniteWeightsNameTheTensor) {
+  const LlamaConfig c = SmallLlama3Config();
+  auto t = RandomHfTensors(c, 1);
+  t["model.layers.1.mlp.up_proj.weight"].view({-1})[7] = std::nanf("");
+  t["model.layers.1.mlp.up_proj.weight"].view({-1})[9] = INFINITY;
+  const std::string dir = ScratchDir(TestName());
+  WriteHfCheckpoint(dir, c, t);
+  ExpectError([&] { LoadHfCheckpoint(dir); },
+              {dir + "/model.safetensors", "tensor 'model.layers.1.mlp.up_proj.weight'",
+               "holds 2 non-finite value(s)", "first at flat index 7",
+               "SPECBED_ALLOW_NONFINITE_WEIGHTS=1"});
+  ExpectError([&] { LoadHfCheckpoint(dir, at::kBFloat16); },
+              {"tensor 'model.layers.1.mlp.up_proj.weight'", "non-finite"});
+  setenv("SPECBED_ALLOW_NONFINITE_WEIGHTS", "1", 1);
+  EXPECT_NO_THROW(LoadHfCheckpoint(dir));
+  unsetenv("SPECBED_ALLOW_NONFINITE_WEIGHTS");
+}
+
+// A repeated key in config.json is an error naming it (it used to be last-wins).
+TEST(HfCheckpointErrors, DuplicateConfigKeyIsRefused) {
+  const std::string dir = ScratchDir(TestName());
+  WriteHfCheckpoint(dir, SmallLlama3Config(), RandomHfTensors(SmallLlama3Config(), 1));
+  const std::string text = ReadFileToString(dir + "/config.json");
+  WriteText(dir + "/config.json", "{\"vocab_size\": 7, " + text.substr(text.find('{') + 1));
+  ExpectError([&] { ReadHfCheckpoint(dir); },
+              {dir + "/config.json", "duplicate key \"vocab_size\" at /vocab_size"});
 }
 
 }  // namespace

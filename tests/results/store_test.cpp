@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -301,7 +302,11 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
   CaseRecord c = MakeCase("key-roundtrip");
   std::vector<SampleRecord> samples = MakeSamples(6);
   // Raw bytes must survive: invalid UTF-8 and an embedded NUL from a byte-level tokenizer.
-  samples[1].output_text = std::string("bad \xFF\xFE utf8 and a \0 nul", 26);
+  // Every byte of the literal, the embedded NUL included (sizeof, not a hand count: the count
+  // once read past the literal's end, which ASan reports).
+  static const char kOddBytes[] = "bad \xFF\xFE utf8 and a \0 nul";
+  samples[1].output_text = std::string(kOddBytes, sizeof(kOddBytes) - 1);
+  ASSERT_EQ(samples[1].output_text.size(), 23u);
   samples[2].prefill_ms = std::numeric_limits<double>::quiet_NaN();
   std::vector<StepRecord> steps = MakeSteps(samples, 7);
   std::vector<BenchRecord> bench(2);
@@ -376,7 +381,7 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
       }
       ExpectSameSample(loaded_samples[i], samples[i]);
     }
-    EXPECT_EQ(loaded_samples[1].output_text.size(), 26u);
+    EXPECT_EQ(loaded_samples[1].output_text.size(), 23u);  // every byte, the NUL included
 
     auto loaded_steps = store->LoadSteps(case_id);
     ASSERT_EQ(loaded_steps.size(), steps.size());
@@ -994,6 +999,70 @@ TEST(ResultsStore, WritesManyStepsFast) {
   // Generous bound (shared 2-core machine); a statement-per-transaction write would be ~100x
   // slower.
   EXPECT_LT(write_s, 20.0);
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// Runs `fn` in a child process that cannot bypass file permissions (as root it drops to the
+// unprivileged uid/gid 65534 first); returns the specbed::Error text the child reported.
+std::string ErrorOfUnprivileged(const std::function<void()>& fn) {
+  int fds[2];
+  if (pipe(fds) != 0) return "<pipe failed>";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) {
+      out = "<cannot drop privileges>";
+    } else {
+      out = ErrorOf(fn);
+    }
+    const ssize_t written = write(fds[1], out.data(), out.size());
+    (void)written;
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return out;
+}
+
+// A writable database in a read-only folder: SQLite cannot create its journal there, and the
+// error says the folder is the problem (it used to say the database was not writable); a new
+// database in that folder names the folder's permission, not "No such file or directory".
+TEST(ResultsStore, ReadOnlyFolderErrorNamesTheFolder) {
+  char tmpl[] = "/tmp/specbed_rofolder_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/results.db";
+  {
+    auto store = ResultsStore::Open(path);
+    store->BeginRun(MakeRun());
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
+  const std::string existing =
+      ErrorOfUnprivileged([&] { ResultsStore::Open(path)->BeginRun(MakeRun()); });
+  EXPECT_CONTAINS(existing, "results database '" + path + "'");
+  EXPECT_CONTAINS(existing, "its folder '" + dir + "' is not writable");
+  EXPECT_CONTAINS(existing, "journal");
+  const std::string fresh = ErrorOfUnprivileged([&] { ResultsStore::Open(dir + "/new.db"); });
+  EXPECT_CONTAINS(fresh, "cannot create results database '" + dir + "/new.db'");
+  EXPECT_CONTAINS(fresh, "folder '" + dir + "' is not writable");
+  EXPECT_EQ(fresh.find("No such file"), std::string::npos) << fresh;
+  chmod(dir.c_str(), 0755);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -340,3 +340,75 @@ TEST(HfTokenizerTest, MalformedFilesNameTheFile) {
 
 }  // namespace
 }  // namespace specbed
+
+namespace specbed {
+namespace {
+
+// The NFC normalizer is applied (libutf8proc): "café" written with a combining acute accent
+// (NFD: e + U+0301) tokenizes as the precomposed é (U+00E9), as the reference Qwen3 tokenizer
+// does; without a normalizer the two stay different.
+TEST(HfTokenizerTest, NfcNormalizerComposesCombiningAccents) {
+  const std::string precomposed = "caf\xC3\xA9";  // U+00E9
+  const std::string decomposed = "cafe\xCC\x81";  // e + U+0301
+  json j = Llama3StyleJson(false, false);
+  const auto plain = LoadJson(j, "plain.json");
+  EXPECT_NE(plain->Encode(decomposed), plain->Encode(precomposed));
+  j["normalizer"] = {{"type", "NFC"}};
+  const auto nfc = LoadJson(j, "nfc.json");
+  EXPECT_EQ(nfc->Encode(decomposed), nfc->Encode(precomposed));
+  EXPECT_EQ(nfc->Encode(precomposed), (std::vector<int32_t>{99, 97, 102, 0xC3, 0xA9}));
+  // Inside a Sequence, and around added tokens (which are matched before normalization).
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
+  const auto seq = LoadJson(j, "seq.json");
+  EXPECT_EQ(seq->Encode(decomposed + "<|eot_id|>" + decomposed),
+            seq->Encode(precomposed + "<|eot_id|>" + precomposed));
+  j["normalizer"] = {{"type", "NFKC"}};
+  ExpectError([&] { LoadJson(j, "nfkc.json"); },
+              {"nfkc.json", "unsupported normalizer type 'NFKC'"});
+}
+
+// Token ids that would silently collide are refused, naming the tokens.
+TEST(HfTokenizerTest, IdCollisionsAndOutOfRangeIdsAreRefused) {
+  json reused = Llama3StyleJson(false, true);
+  reused["added_tokens"].push_back(
+      {{"id", 97}, {"content", "<y>"}, {"special", true}});  // 97 is the vocab's "a"
+  ExpectError([&] { LoadJson(reused, "reused.json"); },
+              {"reused.json", "added token '<y>' reuses id 97 of vocab token 'a'"});
+
+  json huge = Llama3StyleJson(false, true);
+  huge["model"]["vocab"]["zz"] = (int64_t{1} << 32) + 5;  // wrapped to 5 before
+  ExpectError([&] { LoadJson(huge, "huge.json"); },
+              {"huge.json", "model.vocab entry 'zz'", "4294967301", "outside [0, 2147483647]"});
+
+  json negative = Llama3StyleJson(false, true);
+  negative["added_tokens"][0]["id"] = -3;
+  ExpectError([&] { LoadJson(negative, "negative.json"); },
+              {"negative.json", "added_tokens[0]", "outside [0, 2147483647]"});
+
+  json repeated = Llama3StyleJson(false, true);
+  repeated["model"]["vocab"]["zz"] = 256;  // also "Ġt"
+  ExpectError([&] { LoadJson(repeated, "repeated.json"); }, {"repeated.json", "share id 256"});
+
+  json two_added = Llama3StyleJson(false, true);
+  two_added["added_tokens"][3]["id"] = 266;  // <think> onto <|eot_id|>
+  ExpectError(
+      [&] { LoadJson(two_added, "two_added.json"); },
+      {"two_added.json", "added token '<think>' reuses id 266 of added token '<|eot_id|>'"});
+
+  // Restating a vocab token with its own id stays allowed (GPT-2's <|endoftext|>).
+  json restated = Llama3StyleJson(false, true);
+  restated["added_tokens"].push_back({{"id", 263}, {"content", "123"}, {"special", false}});
+  EXPECT_NO_THROW(LoadJson(restated, "restated.json"));
+}
+
+// A duplicate key in tokenizer.json is an error naming its JSON pointer (nlohmann keeps the last).
+TEST(HfTokenizerTest, DuplicateKeyInTokenizerJsonIsRefused) {
+  const std::string text = Llama3StyleJson(false, true).dump();
+  const std::string dup = "{\"normalizer\": null, " + text.substr(1);
+  const std::string path = WriteFile(TestDir() + "/dup.json", dup);
+  ExpectError([&] { LoadHfTokenizer(path); },
+              {path, "duplicate key \"normalizer\" at /normalizer"});
+}
+
+}  // namespace
+}  // namespace specbed
