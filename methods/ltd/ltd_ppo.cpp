@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "models/checkpoint/safetensors.h"
 
@@ -333,7 +334,7 @@ void PpoAgent::Save(const std::string& path) const {
 }
 
 void PpoAgent::Load(const std::string& path) {
-  const nlohmann::json j = ParseJsonFile(path + ".json");
+  const nlohmann::json j = ReadJsonFile(path + ".json");
   const auto file = SafetensorsFile::Open(path + ".safetensors");
   auto read = [&](const std::string& name, const at::Tensor& like) -> at::Tensor {
     const SafetensorsEntry* e = file->Find(name);

@@ -17,6 +17,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/paths.h"
 #include "harness/base/progress.h"
@@ -338,7 +339,7 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
   const std::string state_path = out_dir + "/work/state.json";
   ojson state = {{"stages_done", 0}};
   if (PathExists(state_path)) {
-    const nlohmann::json stored = ParseJsonFile(state_path);
+    const nlohmann::json stored = ReadJsonFile(state_path);
     SPECBED_CHECK(stored.at("settings") == nlohmann::json::parse(settings.dump()), "train ltd: '",
                   out_dir, "' holds a run with other settings (", state_path,
                   "); use another --out or delete it");
@@ -377,9 +378,9 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
   LtdCostTables tables;
   const std::string tables_path = out_dir + "/tables.json";
   if (!c.tables.empty()) {
-    tables = LtdCostTables::FromJson(ParseJsonFile(c.tables), c.tables);
+    tables = LtdCostTables::FromJson(ReadJsonFile(c.tables), c.tables);
   } else if (PathExists(tables_path)) {
-    tables = LtdCostTables::FromJson(ParseJsonFile(tables_path), tables_path);
+    tables = LtdCostTables::FromJson(ReadJsonFile(tables_path), tables_path);
   } else {
     auto shape = std::make_unique<StaticShape>(c.max_depth, vmax);
     StaticShape* s = shape.get();
