@@ -992,7 +992,8 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   }
   std::vector<Plot> stream_plots;
   for (size_t i = 0; i < stream_tables.size(); ++i) {
-    if (!stream_tables[i].tau.empty())
+    // A line needs two windows (one window: the table says it all; gnuplot warns on [1:1]).
+    if (!stream_tables[i].tau.empty() && stream_tables[i].tau[0].size() >= 2)
       stream_plots.push_back(BuildStreamPlot(stream_tables[i], static_cast<int>(i + 1)));
   }
   const std::vector<HeadlineTable> headlines = BuildHeadlineTables(data);
