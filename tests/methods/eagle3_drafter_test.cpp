@@ -30,6 +30,7 @@
 #include "methods/method_registry.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/methods/method_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -38,16 +39,7 @@ namespace {
 using testing::HasSubstr;
 
 MethodContext ContextFor(LoadedTarget& target) {
-  MethodContext c;
-  c.target = &target;
-  c.dtype = at::kFloat;
-  c.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
-  return c;
+  return testing_util::CachingContextFor(target);
 }
 
 TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {

@@ -19,20 +19,13 @@
 #include "methods/osd/osd_adapter.h"
 #include "methods/sps/sps_drafter.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/methods/method_test_util.h"
 
 namespace specbed {
 namespace {
 
 MethodContext ContextFor(LoadedTarget& target) {
-  MethodContext c;
-  c.target = &target;
-  c.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
-  return c;
+  return testing_util::CachingContextFor(target);
 }
 
 TEST(OsdDivergence, MatchesClosedForms) {

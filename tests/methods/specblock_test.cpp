@@ -37,6 +37,7 @@
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/methods/method_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -45,16 +46,7 @@ namespace {
 using testing::HasSubstr;
 
 MethodContext ContextFor(LoadedTarget& target) {
-  MethodContext c;
-  c.target = &target;
-  c.dtype = at::kFloat;
-  c.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
-  return c;
+  return testing_util::CachingContextFor(target);
 }
 
 TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
