@@ -224,8 +224,20 @@ std::string DumpJsonForOutput(const json& j, int indent) {
 
 void FailJsonException(const json::exception& e, const std::string& source,
                        const std::string& field) {
-  if (field.empty()) Fail(source, ": ", Reason(e.what()));
-  Fail(source, ": field ", field, ": ", Reason(e.what()));
+  std::string reason = Reason(e.what());
+  // With JSON_DIAGNOSTICS (set for every SpecBed target in CMakeLists.txt) nlohmann prefixes a
+  // type or range error with the value's JSON pointer: "(/methods/0/knobs/gamma) type must be
+  // number, but is string". Use it when the caller did not name the field itself.
+  std::string where = field;
+  if (reason.size() > 2 && reason[0] == '(' && reason[1] == '/') {
+    const size_t close = reason.find(") ");
+    if (close != std::string::npos) {
+      if (where.empty()) where = reason.substr(1, close - 1);
+      reason = reason.substr(close + 2);
+    }
+  }
+  if (where.empty()) Fail(source, ": ", reason);
+  Fail(source, ": field ", where, ": ", reason);
 }
 
 }  // namespace specbed

@@ -96,9 +96,31 @@ TEST(JsonRead, WithJsonContextTurnsTypeErrorsIntoErrorsNamingTheSource) {
   const nlohmann::json j = ParseJsonText(R"({"n": "seven"})", "c.json");
   const std::string e =
       ErrorOf([&] { WithJsonContext("c.json", [&] { return j["n"].get<int>(); }); });
-  EXPECT_HAS(e, "c.json: ");
-  EXPECT_HAS(e, "type must be number");
+  EXPECT_HAS(e, "c.json: field /n: type must be number");
   EXPECT_EQ(e.find("[json.exception"), std::string::npos) << e;
+}
+
+TEST(JsonRead, TypeErrorsNameTheNestedFieldAsAJsonPointer) {
+  // JSON_DIAGNOSTICS (CMakeLists.txt) records each value's parent, so a type error deep inside a
+  // parsed document names where it is, also after the document was copied or moved.
+  const nlohmann::json parsed =
+      ParseJsonText(R"({"methods": [{"name": "ar"}, {"knobs": {"gamma": "4"}}]})", "s.json");
+  const nlohmann::json copy = parsed;
+  for (const nlohmann::json* j : {&parsed, &copy}) {
+    const std::string e = ErrorOf([&] {
+      WithJsonContext("s.json", [&] { return (*j)["methods"][1]["knobs"]["gamma"].get<int>(); });
+    });
+    EXPECT_HAS(e, "s.json: field /methods/1/knobs/gamma: type must be number, but is string");
+  }
+  // A caller that names the field itself keeps its own name.
+  const std::string named = ErrorOf([&] {
+    try {
+      (void)parsed["methods"][0]["name"].get<double>();
+    } catch (const nlohmann::json::exception& ex) {
+      FailJsonException(ex, "s.json", "/methods/0/name");
+    }
+  });
+  EXPECT_HAS(named, "s.json: field /methods/0/name: type must be number");
 }
 
 TEST(JsonRead, ReadJsonFileNamesAMissingFile) {
