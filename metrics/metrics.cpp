@@ -199,18 +199,28 @@ bool SameWorkload(const CaseRecord& a, const CaseRecord& b) {
   return true;
 }
 
-BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i) {
+BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
+                             const BaselinePolicy& policy) {
   BaselineMatch out;
   SPECBED_CHECK(i < cases.size(), "FindArBaseline: case index ", i, " out of range (", cases.size(),
                 " cases)");
   const ResultsStore::CaseRow& c = cases[i];
   if (c.record.method == kArMethod) return out;
+  int64_t same_machine = -1, other_machine = -1;
   for (size_t j = 0; j < cases.size(); ++j) {
     const ResultsStore::CaseRow& b = cases[j];
     if (j == i || b.record.method != kArMethod || !SameWorkload(b.record, c.record)) continue;
-    const bool same_run = b.run_id == c.run_id;
-    if (same_run) return {static_cast<int64_t>(j), true};
-    if (out.index < 0) out.index = static_cast<int64_t>(j);
+    if (b.run_id == c.run_id) return {static_cast<int64_t>(j), true, true, -1};
+    int64_t& slot = b.machine == c.machine ? same_machine : other_machine;
+    if (slot < 0) slot = static_cast<int64_t>(j);
+  }
+  if (same_machine >= 0) {
+    out.index = same_machine;
+    out.same_machine = true;
+  } else if (other_machine >= 0 && policy.cross_machine) {
+    out.index = other_machine;
+  } else {
+    out.refused_index = other_machine;
   }
   return out;
 }

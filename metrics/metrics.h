@@ -109,14 +109,26 @@ std::string FormatStopReasons(const std::map<std::string, int64_t>& stop_reasons
 // stop_strings, chat_template and system_prompt. Method, knobs and run are not compared.
 bool SameWorkload(const CaseRecord& a, const CaseRecord& b);
 
+// Which AR cases may be a baseline. An AR case of the same run is always preferred, then one of
+// another run on the same machine (a resumed run; CaseRow::machine equal). One measured on another
+// machine (a shard of a sweep merged from elsewhere, a database from a colleague) is used only
+// when `cross_machine` is set: by default no speedup or exact match crosses machines.
+struct BaselinePolicy {
+  bool cross_machine = false;
+};
+
 // The AR baseline of `cases[i]`: the first case (in the given order) other than it with method
-// "ar" and SameWorkload in the same run; when there is none, the first such case of any run
-// (same_run false). index -1 when there is none or cases[i] is itself an AR case.
+// "ar" and SameWorkload, in the same run; else in another run on the same machine; else, when the
+// policy allows, on another machine. index -1 when there is none (or none allowed) or cases[i] is
+// itself an AR case; `refused_index` then names the first AR case the policy refused (-1 = none).
 struct BaselineMatch {
   int64_t index = -1;  // into `cases`
   bool same_run = false;
+  bool same_machine = false;
+  int64_t refused_index = -1;  // an AR case on another machine, not used (policy.cross_machine off)
 };
-BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i);
+BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
+                             const BaselinePolicy& policy = {});
 
 // A confidence interval; NaN bounds when there is no data.
 struct Interval {

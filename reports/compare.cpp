@@ -125,7 +125,7 @@ std::vector<std::string> SettingDiffs(const CaseRecord& a, const CaseRecord& b) 
 }
 
 std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match,
-                                        SpeedupScope scope) {
+                                        SpeedupScope scope, const BaselinePolicy& policy) {
   StoreOptions so;
   so.read_only = true;
   auto store = ResultsStore::Open(path, so);
@@ -167,7 +167,7 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
       continue;
     }
     // The AR side: each sample's paired AR run when recorded, else the AR case's answer.
-    const BaselineMatch base = FindArBaseline(cases, i);
+    const BaselineMatch base = FindArBaseline(cases, i, policy);
     const bool paired = !samples.empty() && samples.front().has_paired_ar();
     if (base.index < 0 && !paired) continue;
     BootstrapOptions none;
@@ -257,8 +257,8 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
   result.baseline_path = baseline_path;
   result.candidate_path = candidate_path;
   result.options = options;
-  const auto base = LoadGroups(baseline_path, options.match, options.scope);
-  const auto cand = LoadGroups(candidate_path, options.match, options.scope);
+  const auto base = LoadGroups(baseline_path, options.match, options.scope, options.baseline);
+  const auto cand = LoadGroups(candidate_path, options.match, options.scope, options.baseline);
   for (const auto& [key, b] : base) {
     auto it = cand.find(key);
     if (it == cand.end()) {

@@ -35,6 +35,8 @@ struct CompareOptions {
   BootstrapOptions bootstrap;
   // Speedups (and AR tok/s) over decode only (default) or prefill + decode.
   SpeedupScope scope = SpeedupScope::kDecode;
+  // AR baselines measured on another machine only when asked (`--cross-machine-baseline`).
+  BaselinePolicy baseline;
 };
 
 struct CompareRow {

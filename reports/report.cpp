@@ -506,7 +506,8 @@ std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::C
   return out;
 }
 
-ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
+ReportData LoadReportData(const std::string& db_path, SpeedupScope scope,
+                          const BaselinePolicy& policy) {
   StoreOptions options;
   options.read_only = true;
   auto store = ResultsStore::Open(db_path, options);
@@ -518,7 +519,7 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
   const std::vector<ResultsStore::CaseRow> all_cases = store->ListCases();
   std::map<int64_t, BaselineMatch> baseline_of;  // case_id -> its AR baseline in all_cases
   for (size_t i = 0; i < all_cases.size(); ++i) {
-    baseline_of[all_cases[i].case_id] = FindArBaseline(all_cases, i);
+    baseline_of[all_cases[i].case_id] = FindArBaseline(all_cases, i, policy);
   }
   std::map<std::pair<std::string, std::string>, size_t> group_index;
   for (auto row : all_cases) {
@@ -550,6 +551,9 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
     });
     for (CaseReport& c : g.cases) {
       const BaselineMatch match = baseline_of.at(c.row.case_id);
+      if (match.refused_index >= 0) {
+        c.refused_baseline_case_id = all_cases[match.refused_index].case_id;
+      }
       if (!c.is_ar && match.index < 0 && !c.samples.empty() && c.samples[0].has_paired_ar()) {
         c.speedup =
             ComputeSpeedup({}, c.samples, {}, scope);  // paired AR runs only, no exact match
@@ -560,6 +564,8 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope) {
         if (base.row.case_id != all_cases[match.index].case_id) continue;
         c.baseline_case_id = base.row.case_id;
         c.baseline_same_run = match.same_run;
+        c.baseline_same_machine = match.same_machine;
+        c.baseline_machine = base.row.machine;
         c.speedup = ComputeSpeedup(base.samples, c.samples, {}, scope);
         c.exact_match = ComputeExactMatch(base.samples, c.samples);
         break;
@@ -852,7 +858,7 @@ std::vector<std::string> ConventionsFor(SpeedupScope scope) {
 ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
                          const ReportOptions& options) {
   // Fails first when the database is bad.
-  const ReportData data = LoadReportData(db_path, options.scope);
+  const ReportData data = LoadReportData(db_path, options.scope, options.baseline);
   const std::vector<std::string> conventions = ConventionsFor(options.scope);
 
   // Paper references: given ones must load; ones named in a config are warnings when they fail.
@@ -968,11 +974,22 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
     for (const CaseReport& c : group.cases) {
       if (!c.is_ar && c.baseline_case_id >= 0 && !c.baseline_same_run) {
-        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method, ", run ",
-                                 c.row.run_id, ") is compared with AR case ", c.baseline_case_id,
-                                 " of another run (none with the same workload in its run)."));
+        s.notes.push_back(StrCat(
+            "case ", c.row.case_id, " (", c.row.record.method, ", run ", c.row.run_id,
+            ") is compared with AR case ", c.baseline_case_id, " of another run",
+            c.baseline_same_machine ? " on the same machine"
+                                    : StrCat(" on another machine (", c.baseline_machine, ")"),
+            " (none with the same workload in its run)."));
       }
-      if (!c.is_ar && c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
+      if (!c.is_ar && c.baseline_case_id < 0 && c.refused_baseline_case_id >= 0) {
+        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                                 "): its only AR case with the same workload (case ",
+                                 c.refused_baseline_case_id,
+                                 ") ran on another machine, used only with "
+                                 "--cross-machine-baseline: no speedup",
+                                 c.speedup.n_matched > 0 ? " but the paired one" : "",
+                                 ", no exact match."));
+      } else if (!c.is_ar && c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
         s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
                                  ") has no AR case with the same workload: no speedup."));
       } else if (!c.is_ar && c.speedup.n_matched == 0) {

@@ -37,6 +37,8 @@ struct ReportOptions {
   // Answers per window of the adaptation-over-the-stream tables (`--window`, BuildStreamTables);
   // 8 = the SpecBlock paper's measurement interval.
   int64_t stream_window = 8;
+  // AR baselines measured on another machine only when asked (`--cross-machine-baseline`).
+  BaselinePolicy baseline;
 };
 
 // A table ready for rendering. Columns whose value is the same in every row can be moved out
@@ -74,6 +76,9 @@ struct CaseReport {
   bool is_ar = false;              // method == "ar" (the baseline; speedup 1.00)
   int64_t baseline_case_id = -1;   // matching AR case (FindArBaseline), -1 = none / is_ar
   bool baseline_same_run = false;  // the baseline comes from the case's own run
+  bool baseline_same_machine = false;  // ... or from another run on the same machine
+  std::string baseline_machine;        // CaseRow::machine of the baseline's run
+  int64_t refused_baseline_case_id = -1;  // an AR case on another machine, not used (policy)
   Speedup speedup;                 // NaN fields when there is no baseline (with bootstrap CIs)
   ExactMatch exact_match;          // outputs vs. the baseline's; empty without a baseline
   // Short human label (ShortCaseLabels over every case of the report, e.g. "eagle3 d7 k10 n60"),
@@ -109,8 +114,9 @@ struct ReportData {
 
 // Reads everything the report needs. Fails (specbed::Error naming the path) when `db_path` is
 // missing or not a SpecBed results database; the database is opened read-only. Speedups are
-// computed in `scope`.
-ReportData LoadReportData(const std::string& db_path, SpeedupScope scope = SpeedupScope::kDecode);
+// computed in `scope`, against AR baselines `policy` allows (FindArBaseline).
+ReportData LoadReportData(const std::string& db_path, SpeedupScope scope = SpeedupScope::kDecode,
+                          const BaselinePolicy& policy = {});
 
 // Short human labels for cases, one per entry of `cases` (same order): the method, then every
 // method knob whose value differs among the given cases of that method, abbreviated ("depth" d,

@@ -223,30 +223,39 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     const std::vector<SampleRecord>& own = samples_of(c.case_id);
     const bool paired = !own.empty() && own.front().has_paired_ar();
     if (!row.is_baseline) {
-      const BaselineMatch match = FindArBaseline(cases, i);
+      const BaselineMatch match = FindArBaseline(cases, i, options.baseline);
+      // Why there is no AR case: none at all, or only one measured on another machine.
+      const std::string missing =
+          match.refused_index < 0
+              ? std::string("no AR case with the same workload")
+              : StrCat("the only AR cases with the same workload ran on another machine (case ",
+                       cases[match.refused_index].case_id, ", run ",
+                       cases[match.refused_index].run_id, ": ", cases[match.refused_index].machine,
+                       "; this case: ", c.machine,
+                       "), used only with --cross-machine-baseline");
       if (match.index < 0 && paired) {
         // Paired timing needs no AR case for the speedup (no exact match without one).
         row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
-        summary.notes.push_back(label +
-                                ": no AR case with the same workload: speedup from the paired AR "
-                                "runs only, no exact match.");
+        summary.notes.push_back(
+            StrCat(label, ": ", missing, ": speedup from the paired AR runs only, no exact match."));
       } else if (match.index < 0) {
-        summary.notes.push_back(label +
-                                ": no AR case with the same workload in the database: no speedup "
-                                "or exact match.");
+        summary.notes.push_back(StrCat(label, ": ", missing, ": no speedup or exact match."));
       } else {
         const ResultsStore::CaseRow& base = cases[match.index];
         row.baseline_case_id = base.case_id;
         row.baseline_run_id = base.run_id;
         row.baseline_same_run = match.same_run;
+        row.baseline_same_machine = match.same_machine;
         const auto& base_samples = samples_of(base.case_id);
         const auto& own_samples = samples_of(c.case_id);
         row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap, options.scope);
         row.exact_match = ComputeExactMatch(base_samples, own_samples);
         if (!match.same_run) {
-          summary.notes.push_back(
-              StrCat(label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
-                     " (no AR case with the same workload in run ", c.run_id, ")."));
+          summary.notes.push_back(StrCat(
+              label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
+              match.same_machine ? " on the same machine"
+                                 : StrCat(" on another machine (", base.machine, ")"),
+              " (no AR case with the same workload in run ", c.run_id, ")."));
         }
         if (row.speedup.n_matched == 0) {
           summary.notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",
@@ -541,7 +550,8 @@ std::string SummaryJson(const Summary& s) {
       j["baseline"] = r.baseline_case_id < 0 ? Json(nullptr)
                                              : Json{{"case_id", r.baseline_case_id},
                                                     {"run_id", r.baseline_run_id},
-                                                    {"same_run", r.baseline_same_run}};
+                                                    {"same_run", r.baseline_same_run},
+                                                    {"same_machine", r.baseline_same_machine}};
       j["speedup"] = {{"scope", SpeedupScopeName(sp.scope)},
                       {"n_matched", sp.n_matched},
                       {"n_paired", sp.n_paired},

@@ -32,6 +32,7 @@ struct SummaryOptions {
   int64_t slice_end = -1;
   BootstrapOptions bootstrap;
   SpeedupScope scope = SpeedupScope::kDecode;  // decode only, or prefill + decode (end to end)
+  BaselinePolicy baseline;  // AR baselines from another machine only when asked
 };
 
 struct SummaryRow {
@@ -41,6 +42,7 @@ struct SummaryRow {
   int64_t baseline_case_id = -1;  // the matching AR case, -1 = none / is_baseline
   int64_t baseline_run_id = -1;
   bool baseline_same_run = false;
+  bool baseline_same_machine = false;
   Speedup speedup;         // empty (NaN) without a baseline
   ExactMatch exact_match;  // empty (NaN) without a baseline
 };

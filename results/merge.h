@@ -1,7 +1,9 @@
 // Merging results databases (`specbed merge OUT.db IN.db...`): copies the runs, cases (with their
 // samples and steps) and bench rows of another database into an open store, skipping cases whose
 // case_key is already there, so shards of a sweep run on several machines combine into one file
-// and merging the same input twice adds nothing.
+// and merging the same input twice adds nothing. The AR cases of a sharded sweep carry their shard
+// in the key (harness/runner/sweep.h ShardCases), so every shard's AR case is kept, and each
+// shard's speedups keep comparing with it (metrics FindArBaseline prefers the same run).
 // Checked by: tests/results/merge_test.cpp and tests/cli/sweep_cli_test.cpp.
 #pragma once
 

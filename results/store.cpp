@@ -308,6 +308,29 @@ SELECT c.case_id, c.run_id, c.method, c.method_knobs_json, c.target, c.dataset, 
        (SELECT count(*) FROM answer_speedup WHERE case_id = c.case_id) AS n_matched
 FROM cases c LEFT JOIN case_baseline b ON b.case_id = c.case_id;
 )sql",
+    // 7 -> 8: case_baseline follows metrics BaselinePolicy's default: an AR case of the same run,
+    // else of another run on the same machine (runs.host / cpu / gpu); never one measured on
+    // another machine (`--cross-machine-baseline` asks for that in summary / report / export).
+    // Sharded sweeps run each shard's AR with its method cases (ShardCases), so none is needed.
+    R"sql(
+DROP VIEW case_baseline;
+CREATE VIEW case_baseline AS
+SELECT m.case_id,
+       (SELECT min(CASE WHEN a.run_id = m.run_id THEN a.case_id
+                        ELSE a.case_id + 4611686018427387904 END) % 4611686018427387904
+        FROM cases a
+        WHERE a.method = 'ar' AND a.case_id <> m.case_id AND a.target = m.target
+          AND a.dataset = m.dataset AND a.categories = m.categories
+          AND a.prompt_limit = m.prompt_limit AND a.temperature = m.temperature
+          AND a.top_p = m.top_p AND a.top_k = m.top_k AND a.seed = m.seed
+          AND a.max_new_tokens = m.max_new_tokens AND a.batch_size = m.batch_size
+          AND a.dtype = m.dtype AND a.device = m.device AND a.threads = m.threads
+          AND (a.run_id = m.run_id
+               OR (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs WHERE run_id = a.run_id)
+                  IS (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs WHERE run_id = m.run_id))
+          AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt'))) AS baseline_case_id
+FROM cases m WHERE m.method <> 'ar';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
@@ -1064,7 +1087,9 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
       StrCat("SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, "
              "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, "
              "batch_size, threads, dtype, device, config_json, wall_s, n_samples, ",
-             v2_columns, v4_columns, " FROM cases ORDER BY case_id")
+             v2_columns, v4_columns,
+             ", (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs r "
+             "WHERE r.run_id = cases.run_id) FROM cases ORDER BY case_id")
           .c_str()));
   std::vector<CaseRow> out;
   int rc;
@@ -1096,6 +1121,7 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
     c.method_traits_json = ColText(q, 21);
     c.drafter = ColText(q, 22);
     c.timing_mode = ColText(q, 23);
+    row.machine = ColText(q, 24);
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, "listing cases");

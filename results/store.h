@@ -30,7 +30,7 @@ namespace specbed {
 // Version 6 added the parallel-decoder step columns and samples.paired_ar_prefill_ms.
 // Version 7 added the views case_baseline, answer_speedup and case_summary (summary's point
 // estimates in SQL; no table changes).
-inline constexpr int kResultsSchemaVersion = 7;
+inline constexpr int kResultsSchemaVersion = 8;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -220,6 +220,9 @@ class ResultsStore {
     int64_t case_id, run_id;
     CaseRecord record;
     int64_t n_samples;
+    // The machine its run recorded: "host / cpu / gpu" of the runs row ("" when the run row is
+    // missing). Baselines from another machine are used only when asked (metrics BaselinePolicy).
+    std::string machine;
   };
   std::vector<CaseRow> ListCases() const;
   std::vector<SampleRecord> LoadSamples(int64_t case_id) const;

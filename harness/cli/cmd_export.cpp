@@ -18,6 +18,7 @@ namespace {
 struct ExportCommandOptions {
   std::string db, format = "csv", table = "cases", output, scope = "decode";
   int64_t run_id = -1;
+  bool cross_machine_baseline = false;
 };
 
 void RunExport(const ExportCommandOptions& o) {
@@ -26,6 +27,7 @@ void RunExport(const ExportCommandOptions& o) {
   SummaryOptions options;
   options.run_id = o.run_id;
   options.scope = ParseSpeedupScope(o.scope, "--scope");
+  options.baseline.cross_machine = o.cross_machine_baseline;
   const Summary summary = BuildSummary(o.db, options);
   const std::string text = ExportResults(summary, table, format);
   if (o.output.empty() || o.output == "-") {
@@ -65,6 +67,7 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("-o,--output", o->output, "Output file (default: stdout)");
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline, "Also compare with an AR case measured on another machine (a run with another host / cpu / gpu) when the case has none of its own machine; off by default, so no speedup crosses machines unless asked");
   cmd->add_option("--scope", o->scope,
                   "Speedups over decode only (decode, default) or prefill + decode (e2e)")
       ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));

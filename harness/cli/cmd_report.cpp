@@ -19,6 +19,7 @@ struct ReportCommandOptions {
   std::string gnuplot;
   std::vector<std::string> paper;
   std::string scope = "decode";
+  bool cross_machine_baseline = false;
   int64_t window = 8;
 };
 
@@ -38,6 +39,7 @@ void RunReport(const ReportCommandOptions& o) {
   options.gnuplot = o.gnuplot;
   options.paper_references = o.paper;
   options.scope = ParseSpeedupScope(o.scope, "--scope");
+  options.baseline.cross_machine = o.cross_machine_baseline;
   options.stream_window = o.window;
   const std::string dir = o.output.empty() ? DefaultReportDir(o.db) : o.output;
   const ReportResult result = WriteReport(o.db, dir, options);
@@ -60,6 +62,7 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--paper", o->paper,
                   "Paper reference JSON (reports/README.md); adds a paper-vs-measured table "
                   "(repeatable)");
+  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline, "Also compare with an AR case measured on another machine (a run with another host / cpu / gpu) when the case has none of its own machine; off by default, so no speedup crosses machines unless asked");
   cmd->add_option("--scope", o->scope,
                   "Speedups over decode only (decode, default) or prefill + decode (e2e)")
       ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));

@@ -23,6 +23,7 @@ struct SummaryCommandOptions {
   std::string category;
   std::string slice;
   std::string scope = "decode";
+  bool cross_machine_baseline = false;
 };
 
 // "A:B" (B may be empty = to the end) -> [A, B); errors name the flag.
@@ -45,6 +46,7 @@ void RunSummary(const SummaryCommandOptions& o) {
   options.category = o.category;
   if (!o.slice.empty()) ParseSlice(o.slice, options);
   options.scope = ParseSpeedupScope(o.scope, "--scope");
+  options.baseline.cross_machine = o.cross_machine_baseline;
   const Summary summary = BuildSummary(o.db, options);
   const std::string text = o.json ? SummaryJson(summary) : FormatSummaryTable(summary);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -65,6 +67,7 @@ void AddSummaryCommand(CLI::App& app) {
                   "Only samples of this prompt category (baselines filtered alike)");
   cmd->add_option("--slice", o->slice,
                   "Only samples A..B-1 (after --category) in stream order, e.g. 0:40 or 40:");
+  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline, "Also compare with an AR case measured on another machine (a run with another host / cpu / gpu) when the case has none of its own machine; off by default, so no speedup crosses machines unless asked");
   cmd->add_option("--scope", o->scope,
                   "Speedup over decode only (decode, default) or prefill + decode (e2e)")
       ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));

@@ -260,6 +260,7 @@ Json CaseConfig::IdentityJson() const {
   if (batch_size != 1) j["batch_size"] = batch_size;
   if (!synthetic_acceptance.empty()) j["synthetic_acceptance"] = synthetic_acceptance;
   if (timing == kTimingPaired) j["timing"] = timing;
+  if (!shard.empty()) j["shard"] = shard;
   return j;
 }
 
@@ -285,6 +286,7 @@ std::string CaseConfig::Label() const {
   if (repeat != 0) out << " repeat=" << repeat;
   if (!synthetic_acceptance.empty()) out << " SYNTHETIC";
   if (timing == kTimingPaired) out << " paired";
+  if (!shard.empty()) out << " shard=" << shard;
   return out.str();
 }
 
@@ -321,26 +323,28 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
   return cases;
 }
 
+std::string WorkloadKey(const CaseConfig& c) {
+  Json j = c.IdentityJson();
+  for (const char* key :
+       {"method", "knobs", "repeat", "synthetic_acceptance", "timing", "shard"}) {
+    j.erase(key);
+  }
+  return j.dump();
+}
+
 void ResolveTimingModes(std::vector<CaseConfig>& cases, const std::string& mode,
                         const std::function<bool(const std::string&)>& is_speculative) {
   SPECBED_CHECK(mode == kTimingAuto || mode == kTimingPaired || mode == kTimingPerCase,
                 "timing must be \"auto\", \"paired\" or \"per_case\", got \"", mode, "\"");
-  auto workload = [](const CaseConfig& c) {
-    Json j = c.IdentityJson();
-    for (const char* key : {"method", "knobs", "repeat", "synthetic_acceptance", "timing"}) {
-      j.erase(key);
-    }
-    return j.dump();
-  };
   std::set<std::string> with_ar;
   for (CaseConfig& c : cases) {
     c.timing = kTimingPerCase;
-    if (c.method.name == "ar" && !is_speculative(c.method.name)) with_ar.insert(workload(c));
+    if (c.IsArBaseline() && !is_speculative(c.method.name)) with_ar.insert(WorkloadKey(c));
   }
   for (CaseConfig& c : cases) {
     if (!is_speculative(c.method.name)) continue;
     const bool paired =
-        mode == kTimingPaired || (mode == kTimingAuto && with_ar.count(workload(c)) > 0);
+        mode == kTimingPaired || (mode == kTimingAuto && with_ar.count(WorkloadKey(c)) > 0);
     if (paired) c.timing = kTimingPaired;
   }
 }

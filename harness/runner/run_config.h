@@ -83,6 +83,12 @@ struct CaseConfig {
   int64_t repeat = 0;
   int64_t batch_size = 1;
   nlohmann::json paper;
+  // "I/N" on an AR case that ShardCases placed in shard I of N as the baseline of that shard's
+  // method cases (part of the key, so every shard's AR survives `specbed merge`); "" otherwise.
+  std::string shard;
+
+  // The AR baseline case (method "ar"): what speedups and exact matches compare against.
+  bool IsArBaseline() const { return method.name == "ar"; }
 
   // The full resolved case config (stored as cases.config_json).
   nlohmann::json ToJson() const;
@@ -91,11 +97,16 @@ struct CaseConfig {
   nlohmann::json IdentityJson() const;
   // Stable hash of IdentityJson(): equal configs resume into the same case.
   std::string Key() const;
-  // Short human label: "stories260K ar stories T=0 seed=0" (+ " batch=B", " repeat=R").
+  // Short human label: "stories260K ar stories T=0 seed=0" (+ " batch=B", " repeat=R",
+  // " shard=I/N").
   std::string Label() const;
 };
 
 std::vector<CaseConfig> ExpandCases(const RunConfig& config);
+
+// What an AR case must share with a method case to be its baseline: IdentityJson() without
+// method, knobs, repeat, synthetic acceptance, timing and shard (a dumped JSON string).
+std::string WorkloadKey(const CaseConfig& c);
 
 // The timing modes RunConfig::timing accepts.
 inline constexpr const char* kTimingAuto = "auto";

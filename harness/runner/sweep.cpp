@@ -600,12 +600,34 @@ std::vector<CaseConfig> ShardCases(const std::vector<CaseConfig>& cases, int64_t
   SPECBED_CHECK(count >= 1, "shard count must be >= 1, got ", count);
   SPECBED_CHECK(index >= 0 && index < count, "shard index must be in [0, ", count - 1, "], got ",
                 index);
+  if (count == 1) return cases;
+  auto shard_of = [&](const CaseConfig& c) {
+    const std::string key = c.Key();
+    return static_cast<int64_t>(Fnv1a64(key.data(), key.size()) % static_cast<uint64_t>(count));
+  };
+  // The workloads whose method cases land in this shard, and those with a method case anywhere.
+  std::set<std::string> here, anywhere;
+  for (const CaseConfig& c : cases) {
+    if (c.IsArBaseline()) continue;
+    const std::string w = WorkloadKey(c);
+    anywhere.insert(w);
+    if (shard_of(c) == index) here.insert(w);
+  }
+  const std::string tag = StrCat(index, "/", count);
   std::vector<CaseConfig> out;
   for (const CaseConfig& c : cases) {
-    const std::string key = c.Key();
-    if (static_cast<int64_t>(Fnv1a64(key.data(), key.size()) % static_cast<uint64_t>(count)) ==
-        index)
+    if (!c.IsArBaseline()) {
+      if (shard_of(c) == index) out.push_back(c);
+      continue;
+    }
+    // An AR case runs in every shard that holds a method case of its workload (its speedups and
+    // exact matches then come from the same machine and run), else in its own hash's shard. The
+    // shard tag is part of its key, so each shard's copy survives `specbed merge`.
+    const std::string w = WorkloadKey(c);
+    if (here.count(w) > 0 || (anywhere.count(w) == 0 && shard_of(c) == index)) {
       out.push_back(c);
+      out.back().shard = tag;
+    }
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // within each method entry, plus `repeats`, `batch_sizes`, `exclude` / `only` matchers and a
 // pass-through `paper` object. ExpandSweep turns it into resolved cases in a deterministic order
 // (AR-like methods once per target x dataset x T x seed x batch, never per repeat; duplicates
-// dropped); ShardCases splits them between machines by a stable hash of the case key.
+// dropped); ShardCases splits them between machines by a stable hash of the case key, each
+// shard running the AR cases its method cases compare with.
 // Checked by: tests/engine/sweep_test.cpp and tests/cli/sweep_cli_test.cpp.
 #pragma once
 
@@ -61,8 +62,13 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
 // value matches any of its elements).
 bool MatchesCase(const nlohmann::json& matcher, const CaseConfig& c);
 
-// The cases of shard `index` of `count`: a case goes to shard Fnv1a64(Key()) % count, so every
-// case lands in exactly one shard whatever the order or subset of cases. Order is kept.
+// The cases of shard `index` of `count`, in sweep order. A method case goes to shard
+// Fnv1a64(Key()) % count, so it lands in exactly one shard whatever the order or subset of cases.
+// An AR case (CaseConfig::IsArBaseline) goes with its method cases: it runs in every shard that
+// holds a method case of its workload (WorkloadKey), tagged CaseConfig::shard = "index/count" so
+// each shard's copy has its own key and survives merge; an AR case without method cases goes to
+// its own hash's shard. So every speedup and exact match of a sharded sweep compares with an AR
+// run on the same machine in the same run. count == 1 returns `cases` unchanged.
 std::vector<CaseConfig> ShardCases(const std::vector<CaseConfig>& cases, int64_t index,
                                    int64_t count);
 

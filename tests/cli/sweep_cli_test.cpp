@@ -99,39 +99,77 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
   const std::set<std::string> unsharded = Keys(KeyCounts(dir + "/all.db"));
   EXPECT_EQ(unsharded, listed);
 
-  std::set<std::string> shard_keys[2];
+  // Method cases split between the shards; each shard also runs the AR case of every workload
+  // (here: each T) it holds a method case of, under a shard-tagged key.
+  std::set<std::string> method_keys, shard_method_keys[2];
+  for (const auto& c : OpenReadOnly(dir + "/all.db")->ListCases()) {
+    if (c.record.method != "ar") method_keys.insert(c.record.case_key);
+  }
+  int64_t shard_cases = 0;
   for (int i = 0; i < 2; ++i) {
     const std::string db = dir + "/shard_" + std::to_string(i) + ".db";
     const std::string shard = std::to_string(i) + "/2";
     const ProcResult r =
         RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--no-progress"}, dir);
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
-    EXPECT_TRUE(Contains(r.err, "in shard " + shard + " (6 in the sweep)"));
-    shard_keys[i] = Keys(KeyCounts(db));
-    EXPECT_EQ(shard_keys[i], DryRunKeys(dir, sweep, {"--shard", shard}));
+    EXPECT_TRUE(Contains(r.err, "in shard " + shard + " (6 in the sweep)")) << r.err;
+    const std::set<std::string> keys = Keys(KeyCounts(db));
+    EXPECT_EQ(keys, DryRunKeys(dir, sweep, {"--shard", shard}));
+    std::set<double> method_temps, ar_temps;
+    for (const auto& c : OpenReadOnly(db)->ListCases()) {
+      ++shard_cases;
+      if (c.record.method == "ar") {
+        EXPECT_TRUE(ar_temps.insert(c.record.temperature).second);
+        EXPECT_EQ(Json::parse(c.record.config_json)["shard"], shard);
+        EXPECT_EQ(unsharded.count(c.record.case_key), 0u) << "AR key must carry the shard";
+      } else {
+        method_temps.insert(c.record.temperature);
+        shard_method_keys[i].insert(c.record.case_key);
+      }
+    }
+    EXPECT_EQ(ar_temps, method_temps) << "shard " << shard << " runs exactly the AR it needs";
   }
-  for (const auto& k : shard_keys[0]) EXPECT_EQ(shard_keys[1].count(k), 0u) << "in both shards";
+  for (const auto& k : shard_method_keys[0]) EXPECT_EQ(shard_method_keys[1].count(k), 0u);
+  std::set<std::string> both = shard_method_keys[0];
+  both.insert(shard_method_keys[1].begin(), shard_method_keys[1].end());
+  EXPECT_EQ(both, method_keys);
 
+  // merge keeps every shard's AR case, and every speedup compares with the AR of its own shard.
   const std::string merged = dir + "/merged.db";
   ProcResult m = RunSpecbed({"merge", merged, dir + "/shard_0.db", dir + "/shard_1.db"}, dir);
   ASSERT_EQ(m.exit_code, 0) << Describe(m);
-  EXPECT_TRUE(Contains(m.err, "6 cases copied, 0 skipped"));
-  EXPECT_EQ(Keys(KeyCounts(merged)), unsharded);
-  // Merging again (also the unsharded run) adds nothing.
+  EXPECT_TRUE(Contains(m.err, std::to_string(shard_cases) + " cases copied, 0 skipped")) << m.err;
+  const ProcResult summary = RunSpecbed({"summary", merged, "--json"}, dir);
+  ASSERT_EQ(summary.exit_code, 0) << Describe(summary);
+  int64_t compared = 0;
+  const Json summary_json = Json::parse(summary.out);
+  for (const Json& row : summary_json.at("cases")) {
+    if (row["is_baseline"].get<bool>()) continue;
+    ASSERT_TRUE(row.contains("baseline") && row["baseline"].is_object()) << row.dump();
+    EXPECT_TRUE(row["baseline"]["same_run"].get<bool>()) << row.dump();
+    ++compared;
+  }
+  EXPECT_EQ(compared, 4);
+  // Merging the shards again adds nothing; the unsharded run adds only its (untagged) AR cases.
   m = RunSpecbed({"merge", merged, dir + "/shard_1.db", dir + "/shard_0.db", dir + "/all.db"}, dir);
   ASSERT_EQ(m.exit_code, 0) << Describe(m);
-  EXPECT_TRUE(Contains(m.err, "0 cases copied, 12 skipped"));
+  EXPECT_TRUE(Contains(m.err, "2 cases copied, " + std::to_string(shard_cases + 4) + " skipped"))
+      << m.err;
   auto store = OpenReadOnly(merged);
-  EXPECT_EQ(store->CountRows("cases"), 6);
-  EXPECT_EQ(store->CountRows("samples"), 12);
-  EXPECT_EQ(store->CountRows("runs"), 2);
+  EXPECT_EQ(store->CountRows("cases"), shard_cases + 2);
+  EXPECT_EQ(store->CountRows("runs"), 3);
 
   // Samples and steps came along; the case config carries repeat, batch and paper.
   auto single = OpenReadOnly(dir + "/all.db");
   std::map<std::string, ResultsStore::CaseRow> by_key;
-  for (const auto& c : single->ListCases()) by_key.emplace(c.record.case_key, c);
+  std::map<double, ResultsStore::CaseRow> ar_of_temperature;
+  for (const auto& c : single->ListCases()) {
+    by_key.emplace(c.record.case_key, c);
+    if (c.record.method == "ar") ar_of_temperature.emplace(c.record.temperature, c);
+  }
   for (const auto& c : store->ListCases()) {
-    const auto& s = by_key.at(c.record.case_key);
+    const auto& s = c.record.method == "ar" ? ar_of_temperature.at(c.record.temperature)
+                                            : by_key.at(c.record.case_key);
     EXPECT_EQ(c.n_samples, 2);
     const auto samples = store->LoadSamples(c.case_id);
     const auto want = single->LoadSamples(s.case_id);

@@ -371,38 +371,66 @@ TEST(SweepExpand, PaperIsPassedThroughButNotPartOfTheKey) {
   }
 }
 
-TEST(ShardCases, EveryCaseInExactlyOneShard) {
+TEST(ShardCases, EveryMethodCaseInExactlyOneShardWithTheArCasesItNeeds) {
   const SweepExpansion x = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":"1-8"}},
       {"name":"eagle3","knobs":{"depth":"2-6","top_k":[2,4]}}],"temperatures":[0,0.5,1],
       "seeds":[0,1],"repeats":2})");
   ASSERT_GT(x.cases.size(), 100u);
-  for (int64_t n = 1; n <= 4; ++n) {
-    std::map<std::string, int64_t> shard_of;
-    size_t total = 0;
+  size_t n_ar = 0;
+  for (const CaseConfig& c : x.cases) n_ar += c.IsArBaseline() ? 1 : 0;
+  ASSERT_EQ(n_ar, 6u);  // one per T x seed
+  // One shard: the sweep as it is, untagged.
+  const std::vector<CaseConfig> whole = ShardCases(x.cases, 0, 1);
+  ASSERT_EQ(whole.size(), x.cases.size());
+  for (size_t k = 0; k < whole.size(); ++k) EXPECT_EQ(whole[k].Key(), x.cases[k].Key());
+  for (int64_t n = 2; n <= 4; ++n) {
+    std::map<std::string, int64_t> shard_of;  // method case key -> shard
+    size_t total_methods = 0;
     for (int64_t i = 0; i < n; ++i) {
       const std::vector<CaseConfig> shard = ShardCases(x.cases, i, n);
       EXPECT_FALSE(shard.empty()) << i << "/" << n;
-      total += shard.size();
-      // Same shard on a second call, and the sweep order is kept.
+      // Same shard on a second call, and the sweep order is kept (AR cases compared untagged).
       const std::vector<CaseConfig> again = ShardCases(x.cases, i, n);
       ASSERT_EQ(again.size(), shard.size());
       size_t pos = 0;
+      std::set<std::string> method_workloads, ar_workloads;
       for (size_t k = 0; k < shard.size(); ++k) {
         EXPECT_EQ(again[k].Key(), shard[k].Key());
-        while (pos < x.cases.size() && x.cases[pos].Key() != shard[k].Key()) ++pos;
+        CaseConfig untagged = shard[k];
+        untagged.shard.clear();
+        while (pos < x.cases.size() && x.cases[pos].Key() != untagged.Key()) ++pos;
         EXPECT_LT(pos, x.cases.size()) << "shard order differs from the sweep order";
-        EXPECT_TRUE(shard_of.emplace(shard[k].Key(), i).second) << "a case in two shards";
+        if (shard[k].IsArBaseline()) {
+          EXPECT_EQ(shard[k].shard, StrCat(i, "/", n));
+          EXPECT_NE(shard[k].Key(), untagged.Key()) << "the shard tag is part of the key";
+          EXPECT_NE(shard[k].Label().find(" shard=" + shard[k].shard), std::string::npos);
+          EXPECT_EQ(WorkloadKey(shard[k]), WorkloadKey(untagged));
+          EXPECT_TRUE(ar_workloads.insert(WorkloadKey(shard[k])).second);
+        } else {
+          EXPECT_TRUE(shard[k].shard.empty());
+          EXPECT_TRUE(shard_of.emplace(shard[k].Key(), i).second) << "a case in two shards";
+          method_workloads.insert(WorkloadKey(shard[k]));
+          ++total_methods;
+        }
       }
+      // Every method case has its AR case in its own shard, and no AR case runs for nothing.
+      EXPECT_EQ(ar_workloads, method_workloads) << i << "/" << n;
     }
-    EXPECT_EQ(total, x.cases.size()) << n;
-    EXPECT_EQ(shard_of.size(), x.cases.size()) << n;
-    // The assignment depends on the case alone: the odd cases shard the same way.
+    EXPECT_EQ(total_methods, x.cases.size() - n_ar) << n;
+    // The assignment of a method case depends on the case alone: the odd cases shard the same way.
     std::vector<CaseConfig> odd;
     for (size_t k = 1; k < x.cases.size(); k += 2) odd.push_back(x.cases[k]);
     for (int64_t i = 0; i < n; ++i) {
-      for (const CaseConfig& c : ShardCases(odd, i, n)) EXPECT_EQ(shard_of[c.Key()], i);
+      for (const CaseConfig& c : ShardCases(odd, i, n)) {
+        if (!c.IsArBaseline()) EXPECT_EQ(shard_of[c.Key()], i);
+      }
     }
   }
+  // An AR case without method cases (a T only AR runs at) still runs, in exactly one shard.
+  const SweepExpansion only_ar = Expand(R"({"methods":["ar"],"temperatures":[0,1]})");
+  size_t placed = 0;
+  for (int64_t i = 0; i < 3; ++i) placed += ShardCases(only_ar.cases, i, 3).size();
+  EXPECT_EQ(placed, only_ar.cases.size());
   EXPECT_CONTAINS(ErrorOf([&] { ShardCases(x.cases, 2, 2); }), "shard index must be in [0, 1]");
   EXPECT_CONTAINS(ErrorOf([&] { ShardCases(x.cases, 0, 0); }), "shard count must be >= 1");
 }

@@ -196,9 +196,36 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
       samples[i].paired_ar_prefill_ms = 2;
     }
     store->WriteCase(run, c, samples, testing::FakeSteps());
+    // Other machines: a method case on machine B whose AR ran in a later run on B (its baseline,
+    // although the first run's AR on testhost is listed first), and one on machine D with no AR
+    // of its machine (no baseline: none crosses machines unless asked).
+    RunInfo b = testing::TestRun();
+    b.host = "machine-b";
+    const int64_t run_b = store->BeginRun(b);
+    store->WriteCase(run_b, testing::TestCase("fake_b", "fake", 0), testing::FakeSamples(),
+                     testing::FakeSteps());
+    b.started_at = "2026-11-21T09:00:00Z";
+    const int64_t run_b2 = store->BeginRun(b);
+    store->WriteCase(run_b2, testing::TestCase("ar_b", "ar", 0), testing::ArSamplesT0(), {});
+    RunInfo d = testing::TestRun();
+    d.host = "machine-d";
+    store->WriteCase(store->BeginRun(d), testing::TestCase("fake_d", "fake", 0),
+                     testing::FakeSamples(), testing::FakeSteps());
   }
   const Summary summary = BuildSummary(db);
-  ASSERT_EQ(summary.rows.size(), 6u);
+  ASSERT_EQ(summary.rows.size(), 9u);
+  {
+    const ResultsStore::CaseRow& fake_b = summary.rows[6].row;
+    ASSERT_EQ(fake_b.record.case_key, "fake_b");
+    EXPECT_EQ(summary.rows[6].baseline_case_id, summary.rows[7].row.case_id);
+    EXPECT_TRUE(summary.rows[6].baseline_same_machine);
+    EXPECT_FALSE(summary.rows[6].baseline_same_run);
+    ASSERT_EQ(summary.rows[8].row.record.case_key, "fake_d");
+    EXPECT_EQ(summary.rows[8].baseline_case_id, -1);
+    SummaryOptions cross;
+    cross.baseline.cross_machine = true;
+    EXPECT_EQ(BuildSummary(db, cross).rows[8].baseline_case_id, summary.rows[0].row.case_id);
+  }
   sqlite3* handle = nullptr;
   ASSERT_EQ(sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   sqlite3_stmt* s = nullptr;
@@ -242,7 +269,9 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
   sqlite3_finalize(s);
   sqlite3_close(handle);
   EXPECT_EQ(n, summary.rows.size());
-  EXPECT_EQ(n_speedups, 3u);  // tree (same run), fake (other run's AR), paired (no AR case)
+  // tree (same run), fake (other run's AR), paired (no AR case), fake_b (its machine's AR);
+  // fake_d has none (its only AR candidates ran on other machines).
+  EXPECT_EQ(n_speedups, 4u);
 }
 
 }  // namespace

@@ -540,7 +540,41 @@ TEST(Metrics, ArBaselinePrefersTheSameRunThenAnyRun) {
   EXPECT_TRUE(FindArBaseline(cases, 2).same_run);
   EXPECT_EQ(FindArBaseline(cases, 4).index, 0);  // run 3 has none: first AR of any run
   EXPECT_FALSE(FindArBaseline(cases, 4).same_run);
+  EXPECT_TRUE(FindArBaseline(cases, 4).same_machine);  // all rows: machine ""
   EXPECT_EQ(FindArBaseline(cases, 5).index, -1);  // T=1: no AR with the same workload
+}
+
+TEST(Metrics, ArBaselineFromAnotherMachineOnlyWhenAsked) {
+  auto row = [](int64_t case_id, int64_t run_id, const std::string& method,
+                const std::string& machine) {
+    ResultsStore::CaseRow r{};
+    r.case_id = case_id;
+    r.run_id = run_id;
+    r.record = TestCase("k" + std::to_string(case_id), method, 0);
+    r.machine = machine;
+    return r;
+  };
+  // Shard runs 1 and 2 on machines A and B (each with its AR), run 3 on B without an AR, run 4
+  // on C without an AR.
+  const std::vector<ResultsStore::CaseRow> cases = {
+      row(1, 1, "ar", "A"),   row(2, 1, "fake", "A"), row(3, 2, "fake", "B"),
+      row(4, 2, "ar", "B"),   row(5, 3, "fake", "B"), row(6, 4, "fake", "C")};
+  BaselineMatch m = FindArBaseline(cases, 2);
+  EXPECT_EQ(m.index, 3);  // its own shard's AR, not the first AR of the database
+  EXPECT_TRUE(m.same_run);
+  m = FindArBaseline(cases, 4);
+  EXPECT_EQ(m.index, 3);  // a resumed run on machine B: B's AR, not A's (listed first)
+  EXPECT_FALSE(m.same_run);
+  EXPECT_TRUE(m.same_machine);
+  m = FindArBaseline(cases, 5);
+  EXPECT_EQ(m.index, -1);  // only other machines' AR cases: none by default...
+  EXPECT_EQ(m.refused_index, 0);
+  BaselinePolicy cross;
+  cross.cross_machine = true;
+  m = FindArBaseline(cases, 5, cross);  // ...the first of them when asked
+  EXPECT_EQ(m.index, 0);
+  EXPECT_FALSE(m.same_machine);
+  EXPECT_EQ(m.refused_index, -1);
 }
 
 }  // namespace

@@ -106,8 +106,8 @@ TEST(Summary, RowsCarryHandComputedMetrics) {
 
   ASSERT_EQ(s.notes.size(), 2u);
   EXPECT_EQ(s.notes[0],
-            "case 4 (fake(k=4), run 2): AR baseline is case 1 from run 1 (no AR case with the "
-            "same workload in run 2).");
+            "case 4 (fake(k=4), run 2): AR baseline is case 1 from run 1 on the same machine (no "
+            "AR case with the same workload in run 2).");
   EXPECT_CONTAINS(s.notes[1], "case 5 (fake(k=4), run 2): no AR case with the same workload");
 }
 
