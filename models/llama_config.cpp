@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/names.h"
 #include "models/config_fields.h"
 
@@ -90,7 +91,8 @@ RopeScaling ParseRopeScaling(const json& j, const std::string& field, const std:
 
 }  // namespace
 
-LlamaConfig ParseHfConfig(const json& j, const std::string& source) {
+// The fields of ParseHfConfig; nlohmann type errors escape (see ParseHfConfig).
+static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
 
   // Family: from model_type and/or architectures[0]; both must agree when both are given.
@@ -227,6 +229,12 @@ LlamaConfig ParseHfConfig(const json& j, const std::string& source) {
   }
   c.Validate(source);
   return c;
+}
+
+LlamaConfig ParseHfConfig(const json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseHfConfigFields(j, source); });
 }
 
 void LlamaConfig::Validate(const std::string& source) const {

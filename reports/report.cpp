@@ -982,13 +982,12 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
             " (none with the same workload in its run)."));
       }
       if (!c.is_ar && c.baseline_case_id < 0 && c.refused_baseline_case_id >= 0) {
-        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
-                                 "): its only AR case with the same workload (case ",
-                                 c.refused_baseline_case_id,
-                                 ") ran on another machine, used only with "
-                                 "--cross-machine-baseline: no speedup",
-                                 c.speedup.n_matched > 0 ? " but the paired one" : "",
-                                 ", no exact match."));
+        s.notes.push_back(
+            StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                   "): its only AR case with the same workload (case ", c.refused_baseline_case_id,
+                   ") ran on another machine, used only with "
+                   "--cross-machine-baseline: no speedup",
+                   c.speedup.n_matched > 0 ? " but the paired one" : "", ", no exact match."));
       } else if (!c.is_ar && c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
         s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
                                  ") has no AR case with the same workload: no speedup."));

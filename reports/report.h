@@ -73,14 +73,14 @@ struct CaseReport {
   CaseMetrics metrics;
   std::vector<SampleRecord> samples;
   std::vector<StepRecord> steps;
-  bool is_ar = false;              // method == "ar" (the baseline; speedup 1.00)
-  int64_t baseline_case_id = -1;   // matching AR case (FindArBaseline), -1 = none / is_ar
-  bool baseline_same_run = false;  // the baseline comes from the case's own run
-  bool baseline_same_machine = false;  // ... or from another run on the same machine
-  std::string baseline_machine;        // CaseRow::machine of the baseline's run
+  bool is_ar = false;                     // method == "ar" (the baseline; speedup 1.00)
+  int64_t baseline_case_id = -1;          // matching AR case (FindArBaseline), -1 = none / is_ar
+  bool baseline_same_run = false;         // the baseline comes from the case's own run
+  bool baseline_same_machine = false;     // ... or from another run on the same machine
+  std::string baseline_machine;           // CaseRow::machine of the baseline's run
   int64_t refused_baseline_case_id = -1;  // an AR case on another machine, not used (policy)
-  Speedup speedup;                 // NaN fields when there is no baseline (with bootstrap CIs)
-  ExactMatch exact_match;          // outputs vs. the baseline's; empty without a baseline
+  Speedup speedup;         // NaN fields when there is no baseline (with bootstrap CIs)
+  ExactMatch exact_match;  // outputs vs. the baseline's; empty without a baseline
   // Short human label (ShortCaseLabels over every case of the report, e.g. "eagle3 d7 k10 n60"),
   // used by the headline and stream tables and every plot.
   std::string label;

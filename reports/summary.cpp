@@ -231,13 +231,12 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
               : StrCat("the only AR cases with the same workload ran on another machine (case ",
                        cases[match.refused_index].case_id, ", run ",
                        cases[match.refused_index].run_id, ": ", cases[match.refused_index].machine,
-                       "; this case: ", c.machine,
-                       "), used only with --cross-machine-baseline");
+                       "; this case: ", c.machine, "), used only with --cross-machine-baseline");
       if (match.index < 0 && paired) {
         // Paired timing needs no AR case for the speedup (no exact match without one).
         row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
-        summary.notes.push_back(
-            StrCat(label, ": ", missing, ": speedup from the paired AR runs only, no exact match."));
+        summary.notes.push_back(StrCat(label, ": ", missing,
+                                       ": speedup from the paired AR runs only, no exact match."));
       } else if (match.index < 0) {
         summary.notes.push_back(StrCat(label, ": ", missing, ": no speedup or exact match."));
       } else {
@@ -251,11 +250,11 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
         row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap, options.scope);
         row.exact_match = ComputeExactMatch(base_samples, own_samples);
         if (!match.same_run) {
-          summary.notes.push_back(StrCat(
-              label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
-              match.same_machine ? " on the same machine"
-                                 : StrCat(" on another machine (", base.machine, ")"),
-              " (no AR case with the same workload in run ", c.run_id, ")."));
+          summary.notes.push_back(
+              StrCat(label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
+                     match.same_machine ? " on the same machine"
+                                        : StrCat(" on another machine (", base.machine, ")"),
+                     " (no AR case with the same workload in run ", c.run_id, ")."));
         }
         if (row.speedup.n_matched == 0) {
           summary.notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",

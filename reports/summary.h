@@ -32,7 +32,7 @@ struct SummaryOptions {
   int64_t slice_end = -1;
   BootstrapOptions bootstrap;
   SpeedupScope scope = SpeedupScope::kDecode;  // decode only, or prefill + decode (end to end)
-  BaselinePolicy baseline;  // AR baselines from another machine only when asked
+  BaselinePolicy baseline;                     // AR baselines from another machine only when asked
 };
 
 struct SummaryRow {

@@ -213,6 +213,12 @@ json ParseJsonText(std::string_view text, const std::string& source,
        expected);
 }
 
+nlohmann::ordered_json ParseOrderedJsonText(std::string_view text, const std::string& source,
+                                            const JsonParseOptions& options) {
+  ParseJsonText(text, source, options);  // every check and error of the one reader
+  return nlohmann::ordered_json::parse(text.begin(), text.end());
+}
+
 json ReadJsonFile(const std::string& path, const JsonParseOptions& options) {
   const std::string text = ReadFileToString(path);
   return ParseJsonText(text, path, options);

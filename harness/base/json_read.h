@@ -36,6 +36,11 @@ struct JsonParseOptions {
 nlohmann::json ParseJsonText(std::string_view text, const std::string& source,
                              const JsonParseOptions& options = {});
 
+// ParseJsonText's checks and errors, keeping the objects' key order (nlohmann::ordered_json) for
+// settings and recipes that are compared and written back in order (train states).
+nlohmann::ordered_json ParseOrderedJsonText(std::string_view text, const std::string& source,
+                                            const JsonParseOptions& options = {});
+
 // Reads and parses a whole file with ParseJsonText (source = path).
 nlohmann::json ReadJsonFile(const std::string& path, const JsonParseOptions& options = {});
 

@@ -62,7 +62,10 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--paper", o->paper,
                   "Paper reference JSON (reports/README.md); adds a paper-vs-measured table "
                   "(repeatable)");
-  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline, "Also compare with an AR case measured on another machine (a run with another host / cpu / gpu) when the case has none of its own machine; off by default, so no speedup crosses machines unless asked");
+  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline,
+                "Also compare with an AR case measured on another machine (a run with another host "
+                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
+                "speedup crosses machines unless asked");
   cmd->add_option("--scope", o->scope,
                   "Speedups over decode only (decode, default) or prefill + decode (e2e)")
       ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));

@@ -325,8 +325,7 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
 
 std::string WorkloadKey(const CaseConfig& c) {
   Json j = c.IdentityJson();
-  for (const char* key :
-       {"method", "knobs", "repeat", "synthetic_acceptance", "timing", "shard"}) {
+  for (const char* key : {"method", "knobs", "repeat", "synthetic_acceptance", "timing", "shard"}) {
     j.erase(key);
   }
   return j.dump();

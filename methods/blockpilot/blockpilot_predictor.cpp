@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
@@ -103,7 +104,8 @@ void BlockPilotConfig::Validate(const std::string& source) const {
                 ojson(candidates).dump());
 }
 
-BlockPilotConfig ParseBlockPilotConfig(const json& j, const std::string& source) {
+// The fields of ParseBlockPilotConfig; nlohmann type errors escape (see ParseBlockPilotConfig).
+static BlockPilotConfig ParseBlockPilotConfigFields(const json& j, const std::string& source) {
   using config_fields::GetInt;
   using config_fields::GetString;
   SPECBED_CHECK(j.is_object(), source, ": expected a JSON object");
@@ -136,6 +138,12 @@ BlockPilotConfig ParseBlockPilotConfig(const json& j, const std::string& source)
   if (j.contains("evaluation") && j["evaluation"].is_object()) c.evaluation = j["evaluation"];
   c.Validate(source);
   return c;
+}
+
+BlockPilotConfig ParseBlockPilotConfig(const json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseBlockPilotConfigFields(j, source); });
 }
 
 ojson BlockPilotConfigToJson(const BlockPilotConfig& c) {

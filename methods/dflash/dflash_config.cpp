@@ -10,6 +10,7 @@
 #include <string>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/names.h"
 #include "models/config_fields.h"
 
@@ -119,7 +120,8 @@ LlamaConfig DflashConfig::RopeConfig() const {
   return c;
 }
 
-DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
+// The fields of ParseDflashConfig; nlohmann type errors escape (see ParseDflashConfig).
+static DflashConfig ParseDflashConfigFields(const json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
   SPECBED_CHECK(Has(j, "architectures"), source, ": missing field \"architectures\" (expected [\"",
                 kArchitecture, "\"])");
@@ -234,6 +236,12 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
   }
   c.Validate(source);
   return c;
+}
+
+DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseDflashConfigFields(j, source); });
 }
 
 nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {

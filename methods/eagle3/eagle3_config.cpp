@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "harness/base/names.h"
 #include "models/config_fields.h"
 
@@ -97,7 +98,8 @@ LlamaConfig Eagle3Config::RopeConfig() const {
   return c;
 }
 
-Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
+// The fields of ParseEagle3Config; nlohmann type errors escape (see ParseEagle3Config).
+static Eagle3Config ParseEagle3ConfigFields(const json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
 
   // Where the Llama layer fields and the EAGLE-3 fields live.
@@ -205,6 +207,12 @@ Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
   }
   c.Validate(source);
   return c;
+}
+
+Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseEagle3ConfigFields(j, source); });
 }
 
 nlohmann::ordered_json Eagle3ConfigToJson(const Eagle3Config& c) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/config_fields.h"
@@ -62,7 +63,9 @@ LtdPolicyConfig DefaultLtdPolicyConfig(LtdPolicyKind kind) {
   return c;
 }
 
-LtdPolicyConfig ParseLtdPolicyConfig(const nlohmann::json& j, const std::string& source) {
+// The fields of ParseLtdPolicyConfig; nlohmann type errors escape (see ParseLtdPolicyConfig).
+static LtdPolicyConfig ParseLtdPolicyConfigFields(const nlohmann::json& j,
+                                                  const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": expected a JSON object");
   const std::string format = cf::GetString(j, "format", source, "");
   SPECBED_CHECK(format == "specbed-ltd-policy", source,
@@ -86,6 +89,12 @@ LtdPolicyConfig ParseLtdPolicyConfig(const nlohmann::json& j, const std::string&
   if (j.contains("evaluation")) c.evaluation = j["evaluation"];
   c.Validate(source);
   return c;
+}
+
+LtdPolicyConfig ParseLtdPolicyConfig(const nlohmann::json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseLtdPolicyConfigFields(j, source); });
 }
 
 nlohmann::ordered_json LtdPolicyConfigToJson(const LtdPolicyConfig& c) {

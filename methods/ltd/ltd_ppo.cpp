@@ -355,11 +355,14 @@ void PpoAgent::Load(const std::string& path) {
       opt_->exp_avg_sq()[i] = read("exp_avg_sq." + ps[i].first, ps[i].second);
     }
   }
-  opt_->set_steps_done(j.at("adam_steps").get<int64_t>());
-  steps_done_ = j.at("steps_done").get<int64_t>();
-  updates_done_ = j.at("updates_done").get<int64_t>();
-  std::istringstream rng(j.at("rng").get<std::string>());
-  rng >> rng_;
+  // A missing or mistyped counter names the file and the field (WithJsonContext).
+  WithJsonContext(path + ".json", [&] {
+    opt_->set_steps_done(j.at("adam_steps").get<int64_t>());
+    steps_done_ = j.at("steps_done").get<int64_t>();
+    updates_done_ = j.at("updates_done").get<int64_t>();
+    std::istringstream rng(j.at("rng").get<std::string>());
+    rng >> rng_;
+  });
 }
 
 }  // namespace specbed

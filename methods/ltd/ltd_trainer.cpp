@@ -339,11 +339,13 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
   const std::string state_path = out_dir + "/work/state.json";
   ojson state = {{"stages_done", 0}};
   if (PathExists(state_path)) {
-    const nlohmann::json stored = ReadJsonFile(state_path);
-    SPECBED_CHECK(stored.at("settings") == nlohmann::json::parse(settings.dump()), "train ltd: '",
-                  out_dir, "' holds a run with other settings (", state_path,
+    state = ParseOrderedJsonText(ReadFileToString(state_path), state_path);
+    const bool same = WithJsonContext(state_path, [&] {  // key order does not matter
+      return nlohmann::json::parse(state.at("settings").dump()) ==
+             nlohmann::json::parse(settings.dump());
+    });
+    SPECBED_CHECK(same, "train ltd: '", out_dir, "' holds a run with other settings (", state_path,
                   "); use another --out or delete it");
-    state = ojson::parse(stored.dump());
   }
   state["settings"] = settings;
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 
@@ -37,7 +38,8 @@ nlohmann::ordered_json HradConfigToJson(const HradConfig& c) {
   return j;
 }
 
-HradConfig ParseHradConfig(const nlohmann::json& j, const std::string& source) {
+// The fields of ParseHradConfig; nlohmann type errors escape (see ParseHradConfig).
+static HradConfig ParseHradConfigFields(const nlohmann::json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object() && j.value("format", "") == "specbed-hrad", source,
                 ": not an H-RAD predictor config (format must be \"specbed-hrad\")");
   SPECBED_CHECK(j.value("version", 0) == 1, source, ": unsupported H-RAD config version");
@@ -53,6 +55,12 @@ HradConfig ParseHradConfig(const nlohmann::json& j, const std::string& source) {
       source, ": impossible H-RAD config (target_dim ", c.target_dim, ", K ", c.feature_layers,
       ", target_layers ", c.target_layers, ")");
   return c;
+}
+
+HradConfig ParseHradConfig(const nlohmann::json& j, const std::string& source) {
+  // A type error (a string where a number belongs, ...) names the file and the field's JSON
+  // pointer.
+  return WithJsonContext(source, [&] { return ParseHradConfigFields(j, source); });
 }
 
 namespace {

@@ -541,7 +541,7 @@ TEST(Metrics, ArBaselinePrefersTheSameRunThenAnyRun) {
   EXPECT_EQ(FindArBaseline(cases, 4).index, 0);  // run 3 has none: first AR of any run
   EXPECT_FALSE(FindArBaseline(cases, 4).same_run);
   EXPECT_TRUE(FindArBaseline(cases, 4).same_machine);  // all rows: machine ""
-  EXPECT_EQ(FindArBaseline(cases, 5).index, -1);  // T=1: no AR with the same workload
+  EXPECT_EQ(FindArBaseline(cases, 5).index, -1);       // T=1: no AR with the same workload
 }
 
 TEST(Metrics, ArBaselineFromAnotherMachineOnlyWhenAsked) {
@@ -556,9 +556,9 @@ TEST(Metrics, ArBaselineFromAnotherMachineOnlyWhenAsked) {
   };
   // Shard runs 1 and 2 on machines A and B (each with its AR), run 3 on B without an AR, run 4
   // on C without an AR.
-  const std::vector<ResultsStore::CaseRow> cases = {
-      row(1, 1, "ar", "A"),   row(2, 1, "fake", "A"), row(3, 2, "fake", "B"),
-      row(4, 2, "ar", "B"),   row(5, 3, "fake", "B"), row(6, 4, "fake", "C")};
+  const std::vector<ResultsStore::CaseRow> cases = {row(1, 1, "ar", "A"),   row(2, 1, "fake", "A"),
+                                                    row(3, 2, "fake", "B"), row(4, 2, "ar", "B"),
+                                                    row(5, 3, "fake", "B"), row(6, 4, "fake", "C")};
   BaselineMatch m = FindArBaseline(cases, 2);
   EXPECT_EQ(m.index, 3);  // its own shard's AR, not the first AR of the database
   EXPECT_TRUE(m.same_run);

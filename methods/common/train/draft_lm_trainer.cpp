@@ -18,6 +18,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
@@ -326,7 +327,7 @@ class DraftLmTask : public TrainTask {
   void WriteDrafter(const std::string& out_dir) const override {
     WriteHfCheckpoint(out_dir, draft_.config(), draft_.HfTensors(), at::kFloat);
     const std::string path = out_dir + "/config.json";
-    ojson config = ojson::parse(ReadFileToString(path));
+    ojson config = ParseOrderedJsonText(ReadFileToString(path), path);
     config["specbed_recipe"] = recipe_;
     WriteFileAtomically(path, config.dump(2) + "\n");
   }

@@ -17,6 +17,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
 #include "harness/base/paths.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
@@ -113,7 +114,7 @@ ojson ReadStateSettings(const std::string& path, const std::string& who) {
                 " train state of this version (metadata format != ", kStateFormat,
                 "); pass --restart to discard it");
   SPECBED_CHECK(meta.count("settings"), path, ": metadata has no 'settings'");
-  return ojson::parse(meta.at("settings"));
+  return ParseOrderedJsonText(meta.at("settings"), path + " metadata 'settings'");
 }
 
 void LoadState(const std::string& path, AdamWOptimizer& opt, DataOrder& order, TrainState& st) {
@@ -148,8 +149,14 @@ void LoadState(const std::string& path, AdamWOptimizer& opt, DataOrder& order, T
   rng >> order.rng;
   SPECBED_CHECK(!rng.fail(), path, ": malformed 'order_rng'");
   st.step = std::stoll(meta.at("step"));
-  st.train_seconds = ojson::parse(meta.at("train_seconds")).get<double>();
-  st.loss_window = ojson::parse(meta.at("loss_window")).get<std::vector<double>>();
+  const std::string seconds_source = path + " metadata 'train_seconds'";
+  const std::string window_source = path + " metadata 'loss_window'";
+  st.train_seconds = WithJsonContext(seconds_source, [&] {
+    return ParseJsonText(meta.at("train_seconds"), seconds_source).get<double>();
+  });
+  st.loss_window = WithJsonContext(window_source, [&] {
+    return ParseJsonText(meta.at("loss_window"), window_source).get<std::vector<double>>();
+  });
   opt.set_steps_done(st.step);
 }
 
