@@ -9,10 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
 #include "methods/common/train/train_loop.h"
@@ -227,6 +231,60 @@ TEST(TrainLoopTest, OtherSettingsFailNamingTheSettingUnlessRestarted) {
   OptimConfig bad = SmallOptim();
   bad.batch = 100;  // more than the 48 training rows
   EXPECT_THROW(RunTrainLoop(again, bad, {}, out + "/bad", quiet), Error);
+}
+
+// Rewrites one `__metadata__` entry of a safetensors file (the data offsets are relative to the
+// end of the header, so the header may change length).
+void SetSafetensorsMetadata(const std::string& path, const std::string& key,
+                            const std::string& value) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  header["__metadata__"][key] = value;
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  out += text + bytes.substr(8 + n);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
+}
+
+TEST(TrainLoopTest, MalformedStateMetadataNamesTheFileAndField) {
+  at::set_num_threads(1);
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  quiet.stop_after = 10;
+  TrainLoopOptions resume = quiet;
+  resume.resume = true;
+  resume.stop_after = 0;
+  const struct {
+    const char* key;
+    const char* value;
+    const char* expected;
+  } cases[] = {
+      {"settings", "{\"width\": 4,", "metadata 'settings':1: not valid JSON"},
+      {"settings", "{\"width\": 4, \"width\": 5}", "duplicate key \"width\""},
+      {"train_seconds", "\"soon\"", "metadata 'train_seconds': type must be number"},
+      {"loss_window", "[1, \"x\"]", "metadata 'loss_window': field /1: type must be number"},
+  };
+  for (const auto& c : cases) {
+    const std::string out = Scratch() + "/" + c.key + std::to_string(std::strlen(c.value));
+    LeastSquaresTask task(1);
+    RunTrainLoop(task, SmallOptim(), {{"width", 4}}, out, quiet);
+    const std::string state = out + "/work/train_state.safetensors";
+    SetSafetensorsMetadata(state, c.key, c.value);
+    LeastSquaresTask again(1);
+    try {
+      RunTrainLoop(again, SmallOptim(), {{"width", 4}}, out, resume);
+      ADD_FAILURE() << c.key << " = " << c.value << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(state)) << c.key;
+      EXPECT_THAT(e.what(), HasSubstr(c.expected)) << c.key;
+    }
+  }
 }
 
 }  // namespace
