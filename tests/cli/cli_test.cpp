@@ -662,6 +662,42 @@ TEST(CliBench, PrintsMarkdownRowAndStoresIt) {
   EXPECT_EQ(store->CountRows("runs"), 1);
 }
 
+TEST(CliBench, SigkillKeepsTheRowsMeasuredBeforeIt) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  // 8 contexts x 3 reps of 256 tokens: seconds of work, each row stored as soon as measured.
+  Child child({"bench", "-c", "0,8,16,24,32,40,48,56", "-n", "256", "-r", "3", "--bandwidth-mib",
+               "0", "-o", db},
+              dir);
+  int64_t at_kill = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && !child.Exited()) {
+    int64_t n = -1;
+    if (fs::exists(db)) {
+      try {
+        n = OpenReadOnly(db)->CountRows("bench");
+      } catch (const Error&) {
+      }
+    }
+    if (n >= 1) {
+      child.Kill(SIGKILL);
+      at_kill = n;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const ProcResult r = child.Wait(60);
+  ASSERT_GE(at_kill, 1) << "no bench row was stored before the bench ended\n" << Describe(r);
+  ASSERT_LT(at_kill, 8) << "the bench finished before it could be killed; make it slower";
+  EXPECT_EQ(r.term_signal, SIGKILL) << Describe(r);
+  auto store = OpenReadOnly(db);
+  const std::vector<BenchRecord> rows = store->LoadBench();
+  EXPECT_GE(static_cast<int64_t>(rows.size()), at_kill);
+  EXPECT_LT(rows.size(), 8u);
+  for (const BenchRecord& row : rows) EXPECT_GT(row.tokens_per_s, 0.0);
+  EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
 TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bench.db";
