@@ -100,7 +100,12 @@ bool IsSynthetic(const CaseRecord& r) {
 
 std::string MethodLabel(const CaseRecord& r) {
   const std::string knobs = KnobsShort(r.method_knobs_json);
-  const std::string label = knobs.empty() ? r.method : r.method + "(" + knobs + ")";
+  std::string label = knobs.empty() ? r.method : r.method + "(" + knobs + ")";
+  // The AR case a shard of a sweep ran for its own method cases (harness/runner/sweep.h).
+  const Json config = Json::parse(r.config_json, nullptr, false);
+  if (config.is_object() && config.contains("shard") && config["shard"].is_string()) {
+    label += " [shard " + config["shard"].get<std::string>() + "]";
+  }
   return IsSynthetic(r) ? label + " [SYNTHETIC]" : label;
 }
 

@@ -150,6 +150,9 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
     ++compared;
   }
   EXPECT_EQ(compared, 4);
+  const ProcResult table = RunSpecbed({"summary", merged}, dir);
+  EXPECT_TRUE(Contains(table.out, "ar [shard 0/2]") && Contains(table.out, "ar [shard 1/2]"))
+      << table.out;
   // Merging the shards again adds nothing; the unsharded run adds only its (untagged) AR cases.
   m = RunSpecbed({"merge", merged, dir + "/shard_1.db", dir + "/shard_0.db", dir + "/all.db"}, dir);
   ASSERT_EQ(m.exit_code, 0) << Describe(m);
