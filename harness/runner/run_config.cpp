@@ -190,8 +190,9 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
     } else if (key == "system_prompt") {
       c.system_prompt = GetString(v, source, key);
     } else if (key == "synthetic_acceptance") {
-      if (!v.is_array() || v.empty()) {
-        TypeError(source, key, "a non-empty array of probabilities (one per draft position)", v);
+      // [] is the default (off), as ToJson writes it: the stored config of a run reads back.
+      if (!v.is_array()) {
+        TypeError(source, key, "an array of probabilities (one per draft position; [] = off)", v);
       }
       for (const auto& a : v) {
         const double p = GetNumber(a, source, key + "[]");

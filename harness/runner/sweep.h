@@ -1,10 +1,8 @@
-// Sweep files (`specbed sweep FILE`, also accepted by `specbed run`): a run config (every key keeps
-// its meaning) whose method knobs may be lists or range strings ("16-256*2", "1-7+2") crossed
-// within each method entry, plus `repeats`, `batch_sizes`, `exclude` / `only` matchers and a
-// pass-through `paper` object. ExpandSweep turns it into resolved cases in a deterministic order
-// (AR-like methods once per target x dataset x T x seed x batch, never per repeat; duplicates
-// dropped); ShardCases splits them between machines by a stable hash of the case key, each
-// shard running the AR cases its method cases compare with.
+// Sweep files (`specbed sweep FILE`, also accepted by `specbed run`; the format and its parsing,
+// which need no method registry, are in harness/runner/sweep_config.h). ExpandSweep turns a sweep
+// into resolved cases in a deterministic order (AR-like methods once per target x dataset x T x
+// seed x batch, never per repeat; duplicates dropped); ShardCases splits them between machines by
+// a stable hash of the case key, each shard running the AR cases its method cases compare with.
 // Checked by: tests/engine/sweep_test.cpp and tests/cli/sweep_cli_test.cpp.
 #pragma once
 
@@ -15,39 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/runner/run_config.h"
+#include "harness/runner/sweep_config.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
 
-struct SweepConfig {
-  // Every run-config key. base.methods holds the knob-expanded (not yet resolved) methods.
-  RunConfig base;
-  // The `methods` entries as written, normalised to {"name": ..., "knobs": {...}} with knob
-  // values unexpanded (lists and range strings kept).
-  std::vector<nlohmann::json> method_entries;
-  int64_t repeats = 1;
-  std::vector<int64_t> batch_sizes = {1};
-  std::vector<nlohmann::json> exclude, only;  // matchers (see MatchesCase)
-  nlohmann::json paper;                       // null when absent; copied into every case
-  std::string source;                         // file the config came from (named in errors)
-
-  // The sweep as written (methods unexpanded), for runs.config_json.
-  nlohmann::json ToJson() const;
-};
-
-// Parses a sweep (or plain run) config; errors name `source` and the key.
-SweepConfig ParseSweepConfig(const nlohmann::json& j, const std::string& source);
+// Reads, path-resolves (input-path knobs from the builtin methods) and parses a sweep file.
 SweepConfig LoadSweepConfig(const std::string& path);
-// A plain run config seen as a sweep (no lists, repeats 1, batch [1]).
-SweepConfig SweepFromRunConfig(const RunConfig& config);
-
-// Expands one knob range string: "A-B*F" = A, A*F, A*F^2, ... <= B (A > 0, F > 1);
-// "A-B+S" = A, A+S, ... <= B (S > 0); "A-B" = "A-B+1". Integers give integers, otherwise numbers.
-// A bad string fails naming `where` and the expected syntax.
-std::vector<nlohmann::json> ParseKnobRange(const std::string& text, const std::string& where);
-// True for strings that are meant as ranges (start with a digit and contain a '-'); other
-// strings (model names, paths) are plain values.
-bool LooksLikeKnobRange(const std::string& text);
 
 struct SweepExpansion {
   std::vector<CaseConfig> cases;   // deterministic order, knobs resolved, keys unique
@@ -57,10 +29,6 @@ struct SweepExpansion {
 // Expands `config` into cases: for repeat, target, dataset, temperature, seed, batch size, method
 // entry, knob combination. Unknown methods, knobs or matcher fields fail.
 SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& methods);
-
-// True when every field given in `matcher` matches `c` (knobs: subset of c.method.knobs; a list
-// value matches any of its elements).
-bool MatchesCase(const nlohmann::json& matcher, const CaseConfig& c);
 
 // The cases of shard `index` of `count`, in sweep order. A method case goes to shard
 // Fnv1a64(Key()) % count, so it lands in exactly one shard whatever the order or subset of cases.

@@ -1,8 +1,8 @@
-// Tests of harness/runner/sweep.h: knob range strings (and clear errors for bad ones), cartesian
-// knob expansion, exclude/only (AR baselines kept for kept cases), repeats (AR not repeated,
-// repeat 0 keeps the pre-sweep case key), batch sizes (skipped for methods without batch
-// support), AR dedupe, the pass-through `paper`, parse errors naming file and key, and sharding
-// (every case in exactly one shard, assignment independent of the other cases).
+// Tests of harness/runner/sweep.h: cartesian knob expansion, exclude/only (AR baselines kept for
+// kept cases), repeats (AR not repeated, repeat 0 keeps the pre-sweep case key), batch sizes
+// (skipped for methods without batch support), AR dedupe, the pass-through `paper`, and sharding
+// (every case in exactly one shard, assignment independent of the other cases). Knob range strings
+// and parse errors: tests/runner/sweep_config_test.cpp (no LibTorch).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -44,80 +44,6 @@ const MethodRegistry& Builtin() {
 
 SweepExpansion Expand(const char* json, const MethodRegistry& methods = Builtin()) {
   return ExpandSweep(ParseSweepConfig(Json::parse(json), "sweep.json"), methods);
-}
-
-std::vector<Json> Values(const std::vector<Json>& v) {
-  return v;
-}
-
-TEST(KnobRange, GeometricArithmeticAndDefaultStep) {
-  EXPECT_EQ(ParseKnobRange("16-256*2", "k"), Values({16, 32, 64, 128, 256}));
-  EXPECT_EQ(ParseKnobRange("16-250*2", "k"), Values({16, 32, 64, 128}));
-  EXPECT_EQ(ParseKnobRange("1-7+2", "k"), Values({1, 3, 5, 7}));
-  EXPECT_EQ(ParseKnobRange("1-8+2", "k"), Values({1, 3, 5, 7}));
-  EXPECT_EQ(ParseKnobRange("2-4", "k"), Values({2, 3, 4}));
-  EXPECT_EQ(ParseKnobRange("5-5*3", "k"), Values({5}));
-  EXPECT_TRUE(ParseKnobRange("1-7+2", "k")[0].is_number_integer());
-  const std::vector<Json> floats = ParseKnobRange("0.5-1+0.25", "k");
-  EXPECT_EQ(floats, Values({0.5, 0.75, 1.0}));
-  EXPECT_TRUE(floats[0].is_number_float());
-  EXPECT_EQ(ParseKnobRange("0.1-0.3+0.1", "k"), Values({0.1, 0.2, 0.3})) << "no drift past the end";
-  EXPECT_EQ(ParseKnobRange("1-4*1.5", "k"), Values({1.0, 1.5, 2.25, 3.375}));
-
-  EXPECT_TRUE(LooksLikeKnobRange("16-256*2"));
-  EXPECT_TRUE(LooksLikeKnobRange("16-"));
-  EXPECT_FALSE(LooksLikeKnobRange("stories260K-draft"));
-  EXPECT_FALSE(LooksLikeKnobRange("models/x-1"));
-  EXPECT_FALSE(LooksLikeKnobRange("16"));
-  EXPECT_FALSE(LooksLikeKnobRange(""));
-}
-
-TEST(KnobRange, BadStringsFailClearly) {
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"16-256*", "expected a number after '*'"},
-      {"16-", "expected a number after '-'"},
-      {"256-16*2", "end is smaller than the start"},
-      {"1-7+0", "step must be > 0"},
-      {"0-8*2", "start above 0"},
-      {"4-8*1", "factor must be > 1"},
-      {"1-7/2", "unexpected '/'"},
-      {"1-7+2x", "unexpected text after the step"},
-      {"1.2.3-4", "expected '-' after the start"},
-      {"1-100000+1", "more than 10000 values"},
-  };
-  for (const auto& [text, why] : bad) {
-    const std::string e = ErrorOf([&] { ParseKnobRange(text, "f.json: methods[0].knobs.depth"); });
-    EXPECT_CONTAINS(e, "f.json: methods[0].knobs.depth: bad range \"" + text + "\"");
-    EXPECT_CONTAINS(e, why);
-    EXPECT_CONTAINS(e, "\"START-END*FACTOR\"");
-    EXPECT_CONTAINS(e, "\"START-END+STEP\"");
-  }
-}
-
-TEST(SweepParse, ErrorsNameFileAndKey) {
-  auto error_of = [](const char* json) {
-    return ErrorOf([&] { ParseSweepConfig(Json::parse(json), "cfg.json"); });
-  };
-  std::string e = error_of(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":"4-2+1"}}]})");
-  EXPECT_CONTAINS(e, "cfg.json: methods[1].knobs.gamma: bad range \"4-2+1\"");
-  e = error_of(R"({"methods":[{"name":"sps","knobs":{"gamma":[1,"3-x"]}}]})");
-  EXPECT_CONTAINS(e, "cfg.json: methods[0].knobs.gamma[1]: bad range");
-  EXPECT_CONTAINS(error_of(R"({"methods":[{"name":"sps","knobs":{"gamma":[]}}]})"),
-                  "methods[0].knobs.gamma: a knob list must not be empty");
-  EXPECT_CONTAINS(error_of(R"({"repeats":0})"), "cfg.json: key 'repeats' must be an integer >= 1");
-  EXPECT_CONTAINS(error_of(R"({"batch_sizes":[1,0]})"), "cfg.json: key 'batch_sizes'");
-  EXPECT_CONTAINS(error_of(R"({"batch_sizes":[]})"), "non-empty array");
-  EXPECT_CONTAINS(error_of(R"({"repeat":2})"), "did you mean 'repeats'?");
-  EXPECT_CONTAINS(error_of(R"({"repeat":2})"), "cfg.json");
-  EXPECT_CONTAINS(error_of(R"({"exclude":[{"methd":"ar"}]})"), "cfg.json: exclude[0]");
-  EXPECT_CONTAINS(error_of(R"({"exclude":[{"methd":"ar"}]})"), "did you mean 'method'?");
-  EXPECT_CONTAINS(error_of(R"({"only":[{"temperature":"hot"}]})"),
-                  "only[0].temperature must be a number");
-  EXPECT_CONTAINS(error_of(R"({"only":[{}]})"), "only[0] must name at least one field");
-  EXPECT_CONTAINS(error_of(R"({"paper":"Table 2"})"), "key 'paper' must be an object");
-  EXPECT_CONTAINS(error_of(R"({"methods":[{"name":"sps","gamma":2}]})"), "unknown key 'gamma'");
-  // Run-config keys keep their checks.
-  EXPECT_CONTAINS(error_of(R"({"temperatures":[-1]})"), "temperatures must be >= 0");
 }
 
 TEST(SweepExpand, KnobListsAndRangesAreCrossedWithinEachEntry) {

@@ -134,6 +134,30 @@ def main():
     for name in ["configs/quickstart.json", "configs/ci_gate.json", "configs/osd_shift.json",
                  "configs/twin_methods.json"]:
         put("run_config", "seed_" + os.path.basename(name), read(name))
+    # Sweep files: the shipped sweeps (paper tables, knob lists and ranges) and small variants.
+    for name in ["configs/papers/eagle3.json", "configs/papers/dflash.json", "configs/papers/ltd.json",
+                 "configs/papers/specbranch.json", "configs/papers/ddtree.json",
+                 "configs/block_drafters_stories.json", "configs/ltd_twin_grid.json",
+                 "configs/twin_methods.json"]:
+        put("sweep_config", "seed_" + name.replace("configs/", "").replace("/", "_"), read(name))
+    put("sweep_config", "seed_ranges", json.dumps({
+        "name": "ranges", "temperatures": [0, 1], "seeds": [0, 1],
+        "methods": ["ar", {"name": "sps", "knobs": {"gamma": "1-7+2", "drafter": ["stories260K-draft"]}},
+                    {"name": "eagle3", "knobs": {"depth": [3, "5-9"], "top_k": "2-8*2",
+                                                 "total_tokens": "0.5-1+0.25"}}],
+        "repeats": 2, "batch_sizes": [1, 4]}))
+    put("sweep_config", "seed_matchers", json.dumps({
+        "methods": ["ar", {"name": "sps", "knobs": {"gamma": [2, 4]}}],
+        "datasets": ["stories", {"name": "spec_bench", "limit": 2, "categories": ["writing"]}],
+        "exclude": [{"method": "sps", "knobs": {"gamma": 4}, "temperature": [0, 1.0]}],
+        "only": [{"dataset": ["stories"], "seed": 0, "batch_size": [1], "repeat": 0, "target": "stories260K"}],
+        "paper": {"table": "2", "rows": [{"speedup": 2.1}]}, "synthetic_acceptance": [0.5, 0.25],
+        "timing": "paired", "stop_strings": ["\n\n"], "max_new_tokens": 64}))
+    put("sweep_config", "seed_paths", json.dumps({
+        "targets": ["models/stories260K", "stories260K"], "datasets": ["datasets/data/stories/prompts.jsonl"],
+        "methods": [{"name": "eagle3", "knobs": {"head": "models/stories260K/eagle3", "drafter": "auto"}}]}))
+    put("sweep_config", "seed_overflow", '{"repeats": 2, "top_p": 1e400}')
+    put("sweep_config", "seed_dup", '{"methods": [{"name": "sps", "knobs": {"gamma": 3, "gamma": 5}}]}')
     # Results store: a copy of the CI gate's database cut down to a few rows.
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "r.db")

@@ -388,6 +388,18 @@ TEST(HfTokenizerTest, IdCollisionsAndOutOfRangeIdsAreRefused) {
   json repeated = Llama3StyleJson(false, true);
   repeated["model"]["vocab"]["zz"] = 256;  // also "Ġt"
   ExpectError([&] { LoadJson(repeated, "repeated.json"); }, {"repeated.json", "share id 256"});
+  // The cases that loaded silently before the fix (checked by disabling it): a repeated id of a
+  // token no merge needs (the first entry was kept, "zz" dropped), and an id >= 2^32 that wrapped
+  // to an id no other token has (the vocabulary grew a token at 1000).
+  json repeated_silent = Llama3StyleJson(false, true);
+  repeated_silent["model"]["vocab"]["zz"] = 97;  // also "a"
+  ExpectError([&] { LoadJson(repeated_silent, "repeated_silent.json"); },
+              {"repeated_silent.json", "vocab tokens 'a' and 'zz' share id 97"});
+  json huge_silent = Llama3StyleJson(false, true);
+  huge_silent["model"]["vocab"]["zz"] = (int64_t{1} << 32) + 1000;  // wrapped to 1000 before
+  ExpectError(
+      [&] { LoadJson(huge_silent, "huge_silent.json"); },
+      {"huge_silent.json", "model.vocab entry 'zz'", "4294968296", "outside [0, 2147483647]"});
 
   json two_added = Llama3StyleJson(false, true);
   two_added["added_tokens"][3]["id"] = 266;  // <think> onto <|eot_id|>
