@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs SpecBed's Debian 12 build and run dependencies (idempotent; skips apt when all are present).
 # libopenblas0-openmp must be named explicitly: without it libtorch falls back to the reference
-# BLAS and fp32 matmul runs ~15x slower (see docs/DEPENDENCIES.md).
+# BLAS and fp32 matmul runs ~15x slower (see docs/DEPENDENCIES.md). slurmctld, slurmd,
+# slurm-client and munge are for scripts/slurm_e2e (CI's real single-node Slurm run), which uses
+# none of their system services: it starts private daemons in a temporary folder.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
@@ -10,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libpcre2-dev
   gnuplot-nox chromium clang-format
   libutf8proc-dev clang libclang-rt-14-dev
+  slurmctld slurmd slurm-client munge
 )
 missing=()
 for p in "${packages[@]}"; do

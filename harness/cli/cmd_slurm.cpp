@@ -2,9 +2,10 @@
 // runs `specbed sweep FILE --shard i/N --output DIR/shard_i.db`, with the `specbed merge` command
 // to run afterwards in a comment. Slurm schedules; SpecBed only shards (a case goes to shard
 // hash(case key) % N) and merges. The sweep is expanded first, so a bad file fails here. The
-// --output-dir folder is created here (Slurm opens each task's log there before the task runs)
-// and the #SBATCH --output log path is absolute.
-// Checked by: tests/cli/sweep_cli_test.cpp.
+// --output-dir folder is created here (Slurm opens each task's log there before the task runs),
+// the #SBATCH --output log path is absolute, and #SBATCH values are quoted the way sbatch reads
+// them. Checked by: tests/cli/sweep_cli_test.cpp, and against a real Slurm by
+// scripts/slurm_e2e.
 #include <unistd.h>
 
 #include <cstdio>
@@ -39,6 +40,31 @@ std::string ShellWord(const std::string& text) {
   return ReproCommand(1, argv);
 }
 
+// One value of an #SBATCH line. sbatch (22.05) splits those lines at whitespace, takes quotes and
+// backslashes away and ends the line at an unquoted '#', so a value holding any of these is
+// written in double quotes with '"' and '\' backslash-escaped (a bare path with a space failed
+// submission with "Invalid directive found in batch script").
+std::string SbatchWord(const std::string& text) {
+  if (!text.empty() && text.find_first_of(" \t\"'\\#") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// `path` as the literal part of a Slurm filename pattern: '%' starts a replacement symbol there
+// (%A, %a), "%%" is one '%'.
+std::string SlurmPatternLiteral(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    out += c;
+    if (c == '%') out += '%';
+  }
+  return out;
+}
+
 // The absolute path of the running specbed binary.
 std::string SelfPath() {
   char buf[4096];
@@ -53,6 +79,12 @@ void RunSlurm(const SlurmOptions& o) {
                 "--partition must be a Slurm partition name (letters, digits, '_', '-', '.', "
                 "','), got '",
                 o.partition, "'");
+  // A backslash in a filename pattern turns every replacement symbol off (all tasks would share
+  // one log named slurm_%A_%a.log), and a newline ends the line of the script it is written on.
+  SPECBED_CHECK(o.output_dir.find_first_of("\\\n") == std::string::npos,
+                "--output-dir must not contain a backslash or a newline (Slurm's log file "
+                "pattern and the script's lines cannot hold them), got '",
+                o.output_dir, "'");
   const SweepConfig config = LoadSweepConfig(o.config);
   MethodRegistry methods;
   RegisterBuiltinMethods(methods);
@@ -72,7 +104,7 @@ void RunSlurm(const SlurmOptions& o) {
        "/shard_<task>.db; a rerun of a task resumes it.\n";
   s += "# When every task has finished, merge the shards:\n";
   s += "#   " + specbed + " merge " + ShellWord(config.base.output) + " " + dir + "/shard_*.db\n";
-  s += "#SBATCH --job-name=" + ShellWord("specbed-" + config.base.name) + "\n";
+  s += "#SBATCH --job-name=" + SbatchWord("specbed-" + config.base.name) + "\n";
   s += "#SBATCH --array=0-" + std::to_string(o.shards - 1) + "\n";
   if (!o.partition.empty()) s += "#SBATCH --partition=" + o.partition + "\n";
   s += "#SBATCH --time=" + o.time + "\n";
@@ -84,7 +116,11 @@ void RunSlurm(const SlurmOptions& o) {
   const std::string log_dir = std::filesystem::path(o.output_dir).is_absolute()
                                   ? o.output_dir
                                   : (std::filesystem::path(cwd) / o.output_dir).string();
-  s += "#SBATCH --output=" + log_dir + "/slurm_%A_%a.log\n";
+  SPECBED_CHECK(log_dir.find_first_of("\\\n") == std::string::npos,
+                "slurm: the working directory '", cwd,
+                "' holds a backslash or a newline, which Slurm's log file pattern cannot hold; "
+                "give an absolute --output-dir");
+  s += "#SBATCH --output=" + SbatchWord(SlurmPatternLiteral(log_dir) + "/slurm_%A_%a.log") + "\n";
   s += "set -euo pipefail\n";
   s += "cd " + ShellWord(cwd) + "\n";
   s += "mkdir -p " + dir + "\n";

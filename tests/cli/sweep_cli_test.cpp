@@ -1,8 +1,9 @@
 // End-to-end tests of `specbed sweep`, `specbed merge` and `specbed slurm` (harness/cli) with the
 // real binary on stories260K (2 prompts, 8 new tokens): shards 0/2 and 1/2 merged equal one
 // unsharded run case for case; a sweep killed with SIGKILL mid-way resumes to every case exactly
-// once; merging twice adds nothing; `run` accepts sweep files; dry runs, the slurm script and the
-// errors for bad shards, ranges, inputs and options. Databases are read through results/store.h.
+// once; merging twice adds nothing; `run` accepts sweep files; dry runs, the slurm script (its
+// #SBATCH quoting too) and the errors for bad shards, ranges, inputs and options. Databases are
+// read through results/store.h.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -392,6 +393,39 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   bad = RunSpecbed({"slurm", WriteSweep(dir, "bad.json", cfg), "--shards", "2"}, dir);
   EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
   EXPECT_TRUE(Contains(bad.err, "unknown method 'arr'"));
+}
+
+// sbatch splits #SBATCH lines at whitespace, strips quotes and backslashes and ends them at an
+// unquoted '#'; '%' starts a symbol in a log file pattern. A sweep name and a shard folder with
+// those characters are quoted and escaped (scripts/slurm_e2e submits the same to a real Slurm).
+TEST(CliSlurm, QuotesSbatchValuesAndEscapesPercentInTheLogPath) {
+  const std::string dir = TestDir();
+  Json cfg = SmallSweep("results/s.db");
+  cfg["name"] = "a b #1 'q' \"d\"";
+  const std::string sweep = WriteSweep(dir, "s.json", cfg);
+  const std::string shards = dir + "/shard logs #1 100%";
+  const ProcResult r = RunSpecbed({"slurm", sweep, "--shards", "2", "--output-dir", shards}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "#SBATCH --job-name=\"specbed-a b #1 'q' \\\"d\\\"\"\n")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "#SBATCH --output=\"" + fs::absolute(dir).string() +
+                                  "/shard logs #1 100%%/slurm_%A_%a.log\"\n"))
+      << r.out;
+  EXPECT_TRUE(fs::is_directory(shards));
+  // The shell lines quote the folder for bash (single quotes), not for sbatch.
+  EXPECT_TRUE(Contains(r.out, "mkdir -p '" + shards + "'\n")) << r.out;
+  // A plain value stays bare.
+  const ProcResult plain =
+      RunSpecbed({"slurm", WriteSweep(dir, "p.json", SmallSweep("results/s.db")), "--shards", "2",
+                  "--output-dir", dir + "/plain"},
+                 dir);
+  ASSERT_EQ(plain.exit_code, 0) << Describe(plain);
+  EXPECT_TRUE(Contains(plain.out, "#SBATCH --job-name=specbed-sweep-test\n")) << plain.out;
+  // A backslash would switch Slurm's %A/%a expansion off (every task one log): refused by name.
+  const ProcResult bad =
+      RunSpecbed({"slurm", sweep, "--shards", "2", "--output-dir", dir + "/a\\b"}, dir);
+  EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
+  EXPECT_TRUE(Contains(bad.err, "--output-dir must not contain a backslash")) << bad.err;
+  EXPECT_FALSE(fs::exists(dir + "/a\\b"));
 }
 
 }  // namespace
