@@ -329,9 +329,11 @@ void AddBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd =
       app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
-  cmd->add_option("-m,--model,--target", o->models, "Models (comma-separated or repeated)")
-      ->delimiter(',')
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", o->models, "Models (comma-separated or repeated)")
+                   ->delimiter(',')
+                   ->capture_default_str(),
+               {"-m", "--model"});
   cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
       ->delimiter(',')
       ->capture_default_str();
@@ -342,8 +344,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("-n,--tokens,--max-new-tokens", o->tokens, "Decode steps per measurement")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-n,--max-new-tokens", o->tokens, "Decode steps per measurement")
+                   ->capture_default_str(),
+               {"--tokens"});
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
       ->capture_default_str();
@@ -360,7 +364,8 @@ void AddBenchCommand(CLI::App& app) {
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
-  cmd->add_flag("-q,--quiet,--no-progress", o->quiet, "No progress display on stderr");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress display on stderr"),
+               {"--no-progress"});
   cmd->callback([o] { RunBench(*o); });
 }
 

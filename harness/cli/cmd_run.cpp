@@ -18,7 +18,8 @@ void AddRunCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("-q,--quiet,--no-progress", o->no_progress, "Do not show progress on stderr");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
+               {"--no-progress"});
   cmd->callback([o] { RunSweepFile(*o); });
 }
 

@@ -2,7 +2,7 @@
 // runs `specbed sweep FILE --shard i/N --output DIR/shard_i.db`, with the `specbed merge` command
 // to run afterwards in a comment. Slurm schedules; SpecBed only shards (a case goes to shard
 // hash(case key) % N) and merges. The sweep is expanded first, so a bad file fails here. The
-// --output-dir folder is created here (Slurm opens each task's log there before the task runs)
+// -o/--output folder is created here (Slurm opens each task's log there before the task runs)
 // and the #SBATCH --output log path is absolute.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <unistd.h>
@@ -89,10 +89,10 @@ void RunSlurm(const SlurmOptions& o) {
   s += "cd " + ShellWord(cwd) + "\n";
   s += "mkdir -p " + dir + "\n";
   s += specbed + " sweep " + ShellWord(o.config) + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n +
-       "\" --output " + dir + "/\"shard_${SLURM_ARRAY_TASK_ID}.db\" --no-progress\n";
+       "\" --output " + dir + "/\"shard_${SLURM_ARRAY_TASK_ID}.db\" --quiet\n";
   std::error_code ec;
   std::filesystem::create_directories(o.output_dir, ec);
-  SPECBED_CHECK(!ec, "slurm: cannot create --output-dir '", o.output_dir,
+  SPECBED_CHECK(!ec, "slurm: cannot create the -o/--output folder '", o.output_dir,
                 "' (the job array's logs and shard databases go there): ", ec.message());
   std::fwrite(s.data(), 1, s.size(), stdout);
 }
@@ -117,8 +117,11 @@ void AddSlurmCommand(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "GPUs per task (0 = none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--output-dir", o->output_dir, "Directory of the shard databases and logs")
-      ->capture_default_str();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->output_dir, "Directory of the shard databases and logs")
+          ->capture_default_str(),
+      {"--output-dir"});
   cmd->add_option("--specbed", o->specbed, "specbed binary the tasks run (default: this one)");
   cmd->callback([o] { RunSlurm(*o); });
 }

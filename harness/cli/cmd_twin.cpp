@@ -90,7 +90,8 @@ void AddTwinCommand(CLI::App& app) {
       "of a wider/deeper one (zero-weight padding; models/twin/cost_twin.h)");
   cmd->add_option("source", o->source,
                   "Model (registry name, llama2.c .bin, HF directory) or drafter directory");
-  cmd->add_option("-o,--output,--out", o->output, "Output checkpoint directory");
+  OldSpellings(cmd, cmd->add_option("-o,--output", o->output, "Output checkpoint directory"),
+               {"--out"});
   cmd->add_option("--width-factor", o->width_factor,
                   "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm "
                   "bit-exact)")
