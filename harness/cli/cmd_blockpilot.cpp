@@ -142,7 +142,7 @@ void AddLabel(CLI::App* parent) {
       ->capture_default_str();
   cmd->add_option("--radius", c.radius, "Candidates B-radius..B+radius (those < 2 dropped)")
       ->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
       ->capture_default_str();
   cmd->add_option("--timing-repeats", c.timing_repeats,
                   "Timed decodes per prompt and candidate (throughput: the fastest)")

@@ -73,7 +73,7 @@ void AddRegenCommand(CLI::App& app) {
   cmd->add_option("--n-sequences", c.n_sequences,
                   "Sequences to generate with --prompts bos (an error with dataset prompts)")
       ->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Response length cap")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Response length cap")
       ->capture_default_str();
   cmd->add_option("--temperature", c.sampling.temperature, "Sampling temperature (0 = greedy)")
       ->capture_default_str();

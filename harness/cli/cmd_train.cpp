@@ -1,6 +1,6 @@
 // `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
 // (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
-// unfinished run in --out.
+// unfinished run in -o/--output.
 // Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
 // tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
@@ -353,8 +353,8 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
                   "Steps between held-out evaluations (0 = only at the end)")
       ->capture_default_str();
   cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
-  cmd->add_flag("--resume", run.resume, "Require an existing run in --out and continue it");
-  cmd->add_flag("--restart", run.restart, "Discard any run in --out and start afresh");
+  cmd->add_flag("--resume", run.resume, "Require an existing run in -o/--output and continue it");
+  cmd->add_flag("--restart", run.restart, "Discard any run in -o/--output and start afresh");
   cmd->add_option("--stop-after", run.stop_after,
                   "Stop after this many steps (checkpointed; the schedule still uses --steps)")
       ->capture_default_str();
@@ -389,7 +389,7 @@ void AddTrainLtd(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--val-from", c.val_from, "Validation prompts start here")->capture_default_str();
   cmd->add_option("--val-count", c.val_count, "Validation prompts")->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per generation")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per generation")
       ->capture_default_str();
   cmd->add_option("--top-k", c.top_k, "Beam width W")->capture_default_str();
   cmd->add_option("--max-depth", c.max_depth, "Most expansion rounds")->capture_default_str();
@@ -472,7 +472,7 @@ void AddTrainCommand(CLI::App& app) {
       cmd, cmd->add_option("--heads", c.n_heads, "Draft attention heads")->capture_default_str(),
       {"--n-heads"});
   OldSpellings(cmd,
-               cmd->add_option("--kv-heads", c.n_kv_heads, "Draft KV heads (0 = n-heads)")
+               cmd->add_option("--kv-heads", c.n_kv_heads, "Draft KV heads (0 = --heads)")
                    ->capture_default_str(),
                {"--n-kv-heads"});
   cmd->add_option("--hidden-dim", c.hidden_dim, "Draft SwiGLU width (0 = 8/3 dim, rounded to 16)")

@@ -92,7 +92,7 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
   EXPECT_EQ(listed.size(), 6u);
   EXPECT_FALSE(fs::exists(dir + "/all.db")) << "--dry-run must not create the database";
 
-  const ProcResult all = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  const ProcResult all = RunSpecbed({"sweep", sweep, "--quiet"}, dir);
   ASSERT_EQ(all.exit_code, 0) << Describe(all);
   EXPECT_TRUE(Contains(all.err, "specbed sweep: 6 cases\n"));
   EXPECT_TRUE(Contains(all.err, "6 cases (6 run, 0 already complete)"));
@@ -104,7 +104,7 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
     const std::string db = dir + "/shard_" + std::to_string(i) + ".db";
     const std::string shard = std::to_string(i) + "/2";
     const ProcResult r =
-        RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--no-progress"}, dir);
+        RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--quiet"}, dir);
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
     EXPECT_TRUE(Contains(r.err, "in shard " + shard + " (6 in the sweep)"));
     shard_keys[i] = Keys(KeyCounts(db));
@@ -192,7 +192,7 @@ TEST(CliSweep, SigkillMidSweepResumesToEveryCaseOnce) {
   ASSERT_LT(before, 18);
   EXPECT_EQ(OpenReadOnly(db)->CountRows("samples"), 2 * before) << "a partial case was stored";
 
-  const ProcResult again = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  const ProcResult again = RunSpecbed({"sweep", sweep, "--quiet"}, dir);
   ASSERT_EQ(again.exit_code, 0) << Describe(again);
   EXPECT_TRUE(Contains(again.err, std::to_string(before) + " of 18 cases already complete"));
   const std::map<std::string, int> counts = KeyCounts(db);
@@ -220,7 +220,7 @@ TEST(CliSweep, RunAcceptsSweepFilesAndReportsSkippedBatches) {
   cfg["temperatures"] = {0};
   cfg["batch_sizes"] = {1, 2};
   const std::string sweep = WriteSweep(dir, "run.json", cfg);
-  const ProcResult r = RunSpecbed({"run", sweep, "--no-progress"}, dir);
+  const ProcResult r = RunSpecbed({"run", sweep, "--quiet"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "skipped: method ar does not support batch > 1 (1 cases)"));
   EXPECT_TRUE(Contains(r.err, "skipped: method sps does not support batch > 1 (2 cases)"));
@@ -289,7 +289,7 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
     return status;
   };
   std::string err;
-  ASSERT_EQ(run_in(dir + "/elsewhere", "run ../configs/paths.json --no-progress", &err), 0) << err;
+  ASSERT_EQ(run_in(dir + "/elsewhere", "run ../configs/paths.json --quiet", &err), 0) << err;
   const std::string db = dir + "/elsewhere/results/run.db";
   ASSERT_TRUE(fs::exists(db)) << err;
   const auto cases = OpenReadOnly(db)->ListCases();
@@ -308,7 +308,7 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
   Json bad = config;
   bad["datasets"] = {{{"name", "data/missing.jsonl"}, {"limit", 1}}};
   WriteSweep(dir + "/configs", "bad.json", bad);
-  EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --no-progress -o x.db", &err), 0);
+  EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --quiet -o x.db", &err), 0);
   EXPECT_TRUE(cli_test::Contains(err, "data/missing.jsonl"));
 }
 
@@ -317,7 +317,7 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   const std::string sweep = WriteSweep(dir, "s.json", SmallSweep("results/s.db"));
   const ProcResult r =
       RunSpecbed({"slurm", sweep, "--shards", "3", "--partition", "gpu", "--time", "02:30:00",
-                  "--cpus", "8", "--gpus", "1", "--output-dir", dir + "/shards"},
+                  "--cpus", "8", "--gpus", "1", "--output", dir + "/shards"},
                  dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const std::string& s = r.out;
