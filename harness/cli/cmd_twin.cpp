@@ -69,7 +69,7 @@ void RunTwin(const TwinOptions& o) {
   shape.depth = o.depth;
   const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
   WriteCheckpointFiles(o.output, twin);
-  // The twin of a model keeps its tokenizer beside it, so `--model DIR` works as the original.
+  // The twin of a model keeps its tokenizer beside it, so `--target DIR` works as the original.
   if (!tokenizer.empty()) {
     const bool bin =
         tokenizer.size() > 4 && tokenizer.compare(tokenizer.size() - 4, 4, ".bin") == 0;
