@@ -11,6 +11,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/engine/stop_rules.h"
+#include "harness/runner/sweep.h"
 
 namespace specbed {
 namespace {
@@ -235,7 +236,8 @@ const std::vector<std::string>& RunConfigKeys() {
 RunConfig LoadRunConfig(const std::string& path) {
   JsonParseOptions options;
   options.expected = "a run config object";
-  const Json json = ReadJsonFile(path, options);
+  Json json = ReadJsonFile(path, options);
+  ResolveConfigPaths(json, path);  // relative inputs: the config's folder, then the home
   return WithJsonContext(path, [&] { return ParseRunConfig(json, path); });
 }
 

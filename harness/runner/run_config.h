@@ -56,6 +56,7 @@ struct RunConfig {
 
 // Parses a config object; `source` (file path) is named in errors.
 RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
+// Reads a run config file: relative input paths resolved as in ResolveConfigPaths (sweep.h).
 RunConfig LoadRunConfig(const std::string& path);
 // The keys ParseRunConfig accepts (sweep files add theirs, harness/runner/sweep.h).
 const std::vector<std::string>& RunConfigKeys();

@@ -200,8 +200,10 @@ std::vector<std::string> MatcherMethods(const Json& matcher) {
 // SpecBed home (SpecBedHome). Kept as written when neither holds it (a registry name such as
 // "stories260K-draft", or a missing path that then fails with its own message), and when the
 // found file is the one the text already names from the working directory (so the case keys of
-// runs started from the SpecBed tree do not change).
-std::string ResolveInputPath(const std::string& value, const std::filesystem::path& config_dir) {
+// runs started from the SpecBed tree do not change). `absolute`: a path found in the config's
+// folder or the home is returned absolute (for paths read later from another directory).
+std::string ResolveInputPath(const std::string& value, const std::filesystem::path& config_dir,
+                             bool absolute = false) {
   namespace fs = std::filesystem;
   if (value.empty() || value == "auto") return value;
   const fs::path given(value);
@@ -211,7 +213,8 @@ std::string ResolveInputPath(const std::string& value, const std::filesystem::pa
     const fs::path candidate = base / given;
     if (!fs::exists(candidate, ec)) continue;
     if (fs::exists(given, ec) && fs::equivalent(given, candidate, ec)) return value;
-    return candidate.lexically_normal().string();
+    const fs::path found = absolute ? fs::absolute(candidate, ec) : candidate;
+    return found.lexically_normal().string();
   }
   return value;
 }
@@ -226,9 +229,19 @@ void ResolveStrings(Json& v, const std::filesystem::path& dir) {
   }
 }
 
-// Resolves the input paths of a run/sweep config in place: targets, dataset names, and the
-// method knobs the registry flags as drafter/model knobs (MethodKnob::drafter_family: drafter,
-// head, predictor). Outputs stay relative to the working directory.
+// The knobs of `method` the registry flags as paths (MethodKnob::drafter_family: drafter, head,
+// predictor, policy); none for an unknown method (its error comes later).
+std::set<std::string> PathKnobs(const MethodRegistry& registry, const std::string& method) {
+  std::set<std::string> out;
+  if (!registry.Has(method)) return out;
+  for (const MethodKnob& k : registry.Info(method).knobs) {
+    if (!k.drafter_family.empty()) out.insert(k.name);
+  }
+  return out;
+}
+
+}  // namespace
+
 void ResolveConfigPaths(Json& config, const std::string& config_path) {
   if (!config.is_object()) return;
   std::filesystem::path dir = std::filesystem::path(config_path).parent_path();
@@ -243,23 +256,55 @@ void ResolveConfigPaths(Json& config, const std::string& config_path) {
       }
     }
   }
-  if (!config.contains("methods") || !config["methods"].is_array()) return;
+  // The paper reference file is read later by `specbed report`, maybe from another directory:
+  // found in the config's folder or the home, it is stored absolute.
+  if (config.contains("paper") && config["paper"].is_object() &&
+      config["paper"].contains("reference") && config["paper"]["reference"].is_string()) {
+    Json& ref = config["paper"]["reference"];
+    ref = ResolveInputPath(ref.get<std::string>(), dir, /*absolute=*/true);
+  }
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  for (Json& m : config["methods"]) {
-    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("knobs") ||
-        !m["knobs"].is_object() || !registry.Has(m["name"].get<std::string>())) {
-      continue;
+  if (config.contains("methods") && config["methods"].is_array()) {
+    for (Json& m : config["methods"]) {
+      if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("knobs") ||
+          !m["knobs"].is_object()) {
+        continue;
+      }
+      for (const std::string& k : PathKnobs(registry, m["name"].get<std::string>())) {
+        if (m["knobs"].contains(k)) ResolveStrings(m["knobs"][k], dir);
+      }
     }
-    for (const MethodKnob& k : registry.Info(m["name"].get<std::string>()).knobs) {
-      if (!k.drafter_family.empty() && m["knobs"].contains(k.name)) {
-        ResolveStrings(m["knobs"][k.name], dir);
+  }
+  // exclude/only matchers compare against the resolved values, so they resolve the same way:
+  // target, dataset, and the path knobs of the methods they name (of every method if none).
+  for (const char* key : {"exclude", "only"}) {
+    if (!config.contains(key) || !config[key].is_array()) continue;
+    for (Json& matcher : config[key]) {
+      if (!matcher.is_object()) continue;
+      if (matcher.contains("target")) ResolveStrings(matcher["target"], dir);
+      if (matcher.contains("dataset")) ResolveStrings(matcher["dataset"], dir);
+      if (!matcher.contains("knobs") || !matcher["knobs"].is_object()) continue;
+      std::vector<std::string> methods;
+      if (matcher.contains("method") && matcher["method"].is_string()) {
+        methods = {matcher["method"].get<std::string>()};
+      } else if (matcher.contains("method") && matcher["method"].is_array()) {
+        for (const Json& m : matcher["method"]) {
+          if (m.is_string()) methods.push_back(m.get<std::string>());
+        }
+      } else {
+        methods = registry.Names();
+      }
+      std::set<std::string> path_knobs;
+      for (const std::string& m : methods) {
+        for (const std::string& k : PathKnobs(registry, m)) path_knobs.insert(k);
+      }
+      for (const std::string& k : path_knobs) {
+        if (matcher["knobs"].contains(k)) ResolveStrings(matcher["knobs"][k], dir);
       }
     }
   }
 }
-
-}  // namespace
 
 bool LooksLikeKnobRange(const std::string& text) {
   return !text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) &&

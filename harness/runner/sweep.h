@@ -36,7 +36,17 @@ struct SweepConfig {
 
 // Parses a sweep (or plain run) config; errors name `source` and the key.
 SweepConfig ParseSweepConfig(const nlohmann::json& j, const std::string& source);
+// Reads a run or sweep config file: ResolveConfigPaths, then ParseSweepConfig.
 SweepConfig LoadSweepConfig(const std::string& path);
+// Resolves the relative *input* paths of a run or sweep config read from `config_path`, in place:
+// each is tried in the config file's folder, then in the SpecBed home, and kept as written when
+// neither holds it (a registry name) or when the working directory already names the same file.
+// Inputs: `targets` (a model's tokenizer is found beside its checkpoint, so it follows), dataset
+// names, the method knobs the registry flags as paths (MethodKnob::drafter_family: drafter, head,
+// predictor, policy), `paper.reference` (stored absolute when found: the report reads it later),
+// and the same fields in `exclude`/`only` matchers so they still match. Outputs (`output`, knobs
+// such as specblock+bandit's `log`) stay relative to the working directory.
+void ResolveConfigPaths(nlohmann::json& config, const std::string& config_path);
 // A plain run config seen as a sweep (no lists, repeats 1, batch [1]).
 SweepConfig SweepFromRunConfig(const RunConfig& config);
 

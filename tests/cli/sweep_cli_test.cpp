@@ -257,29 +257,54 @@ TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   EXPECT_GE(r.exit_code, 100) << "a missing input is a usage error\n" << Describe(r);
 }
 
-// A config's relative input paths resolve against the config file's folder (the dataset), then
-// the SpecBed home (the DFlash drafter under models/), run from another working directory; the
-// default output (results/run.db, relative to the working directory) gets its folder created.
+// A config's relative input paths resolve against the config file's folder (the dataset, a target
+// checkpoint with its tokenizer beside it, the paper reference), then the SpecBed home (the DFlash
+// and JetSpec heads under models/), run from another working directory; exclude matchers naming a
+// relative target or drafter path resolve the same way, so they still match; the report, run from
+// a third directory, finds the paper reference; the default output (results/run.db, relative to
+// the working directory) gets its folder created.
 TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
   const std::string dir = TestDir();
-  fs::create_directories(dir + "/configs/data");
-  fs::create_directories(dir + "/elsewhere");
-  fs::copy_file(std::string(SPECBED_SOURCE_DIR) + "/datasets/data/stories/prompts.jsonl",
+  const std::string src = SPECBED_SOURCE_DIR;
+  for (const char* sub :
+       {"/configs/data", "/configs/model", "/configs/ref", "/elsewhere", "/third"})
+    fs::create_directories(dir + sub);
+  fs::copy_file(src + "/datasets/data/stories/prompts.jsonl",
                 dir + "/configs/data/my_prompts.jsonl");
+  // A llama2.c checkpoint given by path: its tokenizer is the tokenizer.bin beside it.
+  fs::copy_file(src + "/models/stories260K/stories260K.bin",
+                dir + "/configs/model/stories260K.bin");
+  fs::copy_file(src + "/models/stories260K/tok512.bin", dir + "/configs/model/tokenizer.bin");
+  cli_test::WriteFile(
+      dir + "/configs/ref/paper.json",
+      Json(
+          {{"paper", "PathsTestPaper"},
+           {"table", "Table 9"},
+           {"rows",
+            {{{"method", "dflash"}, {"dataset", "my_prompts"}, {"temperature", 0}, {"tau", 2.0}}}}})
+          .dump());
   const Json config = {
       {"name", "paths-test"},
-      {"targets", {"stories260K"}},
+      {"targets", {"stories260K", "model/stories260K.bin"}},
       {"methods",
-       {"ar", {{"name", "dflash"}, {"knobs", {{"drafter", "models/stories260K/dflash"}}}}}},
+       {"ar",
+        {{"name", "dflash"},
+         {"knobs", {{"drafter", {"models/stories260K/dflash", "models/stories260K/jetspec"}}}}}}},
       {"datasets", {{{"name", "data/my_prompts.jsonl"}, {"limit", 1}}}},
       {"temperatures", {0}},
       {"max_new_tokens", 4},
-      {"warmup", 0}};
+      {"warmup", 0},
+      {"exclude",
+       {{{"target", "model/stories260K.bin"}, {"method", "dflash"}},
+        {{"method", "dflash"}, {"knobs", {{"drafter", "models/stories260K/jetspec"}}}}}},
+      {"paper", {{"reference", "ref/paper.json"}, {"table", "Table 9"}}}};
   WriteSweep(dir + "/configs", "paths.json", config);
-  // Neither path exists from the working directory: before, both failed ("does not exist").
-  ASSERT_FALSE(fs::exists(dir + "/elsewhere/data/my_prompts.jsonl"));
-  ASSERT_FALSE(fs::exists(dir + "/elsewhere/models/stories260K/dflash"));
-  // RunSpecbed starts specbed in the source tree; this one must start elsewhere.
+  // None of the paths exists from the working directory: before, each failed ("does not exist").
+  for (const char* p : {"data/my_prompts.jsonl", "model/stories260K.bin", "ref/paper.json",
+                        "models/stories260K/dflash"}) {
+    ASSERT_FALSE(fs::exists(dir + "/elsewhere/" + p)) << p;
+  }
+  // RunSpecbed starts specbed in the source tree; these must start elsewhere.
   auto run_in = [&](const std::string& cwd, const std::string& args, std::string* err) {
     const std::string err_file = dir + "/stderr.txt";
     const int status = std::system(("cd '" + cwd + "' && '" + std::string(SPECBED_BIN) + "' " +
@@ -293,17 +318,36 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
   const std::string db = dir + "/elsewhere/results/run.db";
   ASSERT_TRUE(fs::exists(db)) << err;
   const auto cases = OpenReadOnly(db)->ListCases();
-  ASSERT_EQ(cases.size(), 2u);
+  // AR on both targets, DFlash (its own head) on stories260K only: the two exclude matchers,
+  // written with the same relative paths, matched the resolved values.
+  ASSERT_EQ(cases.size(), 3u) << err;
+  int on_path_target = 0;
   for (const auto& c : cases) {
     EXPECT_NE(c.record.dataset.find("configs/data/my_prompts.jsonl"), std::string::npos)
         << c.record.dataset;
     EXPECT_EQ(c.n_samples, 1);
+    if (c.record.target.find("configs/model/stories260K.bin") != std::string::npos) {
+      ++on_path_target;
+      EXPECT_EQ(c.record.method, "ar");
+    }
     if (c.record.method == "dflash") {
-      EXPECT_NE(c.record.method_knobs_json.find(std::string(SPECBED_SOURCE_DIR).substr(1)),
+      EXPECT_NE(c.record.method_knobs_json.find(src.substr(1) + "/models/stories260K/dflash"),
                 std::string::npos)
           << c.record.method_knobs_json;
     }
+    // The paper reference is stored absolute (the report reads it from anywhere).
+    const Json stored = Json::parse(c.record.config_json);
+    ASSERT_TRUE(stored.contains("paper")) << c.record.config_json;
+    const std::string ref = stored["paper"]["reference"].get<std::string>();
+    EXPECT_TRUE(fs::path(ref).is_absolute()) << ref;
+    EXPECT_TRUE(fs::equivalent(ref, dir + "/configs/ref/paper.json")) << ref;
   }
+  EXPECT_EQ(on_path_target, 1);
+  // The report from a third directory loads the reference (no warning) and shows its table.
+  ASSERT_EQ(run_in(dir + "/third", "report ../elsewhere/results/run.db -o rep", &err), 0) << err;
+  EXPECT_FALSE(cli_test::Contains(err, "could not be loaded")) << err;
+  EXPECT_TRUE(
+      cli_test::Contains(cli_test::ReadAll(dir + "/third/rep/index.html"), "PathsTestPaper"));
   // A path that exists nowhere still fails naming it.
   Json bad = config;
   bad["datasets"] = {{{"name", "data/missing.jsonl"}, {"limit", 1}}};

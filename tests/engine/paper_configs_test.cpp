@@ -139,8 +139,8 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     ASSERT_TRUE(sweep.paper.contains("reference") && sweep.paper["reference"].is_string());
     ASSERT_TRUE(sweep.paper.contains("table") && sweep.paper["table"].is_string());
     EXPECT_FALSE(sweep.paper["table"].get<std::string>().empty());
-    EXPECT_TRUE(fs::exists(std::string(SPECBED_SOURCE_DIR) + "/" +
-                           sweep.paper["reference"].get<std::string>()));
+    // Relative to the sweep's folder or the SpecBed home: resolved on load (stored absolute).
+    EXPECT_TRUE(fs::exists(sweep.paper["reference"].get<std::string>()));
 
     // Every dataset is a SpecBed dataset, so the sweep runs from a plain checkout.
     for (const DatasetSpec& d : sweep.base.datasets)
@@ -157,7 +157,8 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     }
 
     // The registered part expands (no checkpoint is opened: the paths do not exist here).
-    const Json raw = ReadJsonFile(file);
+    Json raw = ReadJsonFile(file);
+    ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     const SweepExpansion expansion = ExpandSweep(registered, Registry());
     EXPECT_FALSE(expansion.cases.empty());
@@ -193,7 +194,8 @@ TEST(PaperConfigs, PairedDrafterSweepsGiveEachTargetOneDrafter) {
   // (target, method) pair of the registered methods uses a single value of its drafter knob.
   for (const std::string& file : SweepFiles()) {
     SCOPED_TRACE(file);
-    const Json raw = ReadJsonFile(file);
+    Json raw = ReadJsonFile(file);
+    ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     std::map<std::string, std::set<std::string>> drafters;
     for (const CaseConfig& c : ExpandSweep(registered, Registry()).cases) {
@@ -215,8 +217,7 @@ TEST(PaperConfigs, ReferenceRowsAreCoveredBySweeps) {
   for (const std::string& file : SweepFiles()) {
     SCOPED_TRACE(file);
     const SweepConfig sweep = LoadSweepConfig(file);
-    const std::string ref_rel = sweep.paper["reference"].get<std::string>();
-    const std::string ref_path = std::string(SPECBED_SOURCE_DIR) + "/" + ref_rel;
+    const std::string ref_path = sweep.paper["reference"].get<std::string>();  // resolved on load
     used_references.insert(fs::path(ref_path).filename().string());
 
     // The report's own loader accepts it.
