@@ -436,6 +436,16 @@ TEST(CliList, ListsModelsMethodsDatasetsTemplates) {
   }
   EXPECT_TRUE(Contains(r.out, "chat templates:"));
   EXPECT_TRUE(Contains(r.out, "llama3"));
+  // Each drafter knob names what "auto" picks per target (not just drafter = "auto").
+  EXPECT_TRUE(Contains(r.out,
+                       "auto = stories260K: stories260K-draft, stories260K-twin: "
+                       "stories260K-twin-draft\n"))
+      << r.out;
+  EXPECT_TRUE(Contains(r.out,
+                       "auto = stories260K: stories260K-dflash, stories260K-twin: "
+                       "stories260K-twin-dflash\n"))
+      << r.out;
+  EXPECT_FALSE(Contains(r.out, "drafter = \"\"")) << r.out;
   EXPECT_TRUE(Contains(r.out, "chatml"));
 
   const ProcResult m = RunSpecbed({"list", "models"}, dir);

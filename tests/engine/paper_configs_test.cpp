@@ -2,7 +2,9 @@
 // expands with ExpandSweep against the builtin method registry (methods not registered yet must
 // be on the README's "Planned methods" line, and expanding the full sweep must fail naming them);
 // every reference file loads with LoadPaperReference, has only the allowed fields, and its rows'
-// method, dataset, temperature, target and knobs occur in the sweep's axes. No model is loaded.
+// method, dataset, temperature, target and knobs occur in the sweep's axes. Also: the quickstart
+// job (configs/quickstart.json) runs every registered method but the LTD family, and its docs
+// (README.md, scripts/quickstart) name exactly those. No model is loaded.
 // Checked by: this file (it is the check for configs/papers/).
 #include <gtest/gtest.h>
 
@@ -301,6 +303,52 @@ TEST(PaperConfigs, ReferenceRowsAreCoveredBySweeps) {
     EXPECT_TRUE(used_references.count(entry.path().filename().string()) == 1)
         << entry.path() << " is not named by any sweep";
   }
+}
+
+// The quickstart runs every registered method except the LTD family (its own job,
+// configs/ltd_twin.json), and README.md / scripts/quickstart name each method it runs and each
+// one it leaves out; scripts/quickstart builds only the CLI.
+TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
+  const std::string src = SPECBED_SOURCE_DIR;
+  const SweepConfig quick = LoadSweepConfig(src + "/configs/quickstart.json");
+  const SweepConfig ltd = LoadSweepConfig(src + "/configs/ltd_twin.json");
+  std::set<std::string> runs, ltd_runs;
+  for (const MethodSpec& m : quick.base.methods) runs.insert(m.name);
+  for (const MethodSpec& m : ltd.base.methods) ltd_runs.insert(m.name);
+  const std::set<std::string> ltd_family = {"ltd", "eagle3+ddd", "eagle3+svip", "eagle3+gammatune"};
+  const std::string readme = ReadFileToString(src + "/README.md");
+  const std::string script = ReadFileToString(src + "/scripts/quickstart");
+  for (const std::string& name : Registry().Names()) {
+    if (ltd_family.count(name)) {
+      EXPECT_EQ(runs.count(name), 0u) << name;
+      EXPECT_EQ(ltd_runs.count(name), 1u) << name << " is in neither job";
+      EXPECT_NE(readme.find(name), std::string::npos) << "README.md does not name " << name;
+    } else {
+      EXPECT_EQ(runs.count(name), 1u) << name << " is registered but not in the quickstart";
+    }
+  }
+  // Each method the quickstart runs is named (by its display spelling) in README and the script.
+  const std::map<std::string, std::string> shown = {{"ar", "AR"},
+                                                    {"sps", "SpS"},
+                                                    {"sps+osd", "SpS+OSD"},
+                                                    {"eagle3", "EAGLE-3"},
+                                                    {"eagle3+osd", "EAGLE-3+OSD"},
+                                                    {"dflash", "DFlash"},
+                                                    {"ddtree", "DDTree"},
+                                                    {"jetspec", "JetSpec"},
+                                                    {"dflash+blockpilot", "DFlash+BlockPilot"},
+                                                    {"pearl", "PEARL"},
+                                                    {"specbranch", "SpecBranch"},
+                                                    {"specblock", "SpecBlock"},
+                                                    {"specblock+osd", "SpecBlock+OSD"},
+                                                    {"specblock+bandit", "SpecBlock+bandit"}};
+  for (const std::string& name : runs) {
+    ASSERT_EQ(shown.count(name), 1u) << name << ": add its display name here and to the docs";
+    EXPECT_NE(readme.find(shown.at(name)), std::string::npos) << shown.at(name);
+    EXPECT_NE(script.find(shown.at(name)), std::string::npos) << shown.at(name);
+  }
+  EXPECT_NE(script.find("scripts/build.sh specbed\n"), std::string::npos)
+      << "scripts/quickstart must build only the specbed binary";
 }
 
 }  // namespace
