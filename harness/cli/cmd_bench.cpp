@@ -86,7 +86,8 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
 }
 
 void RunBench(const BenchOptions& o) {
-  SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1, "bench needs -n/--max-new-tokens >= 1 and -r/--reps >= 1");
+  SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1,
+                "bench needs -n/--max-new-tokens >= 1 and -r/--reps >= 1");
   for (int64_t w : o.verify_widths) {
     SPECBED_CHECK(w >= 1, "bench: --verify-widths must all be >= 1 (new tokens per forward), got ",
                   w);

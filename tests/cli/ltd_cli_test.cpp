@@ -2,7 +2,8 @@
 // (SPECBED_BIN) on stories260K with its shipped EAGLE-3 head, simulated rewards from a tables file
 // written here. Checks exit codes (0 ok, 1 specbed::Error, >= 100 usage), a stop after one stage
 // and its resume to the end, the files written, and the errors for a bad --reward and for other
-// settings in the same -o/--output. Deterministic (fixed seeds, simulated rewards): false-failure rate 0.
+// settings in the same -o/--output. Deterministic (fixed seeds, simulated rewards): false-failure
+// rate 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>

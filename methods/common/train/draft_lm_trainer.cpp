@@ -225,9 +225,8 @@ void CheckConfig(const DraftLmTrainConfig& c) {
                 "--heads must be positive (got ", c.layers, ", ", c.dim, ", ", c.n_heads, ")");
   SPECBED_CHECK(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, "draft-lm: --dim ", c.dim,
                 " must be a multiple of --heads ", c.n_heads, " with an even head size");
-  SPECBED_CHECK(
-      c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
-      "draft-lm: --kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
+  SPECBED_CHECK(c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
+                "draft-lm: --kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
   SPECBED_CHECK(c.n_sequences >= 1 && c.n_eval_sequences >= 1 && c.seq_len >= 2,
                 "draft-lm: need --n-sequences >= 1, --n-eval-sequences >= 1 and --seq-len >= 2");
   SPECBED_CHECK(c.temperature > 0, "draft-lm: --temperature must be > 0 (sampling), got ",

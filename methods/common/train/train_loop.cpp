@@ -216,7 +216,8 @@ void CheckSameSettings(const ojson& stored, const ojson& wanted, const std::stri
     const bool has = stored.contains(key);
     if (has && stored[key] == value) continue;
     const std::string hint =
-        "; pass --restart to discard it (or resume with the same settings, or use another -o/--output)";
+        "; pass --restart to discard it (or resume with the same settings, or use another "
+        "-o/--output)";
     if (key == "target_fingerprint") {
       Fail(where, " holds a run trained on other target weights (fingerprint ",
            has ? stored[key].dump() : "none", ", this target's ", value.dump(), ")", hint);
