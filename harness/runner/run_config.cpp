@@ -11,7 +11,6 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/engine/stop_rules.h"
-#include "harness/runner/sweep.h"
 
 namespace specbed {
 namespace {
@@ -236,8 +235,7 @@ const std::vector<std::string>& RunConfigKeys() {
 RunConfig LoadRunConfig(const std::string& path) {
   JsonParseOptions options;
   options.expected = "a run config object";
-  Json json = ReadJsonFile(path, options);
-  ResolveConfigPaths(json, path);  // relative inputs: the config's folder, then the home
+  const Json json = ReadJsonFile(path, options);
   return WithJsonContext(path, [&] { return ParseRunConfig(json, path); });
 }
 
