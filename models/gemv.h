@@ -25,7 +25,7 @@
 namespace specbed {
 
 // Largest number of activation rows for which LlamaModel::Forward uses GemvRows instead of ATen.
-// Measured with `specbed bench -m random-35m -c 64 --verify-widths 1,2,3,4,6,8 --gemv-max-rows
+// Measured with `specbed bench -t random-35m -c 64 --verify-widths 1,2,3,4,6,8 --gemv-max-rows
 // 0|8` (2-core AMD EPYC Zen 4 VM shared with other builds, so +-20% noise; 1 thread; OpenBLAS
 // 0.3.21 with OPENBLAS_CORETYPE=Haswell; forward ms for n = 1/2/3/4/6/8 rows):
 //   fp32  ATen 23.6/24.1/29.4/22.0/26.9/25.8   GEMV  8.9/11.6/14.6/18.0/25.9/32.0

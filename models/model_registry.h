@@ -1,4 +1,4 @@
-// Named models and model loading. A --model argument is either a registry name
+// Named models and model loading. A --target argument is either a registry name
 // (`specbed list models`) or a path: a Hugging Face directory (config.json + safetensors
 // [+ tokenizer.json]) or a llama2.c .bin checkpoint.
 // Built-in names: stories260K (the real pretrained default), stories260K-draft (its SpS draft,

@@ -23,6 +23,7 @@
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "harness/base/paths.h"
 #include "reports/plots.h"
 #include "reports/summary.h"
 
@@ -880,11 +881,16 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
     const std::string db_dir = fs::path(db_path).parent_path().string();
     for (const std::string& name : named) {
-      // Relative paths: as given (from the working directory), else next to the database.
+      // Relative paths (a config run from the SpecBed tree keeps them as written): as given
+      // (from the working directory), else next to the database, else in the SpecBed home.
       std::string path = name;
       std::error_code ec;
-      if (!fs::exists(path, ec) && fs::path(name).is_relative() && !db_dir.empty()) {
-        path = (fs::path(db_dir) / name).string();
+      if (!fs::exists(path, ec) && fs::path(name).is_relative()) {
+        for (const std::string& base : {db_dir, SpecBedHome()}) {
+          if (base.empty() || !fs::exists(fs::path(base) / name, ec)) continue;
+          path = (fs::path(base) / name).string();
+          break;
+        }
       }
       if (!seen_refs.insert(path).second) continue;
       try {

@@ -86,7 +86,8 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
 }
 
 void RunBench(const BenchOptions& o) {
-  SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1, "bench needs --tokens >= 1 and --reps >= 1");
+  SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1,
+                "bench needs -n/--max-new-tokens >= 1 and -r/--reps >= 1");
   for (int64_t w : o.verify_widths) {
     SPECBED_CHECK(w >= 1, "bench: --verify-widths must all be >= 1 (new tokens per forward), got ",
                   w);
@@ -329,9 +330,11 @@ void AddBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd =
       app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
-  cmd->add_option("-m,--model,--target", o->models, "Models (comma-separated or repeated)")
-      ->delimiter(',')
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", o->models, "Models (comma-separated or repeated)")
+                   ->delimiter(',')
+                   ->capture_default_str(),
+               {"-m", "--model"});
   cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
       ->delimiter(',')
       ->capture_default_str();
@@ -342,8 +345,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("-n,--tokens,--max-new-tokens", o->tokens, "Decode steps per measurement")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-n,--max-new-tokens", o->tokens, "Decode steps per measurement")
+                   ->capture_default_str(),
+               {"--tokens"});
   cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
       ->capture_default_str();
@@ -360,7 +365,8 @@ void AddBenchCommand(CLI::App& app) {
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
-  cmd->add_flag("-q,--quiet,--no-progress", o->quiet, "No progress display on stderr");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress display on stderr"),
+               {"--no-progress"});
   cmd->callback([o] { RunBench(*o); });
 }
 

@@ -116,12 +116,16 @@ void AddLabel(CLI::App* parent) {
       "Label a TRAINING prompt set: per prompt the target's last-position logits and, per "
       "candidate block size B-radius..B+radius, tau and decode throughput of a greedy DFlash "
       "decode -> one safetensors file; resumable");
-  cmd->add_option("-o,--output,--out", o->out,
-                  "Output label file (.safetensors); its directory is created")
-      ->required();
+  OldSpellings(cmd,
+               cmd->add_option("-o,--output", o->out,
+                               "Output label file (.safetensors); its directory is created")
+                   ->required(),
+               {"--out"});
   cmd->add_option("--drafter", c.drafter, "DFlash checkpoint directory")->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--prompts", c.prompts,
                   "'bos' (prompts sampled from the target after BOS), a dataset name or a "
@@ -138,7 +142,7 @@ void AddLabel(CLI::App* parent) {
       ->capture_default_str();
   cmd->add_option("--radius", c.radius, "Candidates B-radius..B+radius (those < 2 dropped)")
       ->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
       ->capture_default_str();
   cmd->add_option("--timing-repeats", c.timing_repeats,
                   "Timed decodes per prompt and candidate (throughput: the fastest)")
@@ -151,8 +155,10 @@ void AddLabel(CLI::App* parent) {
   cmd->add_option("--stop-after", o->run.stop_after,
                   "Stop after this many prompts (progress kept in OUT.partial; for tests)")
       ->capture_default_str();
-  cmd->add_flag_callback(
-      "-q,--quiet,--no-progress", [o] { o->run.verbose = false; }, "No progress bar");
+  OldSpellings(cmd,
+               cmd->add_flag_callback(
+                   "-q,--quiet", [o] { o->run.verbose = false; }, "No progress bar"),
+               {"--no-progress"});
   cmd->callback([o] { RunLabel(*o); });
 }
 
@@ -166,8 +172,11 @@ void AddTrain(CLI::App* parent) {
       "file -> OUT/config.json + model.safetensors; the last --holdout share of prompts is held "
       "out; resumable");
   cmd->add_option("--labels", c.labels, "Label file from `specbed blockpilot label`")->required();
-  cmd->add_option("-o,--output,--out", o->out, "Output directory (predictor, train_log.db, work/)")
-      ->required();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->out, "Output directory (predictor, train_log.db, work/)")
+          ->required(),
+      {"--out"});
   cmd->add_option("--criterion", c.criterion, "Label: argmax tau or argmax throughput")
       ->check(CLI::IsMember({"tau", "throughput"}))
       ->capture_default_str();

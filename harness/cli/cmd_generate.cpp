@@ -80,13 +80,18 @@ void RunGenerate(const GenerateOptions& o) {
 void AddGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate from one prompt with AR decoding");
-  cmd->add_option("-m,--model,--target", o->model,
-                  "Model name (specbed list models) or checkpoint path")
-      ->capture_default_str();
+  OldSpellings(
+      cmd,
+      cmd->add_option("--target", o->model, "Model name (specbed list models) or checkpoint path")
+          ->capture_default_str(),
+      {"-m", "--model"});
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty = BOS only)");
-  cmd->add_option("-n,--max-new-tokens,--tokens", o->max_new_tokens, "Maximum tokens to generate")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+  OldSpellings(
+      cmd,
+      cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Maximum tokens to generate")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1 << 20)),
+      {"--tokens"});
   cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));

@@ -1,10 +1,13 @@
-// `specbed list [models|methods|datasets|templates]`: what SpecBed knows.
+// `specbed list [models|methods|datasets|templates]`: what SpecBed knows (drafter knobs name what
+// "auto" picks per target). Checked by: tests/cli/cli_test.cpp (CliList.*).
 #include <cstdio>
 
 #include "datasets/dataset.h"
+#include "harness/base/error.h"
 #include "harness/base/names.h"
 #include "harness/cli/commands.h"
 #include "methods/method_registry.h"
+#include "models/drafter_catalog.h"
 #include "models/model_registry.h"
 #include "models/tokenizer/chat_template.h"
 
@@ -18,6 +21,21 @@ void ListModels() {
     std::printf("  %-18s %-8s template=%-7s %s\n", s.name.c_str(), s.format.c_str(),
                 s.chat_template.c_str(), s.description.c_str());
   }
+}
+
+// "auto = stories260K: stories260K-draft, stories260K-twin: stories260K-twin-draft": what "auto"
+// picks for each registry target that ships a drafter of `family`.
+std::string DefaultDraftersLine(const std::string& family) {
+  std::vector<std::string> pairs;
+  for (const std::string& target : BuiltinModelNames()) {
+    try {
+      pairs.push_back(target + ": " + DefaultDrafterName(family, target, "list"));
+    } catch (const Error&) {
+      // No shipped drafter of this family for this target.
+    }
+  }
+  return "auto = " +
+         (pairs.empty() ? std::string("(no target ships one; name one)") : Join(pairs, ", "));
 }
 
 void ListMethods() {
@@ -50,6 +68,9 @@ void ListMethods() {
       }
       std::printf("      %s = %s%s  %s\n", k.name.c_str(), k.default_value.dump().c_str(),
                   range.c_str(), k.description.c_str());
+      if (!k.drafter_family.empty()) {
+        std::printf("          %s\n", DefaultDraftersLine(k.drafter_family).c_str());
+      }
     }
   }
 }

@@ -49,11 +49,15 @@ void AddRegenCommand(CLI::App& app) {
       "regen",
       "Drafter training data: sample the target's responses to a prompt set (or to BOS) -> one "
       "safetensors file (tokens, offsets, prompt_lengths + provenance); resumable");
-  cmd->add_option("-o,--output,--out", o->out,
-                  "Output file, e.g. data/regen/stories.regen.safetensors")
-      ->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-o,--output", o->out,
+                               "Output file, e.g. data/regen/stories.regen.safetensors")
+                   ->required(),
+               {"--out"});
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--prompts", c.prompts,
                   "'bos' (unconditional), a dataset name (specbed list datasets) or a "
@@ -69,7 +73,7 @@ void AddRegenCommand(CLI::App& app) {
   cmd->add_option("--n-sequences", c.n_sequences,
                   "Sequences to generate with --prompts bos (an error with dataset prompts)")
       ->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Response length cap")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Response length cap")
       ->capture_default_str();
   cmd->add_option("--temperature", c.sampling.temperature, "Sampling temperature (0 = greedy)")
       ->capture_default_str();
@@ -84,7 +88,7 @@ void AddRegenCommand(CLI::App& app) {
   cmd->add_option("--partial-every", o->partial_every_s,
                   "Seconds between progress writes to OUT.partial (resume point)")
       ->capture_default_str();
-  cmd->add_flag("-q,--quiet,--no-progress", o->quiet, "No progress bar");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress bar"), {"--no-progress"});
   cmd->callback([o, cmd] {
     // --n-sequences defaults to 512 for bos prompts only; with a dataset it must stay unset.
     if (o->config.prompts != "bos" && cmd->count("--n-sequences") == 0) o->config.n_sequences = 0;

@@ -16,9 +16,10 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
   cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("-q,--quiet,--no-progress", o->no_progress, "Do not show progress on stderr");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
+               {"--no-progress"});
   cmd->callback([o] { RunSweepFile(*o); });
 }
 

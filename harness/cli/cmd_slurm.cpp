@@ -2,7 +2,7 @@
 // runs `specbed sweep FILE --shard i/N --output DIR/shard_i.db`, with the `specbed merge` command
 // to run afterwards in a comment. Slurm schedules; SpecBed only shards (a case goes to shard
 // hash(case key) % N) and merges. The sweep is expanded first, so a bad file fails here. The
-// --output-dir folder is created here (Slurm opens each task's log there before the task runs),
+// -o/--output folder is created here (Slurm opens each task's log there before the task runs),
 // the #SBATCH --output log path is absolute, and #SBATCH values are quoted the way sbatch reads
 // them. Checked by: tests/cli/sweep_cli_test.cpp, and against a real Slurm by
 // scripts/slurm_e2e.
@@ -82,7 +82,7 @@ void RunSlurm(const SlurmOptions& o) {
   // A backslash in a filename pattern turns every replacement symbol off (all tasks would share
   // one log named slurm_%A_%a.log), and a newline ends the line of the script it is written on.
   SPECBED_CHECK(o.output_dir.find_first_of("\\\n") == std::string::npos,
-                "--output-dir must not contain a backslash or a newline (Slurm's log file "
+                "-o/--output must not contain a backslash or a newline (Slurm's log file "
                 "pattern and the script's lines cannot hold them), got '",
                 o.output_dir, "'");
   const SweepConfig config = LoadSweepConfig(o.config);
@@ -119,16 +119,16 @@ void RunSlurm(const SlurmOptions& o) {
   SPECBED_CHECK(log_dir.find_first_of("\\\n") == std::string::npos,
                 "slurm: the working directory '", cwd,
                 "' holds a backslash or a newline, which Slurm's log file pattern cannot hold; "
-                "give an absolute --output-dir");
+                "give an absolute -o/--output");
   s += "#SBATCH --output=" + SbatchWord(SlurmPatternLiteral(log_dir) + "/slurm_%A_%a.log") + "\n";
   s += "set -euo pipefail\n";
   s += "cd " + ShellWord(cwd) + "\n";
   s += "mkdir -p " + dir + "\n";
   s += specbed + " sweep " + ShellWord(o.config) + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n +
-       "\" --output " + dir + "/\"shard_${SLURM_ARRAY_TASK_ID}.db\" --no-progress\n";
+       "\" --output " + dir + "/\"shard_${SLURM_ARRAY_TASK_ID}.db\" --quiet\n";
   std::error_code ec;
   std::filesystem::create_directories(o.output_dir, ec);
-  SPECBED_CHECK(!ec, "slurm: cannot create --output-dir '", o.output_dir,
+  SPECBED_CHECK(!ec, "slurm: cannot create the -o/--output folder '", o.output_dir,
                 "' (the job array's logs and shard databases go there): ", ec.message());
   std::fwrite(s.data(), 1, s.size(), stdout);
 }
@@ -153,8 +153,11 @@ void AddSlurmCommand(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "GPUs per task (0 = none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--output-dir", o->output_dir, "Directory of the shard databases and logs")
-      ->capture_default_str();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->output_dir, "Directory of the shard databases and logs")
+          ->capture_default_str(),
+      {"--output-dir"});
   cmd->add_option("--specbed", o->specbed, "specbed binary the tasks run (default: this one)");
   cmd->callback([o] { RunSlurm(*o); });
 }

@@ -103,9 +103,10 @@ void AddSweepCommand(CLI::App& app) {
   cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
   cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("-q,--quiet,--no-progress", o->no_progress, "Do not show progress on stderr");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
+               {"--no-progress"});
   cmd->callback([o] { RunSweepFile(*o); });
 }
 

@@ -108,8 +108,10 @@ void AddTokenizeCommand(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Text -> token ids (or --decode ids -> text)");
   cmd->add_option("text", o->text, "Text to encode");
-  cmd->add_option("-m,--model,--target", o->model, "Use this model's tokenizer")
-      ->capture_default_str();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-t,--target", o->model, "Use this model's tokenizer")->capture_default_str(),
+      {"-m", "--model"});
   cmd->add_option(
       "--tokenizer", o->tokenizer,
       "A tokenizer file/dir instead (tokenizer.json, vocab.json+merges.txt dir, or llama2.c .bin)");

@@ -1,6 +1,6 @@
 // `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
 // (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
-// unfinished run in --out.
+// unfinished run in -o/--output.
 // Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
 // tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
@@ -104,11 +104,16 @@ void AddTrainEagle3(CLI::App* train) {
       "eagle3",
       "Train an EAGLE-3 head with training-time test on a `specbed regen` file -> OUT/config.json "
       "+ model.safetensors (published EAGLE-3 layout); resumable");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory (checkpoint, train_log.db, work/)")
-      ->required();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
+          ->required(),
+      {"--out"});
   cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids fused by the head (HF numbering); default "
@@ -146,11 +151,16 @@ void AddTrainSpecBlock(CLI::App* train) {
       "Train a SpecBlock drafter (valid-prefix loss, cross-block chaining, rank head after "
       "--rank-warmup steps) on a `specbed regen` file -> OUT/config.json + model.safetensors; "
       "resumable");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory (checkpoint, train_log.db, work/)")
-      ->required();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
+          ->required(),
+      {"--out"});
   cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids (low, mid, top; HF numbering); default "
@@ -222,17 +232,24 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
                          "weighted exp(-(k-1)/gamma)) on a `specbed regen` file -> "
                          "OUT/config.json + model.safetensors (published DFlash layout); "
                          "resumable");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory (checkpoint, train_log.db, work/)")
-      ->required();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
+          ->required(),
+      {"--out"});
   cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--block-size", c.block_size, "Block size B (bonus token + B-1 masks)")
       ->capture_default_str();
   cmd->add_option("--layers", c.layers, "Draft decoder layers")->capture_default_str();
-  cmd->add_option("--heads,--n-heads", c.heads, "Draft attention heads (0 = the target's)")
-      ->capture_default_str();
+  OldSpellings(cmd,
+               cmd->add_option("--heads", c.heads, "Draft attention heads (0 = the target's)")
+                   ->capture_default_str(),
+               {"--n-heads"});
   cmd->add_option("--kv-heads", c.kv_heads,
                   "Draft KV heads (0 = --heads when given, else the target's)")
       ->capture_default_str();
@@ -280,9 +297,12 @@ void AddTrainHrad(CLI::App* train) {
       "hrad",
       "Train SpecBranch's H-RAD predictor (3-class MLP on target features) from draft/target "
       "agreement on sequences sampled from the target -> OUT/config.json + model.safetensors");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory")->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(cmd, cmd->add_option("-o,--output", o->out, "Output directory")->required(),
+               {"--out"});
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--drafter", c.drafter, "SpS draft LM (auto = the target's shipped one)")
       ->capture_default_str();
   cmd->add_option("--gamma", c.gamma, "Draft length of the labels (= specbranch gamma_max)")
@@ -333,13 +353,15 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
                   "Steps between held-out evaluations (0 = only at the end)")
       ->capture_default_str();
   cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
-  cmd->add_flag("--resume", run.resume, "Require an existing run in --out and continue it");
-  cmd->add_flag("--restart", run.restart, "Discard any run in --out and start afresh");
+  cmd->add_flag("--resume", run.resume, "Require an existing run in -o/--output and continue it");
+  cmd->add_flag("--restart", run.restart, "Discard any run in -o/--output and start afresh");
   cmd->add_option("--stop-after", run.stop_after,
                   "Stop after this many steps (checkpointed; the schedule still uses --steps)")
       ->capture_default_str();
-  cmd->add_flag_callback(
-      "-q,--quiet,--no-progress", [&run] { run.verbose = false; }, "No progress bar");
+  OldSpellings(cmd,
+               cmd->add_flag_callback(
+                   "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar"),
+               {"--no-progress"});
 }
 
 struct TrainLtdOptions {
@@ -356,7 +378,8 @@ void AddTrainLtd(CLI::App* train) {
       "Train LTD's depth and size policies with PPO on the real target + EAGLE-3 head (reward = "
       "accepted tokens / measured cycle time) -> OUT/depth, OUT/size, tables.json, "
       "train_log.db; resumable");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory")->required();
+  OldSpellings(cmd, cmd->add_option("-o,--output", o->out, "Output directory")->required(),
+               {"--out"});
   cmd->add_option("-t,--target", c.target, "Target model")->capture_default_str();
   cmd->add_option("--head", c.head, "EAGLE-3 head (auto = the target's shipped head)")
       ->capture_default_str();
@@ -366,7 +389,7 @@ void AddTrainLtd(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--val-from", c.val_from, "Validation prompts start here")->capture_default_str();
   cmd->add_option("--val-count", c.val_count, "Validation prompts")->capture_default_str();
-  cmd->add_option("--max-new-tokens", c.max_new_tokens, "Tokens per generation")
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per generation")
       ->capture_default_str();
   cmd->add_option("--top-k", c.top_k, "Beam width W")->capture_default_str();
   cmd->add_option("--max-depth", c.max_depth, "Most expansion rounds")->capture_default_str();
@@ -433,16 +456,25 @@ void AddTrainCommand(CLI::App& app) {
       "draft-lm",
       "Distil a small llama2.c-shape draft LM from a target (forward KL on sequences sampled "
       "from the target) -> OUT/config.json + model.safetensors; resumable");
-  cmd->add_option("-o,--output,--out", o->out, "Output directory (checkpoint, log, work/ cache)")
-      ->required();
-  cmd->add_option("-t,--target,--model", c.target, "Target model (name or path)")
-      ->capture_default_str();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, log, work/ cache)")
+          ->required(),
+      {"--out"});
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
+                   ->capture_default_str(),
+               {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
   cmd->add_option("--layers", c.layers, "Draft layers")->capture_default_str();
   cmd->add_option("--dim", c.dim, "Draft hidden size")->capture_default_str();
-  cmd->add_option("--heads,--n-heads", c.n_heads, "Draft attention heads")->capture_default_str();
-  cmd->add_option("--n-kv-heads", c.n_kv_heads, "Draft KV heads (0 = n-heads)")
-      ->capture_default_str();
+  OldSpellings(
+      cmd, cmd->add_option("--heads", c.n_heads, "Draft attention heads")->capture_default_str(),
+      {"--n-heads"});
+  OldSpellings(cmd,
+               cmd->add_option("--kv-heads", c.n_kv_heads, "Draft KV heads (0 = --heads)")
+                   ->capture_default_str(),
+               {"--n-kv-heads"});
   cmd->add_option("--hidden-dim", c.hidden_dim, "Draft SwiGLU width (0 = 8/3 dim, rounded to 16)")
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.max_seq_len, "Draft context length (0 = the target's)")

@@ -1,8 +1,8 @@
 // `specbed twin`: writes cost twins (models/twin/cost_twin.h) — checkpoints that compute exactly a
 // small model's function at the cost of a larger one.
-//   specbed twin stories260K --out DIR --width-factor 8 --depth 16   a target (registry name,
+//   specbed twin stories260K -o DIR --width-factor 8 --depth 16   a target (registry name,
 //                                                                      llama2.c .bin or HF dir)
-//   specbed twin models/stories260K/eagle3 --out DIR --width-factor 8   any drafter SpecBed
+//   specbed twin models/stories260K/eagle3 -o DIR --width-factor 8   any drafter SpecBed
 //                                                                      writes (HF layout)
 //   specbed twin --builtin                 builds (or finds) the cached stories260K-twin set
 // Checked by: tests/cli/twin_cli_test.cpp (shapes, drafters, errors, labels).
@@ -40,7 +40,7 @@ void RunTwin(const TwinOptions& o) {
     return;
   }
   SPECBED_CHECK(!o.source.empty() && !o.output.empty(),
-                "twin: give a model or drafter and --out DIR (or --builtin)");
+                "twin: give a model or drafter and -o DIR (or --builtin)");
   HfCheckpointFiles files;
   std::string of = o.of;
   std::string where = o.source;
@@ -69,7 +69,7 @@ void RunTwin(const TwinOptions& o) {
   shape.depth = o.depth;
   const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
   WriteCheckpointFiles(o.output, twin);
-  // The twin of a model keeps its tokenizer beside it, so `--model DIR` works as the original.
+  // The twin of a model keeps its tokenizer beside it, so `--target DIR` works as the original.
   if (!tokenizer.empty()) {
     const bool bin =
         tokenizer.size() > 4 && tokenizer.compare(tokenizer.size() - 4, 4, ".bin") == 0;
@@ -90,7 +90,8 @@ void AddTwinCommand(CLI::App& app) {
       "of a wider/deeper one (zero-weight padding; models/twin/cost_twin.h)");
   cmd->add_option("source", o->source,
                   "Model (registry name, llama2.c .bin, HF directory) or drafter directory");
-  cmd->add_option("-o,--output,--out", o->output, "Output checkpoint directory");
+  OldSpellings(cmd, cmd->add_option("-o,--output", o->output, "Output checkpoint directory"),
+               {"--out"});
   cmd->add_option("--width-factor", o->width_factor,
                   "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm "
                   "bit-exact)")

@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace specbed {
 struct OptimConfig;       // methods/common/train/train_loop.h
 struct TrainLoopOptions;  // methods/common/train/train_loop.h
@@ -14,6 +17,16 @@ namespace specbed::cli {
 // argc/argv of the process, for the reproduce command stored with every run.
 void SetCommandLine(int argc, char** argv);
 std::string CommandLine();
+
+// Old flag spellings kept for one release (issue 18): every name in `old_names` ("--out", "-m")
+// becomes a hidden option (group "", so not in --help) of `cmd` that hands its arguments to
+// `option` as it is parsed, so `option`'s variable, delimiter, checks, required/excludes/needs all
+// apply unchanged; each use prints one note to stderr naming the new spelling. Call it once
+// `option` has its final arity. Returns `option`.
+CLI::Option* OldSpellings(CLI::App* cmd, CLI::Option* option,
+                          const std::vector<std::string>& old_names);
+// The new spelling ("-o/--output") when `option` is an old spelling made by OldSpellings, else "".
+std::string NewSpellingOf(const CLI::Option* option);
 
 void AddGenerateCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);

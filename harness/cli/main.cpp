@@ -1,12 +1,14 @@
 // specbed: the command-line entry point. Subcommands live in cmd_*.cpp.
 // Exit codes: 0 success; 1 a specbed error (bad input, unknown name, database trouble; the
 // message says which input and what was expected); CLI11's codes (>= 100) for usage errors. An
-// unknown option is named with the nearest option of its subcommand ("--modle": did you mean
-// "--model"?). Checked by: tests/cli/cli_test.cpp (CliFlags.*).
+// unknown option is named with the nearest option of its (innermost) subcommand ("--modle": did
+// you mean '--target'?; an old spelling is named by its new one). Checked by:
+// tests/cli/cli_test.cpp (CliFlags.*).
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
@@ -51,33 +53,45 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
-    // Unknown options: name the nearest option of the subcommand ("--modle" -> "--model").
+    // Unknown options: name the nearest option of the (innermost) subcommand ("--modle" ->
+    // "--target"; an old spelling found nearest is named by its new spelling).
     const CLI::App* sub = nullptr;
-    if (argc > 1) {
-      for (const CLI::App* s : app.get_subcommands({})) {
-        if (s->get_name() == argv[1]) sub = s;
+    std::string sub_words;
+    for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+      const CLI::App* next = nullptr;
+      for (const CLI::App* s : (sub == nullptr ? &app : sub)->get_subcommands({})) {
+        if (s->get_name() == argv[i]) next = s;
       }
+      if (next == nullptr) break;
+      sub = next;
+      sub_words += (sub_words.empty() ? "" : " ") + std::string(argv[i]);
     }
     bool suggested = false;
     if (sub != nullptr) {
       std::vector<std::string> known;
+      std::map<std::string, std::string> new_spelling;  // old long name -> its new spelling
       for (const CLI::Option* opt : sub->get_options()) {
-        for (const std::string& n : opt->get_lnames()) known.push_back("--" + n);
+        for (const std::string& n : opt->get_lnames()) {
+          known.push_back("--" + n);
+          const std::string spelling = specbed::cli::NewSpellingOf(opt);
+          if (!spelling.empty()) new_spelling["--" + n] = spelling;
+        }
       }
       for (int i = 2; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg.rfind("--", 0) != 0 || arg == "--") continue;
         arg = arg.substr(0, arg.find('='));
         if (std::find(known.begin(), known.end(), arg) != known.end()) continue;
-        const std::string near = specbed::NearestName(arg, known);
+        std::string near = specbed::NearestName(arg, known);
+        if (new_spelling.count(near)) near = new_spelling[near];
         const std::string hint = near.empty() ? "" : "; did you mean '" + near + "'?";
-        std::fprintf(stderr, "specbed %s: error: unknown option '%s'%s\n", argv[1], arg.c_str(),
-                     hint.c_str());
+        std::fprintf(stderr, "specbed %s: error: unknown option '%s'%s\n", sub_words.c_str(),
+                     arg.c_str(), hint.c_str());
         suggested = true;
       }
     }
     if (suggested) {
-      std::fprintf(stderr, "Run 'specbed %s --help' for its options.\n", argv[1]);
+      std::fprintf(stderr, "Run 'specbed %s --help' for its options.\n", sub_words.c_str());
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
     return app.exit(e);

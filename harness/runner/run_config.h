@@ -56,6 +56,9 @@ struct RunConfig {
 
 // Parses a config object; `source` (file path) is named in errors.
 RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
+// Reads a run config file as written: no path resolution (this library has no method registry).
+// `specbed run`/`sweep` read configs with LoadSweepConfig (sweep.h), which resolves relative
+// input paths against the config's folder and the SpecBed home first (ResolveConfigPaths).
 RunConfig LoadRunConfig(const std::string& path);
 // The keys ParseRunConfig accepts (sweep files add theirs, harness/runner/sweep.h).
 const std::vector<std::string>& RunConfigKeys();

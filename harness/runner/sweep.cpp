@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "harness/base/error.h"
@@ -36,17 +37,29 @@ std::vector<std::string> MatcherMethods(const Json& matcher) {
 
 }  // namespace
 
-SweepConfig LoadSweepConfig(const std::string& path) {
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  return LoadSweepConfig(path, [&](const std::string& method) {
-    std::vector<std::string> knobs;
-    if (!registry.Has(method)) return knobs;
-    for (const MethodKnob& k : registry.Info(method).knobs) {
-      if (!k.drafter_family.empty()) knobs.push_back(k.name);
+InputPathKnobs BuiltinInputPathKnobs() {
+  auto registry = std::make_shared<MethodRegistry>();
+  RegisterBuiltinMethods(*registry);
+  return [registry](const std::string& method) {
+    std::set<std::string> knobs;
+    const std::vector<std::string> methods =
+        method.empty() ? registry->Names() : std::vector<std::string>{method};
+    for (const std::string& m : methods) {
+      if (!registry->Has(m)) continue;
+      for (const MethodKnob& k : registry->Info(m).knobs) {
+        if (!k.drafter_family.empty()) knobs.insert(k.name);
+      }
     }
-    return knobs;
-  });
+    return std::vector<std::string>(knobs.begin(), knobs.end());
+  };
+}
+
+void ResolveConfigPaths(Json& config, const std::string& config_path) {
+  ResolveConfigPaths(config, config_path, BuiltinInputPathKnobs());
+}
+
+SweepConfig LoadSweepConfig(const std::string& path) {
+  return LoadSweepConfig(path, BuiltinInputPathKnobs());
 }
 
 SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& methods) {

@@ -18,6 +18,10 @@
 
 namespace specbed {
 
+// The input-path knobs of the builtin methods (InputPathKnobs; "" = every method's).
+InputPathKnobs BuiltinInputPathKnobs();
+// ResolveConfigPaths with the builtin methods' path knobs (as LoadSweepConfig does).
+void ResolveConfigPaths(nlohmann::json& config, const std::string& config_path);
 // Reads, path-resolves (input-path knobs from the builtin methods) and parses a sweep file.
 SweepConfig LoadSweepConfig(const std::string& path);
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
@@ -180,8 +181,10 @@ bool ValueMatches(const Json& want, const Json& have) {
 // SpecBed home (SpecBedHome). Kept as written when neither holds it (a registry name such as
 // "stories260K-draft", or a missing path that then fails with its own message), and when the
 // found file is the one the text already names from the working directory (so the case keys of
-// runs started from the SpecBed tree do not change).
-std::string ResolveInputPath(const std::string& value, const std::filesystem::path& config_dir) {
+// runs started from the SpecBed tree do not change). `absolute`: a path found in the config's
+// folder or the home is returned absolute (for paths read later from another directory).
+std::string ResolveInputPath(const std::string& value, const std::filesystem::path& config_dir,
+                             bool absolute = false) {
   namespace fs = std::filesystem;
   if (value.empty() || value == "auto") return value;
   const fs::path given(value);
@@ -191,7 +194,8 @@ std::string ResolveInputPath(const std::string& value, const std::filesystem::pa
     const fs::path candidate = base / given;
     if (!fs::exists(candidate, ec)) continue;
     if (fs::exists(given, ec) && fs::equivalent(given, candidate, ec)) return value;
-    return candidate.lexically_normal().string();
+    const fs::path found = absolute ? fs::absolute(candidate, ec) : candidate;
+    return found.lexically_normal().string();
   }
   return value;
 }
@@ -223,14 +227,51 @@ void ResolveConfigPaths(Json& config, const std::string& config_path,
       }
     }
   }
-  if (!config.contains("methods") || !config["methods"].is_array()) return;
-  for (Json& m : config["methods"]) {
-    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("knobs") ||
-        !m["knobs"].is_object()) {
-      continue;
+  // The paper reference file is read later by `specbed report`, maybe from another directory:
+  // found in the config's folder or the home, it is stored absolute.
+  if (config.contains("paper") && config["paper"].is_object() &&
+      config["paper"].contains("reference") && config["paper"]["reference"].is_string()) {
+    Json& ref = config["paper"]["reference"];
+    ref = ResolveInputPath(ref.get<std::string>(), dir, /*absolute=*/true);
+  }
+  if (config.contains("methods") && config["methods"].is_array()) {
+    for (Json& m : config["methods"]) {
+      if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("knobs") ||
+          !m["knobs"].is_object()) {
+        continue;
+      }
+      for (const std::string& k : path_knobs(m["name"].get<std::string>())) {
+        if (m["knobs"].contains(k)) ResolveStrings(m["knobs"][k], dir);
+      }
     }
-    for (const std::string& k : path_knobs(m["name"].get<std::string>())) {
-      if (m["knobs"].contains(k)) ResolveStrings(m["knobs"][k], dir);
+  }
+  // exclude/only matchers compare against the resolved values, so they resolve the same way:
+  // target, dataset, and the path knobs of the methods they name (of every method if none:
+  // path_knobs("")).
+  for (const char* key : {"exclude", "only"}) {
+    if (!config.contains(key) || !config[key].is_array()) continue;
+    for (Json& matcher : config[key]) {
+      if (!matcher.is_object()) continue;
+      if (matcher.contains("target")) ResolveStrings(matcher["target"], dir);
+      if (matcher.contains("dataset")) ResolveStrings(matcher["dataset"], dir);
+      if (!matcher.contains("knobs") || !matcher["knobs"].is_object()) continue;
+      std::vector<std::string> methods;
+      if (matcher.contains("method") && matcher["method"].is_string()) {
+        methods = {matcher["method"].get<std::string>()};
+      } else if (matcher.contains("method") && matcher["method"].is_array()) {
+        for (const Json& m : matcher["method"]) {
+          if (m.is_string()) methods.push_back(m.get<std::string>());
+        }
+      } else {
+        methods = {""};
+      }
+      std::set<std::string> knobs;
+      for (const std::string& m : methods) {
+        for (const std::string& k : path_knobs(m)) knobs.insert(k);
+      }
+      for (const std::string& k : knobs) {
+        if (matcher["knobs"].contains(k)) ResolveStrings(matcher["knobs"][k], dir);
+      }
     }
   }
 }

@@ -40,11 +40,16 @@ SweepConfig ParseSweepConfig(const nlohmann::json& j, const std::string& source)
 SweepConfig SweepFromRunConfig(const RunConfig& config);
 
 // The knobs of method `method` whose values name input files (the method registry's
-// MethodKnob::drafter_family knobs: drafter, head, predictor); empty for an unknown method.
+// MethodKnob::drafter_family knobs: drafter, head, predictor, policy); empty for an unknown
+// method; "" = those of every method.
 using InputPathKnobs = std::function<std::vector<std::string>(const std::string& method)>;
-// Resolves the relative input paths of a run/sweep config object in place: targets, dataset
-// names and the methods' `path_knobs`, each tried in the folder of `config_path`, then in the
-// SpecBed home (configs/README.md). Outputs stay relative to the working directory.
+// Resolves the relative *input* paths of a run/sweep config object in place: each is tried in the
+// folder of `config_path`, then in the SpecBed home, and kept as written when neither holds it (a
+// registry name) or when the working directory already names the same file (configs/README.md).
+// Inputs: `targets` (a model's tokenizer is found beside its checkpoint, so it follows), dataset
+// names, the methods' `path_knobs`, `paper.reference` (stored absolute when found: the report
+// reads it later), and the same fields in `exclude`/`only` matchers so they still match. Outputs
+// (`output`, knobs such as specblock+bandit's `log`) stay relative to the working directory.
 void ResolveConfigPaths(nlohmann::json& config, const std::string& config_path,
                         const InputPathKnobs& path_knobs);
 // Reads, path-resolves and parses a sweep file (harness/runner/sweep.h has the overload that takes

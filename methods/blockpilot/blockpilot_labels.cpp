@@ -349,7 +349,7 @@ BlockPilotLabels LoadBlockPilotLabels(const std::string& path) {
 BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std::string& out_path,
                                       const BlockPilotLabelRunOptions& options) {
   CheckConfig(c);
-  SPECBED_CHECK(!out_path.empty(), "blockpilot label: --out is required");
+  SPECBED_CHECK(!out_path.empty(), "blockpilot label: -o/--output is required");
   SPECBED_CHECK(options.stop_after >= 0 && options.partial_every_s >= 0,
                 "blockpilot label: stop_after and partial_every_s must be >= 0");
   at::set_num_threads(c.threads);

@@ -332,7 +332,7 @@ class StaticShape : public TreeShapeController {
 LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, bool verbose,
                         int64_t stop_after_stages) {
   CheckConfig(c);
-  SPECBED_CHECK(!out_dir.empty(), "train ltd: --out is required");
+  SPECBED_CHECK(!out_dir.empty(), "train ltd: -o/--output is required");
   at::set_num_threads(c.threads);
   fs::create_directories(out_dir + "/work");
   const ojson settings = Settings(c);
@@ -345,7 +345,7 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
              nlohmann::json::parse(settings.dump());
     });
     SPECBED_CHECK(same, "train ltd: '", out_dir, "' holds a run with other settings (", state_path,
-                  "); use another --out or delete it");
+                  "); use another -o/--output or delete it");
   }
   state["settings"] = settings;
 

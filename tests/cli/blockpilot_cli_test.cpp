@@ -43,13 +43,13 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
   WriteHead(dir + "/head");
   const std::string labels = dir + "/labels/l.safetensors";
 
-  auto r = RunSpecbedLine("blockpilot label --n-prompts 4 --out " + labels, dir);
+  auto r = RunSpecbedLine("blockpilot label --n-prompts 4 --output " + labels, dir);
   EXPECT_GE(r.exit_code, 100) << Describe(r);  // --drafter missing: a usage error
   EXPECT_TRUE(Contains(r.err, "--drafter is required"));
 
   r = RunSpecbedLine("blockpilot label -q --drafter " + dir +
                          "/head --n-prompts 12 --prompt-tokens 6 --max-new-tokens 16 --radius 1 "
-                         "--out " +
+                         "--output " +
                          labels,
                      dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -61,7 +61,7 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
   EXPECT_FALSE(fs::exists(labels + ".partial"));
 
   const std::string pred = dir + "/pred";
-  r = RunSpecbedLine("blockpilot train -q --labels " + labels + " --out " + pred +
+  r = RunSpecbedLine("blockpilot train -q --labels " + labels + " --output " + pred +
                          " --hidden 16 --steps 5 --batch 4",
                      dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -74,7 +74,7 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
   EXPECT_TRUE(Contains(cli_test::ReadAll(pred + "/config.json"), "\"evaluation\""));
 
   r = RunSpecbedLine(
-      "blockpilot train -q --labels " + dir + "/none.safetensors --out " + pred + "2", dir);
+      "blockpilot train -q --labels " + dir + "/none.safetensors --output " + pred + "2", dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "does not exist"));
 
@@ -89,7 +89,7 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
                     "\", \"radius\": " + std::to_string(radius) +
                     "}}], \"datasets\": [{\"name\": \"stories\", \"limit\": 2}], "
                     "\"temperatures\": [0.0], \"max_new_tokens\": 16, \"warmup\": 0}");
-    r = RunSpecbedLine("run " + config + " --no-progress", dir);
+    r = RunSpecbedLine("run " + config + " --quiet", dir);
     if (radius == 1) {
       EXPECT_EQ(r.exit_code, 0) << Describe(r);
     } else {

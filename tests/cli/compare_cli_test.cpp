@@ -43,7 +43,7 @@ TEST(CompareCli, SelfComparePassesAndALoweredBudgetFails) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (auto [name, gamma] : {std::pair<const char*, int>{"base", 4}, {"again", 4}, {"worse", 1}}) {
-    const auto r = Specbed("run --no-progress " + WriteConfig(dir, name, gamma), dir);
+    const auto r = Specbed("run --quiet " + WriteConfig(dir, name, gamma), dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   const std::string gate = " --speedup-threshold 0.5";
@@ -96,7 +96,7 @@ TEST(SyntheticAcceptanceCli, FlaggedInSummaryAndReport) {
             "datasets": [{"name": "stories", "limit": 4}], "max_new_tokens": 96, "warmup": 0,
             "synthetic_acceptance": [0.9, 0.0]})";
   }
-  auto r = Specbed("run --no-progress " + config, dir);
+  auto r = Specbed("run --quiet " + config, dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = Specbed("summary " + dir + "/synthetic.db --json", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -2,7 +2,8 @@
 // (SPECBED_BIN) on stories260K with its shipped EAGLE-3 head, simulated rewards from a tables file
 // written here. Checks exit codes (0 ok, 1 specbed::Error, >= 100 usage), a stop after one stage
 // and its resume to the end, the files written, and the errors for a bad --reward and for other
-// settings in the same --out. Deterministic (fixed seeds, simulated rewards): false-failure rate 0.
+// settings in the same -o/--output. Deterministic (fixed seeds, simulated rewards): false-failure
+// rate 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,11 +38,11 @@ TEST(LtdCliTest, TrainStopResumeAndErrors) {
       "/tables.json --max-new-tokens 24 --val-count 2 --size-step 1 --n-actions 16 "
       "--depth-hidden 16 --size-hidden 16 8 --critic-hidden 16 8 --size-steps 128 "
       "--depth-steps 128 --iter-steps 64 --iterations 1 --n-steps 64 --minibatch 32 "
-      "--epochs 2 --partner-rounds-max 4 --out " +
+      "--epochs 2 --partner-rounds-max 4 --output " +
       dir + "/out";
 
   auto r = RunSpecbedLine("train ltd --target stories260K", dir);
-  EXPECT_GE(r.exit_code, 100) << Describe(r);  // --out missing: a usage error
+  EXPECT_GE(r.exit_code, 100) << Describe(r);  // -o/--output missing: a usage error
 
   r = RunSpecbedLine(common + " --reward speed", dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);

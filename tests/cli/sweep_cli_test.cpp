@@ -93,7 +93,7 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
   EXPECT_EQ(listed.size(), 6u);
   EXPECT_FALSE(fs::exists(dir + "/all.db")) << "--dry-run must not create the database";
 
-  const ProcResult all = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  const ProcResult all = RunSpecbed({"sweep", sweep, "--quiet"}, dir);
   ASSERT_EQ(all.exit_code, 0) << Describe(all);
   EXPECT_TRUE(Contains(all.err, "specbed sweep: 6 cases\n"));
   EXPECT_TRUE(Contains(all.err, "6 cases (6 run, 0 already complete)"));
@@ -111,7 +111,7 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
     const std::string db = dir + "/shard_" + std::to_string(i) + ".db";
     const std::string shard = std::to_string(i) + "/2";
     const ProcResult r =
-        RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--no-progress"}, dir);
+        RunSpecbed({"sweep", sweep, "--shard", shard, "--output", db, "--quiet"}, dir);
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
     EXPECT_TRUE(Contains(r.err, "in shard " + shard + " (6 in the sweep)")) << r.err;
     const std::set<std::string> keys = Keys(KeyCounts(db));
@@ -234,7 +234,7 @@ TEST(CliSweep, SigkillMidSweepResumesToEveryCaseOnce) {
   ASSERT_LT(before, 18);
   EXPECT_EQ(OpenReadOnly(db)->CountRows("samples"), 2 * before) << "a partial case was stored";
 
-  const ProcResult again = RunSpecbed({"sweep", sweep, "--no-progress"}, dir);
+  const ProcResult again = RunSpecbed({"sweep", sweep, "--quiet"}, dir);
   ASSERT_EQ(again.exit_code, 0) << Describe(again);
   EXPECT_TRUE(Contains(again.err, std::to_string(before) + " of 18 cases already complete"));
   const std::map<std::string, int> counts = KeyCounts(db);
@@ -262,7 +262,7 @@ TEST(CliSweep, RunAcceptsSweepFilesAndReportsSkippedBatches) {
   cfg["temperatures"] = {0};
   cfg["batch_sizes"] = {1, 2};
   const std::string sweep = WriteSweep(dir, "run.json", cfg);
-  const ProcResult r = RunSpecbed({"run", sweep, "--no-progress"}, dir);
+  const ProcResult r = RunSpecbed({"run", sweep, "--quiet"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "skipped: method ar does not support batch > 1 (1 cases)"));
   EXPECT_TRUE(Contains(r.err, "skipped: method sps does not support batch > 1 (2 cases)"));
@@ -299,29 +299,54 @@ TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   EXPECT_GE(r.exit_code, 100) << "a missing input is a usage error\n" << Describe(r);
 }
 
-// A config's relative input paths resolve against the config file's folder (the dataset), then
-// the SpecBed home (the DFlash drafter under models/), run from another working directory; the
-// default output (results/run.db, relative to the working directory) gets its folder created.
+// A config's relative input paths resolve against the config file's folder (the dataset, a target
+// checkpoint with its tokenizer beside it, the paper reference), then the SpecBed home (the DFlash
+// and JetSpec heads under models/), run from another working directory; exclude matchers naming a
+// relative target or drafter path resolve the same way, so they still match; the report, run from
+// a third directory, finds the paper reference; the default output (results/run.db, relative to
+// the working directory) gets its folder created.
 TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
   const std::string dir = TestDir();
-  fs::create_directories(dir + "/configs/data");
-  fs::create_directories(dir + "/elsewhere");
-  fs::copy_file(std::string(SPECBED_SOURCE_DIR) + "/datasets/data/stories/prompts.jsonl",
+  const std::string src = SPECBED_SOURCE_DIR;
+  for (const char* sub :
+       {"/configs/data", "/configs/model", "/configs/ref", "/elsewhere", "/third"})
+    fs::create_directories(dir + sub);
+  fs::copy_file(src + "/datasets/data/stories/prompts.jsonl",
                 dir + "/configs/data/my_prompts.jsonl");
+  // A llama2.c checkpoint given by path: its tokenizer is the tokenizer.bin beside it.
+  fs::copy_file(src + "/models/stories260K/stories260K.bin",
+                dir + "/configs/model/stories260K.bin");
+  fs::copy_file(src + "/models/stories260K/tok512.bin", dir + "/configs/model/tokenizer.bin");
+  cli_test::WriteFile(
+      dir + "/configs/ref/paper.json",
+      Json(
+          {{"paper", "PathsTestPaper"},
+           {"table", "Table 9"},
+           {"rows",
+            {{{"method", "dflash"}, {"dataset", "my_prompts"}, {"temperature", 0}, {"tau", 2.0}}}}})
+          .dump());
   const Json config = {
       {"name", "paths-test"},
-      {"targets", {"stories260K"}},
+      {"targets", {"stories260K", "model/stories260K.bin"}},
       {"methods",
-       {"ar", {{"name", "dflash"}, {"knobs", {{"drafter", "models/stories260K/dflash"}}}}}},
+       {"ar",
+        {{"name", "dflash"},
+         {"knobs", {{"drafter", {"models/stories260K/dflash", "models/stories260K/jetspec"}}}}}}},
       {"datasets", {{{"name", "data/my_prompts.jsonl"}, {"limit", 1}}}},
       {"temperatures", {0}},
       {"max_new_tokens", 4},
-      {"warmup", 0}};
+      {"warmup", 0},
+      {"exclude",
+       {{{"target", "model/stories260K.bin"}, {"method", "dflash"}},
+        {{"method", "dflash"}, {"knobs", {{"drafter", "models/stories260K/jetspec"}}}}}},
+      {"paper", {{"reference", "ref/paper.json"}, {"table", "Table 9"}}}};
   WriteSweep(dir + "/configs", "paths.json", config);
-  // Neither path exists from the working directory: before, both failed ("does not exist").
-  ASSERT_FALSE(fs::exists(dir + "/elsewhere/data/my_prompts.jsonl"));
-  ASSERT_FALSE(fs::exists(dir + "/elsewhere/models/stories260K/dflash"));
-  // RunSpecbed starts specbed in the source tree; this one must start elsewhere.
+  // None of the paths exists from the working directory: before, each failed ("does not exist").
+  for (const char* p : {"data/my_prompts.jsonl", "model/stories260K.bin", "ref/paper.json",
+                        "models/stories260K/dflash"}) {
+    ASSERT_FALSE(fs::exists(dir + "/elsewhere/" + p)) << p;
+  }
+  // RunSpecbed starts specbed in the source tree; these must start elsewhere.
   auto run_in = [&](const std::string& cwd, const std::string& args, std::string* err) {
     const std::string err_file = dir + "/stderr.txt";
     const int status = std::system(("cd '" + cwd + "' && '" + std::string(SPECBED_BIN) + "' " +
@@ -331,26 +356,45 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
     return status;
   };
   std::string err;
-  ASSERT_EQ(run_in(dir + "/elsewhere", "run ../configs/paths.json --no-progress", &err), 0) << err;
+  ASSERT_EQ(run_in(dir + "/elsewhere", "run ../configs/paths.json --quiet", &err), 0) << err;
   const std::string db = dir + "/elsewhere/results/run.db";
   ASSERT_TRUE(fs::exists(db)) << err;
   const auto cases = OpenReadOnly(db)->ListCases();
-  ASSERT_EQ(cases.size(), 2u);
+  // AR on both targets, DFlash (its own head) on stories260K only: the two exclude matchers,
+  // written with the same relative paths, matched the resolved values.
+  ASSERT_EQ(cases.size(), 3u) << err;
+  int on_path_target = 0;
   for (const auto& c : cases) {
     EXPECT_NE(c.record.dataset.find("configs/data/my_prompts.jsonl"), std::string::npos)
         << c.record.dataset;
     EXPECT_EQ(c.n_samples, 1);
+    if (c.record.target.find("configs/model/stories260K.bin") != std::string::npos) {
+      ++on_path_target;
+      EXPECT_EQ(c.record.method, "ar");
+    }
     if (c.record.method == "dflash") {
-      EXPECT_NE(c.record.method_knobs_json.find(std::string(SPECBED_SOURCE_DIR).substr(1)),
+      EXPECT_NE(c.record.method_knobs_json.find(src.substr(1) + "/models/stories260K/dflash"),
                 std::string::npos)
           << c.record.method_knobs_json;
     }
+    // The paper reference is stored absolute (the report reads it from anywhere).
+    const Json stored = Json::parse(c.record.config_json);
+    ASSERT_TRUE(stored.contains("paper")) << c.record.config_json;
+    const std::string ref = stored["paper"]["reference"].get<std::string>();
+    EXPECT_TRUE(fs::path(ref).is_absolute()) << ref;
+    EXPECT_TRUE(fs::equivalent(ref, dir + "/configs/ref/paper.json")) << ref;
   }
+  EXPECT_EQ(on_path_target, 1);
+  // The report from a third directory loads the reference (no warning) and shows its table.
+  ASSERT_EQ(run_in(dir + "/third", "report ../elsewhere/results/run.db -o rep", &err), 0) << err;
+  EXPECT_FALSE(cli_test::Contains(err, "could not be loaded")) << err;
+  EXPECT_TRUE(
+      cli_test::Contains(cli_test::ReadAll(dir + "/third/rep/index.html"), "PathsTestPaper"));
   // A path that exists nowhere still fails naming it.
   Json bad = config;
   bad["datasets"] = {{{"name", "data/missing.jsonl"}, {"limit", 1}}};
   WriteSweep(dir + "/configs", "bad.json", bad);
-  EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --no-progress -o x.db", &err), 0);
+  EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --quiet -o x.db", &err), 0);
   EXPECT_TRUE(cli_test::Contains(err, "data/missing.jsonl"));
 }
 
@@ -359,7 +403,7 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   const std::string sweep = WriteSweep(dir, "s.json", SmallSweep("results/s.db"));
   const ProcResult r =
       RunSpecbed({"slurm", sweep, "--shards", "3", "--partition", "gpu", "--time", "02:30:00",
-                  "--cpus", "8", "--gpus", "1", "--output-dir", dir + "/shards"},
+                  "--cpus", "8", "--gpus", "1", "--output", dir + "/shards"},
                  dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const std::string& s = r.out;
@@ -404,7 +448,7 @@ TEST(CliSlurm, QuotesSbatchValuesAndEscapesPercentInTheLogPath) {
   cfg["name"] = "a b #1 'q' \"d\"";
   const std::string sweep = WriteSweep(dir, "s.json", cfg);
   const std::string shards = dir + "/shard logs #1 100%";
-  const ProcResult r = RunSpecbed({"slurm", sweep, "--shards", "2", "--output-dir", shards}, dir);
+  const ProcResult r = RunSpecbed({"slurm", sweep, "--shards", "2", "-o", shards}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.out, "#SBATCH --job-name=\"specbed-a b #1 'q' \\\"d\\\"\"\n")) << r.out;
   EXPECT_TRUE(Contains(r.out, "#SBATCH --output=\"" + fs::absolute(dir).string() +
@@ -416,15 +460,14 @@ TEST(CliSlurm, QuotesSbatchValuesAndEscapesPercentInTheLogPath) {
   // A plain value stays bare.
   const ProcResult plain =
       RunSpecbed({"slurm", WriteSweep(dir, "p.json", SmallSweep("results/s.db")), "--shards", "2",
-                  "--output-dir", dir + "/plain"},
+                  "-o", dir + "/plain"},
                  dir);
   ASSERT_EQ(plain.exit_code, 0) << Describe(plain);
   EXPECT_TRUE(Contains(plain.out, "#SBATCH --job-name=specbed-sweep-test\n")) << plain.out;
   // A backslash would switch Slurm's %A/%a expansion off (every task one log): refused by name.
-  const ProcResult bad =
-      RunSpecbed({"slurm", sweep, "--shards", "2", "--output-dir", dir + "/a\\b"}, dir);
+  const ProcResult bad = RunSpecbed({"slurm", sweep, "--shards", "2", "-o", dir + "/a\\b"}, dir);
   EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
-  EXPECT_TRUE(Contains(bad.err, "--output-dir must not contain a backslash")) << bad.err;
+  EXPECT_TRUE(Contains(bad.err, "-o/--output must not contain a backslash")) << bad.err;
   EXPECT_FALSE(fs::exists(dir + "/a\\b"));
 }
 

@@ -21,9 +21,9 @@ TEST(CliTwin, PadsAModelAndADrafterAndTheTwinGeneratesTheSameText) {
   EXPECT_TRUE(Contains(config, "\"feature_depth\": 5"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/t/tokenizer.bin"));  // the source's tokenizer
   const std::string args = " --prompt Once --max-new-tokens 24 --temperature 0 --json";
-  ProcResult a = RunSpecbedLine("generate --model stories260K" + args, dir);
+  ProcResult a = RunSpecbedLine("generate --target stories260K" + args, dir);
   ASSERT_EQ(a.exit_code, 0) << Describe(a);
-  ProcResult b = RunSpecbedLine("generate --model " + dir + "/t" + args, dir);
+  ProcResult b = RunSpecbedLine("generate --target " + dir + "/t" + args, dir);
   ASSERT_EQ(b.exit_code, 0) << Describe(b);
   const auto ids = [](const std::string& json) {
     const size_t at = json.find("\"generated_ids\"");
@@ -48,7 +48,7 @@ TEST(CliTwin, BadInputsFailClearly) {
   EXPECT_TRUE(Contains(r.err, "no/such/model"));
   r = RunSpecbedLine("twin stories260K", dir);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(Contains(r.err, "--out"));
+  EXPECT_TRUE(Contains(r.err, "-o DIR"));
   r = RunSpecbedLine("twin stories260K --width-factor 0 -o x", dir);
   EXPECT_GE(r.exit_code, 100);  // CLI11 range check
 }

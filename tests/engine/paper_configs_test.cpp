@@ -2,7 +2,9 @@
 // expands with ExpandSweep against the builtin method registry (methods not registered yet must
 // be on the README's "Planned methods" line, and expanding the full sweep must fail naming them);
 // every reference file loads with LoadPaperReference, has only the allowed fields, and its rows'
-// method, dataset, temperature, target and knobs occur in the sweep's axes. No model is loaded.
+// method, dataset, temperature, target and knobs occur in the sweep's axes. Also: the quickstart
+// job (configs/quickstart.json) runs every registered method but the LTD family, and its docs
+// (README.md, scripts/quickstart) name exactly those. No model is loaded.
 // Checked by: this file (it is the check for configs/papers/).
 #include <gtest/gtest.h>
 
@@ -139,8 +141,8 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     ASSERT_TRUE(sweep.paper.contains("reference") && sweep.paper["reference"].is_string());
     ASSERT_TRUE(sweep.paper.contains("table") && sweep.paper["table"].is_string());
     EXPECT_FALSE(sweep.paper["table"].get<std::string>().empty());
-    EXPECT_TRUE(fs::exists(std::string(SPECBED_SOURCE_DIR) + "/" +
-                           sweep.paper["reference"].get<std::string>()));
+    // Relative to the sweep's folder or the SpecBed home: resolved on load (stored absolute).
+    EXPECT_TRUE(fs::exists(sweep.paper["reference"].get<std::string>()));
 
     // Every dataset is a SpecBed dataset, so the sweep runs from a plain checkout.
     for (const DatasetSpec& d : sweep.base.datasets)
@@ -157,7 +159,8 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     }
 
     // The registered part expands (no checkpoint is opened: the paths do not exist here).
-    const Json raw = ReadJsonFile(file);
+    Json raw = ReadJsonFile(file);
+    ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     const SweepExpansion expansion = ExpandSweep(registered, Registry());
     EXPECT_FALSE(expansion.cases.empty());
@@ -193,7 +196,8 @@ TEST(PaperConfigs, PairedDrafterSweepsGiveEachTargetOneDrafter) {
   // (target, method) pair of the registered methods uses a single value of its drafter knob.
   for (const std::string& file : SweepFiles()) {
     SCOPED_TRACE(file);
-    const Json raw = ReadJsonFile(file);
+    Json raw = ReadJsonFile(file);
+    ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     std::map<std::string, std::set<std::string>> drafters;
     for (const CaseConfig& c : ExpandSweep(registered, Registry()).cases) {
@@ -215,8 +219,7 @@ TEST(PaperConfigs, ReferenceRowsAreCoveredBySweeps) {
   for (const std::string& file : SweepFiles()) {
     SCOPED_TRACE(file);
     const SweepConfig sweep = LoadSweepConfig(file);
-    const std::string ref_rel = sweep.paper["reference"].get<std::string>();
-    const std::string ref_path = std::string(SPECBED_SOURCE_DIR) + "/" + ref_rel;
+    const std::string ref_path = sweep.paper["reference"].get<std::string>();  // resolved on load
     used_references.insert(fs::path(ref_path).filename().string());
 
     // The report's own loader accepts it.
@@ -300,6 +303,52 @@ TEST(PaperConfigs, ReferenceRowsAreCoveredBySweeps) {
     EXPECT_TRUE(used_references.count(entry.path().filename().string()) == 1)
         << entry.path() << " is not named by any sweep";
   }
+}
+
+// The quickstart runs every registered method except the LTD family (its own job,
+// configs/ltd_twin.json), and README.md / scripts/quickstart name each method it runs and each
+// one it leaves out; scripts/quickstart builds only the CLI.
+TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
+  const std::string src = SPECBED_SOURCE_DIR;
+  const SweepConfig quick = LoadSweepConfig(src + "/configs/quickstart.json");
+  const SweepConfig ltd = LoadSweepConfig(src + "/configs/ltd_twin.json");
+  std::set<std::string> runs, ltd_runs;
+  for (const MethodSpec& m : quick.base.methods) runs.insert(m.name);
+  for (const MethodSpec& m : ltd.base.methods) ltd_runs.insert(m.name);
+  const std::set<std::string> ltd_family = {"ltd", "eagle3+ddd", "eagle3+svip", "eagle3+gammatune"};
+  const std::string readme = ReadFileToString(src + "/README.md");
+  const std::string script = ReadFileToString(src + "/scripts/quickstart");
+  for (const std::string& name : Registry().Names()) {
+    if (ltd_family.count(name)) {
+      EXPECT_EQ(runs.count(name), 0u) << name;
+      EXPECT_EQ(ltd_runs.count(name), 1u) << name << " is in neither job";
+      EXPECT_NE(readme.find(name), std::string::npos) << "README.md does not name " << name;
+    } else {
+      EXPECT_EQ(runs.count(name), 1u) << name << " is registered but not in the quickstart";
+    }
+  }
+  // Each method the quickstart runs is named (by its display spelling) in README and the script.
+  const std::map<std::string, std::string> shown = {{"ar", "AR"},
+                                                    {"sps", "SpS"},
+                                                    {"sps+osd", "SpS+OSD"},
+                                                    {"eagle3", "EAGLE-3"},
+                                                    {"eagle3+osd", "EAGLE-3+OSD"},
+                                                    {"dflash", "DFlash"},
+                                                    {"ddtree", "DDTree"},
+                                                    {"jetspec", "JetSpec"},
+                                                    {"dflash+blockpilot", "DFlash+BlockPilot"},
+                                                    {"pearl", "PEARL"},
+                                                    {"specbranch", "SpecBranch"},
+                                                    {"specblock", "SpecBlock"},
+                                                    {"specblock+osd", "SpecBlock+OSD"},
+                                                    {"specblock+bandit", "SpecBlock+bandit"}};
+  for (const std::string& name : runs) {
+    ASSERT_EQ(shown.count(name), 1u) << name << ": add its display name here and to the docs";
+    EXPECT_NE(readme.find(shown.at(name)), std::string::npos) << shown.at(name);
+    EXPECT_NE(script.find(shown.at(name)), std::string::npos) << shown.at(name);
+  }
+  EXPECT_NE(script.find("scripts/build.sh specbed\n"), std::string::npos)
+      << "scripts/quickstart must build only the specbed binary";
 }
 
 }  // namespace

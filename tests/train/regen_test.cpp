@@ -526,7 +526,7 @@ TEST(RegenCliTest, SuccessAndErrors) {
   const std::string out = dir + "/data/stories.regen.safetensors";
   CliRun r = Specbed(
       "regen --target stories260K --prompts bos --n-sequences 3 "
-      "--max-new-tokens 8 --seed 1 -q --out " +
+      "--max-new-tokens 8 --seed 1 -q --output " +
           out,
       dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -543,19 +543,19 @@ TEST(RegenCliTest, SuccessAndErrors) {
                           false)
                           .tokens);
 
-  r = Specbed("regen --prompts stories --limit 1 --n-per-prompt 2 --max-new-tokens 4 -q --out " +
+  r = Specbed("regen --prompts stories --limit 1 --n-per-prompt 2 --max-new-tokens 4 -q --output " +
                   dir + "/s.safetensors",
               dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("regen: 2 sequences"), std::string::npos) << r.out;
 
-  r = Specbed("regen --prompts no_such_set -q --out " + dir + "/x.safetensors", dir);
+  r = Specbed("regen --prompts no_such_set -q --output " + dir + "/x.safetensors", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown dataset 'no_such_set'"), std::string::npos) << r.err;
-  r = Specbed("regen --prompts stories --limit 0 -q --out " + dir + "/x.safetensors", dir);
+  r = Specbed("regen --prompts stories --limit 0 -q --output " + dir + "/x.safetensors", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--limit must be -1 (all) or >= 1"), std::string::npos) << r.err;
-  r = Specbed("regen --prompts bos --n-sequences 2", dir);  // --out missing: usage error
+  r = Specbed("regen --prompts bos --n-sequences 2", dir);  // -o/--output missing: usage error
   EXPECT_GE(r.exit_code, 100) << r.err;
   EXPECT_FALSE(fs::exists(dir + "/x.safetensors"));
 }

@@ -29,9 +29,9 @@ TEST(TrainCliTest, ExitCodesResumeAndMismatch) {
   fs::create_directories(dir);
   const std::string out = dir + "/draft";
   // Everything but --target and --seq-len (CLI11 rejects an option given twice).
-  const std::string knobs = "train draft-lm --out " + out +
+  const std::string knobs = "train draft-lm --output " + out +
                             " --n-sequences 6 --n-eval-sequences 1 --steps 6 --batch 2 --dim 16"
-                            " --n-heads 2 --seed 3";
+                            " --heads 2 --seed 3";
   const std::string tiny = knobs + " --target stories260K --seq-len 24";
 
   auto r = Specbed("train draft-lm --dim 16", dir);  // -o/--output missing: a usage error
@@ -64,12 +64,12 @@ TEST(TrainCliTest, Eagle3FromRegenDataAndErrors) {
   const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_cli_eagle3";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto r = Specbed("regen --n-sequences 10 --max-new-tokens 30 --seed 2 -q --out " + dir +
+  auto r = Specbed("regen --n-sequences 10 --max-new-tokens 30 --seed 2 -q --output " + dir +
                        "/data.regen.safetensors",
                    dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string train = "train eagle3 -q --data " + dir + "/data.regen.safetensors --n-eval 2" +
-                            " --max-len 24 --ttt-steps 2 --steps 6 --batch 2 --out " + dir +
+                            " --max-len 24 --ttt-steps 2 --steps 6 --batch 2 --output " + dir +
                             "/head";
   r = Specbed(train + " --aux-layers 1 3 5", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -85,7 +85,7 @@ TEST(TrainCliTest, Eagle3FromRegenDataAndErrors) {
   r = Specbed(train + " --aux-layers 1 3 5 --lr 0.5", dir);  // another setting than the stored run
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("'lr' (--lr)"), std::string::npos) << r.err;
-  r = Specbed("train eagle3 --out " + dir + "/x --data " + dir + "/missing.safetensors", dir);
+  r = Specbed("train eagle3 --output " + dir + "/x --data " + dir + "/missing.safetensors", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("missing.safetensors"), std::string::npos) << r.err;
 }

@@ -223,12 +223,11 @@ EvalStats Evaluate(LlamaModel& target, const TrainableLlama& draft, const TokenD
 
 void CheckConfig(const DraftLmTrainConfig& c) {
   SPECBED_CHECK(c.layers >= 1 && c.dim >= 2 && c.n_heads >= 1, "draft-lm: --layers, --dim and ",
-                "--n-heads must be positive (got ", c.layers, ", ", c.dim, ", ", c.n_heads, ")");
+                "--heads must be positive (got ", c.layers, ", ", c.dim, ", ", c.n_heads, ")");
   SPECBED_CHECK(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, "draft-lm: --dim ", c.dim,
-                " must be a multiple of --n-heads ", c.n_heads, " with an even head size");
-  SPECBED_CHECK(
-      c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
-      "draft-lm: --n-kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
+                " must be a multiple of --heads ", c.n_heads, " with an even head size");
+  SPECBED_CHECK(c.n_kv_heads >= 0 && c.hidden_dim >= 0 && c.max_seq_len >= 0,
+                "draft-lm: --kv-heads, --hidden-dim and --max-seq-len must be >= 0 (0 = default)");
   SPECBED_CHECK(c.n_sequences >= 1 && c.n_eval_sequences >= 1 && c.seq_len >= 2,
                 "draft-lm: need --n-sequences >= 1, --n-eval-sequences >= 1 and --seq-len >= 2");
   SPECBED_CHECK(c.temperature > 0, "draft-lm: --temperature must be > 0 (sampling), got ",
@@ -352,7 +351,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   CheckConfig(config);
   const OptimConfig optim = DraftLmOptim(config);
   CheckOptimConfig(optim, config.n_sequences, "draft-lm");
-  SPECBED_CHECK(!out_dir.empty(), "draft-lm: --out is required");
+  SPECBED_CHECK(!out_dir.empty(), "draft-lm: -o/--output is required");
   at::set_num_threads(config.optim.threads);
 
   LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));

@@ -377,7 +377,7 @@ RegenData GenerateRegenData(const RegenConfig& config, bool verbose) {
 
 RegenRunResult RegenerateToFile(const RegenConfig& config, const std::string& path,
                                 const RegenRunOptions& options) {
-  SPECBED_CHECK(!path.empty(), "regen: --out is required");
+  SPECBED_CHECK(!path.empty(), "regen: -o/--output is required");
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   const std::string partial = path + ".partial";

@@ -223,7 +223,8 @@ void CheckSameSettings(const ojson& stored, const ojson& wanted, const std::stri
     const bool has = stored.contains(key);
     if (has && stored[key] == value) continue;
     const std::string hint =
-        "; pass --restart to discard it (or resume with the same settings, or use another --out)";
+        "; pass --restart to discard it (or resume with the same settings, or use another "
+        "-o/--output)";
     if (key == "target_fingerprint") {
       Fail(where, " holds a run trained on other target weights (fingerprint ",
            has ? stored[key].dump() : "none", ", this target's ", value.dump(), ")", hint);
@@ -283,7 +284,7 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
                              const std::string& out_dir, const TrainLoopOptions& options) {
   const std::string who = task.Name();
   CheckOptimConfig(optim, task.TrainRows(), who);
-  SPECBED_CHECK(!out_dir.empty(), who, ": --out is required");
+  SPECBED_CHECK(!out_dir.empty(), who, ": -o/--output is required");
   SPECBED_CHECK(!(options.resume && options.restart), who,
                 ": --resume and --restart exclude each other");
   SPECBED_CHECK(options.stop_after >= 0, who, ": stop_after must be >= 0");
