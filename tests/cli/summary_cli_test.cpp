@@ -50,8 +50,9 @@ std::string ReadAll(const std::string& path) {
 // Runs `specbed args...` with stdout/stderr captured in files; kills it after 60 s.
 ProcResult RunSpecbed(const std::vector<std::string>& args) {
   static int counter = 0;
-  const std::string stem =
-      std::string(SPECBED_TEST_TMPDIR) + "/summary_cli_" + std::to_string(counter++);
+  // The process id keeps tests that ctest runs in parallel (one process each) apart.
+  const std::string stem = std::string(SPECBED_TEST_TMPDIR) + "/summary_cli_" +
+                           std::to_string(getpid()) + "_" + std::to_string(counter++);
   const std::string out_path = stem + ".stdout", err_path = stem + ".stderr";
   std::vector<std::string> argv_s = {SPECBED_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
