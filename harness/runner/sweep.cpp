@@ -17,15 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The case's workload without the method: AR cases with the same group serve as baselines.
-std::string BaselineGroup(const CaseConfig& c) {
-  Json j = c.IdentityJson();
-  j.erase("method");
-  j.erase("knobs");
-  j.erase("repeat");
-  return j.dump();
-}
-
 std::vector<std::string> MatcherMethods(const Json& matcher) {
   std::vector<std::string> out;
   if (!matcher.contains("method")) return out;
@@ -183,14 +174,15 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
       }
     }
   }
-  // `only`: a baseline (non-speculative) case stays when a kept speculative case needs it.
+  // `only`: a baseline (non-speculative) case stays when a kept speculative case of its workload
+  // (WorkloadKey, as paired timing and sharding match them) needs it.
   std::set<std::string> needed;
   for (const Candidate& k : candidates) {
-    if (k.speculative) needed.insert(BaselineGroup(k.c));
+    if (k.speculative) needed.insert(WorkloadKey(k.c));
   }
   SweepExpansion out;
   for (Candidate& k : candidates) {
-    if (k.pending_baseline && needed.count(BaselineGroup(k.c)) == 0) {
+    if (k.pending_baseline && needed.count(WorkloadKey(k.c)) == 0) {
       ++only_dropped;
       continue;
     }
@@ -230,30 +222,31 @@ std::vector<CaseConfig> ShardCases(const std::vector<CaseConfig>& cases, int64_t
   SPECBED_CHECK(index >= 0 && index < count, "shard index must be in [0, ", count - 1, "], got ",
                 index);
   if (count == 1) return cases;
-  auto shard_of = [&](const CaseConfig& c) {
-    const std::string key = c.Key();
-    return static_cast<int64_t>(Fnv1a64(key.data(), key.size()) % static_cast<uint64_t>(count));
-  };
-  // The workloads whose method cases land in this shard, and those with a method case anywhere.
+  // Each method case's shard, and the workloads whose method cases land in this shard or anywhere.
+  std::vector<int64_t> shard_of(cases.size(), -1);
   std::set<std::string> here, anywhere;
-  for (const CaseConfig& c : cases) {
-    if (c.IsArBaseline()) continue;
-    const std::string w = WorkloadKey(c);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string key = cases[i].Key();
+    shard_of[i] =
+        static_cast<int64_t>(Fnv1a64(key.data(), key.size()) % static_cast<uint64_t>(count));
+    if (cases[i].IsArBaseline()) continue;
+    const std::string w = WorkloadKey(cases[i]);
     anywhere.insert(w);
-    if (shard_of(c) == index) here.insert(w);
+    if (shard_of[i] == index) here.insert(w);
   }
   const std::string tag = StrCat(index, "/", count);
   std::vector<CaseConfig> out;
-  for (const CaseConfig& c : cases) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CaseConfig& c = cases[i];
     if (!c.IsArBaseline()) {
-      if (shard_of(c) == index) out.push_back(c);
+      if (shard_of[i] == index) out.push_back(c);
       continue;
     }
     // An AR case runs in every shard that holds a method case of its workload (its speedups and
     // exact matches then come from the same machine and run), else in its own hash's shard. The
     // shard tag is part of its key, so each shard's copy survives `specbed merge`.
     const std::string w = WorkloadKey(c);
-    if (here.count(w) > 0 || (anywhere.count(w) == 0 && shard_of(c) == index)) {
+    if (here.count(w) > 0 || (anywhere.count(w) == 0 && shard_of[i] == index)) {
       out.push_back(c);
       out.back().shard = tag;
     }

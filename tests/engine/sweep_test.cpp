@@ -147,6 +147,12 @@ TEST(SweepExpand, TimingIsPairedWhenTheConfigHasArForTheWorkload) {
                                  .cases) {
     EXPECT_EQ(c.timing, c.method.name == "ar" ? "per_case" : "paired");
   }
+  // Synthetic acceptance is set on speculative cases only: `only` still keeps their AR baseline.
+  const SweepExpansion synthetic = Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
+      "synthetic_acceptance":[0.5],"only":[{"method":"sps"}]})");
+  ASSERT_EQ(synthetic.cases.size(), 2u);
+  EXPECT_TRUE(synthetic.cases[0].IsArBaseline());
+  EXPECT_EQ(synthetic.cases[1].timing, "paired");
   // Explicit modes.
   for (const CaseConfig& c : Expand(R"({"methods":["ar",{"name":"sps","knobs":{"gamma":2}}],
       "timing":"per_case"})")
