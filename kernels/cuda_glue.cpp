@@ -5,6 +5,7 @@
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 namespace specbed {
 namespace kernel_detail {
@@ -20,6 +21,36 @@ CudaLaunchScope::~CudaLaunchScope() {
   if (device_ != previous_device_) {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(previous_device_));
   }
+}
+
+namespace {
+std::string VersionString(int v) {  // CUDA encodes 13.0 as 13000
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+void SynchronizeCurrentStream(int index) {
+  const auto device =
+      static_cast<c10::DeviceIndex>(index < 0 ? c10::cuda::current_device() : index);
+  c10::cuda::getCurrentCUDAStream(device).synchronize();
+}
+
+std::string DescribeCudaDevices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return "";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    if (!out.empty()) out += "; ";
+    out += std::string(prop.name) + ", compute capability " + std::to_string(prop.major) + "." +
+           std::to_string(prop.minor) + ", driver " + VersionString(driver) + ", CUDA runtime " +
+           VersionString(runtime);
+  }
+  return out;
 }
 
 }  // namespace kernel_detail

@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 namespace specbed {
 namespace kernel_detail {
 
@@ -29,6 +31,13 @@ class CudaLaunchScope {
   int device_ = -1;
   void* stream_ = nullptr;
 };
+
+// Waits for the current CUDA stream of device `index` (-1 = the current device).
+void SynchronizeCurrentStream(int index);
+
+// One line per visible CUDA device: name, compute capability, driver and runtime versions (the
+// environment record; models/device.h DescribeCudaDevices).
+std::string DescribeCudaDevices();
 
 }  // namespace kernel_detail
 }  // namespace specbed

@@ -67,7 +67,8 @@ struct MethodTraits {
 struct MethodContext {
   LoadedTarget* target = nullptr;  // the case's target (model, tokenizer)
   at::ScalarType dtype = at::kFloat;
-  // Loads (cached across cases) a model by registry name or path, in `dtype`.
+  at::Device device = at::kCPU;  // the target's device: drafters run there too
+  // Loads (cached across cases) a model by registry name or path, in `dtype` on `device`.
   std::function<LoadedTarget&(const std::string& name_or_path)> load_model;
 };
 

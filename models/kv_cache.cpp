@@ -8,7 +8,8 @@
 
 namespace specbed {
 
-KvCache::KvCache(const LlamaConfig& config, int64_t batch, int64_t max_len, at::ScalarType dtype)
+KvCache::KvCache(const LlamaConfig& config, int64_t batch, int64_t max_len, at::ScalarType dtype,
+                 at::Device device)
     : n_layers_(config.n_layers),
       batch_(batch),
       n_kv_heads_(config.n_kv_heads),
@@ -17,8 +18,8 @@ KvCache::KvCache(const LlamaConfig& config, int64_t batch, int64_t max_len, at::
   SPECBED_CHECK(batch >= 1 && max_len >= 1,
                 "KV cache needs batch >= 1 and max_len >= 1 (got batch=", batch,
                 ", max_len=", max_len, ")");
-  storage_ =
-      at::zeros({n_layers_, 2, batch_, n_kv_heads_, max_len_, head_dim_}, at::TensorOptions(dtype));
+  storage_ = at::zeros({n_layers_, 2, batch_, n_kv_heads_, max_len_, head_dim_},
+                       at::TensorOptions(dtype).device(device));
 }
 
 at::Tensor KvCache::keys(int64_t layer) const {
@@ -47,7 +48,7 @@ void KvCache::KeepPositions(int64_t committed_length, const at::Tensor& indices)
   SPECBED_CHECK(committed_length >= 0 && committed_length <= length_,
                 "KeepPositions: committed_length ", committed_length, " outside [0, ", length_,
                 "]");
-  const at::Tensor idx = indices.contiguous();
+  const at::Tensor idx = indices.device().is_cpu() ? indices.contiguous() : indices.cpu();
   const int64_t keep = idx.size(1);
   const int64_t* ip = idx.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch_; ++b) {

@@ -17,8 +17,9 @@ namespace specbed {
 class KvCache {
  public:
   KvCache() = default;
-  // Allocates [n_layers, 2, batch, n_kv_heads, max_len, head_dim] of `dtype` on CPU.
-  KvCache(const LlamaConfig& config, int64_t batch, int64_t max_len, at::ScalarType dtype);
+  // Allocates [n_layers, 2, batch, n_kv_heads, max_len, head_dim] of `dtype` on `device`.
+  KvCache(const LlamaConfig& config, int64_t batch, int64_t max_len, at::ScalarType dtype,
+          at::Device device = at::kCPU);
 
   int64_t length() const { return length_; }
   int64_t max_len() const { return max_len_; }
@@ -26,6 +27,9 @@ class KvCache {
   int64_t n_layers() const { return n_layers_; }
   bool defined() const { return storage_.defined(); }
   at::ScalarType dtype() const { return storage_.scalar_type(); }
+  at::Device device() const { return storage_.device(); }
+  // The whole storage, [n_layers, 2, batch, n_kv_heads, max_len, head_dim].
+  const at::Tensor& storage() const { return storage_; }
 
   // Keys / values of `layer`: [batch, n_kv_heads, max_len, head_dim] views (all slots, filled or
   // not).
@@ -45,7 +49,8 @@ class KvCache {
   // Keeps, for every sequence b, the cache rows indices[b][0..K) (absolute positions, strictly
   // increasing, each >= committed_length and < length()), moving them to
   // [committed_length, committed_length + K); then length = committed_length + K.
-  // indices: [batch, K] int64 CPU. Rows already in place are not copied.
+  // indices: [batch, K] int64 CPU (validated there). Rows already in place are not copied; the
+  // move runs on the cache's device (kernels/kv_compact.h).
   void KeepPositions(int64_t committed_length, const at::Tensor& indices);
 
  private:

@@ -1,4 +1,5 @@
-// Llama-family decoder forward on CPU (see llama_model.h for the design).
+// Llama-family decoder forward: path selection, argument checks, and the CPU row kernels (see
+// llama_model.h for the design; the ATen path is models/llama_forward_aten.cpp).
 #include "models/llama_model.h"
 
 #include <ATen/ATen.h>
@@ -6,11 +7,14 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "harness/base/error.h"
 #include "models/gemv.h"
+#include "models/llama_forward_aten.h"
 
 namespace specbed {
 namespace {
@@ -160,32 +164,91 @@ at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
 
 // ---------------------------------------------------------------------------------------------
 
-LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
+namespace {
+std::atomic<int> g_cpu_path_override{static_cast<int>(ForwardPath::kAuto)};
+}  // namespace
+
+ForwardPath ParseForwardPath(const std::string& name, const std::string& context) {
+  for (ForwardPath p : {ForwardPath::kAuto, ForwardPath::kRowKernels, ForwardPath::kAten}) {
+    if (name == ForwardPathName(p)) return p;
+  }
+  Fail(context, ": unknown forward path '", name, "' (expected auto, rows or aten)");
+}
+
+const char* ForwardPathName(ForwardPath path) {
+  switch (path) {
+    case ForwardPath::kAuto:
+      return "auto";
+    case ForwardPath::kRowKernels:
+      return "rows";
+    case ForwardPath::kAten:
+      return "aten";
+  }
+  return "?";
+}
+
+void SetCpuForwardPathOverride(ForwardPath path) {
+  g_cpu_path_override.store(static_cast<int>(path), std::memory_order_relaxed);
+}
+
+ForwardPath ResolveForwardPath(ForwardPath requested, const at::Device& device) {
+  if (!device.is_cpu()) {
+    SPECBED_CHECK(requested != ForwardPath::kRowKernels,
+                  "forward path 'rows' runs on the CPU "
+                  "only; the model is on ",
+                  device.str(), " (use 'aten' or 'auto')");
+    return ForwardPath::kAten;
+  }
+  if (requested != ForwardPath::kAuto) return requested;
+  const auto forced = static_cast<ForwardPath>(g_cpu_path_override.load(std::memory_order_relaxed));
+  if (forced != ForwardPath::kAuto) return forced;
+  const char* env = std::getenv("SPECBED_FORWARD");
+  if (env == nullptr || *env == 0) return ForwardPath::kRowKernels;
+  const ForwardPath from_env = ParseForwardPath(env, "environment variable SPECBED_FORWARD");
+  return from_env == ForwardPath::kAuto ? ForwardPath::kRowKernels : from_env;
+}
+
+LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, ModelOptions options)
     : config_(std::move(config)), weights_(std::move(weights)) {
   config_.Validate("LlamaModel");
   weights_.Validate(config_, "LlamaModel");
   dtype_ = weights_.tok_embeddings.scalar_type();
-  SPECBED_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16,
-                "LlamaModel supports float32 and bfloat16 weights on CPU, got ", dtype_);
+  device_ = weights_.tok_embeddings.device();
+  path_ = ResolveForwardPath(options.forward_path, device_);
+  if (path_ == ForwardPath::kRowKernels) {
+    SPECBED_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16,
+                  "LlamaModel: the CPU row kernels support float32 and bfloat16 weights, got ",
+                  dtype_, " (float16 runs on the ATen path off the CPU)");
+  }
   for (auto& layer : weights_.layers) {
     // GemvRows reads the untransposed [out, in] matrices and needs them contiguous.
     for (at::Tensor* m : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down, &layer.bqkv}) {
       if (m->defined()) *m = m->contiguous();
     }
+  }
+  if (!weights_.lm_head.is_contiguous()) weights_.lm_head = weights_.lm_head.contiguous();
+  if (path_ == ForwardPath::kAten) {
+    aten_ = std::make_unique<AtenForward>(config_, weights_, dtype_, device_);
+    return;
+  }
+  for (auto& layer : weights_.layers) {
     wqkv_t_.push_back(layer.wqkv.t());
     wo_t_.push_back(layer.wo.t());
     w_gate_up_t_.push_back(layer.w_gate_up.t());
     w_down_t_.push_back(layer.w_down.t());
   }
-  if (!weights_.lm_head.is_contiguous()) weights_.lm_head = weights_.lm_head.contiguous();
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
   EnsureCapacity(16, 256);
   EnsureRope(256);
 }
 
+LlamaModel::~LlamaModel() = default;
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
+
 KvCache LlamaModel::NewCache(int64_t batch, int64_t max_len) const {
-  return KvCache(config_, batch, max_len > 0 ? max_len : config_.max_seq_len, dtype_);
+  return KvCache(config_, batch, max_len > 0 ? max_len : config_.max_seq_len, dtype_, device_);
 }
 
 void LlamaModel::EnsureCapacity(int64_t n_rows, int64_t n_slots) {
@@ -235,21 +298,48 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
   SPECBED_CHECK(batch == cache.batch(), "Forward: tokens batch ", batch, " != cache batch ",
                 cache.batch());
   SPECBED_CHECK(n_tokens >= 1, "Forward: no tokens");
-  const int64_t past = cache.length();
-  const int64_t n_slots = past + n_tokens;
+  SPECBED_CHECK(cache.device() == device_, "Forward: the KV cache is on ", cache.device().str(),
+                ", the model on ", device_.str(), " (make caches with NewCache)");
+  const int64_t n_slots = cache.length() + n_tokens;
   SPECBED_CHECK(n_slots <= cache.max_len(), "context length ", n_slots, " exceeds the KV cache (",
                 cache.max_len(), " positions)");
-  const int64_t rows = batch * n_tokens;
-  EnsureCapacity(rows, n_slots);
-
-  const int64_t* token_ids = tokens.data_ptr<int64_t>();
-  at::Tensor positions_c;
-  const int64_t* positions = nullptr;
-  int64_t max_position = n_slots;
   if (options.positions.defined()) {
     SPECBED_CHECK(
         options.positions.sizes() == tokens.sizes() && options.positions.scalar_type() == at::kLong,
         "Forward: positions must be int64 [batch, T] like tokens");
+  }
+  if (options.mask.defined()) {
+    SPECBED_CHECK(options.mask.dim() == 3 && options.mask.size(0) == batch &&
+                      options.mask.size(1) == n_tokens && options.mask.size(2) == n_slots &&
+                      options.mask.scalar_type() == at::kBool,
+                  "Forward: mask must be bool [batch, T, cache_length + T] = [", batch, ", ",
+                  n_tokens, ", ", n_slots, "]");
+  }
+  for (int64_t l : options.hidden_layers) {
+    SPECBED_CHECK(l >= 0 && l <= config_.n_layers, "Forward: hidden layer ", l,
+                  " outside [0, n_layers=", config_.n_layers, "]");
+  }
+  ForwardOutput out =
+      aten_ ? aten_->Run(tokens, cache, options) : ForwardRows(tokens, cache, options);
+  cache.Advance(n_tokens);
+  return out;
+}
+
+ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cache,
+                                      const ForwardOptions& options) {
+  const at::Tensor tokens = tokens_in.device().is_cpu() ? tokens_in : tokens_in.cpu();
+  const int64_t batch = tokens.size(0), n_tokens = tokens.size(1);
+  const int64_t past = cache.length();
+  const int64_t n_slots = past + n_tokens;
+  const int64_t rows = batch * n_tokens;
+  EnsureCapacity(rows, n_slots);
+
+  const at::Tensor tokens_c = tokens.contiguous();
+  const int64_t* token_ids = tokens_c.data_ptr<int64_t>();
+  at::Tensor positions_c;
+  const int64_t* positions = nullptr;
+  int64_t max_position = n_slots;
+  if (options.positions.defined()) {
     positions_c = options.positions.contiguous();
     positions = positions_c.data_ptr<int64_t>();
     for (int64_t i = 0; i < rows; ++i) {
@@ -261,17 +351,8 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
   at::Tensor mask_c;
   const bool* mask = nullptr;
   if (options.mask.defined()) {
-    SPECBED_CHECK(options.mask.dim() == 3 && options.mask.size(0) == batch &&
-                      options.mask.size(1) == n_tokens && options.mask.size(2) == n_slots &&
-                      options.mask.scalar_type() == at::kBool,
-                  "Forward: mask must be bool [batch, T, cache_length + T] = [", batch, ", ",
-                  n_tokens, ", ", n_slots, "]");
     mask_c = options.mask.contiguous();
     mask = mask_c.data_ptr<bool>();
-  }
-  for (int64_t l : options.hidden_layers) {
-    SPECBED_CHECK(l >= 0 && l <= config_.n_layers, "Forward: hidden layer ", l,
-                  " outside [0, n_layers=", config_.n_layers, "]");
   }
 
   ForwardOutput out;
@@ -399,7 +480,6 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
       out.logits = logits.view({batch, all ? n_tokens : 1, config_.vocab_size});
     }
   });
-  cache.Advance(n_tokens);
   return out;
 }
 

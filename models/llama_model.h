@@ -1,7 +1,15 @@
 // SpecBed's one decoder engine: a Llama-family transformer forward over (KV cache + new tokens)
-// on CPU, float32 or bfloat16. Used by AR and by every speculative method (target and drafters).
+// on any LibTorch device. Used by AR and by every speculative method (target and drafters).
 //
-// Design (llama.cpp / llm.c style, for low per-token overhead):
+// Two forward paths behind one Forward() contract (ForwardPath):
+// - kRowKernels (the CPU fast path, float32 / bfloat16), described below;
+// - kAten (models/llama_forward_aten.h): the same computation as batched ATen ops (GEMMs,
+//   RMSNorm, RoPE, KV write, attention with the causal or tree mask, SwiGLU) into preallocated
+//   buffers; used on every non-CPU device (float32 / bfloat16 / float16) and selectable on the
+//   CPU (ModelOptions::forward_path, or SPECBED_FORWARD=aten), so CPU CI tests it against the
+//   row kernels.
+//
+// Row-kernel design (llama.cpp / llm.c style, for low per-token overhead):
 // - q/k/v and gate/up projections are fused (two GEMMs per layer plus two in-place addmm for the
 //   residual adds); GEMMs go through ATen (OpenBLAS for fp32, oneDNN for bf16), except for a
 //   few rows (decode steps, short verify blocks: rows <= GemvMaxRows), which use SpecBed's own
@@ -14,11 +22,14 @@
 // - An explicit attention mask over (cache + new tokens) and explicit positions make tree
 //   verification possible; hidden states of any layers can be returned for drafters.
 // Checked by: tests/engine/llama_model_test.cpp against models/reference_forward.h (plain loops
-// over the original unfused tensors), for llama2.c and HF Llama-3 / Qwen2 / Qwen3 checkpoints.
+// over the original unfused tensors), for llama2.c and HF Llama-3 / Qwen2 / Qwen3 checkpoints;
+// tests/engine/aten_forward_test.cpp (the ATen path against the row kernels).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "models/kv_cache.h"
@@ -29,11 +40,34 @@ namespace specbed {
 
 enum class LogitsMode { kNone, kLast, kAll };
 
+// Which implementation runs LlamaModel::Forward (see the file comment).
+enum class ForwardPath {
+  kAuto,        // the row kernels on the CPU (unless SPECBED_FORWARD=aten), ATen elsewhere
+  kRowKernels,  // CPU only
+  kAten,
+};
+// "auto" | "rows" | "aten"; anything else fails naming `context`.
+ForwardPath ParseForwardPath(const std::string& name, const std::string& context);
+const char* ForwardPathName(ForwardPath path);
+// The path kAuto resolves to on `device`: kAten off the CPU; on the CPU kRowKernels unless the
+// environment variable SPECBED_FORWARD is "aten" (or a process-wide override is set).
+ForwardPath ResolveForwardPath(ForwardPath requested, const at::Device& device);
+// Process-wide override of what kAuto resolves to on the CPU (tests run every method on the ATen
+// path with it); kAuto = none (SPECBED_FORWARD decides). Set it before models are built.
+void SetCpuForwardPathOverride(ForwardPath path);
+
+struct ModelOptions {
+  ForwardPath forward_path = ForwardPath::kAuto;
+};
+
+class AtenForward;
+
 struct ForwardOptions {
-  // [batch, T] int64 CPU: RoPE position of each new token. Undefined: cache.length() + t.
+  // [batch, T] int64, on the CPU or the model's device: RoPE position of each new token.
+  // Undefined: cache.length() + t.
   at::Tensor positions;
-  // [batch, T, cache.length() + T] bool CPU, true = query t may attend to slot s. Undefined:
-  // causal.
+  // [batch, T, cache.length() + T] bool, on the CPU or the model's device, true = query t may
+  // attend to slot s. Undefined: causal.
   at::Tensor mask;
   // Hidden states to return: 0 = embedding output, l (1..n_layers) = output of decoder layer l,
   // always BEFORE the final norm. This equals Hugging Face's `hidden_states[l]` for
@@ -46,37 +80,53 @@ struct ForwardOptions {
 };
 
 struct ForwardOutput {
-  // float32 [batch, T, vocab] (kAll) or [batch, 1, vocab] (kLast); undefined for kNone.
-  // A view of a model-owned buffer: valid until the next Forward call on this model.
+  // float32 [batch, T, vocab] (kAll) or [batch, 1, vocab] (kLast) on the model's device;
+  // undefined for kNone. A view of a model-owned buffer: valid until the next Forward call on
+  // this model.
   at::Tensor logits;
-  // One tensor per requested hidden layer: [batch, T, dim], model dtype, owned.
+  // One tensor per requested hidden layer: [batch, T, dim], model dtype and device, owned.
   std::vector<at::Tensor> hidden;
 };
 
 class LlamaModel {
  public:
-  // `weights` must be on CPU, all of one dtype (kFloat or kBFloat16); it becomes the model dtype.
-  LlamaModel(LlamaConfig config, LlamaWeights weights);
+  // `weights` all of one dtype and on one device; they become the model's dtype and device.
+  // The row kernels take CPU float32 / bfloat16; the ATen path also float16 (off the CPU).
+  LlamaModel(LlamaConfig config, LlamaWeights weights, ModelOptions options = {});
+  ~LlamaModel();
+  LlamaModel(LlamaModel&&) noexcept;
+  LlamaModel& operator=(LlamaModel&&) noexcept;
 
-  // Runs the decoder over `tokens` ([batch, T] int64 CPU) appended after cache.length() and
-  // advances the cache by T. The cache must have been made by NewCache (same batch).
+  // Runs the decoder over `tokens` ([batch, T] int64, on the CPU or the model's device)
+  // appended after cache.length() and advances the cache by T. The cache must have been made by
+  // NewCache (same batch, on the model's device).
   ForwardOutput Forward(const at::Tensor& tokens, KvCache& cache,
                         const ForwardOptions& options = {});
 
-  // A cache for `batch` sequences of up to `max_len` positions (default: config.max_seq_len).
+  // A cache for `batch` sequences of up to `max_len` positions (default: config.max_seq_len),
+  // on the model's device.
   KvCache NewCache(int64_t batch, int64_t max_len = -1) const;
 
   const LlamaConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+  // The resolved path (never kAuto).
+  ForwardPath forward_path() const { return path_; }
 
  private:
+  ForwardOutput ForwardRows(const at::Tensor& tokens, KvCache& cache,
+                            const ForwardOptions& options);
+
   void EnsureCapacity(int64_t n_rows, int64_t n_slots);
   void EnsureRope(int64_t max_position);
 
   LlamaConfig config_;
   LlamaWeights weights_;
   at::ScalarType dtype_;
+  at::Device device_ = at::kCPU;
+  ForwardPath path_ = ForwardPath::kRowKernels;
+  std::unique_ptr<AtenForward> aten_;  // the ATen path's buffers (kAten only)
   // Transposed weight views ([in, out]) so that out = in @ w_t.
   std::vector<at::Tensor> wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_;
   at::Tensor lm_head_t_;

@@ -20,10 +20,13 @@ std::string ShapeString(at::IntArrayRef shape) {
 
 }  // namespace
 
-LlamaWeights LlamaWeights::To(at::ScalarType dtype) const {
-  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
-                "LlamaWeights::To: dtype must be Float or BFloat16, got ", c10::toString(dtype));
-  auto conv = [dtype](const at::Tensor& t) { return t.defined() ? t.to(dtype).contiguous() : t; };
+LlamaWeights LlamaWeights::To(at::ScalarType dtype, at::Device device) const {
+  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+                "LlamaWeights::To: dtype must be Float, BFloat16 or Half, got ",
+                c10::toString(dtype));
+  auto conv = [dtype, device](const at::Tensor& t) {
+    return t.defined() ? t.to(device, dtype).contiguous() : t;
+  };
   LlamaWeights out;
   out.tok_embeddings = conv(tok_embeddings);
   out.lm_head =
@@ -50,9 +53,9 @@ void LlamaWeights::Validate(const LlamaConfig& c, const std::string& source) con
   SPECBED_CHECK(tok_embeddings.defined(), source, ": weights have no tok_embeddings");
   const at::ScalarType dtype = tok_embeddings.scalar_type();
   const at::Device device = tok_embeddings.device();
-  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, source,
+  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf, source,
                 ": tok_embeddings has dtype ", c10::toString(dtype),
-                ", expected Float or BFloat16");
+                ", expected Float, BFloat16 or Half");
   auto check = [&](const std::string& name, const at::Tensor& t, std::vector<int64_t> shape) {
     SPECBED_CHECK(t.defined(), source, ": weight ", name, " is missing (expected shape ",
                   ShapeString(shape), ")");

@@ -1,6 +1,6 @@
 // In-memory weights of a Llama-family decoder in SpecBed's engine layout: q/k/v and gate/up
 // projections fused so each layer runs two matmuls instead of five. All tensors share one dtype
-// (float32 or bfloat16) and live on one device.
+// (float32, bfloat16 or float16) and live on one device.
 // Checked by: tests/models/hf_checkpoint_test.cpp and tests/engine/llama_model_test.cpp (loaded
 // weights vs. the plain-loop reference forward over the original, unfused tensors).
 #pragma once
@@ -31,8 +31,9 @@ struct LlamaWeights {
   at::Tensor final_norm;  // [dim]
   at::Tensor lm_head;     // [vocab, dim]; the same tensor as tok_embeddings when tied
 
-  // Converts every tensor to `dtype` (kFloat or kBFloat16), keeping tied heads tied.
-  LlamaWeights To(at::ScalarType dtype) const;
+  // Converts every tensor to `dtype` (kFloat, kBFloat16 or kHalf) on `device`, keeping tied
+  // heads tied.
+  LlamaWeights To(at::ScalarType dtype, at::Device device = at::kCPU) const;
   // Checks every shape against `config`; throws specbed::Error naming `source` on mismatch.
   void Validate(const LlamaConfig& config, const std::string& source) const;
 };

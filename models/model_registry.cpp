@@ -10,6 +10,7 @@
 #include "harness/base/paths.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
+#include "models/device.h"
 #include "models/twin/stories_twin.h"
 
 namespace specbed {
@@ -151,7 +152,8 @@ std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec) {
 }
 
 LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
-                       const std::string& chat_template_override) {
+                       const std::string& chat_template_override, at::Device device) {
+  CheckDeviceAvailable(device, "model '" + name_or_path + "'");
   LoadedTarget out;
   out.spec = ResolveModel(name_or_path);
   LlamaConfig config;
@@ -177,6 +179,9 @@ LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
                   out.spec.tokenizer_path, "' has ", out.tokenizer->vocab_size(),
                   " tokens but model '", out.spec.name, "' only ", config.vocab_size);
   }
+  if (weights.tok_embeddings.device() != device || weights.tok_embeddings.scalar_type() != dtype) {
+    weights = weights.To(dtype, device);
+  }
   out.model = std::make_shared<LlamaModel>(config, std::move(weights));
   return out;
 }
@@ -184,11 +189,21 @@ LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
 at::ScalarType ParseDtype(const std::string& name) {
   if (name == "float32" || name == "fp32") return at::kFloat;
   if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
-  FailUnknownName("dtype", name, {"float32", "bfloat16"});
+  if (name == "float16" || name == "fp16") return at::kHalf;
+  FailUnknownName("dtype", name, {"float32", "bfloat16", "float16"});
 }
 
 std::string DtypeName(at::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kFloat ? "float32" : "unsupported";
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return "unsupported";
+  }
 }
 
 }  // namespace specbed

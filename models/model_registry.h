@@ -47,11 +47,14 @@ struct LoadedTarget {
   ChatTemplate chat_template = ChatTemplate::kRaw;
 };
 
-// Loads weights as `dtype` (kFloat or kBFloat16). `chat_template_override` ("" = model default).
+// Loads weights as `dtype` (kFloat or kBFloat16; kHalf off the CPU) onto `device` (checked with
+// CheckDeviceAvailable first). `chat_template_override` ("" = model default).
 LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
-                       const std::string& chat_template_override = "");
+                       const std::string& chat_template_override = "",
+                       at::Device device = at::kCPU);
 
-// "float32" / "fp32" -> kFloat, "bfloat16" / "bf16" -> kBFloat16; anything else fails.
+// "float32" / "fp32" -> kFloat, "bfloat16" / "bf16" -> kBFloat16, "float16" / "fp16" -> kHalf;
+// anything else fails.
 at::ScalarType ParseDtype(const std::string& name);
 std::string DtypeName(at::ScalarType dtype);
 

@@ -340,8 +340,8 @@ constexpr const char* kFormatName = "specbed_results";
 const std::vector<std::string> kTables = {"runs",       "cases",        "samples",         "steps",
                                           "bench",      "bench_verify", "bench_bandwidth", "meta",
                                           "train_runs", "train_log",    "train_eval"};
-const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
-const std::vector<std::string> kDevices = {"cpu", "cuda"};
+const std::vector<std::string> kDtypes = {"float32", "bfloat16", "float16"};
+const std::vector<std::string> kDevices = {"cpu", "cuda", "cuda:N"};
 const std::vector<std::string> kStopReasons = {"eos", "max_new_tokens", "stop_string",
                                                "max_context"};
 
@@ -764,8 +764,11 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
                 c.method, "')");
   SPECBED_CHECK(Contains(kDtypes, c.dtype), "results database '", path_, "': case '", c.case_key,
                 "' has dtype '", c.dtype, "'; expected one of: ", Join(kDtypes, ", "));
-  SPECBED_CHECK(Contains(kDevices, c.device), "results database '", path_, "': case '", c.case_key,
-                "' has device '", c.device, "'; expected one of: ", Join(kDevices, ", "));
+  const bool cuda_n = c.device.size() > 5 && c.device.compare(0, 5, "cuda:") == 0 &&
+                      c.device.find_first_not_of("0123456789", 5) == std::string::npos;
+  SPECBED_CHECK(Contains(kDevices, c.device) || cuda_n, "results database '", path_, "': case '",
+                c.case_key, "' has device '", c.device,
+                "'; expected one of: ", Join(kDevices, ", "));
   SPECBED_CHECK(c.timing_mode.empty() || c.timing_mode == "paired" || c.timing_mode == "per_case",
                 "results database '", path_, "': case '", c.case_key, "' has timing_mode '",
                 c.timing_mode, "'; expected paired, per_case or empty");

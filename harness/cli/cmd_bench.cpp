@@ -26,6 +26,7 @@
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/sampler.h"
 #include "harness/runner/environment.h"
+#include "models/device.h"
 #include "models/gemv.h"
 #include "models/model_registry.h"
 #include "results/store.h"
@@ -50,8 +51,10 @@ struct BenchOptions {
   std::string output = "results/bench.db";
   std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
   int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
-  int64_t gemv_max_rows = -1;  // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
-  bool quiet = false;          // no progress display on stderr
+  int64_t gemv_max_rows = -1;    // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
+  bool quiet = false;            // no progress display on stderr
+  std::string device = "cpu";    // cpu | cuda | cuda:N
+  std::string forward = "auto";  // auto | rows | aten (models/llama_model.h ForwardPath)
 };
 
 struct Timing {
@@ -64,25 +67,46 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
                   int64_t n_tokens) {
   const int64_t batch = cache.batch();
   const int64_t vocab = model.config().vocab_size;
+  const at::Device device = model.device();
   cache.Truncate(0);
   ForwardOutput out = model.Forward(context_ids, cache);
   at::Tensor step = at::empty({batch, 1}, at::kLong);
   int64_t* sp = step.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch; ++b)
-    sp[b] = Argmax(out.logits.data_ptr<float>() + b * vocab, vocab);
-  Timing t;
-  int64_t forward_ns = 0;
-  const int64_t start = NowNanos();
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    const int64_t f0 = NowNanos();
-    out = model.Forward(step, cache);
-    forward_ns += NowNanos() - f0;
+  // The next ids: on the CPU an argmax over the host rows; on a device the argmax stays there
+  // (the ids feed the next forward without a host round trip).
+  auto next_ids = [&] {
+    if (!device.is_cpu()) {
+      step = out.logits.view({batch, vocab}).argmax(-1).view({batch, 1});
+      return;
+    }
     const float* logits = out.logits.data_ptr<float>();
     for (int64_t b = 0; b < batch; ++b) sp[b] = Argmax(logits + b * vocab, vocab);
+  };
+  next_ids();
+  Timing t;
+  int64_t forward_ns = 0;
+  const int64_t start = DeviceNowNanos(device);
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const int64_t f0 = DeviceNowNanos(device);
+    out = model.Forward(step, cache);
+    forward_ns += DeviceNowNanos(device) - f0;
+    next_ids();
   }
-  t.total_s = (NowNanos() - start) * 1e-9;
+  t.total_s = (DeviceNowNanos(device) - start) * 1e-9;
   t.forward_s = forward_ns * 1e-9;
   return t;
+}
+
+// The cost of one phase-boundary synchronization on `device` with nothing queued (what every
+// DeviceNowNanos adds to a step; 0 on the CPU), printed once per bench.
+void PrintSyncCost(const at::Device& device) {
+  constexpr int kCalls = 1000;
+  SynchronizeDevice(device);
+  const int64_t t0 = NowNanos();
+  for (int i = 0; i < kCalls; ++i) DeviceNowNanos(device);
+  const double us = (NowNanos() - t0) * 1e-3 / kCalls;
+  std::printf("phase-boundary sync on %s: %.2f us per call (idle device)\n",
+              DeviceName(device).c_str(), us);
 }
 
 void RunBench(const BenchOptions& o) {
@@ -109,7 +133,8 @@ void RunBench(const BenchOptions& o) {
     int64_t max_width = 1;
     for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
     for (const auto& model_name : o.models) {
-      const LoadedTarget probe = LoadModel(model_name, ParseDtype(o.dtypes.front()));
+      const LoadedTarget probe =
+          LoadModel(model_name, ParseDtype(o.dtypes.front()), "", ParseDevice(o.device, "bench"));
       const int64_t max_seq = probe.model->config().max_seq_len;
       for (int64_t context : o.contexts) {
         const int64_t prefill = std::max<int64_t>(1, context);
@@ -127,6 +152,9 @@ void RunBench(const BenchOptions& o) {
                   " combination(s) cannot run (nothing was measured): ", Join(bad, "; "));
   }
   SetGemvMaxRows(o.gemv_max_rows);
+  SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
+  const at::Device device = ParseDevice(o.device, "bench --device");
+  PrintSyncCost(device);
   const std::string blas_core = BlasCoreName();
 
   // Every row is stored as soon as it is measured, so an interrupted bench keeps what it did.
@@ -200,7 +228,7 @@ void RunBench(const BenchOptions& o) {
   }
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
-      LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name));
+      LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
       LlamaModel& model = *target.model;
       for (int threads : o.threads) {
         at::set_num_threads(threads);
@@ -237,7 +265,11 @@ void RunBench(const BenchOptions& o) {
             for (double v : tps)
               var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
             BenchRecord row;
+            // A forward path other than the device's default is part of the row's name.
             row.model = target.spec.name;
+            if (device.is_cpu() && model.forward_path() == ForwardPath::kAten) {
+              row.model += " [aten]";
+            }
             row.dtype = DtypeName(model.dtype());
             row.threads = threads;
             row.batch_size = batch;
@@ -335,9 +367,14 @@ void AddBenchCommand(CLI::App& app) {
                    ->delimiter(',')
                    ->capture_default_str(),
                {"-m", "--model"});
-  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16")
+  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16 (float16: GPU only)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--device", o->device, "Device: cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--forward", o->forward,
+                  "Forward path: auto (row kernels on the CPU, ATen elsewhere), rows, aten")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "rows", "aten"}));
   cmd->add_option("--threads", o->threads, "Thread counts")->delimiter(',')->capture_default_str();
   cmd->add_option("-b,--batch", o->batches, "Batch sizes (>= 1)")
       ->delimiter(',')

@@ -10,6 +10,7 @@
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
+#include "models/device.h"
 #include "models/model_registry.h"
 
 namespace specbed::cli {
@@ -24,6 +25,7 @@ struct GenerateOptions {
   int64_t top_k = 0;
   uint64_t seed = 0;
   std::string dtype = "float32";
+  std::string device = "cpu";
   int threads = 1;
   std::string chat_template;
   std::vector<std::string> stop;
@@ -32,7 +34,8 @@ struct GenerateOptions {
 
 void RunGenerate(const GenerateOptions& o) {
   at::set_num_threads(o.threads);
-  LoadedTarget target = LoadModel(o.model, ParseDtype(o.dtype), o.chat_template);
+  LoadedTarget target = LoadModel(o.model, ParseDtype(o.dtype), o.chat_template,
+                                  ParseDevice(o.device, "generate --device"));
   const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", o.prompt}});
   GenerationConfig gen;
   gen.sampling.temperature = o.temperature;
@@ -102,8 +105,10 @@ void AddGenerateCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "Weights/activations dtype: float32 or bfloat16")
+  cmd->add_option("--dtype", o->dtype,
+                  "Weights/activations dtype: float32 or bfloat16 (float16: GPU only)")
       ->capture_default_str();
+  cmd->add_option("--device", o->device, "Device: cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -5,6 +5,8 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
+#include "harness/engine/verifier.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -24,6 +26,15 @@ float TopTwoMargin(const float* logits, int64_t vocab) {
   return a - b;
 }
 
+int32_t SampleNext(Sampler& sampler, const at::Tensor& logits) {
+  const int64_t vocab = logits.size(-1);
+  if (logits.device().is_cpu()) return sampler.Sample(logits.data_ptr<float>(), vocab);
+  if (sampler.params().greedy()) {  // argmax on the device; one int64 comes back
+    return static_cast<int32_t>(CopyToHost(logits.reshape({vocab}).argmax()).item<int64_t>());
+  }
+  return sampler.Sample(CopyToHost(logits.reshape({vocab})).data_ptr<float>(), vocab);
+}
+
 GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
                             const std::vector<int32_t>& prompt, const GenerationConfig& config,
                             KvCache& cache) {
@@ -37,19 +48,19 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   GenerationResult result;
   cache.Truncate(0);
 
-  const int64_t t_start = NowNanos();
+  const int64_t t_start = DeviceNowNanos(model.device());
   at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
   int64_t* pp = prompt_ids.data_ptr<int64_t>();
   for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
   ForwardOutput out = model.Forward(prompt_ids, cache);
-  int32_t token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
-  const int64_t t_prefill_end = NowNanos();
+  int32_t token = SampleNext(sampler, out.logits);
+  const int64_t t_prefill_end = DeviceNowNanos(model.device());
   // The top-2 margins are a measurement aid, not decoding: their O(V) scans are timed apart and
   // left out of decode_ms, so an AR case that records them is timed like one that does not.
   int64_t margin_ns = 0;
   auto record_margin = [&] {
-    const int64_t m0 = NowNanos();
-    result.token_margins.push_back(TopTwoMargin(out.logits.data_ptr<float>(), vocab));
+    const int64_t m0 = NowNanos();  // host scan: no device work
+    result.token_margins.push_back(TopTwoMargin(CopyToHost(out.logits).data_ptr<float>(), vocab));
     margin_ns += NowNanos() - m0;
   };
   if (config.record_margins) record_margin();
@@ -64,15 +75,15 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
       break;
     }
     step_ptr[0] = token;
-    const int64_t f0 = NowNanos();
+    const int64_t f0 = DeviceNowNanos(model.device());
     out = model.Forward(step_ids, cache);
-    forward_ns += NowNanos() - f0;
-    token = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+    forward_ns += DeviceNowNanos(model.device()) - f0;
+    token = SampleNext(sampler, out.logits);
     ++result.n_steps;
     if (config.record_margins) record_margin();
     stop.Push(token);
   }
-  const int64_t t_end = NowNanos();
+  const int64_t t_end = DeviceNowNanos(model.device());
   result.tokens = stop.tokens();
   if (result.token_margins.size() > result.tokens.size())  // the EOS token is not emitted
     result.token_margins.resize(result.tokens.size());

@@ -47,6 +47,11 @@ struct GenerationResult {
 // logit(top1) - logit(top2) over logits[0..vocab) (0 for vocab < 2).
 float TopTwoMargin(const float* logits, int64_t vocab);
 
+// The next token from `logits` ([..., V] float32, one row, on any device): the CPU samples the
+// row in place; on a device greedy takes the argmax there (one int64 copied back) and sampling
+// copies the row to the host (docs/ARCHITECTURE.md, host syncs).
+int32_t SampleNext(Sampler& sampler, const at::Tensor& logits);
+
 // Generates from `prompt` (non-empty ids, BOS included if wanted) into a reset `cache`
 // (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop
 // strings).

@@ -13,6 +13,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
+#include "models/device.h"
 
 namespace specbed {
 namespace {
@@ -138,9 +139,9 @@ std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t
     std::vector<double> ms;
     for (int64_t r = 0; r <= reps; ++r) {  // r = 0: warmup
       cache.Truncate(prefill);
-      const int64_t t0 = NowNanos();
+      const int64_t t0 = DeviceNowNanos(model.device());
       model.Forward(ids, cache, all);
-      if (r > 0) ms.push_back((NowNanos() - t0) * 1e-6);
+      if (r > 0) ms.push_back((DeviceNowNanos(model.device()) - t0) * 1e-6);
     }
     cache.Truncate(prefill);
     VerifyWidthPoint p;

@@ -7,6 +7,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -70,15 +71,15 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   const std::vector<int64_t> hidden_layers = drafter_->TargetHiddenLayers();
 
   // Prefill (identical to AR).
-  const int64_t t_start = NowNanos();
+  const int64_t t_start = DeviceNowNanos(target_.device());
   at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
   int64_t* pp = prompt_ids.data_ptr<int64_t>();
   for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
   ForwardOptions prefill_options;
   prefill_options.hidden_layers = hidden_layers;
   ForwardOutput out = target_.Forward(prompt_ids, cache, prefill_options);
-  int32_t root = sampler.Sample(out.logits.data_ptr<float>(), vocab);
-  const int64_t t_prefill_end = NowNanos();
+  int32_t root = SampleNext(sampler, out.logits);
+  const int64_t t_prefill_end = DeviceNowNanos(target_.device());
   stop.Push(root);
 
   committed_.assign(prompt.begin(), prompt.end());
@@ -93,12 +94,13 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     begin.sampling = config.sampling;
     begin.seed = DrafterSeed(config.seed);
     begin.max_len = cache.max_len();
-    begin.last_logits = out.logits.view({vocab});  // [1, 1, V] -> [V], no copy
-    const int64_t b0 = NowNanos();
+    // [1, 1, V] -> [V]: no copy on the CPU; once per sequence from a device.
+    begin.last_logits = CopyToHost(out.logits).view({vocab});
+    const int64_t b0 = DeviceNowNanos(target_.device());
     if (controller_) controller_->BeginSequence(begin, budget);
     drafter_->Begin(begin);
     if (adapter_) adapter_->BeginSequence(begin);
-    begin_ns = NowNanos() - b0;
+    begin_ns = DeviceNowNanos(target_.device()) - b0;
   }
 
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
@@ -112,7 +114,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
       stop.StopForContext();
       break;
     }
-    const int64_t t0 = NowNanos();
+    const int64_t t0 = DeviceNowNanos(target_.device());
     DraftStep step;
     step.root = root;
     step.committed = &committed_;
@@ -131,13 +133,13 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     SPECBED_CHECK(tree_.size() <= step.budget.nodes && draft_depth <= step.budget.depth,
                   "drafter exceeded its budget: ", tree_.size(), " nodes, depth ", draft_depth,
                   " (budget ", step.budget.nodes, " nodes, depth ", step.budget.depth, ")");
-    const int64_t t1 = NowNanos();
+    const int64_t t1 = DeviceNowNanos(target_.device());
     verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
-    const int64_t t2 = NowNanos();
+    const int64_t t2 = DeviceNowNanos(target_.device());
     drafter_->Accept(tree_, verdict_);
     if (adapter_) adapter_->Observe(tree_, verdict_);
     if (controller_) controller_->AfterStep(tree_, verdict_);
-    const int64_t t3 = NowNanos();
+    const int64_t t3 = DeviceNowNanos(target_.device());
 
     StepStats stats;
     stats.n_drafted = tree_.size();
@@ -150,7 +152,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     }
     stats.n_emitted = static_cast<int64_t>(stop.tokens().size() - before);
     root = verdict_.tokens.back();
-    const int64_t t4 = NowNanos();
+    const int64_t t4 = DeviceNowNanos(target_.device());
     stats.t_draft_us = ((t1 - t0) + (t3 - t2) + (step_index == 0 ? begin_ns : 0)) * 1e-3;
     stats.t_verify_us = (t2 - t1) * 1e-3;
     // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
@@ -169,16 +171,16 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   }
   if (adapter_) {
     // The adapter's end-of-sequence work (e.g. an OSD update) is drafter cost of this request.
-    const int64_t a0 = NowNanos();
+    const int64_t a0 = DeviceNowNanos(target_.device());
     adapter_->EndSequence(committed_, static_cast<int64_t>(prompt.size()));
-    const double adapt_us = (NowNanos() - a0) * 1e-3;
+    const double adapt_us = (DeviceNowNanos(target_.device()) - a0) * 1e-3;
     if (!result.steps.empty()) {
       result.steps.back().t_draft_us += adapt_us;
       result.steps.back().t_adapt_us += adapt_us;
       result.steps.back().t_draft_busy_us += adapt_us;
     }
   }
-  const int64_t t_end = NowNanos();
+  const int64_t t_end = DeviceNowNanos(target_.device());
   gen.tokens = stop.tokens();
   gen.text = stop.text();
   gen.stop_reason = stop.reason();

@@ -1,6 +1,7 @@
-// The verifier (see verifier.h). The per-slot work runs on raw rows through the CPU references
-// of kernels/ (the same contracts the CUDA kernels implement), so a step allocates nothing once
-// its buffers are warm.
+// The verifier (see verifier.h). On the CPU the per-slot work runs on raw rows through the CPU
+// references of kernels/ (the same contracts the CUDA kernels implement), so a step allocates
+// nothing once its buffers are warm. On a device, greedy verification runs the kernels/ wrapper
+// there (the CUDA kernel) and copies back only the accepted path and the bonus token.
 #include "harness/engine/verifier.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "harness/base/error.h"
 #include "kernels/cpu/references.h"
+#include "kernels/greedy_verify.h"
 #include "kernels/tree_mask.h"
 #include "methods/common/tree_builders.h"
 
@@ -48,6 +50,7 @@ struct AcceptScratch {
 };
 
 std::atomic<int> g_fault{static_cast<int>(VerifierFault::kNone)};
+std::atomic<int64_t> g_device_to_host_copies{0};
 
 AcceptScratch& Scratch() {
   thread_local AcceptScratch scratch;
@@ -178,6 +181,44 @@ void AcceptSynthetic(const DraftTree& tree, const float* logits, int64_t vocab,
   verdict.tokens.push_back(verdict.bonus);
 }
 
+at::Tensor CopyToHost(const at::Tensor& t) {
+  if (t.device().is_cpu()) return t;
+  g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
+  return t.cpu();
+}
+
+int64_t DeviceToHostCopies() {
+  return g_device_to_host_copies.load(std::memory_order_relaxed);
+}
+
+void TreeVerifier::AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor& logits,
+                                        Verdict& verdict) {
+  const int64_t n = tree.size();
+  const at::Device device = logits.device();
+  if (!stage_host_.defined() || stage_host_.numel() < 2 * n + 2 ||
+      stage_device_.device() != device) {
+    const int64_t cap = std::max<int64_t>(2 * n + 2, 128);
+    stage_host_ = at::empty({cap}, at::kInt);
+    stage_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
+    result_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
+    result_host_ = at::empty({cap}, at::kInt);
+  }
+  int32_t* host = stage_host_.data_ptr<int32_t>();
+  std::copy(tree.token.begin(), tree.token.end(), host);
+  std::copy(tree.parent.begin(), tree.parent.end(), host + n);
+  const at::Tensor in = stage_device_.narrow(0, 0, 2 * n).copy_(stage_host_.narrow(0, 0, 2 * n));
+  const at::Tensor result = result_device_.narrow(0, 0, n + 2);
+  GreedyTreeVerify(logits.view({1, n + 1, logits.size(-1)}), in.narrow(0, 0, n).view({1, n}),
+                   in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
+                   result.narrow(0, n, 1), result.narrow(0, n + 1, 1));
+  // The step's one device-to-host copy: accepted nodes, their count and the bonus token.
+  g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
+  const int32_t* r = result_host_.narrow(0, 0, n + 2).copy_(result).data_ptr<int32_t>();
+  verdict.path.assign(r, r + r[n]);
+  verdict.bonus = r[n + 1];
+  Finish(tree, verdict);
+}
+
 void TreeVerifier::SetSyntheticAcceptance(std::vector<double> acceptance, uint64_t seed) {
   for (double a : acceptance) {
     SPECBED_CHECK(a >= 0 && a <= 1, "synthetic_acceptance: every entry must be a probability in ",
@@ -228,11 +269,19 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
   ForwardOutput out =
       target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
-  if (synthetic_.empty()) {
-    AcceptTree(tree, out.logits.data_ptr<float>(), vocab, rule, sampler, verdict);
+  const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
+  if (!out.logits.device().is_cpu() && synthetic_.empty() && greedy) {
+    AcceptGreedyOnDevice(tree, out.logits, verdict);
   } else {
-    AcceptSynthetic(tree, out.logits.data_ptr<float>(), vocab, synthetic_, synthetic_rng_, sampler,
-                    verdict);
+    // The CPU: the logits buffer itself. A device: the verify rows copied to the host (sampling
+    // rules and synthetic acceptance run on the host; docs/ARCHITECTURE.md, host syncs).
+    const at::Tensor logits = CopyToHost(out.logits);
+    if (synthetic_.empty()) {
+      AcceptTree(tree, logits.data_ptr<float>(), vocab, rule, sampler, verdict);
+    } else {
+      AcceptSynthetic(tree, logits.data_ptr<float>(), vocab, synthetic_, synthetic_rng_, sampler,
+                      verdict);
+    }
   }
 
   // KV compaction: keep the root and the accepted path.
@@ -251,7 +300,8 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   if (!hidden_layers.empty()) {
     std::vector<int64_t> slots{0};
     for (int32_t node : verdict.path) slots.push_back(node + 1);
-    const at::Tensor index = at::tensor(slots, at::kLong);
+    at::Tensor index = at::tensor(slots, at::kLong);
+    if (!out.hidden.empty()) index = index.to(out.hidden[0].device());
     for (const at::Tensor& h : out.hidden) verdict.hidden.push_back(h.index_select(1, index));
   }
 }

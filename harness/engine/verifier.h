@@ -71,6 +71,12 @@ class ScopedVerifierFault {
   ScopedVerifierFault& operator=(const ScopedVerifierFault&) = delete;
 };
 
+// `t` itself on the CPU; otherwise a host copy, counted by DeviceToHostCopies.
+at::Tensor CopyToHost(const at::Tensor& t);
+// Device-to-host copies made by the decode path so far (process-wide): tests check that a
+// greedy verify step on a device makes one.
+int64_t DeviceToHostCopies();
+
 class TreeVerifier {
  public:
   explicit TreeVerifier(LlamaModel& target) : target_(target) {}
@@ -86,9 +92,14 @@ class TreeVerifier {
               KvCache& cache, const std::vector<int64_t>& hidden_layers, Verdict& verdict);
 
  private:
+  // Greedy acceptance on the logits' device (kernels/greedy_verify.h): uploads the tree, copies
+  // back [accepted nodes | count | bonus] in one device-to-host copy.
+  void AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict);
+
   LlamaModel& target_;
   // Reused buffers (grown, never shrunk): no data allocation per step once warm.
   at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
+  at::Tensor stage_host_, stage_device_, result_device_, result_host_;  // device greedy only
   std::vector<int64_t> positions_;
   std::vector<double> synthetic_;
   std::mt19937_64 synthetic_rng_;

@@ -1,6 +1,7 @@
 // Environment identity for results rows.
 #include "harness/runner/environment.h"
 
+#include <ATen/Context.h>
 #include <sqlite3.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/timer.h"
+#include "models/device.h"
 #include "specbed_build_info.h"  // generated: SPECBED_GIT_COMMIT, SPECBED_VERSION, SPECBED_BUILD_FLAGS
 
 namespace specbed {
@@ -35,8 +37,11 @@ RunInfo CurrentEnvironment() {
     }
   }
   if (cores > 0) info.cpu += " (" + std::to_string(cores) + " logical cpus)";
-  info.gpu = "";
+  // Every visible CUDA device: name, compute capability, driver and CUDA runtime ("" = none or
+  // a CPU-only LibTorch).
+  info.gpu = DescribeCudaDevices();
   nlohmann::json libs = {{"torch", TORCH_VERSION},
+                         {"torch_cuda", at::globalContext().hasCUDA()},
                          {"sqlite", sqlite3_libversion()},
                          {"nlohmann_json", std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
                                                std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +

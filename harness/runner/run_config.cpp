@@ -17,24 +17,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::vector<std::string> kRunConfigKeys = {"name",
-                                                 "output",
-                                                 "targets",
-                                                 "methods",
-                                                 "datasets",
-                                                 "temperatures",
-                                                 "seeds",
-                                                 "top_p",
-                                                 "top_k",
-                                                 "max_new_tokens",
-                                                 "dtype",
-                                                 "threads",
-                                                 "warmup",
-                                                 "stop_strings",
-                                                 "chat_template",
-                                                 "system_prompt",
-                                                 "synthetic_acceptance",
-                                                 "timing"};
+const std::vector<std::string> kRunConfigKeys = {
+    "name",    "output", "targets",      "methods",        "datasets",      "temperatures",
+    "seeds",   "top_p",  "top_k",        "max_new_tokens", "dtype",         "device",
+    "threads", "warmup", "stop_strings", "chat_template",  "system_prompt", "synthetic_acceptance",
+    "timing"};
 
 [[noreturn]] void TypeError(const std::string& source, const std::string& key, const char* expected,
                             const Json& got) {
@@ -69,6 +56,17 @@ std::vector<std::string> GetStrings(const Json& j, const std::string& source,
 
 }  // namespace
 
+bool IsDeviceName(const std::string& name) {
+  if (name == "cpu" || name == "cuda") return true;
+  const std::string prefix = "cuda:";
+  if (name.size() <= prefix.size() || name.size() > prefix.size() + 3) return false;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
+}
+
 Json RunConfig::ToJson() const {
   Json methods_json = Json::array();
   for (const auto& m : methods) methods_json.push_back({{"name", m.name}, {"knobs", m.knobs}});
@@ -87,6 +85,7 @@ Json RunConfig::ToJson() const {
           {"top_k", top_k},
           {"max_new_tokens", max_new_tokens},
           {"dtype", dtype},
+          {"device", device},
           {"threads", threads},
           {"warmup", warmup},
           {"stop_strings", stop_strings},
@@ -179,6 +178,8 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
       c.max_new_tokens = GetInt(v, source, key);
     } else if (key == "dtype") {
       c.dtype = GetString(v, source, key);
+    } else if (key == "device") {
+      c.device = GetString(v, source, key);
     } else if (key == "threads") {
       c.threads = GetInt(v, source, key);
     } else if (key == "warmup") {
@@ -223,8 +224,11 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
   SPECBED_CHECK(c.threads >= 1 && c.threads <= 256, source, ": threads must be in [1, 256], got ",
                 c.threads);
   SPECBED_CHECK(c.warmup >= 0, source, ": warmup must be >= 0, got ", c.warmup);
-  SPECBED_CHECK(c.dtype == "float32" || c.dtype == "bfloat16", source,
-                ": dtype must be \"float32\" or \"bfloat16\", got \"", c.dtype, "\"");
+  SPECBED_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16", source,
+                ": dtype must be \"float32\", \"bfloat16\" or \"float16\" (GPU only), got \"",
+                c.dtype, "\"");
+  SPECBED_CHECK(IsDeviceName(c.device), source,
+                ": device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"", c.device, "\"");
   SPECBED_CHECK(!c.output.empty(), source, ": output must name a database file");
   return c;
 }
@@ -262,6 +266,7 @@ Json CaseConfig::IdentityJson() const {
   if (!synthetic_acceptance.empty()) j["synthetic_acceptance"] = synthetic_acceptance;
   if (timing == kTimingPaired) j["timing"] = timing;
   if (!shard.empty()) j["shard"] = shard;
+  if (device != "cpu") j["device"] = device;
   return j;
 }
 
@@ -270,6 +275,7 @@ Json CaseConfig::ToJson() const {
   j["repeat"] = repeat;
   j["batch_size"] = batch_size;
   j["timing"] = timing;
+  j["device"] = device;
   if (!paper.is_null()) j["paper"] = paper;
   return j;
 }
@@ -288,6 +294,7 @@ std::string CaseConfig::Label() const {
   if (!synthetic_acceptance.empty()) out << " SYNTHETIC";
   if (timing == kTimingPaired) out << " paired";
   if (!shard.empty()) out << " shard=" << shard;
+  if (device != "cpu") out << " device=" << device;
   return out.str();
 }
 
@@ -308,6 +315,7 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
             c.top_k = config.top_k;
             c.max_new_tokens = config.max_new_tokens;
             c.dtype = config.dtype;
+            c.device = config.device;
             c.threads = config.threads;
             c.stop_strings = config.stop_strings;
             c.chat_template = config.chat_template;

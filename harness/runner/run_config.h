@@ -36,6 +36,8 @@ struct RunConfig {
   int64_t top_k = 0;
   int64_t max_new_tokens = 128;
   std::string dtype = "float32";
+  // "cpu" | "cuda" | "cuda:N": where the target and the drafters run (models/device.h).
+  std::string device = "cpu";
   int64_t threads = 1;
   int64_t warmup = 1;  // discarded generations of the first prompt before each case
   std::vector<std::string> stop_strings;
@@ -60,6 +62,9 @@ RunConfig ParseRunConfig(const nlohmann::json& json, const std::string& source);
 // `specbed run`/`sweep` read configs with LoadSweepConfig (sweep.h), which resolves relative
 // input paths against the config's folder and the SpecBed home first (ResolveConfigPaths).
 RunConfig LoadRunConfig(const std::string& path);
+// "cpu" | "cuda" | "cuda:N" (N: 1 to 3 digits): the device names a config may give (syntax only;
+// availability is checked when the case runs, models/device.h).
+bool IsDeviceName(const std::string& name);
 // The keys ParseRunConfig accepts (sweep files add theirs, harness/runner/sweep.h).
 const std::vector<std::string>& RunConfigKeys();
 
@@ -74,6 +79,9 @@ struct CaseConfig {
   int64_t top_k = 0;
   int64_t max_new_tokens = 128;
   std::string dtype = "float32";
+  // "cpu" | "cuda" | "cuda:N". Part of the key when not "cpu", so cases of configs written
+  // before devices keep their keys.
+  std::string device = "cpu";
   int64_t threads = 1;
   std::vector<std::string> stop_strings;
   std::string chat_template;

@@ -13,6 +13,7 @@
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -68,11 +69,12 @@ double Runner::MemoryBandwidthGbs(int threads) {
 }
 
 LoadedTarget& Runner::Target(const std::string& name, const std::string& dtype,
-                             const std::string& chat_template) {
-  const std::string key = name + "|" + dtype + "|" + chat_template;
+                             const std::string& chat_template, const std::string& device) {
+  const std::string key = name + "|" + dtype + "|" + chat_template + "|" + device;
   auto it = targets_.find(key);
   if (it == targets_.end()) {
-    it = targets_.emplace(key, LoadModel(name, ParseDtype(dtype), chat_template)).first;
+    const at::Device d = ParseDevice(device, "model '" + name + "'");
+    it = targets_.emplace(key, LoadModel(name, ParseDtype(dtype), chat_template, d)).first;
   }
   return it->second;
 }
@@ -139,6 +141,7 @@ std::vector<std::vector<Prompt>> ValidateCases(std::vector<CaseConfig>& cases,
     SPECBED_CHECK(c.batch_size == 1, "case ", c.Label(), ": batch_size ", c.batch_size,
                   " needs batched decoding, which the runner does not implement yet (no method "
                   "has supports_batch)");
+    CheckDeviceAvailable(ParseDevice(c.device, "case " + c.Label()), "case " + c.Label());
     ResolveModel(c.target);
     const MethodInfo& checked = methods.Info(c.method.name);
     if (checked.validate) {
@@ -248,7 +251,7 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
   record.batch_size = c.batch_size;
   record.threads = c.threads;
   record.dtype = c.dtype;
-  record.device = "cpu";
+  record.device = c.device;
   nlohmann::json case_json = c.ToJson();
   case_json["target_info"] = {{"label", model.config().twin_label},
                               {"weight_bytes", DecodeWeightBytes(model)},
@@ -311,14 +314,15 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
                      const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
                      const std::string& note, ProgressBar* progress) {
   at::set_num_threads(static_cast<int>(c.threads));
-  LoadedTarget& target = Target(c.target, c.dtype, c.chat_template);
+  LoadedTarget& target = Target(c.target, c.dtype, c.chat_template, c.device);
   LlamaModel& model = *target.model;
   const MethodInfo& method_info = methods.Info(c.method.name);
   MethodContext method_context;
   method_context.target = &target;
   method_context.dtype = ParseDtype(c.dtype);
+  method_context.device = model.device();
   method_context.load_model = [&](const std::string& name) -> LoadedTarget& {
-    return Target(name, c.dtype, "");
+    return Target(name, c.dtype, "", c.device);
   };
   std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
   // Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every

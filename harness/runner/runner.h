@@ -64,8 +64,9 @@ class Runner {
                          const nlohmann::json& config_json);
 
  private:
+  // A model loaded once per (name, dtype, chat template, device) and kept across cases.
   LoadedTarget& Target(const std::string& name, const std::string& dtype,
-                       const std::string& chat_template);
+                       const std::string& chat_template, const std::string& device);
   // Runs one validated case (warmup, every turn of every prompt, paired AR when asked) and writes
   // it to the store in one transaction.
   void RunCase(const MethodRegistry& methods, const CaseConfig& c,

@@ -127,6 +127,7 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
                 c.top_k = b.top_k;
                 c.max_new_tokens = b.max_new_tokens;
                 c.dtype = b.dtype;
+                c.device = b.device;
                 c.threads = b.threads;
                 c.stop_strings = b.stop_strings;
                 c.chat_template = b.chat_template;

@@ -620,6 +620,26 @@ TEST(CliErrors, UnknownModelSuggestsNearest) {
                  {"unknown model 'storie260K'", "did you mean 'stories260K'?"});
 }
 
+// A device that is not there (cuda:7: no CUDA in CPU CI, one GPU on the GPU machines) fails
+// naming it, exit 1, before any case runs; the same for generate and bench.
+TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/dev.db";
+  Json cfg = SmallConfig(db);
+  cfg["device"] = "cuda:7";
+  ExpectRunFails(dir, WriteConfig(dir, "dev.json", cfg), db, {"device 'cuda:7' is not available"});
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"generate", "--device", "cuda:7", "-n", "4"},
+        {"bench", "--device", "cuda:7", "-n", "4", "-o", ""}}) {
+    const ProcResult r = RunSpecbed(args, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "device 'cuda:7' is not available")) << Describe(r);
+  }
+  cfg["device"] = "gpu";
+  ExpectRunFails(dir, WriteConfig(dir, "dev2.json", cfg), db,
+                 {"device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""});
+}
+
 TEST(CliErrors, UnknownSubcommandIsNamed) {
   const std::string dir = TestDir();
   const ProcResult r = RunSpecbed({"frobnicate"}, dir);

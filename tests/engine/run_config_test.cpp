@@ -46,6 +46,22 @@ TEST(RunConfig, KeysAreStableAndDistinguishCases) {
   EXPECT_EQ(a[0].Key().size(), 16u);
 }
 
+// The device joins the key only off the CPU (cases of configs written before devices keep their
+// keys), is always in the stored config, and separates workloads (an AR case on the CPU is no
+// baseline for a GPU case).
+TEST(RunConfig, DeviceIsInTheKeyOnlyOffTheCpu) {
+  RunConfig c;
+  const auto cpu = ExpandCases(c);
+  c.device = "cuda:0";
+  const auto gpu = ExpandCases(c);
+  EXPECT_FALSE(cpu[0].IdentityJson().contains("device"));
+  EXPECT_EQ(gpu[0].IdentityJson()["device"], "cuda:0");
+  EXPECT_EQ(cpu[0].ToJson()["device"], "cpu");
+  EXPECT_NE(cpu[0].Key(), gpu[0].Key());
+  EXPECT_NE(WorkloadKey(cpu[0]), WorkloadKey(gpu[0]));
+  EXPECT_NE(gpu[0].Label().find("device=cuda:0"), std::string::npos);
+}
+
 TEST(RunConfig, BadInputNamesFileAndKey) {
   EXPECT_NE(ErrorOf(Json::parse(R"({"temperatrues":[0]})")).find("did you mean 'temperatures'"),
             std::string::npos);
@@ -58,8 +74,15 @@ TEST(RunConfig, BadInputNamesFileAndKey) {
             std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be in [1, "),
             std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float16"})")).find("dtype must be"),
+  EXPECT_NE(ErrorOf(Json::parse(R"({"dtype":"float64"})")).find("dtype must be"),
             std::string::npos);
+  // Devices: syntax here; availability when the case runs (runner, models/device.h).
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "CUDA", "cuda:1234"}) {
+    EXPECT_NE(ErrorOf(Json{{"device", bad}}).find("device must be \"cpu\", \"cuda\" or \"cuda:N\""),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(ParseRunConfig(Json{{"device", "cuda:1"}}, "x.json").device, "cuda:1");
   EXPECT_NE(ErrorOf(Json::parse(R"({"datasets":[{"name":"stories","limt":3}]})")).find("limt"),
             std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"methods":[]})")).find("must be non-empty"), std::string::npos);

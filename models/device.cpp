@@ -1,0 +1,71 @@
+// Device names, availability and synchronization (see device.h).
+#include "models/device.h"
+
+#include <ATen/Context.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cctype>
+
+#include "harness/base/error.h"
+#ifdef SPECBED_HAVE_CUDA_TORCH
+#include "kernels/cuda_glue.h"
+#endif
+
+namespace specbed {
+
+at::Device ParseDevice(const std::string& name, const std::string& context) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name == "cuda") return at::Device(at::kCUDA);
+  const std::string prefix = "cuda:";
+  if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+    const std::string digits = name.substr(prefix.size());
+    bool ok = digits.size() <= 3;
+    for (char c : digits) ok = ok && std::isdigit(static_cast<unsigned char>(c));
+    if (ok) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(digits)));
+  }
+  Fail(context, ": unknown device '", name, "' (expected cpu, cuda or cuda:N)");
+}
+
+std::string DeviceName(const at::Device& device) {
+  if (device.is_cpu()) return "cpu";
+  return device.has_index() ? "cuda:" + std::to_string(device.index()) : "cuda";
+}
+
+void CheckDeviceAvailable(const at::Device& device, const std::string& context) {
+  if (device.is_cpu()) return;
+  SPECBED_CHECK(device.is_cuda(), context, ": device '", device.str(), "' is not supported");
+  SPECBED_CHECK(at::globalContext().hasCUDA(), context, ": device '", DeviceName(device),
+                "' is not available: this SpecBed build's LibTorch has no CUDA support or no "
+                "CUDA device is visible (use \"device\": \"cpu\", or a CUDA build on a GPU "
+                "machine)");
+  const auto* impl = c10::impl::getDeviceGuardImpl(at::kCUDA);
+  const int count = impl->deviceCount();
+  const int index = device.has_index() ? device.index() : 0;
+  SPECBED_CHECK(index < count, context, ": device '", DeviceName(device),
+                "' is not available: ", count, " CUDA device(s) visible");
+}
+
+void SynchronizeDevice(const at::Device& device) {
+  if (device.is_cpu()) return;
+#ifdef SPECBED_HAVE_CUDA_TORCH
+  if (device.is_cuda()) {
+    kernel_detail::SynchronizeCurrentStream(device.has_index() ? device.index() : -1);
+    return;
+  }
+#endif
+  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
+  const at::Device concrete =
+      device.has_index() ? device : at::Device(device.type(), impl->getDevice().index());
+  impl->synchronizeStream(impl->getStream(concrete));
+}
+
+std::string DescribeCudaDevices() {
+#ifdef SPECBED_HAVE_CUDA_TORCH
+  if (!at::globalContext().hasCUDA()) return "";
+  return kernel_detail::DescribeCudaDevices();
+#else
+  return "";
+#endif
+}
+
+}  // namespace specbed

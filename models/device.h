@@ -1,0 +1,49 @@
+// Devices: parsing a device name from a config or the command line, checking that it exists
+// before anything runs, and synchronizing it at phase boundaries so a wall clock read after the
+// sync includes the device work queued before it. Written against c10's device-guard interface,
+// so this file needs no CUDA headers and works with any LibTorch backend.
+// Checked by: tests/engine/aten_forward_test.cpp (parsing, "cuda" refused on a CPU-only build
+// naming the device, CPU sync is a no-op), tests/cli/cli_test.cpp (--device cuda exits 1).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "harness/base/timer.h"
+
+namespace specbed {
+
+// "cpu" | "cuda" | "cuda:N" (N >= 0); anything else fails naming `context` and the accepted
+// spellings. Only parses: availability is CheckDeviceAvailable's job.
+at::Device ParseDevice(const std::string& name, const std::string& context);
+// The canonical name ParseDevice reads back: "cpu", "cuda", "cuda:1".
+std::string DeviceName(const at::Device& device);
+
+// Fails (specbed::Error naming `context` and the device) unless `device` can run tensors here:
+// the CPU always can; "cuda[:N]" needs a CUDA build of LibTorch and a visible device N.
+void CheckDeviceAvailable(const at::Device& device, const std::string& context);
+
+// Waits until the work queued on `device`'s current stream has finished (no-op on the CPU).
+// Phase timers call it before reading the clock on a device that runs asynchronously.
+void SynchronizeDevice(const at::Device& device);
+
+// True when `device` runs work asynchronously to the host (everything but the CPU): the timers
+// must synchronize it.
+inline bool IsAsyncDevice(const at::Device& device) {
+  return !device.is_cpu();
+}
+
+// The phase clock: NowNanos() read after `device` finished its queued work (a plain NowNanos()
+// on the CPU), so a phase boundary charges device work to the phase that queued it.
+inline int64_t DeviceNowNanos(const at::Device& device) {
+  if (IsAsyncDevice(device)) SynchronizeDevice(device);
+  return NowNanos();
+}
+
+// One line per visible CUDA device ("NVIDIA H100 80GB HBM3, compute capability 9.0, driver
+// 13.0, CUDA runtime 13.0"), "" when there is none or this build has no CUDA LibTorch.
+std::string DescribeCudaDevices();
+
+}  // namespace specbed

@@ -1,0 +1,371 @@
+// The ATen forward path (see llama_forward_aten.h).
+#include "models/llama_forward_aten.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+namespace {
+
+constexpr bool kHaveSdpa = TORCH_VERSION_MAJOR > 2 ||
+                           (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5);
+
+// The first elements of a contiguous buffer, viewed as `shape`.
+at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  SPECBED_CHECK(n <= buffer.numel(), "AtenForward: buffer of ", buffer.numel(),
+                " elements viewed as ", shape, " (internal error)");
+  return buffer.view({-1}).narrow(0, 0, n).view(shape);
+}
+
+at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
+  return buffer.narrow(0, 0, n);
+}
+
+// ATen's out= overloads take an lvalue: a view made for the call lives through it.
+at::Tensor& Out(at::Tensor&& view) {
+  return view;
+}
+
+at::Tensor FloatCopy(const at::Tensor& t) {
+  return t.defined() ? t.to(at::kFloat).contiguous() : t;
+}
+
+// x[..., 2 * half] split into its RoPE pairs: (first, second) halves or interleaved lanes.
+std::pair<at::Tensor, at::Tensor> RopePairs(const at::Tensor& x, int64_t half, bool interleaved) {
+  if (interleaved) return {x.slice(-1, 0, 2 * half, 2), x.slice(-1, 1, 2 * half, 2)};
+  return {x.narrow(-1, 0, half), x.narrow(-1, half, half)};
+}
+
+}  // namespace
+
+// The shapes of one Run.
+struct AtenForward::Step {
+  int64_t batch, n_tokens, past, n_slots, rows, max_len;
+  int64_t heads, kv_heads, group, head_dim;
+  int64_t chunk;  // query tokens per attention chunk
+};
+
+AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
+                         at::ScalarType dtype, at::Device device)
+    : config_(config), weights_(weights), dtype_(dtype), device_(device) {
+  for (const LlamaLayerWeights& layer : weights_.layers) {
+    wqkv_t_.push_back(layer.wqkv.t());
+    wo_t_.push_back(layer.wo.t());
+    w_gate_up_t_.push_back(layer.w_gate_up.t());
+    w_down_t_.push_back(layer.w_down.t());
+    attn_norm_f_.push_back(FloatCopy(layer.attn_norm));
+    ffn_norm_f_.push_back(FloatCopy(layer.ffn_norm));
+    q_norm_f_.push_back(FloatCopy(layer.q_norm));
+    k_norm_f_.push_back(FloatCopy(layer.k_norm));
+  }
+  final_norm_f_ = FloatCopy(weights_.final_norm);
+  const auto f32 = at::TensorOptions(at::kFloat).device(device_);
+  dim_f_ = at::full({}, static_cast<double>(config_.dim), f32);
+  head_dim_f_ = at::full({}, static_cast<double>(config_.head_dim), f32);
+  eps_f_ = at::full({}, config_.norm_eps, f32);
+  scale_ = at::full({}, 1.0 / std::sqrt(static_cast<double>(config_.head_dim)),
+                    at::TensorOptions(dtype).device(device_));
+  zero_ = at::zeros({}, at::TensorOptions(dtype).device(device_));
+  lm_head_t_ = weights_.lm_head.t();
+  inv_freq_ = RopeInverseFrequencies(config_);
+  const char* attention = std::getenv("SPECBED_ATTENTION");
+  use_sdpa_ = kHaveSdpa && device_.is_cuda() &&
+              !(attention != nullptr && std::strcmp(attention, "bmm") == 0);
+  EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
+  EnsureRope(256);
+}
+
+void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask_elems) {
+  const auto opts = at::TensorOptions(dtype_).device(device_);
+  const auto f32 = at::TensorOptions(at::kFloat).device(device_);
+  if (rows > row_capacity_) {
+    const int64_t cap = std::max(rows, 2 * row_capacity_);
+    const LlamaConfig& c = config_;
+    ids_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    positions_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    x_ = at::empty({cap, c.dim}, opts);
+    xn_ = at::empty({cap, c.dim}, opts);
+    qkv_ = at::empty({cap, c.qkv_dim()}, opts);
+    gate_up_ = at::empty({cap, 2 * c.hidden_dim}, opts);
+    act_ = at::empty({cap, c.hidden_dim}, opts);
+    head_in_ = at::empty({cap, c.dim}, opts);
+    q_ = at::empty({cap * c.q_dim()}, opts);
+    q_chunk_ = at::empty({cap * c.q_dim()}, opts);
+    attn_out_ = at::empty({cap * c.q_dim()}, opts);
+    attn_rows_ = at::empty({cap, c.q_dim()}, opts);
+    const int64_t widest = std::max(c.dim, c.q_dim());
+    norm_in_f_ = at::empty({cap * widest}, f32);
+    norm_tmp_f_ = at::empty({cap * widest}, f32);
+    norm_ms_f_ = at::empty({cap * c.n_heads}, f32);
+    rope_tmp_f_ = at::empty({cap * c.q_dim()}, f32);
+    cos_sel_ = at::empty({cap, c.head_dim / 2}, f32);
+    sin_sel_ = at::empty({cap, c.head_dim / 2}, f32);
+    logits_ = at::empty({cap, c.vocab_size}, f32);
+    if (dtype_ != at::kFloat) logits_lowp_ = at::empty({cap, c.vocab_size}, opts);
+    row_capacity_ = cap;
+  }
+  if (score_elems > score_capacity_) {
+    score_capacity_ = std::max(score_elems, 2 * score_capacity_);
+    scores_ = at::empty({score_capacity_}, opts);
+    probs_ = at::empty({score_capacity_}, opts);
+  }
+  if (mask_elems > mask_capacity_) {
+    mask_capacity_ = std::max(mask_elems, 2 * mask_capacity_);
+    mask_add_ = at::empty({mask_capacity_}, opts);
+    neg_inf_ = at::full({mask_capacity_}, -std::numeric_limits<float>::infinity(), opts);
+    mask_bool_ = at::empty({mask_capacity_}, at::TensorOptions(at::kBool).device(device_));
+  }
+}
+
+void AtenForward::EnsureRope(int64_t max_position) {
+  if (max_position <= rope_capacity_) return;
+  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
+  const int64_t half = config_.head_dim / 2;
+  at::Tensor cos = at::empty({cap, half}, at::kFloat), sin = at::empty({cap, half}, at::kFloat);
+  float* c = cos.data_ptr<float>();
+  float* s = sin.data_ptr<float>();
+  for (int64_t p = 0; p < cap; ++p) {  // the row kernels' table, bit for bit
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq_[i];
+      c[p * half + i] = static_cast<float>(std::cos(angle));
+      s[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_cos_ = cos.to(device_);
+  rope_sin_ = sin.to(device_);
+  rope_capacity_ = cap;
+}
+
+void AtenForward::RmsNorm(const at::Tensor& x, const at::Tensor& w_f, at::Tensor out) {
+  const at::IntArrayRef shape = x.sizes();
+  std::vector<int64_t> ms_shape(shape.begin(), shape.end());
+  ms_shape.back() = 1;
+  at::Tensor xf = x;
+  if (dtype_ != at::kFloat) xf = Take(norm_in_f_, shape).copy_(x);
+  at::Tensor tmp = Take(norm_tmp_f_, shape);
+  at::Tensor ms = Take(norm_ms_f_, ms_shape);
+  // Constants as 0-dim tensors: a Scalar argument would allocate a wrapped tensor per op.
+  const at::Tensor& width = shape.back() == config_.dim ? dim_f_ : head_dim_f_;
+  at::mul_out(tmp, xf, xf);
+  at::sum_out(ms, tmp, {-1}, /*keepdim=*/true);
+  ms.div_(width).add_(eps_f_).rsqrt_();
+  if (dtype_ == at::kFloat) {
+    at::mul_out(out, xf, ms).mul_(w_f);
+  } else {
+    at::mul_out(tmp, xf, ms).mul_(w_f);
+    out.copy_(tmp);
+  }
+}
+
+void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
+  at::Tensor ids = tokens.reshape({s.rows});
+  if (ids.device().is_cpu()) {  // host ids: checked here, as the row kernels do
+    const int64_t* p = ids.data_ptr<int64_t>();
+    for (int64_t i = 0; i < s.rows; ++i) {
+      SPECBED_CHECK(p[i] >= 0 && p[i] < config_.vocab_size, "Forward: token id ", p[i],
+                    " outside the vocabulary [0, ", config_.vocab_size, ")");
+    }
+  }
+  if (ids.device() != device_) ids = Rows(ids_, s.rows).copy_(ids);
+  at::index_select_out(Out(Rows(x_, s.rows)), weights_.tok_embeddings, 0, ids);
+}
+
+void AtenForward::PrepareRope(const ForwardOptions& options, const Step& s) {
+  const int64_t half = config_.head_dim / 2;
+  if (!options.positions.defined()) {  // positions past + t: a view of the table
+    cos_view_ = rope_cos_.narrow(0, s.past, s.n_tokens).view({1, s.n_tokens, 1, half});
+    sin_view_ = rope_sin_.narrow(0, s.past, s.n_tokens).view({1, s.n_tokens, 1, half});
+    return;
+  }
+  at::Tensor pos = options.positions.reshape({s.rows});
+  if (pos.device() != device_) pos = Rows(positions_, s.rows).copy_(pos);
+  at::index_select_out(Out(Rows(cos_sel_, s.rows)), rope_cos_, 0, pos);
+  at::index_select_out(Out(Rows(sin_sel_, s.rows)), rope_sin_, 0, pos);
+  cos_view_ = Rows(cos_sel_, s.rows).view({s.batch, s.n_tokens, 1, half});
+  sin_view_ = Rows(sin_sel_, s.rows).view({s.batch, s.n_tokens, 1, half});
+}
+
+void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
+  if (!options.mask.defined()) {  // causal: -inf where slot s > past + t
+    mask_view_ = Take(mask_add_, {1, s.n_tokens, s.n_slots});
+    at::triu_out(mask_view_, Take(neg_inf_, {1, s.n_tokens, s.n_slots}), s.past + 1);
+    return;
+  }
+  at::Tensor allowed = options.mask;
+  if (allowed.device() != device_ || !allowed.is_contiguous()) {
+    allowed = Take(mask_bool_, allowed.sizes()).copy_(allowed);
+  }
+  mask_view_ = Take(mask_add_, {s.batch, s.n_tokens, s.n_slots});
+  mask_view_.copy_(Take(neg_inf_, {s.batch, s.n_tokens, s.n_slots}));
+  mask_view_.masked_fill_(allowed, zero_);
+}
+
+// dst = RoPE(src) at this step's positions; src, dst: [batch, T, heads, head_dim].
+void AtenForward::Rotate(const at::Tensor& src, const at::Tensor& dst, const Step& s) {
+  const int64_t half = config_.head_dim / 2;
+  const bool interleaved = config_.rope_interleaved;
+  // float32 models read src and write dst directly; others compute in float32 scratch (the
+  // norms' input scratch is free here) and round once.
+  const bool f32 = dtype_ == at::kFloat;
+  const at::Tensor src_f = f32 ? src : Take(norm_in_f_, src.sizes()).copy_(src);
+  auto [x0, x1] = RopePairs(src_f, half, interleaved);
+  at::Tensor out = f32 ? dst : Take(rope_tmp_f_, dst.sizes());
+  auto [o0, o1] = RopePairs(out, half, interleaved);
+  at::mul_out(o0, x0, cos_view_).addcmul_(x1, sin_view_, -1);  // x0 cos - x1 sin
+  at::mul_out(o1, x1, cos_view_).addcmul_(x0, sin_view_, 1);   // x1 cos + x0 sin
+  if (!out.is_same(dst)) dst.copy_(out);
+}
+
+void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
+  const LlamaLayerWeights& w = weights_.layers[l];
+  const int64_t hd = s.head_dim, q_width = s.heads * hd, kv_width = s.kv_heads * hd;
+  at::Tensor x = Rows(x_, s.rows), xn = Rows(xn_, s.rows), qkv = Rows(qkv_, s.rows);
+  RmsNorm(x, attn_norm_f_[l], xn);
+  if (w.bqkv.defined()) {
+    at::addmm_out(qkv, w.bqkv, xn, wqkv_t_[l]);
+  } else {
+    at::mm_out(qkv, xn, wqkv_t_[l]);
+  }
+  at::Tensor q_src = qkv.narrow(1, 0, q_width).view({s.batch, s.n_tokens, s.heads, hd});
+  at::Tensor k_src = qkv.narrow(1, q_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
+  at::Tensor v_src =
+      qkv.narrow(1, q_width + kv_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
+  if (q_norm_f_[l].defined()) RmsNorm(q_src, q_norm_f_[l], q_src);
+  if (k_norm_f_[l].defined()) RmsNorm(k_src, k_norm_f_[l], k_src);
+  // q into [batch, kv_heads, group, T, hd] (head h = kv_head * group + g); k, v into the cache.
+  at::Tensor q = Take(q_, {s.batch, s.heads, s.n_tokens, hd});
+  Rotate(q_src, q.permute({0, 2, 1, 3}), s);
+  at::Tensor k_all = cache.keys(l), v_all = cache.values(l);  // [B, KVH, max_len, hd]
+  Rotate(k_src, k_all.narrow(2, s.past, s.n_tokens).permute({0, 2, 1, 3}), s);
+  v_all.narrow(2, s.past, s.n_tokens).permute({0, 2, 1, 3}).copy_(v_src);
+  Attend(k_all.narrow(2, 0, s.n_slots), v_all.narrow(2, 0, s.n_slots), s);
+  x.addmm_(Rows(attn_rows_, s.rows), wo_t_[l]);
+}
+
+// attn_rows_[b, t, h, :] = softmax(q k^T / sqrt(hd) + mask) v; k, v: [B, KVH, S, hd] views.
+void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s) {
+  const int64_t hd = s.head_dim, bk = s.batch * s.kv_heads, S = s.n_slots;
+  at::Tensor q5 = Take(q_, {s.batch, s.kv_heads, s.group, s.n_tokens, hd});
+  at::Tensor rows5 = Take(attn_rows_, {s.batch, s.n_tokens, s.kv_heads, s.group, hd});
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (use_sdpa_) {
+    at::Tensor o = at::scaled_dot_product_attention(
+        q5.view({s.batch, s.heads, s.n_tokens, hd}), k, v, mask_view_.unsqueeze(1),
+        /*dropout_p=*/0.0, /*is_causal=*/false, /*scale=*/std::nullopt, /*enable_gqa=*/true);
+    rows5.view({s.batch, s.n_tokens, s.heads, hd}).copy_(o.transpose(1, 2));
+    return;
+  }
+#endif
+  const at::Tensor k3 = k.reshape({bk, S, hd}).transpose(1, 2);  // a view: S, hd are dense
+  const at::Tensor v3 = v.reshape({bk, S, hd});
+  for (int64_t t0 = 0; t0 < s.n_tokens; t0 += s.chunk) {
+    const int64_t tc = std::min(s.chunk, s.n_tokens - t0);
+    at::Tensor qc = q5;
+    if (tc != s.n_tokens) {
+      qc = Take(q_chunk_, {s.batch, s.kv_heads, s.group, tc, hd}).copy_(q5.narrow(3, t0, tc));
+    }
+    at::Tensor scores = Take(scores_, {bk, s.group * tc, S});
+    at::bmm_out(scores, qc.view({bk, s.group * tc, hd}), k3);
+    scores.mul_(scale_);
+    scores.view({s.batch, s.kv_heads, s.group, tc, S})
+        .add_(mask_view_.narrow(1, t0, tc).unsqueeze(1).unsqueeze(1));
+    at::Tensor probs = Take(probs_, {bk, s.group * tc, S});
+    at::_softmax_out(probs, scores, -1, /*half_to_float=*/false);
+    probs.nan_to_num_(0.0);  // a fully masked row attends to nothing: zeros, as the row kernels
+    at::Tensor out = Take(attn_out_, {bk, s.group * tc, hd});
+    at::bmm_out(out, probs, v3);
+    rows5.narrow(1, t0, tc).copy_(
+        out.view({s.batch, s.kv_heads, s.group, tc, hd}).permute({0, 3, 1, 2, 4}));
+  }
+}
+
+void AtenForward::Mlp(int64_t l, const Step& s) {
+  const int64_t hidden = config_.hidden_dim;
+  at::Tensor x = Rows(x_, s.rows), xn = Rows(xn_, s.rows), gate_up = Rows(gate_up_, s.rows),
+             act = Rows(act_, s.rows);
+  RmsNorm(x, ffn_norm_f_[l], xn);
+  at::mm_out(gate_up, xn, w_gate_up_t_[l]);
+  at::silu_out(act, gate_up.narrow(1, 0, hidden));
+  act.mul_(gate_up.narrow(1, hidden, hidden));
+  x.addmm_(act, w_down_t_[l]);
+}
+
+void AtenForward::Logits(LogitsMode mode, const Step& s, ForwardOutput& out) {
+  if (mode == LogitsMode::kNone) return;
+  const bool all = mode == LogitsMode::kAll;
+  const int64_t n_out = all ? s.rows : s.batch;
+  at::Tensor x = Rows(x_, s.rows);
+  at::Tensor last = all ? x : x.view({s.batch, s.n_tokens, config_.dim}).select(1, s.n_tokens - 1);
+  at::Tensor head_in = Rows(head_in_, n_out);
+  RmsNorm(last, final_norm_f_, head_in);
+  at::Tensor logits = Rows(logits_, n_out);
+  if (dtype_ == at::kFloat) {
+    at::mm_out(logits, head_in, lm_head_t_);
+  } else {
+    at::mm_out(Out(Rows(logits_lowp_, n_out)), head_in, lm_head_t_);
+    logits.copy_(Rows(logits_lowp_, n_out));
+  }
+  out.logits = logits.view({s.batch, all ? s.n_tokens : 1, config_.vocab_size});
+}
+
+ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
+                               const ForwardOptions& options) {
+  Step s;
+  s.batch = tokens.size(0);
+  s.n_tokens = tokens.size(1);
+  s.past = cache.length();
+  s.n_slots = s.past + s.n_tokens;
+  s.rows = s.batch * s.n_tokens;
+  s.max_len = cache.max_len();
+  s.heads = config_.n_heads;
+  s.kv_heads = config_.n_kv_heads;
+  s.group = s.heads / s.kv_heads;
+  s.head_dim = config_.head_dim;
+  // Scores for up to the cache's max_len slots, so a growing context does not regrow them.
+  const int64_t per_token = s.batch * s.heads * s.max_len;
+  s.chunk = std::max<int64_t>(1, std::min(s.n_tokens, kAttentionScoreBudget / per_token));
+  EnsureCapacity(s.rows, s.chunk * per_token, s.rows * s.max_len);
+  int64_t max_position = s.n_slots;
+  if (options.positions.defined() && options.positions.device().is_cpu()) {
+    const at::Tensor pos = options.positions.contiguous();
+    const int64_t* p = pos.data_ptr<int64_t>();
+    for (int64_t i = 0; i < s.rows; ++i) {
+      SPECBED_CHECK(p[i] >= 0, "Forward: negative position");
+      max_position = std::max(max_position, p[i] + 1);
+    }
+  }
+  EnsureRope(std::max(max_position, s.max_len));
+
+  ForwardOutput out;
+  auto capture = [&](int64_t index) {
+    for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
+      if (options.hidden_layers[i] != index) continue;
+      out.hidden.resize(options.hidden_layers.size());
+      out.hidden[i] = Rows(x_, s.rows).clone().view({s.batch, s.n_tokens, config_.dim});
+    }
+  };
+  Embed(tokens, s);
+  capture(0);
+  PrepareRope(options, s);
+  PrepareMask(options, s);
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    AttentionLayer(l, cache, s);
+    Mlp(l, s);
+    capture(l + 1);
+  }
+  Logits(options.logits, s, out);
+  return out;
+}
+
+}  // namespace specbed

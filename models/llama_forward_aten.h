@@ -1,0 +1,96 @@
+// The ATen forward path of LlamaModel (ForwardPath::kAten): the decoder as batched ATen ops on
+// any LibTorch device, behind LlamaModel::Forward's contract (llama_model.h).
+//
+// Per layer: RMSNorm (float32 math, one rounding), the fused qkv GEMM (+ bias), q/k RMSNorm
+// (Qwen3), RoPE by position-indexed cos/sin rows written straight into the KV cache slots
+// [past, past + T) (k) and into a [batch, kv_heads, group, T, head_dim] query buffer (q), so
+// grouped-query attention is one batched GEMM per side with no repeat of K/V; the causal or tree
+// mask is added as -inf; softmax; the wo GEMM accumulates into the residual; RMSNorm; the fused
+// gate/up GEMM; SiLU * up; the down GEMM accumulates. With LibTorch >= 2.5 on CUDA, attention goes
+// through at::scaled_dot_product_attention (grouped-query, explicit mask) instead
+// (SPECBED_ATTENTION=bmm keeps the batched GEMMs).
+//
+// Every activation lives in a buffer preallocated for the largest batch * T (and the cache's
+// max_len) seen, so a steady decode step allocates only tensor views; attention scores larger
+// than kAttentionScoreBudget elements are computed in query chunks (long prefills).
+// Checked by: tests/engine/aten_forward_test.cpp (against the row kernels on the CPU: logits
+// within 1e-4 in float32 and identical greedy ids on stories260K, its twin and random Llama-3 /
+// Qwen2 / Qwen3 checkpoints, causal and tree masks, hidden states; no allocation in a steady
+// decode step).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/kv_cache.h"
+#include "models/llama_config.h"
+#include "models/llama_model.h"
+#include "models/llama_weights.h"
+
+namespace specbed {
+
+class AtenForward {
+ public:
+  // The most attention-score elements one chunk holds (64 MiB of float32).
+  static constexpr int64_t kAttentionScoreBudget = int64_t{1} << 24;
+
+  // weights: of `dtype` on `device` (shared with the owning LlamaModel, not copied).
+  AtenForward(const LlamaConfig& config, const LlamaWeights& weights, at::ScalarType dtype,
+              at::Device device);
+
+  // LlamaModel::Forward's contract; the arguments were checked by the caller.
+  ForwardOutput Run(const at::Tensor& tokens, KvCache& cache, const ForwardOptions& options);
+
+ private:
+  struct Step;  // the shapes of one Run
+
+  void EnsureCapacity(int64_t rows, int64_t batch_heads_tokens, int64_t max_slots);
+  void EnsureRope(int64_t max_position);
+  // out = x / rms(x) * w over the last dim; x, out: [..., d] of the model dtype; w_f: float [d].
+  void RmsNorm(const at::Tensor& x, const at::Tensor& w_f, at::Tensor out);
+  void Embed(const at::Tensor& tokens, const Step& s);
+  void PrepareRope(const ForwardOptions& options, const Step& s);
+  void PrepareMask(const ForwardOptions& options, const Step& s);
+  void Rotate(const at::Tensor& src, const at::Tensor& dst, const Step& s);
+  void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
+  void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
+  void Mlp(int64_t layer, const Step& s);
+  void Logits(LogitsMode mode, const Step& s, ForwardOutput& out);
+
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::vector<at::Tensor> wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_;
+  at::Tensor lm_head_t_;
+  // Norm weights as float32 (the norms compute in float32).
+  std::vector<at::Tensor> attn_norm_f_, ffn_norm_f_, q_norm_f_, k_norm_f_;
+  at::Tensor final_norm_f_;
+  // 0-dim constants (an ATen Scalar argument allocates a wrapped tensor on every call).
+  at::Tensor dim_f_, head_dim_f_, eps_f_;  // float32
+  at::Tensor scale_, zero_;                // model dtype: 1 / sqrt(head_dim), 0
+
+  // Preallocated buffers (model dtype unless noted), grown, never shrunk.
+  int64_t row_capacity_ = 0, score_capacity_ = 0, mask_capacity_ = 0;
+  at::Tensor ids_;        // int64 [rows] (device copy of the tokens)
+  at::Tensor positions_;  // int64 [rows] (device copy of the positions)
+  at::Tensor x_, xn_, qkv_, gate_up_, act_, head_in_;
+  at::Tensor q_, q_chunk_, attn_out_, attn_rows_;  // [rows * q_dim] each
+  at::Tensor norm_in_f_, norm_tmp_f_, norm_ms_f_;  // float scratch of the norms
+  at::Tensor rope_tmp_f_;                          // float scratch of RoPE (non-float models)
+  at::Tensor cos_sel_, sin_sel_;                   // float [rows, head_dim / 2]
+  at::Tensor scores_, probs_;                      // [score elements]
+  at::Tensor mask_add_, neg_inf_;                  // additive mask [mask elements]; all -inf
+  at::Tensor mask_bool_;                           // bool [mask elements] (device copy)
+  at::Tensor logits_, logits_lowp_;                // float32 / model dtype [rows, vocab]
+  at::Tensor rope_cos_, rope_sin_;                 // float [rope_capacity_, head_dim / 2]
+  int64_t rope_capacity_ = 0;
+  std::vector<double> inv_freq_;
+  bool use_sdpa_ = false;
+  at::Tensor cos_view_, sin_view_;  // this step's [batch or 1, T, 1, half] RoPE rows
+  at::Tensor mask_view_;            // this step's additive mask [batch or 1, T, S]
+};
+
+}  // namespace specbed
