@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "harness/base/error.h"
+#include "harness/engine/verifier.h"
 
 namespace specbed {
 
@@ -56,6 +57,10 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   ForwardOptions options;  // logits of the last position
   ForwardOutput out = draft_->Forward(ids_.narrow(1, 0, n_pending), cache_, options);
   fed_ = n_pending;
+  if (greedy && draft_->forward_path() == ForwardPath::kAten) {
+    DraftGreedyOnDevice(out, gamma, tree);
+    return;
+  }
   for (int64_t i = 0; i < gamma; ++i) {
     const float* logits = out.logits.data_ptr<float>();
     int32_t token;
@@ -73,6 +78,24 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
       out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
     }
   }
+}
+
+void SpsDrafter::DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree) {
+  const int64_t vocab = draft_->config().vocab_size;
+  if (!device_ids_.defined() || device_ids_.numel() < gamma ||
+      device_ids_.device() != draft_->device()) {
+    device_ids_ = at::empty({std::max<int64_t>(gamma, 8)},
+                            at::TensorOptions(at::kLong).device(draft_->device()));
+  }
+  for (int64_t i = 0; i < gamma; ++i) {
+    at::Tensor slot = device_ids_.narrow(0, i, 1);
+    at::argmax_out(slot, out.logits.view({vocab}), 0, /*keepdim=*/true);  // lowest id on ties
+    if (i + 1 < gamma) out = draft_->Forward(slot.view({1, 1}), cache_);
+  }
+  const at::Tensor ids = CopyToHost(device_ids_.narrow(0, 0, gamma));  // the step's one copy
+  const int64_t* t = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < gamma; ++i)
+    tree.AddNode(static_cast<int32_t>(t[i]), static_cast<int32_t>(i) - 1);
 }
 
 void SpsDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {

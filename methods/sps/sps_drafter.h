@@ -7,8 +7,12 @@
 // The draft model keeps its own KV cache in step with the committed tokens: after a verdict it
 // truncates to committed + root + accepted; when the whole chain was accepted, the last draft
 // token (never fed to the draft model) is fed together with the new root at the next step.
+// On the ATen forward path (every non-CPU device, or forced on the CPU) greedy drafting keeps the
+// ids on the draft model's device: each argmax feeds the next forward there and the chain comes
+// back in one copy. Sampling (T > 0) still reads each draft row on the host.
 // Checked by: tests/engine/speculative_test.cpp (exact match with AR at T = 0 on stories260K;
-// drafter cache = fresh forward over the committed tokens).
+// drafter cache = fresh forward over the committed tokens), tests/methods/aten_path_test.cpp
+// (the ATen path).
 #pragma once
 
 #include <memory>
@@ -39,6 +43,10 @@ class SpsDrafter : public Drafter {
   const KvCache& cache() const { return cache_; }
 
  private:
+  // Greedy chain on the draft model's device (the ATen path): `out` holds the logits after the
+  // pending tokens.
+  void DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree);
+
   std::shared_ptr<LlamaModel> draft_;
   KvCache cache_;
   std::unique_ptr<Sampler> sampler_;
@@ -46,7 +54,8 @@ class SpsDrafter : public Drafter {
   int64_t base_len_ = 0;          // draft cache length before this step's tokens
   int64_t fed_ = 0;               // pending tokens fed this step
   std::vector<float> probs_;
-  at::Tensor ids_;  // [1, capacity] int64 input buffer
+  at::Tensor ids_;         // [1, capacity] int64 input buffer
+  at::Tensor device_ids_;  // [capacity] int64 on the draft model's device (greedy, ATen path)
 };
 
 }  // namespace specbed

@@ -519,13 +519,16 @@ TEST(ResultsStore, RejectsBadRecordsWithClearErrors) {
   auto store = ResultsStore::Open(path);
   const int64_t run = store->BeginRun(MakeRun());
   CaseRecord c = MakeCase("k");
-  c.dtype = "float16";
+  c.dtype = "float64";
   std::string err = ErrorOf([&] { store->WriteCase(run, c, {}, {}); });
-  EXPECT_CONTAINS(err, "dtype 'float16'");
-  EXPECT_CONTAINS(err, "float32, bfloat16");
-  c = MakeCase("k");
-  c.device = "tpu";
-  EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, c, {}, {}); }), "device 'tpu'");
+  EXPECT_CONTAINS(err, "dtype 'float64'");
+  EXPECT_CONTAINS(err, "float32, bfloat16, float16");
+  for (const char* bad : {"tpu", "cuda:", "cuda:x"}) {
+    c = MakeCase("k");
+    c.device = bad;
+    EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, c, {}, {}); }),
+                    std::string("device '") + bad + "'");
+  }
   c = MakeCase("");
   EXPECT_CONTAINS(ErrorOf([&] { store->WriteCase(run, c, {}, {}); }), "empty case_key");
   auto samples = MakeSamples(1);
