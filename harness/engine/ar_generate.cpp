@@ -26,12 +26,12 @@ float TopTwoMargin(const float* logits, int64_t vocab) {
   return a - b;
 }
 
-int32_t SampleNext(Sampler& sampler, const at::Tensor& logits) {
+int32_t SampleNext(Sampler& sampler, const at::Tensor& logits, bool argmax_on_device) {
   const int64_t vocab = logits.size(-1);
-  if (logits.device().is_cpu()) return sampler.Sample(logits.data_ptr<float>(), vocab);
-  if (sampler.params().greedy()) {  // argmax on the device; one int64 comes back
+  if (sampler.params().greedy() && argmax_on_device) {  // one int64 comes back
     return static_cast<int32_t>(CopyToHost(logits.reshape({vocab}).argmax()).item<int64_t>());
   }
+  if (logits.device().is_cpu()) return sampler.Sample(logits.data_ptr<float>(), vocab);
   return sampler.Sample(CopyToHost(logits.reshape({vocab})).data_ptr<float>(), vocab);
 }
 
@@ -46,6 +46,7 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   Sampler sampler(config.sampling, config.seed);
   StopChecker stop(config.stop, tokenizer, prompt.back());
   GenerationResult result;
+  const bool on_device = model.forward_path() == ForwardPath::kAten;
   cache.Truncate(0);
 
   const int64_t t_start = DeviceNowNanos(model.device());
@@ -53,7 +54,7 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   int64_t* pp = prompt_ids.data_ptr<int64_t>();
   for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
   ForwardOutput out = model.Forward(prompt_ids, cache);
-  int32_t token = SampleNext(sampler, out.logits);
+  int32_t token = SampleNext(sampler, out.logits, on_device);
   const int64_t t_prefill_end = DeviceNowNanos(model.device());
   // The top-2 margins are a measurement aid, not decoding: their O(V) scans are timed apart and
   // left out of decode_ms, so an AR case that records them is timed like one that does not.
@@ -78,7 +79,7 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
     const int64_t f0 = DeviceNowNanos(model.device());
     out = model.Forward(step_ids, cache);
     forward_ns += DeviceNowNanos(model.device()) - f0;
-    token = SampleNext(sampler, out.logits);
+    token = SampleNext(sampler, out.logits, on_device);
     ++result.n_steps;
     if (config.record_margins) record_margin();
     stop.Push(token);

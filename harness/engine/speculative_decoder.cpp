@@ -78,7 +78,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   ForwardOptions prefill_options;
   prefill_options.hidden_layers = hidden_layers;
   ForwardOutput out = target_.Forward(prompt_ids, cache, prefill_options);
-  int32_t root = SampleNext(sampler, out.logits);
+  int32_t root = SampleNext(sampler, out.logits, target_.forward_path() == ForwardPath::kAten);
   const int64_t t_prefill_end = DeviceNowNanos(target_.device());
   stop.Push(root);
 

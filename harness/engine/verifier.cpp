@@ -201,7 +201,6 @@ void TreeVerifier::AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor&
     stage_host_ = at::empty({cap}, at::kInt);
     stage_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
     result_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
-    result_host_ = at::empty({cap}, at::kInt);
   }
   int32_t* host = stage_host_.data_ptr<int32_t>();
   std::copy(tree.token.begin(), tree.token.end(), host);
@@ -212,8 +211,7 @@ void TreeVerifier::AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor&
                    in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
                    result.narrow(0, n, 1), result.narrow(0, n + 1, 1));
   // The step's one device-to-host copy: accepted nodes, their count and the bonus token.
-  g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
-  const int32_t* r = result_host_.narrow(0, 0, n + 2).copy_(result).data_ptr<int32_t>();
+  const int32_t* r = CopyToHost(result).data_ptr<int32_t>();
   verdict.path.assign(r, r + r[n]);
   verdict.bonus = r[n + 1];
   Finish(tree, verdict);
@@ -269,8 +267,10 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
   ForwardOutput out =
       target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
+  // On the ATen path (every device; forced on the CPU in tests) greedy acceptance runs through
+  // the kernels/ wrapper on the logits' device; the row kernels' CPU logits are read in place.
   const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
-  if (!out.logits.device().is_cpu() && synthetic_.empty() && greedy) {
+  if (target_.forward_path() == ForwardPath::kAten && synthetic_.empty() && greedy) {
     AcceptGreedyOnDevice(tree, out.logits, verdict);
   } else {
     // The CPU: the logits buffer itself. A device: the verify rows copied to the host (sampling

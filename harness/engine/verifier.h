@@ -99,7 +99,7 @@ class TreeVerifier {
   LlamaModel& target_;
   // Reused buffers (grown, never shrunk): no data allocation per step once warm.
   at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
-  at::Tensor stage_host_, stage_device_, result_device_, result_host_;  // device greedy only
+  at::Tensor stage_host_, stage_device_, result_device_;  // greedy on the ATen path
   std::vector<int64_t> positions_;
   std::vector<double> synthetic_;
   std::mt19937_64 synthetic_rng_;

@@ -19,6 +19,7 @@
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
 #include "kernels/tree_mask.h"
+#include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
 #include "models/model_registry.h"
 #include "tests/engine/engine_test_util.h"
@@ -264,6 +265,46 @@ TEST(AtenForward, SteadyDecodeStepAllocatesNothing) {
   c10::SetCPUAllocator(base, /*priority=*/101);
   EXPECT_EQ(allocations, 0) << "storage allocations in 32 steady decode steps";
   EXPECT_EQ(DeviceToHostCopies() - copies_before, 0);
+}
+
+// Greedy verification on the ATen path (a tree with two branches, then a chain, each step
+// against AR's own greedy continuation) accepts what the target's argmax accepts and copies at
+// most once per verify step to the host: once on a CUDA device (when one is visible), never on the
+// CPU, where the logits are read in place.
+TEST(AtenForward, GreedyVerifyStepCopiesAtMostOnceToTheHost) {
+  const at::Device device = at::globalContext().hasCUDA() ? at::Device(at::kCUDA) : at::kCPU;
+  const auto& ckpt = testing_util::Stories260K();
+  ModelOptions aten;
+  aten.forward_path = ForwardPath::kAten;
+  LlamaModel target(
+      ckpt.config,
+      WeightsFromHfTensors(ckpt.config, ckpt.tensors, "stories260K").To(at::kFloat, device), aten);
+  ASSERT_EQ(target.forward_path(), ForwardPath::kAten);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  const std::vector<int32_t> continuation = {432, 383, 286, 261, 376, 298};  // greedy (pinned)
+  KvCache cache = target.NewCache(1, 64);
+  ForwardOutput out = target.Forward(Ids(prompt), cache);
+  cache.Truncate(static_cast<int64_t>(prompt.size()) - 1);  // the root is verified with the tree
+  TreeVerifier verifier(target);
+  Sampler sampler(SamplingParams{}, 0);
+  Verdict verdict;
+  DraftTree tree;
+  tree.AddNode(999 % 512, -1);        // a wrong branch
+  tree.AddNode(continuation[0], -1);  // the right one, then a right and a wrong child
+  tree.AddNode(continuation[1], 1);
+  tree.AddNode(7, 2);
+  const int64_t before = DeviceToHostCopies();
+  verifier.Verify(prompt.back(), tree, VerifyRule::kGreedy, sampler, cache, {}, verdict);
+  EXPECT_EQ(verdict.path, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(verdict.bonus, continuation[2]);
+  EXPECT_EQ(DeviceToHostCopies() - before, device.is_cpu() ? 0 : 1);
+  tree.Clear();
+  tree.AddNode(continuation[3], -1);
+  tree.AddNode(continuation[4], 0);
+  verifier.Verify(verdict.bonus, tree, VerifyRule::kGreedy, sampler, cache, {}, verdict);
+  EXPECT_EQ(verdict.tokens,
+            (std::vector<int32_t>{continuation[3], continuation[4], continuation[5]}));
+  EXPECT_EQ(DeviceToHostCopies() - before, device.is_cpu() ? 0 : 2);
 }
 
 TEST(Device, NamesParseAndUnavailableDevicesAreRefused) {
