@@ -1,6 +1,7 @@
 // gnuplot scripts for the report plots and the papers' figures, and running gnuplot (see
 // plots.h).
-// Checked by: tests/reports/report_test.cpp, tests/reports/headline_test.cpp.
+// Checked by: tests/reports/report_test.cpp, tests/reports/headline_test.cpp,
+// tests/reports/locale_test.cpp.
 #include "reports/plots.h"
 
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "harness/base/locale_pin.h"
 #include "harness/base/mapped_file.h"
 #include "reports/summary.h"
 
@@ -745,7 +747,11 @@ std::string RunGnuplot(const std::string& program, const std::string& dir,
     return out + "'";
   };
   const std::string log = dir + "/gnuplot.log";
-  const std::string command = "cd " + sh(dir) + " && exec " + sh(program) + " > gnuplot.log 2>&1";
+  // gnuplot runs in the C.UTF-8 locale whatever the user's (harness/base/locale_pin.h): the scripts
+  // say `set encoding utf8`, which in the C locale warns "iconv failed to convert degree sign" once
+  // per plot, and its messages stay untranslated so that GnuplotWarnings finds them.
+  const std::string command = "cd " + sh(dir) + " && " + ChildLocaleShellPrefix() + "exec " +
+                              sh(program) + " > gnuplot.log 2>&1";
   // A gnuplot that dies early must not kill us with SIGPIPE while we write the script.
   struct sigaction ignore {
   }, old{};

@@ -1,8 +1,10 @@
 // Internal to specbed_reports: gnuplot scripts for the report plots (each script carries its data
 // as inline datablocks and writes NAME.png with the pngcairo terminal and NAME.svg with the svg
-// terminal, relative to the report directory) and running gnuplot through popen.
+// terminal, relative to the report directory) and running gnuplot through popen in the C.UTF-8
+// locale.
 // Checked by: tests/reports/report_test.cpp (plots exist, are PNGs, missing gnuplot is a warning),
-// tests/reports/headline_test.cpp (styles, headline chart, gnuplot warnings).
+// tests/reports/headline_test.cpp (styles, headline chart, gnuplot warnings),
+// tests/reports/locale_test.cpp (gnuplot's locale; no warning from a C-locale environment).
 #pragma once
 
 #include <string>
@@ -57,7 +59,8 @@ std::string GnuplotProgram(const std::string& requested);
 std::string FindExecutable(const std::string& program);
 
 // Feeds `script` to `program` (through popen, working directory `dir`, output to
-// DIR/gnuplot.log). Returns "" on success, otherwise what went wrong (with the log's tail).
+// DIR/gnuplot.log, locale LC_ALL=C.UTF-8 with LANGUAGE unset: harness/base/locale_pin.h). Returns
+// "" on success, otherwise what went wrong (with the log's tail).
 std::string RunGnuplot(const std::string& program, const std::string& dir,
                        const std::string& script);
 

@@ -1047,7 +1047,7 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
   if (!script.empty()) {
     WriteTextFile(out + "/plots.gp",
                   "# gnuplot script of this report (regenerate the plots: cd into this directory "
-                  "and run `gnuplot plots.gp`).\n" +
+                  "and run `LC_ALL=C.UTF-8 gnuplot plots.gp`; UTF-8 text).\n" +
                       script);
     const std::string program = GnuplotProgram(options.gnuplot);
     const std::string found = FindExecutable(program);

@@ -4,13 +4,16 @@
 # BLAS and fp32 matmul runs ~15x slower (see docs/DEPENDENCIES.md). slurmctld, slurmd,
 # slurm-client and munge are for scripts/slurm_e2e (CI's real single-node Slurm run), which uses
 # none of their system services: it starts private daemons in a temporary folder.
+# fonts-dejavu-core is the font the report is drawn and laid out with (gnuplot's 'Sans', and the
+# HTML's sans-serif where no Helvetica/Arial substitute is installed), named so that a minimal
+# Debian has it whatever else pulls it in (today fontconfig-config does).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
   libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libpcre2-dev
-  gnuplot-nox chromium clang-format
+  gnuplot-nox chromium fonts-dejavu-core clang-format
   libutf8proc-dev clang libclang-rt-14-dev
   slurmctld slurmd slurm-client munge
 )
