@@ -3,7 +3,8 @@
 # libopenblas0-openmp must be named explicitly: without it libtorch falls back to the reference
 # BLAS and fp32 matmul runs ~15x slower (see docs/DEPENDENCIES.md). slurmctld, slurmd,
 # slurm-client and munge are for scripts/slurm_e2e (CI's real single-node Slurm run), which uses
-# none of their system services: it starts private daemons in a temporary folder.
+# none of their system services: it starts private daemons in a temporary folder. python3-yaml is
+# for scripts/check_gpu_workflow (ctest TreeCheck.GpuWorkflow parses .github/workflows/gpu.yml).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
@@ -12,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libpcre2-dev
   gnuplot-nox chromium clang-format
   libutf8proc-dev clang libclang-rt-14-dev
+  python3-yaml
   slurmctld slurmd slurm-client munge
 )
 missing=()
