@@ -6,7 +6,8 @@
 # none of their system services: it starts private daemons in a temporary folder.
 # fonts-dejavu-core is the font the report is drawn and laid out with (gnuplot's 'Sans', and the
 # HTML's sans-serif where no Helvetica/Arial substitute is installed), named so that a minimal
-# Debian has it whatever else pulls it in (today fontconfig-config does).
+# Debian has it whatever else pulls it in (today fontconfig-config does). python3-yaml is for
+# scripts/check_gpu_workflow (ctest TreeCheck.GpuWorkflow parses .github/workflows/gpu.yml).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
@@ -15,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libpcre2-dev
   gnuplot-nox chromium fonts-dejavu-core clang-format
   libutf8proc-dev clang libclang-rt-14-dev
+  python3-yaml
   slurmctld slurmd slurm-client munge
 )
 missing=()

@@ -5,7 +5,8 @@
 // a double-precision formula plus two statistical checks), over batch {1,3} x nodes
 // {1,7,63,255} x vocab {111,32000} with random trees (random parents, chains, bushy and deep
 // shapes, duplicate sibling tokens); argument errors; and, on a machine with a CUDA device and a
-// CUDA build, the CUDA path against the CPU reference (the *Cuda tests; skipped otherwise).
+// CUDA build, the CUDA path against the CPU reference (the *Cuda tests; skipped otherwise, failed
+// instead with SPECBED_REQUIRE_CUDA=1: tests/common/cuda_test_util.h).
 // Every random input comes from fixed seeds (std::mt19937_64, at::manual_seed).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@
 #include "kernels/kv_compact.h"
 #include "kernels/rejection_step.h"
 #include "kernels/tree_mask.h"
+#include "tests/common/cuda_test_util.h"
 
 namespace specbed {
 namespace {
@@ -845,13 +847,11 @@ TEST(RejectionStep, RejectsBadArguments) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// CUDA path vs. the CPU reference (skipped without a CUDA device / CUDA build)
-
-#define SPECBED_SKIP_WITHOUT_CUDA() \
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device"
+// CUDA path vs. the CPU reference (skipped without a CUDA device / CUDA build; failed instead with
+// SPECBED_REQUIRE_CUDA=1)
 
 TEST(TreeMaskCuda, MatchesCpuReferenceOnGrid) {
-  SPECBED_SKIP_WITHOUT_CUDA();
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
   std::mt19937_64 rng(111);
   for (int64_t batch : kBatches) {
     for (int64_t n : kNodes) {
@@ -870,7 +870,7 @@ TEST(TreeMaskCuda, MatchesCpuReferenceOnGrid) {
 }
 
 TEST(GreedyVerifyCuda, MatchesCpuReferenceOnGrid) {
-  SPECBED_SKIP_WITHOUT_CUDA();
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
   std::mt19937_64 rng(222);
   for (int64_t batch : kBatches) {
     for (int64_t n : kNodes) {
@@ -894,7 +894,7 @@ TEST(GreedyVerifyCuda, MatchesCpuReferenceOnGrid) {
 }
 
 TEST(GreedyVerifyCuda, ArgmaxEdgeRowsMatchCpu) {
-  SPECBED_SKIP_WITHOUT_CUDA();
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
   const at::Tensor empty = at::empty({1, 0}, at::kInt);
   for (const at::Tensor& row : ArgmaxEdgeRows()) {
     const GreedyOut want = RunGreedy(row, empty, empty);
@@ -904,7 +904,7 @@ TEST(GreedyVerifyCuda, ArgmaxEdgeRowsMatchCpu) {
 }
 
 TEST(KvCompactCuda, MatchesCpuReferenceOnGrid) {
-  SPECBED_SKIP_WITHOUT_CUDA();
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
   std::mt19937_64 rng(333);
   at::manual_seed(333);
   for (int64_t batch : kBatches) {
@@ -927,7 +927,7 @@ TEST(KvCompactCuda, MatchesCpuReferenceOnGrid) {
 }
 
 TEST(RejectionStepCuda, MatchesCpuReference) {
-  SPECBED_SKIP_WITHOUT_CUDA();
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
   std::mt19937_64 rng(444);
   for (int64_t batch : kBatches) {
     for (int64_t vocab : kVocabs) {
