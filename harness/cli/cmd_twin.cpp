@@ -26,6 +26,7 @@ struct TwinOptions {
   int64_t width_factor = kStoriesTwinWidthFactor;
   int64_t target_width_factor = 0;
   int64_t depth = 0;
+  int64_t head_dim = 0, heads = 0, kv_heads = 0, ffn = 0;  // 0 = x width factor / keep
   bool builtin = false;
 };
 
@@ -67,6 +68,10 @@ void RunTwin(const TwinOptions& o) {
   shape.width_factor = o.width_factor;
   shape.target_width_factor = o.target_width_factor;
   shape.depth = o.depth;
+  shape.head_dim = o.head_dim;
+  shape.heads = o.heads;
+  shape.kv_heads = o.kv_heads;
+  shape.ffn = o.ffn;
   const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
   WriteCheckpointFiles(o.output, twin);
   // The twin of a model keeps its tokenizer beside it, so `--target DIR` works as the original.
@@ -106,6 +111,22 @@ void AddTwinCommand(CLI::App& app) {
                   "Total layers (identity layers appended; 0 = keep the original depth)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
+  cmd->add_option(
+         "--head-dim", o->head_dim,
+         "Explicit head_dim (0 = keep): RoPE pairs land on the padded pair of equal "
+         "frequency and q is scaled so attention is unchanged (e.g. the Llama-3-8B shape: "
+         "--width-factor 64 --head-dim 128 --heads 32 --kv-heads 8 --ffn 14336 --depth 32)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--heads", o->heads, "Explicit attention heads (0 = original x width factor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--kv-heads", o->kv_heads, "Explicit KV heads (0 = original x width factor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--ffn", o->ffn, "Explicit FFN width (0 = original x width factor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--of", o->of, "Name of the original in the twin's label (default: source)");
   cmd->add_flag("--builtin", o->builtin,
                 "Build (or find) the cached stories260K-twin set and print where it is");

@@ -275,7 +275,6 @@ Json CaseConfig::ToJson() const {
   j["repeat"] = repeat;
   j["batch_size"] = batch_size;
   j["timing"] = timing;
-  j["device"] = device;
   if (!paper.is_null()) j["paper"] = paper;
   return j;
 }

@@ -79,8 +79,8 @@ struct CaseConfig {
   int64_t top_k = 0;
   int64_t max_new_tokens = 128;
   std::string dtype = "float32";
-  // "cpu" | "cuda" | "cuda:N". Part of the key when not "cpu", so cases of configs written
-  // before devices keep their keys.
+  // "cpu" | "cuda" | "cuda:N". Part of the key and of ToJson() only when not "cpu", so cases of
+  // configs written before devices keep their keys and `compare` matches them.
   std::string device = "cpu";
   int64_t threads = 1;
   std::vector<std::string> stop_strings;

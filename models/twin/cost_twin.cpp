@@ -125,6 +125,39 @@ at::Tensor PadAxis(const at::Tensor& t, int64_t axis, const Widths& w, const std
   return out;
 }
 
+// The attention layout of a twin: heads, KV heads and head_dim before (`*_old`) and after.
+struct HeadLayout {
+  int64_t heads_old, kv_old, hd_old, heads_new, kv_new, hd_new;
+  bool Regrouped() const {
+    return hd_new != hd_old || heads_new * kv_old != heads_old * kv_new ||
+           heads_new % heads_old != 0;
+  }
+  // New flat index of (head h, dim d) of the q side (q heads) or the kv side.
+  int64_t Map(int64_t h, int64_t d, bool q_side) const {
+    const int64_t g_old = heads_old / kv_old, g_new = heads_new / kv_new;
+    const int64_t head = q_side ? (h / g_old) * g_new + h % g_old : h;
+    const int64_t half = hd_old / 2, stride = hd_new / hd_old;
+    const int64_t dim = d < half ? d * stride : hd_new / 2 + (d - half) * stride;
+    return head * hd_new + dim;
+  }
+};
+
+// Places axis `axis` of `t` (q-side heads or kv-side heads x head_dim) at the layout's new
+// indices, zeros elsewhere.
+at::Tensor MapHeadAxis(const at::Tensor& t, int64_t axis, const HeadLayout& l, bool q_side,
+                       const std::string& name, const std::string& source) {
+  const int64_t n_old = q_side ? l.heads_old : l.kv_old, n_new = q_side ? l.heads_new : l.kv_new;
+  SPECBED_CHECK(t.size(axis) == n_old * l.hd_old, source, ": tensor '", name, "' axis ", axis,
+                " has size ", t.size(axis), " but its config implies ", n_old * l.hd_old);
+  std::vector<int64_t> index(static_cast<size_t>(n_old * l.hd_old));
+  for (int64_t h = 0; h < n_old; ++h) {
+    for (int64_t d = 0; d < l.hd_old; ++d) index[h * l.hd_old + d] = l.Map(h, d, q_side);
+  }
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes[axis] = n_new * l.hd_new;
+  return at::zeros(sizes, t.options()).index_copy_(axis, at::tensor(index, at::kLong), t);
+}
+
 // Rows of each head reordered from interleaved pairs (2i, 2i+1) to rotate_half (i, i + d/2).
 at::Tensor InterleavedToHalves(const at::Tensor& w, int64_t n_heads, int64_t head_dim) {
   const int64_t half = head_dim / 2;
@@ -170,6 +203,28 @@ HfCheckpointFiles Llama2cAsHf(const std::string& path) {
   return out;
 }
 
+// Refuses explicit attention shapes the padding cannot keep exact.
+void CheckHeadLayout(const HeadLayout& l, int64_t ffn, int64_t ffn_new, const HfCheckpointFiles& in,
+                     const std::string& source) {
+  SPECBED_CHECK(l.hd_new >= l.hd_old && l.hd_new % l.hd_old == 0 && l.hd_new % 2 == 0, source,
+                ": cost-twin head_dim ", l.hd_new, " must be a multiple of the original ",
+                l.hd_old);
+  SPECBED_CHECK(l.kv_new >= l.kv_old && l.heads_new % l.kv_new == 0 &&
+                    l.heads_new / l.kv_new >= l.heads_old / l.kv_old,
+                source, ": cost-twin heads ", l.heads_new, " / kv_heads ", l.kv_new,
+                " cannot hold the original ", l.heads_old, " / ", l.kv_old,
+                " (need kv_heads >= the original's and a group of at least ",
+                l.heads_old / l.kv_old, " q heads)");
+  SPECBED_CHECK(ffn_new >= ffn, source, ": cost-twin ffn ", ffn_new, " is below the original's ",
+                ffn);
+  if (l.hd_new == l.hd_old) return;
+  for (const auto& [name, t] : in.tensors) {
+    SPECBED_CHECK(!EndsWithName(name, "q_norm.weight") && !EndsWithName(name, "k_norm.weight"),
+                  source, ": a wider head_dim cannot keep per-head q/k norms exact ('", name,
+                  "'); pad heads instead");
+  }
+}
+
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
                                 const std::string& of, const std::string& source) {
   const int64_t f = shape.width_factor;
@@ -199,12 +254,22 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
                 layers, " layers (depth is only ever padded)");
   SPECBED_CHECK(depth <= 4096, source, ": cost-twin depth ", depth, " is absurd (limit 4096)");
 
+  const HeadLayout heads{n_heads,
+                         n_kv,
+                         head_dim,
+                         shape.heads > 0 ? shape.heads : n_heads * f,
+                         shape.kv_heads > 0 ? shape.kv_heads : n_kv * f,
+                         shape.head_dim > 0 ? shape.head_dim : head_dim};
+  const int64_t ffn_new = shape.ffn > 0 ? shape.ffn : ffn * f;
+  CheckHeadLayout(heads, ffn, ffn_new, in, source);
+  const bool regrouped = heads.Regrouped();
+  const double q_scale = std::sqrt(static_cast<double>(heads.hd_new) / heads.hd_old);
   const std::map<Axis, Widths> widths = {
       {Axis::kHidden, {hidden, hidden * f, true}},
       {Axis::kTargetHidden, {target_hidden, target_hidden * tf, true}},
       {Axis::kQHeads, {n_heads * head_dim, n_heads * f * head_dim, false}},
       {Axis::kKvHeads, {n_kv * head_dim, n_kv * f * head_dim, false}},
-      {Axis::kFfn, {ffn, ffn * f, false}},
+      {Axis::kFfn, {ffn, ffn_new, false}},
   };
   const double norm_scale = std::sqrt(1.0 / static_cast<double>(f));
 
@@ -236,7 +301,18 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
                          static_cast<int64_t>(a));
         continue;
       }
+      const bool head_axis = rule->axes[a] == Axis::kQHeads || rule->axes[a] == Axis::kKvHeads;
+      if (regrouped && head_axis) {
+        padded = MapHeadAxis(padded, static_cast<int64_t>(a), heads, rule->axes[a] == Axis::kQHeads,
+                             name, source);
+        continue;
+      }
       padded = PadAxis(padded, static_cast<int64_t>(a), widths.at(rule->axes[a]), name, source);
+    }
+    // A wider head_dim: q grows by sqrt(hd'/hd) so q.k / sqrt(hd') is the original score.
+    if (heads.hd_new != heads.hd_old &&
+        (EndsWithName(name, "q_proj.weight") || EndsWithName(name, "q_proj.bias"))) {
+      padded = padded * q_scale;
     }
     if (rule->hidden_norm) padded = padded * norm_scale;
     out.tensors[name] = padded.contiguous();
@@ -264,10 +340,10 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
 
   Json config = c;
   config["hidden_size"] = hidden * f;
-  config["intermediate_size"] = ffn * f;
-  config["num_attention_heads"] = n_heads * f;
-  config["num_key_value_heads"] = n_kv * f;
-  config["head_dim"] = head_dim;
+  config["intermediate_size"] = ffn_new;
+  config["num_attention_heads"] = heads.heads_new;
+  config["num_key_value_heads"] = heads.kv_new;
+  config["head_dim"] = heads.hd_new;
   config["num_hidden_layers"] = depth;
   config["rms_norm_eps"] = eps / static_cast<double>(f);
   if (c.contains("target_hidden_size")) config["target_hidden_size"] = target_hidden * tf;
@@ -278,6 +354,12 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
   recipe["width_factor"] = f;
   recipe["target_width_factor"] = tf;
   recipe["feature_depth"] = layers;
+  if (regrouped || ffn_new != ffn * f) {
+    recipe["attention"] = {{"heads", heads.heads_new},
+                           {"kv_heads", heads.kv_new},
+                           {"head_dim", heads.hd_new},
+                           {"ffn", ffn_new}};
+  }
   recipe["original"] = {
       {"hidden_size", hidden},       {"intermediate_size", ffn}, {"num_attention_heads", n_heads},
       {"num_key_value_heads", n_kv}, {"head_dim", head_dim},     {"num_hidden_layers", layers},

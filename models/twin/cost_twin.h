@@ -52,6 +52,18 @@ struct TwinShape {
   int64_t target_width_factor = 0;
   // Total decoder layers after padding (0 = keep). Must be >= the original depth.
   int64_t depth = 0;
+  // An explicit attention shape instead of heads x width_factor (0 = that default), e.g. a
+  // Llama-3-8B shape from stories260K: width_factor 64, head_dim 128, heads 32, kv_heads 8,
+  // ffn 14336. Original KV head j stays KV head j; original q head h (group h / G) becomes head
+  // (h / G) * G' + h % G of the new grouping G' = heads / kv_heads >= G; head dims are spread so
+  // every rotate_half RoPE pair i lands on the padded pair of equal frequency (i * head_dim /
+  // original head_dim), and q is scaled by sqrt(head_dim / original head_dim) so the attention
+  // scale is unchanged (exact when that ratio is a power of 4). Models with q/k norms keep their
+  // head_dim.
+  int64_t head_dim = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t ffn = 0;  // intermediate size (0 = original x width_factor); >= the original
 };
 
 // A checkpoint in the Hugging Face layout: the config.json object and the tensors by HF name

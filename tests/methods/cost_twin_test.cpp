@@ -192,6 +192,64 @@ TEST(StoriesTwin, SameLogitsAndGreedyIdsOnEveryStoryPrompt) {
   EXPECT_LT(worst, 1e-4);
 }
 
+// The Llama-3-8B-shaped recipe (explicit head_dim, heads, KV heads, FFN) at a small factor:
+// stories260K (width 64, 8 heads of 8, 4 KV heads) at width x4 with head_dim 8 -> 32 (8 heads,
+// RoPE pairs spread to equal frequencies, q scaled by 2) and with 16 heads of 16 regrouped over
+// 4 KV heads (4 q heads per KV head instead of 2), an odd FFN width and identity layers: logits
+// within 1e-4 and identical greedy ids on all 32 story prompts.
+TEST(StoriesTwin, HeadDimRecipeIsExactAtASmallFactor) {
+  at::set_num_threads(1);
+  LoadedTarget small = LoadModel("stories260K", at::kFloat);
+  const HfCheckpointFiles original =
+      Llama2cAsHf(std::string(SPECBED_SOURCE_DIR) + "/models/stories260K/stories260K.bin");
+  struct Recipe {
+    int64_t head_dim, heads, kv_heads, ffn, depth;
+  };
+  const auto prompts = LoadDataset("stories", {});
+  ASSERT_EQ(prompts.size(), 32u);
+  for (const Recipe& r : {Recipe{32, 8, 4, 0, 0}, Recipe{16, 16, 4, 777, 7}}) {
+    SCOPED_TRACE(StrCat("head_dim ", r.head_dim, " heads ", r.heads, " kv ", r.kv_heads));
+    TwinShape shape;
+    shape.width_factor = 4;
+    shape.head_dim = r.head_dim;
+    shape.heads = r.heads;
+    shape.kv_heads = r.kv_heads;
+    shape.ffn = r.ffn;
+    shape.depth = r.depth;
+    const HfCheckpointFiles files = PadToCostTwin(original, shape, "stories260K", "test");
+    auto twin = ModelFrom(files, StrCat("headdim_", r.head_dim));
+    EXPECT_EQ(twin->config().head_dim, r.head_dim);
+    EXPECT_EQ(twin->config().n_heads, r.heads);
+    EXPECT_EQ(twin->config().n_kv_heads, r.kv_heads);
+    double worst = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> ids = BuildPromptIds(small, {{"user", prompts[i].turns[0]}});
+      at::Tensor t = at::empty({1, static_cast<int64_t>(ids.size())}, at::kLong);
+      for (size_t k = 0; k < ids.size(); ++k) t.data_ptr<int64_t>()[k] = ids[k];
+      ForwardOptions o;
+      o.logits = LogitsMode::kAll;
+      KvCache ca = small.model->NewCache(1, 256), cb = twin->NewCache(1, 256);
+      at::Tensor la = small.model->Forward(t, ca, o).logits.clone();
+      worst = std::max(worst, (la - twin->Forward(t, cb, o).logits).abs().max().item<double>());
+      GenerationConfig g;
+      g.stop = StopConfigFor(small, 48, {});
+      const GenerationResult a = GenerateAr(*small.model, small.tokenizer.get(), ids, g, ca);
+      const GenerationResult b = GenerateAr(*twin, small.tokenizer.get(), ids, g, cb);
+      EXPECT_EQ(a.tokens, b.tokens) << "prompt " << i;
+    }
+    EXPECT_LT(worst, 1e-4);
+  }
+  // Shapes the recipe cannot keep exact are refused.
+  TwinShape bad;
+  bad.width_factor = 4;
+  bad.head_dim = 12;  // not a multiple of 8
+  EXPECT_THROW(PadToCostTwin(original, bad, "s", "x"), Error);
+  bad.head_dim = 32;
+  bad.heads = 8;
+  bad.kv_heads = 2;  // fewer KV heads than the original's 4
+  EXPECT_THROW(PadToCostTwin(original, bad, "s", "x"), Error);
+}
+
 // Runs `method` at T = 0 over `n_prompts` story prompts; returns per-step (drafted, accepted,
 // depth) and the outputs, checking each output against AR on the same target.
 struct Trace {
