@@ -203,6 +203,28 @@ HfCheckpointFiles Llama2cAsHf(const std::string& path) {
   return out;
 }
 
+// Identity layers [layers, depth): every tensor of the last original layer, zero-valued, under
+// the new index (zero o_proj and down_proj pass the residual through).
+void AppendIdentityLayers(int64_t layers, int64_t depth, const std::string& source,
+                          HfCheckpointFiles& out) {
+  static const std::regex kLayer(R"(^(.*\blayers\.)(\d+)(\..*)$)");
+  std::vector<std::pair<std::string, std::string>> last;  // (prefix, suffix) of layer L-1
+  for (const auto& [name, t] : out.tensors) {
+    std::smatch m;
+    if (std::regex_match(name, m, kLayer) && std::stoll(m[2].str()) == layers - 1) {
+      last.emplace_back(m[1].str(), m[3].str());
+    }
+  }
+  SPECBED_CHECK(!last.empty(), source, ": no tensors named '*layers.", layers - 1,
+                ".*' to model identity layers on");
+  for (int64_t l = layers; l < depth; ++l) {
+    for (const auto& [prefix, suffix] : last) {
+      const at::Tensor& like = out.tensors.at(prefix + std::to_string(layers - 1) + suffix);
+      out.tensors[prefix + std::to_string(l) + suffix] = at::zeros_like(like);
+    }
+  }
+}
+
 // Refuses explicit attention shapes the padding cannot keep exact.
 void CheckHeadLayout(const HeadLayout& l, int64_t ffn, int64_t ffn_new, const HfCheckpointFiles& in,
                      const std::string& source) {
@@ -318,25 +340,7 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
     out.tensors[name] = padded.contiguous();
   }
 
-  // Identity layers: every tensor of the last original layer, zero-valued, under the new index.
-  if (depth > layers) {
-    static const std::regex kLayer(R"(^(.*\blayers\.)(\d+)(\..*)$)");
-    std::vector<std::pair<std::string, std::string>> last;  // (prefix, suffix) of layer L-1
-    for (const auto& [name, t] : out.tensors) {
-      std::smatch m;
-      if (std::regex_match(name, m, kLayer) && std::stoll(m[2].str()) == layers - 1) {
-        last.emplace_back(m[1].str(), m[3].str());
-      }
-    }
-    SPECBED_CHECK(!last.empty(), source, ": no tensors named '*layers.", layers - 1,
-                  ".*' to model identity layers on");
-    for (int64_t l = layers; l < depth; ++l) {
-      for (const auto& [prefix, suffix] : last) {
-        const at::Tensor& like = out.tensors.at(prefix + std::to_string(layers - 1) + suffix);
-        out.tensors[prefix + std::to_string(l) + suffix] = at::zeros_like(like);
-      }
-    }
-  }
+  if (depth > layers) AppendIdentityLayers(layers, depth, source, out);
 
   Json config = c;
   config["hidden_size"] = hidden * f;
