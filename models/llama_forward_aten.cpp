@@ -128,20 +128,27 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
   }
 }
 
-void AtenForward::EnsureRope(int64_t max_position) {
-  if (max_position <= rope_capacity_) return;
-  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
-  const int64_t half = config_.head_dim / 2;
-  at::Tensor cos = at::empty({cap, half}, at::kFloat), sin = at::empty({cap, half}, at::kFloat);
+void FillRopeTables(const std::vector<double>& inv_freq, int64_t n_positions, at::Tensor& cos,
+                    at::Tensor& sin) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  cos = at::empty({n_positions, half}, at::kFloat);
+  sin = at::empty({n_positions, half}, at::kFloat);
   float* c = cos.data_ptr<float>();
   float* s = sin.data_ptr<float>();
-  for (int64_t p = 0; p < cap; ++p) {  // the row kernels' table, bit for bit
+  for (int64_t p = 0; p < n_positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * inv_freq_[i];
+      const double angle = static_cast<double>(p) * inv_freq[i];
       c[p * half + i] = static_cast<float>(std::cos(angle));
       s[p * half + i] = static_cast<float>(std::sin(angle));
     }
   }
+}
+
+void AtenForward::EnsureRope(int64_t max_position) {
+  if (max_position <= rope_capacity_) return;
+  const int64_t cap = std::max(max_position, 2 * rope_capacity_);
+  at::Tensor cos, sin;
+  FillRopeTables(inv_freq_, cap, cos, sin);  // the row kernels' table, bit for bit
   rope_cos_ = cos.to(device_);
   rope_sin_ = sin.to(device_);
   rope_capacity_ = cap;

@@ -31,6 +31,11 @@
 
 namespace specbed {
 
+// RoPE tables shared by both forward paths: float32 CPU [n_positions, inv_freq.size()] of
+// cos / sin(position * inv_freq[i]), each angle computed in double.
+void FillRopeTables(const std::vector<double>& inv_freq, int64_t n_positions, at::Tensor& cos,
+                    at::Tensor& sin);
+
 class AtenForward {
  public:
   // The most attention-score elements one chunk holds (64 MiB of float32).

@@ -275,18 +275,7 @@ void LlamaModel::EnsureCapacity(int64_t n_rows, int64_t n_slots) {
 void LlamaModel::EnsureRope(int64_t max_position) {
   if (max_position <= rope_capacity_) return;
   const int64_t cap = std::max(max_position, 2 * rope_capacity_);
-  const int64_t half = config_.head_dim / 2;
-  rope_cos_ = at::empty({cap, half}, at::TensorOptions(at::kFloat));
-  rope_sin_ = at::empty({cap, half}, at::TensorOptions(at::kFloat));
-  float* c = rope_cos_.data_ptr<float>();
-  float* s = rope_sin_.data_ptr<float>();
-  for (int64_t p = 0; p < cap; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * inv_freq_[i];
-      c[p * half + i] = static_cast<float>(std::cos(angle));
-      s[p * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
+  FillRopeTables(inv_freq_, cap, rope_cos_, rope_sin_);
   rope_capacity_ = cap;
 }
 

@@ -47,8 +47,8 @@ TEST(RunConfig, KeysAreStableAndDistinguishCases) {
 }
 
 // The device joins the key and the stored config only off the CPU (cases of configs written
-// before devices keep their keys and match in `compare`), and separates workloads (an AR case on the CPU is no
-// baseline for a GPU case).
+// before devices keep their keys and match in `compare`), and separates workloads (an AR case on
+// the CPU is no baseline for a GPU case).
 TEST(RunConfig, DeviceIsInTheKeyOnlyOffTheCpu) {
   RunConfig c;
   const auto cpu = ExpandCases(c);
