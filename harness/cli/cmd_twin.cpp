@@ -27,6 +27,7 @@ struct TwinOptions {
   int64_t target_width_factor = 0;
   int64_t depth = 0;
   int64_t head_dim = 0, heads = 0, kv_heads = 0, ffn = 0;  // 0 = x width factor / keep
+  std::string store_dtype = "float32";
   bool builtin = false;
 };
 
@@ -73,7 +74,9 @@ void RunTwin(const TwinOptions& o) {
   shape.kv_heads = o.kv_heads;
   shape.ffn = o.ffn;
   const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
-  WriteCheckpointFiles(o.output, twin);
+  WriteCheckpointFiles(
+      o.output, twin,
+      o.store_dtype == "bfloat16" ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32);
   // The twin of a model keeps its tokenizer beside it, so `--target DIR` works as the original.
   if (!tokenizer.empty()) {
     const bool bin =
@@ -127,6 +130,10 @@ void AddTwinCommand(CLI::App& app) {
   cmd->add_option("--ffn", o->ffn, "Explicit FFN width (0 = original x width factor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--store-dtype", o->store_dtype,
+                  "Float dtype of the written tensors: float32 (exact) or bfloat16 (half the "
+                  "bytes, for large twins loaded in bfloat16 anyway, e.g. on a GPU)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--of", o->of, "Name of the original in the twin's label (default: source)");
   cmd->add_flag("--builtin", o->builtin,
                 "Build (or find) the cached stories260K-twin set and print where it is");

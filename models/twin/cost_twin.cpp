@@ -377,9 +377,12 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
   return out;
 }
 
-void WriteCheckpointFiles(const std::string& dir, const HfCheckpointFiles& files) {
-  WriteHeadCheckpoint(dir, files.config, nullptr, files.tensors, SafetensorsDtype::kF32,
-                      "cost twin '" + dir + "'");
+void WriteCheckpointFiles(const std::string& dir, const HfCheckpointFiles& files,
+                          SafetensorsDtype float_dtype) {
+  const std::string where = "cost twin '" + dir + "'";
+  nlohmann::ordered_json config = files.config;
+  config["torch_dtype"] = HeadTorchDtype(float_dtype, where);
+  WriteHeadCheckpoint(dir, config, nullptr, files.tensors, float_dtype, where);
 }
 
 std::string TwinLabel(const nlohmann::json& config) {

@@ -38,6 +38,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/checkpoint/safetensors.h"
+
 namespace specbed {
 
 // Key of the recipe in config.json.
@@ -89,8 +91,10 @@ HfCheckpointFiles Llama2cAsHf(const std::string& path);
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
                                 const std::string& of, const std::string& source);
 
-// Writes `files` as `dir`/config.json + `dir`/model.safetensors (float32). Creates `dir`.
-void WriteCheckpointFiles(const std::string& dir, const HfCheckpointFiles& files);
+// Writes `files` as `dir`/config.json + `dir`/model.safetensors, floats stored as `float_dtype`
+// (kF32, kBF16 or kF16; config.json's torch_dtype says which). Creates `dir`.
+void WriteCheckpointFiles(const std::string& dir, const HfCheckpointFiles& files,
+                          SafetensorsDtype float_dtype = SafetensorsDtype::kF32);
 
 // The plain-words label of a twin recipe ("cost twin of stories260K (width 512, 16 layers; ...)"),
 // or "" for a config without one.

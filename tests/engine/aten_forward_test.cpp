@@ -6,7 +6,11 @@
 //   compaction, returned hidden states, batch 2; bfloat16 loosely;
 // - path selection: ModelOptions, SPECBED_FORWARD, the process-wide override, rows off the CPU;
 // - a steady decode step of the ATen path allocates no tensor storage (a counting CPU allocator);
-// - device names, and "cuda" refused naming the device on a machine without CUDA.
+// - device names, and "cuda" refused naming the device on a machine without CUDA;
+// - on a CUDA device (the AtenForwardCuda tests; skipped without one, failed with
+//   SPECBED_REQUIRE_CUDA=1): the ATen path on the GPU against the row kernels on the CPU, float32
+//   logits within 1e-4 and identical greedy ids on stories260K, its twin and Llama-3/Qwen2/Qwen3,
+//   the draft tree with compaction, and a steady decode step making no device-to-host copy.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
@@ -22,6 +26,7 @@
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
 #include "models/model_registry.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
 
@@ -30,14 +35,19 @@ namespace {
 
 using testing_util::Ids;
 
-LlamaModel WithPath(const LlamaModel& m, ForwardPath path) {
+LlamaModel WithPath(const LlamaModel& m, ForwardPath path, at::Device device = at::kCPU) {
   ModelOptions options;
   options.forward_path = path;
-  return LlamaModel(m.config(), m.weights(), options);
+  return LlamaModel(m.config(), m.weights().To(m.dtype(), device), options);
+}
+
+// The model on the first CUDA device through the ATen path (the path every non-CPU device takes).
+LlamaModel OnCuda(const LlamaModel& m) {
+  return WithPath(m, ForwardPath::kAuto, at::Device(at::kCUDA, 0));
 }
 
 double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+  return (a.to(at::kCPU, at::kFloat) - b.to(at::kCPU, at::kFloat)).abs().max().item<double>();
 }
 
 int32_t Argmax(const at::Tensor& row) {
@@ -116,9 +126,9 @@ TEST(AtenForward, MatchesRowKernelsOnLlama3Qwen2Qwen3) {
 // A draft tree after a committed prefix: root, two branches (nodes 0 and 1), node 2 below 0 and
 // node 3 below 2; verified with the tree mask and depth positions, then the accepted path
 // {0, 2, 3} compacted; the next step agrees too.
-TEST(AtenForward, TreeMaskPositionsAndCompactionMatchRowKernels) {
+void ExpectTreeStepAgrees(at::Device device) {
   LlamaModel rows = SharpRandom(testing_util::SmallLlama3Config(), 11);
-  LlamaModel aten = WithPath(rows, ForwardPath::kAten);
+  LlamaModel aten = WithPath(rows, ForwardPath::kAten, device);
   const std::vector<int32_t> prompt = {1, 8, 20, 44, 7};
   const int64_t p = static_cast<int64_t>(prompt.size());
   KvCache cr = rows.NewCache(1, 32), ca = aten.NewCache(1, 32);
@@ -150,6 +160,10 @@ TEST(AtenForward, TreeMaskPositionsAndCompactionMatchRowKernels) {
   ca.KeepPositions(p, keep.view({1, 4}));
   const at::Tensor next_r = rows.Forward(Ids({5}), cr).logits.clone();
   EXPECT_LT(MaxDiff(next_r, aten.Forward(Ids({5}), ca).logits), 1e-4);
+}
+
+TEST(AtenForward, TreeMaskPositionsAndCompactionMatchRowKernels) {
+  ExpectTreeStepAgrees(at::kCPU);
 }
 
 TEST(AtenForward, BatchOfTwoMatchesRowKernels) {
@@ -327,6 +341,57 @@ TEST(Device, NamesParseAndUnavailableDevicesAreRefused) {
   }
   EXPECT_THROW(LoadModel("stories260K", at::kFloat, "", at::Device(at::kCUDA, 1)), Error);
   EXPECT_EQ(DescribeCudaDevices(), "");
+}
+
+}  // namespace
+}  // namespace specbed
+
+namespace specbed {
+namespace {
+
+TEST(AtenForwardCuda, MatchesRowKernelsOnStories260KAndTheTwin) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  LlamaModel rows = testing_util::Stories260KModel();
+  LlamaModel cuda = OnCuda(rows);
+  ASSERT_EQ(cuda.forward_path(), ForwardPath::kAten);
+  ExpectPathsAgree(rows, cuda, {1, 274, 287, 269, 317, 263, 377, 267, 265, 282, 295, 433}, 48,
+                   1e-4);
+  LoadedTarget twin = LoadModel("stories260K-twin", at::kFloat);
+  LlamaModel twin_rows = WithPath(*twin.model, ForwardPath::kRowKernels);
+  LlamaModel twin_cuda = OnCuda(*twin.model);
+  ExpectPathsAgree(twin_rows, twin_cuda, {1, 403, 407, 261, 378}, 32, 1e-4);
+}
+
+TEST(AtenForwardCuda, MatchesRowKernelsOnLlama3Qwen2Qwen3) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  for (const auto& [name, config] : {std::pair{"llama3", testing_util::SmallLlama3Config()},
+                                     std::pair{"qwen2", testing_util::SmallQwen2Config()},
+                                     std::pair{"qwen3", testing_util::SmallQwen3Config()}}) {
+    SCOPED_TRACE(name);
+    LlamaModel rows = SharpRandom(config, 7);
+    LlamaModel cuda = OnCuda(rows);
+    ExpectPathsAgree(rows, cuda, {1, 5, 9, 17, 33, 65, 3}, 24, 1e-4);
+  }
+}
+
+TEST(AtenForwardCuda, TreeMaskPositionsAndCompactionMatchRowKernels) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  ExpectTreeStepAgrees(at::Device(at::kCUDA, 0));
+}
+
+// A steady decode step with ids already on the GPU copies nothing to the host.
+TEST(AtenForwardCuda, SteadyDecodeStepCopiesNothingToTheHost) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  LlamaModel model = OnCuda(testing_util::Stories260KModel());
+  KvCache cache = model.NewCache(1, 96);
+  ForwardOutput out = model.Forward(Ids({1, 403, 407, 261, 378}), cache);
+  const int64_t before = DeviceToHostCopies();
+  for (int i = 0; i < 16; ++i) {
+    const at::Tensor next = out.logits.reshape({1, -1}).argmax(-1, /*keepdim=*/true);
+    out = model.Forward(next, cache);
+  }
+  EXPECT_EQ(DeviceToHostCopies() - before, 0);
+  EXPECT_EQ(out.logits.device().type(), at::kCUDA);
 }
 
 }  // namespace

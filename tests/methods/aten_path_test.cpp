@@ -4,7 +4,8 @@
 // draft tokens accepted. (The twin computes the same function; tests/engine/aten_forward_test.cpp
 // checks the ATen path on it.) The T = 1 chi-square tests of SpS, EAGLE-3 and DDTree (with their
 // negative controls) run on the ATen path as separate ctest entries (SPECBED_FORWARD=aten,
-// tests/methods and tests/engine CMakeLists).
+// tests/methods and tests/engine CMakeLists). On a CUDA device, AR and SpS run on the GPU and
+// match AR on the CPU (AtenPathCuda).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "harness/runner/runner.h"
 #include "methods/method_registry.h"
 #include "models/llama_model.h"
+#include "tests/common/cuda_test_util.h"
 
 namespace specbed {
 namespace {
@@ -66,9 +68,53 @@ TEST(AtenPath, EveryMethodMatchesArOnStories260K) {
       EXPECT_EQ(r.generation.tokens, reference[i]) << "prompt " << i;
       for (const StepStats& s : r.steps) accepted += s.n_accepted;
     }
-    if (registry.Info(name).traits.speculative) EXPECT_GT(accepted, 0);
+    if (registry.Info(name).traits.speculative) {
+      EXPECT_GT(accepted, 0);
+    }
   }
   SetCpuForwardPathOverride(ForwardPath::kAuto);
+}
+
+// On a CUDA device (skipped without one; failed with SPECBED_REQUIRE_CUDA=1): AR and SpS with
+// target and draft on the GPU are token-identical at T = 0 to AR on the CPU row kernels, on the
+// stories260K twin pair.
+TEST(AtenPathCuda, ArAndSpsOnTheGpuMatchCpuArOnTheTwin) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  LoadedTarget cpu_target = LoadModel("stories260K-twin", at::kFloat);
+  LoadedTarget target = LoadModel("stories260K-twin", at::kFloat, "", cuda);
+  const auto prompts = LoadDataset("stories", {});
+  std::map<std::string, LoadedTarget> loaded;
+  MethodContext context;
+  context.target = &target;
+  context.load_model = [&](const std::string& name) -> LoadedTarget& {
+    auto it = loaded.find(name);
+    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, at::kFloat, "", cuda)).first;
+    return it->second;
+  };
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  for (const std::string name : {"ar", "sps"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
+    int64_t accepted = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      const auto ids = BuildPromptIds(cpu_target, {{"user", prompts[i].turns[0]}});
+      GenerationConfig g;
+      g.stop = StopConfigFor(cpu_target, 48, {});
+      KvCache cpu_cache = cpu_target.model->NewCache(1, 512);
+      const auto reference =
+          GenerateAr(*cpu_target.model, cpu_target.tokenizer.get(), ids, g, cpu_cache).tokens;
+      KvCache cache = target.model->NewCache(1, 512);
+      DecodeResult r;
+      decoder->Generate(ids, g, cache, r);
+      EXPECT_EQ(r.generation.tokens, reference) << "prompt " << i;
+      for (const StepStats& s : r.steps) accepted += s.n_accepted;
+    }
+    if (registry.Info(name).traits.speculative) {
+      EXPECT_GT(accepted, 0);
+    }
+  }
 }
 
 }  // namespace
