@@ -210,8 +210,15 @@ void TreeVerifier::AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor&
   GreedyTreeVerify(logits.view({1, n + 1, logits.size(-1)}), in.narrow(0, 0, n).view({1, n}),
                    in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
                    result.narrow(0, n, 1), result.narrow(0, n + 1, 1));
-  // The step's one device-to-host copy: accepted nodes, their count and the bonus token.
-  const int32_t* r = CopyToHost(result).data_ptr<int32_t>();
+  // The step's one device-to-host copy (accepted nodes, their count and the bonus token), into
+  // the staging buffer the tree came from (its upload was synchronous, so it is free again): no
+  // allocation, and no pointer into a temporary host tensor.
+  at::Tensor verdict_host = result;
+  if (!result.device().is_cpu()) {
+    verdict_host = stage_host_.narrow(0, 0, n + 2).copy_(result);
+    g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int32_t* r = verdict_host.data_ptr<int32_t>();
   verdict.path.assign(r, r + r[n]);
   verdict.bonus = r[n + 1];
   Finish(tree, verdict);
