@@ -34,7 +34,8 @@ using report_format::General;
 struct TargetCost {
   std::string label;          // cost-twin label, "" for a real model
   double weight_bytes = 0;    // weight bytes an AR decode step reads
-  double bandwidth_gb_s = 0;  // measured memory bandwidth at the case's threads
+  double bandwidth_gb_s = 0;  // measured memory bandwidth at the case's threads / on its device
+  std::string bandwidth_kind = "STREAM triad";  // or "device copy" (a GPU case)
 };
 
 TargetCost TargetCostOf(const CaseRecord& record) {
@@ -51,6 +52,10 @@ TargetCost TargetCostOf(const CaseRecord& record) {
       j["machine"].contains("memory_bandwidth_gb_s") &&
       j["machine"]["memory_bandwidth_gb_s"].is_number()) {
     cost.bandwidth_gb_s = j["machine"]["memory_bandwidth_gb_s"].get<double>();
+    if (j["machine"].contains("memory_bandwidth_kind") &&
+        j["machine"]["memory_bandwidth_kind"] == "device_copy") {
+      cost.bandwidth_kind = "device copy";
+    }
   }
   return cost;
 }
@@ -301,7 +306,8 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
         ", T=", General(c.record->temperature), "): ", Fixed(c.decode_tokens_per_s, 1), " tok/s x ",
         Fixed(cost.weight_bytes * 1e-6, 1), " MB of weights per token = ", Fixed(gb_s, 2),
         " GB/s = ", Fixed(gb_s / cost.bandwidth_gb_s, 2), " of the measured memory bandwidth (",
-        Fixed(cost.bandwidth_gb_s, 2), " GB/s, STREAM triad); speedups are over this baseline."));
+        Fixed(cost.bandwidth_gb_s, 2), " GB/s, ", cost.bandwidth_kind,
+        "); speedups are over this baseline."));
   }
   return notes;
 }

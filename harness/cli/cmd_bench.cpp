@@ -1,7 +1,8 @@
 // `specbed bench`: AR decode speed of a model over context lengths x batch sizes x threads x
 // dtypes, with the time per decode step split into model forward vs. everything else (sampling,
 // bookkeeping), and AR's fraction of the memory roofline (weight bytes per step / the STREAM triad
-// bandwidth measured at the same thread count, over the forward time). Optionally the
+// bandwidth measured at the same thread count, or on a GPU its device copy bandwidth, over the
+// forward time). Optionally the
 // verify-width curve (--verify-widths: forward time of n new tokens after the context, median of
 // reps, and its ratio to n = 1). Each row is written to the results store (tables bench,
 // bench_verify, bench_bandwidth) as soon as it is measured and printed as Markdown, so an
@@ -188,7 +189,15 @@ void RunBench(const BenchOptions& o) {
               static_cast<long long>(GemvMaxRows(at::kBFloat16)));
   // Bandwidth at 1 thread and at every bench thread count (the roofline uses the same count).
   std::map<int, double> triad_by_threads;
-  if (o.bandwidth_mib > 0) {
+  const at::Device bench_device = ParseDevice(o.device, "bench");
+  if (o.bandwidth_mib > 0 && !bench_device.is_cpu()) {
+    // An accelerator: its copy bandwidth (2 buffers of --bandwidth-mib) is the roofline.
+    const double gb_s = MeasureDeviceCopyBandwidth(bench_device, o.bandwidth_mib << 20);
+    std::printf("\n| memory bandwidth | device | buffer MiB | copy GB/s (read + write) |\n");
+    std::printf("|---|---|---:|---:|\n| device copy (best of 10) | %s | %lld | %.1f |\n",
+                DeviceName(bench_device).c_str(), static_cast<long long>(o.bandwidth_mib), gb_s);
+    for (int t : o.threads) triad_by_threads[t] = gb_s;
+  } else if (o.bandwidth_mib > 0) {
     std::vector<int> counts = {1};
     for (int t : o.threads)
       if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);

@@ -101,6 +101,22 @@ MemoryBandwidth MeasureMemoryBandwidth(int threads, int64_t array_bytes, int rep
   return out;
 }
 
+double MeasureDeviceCopyBandwidth(const at::Device& device, int64_t bytes, int reps) {
+  SPECBED_CHECK(bytes >= 1024 && reps >= 1, "MeasureDeviceCopyBandwidth: bytes must be >= 1 KiB ",
+                "and reps >= 1, got ", bytes, " and ", reps);
+  const at::Tensor src = at::ones({bytes}, at::TensorOptions(at::kByte).device(device));
+  at::Tensor dst = at::empty_like(src);
+  dst.copy_(src);  // untimed: first touch, allocator, kernel load
+  double best_s = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < reps; ++r) {
+    SynchronizeDevice(device);
+    const int64_t t0 = DeviceNowNanos(device);
+    dst.copy_(src);
+    best_s = std::min(best_s, (DeviceNowNanos(device) - t0) * 1e-9);
+  }
+  return 2.0 * static_cast<double>(bytes) / best_s * 1e-9;
+}
+
 std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t context,
                                                       const std::vector<int64_t>& widths,
                                                       int64_t reps) {

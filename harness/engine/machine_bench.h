@@ -5,6 +5,8 @@
 // Checked by: tests/engine/machine_bench_test.cpp and tests/cli/cli_test.cpp (CliBench.*).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +34,13 @@ inline constexpr int64_t kDefaultBandwidthArrayBytes = int64_t{256} << 20;
 MemoryBandwidth MeasureMemoryBandwidth(int threads = 1,
                                        int64_t array_bytes = kDefaultBandwidthArrayBytes,
                                        int reps = 5);
+
+// Copy bandwidth of `device` in GB/s (bytes read + bytes written, 1 GB = 1e9 B): one ATen copy
+// between two `bytes`-byte buffers on the device, best of `reps` after one untimed copy, the
+// device synchronized around each (models/device.h). The roofline of a GPU case (an accelerator's
+// memory is read by its copy engine at about the rate a memory-bound kernel reaches).
+double MeasureDeviceCopyBandwidth(const at::Device& device, int64_t bytes = int64_t{1} << 30,
+                                  int reps = 10);
 
 struct VerifyWidthPoint {
   int64_t n_query = 1;      // new tokens in the forward

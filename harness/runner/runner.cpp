@@ -58,12 +58,18 @@ uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
 Runner::Runner(ResultsStore& store, RunnerOptions options)
     : store_(store), options_(std::move(options)) {}
 
-double Runner::MemoryBandwidthGbs(int threads) {
-  auto it = bandwidth_gb_s_.find(threads);
+double Runner::MemoryBandwidthGbs(int threads, const std::string& device, std::string& kind) {
+  const at::Device d = ParseDevice(device, "case");
+  kind = d.is_cpu() ? "stream_triad" : "device_copy";
+  const std::string key = d.is_cpu() ? "cpu|" + std::to_string(threads) : device;
+  auto it = bandwidth_gb_s_.find(key);
   if (it == bandwidth_gb_s_.end()) {
-    // 3 x 64 MiB arrays, best of 3: ~0.3 s, 2x the last-level cache of the machines here.
-    const MemoryBandwidth bw = MeasureMemoryBandwidth(threads, int64_t{64} << 20, 3);
-    it = bandwidth_gb_s_.emplace(threads, bw.triad_gb_s).first;
+    // CPU: 3 x 64 MiB arrays, best of 3: ~0.3 s, 2x the last-level cache of the machines here.
+    // A device: 2 x 1 GiB, best of 10 (far above any GPU's L2).
+    const double gb_s = d.is_cpu()
+                            ? MeasureMemoryBandwidth(threads, int64_t{64} << 20, 3).triad_gb_s
+                            : MeasureDeviceCopyBandwidth(d);
+    it = bandwidth_gb_s_.emplace(key, gb_s).first;
   }
   return it->second;
 }
@@ -228,7 +234,8 @@ void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<Step
 // target costs (a cost twin's label, the weight bytes a decode step reads) with the machine's
 // measured memory bandwidth, from which reports state AR's roofline fraction.
 CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
-                           const LlamaModel& model, double bandwidth_gb_s) {
+                           const LlamaModel& model, double bandwidth_gb_s,
+                           const std::string& bandwidth_kind) {
   CaseRecord record;
   record.case_key = c.Key();
   record.target = c.target;
@@ -256,7 +263,9 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
   case_json["target_info"] = {{"label", model.config().twin_label},
                               {"weight_bytes", DecodeWeightBytes(model)},
                               {"parameters", model.config().ParameterCount()}};
-  case_json["machine"] = {{"memory_bandwidth_gb_s", bandwidth_gb_s}, {"blas_core", BlasCoreName()}};
+  case_json["machine"] = {{"memory_bandwidth_gb_s", bandwidth_gb_s},
+                          {"memory_bandwidth_kind", bandwidth_kind},
+                          {"blas_core", BlasCoreName()}};
   record.config_json = case_json.dump();
   record.timing_mode = c.timing;
   return record;
@@ -406,8 +415,10 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       if (progress) progress->Advance(1, note);
     }
   }
-  CaseRecord record =
-      BuildCaseRecord(c, method_info, model, MemoryBandwidthGbs(static_cast<int>(c.threads)));
+  std::string bandwidth_kind;
+  const double bandwidth =
+      MemoryBandwidthGbs(static_cast<int>(c.threads), c.device, bandwidth_kind);
+  CaseRecord record = BuildCaseRecord(c, method_info, model, bandwidth, bandwidth_kind);
   record.wall_s = (NowMicros() - case_start) * 1e-6;
   store_.WriteCase(run_id, record, samples, steps);
 }

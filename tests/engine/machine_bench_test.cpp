@@ -1,6 +1,6 @@
-// harness/engine/machine_bench.h: the bandwidth figures are positive and finite, the verify-width
-// curve covers the widths asked for (plus n = 1) with ratio 1 at n = 1, the roofline arithmetic,
-// the weight byte count, and clear errors for bad arguments.
+// harness/engine/machine_bench.h: the bandwidth figures (STREAM, device copy) are positive and
+// finite, the verify-width curve covers the widths asked for (plus n = 1) with ratio 1 at n = 1,
+// the roofline arithmetic, the weight byte count, and clear errors for bad arguments.
 #include "harness/engine/machine_bench.h"
 
 #include <ATen/Parallel.h>
@@ -28,6 +28,14 @@ TEST(MachineBench, MemoryBandwidthIsPositiveAndFinite) {
   EXPECT_THROW(MeasureMemoryBandwidth(0), Error);
   EXPECT_THROW(MeasureMemoryBandwidth(1, 10), Error);
   EXPECT_THROW(MeasureMemoryBandwidth(1, 1 << 20, 0), Error);
+}
+
+// The roofline of a GPU case; on the CPU it is an ATen copy, which must measure something real.
+TEST(MachineBench, DeviceCopyBandwidthIsPositiveAndFinite) {
+  const double gb_s = MeasureDeviceCopyBandwidth(at::kCPU, int64_t{8} << 20, 2);
+  EXPECT_TRUE(std::isfinite(gb_s) && gb_s > 0) << gb_s;
+  EXPECT_THROW(MeasureDeviceCopyBandwidth(at::kCPU, 10, 2), Error);
+  EXPECT_THROW(MeasureDeviceCopyBandwidth(at::kCPU, 1 << 20, 0), Error);
 }
 
 TEST(MachineBench, VerifyWidthCurveCoversWidthsWithRatioToOne) {

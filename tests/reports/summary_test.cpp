@@ -266,5 +266,27 @@ TEST(Summary, KnobsShortForm) {
   EXPECT_EQ(KnobsShort("not json"), "not json");
 }
 
+// AR's roofline note divides by the bandwidth recorded with the case and names what was measured:
+// the CPU's STREAM triad (and older records, which carry no kind) or a GPU's device copy.
+TEST(Summary, RooflineNoteNamesTheMeasuredBandwidth) {
+  auto note_for = [](const Json& machine) {
+    CaseRecord record;
+    record.target = "t";
+    record.method = "ar";
+    record.dtype = "bfloat16";
+    record.threads = 1;
+    record.config_json =
+        Json{{"target_info", {{"weight_bytes", 1e9}}}, {"machine", machine}}.dump();
+    const std::vector<std::string> notes = CostRegimeNotes({{1, &record, 50.0}});
+    return notes.empty() ? std::string() : notes.back();
+  };
+  const std::string gpu =
+      note_for({{"memory_bandwidth_gb_s", 2000.0}, {"memory_bandwidth_kind", "device_copy"}});
+  EXPECT_CONTAINS(gpu,
+                  "50.00 GB/s = 0.03 of the measured memory bandwidth (2000.00 GB/s, device copy)");
+  EXPECT_CONTAINS(note_for({{"memory_bandwidth_gb_s", 100.0}}), "(100.00 GB/s, STREAM triad)");
+  EXPECT_EQ(note_for(Json::object()), "");
+}
+
 }  // namespace
 }  // namespace specbed
