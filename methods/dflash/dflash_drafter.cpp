@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "harness/base/error.h"
+#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -47,8 +48,7 @@ void DflashDrafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t 
   const size_t base = pending_.size();
   pending_.resize(base + static_cast<size_t>(n * width));
   for (size_t l = 0; l < hidden.size(); ++l) {
-    const at::Tensor t =
-        hidden[l].scalar_type() == at::kFloat ? hidden[l].contiguous() : hidden[l].to(at::kFloat);
+    const at::Tensor t = HostFloat32(hidden[l]);
     SPECBED_CHECK(t.dim() == 3 && t.size(1) >= n && t.size(2) == h_, "dflash: target hidden ",
                   "state ", l, " has shape ", t.sizes(), ", expected [1, >=", n, ", ", h_, "]");
     const float* src = t.data_ptr<float>();

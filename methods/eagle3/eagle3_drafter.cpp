@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "harness/base/error.h"
+#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -55,8 +56,7 @@ void Eagle3Drafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t 
   const size_t base = pending_features_.size();
   pending_features_.resize(base + static_cast<size_t>(n * width));
   for (size_t l = 0; l < hidden.size(); ++l) {
-    const at::Tensor h =
-        hidden[l].scalar_type() == at::kFloat ? hidden[l].contiguous() : hidden[l].to(at::kFloat);
+    const at::Tensor h = HostFloat32(hidden[l]);
     SPECBED_CHECK(h.dim() == 3 && h.size(1) >= offset + n && h.size(2) == ht_,
                   "eagle3: target hidden state ", l, " has shape ", h.sizes(),
                   ", expected [1, >=", offset + n, ", ", ht_, "]");

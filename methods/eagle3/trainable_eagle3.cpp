@@ -67,7 +67,7 @@ TrainableEagle3::TrainableEagle3(const Eagle3Config& config,
   SPECBED_CHECK(e.defined() && e.dim() == 2 && e.size(0) == v && e.size(1) == config_.hidden_size,
                 "EAGLE-3 trainable head: the token embedding must be [", v, ", ",
                 config_.hidden_size, "], got ", e.defined() ? e.sizes() : at::IntArrayRef{});
-  embedding_ = e.detach().to(at::kFloat).contiguous().clone();
+  embedding_ = e.detach().to(at::kCPU, at::kFloat).contiguous().clone();
   inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
 }
 

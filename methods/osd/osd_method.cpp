@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "methods/common/host_features.h"
 #include "methods/common/train/trainable_llama.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/eagle3/eagle3_method.h"
@@ -82,8 +83,9 @@ class Eagle3OsdStudent : public OsdStudent {
   // by the target at position t + 1 + k when that position is masked.
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     const std::vector<int64_t>& layers = model_.config().aux_layer_ids;
-    const ForwardOutput teacher = TeacherForward(target_, batch, layers);
-    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    ForwardOutput teacher = TeacherForward(target_, batch, layers);
+    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
+    teacher.logits = HostFloat32(teacher.logits);
     const auto logits = model_.Forward(aux, batch.tokens, ttt_steps_);
     const at::Tensor target_draft = teacher.logits.index_select(-1, model_.draft_ids());
     const int64_t t = batch.tokens.size(1);

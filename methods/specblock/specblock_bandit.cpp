@@ -12,6 +12,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
+#include "methods/common/host_features.h"
 #include "methods/specblock/specblock_drafter.h"
 #include "methods/specblock/specblock_model.h"
 #include "methods/specblock/specblock_trainer.h"
@@ -170,7 +171,8 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
       teacher = target_.Forward(tokens, cache, fo);
       teacher.logits = teacher.logits.clone();
     }
-    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
+    teacher.logits = HostFloat32(teacher.logits);
     // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting).
     const SpecBlockSlotRows rows = SpecBlockSlotsDrafting(mask, train_->config().block_size);
     const at::Tensor labels = tokens.reshape(-1).index_select(0, rows.seq + 1);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -92,8 +93,9 @@ void SpecBlockDrafter::Begin(const DraftBegin& begin) {
   step_depths_.clear();
   const std::vector<int32_t>& prompt = *begin.prompt;
   const int64_t p = static_cast<int64_t>(prompt.size());
-  for (int64_t j = 1; j < p; ++j) QueueCatchUp(begin.hidden, j - 1, prompt[j], j);
-  QueueCatchUp(begin.hidden, p - 1, begin.root, p);
+  const std::vector<at::Tensor> hidden = HostFloat32(begin.hidden);  // once, not per row
+  for (int64_t j = 1; j < p; ++j) QueueCatchUp(hidden, j - 1, prompt[j], j);
+  QueueCatchUp(hidden, p - 1, begin.root, p);
   first_ = std::move(pending_.back());
   pending_.pop_back();
   has_first_ = true;
@@ -354,10 +356,11 @@ void SpecBlockDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
     has_first_ = false;
   }
   const int64_t a = verdict.n_accepted();
+  const std::vector<at::Tensor> hidden = HostFloat32(verdict.hidden);  // once, not per row
   for (int64_t i = 0; i < a; ++i) {
-    QueueCatchUp(verdict.hidden, i, verdict.tokens[i], root_position_ + 1 + i);
+    QueueCatchUp(hidden, i, verdict.tokens[i], root_position_ + 1 + i);
   }
-  QueueCatchUp(verdict.hidden, a, verdict.bonus, root_position_ + 1 + a);
+  QueueCatchUp(hidden, a, verdict.bonus, root_position_ + 1 + a);
   first_ = std::move(pending_.back());
   pending_.pop_back();
   has_first_ = true;

@@ -8,6 +8,7 @@
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
+#include "methods/common/host_features.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
 #include "methods/specblock/specblock_bandit.h"
@@ -44,7 +45,8 @@ class SpecBlockOsdStudent : public OsdStudent {
       teacher = target_.Forward(batch.tokens, cache, fo);
       teacher.logits = teacher.logits.clone();
     }
-    const at::Tensor aux = at::cat(teacher.hidden, -1).to(at::kFloat);
+    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
+    teacher.logits = HostFloat32(teacher.logits);
     const SpecBlockSlotRows rows =
         SpecBlockSlotsDrafting(batch.loss_mask, model_.config().block_size);
     const at::Tensor student = SpecBlockSlotLogits(model_, aux, batch.tokens, rows, false);

@@ -279,7 +279,7 @@ SpecBlockModel::SpecBlockModel(const SpecBlockConfig& config,
           target_embedding.size(1) == config_.hidden_size,
       "SpecBlock drafter: the target embedding must be [", v, ", ", config_.hidden_size, "], got ",
       target_embedding.defined() ? target_embedding.sizes() : at::IntArrayRef{});
-  embedding_ = target_embedding.detach().to(at::kFloat).contiguous();
+  embedding_ = target_embedding.detach().to(at::kCPU, at::kFloat).contiguous();
   const int64_t half = config_.head_dim / 2;
   inv_freq_ = at::empty({half}, at::kDouble);
   for (int64_t i = 0; i < half; ++i) {

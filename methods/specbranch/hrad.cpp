@@ -8,6 +8,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
+#include "methods/common/host_features.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 
@@ -110,10 +111,10 @@ void HradFeatures(const std::vector<at::Tensor>& hidden, int64_t slot, const at:
   const int64_t dim = embedding.size(1);
   out.resize(static_cast<size_t>((hidden.size() + 1) * dim));
   for (size_t k = 0; k < hidden.size(); ++k) {
-    const at::Tensor row = hidden[k].select(0, 0).select(0, slot).to(at::kFloat).contiguous();
+    const at::Tensor row = HostFloat32(hidden[k].select(0, 0).select(0, slot));
     std::copy(row.data_ptr<float>(), row.data_ptr<float>() + dim, out.data() + k * dim);
   }
-  const at::Tensor e = embedding.select(0, token).to(at::kFloat).contiguous();
+  const at::Tensor e = HostFloat32(embedding.select(0, token));
   std::copy(e.data_ptr<float>(), e.data_ptr<float>() + dim, out.data() + hidden.size() * dim);
 }
 

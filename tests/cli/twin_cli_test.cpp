@@ -4,6 +4,7 @@
 // memory-roofline fraction in `specbed summary`.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/cli/cli_test_util.h"
@@ -71,6 +72,51 @@ TEST(CliTwin, RunOnTheTwinIsLabelledWithItsRoofline) {
   EXPECT_TRUE(Contains(s.out, "AR roofline, case 1 (stories260K-twin, float32, 1 thread"));
   EXPECT_TRUE(Contains(s.out, "of the measured memory bandwidth"));
   EXPECT_TRUE(Contains(s.out, "stories260K-twin-draft"));  // sps's auto drafter
+}
+
+// Drafter twins at an explicit attention shape (the 8B-twin recipe of scripts/gpu_check at width
+// x4: head_dim 8 -> 32, 16 heads over 4 KV heads): the EAGLE-3, DFlash (also DDTree's) and
+// SpecBlock heads padded like the target draft exactly as the originals do: tau on 8 prompts x 48
+// tokens is the same number, to the last bit, as on stories260K with its shipped heads.
+TEST(CliTwin, DrafterTwinsAtAnExplicitShapeDraftAsTheOriginals) {
+  const std::string dir = TestDir();
+  const std::string shape = " --width-factor 4 --head-dim 32 --heads 16 --kv-heads 4";
+  const std::string src = std::string(SPECBED_SOURCE_DIR) + "/models/stories260K/";
+  for (const std::string& what :
+       {std::string("stories260K -o ") + dir + "/t --depth 8", src + "eagle3 -o " + dir + "/eagle3",
+        src + "dflash -o " + dir + "/dflash", src + "specblock -o " + dir + "/specblock"}) {
+    ProcResult r = RunSpecbedLine("twin " + what + shape, dir);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  const std::string common =
+      R"(, "datasets": [{"name": "stories", "limit": 8}], "max_new_tokens": 48, "warmup": 0})";
+  WriteFile(dir + "/a.json", R"({"name": "a", "targets": ["stories260K"],
+            "methods": ["eagle3", "dflash", "ddtree", "specblock"])" +
+                                 common);
+  WriteFile(dir + "/b.json", R"({"name": "b", "targets": [")" + dir + R"(/t"], "methods": [
+            {"name": "eagle3", "knobs": {"head": ")" +
+                                 dir + R"(/eagle3"}},
+            {"name": "dflash", "knobs": {"drafter": ")" +
+                                 dir + R"(/dflash"}},
+            {"name": "ddtree", "knobs": {"drafter": ")" +
+                                 dir + R"(/dflash"}},
+            {"name": "specblock", "knobs": {"drafter": ")" +
+                                 dir + R"(/specblock"}}])" + common);
+  std::vector<std::string> taus[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string db = dir + (k == 0 ? "/a.db" : "/b.db");
+    ProcResult r =
+        RunSpecbedLine("run " + dir + (k == 0 ? "/a.json" : "/b.json") + " -o " + db, dir, 300);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ProcResult s = RunSpecbedLine("summary --json " + db, dir);
+    ASSERT_EQ(s.exit_code, 0) << Describe(s);
+    for (size_t at = s.out.find("\"tau\""); at != std::string::npos;
+         at = s.out.find("\"tau\"", at + 1)) {
+      taus[k].push_back(s.out.substr(at, s.out.find_first_of(",}", at) - at));
+    }
+  }
+  ASSERT_EQ(taus[0].size(), 4u);
+  EXPECT_EQ(taus[0], taus[1]);
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// Target features for the drafter heads that still run on the host (EAGLE-3, DFlash / JetSpec /
+// DDTree, SpecBlock, SpecBranch's H-RAD, the OSD and bandit updates): hidden states and logits the
+// target produced on its device, as contiguous float32 CPU tensors. On the CPU this is the tensor
+// itself when it is already float32 and contiguous (no copy, so CPU runs are unchanged); from a
+// device it is one device-to-host copy per tensor, counted by DeviceToHostCopies
+// (harness/engine/verifier.h). The bridge that lets every method run with its target on a GPU
+// until the heads run there too (docs/ARCHITECTURE.md, "Devices and the two forward paths").
+// Checked by: tests/methods/aten_path_test.cpp (every method, CPU); results/gpu/ (a GPU).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "harness/engine/verifier.h"
+
+namespace specbed {
+
+// t: any shape, any float dtype, any device -> float32, contiguous, CPU.
+inline at::Tensor HostFloat32(const at::Tensor& t) {
+  return CopyToHost(t).to(at::kFloat).contiguous();
+}
+
+inline std::vector<at::Tensor> HostFloat32(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const at::Tensor& t : ts) out.push_back(HostFloat32(t));
+  return out;
+}
+
+}  // namespace specbed
