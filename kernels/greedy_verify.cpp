@@ -35,8 +35,12 @@ void GreedyTreeVerify(const at::Tensor& logits, const at::Tensor& tokens, const 
   CheckSameDevice(kKernel, "accepted", accepted, "logits", logits);
   CheckSameDevice(kKernel, "n_accepted", n_accepted, "logits", logits);
   CheckSameDevice(kKernel, "bonus", bonus, "logits", logits);
-  CheckTreeParents(kKernel, "parent", parent);
   if (device == KernelDevice::kCpu) {
+    // Parent values are checked for host tensors only: reading a device tensor's values would
+    // cost a device-to-host copy per verify step. The walk stays in bounds for any parent values
+    // (a parent outside [-1, i) never matches), and the decode path validates its trees on the
+    // host before upload (DraftTree::ValidateStructure).
+    CheckTreeParents(kKernel, "parent", parent);
     CheckKernelStatus(kKernel, device,
                       cpu::GreedyTreeVerify(
                           logits.data_ptr<float>(), tokens.data_ptr<int32_t>(),

@@ -15,7 +15,9 @@ namespace specbed {
 // (CPU or CUDA):
 //   logits:     [B, n + 1, V] float32, row s = target logits at verify slot s (0 = root)
 //   tokens:     [B, n] int32, drafted token of node i
-//   parent:     [B, n] int32, parent[b][i] in [-1, i), validated on the host
+//   parent:     [B, n] int32, parent[b][i] in [-1, i): checked when on the CPU; a device
+//               tensor's values are the caller's to validate (no copy back per call; the walk
+//               stays in bounds for any values)
 //   accepted:   out [B, n] int32, accepted node indices in depth order, -1 padded
 //   n_accepted: out [B] int32, number of accepted nodes
 //   bonus:      out [B] int32, argmax at the last accepted slot (the root's when none)
