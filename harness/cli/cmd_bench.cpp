@@ -110,7 +110,9 @@ void PrintSyncCost(const at::Device& device) {
               DeviceName(device).c_str(), us);
 }
 
-void RunBench(const BenchOptions& o) {
+// Every combination is checked before anything is measured: a context that cannot fit a model
+// fails now, naming every such combination, instead of after the first rows.
+void ValidateBench(const BenchOptions& o) {
   SPECBED_CHECK(o.tokens >= 1 && o.reps >= 1,
                 "bench needs -n/--max-new-tokens >= 1 and -r/--reps >= 1");
   for (int64_t w : o.verify_widths) {
@@ -120,106 +122,228 @@ void RunBench(const BenchOptions& o) {
   for (int t : o.threads) SPECBED_CHECK(t >= 1, "bench: --threads must be >= 1, got ", t);
   SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
                 o.bandwidth_mib);
-  // Every combination is checked before anything is measured: a context that cannot fit a model
-  // fails now, naming every such combination, instead of after the first rows.
-  {
-    std::vector<std::string> bad;
-    for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
-    for (int64_t b : o.batches) {
-      if (b < 1) bad.push_back(StrCat("batch ", b, " (must be >= 1)"));
-    }
-    for (int64_t c : o.contexts) {
-      if (c < 0) bad.push_back(StrCat("context ", c, " (must be >= 0)"));
-    }
-    int64_t max_width = 1;
-    for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
-    for (const auto& model_name : o.models) {
-      const LoadedTarget probe =
-          LoadModel(model_name, ParseDtype(o.dtypes.front()), "", ParseDevice(o.device, "bench"));
-      const int64_t max_seq = probe.model->config().max_seq_len;
-      for (int64_t context : o.contexts) {
-        const int64_t prefill = std::max<int64_t>(1, context);
-        if (prefill + o.tokens + 1 > max_seq) {
-          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + ", o.tokens,
-                               " tokens + 1 > max_seq_len ", max_seq));
-        }
-        if (!o.verify_widths.empty() && prefill + max_width > max_seq) {
-          bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + verify width ",
-                               max_width, " > max_seq_len ", max_seq));
-        }
+  std::vector<std::string> bad;
+  for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
+  for (int64_t b : o.batches) {
+    if (b < 1) bad.push_back(StrCat("batch ", b, " (must be >= 1)"));
+  }
+  for (int64_t c : o.contexts) {
+    if (c < 0) bad.push_back(StrCat("context ", c, " (must be >= 0)"));
+  }
+  int64_t max_width = 1;
+  for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
+  for (const auto& model_name : o.models) {
+    const LoadedTarget probe =
+        LoadModel(model_name, ParseDtype(o.dtypes.front()), "", ParseDevice(o.device, "bench"));
+    const int64_t max_seq = probe.model->config().max_seq_len;
+    for (int64_t context : o.contexts) {
+      const int64_t prefill = std::max<int64_t>(1, context);
+      if (prefill + o.tokens + 1 > max_seq) {
+        bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + ", o.tokens,
+                             " tokens + 1 > max_seq_len ", max_seq));
+      }
+      if (!o.verify_widths.empty() && prefill + max_width > max_seq) {
+        bad.push_back(StrCat(model_name, " context ", context, ": ", prefill, " + verify width ",
+                             max_width, " > max_seq_len ", max_seq));
       }
     }
-    SPECBED_CHECK(bad.empty(), "bench: ", bad.size(),
-                  " combination(s) cannot run (nothing was measured): ", Join(bad, "; "));
   }
+  SPECBED_CHECK(bad.empty(), "bench: ", bad.size(),
+                " combination(s) cannot run (nothing was measured): ", Join(bad, "; "));
+}
+
+// The results store the rows go to as soon as each is measured (an interrupted bench keeps what
+// it did), with the run that holds them; null when --output is empty.
+std::unique_ptr<ResultsStore> OpenBenchStore(const BenchOptions& o, int64_t& run_id) {
+  run_id = -1;
+  if (o.output.empty()) return nullptr;
+  std::unique_ptr<ResultsStore> store = ResultsStore::Open(o.output);
+  RunInfo info = CurrentEnvironment();
+  info.repro_command = CommandLine();
+  info.config_json = nlohmann::json({{"command", "bench"},
+                                     {"models", o.models},
+                                     {"dtypes", o.dtypes},
+                                     {"threads", o.threads},
+                                     {"batches", o.batches},
+                                     {"contexts", o.contexts},
+                                     {"tokens", o.tokens},
+                                     {"reps", o.reps},
+                                     {"verify_widths", o.verify_widths},
+                                     {"bandwidth_mib", o.bandwidth_mib},
+                                     {"gemv_max_rows", o.gemv_max_rows},
+                                     {"blas_core", BlasCoreDescription()},
+                                     {"gemv_isa", GemvIsaName()}})
+                         .dump();
+  run_id = store->BeginRun(info);
+  return store;
+}
+
+// The roofline bandwidth per bench thread count: on an accelerator its copy bandwidth (two buffers
+// of --bandwidth-mib); on the CPU the STREAM triad at 1 thread and at every bench thread count
+// (rows of bench_bandwidth). Empty when --bandwidth-mib is 0.
+std::map<int, double> MeasureBandwidths(const BenchOptions& o, const at::Device& device,
+                                        ResultsStore* store, int64_t run_id) {
+  std::map<int, double> by_threads;
+  if (o.bandwidth_mib <= 0) return by_threads;
+  if (!device.is_cpu()) {
+    const double gb_s = MeasureDeviceCopyBandwidth(device, o.bandwidth_mib << 20);
+    std::printf("\n| memory bandwidth | device | buffer MiB | copy GB/s (read + write) |\n");
+    std::printf("|---|---|---:|---:|\n| device copy (best of 10) | %s | %lld | %.1f |\n",
+                DeviceName(device).c_str(), static_cast<long long>(o.bandwidth_mib), gb_s);
+    for (int t : o.threads) by_threads[t] = gb_s;
+    return by_threads;
+  }
+  std::vector<int> counts = {1};
+  for (int t : o.threads)
+    if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
+  std::printf("\n| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
+  std::printf("|---|---:|---:|---:|---:|\n");
+  for (int t : counts) {
+    const MemoryBandwidth bw = MeasureMemoryBandwidth(t, o.bandwidth_mib << 20);
+    by_threads[t] = bw.triad_gb_s;
+    std::printf("| STREAM (best of %d) | %d | %lld | %.2f | %.2f |\n", bw.reps, t,
+                static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
+    std::fflush(stdout);
+    if (store) {
+      BenchBandwidthRecord rec;
+      rec.threads = t;
+      rec.array_bytes = bw.array_bytes;
+      rec.reps = bw.reps;
+      rec.copy_gb_s = bw.copy_gb_s;
+      rec.triad_gb_s = bw.triad_gb_s;
+      store->WriteBenchBandwidth(run_id, {rec});
+    }
+  }
+  return by_threads;
+}
+
+// Seeded random context ids [batch, prefill] for `model`, each sequence starting with BOS when
+// the tokenizer has one.
+at::Tensor RandomContext(const LoadedTarget& target, int64_t batch, int64_t prefill) {
+  std::mt19937_64 rng(42);
+  at::Tensor ids = at::empty({batch, prefill}, at::kLong);
+  int64_t* ip = ids.data_ptr<int64_t>();
+  const auto vocab = static_cast<uint64_t>(target.model->config().vocab_size);
+  for (int64_t i = 0; i < batch * prefill; ++i) ip[i] = static_cast<int64_t>(rng() % vocab);
+  if (target.tokenizer && target.tokenizer->bos_id() >= 0) {
+    for (int64_t b = 0; b < batch; ++b) ip[b * prefill] = target.tokenizer->bos_id();
+  }
+  return ids;
+}
+
+// One row of the table: a warmup, then --reps decodes of --max-new-tokens after `context`.
+BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads, int64_t batch,
+                       int64_t context, const std::map<int, double>& bandwidths) {
+  LlamaModel& model = *target.model;
+  SPECBED_CHECK(batch >= 1 && context >= 0, "bench: batch must be >= 1 and context >= 0");
+  const int64_t prefill = std::max<int64_t>(1, context);
+  const int64_t max_len = prefill + o.tokens + 1;
+  SPECBED_CHECK(max_len <= model.config().max_seq_len, "bench: context ", context, " + ", o.tokens,
+                " tokens exceed ", target.spec.name, "'s max_seq_len ", model.config().max_seq_len);
+  KvCache cache = model.NewCache(batch, max_len);
+  const at::Tensor ids = RandomContext(target, batch, prefill);
+  DecodeOnce(model, cache, ids, std::min<int64_t>(o.tokens, 16));  // warmup
+  std::vector<double> tps;
+  double total = 0, forward = 0;
+  for (int64_t r = 0; r < o.reps; ++r) {
+    const Timing t = DecodeOnce(model, cache, ids, o.tokens);
+    tps.push_back(batch * o.tokens / t.total_s);
+    total += t.total_s;
+    forward += t.forward_s;
+  }
+  double mean = 0, var = 0;
+  for (double v : tps) mean += v / tps.size();
+  for (double v : tps) var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
+  BenchRecord row;
+  // A forward path other than the device's default is part of the row's name.
+  row.model = target.spec.name;
+  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kAten) row.model += " [aten]";
+  row.dtype = DtypeName(model.dtype());
+  row.threads = threads;
+  row.batch_size = batch;
+  row.context_len = context;
+  row.n_tokens = o.tokens;
+  row.reps = o.reps;
+  row.tokens_per_s = mean;
+  row.tokens_per_s_std = std::sqrt(var);
+  const double steps = static_cast<double>(o.tokens * o.reps);
+  row.ms_per_step = total / steps * 1e3;
+  row.forward_ms_per_step = forward / steps * 1e3;
+  row.other_ms_per_step = (total - forward) / steps * 1e3;
+  row.n_params = model.config().ParameterCount();
+  row.weight_bytes = DecodeWeightBytes(model);
+  row.blas_core = BlasCoreName();
+  const auto bw = bandwidths.find(threads);
+  if (bw != bandwidths.end()) {
+    row.bandwidth_gb_s = bw->second;
+    row.roofline_fraction =
+        RooflineFraction(row.weight_bytes, row.bandwidth_gb_s, row.forward_ms_per_step);
+  }
+  return row;
+}
+
+void PrintRow(const BenchRecord& row) {
+  std::printf(
+      "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f | %.1f | "
+      "%.2f |\n",
+      row.model.c_str(), row.dtype.c_str(), static_cast<int>(row.threads),
+      static_cast<long long>(row.batch_size), static_cast<long long>(row.context_len),
+      static_cast<long long>(row.n_tokens), row.tokens_per_s, row.tokens_per_s_std, row.ms_per_step,
+      row.forward_ms_per_step, row.other_ms_per_step,
+      100.0 * row.other_ms_per_step / row.ms_per_step, row.weight_bytes * 1e-6,
+      row.roofline_fraction);
+  std::fflush(stdout);
+}
+
+// The verify-width curve after `row`'s context (batch 1 rows only).
+std::vector<BenchVerifyRecord> MeasureVerifyRows(const BenchOptions& o, LlamaModel& model,
+                                                 const BenchRecord& row) {
+  std::vector<BenchVerifyRecord> recs;
+  for (const VerifyWidthPoint& p :
+       MeasureVerifyWidthCurve(model, row.context_len, o.verify_widths, o.reps)) {
+    BenchVerifyRecord v;
+    v.model = row.model;
+    v.dtype = row.dtype;
+    v.threads = row.threads;
+    v.batch_size = 1;
+    v.context_len = row.context_len;
+    v.n_query = p.n_query;
+    v.reps = o.reps;
+    v.forward_ms = p.forward_ms;
+    v.ratio_to_one = p.ratio_to_one;
+    v.gemv_max_rows = GemvMaxRows(model.dtype());
+    v.blas_core = row.blas_core;
+    recs.push_back(v);
+  }
+  return recs;
+}
+
+void PrintVerifyTable(const std::vector<BenchVerifyRecord>& rows) {
+  if (rows.empty()) return;
+  std::printf(
+      "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
+  for (const BenchVerifyRecord& v : rows) {
+    std::printf("| verify | %s | %s | %lld | %lld | %lld | %.4f | %.2f |\n", v.model.c_str(),
+                v.dtype.c_str(), static_cast<long long>(v.threads),
+                static_cast<long long>(v.context_len), static_cast<long long>(v.n_query),
+                v.forward_ms, v.ratio_to_one);
+  }
+}
+
+void RunBench(const BenchOptions& o) {
+  ValidateBench(o);
   SetGemvMaxRows(o.gemv_max_rows);
   SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
   const at::Device device = ParseDevice(o.device, "bench --device");
   PrintSyncCost(device);
-  const std::string blas_core = BlasCoreName();
-
-  // Every row is stored as soon as it is measured, so an interrupted bench keeps what it did.
-  std::unique_ptr<ResultsStore> store;
-  int64_t run_id = -1;
-  int64_t n_stored = 0;
-  if (!o.output.empty()) {
-    store = ResultsStore::Open(o.output);
-    RunInfo info = CurrentEnvironment();
-    info.repro_command = CommandLine();
-    info.config_json = nlohmann::json({{"command", "bench"},
-                                       {"models", o.models},
-                                       {"dtypes", o.dtypes},
-                                       {"threads", o.threads},
-                                       {"batches", o.batches},
-                                       {"contexts", o.contexts},
-                                       {"tokens", o.tokens},
-                                       {"reps", o.reps},
-                                       {"verify_widths", o.verify_widths},
-                                       {"bandwidth_mib", o.bandwidth_mib},
-                                       {"gemv_max_rows", o.gemv_max_rows},
-                                       {"blas_core", BlasCoreDescription()},
-                                       {"gemv_isa", GemvIsaName()}})
-                           .dump();
-    run_id = store->BeginRun(info);
-  }
-
+  int64_t run_id = -1, n_stored = 0;
+  std::unique_ptr<ResultsStore> store = OpenBenchStore(o, run_id);
   std::printf("BLAS: OpenBLAS core %s\n", BlasCoreDescription().c_str());
   std::printf("GEMV: %s, used for <= %lld rows (fp32) / <= %lld rows (bf16)\n",
               GemvIsaName().c_str(), static_cast<long long>(GemvMaxRows(at::kFloat)),
               static_cast<long long>(GemvMaxRows(at::kBFloat16)));
-  // Bandwidth at 1 thread and at every bench thread count (the roofline uses the same count).
-  std::map<int, double> triad_by_threads;
-  const at::Device bench_device = ParseDevice(o.device, "bench");
-  if (o.bandwidth_mib > 0 && !bench_device.is_cpu()) {
-    // An accelerator: its copy bandwidth (2 buffers of --bandwidth-mib) is the roofline.
-    const double gb_s = MeasureDeviceCopyBandwidth(bench_device, o.bandwidth_mib << 20);
-    std::printf("\n| memory bandwidth | device | buffer MiB | copy GB/s (read + write) |\n");
-    std::printf("|---|---|---:|---:|\n| device copy (best of 10) | %s | %lld | %.1f |\n",
-                DeviceName(bench_device).c_str(), static_cast<long long>(o.bandwidth_mib), gb_s);
-    for (int t : o.threads) triad_by_threads[t] = gb_s;
-  } else if (o.bandwidth_mib > 0) {
-    std::vector<int> counts = {1};
-    for (int t : o.threads)
-      if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
-    std::printf("\n| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
-    std::printf("|---|---:|---:|---:|---:|\n");
-    for (int t : counts) {
-      const MemoryBandwidth bw = MeasureMemoryBandwidth(t, o.bandwidth_mib << 20);
-      triad_by_threads[t] = bw.triad_gb_s;
-      std::printf("| STREAM (best of %d) | %d | %lld | %.2f | %.2f |\n", bw.reps, t,
-                  static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
-      std::fflush(stdout);
-      if (store) {
-        BenchBandwidthRecord rec;
-        rec.threads = t;
-        rec.array_bytes = bw.array_bytes;
-        rec.reps = bw.reps;
-        rec.copy_gb_s = bw.copy_gb_s;
-        rec.triad_gb_s = bw.triad_gb_s;
-        store->WriteBenchBandwidth(run_id, {rec});
-      }
-    }
-  }
+  const std::map<int, double> bandwidths = MeasureBandwidths(o, device, store.get(), run_id);
 
   std::vector<BenchVerifyRecord> verify_rows;
   std::printf(
@@ -238,76 +362,12 @@ void RunBench(const BenchOptions& o) {
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
-      LlamaModel& model = *target.model;
       for (int threads : o.threads) {
         at::set_num_threads(threads);
         for (int64_t batch : o.batches) {
           for (int64_t context : o.contexts) {
-            SPECBED_CHECK(batch >= 1 && context >= 0, "bench: batch must be >= 1 and context >= 0");
-            const int64_t prefill = std::max<int64_t>(1, context);
-            const int64_t max_len = prefill + o.tokens + 1;
-            SPECBED_CHECK(max_len <= model.config().max_seq_len, "bench: context ", context, " + ",
-                          o.tokens, " tokens exceed ", model_name, "'s max_seq_len ",
-                          model.config().max_seq_len);
-            KvCache cache = model.NewCache(batch, max_len);
-            std::mt19937_64 rng(42);
-            at::Tensor ids = at::empty({batch, prefill}, at::kLong);
-            int64_t* ip = ids.data_ptr<int64_t>();
-            for (int64_t i = 0; i < batch * prefill; ++i) {
-              ip[i] =
-                  static_cast<int64_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
-            }
-            if (target.tokenizer && target.tokenizer->bos_id() >= 0) {
-              for (int64_t b = 0; b < batch; ++b) ip[b * prefill] = target.tokenizer->bos_id();
-            }
-            DecodeOnce(model, cache, ids, std::min<int64_t>(o.tokens, 16));  // warmup
-            std::vector<double> tps;
-            double total = 0, forward = 0;
-            for (int64_t r = 0; r < o.reps; ++r) {
-              const Timing t = DecodeOnce(model, cache, ids, o.tokens);
-              tps.push_back(batch * o.tokens / t.total_s);
-              total += t.total_s;
-              forward += t.forward_s;
-            }
-            double mean = 0, var = 0;
-            for (double v : tps) mean += v / tps.size();
-            for (double v : tps)
-              var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
-            BenchRecord row;
-            // A forward path other than the device's default is part of the row's name.
-            row.model = target.spec.name;
-            if (device.is_cpu() && model.forward_path() == ForwardPath::kAten) {
-              row.model += " [aten]";
-            }
-            row.dtype = DtypeName(model.dtype());
-            row.threads = threads;
-            row.batch_size = batch;
-            row.context_len = context;
-            row.n_tokens = o.tokens;
-            row.reps = o.reps;
-            row.tokens_per_s = mean;
-            row.tokens_per_s_std = std::sqrt(var);
-            const double steps = static_cast<double>(o.tokens * o.reps);
-            row.ms_per_step = total / steps * 1e3;
-            row.forward_ms_per_step = forward / steps * 1e3;
-            row.other_ms_per_step = (total - forward) / steps * 1e3;
-            row.n_params = model.config().ParameterCount();
-            row.weight_bytes = DecodeWeightBytes(model);
-            row.blas_core = blas_core;
-            if (triad_by_threads.count(threads) != 0) {
-              row.bandwidth_gb_s = triad_by_threads[threads];
-              row.roofline_fraction =
-                  RooflineFraction(row.weight_bytes, row.bandwidth_gb_s, row.forward_ms_per_step);
-            }
-            std::printf(
-                "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f | "
-                "%.1f | %.2f |\n",
-                row.model.c_str(), row.dtype.c_str(), threads, static_cast<long long>(batch),
-                static_cast<long long>(context), static_cast<long long>(o.tokens), row.tokens_per_s,
-                row.tokens_per_s_std, row.ms_per_step, row.forward_ms_per_step,
-                row.other_ms_per_step, 100.0 * row.other_ms_per_step / row.ms_per_step,
-                row.weight_bytes * 1e-6, row.roofline_fraction);
-            std::fflush(stdout);
+            const BenchRecord row = MeasureRow(o, target, threads, batch, context, bandwidths);
+            PrintRow(row);
             if (store) {
               store->WriteBench(run_id, {row});
               ++n_stored;
@@ -317,46 +377,17 @@ void RunBench(const BenchOptions& o) {
                                 StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch,
                                        " ctx=", context, ": ", Fixed1(row.tokens_per_s), " tok/s"));
             }
-            if (!o.verify_widths.empty() && batch == 1) {
-              const std::vector<VerifyWidthPoint> curve =
-                  MeasureVerifyWidthCurve(model, context, o.verify_widths, o.reps);
-              std::vector<BenchVerifyRecord> recs;
-              for (const VerifyWidthPoint& p : curve) {
-                BenchVerifyRecord v;
-                v.model = row.model;
-                v.dtype = row.dtype;
-                v.threads = threads;
-                v.batch_size = 1;
-                v.context_len = context;
-                v.n_query = p.n_query;
-                v.reps = o.reps;
-                v.forward_ms = p.forward_ms;
-                v.ratio_to_one = p.ratio_to_one;
-                v.gemv_max_rows = GemvMaxRows(model.dtype());
-                v.blas_core = blas_core;
-                recs.push_back(v);
-              }
-              if (store) store->WriteBenchVerify(run_id, recs);
-              verify_rows.insert(verify_rows.end(), recs.begin(), recs.end());
-            }
+            if (o.verify_widths.empty() || batch != 1) continue;
+            const std::vector<BenchVerifyRecord> recs = MeasureVerifyRows(o, *target.model, row);
+            if (store) store->WriteBenchVerify(run_id, recs);
+            verify_rows.insert(verify_rows.end(), recs.begin(), recs.end());
           }
         }
       }
     }
   }
   if (progress) progress->Finish();
-  if (!verify_rows.empty()) {
-    std::printf(
-        "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 "
-        "|\n");
-    std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
-    for (const BenchVerifyRecord& v : verify_rows) {
-      std::printf("| verify | %s | %s | %lld | %lld | %lld | %.4f | %.2f |\n", v.model.c_str(),
-                  v.dtype.c_str(), static_cast<long long>(v.threads),
-                  static_cast<long long>(v.context_len), static_cast<long long>(v.n_query),
-                  v.forward_ms, v.ratio_to_one);
-    }
-  }
+  PrintVerifyTable(verify_rows);
   std::fflush(stdout);
   if (store) {
     std::fprintf(stderr, "specbed bench: %lld rows, %zu verify-width rows -> %s (run %lld)\n",
