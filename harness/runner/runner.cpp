@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
@@ -58,9 +59,8 @@ uint64_t PromptSeed(uint64_t case_seed, int64_t prompt_index, int32_t turn) {
 Runner::Runner(ResultsStore& store, RunnerOptions options)
     : store_(store), options_(std::move(options)) {}
 
-double Runner::MemoryBandwidthGbs(int threads, const std::string& device, std::string& kind) {
+double Runner::MemoryBandwidthGbs(int threads, const std::string& device) {
   const at::Device d = ParseDevice(device, "case");
-  kind = d.is_cpu() ? "stream_triad" : "device_copy";
   const std::string key = d.is_cpu() ? "cpu|" + std::to_string(threads) : device;
   auto it = bandwidth_gb_s_.find(key);
   if (it == bandwidth_gb_s_.end()) {
@@ -234,8 +234,7 @@ void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<Step
 // target costs (a cost twin's label, the weight bytes a decode step reads) with the machine's
 // measured memory bandwidth, from which reports state AR's roofline fraction.
 CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
-                           const LlamaModel& model, double bandwidth_gb_s,
-                           const std::string& bandwidth_kind) {
+                           const LlamaModel& model, double bandwidth_gb_s) {
   CaseRecord record;
   record.case_key = c.Key();
   record.target = c.target;
@@ -263,9 +262,10 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
   case_json["target_info"] = {{"label", model.config().twin_label},
                               {"weight_bytes", DecodeWeightBytes(model)},
                               {"parameters", model.config().ParameterCount()}};
-  case_json["machine"] = {{"memory_bandwidth_gb_s", bandwidth_gb_s},
-                          {"memory_bandwidth_kind", bandwidth_kind},
-                          {"blas_core", BlasCoreName()}};
+  case_json["machine"] = {
+      {"memory_bandwidth_gb_s", bandwidth_gb_s},
+      {"memory_bandwidth_kind", model.device().is_cpu() ? "stream_triad" : "device_copy"},
+      {"blas_core", BlasCoreName()}};
   record.config_json = case_json.dump();
   record.timing_mode = c.timing;
   return record;
@@ -319,6 +319,31 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
   return summary;
 }
 
+namespace {
+
+// Warmup: `warmup` full generations of the first prompt's first turn by the method (and by the
+// paired AR when there is one), discarded. `cache_for(prompt_len)` gives a cache large enough.
+void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const Prompt& first, int64_t warmup,
+               const GenerationConfig& gen, Decoder& decoder, Decoder* paired_ar,
+               const std::function<KvCache&(size_t)>& cache_for, DecodeResult& result,
+               DecodeResult& paired_result) {
+  std::vector<ChatMessage> messages = StartConversation(c);
+  messages.push_back({"user", first.turns[0]});
+  const auto ids = BuildPromptIds(target, messages);
+  for (int64_t w = 0; w < warmup; ++w) {
+    KvCache& cache = cache_for(ids.size());
+    GenerationConfig warm = gen;
+    warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
+    decoder.Generate(ids, warm, cache, result);
+    if (paired_ar) {
+      warm.record_margins = false;
+      paired_ar->Generate(ids, warm, cache, paired_result);
+    }
+  }
+}
+
+}  // namespace
+
 void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
                      const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
                      const std::string& note, ProgressBar* progress) {
@@ -349,29 +374,18 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   // Sized for the largest draft tree, so budgets are never clipped by the cache (only at the
   // model's context limit).
   KvCache cache;
-  auto ensure_cache = [&](size_t prompt_len) {
+  auto ensure_cache = [&](size_t prompt_len) -> KvCache& {
     const int64_t need =
         CacheLengthFor(model, static_cast<int64_t>(prompt_len), c.max_new_tokens, *decoder);
     if (!cache.defined() || cache.max_len() < need) cache = model.NewCache(1, need);
+    return cache;
   };
   DecodeResult result, paired_result;
 
   const int64_t case_start = NowMicros();
-  // Warmup: full generations of the first prompt's first turn, discarded.
   if (!prompts.empty()) {
-    std::vector<ChatMessage> messages = StartConversation(c);
-    messages.push_back({"user", prompts[0].turns[0]});
-    const auto ids = BuildPromptIds(target, messages);
-    for (int64_t w = 0; w < warmup; ++w) {
-      ensure_cache(ids.size());
-      GenerationConfig warm = gen;
-      warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
-      decoder->Generate(ids, warm, cache, result);
-      if (paired_ar) {
-        warm.record_margins = false;
-        paired_ar->Generate(ids, warm, cache, paired_result);
-      }
-    }
+    RunWarmup(c, target, prompts[0], warmup, gen, *decoder, paired_ar.get(), ensure_cache, result,
+              paired_result);
   }
 
   // Every turn of every prompt.
@@ -415,10 +429,8 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       if (progress) progress->Advance(1, note);
     }
   }
-  std::string bandwidth_kind;
-  const double bandwidth =
-      MemoryBandwidthGbs(static_cast<int>(c.threads), c.device, bandwidth_kind);
-  CaseRecord record = BuildCaseRecord(c, method_info, model, bandwidth, bandwidth_kind);
+  CaseRecord record = BuildCaseRecord(c, method_info, model,
+                                      MemoryBandwidthGbs(static_cast<int>(c.threads), c.device));
   record.wall_s = (NowMicros() - case_start) * 1e-6;
   store_.WriteCase(run_id, record, samples, steps);
 }

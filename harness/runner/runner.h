@@ -78,8 +78,8 @@ class Runner {
   // Measured memory bandwidth (GB/s) of a case's device, once per Runner and key: the STREAM
   // triad at the case's thread count on the CPU, the device copy bandwidth on an accelerator
   // (MeasureDeviceCopyBandwidth); recorded with every case so that reports state AR's fraction
-  // of the memory roofline. `kind` is set to "stream_triad" or "device_copy".
-  double MemoryBandwidthGbs(int threads, const std::string& device, std::string& kind);
+  // of the memory roofline.
+  double MemoryBandwidthGbs(int threads, const std::string& device);
   std::map<std::string, double> bandwidth_gb_s_;
 };
 
