@@ -59,6 +59,18 @@ void SynchronizeDevice(const at::Device& device) {
   impl->synchronizeStream(impl->getStream(concrete));
 }
 
+ScopedSideStream::ScopedSideStream(const at::Device& device) : device_(device) {
+  if (device.is_cpu()) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
+  const at::Device concrete =
+      device.has_index() ? device : at::Device(device.type(), impl->getDevice().index());
+  previous_ = impl->exchangeStream(impl->getStreamFromGlobalPool(concrete));
+}
+
+ScopedSideStream::~ScopedSideStream() {
+  if (previous_) c10::impl::getDeviceGuardImpl(device_.type())->exchangeStream(*previous_);
+}
+
 std::string DescribeCudaDevices() {
 #ifdef SPECBED_HAVE_CUDA_TORCH
   if (!at::globalContext().hasCUDA()) return "";

@@ -3,12 +3,15 @@
 // sync includes the device work queued before it. Written against c10's device-guard interface,
 // so this file needs no CUDA headers and works with any LibTorch backend.
 // Checked by: tests/engine/aten_forward_test.cpp (parsing, "cuda" refused on a CPU-only build
-// naming the device, CPU sync is a no-op), tests/cli/cli_test.cpp (--device cuda exits 1).
+// naming the device, CPU sync is a no-op), tests/cli/cli_test.cpp (--device cuda exits 1),
+// tests/methods/pearl_test.cpp (a side thread's stream; on a GPU, PearlCuda).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "harness/base/timer.h"
@@ -41,6 +44,23 @@ inline int64_t DeviceNowNanos(const at::Device& device) {
   if (IsAsyncDevice(device)) SynchronizeDevice(device);
   return NowNanos();
 }
+
+// Gives the calling thread its own stream on `device` while it lives: a stream from the backend's
+// pool becomes the thread's current stream (CUDA streams are per thread), so work that two host
+// threads queue can overlap on the device; SynchronizeDevice on that thread then waits for this
+// stream only. A no-op on the CPU. The previous current stream is restored on destruction.
+// Used by PEARL's and SpecBranch's draft thread (methods/pearl/side_thread.h).
+class ScopedSideStream {
+ public:
+  explicit ScopedSideStream(const at::Device& device);
+  ~ScopedSideStream();
+  ScopedSideStream(const ScopedSideStream&) = delete;
+  ScopedSideStream& operator=(const ScopedSideStream&) = delete;
+
+ private:
+  at::Device device_;
+  std::optional<c10::Stream> previous_;
+};
 
 // One line per visible CUDA device ("NVIDIA H100 80GB HBM3, compute capability 9.0, driver
 // 13.0, CUDA runtime 13.0"), "" when there is none or this build has no CUDA LibTorch.

@@ -1,10 +1,11 @@
-// Target features for the drafter heads that still run on the host (EAGLE-3, DFlash / JetSpec /
-// DDTree, SpecBlock, SpecBranch's H-RAD, the OSD and bandit updates): hidden states and logits the
-// target produced on its device, as contiguous float32 CPU tensors. On the CPU this is the tensor
-// itself when it is already float32 and contiguous (no copy, so CPU runs are unchanged); from a
-// device it is one device-to-host copy per tensor, counted by DeviceToHostCopies
-// (harness/engine/verifier.h). The bridge that lets every method run with its target on a GPU
-// until the heads run there too (docs/ARCHITECTURE.md, "Devices and the two forward paths").
+// Target features for the parts that compute on the host in float32: SpecBranch's H-RAD input
+// row and the trainable students of OSD and the SpecBlock bandit (the teacher's hidden states and
+// logits). Hidden states and logits the target produced on its device come back as contiguous
+// float32 CPU tensors. On the CPU this is the tensor itself when it is already float32 and
+// contiguous (no copy, so CPU runs are unchanged); from a device it is one device-to-host copy per
+// tensor, counted by DeviceToHostCopies (harness/engine/verifier.h). The drafter heads themselves
+// run on the target's device (methods/common/head_aten.h); docs/ARCHITECTURE.md, "Devices and the
+// two forward paths", lists every host synchronization.
 // Checked by: tests/methods/aten_path_test.cpp (every method, CPU); results/gpu/ (a GPU).
 #pragma once
 

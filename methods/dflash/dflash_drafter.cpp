@@ -11,7 +11,6 @@
 #include <numeric>
 
 #include "harness/base/error.h"
-#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -44,25 +43,19 @@ std::vector<int64_t> DflashDrafter::TargetHiddenLayers() const {
 void DflashDrafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t n) {
   SPECBED_CHECK(hidden.size() == layers_.size(), "dflash: expected ", layers_.size(),
                 " target hidden states, got ", hidden.size());
-  const int64_t width = static_cast<int64_t>(layers_.size()) * h_;
-  const size_t base = pending_.size();
-  pending_.resize(base + static_cast<size_t>(n * width));
+  std::vector<at::Tensor> parts;
   for (size_t l = 0; l < hidden.size(); ++l) {
-    const at::Tensor t = HostFloat32(hidden[l]);
+    const at::Tensor& t = hidden[l];
     SPECBED_CHECK(t.dim() == 3 && t.size(1) >= n && t.size(2) == h_, "dflash: target hidden ",
                   "state ", l, " has shape ", t.sizes(), ", expected [1, >=", n, ", ", h_, "]");
-    const float* src = t.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(pending_.data() + base + i * width + l * h_, src + i * h_, sizeof(float) * h_);
-    }
+    parts.push_back(t.select(0, 0).narrow(0, 0, n));
   }
-  pending_rows_ += n;
+  pending_.push_back(at::cat(parts, 1));
 }
 
 void DflashDrafter::Begin(const DraftBegin& begin) {
   head_->ResetContext(begin.max_len + 1);
   pending_.clear();
-  pending_rows_ = 0;
   sampler_ = std::make_unique<Sampler>(begin.sampling, begin.seed);
   QueueContext(begin.hidden, static_cast<int64_t>(begin.prompt->size()));
 }
@@ -74,41 +67,76 @@ void DflashDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
 void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   const int64_t depth = std::min({block_ - 1, step.budget.depth, step.budget.nodes});
   if (depth <= 0) return;
-  if (pending_rows_ > 0) {
-    head_->AppendContext(pending_.data(), pending_rows_);
+  if (!pending_.empty()) {
+    head_->AppendContext(pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0));
     pending_.clear();
-    pending_rows_ = 0;
   }
   head_->ForwardFromBonus(step.root, block_, out_);
   if (options_.kind == DflashTreeKind::kChain) {  // DFlash: a chain of the per-row choices
-    const bool greedy = sampler_->params().greedy() || options_.argmax_drafts;
-    if (!greedy) {
-      tree.vocab = vocab_;
-      tree.draft_probs.assign(static_cast<size_t>((depth + 1) * vocab_), 0.f);
-    }
-    for (int64_t d = 1; d <= depth; ++d) {
-      const float* logits = out_.logits_row(d);
-      int32_t token;
-      if (greedy) {
-        token = Argmax(logits, vocab_);
-      } else {
-        sampler_->Distribution(logits, vocab_, probs_);
-        float* row = tree.DraftProbsRow(d - 1);
-        std::copy(probs_.begin(), probs_.end(), row);
-        token = SampleFromProbs(row, vocab_, sampler_->rng());
-      }
-      tree.AddNode(token, static_cast<int32_t>(d) - 2);
-    }
+    DraftChain(depth, tree);
     return;
   }
   // Trees: per-depth top-K log-probs (no temperature), then DDTree's best-first tree or
   // JetSpec's group expansion.
   const int64_t k = options_.top_k;
+  TopKPerDepth(depth, k);
+  const int64_t budget = std::min(options_.budget, step.budget.nodes);
+  if (options_.kind == DflashTreeKind::kBestFirst) {
+    best_first_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
+  } else {
+    group_expand_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
+  }
+}
+
+void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
+  const bool greedy = sampler_->params().greedy() || options_.argmax_drafts;
+  const at::Tensor rows = out_.logits.narrow(0, 1, depth);
+  if (greedy && !rows.is_cpu()) {  // one download of the depth argmax ids
+    const at::Tensor ids = rows.argmax(-1).to(at::kInt).cpu();
+    for (int64_t d = 1; d <= depth; ++d) {
+      tree.AddNode(ids.data_ptr<int32_t>()[d - 1], static_cast<int32_t>(d) - 2);
+    }
+    return;
+  }
+  // The host pass; off the CPU one download of the rows (the sampler and chain_rs read full
+  // distributions on the host).
+  const at::Tensor host = rows.is_cpu() ? rows.contiguous() : rows.cpu();
+  if (!greedy) {
+    tree.vocab = vocab_;
+    tree.draft_probs.assign(static_cast<size_t>((depth + 1) * vocab_), 0.f);
+  }
+  for (int64_t d = 1; d <= depth; ++d) {
+    const float* logits = host.data_ptr<float>() + (d - 1) * vocab_;
+    int32_t token;
+    if (greedy) {
+      token = Argmax(logits, vocab_);
+    } else {
+      sampler_->Distribution(logits, vocab_, probs_);
+      float* row = tree.DraftProbsRow(d - 1);
+      std::copy(probs_.begin(), probs_.end(), row);
+      token = SampleFromProbs(row, vocab_, sampler_->rng());
+    }
+    tree.AddNode(token, static_cast<int32_t>(d) - 2);
+  }
+}
+
+void DflashDrafter::TopKPerDepth(int64_t depth, int64_t k) {
   logp_.resize(static_cast<size_t>(depth * k));
   tokens_.resize(static_cast<size_t>(depth * k));
+  const at::Tensor rows = out_.logits.narrow(0, 1, depth);
+  if (!rows.is_cpu()) {  // one download of [depth, k] ids and log-probs
+    const at::Tensor log_z = at::logsumexp(rows, -1, /*keepdim=*/true);
+    const auto [values, index] = at::topk(rows, k, -1, /*largest=*/true, /*sorted=*/true);
+    const at::Tensor lp = (values - log_z).clamp_max(0.0).flatten();
+    const at::Tensor host = at::cat({index.flatten().to(at::kInt), lp.view(at::kInt)}).cpu();
+    std::memcpy(tokens_.data(), host.data_ptr<int32_t>(), sizeof(int32_t) * depth * k);
+    std::memcpy(logp_.data(), host.data_ptr<int32_t>() + depth * k, sizeof(float) * depth * k);
+    return;
+  }
   order_.resize(static_cast<size_t>(vocab_));
+  const at::Tensor host = rows.contiguous();
   for (int64_t d = 1; d <= depth; ++d) {
-    const float* row = out_.logits_row(d);
+    const float* row = host.data_ptr<float>() + (d - 1) * vocab_;
     float max_v = -std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < vocab_; ++v) max_v = std::max(max_v, row[v]);
     float sum = 0;
@@ -126,12 +154,6 @@ void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
       tokens_[(d - 1) * k + r] = order_[r];
       logp_[(d - 1) * k + r] = std::min(0.0f, row[order_[r]] - log_z);
     }
-  }
-  const int64_t budget = std::min(options_.budget, step.budget.nodes);
-  if (options_.kind == DflashTreeKind::kBestFirst) {
-    best_first_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
-  } else {
-    group_expand_.Build(logp_.data(), tokens_.data(), depth, k, budget, tree);
   }
 }
 

@@ -80,14 +80,18 @@ class DflashDrafter : public Drafter {
 
  private:
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t n);
+  // The drafted rows 1..depth of the block: chain tokens (argmax or sampled, with their draft
+  // distributions) or the per-depth top-k (tokens_, logp_).
+  void DraftChain(int64_t depth, DraftTree& tree);
+  void TopKPerDepth(int64_t depth, int64_t k);
 
   std::unique_ptr<DflashHead> head_;
   DflashDraftOptions options_;
   std::vector<int64_t> layers_;  // HF hidden_states indices
   int64_t h_ = 0, vocab_ = 0, block_ = 0;
   DflashHeadOutput out_;
-  std::vector<float> pending_;  // queued context feature rows [n, n_layers * H]
-  int64_t pending_rows_ = 0;
+  // Queued context feature rows, chunks of [n_i, n_layers * H] in the target's dtype and device.
+  std::vector<at::Tensor> pending_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> probs_, logp_;
   std::vector<int32_t> tokens_, order_;

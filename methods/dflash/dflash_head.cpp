@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "harness/base/error.h"
+#include "methods/common/head_aten.h"
 #include "methods/common/head_kernels.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "models/tensor_util.h"
@@ -31,28 +32,40 @@ void NormRopeHead(const float* src, const float* w, float* dst, int64_t head_dim
   }
 }
 
-at::Tensor Float32(const at::Tensor& t) {
-  return t.to(at::kCPU).to(at::kFloat).contiguous();
-}
-
 }  // namespace
 
 const float* DflashHeadOutput::logits_row(int64_t i) const {
+  SPECBED_CHECK(logits.is_cpu(), "DflashHeadOutput::logits_row: the logits are on ",
+                logits.device(), ", not the CPU");
   return logits.data_ptr<float>() + i * logits.size(1);
 }
 
 DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
-                       const at::Tensor& target_embedding, const at::Tensor& target_lm_head)
-    : config_(config) {
+                       const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
+                       const HeadPlacement& placement)
+    : config_(config), placement_(placement) {
   ValidateDflashTensors(config_, tensors, "DflashHead");
   num_features_ = config_.num_features();
-  auto get = [&](const std::string& name) { return Float32(tensors.at(name)); };
-  fc_ = get(kDflashFc);
+  fc_ = PlaceWeight(tensors.at(kDflashFc), placement_);
   fc_t_ = fc_.t();
-  hidden_norm_ = get(kDflashHiddenNorm);
-  final_norm_ = get(kDflashFinalNorm);
+  hidden_norm_ = PlaceNormWeight(tensors.at(kDflashHiddenNorm), placement_);
+  final_norm_ = PlaceNormWeight(tensors.at(kDflashFinalNorm), placement_);
+  LoadLayers(tensors);
+  ShareTargetMatrices(target_embedding, target_lm_head);
+  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
+  EnsureRope(256);
+  EnsureRows(config_.block_size);
+  ResetContext(256);
+}
+
+void DflashHead::LoadLayers(const std::map<std::string, at::Tensor>& tensors) {
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    auto lg = [&](const char* suffix) { return get(DflashLayerTensorName(l, suffix)); };
+    auto lg = [&](const char* suffix) {
+      return PlaceWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement_);
+    };
+    auto norm = [&](const char* suffix) {
+      return PlaceNormWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement_);
+    };
     Layer layer;
     const at::Tensor k = lg(kDflashKProj), v = lg(kDflashVProj);
     layer.wqkv = at::cat({lg(kDflashQProj), k, v}, 0).contiguous();
@@ -65,14 +78,17 @@ DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, a
     layer.wo_t = layer.wo.t();
     layer.w_gate_up_t = layer.w_gate_up.t();
     layer.w_down_t = layer.w_down.t();
-    layer.input_norm = lg(kDflashInputNorm);
-    layer.post_norm = lg(kDflashPostNorm);
-    layer.q_norm = lg(kDflashQNorm);
-    layer.k_norm = lg(kDflashKNorm);
+    layer.input_norm = norm(kDflashInputNorm);
+    layer.post_norm = norm(kDflashPostNorm);
+    layer.q_norm = norm(kDflashQNorm);
+    layer.k_norm = norm(kDflashKNorm);
     layer.window = config_.LayerWindow(l);
     layers_.push_back(std::move(layer));
   }
+}
 
+void DflashHead::ShareTargetMatrices(const at::Tensor& target_embedding,
+                                     const at::Tensor& target_lm_head) {
   const int64_t v = config_.vocab_size, h = config_.hidden_size;
   auto check_vocab_matrix = [&](const at::Tensor& t, const char* what) {
     SPECBED_CHECK(t.defined(), "DflashHead: the target's ", what, " [", v, ", ", h,
@@ -85,19 +101,18 @@ DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, a
   };
   check_vocab_matrix(target_embedding, "token embedding");
   check_vocab_matrix(target_lm_head, "lm_head");
-  embedding_ = target_embedding.to(at::kCPU);
-  if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
-    embedding_ = embedding_.to(at::kFloat);
+  if (placement_.aten) {  // shared as is when the target's already match
+    embedding_ = PlaceWeight(target_embedding, placement_);
+    lm_head_ = PlaceWeight(target_lm_head, placement_);
+  } else {
+    embedding_ = target_embedding.to(at::kCPU);
+    if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
+      embedding_ = embedding_.to(at::kFloat);
+    }
+    embedding_ = embedding_.contiguous();
+    lm_head_ = PlaceWeight(target_lm_head, placement_);
   }
-  embedding_ = embedding_.contiguous();
-  lm_head_ = Float32(target_lm_head);
   lm_head_t_ = lm_head_.t();
-
-  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
-  EnsureRope(256);
-
-  EnsureRows(config_.block_size);
-  ResetContext(256);
 }
 
 void DflashHead::EnsureRows(int64_t n) {
@@ -136,6 +151,17 @@ void DflashHead::GrowContext(int64_t capacity) {
   if (capacity <= context_capacity_) return;
   const int64_t n_kv = config_.n_kv_heads, hd = config_.head_dim;
   for (Layer& layer : layers_) {
+    if (placement_.aten) {
+      const auto opts = at::TensorOptions(placement_.dtype).device(placement_.device);
+      at::Tensor k = at::zeros({n_kv, capacity, hd}, opts), v = at::zeros_like(k);
+      if (context_length_ > 0) {
+        k.narrow(1, 0, context_length_).copy_(layer.k_ctx_t.narrow(1, 0, context_length_));
+        v.narrow(1, 0, context_length_).copy_(layer.v_ctx_t.narrow(1, 0, context_length_));
+      }
+      layer.k_ctx_t = k;
+      layer.v_ctx_t = v;
+      continue;
+    }
     std::vector<float> k(static_cast<size_t>(n_kv * capacity * hd), 0.f), v(k.size(), 0.f);
     for (int64_t kh = 0; kh < n_kv && context_length_ > 0; ++kh) {
       const size_t bytes = static_cast<size_t>(context_length_ * hd) * sizeof(float);
@@ -163,9 +189,50 @@ void DflashHead::TruncateContext(int64_t length) {
   context_length_ = length;
 }
 
+void DflashHead::AppendContext(const at::Tensor& features) {
+  SPECBED_CHECK(
+      features.defined() && features.dim() == 2 && features.size(1) == config_.fc_in_dim(),
+      "DflashHead::AppendContext: features must be [n, ", config_.fc_in_dim(), "], got ",
+      features.defined() ? ShapeString(features.sizes()) : std::string("undefined"));
+  SPECBED_CHECK(features.size(0) >= 1, "DflashHead::AppendContext: no rows (n = 0)");
+  if (placement_.aten) {
+    AppendContextAten(features);
+    return;
+  }
+  const at::Tensor host = features.to(at::kCPU, at::kFloat).contiguous();
+  AppendContext(host.data_ptr<float>(), host.size(0));
+}
+
+void DflashHead::AppendContextAten(const at::Tensor& features) {
+  const int64_t n = features.size(0), n_kv = config_.n_kv_heads, hd = config_.head_dim,
+                kv_dim = config_.kv_dim(), past = context_length_;
+  const double eps = config_.rms_norm_eps;
+  if (past + n > context_capacity_) GrowContext(std::max(past + n, 2 * context_capacity_));
+  rope_device_.Ensure(inv_freq_, past + n, placement_.device);
+  const at::Tensor pos =
+      at::arange(past, past + n, at::TensorOptions(at::kLong).device(placement_.device));
+  const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
+  const at::Tensor c = RmsNormRowsAten(
+      at::mm(features.to(placement_.device, placement_.dtype), fc_t_), hidden_norm_, eps);
+  for (Layer& layer : layers_) {
+    const at::Tensor kv = at::mm(c, layer.wkv_t);
+    const at::Tensor k = RotateHalfRopeAten(
+        RmsNormRowsAten(kv.narrow(1, 0, kv_dim).view({n, n_kv, hd}), layer.k_norm, eps), cos, sin);
+    layer.k_ctx_t.narrow(1, past, n).copy_(k.transpose(0, 1));
+    layer.v_ctx_t.narrow(1, past, n)
+        .copy_(kv.narrow(1, kv_dim, kv_dim).view({n, n_kv, hd}).transpose(0, 1));
+  }
+  context_length_ = past + n;
+}
+
 void DflashHead::AppendContext(const float* features, int64_t n) {
   SPECBED_CHECK(n >= 1, "DflashHead::AppendContext: no rows (n = ", n, ")");
   SPECBED_CHECK(features != nullptr, "DflashHead::AppendContext: features are required");
+  if (placement_.aten) {
+    AppendContextAten(at::from_blob(const_cast<float*>(features), {n, config_.fc_in_dim()},
+                                    at::TensorOptions(at::kFloat)));
+    return;
+  }
   const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
                 kv_dim = config_.kv_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -229,34 +296,38 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t start_position,
   Forward(block_tokens, config_.block_size, start_position, out);
 }
 
+void DflashHead::CheckBlock(const int32_t* block_tokens, int64_t n, int64_t start_position) const {
+  SPECBED_CHECK(n >= 1, "DflashHead::Forward: block rows n must be >= 1, got ", n);
+  SPECBED_CHECK(block_tokens != nullptr, "DflashHead::Forward: block tokens are required");
+  SPECBED_CHECK(start_position >= 0, "DflashHead::Forward: negative start position ",
+                start_position);
+  for (int64_t i = 0; i < n; ++i) {
+    SPECBED_CHECK(block_tokens[i] >= 0 && block_tokens[i] < config_.vocab_size,
+                  "DflashHead::Forward: token id ", block_tokens[i], " (block row ", i,
+                  ") outside the vocabulary [0, ", config_.vocab_size, ")");
+  }
+}
+
 void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_position,
                          DflashHeadOutput& out) {
+  CheckBlock(block_tokens, n, start_position);
+  if (placement_.aten) {
+    ForwardAten(block_tokens, n, start_position, out);
+    return;
+  }
   const int64_t b = n, h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
                 n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
                 q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim,
                 vocab = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  SPECBED_CHECK(n >= 1, "DflashHead::Forward: block rows n must be >= 1, got ", n);
-  SPECBED_CHECK(block_tokens != nullptr, "DflashHead::Forward: block tokens are required");
-  SPECBED_CHECK(start_position >= 0, "DflashHead::Forward: negative start position ",
-                start_position);
-  for (int64_t i = 0; i < b; ++i) {
-    SPECBED_CHECK(block_tokens[i] >= 0 && block_tokens[i] < vocab, "DflashHead::Forward: token id ",
-                  block_tokens[i], " (block row ", i, ") outside the vocabulary [0, ", vocab, ")");
-  }
   EnsureRows(b);
   EnsureRope(start_position + b);
-  const int64_t ctx = context_length_, cap = context_capacity_;
-  const int threads = at::get_num_threads();
-  const int64_t stride = cap + b + hd;  // scores of every key + one accumulator row
-  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
-    score_stride_ = stride;
-    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
-  }
-  if (!out.logits.defined() || out.logits.size(0) != b || out.logits.size(1) != vocab) {
+  if (!out.logits.defined() || out.logits.size(0) != b || out.logits.size(1) != vocab ||
+      !out.logits.is_cpu()) {
     out.logits = at::empty({b, vocab}, at::TensorOptions().dtype(at::kFloat));
   }
-  if (!out.hidden.defined() || out.hidden.size(0) != b || out.hidden.size(1) != h) {
+  if (!out.hidden.defined() || out.hidden.size(0) != b || out.hidden.size(1) != h ||
+      !out.hidden.is_cpu() || out.hidden.scalar_type() != at::kFloat) {
     out.hidden = at::empty({b, h}, at::TensorOptions().dtype(at::kFloat));
   }
 
@@ -276,11 +347,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   float* xp = x_.data_ptr<float>();
   const float* qkvp = qkv_.data_ptr<float>();
   float* qp = q_.data_ptr<float>();
-  float* attnp = attn_.data_ptr<float>();
   const int64_t half = hd / 2;
-  const int64_t group = n_heads / n_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool causal = config_.causal;
   for (Layer& layer : layers_) {
     // 1. x = input_layernorm(h); q, k, v with per-head norms and RoPE.
     const float* in_norm = layer.input_norm.data_ptr<float>();
@@ -306,57 +373,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
     }
 
     // 2. Attention of every (row, head) over the context rows and the (visible) block rows.
-    const float* kc = layer.k_ctx.data();
-    const float* vc = layer.v_ctx.data();
-    const float* kb = k_block_.data();
-    const float* vb = v_block_.data();
-    float* scores_base = scores_.data();
-    const int64_t sstride = score_stride_;
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (ctx + b) * hd));
-    const int64_t window = layer.window;
-    at::parallel_for(0, b * n_heads, grain, [&](int64_t begin, int64_t end) {
-      float* scores = scores_base + at::get_thread_num() * sstride;
-      float* acc = scores + ctx + b;
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
-        const float* qrow = qp + i * q_dim + head * hd;
-        const float* kcb = kc + kh * cap * hd;
-        const float* vcb = vc + kh * cap * hd;
-        const float* kbb = kb + kh * b * hd;
-        const float* vbb = vb + kh * b * hd;
-        const int64_t visible = causal ? i + 1 : b;
-        // A sliding layer sees keys less than `window` positions behind the query: context rows
-        // (row s at position s) from query_position - window + 1 on, block rows from i - window
-        // + 1 on (the query's own row always).
-        const int64_t ctx_begin =
-            window > 0 ? std::min(ctx, std::max<int64_t>(0, start_position + i - window + 1)) : 0;
-        const int64_t block_begin = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-        float max_score = -INFINITY;
-        for (int64_t s = ctx_begin; s < ctx; ++s) {
-          scores[s] = Dot(qrow, kcb + s * hd, hd) * scale;
-          max_score = std::max(max_score, scores[s]);
-        }
-        for (int64_t j = block_begin; j < visible; ++j) {
-          scores[ctx + j] = Dot(qrow, kbb + j * hd, hd) * scale;
-          max_score = std::max(max_score, scores[ctx + j]);
-        }
-        std::fill(acc, acc + hd, 0.f);
-        float denom = 0.f;
-        // Visible keys: context rows [ctx_begin, ctx), then block rows [block_begin, visible).
-        auto accumulate = [&](float score, const float* vrow) {
-          const float p = std::exp(score - max_score);
-          denom += p;
-          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
-        };
-        for (int64_t s = ctx_begin; s < ctx; ++s) accumulate(scores[s], vcb + s * hd);
-        for (int64_t j = block_begin; j < visible; ++j) {
-          accumulate(scores[ctx + j], vbb + j * hd);
-        }
-        const float inv = 1.0f / denom;
-        float* o = attnp + i * q_dim + head * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
-      }
-    });
+    AttendBlock(layer, b, start_position);
 
     // 3. h += o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
     h_.addmm_(attn_, layer.wo_t);
@@ -379,6 +396,121 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   const float* fin = final_norm_.data_ptr<float>();
   for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, fin, xp + i * h, h, eps);
   at::mm_out(out.logits, x_, lm_head_t_);
+}
+
+void DflashHead::AttendBlock(const Layer& layer, int64_t b, int64_t start_position) {
+  const int64_t hd = config_.head_dim, n_heads = config_.n_heads, q_dim = config_.q_dim();
+  const int64_t ctx = context_length_, cap = context_capacity_;
+  const int threads = at::get_num_threads();
+  const int64_t stride = cap + b + hd;  // scores of every key + one accumulator row
+  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
+    score_stride_ = stride;
+    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
+  }
+  const float* qp = q_.data_ptr<float>();
+  float* attnp = attn_.data_ptr<float>();
+  const int64_t group = n_heads / config_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool causal = config_.causal;
+  const float* kc = layer.k_ctx.data();
+  const float* vc = layer.v_ctx.data();
+  const float* kb = k_block_.data();
+  const float* vb = v_block_.data();
+  float* scores_base = scores_.data();
+  const int64_t sstride = score_stride_;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (ctx + b) * hd));
+  const int64_t window = layer.window;
+  at::parallel_for(0, b * n_heads, grain, [&](int64_t begin, int64_t end) {
+    float* scores = scores_base + at::get_thread_num() * sstride;
+    float* acc = scores + ctx + b;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
+      const float* qrow = qp + i * q_dim + head * hd;
+      const float* kcb = kc + kh * cap * hd;
+      const float* vcb = vc + kh * cap * hd;
+      const float* kbb = kb + kh * b * hd;
+      const float* vbb = vb + kh * b * hd;
+      const int64_t visible = causal ? i + 1 : b;
+      // A sliding layer sees keys less than `window` positions behind the query: context rows
+      // (row s at position s) from query_position - window + 1 on, block rows from i - window
+      // + 1 on (the query's own row always).
+      const int64_t ctx_begin =
+          window > 0 ? std::min(ctx, std::max<int64_t>(0, start_position + i - window + 1)) : 0;
+      const int64_t block_begin = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      float max_score = -INFINITY;
+      for (int64_t s = ctx_begin; s < ctx; ++s) {
+        scores[s] = Dot(qrow, kcb + s * hd, hd) * scale;
+        max_score = std::max(max_score, scores[s]);
+      }
+      for (int64_t j = block_begin; j < visible; ++j) {
+        scores[ctx + j] = Dot(qrow, kbb + j * hd, hd) * scale;
+        max_score = std::max(max_score, scores[ctx + j]);
+      }
+      std::fill(acc, acc + hd, 0.f);
+      float denom = 0.f;
+      // Visible keys: context rows [ctx_begin, ctx), then block rows [block_begin, visible).
+      auto accumulate = [&](float score, const float* vrow) {
+        const float p = std::exp(score - max_score);
+        denom += p;
+        for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+      };
+      for (int64_t s = ctx_begin; s < ctx; ++s) accumulate(scores[s], vcb + s * hd);
+      for (int64_t j = block_begin; j < visible; ++j) accumulate(scores[ctx + j], vbb + j * hd);
+      const float inv = 1.0f / denom;
+      float* o = attnp + i * q_dim + head * hd;
+      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+    }
+  });
+}
+
+at::Tensor DflashHead::BlockAllowed(int64_t n, int64_t start_position, int64_t window) const {
+  const int64_t ctx = context_length_;
+  const auto opts = at::TensorOptions(at::kLong).device(placement_.device);
+  const at::Tensor s = at::arange(ctx + n, opts).unsqueeze(0);  // key slot [1, S]
+  const at::Tensor i = at::arange(n, opts).unsqueeze(1);        // block row [n, 1]
+  const at::Tensor j = s - ctx;                                 // block column of a block key
+  at::Tensor ctx_ok = s.lt(ctx), block_ok = s.ge(ctx);
+  if (config_.causal) block_ok = block_ok.logical_and(j.le(i));
+  if (window > 0) {
+    ctx_ok = ctx_ok.logical_and(s.ge(i + (start_position - window + 1)));
+    block_ok = block_ok.logical_and(j.ge(i - window + 1));
+  }
+  return ctx_ok.logical_or(block_ok).expand({n, ctx + n});
+}
+
+void DflashHead::ForwardAten(const int32_t* block_tokens, int64_t n, int64_t start_position,
+                             DflashHeadOutput& out) {
+  const int64_t hd = config_.head_dim, n_heads = config_.n_heads, n_kv = config_.n_kv_heads,
+                q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), ctx = context_length_;
+  const double eps = config_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const at::Device device = placement_.device;
+  staging_.Resize(n, 0);
+  for (int64_t i = 0; i < n; ++i) staging_.ints()[i] = block_tokens[i];
+  const at::Tensor tok = staging_.Upload(device).first;
+  rope_device_.Ensure(inv_freq_, start_position + n, device);
+  const at::Tensor pos =
+      at::arange(start_position, start_position + n, at::TensorOptions(at::kLong).device(device));
+  const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
+  at::Tensor h = embedding_.index_select(0, tok);
+  for (const Layer& layer : layers_) {
+    const at::Tensor qkv = at::mm(RmsNormRowsAten(h, layer.input_norm, eps), layer.wqkv_t);
+    const at::Tensor q = RotateHalfRopeAten(
+        RmsNormRowsAten(qkv.narrow(1, 0, q_dim).view({n, n_heads, hd}), layer.q_norm, eps), cos,
+        sin);
+    const at::Tensor k = RotateHalfRopeAten(
+        RmsNormRowsAten(qkv.narrow(1, q_dim, kv_dim).view({n, n_kv, hd}), layer.k_norm, eps), cos,
+        sin);
+    const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({n, n_kv, hd});
+    const at::Tensor keys = at::cat({layer.k_ctx_t.narrow(1, 0, ctx), k.transpose(0, 1)}, 1);
+    const at::Tensor values = at::cat({layer.v_ctx_t.narrow(1, 0, ctx), v.transpose(0, 1)}, 1);
+    const at::Tensor attn = MaskedGqaAttentionAten(
+        q, keys, values, BlockAllowed(n, start_position, layer.window), scale);
+    h = h + at::mm(attn, layer.wo_t);
+    h = h + at::mm(SwiGluAten(at::mm(RmsNormRowsAten(h, layer.post_norm, eps), layer.w_gate_up_t)),
+                   layer.w_down_t);
+  }
+  out.hidden = h;
+  out.logits = at::mm(RmsNormRowsAten(h, final_norm_, eps), lm_head_t_).to(at::kFloat);
 }
 
 }  // namespace specbed

@@ -1,5 +1,7 @@
-// The DFlash draft head's inference forward on CPU in float32, with its own cache of the projected
-// context keys/values.
+// The DFlash draft head's inference forward, with its own cache of the projected context
+// keys/values: float32 row loops on the CPU, or batched ATen ops on the target's device and dtype
+// (HeadPlacement, methods/common/head_aten.h; context K/V device tensors, the target's embedding
+// and lm_head shared as they are: no host copy).
 //
 // Context: each committed target position t contributes one feature row, the concatenation of
 // the target's hidden states (decoder-layer outputs, pre-final-norm) at the configured
@@ -20,9 +22,12 @@
 // training, and with a non-causal head they also change the earlier rows).
 // GEMMs go through ATen into preallocated buffers; norms, RoPE, attention and SwiGLU are raw row
 // loops. The work buffers grow only when n exceeds every earlier n (none allocated once warm).
+// The ATen path runs the same steps as batched ops (norms, RoPE, softmax in float32), with one
+// upload of the block's tokens per Forward.
 // Checked by: tests/methods/dflash_head_test.cpp (non-causal and causal block forward against a
 // plain-loop double reference over the checkpoint tensors at n < block_size, n = block_size and
-// n > block_size, incremental context == full context, truncation, errors).
+// n > block_size, incremental context == full context, truncation, errors; the ATen path against
+// the row loops, sliding windows included).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,16 +37,17 @@
 #include <string>
 #include <vector>
 
+#include "methods/common/head_aten.h"
 #include "methods/dflash/dflash_config.h"
 
 namespace specbed {
 
 // Output of one DflashHead::Forward call; the buffers are allocated on first use and reused.
 struct DflashHeadOutput {
-  at::Tensor hidden;  // float32 [n, H] CPU: last layer output before the final norm
-  at::Tensor logits;  // float32 [n, V] CPU: target-vocabulary logits per block position
+  at::Tensor hidden;  // [n, H] head dtype and device: last layer output before the final norm
+  at::Tensor logits;  // float32 [n, V] head device: target-vocabulary logits per block position
 
-  const float* logits_row(int64_t i) const;  // row i of `logits` (V floats)
+  const float* logits_row(int64_t i) const;  // row i of `logits` (V floats); CPU logits only
 };
 
 class DflashHead {
@@ -51,9 +57,12 @@ class DflashHead {
   // `target_embedding`: the target's token embedding [V, H], float32 or bfloat16 CPU (shared, not
   // copied; other float dtypes are converted). `target_lm_head`: the target's output projection
   // [V, H], any float dtype (shared when float32 contiguous CPU, else converted to float32).
+  // `placement`: the row loops by default; on the ATen path the weights move to its device and
+  // dtype and the target's embedding and lm_head are used as they are when they already match.
   // Throws specbed::Error naming the tensor and the shapes on any mismatch.
   DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
-             const at::Tensor& target_embedding, const at::Tensor& target_lm_head);
+             const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
+             const HeadPlacement& placement = {});
 
   // Empties the context and makes room for `capacity` rows (allocates only when growing).
   void ResetContext(int64_t capacity);
@@ -65,6 +74,8 @@ class DflashHead {
   // Grows the context storage (doubling) when full. Throws specbed::Error for n < 1 or a null
   // pointer.
   void AppendContext(const float* features, int64_t n);
+  // The same for features [n, num_features * H] of any float dtype on any device.
+  void AppendContext(const at::Tensor& features);
   // Drops context rows [length, context_length()).
   void TruncateContext(int64_t length);
 
@@ -87,6 +98,7 @@ class DflashHead {
   const DflashConfig& config() const { return config_; }
   // Draft parameters (DflashConfig::ParameterCount), without the shared embedding / lm_head.
   int64_t parameter_count() const { return config_.ParameterCount(); }
+  const HeadPlacement& placement() const { return placement_; }
 
  private:
   struct Layer {
@@ -94,9 +106,20 @@ class DflashHead {
     at::Tensor wqkv, wkv, wo, w_gate_up, w_down;            // float32 contiguous [out, in]
     at::Tensor input_norm, post_norm, q_norm, k_norm;       // float32
     std::vector<float> k_ctx, v_ctx;  // [n_kv_heads, context_capacity_, head_dim]
+    at::Tensor k_ctx_t, v_ctx_t;      // the same as device tensors (ATen path)
     int64_t window = 0;               // sliding-window size; 0 = full attention
   };
 
+  void LoadLayers(const std::map<std::string, at::Tensor>& tensors);
+  void ShareTargetMatrices(const at::Tensor& target_embedding, const at::Tensor& target_lm_head);
+  void CheckBlock(const int32_t* block_tokens, int64_t n, int64_t start_position) const;
+  // Attention of block rows over the context and block keys of `layer` (row path).
+  void AttendBlock(const Layer& layer, int64_t b, int64_t start_position);
+  void AppendContextAten(const at::Tensor& features);
+  void ForwardAten(const int32_t* block_tokens, int64_t n, int64_t start_position,
+                   DflashHeadOutput& out);
+  // allowed bool [n, context_length() + n] of a block at start_position for a layer's window.
+  at::Tensor BlockAllowed(int64_t n, int64_t start_position, int64_t window) const;
   void EnsureRope(int64_t max_position);
   void GrowContext(int64_t capacity);
   // Makes the work buffers hold n rows (reallocated when n > row_capacity_) and the row views
@@ -104,11 +127,12 @@ class DflashHead {
   void EnsureRows(int64_t n);
 
   DflashConfig config_;
+  HeadPlacement placement_;
   int64_t num_features_ = 0;
   std::vector<Layer> layers_;
   at::Tensor fc_t_, fc_, hidden_norm_, final_norm_;
-  at::Tensor embedding_;            // [V, H] float32 or bfloat16
-  at::Tensor lm_head_, lm_head_t_;  // [V, H] float32 and its transpose
+  at::Tensor embedding_;            // [V, H] float32 or bfloat16 (ATen path: placement dtype)
+  at::Tensor lm_head_, lm_head_t_;  // [V, H] float32 (ATen: placement dtype) and its transpose
 
   std::vector<double> inv_freq_;
   std::vector<float> rope_cos_, rope_sin_;  // [rope_capacity_, head_dim / 2]
@@ -134,6 +158,8 @@ class DflashHead {
   std::vector<float> scores_;             // [threads, score_stride_]
   int64_t score_stride_ = 0;
   std::vector<int32_t> bonus_block_;  // [n] (grown on demand)
+  DeviceRopeTable rope_device_;       // ATen path
+  HostStaging staging_;               // ATen path: the block's tokens
 };
 
 }  // namespace specbed

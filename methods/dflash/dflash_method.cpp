@@ -62,7 +62,8 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
                   " feature layers");
   }
   const LlamaWeights& w = target.weights();
-  auto head = std::make_unique<DflashHead>(c, ckpt.tensors, w.tok_embeddings, w.lm_head);
+  auto head = std::make_unique<DflashHead>(c, ckpt.tensors, w.tok_embeddings, w.lm_head,
+                                           TargetHeadPlacement(target));
   const bool tree = kind != DflashTreeKind::kChain;
   DflashDraftOptions o;
   o.kind = kind;

@@ -11,7 +11,6 @@
 #include <limits>
 
 #include "harness/base/error.h"
-#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -31,9 +30,6 @@ Eagle3Drafter::Eagle3Drafter(std::unique_ptr<Eagle3Head> head, Eagle3DraftOption
   ht_ = c.target_hidden_size;
   h_ = c.hidden_size;
   vd_ = c.draft_vocab_size;
-  root_hidden_.resize(h_);
-  root_logp_.resize(vd_);
-  logp_row_.resize(vd_);
 }
 
 std::vector<int64_t> Eagle3Drafter::TargetHiddenLayers() const {
@@ -52,20 +48,15 @@ void Eagle3Drafter::QueueContext(const std::vector<at::Tensor>& hidden, int64_t 
                                  const int32_t* next) {
   SPECBED_CHECK(hidden.size() == layers_.size(), "eagle3: expected ", layers_.size(),
                 " target hidden states, got ", hidden.size());
-  const int64_t width = static_cast<int64_t>(layers_.size()) * ht_;
-  const size_t base = pending_features_.size();
-  pending_features_.resize(base + static_cast<size_t>(n * width));
+  std::vector<at::Tensor> parts;
   for (size_t l = 0; l < hidden.size(); ++l) {
-    const at::Tensor h = HostFloat32(hidden[l]);
+    const at::Tensor& h = hidden[l];
     SPECBED_CHECK(h.dim() == 3 && h.size(1) >= offset + n && h.size(2) == ht_,
                   "eagle3: target hidden state ", l, " has shape ", h.sizes(),
                   ", expected [1, >=", offset + n, ", ", ht_, "]");
-    const float* src = h.data_ptr<float>() + offset * ht_;
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(pending_features_.data() + base + i * width + l * ht_, src + i * ht_,
-                  sizeof(float) * ht_);
-    }
+    parts.push_back(h.select(0, 0).narrow(0, offset, n));
   }
+  pending_features_.push_back(at::cat(parts, 1));
   pending_tokens_.insert(pending_tokens_.end(), next, next + n);
 }
 
@@ -122,15 +113,16 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   // Context rows queued since the last step (the prompt at the first step).
   const int64_t n = static_cast<int64_t>(pending_tokens_.size());
   SPECBED_CHECK(n >= 1, "eagle3: no context rows to draft from (Begin not called?)");
-  head_->Forward(pending_features_.data(), kEagle3AuxLayers * ht_, pending_tokens_.data(), nullptr,
-                 n, nullptr, out_);
+  const at::Tensor features =
+      pending_features_.size() == 1 ? pending_features_[0] : at::cat(pending_features_, 0);
+  head_->Forward(features, pending_tokens_.data(), nullptr, n, nullptr, out_);
   context_len_ += n;
   pending_features_.clear();
   pending_tokens_.clear();
-  std::memcpy(root_hidden_.data(), out_.hidden_row(n - 1), sizeof(float) * h_);
-  std::memcpy(root_logp_.data(), out_.logits_row(n - 1), sizeof(float) * vd_);
+  EnsureNodeRows(1 + options_.top_k + (depth - 1) * options_.top_k * options_.top_k);
+  node_hidden_.narrow(0, 0, 1).copy_(out_.hidden.narrow(0, n - 1, 1));
+  root_logits_ = out_.logits.narrow(0, n - 1, 1).clone();
   candidate_slot_.clear();
-  candidate_hidden_.clear();
 
   BeamTreeOptions bo;
   bo.depth = depth;
@@ -138,7 +130,7 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   bo.budget = nodes;
   step_ = &step;
   layer_limit_ = std::min(depth, nodes);
-  if (step.controller != nullptr) best_entropy_ = Entropy(root_logp_.data());
+  if (step.controller != nullptr) best_entropy_ = Entropy(root_logits_[0]);
   try {
     builder_.Build(*this, bo, tree);
   } catch (...) {
@@ -148,6 +140,39 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   step_ = nullptr;
   generated_ = builder_.candidates().size();
   head_->TruncateCache(context_len_);
+}
+
+void Eagle3Drafter::EnsureNodeRows(int64_t rows) {
+  if (node_hidden_.defined() && node_hidden_.size(0) >= rows &&
+      node_hidden_.options().type_equal(out_.hidden.options()) &&
+      node_hidden_.device() == out_.hidden.device()) {
+    return;
+  }
+  node_hidden_ = at::empty({rows, h_}, out_.hidden.options());
+}
+
+void Eagle3Drafter::TopKRows(const at::Tensor& logits, int64_t k, int32_t* tokens, float* logp) {
+  const int64_t n = logits.size(0);
+  if (logits.is_cpu()) {
+    const at::Tensor rows = logits.contiguous();
+    for (int64_t i = 0; i < n; ++i) {
+      TopK(rows.data_ptr<float>() + i * vd_, k, tokens + i * k, logp + i * k);
+    }
+    return;
+  }
+  const at::Tensor log_z = at::logsumexp(logits, -1, /*keepdim=*/true);
+  const auto [values, index] = at::topk(logits, k, -1, /*largest=*/true, /*sorted=*/true);
+  const at::Tensor lp = (values - log_z).clamp_max(0.0).flatten();
+  const at::Tensor ids = head_->draft_to_target_tensor().index_select(0, index.flatten());
+  const at::Tensor host = at::cat({ids.to(at::kInt), lp.view(at::kInt)}).cpu();  // one download
+  std::memcpy(tokens, host.data_ptr<int32_t>(), sizeof(int32_t) * n * k);
+  std::memcpy(logp, host.data_ptr<int32_t>() + n * k, sizeof(float) * n * k);
+}
+
+double Eagle3Drafter::Entropy(const at::Tensor& row) const {
+  if (row.is_cpu()) return Entropy(row.contiguous().data_ptr<float>());
+  const at::Tensor logp = at::log_softmax(row, -1);
+  return -(logp.exp() * logp).sum().item<double>();
 }
 
 double Eagle3Drafter::Entropy(const float* row) const {
@@ -200,27 +225,29 @@ int64_t Eagle3Drafter::KeepBudget(const std::vector<float>& scores, int64_t laye
 void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier,
                            int64_t k, std::vector<int32_t>& tokens, std::vector<float>& logp) {
   if (frontier.size() == 1 && frontier[0] == -1) {
-    TopK(root_logp_.data(), k, tokens.data(), logp.data());
+    TopKRows(root_logits_, k, tokens.data(), logp.data());
     return;
   }
   const int64_t n_cand = candidates.size();
   candidate_slot_.resize(n_cand, -1);
-  candidate_hidden_.resize(static_cast<size_t>(n_cand * h_));
   const int64_t n = static_cast<int64_t>(frontier.size());
   const int64_t cache_len = head_->cache_length();
   const int64_t cols = cache_len + n;
-  features_.resize(static_cast<size_t>(n * h_));
+  SPECBED_CHECK(n_cand + 1 <= node_hidden_.size(0), "eagle3: internal: ", n_cand,
+                " candidates exceed the tree's ", node_hidden_.size(0) - 1, " rows");
+  staging_.Resize(2 * n, 0);
+  int64_t* parent_row = staging_.ints();
+  int64_t* node_row = parent_row + n;
   tokens_.resize(n);
   positions_.resize(n);
   mask_.assign(static_cast<size_t>(n * cols), 0);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t c = frontier[i];
     const int32_t parent = candidates.parent[c];
-    const float* parent_hidden =
-        parent < 0 ? root_hidden_.data() : candidate_hidden_.data() + parent * h_;
     SPECBED_CHECK(parent < 0 || candidate_slot_[parent] >= 0,
                   "eagle3: internal: expanding a node whose parent was never run");
-    std::memcpy(features_.data() + i * h_, parent_hidden, sizeof(float) * h_);
+    parent_row[i] = parent + 1;
+    node_row[i] = c + 1;
     tokens_[i] = candidates.token[c];
     positions_[i] = context_len_ - 1 + candidates.depth[c];
     uint8_t* row = mask_.data() + i * cols;
@@ -228,14 +255,13 @@ void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_
     for (int32_t a = parent; a >= 0; a = candidates.parent[a]) row[candidate_slot_[a]] = 1;
     row[cache_len + i] = 1;
   }
-  head_->Forward(features_.data(), h_, tokens_.data(), positions_.data(), n, mask_.data(), out_);
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t c = frontier[i];
-    candidate_slot_[c] = cache_len + i;
-    std::memcpy(candidate_hidden_.data() + c * h_, out_.hidden_row(i), sizeof(float) * h_);
-    TopK(out_.logits_row(i), k, tokens.data() + i * k, logp.data() + i * k);
-  }
-  if (step_ != nullptr && step_->controller != nullptr) best_entropy_ = Entropy(out_.logits_row(0));
+  const at::Tensor rows = staging_.Upload(node_hidden_.device()).first;
+  head_->Forward(node_hidden_.index_select(0, rows.narrow(0, 0, n)), tokens_.data(),
+                 positions_.data(), n, mask_.data(), out_);
+  node_hidden_.index_copy_(0, rows.narrow(0, n, n), out_.hidden);
+  for (int64_t i = 0; i < n; ++i) candidate_slot_[frontier[i]] = cache_len + i;
+  TopKRows(out_.logits, k, tokens.data(), logp.data());
+  if (step_ != nullptr && step_->controller != nullptr) best_entropy_ = Entropy(out_.logits[0]);
 }
 
 }  // namespace specbed

@@ -10,6 +10,11 @@
 // after the context and dropped after the tree is built. After a verdict, the rows for the root
 // and the accepted path (target hidden states from the verifier) are queued and run at the next
 // Draft together with the first expansion.
+// Placement: the head's (its placement()); features and the tree's hidden states stay on the
+// head's device. Per tree layer one upload of the expansion's inputs (parent and node indices;
+// the head uploads tokens, positions and mask) and, off the CPU, one download of the layer's
+// top-k (target ids and log-probs, [rows, k]); on the CPU the top-k is a host pass over the rows.
+// Off the CPU, equal logits may rank in another order than the host pass (smaller id first).
 // Checked by: tests/methods/eagle3_drafter_test.cpp (exact match with AR at T = 0 on stories260K
 // with the trained head; T = 1 distribution tests: 3 tokens on a tiny target, and the third
 // token with the shipped head, which depends on the tree's mask, positions and compaction, each
@@ -66,8 +71,14 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   int64_t KeepBudget(const std::vector<float>& scores, int64_t layers, int64_t budget) override;
   // Entropy (nats) of the softmax of draft logits `row` [vd_].
   double Entropy(const float* row) const;
+  // The same for float32 [vd_] on the head's device (one host sync off the CPU).
+  double Entropy(const at::Tensor& row) const;
   // Top-k of the log-softmax of draft logits `row` into (target ids, log-probs).
   void TopK(const float* row, int64_t k, int32_t* tokens, float* logp);
+  // TopK of every row of float32 [n, vd_] logits on the head's device into [n, k] host arrays.
+  void TopKRows(const at::Tensor& logits, int64_t k, int32_t* tokens, float* logp);
+  // Room for the root and every candidate of a tree (rows like out_.hidden).
+  void EnsureNodeRows(int64_t rows);
   // Appends the context rows of target positions [first, first + n) from hidden states `hidden`
   // (each [1, >= offset + n, Ht]) starting at index `offset`, with next tokens `next`.
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t offset, int64_t n,
@@ -79,20 +90,21 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   int64_t ht_ = 0, h_ = 0, vd_ = 0;
   Eagle3HeadOutput out_;
   BeamTreeBuilder builder_;
-  // Context rows waiting to be run: fused features [n, 3 * Ht] and next tokens.
-  std::vector<float> pending_features_;
+  // Context rows waiting to be run: fused features (chunks of [n_i, 3 * Ht], target dtype and
+  // device) and next tokens.
+  std::vector<at::Tensor> pending_features_;
   std::vector<int32_t> pending_tokens_;
   int64_t context_len_ = 0;  // context rows in the head cache (= target positions covered)
-  // Per step: the root's output hidden and log-probs, and per candidate its output hidden and
-  // cache slot once run (-1 = not run yet).
-  std::vector<float> root_hidden_, root_logp_;
-  std::vector<float> candidate_hidden_;  // [candidates, H]
+  // Per step: the root's draft logits [1, Vd]; output hidden of the root (row 0) and of every
+  // candidate run (row c + 1), [rows, H] like out_.hidden; per candidate its cache slot once run
+  // (-1 = not run yet).
+  at::Tensor root_logits_;
+  at::Tensor node_hidden_;
   std::vector<int64_t> candidate_slot_;
-  std::vector<float> features_;  // [rows, H] input features of an expansion
+  HostStaging staging_;  // an expansion's parent rows and node rows
   std::vector<int32_t> tokens_;
   std::vector<int64_t> positions_;
   std::vector<uint8_t> mask_;
-  std::vector<float> logp_row_;
   std::vector<int32_t> order_;
   // The step being drafted (during Draft only), its layer limit, the entropy below the best
   // node of the latest expansion, and the beam scores handed to the depth hook.

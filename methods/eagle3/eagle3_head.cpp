@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "harness/base/error.h"
+#include "methods/common/head_aten.h"
 #include "methods/common/head_kernels.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "models/tensor_util.h"
@@ -41,20 +42,24 @@ at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
 }  // namespace
 
 const float* Eagle3HeadOutput::hidden_row(int64_t i) const {
-  return hidden_buffer.data_ptr<float>() + i * hidden_buffer.size(1);
+  SPECBED_CHECK(hidden.is_cpu() && hidden.scalar_type() == at::kFloat,
+                "Eagle3HeadOutput::hidden_row: the hidden states are ", hidden.scalar_type(),
+                " on ", hidden.device(), ", not float32 CPU");
+  return hidden.data_ptr<float>() + i * hidden.stride(0);
 }
 
 const float* Eagle3HeadOutput::logits_row(int64_t i) const {
-  return logits_buffer.data_ptr<float>() + i * logits_buffer.size(1);
+  SPECBED_CHECK(logits.is_cpu(), "Eagle3HeadOutput::logits_row: the logits are on ",
+                logits.device(), ", not the CPU");
+  return logits.data_ptr<float>() + i * logits.stride(0);
 }
 
 Eagle3Head::Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
-                       const at::Tensor& target_embedding)
-    : config_(config) {
+                       const at::Tensor& target_embedding, const HeadPlacement& placement)
+    : config_(config), placement_(placement) {
   ValidateEagle3Tensors(config_, tensors, "Eagle3Head");
-  auto get = [&](const char* name) {
-    return tensors.at(name).to(at::kCPU).to(at::kFloat).contiguous();
-  };
+  auto get = [&](const char* name) { return PlaceWeight(tensors.at(name), placement_); };
+  auto norm = [&](const char* name) { return PlaceNormWeight(tensors.at(name), placement_); };
   fc_ = get(kEagle3Fc);
   wqkv_ = at::cat({get(kEagle3QProj), get(kEagle3KProj), get(kEagle3VProj)}, 0).contiguous();
   wo_ = get(kEagle3OProj);
@@ -67,48 +72,61 @@ Eagle3Head::Eagle3Head(const Eagle3Config& config, const std::map<std::string, a
   w_gate_up_t_ = w_gate_up_.t();
   w_down_t_ = w_down_.t();
   lm_head_t_ = lm_head_.t();
-  hidden_norm_ = get(kEagle3HiddenNorm);
-  input_norm_ = get(kEagle3InputNorm);
-  post_norm_ = get(kEagle3PostNorm);
-  final_norm_ = get(kEagle3FinalNorm);
-
-  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  hidden_norm_ = norm(kEagle3HiddenNorm);
+  input_norm_ = norm(kEagle3InputNorm);
+  post_norm_ = norm(kEagle3PostNorm);
+  final_norm_ = norm(kEagle3FinalNorm);
   if (tensors.count(kEagle3Embed)) {
     embedding_ = get(kEagle3Embed);
     owns_embedding_ = true;
   } else {
-    SPECBED_CHECK(target_embedding.defined(), "Eagle3Head: the head has no ", kEagle3Embed,
-                  ", so the target's token embedding [", v, ", ", h, "] is required");
-    SPECBED_CHECK(target_embedding.dim() == 2 && target_embedding.size(0) == v &&
-                      target_embedding.size(1) == h,
-                  "Eagle3Head: target token embedding has shape ",
-                  ShapeString(target_embedding.sizes()), ", expected [vocab_size, hidden_size] = [",
-                  v, ", ", h, "] (head and target must share vocabulary and hidden size)");
-    SPECBED_CHECK(target_embedding.is_floating_point(),
-                  "Eagle3Head: target token embedding must be a float tensor, got ",
-                  c10::toString(target_embedding.scalar_type()));
-    embedding_ = target_embedding.to(at::kCPU);
-    if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
-      embedding_ = embedding_.to(at::kFloat);
-    }
-    embedding_ = embedding_.contiguous();
+    PlaceEmbedding(target_embedding);
   }
-  parameter_count_ = config_.ParameterCount() + (owns_embedding_ ? v * h : 0);
+  parameter_count_ =
+      config_.ParameterCount() + (owns_embedding_ ? config_.vocab_size * config_.hidden_size : 0);
+  BuildVocabMaps(tensors);
+  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
+  EnsureRope(256);
+  EnsureRows(16);
+}
 
+void Eagle3Head::PlaceEmbedding(const at::Tensor& target_embedding) {
+  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  SPECBED_CHECK(target_embedding.defined(), "Eagle3Head: the head has no ", kEagle3Embed,
+                ", so the target's token embedding [", v, ", ", h, "] is required");
+  SPECBED_CHECK(
+      target_embedding.dim() == 2 && target_embedding.size(0) == v && target_embedding.size(1) == h,
+      "Eagle3Head: target token embedding has shape ", ShapeString(target_embedding.sizes()),
+      ", expected [vocab_size, hidden_size] = [", v, ", ", h,
+      "] (head and target must share vocabulary and hidden size)");
+  SPECBED_CHECK(target_embedding.is_floating_point(),
+                "Eagle3Head: target token embedding must be a float tensor, got ",
+                c10::toString(target_embedding.scalar_type()));
+  if (placement_.aten) {
+    embedding_ = PlaceWeight(target_embedding, placement_);  // shared when it already matches
+    return;
+  }
+  embedding_ = target_embedding.to(at::kCPU);
+  if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
+    embedding_ = embedding_.to(at::kFloat);
+  }
+  embedding_ = embedding_.contiguous();
+}
+
+void Eagle3Head::BuildVocabMaps(const std::map<std::string, at::Tensor>& tensors) {
   const int64_t vd = config_.draft_vocab_size;
   draft_to_target_.assign(vd, 0);
-  target_to_draft_.assign(v, -1);
+  target_to_draft_.assign(config_.vocab_size, -1);
   at::Tensor d2t;
   if (tensors.count(kEagle3D2t)) d2t = tensors.at(kEagle3D2t).to(at::kCPU).contiguous();
+  at::Tensor ids = at::empty({vd}, at::kLong);
   for (int64_t d = 0; d < vd; ++d) {
     const int64_t target = d + (d2t.defined() ? d2t.data_ptr<int64_t>()[d] : 0);
     draft_to_target_[d] = static_cast<int32_t>(target);
     target_to_draft_[target] = static_cast<int32_t>(d);
+    ids.data_ptr<int64_t>()[d] = target;
   }
-
-  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
-  EnsureRope(256);
-  EnsureRows(16);
+  draft_to_target_t_ = ids.to(placement_.device);
 }
 
 void Eagle3Head::EnsureRows(int64_t n) {
@@ -133,9 +151,15 @@ void Eagle3Head::EnsureRope(int64_t max_position) {
 void Eagle3Head::ResetCache(int64_t capacity) {
   SPECBED_CHECK(capacity >= 1, "Eagle3Head::ResetCache: capacity must be positive, got ", capacity);
   if (capacity > cache_capacity_) {
-    const size_t n = static_cast<size_t>(config_.n_kv_heads * capacity * config_.head_dim);
-    k_cache_.assign(n, 0.f);
-    v_cache_.assign(n, 0.f);
+    const int64_t n_kv = config_.n_kv_heads, hd = config_.head_dim;
+    if (placement_.aten) {
+      const auto opts = at::TensorOptions(placement_.dtype).device(placement_.device);
+      k_cache_t_ = at::zeros({n_kv, capacity, hd}, opts);
+      v_cache_t_ = at::zeros({n_kv, capacity, hd}, opts);
+    } else {
+      k_cache_.assign(static_cast<size_t>(n_kv * capacity * hd), 0.f);
+      v_cache_.assign(static_cast<size_t>(n_kv * capacity * hd), 0.f);
+    }
     cache_capacity_ = capacity;
   }
   cache_length_ = 0;
@@ -147,24 +171,17 @@ void Eagle3Head::TruncateCache(int64_t length) {
   cache_length_ = length;
 }
 
-void Eagle3Head::Forward(const float* features, int64_t feature_width, const int32_t* tokens,
-                         const int64_t* positions, int64_t n, const uint8_t* mask,
-                         Eagle3HeadOutput& out) {
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
-                n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
-                qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim(), fc_in = config_.fc_in_dim(),
-                vocab = config_.vocab_size, vd = config_.draft_vocab_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+int64_t Eagle3Head::CheckRows(int64_t feature_width, const int32_t* tokens,
+                              const int64_t* positions, int64_t n) const {
+  const int64_t h = config_.hidden_size, fc_in = config_.fc_in_dim(), vocab = config_.vocab_size;
   SPECBED_CHECK(n >= 1, "Eagle3Head::Forward: no rows (n = ", n, ")");
-  SPECBED_CHECK(features != nullptr && tokens != nullptr,
-                "Eagle3Head::Forward: features and tokens are required");
+  SPECBED_CHECK(tokens != nullptr, "Eagle3Head::Forward: features and tokens are required");
   SPECBED_CHECK(feature_width == h || feature_width == fc_in, "Eagle3Head::Forward: feature width ",
                 feature_width, ", expected ", fc_in, " (", kEagle3AuxLayers,
                 " target hidden states of ", config_.target_hidden_size, ") or ", h,
                 " (the head's own hidden state)");
-  const int64_t past = cache_length_;
-  const int64_t n_slots = past + n;
-  SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::Forward: ", past, " cached + ", n,
+  const int64_t n_slots = cache_length_ + n;
+  SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::Forward: ", cache_length_, " cached + ", n,
                 " new rows exceed the cache capacity ", cache_capacity_, " (see ResetCache)");
   int64_t max_position = n_slots;
   for (int64_t i = 0; i < n; ++i) {
@@ -176,21 +193,49 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
       max_position = std::max(max_position, positions[i] + 1);
     }
   }
+  return max_position;
+}
+
+void Eagle3Head::Forward(const at::Tensor& features, const int32_t* tokens,
+                         const int64_t* positions, int64_t n, const uint8_t* mask,
+                         Eagle3HeadOutput& out) {
+  SPECBED_CHECK(features.defined() && features.dim() == 2 && features.size(0) == n,
+                "Eagle3Head::Forward: features must be [n = ", n, ", width], got ",
+                features.defined() ? ShapeString(features.sizes()) : std::string("undefined"));
+  if (!placement_.aten) {
+    const at::Tensor host = features.to(at::kCPU, at::kFloat).contiguous();
+    Forward(host.data_ptr<float>(), host.size(1), tokens, positions, n, mask, out);
+    return;
+  }
+  const int64_t max_position = CheckRows(features.size(1), tokens, positions, n);
+  ForwardAten(features, tokens, positions, n, mask, max_position, out);
+}
+
+void Eagle3Head::Forward(const float* features, int64_t feature_width, const int32_t* tokens,
+                         const int64_t* positions, int64_t n, const uint8_t* mask,
+                         Eagle3HeadOutput& out) {
+  SPECBED_CHECK(features != nullptr, "Eagle3Head::Forward: features and tokens are required");
+  const int64_t max_position = CheckRows(feature_width, tokens, positions, n);
+  if (placement_.aten) {
+    const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, feature_width},
+                                       at::TensorOptions().dtype(at::kFloat));
+    ForwardAten(f.clone(), tokens, positions, n, mask, max_position, out);  // features may alias
+    return;
+  }
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
+                n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
+                qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim(), vd = config_.draft_vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t past = cache_length_;
   EnsureRows(n);
   EnsureRope(max_position);
-  const int threads = at::get_num_threads();
-  const int64_t stride = cache_capacity_ + hd;  // scores of every slot + one accumulator row
-  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
-    score_stride_ = stride;
-    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
-  }
 
   // 1. g: fused target features (fc) or the head's own hidden. Consumes `features` before any
   // output is written, so they may alias out.hidden.
   at::Tensor g = Rows(g_, n);
   float* gp = g.data_ptr<float>();
   if (feature_width != h) {
-    at::Tensor f = at::from_blob(const_cast<float*>(features), {n, fc_in},
+    at::Tensor f = at::from_blob(const_cast<float*>(features), {n, feature_width},
                                  at::TensorOptions().dtype(at::kFloat));
     at::mm_out(g, f, fc_t_);
   } else {
@@ -254,53 +299,7 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
 
   // 4. Attention of every (row, head) over the allowed cache slots.
   at::Tensor attn = Rows(attn_, n);
-  float* attnp = attn.data_ptr<float>();
-  {
-    const int64_t group = n_heads / n_kv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const float* kc = k_cache_.data();
-    const float* vc = v_cache_.data();
-    float* scores_base = scores_.data();
-    const int64_t sstride = score_stride_;
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_slots * hd));
-    at::parallel_for(0, n * n_heads, grain, [&](int64_t begin, int64_t end) {
-      float* scores = scores_base + at::get_thread_num() * sstride;
-      float* acc = scores + cap;
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
-        const float* qrow = qp + i * q_dim + head * hd;
-        const float* kbase = kc + kh * cap * hd;
-        const float* vbase = vc + kh * cap * hd;
-        const uint8_t* mrow = mask != nullptr ? mask + i * n_slots : nullptr;
-        float max_score = -INFINITY;
-        for (int64_t s = 0; s < n_slots; ++s) {
-          const bool allowed = mrow != nullptr ? mrow[s] != 0 : s <= past + i;
-          if (!allowed) {
-            scores[s] = -INFINITY;
-            continue;
-          }
-          scores[s] = Dot(qrow, kbase + s * hd, hd) * scale;
-          max_score = std::max(max_score, scores[s]);
-        }
-        float* o = attnp + i * q_dim + head * hd;
-        if (max_score == -INFINITY) {
-          std::fill(o, o + hd, 0.f);
-          continue;
-        }
-        std::fill(acc, acc + hd, 0.f);
-        float denom = 0.f;
-        for (int64_t s = 0; s < n_slots; ++s) {
-          if (scores[s] == -INFINITY) continue;
-          const float p = std::exp(scores[s] - max_score);
-          denom += p;
-          const float* vrow = vbase + s * hd;
-          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
-        }
-        const float inv = 1.0f / denom;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
-      }
-    });
-  }
+  AttendRows(n, mask, attn);
 
   // 5. h = r + o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
   hid.addmm_(attn, wo_t_);
@@ -327,10 +326,113 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
   at::Tensor logits = Rows(out.logits_buffer, n);
   at::mm_out(logits, hn, lm_head_t_);
 
-  cache_length_ = n_slots;
+  cache_length_ = past + n;
   out.n = n;
   out.hidden = hid;
   out.logits = logits;
+}
+
+void Eagle3Head::AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn) {
+  const int64_t hd = config_.head_dim, n_heads = config_.n_heads, q_dim = config_.q_dim();
+  const int64_t past = cache_length_, n_slots = past + n, cap = cache_capacity_;
+  const int threads = at::get_num_threads();
+  const int64_t stride = cap + hd;  // scores of every slot + one accumulator row
+  if (score_stride_ < stride || scores_.size() < static_cast<size_t>(threads * stride)) {
+    score_stride_ = stride;
+    scores_.assign(static_cast<size_t>(threads * stride), 0.f);
+  }
+  float* attnp = attn.data_ptr<float>();
+  const float* qp = q_.data_ptr<float>();
+  const int64_t group = n_heads / config_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* kc = k_cache_.data();
+  const float* vc = v_cache_.data();
+  float* scores_base = scores_.data();
+  const int64_t sstride = score_stride_;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_slots * hd));
+  at::parallel_for(0, n * n_heads, grain, [&](int64_t begin, int64_t end) {
+    float* scores = scores_base + at::get_thread_num() * sstride;
+    float* acc = scores + cap;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t i = r / n_heads, head = r % n_heads, kh = head / group;
+      const float* qrow = qp + i * q_dim + head * hd;
+      const float* kbase = kc + kh * cap * hd;
+      const float* vbase = vc + kh * cap * hd;
+      const uint8_t* mrow = mask != nullptr ? mask + i * n_slots : nullptr;
+      float max_score = -INFINITY;
+      for (int64_t s = 0; s < n_slots; ++s) {
+        const bool allowed = mrow != nullptr ? mrow[s] != 0 : s <= past + i;
+        if (!allowed) {
+          scores[s] = -INFINITY;
+          continue;
+        }
+        scores[s] = Dot(qrow, kbase + s * hd, hd) * scale;
+        max_score = std::max(max_score, scores[s]);
+      }
+      float* o = attnp + i * q_dim + head * hd;
+      if (max_score == -INFINITY) {
+        std::fill(o, o + hd, 0.f);
+        continue;
+      }
+      std::fill(acc, acc + hd, 0.f);
+      float denom = 0.f;
+      for (int64_t s = 0; s < n_slots; ++s) {
+        if (scores[s] == -INFINITY) continue;
+        const float p = std::exp(scores[s] - max_score);
+        denom += p;
+        const float* vrow = vbase + s * hd;
+        for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+      }
+      const float inv = 1.0f / denom;
+      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+    }
+  });
+}
+
+void Eagle3Head::ForwardAten(const at::Tensor& features, const int32_t* tokens,
+                             const int64_t* positions, int64_t n, const uint8_t* mask,
+                             int64_t max_position, Eagle3HeadOutput& out) {
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
+                q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const double eps = config_.rms_norm_eps;
+  const int64_t past = cache_length_, n_slots = past + n;
+  const at::Device device = placement_.device;
+  // One upload: tokens, positions, mask.
+  staging_.Resize(2 * n, mask != nullptr ? n * n_slots : 0);
+  int64_t* ints = staging_.ints();
+  for (int64_t i = 0; i < n; ++i) {
+    ints[i] = tokens[i];
+    ints[n + i] = positions != nullptr ? positions[i] : past + i;
+  }
+  if (mask != nullptr) std::memcpy(staging_.bytes(), mask, static_cast<size_t>(n * n_slots));
+  const auto [ints_d, bytes_d] = staging_.Upload(device);
+  const at::Tensor tok = ints_d.narrow(0, 0, n), pos = ints_d.narrow(0, n, n);
+  const at::Tensor allowed =
+      mask != nullptr ? bytes_d.view({n, n_slots}).ne(0) : CausalAllowedAten(n, past, device);
+  rope_device_.Ensure(inv_freq_, max_position, device);
+
+  const at::Tensor f = features.to(device, placement_.dtype);
+  const at::Tensor g = f.size(1) == h ? f : at::mm(f, fc_t_);
+  const at::Tensor gn = RmsNormRowsAten(g, hidden_norm_, eps);
+  const at::Tensor e = RmsNormRowsAten(embedding_.index_select(0, tok), input_norm_, eps);
+  const at::Tensor qkv = at::mm(at::cat({e, gn}, 1), wqkv_t_);
+  const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
+  const at::Tensor q =
+      RotateHalfRopeAten(qkv.narrow(1, 0, q_dim).view({n, config_.n_heads, hd}), cos, sin);
+  const at::Tensor k =
+      RotateHalfRopeAten(qkv.narrow(1, q_dim, kv_dim).view({n, n_kv, hd}), cos, sin);
+  k_cache_t_.narrow(1, past, n).copy_(k.transpose(0, 1));
+  v_cache_t_.narrow(1, past, n)
+      .copy_(qkv.narrow(1, q_dim + kv_dim, kv_dim).view({n, n_kv, hd}).transpose(0, 1));
+  const at::Tensor attn =
+      MaskedGqaAttentionAten(q, k_cache_t_.narrow(1, 0, n_slots), v_cache_t_.narrow(1, 0, n_slots),
+                             allowed, 1.0 / std::sqrt(static_cast<double>(hd)));
+  at::Tensor hid = (config_.norm_before_residual ? gn : g) + at::mm(attn, wo_t_);
+  hid += at::mm(SwiGluAten(at::mm(RmsNormRowsAten(hid, post_norm_, eps), w_gate_up_t_)), w_down_t_);
+  out.logits = at::mm(RmsNormRowsAten(hid, final_norm_, eps), lm_head_t_).to(at::kFloat);
+  out.hidden = hid;
+  out.n = n;
+  cache_length_ = n_slots;
 }
 
 }  // namespace specbed

@@ -1,4 +1,5 @@
-// The EAGLE-3 draft head's inference forward on CPU in float32, with its own KV cache.
+// The EAGLE-3 draft head's inference forward, with its own KV cache: float32 row loops on the CPU,
+// or batched ATen ops on the target's device and dtype (HeadPlacement, methods/common/head_aten.h).
 //
 // Row convention (as in SafeAILab/EAGLE `topK_genrate`): a row pairs the feature of target
 // position t with token t+1 and predicts token t+2. On the first step the feature is the
@@ -13,10 +14,13 @@
 //   the mask allows (GQA, scale 1/sqrt(head_dim));  h = r + o_proj(a) with r = g (or
 //   hidden_norm(g) when norm_before_residual);  h += down(silu(gate(post_ln(h))) * up(post_ln(h)));
 //   hidden = h (un-normed: the next depth's feature);  logits = lm_head(norm(h)).
-// q/k/v and gate/up are fused, GEMMs go through ATen into preallocated buffers, norms, RoPE,
-// attention and SwiGLU are raw row loops.
+// q/k/v and gate/up are fused. Row path: GEMMs go through ATen into preallocated buffers, norms,
+// RoPE, attention and SwiGLU are raw row loops. ATen path: the same steps as batched ATen ops
+// (norms, RoPE and softmax in float32), KV cache a device tensor, one upload of the step's tokens,
+// positions and mask.
 // Checked by: tests/methods/eagle3_head_test.cpp (full causal sequence, incremental == full, tree
-// mask + positions, feature width H, all against a plain-loop reference over the unfused tensors).
+// mask + positions, feature width H, all against a plain-loop reference over the unfused tensors;
+// the ATen path against the row path).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,21 +30,24 @@
 #include <string>
 #include <vector>
 
+#include "methods/common/head_aten.h"
 #include "methods/eagle3/eagle3_config.h"
 
 namespace specbed {
 
-// Output rows of one Eagle3Head::Forward call. The buffers are reused across calls (grown, never
-// shrunk); `hidden` / `logits` are views of their first `n` rows, valid until the next call.
+// Output rows of one Eagle3Head::Forward call, valid until the next call. Row path: views of the
+// first `n` rows of buffers reused across calls (grown, never shrunk). ATen path: fresh tensors on
+// the head's device (the caching allocator reuses their memory).
 struct Eagle3HeadOutput {
-  at::Tensor hidden;  // float32 [n, H] CPU: layer output before the final norm
-  at::Tensor logits;  // float32 [n, Vd] CPU: draft-vocabulary logits
+  at::Tensor hidden;  // [n, H] head dtype, head device: layer output before the final norm
+  at::Tensor logits;  // float32 [n, Vd] head device: draft-vocabulary logits
   int64_t n = 0;
-  at::Tensor hidden_buffer;  // float32 [capacity, H] CPU
-  at::Tensor logits_buffer;  // float32 [capacity, Vd] CPU
+  at::Tensor hidden_buffer;  // float32 [capacity, H] CPU (row path)
+  at::Tensor logits_buffer;  // float32 [capacity, Vd] CPU (row path)
 
-  const float* hidden_row(int64_t i) const;  // row i of `hidden` (H floats)
-  const float* logits_row(int64_t i) const;  // row i of `logits` (Vd floats)
+  // Row i of `hidden` (H floats) / `logits` (Vd floats); float32 CPU outputs only.
+  const float* hidden_row(int64_t i) const;
+  const float* logits_row(int64_t i) const;
 };
 
 class Eagle3Head {
@@ -50,9 +57,11 @@ class Eagle3Head {
   // t2d bool [V], optional when Vd == V). `target_embedding`: the target's frozen token
   // embedding, [V, H] float32 or bfloat16 CPU (shared, not copied; other float dtypes are
   // converted); used when `tensors` has no embed_tokens.weight (the checkpoint's own wins) and
-  // may then be undefined. Throws specbed::Error on any mismatch (names the tensor and shapes).
+  // may then be undefined. `placement`: where the head runs (the row loops by default; the
+  // target's device and dtype on the ATen path, where the target's embedding is shared as is).
+  // Throws specbed::Error on any mismatch (names the tensor and shapes).
   Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
-             const at::Tensor& target_embedding);
+             const at::Tensor& target_embedding, const HeadPlacement& placement = {});
 
   // Empties the cache and makes room for `capacity` rows (allocates only when growing).
   void ResetCache(int64_t capacity);
@@ -74,6 +83,10 @@ class Eagle3Head {
   // Throws specbed::Error for a bad width, token id, position, n < 1 or a full cache.
   void Forward(const float* features, int64_t feature_width, const int32_t* tokens,
                const int64_t* positions, int64_t n, const uint8_t* mask, Eagle3HeadOutput& out);
+  // The same with `features` a tensor [n, feature_width] of any float dtype on any device (the
+  // row path copies it to float32 CPU; the ATen path casts it to the head's dtype and device).
+  void Forward(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
+               int64_t n, const uint8_t* mask, Eagle3HeadOutput& out);
 
   // Target id of draft id d (d + d2t[d]); d in [0, Vd).
   int32_t DraftToTarget(int32_t d) const { return draft_to_target_[d]; }
@@ -83,6 +96,9 @@ class Eagle3Head {
   int32_t TargetToDraft(int32_t t) const { return target_to_draft_[t]; }
   // Draft id -> target id for every draft id ([Vd]).
   const std::vector<int32_t>& draft_to_target() const { return draft_to_target_; }
+  // The same as int64 [Vd] on the head's device.
+  const at::Tensor& draft_to_target_tensor() const { return draft_to_target_t_; }
+  const HeadPlacement& placement() const { return placement_; }
 
   const Eagle3Config& config() const { return config_; }
   // Parameters of the head (Eagle3Config::ParameterCount), plus embed_tokens when it is the
@@ -91,19 +107,31 @@ class Eagle3Head {
   bool owns_embedding() const { return owns_embedding_; }
 
  private:
+  void PlaceEmbedding(const at::Tensor& target_embedding);
+  void BuildVocabMaps(const std::map<std::string, at::Tensor>& tensors);
+  // Checks one Forward's rows; returns the largest RoPE position + 1 it needs.
+  int64_t CheckRows(int64_t feature_width, const int32_t* tokens, const int64_t* positions,
+                    int64_t n) const;
   void EnsureRows(int64_t n);
   void EnsureRope(int64_t max_position);
+  // Attention of every (row, head) of q_ over the cache slots `mask` allows (row path).
+  void AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn);
+  void ForwardAten(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
+                   int64_t n, const uint8_t* mask, int64_t max_position, Eagle3HeadOutput& out);
 
   Eagle3Config config_;
-  // Weights (float32 contiguous CPU); *_t_ are transposed views for x @ W^T.
+  HeadPlacement placement_;
+  // Weights (float32 contiguous CPU on the row path, else placement dtype and device; norms
+  // float32); *_t_ are transposed views for x @ W^T.
   at::Tensor fc_, wqkv_, wo_, w_gate_up_, w_down_, lm_head_;
   at::Tensor fc_t_, wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_, lm_head_t_;
   at::Tensor hidden_norm_, input_norm_, post_norm_, final_norm_;
-  at::Tensor embedding_;  // [V, H] float32 or bfloat16
+  at::Tensor embedding_;  // [V, H] float32 or bfloat16 (row path), placement dtype (ATen path)
   bool owns_embedding_ = false;
   int64_t parameter_count_ = 0;
   std::vector<int32_t> draft_to_target_;  // [Vd]
   std::vector<int32_t> target_to_draft_;  // [V], -1 = absent
+  at::Tensor draft_to_target_t_;          // int64 [Vd], head device
 
   // RoPE table [rope_capacity_, head_dim / 2].
   std::vector<double> inv_freq_;
@@ -127,6 +155,12 @@ class Eagle3Head {
   at::Tensor act_;             // [rows, I]
   std::vector<float> scores_;  // [threads, score_stride_]
   int64_t score_stride_ = 0;
+
+  // ATen path: KV cache [n_kv_heads, cache_capacity_, head_dim] (placement dtype and device),
+  // the RoPE table on the device and the step's input upload.
+  at::Tensor k_cache_t_, v_cache_t_;
+  DeviceRopeTable rope_device_;
+  HostStaging staging_;
 };
 
 }  // namespace specbed

@@ -111,7 +111,8 @@ std::unique_ptr<Decoder> MakeEagle3Decoder(MethodContext& context, const nlohman
   SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "eagle3: knob 'top_k' ", o.top_k,
                 " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
   auto head = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
-                                           context.target->model->weights().tok_embeddings);
+                                           context.target->model->weights().tok_embeddings,
+                                           TargetHeadPlacement(*context.target->model));
   auto drafter = std::make_unique<Eagle3Drafter>(std::move(head), o);
   if (drafter_out != nullptr) *drafter_out = drafter.get();
   SpeculativeOptions options;

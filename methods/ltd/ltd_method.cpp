@@ -28,7 +28,8 @@ std::unique_ptr<SpeculativeDecoder> MakeLtdEagle3Decoder(MethodContext& context,
   SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "knob 'top_k' ", o.top_k,
                 " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
   auto h = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
-                                        context.target->model->weights().tok_embeddings);
+                                        context.target->model->weights().tok_embeddings,
+                                        TargetHeadPlacement(*context.target->model));
   auto drafter = std::make_unique<Eagle3Drafter>(std::move(h), o);
   if (drafter_out != nullptr) *drafter_out = drafter.get();
   SpeculativeOptions options;

@@ -35,6 +35,14 @@ ForwardOutput TeacherForward(LlamaModel& target, const OsdBatch& batch,
   return out;
 }
 
+// A served draft LM from HF tensors, on `like`'s device and in its dtype (the target's).
+std::shared_ptr<LlamaModel> ServedDraft(const LlamaConfig& config,
+                                        std::map<std::string, at::Tensor> tensors,
+                                        const LlamaModel& like, const std::string& source) {
+  for (auto& [name, t] : tensors) t = t.to(like.device(), like.dtype());
+  return std::make_shared<LlamaModel>(config, WeightsFromHfTensors(config, tensors, source));
+}
+
 // Rows of `x` ([B, T, V]) where `mask` ([B, T]) is set: [N, V].
 at::Tensor MaskedRows(const at::Tensor& x, const at::Tensor& mask) {
   const at::Tensor idx = mask.reshape(-1).nonzero().reshape(-1);
@@ -52,13 +60,16 @@ class SpsOsdStudent : public OsdStudent {
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     const ForwardOutput teacher = TeacherForward(target_, batch, {});
     const at::Tensor student = model_.Forward(batch.tokens);
-    return DivergenceLoss(MaskedRows(teacher.logits, batch.loss_mask),
-                          MaskedRows(student, batch.loss_mask), divergence);
+    // The student trains on the CPU in float32: the teacher's rows come over once.
+    const at::Tensor rows = batch.loss_mask.reshape(-1).nonzero().reshape(-1);
+    const at::Tensor logits = teacher.logits.reshape({-1, teacher.logits.size(-1)});
+    const at::Tensor teacher_rows = HostFloat32(logits.index_select(0, rows.to(logits.device())));
+    return DivergenceLoss(teacher_rows, MaskedRows(student, batch.loss_mask), divergence);
   }
   void Publish() override {
-    const LlamaConfig& c = model_.config();
-    drafter_.ReplaceModel(std::make_shared<LlamaModel>(
-        c, WeightsFromHfTensors(c, model_.HfTensors(), "sps+osd student")));
+    // The served draft LM keeps its device and dtype (the target's); the student stays on the CPU.
+    drafter_.ReplaceModel(
+        ServedDraft(model_.config(), model_.HfTensors(), drafter_.model(), "sps+osd student"));
   }
 
  private:
@@ -104,7 +115,8 @@ class Eagle3OsdStudent : public OsdStudent {
   }
   void Publish() override {
     drafter_.ReplaceHead(std::make_unique<Eagle3Head>(model_.config(), model_.Tensors(),
-                                                      target_.weights().tok_embeddings));
+                                                      target_.weights().tok_embeddings,
+                                                      drafter_.head().placement()));
   }
 
  private:
@@ -180,10 +192,10 @@ void RegisterOsdMethods(MethodRegistry& registry) {
       SPECBED_CHECK(draft.model->config().vocab_size == t.vocab_size, "sps+osd: draft '", name,
                     "' does not share the target's vocabulary");
       const HfModel stored = ReadHfCheckpoint(draft.spec.path, at::kFloat);
-      // The served draft starts as a private copy: updates never touch the shared model.
-      auto served = std::make_shared<LlamaModel>(
-          stored.config, WeightsFromHfTensors(stored.config, stored.tensors, draft.spec.path));
-      auto drafter = std::make_unique<SpsDrafter>(served);
+      // The served draft starts as a private copy on the shared model's device and dtype:
+      // updates never touch the shared model.
+      auto drafter = std::make_unique<SpsDrafter>(
+          ServedDraft(stored.config, stored.tensors, *draft.model, draft.spec.path));
       auto student = std::make_unique<SpsOsdStudent>(*context.target->model, *drafter, stored);
       SpeculativeOptions options;
       options.budget.nodes = knobs.at("gamma").get<int64_t>();

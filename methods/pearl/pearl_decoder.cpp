@@ -32,8 +32,8 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
                 " tokens does not fit the context (", cache.max_len(), " positions)");
   const int64_t vocab = target_.config().vocab_size;
   const int64_t gamma = options_.gamma;
-  if (!side_ || side_->threads() != options_.draft_threads) {
-    side_ = std::make_unique<SideThread>(options_.draft_threads);
+  if (!side_ || side_->threads() != options_.draft_threads || side_->device() != target_.device()) {
+    side_ = std::make_unique<SideThread>(options_.draft_threads, target_.device());
   }
   const int target_threads = options_.target_threads > 0
                                  ? options_.target_threads

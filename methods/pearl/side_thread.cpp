@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "harness/base/error.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -16,7 +17,7 @@ ThreadBudget::~ThreadBudget() {
   if (at::get_num_threads() != saved_) at::set_num_threads(saved_);
 }
 
-SideThread::SideThread(int threads) : threads_(threads) {
+SideThread::SideThread(int threads, at::Device device) : threads_(threads), device_(device) {
   SPECBED_CHECK(threads >= 1, "side thread budget must be >= 1, got ", threads);
   // The caller's width: the worker's set_num_threads also moves the process-global default, which
   // is put back below so that threads started later are unaffected.
@@ -39,6 +40,7 @@ SideThread::~SideThread() {
 
 void SideThread::Loop() {
   at::set_num_threads(threads_);
+  ScopedSideStream stream(device_);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [this] { return has_job_ || quit_; });
@@ -49,6 +51,7 @@ void SideThread::Loop() {
     std::exception_ptr error;
     try {
       job();
+      SynchronizeDevice(device_);  // this thread's stream: the job's device work has run
     } catch (...) {
       error = std::current_exception();
     }
@@ -60,6 +63,7 @@ void SideThread::Loop() {
 }
 
 void SideThread::Start(std::function<void()> job) {
+  SynchronizeDevice(device_);  // the caller's stream: what the job may read is ready
   {
     std::lock_guard<std::mutex> lock(mu_);
     SPECBED_CHECK(done_, "SideThread::Start while a job is running");

@@ -11,8 +11,15 @@
 // its previous width (which also restores the global default) on exit. Each root thread that
 // enters an OpenMP parallel region gets its own team, so the two sides never share workers; at a
 // budget of 1 a side runs no OpenMP workers at all.
+//
+// Devices. On a GPU the worker queues its work on its own stream (ScopedSideStream,
+// models/device.h), so the draft side's kernels can overlap the verify side's. Start() first waits
+// for the caller's stream (the job may read what the caller queued) and the worker waits for its
+// own stream before it reports the job done, so after Wait() everything the job queued has run.
 // Checked by: tests/methods/pearl_test.cpp (budgets are per thread; overlap of the two sides).
 #pragma once
+
+#include <ATen/core/Tensor.h>
 
 #include <condition_variable>
 #include <exception>
@@ -36,10 +43,10 @@ class ThreadBudget {
 
 // One worker thread that runs one job at a time: Start(job) hands it over and returns at once;
 // Wait() blocks until it finished (rethrowing its exception). The worker's intra-op width is
-// `threads` (set on the worker itself before any job).
+// `threads` (set on the worker itself before any job); on a non-CPU `device` it has its own stream.
 class SideThread {
  public:
-  explicit SideThread(int threads);
+  explicit SideThread(int threads, at::Device device = at::kCPU);
   ~SideThread();
   SideThread(const SideThread&) = delete;
   SideThread& operator=(const SideThread&) = delete;
@@ -47,6 +54,7 @@ class SideThread {
   void Start(std::function<void()> job);
   void Wait();
   int threads() const { return threads_; }
+  const at::Device& device() const { return device_; }
   // The intra-op width the worker reports (at::get_num_threads() on the worker).
   int WorkerThreads();
 
@@ -54,6 +62,7 @@ class SideThread {
   void Loop();
 
   int threads_;
+  at::Device device_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::function<void()> job_;

@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "harness/base/error.h"
-#include "methods/common/host_features.h"
 
 namespace specbed {
 
@@ -60,21 +59,27 @@ std::vector<int64_t> SpecBlockDrafter::TargetHiddenLayers() const {
   return model_->config().aux_layer_ids;
 }
 
-void SpecBlockDrafter::QueueCatchUp(const std::vector<at::Tensor>& hidden, int64_t row,
-                                    int32_t token, int64_t position) {
-  Start s;
-  s.cond.resize(3 * ht_);
+void SpecBlockDrafter::QueueCatchUps(const std::vector<at::Tensor>& hidden,
+                                     const std::vector<int32_t>& tokens, int64_t first_position) {
   SPECBED_CHECK(hidden.size() == 3, "specblock: expected 3 target hidden states, got ",
                 hidden.size());
-  for (int l = 0; l < 3; ++l) {
-    const at::Tensor h = hidden[l].select(0, 0).select(0, row).to(at::kFloat).contiguous();
-    SPECBED_CHECK(h.numel() == ht_, "specblock: target hidden state width ", h.numel(),
-                  ", expected ", ht_);
-    std::memcpy(s.cond.data() + l * ht_, h.data_ptr<float>(), sizeof(float) * ht_);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& h : hidden) {
+    SPECBED_CHECK(h.dim() == 3 && h.size(1) >= n && h.size(2) == ht_,
+                  "specblock: target hidden state has shape ", h.sizes(), ", expected [1, >=", n,
+                  ", ", ht_, "]");
+    parts.push_back(h.select(0, 0).narrow(0, 0, n));
   }
-  s.token = token;
-  s.position = position;
-  pending_.push_back(std::move(s));
+  // One concatenation for every row, on the model's device and in its dtype.
+  const at::Tensor conds = at::cat(parts, -1).to(model_->device(), model_->dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    Start s;
+    s.cond = conds[i];
+    s.token = tokens[i];
+    s.position = first_position + i;
+    pending_.push_back(std::move(s));
+  }
 }
 
 void SpecBlockDrafter::Begin(const DraftBegin& begin) {
@@ -84,8 +89,9 @@ void SpecBlockDrafter::Begin(const DraftBegin& begin) {
   cache_.k.assign(c.n_layers, at::Tensor());
   cache_.v.assign(c.n_layers, at::Tensor());
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    cache_.k[l] = at::zeros({1, c.n_kv_heads, cap, c.head_dim}, at::kFloat);
-    cache_.v[l] = at::zeros({1, c.n_kv_heads, cap, c.head_dim}, at::kFloat);
+    const auto opts = at::TensorOptions(model_->dtype()).device(model_->device());
+    cache_.k[l] = at::zeros({1, c.n_kv_heads, cap, c.head_dim}, opts);
+    cache_.v[l] = at::zeros({1, c.n_kv_heads, cap, c.head_dim}, opts);
   }
   cache_len_ = committed_ = 0;
   pending_.clear();
@@ -93,13 +99,39 @@ void SpecBlockDrafter::Begin(const DraftBegin& begin) {
   step_depths_.clear();
   const std::vector<int32_t>& prompt = *begin.prompt;
   const int64_t p = static_cast<int64_t>(prompt.size());
-  const std::vector<at::Tensor> hidden = HostFloat32(begin.hidden);  // once, not per row
-  for (int64_t j = 1; j < p; ++j) QueueCatchUp(hidden, j - 1, prompt[j], j);
-  QueueCatchUp(hidden, p - 1, begin.root, p);
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());  // row j - 1 conditions token j
+  next.push_back(begin.root);
+  QueueCatchUps(begin.hidden, next, 1);
   first_ = std::move(pending_.back());
   pending_.pop_back();
   has_first_ = true;
   root_position_ = p;
+}
+
+std::vector<at::Tensor> SpecBlockDrafter::UploadInputs(const std::vector<Start>& starts,
+                                                       bool target_cond,
+                                                       int64_t n_committed_rows_before) {
+  const int64_t n = static_cast<int64_t>(starts.size()), r = n * k_, c = cache_len_;
+  staging_.Resize(n + r, r * (c + r));
+  int64_t* tokens = staging_.ints();
+  int64_t* positions = tokens + n;
+  uint8_t* m = staging_.bytes();
+  std::fill(m, m + r * (c + r), uint8_t{0});
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = starts[i].token;
+    for (int64_t k = 0; k < k_; ++k) {
+      positions[i * k_ + k] = starts[i].position + k;
+      uint8_t* row = m + (i * k_ + k) * (c + r);
+      std::fill(row, row + n_committed_rows_before, uint8_t{1});
+      for (int64_t v : starts[i].visible) row[v] = 1;
+      // Earlier starts of the same call: committed catch-up starts (call 1) are fully visible.
+      if (target_cond) std::fill(row + c, row + c + i * k_, uint8_t{1});
+      for (int64_t kk = 0; kk <= k; ++kk) row[c + i * k_ + kk] = 1;
+    }
+  }
+  const auto [ints, bytes] = staging_.Upload(model_->device());
+  return {ints.narrow(0, 0, n).view({1, n}), ints.narrow(0, n, r).view({1, r}),
+          bytes.view({1, r, c + r}).ne(0)};
 }
 
 void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
@@ -107,32 +139,16 @@ void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
   const int64_t n = static_cast<int64_t>(starts.size());
   const int64_t r = n * k_;
   const int64_t width = target_cond ? 3 * ht_ : d_;
-  at::Tensor cond = at::empty({1, n, width}, at::kFloat);
-  at::Tensor tokens = at::empty({1, n}, at::kLong);
-  at::Tensor positions = at::empty({1, r}, at::kLong);
-  for (int64_t i = 0; i < n; ++i) {
-    SPECBED_CHECK(static_cast<int64_t>(starts[i].cond.size()) == width,
-                  "specblock: internal: start condition width");
-    std::memcpy(cond.data_ptr<float>() + i * width, starts[i].cond.data(), sizeof(float) * width);
-    tokens.data_ptr<int64_t>()[i] = starts[i].token;
-    for (int64_t k = 0; k < k_; ++k)
-      positions.data_ptr<int64_t>()[i * k_ + k] = starts[i].position + k;
+  std::vector<at::Tensor> conds;
+  for (const Start& s : starts) {
+    SPECBED_CHECK(s.cond.numel() == width, "specblock: internal: start condition width");
+    conds.push_back(s.cond);
   }
+  const at::Tensor cond = at::stack(conds).unsqueeze(0);  // [1, n, width]
   const int64_t c = cache_len_;
   SPECBED_CHECK(c + r <= cache_.k[0].size(2), "specblock: drafter cache full (", c + r, " > ",
                 cache_.k[0].size(2), " rows)");
-  at::Tensor mask = at::zeros({1, r, c + r}, at::kBool);
-  bool* m = mask.data_ptr<bool>();
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t k = 0; k < k_; ++k) {
-      bool* row = m + (i * k_ + k) * (c + r);
-      std::fill(row, row + n_committed_rows_before, true);
-      for (int64_t v : starts[i].visible) row[v] = true;
-      // Earlier starts of the same call: committed catch-up starts (call 1) are fully visible.
-      if (target_cond) std::fill(row + c, row + c + i * k_, true);
-      for (int64_t kk = 0; kk <= k; ++kk) row[c + i * k_ + kk] = true;
-    }
-  }
+  const std::vector<at::Tensor> in = UploadInputs(starts, target_cond, n_committed_rows_before);
   SpecBlockKv past;
   past.k.resize(cache_.k.size());
   past.v.resize(cache_.v.size());
@@ -141,8 +157,8 @@ void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
     past.v[l] = cache_.v[l].narrow(2, 0, c);
   }
   SpecBlockKv present;
-  const at::Tensor h0 = model_->Fuse(cond, tokens, target_cond);
-  const at::Tensor h = model_->Trunk(h0, positions, mask, &past, &present);
+  const at::Tensor h0 = model_->Fuse(cond, in[0], target_cond);
+  const at::Tensor h = model_->Trunk(h0, in[1], in[2], &past, &present);
   for (size_t l = 0; l < cache_.k.size(); ++l) {
     cache_.k[l].narrow(2, c, r).copy_(present.k[l]);
     cache_.v[l].narrow(2, c, r).copy_(present.v[l]);
@@ -150,11 +166,26 @@ void SpecBlockDrafter::Run(const std::vector<Start>& starts, bool target_cond,
   cache_len_ = c + r;
   out_h_ = h.reshape({r, d_}).contiguous();
   const at::Tensor logits = model_->Logits(out_h_);
-  out_logp_ = at::log_softmax(logits, -1).contiguous();
-  const at::Tensor buckets = model_->RankLogits(out_h_, logits).argmax(-1).contiguous();
-  out_bucket_.assign(buckets.data_ptr<int64_t>(), buckets.data_ptr<int64_t>() + r);
+  out_logp_ = at::log_softmax(logits.to(at::kFloat), -1).contiguous();
+  ReadRunOutputs(logits);
   ++calls_last_step_;
   ++calls_total_;
+}
+
+void SpecBlockDrafter::ReadRunOutputs(const at::Tensor& logits) {
+  const int64_t r = out_logp_.size(0);
+  top_width_ =
+      std::max<int64_t>(1, *std::max_element(options_.branching.begin(), options_.branching.end()));
+  const auto [values, ids] = out_logp_.topk(top_width_, -1);
+  const at::Tensor buckets = model_->RankLogits(out_h_, logits).argmax(-1);
+  const at::Tensor host = at::cat({buckets.to(at::kInt), ids.flatten().to(at::kInt),
+                                   values.flatten().contiguous().view(at::kInt)})
+                              .cpu();
+  const int32_t* p = host.data_ptr<int32_t>();
+  out_bucket_.assign(p, p + r);
+  out_top_ids_.assign(p + r, p + r + r * top_width_);
+  const float* lp = reinterpret_cast<const float*>(p + r + r * top_width_);
+  out_top_logp_.assign(lp, lp + r * top_width_);
 }
 
 void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector<Candidate>& next) {
@@ -171,9 +202,8 @@ void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector
     if (block == 0) first_buckets_.push_back(bucket);
     const int64_t w = options_.branching[bucket];
     if (w == 0) break;
-    const at::Tensor top = std::get<1>(out_logp_[row0 + k].topk(w));
-    const float* lp = out_logp_.data_ptr<float>() + (row0 + k) * vd_;
-    const int64_t* ids = top.data_ptr<int64_t>();
+    const int32_t* ids = out_top_ids_.data() + (row0 + k) * top_width_;
+    const float* lp = out_top_logp_.data() + (row0 + k) * top_width_;
     const int64_t dist_index = block * k_ + k;
     // The parent's children come from this slot's distribution.
     if (parent >= 0) {
@@ -187,7 +217,7 @@ void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector
       nd.token = d2t[ids[j]];
       nd.parent = parent;
       nd.depth = parent_depth + 1;
-      nd.logp = std::min(0.0f, lp[ids[j]]);
+      nd.logp = std::min(0.0f, lp[j]);
       nd.cum = parent_cum + nd.logp;
       made.push_back(static_cast<int32_t>(nodes_.size()));
       nodes_.push_back(nd);
@@ -198,8 +228,7 @@ void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector
         Candidate cand;
         cand.node = made[j];
         next.push_back(std::move(cand));
-        next.back().cond.assign(out_h_.data_ptr<float>() + (row0 + k) * d_,
-                                out_h_.data_ptr<float>() + (row0 + k + 1) * d_);
+        next.back().cond = out_h_[row0 + k];
         next.back().visible = start.visible;
         for (int64_t kk = 0; kk <= k; ++kk)
           next.back().visible.push_back(start_row_base_ + row0 + kk);
@@ -214,8 +243,7 @@ void SpecBlockDrafter::AttachBlock(const Start& start, int64_t row0, std::vector
   if (tip >= 0) {
     Candidate cand;
     cand.node = tip;
-    cand.cond.assign(out_h_.data_ptr<float>() + tip_row * d_,
-                     out_h_.data_ptr<float>() + (tip_row + 1) * d_);
+    cand.cond = out_h_[tip_row];
     cand.visible = start.visible;
     for (int64_t kk = row0; kk <= tip_row; ++kk) cand.visible.push_back(start_row_base_ + kk);
     next.push_back(std::move(cand));
@@ -247,6 +275,7 @@ void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   calls_last_step_ = 0;
   nodes_.clear();
   dists_.clear();
+  dists_host_.clear();
   first_buckets_.clear();
   slot_dist_.clear();
   root_dist_ = -1;
@@ -344,8 +373,10 @@ double SpecBlockDrafter::SlotProb(int64_t slot, int32_t token) const {
   const int64_t di = slot_dist_[slot];
   const int32_t d = model_->target_to_draft()[token];
   if (d < 0) return 0;
-  const at::Tensor& rows = dists_[di / k_];
-  return std::exp(rows.data_ptr<float>()[(di % k_) * vd_ + d]);
+  const size_t block = static_cast<size_t>(di / k_);
+  if (dists_host_.size() < dists_.size()) dists_host_.resize(dists_.size());
+  if (!dists_host_[block].defined()) dists_host_[block] = dists_[block].cpu().contiguous();
+  return std::exp(dists_host_[block].data_ptr<float>()[(di % k_) * vd_ + d]);
 }
 
 void SpecBlockDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
@@ -356,11 +387,9 @@ void SpecBlockDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
     has_first_ = false;
   }
   const int64_t a = verdict.n_accepted();
-  const std::vector<at::Tensor> hidden = HostFloat32(verdict.hidden);  // once, not per row
-  for (int64_t i = 0; i < a; ++i) {
-    QueueCatchUp(hidden, i, verdict.tokens[i], root_position_ + 1 + i);
-  }
-  QueueCatchUp(hidden, a, verdict.bonus, root_position_ + 1 + a);
+  std::vector<int32_t> next(verdict.tokens.begin(), verdict.tokens.begin() + a);
+  next.push_back(verdict.bonus);
+  QueueCatchUps(verdict.hidden, next, root_position_ + 1);
   first_ = std::move(pending_.back());
   pending_.pop_back();
   has_first_ = true;

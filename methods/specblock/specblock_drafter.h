@@ -72,7 +72,7 @@ class SpecBlockDrafter : public Drafter {
 
  private:
   struct Start {
-    std::vector<float> cond;  // 3 Ht (target) or d (cached h)
+    at::Tensor cond;  // [3 Ht] (target features) or [d] (a cached h), on the model's device
     int32_t token = 0;
     int64_t position = 0;          // absolute index of the token
     int32_t node = -1;             // scratch node of the token (-1 = root)
@@ -88,7 +88,7 @@ class SpecBlockDrafter : public Drafter {
   };
   struct Candidate {
     int32_t node;
-    std::vector<float> cond;
+    at::Tensor cond;  // [d], a row of out_h_
     std::vector<int64_t> visible;
   };
   // Runs one forward over `starts` (first `n_commit` of them are committed catch-up starts with
@@ -99,8 +99,16 @@ class SpecBlockDrafter : public Drafter {
   // Keeps the `budget` nodes of highest cumulative log-prob, the root path of `protect` (>= 0)
   // first, so the next round always has its best start.
   void Prune(int32_t protect = -1);
-  void QueueCatchUp(const std::vector<at::Tensor>& hidden, int64_t row, int32_t token,
-                    int64_t position);
+  // Queues catch-up starts for rows [0, tokens.size()) of target hidden states `hidden` (3 of
+  // [1, >= rows, Ht]): row i conditions `tokens[i]` at position first_position + i.
+  void QueueCatchUps(const std::vector<at::Tensor>& hidden, const std::vector<int32_t>& tokens,
+                     int64_t first_position);
+  // The step's inputs on the model's device: tokens, positions and the attention mask in one
+  // upload.
+  std::vector<at::Tensor> UploadInputs(const std::vector<Start>& starts, bool target_cond,
+                                       int64_t n_committed_rows_before);
+  // Reads the last Run's buckets and top-k ids / log-probs to the host (one copy).
+  void ReadRunOutputs(const at::Tensor& logits);
 
   std::unique_ptr<SpecBlockModel> model_;
   SpecBlockDraftOptions options_;
@@ -112,11 +120,17 @@ class SpecBlockDrafter : public Drafter {
   bool has_first_ = false;
   Start first_;  // the next step's first-block start
   int64_t root_position_ = 0;
-  // Output of the last Run.
+  // Output of the last Run: h [R, d] and log-probs [R, Vd] on the model's device; on the host
+  // the buckets [R] and each row's top-`top_width_` draft ids and log-probs [R, top_width_].
   at::Tensor out_h_, out_logp_;
   std::vector<int64_t> out_bucket_;
-  std::vector<at::Tensor> dists_;   // per block of this step: log-probs [K, Vd]
-  std::vector<Node> nodes_;         // scratch tree of this step
+  std::vector<int32_t> out_top_ids_;
+  std::vector<float> out_top_logp_;
+  int64_t top_width_ = 0;
+  HostStaging staging_;
+  std::vector<at::Tensor> dists_;  // per block of this step: log-probs [K, Vd] (model device)
+  mutable std::vector<at::Tensor> dists_host_;  // their host copies, made when SlotProb asks
+  std::vector<Node> nodes_;                     // scratch tree of this step
   std::vector<int64_t> slot_dist_;  // per slot of the emitted tree: index into dists_ or -1
   std::vector<int64_t> first_buckets_;
   int64_t root_dist_ = -1, budget_ = 0, start_row_base_ = 0;

@@ -167,9 +167,9 @@ std::unique_ptr<Decoder> MakeSpecBlockDecoder(MethodContext& context, const nloh
   o.budget = knobs.at("budget").get<int64_t>();
   o.branching = ParseBranching(knobs.at("branching").get<std::string>(), "specblock");
   o.max_starts = knobs.at("starts").get<int64_t>();
-  auto model = std::make_unique<SpecBlockModel>(c, ckpt.tensors,
-                                                context.target->model->weights().tok_embeddings,
-                                                /*trainable=*/false);
+  auto model = std::make_unique<SpecBlockModel>(
+      c, ckpt.tensors, context.target->model->weights().tok_embeddings, /*trainable=*/false,
+      TargetHeadPlacement(*context.target->model));
   auto drafter = std::make_unique<SpecBlockDrafter>(std::move(model), o);
   if (drafter_out != nullptr) *drafter_out = drafter.get();
   SpeculativeOptions options;

@@ -22,15 +22,19 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
+// Float32 math whatever x's dtype (a no-op conversion in float32), result in x's dtype.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+  const at::Tensor xf = x.to(at::kFloat);
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * w.to(at::kFloat))
+      .to(x.scalar_type());
 }
 
-// rotate_half RoPE on x [B, heads, R, hd] with cos/sin [B, 1, R, hd/2].
+// rotate_half RoPE on x [B, heads, R, hd] with float32 cos/sin [B, 1, R, hd/2]; x's dtype.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
 }
 
 // Most activation rows for which a serving (no-gradient) projection runs on SpecBed's GemvRows
@@ -250,13 +254,15 @@ std::map<std::string, at::Tensor> RandomSpecBlockTensors(const SpecBlockConfig& 
 
 SpecBlockModel::SpecBlockModel(const SpecBlockConfig& config,
                                const std::map<std::string, at::Tensor>& tensors,
-                               const at::Tensor& target_embedding, bool trainable)
+                               const at::Tensor& target_embedding, bool trainable,
+                               const HeadPlacement& placement)
     : config_(config) {
+  const at::ScalarType dtype = trainable ? at::kFloat : placement.dtype;
   config_.Validate("SpecBlock drafter");
   CheckSpecBlockTensors(config_, tensors, "SpecBlock drafter");
   for (const auto& [name, shape] : SpecBlockTensorShapes(config_)) {
     if (name == "d2t" || name == "t2d") continue;
-    at::Tensor p = tensors.at(name).detach().to(at::kFloat).contiguous().clone();
+    at::Tensor p = tensors.at(name).detach().to(placement.device, dtype).contiguous().clone();
     if (trainable) p.set_requires_grad(true);
     index_[name] = params_.size();
     params_.emplace_back(name, p);
@@ -279,13 +285,15 @@ SpecBlockModel::SpecBlockModel(const SpecBlockConfig& config,
           target_embedding.size(1) == config_.hidden_size,
       "SpecBlock drafter: the target embedding must be [", v, ", ", config_.hidden_size, "], got ",
       target_embedding.defined() ? target_embedding.sizes() : at::IntArrayRef{});
-  embedding_ = target_embedding.detach().to(at::kCPU, at::kFloat).contiguous();
+  embedding_ = target_embedding.detach().to(placement.device, dtype).contiguous();
   const int64_t half = config_.head_dim / 2;
   inv_freq_ = at::empty({half}, at::kDouble);
   for (int64_t i = 0; i < half; ++i) {
     inv_freq_.data_ptr<double>()[i] =
         1.0 / std::pow(config_.rope_theta, static_cast<double>(2 * i) / config_.head_dim);
   }
+  inv_freq_ = inv_freq_.to(placement.device);
+  draft_ids_ = draft_ids_.to(placement.device);
 }
 
 const at::Tensor& SpecBlockModel::Param(const std::string& name) const {
@@ -379,9 +387,11 @@ at::Tensor SpecBlockModel::Trunk(const at::Tensor& h0, const at::Tensor& positio
       kk = kk.repeat_interleave(nh / nkv, 1);
       vv = vv.repeat_interleave(nh / nkv, 1);
     }
-    at::Tensor scores = at::matmul(q, kk.transpose(2, 3)) * scale;  // [B, nh, R, C + R]
+    at::Tensor scores =
+        at::matmul(q, kk.transpose(2, 3)).to(at::kFloat) * scale;  // [B, nh, R, C+R]
     scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
-    const at::Tensor a = at::matmul(at::softmax(scores, -1), vv);  // [B, nh, R, hd]
+    const at::Tensor a =
+        at::matmul(at::softmax(scores, -1).to(vv.scalar_type()), vv);  // [B, nh, R, hd]
     at::Tensor h = flat + Linear(a.transpose(1, 2).reshape({b, r, nh * hd}),
                                  Param(L(l, "self_attn.o_proj.weight")));
     const at::Tensor hn = RmsNorm(h, Param(L(l, "post_attention_layernorm.weight")), eps);
@@ -420,7 +430,8 @@ at::Tensor SpecBlockModel::RankLogits(const at::Tensor& h, const at::Tensor& log
   // h is RMS-normalised (no weight) first: the pre-final-norm residual's scale drifts in training.
   const at::Tensor hd = h.detach();
   const at::Tensor hn = hd * at::rsqrt(hd.pow(2).mean(-1, true) + config_.rms_norm_eps);
-  const at::Tensor in = at::cat({hn, SpecBlockPsi(logits)}, -1);
+  const at::Tensor in = at::cat({hn.to(at::kFloat), SpecBlockPsi(logits)}, -1)
+                            .to(Param("rank_head.fc1.weight").scalar_type());
   const at::Tensor z =
       at::silu(at::matmul(in, Param("rank_head.fc1.weight").t()) + Param("rank_head.fc1.bias"));
   return at::matmul(z, Param("rank_head.fc2.weight").t()) + Param("rank_head.fc2.bias");

@@ -30,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "methods/common/head_aten.h"
+
 namespace specbed {
 
 inline constexpr int64_t kSpecBlockPsiFeatures = 15;
@@ -83,10 +85,14 @@ struct SpecBlockKv {
 
 class SpecBlockModel {
  public:
-  // `tensors`: canonical names (checked: names and shapes); floats copied to float32 leaves
-  // (requires_grad when `trainable`). `target_embedding`: [V, d] any float dtype (copied, frozen).
+  // `tensors`: canonical names (checked: names and shapes); floats copied to leaves on
+  // `placement`'s device (requires_grad when `trainable`), in float32 when trainable or on the
+  // row path, else in the placement's dtype (serving on the target's device: norms, RoPE and
+  // softmax still compute in float32). `target_embedding`: [V, d] any float dtype (copied to the
+  // parameters' device and dtype, frozen).
   SpecBlockModel(const SpecBlockConfig& config, const std::map<std::string, at::Tensor>& tensors,
-                 const at::Tensor& target_embedding, bool trainable);
+                 const at::Tensor& target_embedding, bool trainable,
+                 const HeadPlacement& placement = {});
 
   const SpecBlockConfig& config() const { return config_; }
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const {
@@ -118,6 +124,9 @@ class SpecBlockModel {
   const at::Tensor& t2d() const { return t2d_; }
   const std::vector<int32_t>& draft_to_target() const { return d2t_ids_; }
   const std::vector<int32_t>& target_to_draft() const { return t2d_ids_; }
+  // The parameters' device and dtype.
+  at::Device device() const { return embedding_.device(); }
+  at::ScalarType dtype() const { return embedding_.scalar_type(); }
 
  private:
   SpecBlockConfig config_;

@@ -75,8 +75,8 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   const int64_t gmax = options_.gamma_max;
   const bool branching = options_.branch;
   const int draft_threads = branching ? options_.draft_threads : at::get_num_threads();
-  if (!side_ || side_->threads() != draft_threads) {
-    side_ = std::make_unique<SideThread>(draft_threads);
+  if (!side_ || side_->threads() != draft_threads || side_->device() != target_.device()) {
+    side_ = std::make_unique<SideThread>(draft_threads, target_.device());
   }
   const int target_threads =
       !branching ? at::get_num_threads()

@@ -29,6 +29,7 @@
 #include "methods/dflash/dflash_config.h"
 #include "methods/dflash/dflash_head.h"
 #include "models/checkpoint/safetensors.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -591,9 +592,12 @@ Mat ReferenceForward(const DflashConfig& c, const TensorMap& t, const at::Tensor
   return logits;
 }
 
-class DflashHeadForward : public ::testing::Test {
+// Every forward test runs on the row loops and on the ATen path forced on the CPU (float32), both
+// against the same plain-loop reference.
+class DflashHeadForward : public ::testing::TestWithParam<bool> {
  protected:
   void Build(bool causal) {
+    placement_.aten = GetParam();
     config_ = SmallConfig();
     config_.causal = causal;
     tensors_ = RandomDflashTensors(config_, 11);
@@ -655,12 +659,13 @@ class DflashHeadForward : public ::testing::Test {
   TensorMap tensors_;
   at::Tensor embedding_, lm_head_;
   std::vector<std::vector<float>> features_;
+  HeadPlacement placement_;
 };
 
-TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
+TEST_P(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
   for (bool causal : {false, true}) {
     Build(causal);
-    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    DflashHead head(config_, tensors_, embedding_, lm_head_, placement_);
     head.ResetContext(2);  // forces growth while appending
     const std::vector<int32_t> block = {7, 49, 49, 49};
     const std::vector<int32_t> block2 = {3, 49, 12, 49};
@@ -691,7 +696,9 @@ TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
     head.AppendContext(part.data(), 3);
     head.Forward(block.data(), kContext, out);
     ExpectMatches(out, want_full, "incremental");
-    EXPECT_EQ(out.logits.data_ptr<float>(), logits_storage);  // output buffers reused
+    if (!placement_.aten) {  // the row path reuses its output buffers
+      EXPECT_EQ(out.logits.data_ptr<float>(), logits_storage);
+    }
 
     // Truncate back to 6 rows (a rejected suffix) and redraft: equals a fresh 6-row context.
     head.TruncateContext(6);
@@ -710,13 +717,13 @@ TEST_F(DflashHeadForward, NonCausalAndCausalMatchReferenceIncrementally) {
 // "sliding_attention" layers (window from the config) against the reference: the first layer
 // slides with a window of 3 positions, the second attends to everything; non-causal and causal,
 // full and incremental context, and the window really changes the output.
-TEST_F(DflashHeadForward, SlidingWindowLayersMatchReference) {
+TEST_P(DflashHeadForward, SlidingWindowLayersMatchReference) {
   for (bool causal : {false, true}) {
     Build(causal);
-    DflashHead full(config_, tensors_, embedding_, lm_head_);
+    DflashHead full(config_, tensors_, embedding_, lm_head_, placement_);
     config_.sliding_layers = {true, false};
     config_.sliding_window = 3;
-    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    DflashHead head(config_, tensors_, embedding_, lm_head_, placement_);
     const std::vector<int32_t> block = {7, 49, 49, 49};
     const auto all = FlatFeatures(0, kContext);
     head.AppendContext(all.data(), kContext);
@@ -740,7 +747,7 @@ TEST_F(DflashHeadForward, SlidingWindowLayersMatchReference) {
     // A window of 1: each row sees only itself (no context at all).
     config_.sliding_layers = {true, true};
     config_.sliding_window = 1;
-    DflashHead own(config_, tensors_, embedding_, lm_head_);
+    DflashHead own(config_, tensors_, embedding_, lm_head_, placement_);
     own.AppendContext(all.data(), kContext);
     own.Forward(block.data(), kContext, out);
     ExpectMatches(out,
@@ -750,12 +757,12 @@ TEST_F(DflashHeadForward, SlidingWindowLayersMatchReference) {
   }
 }
 
-TEST_F(DflashHeadForward, VariableRowCountsMatchReference) {
+TEST_P(DflashHeadForward, VariableRowCountsMatchReference) {
   // n < block_size (4), n = block_size and n > block_size, in an order that grows, shrinks and
   // regrows the work buffers; the bonus row plus mask rows, and a block with real tokens.
   for (bool causal : {false, true}) {
     Build(causal);
-    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    DflashHead head(config_, tensors_, embedding_, lm_head_, placement_);
     const auto all = FlatFeatures(0, kContext);
     head.AppendContext(all.data(), kContext);
     DflashHeadOutput out;
@@ -780,7 +787,9 @@ TEST_F(DflashHeadForward, VariableRowCountsMatchReference) {
     head.ForwardFromBonus(7, 9, out);
     const float* storage = out.logits.data_ptr<float>();
     head.ForwardFromBonus(5, 9, out);
-    EXPECT_EQ(out.logits.data_ptr<float>(), storage);
+    if (!placement_.aten) {
+      EXPECT_EQ(out.logits.data_ptr<float>(), storage);
+    }
     // The default forms are n = block_size.
     DflashHeadOutput a, b;
     head.ForwardFromBonus(5, a);
@@ -793,10 +802,10 @@ TEST_F(DflashHeadForward, VariableRowCountsMatchReference) {
   }
 }
 
-TEST_F(DflashHeadForward, ExtraRowsChangeEarlierRowsOnlyWhenNonCausal) {
+TEST_P(DflashHeadForward, ExtraRowsChangeEarlierRowsOnlyWhenNonCausal) {
   for (bool causal : {false, true}) {
     Build(causal);
-    DflashHead head(config_, tensors_, embedding_, lm_head_);
+    DflashHead head(config_, tensors_, embedding_, lm_head_, placement_);
     const auto all = FlatFeatures(0, 6);
     head.AppendContext(all.data(), 6);
     DflashHeadOutput trained, longer;
@@ -812,11 +821,11 @@ TEST_F(DflashHeadForward, ExtraRowsChangeEarlierRowsOnlyWhenNonCausal) {
   }
 }
 
-TEST_F(DflashHeadForward, CausalDiffersAndBlockRowsSeeLaterRowsOnlyWhenNonCausal) {
+TEST_P(DflashHeadForward, CausalDiffersAndBlockRowsSeeLaterRowsOnlyWhenNonCausal) {
   Build(false);
-  DflashHead bidir(config_, tensors_, embedding_, lm_head_);
+  DflashHead bidir(config_, tensors_, embedding_, lm_head_, placement_);
   config_.causal = true;
-  DflashHead causal(config_, tensors_, embedding_, lm_head_);
+  DflashHead causal(config_, tensors_, embedding_, lm_head_, placement_);
   const auto all = FlatFeatures(0, 5);
   bidir.AppendContext(all.data(), 5);
   causal.AppendContext(all.data(), 5);
@@ -832,9 +841,9 @@ TEST_F(DflashHeadForward, CausalDiffersAndBlockRowsSeeLaterRowsOnlyWhenNonCausal
   EXPECT_FALSE(at::allclose(a.logits[1], c.logits[1]));
 }
 
-TEST_F(DflashHeadForward, Bf16EmbeddingAndErrors) {
+TEST_P(DflashHeadForward, Bf16EmbeddingAndErrors) {
   Build(false);
-  DflashHead head(config_, tensors_, embedding_.to(at::kBFloat16), lm_head_);
+  DflashHead head(config_, tensors_, embedding_.to(at::kBFloat16), lm_head_, placement_);
   const auto all = FlatFeatures(0, 3);
   head.AppendContext(all.data(), 3);
   const std::vector<int32_t> block = {5, 49, 49, 49};
@@ -865,8 +874,65 @@ TEST_F(DflashHeadForward, Bf16EmbeddingAndErrors) {
               HasSubstr("DflashHead: missing tensor 'layers.1.self_attn.k_norm.weight'"));
   DflashConfig no_mask = config_;
   no_mask.mask_token_id = -1;
-  DflashHead head2(no_mask, tensors_, embedding_, lm_head_);
+  DflashHead head2(no_mask, tensors_, embedding_, lm_head_, placement_);
   EXPECT_THAT(ErrorOf([&] { head2.ForwardFromBonus(3, out); }), HasSubstr("mask_token_id"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, DflashHeadForward, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Aten" : "Rows");
+                         });
+
+// Context of 9 rows, then a block of 6 at the context's end: [hidden | logits] as float32 CPU.
+at::Tensor RunDflashBlock(const DflashConfig& config, const TensorMap& tensors,
+                          const at::Tensor& embedding, const at::Tensor& lm_head,
+                          const HeadPlacement& placement) {
+  DflashHead head(config, tensors, embedding, lm_head, placement);
+  at::manual_seed(4);
+  head.AppendContext(at::randn({5, config.fc_in_dim()}).to(placement.device));
+  head.AppendContext(at::randn({4, config.fc_in_dim()}).to(placement.device));
+  DflashHeadOutput out;
+  head.ForwardFromBonus(7, 6, out);
+  return at::cat({out.hidden.to(at::kCPU, at::kFloat), out.logits.cpu()}, 1);
+}
+
+double RelativeL2(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).norm().item<double>() / want.norm().item<double>();
+}
+
+DflashConfig WindowedConfig() {
+  DflashConfig c = SmallConfig();
+  c.sliding_layers = {true, false};
+  c.sliding_window = 3;
+  return c;
+}
+
+TEST(DflashHeadAten, MatchesTheRowsInBfloat16WithSlidingWindows) {
+  const DflashConfig config = WindowedConfig();
+  const TensorMap tensors = RandomDflashTensors(config, 11);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor lm_head = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor rows = RunDflashBlock(config, tensors, embedding, lm_head, HeadPlacement{});
+  HeadPlacement aten;
+  aten.aten = true;
+  EXPECT_LT(RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows), 1e-5);
+  aten.dtype = at::kBFloat16;
+  EXPECT_LT(RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows), 3e-2);
+}
+
+TEST(DflashHeadAtenCuda, MatchesTheRowsOnTheGpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const DflashConfig config = WindowedConfig();
+  const TensorMap tensors = RandomDflashTensors(config, 11);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor lm_head = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor rows = RunDflashBlock(config, tensors, embedding, lm_head, HeadPlacement{});
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    HeadPlacement gpu{at::Device(at::kCUDA, 0), dtype, true};
+    const at::Tensor got = RunDflashBlock(config, tensors, embedding.to(gpu.device, dtype),
+                                          lm_head.to(gpu.device, dtype), gpu);
+    EXPECT_LT(RelativeL2(got, rows), dtype == at::kFloat ? 1e-4 : 3e-2) << dtype;
+  }
 }
 
 }  // namespace

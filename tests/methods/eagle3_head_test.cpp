@@ -25,6 +25,7 @@
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/eagle3/eagle3_head.h"
 #include "models/checkpoint/safetensors.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -704,9 +705,12 @@ void ExpectRowsNear(const float* got, int64_t width, const std::vector<Vec>& wan
   }
 }
 
-class Eagle3HeadForward : public ::testing::Test {
+// Every forward test runs on the row loops and on the ATen path forced on the CPU (float32), both
+// against the same plain-loop reference.
+class Eagle3HeadForward : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    placement_.aten = GetParam();
     config_ = SmallConfig();
     tensors_ = RandomEagle3Tensors(config_, 21);
     // Larger-than-init weights for norms and o/down projections make every term matter.
@@ -764,9 +768,15 @@ class Eagle3HeadForward : public ::testing::Test {
   TensorMap tensors_;
   at::Tensor embedding_;
   std::mt19937_64 rng_;
+  HeadPlacement placement_;
 };
 
-TEST_F(Eagle3HeadForward, FullCausalSequenceAndIncremental) {
+INSTANTIATE_TEST_SUITE_P(Paths, Eagle3HeadForward, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Aten" : "Rows");
+                         });
+
+TEST_P(Eagle3HeadForward, FullCausalSequenceAndIncremental) {
   const int64_t n = 9, fc_in = config_.fc_in_dim(), h = config_.hidden_size,
                 vd = config_.draft_vocab_size;
   std::vector<RefRow> rows;
@@ -774,7 +784,7 @@ TEST_F(Eagle3HeadForward, FullCausalSequenceAndIncremental) {
   std::vector<Vec> ref_hidden, ref_logits;
   ReferenceForward(config_, tensors_, embedding_, rows, Causal(n), &ref_hidden, &ref_logits);
 
-  Eagle3Head head(config_, tensors_, embedding_);
+  Eagle3Head head(config_, tensors_, embedding_, placement_);
   Eagle3HeadOutput out;
   head.ResetCache(32);
   Run(head, rows, 0, n, nullptr, /*pass_positions=*/false, out);
@@ -801,7 +811,7 @@ TEST_F(Eagle3HeadForward, FullCausalSequenceAndIncremental) {
   EXPECT_EQ(head.cache_length(), n);
 }
 
-TEST_F(Eagle3HeadForward, TreeMaskPositionsAndOwnHiddenFeatures) {
+TEST_P(Eagle3HeadForward, TreeMaskPositionsAndOwnHiddenFeatures) {
   // Context: 5 rows from target features. Tree: depth 1 = 3 nodes at position 5 whose features
   // are the head's own hidden (width H, fc skipped); depth 2 = 2 nodes at position 6 (children
   // of depth-1 nodes 0 and 2).
@@ -825,7 +835,7 @@ TEST_F(Eagle3HeadForward, TreeMaskPositionsAndOwnHiddenFeatures) {
   std::vector<Vec> ref_hidden, ref_logits;
   ReferenceForward(config_, tensors_, embedding_, rows, allowed, &ref_hidden, &ref_logits);
 
-  Eagle3Head head(config_, tensors_, embedding_);
+  Eagle3Head head(config_, tensors_, embedding_, placement_);
   Eagle3HeadOutput out;
   head.ResetCache(16);
   Run(head, rows, 0, n_ctx, nullptr, false, out);
@@ -856,12 +866,12 @@ TEST_F(Eagle3HeadForward, TreeMaskPositionsAndOwnHiddenFeatures) {
   ExpectRowsNear(out.hidden_row(0), h, ref_hidden, 0, n_ctx, "masked context hidden");
 }
 
-TEST_F(Eagle3HeadForward, FeaturesMayAliasTheOutput) {
+TEST_P(Eagle3HeadForward, FeaturesMayAliasTheOutput) {
   // Depth-k features are the previous call's output hidden: pass out's own buffer.
   const int64_t h = config_.hidden_size, vd = config_.draft_vocab_size;
   std::vector<RefRow> rows;
   for (int64_t i = 0; i < 3; ++i) rows.push_back(MakeRow(config_.fc_in_dim(), i));
-  Eagle3Head head(config_, tensors_, embedding_);
+  Eagle3Head head(config_, tensors_, embedding_, placement_);
   Eagle3HeadOutput out;
   head.ResetCache(8);
   Run(head, rows, 0, 3, nullptr, false, out);
@@ -880,7 +890,7 @@ TEST_F(Eagle3HeadForward, FeaturesMayAliasTheOutput) {
   ExpectRowsNear(out.logits_row(0), vd, ref_logits, 3, 3, "aliased logits");
 }
 
-TEST_F(Eagle3HeadForward, NormBeforeResidualOwnEmbeddingAndBf16TargetEmbedding) {
+TEST_P(Eagle3HeadForward, NormBeforeResidualOwnEmbeddingAndBf16TargetEmbedding) {
   const int64_t h = config_.hidden_size, vd = config_.draft_vocab_size;
   std::vector<RefRow> rows;
   for (int64_t i = 0; i < 6; ++i) rows.push_back(MakeRow(config_.fc_in_dim(), i + 3));
@@ -891,7 +901,8 @@ TEST_F(Eagle3HeadForward, NormBeforeResidualOwnEmbeddingAndBf16TargetEmbedding) 
     t[kEagle3Embed] = embedding_.mul(0.5f);
     std::vector<Vec> ref_hidden, ref_logits;
     ReferenceForward(c, t, t[kEagle3Embed], rows, Causal(6), &ref_hidden, &ref_logits);
-    Eagle3Head head(c, t, at::Tensor());  // the head's own embedding, no target embedding
+    Eagle3Head head(c, t, at::Tensor(),
+                    placement_);  // the head's own embedding, no target embedding
     EXPECT_TRUE(head.owns_embedding());
     EXPECT_EQ(head.parameter_count(), c.ParameterCount() + c.vocab_size * c.hidden_size);
     Eagle3HeadOutput out;
@@ -904,7 +915,7 @@ TEST_F(Eagle3HeadForward, NormBeforeResidualOwnEmbeddingAndBf16TargetEmbedding) 
     const at::Tensor bf16 = embedding_.to(at::kBFloat16);
     std::vector<Vec> ref_hidden, ref_logits;
     ReferenceForward(config_, tensors_, bf16, rows, Causal(6), &ref_hidden, &ref_logits);
-    Eagle3Head head(config_, tensors_, bf16);
+    Eagle3Head head(config_, tensors_, bf16, placement_);
     EXPECT_FALSE(head.owns_embedding());
     EXPECT_EQ(head.parameter_count(), config_.ParameterCount());
     Eagle3HeadOutput out;
@@ -914,8 +925,65 @@ TEST_F(Eagle3HeadForward, NormBeforeResidualOwnEmbeddingAndBf16TargetEmbedding) 
   }
 }
 
-TEST_F(Eagle3HeadForward, VocabMapAccessorsAndErrors) {
-  Eagle3Head head(config_, tensors_, embedding_);
+// A context of 5 target-feature rows, then 3 tree rows (own-hidden features, explicit positions)
+// whose middle row may attend to nothing; returns [hidden | logits] of every row as float32 CPU.
+at::Tensor RunContextAndTree(const Eagle3Config& config, const TensorMap& tensors,
+                             const at::Tensor& embedding, const HeadPlacement& placement) {
+  Eagle3Head head(config, tensors, embedding, placement);
+  Eagle3HeadOutput out;
+  head.ResetCache(16);
+  at::manual_seed(3);
+  const at::Tensor context = at::randn({5, config.fc_in_dim()});
+  const std::vector<int32_t> ctx_tokens = {1, 7, 40, 99, 250};
+  head.Forward(context, ctx_tokens.data(), nullptr, 5, nullptr, out);
+  std::vector<at::Tensor> rows = {
+      at::cat({out.hidden.to(at::kCPU, at::kFloat), out.logits.cpu()}, 1)};
+  const at::Tensor tree = out.hidden.narrow(0, 2, 3);  // [3, H] on the head's device
+  const std::vector<int32_t> tokens = {5, 6, 7};
+  const std::vector<int64_t> positions = {5, 5, 6};
+  std::vector<uint8_t> mask(3 * 8, 0);
+  for (int64_t j = 0; j < 5; ++j) mask[0 * 8 + j] = mask[2 * 8 + j] = 1;
+  mask[0 * 8 + 5] = 1;  // row 1 attends to nothing
+  mask[2 * 8 + 5] = mask[2 * 8 + 7] = 1;
+  head.Forward(tree, tokens.data(), positions.data(), 3, mask.data(), out);
+  rows.push_back(at::cat({out.hidden.to(at::kCPU, at::kFloat), out.logits.cpu()}, 1));
+  return at::cat(rows, 0);
+}
+
+double RelativeL2(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).norm().item<double>() / want.norm().item<double>();
+}
+
+TEST(Eagle3HeadAten, MatchesTheRowsWithAnEmptyMaskRowAndInBfloat16) {
+  const Eagle3Config config = SmallConfig();
+  const TensorMap tensors = RandomEagle3Tensors(config, 21);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor rows = RunContextAndTree(config, tensors, embedding, HeadPlacement{});
+  HeadPlacement aten;
+  aten.aten = true;
+  const at::Tensor f32 = RunContextAndTree(config, tensors, embedding, aten);
+  const double scale = rows.abs().max().item<double>();
+  EXPECT_LT((f32 - rows).abs().max().item<double>(), 1e-5 * scale);
+  aten.dtype = at::kBFloat16;
+  const at::Tensor bf16 = RunContextAndTree(config, tensors, embedding, aten);
+  EXPECT_LT(RelativeL2(bf16, rows), 3e-2);  // bf16 rounding of weights and activations
+}
+
+TEST(Eagle3HeadAtenCuda, MatchesTheRowsOnTheGpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const Eagle3Config config = SmallConfig();
+  const TensorMap tensors = RandomEagle3Tensors(config, 21);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor rows = RunContextAndTree(config, tensors, embedding, HeadPlacement{});
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    HeadPlacement gpu{at::Device(at::kCUDA, 0), dtype, true};
+    const at::Tensor got = RunContextAndTree(config, tensors, embedding.to(gpu.device, dtype), gpu);
+    EXPECT_LT(RelativeL2(got, rows), dtype == at::kFloat ? 1e-4 : 3e-2) << dtype;
+  }
+}
+
+TEST_P(Eagle3HeadForward, VocabMapAccessorsAndErrors) {
+  Eagle3Head head(config_, tensors_, embedding_, placement_);
   const int64_t* d2t = tensors_.at(kEagle3D2t).data_ptr<int64_t>();
   const bool* t2d = tensors_.at(kEagle3T2d).data_ptr<bool>();
   for (int32_t d = 0; d < config_.draft_vocab_size; ++d) {

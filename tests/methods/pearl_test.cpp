@@ -5,14 +5,18 @@
 // The overlap test is in pearl_overlap_test.cpp (run serially).
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cmath>
 #include <cstdio>
 
 #include "methods/method_registry.h"
 #include "methods/pearl/pearl_decoder.h"
+#include "methods/pearl/side_thread.h"
 #include "methods/pearl/speed_ratio.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/methods/parallel_test_util.h"
 
 namespace specbed {
@@ -177,6 +181,25 @@ TEST(Pearl, ThreadBudgetsArePerThread) {
 // The same model on both sides gives c near 1 (checked within [0.2, 5]: a timing check, loose
 // enough that contention from a parallel ctest does not fail it in practice); the registry builds
 // a PEARL decoder with an auto chunk in [1, 64] that still matches AR.
+// On a GPU the draft side queues its work on a stream of its own, and after Wait() that work has
+// run (the worker synchronizes its stream before it reports the job done).
+TEST(SideThreadCuda, TheWorkerQueuesOnItsOwnStream) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  const auto* impl = c10::impl::getDeviceGuardImpl(at::kCUDA);
+  SideThread side(1, cuda);
+  std::optional<c10::Stream> worker;
+  at::Tensor out;
+  side.Start([&] {
+    worker = impl->getStream(cuda);
+    out = at::ones({1 << 20}, at::TensorOptions().device(cuda)).cumsum(0);
+  });
+  side.Wait();
+  ASSERT_TRUE(worker.has_value());
+  EXPECT_NE(*worker, impl->getStream(cuda));
+  EXPECT_EQ(out[-1].item<float>(), static_cast<float>(1 << 20));
+}
+
 TEST(Pearl, AutoChunkFollowsTheMeasuredSpeedRatio) {
   EXPECT_EQ(ChunkForSpeedRatio(3.2, 64), 4);
   EXPECT_EQ(ChunkForSpeedRatio(4.0, 64), 4);
