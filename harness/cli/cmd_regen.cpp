@@ -59,6 +59,8 @@ void AddRegenCommand(CLI::App& app) {
                    ->capture_default_str(),
                {"--model"});
   cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  cmd->add_option("--device", c.device, "Target device: cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_option("--prompts", c.prompts,
                   "'bos' (unconditional), a dataset name (specbed list datasets) or a "
                   ".jsonl/.json prompt file")

@@ -630,7 +630,8 @@ TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
   ExpectRunFails(dir, WriteConfig(dir, "dev.json", cfg), db, {"device 'cuda:7' is not available"});
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"generate", "--device", "cuda:7", "-n", "4"},
-        {"bench", "--device", "cuda:7", "-n", "4", "-o", ""}}) {
+        {"bench", "--device", "cuda:7", "-n", "4", "-o", ""},
+        {"regen", "--device", "cuda:7", "-n", "4", "--n-sequences", "1", "-o", "r.safetensors"}}) {
     const ProcResult r = RunSpecbed(args, dir);
     EXPECT_EQ(r.exit_code, 1) << Describe(r);
     EXPECT_TRUE(Contains(r.err, "device 'cuda:7' is not available")) << Describe(r);

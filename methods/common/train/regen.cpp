@@ -22,6 +22,7 @@
 #include "harness/runner/runner.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/device.h"
 #include "models/model_registry.h"
 
 namespace specbed {
@@ -104,6 +105,7 @@ ojson BaseProvenance(const RegenConfig& c, const LoadedTarget& target, const Pro
   p["target"] = {{"name", target.spec.name},
                  {"fingerprint", TargetFingerprint(*target.model)},
                  {"dtype", DtypeName(target.model->dtype())},
+                 {"device", DeviceName(target.model->device())},
                  {"vocab_size", tc.vocab_size},
                  {"max_seq_len", tc.max_seq_len}};
   ojson pr;
@@ -206,7 +208,8 @@ RegenRunResult Run(const RegenConfig& c, const std::string& partial,
   SPECBED_CHECK(options.stop_after >= 0 && options.partial_every_s >= 0,
                 "regen: stop_after and partial_every_s must be >= 0");
   at::set_num_threads(c.threads);
-  const LoadedTarget target = LoadModel(c.target, ParseDtype(c.dtype));
+  const LoadedTarget target =
+      LoadModel(c.target, ParseDtype(c.dtype), "", ParseDevice(c.device, "regen --device"));
   LlamaModel& model = *target.model;
   const LlamaConfig& tc = model.config();
   const PromptSet prompts = BuildPrompts(c, target);

@@ -27,6 +27,8 @@ struct RegenConfig {
   // Target: a model registry name or path, run as `dtype` ("float32" or "bfloat16").
   std::string target = "stories260K";
   std::string dtype = "float32";
+  // "cpu", "cuda" or "cuda:N": where the target runs (checked before anything is written).
+  std::string device = "cpu";
   // "bos": unconditional, every prompt is [BOS] and `n_sequences` sequences are generated.
   // Otherwise a dataset registry name (`specbed list datasets`) or a .jsonl/.json prompt file;
   // each prompt's first user turn goes through the target's chat template (BuildPromptIds).
