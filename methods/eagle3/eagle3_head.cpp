@@ -222,15 +222,41 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
     ForwardAten(f.clone(), tokens, positions, n, mask, max_position, out);  // features may alias
     return;
   }
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
-                n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
-                qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim(), vd = config_.draft_vocab_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const int64_t past = cache_length_;
   EnsureRows(n);
   EnsureRope(max_position);
+  EnsureOutput(n, out);
+  at::Tensor hid = Rows(out.hidden_buffer, n);
+  FuseRows(features, feature_width, tokens, n, hid);
+  RotateIntoCache(positions, n);
+  at::Tensor attn = Rows(attn_, n);
+  AttendRows(n, mask, attn);
+  hid.addmm_(attn, wo_t_);  // h = r + o_proj(attn)
+  at::Tensor logits = Rows(out.logits_buffer, n);
+  MlpAndLogits(n, hid, logits);
+  cache_length_ += n;
+  out.n = n;
+  out.hidden = hid;
+  out.logits = logits;
+}
 
-  // 1. g: fused target features (fc) or the head's own hidden. Consumes `features` before any
+void Eagle3Head::EnsureOutput(int64_t n, Eagle3HeadOutput& out) const {
+  const int64_t h = config_.hidden_size, vd = config_.draft_vocab_size;
+  const int64_t rows = std::max<int64_t>(n, row_capacity_);
+  if (!out.hidden_buffer.defined() || out.hidden_buffer.size(0) < n ||
+      out.hidden_buffer.size(1) != h) {
+    out.hidden_buffer = at::empty({rows, h}, at::TensorOptions().dtype(at::kFloat));
+  }
+  if (!out.logits_buffer.defined() || out.logits_buffer.size(0) < n ||
+      out.logits_buffer.size(1) != vd) {
+    out.logits_buffer = at::empty({rows, vd}, at::TensorOptions().dtype(at::kFloat));
+  }
+}
+
+void Eagle3Head::FuseRows(const float* features, int64_t feature_width, const int32_t* tokens,
+                          int64_t n, at::Tensor& hid) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  // g: fused target features (fc) or the head's own hidden. Consumes `features` before any
   // output is written, so they may alias out.hidden.
   at::Tensor g = Rows(g_, n);
   float* gp = g.data_ptr<float>();
@@ -241,24 +267,9 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
   } else {
     std::memcpy(gp, features, static_cast<size_t>(n * h) * sizeof(float));
   }
-
-  // Output buffers (grown only when needed).
-  if (!out.hidden_buffer.defined() || out.hidden_buffer.size(0) < n ||
-      out.hidden_buffer.size(1) != h) {
-    const int64_t rows = std::max<int64_t>(n, row_capacity_);
-    out.hidden_buffer = at::empty({rows, h}, at::TensorOptions().dtype(at::kFloat));
-  }
-  if (!out.logits_buffer.defined() || out.logits_buffer.size(0) < n ||
-      out.logits_buffer.size(1) != vd) {
-    const int64_t rows = std::max<int64_t>(n, row_capacity_);
-    out.logits_buffer = at::empty({rows, vd}, at::TensorOptions().dtype(at::kFloat));
-  }
-  at::Tensor hid = Rows(out.hidden_buffer, n);
+  // x = [input_layernorm(embed(token)) | hidden_norm(g)]; residual r -> hid.
   float* hp = hid.data_ptr<float>();
-
-  // 2. x = [input_layernorm(embed(token)) | hidden_norm(g)]; residual r -> hid.
-  at::Tensor x = Rows(x_, n);
-  float* xp = x.data_ptr<float>();
+  float* xp = x_.data_ptr<float>();
   const float* in_norm = input_norm_.data_ptr<float>();
   const float* hid_norm = hidden_norm_.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
@@ -273,14 +284,16 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
     std::memcpy(hp + i * h, config_.norm_before_residual ? xrow + h : gp + i * h,
                 static_cast<size_t>(h) * sizeof(float));
   }
+}
 
-  // 3. q, k, v; RoPE on q (into q_) and k; k, v into the cache at slots [past, past + n).
+void Eagle3Head::RotateIntoCache(const int64_t* positions, int64_t n) {
+  const int64_t hd = config_.head_dim, n_heads = config_.n_heads, n_kv = config_.n_kv_heads,
+                qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim();
+  const int64_t past = cache_length_, half = hd / 2, cap = cache_capacity_;
   at::Tensor qkv = Rows(qkv_, n);
-  at::mm_out(qkv, x, wqkv_t_);
+  at::mm_out(qkv, Rows(x_, n), wqkv_t_);
   const float* qkvp = qkv.data_ptr<float>();
   float* qp = q_.data_ptr<float>();
-  const int64_t half = hd / 2;
-  const int64_t cap = cache_capacity_;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = positions != nullptr ? positions[i] : past + i;
     const float* c = rope_cos_.data() + pos * half;
@@ -296,13 +309,12 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
                   static_cast<size_t>(hd) * sizeof(float));
     }
   }
+}
 
-  // 4. Attention of every (row, head) over the allowed cache slots.
-  at::Tensor attn = Rows(attn_, n);
-  AttendRows(n, mask, attn);
-
-  // 5. h = r + o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
-  hid.addmm_(attn, wo_t_);
+void Eagle3Head::MlpAndLogits(int64_t n, at::Tensor& hid, at::Tensor& logits) {
+  const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  float* hp = hid.data_ptr<float>();
   at::Tensor hn = Rows(hn_, n);
   float* hnp = hn.data_ptr<float>();
   const float* post = post_norm_.data_ptr<float>();
@@ -318,18 +330,10 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
     float* a = ap + i * inter;
     for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
   }
-  hid.addmm_(act, w_down_t_);
-
-  // 6. logits = lm_head(norm(h)).
+  hid.addmm_(act, w_down_t_);  // h += down(silu(gate(post_ln(h))) * up(post_ln(h)))
   const float* fin = final_norm_.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, fin, hnp + i * h, h, eps);
-  at::Tensor logits = Rows(out.logits_buffer, n);
-  at::mm_out(logits, hn, lm_head_t_);
-
-  cache_length_ = past + n;
-  out.n = n;
-  out.hidden = hid;
-  out.logits = logits;
+  at::mm_out(logits, hn, lm_head_t_);  // logits = lm_head(norm(h))
 }
 
 void Eagle3Head::AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn) {

@@ -114,6 +114,13 @@ class Eagle3Head {
                     int64_t n) const;
   void EnsureRows(int64_t n);
   void EnsureRope(int64_t max_position);
+  // Row path, in order: output buffers; g and x = [norm(embed) | norm(g)] with the residual into
+  // `hid`; q/k/v from x, RoPE, k and v into the cache; attention; SwiGLU MLP and logits.
+  void EnsureOutput(int64_t n, Eagle3HeadOutput& out) const;
+  void FuseRows(const float* features, int64_t feature_width, const int32_t* tokens, int64_t n,
+                at::Tensor& hid);
+  void RotateIntoCache(const int64_t* positions, int64_t n);
+  void MlpAndLogits(int64_t n, at::Tensor& hid, at::Tensor& logits);
   // Attention of every (row, head) of q_ over the cache slots `mask` allows (row path).
   void AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn);
   void ForwardAten(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
