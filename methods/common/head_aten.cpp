@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "harness/base/error.h"
+#include "methods/common/head_kernels.h"
 #include "models/llama_model.h"
 
 namespace specbed {
@@ -81,22 +83,27 @@ at::Tensor SwiGluAten(const at::Tensor& gate_up) {
 
 void DeviceRopeTable::Ensure(const std::vector<double>& inv_freq, int64_t max_position,
                              const at::Device& device) {
-  if (max_position <= capacity_ && cos_.device() == device) return;
-  const int64_t cap = std::max(max_position, 2 * capacity_);
+  if (max_position <= host_capacity_ && cos_.defined() && cos_.device() == device) return;
+  GrowRopeTable(inv_freq, max_position, host_cos_, host_sin_, host_capacity_);  // the row path's
   const int64_t half = static_cast<int64_t>(inv_freq.size());
-  at::Tensor c = at::empty({cap, half}, at::kFloat), s = at::empty({cap, half}, at::kFloat);
-  float* cp = c.data_ptr<float>();
-  float* sp = s.data_ptr<float>();
-  for (int64_t p = 0; p < cap; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * inv_freq[i];
-      cp[p * half + i] = static_cast<float>(std::cos(angle));
-      sp[p * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
-  cos_ = c.to(device);
-  sin_ = s.to(device);
-  capacity_ = cap;
+  const auto f32 = at::TensorOptions(at::kFloat);
+  cos_ = at::from_blob(host_cos_.data(), {host_capacity_, half}, f32)
+             .to(device, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  sin_ = at::from_blob(host_sin_.data(), {host_capacity_, half}, f32)
+             .to(device, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
+
+void DownloadTopKLogProbs(const at::Tensor& logits, int64_t k, const at::Tensor& id_map,
+                          int32_t* ids, float* logp) {
+  const int64_t n = logits.size(0);
+  const at::Tensor log_z = at::logsumexp(logits, -1, /*keepdim=*/true);
+  const auto [values, index] = at::topk(logits, k, -1, /*largest=*/true, /*sorted=*/true);
+  const at::Tensor lp = (values - log_z).clamp_max(0.0).flatten();
+  const at::Tensor id =
+      id_map.defined() ? id_map.index_select(0, index.flatten()) : index.flatten();
+  const at::Tensor host = at::cat({id.to(at::kInt), lp.view(at::kInt)}).cpu();  // one download
+  std::memcpy(ids, host.data_ptr<int32_t>(), sizeof(int32_t) * n * k);
+  std::memcpy(logp, host.data_ptr<int32_t>() + n * k, sizeof(float) * n * k);
 }
 
 void HostStaging::Resize(int64_t n_int64, int64_t n_bytes) {

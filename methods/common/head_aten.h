@@ -57,8 +57,8 @@ at::Tensor CausalAllowedAten(int64_t n, int64_t past, const at::Device& device);
 // gate_up [n, 2 * I] (gate first) -> silu(gate) * up, [n, I] in gate_up's dtype.
 at::Tensor SwiGluAten(const at::Tensor& gate_up);
 
-// A RoPE cos/sin table on a device (float32 [capacity, half], row p = position p), grown like
-// GrowRopeTable (at least doubling, computed in double on the host, one upload per growth).
+// A RoPE cos/sin table on a device (float32 [capacity, half], row p = position p): the row path's
+// host table (GrowRopeTable, head_kernels.h: the same values) uploaded once per growth.
 class DeviceRopeTable {
  public:
   void Ensure(const std::vector<double>& inv_freq, int64_t max_position, const at::Device& device);
@@ -67,9 +67,17 @@ class DeviceRopeTable {
   at::Tensor Sin(const at::Tensor& positions) const { return sin_.index_select(0, positions); }
 
  private:
+  std::vector<float> host_cos_, host_sin_;
+  int64_t host_capacity_ = 0;
   at::Tensor cos_, sin_;
-  int64_t capacity_ = 0;
 };
+
+// The k best entries of the log-softmax of every row of float32 logits [n, V] (on any device),
+// highest first, downloaded in one copy into host arrays ids[n * k] and logp[n * k] (<= 0). Ids
+// are column indices, or id_map[column] when `id_map` (int64 [V], logits' device) is defined.
+// Equal logits rank in ATen's topk order (the host passes break ties by the smaller id).
+void DownloadTopKLogProbs(const at::Tensor& logits, int64_t k, const at::Tensor& id_map,
+                          int32_t* ids, float* logp);
 
 // A host staging buffer for one step's small inputs, an int64 section and a uint8 section,
 // uploaded to a device in one copy (pageable memory, so the copy is synchronous). Resize lays

@@ -125,12 +125,7 @@ void DflashDrafter::TopKPerDepth(int64_t depth, int64_t k) {
   tokens_.resize(static_cast<size_t>(depth * k));
   const at::Tensor rows = out_.logits.narrow(0, 1, depth);
   if (!rows.is_cpu()) {  // one download of [depth, k] ids and log-probs
-    const at::Tensor log_z = at::logsumexp(rows, -1, /*keepdim=*/true);
-    const auto [values, index] = at::topk(rows, k, -1, /*largest=*/true, /*sorted=*/true);
-    const at::Tensor lp = (values - log_z).clamp_max(0.0).flatten();
-    const at::Tensor host = at::cat({index.flatten().to(at::kInt), lp.view(at::kInt)}).cpu();
-    std::memcpy(tokens_.data(), host.data_ptr<int32_t>(), sizeof(int32_t) * depth * k);
-    std::memcpy(logp_.data(), host.data_ptr<int32_t>() + depth * k, sizeof(float) * depth * k);
+    DownloadTopKLogProbs(rows, k, at::Tensor(), tokens_.data(), logp_.data());
     return;
   }
   order_.resize(static_cast<size_t>(vocab_));

@@ -160,13 +160,7 @@ void Eagle3Drafter::TopKRows(const at::Tensor& logits, int64_t k, int32_t* token
     }
     return;
   }
-  const at::Tensor log_z = at::logsumexp(logits, -1, /*keepdim=*/true);
-  const auto [values, index] = at::topk(logits, k, -1, /*largest=*/true, /*sorted=*/true);
-  const at::Tensor lp = (values - log_z).clamp_max(0.0).flatten();
-  const at::Tensor ids = head_->draft_to_target_tensor().index_select(0, index.flatten());
-  const at::Tensor host = at::cat({ids.to(at::kInt), lp.view(at::kInt)}).cpu();  // one download
-  std::memcpy(tokens, host.data_ptr<int32_t>(), sizeof(int32_t) * n * k);
-  std::memcpy(logp, host.data_ptr<int32_t>() + n * k, sizeof(float) * n * k);
+  DownloadTopKLogProbs(logits, k, head_->draft_to_target_tensor(), tokens, logp);
 }
 
 double Eagle3Drafter::Entropy(const at::Tensor& row) const {

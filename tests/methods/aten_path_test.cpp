@@ -26,6 +26,25 @@
 namespace specbed {
 namespace {
 
+// Decodes every prompt of `ids` with `decoder` (greedy unless seeded, `max_tokens` tokens, seed =
+// prompt index); adds the steps' accepted drafts to `accepted`.
+std::vector<std::vector<int32_t>> DecodeAll(Decoder& decoder, LoadedTarget& target,
+                                            const std::vector<std::vector<int32_t>>& ids,
+                                            int64_t max_tokens, int64_t& accepted) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    GenerationConfig g;
+    g.stop = StopConfigFor(target, max_tokens, {});
+    g.seed = i;
+    KvCache cache = target.model->NewCache(1, 512);
+    DecodeResult r;
+    decoder.Generate(ids[i], g, cache, r);
+    out.push_back(r.generation.tokens);
+    for (const StepStats& s : r.steps) accepted += s.n_accepted;
+  }
+  return out;
+}
+
 TEST(AtenPath, EveryMethodMatchesArOnStories260K) {
   at::set_num_threads(1);
   SetCpuForwardPathOverride(ForwardPath::kAten);
@@ -61,15 +80,9 @@ TEST(AtenPath, EveryMethodMatchesArOnStories260K) {
     SCOPED_TRACE(name);
     std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
     int64_t accepted = 0;
+    const auto decoded = DecodeAll(*decoder, target, ids, 32, accepted);
     for (size_t i = 0; i < ids.size(); ++i) {
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 32, {});
-      g.seed = i;
-      KvCache cache = target.model->NewCache(1, 512);
-      DecodeResult r;
-      decoder->Generate(ids[i], g, cache, r);
-      EXPECT_EQ(r.generation.tokens, reference[i]) << "prompt " << i;
-      for (const StepStats& s : r.steps) accepted += s.n_accepted;
+      EXPECT_EQ(decoded[i], reference[i]) << "prompt " << i;
     }
     if (registry.Info(name).traits.speculative) {
       EXPECT_GT(accepted, 0);
@@ -120,15 +133,10 @@ TEST(AtenPath, EveryMethodRunsWithABfloat16Target) {
     SCOPED_TRACE(name);
     std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
     int64_t accepted = 0;
+    const auto decoded = DecodeAll(*decoder, target, ids, 24, accepted);
     for (size_t i = 0; i < ids.size(); ++i) {
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 24, {});
-      KvCache cache = target.model->NewCache(1, 512);
-      DecodeResult r;
-      decoder->Generate(ids[i], g, cache, r);
-      ASSERT_FALSE(r.generation.tokens.empty());
-      EXPECT_EQ(r.generation.tokens[0], reference[i][0]) << "prompt " << i;
-      for (const StepStats& s : r.steps) accepted += s.n_accepted;
+      ASSERT_FALSE(decoded[i].empty());
+      EXPECT_EQ(decoded[i][0], reference[i][0]) << "prompt " << i;
     }
     if (registry.Info(name).traits.speculative) {
       EXPECT_GT(accepted, 0);

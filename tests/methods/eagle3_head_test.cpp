@@ -969,6 +969,28 @@ TEST(Eagle3HeadAten, MatchesTheRowsWithAnEmptyMaskRowAndInBfloat16) {
   EXPECT_LT(RelativeL2(bf16, rows), 3e-2);  // bf16 rounding of weights and activations
 }
 
+// The device drafters' top-k download (methods/common/head_aten.h), run here on CPU tensors: the
+// k best log-softmax entries per row, highest first, ids through the map when given.
+TEST(Eagle3HeadAten, DownloadTopKLogProbsMatchesASortedLogSoftmax) {
+  at::manual_seed(7);
+  const at::Tensor logits = at::randn({3, 50});
+  const at::Tensor map = at::arange(50, at::kLong).mul(3).add(1);
+  const at::Tensor lp = at::log_softmax(logits, -1);
+  const auto [want, order] = lp.sort(-1, /*descending=*/true);
+  for (bool mapped : {false, true}) {
+    std::vector<int32_t> ids(12);
+    std::vector<float> logp(12);
+    DownloadTopKLogProbs(logits, 4, mapped ? map : at::Tensor(), ids.data(), logp.data());
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 4; ++j) {
+        const int64_t col = order[i][j].item<int64_t>();
+        EXPECT_EQ(ids[i * 4 + j], mapped ? 3 * col + 1 : col) << i << "," << j;
+        EXPECT_NEAR(logp[i * 4 + j], want[i][j].item<float>(), 1e-5) << i << "," << j;
+      }
+    }
+  }
+}
+
 TEST(Eagle3HeadAtenCuda, MatchesTheRowsOnTheGpu) {
   SPECBED_SKIP_WITHOUT_CUDA();
   const Eagle3Config config = SmallConfig();
