@@ -127,6 +127,9 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
       s.description = "Hugging Face checkpoint directory";
       if (PathExists(name_or_path + "/tokenizer.json")) {
         s.tokenizer_path = name_or_path + "/tokenizer.json";
+      } else if (PathExists(name_or_path + "/vocab.json") &&
+                 PathExists(name_or_path + "/merges.txt")) {
+        s.tokenizer_path = name_or_path;  // a GPT-2 style pair: LoadTokenizer reads the folder
       } else if (PathExists(name_or_path + "/tokenizer.bin")) {
         // A llama2.c tokenizer beside an HF checkpoint (e.g. a cost twin of stories260K).
         s.tokenizer_path = name_or_path + "/tokenizer.bin";
@@ -134,6 +137,12 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
       }
     }
     return s;
+  }
+  // A name with a '/' or a checkpoint suffix is a path: say what is wrong with it (missing, a
+  // symbolic link loop, a FIFO, ...) instead of "unknown model".
+  if (name_or_path.find('/') != std::string::npos || EndsWith(name_or_path, ".bin")) {
+    CheckPathKind(name_or_path, EndsWith(name_or_path, ".bin") ? PathKind::kFile : PathKind::kDirectory,
+                  "target checkpoint");
   }
   FailUnknownName("model", name_or_path, BuiltinModelNames());
 }

@@ -124,8 +124,10 @@ std::vector<std::string> SettingDiffs(const CaseRecord& a, const CaseRecord& b) 
   return out;
 }
 
+// The groups of a database; with `only_case` >= 0 only that case, under the key "case".
 std::map<std::string, Group> LoadGroups(const std::string& path, const std::string& match,
-                                        SpeedupScope scope, const BaselinePolicy& policy) {
+                                        SpeedupScope scope, const BaselinePolicy& policy,
+                                        int64_t only_case = -1) {
   StoreOptions so;
   so.read_only = true;
   auto store = ResultsStore::Open(path, so);
@@ -133,8 +135,9 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
   std::map<std::string, Group> groups;
   std::map<std::string, std::string> knobs_of_group;  // workload match: one configuration each
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (only_case >= 0 && cases[i].case_id != only_case) continue;
     const CaseRecord& c = cases[i].record;
-    const std::string key = GroupKey(c, match);
+    const std::string key = only_case >= 0 ? std::string("case") : GroupKey(c, match);
     Group& g = groups[key];
     if (match == "workload") {
       auto [it, inserted] = knobs_of_group.emplace(key, c.method_knobs_json);
@@ -244,7 +247,64 @@ void CompareSpeed(const Group& b, const Group& c, const CompareOptions& o, Compa
   row.speed_regressed = gated && row.speed_ratio_ci.hi < 1.0 - o.speedup_threshold;
 }
 
+// One row: τ and speed of the candidate group against the baseline group.
+CompareRow CompareGroups(const Group& b, const Group& c, const CompareOptions& options) {
+  CompareRow row;
+  row.label = b.label;
+  row.candidate_label = c.label;
+  row.method = b.method;
+  row.temperature = b.temperature;
+  row.baseline_repeats = b.repeats;
+  row.candidate_repeats = c.repeats;
+  if (b.steps > 0) row.tau_baseline = static_cast<double>(b.emitted) / b.steps;
+  if (c.steps > 0) row.tau_candidate = static_cast<double>(c.emitted) / c.steps;
+  if (options.gate_tau && b.temperature == 0 && std::isfinite(row.tau_baseline)) {
+    row.tau_regressed = !(row.tau_candidate >= row.tau_baseline - options.tau_tolerance);
+  }
+  CompareSpeed(b, c, options, row);
+  if (row.method == "ar" && !options.gate_absolute_speed && row.note.empty()) {
+    row.note = "absolute tok/s: reported, not gated";
+  }
+  return row;
+}
+
+// The group of one case of `path`; fails naming the case ids the database holds.
+Group CaseGroup(const std::string& path, int64_t case_id, const CompareOptions& options) {
+  auto groups = LoadGroups(path, "key", options.scope, options.baseline, case_id);
+  if (groups.empty()) {
+    StoreOptions so;
+    so.read_only = true;
+    std::vector<std::string> ids;
+    for (const auto& c : ResultsStore::Open(path, so)->ListCases()) {
+      ids.push_back(std::to_string(c.case_id));
+    }
+    Fail("compare --cases: case ", case_id, " is not in results database '", path, "' (cases: ",
+         ids.empty() ? std::string("none") : Join(ids, ", "), ")");
+  }
+  return std::move(groups.begin()->second);
+}
+
 }  // namespace
+
+CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t case_b,
+                           const CompareOptions& options) {
+  const Group a = CaseGroup(db_path, case_a, options);
+  const Group b = CaseGroup(db_path, case_b, options);
+  SPECBED_CHECK((a.method == "ar") == (b.method == "ar"), "compare --cases: case ", case_a, " (",
+                a.label, ") and case ", case_b, " (", b.label,
+                ") must both be speculative (their speedups over AR are compared) or both AR "
+                "(tok/s); a method's speedup over AR is in `specbed summary`");
+  CompareResult result;
+  result.baseline_path = StrCat(db_path, " case ", case_a);
+  result.candidate_path = StrCat(db_path, " case ", case_b);
+  result.options = options;
+  result.options.match = "cases";
+  CompareOptions within = options;
+  within.gate_absolute_speed = true;  // one database, one machine: AR tok/s compare
+  result.rows.push_back(CompareGroups(a, b, within));
+  result.regressed = result.rows[0].tau_regressed || result.rows[0].speed_regressed;
+  return result;
+}
 
 CompareResult CompareDatabases(const std::string& baseline_path, const std::string& candidate_path,
                                const CompareOptions& options) {
@@ -259,29 +319,17 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
   result.options = options;
   const auto base = LoadGroups(baseline_path, options.match, options.scope, options.baseline);
   const auto cand = LoadGroups(candidate_path, options.match, options.scope, options.baseline);
+  SPECBED_CHECK(!base.empty(), "compare: baseline results database '", baseline_path,
+                "' holds no cases: nothing to compare against");
+  SPECBED_CHECK(!cand.empty(), "compare: candidate results database '", candidate_path,
+                "' holds no cases: nothing to compare");
   for (const auto& [key, b] : base) {
     auto it = cand.find(key);
     if (it == cand.end()) {
       result.unmatched_baseline.push_back(b.label);
       continue;
     }
-    const Group& c = it->second;
-    CompareRow row;
-    row.label = b.label;
-    row.candidate_label = c.label;
-    row.method = b.method;
-    row.temperature = b.temperature;
-    row.baseline_repeats = b.repeats;
-    row.candidate_repeats = c.repeats;
-    if (b.steps > 0) row.tau_baseline = static_cast<double>(b.emitted) / b.steps;
-    if (c.steps > 0) row.tau_candidate = static_cast<double>(c.emitted) / c.steps;
-    if (options.gate_tau && b.temperature == 0 && std::isfinite(row.tau_baseline)) {
-      row.tau_regressed = !(row.tau_candidate >= row.tau_baseline - options.tau_tolerance);
-    }
-    CompareSpeed(b, c, options, row);
-    if (row.method == "ar" && !options.gate_absolute_speed && row.note.empty()) {
-      row.note = "absolute tok/s: reported, not gated";
-    }
+    CompareRow row = CompareGroups(b, it->second, options);
     result.regressed = result.regressed || row.tau_regressed || row.speed_regressed;
     result.rows.push_back(std::move(row));
   }

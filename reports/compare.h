@@ -71,10 +71,16 @@ struct CompareResult {
   bool regressed = false;  // any row regressed, or a baseline case has no match
 };
 
-// Throws specbed::Error for unreadable databases, an unknown match mode, or (match "workload")
-// two configurations of one method and workload in one database.
+// Throws specbed::Error for unreadable databases, a database without cases, an unknown match mode,
+// or (match "workload") two configurations of one method and workload in one database.
 CompareResult CompareDatabases(const std::string& baseline_path, const std::string& candidate_path,
                                const CompareOptions& options);
+
+// A vs B within one database: case `case_b` against case `case_a` (both speculative: the ratio of
+// their per-prompt speedups over their own AR, with the paired bootstrap CI; both AR: tok/s), τ
+// as above. Fails for a case id not in the database, or one AR and one speculative case.
+CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t case_b,
+                           const CompareOptions& options);
 
 std::string FormatCompareTable(const CompareResult& result);
 std::string CompareJson(const CompareResult& result);

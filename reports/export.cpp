@@ -16,13 +16,19 @@
 namespace specbed {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // columns in the summary JSON's field order
 
-// Fields kept as one JSON-text column (objects whose keys differ between cases, lists).
+// Fields kept as one JSON-text column (objects whose keys differ between cases).
 bool KeepAsText(const std::string& path) {
-  static const std::set<std::string> kText = {"knobs", "method_traits", "stop_reasons",
-                                              "exact_match.divergences"};
+  static const std::set<std::string> kText = {"knobs", "method_traits", "stop_reasons"};
   return kText.count(path) > 0;
+}
+
+// Lists left out of the cases CSV: per-position numbers (the `positions` table has them, one row
+// per case and position) and the divergences (per answer; in the JSON export).
+bool LeftOutOfCsv(const std::string& path) {
+  return path == "exact_match.divergences" ||
+         (path.rfind("acceptance.", 0) == 0 && path != "acceptance.max_depth");
 }
 
 // Flattens `j` into (column, value) pairs: objects recurse with dotted names, a two-element list
@@ -37,6 +43,8 @@ void Flatten(const Json& j, const std::string& path,
              j.size() == 2) {
     out.emplace_back(path + ".lo", j[0]);
     out.emplace_back(path + ".hi", j[1]);
+  } else if (LeftOutOfCsv(path)) {
+    return;
   } else if ((j.is_array() || j.is_object())) {
     out.emplace_back(path, Json(j.dump()));
   } else {
@@ -152,6 +160,27 @@ Json StepJson(const SummaryRow& r, const StepRecord& s) {
           {"n_draft_generated", Recorded(s.n_draft_generated)}};
 }
 
+// One row per (case, draft position): SpecBed's r_i and α_i, vLLM's per-position acceptance rate
+// and the counts behind them.
+std::vector<Json> PositionRows(const Json& cases) {
+  std::vector<Json> rows;
+  for (const Json& c : cases) {
+    const Json& a = c["acceptance"];
+    for (size_t i = 0; i < a["r"].size(); ++i) {
+      rows.push_back({{"case_id", c["case_id"]},
+                      {"run_id", c["run_id"]},
+                      {"position", i + 1},
+                      {"r", a["r"][i]},
+                      {"alpha", a["alpha"][i]},
+                      {"per_position_acceptance_rate", a["per_position_acceptance_rate"][i]},
+                      {"n_reached", a["n_reached"][i]},
+                      {"n_accepted", a["n_accepted"][i]},
+                      {"n_conditional", a["n_conditional"][i]}});
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag) {
@@ -164,7 +193,8 @@ ExportTable ParseExportTable(const std::string& text, const std::string& flag) {
   if (text == "cases") return ExportTable::kCases;
   if (text == "samples") return ExportTable::kSamples;
   if (text == "steps") return ExportTable::kSteps;
-  Fail(flag, ": unknown table '", text, "' (expected cases, samples or steps)");
+  if (text == "positions") return ExportTable::kPositions;
+  Fail(flag, ": unknown table '", text, "' (expected cases, positions, samples or steps)");
 }
 
 std::string ExportResults(const Summary& summary, ExportTable table, ExportFormat format) {
@@ -173,6 +203,10 @@ std::string ExportResults(const Summary& summary, ExportTable table, ExportForma
     if (format == ExportFormat::kJson) return doc.dump(2) + "\n";
     std::vector<Json> rows(doc["cases"].begin(), doc["cases"].end());
     return Csv(rows);
+  }
+  if (table == ExportTable::kPositions) {
+    const std::vector<Json> rows = PositionRows(doc["cases"]);
+    return format == ExportFormat::kJson ? Json(rows).dump(2) + "\n" : Csv(rows);
   }
   std::vector<Json> rows;
   if (!summary.rows.empty()) {

@@ -1,12 +1,15 @@
-// `specbed export DB --format csv|json [--table cases|samples|steps]`: a results database as
-// flat files for pandas / R / spreadsheets. `cases`: one row per case with every number of
-// `specbed summary --json` (the same values: built from the same Summary), nested fields
-// flattened to dotted columns (`speedup.geomean`, `speedup.geomean_ci.lo` / `.hi`,
-// `exact_match.rate`, `acceptance.max_depth`); the fields that are objects or lists of varying
-// shape (`knobs`, `method_traits`, `stop_reasons`, `acceptance.r`, `acceptance.alpha`,
-// `acceptance.n_*`, `exact_match.divergences`) as JSON text in one column. `samples` / `steps`:
-// the stored rows with their case_id and run_id. JSON = an array of objects (cases: the summary
-// document itself). Checked by: tests/reports/export_test.cpp.
+// `specbed export DB --format csv|json [--table cases|positions|samples|steps]`: a results
+// database as flat files for pandas / R / spreadsheets. `cases`: one row per case with every
+// number of `specbed summary --json` (the same values: built from the same Summary), in that
+// document's field order (identity, configuration, throughput, τ / T_D / rollback, vLLM's
+// acceptance_rate and mean_acceptance_length, acceptance.max_depth, speedup, exact match; the
+// order is listed in reports/README.md), nested fields flattened to dotted columns
+// (`speedup.geomean`, `speedup.geomean_ci.lo` / `.hi`, `exact_match.rate`); `knobs`,
+// `method_traits` and `stop_reasons` as JSON text; no lists in cells: the per-position numbers
+// are the `positions` table (case_id, run_id, position, r, alpha, per_position_acceptance_rate,
+// n_reached, n_accepted, n_conditional) and the divergences are in the JSON export. `samples` /
+// `steps`: the stored rows with their case_id and run_id. JSON = an array of objects (cases: the
+// summary document itself). Checked by: tests/reports/export_test.cpp.
 #pragma once
 
 #include <string>
@@ -16,9 +19,9 @@
 namespace specbed {
 
 enum class ExportFormat { kCsv, kJson };
-enum class ExportTable { kCases, kSamples, kSteps };
+enum class ExportTable { kCases, kPositions, kSamples, kSteps };
 
-// "csv" / "json"; "cases" / "samples" / "steps". Anything else fails naming `flag` and the
+// "csv" / "json"; "cases" / "positions" / "samples" / "steps". Anything else fails naming `flag` and the
 // accepted values.
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag);
 ExportTable ParseExportTable(const std::string& text, const std::string& flag);

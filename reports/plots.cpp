@@ -179,7 +179,8 @@ Plot BuildHeadlinePlot(const HeadlineTable& table, int index) {
   p.title = "Speedup vs. AR — " + table.title;
   p.caption =
       "Speedup (geometric mean over answers of method decode tok/s ÷ AR's) per case, best first; "
-      "bars coloured by method, whiskers = 95% bootstrap CI over prompts, dashed = AR (1.0×).";
+      "bars coloured by method, whiskers = 95% bootstrap CI over prompts (none under 5 prompts), "
+      "dashed = AR (1.0×).";
   std::ostringstream data;
   data << "$" << p.name << " << EOD\n";
   double ymax = 1.0;
@@ -191,10 +192,12 @@ Plot BuildHeadlinePlot(const HeadlineTable& table, int index) {
     if (table.table.constants.empty() || table.table.constants[0].first != "dataset") {
       label += " (" + c->row.record.dataset + ")";  // several datasets in the table
     }
-    data << DataString(PlotLabel(label)) << " " << Num(s.geomean) << " " << Num(s.geomean_ci.lo)
-         << " " << Num(s.geomean_ci.hi) << " " << ColorInt(MethodColor(c->method_index)) << "\n";
+    // No whisker for an interval over fewer than kMinPromptsForInterval prompts (as in tables).
+    const Interval ci = s.n_prompts < kMinPromptsForInterval ? Interval{} : s.geomean_ci;
+    data << DataString(PlotLabel(label)) << " " << Num(s.geomean) << " " << Num(ci.lo) << " "
+         << Num(ci.hi) << " " << ColorInt(MethodColor(c->method_index)) << "\n";
     ymax = std::max(ymax, s.geomean);
-    if (std::isfinite(s.geomean_ci.hi)) ymax = std::max(ymax, s.geomean_ci.hi);
+    if (std::isfinite(ci.hi)) ymax = std::max(ymax, ci.hi);
     ++n;
   }
   data << "EOD\n";
@@ -216,217 +219,429 @@ Plot BuildHeadlinePlot(const HeadlineTable& table, int index) {
   return p;
 }
 
-std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
-                                  int index) {
-  std::vector<Plot> plots;
-  const std::string suffix = std::to_string(index);
-  const std::string gname = GroupName(group);
+namespace {
 
-  // (1) Decode tokens/s per case, clustered by temperature.
-  {
-    std::vector<double> temps;
-    std::vector<std::string> series;
-    std::vector<const CaseReport*> series_case;  // the first case of each series (its style)
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const double t = group.cases[i].row.record.temperature;
-      if (std::find(temps.begin(), temps.end(), t) == temps.end()) temps.push_back(t);
-      if (std::find(series.begin(), series.end(), PlotLabel(labels[i])) == series.end()) {
-        series.push_back(PlotLabel(labels[i]));
-        series_case.push_back(&group.cases[i]);
-      }
-    }
-    std::sort(temps.begin(), temps.end());
-    std::map<std::pair<double, std::string>, double> value;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      value[{group.cases[i].row.record.temperature, PlotLabel(labels[i])}] =
-          group.cases[i].metrics.decode_tokens_per_s;
-    }
-    Plot p;
-    p.name = "decode_speed_" + suffix;
-    p.title = "Decode throughput per case — " + gname;
-    p.caption =
-        "Decode tokens/s (output tokens after the first / decode time) of every case, "
-        "grouped by sampling temperature.";
-    std::ostringstream data;
-    data << "$" << p.name << " << EOD\n" << DataString("temperature");
-    for (const auto& s : series) data << " " << DataString(s);
-    data << "\n";
-    for (double t : temps) {
-      data << DataString(TemperatureLabel(t));
-      for (const auto& s : series) {
-        const auto it = value.find({t, s});
-        data << " " << Num(it == value.end() ? kNoValue : it->second);
-      }
-      data << "\n";
-    }
-    data << "EOD\n";
-    std::ostringstream setup;
-    setup << Header(p.title, "sampling temperature T", "decode throughput (tokens/s)")
-          << "set style data histograms\n"
-          << "set style histogram clustered gap 1\n"
-          << "set style fill solid 0.85 border -1\n"
-          << "set yrange [0:*]\n";
-    std::ostringstream plot;
-    // One colour per method; a method's further knob settings are hatched.
-    for (size_t k = 0; k < series.size(); ++k) {
-      const CaseReport& c = *series_case[k];
-      plot << (k == 0 ? "plot $" + p.name : ", \\\n     ''") << " using " << k + 2
-           << (k == 0 ? ":xtic(1)" : "") << " title columnheader(" << k + 2 << ") lc rgb "
-           << Quote(MethodColor(c.method_index))
-           << (c.setting_index == 0
-                   ? std::string(" fs solid 0.85 border -1")
-                   : StrCat(" fs pattern ", 1 + (c.setting_index - 1) % 7, " border -1"));
-    }
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
-    plots.push_back(p);
-  }
+// Marker of a temperature: filled circle at the lowest, filled triangle at the next, ... so the
+// temperatures differ in shape as well as in the legend text.
+int TemperatureMarker(const ReportGroup& group, double t) {
+  std::set<double> temps;
+  for (const CaseReport& c : group.cases) temps.insert(c.row.record.temperature);
+  static const int kMarkers[] = {7, 9, 5, 11, 13, 15};
+  const auto at = std::distance(temps.begin(), temps.find(t));
+  return kMarkers[at % (sizeof(kMarkers) / sizeof(kMarkers[0]))];
+}
 
-  // (2) Decode time vs. decode tokens, one point per answer.
-  {
-    Plot p;
-    p.name = "decode_scatter_" + suffix;
-    p.title = "Decode time vs. answer length — " + gname;
-    p.caption =
-        "One point per answer: tokens decoded after the first vs. decode time; the "
-        "slope is the time per token.";
-    std::ostringstream data, plot;
-    plot << "plot ";
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      const std::string block = "$" + p.name + "_" + std::to_string(i);
-      data << block << " << EOD\n";
-      for (const SampleRecord& s : c.samples) {
-        data << DecodeTokens(s) << " " << Num(s.decode_ms) << "\n";
-      }
-      data << "EOD\n";
-      if (i > 0) plot << ", \\\n     ";
-      plot << block << " using 1:2 with points " << CaseStyle(c) << " ps 1.2 title "
-           << Quote(WithTemperature(labels[i], c.row.record.temperature));
-    }
-    std::ostringstream setup;
-    setup << Header(p.title, "decode tokens per answer (tokens)", "decode time per answer (ms)")
-          << "set grid xtics\n"
-          << "set offsets 0, graph 0.05, graph 0.08, 0\n"
-          << "set xrange [0:*]\nset yrange [0:*]\n";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
-    plots.push_back(p);
-  }
+// `lc rgb '#rrggbb' pt N`: the case's method colour and its temperature's marker.
+std::string TemperatureStyle(const ReportGroup& group, const CaseReport& c) {
+  return StrCat("lc rgb ", Quote(MethodColor(c.method_index)), " pt ",
+                TemperatureMarker(group, c.row.record.temperature));
+}
 
-  if (!group.has_steps()) return plots;
-
-  // (3a) Speedup vs. T_D%, speculative cases with an AR baseline.
-  {
-    Plot p;
-    p.name = "speedup_vs_draft_" + suffix;
-    p.title = "Speedup vs. drafting-time share — " + gname;
-    p.caption =
-        "Speculative cases with a matching AR case: speedup (geometric mean of per-prompt "
-        "AR/method decode-time ratios) vs. T_D (drafting time / decode time).";
-    std::ostringstream data, plot;
-    int n = 0;
-    plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      if (c.is_ar || !std::isfinite(c.speedup.geomean) ||
-          !std::isfinite(c.metrics.draft_fraction)) {
-        continue;
-      }
-      const std::string block = "$" + p.name + "_" + std::to_string(i);
-      data << block << " << EOD\n"
-           << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
-      plot << ", \\\n     " << block << " using 1:2 with points " << CaseStyle(c) << " ps 2 title "
-           << Quote(WithTemperature(labels[i], c.row.record.temperature));
-      ++n;
-    }
-    if (n > 0) {
-      std::ostringstream setup;
-      setup << Header(p.title, "T_D: drafting time / decode time (%)",
-                      "speedup vs. AR (×, geometric mean over prompts)")
-            << "set grid xtics\n"
-            << "set offsets 0, 0, graph 0.1, 0\n"
-            << "set xrange [0:100]\nset yrange [0:*]\n";
-      p.script = data.str() + Render(p.name, setup.str(), plot.str());
-      plots.push_back(p);
+// True when every answer of every case stopped at max_new_tokens: the decode scatter would put
+// every point on one vertical line.
+bool AllAnswersHitMaxTokens(const ReportGroup& group) {
+  for (const CaseReport& c : group.cases) {
+    for (const SampleRecord& s : c.samples) {
+      if (s.stop_reason != "max_new_tokens") return false;
     }
   }
+  return true;
+}
 
-  // (3b) tau per speculative case.
-  {
-    Plot p;
-    p.name = "tau_" + suffix;
-    p.title = "Mean tokens per verify step (τ) — " + gname;
-    p.caption = "τ = tokens emitted / verify steps (accepted draft tokens plus the bonus token).";
-    std::ostringstream data;
-    data << "$" << p.name << " << EOD\n";
-    int n = 0;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      if (!std::isfinite(c.metrics.tau)) continue;
-      data << DataString(WithTemperature(labels[i], c.row.record.temperature)) << " "
-           << Num(c.metrics.tau) << " " << ColorInt(MethodColor(c.method_index)) << "\n";
-      ++n;
-    }
-    data << "EOD\n";
-    if (n > 0) {
-      std::ostringstream setup;
-      setup << Header(p.title, "case (method, knobs, temperature)", "τ (tokens per verify step)")
-            << "set style fill solid 0.85 border -1\n"
-            << "set boxwidth 0.6\n"
-            << "set xrange [-0.6:" << Num(n - 0.4) << "]\n"
-            << "set yrange [0:*]\n"
-            << "set offsets 0, 0, graph 0.08, 0\n"
-            << "set xtics rotate by -20\n"
-            << "unset key\n";
-      std::ostringstream plot;
-      plot << "plot $" << p.name
-           << " using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable title 'τ (tokens per verify "
-              "step)'";
-      p.script = data.str() + Render(p.name, setup.str(), plot.str());
-      plots.push_back(p);
-    }
+// (3a') Speedup vs. τ, one point per speculative case, with iso-cost lines: a method whose verify
+// step (drafting included) costs c AR steps reaches speedup τ / c.
+void SpeedupVsTauPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+                      const std::string& suffix, std::vector<Plot>& plots) {
+  Plot p;
+  p.name = "speedup_vs_tau_" + suffix;
+  p.title = "Speedup vs. τ — " + GroupName(group);
+  p.caption =
+      "One point per speculative case with an AR baseline: speedup vs. τ (tokens per verify "
+      "step). Dashed lines: speedup = τ / c for a step costing c AR steps (drafting included); a "
+      "point's position against them reads its step cost. Colour = method, marker = "
+      "temperature.";
+  std::ostringstream data, plot;
+  double max_tau = 1;
+  int n = 0;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.is_ar || !std::isfinite(c.speedup.geomean) || !std::isfinite(c.metrics.tau)) continue;
+    max_tau = std::max(max_tau, c.metrics.tau);
+    const std::string block = "$" + p.name + "_" + std::to_string(i);
+    data << block << " << EOD\n" << Num(c.metrics.tau) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+    plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with points "
+         << TemperatureStyle(group, c) << " ps 2 title "
+         << Quote(WithTemperature(labels[i], c.row.record.temperature));
+    ++n;
   }
+  if (n == 0) return;
+  for (const double cost : {1.0, 1.5, 2.0, 3.0}) {
+    plot << ", \\\n     x / " << Num(cost) << " with lines dt 2 lc rgb 'gray60' title "
+         << Quote(StrCat("step = ", Num(cost), " AR steps"));
+  }
+  std::ostringstream setup;
+  setup << Header(p.title, "τ (tokens per verify step)", "speedup vs. AR (×)")
+        << "set grid\n"
+        << "set xrange [1:" << Num(std::ceil(max_tau + 0.5)) << "]\nset yrange [0:*]\n";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  plots.push_back(p);
+}
 
-  // (3c) Per-position acceptance r_i and alpha_i per speculative case.
-  {
+// Positions reached by fewer steps than this are left out of the acceptance plots (a rate over a
+// handful of steps is noise).
+constexpr int64_t kMinStepsPerPosition = 5;
+
+// (3c) Per-position acceptance r_i, one panel per temperature, positions reached by at least
+// kMinStepsPerPosition steps, the step count in each legend entry.
+void AcceptancePlots(const ReportGroup& group, const std::vector<std::string>& labels,
+                     const std::string& suffix, std::vector<Plot>& plots) {
+  std::set<double> temps;
+  for (const CaseReport& c : group.cases) temps.insert(c.row.record.temperature);
+  int facet = 0;
+  for (const double t : temps) {
     Plot p;
-    p.name = "acceptance_" + suffix;
-    p.title = "Per-position acceptance — " + gname;
-    p.caption =
-        "Solid: r_i = steps accepting at least i draft tokens / steps drafting at least i deep; "
-        "dashed: α_i = the same numerator / steps that accepted i−1 and drafted at least i deep.";
+    p.name = StrCat("acceptance_", suffix, "_t", facet++);
+    p.title = "Per-position acceptance r_i at " + TemperatureLabel(t) + " — " + GroupName(group);
+    p.caption = StrCat(
+        "r_i = steps accepting at least i draft tokens / steps drafting at least i deep, at ",
+        TemperatureLabel(t), "; positions reached by fewer than ", kMinStepsPerPosition,
+        " steps are left out; n = verify steps of the case.");
     std::ostringstream data, plot;
     int n = 0;
     int64_t max_depth = 0;
     for (size_t i = 0; i < group.cases.size(); ++i) {
-      const PositionAcceptance& pos = group.cases[i].metrics.positions;
-      if (pos.max_depth() == 0) continue;
-      max_depth = std::max(max_depth, pos.max_depth());
+      const CaseReport& c = group.cases[i];
+      const PositionAcceptance& pos = c.metrics.positions;
+      if (c.row.record.temperature != t || pos.max_depth() == 0) continue;
       const std::string block = "$" + p.name + "_" + std::to_string(i);
       data << block << " << EOD\n";
-      for (int64_t k = 0; k < pos.max_depth(); ++k) {
-        data << k + 1 << " " << Num(pos.r[k]) << " " << Num(pos.alpha[k]) << "\n";
+      for (int64_t k = 0; k < pos.max_depth() && pos.n_reached[k] >= kMinStepsPerPosition; ++k) {
+        data << k + 1 << " " << Num(pos.r[k]) << "\n";
+        max_depth = std::max(max_depth, k + 1);
       }
       data << "EOD\n";
-      const std::string label = WithTemperature(labels[i], group.cases[i].row.record.temperature);
-      const CaseReport& c = group.cases[i];
       plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
-           << CaseStyle(c) << " title " << Quote(label + " r_i") << ", \\\n     " << block
-           << " using 1:3 with linespoints lw 2 dt 2 " << CaseStyle(c) << " title "
-           << Quote(label + " α_i");
+           << CaseStyle(c) << " title "
+           << Quote(StrCat(PlotLabel(labels[i]), " (n=", c.metrics.n_steps, ")"));
       ++n;
     }
-    if (n > 0) {
-      std::ostringstream setup;
-      setup << Header(p.title, "draft position i (tokens after the last accepted one)",
-                      "acceptance rate at position i")
-            << "set grid xtics\n"
-            << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
-            << "set xtics 1\n"
-            << "set yrange [0:1.05]\n";
-      p.script = data.str() + Render(p.name, setup.str(), plot.str());
-      plots.push_back(p);
+    if (n == 0 || max_depth == 0) continue;
+    std::ostringstream setup;
+    setup << Header(p.title, "draft position i (tokens after the last accepted one)",
+                    "r_i (acceptance rate at position i)")
+          << "set grid xtics\n"
+          << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
+          << "set xtics 1\n"
+          << "set yrange [0:1.05]\n";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+}
+
+// Per-category geometric mean of a case's per-answer speedups ({} without a category label).
+std::map<std::string, double> SpeedupPerCategory(const CaseReport& c) {
+  std::map<std::string, std::string> category_of;
+  for (const SampleRecord& s : c.samples) category_of[s.prompt_id] = s.category;
+  std::map<std::string, std::vector<double>> ratios;
+  for (const Speedup::Pair& pair : c.speedup.pairs) {
+    const auto it = category_of.find(pair.prompt_id);
+    if (it != category_of.end() && !it->second.empty()) ratios[it->second].push_back(pair.ratio());
+  }
+  std::map<std::string, double> out;
+  for (const auto& [category, r] : ratios) out[category] = GeometricMean(r);
+  return out;
+}
+
+// (4) Speedup per prompt category, clustered by category, one bar per speculative case.
+void SpeedupPerCategoryPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+                            const std::string& suffix, std::vector<Plot>& plots,
+                            const std::function<void(const std::string&)>& note) {
+  Plot p;
+  p.name = "speedup_per_category_" + suffix;
+  p.title = "Speedup per prompt category — " + GroupName(group);
+  p.caption =
+      "Speedup (geometric mean over the category's answers of method ÷ AR decode tok/s) per "
+      "prompt category, one bar per speculative case.";
+  std::vector<size_t> shown;
+  std::vector<std::map<std::string, double>> per_case;
+  std::set<std::string> categories;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.is_ar || c.speedup.pairs.empty()) continue;
+    shown.push_back(i);
+    per_case.push_back(SpeedupPerCategory(c));
+    for (const auto& [category, v] : per_case.back()) categories.insert(category);
+  }
+  if (shown.empty()) return;
+  if (categories.size() < 2) {
+    note(p.title + ": skipped (the answers carry " +
+         (categories.empty() ? std::string("no category") : "one category") + ").");
+    return;
+  }
+  std::ostringstream data;
+  data << "$" << p.name << " << EOD\n" << DataString("category");
+  for (size_t i : shown) {
+    data << " " << DataString(WithTemperature(labels[i], group.cases[i].row.record.temperature));
+  }
+  data << "\n";
+  for (const std::string& category : categories) {
+    data << DataString(category);
+    for (const auto& m : per_case) {
+      const auto it = m.find(category);
+      data << " " << Num(it == m.end() ? kNoValue : it->second);
+    }
+    data << "\n";
+  }
+  data << "EOD\n";
+  std::ostringstream setup, plot;
+  setup << Header(p.title, "prompt category", "speedup vs. AR (×)")
+        << "set style data histograms\nset style histogram clustered gap 1\n"
+        << "set style fill solid 0.85 border -1\nset yrange [0:*]\n";
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const CaseReport& c = group.cases[shown[k]];
+    plot << (k == 0 ? "plot $" + p.name : ", \\\n     ''") << " using " << k + 2
+         << (k == 0 ? ":xtic(1)" : "") << " title columnheader(" << k + 2 << ") lc rgb "
+         << Quote(MethodColor(c.method_index))
+         << (c.row.record.temperature == 0 ? " fs solid 0.85 border -1"
+                                           : " fs pattern 2 border -1");
+  }
+  plot << ", \\\n     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  plots.push_back(p);
+}
+
+// (5) Per-answer speedups of every speculative case (one column of points per case) with the
+// case's geometric mean as a bar: the spread behind each headline number.
+void SpeedupPerAnswerPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+                          const std::string& suffix, std::vector<Plot>& plots) {
+  Plot p;
+  p.name = "speedup_per_answer_" + suffix;
+  p.title = "Per-answer speedup — " + GroupName(group);
+  p.caption =
+      "Each point is one answer's method ÷ AR decode tok/s (paired AR run when recorded); the "
+      "horizontal bar is the case's geometric mean (its speedup).";
+  std::ostringstream data, means;
+  int n = 0;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.is_ar || c.speedup.pairs.empty()) continue;
+    for (const Speedup::Pair& pair : c.speedup.pairs) {
+      data << n << " " << Num(pair.ratio()) << " " << ColorInt(MethodColor(c.method_index))
+           << "\n";
+    }
+    means << n << " " << Num(c.speedup.geomean) << " "
+          << DataString(WithTemperature(labels[i], c.row.record.temperature)) << "\n";
+    ++n;
+  }
+  if (n == 0) return;
+  std::ostringstream setup, plot;
+  setup << Header(p.title, "case", "answer speedup vs. AR (×)")
+        << "set xrange [-0.6:" << Num(n - 0.4) << "]\nset yrange [0:*]\n"
+        << "set xtics rotate by 90 right\nset bmargin 14\nunset key\n";
+  plot << "plot $" << p.name << " using 1:2:3 with points pt 7 ps 0.8 lc rgb variable, \\\n     $"
+       << p.name << "_means using 1:2:(0.35):xtic(3) with xerrorbars pt 0 lw 3 lc rgb 'black', "
+       << "\\\n     1 with lines dt 2 lc rgb 'gray40'";
+  p.script = "$" + p.name + " << EOD\n" + data.str() + "EOD\n$" + p.name + "_means << EOD\n" +
+             means.str() + "EOD\n" + Render(p.name, setup.str(), plot.str());
+  plots.push_back(p);
+}
+
+// (1) Decode tokens/s per case, clustered by temperature.
+void DecodeSpeedPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+          const std::string& suffix, std::vector<Plot>& plots) {
+  const std::string gname = GroupName(group);
+  std::vector<double> temps;
+  std::vector<std::string> series;
+  std::vector<const CaseReport*> series_case;  // the first case of each series (its style)
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const double t = group.cases[i].row.record.temperature;
+    if (std::find(temps.begin(), temps.end(), t) == temps.end()) temps.push_back(t);
+    if (std::find(series.begin(), series.end(), PlotLabel(labels[i])) == series.end()) {
+      series.push_back(PlotLabel(labels[i]));
+      series_case.push_back(&group.cases[i]);
     }
   }
+  std::sort(temps.begin(), temps.end());
+  std::map<std::pair<double, std::string>, double> value;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    value[{group.cases[i].row.record.temperature, PlotLabel(labels[i])}] =
+        group.cases[i].metrics.decode_tokens_per_s;
+  }
+  Plot p;
+  p.name = "decode_speed_" + suffix;
+  p.title = "Decode throughput per case — " + gname;
+  p.caption =
+      "Decode tokens/s (output tokens after the first / decode time) of every case, "
+      "grouped by sampling temperature.";
+  std::ostringstream data;
+  data << "$" << p.name << " << EOD\n" << DataString("temperature");
+  for (const auto& s : series) data << " " << DataString(s);
+  data << "\n";
+  for (double t : temps) {
+    data << DataString(TemperatureLabel(t));
+    for (const auto& s : series) {
+      const auto it = value.find({t, s});
+      data << " " << Num(it == value.end() ? kNoValue : it->second);
+    }
+    data << "\n";
+  }
+  data << "EOD\n";
+  std::ostringstream setup;
+  setup << Header(p.title, "sampling temperature T", "decode throughput (tokens/s)")
+        << "set style data histograms\n"
+        << "set style histogram clustered gap 1\n"
+        << "set style fill solid 0.85 border -1\n"
+        << "set yrange [0:*]\n";
+  std::ostringstream plot;
+  // One colour per method; a method's further knob settings are hatched.
+  for (size_t k = 0; k < series.size(); ++k) {
+    const CaseReport& c = *series_case[k];
+    plot << (k == 0 ? "plot $" + p.name : ", \\\n     ''") << " using " << k + 2
+         << (k == 0 ? ":xtic(1)" : "") << " title columnheader(" << k + 2 << ") lc rgb "
+         << Quote(MethodColor(c.method_index))
+         << (c.setting_index == 0
+                 ? std::string(" fs solid 0.85 border -1")
+                 : StrCat(" fs pattern ", 1 + (c.setting_index - 1) % 7, " border -1"));
+  }
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  plots.push_back(p);
+}
+
+// (2) Decode time vs. decode tokens, one point per answer.
+void DecodeScatterPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+          const std::string& suffix, std::vector<Plot>& plots) {
+  const std::string gname = GroupName(group);
+  Plot p;
+  p.name = "decode_scatter_" + suffix;
+  p.title = "Decode time vs. answer length — " + gname;
+  p.caption =
+      "One point per answer: tokens decoded after the first vs. decode time; the "
+      "slope is the time per token.";
+  std::ostringstream data, plot;
+  plot << "plot ";
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    const std::string block = "$" + p.name + "_" + std::to_string(i);
+    data << block << " << EOD\n";
+    for (const SampleRecord& s : c.samples) {
+      data << DecodeTokens(s) << " " << Num(s.decode_ms) << "\n";
+    }
+    data << "EOD\n";
+    if (i > 0) plot << ", \\\n     ";
+    plot << block << " using 1:2 with points " << CaseStyle(c) << " ps 1.2 title "
+         << Quote(WithTemperature(labels[i], c.row.record.temperature));
+  }
+  std::ostringstream setup;
+  setup << Header(p.title, "decode tokens per answer (tokens)", "decode time per answer (ms)")
+        << "set grid xtics\n"
+        << "set offsets 0, graph 0.05, graph 0.08, 0\n"
+        << "set xrange [0:*]\nset yrange [0:*]\n";
+  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  plots.push_back(p);
+}
+
+// (3a) Speedup vs. T_D%, speculative cases with an AR baseline.
+void SpeedupVsDraftPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+          const std::string& suffix, std::vector<Plot>& plots) {
+  const std::string gname = GroupName(group);
+  Plot p;
+  p.name = "speedup_vs_draft_" + suffix;
+  p.title = "Speedup vs. drafting-time share — " + gname;
+  p.caption =
+      "Speculative cases with a matching AR case: speedup (geometric mean of per-prompt "
+      "AR/method decode-time ratios) vs. T_D (drafting time / decode time); colour = method, "
+      "marker = temperature.";
+  std::ostringstream data, plot;
+  int n = 0;
+  plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.is_ar || !std::isfinite(c.speedup.geomean) ||
+        !std::isfinite(c.metrics.draft_fraction)) {
+      continue;
+    }
+    const std::string block = "$" + p.name + "_" + std::to_string(i);
+    data << block << " << EOD\n"
+         << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+    plot << ", \\\n     " << block << " using 1:2 with points " << TemperatureStyle(group, c)
+         << " ps 2 title "
+         << Quote(WithTemperature(labels[i], c.row.record.temperature));
+    ++n;
+  }
+  if (n > 0) {
+    std::ostringstream setup;
+    setup << Header(p.title, "T_D: drafting time / decode time (%)",
+                    "speedup vs. AR (×, geometric mean over prompts)")
+          << "set grid xtics\n"
+          << "set offsets 0, 0, graph 0.1, 0\n"
+          << "set xrange [0:100]\nset yrange [0:*]\n";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+}
+
+// (3b) τ per speculative case.
+void TauPlot(const ReportGroup& group, const std::vector<std::string>& labels,
+          const std::string& suffix, std::vector<Plot>& plots) {
+  const std::string gname = GroupName(group);
+  Plot p;
+  p.name = "tau_" + suffix;
+  p.title = "Mean tokens per verify step (τ) — " + gname;
+  p.caption = "τ = tokens emitted / verify steps (accepted draft tokens plus the bonus token).";
+  std::ostringstream data;
+  data << "$" << p.name << " << EOD\n";
+  int n = 0;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (!std::isfinite(c.metrics.tau)) continue;
+    data << DataString(WithTemperature(labels[i], c.row.record.temperature)) << " "
+         << Num(c.metrics.tau) << " " << ColorInt(MethodColor(c.method_index)) << "\n";
+    ++n;
+  }
+  data << "EOD\n";
+  if (n > 0) {
+    std::ostringstream setup;
+    setup << Header(p.title, "case (method, knobs, temperature)", "τ (tokens per verify step)")
+          << "set style fill solid 0.85 border -1\n"
+          << "set boxwidth 0.6\n"
+          << "set xrange [-0.6:" << Num(n - 0.4) << "]\n"
+          << "set yrange [0:*]\n"
+          << "set offsets 0, 0, graph 0.08, 0\n"
+          << "set xtics rotate by 90 right\n"
+          << "set bmargin 14\n"
+          << "unset key\n";
+    std::ostringstream plot;
+    plot << "plot $" << p.name
+         << " using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable title 'τ (tokens per verify "
+            "step)'";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+}
+
+}  // namespace
+
+std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
+                                  int index, std::vector<std::string>* skipped) {
+  std::vector<Plot> plots;
+  const std::string suffix = std::to_string(index);
+  auto note = [&](const std::string& why) {
+    if (skipped != nullptr) skipped->push_back(why);
+  };
+  DecodeSpeedPlot(group, labels, suffix, plots);
+  if (AllAnswersHitMaxTokens(group)) {
+    note("Decode time vs. answer length — " + GroupName(group) +
+         ": skipped (every answer stopped at max_new_tokens, so all points share one x value).");
+  } else {
+    DecodeScatterPlot(group, labels, suffix, plots);
+  }
+  if (!group.has_steps()) return plots;
+  SpeedupVsDraftPlot(group, labels, suffix, plots);
+  SpeedupVsTauPlot(group, labels, suffix, plots);
+  TauPlot(group, labels, suffix, plots);
+  AcceptancePlots(group, labels, suffix, plots);
+  SpeedupPerCategoryPlot(group, labels, suffix, plots, note);
+  SpeedupPerAnswerPlot(group, labels, suffix, plots);
   return plots;
 }
 
@@ -467,10 +682,10 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
     p.caption =
         is_speedup ? "Speedup (geometric mean over prompts vs. AR) against the draft budget (mean "
                      "drafted nodes per verify step), one line per method and temperature over its "
-                     "knob settings; circled: each method's best speedup."
+                     "knob settings; circled: the best speedup of the group at each temperature."
                    : "τ (tokens per verify step) against the draft budget (mean drafted nodes per "
-                     "verify step), one line per method and temperature; circled: the setting "
-                     "with the method's best speedup.";
+                     "verify step), one line per method and temperature; circled: the case with "
+                     "the best speedup at each temperature.";
     std::ostringstream data, plot, best;
     int n = 0;
     for (const auto& key : series_keys) {
@@ -497,19 +712,22 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
            << SettingMarker(t_index) << " dt " << 1 + t_index << " ps 1.3 lc rgb "
            << Quote(MethodColor(first.method_index)) << " title "
            << Quote(PlotLabel(key.first) + " " + TemperatureLabel(key.second));
-      // The best-speedup case of this series.
-      double best_spd = -1;
-      size_t best_i = group.cases.size();
-      for (size_t i : series_cases[key]) {
-        const double s = group.cases[i].speedup.geomean;
-        if (std::isfinite(s) && s > best_spd) best_spd = s, best_i = i;
-      }
-      if (best_i < group.cases.size()) {
-        const double v =
-            is_speedup ? group.cases[best_i].speedup.geomean : group.cases[best_i].metrics.tau;
-        if (std::isfinite(v)) best << Num(budget_of(best_i)) << " " << Num(v) << "\n";
-      }
       ++n;
+    }
+    // The best-speedup case of the group, once per temperature (not one circle per series).
+    std::map<double, size_t> best_at;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const CaseReport& c = group.cases[i];
+      if (c.is_ar || !std::isfinite(c.speedup.geomean) || c.metrics.n_steps == 0) continue;
+      const double t = c.row.record.temperature;
+      auto it = best_at.find(t);
+      if (it == best_at.end() || c.speedup.geomean > group.cases[it->second].speedup.geomean) {
+        best_at[t] = i;
+      }
+    }
+    for (const auto& [t, i] : best_at) {
+      const double v = is_speedup ? group.cases[i].speedup.geomean : group.cases[i].metrics.tau;
+      if (std::isfinite(v)) best << Num(budget_of(i)) << " " << Num(v) << "\n";
     }
     if (n == 0) {
       skip(StrCat(p.title, ": skipped (no speculative case with ",
@@ -520,7 +738,7 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
       data << "$" << p.name << "_best << EOD\n" << best.str() << "EOD\n";
       plot << ", \\\n     $" << p.name
            << "_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup "
-              "of the method'";
+              "(per temperature)'";
     }
     std::ostringstream setup;
     setup << Header(p.title, "draft budget (mean drafted nodes per verify step)",

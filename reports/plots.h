@@ -22,15 +22,18 @@ struct Plot {
 };
 
 // Plots of one (target, dataset) group: decode tokens/s per case grouped by temperature, decode
-// time vs. decode tokens per answer, and (only when the group has steps rows) speedup vs. T_D%,
-// tau per case and per-position acceptance (r_i and alpha_i vs. i) per case. `labels[i]` names
-// group.cases[i] (unique within the group, without T); `index` makes the file names unique across
-// groups.
+// time vs. decode tokens per answer (skipped with a note when every answer hit max_new_tokens),
+// and (only when the group has steps rows) speedup vs. T_D% and speedup vs. τ with iso-cost lines
+// (colour = method, marker = temperature), τ per case, per-position acceptance r_i with one panel
+// per temperature (positions reached by >= 5 steps; step counts in the legend), speedup per
+// prompt category (skipped with a note for one category) and per answer. `labels[i]` names
+// group.cases[i] (unique within the group, without T); `index` makes the file names unique
+// across groups; sentences on skipped plots are appended to `skipped`.
 std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<std::string>& labels,
-                                  int index);
+                                  int index, std::vector<std::string>* skipped = nullptr);
 // The papers' figures for one group (file names end in `_index`): speedup vs. budget and τ vs.
 // budget (budget = mean drafted nodes per verify step; one line per method and temperature over
-// its knob settings, each method's best-speedup point circled), stacked phase-time bars per
+// its knob settings, the group's best speedup circled once per temperature), stacked phase-time bars per
 // speculative case (draft, adapt when any, verify, other and untimed share of decode time) and τ
 // vs. temperature per method configuration. A figure the data cannot support is left out and a
 // sentence saying why is appended to `skipped`.

@@ -24,6 +24,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
+#include "metrics/vllm_metrics.h"
 #include "reports/plots.h"
 #include "reports/summary.h"
 
@@ -43,13 +44,17 @@ using report_format::Fixed;
 using report_format::General;
 
 // "[lo, hi]" with two decimals; "—" without an interval.
-std::string Interval2(const Interval& ci) {
+// "[1.10, 1.35]"; "n<5" for an interval over fewer than kMinPromptsForInterval prompts.
+std::string Interval2(const Interval& ci, int64_t n_prompts) {
+  if (n_prompts > 0 && n_prompts < kMinPromptsForInterval) return "n<5";
   if (!std::isfinite(ci.lo) || !std::isfinite(ci.hi)) return kNone;
   return "[" + Fixed(ci.lo, 2) + ", " + Fixed(ci.hi, 2) + "]";
 }
 
-// "2/3 (66.7%)": answers identical to AR / compared answers; "—" when nothing was compared.
-std::string ExactMatchCell(const ExactMatch& e) {
+// "2/3 (66.7%)": answers identical to AR / compared answers; "—" when nothing was compared; ""
+// at T > 0, where exact match is no losslessness check (a lossless method samples other tokens).
+std::string ExactMatchCell(const ExactMatch& e, double temperature) {
+  if (temperature != 0) return "";
   if (e.n_matched == 0) return kNone;
   return StrCat(e.n_exact, "/", e.n_matched, " (", Fixed(100.0 * e.rate, 1), "%)");
 }
@@ -164,6 +169,19 @@ std::string MarkdownTable(const ReportTable& t) {
   return s.str();
 }
 
+// "a=1, b=2" -> <span class="token">a=1</span>, <span class="token">b=2</span> (escaped).
+std::string WholeTokens(const std::string& cell) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = cell.find(", ", start);
+    out += "<span class=\"token\">" + HtmlEscape(cell.substr(start, comma - start)) + "</span>";
+    if (comma == std::string::npos) return out;
+    out += ", ";
+    start = comma + 2;
+  }
+}
+
 std::string HtmlTable(const ReportTable& t) {
   std::ostringstream s;
   const ConstantsText c = SplitConstants(t);
@@ -179,7 +197,7 @@ std::string HtmlTable(const ReportTable& t) {
     s << "<p class=\"constants\">No data (" << kNone
       << ") for: " << HtmlEscape(Join(c.no_data, ", ")) << "</p>\n";
   }
-  s << "<table>\n<thead>";
+  s << "<div class=\"table-box\"><table>\n<thead>";
   bool has_groups = false;
   for (const auto& col : t.columns) has_groups = has_groups || !col.group.empty();
   if (has_groups) {
@@ -202,18 +220,21 @@ std::string HtmlTable(const ReportTable& t) {
       << "</th>";
   }
   s << "</tr></thead>\n<tbody>\n";
-  for (const auto& row : t.rows) {
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    const auto& row = t.rows[r];
     bool synthetic = false;
     for (const auto& cell : row)
       synthetic = synthetic || cell.find(kSyntheticMarker) != std::string::npos;
     s << (synthetic ? "<tr class=\"synthetic-row\">" : "<tr>");
     for (size_t i = 0; i < row.size(); ++i) {
-      s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(row[i])
-        << "</td>";
+      const bool titled = r < t.titles.size() && i < t.titles[r].size() && !t.titles[r][i].empty();
+      s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "")
+        << (titled ? " title=\"" + HtmlEscape(t.titles[r][i]) + "\"" : std::string()) << ">"
+        << (t.columns[i].whole_tokens ? WholeTokens(row[i]) : HtmlEscape(row[i])) << "</td>";
     }
     s << "</tr>\n";
   }
-  s << "</tbody>\n</table>\n";
+  s << "</tbody>\n</table></div>\n";
   return s.str();
 }
 
@@ -268,7 +289,7 @@ void WriteTextFile(const std::string& path, const std::string& text) {
 
 constexpr const char* kCss = R"css(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1500px; padding: 0 1em; color: #222; line-height: 1.45; }
+       max-width: 1800px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
@@ -285,16 +306,20 @@ figcaption { font-size: 0.85em; color: #555; }
 .synthetic { background: #c62828; color: #fff; font-weight: bold; padding: .6em 1em;
              font-size: 1.1em; }
 th.group { text-align: center; }
-td:not(.num) { overflow-wrap: anywhere; }
+td:not(.num) { overflow-wrap: break-word; }
+.table-box { overflow-x: auto; max-width: 100%; margin: .8em 0; }
+.table-box > table { margin: 0; }
+span.token { white-space: nowrap; }
 tr.synthetic-row td { background: #fde0e0; }
 details > summary { cursor: pointer; }
 details > summary > h2 { display: inline; }
 details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
 details.provenance td { font-size: 0.85em; max-width: 40em; }
 .headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.headline-table { flex: 1 1 560px; }
-.headline-table td:first-child { overflow-wrap: normal; min-width: 10em; }
-.headline-chart { flex: 1 1 440px; margin: 0; max-width: 800px; }
+.headline-table { flex: 1 1 520px; }
+.headline-table table { font-size: 0.85em; }
+.headline-table td:first-child { overflow-wrap: normal; min-width: 8em; }
+.headline-chart { flex: 1 1 380px; margin: 0; max-width: 720px; }
 .slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
 )css";
 
@@ -310,6 +335,12 @@ const std::vector<std::string> kConventions = {
     "the same target, dataset, categories, limit, T, top_p, top_k, seed, max new tokens, dtype, "
     "device, threads and batch. \"speedup Σ\" = total method tok/s ÷ total AR tok/s. AR rows "
     "are the baseline (1.00).",
+    "One speedup per case: `speedup` (the geometric mean above) is the figure of the headline, "
+    "the paper-layout tables, the plots and `specbed summary`. \"speedup Σ (secondary)\" and "
+    "\"Spec-Bench (secondary)\" are other tools' definitions, kept for comparison: they weight "
+    "answers by their length or time instead of counting each answer once, so they differ from "
+    "the geometric mean whenever the per-answer speedups vary with the answer's length (e.g. "
+    "long answers at a low speedup pull speedup Σ below it).",
     "τ = Σ tokens emitted / number of verify steps (emitted tokens include the bonus/correction "
     "token of every step, so a step that accepts nothing still counts 1).",
     "Spec-Bench = Spec-Bench's own speedup figure (evaluation/speed.py): the arithmetic mean over "
@@ -325,7 +356,7 @@ const std::vector<std::string> kConventions = {
     "rollback (%) = (drafted − accepted) / drafted draft tokens (drafted = tree nodes, root "
     "excluded).",
     "rollback rate RB (%) = rolled-back draft tokens / all draft tokens generated, discarded "
-    "parallel work included (specs/specbranch.md 1.4; PEARL / SpecBranch's metric); target "
+    "parallel work included (the SpecBranch paper's rollback rate; PEARL and SpecBranch report it); target "
     "forwards / answer = verification passes per answer; busy draft / verify = what each side "
     "computed per step (their sum exceeds the step's wall time when they overlapped).",
     "exact match = answers whose token ids equal the AR baseline's (a losslessness check at "
@@ -412,45 +443,89 @@ ReportTable HideConstantColumns(ReportTable table) {
   for (size_t c = 0; c < table.columns.size(); ++c) {
     if (keep[c]) out.columns.push_back(table.columns[c]);
   }
-  for (const auto& row : table.rows) {
+  auto kept = [&](const std::vector<std::string>& row) {
     std::vector<std::string> r;
     for (size_t c = 0; c < row.size(); ++c) {
       if (keep[c]) r.push_back(row[c]);
     }
-    out.rows.push_back(std::move(r));
+    return r;
+  };
+  for (const auto& row : table.rows) out.rows.push_back(kept(row));
+  for (const auto& row : table.titles) out.titles.push_back(kept(row));
+  return out;
+}
+
+namespace {
+
+// Every case's knobs as a JSON object (empty when none or unparsable).
+std::vector<nlohmann::json> KnobObjects(const std::vector<const ResultsStore::CaseRow*>& cases) {
+  std::vector<nlohmann::json> knobs;
+  for (const auto* c : cases) {
+    nlohmann::json j = nlohmann::json::parse(c->record.method_knobs_json, nullptr, false);
+    knobs.push_back(j.is_object() ? j : nlohmann::json::object());
+  }
+  return knobs;
+}
+
+// Method -> knob keys whose value differs among the cases of that method (a missing key counts
+// as null).
+std::map<std::string, std::set<std::string>> VaryingKnobKeys(
+    const std::vector<const ResultsStore::CaseRow*>& cases,
+    const std::vector<nlohmann::json>& knobs) {
+  std::map<std::string, std::map<std::string, std::set<std::string>>> values;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (auto it = knobs[i].begin(); it != knobs[i].end(); ++it) {
+      values[cases[i]->record.method][it.key()];
+    }
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (auto& [key, seen] : values[cases[i]->record.method]) {
+      seen.insert(knobs[i].contains(key) ? knobs[i][key].dump() : "null");
+    }
+  }
+  std::map<std::string, std::set<std::string>> varying;
+  for (auto& [m, keys] : values) {
+    for (auto& [key, seen] : keys) {
+      if (seen.size() > 1) varying[m].insert(key);
+    }
+  }
+  return varying;
+}
+
+}  // namespace
+
+// Knobs no case of the method changes are shown in full up to this length ("k=4"), else "…".
+constexpr size_t kShortKnobsChars = 24;
+
+std::vector<std::string> DifferingKnobs(const std::vector<const ResultsStore::CaseRow*>& cases) {
+  const std::vector<nlohmann::json> knobs = KnobObjects(cases);
+  auto varying = VaryingKnobKeys(cases, knobs);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> parts;
+    for (const std::string& key : varying[cases[i]->record.method]) {
+      const nlohmann::json& v = knobs[i].contains(key) ? knobs[i][key] : nlohmann::json();
+      parts.push_back(key + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+    if (parts.empty()) {  // no knob differs: all of them when short, else "…" (all on hover)
+      for (auto it = knobs[i].begin(); it != knobs[i].end(); ++it) {
+        parts.push_back(it.key() + "=" +
+                        (it->is_string() ? it->get<std::string>() : it->dump()));
+      }
+      const std::string all = Join(parts, ", ");
+      out.push_back(knobs[i].empty() ? "none" : all.size() <= kShortKnobsChars ? all : "…");
+      continue;
+    }
+    out.push_back(Join(parts, ", "));
   }
   return out;
 }
 
 std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::CaseRow*>& cases) {
   using Json = nlohmann::json;
-  std::vector<Json> knobs;
-  for (const auto* c : cases) {
-    Json j = Json::parse(c->record.method_knobs_json, nullptr, false);
-    knobs.push_back(j.is_object() ? j : Json::object());
-  }
-  // Knob keys whose value differs among the cases of one method (a missing key counts as null).
-  std::map<std::string, std::set<std::string>> varying;  // method -> keys
-  {
-    std::map<std::string, std::map<std::string, std::set<std::string>>> values;
-    std::map<std::string, int> count;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const std::string& m = cases[i]->record.method;
-      ++count[m];
-      for (auto it = knobs[i].begin(); it != knobs[i].end(); ++it) values[m][it.key()];
-    }
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const std::string& m = cases[i]->record.method;
-      for (auto& [key, seen] : values[m]) {
-        seen.insert(knobs[i].contains(key) ? knobs[i][key].dump() : "null");
-      }
-    }
-    for (auto& [m, keys] : values) {
-      for (auto& [key, seen] : keys) {
-        if (seen.size() > 1) varying[m].insert(key);
-      }
-    }
-  }
+  const std::vector<Json> knobs = KnobObjects(cases);
+  // Knob keys whose value differs among the cases of one method.
+  auto varying = VaryingKnobKeys(cases, knobs);
   // Other configuration fields that differ among all the cases.
   struct Field {
     const char* name;
@@ -611,6 +686,7 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
     const bool numeric = h != "method" && h != "knobs" && h != "categories" && h != "dtype" &&
                          h != "device" && h != "timing";
     t.columns.push_back({h, numeric, h != "method"});
+    t.columns.back().whole_tokens = h == "knobs";
     if (h == "knobs") t.columns.push_back({"nodes/step", true, true});  // beside the budget
   }
   t.columns.push_back({"prompts", true, true});
@@ -619,8 +695,8 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   t.columns.push_back({"decode tok/s", true, false});
   t.columns.push_back({"prefill ms", true, false});
   t.columns.push_back({"speedup", true, true});
-  t.columns.push_back({"speedup Σ", true, true});
-  t.columns.push_back({"Spec-Bench", true, true});
+  t.columns.push_back({"speedup Σ (secondary)", true, true});
+  t.columns.push_back({"Spec-Bench (secondary)", true, true});
   t.columns.push_back({"τ", true, true});
   t.columns.push_back({"T_D (%)", true, true});
   t.columns.push_back({"rollback (%)", true, true});
@@ -634,15 +710,22 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
   t.columns.push_back({"exact match", true, true});
   t.columns.push_back({"first divergence (margin)", true, true});
   t.columns.push_back({"stop reasons", false, false});
-  for (const CaseReport& c : group.cases) {
+  std::vector<const ResultsStore::CaseRow*> rows;
+  for (const CaseReport& c : group.cases) rows.push_back(&c.row);
+  const std::vector<std::string> knobs = DifferingKnobs(rows);
+  for (size_t ci = 0; ci < group.cases.size(); ++ci) {
+    const CaseReport& c = group.cases[ci];
     const CaseRecord& r = c.row.record;
     const CaseMetrics& m = c.metrics;
+    std::vector<std::string> titles(t.columns.size());
+    titles[4] = Knobs(r.method_knobs_json);  // the knobs column: every knob on hover
+    t.titles.push_back(std::move(titles));
     std::vector<std::string> row = {
         std::to_string(c.row.case_id),
         c.label,
         std::to_string(c.row.run_id),
         IsSyntheticCase(r) ? r.method + " [" + kSyntheticMarker + "]" : r.method,
-        Knobs(r.method_knobs_json),
+        knobs[ci],
         Fixed(m.drafted_per_step, 1),
         r.categories.empty() ? "all" : r.categories,
         r.prompt_limit < 0 ? "all" : std::to_string(r.prompt_limit),
@@ -673,10 +756,10 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
             ? Fixed(m.draft_busy_us_per_step, 0) + " / " + Fixed(m.verify_busy_us_per_step, 0)
             : std::string(kNone),
         Fixed(100.0 * m.other_fraction, 1),
-        c.is_ar ? kNone : Interval2(c.speedup.geomean_ci),
-        c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci),
-        c.is_ar ? kNone : Interval2(c.speedup.spec_bench_ci),
-        ExactMatchCell(c.exact_match),
+        c.is_ar ? kNone : Interval2(c.speedup.geomean_ci, c.speedup.n_prompts),
+        c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci, c.speedup.n_prompts),
+        c.is_ar ? kNone : Interval2(c.speedup.spec_bench_ci, c.speedup.n_prompts),
+        ExactMatchCell(c.exact_match, r.temperature),
         DivergenceCell(c.exact_match),
         FormatStopReasons(m.stop_reasons),
     };
@@ -774,20 +857,25 @@ std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
     h.temperature = key.second;
     h.title = StrCat(key.first, " · T=", General(key.second));
     ReportTable& t = h.table;
-    t.columns = {{"method", false, false}, {"dataset", false, true},
-                 {"τ", true, false},       {"speedup [95% CI]", true, false},
-                 {"T_D%", true, false},    {"exact match", true, false},
+    t.columns = {{"method", false, false},    {"dataset", false, true},
+                 {"nodes/step", true, false}, {"τ", true, false},
+                 {"acc%", true, false},       {"speedup [95% CI]", true, false},
+                 {"T_D%", true, false},       {"exact match", true, false},
                  {"case", true, false}};
     bool no_curve = false;
     for (const auto& [g, c] : list) {
       const std::string spd =
           std::isfinite(c->speedup.geomean)
-              ? Fixed(c->speedup.geomean, 2) + "× " + Interval2(c->speedup.geomean_ci)
+              ? Fixed(c->speedup.geomean, 2) + "× " +
+                    Interval2(c->speedup.geomean_ci, c->speedup.n_prompts)
               : std::string(kNone);
       t.rows.push_back(
           {IsSyntheticCase(c->row.record) ? c->label + " [" + kSyntheticMarker + "]" : c->label,
-           g->dataset, Fixed(c->metrics.tau, 2), spd, Fixed(100.0 * c->metrics.draft_fraction, 1),
-           ExactMatchCell(c->exact_match), std::to_string(c->row.case_id)});
+           g->dataset, Fixed(c->metrics.drafted_per_step, 1), Fixed(c->metrics.tau, 2),
+           Fixed(100.0 * VllmCompatibleMetrics(c->metrics).acceptance_rate, 1), spd,
+           Fixed(100.0 * c->metrics.draft_fraction, 1),
+           ExactMatchCell(c->exact_match, c->row.record.temperature),
+           std::to_string(c->row.case_id)});
       h.cases.push_back(c);
       if (!(c->speedup.geomean < 1.0)) continue;
       // Why: a step costs more AR-token times than it emits tokens.
@@ -973,8 +1061,8 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     s.heading = group.target + " / " + group.dataset;
     s.table = BuildCaseTable(group);
     const std::vector<std::string> labels = CaseLabels(group);
-    s.plots = BuildGroupPlots(group, labels, static_cast<int>(g + 1));
     std::vector<std::string> skipped;
+    s.plots = BuildGroupPlots(group, labels, static_cast<int>(g + 1), &skipped);
     for (Plot& p : BuildGroupFigures(group, labels, static_cast<int>(g + 1), &skipped)) {
       s.plots.push_back(std::move(p));
     }

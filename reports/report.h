@@ -57,9 +57,15 @@ struct ReportTable {
     // Spanning header over consecutive columns with the same group (e.g. the benchmark above its
     // "Spd" and "τ" columns); "" = none. Markdown writes "group header" instead.
     std::string group;
+    // Cells are ", "-separated tokens (knobs: "drafter=x, k=4") that HTML keeps whole: a line
+    // breaks only between tokens, so the column is at least as wide as its longest token.
+    bool whole_tokens = false;
   };
   std::vector<Column> columns;
   std::vector<std::vector<std::string>> rows;                  // rows[i][column]
+  // Hover text per cell (HTML title, e.g. a case's full knobs beside the short ones shown),
+  // parallel to rows; empty = none. Markdown and LaTeX show the cell text only.
+  std::vector<std::vector<std::string>> titles;
   std::vector<std::pair<std::string, std::string>> constants;  // hidden column -> its value
 };
 
@@ -130,9 +136,16 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope = Speed
 // temperature get " #case_id" appended.
 std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::CaseRow*>& cases);
 
+// Per case, its knobs whose value differs among the cases of its method ("k=4, tree=static"; the
+// shortened knobs of the details table, full strings on hover); when none differs, all of them
+// if that is short (<= 24 characters), else "…"; "none" when the method has no knobs.
+std::vector<std::string> DifferingKnobs(const std::vector<const ResultsStore::CaseRow*>& cases);
+
 // The headline of the report: per (target, temperature) one row per speculative case (dataset
-// shown when the target has several) with its label, τ, speedup [95% CI], T_D% and exact match,
-// ordered by speedup (best first); AR cases are the baseline and have no row.
+// shown when the target has several) with its label (the knobs that differ), its budget
+// (nodes/step: mean drafted nodes per verify step), τ, acceptance rate, speedup [95% CI], T_D%
+// and exact match (T = 0 only), ordered by speedup (best first); AR cases are the baseline and
+// have no row.
 struct HeadlineTable {
   std::string target;
   double temperature = 0;

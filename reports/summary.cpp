@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -17,6 +18,8 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "metrics/vllm_metrics.h"
+#include "reports/report.h"
 
 namespace specbed {
 namespace {
@@ -81,21 +84,6 @@ size_t Width(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
-}
-
-Json Number(double v) {
-  return std::isfinite(v) ? Json(v) : Json(nullptr);
-}
-
-Json IntervalJson(const Interval& ci) {
-  return Json::array({Number(ci.lo), Number(ci.hi)});
-}
-
-// JSON text as stored -> a JSON value (the text itself when it does not parse; null when empty).
-Json StoredJson(const std::string& text) {
-  if (text.empty()) return nullptr;
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? Json(text) : j;
 }
 
 // True for cases run in synthetic-acceptance mode (forced acceptance: not a real measurement).
@@ -180,7 +168,9 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
   const bool filtered =
       !options.category.empty() || options.slice_begin > 0 || options.slice_end >= 0;
   // The selected samples of a case (category, then stream-order slice).
+  std::set<std::string> categories_seen;
   auto select = [&](std::vector<SampleRecord> all) {
+    for (const SampleRecord& s : all) categories_seen.insert(s.category);
     if (!filtered) return all;
     std::vector<SampleRecord> out;
     int64_t index = 0;
@@ -274,6 +264,11 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     }
     summary.rows.push_back(std::move(row));
   }
+  if (!options.category.empty() && !categories_seen.empty()) {
+    SPECBED_CHECK(categories_seen.count(options.category) > 0, "summary: no answer of category '",
+                  options.category, "' in results database '", db_path, "' (categories: ",
+                  Join({categories_seen.begin(), categories_seen.end()}, ", "), ")");
+  }
   summary.cost_notes = CostRegimeNotes(cost_cases);
   return summary;
 }
@@ -283,6 +278,7 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
   std::set<std::string> labelled;
   std::vector<TargetCost> costs;
   for (const CostCase& c : cases) costs.push_back(TargetCostOf(*c.record));
+  std::set<std::string> warned;
   for (size_t i = 0; i < cases.size(); ++i) {
     const CostCase& c = cases[i];
     const TargetCost& cost = costs[i];
@@ -290,6 +286,15 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
       notes.push_back(StrCat(c.record->target, " is the ", cost.label,
                              ": its outputs are the original's, its costs those of the larger "
                              "shape on this machine; not a real model of that size."));
+    }
+    if (cost.weight_bytes > 0 && cost.weight_bytes < kCacheResidentWeightBytes &&
+        warned.insert(c.record->target).second) {
+      notes.push_back(StrCat(
+          "WARNING: target ", c.record->target, " reads only ", Fixed(cost.weight_bytes * 1e-6, 1),
+          " MB of weights per token: they stay in cache, so an AR step is not memory-bound and "
+          "verifying n tokens costs about n AR steps. No speculative method can beat AR on it; "
+          "its speedups say nothing about the methods (use a cost twin such as stories260K-twin, "
+          "or a real model)."));
     }
   }
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -328,143 +333,287 @@ std::string SpeedupLegend(SpeedupScope scope) {
                 ";\n");
 }
 
-std::string FormatSummaryTable(const Summary& s) {
+namespace {
+
+// One cell of the terminal table: its text and the number it sorts by (NaN = sort by text).
+struct Cell {
+  std::string text;
+  double value = kNoValue;
+};
+
+// A row as the table shows it: the summary row and its method label (short or full).
+struct RowView {
+  const SummaryRow* r = nullptr;
+  std::string label;
+};
+
+// A column of the terminal table. `key` names it for --columns / --sort.
+struct SummaryColumn {
+  const char* key;
+  const char* header;
+  bool right;       // right-aligned
+  bool compact;     // in the default (compact) table
+  bool descending;  // --sort KEY orders high to low (metrics) or low to high (ids, text)
+  std::function<Cell(const RowView&)> cell;
+};
+
+Cell Num(double v, int decimals) { return {Fixed(v, decimals), v}; }
+Cell Percent(double fraction) { return {Fixed(100.0 * fraction, 1), 100.0 * fraction}; }
+Cell Text(std::string text) { return {std::move(text), kNoValue}; }
+
+bool Compared(const SummaryRow& r) { return !r.is_baseline && r.baseline_case_id >= 0; }
+
+// A speedup figure with its interval; "(n<5)" instead of an interval resting on fewer than
+// kMinPromptsForInterval prompts; "p" = paired AR timing, "*" = AR baseline from another run.
+Cell SpeedupCell(const SummaryRow& r, double v, const Interval& ci, bool marks) {
+  if (r.is_baseline) return {marks ? "1.00 (baseline)" : "1.00", 1.0};
+  std::string text = SpeedupWithInterval(v, ci, r.speedup.n_prompts);
+  if (marks && r.speedup.n_paired > 0) text += " p";
+  if (marks && Compared(r) && !r.baseline_same_run && std::isfinite(v)) text += " *";
+  return {text, v};
+}
+
+// Exact match vs. AR: a losslessness check only at T = 0; nothing at T > 0, where a lossless
+// method samples other tokens than AR by design.
+Cell ExactCell(const SummaryRow& r) {
+  const ExactMatch& e = r.exact_match;
+  if (!Compared(r) || e.n_matched == 0 || r.row.record.temperature != 0) return Text("");
+  return {StrCat(e.n_exact, "/", e.n_matched), e.rate};
+}
+
+const std::vector<SummaryColumn>& SummaryColumns() {
+  static const std::vector<SummaryColumn> kColumns = {
+      {"case", "case", true, true, false,
+       [](const RowView& v) { return Cell{std::to_string(v.r->row.case_id), double(v.r->row.case_id)}; }},
+      {"run", "run", true, false, false,
+       [](const RowView& v) { return Cell{std::to_string(v.r->row.run_id), double(v.r->row.run_id)}; }},
+      {"method", "method", false, true, false, [](const RowView& v) { return Text(v.label); }},
+      {"drafter", "drafter", false, false, false,
+       [](const RowView& v) {
+         const std::string& d = v.r->row.record.drafter;
+         return Text(d.empty() ? kNone : d);
+       }},
+      {"target", "target", false, true, false, [](const RowView& v) { return Text(v.r->row.record.target); }},
+      {"dataset", "dataset", false, true, false, [](const RowView& v) { return Text(v.r->row.record.dataset); }},
+      {"T", "T", true, true, false,
+       [](const RowView& v) { return Cell{General(v.r->row.record.temperature), v.r->row.record.temperature}; }},
+      {"n", "n", true, true, false,
+       [](const RowView& v) { return Cell{std::to_string(v.r->metrics.n_samples), double(v.r->metrics.n_samples)}; }},
+      {"timing", "timing", false, true, false, [](const RowView& v) { return Text(TimingCell(v.r->row.record.timing_mode)); }},
+      {"tok_s", "tok/s", true, false, true, [](const RowView& v) { return Num(v.r->metrics.decode_tokens_per_s, 1); }},
+      {"nodes", "nodes/step", true, true, true, [](const RowView& v) { return Num(v.r->metrics.drafted_per_step, 1); }},
+      {"tau", "τ", true, true, true, [](const RowView& v) { return Num(v.r->metrics.tau, 2); }},
+      {"acc", "acc%", true, true, true,
+       [](const RowView& v) { return Percent(VllmCompatibleMetrics(v.r->metrics).acceptance_rate); }},
+      {"td", "T_D%", true, true, false, [](const RowView& v) { return Percent(v.r->metrics.draft_fraction); }},
+      {"other", "other%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.other_fraction); }},
+      {"adapt", "adapt%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.adapt_fraction); }},
+      {"rollback", "rollback%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.rollback_rate); }},
+      {"rb", "RB%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.spec_rollback_rate); }},
+      {"fwd", "fwd/ans", true, false, false, [](const RowView& v) { return Num(v.r->metrics.target_forwards_per_sample, 1); }},
+      {"busy", "busy D/V µs", true, false, false,
+       [](const RowView& v) {
+         const CaseMetrics& m = v.r->metrics;
+         if (!std::isfinite(m.draft_busy_us_per_step)) return Text(kNone);
+         return Text(StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0)));
+       }},
+      {"speedup", "speedup [95% CI]", true, true, true,
+       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.geomean, v.r->speedup.geomean_ci, true); }},
+      {"total", "Σ ratio [95% CI]", true, false, true,
+       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.total_ratio, v.r->speedup.total_ratio_ci, false); }},
+      {"spec_bench", "Spec-Bench [95% CI]", true, false, true,
+       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.spec_bench, v.r->speedup.spec_bench_ci, false); }},
+      {"exact", "exact", true, true, true, [](const RowView& v) { return ExactCell(*v.r); }},
+      {"div", "div min/med", true, false, false,
+       [](const RowView& v) {
+         const ExactMatch& e = v.r->exact_match;
+         if (!Compared(*v.r) || e.divergences.empty()) return Text(kNone);
+         return Cell{StrCat(e.min_position, "/", General(e.median_position)), double(e.min_position)};
+       }},
+      {"margin", "margin", true, false, false,
+       [](const RowView& v) {
+         const ExactMatch& e = v.r->exact_match;
+         if (!Compared(*v.r) || e.divergences.empty()) return Text(kNone);
+         return Num(e.min_margin, 3);
+       }},
+      {"r", "r_1..r_4", false, false, true, [](const RowView& v) { return Text(Rates(v.r->metrics.positions.r)); }},
+      {"alpha", "α_1..α_4", false, false, true, [](const RowView& v) { return Text(Rates(v.r->metrics.positions.alpha)); }},
+  };
+  return kColumns;
+}
+
+const SummaryColumn& ColumnByKey(const std::string& key) {
+  for (const SummaryColumn& c : SummaryColumns()) {
+    if (key == c.key) return c;
+  }
+  Fail("summary: unknown column '", key, "' (columns: ", Join(SummaryColumnKeys(), ", "), ")");
+}
+
+// The columns to print: --columns as given, else every column (--wide) or the compact set minus
+// the configuration columns that are the same in every row (stated above the table instead).
+std::vector<const SummaryColumn*> ChooseColumns(const Summary& s, const SummaryTableOptions& o,
+                                                const std::vector<RowView>& views,
+                                                std::vector<std::string>& constants) {
+  std::vector<const SummaryColumn*> chosen;
+  if (!o.columns.empty()) {
+    for (const std::string& key : o.columns) chosen.push_back(&ColumnByKey(key));
+    return chosen;
+  }
   bool any_drafter = false;
   for (const SummaryRow& r : s.rows) any_drafter = any_drafter || !r.row.record.drafter.empty();
-
-  struct Column {
-    std::string header;
-    bool right = true;
-  };
-  std::vector<Column> columns = {{"case"}, {"run"}, {"method", false}};
-  if (any_drafter) columns.push_back({"drafter", false});
-  for (const Column& c : std::vector<Column>{{"target", false},
-                                             {"dataset", false},
-                                             {"T"},
-                                             {"n"},
-                                             {"timing", false},
-                                             {"tok/s"},
-                                             {"nodes/step"},
-                                             {"τ"},
-                                             {"T_D%"},
-                                             {"other%"},
-                                             {"adapt%"},
-                                             {"rollback%"},
-                                             {"RB%"},
-                                             {"fwd/ans"},
-                                             {"busy D/V µs"},
-                                             {"speedup [95% CI]"},
-                                             {"Σ ratio [95% CI]"},
-                                             {"Spec-Bench [95% CI]"},
-                                             {"exact"},
-                                             {"div min/med"},
-                                             {"margin"},
-                                             {"r_1..r_4", false},
-                                             {"α_1..α_4", false}}) {
-    columns.push_back(c);
-  }
-
-  std::vector<std::vector<std::string>> rows;
-  for (const SummaryRow& r : s.rows) {
-    const CaseRecord& c = r.row.record;
-    const CaseMetrics& m = r.metrics;
-    const ExactMatch& e = r.exact_match;
-    std::vector<std::string> row = {std::to_string(r.row.case_id), std::to_string(r.row.run_id),
-                                    MethodLabel(c)};
-    if (any_drafter) row.push_back(c.drafter.empty() ? kNone : c.drafter);
-    const bool compared = !r.is_baseline && r.baseline_case_id >= 0;
-    std::string speedup =
-        r.is_baseline ? "1.00 (baseline)" : WithInterval(r.speedup.geomean, r.speedup.geomean_ci);
-    if (!r.is_baseline && r.speedup.n_paired > 0) speedup += " p";
-    if (compared && !r.baseline_same_run && std::isfinite(r.speedup.geomean)) speedup += " *";
-    const std::string total =
-        r.is_baseline ? "1.00" : WithInterval(r.speedup.total_ratio, r.speedup.total_ratio_ci);
-    const std::string spec_bench =
-        r.is_baseline ? "1.00" : WithInterval(r.speedup.spec_bench, r.speedup.spec_bench_ci);
-    std::string exact = kNone, divergence = kNone, margin = kNone;
-    if (compared && e.n_matched > 0) {
-      exact = StrCat(e.n_exact, "/", e.n_matched);
-      if (!e.divergences.empty()) {
-        divergence = StrCat(e.min_position, "/", General(e.median_position));
-        margin = Fixed(e.min_margin, 3);
+  for (const SummaryColumn& c : SummaryColumns()) {
+    const std::string key = c.key;
+    if (o.wide) {
+      if (key != "drafter" || any_drafter) chosen.push_back(&c);
+      continue;
+    }
+    if (!c.compact) continue;
+    if (key == "target" || key == "dataset" || key == "timing") {
+      std::set<std::string> seen;
+      for (const RowView& v : views) seen.insert(c.cell(v).text);
+      if (seen.size() == 1) {
+        constants.push_back(StrCat(c.header, " ", *seen.begin()));
+        continue;
       }
     }
-    for (const std::string& cell :
-         {c.target,
-          c.dataset,
-          General(c.temperature),
-          std::to_string(m.n_samples),
-          TimingCell(c.timing_mode),
-          Fixed(m.decode_tokens_per_s, 1),
-          Fixed(m.drafted_per_step, 1),
-          Fixed(m.tau, 2),
-          Fixed(100.0 * m.draft_fraction, 1),
-          Fixed(100.0 * m.other_fraction, 1),
-          Fixed(100.0 * m.adapt_fraction, 1),
-          Fixed(100.0 * m.rollback_rate, 1),
-          Fixed(100.0 * m.spec_rollback_rate, 1),
-          Fixed(m.target_forwards_per_sample, 1),
-          std::isfinite(m.draft_busy_us_per_step)
-              ? StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0))
-              : std::string(kNone),
-          speedup,
-          total,
-          spec_bench,
-          exact,
-          divergence,
-          margin,
-          Rates(m.positions.r),
-          Rates(m.positions.alpha)}) {
-      row.push_back(cell);
-    }
-    rows.push_back(std::move(row));
+    chosen.push_back(&c);
   }
+  return chosen;
+}
 
-  std::ostringstream out;
-  out << "specbed summary: " << s.db_path << " (schema v" << s.schema_version << "), "
-      << s.rows.size() << (s.rows.size() == 1 ? " case" : " cases")
-      << "; runs in the database: " << JoinIds(s.run_ids) << "\n";
-  if (rows.empty()) {
-    out << "No cases recorded.\n";
-    return out.str();
+// Orders the rows by --sort "KEY[:asc|:desc]" (numbers by value, NaN last; text by text).
+void SortRows(const std::string& sort, std::vector<RowView>& views) {
+  if (sort.empty()) return;
+  const size_t colon = sort.find(':');
+  const SummaryColumn& c = ColumnByKey(sort.substr(0, colon));
+  bool descending = c.descending;
+  if (colon != std::string::npos) {
+    const std::string dir = sort.substr(colon + 1);
+    SPECBED_CHECK(dir == "asc" || dir == "desc", "summary: --sort takes KEY, KEY:asc or KEY:desc, got '",
+                  sort, "'");
+    descending = dir == "desc";
   }
+  std::stable_sort(views.begin(), views.end(), [&](const RowView& a, const RowView& b) {
+    const Cell x = c.cell(a), y = c.cell(b);
+    const bool xn = std::isfinite(x.value), yn = std::isfinite(y.value);
+    if (xn != yn) return xn;  // numbers before "—"
+    if (xn) return descending ? x.value > y.value : x.value < y.value;
+    return descending ? x.text > y.text : x.text < y.text;
+  });
+}
+
+// Aligned columns, two spaces apart, trailing blanks trimmed.
+std::string AlignedTable(const std::vector<const SummaryColumn*>& columns,
+                         const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths(columns.size());
   for (size_t i = 0; i < columns.size(); ++i) {
-    widths[i] = Width(columns[i].header);
+    widths[i] = Width(columns[i]->header);
     for (const auto& row : rows) widths[i] = std::max(widths[i], Width(row[i]));
   }
+  std::string out;
   auto emit = [&](const std::vector<std::string>& cells) {
     std::string line;
     for (size_t i = 0; i < cells.size(); ++i) {
       const std::string pad(widths[i] - Width(cells[i]), ' ');
       if (i) line += "  ";
-      line += columns[i].right ? pad + cells[i] : cells[i] + pad;
+      line += columns[i]->right ? pad + cells[i] : cells[i] + pad;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << "\n";
+    out += line + "\n";
   };
   std::vector<std::string> headers;
-  for (const Column& c : columns) headers.push_back(c.header);
+  for (const SummaryColumn* c : columns) headers.push_back(c->header);
   emit(headers);
   for (const auto& row : rows) emit(row);
-  out << "\n"
-      << "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
-         "τ = tokens emitted per verify step (bonus token included);\n"
-      << "T_D% / other% = drafting / other time as a share of decode time; adapt% = online "
-         "adaptation (OSD updates), part of T_D%; rollback% = drafted tokens rejected;\n"
-      << "RB% = rollback rate (specs/specbranch.md 1.4): rolled-back draft tokens / all drafted "
-         "tokens incl. discarded parallel work; fwd/ans = target forwards per answer;\n"
-      << "busy D/V = per-step busy time of the draft / target side (sum > step wall time when "
-         "they overlapped, pearl/specbranch);\n"
-      << "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); "
-         "timing = paired (AR timed on the same prompt back to back, alternating order), "
-         "per-case, or — (not recorded);\n"
-      << SpeedupLegend(s.scope) << "[95% CI] = percentile bootstrap over prompts ("
-      << s.bootstrap.n_resamples << " resamples, fixed seed); * = AR baseline from another run;\n"
-      << "exact = answers token-identical to AR; div min/med = first divergence position (min / "
-         "median); margin = smallest AR top-2 logit gap at a divergence;\n"
-      << "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted "
-         ">= i) at draft position i.\n";
+  return out;
+}
+
+// The legend of the compact table: the shown columns only.
+std::string CompactLegend(const Summary& s) {
+  return StrCat(
+      "τ = tokens per verify step (bonus included); acc% = accepted / drafted tokens (vLLM's "
+      "acceptance rate);\n",
+      "nodes/step = drafted nodes per step; T_D% = drafting share of decode time;\n",
+      "speedup = geometric mean over answers of decode tok/s / AR's, 95% CI = bootstrap over "
+      "prompts (", s.bootstrap.n_resamples, " resamples;\n",
+      "(n<5) = under ", kMinPromptsForInterval,
+      " prompts: no interval); p = paired AR timing; * = AR from another run;\n",
+      "exact = answers token-identical to AR (T = 0 only).\n",
+      "More: --wide (every column, full knobs), --columns KEY,.. , --sort KEY[:asc|:desc].\n");
+}
+
+// The legend of the wide table: every column.
+std::string WideLegend(const Summary& s) {
+  return StrCat(
+      "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
+      "τ = tokens emitted per verify step (bonus token included);\n",
+      "acc% = accepted / drafted tokens (vLLM's acceptance rate); T_D% / other% = drafting / "
+      "other time as a share of decode time; adapt% = online adaptation (OSD updates), part of "
+      "T_D%;\nrollback% = drafted tokens rejected; RB% = SpecBranch's rollback rate: rolled-back "
+      "draft tokens / all drafted tokens incl. discarded parallel work; fwd/ans = target forwards "
+      "per answer;\n",
+      "busy D/V = per-step busy time of the draft / target side (sum > step wall time when they "
+      "overlapped, pearl/specbranch);\n",
+      "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); timing = "
+      "paired (AR timed on the same prompt back to back, alternating order), per-case, or — (not "
+      "recorded);\n",
+      SpeedupLegend(s.scope), "[95% CI] = percentile bootstrap over prompts (",
+      s.bootstrap.n_resamples, " resamples, fixed seed; (n<5) = under ", kMinPromptsForInterval,
+      " prompts, no interval); * = AR baseline from another run;\n",
+      "exact = answers token-identical to AR (T = 0 only: at T > 0 a lossless method samples other "
+      "tokens); div min/med = first divergence position (min / median); margin = smallest AR "
+      "top-2 logit gap at a divergence;\n",
+      "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted >= "
+      "i) at draft position i.\n");
+}
+
+}  // namespace
+
+std::vector<std::string> SummaryColumnKeys() {
+  std::vector<std::string> keys;
+  for (const SummaryColumn& c : SummaryColumns()) keys.push_back(c.key);
+  return keys;
+}
+
+std::string SpeedupWithInterval(double v, const Interval& ci, int64_t n_prompts) {
+  if (!std::isfinite(v)) return kNone;
+  if (n_prompts > 0 && n_prompts < kMinPromptsForInterval) return Fixed(v, 2) + " (n<5)";
+  return WithInterval(v, ci);
+}
+
+std::string FormatSummaryTable(const Summary& s, const SummaryTableOptions& options) {
+  std::ostringstream out;
+  out << "specbed summary: " << s.db_path << " (schema v" << s.schema_version << "), "
+      << s.rows.size() << (s.rows.size() == 1 ? " case" : " cases")
+      << "; runs in the database: " << JoinIds(s.run_ids) << "\n";
+  if (s.rows.empty()) {
+    out << "No cases recorded.\n";
+    return out.str();
+  }
+  std::vector<const ResultsStore::CaseRow*> case_rows;
+  for (const SummaryRow& r : s.rows) case_rows.push_back(&r.row);
+  const std::vector<std::string> short_labels = ShortCaseLabels(case_rows);
+  std::vector<RowView> views;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    std::string label = MethodLabel(s.rows[i].row.record);
+    if (!options.wide) {
+      label = short_labels[i];
+      if (IsSynthetic(s.rows[i].row.record)) label += " [SYNTHETIC]";
+    }
+    views.push_back({&s.rows[i], label});
+  }
+  std::vector<std::string> constants;
+  const std::vector<const SummaryColumn*> columns = ChooseColumns(s, options, views, constants);
+  SortRows(options.sort, views);
+  std::vector<std::vector<std::string>> rows;
+  for (const RowView& v : views) {
+    std::vector<std::string> row;
+    for (const SummaryColumn* c : columns) row.push_back(c->cell(v).text);
+    rows.push_back(std::move(row));
+  }
+  if (!constants.empty()) out << Join(constants, ", ") << "\n";
+  out << AlignedTable(columns, rows) << "\n"
+      << (options.wide || !options.columns.empty() ? WideLegend(s) : CompactLegend(s));
   if (!s.cost_notes.empty()) {
     out << "\nCost regime:\n";
     for (const auto& n : s.cost_notes) out << "- " << n << "\n";
@@ -477,6 +626,14 @@ std::string FormatSummaryTable(const Summary& s) {
 }
 
 std::string SummaryJson(const Summary& s) {
+  using Json = nlohmann::ordered_json;  // fields in the order below (export columns follow it)
+  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+  auto interval = [&](const Interval& ci) { return Json::array({num(ci.lo), num(ci.hi)}); };
+  auto stored = [](const std::string& text) -> Json {
+    if (text.empty()) return nullptr;
+    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    return j.is_discarded() ? Json(text) : j;
+  };
   Json doc;
   doc["db"] = s.db_path;
   doc["schema_version"] = s.schema_version;
@@ -494,16 +651,16 @@ std::string SummaryJson(const Summary& s) {
     j["run_id"] = r.row.run_id;
     j["case_key"] = c.case_key;
     j["method"] = c.method;
-    j["knobs"] = StoredJson(c.method_knobs_json);
+    j["knobs"] = stored(c.method_knobs_json);
     j["knobs_short"] = KnobsShort(c.method_knobs_json);
-    j["method_traits"] = StoredJson(c.method_traits_json);
+    j["method_traits"] = stored(c.method_traits_json);
     j["drafter"] = c.drafter;
     j["target"] = c.target;
     j["dataset"] = c.dataset;
     j["categories"] = c.categories;
     j["prompt_limit"] = c.prompt_limit;
-    j["temperature"] = Number(c.temperature);
-    j["top_p"] = Number(c.top_p);
+    j["temperature"] = num(c.temperature);
+    j["top_p"] = num(c.top_p);
     j["top_k"] = c.top_k;
     j["seed"] = c.seed;
     j["max_new_tokens"] = c.max_new_tokens;
@@ -516,40 +673,46 @@ std::string SummaryJson(const Summary& s) {
     j["n_prompts"] = m.n_prompts;
     j["output_tokens"] = m.output_tokens;
     j["decode_tokens"] = m.decode_tokens;
-    j["decode_ms"] = Number(m.decode_ms);
-    j["decode_tokens_per_s"] = Number(m.decode_tokens_per_s);
-    j["prefill_ms_mean"] = Number(m.prefill_ms_mean);
+    j["decode_ms"] = num(m.decode_ms);
+    j["decode_tokens_per_s"] = num(m.decode_tokens_per_s);
+    j["prefill_ms_mean"] = num(m.prefill_ms_mean);
     j["stop_reasons"] = m.stop_reasons;
     j["n_steps"] = m.n_steps;
     j["drafted"] = m.drafted;
     j["accepted"] = m.accepted;
     j["emitted"] = m.emitted;
-    j["tau"] = Number(m.tau);
-    j["draft_fraction"] = Number(m.draft_fraction);
-    j["verify_fraction"] = Number(m.verify_fraction);
-    j["other_fraction"] = Number(m.other_fraction);
+    j["tau"] = num(m.tau);
+    j["draft_fraction"] = num(m.draft_fraction);
+    j["verify_fraction"] = num(m.verify_fraction);
+    j["other_fraction"] = num(m.other_fraction);
     j["adapt_ms"] = m.adapt_ms;
-    j["adapt_fraction"] = Number(m.adapt_fraction);
-    j["draft_us_per_step"] = Number(m.draft_us_per_step);
-    j["verify_us_per_step"] = Number(m.verify_us_per_step);
-    j["other_us_per_step"] = Number(m.other_us_per_step);
-    j["drafted_per_step"] = Number(m.drafted_per_step);
-    j["rollback_rate"] = Number(m.rollback_rate);
+    j["adapt_fraction"] = num(m.adapt_fraction);
+    j["draft_us_per_step"] = num(m.draft_us_per_step);
+    j["verify_us_per_step"] = num(m.verify_us_per_step);
+    j["other_us_per_step"] = num(m.other_us_per_step);
+    j["drafted_per_step"] = num(m.drafted_per_step);
+    j["rollback_rate"] = num(m.rollback_rate);
     j["rollback_events"] = m.rollback_events;
-    j["spec_rollback_rate"] = Number(m.spec_rollback_rate);
+    j["spec_rollback_rate"] = num(m.spec_rollback_rate);
     j["rolled_back_tokens"] = m.rolled_back;
     j["draft_generated_tokens"] = m.draft_generated;
     j["target_forwards"] = m.target_forwards;
-    j["target_forwards_per_sample"] = Number(m.target_forwards_per_sample);
-    j["draft_busy_us_per_step"] = Number(m.draft_busy_us_per_step);
-    j["verify_busy_us_per_step"] = Number(m.verify_busy_us_per_step);
-    j["rollback_events_per_step"] = Number(m.rollback_events_per_step);
+    j["target_forwards_per_sample"] = num(m.target_forwards_per_sample);
+    j["draft_busy_us_per_step"] = num(m.draft_busy_us_per_step);
+    j["verify_busy_us_per_step"] = num(m.verify_busy_us_per_step);
+    j["rollback_events_per_step"] = num(m.rollback_events_per_step);
     Json r_list = Json::array(), alpha_list = Json::array();
-    for (double v : m.positions.r) r_list.push_back(Number(v));
-    for (double v : m.positions.alpha) alpha_list.push_back(Number(v));
+    for (double v : m.positions.r) r_list.push_back(num(v));
+    for (double v : m.positions.alpha) alpha_list.push_back(num(v));
+    const VllmMetrics vllm = VllmCompatibleMetrics(m);
+    j["acceptance_rate"] = num(vllm.acceptance_rate);
+    j["mean_acceptance_length"] = num(vllm.mean_acceptance_length);
+    Json per_position = Json::array();
+    for (double v : vllm.per_position_acceptance_rate) per_position.push_back(num(v));
     j["acceptance"] = {{"max_depth", m.positions.max_depth()},
                        {"r", r_list},
                        {"alpha", alpha_list},
+                       {"per_position_acceptance_rate", per_position},
                        {"n_reached", m.positions.n_reached},
                        {"n_accepted", m.positions.n_accepted},
                        {"n_conditional", m.positions.n_conditional}};
@@ -566,12 +729,12 @@ std::string SummaryJson(const Summary& s) {
                       {"n_matched", sp.n_matched},
                       {"n_paired", sp.n_paired},
                       {"n_prompts", sp.n_prompts},
-                      {"geomean", Number(sp.geomean)},
-                      {"geomean_ci", IntervalJson(sp.geomean_ci)},
-                      {"total_ratio", Number(sp.total_ratio)},
-                      {"total_ratio_ci", IntervalJson(sp.total_ratio_ci)},
-                      {"spec_bench", Number(sp.spec_bench)},
-                      {"spec_bench_ci", IntervalJson(sp.spec_bench_ci)}};
+                      {"geomean", num(sp.geomean)},
+                      {"geomean_ci", interval(sp.geomean_ci)},
+                      {"total_ratio", num(sp.total_ratio)},
+                      {"total_ratio_ci", interval(sp.total_ratio_ci)},
+                      {"spec_bench", num(sp.spec_bench)},
+                      {"spec_bench_ci", interval(sp.spec_bench_ci)}};
       Json divergences = Json::array();
       for (const auto& d : e.divergences) {
         divergences.push_back(
@@ -580,15 +743,15 @@ std::string SummaryJson(const Summary& s) {
              {"position", d.position},
              {"ar_token", d.ar_token >= 0 ? Json(d.ar_token) : Json(nullptr)},
              {"method_token", d.method_token >= 0 ? Json(d.method_token) : Json(nullptr)},
-             {"margin", Number(d.margin)}});
+             {"margin", num(d.margin)}});
       }
       j["exact_match"] = {
           {"n_matched", e.n_matched},
           {"n_exact", e.n_exact},
-          {"rate", Number(e.rate)},
+          {"rate", num(e.rate)},
           {"min_divergence_position", e.min_position >= 0 ? Json(e.min_position) : Json(nullptr)},
-          {"median_divergence_position", Number(e.median_position)},
-          {"min_margin", Number(e.min_margin)},
+          {"median_divergence_position", num(e.median_position)},
+          {"min_margin", num(e.min_margin)},
           {"divergences", divergences}};
     } else {
       j["baseline"] = nullptr;

@@ -73,7 +73,12 @@ struct CostCase {
   const CaseRecord* record = nullptr;
   double decode_tokens_per_s = 0;
 };
-// "X is the cost twin of Y: ..." once per twin target, and per AR case its decode throughput as a
+// Targets whose per-token weights are below this many bytes fit in a CPU's caches (or a GPU's
+// L2): decoding them is not memory-bound and speculation cannot pay (CostRegimeNotes warns).
+inline constexpr double kCacheResidentWeightBytes = 32e6;
+
+// "X is the cost twin of Y: ..." once per twin target, a WARNING once per target whose weights
+// are under kCacheResidentWeightBytes, and per AR case its decode throughput as a
 // fraction of the memory roofline (weight bytes per token x tok/s / measured bandwidth). Cases
 // without the recorded fields (older databases) give no notes.
 std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases);
@@ -85,8 +90,30 @@ std::string KnobsShort(const std::string& knobs_json);
 // text ending with a newline; summary and report print it under every speedup table.
 std::string SpeedupLegend(SpeedupScope scope);
 
+// Speedup intervals rest on at least this many prompts (the bootstrap units); below it the
+// summary and the report print "(n<5)" instead of an interval.
+inline constexpr int64_t kMinPromptsForInterval = 5;
+
+// "1.23 [1.10, 1.35]", "1.23 (n<5)" when n_prompts is 1..4, "1.23" without an interval, "—".
+std::string SpeedupWithInterval(double v, const Interval& ci, int64_t n_prompts);
+
+// What the terminal table shows (`specbed summary --wide / --columns / --sort`).
+struct SummaryTableOptions {
+  // false: the compact table (~120 columns): case, short label (method + the knobs that differ
+  // between cases, as in the report), T, n, nodes/step, τ, acc%, speedup [95% CI], T_D%, exact;
+  // target / dataset / timing only when they differ (else stated once above the table).
+  // true: every column with the full method + knobs label.
+  bool wide = false;
+  std::vector<std::string> columns;  // column keys (SummaryColumnKeys) to show, in this order
+  std::string sort;                  // "KEY", "KEY:asc" or "KEY:desc"; "" = case order
+};
+
+// Every column key of the terminal table, in table order (for --columns / --sort).
+std::vector<std::string> SummaryColumnKeys();
+
 // The human-readable table (aligned columns, a legend and the notes), ending with a newline.
-std::string FormatSummaryTable(const Summary& summary);
+// Fails (specbed::Error) for an unknown column or sort key, naming the valid ones.
+std::string FormatSummaryTable(const Summary& summary, const SummaryTableOptions& options = {});
 
 // Every number of the summary as a JSON document (NaN = null), pretty-printed.
 std::string SummaryJson(const Summary& summary);

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/base/timer.h"
 
@@ -331,6 +333,40 @@ SELECT m.case_id,
           AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt'))) AS baseline_case_id
 FROM cases m WHERE m.method <> 'ar';
 )sql",
+    // 8 -> 9: vLLM's metric names beside SpecBed's (metrics/vllm_metrics.h): case_summary gains
+    // acceptance_rate (accepted / drafted tokens) and mean_acceptance_length (1 + accepted /
+    // steps); position_acceptance has one row per case and draft position with r, alpha and
+    // vLLM's per_position_acceptance_rate (steps accepted up to the position / all steps).
+    R"sql(
+DROP VIEW case_summary;
+CREATE VIEW case_summary AS
+SELECT c.case_id, c.run_id, c.method, c.method_knobs_json, c.target, c.dataset, c.temperature,
+       (SELECT sum(max(n_output_tokens - 1, 0)) * 1000.0 / nullif(sum(decode_ms), 0)
+        FROM samples WHERE case_id = c.case_id) AS decode_tok_per_s,
+       (SELECT sum(n_emitted) * 1.0 / nullif(count(*), 0) FROM steps WHERE case_id = c.case_id)
+         AS tau,
+       b.baseline_case_id,
+       (SELECT exp(avg(ln(ratio))) FROM answer_speedup WHERE case_id = c.case_id) AS speedup,
+       (SELECT (sum(method_tokens) * 1.0 / sum(method_ms)) / (sum(ar_tokens) * 1.0 / sum(ar_ms))
+        FROM answer_speedup WHERE case_id = c.case_id) AS speedup_total_ratio,
+       (SELECT count(*) FROM answer_speedup WHERE case_id = c.case_id) AS n_matched,
+       (SELECT sum(n_accepted) * 1.0 / nullif(sum(n_drafted), 0) FROM steps
+        WHERE case_id = c.case_id) AS acceptance_rate,
+       (SELECT 1 + sum(n_accepted) * 1.0 / nullif(count(*), 0) FROM steps
+        WHERE case_id = c.case_id) AS mean_acceptance_length
+FROM cases c LEFT JOIN case_baseline b ON b.case_id = c.case_id;
+CREATE VIEW position_acceptance AS
+WITH RECURSIVE pos(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM pos WHERE i < 1024),
+st AS (SELECT case_id, n_accepted AS a,
+              CASE WHEN draft_depth < 0 THEN n_drafted ELSE draft_depth END AS d FROM steps)
+SELECT st.case_id, pos.i AS position,
+       sum(st.a >= pos.i) * 1.0 / count(*) AS r,
+       sum(st.a >= pos.i) * 1.0 / nullif(sum(st.a >= pos.i - 1), 0) AS alpha,
+       sum(st.a >= pos.i) * 1.0 / (SELECT count(*) FROM steps x WHERE x.case_id = st.case_id)
+         AS per_position_acceptance_rate
+FROM st JOIN pos ON pos.i <= st.d
+GROUP BY st.case_id, pos.i;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
@@ -508,6 +544,38 @@ sqlite3_stmt* ResultsStore::Cached(sqlite3_stmt** slot, const char* sql) const {
   return *slot;
 }
 
+namespace {
+
+// True when the schema of an open database can be read (false e.g. for a WAL database whose
+// -shm file cannot be created).
+bool CanReadSchema(sqlite3* db) {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return false;
+  }
+  const int rc = sqlite3_step(raw);
+  sqlite3_finalize(raw);
+  return rc == SQLITE_ROW;
+}
+
+// "file:/path%3Fwith%23odd?immutable=1": a URI for `path` (percent-encoding what URIs reserve).
+std::string ImmutableUri(const std::string& path) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c >= 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      uri += buf;
+    } else {
+      uri += static_cast<char>(c);
+    }
+  }
+  return uri + "?immutable=1";
+}
+
+}  // namespace
+
 void ResultsStore::Init() {
   op_start_us_ = NowMicros();
   struct stat st {};
@@ -515,12 +583,26 @@ void ResultsStore::Init() {
   if (options_.read_only) {
     SPECBED_CHECK(existed, "results database '", path_, "' does not exist");
   }
+  if (existed && !S_ISREG(st.st_mode)) CheckPathKind(path_, PathKind::kFile, "results database");
   const int flags =
       options_.read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string reason = DescribeOpenFailure(path_, db_);
     Fail(existed ? "cannot open" : "cannot create", " results database '", path_, "': ", reason);
+  }
+  if (options_.read_only && !CanReadSchema(db_)) {
+    // A WAL database on a read-only medium (or where its -shm file cannot be created): SQLite
+    // needs the -shm file even to read. Reopen it immutable (no locks, no -shm), which reads the
+    // main file as it is; any un-checkpointed -wal content is not seen (specbed checkpoints on
+    // close, so a finished run has none).
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    const int irc = sqlite3_open_v2(ImmutableUri(path_).c_str(), &db_,
+                                    SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+    if (irc != SQLITE_OK) {
+      Fail("cannot open results database '", path_, "' read-only: ", DescribeOpenFailure(path_, db_));
+    }
   }
   if (!options_.read_only && sqlite3_db_readonly(db_, "main") == 1) {
     Fail("cannot open results database '", path_,
@@ -583,8 +665,16 @@ void ResultsStore::Init() {
 
   if (!options_.read_only) {
     {
+      // The switch to WAL takes an exclusive lock without calling the busy handler, so two runs
+      // starting on a new database retry here for the busy timeout instead of failing at once.
       OwnedStmt s(Prepare("PRAGMA journal_mode = WAL"));
-      const int step_rc = sqlite3_step(s.get());
+      int step_rc = sqlite3_step(s.get());
+      while (((step_rc & 0xff) == SQLITE_BUSY || (step_rc & 0xff) == SQLITE_LOCKED) &&
+             (NowMicros() - op_start_us_) / 1000 < options_.busy_timeout_ms) {
+        sqlite3_reset(s.get());
+        sqlite3_sleep(10);
+        step_rc = sqlite3_step(s.get());
+      }
       if (step_rc != SQLITE_ROW) FailSqlite(step_rc, "switching to WAL mode");
       const std::string mode = ColText(s.get(), 0);
       SPECBED_CHECK(mode == "wal", "results database '", path_,

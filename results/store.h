@@ -29,8 +29,10 @@ namespace specbed {
 // `specbed bench` tables bench_verify (verify-width curve) and bench_bandwidth (STREAM).
 // Version 6 added the parallel-decoder step columns and samples.paired_ar_prefill_ms.
 // Version 7 added the views case_baseline, answer_speedup and case_summary (summary's point
-// estimates in SQL; no table changes).
-inline constexpr int kResultsSchemaVersion = 8;
+// estimates in SQL; no table changes). Version 8 limited case_baseline to the same machine.
+// Version 9 added vLLM's metric names: case_summary.acceptance_rate / mean_acceptance_length and
+// the view position_acceptance (no table changes).
+inline constexpr int kResultsSchemaVersion = 9;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {

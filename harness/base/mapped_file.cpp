@@ -16,8 +16,40 @@
 
 namespace specbed {
 
+namespace {
+
+// "a FIFO (named pipe)", "a socket", ... for a stat mode that is neither a file nor a directory.
+const char* SpecialFileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+void CheckPathKind(const std::string& path, PathKind kind, const std::string& what) {
+  const bool want_file = kind == PathKind::kFile;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) Fail(what, " '", path, "': no such ", want_file ? "file" : "directory");
+    if (err == ELOOP) Fail(what, " '", path, "': a symbolic link loop");
+    Fail(what, " '", path, "': ", std::strerror(err));
+  }
+  if (want_file && S_ISDIR(st.st_mode)) Fail(what, " '", path, "' is a directory, expected a file");
+  if (!want_file && S_ISREG(st.st_mode)) Fail(what, " '", path, "' is a file, expected a directory");
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+    Fail(what, " '", path, "' is ", SpecialFileKind(st.st_mode), ", expected a ",
+         want_file ? "regular file" : "directory");
+  }
+}
+
 std::shared_ptr<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  CheckPathKind(path, PathKind::kFile, "file");
+  // O_NONBLOCK: a path swapped for a FIFO after the check still cannot block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   SPECBED_CHECK(fd >= 0, "cannot open '", path, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -44,6 +76,7 @@ MappedFile::~MappedFile() {
 }
 
 std::string ReadFileToString(const std::string& path) {
+  CheckPathKind(path, PathKind::kFile, "file");
   std::ifstream in(path, std::ios::binary);
   SPECBED_CHECK(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   std::ostringstream buffer;

@@ -12,7 +12,8 @@ namespace specbed {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. Throws specbed::Error naming the path when it cannot be opened.
+  // Maps `path` read-only. Throws specbed::Error naming the path when it is not a regular file
+  // (CheckPathKind: a FIFO or a directory fails at once) or cannot be opened.
   static std::shared_ptr<MappedFile> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -29,7 +30,8 @@ class MappedFile {
   std::string path_;
 };
 
-// Reads a whole file into a string. Throws specbed::Error naming the path on failure.
+// Reads a whole file into a string. Throws specbed::Error naming the path when it is not a regular
+// file (CheckPathKind) or cannot be read.
 std::string ReadFileToString(const std::string& path);
 
 // Writes `bytes` to `path`.tmp and renames it over `path`, so a crash leaves the old file intact.
@@ -38,5 +40,15 @@ void WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 // True when `path` names an existing regular file or directory.
 bool PathExists(const std::string& path);
+
+// What an input path must be.
+enum class PathKind { kFile, kDirectory };
+
+// Throws specbed::Error "<what> '<path>': <why>" unless `path` is an existing regular file
+// (kFile) or directory (kDirectory). <why> tells the cases apart: "no such file" / "no such
+// directory", "a symbolic link loop", "is a directory, expected a file", "is a file, expected a
+// directory", "is a FIFO (named pipe), expected a regular file" (and sockets, devices), or the
+// system's reason. Never opens the path, so a FIFO cannot block.
+void CheckPathKind(const std::string& path, PathKind kind, const std::string& what);
 
 }  // namespace specbed

@@ -1,6 +1,8 @@
 // Progress display (TTY bar or periodic plain lines).
 #include "harness/base/progress.h"
 
+#include <algorithm>
+
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -90,7 +92,8 @@ void ProgressBar::Finish() {
 void ProgressBar::Draw(bool final_line) {
   const double elapsed = (NowMicros() - start_us_) * 1e-6;
   const double rate = elapsed > 0 ? done_ / elapsed : 0.0;
-  const double eta = (total_ > 0 && rate > 0) ? (total_ - done_) / rate : -1.0;
+  double eta = (total_ > 0 && rate > 0) ? (total_ - done_) / rate : -1.0;
+  if (eta_deadline_us_ >= 0) eta = std::max(0.0, (eta_deadline_us_ - NowMicros()) * 1e-6);
   char counts[64];
   if (total_ > 0) {
     std::snprintf(counts, sizeof(counts), "%lld/%lld", static_cast<long long>(done_),

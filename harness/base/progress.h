@@ -28,6 +28,10 @@ class ProgressBar {
   void set_plain_interval_s(double seconds) { plain_interval_s_ = seconds; }
   // Overrides the detected line width in columns (tests); 0 = no cut.
   void set_width(int columns) { width_ = columns; }
+  // The ETA from the caller's cost model instead of units/s: the work is expected to end at
+  // `deadline_us` (NowMicros clock); the ETA shown counts down to it (0 once passed). A negative
+  // value returns to the rate-based ETA.
+  void set_eta_deadline_us(int64_t deadline_us) { eta_deadline_us_ = deadline_us; }
 
  private:
   void Draw(bool final_line);
@@ -44,6 +48,7 @@ class ProgressBar {
   bool finished_ = false;
   double plain_interval_s_ = 10.0;
   int width_ = 0;  // columns a line may take (0 = no cut)
+  int64_t eta_deadline_us_ = -1;  // < 0: ETA from the rate
 };
 
 // `line` cut to at most `columns` display columns (UTF-8 code points), the last one "…" when cut;

@@ -1,12 +1,14 @@
-// `specbed compare --baseline A.db --candidate B.db`: the regression gate (reports/compare.h).
-// Prints the matched cases with τ and speed deltas (bootstrap CIs) and exits 3 when the candidate
-// regresses (τ lost at T = 0, speed confidently below the threshold, or a baseline case without a
-// match), 0 otherwise, 1 on errors.
+// `specbed compare A.db B.db` (or --baseline A.db --candidate B.db): the regression gate
+// (reports/compare.h). Prints the matched cases with τ and speed deltas (bootstrap CIs) and exits 3
+// when the candidate regresses (τ lost at T = 0, speed confidently below the threshold, or a
+// baseline case without a match), 0 otherwise, 1 on errors. `specbed compare DB --cases A,B`
+// compares two cases of one database (B against A, same statistics).
 // Checked by: tests/cli/compare_cli_test.cpp (self-compare passes, a lowered budget fails).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 
+#include "harness/base/error.h"
 #include "harness/cli/commands.h"
 #include "reports/compare.h"
 
@@ -14,19 +16,47 @@ namespace specbed::cli {
 namespace {
 
 struct CompareCommandOptions {
+  std::vector<std::string> databases;  // positional: BASELINE CANDIDATE, or DB with --cases
   std::string baseline, candidate;
+  std::vector<int64_t> cases;  // --cases A,B
   CompareOptions options;
   bool json = false;
   bool no_tau = false, no_speed = false;
   std::string scope = "decode";
 };
 
+constexpr const char* kUsage =
+    "give two databases (specbed compare BASELINE.db CANDIDATE.db, or --baseline/--candidate), "
+    "or one database and two of its cases (specbed compare DB --cases A,B)";
+
+std::string Baseline(const CompareCommandOptions& o) {
+  SPECBED_CHECK(o.databases.size() + !o.baseline.empty() + !o.candidate.empty() == 2,
+                "compare: ", kUsage);
+  return o.baseline.empty() ? o.databases[0] : o.baseline;
+}
+
+std::string Candidate(const CompareCommandOptions& o) {
+  Baseline(o);  // checks the count
+  if (!o.candidate.empty()) return o.candidate;
+  return o.databases.back();
+}
+
+std::string WithinDatabase(const CompareCommandOptions& o) {
+  SPECBED_CHECK(o.cases.size() == 2, "compare --cases takes two case ids, A,B (got ",
+                o.cases.size(), ")");
+  SPECBED_CHECK(o.databases.size() == 1 && o.baseline.empty() && o.candidate.empty(),
+                "compare --cases: ", kUsage);
+  return o.databases[0];
+}
+
 void RunCompare(const CompareCommandOptions& o) {
   CompareOptions options = o.options;
   options.gate_tau = !o.no_tau;
   options.gate_speed = !o.no_speed;
   options.scope = ParseSpeedupScope(o.scope, "--scope");
-  const CompareResult r = CompareDatabases(o.baseline, o.candidate, options);
+  const CompareResult r = o.cases.empty() ? CompareDatabases(Baseline(o), Candidate(o), options)
+                                          : CompareCases(WithinDatabase(o), o.cases[0],
+                                                         o.cases[1], options);
   const std::string text = o.json ? CompareJson(r) : FormatCompareTable(r);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -41,8 +71,17 @@ void AddCompareCommand(CLI::App& app) {
       "compare",
       "Regression gate: baseline vs candidate results databases (τ exact at T=0, speed with "
       "bootstrap CIs); exit 3 on a regression");
-  cmd->add_option("--baseline", o->baseline, "Baseline results database")->required();
-  cmd->add_option("--candidate", o->candidate, "Candidate results database")->required();
+  cmd->add_option("databases", o->databases,
+                  "BASELINE.db CANDIDATE.db, or one DB with --cases")
+      ->expected(0, 2);
+  cmd->add_option("--baseline", o->baseline, "Baseline results database (or the first positional)");
+  cmd->add_option("--candidate", o->candidate,
+                  "Candidate results database (or the second positional)");
+  cmd->add_option("--cases", o->cases,
+                  "Two case ids A,B of one database: B against A (speedups over AR, paired "
+                  "bootstrap CI)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--match", o->options.match,
                   "key: same resolved case config (repeats pooled); workload: same method and "
                   "workload, knobs ignored")

@@ -1,4 +1,4 @@
-// `specbed export DB [--format csv|json] [--table cases|samples|steps] [-o FILE] [--run ID]
+// `specbed export DB [--format csv|json] [--table cases|positions|samples|steps] [-o FILE] [--run ID]
 // [--scope decode|e2e]`: a results database as CSV or JSON (reports/export.h); stdout unless -o
 // names a file (its folder is created).
 // Checked by: tests/cli/summary_cli_test.cpp (the binary vs. `summary --json`) and
@@ -55,15 +55,17 @@ void AddExportCommand(CLI::App& app) {
   auto o = std::make_shared<ExportCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "Results database -> CSV or JSON (cases with every summary metric and CI, samples, "
-      "steps)");
+      "Results database -> CSV or JSON (cases with every summary metric and CI, per-position "
+      "acceptance, samples, steps)");
   cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
   cmd->add_option("--format", o->format, "csv (default) or json")
       ->check(CLI::IsMember({"csv", "json"}));
   cmd->add_option("--table", o->table,
                   "cases (default: one row per case, the numbers of `specbed summary --json`), "
-                  "samples (one row per answer) or steps (one row per verify step)")
-      ->check(CLI::IsMember({"cases", "samples", "steps"}));
+                  "positions (one row per case and draft position: r, alpha, vLLM's "
+                  "per-position acceptance rate), samples (one row per answer) or steps (one row "
+                  "per verify step)")
+      ->check(CLI::IsMember({"cases", "positions", "samples", "steps"}));
   cmd->add_option("-o,--output", o->output, "Output file (default: stdout)");
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/json_read.h"
+#include "harness/base/knob_ranges.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
@@ -97,14 +98,16 @@ void AddGenerateCommand(CLI::App& app) {
       {"--tokens"});
   cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(CLI::Range(0.0, kMaxTemperature));
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
       ->capture_default_str()
       ->check(CLI::Range(1e-6, 1.0));
   cmd->add_option("--top-k", o->top_k, "Top-k sampling (0 = off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed, "Sampling seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", o->dtype,
                   "Weights/activations dtype: float32 or bfloat16 (float16: GPU only)")
       ->capture_default_str();

@@ -1,6 +1,8 @@
 // `specbed list [models|methods|datasets|templates]`: what SpecBed knows (drafter knobs name what
 // "auto" picks per target). Checked by: tests/cli/cli_test.cpp (CliList.*).
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
@@ -13,6 +15,23 @@
 
 namespace specbed::cli {
 namespace {
+
+// A knob bound as written in a config: integers in full ("1048576", not "1.04858e+06"), other
+// values in shortest round-trip form ("0.05").
+std::string KnobBound(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    for (int precision = 1; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+  }
+  return buf;
+}
+
 
 void ListModels() {
   std::printf("models (or pass a Hugging Face checkpoint directory / llama2.c .bin path):\n");
@@ -60,9 +79,7 @@ void ListMethods() {
     for (const auto& k : m.knobs) {
       std::string range;
       if (k.min <= k.max) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), " [%g, %g]", k.min, k.max);
-        range = buf;
+        range = " [" + KnobBound(k.min) + ", " + KnobBound(k.max) + "]";
       } else if (!k.choices.empty()) {
         range = " {" + Join(k.choices, ", ") + "}";
       }

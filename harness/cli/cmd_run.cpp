@@ -1,5 +1,6 @@
 // `specbed run CONFIG.json`: expands targets x methods x datasets x temperatures x seeds into cases
-// and runs them into the SQLite results store (resumable: completed cases are skipped). A sweep
+// and runs them into the SQLite results store (resumable: completed cases are skipped), then
+// prints the database's summary table (specbed summary; --no-summary to skip). A sweep
 // file (harness/runner/sweep.h) is accepted too: both go through RunSweepFile (cmd_sweep.cpp).
 // Checked by: tests/cli/cli_test.cpp and tests/cli/sweep_cli_test.cpp.
 #include "harness/cli/commands.h"
@@ -18,6 +19,9 @@ void AddRunCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
+  cmd->add_flag("--no-summary", o->no_summary,
+                "Do not print the summary table (specbed summary DB) at the end");
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
                {"--no-progress"});
   cmd->callback([o] { RunSweepFile(*o); });

@@ -1,18 +1,22 @@
 // `specbed sweep FILE [--shard i/N] [--output DB] [--dry-run] [--limit N]`: expands a sweep file
 // (harness/runner/sweep.h) into cases, prints the count and the notes on skipped combinations,
 // and runs this shard's cases into SQLite like `specbed run` (resumable: completed case keys are
-// skipped), with a progress line (cases done/total, ETA). RunSweepFile is shared with `run`.
+// skipped), with a progress line (cases done/total, ETA), and ends by printing the database's
+// summary table (specbed summary). RunSweepFile is shared with `run`.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "harness/base/error.h"
+#include "harness/base/json_read.h"
+#include "harness/base/names.h"
 #include "harness/cli/commands.h"
 #include "harness/runner/environment.h"
 #include "harness/runner/runner.h"
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
+#include "reports/summary.h"
 #include "results/store.h"
 
 namespace specbed::cli {
@@ -42,6 +46,13 @@ void RunSweepFile(const SweepFileOptions& o) {
   int64_t shard_index = 0, shard_count = 1;
   if (!o.shard.empty()) ParseShard(o.shard, &shard_index, &shard_count);
   SweepConfig config = LoadSweepConfig(o.config);
+  if (!ReadJsonFile(o.config).contains("targets")) {
+    std::fprintf(stderr,
+                 "specbed %s: warning: %s names no \"targets\": running on the default target %s, "
+                 "which is too small for speculation to pay (its speedups say nothing about the "
+                 "methods); add \"targets\": [\"stories260K-twin\"] for the cost twin\n",
+                 o.command.c_str(), o.config.c_str(), Join(config.base.targets, ", ").c_str());
+  }
   if (!o.output.empty()) config.base.output = o.output;
   if (o.limit > 0) {
     for (auto& d : config.base.datasets) d.limit = o.limit;
@@ -65,6 +76,7 @@ void RunSweepFile(const SweepFileOptions& o) {
     for (const CaseConfig& c : cases) std::printf("%s  %s\n", c.Key().c_str(), c.Label().c_str());
     return;
   }
+  ValidateRunCases(cases);  // before the database exists: bad input leaves no file behind
   // The default output (results/run.db: no -o, no "output" in the config) gets its folder
   // created; an explicit output's folder must exist (a typo is not silently created).
   if (o.output.empty() && config.base.output == RunConfig().output) {
@@ -86,6 +98,10 @@ void RunSweepFile(const SweepFileOptions& o) {
                o.command.c_str(), static_cast<long long>(s.cases_total),
                static_cast<long long>(s.cases_run), static_cast<long long>(s.cases_skipped),
                s.wall_s, config.base.output.c_str());
+  if (!o.no_summary) {
+    const std::string table = FormatSummaryTable(BuildSummary(config.base.output));
+    std::fwrite(table.data(), 1, table.size(), stdout);
+  }
 }
 
 void AddSweepCommand(CLI::App& app) {
@@ -101,6 +117,8 @@ void AddSweepCommand(CLI::App& app) {
                   "Run only shard I of N (I/N, 0-based; a case goes to hash(case key) % N)");
   cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
   cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
+  cmd->add_flag("--no-summary", o->no_summary,
+                "Do not print the summary table (specbed summary DB) at the end");
   cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
       ->check(CLI::PositiveNumber);
   cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")

@@ -62,9 +62,12 @@ void RunTokenize(const TokenizeOptions& o) {
   } else {
     const ModelSpec spec = ResolveModel(o.model);
     tok = LoadModelTokenizer(spec);
-    SPECBED_CHECK(tok != nullptr, "model '", o.model, "' has no tokenizer");
+    SPECBED_CHECK(tok != nullptr, "model '", o.model, "' has no tokenizer (looked in '", spec.path,
+                  "' for tokenizer.json, vocab.json + merges.txt, tokenizer.bin)");
   }
   if (!o.decode.empty()) {
+    SPECBED_CHECK(o.text.empty(), "tokenize: --decode turns ids into text; the text '", o.text,
+                  "' would be ignored (give either a text to encode or --decode IDS)");
     const std::vector<int32_t> ids = ParseIds(o.decode);
     for (int32_t id : ids) {
       SPECBED_CHECK(id >= 0 && id < tok->vocab_size(), "--decode: token id ", id,

@@ -53,6 +53,7 @@ struct SweepFileOptions {
   std::string config, output, shard;      // shard "I/N" ("" = all cases)
   int64_t limit = 0, max_new_tokens = 0;  // 0 = as in the config
   bool dry_run = false, no_progress = false;
+  bool no_summary = false;  // skip the summary table printed at the end
 };
 void RunSweepFile(const SweepFileOptions& options);
 void AddCompareCommand(CLI::App& app);

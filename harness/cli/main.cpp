@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   specbed::cli::SetCommandLine(argc, argv);
   CLI::App app{
       "SpecBed: a testbed for speculative decoding methods.\n"
-      "Quickstart: specbed run configs/quickstart.json  (see README.md)"};
+      "Main job: scripts/quickstart (= specbed run configs/quickstart.json, then specbed report "
+      "results/quickstart.db -o reports/out/quickstart; README.md)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "specbed 0.1.0");
   specbed::cli::AddGenerateCommand(app);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "harness/base/knob_ranges.h"
 #include "harness/base/hash.h"
 #include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
@@ -214,7 +215,8 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
                     !c.temperatures.empty() && !c.seeds.empty(),
                 source, ": targets, methods, datasets, temperatures and seeds must be non-empty");
   for (double t : c.temperatures) {
-    SPECBED_CHECK(t >= 0 && std::isfinite(t), source, ": temperatures must be >= 0, got ", t);
+    SPECBED_CHECK(t >= 0 && t <= kMaxTemperature, source, ": temperatures must be in [0, ",
+                  kMaxTemperature, "], got ", t);
   }
   SPECBED_CHECK(c.top_p > 0 && c.top_p <= 1, source, ": top_p must be in (0, 1], got ", c.top_p);
   SPECBED_CHECK(c.top_k >= 0, source, ": top_k must be >= 0 (0 = off), got ", c.top_k);

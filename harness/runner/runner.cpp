@@ -5,8 +5,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
+#include <sstream>
 
 #include "datasets/dataset.h"
+#include "harness/base/json_read.h"
+#include "harness/base/mapped_file.h"
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
 #include "harness/base/progress.h"
@@ -14,14 +19,18 @@
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
+#include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
+#include "models/llama_config.h"
 
 namespace specbed {
 
 std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,
                                     const std::vector<ChatMessage>& messages) {
   SPECBED_CHECK(target.tokenizer != nullptr, "model '", target.spec.name,
-                "' has no tokenizer; it can only be benchmarked (specbed bench)");
+                "' has no tokenizer (looked in '", target.spec.path,
+                "' for tokenizer.json, vocab.json + merges.txt, tokenizer.bin); it can only be "
+                "benchmarked (specbed bench)");
   const std::string text = ApplyChatTemplate(target.chat_template, messages, true);
   EncodeOptions options;
   options.add_bos = !ChatTemplateIncludesBos(target.chat_template);
@@ -135,6 +144,16 @@ RunnerSummary Runner::Run(const SweepConfig& config) {
 
 namespace {
 
+// The context length of a target from its config alone (no weights loaded); -1 when it cannot be
+// read without building something (a cost twin not built yet).
+int64_t ContextLengthOf(const ModelSpec& spec) {
+  if (spec.format == "random") return spec.random_config.max_seq_len;
+  if (spec.format == "llama2c") return ReadLlama2cConfig(spec.path).max_seq_len;
+  const std::string config = spec.path + "/config.json";
+  if (spec.format != "hf" || !PathExists(config)) return -1;
+  return ParseHfConfig(ReadJsonFile(config), config).max_seq_len;
+}
+
 // Step 1 of RunCases: everything is validated before anything runs — knobs resolved ("auto"
 // drafters for the case's target), names and the models they name, datasets loaded. Returns the
 // prompts of each case.
@@ -148,7 +167,11 @@ std::vector<std::vector<Prompt>> ValidateCases(std::vector<CaseConfig>& cases,
                   " needs batched decoding, which the runner does not implement yet (no method "
                   "has supports_batch)");
     CheckDeviceAvailable(ParseDevice(c.device, "case " + c.Label()), "case " + c.Label());
-    ResolveModel(c.target);
+    const int64_t context = ContextLengthOf(ResolveModel(c.target));
+    SPECBED_CHECK(context < 0 || c.max_new_tokens < context, "max_new_tokens (-n or the config's "
+                  "\"max_new_tokens\") is ", c.max_new_tokens, ", but target '", c.target,
+                  "' has a context of ", context, " tokens, which must hold the prompt and the "
+                  "answer: use at most ", context - 1);
     const MethodInfo& checked = methods.Info(c.method.name);
     if (checked.validate) {
       checked.validate(c.method.knobs);
@@ -273,6 +296,99 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
 
 }  // namespace
 
+namespace {
+
+// Progress labels: "case 3/12" is followed by target, method and only the knobs that differ
+// between the cases of that method in this run (CaseConfig::Label has every knob, so a narrow
+// terminal cut the line inside the knob JSON, hiding the knob that tells cases apart).
+std::vector<std::string> ProgressLabels(const std::vector<CaseConfig>& cases) {
+  std::map<std::string, std::map<std::string, std::set<std::string>>> values;  // method -> key
+  for (const CaseConfig& c : cases) {
+    for (auto it = c.method.knobs.begin(); it != c.method.knobs.end(); ++it) {
+      values[c.method.name][it.key()];
+    }
+  }
+  for (const CaseConfig& c : cases) {
+    for (auto& [key, seen] : values[c.method.name]) {
+      seen.insert(c.method.knobs.contains(key) ? c.method.knobs[key].dump() : "null");
+    }
+  }
+  std::vector<std::string> labels;
+  for (const CaseConfig& c : cases) {
+    std::string label = c.target + " " + c.method.name;
+    for (const auto& [key, seen] : values[c.method.name]) {
+      if (seen.size() > 1 && c.method.knobs.contains(key)) {
+        const nlohmann::json& v = c.method.knobs[key];
+        label += " " + key + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    }
+    std::ostringstream rest;
+    rest << " " << c.dataset.name << " T=" << c.temperature;
+    if (c.repeat != 0) rest << " repeat=" << c.repeat;
+    if (c.timing == kTimingPaired) rest << " paired";
+    labels.push_back(label + rest.str());
+  }
+  return labels;
+}
+
+int64_t TurnsOf(const std::vector<Prompt>& prompts) {
+  int64_t turns = 0;
+  for (const Prompt& p : prompts) turns += static_cast<int64_t>(p.turns.size());
+  return turns;
+}
+
+// The progress ETA from measured case costs: seconds per turn of each (target, method, knobs)
+// measured in this run (e.g. at T = 0 before its T = 1 case), else the mean over the cases of the
+// same method, else over every measured case. Turns of different methods cost very different
+// times, so a units/s ETA underestimates while the cheap AR cases run first.
+class CaseCostModel {
+ public:
+  void Record(const CaseConfig& c, int64_t turns, double seconds) {
+    if (turns <= 0) return;
+    const double per_turn = seconds / static_cast<double>(turns);
+    by_config_[ConfigKey(c)] = per_turn;
+    auto& m = by_method_[c.method.name];
+    m.first += per_turn, m.second += 1;
+    all_.first += per_turn, all_.second += 1;
+  }
+  // Seconds left for cases todo[from..] (-1 before any case was measured).
+  double RemainingSeconds(const std::vector<CaseConfig>& cases,
+                          const std::vector<std::vector<Prompt>>& prompts,
+                          const std::vector<size_t>& todo, size_t from) const {
+    if (all_.second == 0) return -1;
+    double total = 0;
+    for (size_t k = from; k < todo.size(); ++k) {
+      const CaseConfig& c = cases[todo[k]];
+      double per_turn = all_.first / all_.second;
+      const auto exact = by_config_.find(ConfigKey(c));
+      const auto method = by_method_.find(c.method.name);
+      if (exact != by_config_.end()) {
+        per_turn = exact->second;
+      } else if (method != by_method_.end()) {
+        per_turn = method->second.first / method->second.second;
+      }
+      total += per_turn * static_cast<double>(TurnsOf(prompts[todo[k]]));
+    }
+    return total;
+  }
+
+ private:
+  static std::string ConfigKey(const CaseConfig& c) {
+    return c.target + "|" + c.method.name + "|" + c.method.knobs.dump() + "|" + c.timing;
+  }
+  std::map<std::string, double> by_config_;
+  std::map<std::string, std::pair<double, double>> by_method_;  // sum, count
+  std::pair<double, double> all_{0, 0};
+};
+
+}  // namespace
+
+void ValidateRunCases(std::vector<CaseConfig> cases) {
+  MethodRegistry methods;
+  RegisterBuiltinMethods(methods);
+  ValidateCases(cases, methods);
+}
+
 RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string& name,
                                int64_t warmup, const nlohmann::json& config_json) {
   MethodRegistry methods;
@@ -306,12 +422,20 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
   const int64_t run_id = store_.BeginRun(run_info);
   std::unique_ptr<ProgressBar> progress;
   if (options_.show_progress) progress = std::make_unique<ProgressBar>(name, total_turns, "turn");
+  const std::vector<std::string> labels = ProgressLabels(cases);
+  CaseCostModel costs;
   for (size_t ti = 0; ti < todo.size(); ++ti) {
     const size_t ci = todo[ti];
+    const int64_t case_start_us = NowMicros();
+    if (progress) {
+      const double eta_s = costs.RemainingSeconds(cases, prompts, todo, ti);
+      progress->set_eta_deadline_us(eta_s < 0 ? -1 : case_start_us + static_cast<int64_t>(eta_s * 1e6));
+    }
     // "case 3/12 <label>": cases done (including those complete before) / all cases.
     const std::string note = "case " + std::to_string(summary.cases_skipped + ti + 1) + "/" +
-                             std::to_string(summary.cases_total) + " " + cases[ci].Label();
+                             std::to_string(summary.cases_total) + " " + labels[ci];
     RunCase(methods, cases[ci], prompts[ci], warmup, run_id, note, progress.get());
+    costs.Record(cases[ci], TurnsOf(prompts[ci]), (NowMicros() - case_start_us) * 1e-6);
     ++summary.cases_run;
   }
   if (progress) progress->Finish();

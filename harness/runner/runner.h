@@ -50,6 +50,11 @@ struct RunnerSummary {
   double wall_s = 0;
 };
 
+// Validates `cases` as RunCases does first (knobs, models, devices, datasets) without touching a
+// store: callers run it before creating a results database, so bad input leaves no file behind.
+// Throws specbed::Error naming the case and the bad input.
+void ValidateRunCases(std::vector<CaseConfig> cases);
+
 class Runner {
  public:
   Runner(ResultsStore& store, RunnerOptions options);

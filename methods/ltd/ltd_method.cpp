@@ -139,7 +139,7 @@ void RegisterLtd(MethodRegistry& registry) {
       {"depth", 8, "static expansion rounds when the depth policy is off (policies=size)", 1, 31},
       {"total_tokens", 61,
        "static tree size incl. the root when the size policy is off (policies=depth): V = "
-       "total_tokens - 1 (spec: the depth env verifies 60 drafts)",
+       "total_tokens - 1 (LTD's depth environment verifies 60 drafts)",
        2, 1025},
       {"depth_every", 0, "ask pi_D after every n-th round; 0 = the policy's own setting", 0, 31},
   };
@@ -174,7 +174,7 @@ std::vector<MethodKnob> DynamicDepthKnobs() {
       HeadKnob(),
       {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
       {"max_depth", 12, "most expansion rounds D", 1, 31},
-      {"total_tokens", 61, "tree size incl. the root (spec: V = 60 drafts verified)", 2, 1025},
+      {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
   };
 }
 
@@ -246,7 +246,7 @@ void RegisterGammatune(MethodRegistry& registry) {
       {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
       {"depth", 8, "default depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2, 20},
       {"eta", 0.2, "adaptation rate", 0.001, 1},
-      {"total_tokens", 61, "tree size incl. the root (spec: V = 60 drafts verified)", 2, 1025},
+      {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
   };
   info.validate = [](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());

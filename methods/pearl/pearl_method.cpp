@@ -18,7 +18,7 @@ void RegisterPearlMethod(MethodRegistry& registry) {
   info.description =
       "PEARL: the draft LM drafts the next chunk on a second thread while the target verifies "
       "the current one (post-/pre-verify), lockstep join, global invalidation on rejection";
-  info.paper = "Liu et al. 2024, PEARL (arXiv:2408.11850); SpecBranch's baseline (spec 3.7)";
+  info.paper = "Liu et al. 2024, PEARL (arXiv:2408.11850); SpecBranch's parallel baseline";
   info.traits.speculative = true;
   info.traits.lossless = true;
   info.traits.needs_drafter = true;

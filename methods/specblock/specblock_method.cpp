@@ -94,7 +94,7 @@ MethodKnob AdaptTokensKnob() {
 void FillBaseInfo(MethodInfo& info) {
   info.paper =
       "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree "
-      "Drafting (seed 000)";
+      "Drafting";
   info.traits.speculative = true;
   info.traits.lossless = true;
   info.traits.tree = true;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "harness/base/progress.h"
+#include "harness/base/timer.h"
 
 namespace specbed {
 namespace {
@@ -82,6 +83,32 @@ TEST(Progress, LinesAreCutToTheTerminalWidth) {
     start = end + 1;
   }
   EXPECT_GE(lines, 4u);
+}
+
+// The ETA follows the caller's cost model when given one (a deadline on the NowMicros clock):
+// 10 minutes ahead reads ~10m, a passed deadline 0m00s, a negative one the rate again.
+TEST(Progress, EtaFollowsTheCallersDeadline) {
+  FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    ProgressBar bar("run", 100, "turn", f);
+    bar.set_interactive(false);
+    bar.set_plain_interval_s(0.0);
+    bar.set_eta_deadline_us(NowMicros() + 600LL * 1000000);
+    bar.Advance(1, "a");
+    bar.set_eta_deadline_us(NowMicros() - 1000000);
+    bar.Advance(1, "b");
+  }
+  const std::string out = ReadAll(f);
+  std::fclose(f);
+  const size_t a = out.find("  a"), b = out.find("  b");
+  ASSERT_NE(a, std::string::npos) << out;
+  ASSERT_NE(b, std::string::npos) << out;
+  const std::string line_a = out.substr(0, a), line_b = out.substr(a, b - a);
+  EXPECT_TRUE(line_a.find("eta 9m5") != std::string::npos ||
+              line_a.find("eta 10m00s") != std::string::npos)
+      << line_a;
+  EXPECT_NE(line_b.find("eta 0m00s"), std::string::npos) << line_b;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -712,7 +713,7 @@ TEST(CliErrors, ImpossibleKnobValues) {
     const char* message;
   };
   const std::vector<BadValue> bad = {
-      {"temperatures", Json::array({-1}), "temperatures must be >= 0"},
+      {"temperatures", Json::array({-1}), "temperatures must be in [0, 100]"},
       {"max_new_tokens", 0, "max_new_tokens must be in [1, 1048576]"},
       {"top_p", 1.5, "top_p must be in (0, 1]"},
       {"top_k", -3, "top_k must be >= 0"},
@@ -993,6 +994,165 @@ TEST(CliErrors, OverLongPromptNamesFileAndLine) {
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, prompts + ":3: prompt '3'"));
   EXPECT_TRUE(Contains(r.err, "prompt of "));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The last hostile inputs: special files, directories and link loops where files are expected,
+// out-of-range numbers, contradicting flags, read-only media, concurrent starts. Each fails with
+// a message naming the input (exit 1) and writes nothing, or works as documented.
+
+// A FIFO in place of a checkpoint, a config or a dataset fails at once (the file type is checked
+// before opening, so nothing blocks waiting for a writer): each command runs under a 20 s limit.
+TEST(CliHostile, FifoInPlaceOfAFileFailsAtOnce) {
+  const std::string dir = TestDir();
+  const std::string fifo_bin = dir + "/model.bin", fifo_json = dir + "/config.json",
+                    fifo_jsonl = dir + "/prompts.jsonl";
+  for (const std::string& f : {fifo_bin, fifo_json, fifo_jsonl}) {
+    ASSERT_EQ(mkfifo(f.c_str(), 0644), 0) << f;
+  }
+  ProcResult r = RunSpecbed({"generate", "--target", fifo_bin, "-n", "4"}, dir, 20);
+  EXPECT_FALSE(r.timed_out) << "blocked on a FIFO checkpoint";
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "'" + fifo_bin + "' is a FIFO (named pipe), expected a regular file"));
+  r = RunSpecbed({"run", fifo_json}, dir, 20);
+  EXPECT_FALSE(r.timed_out) << "blocked on a FIFO config";
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "is a FIFO (named pipe)"));
+  const std::string db = dir + "/fifo.db";
+  Json cfg = SmallConfig(db);
+  cfg["datasets"] = {fifo_jsonl};
+  r = RunSpecbed({"run", WriteConfig(dir, "ds.json", cfg), "--quiet"}, dir, 20);
+  EXPECT_FALSE(r.timed_out) << "blocked on a FIFO dataset";
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "is a FIFO (named pipe)"));
+  EXPECT_FALSE(fs::exists(db)) << "a database was created before the inputs were validated";
+}
+
+// A directory where a file is expected (a run config, a dataset, an HF checkpoint's config.json)
+// says so instead of "bad JSON" or "empty file".
+TEST(CliHostile, DirectoryWhereAFileIsExpected) {
+  const std::string dir = TestDir();
+  fs::create_directories(dir + "/config.json");
+  ProcResult r = RunSpecbed({"run", dir + "/config.json"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "'" + dir + "/config.json' is a directory, expected a file"));
+  fs::create_directories(dir + "/prompts.jsonl");
+  const std::string db = dir + "/d.db";
+  Json cfg = SmallConfig(db);
+  cfg["datasets"] = {dir + "/prompts.jsonl"};
+  r = RunSpecbed({"run", WriteConfig(dir, "ds.json", cfg), "--quiet"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "is a directory, expected a file"));
+  EXPECT_FALSE(fs::exists(db));
+  fs::create_directories(dir + "/hf/config.json");
+  r = RunSpecbed({"generate", "--target", dir + "/hf", "-n", "4"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "'" + dir + "/hf/config.json' is a directory, expected a file"));
+}
+
+// A symbolic link loop and a missing checkpoint folder are named as such, not "unknown model";
+// a run with either (or an unknown dataset) leaves no database behind.
+TEST(CliHostile, LinkLoopAndMissingCheckpointAreNamed) {
+  const std::string dir = TestDir();
+  fs::create_symlink(dir + "/loop", dir + "/loop");
+  ProcResult r = RunSpecbed({"generate", "--target", dir + "/loop", "-n", "4"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "target checkpoint '" + dir + "/loop': a symbolic link loop"));
+  r = RunSpecbed({"generate", "--target", dir + "/no/such/model", "-n", "4"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "target checkpoint '" + dir + "/no/such/model': no such directory"));
+  for (const auto& [name, target, dataset] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"missing", dir + "/no/such/model", "stories"},
+           {"loop", dir + "/loop", "stories"},
+           {"dataset", "stories260K", "no_such_dataset"}}) {
+    const std::string db = dir + "/" + name + ".db";
+    Json cfg = SmallConfig(db);
+    cfg["targets"] = {target};
+    cfg["datasets"] = {dataset};
+    r = RunSpecbed({"run", WriteConfig(dir, name + ".json", cfg), "--quiet"}, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_FALSE(fs::exists(db)) << name << ": a database was left behind";
+  }
+}
+
+// An HF folder whose tokenizer is vocab.json + merges.txt (GPT-2 style) is used by every command;
+// a folder with no tokenizer says where it looked.
+TEST(CliHostile, Gpt2StyleTokenizerFolderAndNoTokenizer) {
+  const std::string dir = TestDir();
+  const std::string gpt2 = std::string(SPECBED_SOURCE_DIR) + "/models/tokenizer/gpt2";
+  ProcResult r = RunSpecbed({"tokenize", "-t", gpt2, "Hello world", "--json"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ParseJsonOrFail(r)["ids"], Json::parse("[15496, 995]"));
+  fs::create_directories(dir + "/empty_model");
+  r = RunSpecbed({"tokenize", "-t", dir + "/empty_model", "Hello"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "has no tokenizer (looked in '" + dir +
+                                  "/empty_model' for tokenizer.json, vocab.json + merges.txt, "
+                                  "tokenizer.bin)"));
+}
+
+// Out-of-range numbers: -n beyond the target's context fails before any run row is written,
+// naming the context; a config temperature outside [0, 100] (as generate's); a negative seed;
+// --decode with a text to encode.
+TEST(CliHostile, OutOfRangeNumbersAndContradictingFlags) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/n.db";
+  ProcResult r = RunSpecbed(
+      {"run", WriteConfig(dir, "n.json", SmallConfig(db)), "-n", "100000", "--quiet"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "max_new_tokens (-n or the config's \"max_new_tokens\") is 100000"));
+  EXPECT_TRUE(Contains(r.err, "has a context of 512 tokens"));
+  EXPECT_FALSE(Contains(r.err, ":1:")) << "blamed on a dataset line";
+  EXPECT_FALSE(fs::exists(db));
+  Json cfg = SmallConfig(db);
+  cfg["temperatures"] = {1e308};
+  ExpectRunFails(dir, WriteConfig(dir, "t.json", cfg), db,
+                 {"temperatures must be in [0, 100], got 1e+308"});
+  r = RunSpecbed({"generate", "-t", "1e308", "-n", "2"}, dir);
+  EXPECT_NE(r.exit_code, 0) << Describe(r);
+  r = RunSpecbed({"generate", "--seed=-1", "-n", "2"}, dir);
+  EXPECT_NE(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--seed")) << r.err;
+  r = RunSpecbed({"tokenize", "--decode", "1,2", "Once upon"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "the text 'Once upon' would be ignored"));
+}
+
+// A database on a read-only medium opens read-only: SQLite cannot create the -shm file a WAL
+// database needs (simulated by a directory of that name, which works as root too); summary and
+// report read it immutable instead of failing with "unable to open database file".
+TEST(CliHostile, ReadOnlyMediumStillSummarizes) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/ro.db";
+  Json cfg = SmallConfig(db);
+  cfg["temperatures"] = {0};
+  ProcResult r = RunSpecbed({"run", WriteConfig(dir, "ro.json", cfg), "--quiet", "--no-summary"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_FALSE(fs::exists(db + "-shm"));
+  fs::create_directories(db + "-shm");
+  r = RunSpecbed({"summary", db}, dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "1 case"));
+}
+
+// Two runs started together on a new database both succeed: the switch to WAL mode waits for the
+// busy timeout instead of failing at once with "locked (waited 0 ms)". Repeated 3 times.
+TEST(CliHostile, TwoRunsStartedTogetherOnANewDatabase) {
+  const std::string dir = TestDir();
+  for (int round = 0; round < 3; ++round) {
+    const std::string db = dir + "/both" + std::to_string(round) + ".db";
+    Json cfg = SmallConfig(db);
+    cfg["temperatures"] = {0};
+    cfg["datasets"] = {{{"name", "stories"}, {"limit", 1}}};
+    const std::string config = WriteConfig(dir, "both.json", cfg);
+    Child a({"run", config, "--quiet", "--no-summary"}, dir);
+    Child b({"run", config, "--quiet", "--no-summary"}, dir);
+    const ProcResult ra = a.Wait(120), rb = b.Wait(120);
+    EXPECT_EQ(ra.exit_code, 0) << Describe(ra);
+    EXPECT_EQ(rb.exit_code, 0) << Describe(rb);
+    EXPECT_FALSE(Contains(ra.err + rb.err, "waited 0 ms"));
+  }
 }
 
 }  // namespace

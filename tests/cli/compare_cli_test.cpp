@@ -74,6 +74,53 @@ TEST(CompareCli, SelfComparePassesAndALoweredBudgetFails) {
   r = Specbed("compare --baseline " + dir + "/missing.db --candidate " + dir + "/again.db", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("missing.db"), std::string::npos) << r.err;
+
+  // The two databases as positionals (baseline, candidate): the same gate.
+  r = Specbed("compare " + dir + "/base.db " + dir + "/again.db" + gate, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("verdict: no regression"), std::string::npos) << r.out;
+  r = Specbed("compare " + dir + "/base.db", dir);  // one database without --cases
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("give two databases"), std::string::npos) << r.err;
+  r = Specbed("compare " + dir + "/base.db " + dir + "/again.db --candidate " + dir + "/worse.db",
+              dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("give two databases"), std::string::npos) << r.err;
+}
+
+// A vs B inside one database: SpS γ 1 (case 3) against γ 4 (case 2) on the same prompts loses τ
+// at T = 0 (exit 3) with the speed ratio's paired bootstrap interval; an AR case against a
+// speculative one, or a case id the database lacks, is an error.
+TEST(CompareCli, TwoCasesOfOneDatabase) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/compare_cli_cases";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string config = dir + "/ab.json";
+  std::ofstream(config) << R"({"name": "ab", "output": ")" << dir << R"(/ab.db",
+      "methods": ["ar", {"name": "sps", "knobs": {"gamma": 4}}, {"name": "sps", "knobs": {"gamma": 1}}],
+      "datasets": [{"name": "stories", "limit": 6}], "temperatures": [0], "max_new_tokens": 32,
+      "warmup": 0})";
+  auto r = Specbed("run --no-summary " + config, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The progress line names a case by the knob that tells it apart, not by its knob JSON.
+  EXPECT_NE(r.err.find("case 3/3 stories260K sps gamma=1 stories T=0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("{\"gamma\""), std::string::npos) << r.err;
+  r = Specbed("compare " + dir + "/ab.db --cases 2,3 --speedup-threshold 0.5", dir);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("ab.db case 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REGRESSED (τ"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ["), std::string::npos) << r.out;  // the ratio's interval (6 prompts)
+  r = Specbed("compare " + dir + "/ab.db --cases 2,2", dir);  // a case against itself: no change
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = Specbed("compare " + dir + "/ab.db --cases 1,2", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("must both be speculative"), std::string::npos) << r.err;
+  r = Specbed("compare " + dir + "/ab.db --cases 2,9", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("case 9 is not in results database"), std::string::npos) << r.err;
+  r = Specbed("compare " + dir + "/ab.db --cases 2", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("two case ids"), std::string::npos) << r.err;
 }
 
 }  // namespace

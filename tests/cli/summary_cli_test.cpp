@@ -164,19 +164,68 @@ TEST(CliExport, CasesCsvMatchesSummaryJson) {
   const ProcResult steps = RunSpecbed({"export", db, "--table", "steps", "--format", "json"});
   ASSERT_EQ(steps.exit_code, 0) << steps.err;
   EXPECT_GT(Json::parse(steps.out).size(), 10u);
+  // Documented column order (the summary JSON's): identity first, no list in any cell, vLLM's
+  // names beside SpecBed's.
+  EXPECT_EQ(rows[0][0], "case_id");
+  EXPECT_EQ(rows[0][1], "run_id");
+  EXPECT_LT(col("tau"), col("acceptance_rate"));
+  EXPECT_LT(col("acceptance_rate"), col("speedup.geomean"));
+  EXPECT_LT(col("mean_acceptance_length"), col("exact_match.rate"));
+  for (const std::string& header : rows[0]) {
+    EXPECT_EQ(header.find("acceptance.r"), std::string::npos) << header;
+    EXPECT_EQ(header.find("divergences"), std::string::npos) << header;
+  }
+  for (size_t i = 1; i < rows.size(); ++i) {
+    for (size_t c = 0; c < rows[i].size(); ++c) {
+      if (rows[0][c] != "knobs" && rows[0][c] != "method_traits" && rows[0][c] != "stop_reasons")
+        EXPECT_EQ(rows[i][c].find('['), std::string::npos) << rows[0][c] << ": " << rows[i][c];
+    }
+  }
+  // The per-position numbers are their own table: one row per case and position.
+  const ProcResult positions = RunSpecbed({"export", db, "--table", "positions"});
+  ASSERT_EQ(positions.exit_code, 0) << positions.err;
+  EXPECT_TRUE(Contains(positions.out,
+                       "case_id,run_id,position,r,alpha,per_position_acceptance_rate,n_reached,"
+                       "n_accepted,n_conditional\n"));
+  EXPECT_TRUE(Contains(positions.out, "\n3,1,1,0.8,0.8,0.8,5,4,5\n")) << positions.out;
+}
+
+// The default table fits ~120 columns; --wide, --columns and --sort choose what it shows.
+TEST(CliSummary, CompactDefaultWideColumnsAndSort) {
+  const std::string db = testing::FreshDbPath("cli_summary_compact");
+  testing::WriteSummaryDb(db);
+  ProcResult r = RunSpecbed({"summary", db});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "acc%"));
+  EXPECT_TRUE(Contains(r.out, "--wide"));  // the legend says how to see every column
+  EXPECT_EQ(r.out.find("Spec-Bench [95% CI]"), std::string::npos);
+  r = RunSpecbed({"summary", db, "--wide"});
+  EXPECT_TRUE(Contains(r.out, "Spec-Bench [95% CI]"));
+  r = RunSpecbed({"summary", db, "--columns", "case,tau", "--sort", "tau"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "case     τ\n")) << r.out;
+  EXPECT_LT(r.out.find("   4  3.09"), r.out.find("   3  2.60")) << r.out;  // τ high to low
+  EXPECT_LT(r.out.find("   3  2.60"), r.out.find("   1     —")) << r.out;  // no τ last
+  r = RunSpecbed({"summary", db, "--columns", "case,speed"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "unknown column 'speed'")) << r.err;
 }
 
 TEST(CliSummary, CategoryAndSliceSelectSamplesOfEveryCase) {
   const std::string db = testing::FreshDbPath("cli_summary_slice");
   testing::WriteSummaryDb(db);
   // The synthetic cases have 3 answers each, all of category "story".
-  ProcResult r = RunSpecbed({"summary", db, "--category", "story", "--slice", "1:"});
+  ProcResult r = RunSpecbed({"summary", db, "--wide", "--category", "story", "--slice", "1:"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  2 ")) << r.out;
   EXPECT_TRUE(Contains(LineOf(r.out, 1), "stories  0  2 ")) << r.out;  // baselines alike
-  r = RunSpecbed({"summary", db, "--category", "none"});
+  r = RunSpecbed({"summary", db, "--wide", "--slice", "5:"});  // past the end: no answer
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  0 ")) << r.out;
+  r = RunSpecbed({"summary", db, "--category", "none"});  // a mistyped category is an error
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "no answer of category 'none'")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "(categories: story)")) << r.err;
   r = RunSpecbed({"summary", db, "--slice", "2"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "--slice must look like A:B")) << r.err;
@@ -187,7 +236,7 @@ TEST(CliSummary, CategoryAndSliceSelectSamplesOfEveryCase) {
 TEST(CliSummary, TableReportsDivergencePositionMarginAndCis) {
   const std::string db = testing::FreshDbPath("cli_summary_table");
   testing::WriteSummaryDb(db);
-  const ProcResult r = RunSpecbed({"summary", db});
+  const ProcResult r = RunSpecbed({"summary", db, "--wide"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "specbed summary: " + db + " (schema v" +
                                   std::to_string(kResultsSchemaVersion) + "), 5 cases"));
@@ -195,12 +244,12 @@ TEST(CliSummary, TableReportsDivergencePositionMarginAndCis) {
   // The tree method diverges from AR: 1 of 3 answers identical, first divergence at position 2
   // (median 2.5), smallest AR top-2 logit margin at a divergence 0.125.
   for (const char* cell :
-       {"tree(depth=4,topk=2)", "tiny-head", "1/3", "2/2.5", "0.125", "1.59 [1.00, 2.00]",
-        "1.79 [1.00, 2.00]", "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —", "78.9"}) {
+       {"tree(depth=4,topk=2)", "tiny-head", "1/3", "2/2.5", "0.125", "1.59 (n<5)", "1.79",
+        "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —", "78.9"}) {
     EXPECT_TRUE(Contains(tree, cell));
   }
   EXPECT_TRUE(Contains(LineOf(r.out, 1), "1.00 (baseline)"));
-  EXPECT_TRUE(Contains(LineOf(r.out, 4), "2.00 [1.00, 4.00] *"));
+  EXPECT_TRUE(Contains(LineOf(r.out, 4), "2.00 (n<5) *"));
   EXPECT_TRUE(Contains(r.out, "AR baseline is case 1 from run 1"));
   EXPECT_TRUE(Contains(r.out, "case 5 (fake(k=4), run 2): no AR case with the same workload"));
 }
@@ -234,7 +283,7 @@ TEST(CliSummary, JsonRunAndCaseSelection) {
   r = RunSpecbed({"summary", db, "--run", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "2 cases"));
-  EXPECT_TRUE(Contains(LineOf(r.out, 4), "fake(k=4)"));
+  EXPECT_TRUE(Contains(LineOf(r.out, 4), "fake max32"));  // the knob that differs: max new
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "<no line"));
 }
 

@@ -129,6 +129,16 @@ TEST(Compare, MissingCaseFailsAndArSpeedIsGatedOnlyOnRequest) {
   o.gate_absolute_speed = true;
   EXPECT_FALSE(CompareDatabases(a, a, o).regressed);
   EXPECT_THROW(CompareDatabases(a, FreshDbPath("cmp_none"), o), Error);
+  // Databases without cases are an error, not "no regression".
+  const std::string empty = FreshDbPath("cmp_empty");
+  ResultsStore::Open(empty);
+  try {
+    CompareDatabases(empty, empty, o);
+    ADD_FAILURE() << "two empty databases compared";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no cases"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(CompareDatabases(a, empty, o), Error);
 }
 
 // A changed setting (threads) leaves every baseline case unmatched: each one names the closest

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "metrics/vllm_metrics.h"
 #include "reports/export.h"
 #include "tests/reports/synthetic_db.h"
 
@@ -95,7 +97,8 @@ TEST(Export, CasesCsvEqualsSummaryJson) {
   for (const char* needed :
        {"case_id", "method", "knobs", "tau", "decode_tokens_per_s", "speedup.geomean",
         "speedup.geomean_ci.lo", "speedup.geomean_ci.hi", "speedup.total_ratio_ci.hi",
-        "speedup.spec_bench", "exact_match.rate", "acceptance.r", "draft_fraction"}) {
+        "speedup.spec_bench", "exact_match.rate", "acceptance.max_depth", "draft_fraction",
+        "acceptance_rate", "mean_acceptance_length"}) {
     EXPECT_NE(std::find(header.begin(), header.end(), needed), header.end()) << needed;
   }
   size_t compared_numbers = 0;
@@ -172,7 +175,8 @@ TEST(Export, SamplesStepsJsonAndErrors) {
   };
   EXPECT_NE(error_of([] { ParseExportFormat("xlsx", "--format"); }).find("--format"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParseExportTable("runs", "--table"); }).find("cases, samples or steps"),
+  EXPECT_NE(error_of([] { ParseExportTable("runs", "--table"); })
+                .find("cases, positions, samples or steps"),
             std::string::npos);
 }
 
@@ -231,7 +235,8 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
   sqlite3_stmt* s = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(handle,
                                "SELECT case_id, decode_tok_per_s, tau, baseline_case_id, speedup, "
-                               "speedup_total_ratio, n_matched FROM case_summary ORDER BY case_id",
+                               "speedup_total_ratio, n_matched, acceptance_rate, "
+                               "mean_acceptance_length FROM case_summary ORDER BY case_id",
                                -1, &s, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(handle);
@@ -254,6 +259,9 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
     EXPECT_EQ(sqlite3_column_int64(s, 0), r.row.case_id);
     expect_same(value(1), r.metrics.decode_tokens_per_s, what + " decode tok/s");
     expect_same(value(2), r.metrics.tau, what + " tau");
+    const VllmMetrics vllm = VllmCompatibleMetrics(r.metrics);
+    expect_same(value(7), vllm.acceptance_rate, what + " acceptance rate");
+    expect_same(value(8), vllm.mean_acceptance_length, what + " mean acceptance length");
     if (r.is_baseline) {
       EXPECT_EQ(sqlite3_column_type(s, 3), SQLITE_NULL) << what;
       continue;
@@ -267,6 +275,33 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
     n_speedups += std::isfinite(r.speedup.geomean);
   }
   sqlite3_finalize(s);
+  // position_acceptance: r, α and vLLM's per-position rate of every case and position, as the
+  // summary computes them.
+  ASSERT_EQ(sqlite3_prepare_v2(handle,
+                               "SELECT case_id, position, r, alpha, per_position_acceptance_rate "
+                               "FROM position_acceptance ORDER BY case_id, position",
+                               -1, &s, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(handle);
+  std::map<int64_t, const SummaryRow*> by_id;
+  for (const SummaryRow& r : summary.rows) by_id[r.row.case_id] = &r;
+  size_t n_positions = 0, expected_positions = 0;
+  for (const SummaryRow& r : summary.rows) expected_positions += r.metrics.positions.r.size();
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    const SummaryRow& r = *by_id.at(sqlite3_column_int64(s, 0));
+    const int64_t i = sqlite3_column_int64(s, 1) - 1;
+    ASSERT_LT(i, r.metrics.positions.max_depth());
+    const std::string what = "case " + std::to_string(r.row.case_id) + " position " +
+                             std::to_string(i + 1);
+    expect_same(value(2), r.metrics.positions.r[i], what + " r");
+    expect_same(value(3), r.metrics.positions.alpha[i], what + " alpha");
+    expect_same(value(4), VllmCompatibleMetrics(r.metrics).per_position_acceptance_rate[i],
+                what + " per-position rate");
+    ++n_positions;
+  }
+  sqlite3_finalize(s);
+  EXPECT_EQ(n_positions, expected_positions);
+  EXPECT_GT(n_positions, 4u);
   sqlite3_close(handle);
   EXPECT_EQ(n, summary.rows.size());
   // tree (same run), fake (other run's AR), paired (no AR case), fake_b (its machine's AR);

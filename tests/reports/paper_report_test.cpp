@@ -9,6 +9,7 @@
 // above the headline table and chart, every other section and the collapsed provenance below
 // them, both on the first screen; no legend with `{`).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <cmath>
 #include <cstdio>
@@ -398,9 +399,16 @@ TEST(PaperReport, EveryFigureIsWritten) {
   EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
   std::set<std::string> expected;
   for (const char* stem : {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_",
-                           "acceptance_", "speedup_vs_budget_", "tau_vs_budget_", "phase_time_",
-                           "tau_vs_temperature_", "headline_speedup_"}) {
+                           "speedup_vs_tau_", "speedup_per_answer_", "speedup_vs_budget_",
+                           "tau_vs_budget_", "phase_time_", "tau_vs_temperature_",
+                           "headline_speedup_"}) {
     for (const char* g : {"1", "2"}) expected.insert(std::string(stem) + g + ".png");
+  }
+  // Per-position acceptance: one panel per temperature; per category only where the answers
+  // carry several categories (group 2: two benchmarks; group 1 gets a note instead).
+  for (const char* facet : {"acceptance_1_t0", "acceptance_1_t1", "acceptance_2_t0",
+                            "acceptance_2_t1", "speedup_per_category_2"}) {
+    expected.insert(std::string(facet) + ".png");
   }
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::string html = ReadFileToString(r.index_html);
@@ -417,7 +425,13 @@ TEST(PaperReport, EveryFigureIsWritten) {
   }
   const std::string gp = ReadFileToString(dir + "/plots.gp");
   EXPECT_CONTAINS(gp, "set xlabel 'draft budget (mean drafted nodes per verify step)'");
-  EXPECT_CONTAINS(gp, "best speedup of the method");
+  EXPECT_CONTAINS(gp, "best speedup (per temperature)");
+  // Iso-cost lines of the speedup-vs-τ plot; per-position acceptance counts in the legend.
+  EXPECT_CONTAINS(gp, "x / 2 with lines dt 2 lc rgb 'gray60' title 'step = 2 AR steps'");
+  EXPECT_CONTAINS(gp, " (n=");
+  EXPECT_CONTAINS(ReadFileToString(r.report_md),
+                  "Speedup per prompt category — ");  // group 1 has one category: a note
+  EXPECT_CONTAINS(ReadFileToString(r.report_md), "skipped (the answers carry one category).");
   EXPECT_CONTAINS(gp, "set style histogram rowstacked");
   // Budgets of alpha at T=0: sps k=2 -> 2, k=4 -> 4 (speedups 1.5874, 2.51984); best = k=4.
   EXPECT_CONTAINS(gp, "2 1.5874\n4 2.51984\nEOD");
@@ -606,6 +620,90 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
        ++it) {
     EXPECT_EQ((*it)[1].str().find('{'), std::string::npos) << (*it)[1];
   }
+}
+
+// Knob strings as long as real ones (drafter names, templates): each case of a method gets a
+// different drafter (a 60-character token), so the details table's knobs column shows that knob
+// and keeps the rest for the hover text.
+void LengthenKnobs(const std::string& db) {
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+  const char* sql =
+      "DROP TRIGGER IF EXISTS cases_no_update; "  // results are append-only; this test edits
+      "UPDATE cases SET method_knobs_json = '{\"block_size\":4,\"draft_sampling\":\"sample\","
+      "\"drafter\":\"stories260K-twin-dflash-distilled-on-sharegpt-and-ultrachat-' || case_id || "
+      "'\",\"tree\":\"best-first-expansion-by-path-log-probability\"}' WHERE method != 'ar'";
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(handle, sql, nullptr, nullptr, &error), SQLITE_OK)
+      << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(handle);
+}
+
+// The report lays out at 1280 and 1920 px: measured in the rendered page (a script writes its
+// findings into the DOM), (1) the page does not scroll sideways (documentElement.scrollWidth <=
+// innerWidth) and no element's box ends right of the viewport, except inside a table's own
+// scroll box; (2) in the details table no knob token ("k=v", an inline span) is broken across
+// lines (one client rect) or wider than its cell, i.e. the knobs column is wider than its longest
+// token;
+// (3) the knobs cells carry the full knobs as hover text.
+TEST(PaperReport, LaysOutWithoutOverflowAt1280And1920) {
+  if (FindExecutable("chromium").empty()) {
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+  }
+  const std::string db = FreshDbPath("report_layout");
+  WritePaperDb(db, R"({"name":"layout-test"})");
+  LengthenKnobs(db);
+  const std::string dir = FreshDir("report_layout");
+  const std::string work = FreshDir("report_layout_work");
+  const ReportResult r =
+      WriteReport(db, dir, Options(FindExecutable("gnuplot").empty() ? "no-gnuplot" : "gnuplot"));
+  std::string html = ReadFileToString(r.index_html);
+  EXPECT_CONTAINS(html, "title=\"block_size=4,");  // full knobs on hover
+  html.insert(
+      html.rfind("</body>"),
+      "<script>window.addEventListener('load', function () {"
+      " const set = (k, v) => document.body.setAttribute('data-' + k, String(v));"
+      " const width = document.documentElement.clientWidth;"
+      " const out = [];"
+      " for (const e of document.body.querySelectorAll('*')) {"
+      "  if (e.tagName === 'SCRIPT' || e.closest('.table-box') && !e.matches('.table-box')) continue;"
+      "  if (e.closest('details:not([open])') && !e.matches('details')) continue;"
+      "  const b = e.getBoundingClientRect();"
+      "  if (b.width > 0 && b.right > width + 1) out.push(e.tagName + '.' + e.className);"
+      " }"
+      " set('overflowing', out.slice(0, 5).join(' '));"
+      " set('page-wider', document.documentElement.scrollWidth > innerWidth);"
+      " let cells = 0, split = 0;"
+      " for (const table of document.querySelectorAll('table')) {"
+      "  const heads = Array.from(table.querySelectorAll('thead tr:last-child th'));"
+      "  const k = heads.findIndex((h) => h.textContent === 'knobs');"
+      "  if (k < 0) continue;"
+      "  for (const row of table.querySelectorAll('tbody tr')) {"
+      "   const td = row.children[k];"
+      "   const room = td.getBoundingClientRect().width;"
+      "   for (const span of td.querySelectorAll('span.token')) {"
+      "    ++cells;"
+      "    if (span.getClientRects().length > 1 || span.getBoundingClientRect().width > room)"
+      "     ++split; } } }"
+      " set('knob-tokens', cells); set('knob-tokens-split', split); });</script>");
+  const std::string check = WriteText(dir + "/_layout_width.html", html);
+  for (const int px : {1280, 1920}) {
+    const std::string dom =
+        Chromium(work + "/profile", "--window-size=" + std::to_string(px) +
+                                        ",1000 --virtual-time-budget=10000 --dump-dom 'file://" +
+                                        fs::absolute(check).string() + "'");
+    auto attribute = [&](const std::string& name) {
+      std::smatch m;
+      const std::regex re("data-" + name + "=\"([^\"]*)\"");
+      return std::regex_search(dom, m, re) ? m[1].str() : std::string("(no attribute)");
+    };
+    EXPECT_EQ(attribute("overflowing"), "") << px << " px";
+    EXPECT_EQ(attribute("page-wider"), "false") << px << " px";
+    EXPECT_NE(attribute("knob-tokens"), "0") << px << " px: no knobs column measured";
+    EXPECT_EQ(attribute("knob-tokens-split"), "0") << px << " px: a knob token wraps";
+  }
+  fs::remove(check);
 }
 
 }  // namespace

@@ -111,19 +111,25 @@ TEST(Summary, RowsCarryHandComputedMetrics) {
   EXPECT_CONTAINS(s.notes[1], "case 5 (fake(k=4), run 2): no AR case with the same workload");
 }
 
-TEST(Summary, TableShowsEveryColumn) {
+SummaryTableOptions Wide() {
+  SummaryTableOptions o;
+  o.wide = true;
+  return o;
+}
+
+TEST(Summary, WideTableShowsEveryColumn) {
   const std::string db = FreshDbPath("summary_table");
   WriteSummaryDb(db);
-  const std::string table = FormatSummaryTable(BuildSummary(db));
+  const std::string table = FormatSummaryTable(BuildSummary(db), Wide());
   for (const char* header :
-       {"method", "drafter", "target", "dataset", "timing", "tok/s", "nodes/step", "τ", "T_D%",
-        "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "Spec-Bench [95% CI]",
+       {"method", "drafter", "target", "dataset", "timing", "tok/s", "nodes/step", "τ", "acc%",
+        "T_D%", "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "Spec-Bench [95% CI]",
         "exact", "div min/med", "margin", "r_1..r_4", "α_1..α_4"}) {
     EXPECT_CONTAINS(table, header);
   }
   const std::string tree = LineOf(table, 3);
   for (const char* cell : {"tree(depth=4,topk=2)", "tiny-head", "tiny", "stories", "178.9", "2.60",
-                           "2.6", "1.3", "78.9", "1.59 [1.00, 2.00]", "1.79 [1.00, 2.00]", "1/3",
+                           "2.6", "1.3", "78.9", "1.59 (n<5)", "1.79 (n<5)", "1/3",
                            "2/2.5", "0.125", "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —",
                            "7.6"}) {  // nodes/step: 38 drafted nodes / 5 steps
     EXPECT_CONTAINS(tree, cell);
@@ -137,12 +143,12 @@ TEST(Summary, TableShowsEveryColumn) {
     SummaryOptions e2e;
     e2e.scope = SpeedupScope::kEndToEnd;
     const Summary s = BuildSummary(db, e2e);
-    const std::string t = FormatSummaryTable(s);
+    const std::string t = FormatSummaryTable(s, Wide());
     EXPECT_CONTAINS(t, "speedup (end_to_end) = geometric mean over answers of method end-to-end");
     EXPECT_CONTAINS(SummaryJson(s), "\"scope\": \"end_to_end\"");
   }
   const std::string fake = LineOf(table, 4);
-  EXPECT_CONTAINS(fake, "2.00 [1.00, 4.00] *");  // * = baseline from another run
+  EXPECT_CONTAINS(fake, "2.00 (n<5) *");  // * = baseline from another run; 3 prompts < 5
   EXPECT_CONTAINS(fake, "1/3");
   EXPECT_CONTAINS(fake, "3/3");  // divergence min 3 / median 3
   EXPECT_CONTAINS(fake, "0.64 0.55 0.55 0.36");
@@ -160,6 +166,81 @@ TEST(Summary, TableShowsEveryColumn) {
     const std::string row = LineOf(table, id);
     EXPECT_EQ(row.substr(run_end - 1, 1), id <= 3 ? "1" : "2") << row;
   }
+}
+
+// The default table fits a terminal: short labels, the columns read first, configuration that
+// is the same in every row stated once above the table; --columns, --sort and their errors.
+TEST(Summary, CompactTableFitsATerminalAndSorts) {
+  const std::string db = FreshDbPath("summary_compact");
+  WriteSummaryDb(db);
+  const Summary s = BuildSummary(db);
+  const std::string table = FormatSummaryTable(s);
+  std::istringstream in(table);
+  size_t widest = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("specbed summary:") == 0 || line.find("- ") == 0) continue;  // title, notes
+    size_t width = 0;
+    for (unsigned char c : line) width += (c & 0xC0) != 0x80;
+    widest = std::max(widest, width);
+  }
+  EXPECT_LE(widest, 120u) << table;
+  for (const char* header : {"case", "method", "T", "n", "nodes/step", "τ", "acc%",
+                             "speedup [95% CI]", "T_D%", "exact"}) {
+    EXPECT_CONTAINS(table, header);
+  }
+  for (const char* wide_only : {"Σ ratio", "Spec-Bench [95% CI]", "div min/med", "r_1..r_4"}) {
+    EXPECT_EQ(table.find(wide_only), std::string::npos) << wide_only;
+  }
+  // The tree case: short label (the knobs differ from no other case of its method), τ 2.60,
+  // acceptance rate 8 accepted / 38 drafted = 21.1%, speedup without an interval (3 prompts).
+  const std::string tree = LineOf(table, 3);
+  for (const char* cell : {"tree", "2.60", "21.1", "1.59 (n<5)", "1/3"}) {
+    EXPECT_CONTAINS(tree, cell);
+  }
+  EXPECT_EQ(tree.find("depth=4"), std::string::npos) << tree;
+  const Json tree_json = Json::parse(SummaryJson(s))["cases"][2];
+  EXPECT_EQ(tree_json["case_id"], 3);
+  EXPECT_DOUBLE_EQ(tree_json["acceptance_rate"].get<double>(), 8.0 / 38.0);  // vLLM's name
+  EXPECT_DOUBLE_EQ(tree_json["mean_acceptance_length"].get<double>(), 1.0 + 8.0 / 5.0);
+  // vLLM's per-position rate: steps accepting >= i / all 5 steps (4, 3, 1, 0).
+  EXPECT_EQ(tree_json["acceptance"]["per_position_acceptance_rate"],
+            Json::parse("[0.8, 0.6, 0.2, 0.0]"));
+
+  SummaryTableOptions sorted;
+  sorted.sort = "speedup";
+  sorted.columns = {"case", "speedup"};
+  const std::string by_speedup = FormatSummaryTable(s, sorted);
+  // Descending: the 2.00 case first, NaN speedups last.
+  EXPECT_LT(by_speedup.find(LineOf(by_speedup, 4)), by_speedup.find(LineOf(by_speedup, 3)));
+  EXPECT_EQ(LineOf(by_speedup, 3).find("0.7"), std::string::npos);  // only the chosen columns
+  sorted.sort = "speedup:asc";
+  const std::string ascending = FormatSummaryTable(s, sorted);
+  EXPECT_LT(ascending.find(LineOf(ascending, 3)), ascending.find(LineOf(ascending, 4)));
+  sorted.sort = "speed";
+  EXPECT_CONTAINS(ErrorOf([&] { FormatSummaryTable(s, sorted); }),
+                  "unknown column 'speed' (columns: case, run, method");
+  sorted.sort = "tau:up";
+  EXPECT_CONTAINS(ErrorOf([&] { FormatSummaryTable(s, sorted); }), "KEY:asc or KEY:desc");
+}
+
+TEST(Summary, IntervalsNeedFivePrompts) {
+  const Interval ci{1.1, 1.35};
+  EXPECT_EQ(SpeedupWithInterval(1.234, ci, 5), "1.23 [1.10, 1.35]");
+  EXPECT_EQ(SpeedupWithInterval(1.234, ci, 4), "1.23 (n<5)");
+  EXPECT_EQ(SpeedupWithInterval(1.234, ci, 1), "1.23 (n<5)");
+  EXPECT_EQ(SpeedupWithInterval(1.234, Interval{}, 9), "1.23");
+  EXPECT_EQ(SpeedupWithInterval(kNoValue, ci, 9), "—");
+}
+
+// A --category no answer carries is an error naming the categories there are.
+TEST(Summary, UnknownCategoryIsAnError) {
+  const std::string db = FreshDbPath("summary_category");
+  WriteSummaryDb(db);
+  SummaryOptions o;
+  o.category = "stroy";
+  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(db, o); }),
+                  "no answer of category 'stroy' in results database '" + db +
+                      "' (categories: story)");
 }
 
 TEST(Summary, JsonHasAllNumbers) {

@@ -115,7 +115,7 @@ TEST(SweepParse, ErrorsNameFileAndKey) {
   EXPECT_CONTAINS(error_of(R"({"paper":"Table 2"})"), "key 'paper' must be an object");
   EXPECT_CONTAINS(error_of(R"({"methods":[{"name":"sps","gamma":2}]})"), "unknown key 'gamma'");
   // Run-config keys keep their checks.
-  EXPECT_CONTAINS(error_of(R"({"temperatures":[-1]})"), "temperatures must be >= 0");
+  EXPECT_CONTAINS(error_of(R"({"temperatures":[-1]})"), "temperatures must be in [0, 100]");
 }
 
 TEST(SweepParse, ToJsonReadsBackToTheSameSweep) {
