@@ -130,6 +130,59 @@ std::string KnobsShort(const std::string& knobs_json) {
   return out;
 }
 
+namespace {
+
+// The AR baseline of cases[i] (FindArBaseline): speedup and exact match in `row`, and why there
+// is none or where it comes from in `notes`.
+void AttachBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
+                    const SummaryOptions& options, const std::string& label,
+                    const std::function<const std::vector<SampleRecord>&(int64_t)>& samples_of,
+                    SummaryRow& row, std::vector<std::string>& notes) {
+  const ResultsStore::CaseRow& c = cases[i];
+  const std::vector<SampleRecord>& own = samples_of(c.case_id);
+  const bool paired = !own.empty() && own.front().has_paired_ar();
+  const BaselineMatch match = FindArBaseline(cases, i, options.baseline);
+  // Why there is no AR case: none at all, or only one measured on another machine.
+  const std::string missing =
+      match.refused_index < 0
+          ? std::string("no AR case with the same workload")
+          : StrCat("the only AR cases with the same workload ran on another machine (case ",
+                   cases[match.refused_index].case_id, ", run ",
+                   cases[match.refused_index].run_id, ": ", cases[match.refused_index].machine,
+                   "; this case: ", c.machine, "), used only with --cross-machine-baseline");
+  if (match.index < 0 && paired) {
+    // Paired timing needs no AR case for the speedup (no exact match without one).
+    row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
+    notes.push_back(StrCat(label, ": ", missing,
+                                   ": speedup from the paired AR runs only, no exact match."));
+  } else if (match.index < 0) {
+    notes.push_back(StrCat(label, ": ", missing, ": no speedup or exact match."));
+  } else {
+    const ResultsStore::CaseRow& base = cases[match.index];
+    row.baseline_case_id = base.case_id;
+    row.baseline_run_id = base.run_id;
+    row.baseline_same_run = match.same_run;
+    row.baseline_same_machine = match.same_machine;
+    const auto& base_samples = samples_of(base.case_id);
+    const auto& own_samples = samples_of(c.case_id);
+    row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap, options.scope);
+    row.exact_match = ComputeExactMatch(base_samples, own_samples);
+    if (!match.same_run) {
+      notes.push_back(
+          StrCat(label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
+                 match.same_machine ? " on the same machine"
+                                    : StrCat(" on another machine (", base.machine, ")"),
+                 " (no AR case with the same workload in run ", c.run_id, ")."));
+    }
+    if (row.speedup.n_matched == 0) {
+      notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",
+                                     base.case_id, ": no speedup."));
+    }
+  }
+}
+
+}  // namespace
+
 Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) {
   StoreOptions store_options;
   store_options.read_only = true;
@@ -220,48 +273,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
                               ": SYNTHETIC ACCEPTANCE (forced per-position acceptance "
                               "pattern): system overhead only, not a real measurement.");
     }
-    const std::vector<SampleRecord>& own = samples_of(c.case_id);
-    const bool paired = !own.empty() && own.front().has_paired_ar();
-    if (!row.is_baseline) {
-      const BaselineMatch match = FindArBaseline(cases, i, options.baseline);
-      // Why there is no AR case: none at all, or only one measured on another machine.
-      const std::string missing =
-          match.refused_index < 0
-              ? std::string("no AR case with the same workload")
-              : StrCat("the only AR cases with the same workload ran on another machine (case ",
-                       cases[match.refused_index].case_id, ", run ",
-                       cases[match.refused_index].run_id, ": ", cases[match.refused_index].machine,
-                       "; this case: ", c.machine, "), used only with --cross-machine-baseline");
-      if (match.index < 0 && paired) {
-        // Paired timing needs no AR case for the speedup (no exact match without one).
-        row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
-        summary.notes.push_back(StrCat(label, ": ", missing,
-                                       ": speedup from the paired AR runs only, no exact match."));
-      } else if (match.index < 0) {
-        summary.notes.push_back(StrCat(label, ": ", missing, ": no speedup or exact match."));
-      } else {
-        const ResultsStore::CaseRow& base = cases[match.index];
-        row.baseline_case_id = base.case_id;
-        row.baseline_run_id = base.run_id;
-        row.baseline_same_run = match.same_run;
-        row.baseline_same_machine = match.same_machine;
-        const auto& base_samples = samples_of(base.case_id);
-        const auto& own_samples = samples_of(c.case_id);
-        row.speedup = ComputeSpeedup(base_samples, own_samples, options.bootstrap, options.scope);
-        row.exact_match = ComputeExactMatch(base_samples, own_samples);
-        if (!match.same_run) {
-          summary.notes.push_back(
-              StrCat(label, ": AR baseline is case ", base.case_id, " from run ", base.run_id,
-                     match.same_machine ? " on the same machine"
-                                        : StrCat(" on another machine (", base.machine, ")"),
-                     " (no AR case with the same workload in run ", c.run_id, ")."));
-        }
-        if (row.speedup.n_matched == 0) {
-          summary.notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",
-                                         base.case_id, ": no speedup."));
-        }
-      }
-    }
+    if (!row.is_baseline) AttachBaseline(cases, i, options, label, samples_of, row, summary.notes);
     summary.rows.push_back(std::move(row));
   }
   if (!options.category.empty() && !categories_seen.empty()) {
@@ -625,15 +637,155 @@ std::string FormatSummaryTable(const Summary& s, const SummaryTableOptions& opti
   return out.str();
 }
 
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;  // summary JSON fields in writing order
+
+OrderedJson NumberJson(double v) {
+  return std::isfinite(v) ? OrderedJson(v) : OrderedJson(nullptr);
+}
+
+OrderedJson IntervalJson(const Interval& ci) {
+  return OrderedJson::array({NumberJson(ci.lo), NumberJson(ci.hi)});
+}
+
+// JSON text as stored -> a JSON value (the text itself when it does not parse; null when empty).
+OrderedJson StoredJson(const std::string& text) {
+  if (text.empty()) return nullptr;
+  OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? OrderedJson(text) : j;
+}
+
+// Identity and configuration of a case.
+void AddConfigJson(const SummaryRow& r, OrderedJson& j) {
+  const CaseRecord& c = r.row.record;
+  j["case_id"] = r.row.case_id;
+  j["run_id"] = r.row.run_id;
+  j["case_key"] = c.case_key;
+  j["method"] = c.method;
+  j["knobs"] = StoredJson(c.method_knobs_json);
+  j["knobs_short"] = KnobsShort(c.method_knobs_json);
+  j["method_traits"] = StoredJson(c.method_traits_json);
+  j["drafter"] = c.drafter;
+  j["target"] = c.target;
+  j["dataset"] = c.dataset;
+  j["categories"] = c.categories;
+  j["prompt_limit"] = c.prompt_limit;
+  j["temperature"] = NumberJson(c.temperature);
+  j["top_p"] = NumberJson(c.top_p);
+  j["top_k"] = c.top_k;
+  j["seed"] = c.seed;
+  j["max_new_tokens"] = c.max_new_tokens;
+  j["batch_size"] = c.batch_size;
+  j["threads"] = c.threads;
+  j["dtype"] = c.dtype;
+  j["device"] = c.device;
+  j["timing_mode"] = c.timing_mode;
+}
+
+// Throughput, step metrics, vLLM's names and per-position acceptance of a case.
+void AddMetricsJson(const CaseMetrics& m, OrderedJson& j) {
+  using Json = OrderedJson;
+  j["n_samples"] = m.n_samples;
+  j["n_prompts"] = m.n_prompts;
+  j["output_tokens"] = m.output_tokens;
+  j["decode_tokens"] = m.decode_tokens;
+  j["decode_ms"] = NumberJson(m.decode_ms);
+  j["decode_tokens_per_s"] = NumberJson(m.decode_tokens_per_s);
+  j["prefill_ms_mean"] = NumberJson(m.prefill_ms_mean);
+  j["stop_reasons"] = m.stop_reasons;
+  j["n_steps"] = m.n_steps;
+  j["drafted"] = m.drafted;
+  j["accepted"] = m.accepted;
+  j["emitted"] = m.emitted;
+  j["tau"] = NumberJson(m.tau);
+  j["draft_fraction"] = NumberJson(m.draft_fraction);
+  j["verify_fraction"] = NumberJson(m.verify_fraction);
+  j["other_fraction"] = NumberJson(m.other_fraction);
+  j["adapt_ms"] = m.adapt_ms;
+  j["adapt_fraction"] = NumberJson(m.adapt_fraction);
+  j["draft_us_per_step"] = NumberJson(m.draft_us_per_step);
+  j["verify_us_per_step"] = NumberJson(m.verify_us_per_step);
+  j["other_us_per_step"] = NumberJson(m.other_us_per_step);
+  j["drafted_per_step"] = NumberJson(m.drafted_per_step);
+  j["rollback_rate"] = NumberJson(m.rollback_rate);
+  j["rollback_events"] = m.rollback_events;
+  j["spec_rollback_rate"] = NumberJson(m.spec_rollback_rate);
+  j["rolled_back_tokens"] = m.rolled_back;
+  j["draft_generated_tokens"] = m.draft_generated;
+  j["target_forwards"] = m.target_forwards;
+  j["target_forwards_per_sample"] = NumberJson(m.target_forwards_per_sample);
+  j["draft_busy_us_per_step"] = NumberJson(m.draft_busy_us_per_step);
+  j["verify_busy_us_per_step"] = NumberJson(m.verify_busy_us_per_step);
+  j["rollback_events_per_step"] = NumberJson(m.rollback_events_per_step);
+  Json r_list = Json::array(), alpha_list = Json::array();
+  for (double v : m.positions.r) r_list.push_back(NumberJson(v));
+  for (double v : m.positions.alpha) alpha_list.push_back(NumberJson(v));
+  const VllmMetrics vllm = VllmCompatibleMetrics(m);
+  j["acceptance_rate"] = NumberJson(vllm.acceptance_rate);
+  j["mean_acceptance_length"] = NumberJson(vllm.mean_acceptance_length);
+  Json per_position = Json::array();
+  for (double v : vllm.per_position_acceptance_rate) per_position.push_back(NumberJson(v));
+  j["acceptance"] = {{"max_depth", m.positions.max_depth()},
+                     {"r", r_list},
+                     {"alpha", alpha_list},
+                     {"per_position_acceptance_rate", per_position},
+                     {"n_reached", m.positions.n_reached},
+                     {"n_accepted", m.positions.n_accepted},
+                     {"n_conditional", m.positions.n_conditional}};
+}
+
+// The AR baseline, speedup and exact match of a case (null without a baseline).
+void AddBaselineJson(const SummaryRow& r, OrderedJson& j) {
+  using Json = OrderedJson;
+  j["is_baseline"] = r.is_baseline;
+  if (r.baseline_case_id >= 0 || r.speedup.n_matched > 0) {
+    const Speedup& sp = r.speedup;
+    const ExactMatch& e = r.exact_match;
+    j["baseline"] = r.baseline_case_id < 0 ? Json(nullptr)
+                                           : Json{{"case_id", r.baseline_case_id},
+                                                  {"run_id", r.baseline_run_id},
+                                                  {"same_run", r.baseline_same_run},
+                                                  {"same_machine", r.baseline_same_machine}};
+    j["speedup"] = {{"scope", SpeedupScopeName(sp.scope)},
+                    {"n_matched", sp.n_matched},
+                    {"n_paired", sp.n_paired},
+                    {"n_prompts", sp.n_prompts},
+                    {"geomean", NumberJson(sp.geomean)},
+                    {"geomean_ci", IntervalJson(sp.geomean_ci)},
+                    {"total_ratio", NumberJson(sp.total_ratio)},
+                    {"total_ratio_ci", IntervalJson(sp.total_ratio_ci)},
+                    {"spec_bench", NumberJson(sp.spec_bench)},
+                    {"spec_bench_ci", IntervalJson(sp.spec_bench_ci)}};
+    Json divergences = Json::array();
+    for (const auto& d : e.divergences) {
+      divergences.push_back(
+          {{"prompt_id", d.prompt_id},
+           {"turn", d.turn},
+           {"position", d.position},
+           {"ar_token", d.ar_token >= 0 ? Json(d.ar_token) : Json(nullptr)},
+           {"method_token", d.method_token >= 0 ? Json(d.method_token) : Json(nullptr)},
+           {"margin", NumberJson(d.margin)}});
+    }
+    j["exact_match"] = {
+        {"n_matched", e.n_matched},
+        {"n_exact", e.n_exact},
+        {"rate", NumberJson(e.rate)},
+        {"min_divergence_position", e.min_position >= 0 ? Json(e.min_position) : Json(nullptr)},
+        {"median_divergence_position", NumberJson(e.median_position)},
+        {"min_margin", NumberJson(e.min_margin)},
+        {"divergences", divergences}};
+  } else {
+    j["baseline"] = nullptr;
+    j["speedup"] = nullptr;
+    j["exact_match"] = nullptr;
+  }
+}
+
+}  // namespace
+
 std::string SummaryJson(const Summary& s) {
-  using Json = nlohmann::ordered_json;  // fields in the order below (export columns follow it)
-  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
-  auto interval = [&](const Interval& ci) { return Json::array({num(ci.lo), num(ci.hi)}); };
-  auto stored = [](const std::string& text) -> Json {
-    if (text.empty()) return nullptr;
-    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    return j.is_discarded() ? Json(text) : j;
-  };
+  using Json = OrderedJson;  // fields in the order below (export columns follow it)
   Json doc;
   doc["db"] = s.db_path;
   doc["schema_version"] = s.schema_version;
@@ -644,120 +796,10 @@ std::string SummaryJson(const Summary& s) {
                       {"level", s.bootstrap.level}};
   Json cases = Json::array();
   for (const SummaryRow& r : s.rows) {
-    const CaseRecord& c = r.row.record;
-    const CaseMetrics& m = r.metrics;
     Json j;
-    j["case_id"] = r.row.case_id;
-    j["run_id"] = r.row.run_id;
-    j["case_key"] = c.case_key;
-    j["method"] = c.method;
-    j["knobs"] = stored(c.method_knobs_json);
-    j["knobs_short"] = KnobsShort(c.method_knobs_json);
-    j["method_traits"] = stored(c.method_traits_json);
-    j["drafter"] = c.drafter;
-    j["target"] = c.target;
-    j["dataset"] = c.dataset;
-    j["categories"] = c.categories;
-    j["prompt_limit"] = c.prompt_limit;
-    j["temperature"] = num(c.temperature);
-    j["top_p"] = num(c.top_p);
-    j["top_k"] = c.top_k;
-    j["seed"] = c.seed;
-    j["max_new_tokens"] = c.max_new_tokens;
-    j["batch_size"] = c.batch_size;
-    j["threads"] = c.threads;
-    j["dtype"] = c.dtype;
-    j["device"] = c.device;
-    j["timing_mode"] = c.timing_mode;
-    j["n_samples"] = m.n_samples;
-    j["n_prompts"] = m.n_prompts;
-    j["output_tokens"] = m.output_tokens;
-    j["decode_tokens"] = m.decode_tokens;
-    j["decode_ms"] = num(m.decode_ms);
-    j["decode_tokens_per_s"] = num(m.decode_tokens_per_s);
-    j["prefill_ms_mean"] = num(m.prefill_ms_mean);
-    j["stop_reasons"] = m.stop_reasons;
-    j["n_steps"] = m.n_steps;
-    j["drafted"] = m.drafted;
-    j["accepted"] = m.accepted;
-    j["emitted"] = m.emitted;
-    j["tau"] = num(m.tau);
-    j["draft_fraction"] = num(m.draft_fraction);
-    j["verify_fraction"] = num(m.verify_fraction);
-    j["other_fraction"] = num(m.other_fraction);
-    j["adapt_ms"] = m.adapt_ms;
-    j["adapt_fraction"] = num(m.adapt_fraction);
-    j["draft_us_per_step"] = num(m.draft_us_per_step);
-    j["verify_us_per_step"] = num(m.verify_us_per_step);
-    j["other_us_per_step"] = num(m.other_us_per_step);
-    j["drafted_per_step"] = num(m.drafted_per_step);
-    j["rollback_rate"] = num(m.rollback_rate);
-    j["rollback_events"] = m.rollback_events;
-    j["spec_rollback_rate"] = num(m.spec_rollback_rate);
-    j["rolled_back_tokens"] = m.rolled_back;
-    j["draft_generated_tokens"] = m.draft_generated;
-    j["target_forwards"] = m.target_forwards;
-    j["target_forwards_per_sample"] = num(m.target_forwards_per_sample);
-    j["draft_busy_us_per_step"] = num(m.draft_busy_us_per_step);
-    j["verify_busy_us_per_step"] = num(m.verify_busy_us_per_step);
-    j["rollback_events_per_step"] = num(m.rollback_events_per_step);
-    Json r_list = Json::array(), alpha_list = Json::array();
-    for (double v : m.positions.r) r_list.push_back(num(v));
-    for (double v : m.positions.alpha) alpha_list.push_back(num(v));
-    const VllmMetrics vllm = VllmCompatibleMetrics(m);
-    j["acceptance_rate"] = num(vllm.acceptance_rate);
-    j["mean_acceptance_length"] = num(vllm.mean_acceptance_length);
-    Json per_position = Json::array();
-    for (double v : vllm.per_position_acceptance_rate) per_position.push_back(num(v));
-    j["acceptance"] = {{"max_depth", m.positions.max_depth()},
-                       {"r", r_list},
-                       {"alpha", alpha_list},
-                       {"per_position_acceptance_rate", per_position},
-                       {"n_reached", m.positions.n_reached},
-                       {"n_accepted", m.positions.n_accepted},
-                       {"n_conditional", m.positions.n_conditional}};
-    j["is_baseline"] = r.is_baseline;
-    if (r.baseline_case_id >= 0 || r.speedup.n_matched > 0) {
-      const Speedup& sp = r.speedup;
-      const ExactMatch& e = r.exact_match;
-      j["baseline"] = r.baseline_case_id < 0 ? Json(nullptr)
-                                             : Json{{"case_id", r.baseline_case_id},
-                                                    {"run_id", r.baseline_run_id},
-                                                    {"same_run", r.baseline_same_run},
-                                                    {"same_machine", r.baseline_same_machine}};
-      j["speedup"] = {{"scope", SpeedupScopeName(sp.scope)},
-                      {"n_matched", sp.n_matched},
-                      {"n_paired", sp.n_paired},
-                      {"n_prompts", sp.n_prompts},
-                      {"geomean", num(sp.geomean)},
-                      {"geomean_ci", interval(sp.geomean_ci)},
-                      {"total_ratio", num(sp.total_ratio)},
-                      {"total_ratio_ci", interval(sp.total_ratio_ci)},
-                      {"spec_bench", num(sp.spec_bench)},
-                      {"spec_bench_ci", interval(sp.spec_bench_ci)}};
-      Json divergences = Json::array();
-      for (const auto& d : e.divergences) {
-        divergences.push_back(
-            {{"prompt_id", d.prompt_id},
-             {"turn", d.turn},
-             {"position", d.position},
-             {"ar_token", d.ar_token >= 0 ? Json(d.ar_token) : Json(nullptr)},
-             {"method_token", d.method_token >= 0 ? Json(d.method_token) : Json(nullptr)},
-             {"margin", num(d.margin)}});
-      }
-      j["exact_match"] = {
-          {"n_matched", e.n_matched},
-          {"n_exact", e.n_exact},
-          {"rate", num(e.rate)},
-          {"min_divergence_position", e.min_position >= 0 ? Json(e.min_position) : Json(nullptr)},
-          {"median_divergence_position", num(e.median_position)},
-          {"min_margin", num(e.min_margin)},
-          {"divergences", divergences}};
-    } else {
-      j["baseline"] = nullptr;
-      j["speedup"] = nullptr;
-      j["exact_match"] = nullptr;
-    }
+    AddConfigJson(r, j);
+    AddMetricsJson(r.metrics, j);
+    AddBaselineJson(r, j);
     cases.push_back(std::move(j));
   }
   doc["cases"] = std::move(cases);

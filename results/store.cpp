@@ -574,6 +574,34 @@ std::string ImmutableUri(const std::string& path) {
   return uri + "?immutable=1";
 }
 
+// A WAL database on a read-only medium (or where its -shm file cannot be created): SQLite needs
+// the -shm file even to read. Closes `db` and reopens `path` immutable (no locks, no -shm), which
+// reads the main file as it is; un-checkpointed -wal content is not seen (specbed checkpoints on
+// close, so a finished run has none).
+sqlite3* ReopenImmutable(sqlite3* db, const std::string& path) {
+  sqlite3_close_v2(db);
+  sqlite3* reopened = nullptr;
+  if (sqlite3_open_v2(ImmutableUri(path).c_str(), &reopened, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                      nullptr) != SQLITE_OK) {
+    const std::string reason = DescribeOpenFailure(path, reopened);
+    sqlite3_close_v2(reopened);
+    Fail("cannot open results database '", path, "' read-only: ", reason);
+  }
+  return reopened;
+}
+
+// sqlite3_step, retried every 10 ms while SQLite answers BUSY / LOCKED without calling the busy
+// handler (the switch to WAL mode takes an exclusive lock that way) until `deadline_us`.
+int StepRetryingWhileBusy(sqlite3_stmt* stmt, int64_t deadline_us) {
+  int rc = sqlite3_step(stmt);
+  while (((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) && NowMicros() < deadline_us) {
+    sqlite3_reset(stmt);
+    sqlite3_sleep(10);
+    rc = sqlite3_step(stmt);
+  }
+  return rc;
+}
+
 }  // namespace
 
 void ResultsStore::Init() {
@@ -591,19 +619,7 @@ void ResultsStore::Init() {
     const std::string reason = DescribeOpenFailure(path_, db_);
     Fail(existed ? "cannot open" : "cannot create", " results database '", path_, "': ", reason);
   }
-  if (options_.read_only && !CanReadSchema(db_)) {
-    // A WAL database on a read-only medium (or where its -shm file cannot be created): SQLite
-    // needs the -shm file even to read. Reopen it immutable (no locks, no -shm), which reads the
-    // main file as it is; any un-checkpointed -wal content is not seen (specbed checkpoints on
-    // close, so a finished run has none).
-    sqlite3_close_v2(db_);
-    db_ = nullptr;
-    const int irc = sqlite3_open_v2(ImmutableUri(path_).c_str(), &db_,
-                                    SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
-    if (irc != SQLITE_OK) {
-      Fail("cannot open results database '", path_, "' read-only: ", DescribeOpenFailure(path_, db_));
-    }
-  }
+  if (options_.read_only && !CanReadSchema(db_)) db_ = ReopenImmutable(db_, path_);
   if (!options_.read_only && sqlite3_db_readonly(db_, "main") == 1) {
     Fail("cannot open results database '", path_,
          "' for writing: permission denied (it can still be opened read-only)");
@@ -665,16 +681,10 @@ void ResultsStore::Init() {
 
   if (!options_.read_only) {
     {
-      // The switch to WAL takes an exclusive lock without calling the busy handler, so two runs
-      // starting on a new database retry here for the busy timeout instead of failing at once.
+      // Two runs starting on a new database: retried for the busy timeout, not failed at once.
       OwnedStmt s(Prepare("PRAGMA journal_mode = WAL"));
-      int step_rc = sqlite3_step(s.get());
-      while (((step_rc & 0xff) == SQLITE_BUSY || (step_rc & 0xff) == SQLITE_LOCKED) &&
-             (NowMicros() - op_start_us_) / 1000 < options_.busy_timeout_ms) {
-        sqlite3_reset(s.get());
-        sqlite3_sleep(10);
-        step_rc = sqlite3_step(s.get());
-      }
+      const int step_rc =
+          StepRetryingWhileBusy(s.get(), op_start_us_ + options_.busy_timeout_ms * 1000LL);
       if (step_rc != SQLITE_ROW) FailSqlite(step_rc, "switching to WAL mode");
       const std::string mode = ColText(s.get(), 0);
       SPECBED_CHECK(mode == "wal", "results database '", path_,

@@ -369,5 +369,22 @@ TEST(Summary, RooflineNoteNamesTheMeasuredBandwidth) {
   EXPECT_EQ(note_for(Json::object()), "");
 }
 
+// A target whose weights stay in cache (stories260K: ~1 MB) gets one warning that speculation
+// cannot pay on it; a memory-bound one (the twin's ~190 MB) none.
+TEST(Summary, WarnsWhenTheTargetIsTooSmallForSpeculation) {
+  auto notes_for = [](double weight_bytes) {
+    CaseRecord record;
+    record.target = "stories260K";
+    record.method = "sps";
+    record.config_json = Json{{"target_info", {{"weight_bytes", weight_bytes}}}}.dump();
+    return CostRegimeNotes({{1, &record, 50.0}, {2, &record, 60.0}});
+  };
+  const std::vector<std::string> small = notes_for(1.1e6);
+  ASSERT_EQ(small.size(), 1u);  // once per target
+  EXPECT_CONTAINS(small[0], "WARNING: target stories260K reads only 1.1 MB of weights per token");
+  EXPECT_CONTAINS(small[0], "No speculative method can beat AR on it");
+  EXPECT_TRUE(notes_for(190e6).empty());
+}
+
 }  // namespace
 }  // namespace specbed
