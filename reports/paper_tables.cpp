@@ -43,6 +43,12 @@ bool HasSyntheticKey(const Json& j) {
   return false;
 }
 
+// A case of a paper table with the report group it belongs to.
+struct Entry {
+  const CaseReport* c;
+  const ReportGroup* g;
+};
+
 // One benchmark column pair: a dataset, or one category of it.
 struct Benchmark {
   std::string dataset, category;  // category "" = the whole dataset
@@ -198,12 +204,86 @@ std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t windo
   return out;
 }
 
+// The measured cells of one paper-table row (a method configuration over its `cases`): Spd and τ
+// per benchmark, then All (over every answer of the row: the cases' speedup, the figure of the
+// headline and the summary), the papers' Mean over the benchmarks (secondary), T_D% and
+// rollback%. Returns whether a benchmark lacks a value (the Mean is then marked "*").
+bool AddPaperRowCells(const std::vector<Entry>& cases, const std::vector<Benchmark>& benchmarks,
+                      SpeedupScope scope, std::vector<std::string>& notes,
+                      std::vector<std::string>& row) {
+  double spd_sum = 0, tau_sum = 0;
+  int n_spd = 0, n_tau = 0;
+  double draft_ms = 0, decode_ms = 0;
+  int64_t drafted = 0, accepted = 0, emitted = 0, steps = 0;
+  std::vector<double> all_ratios;  // every answer's speedup over the row's cases
+  std::set<int64_t> used;
+  for (const Benchmark& b : benchmarks) {
+    const Entry* hit = nullptr;
+    for (const Entry& e : cases) {
+      if (e.c->row.record.dataset != b.dataset) continue;
+      if (hit != nullptr) {
+        notes.push_back(StrCat("case ", e.c->row.case_id,
+                                  " repeats the configuration of case ", hit->c->row.case_id,
+                                  " on ", b.label, "; the table shows case ",
+                                  hit->c->row.case_id, "."));
+        continue;
+      }
+      hit = &e;
+    }
+    double spd = kNoValue, tau = kNoValue;
+    if (hit != nullptr) {
+      const CaseReport& c = *hit->c;
+      const CaseReport* base = nullptr;
+      for (const CaseReport& other : hit->g->cases) {
+        if (other.row.case_id == c.baseline_case_id) base = &other;
+      }
+      if (b.category.empty()) {
+        spd = c.speedup.geomean;
+        tau = c.metrics.tau;
+      } else {
+        const std::vector<SampleRecord> mine = SamplesOfCategory(c.samples, b.category);
+        tau = ComputeCaseMetrics(mine, StepsOfSamples(c.steps, mine)).tau;
+        const bool paired = !mine.empty() && mine.front().has_paired_ar();
+        if (base != nullptr || paired) {
+          BootstrapOptions no_ci;
+          no_ci.n_resamples = 0;
+          spd = ComputeSpeedup(base != nullptr ? SamplesOfCategory(base->samples, b.category)
+                                               : std::vector<SampleRecord>{},
+                               mine, no_ci, scope)
+                    .geomean;
+        }
+      }
+      if (used.insert(c.row.case_id).second) {
+        draft_ms += c.metrics.draft_ms;
+        decode_ms += c.metrics.decode_ms;
+        drafted += c.metrics.drafted;
+        accepted += c.metrics.accepted;
+        emitted += c.metrics.emitted;
+        steps += c.metrics.n_steps;
+        all_ratios.insert(all_ratios.end(), c.speedup.per_prompt.begin(),
+                          c.speedup.per_prompt.end());
+      }
+    }
+    row.push_back(SpdCell(spd));
+    row.push_back(Fixed(tau, 2));
+    if (std::isfinite(spd)) spd_sum += spd, ++n_spd;
+    if (std::isfinite(tau)) tau_sum += tau, ++n_tau;
+  }
+  const int n_bench = static_cast<int>(benchmarks.size());
+  const bool incomplete = (n_spd > 0 && n_spd < n_bench) || (n_tau > 0 && n_tau < n_bench);
+  row.push_back(SpdCell(all_ratios.empty() ? kNoValue : GeometricMean(all_ratios)));
+  row.push_back(steps > 0 ? Fixed(static_cast<double>(emitted) / steps, 2) : kNone);
+  row.push_back(n_spd ? SpdCell(spd_sum / n_spd) + (n_spd < n_bench ? "*" : "") : kNone);
+  row.push_back(n_tau ? Fixed(tau_sum / n_tau, 2) + (n_tau < n_bench ? "*" : "") : kNone);
+  bool has_steps = false;
+  for (const Entry& e : cases) has_steps = has_steps || e.c->metrics.n_steps > 0;
+  row.push_back(has_steps && decode_ms > 0 ? Fixed(100.0 * draft_ms / decode_ms, 1) : kNone);
+  row.push_back(drafted > 0 ? Fixed(100.0 * (drafted - accepted) / drafted, 1) : kNone);
+  return incomplete;
+}
+
 std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
   // (target, T) in order of first appearance; cases of each, with the group they belong to.
-  struct Entry {
-    const CaseReport* c;
-    const ReportGroup* g;
-  };
   std::vector<std::pair<std::string, double>> keys;
   std::map<std::pair<std::string, double>, std::vector<Entry>> entries;
   for (const ReportGroup& g : data.groups) {
@@ -262,8 +342,10 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
       t.columns.push_back({"Spd", true, false, b.label});
       t.columns.push_back({"τ", true, false, b.label});
     }
-    t.columns.push_back({"Spd", true, false, "Mean"});
-    t.columns.push_back({"τ", true, false, "Mean"});
+    t.columns.push_back({"Spd", true, false, "All"});
+    t.columns.push_back({"τ", true, false, "All"});
+    t.columns.push_back({"Spd", true, false, "Mean of benchmarks"});
+    t.columns.push_back({"τ", true, false, "Mean of benchmarks"});
     t.columns.push_back({"T_D%", true, false});
     t.columns.push_back({"rollback%", true, false});
     bool any_incomplete = false;
@@ -283,70 +365,16 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
           std::to_string(r.threads),
           r.device,
           std::to_string(r.batch_size)};
-      double spd_sum = 0, tau_sum = 0;
-      int n_spd = 0, n_tau = 0;
-      double draft_ms = 0, decode_ms = 0;
-      int64_t drafted = 0, accepted = 0;
-      std::set<int64_t> used;
-      for (const Benchmark& b : benchmarks) {
-        const Entry* hit = nullptr;
-        for (const Entry& e : cases) {
-          if (e.c->row.record.dataset != b.dataset) continue;
-          if (hit != nullptr) {
-            pt.notes.push_back(StrCat("case ", e.c->row.case_id,
-                                      " repeats the configuration of case ", hit->c->row.case_id,
-                                      " on ", b.label, "; the table shows case ",
-                                      hit->c->row.case_id, "."));
-            continue;
-          }
-          hit = &e;
-        }
-        double spd = kNoValue, tau = kNoValue;
-        if (hit != nullptr) {
-          const CaseReport& c = *hit->c;
-          const CaseReport* base = nullptr;
-          for (const CaseReport& other : hit->g->cases) {
-            if (other.row.case_id == c.baseline_case_id) base = &other;
-          }
-          if (b.category.empty()) {
-            spd = c.speedup.geomean;
-            tau = c.metrics.tau;
-          } else {
-            const std::vector<SampleRecord> mine = SamplesOfCategory(c.samples, b.category);
-            tau = ComputeCaseMetrics(mine, StepsOfSamples(c.steps, mine)).tau;
-            const bool paired = !mine.empty() && mine.front().has_paired_ar();
-            if (base != nullptr || paired) {
-              BootstrapOptions no_ci;
-              no_ci.n_resamples = 0;
-              spd = ComputeSpeedup(base != nullptr ? SamplesOfCategory(base->samples, b.category)
-                                                   : std::vector<SampleRecord>{},
-                                   mine, no_ci, data.scope)
-                        .geomean;
-            }
-          }
-          if (used.insert(c.row.case_id).second) {
-            draft_ms += c.metrics.draft_ms;
-            decode_ms += c.metrics.decode_ms;
-            drafted += c.metrics.drafted;
-            accepted += c.metrics.accepted;
-          }
-        }
-        row.push_back(SpdCell(spd));
-        row.push_back(Fixed(tau, 2));
-        if (std::isfinite(spd)) spd_sum += spd, ++n_spd;
-        if (std::isfinite(tau)) tau_sum += tau, ++n_tau;
-      }
-      const int n_bench = static_cast<int>(benchmarks.size());
-      const bool incomplete = (n_spd > 0 && n_spd < n_bench) || (n_tau > 0 && n_tau < n_bench);
-      any_incomplete = any_incomplete || incomplete;
-      row.push_back(n_spd ? SpdCell(spd_sum / n_spd) + (n_spd < n_bench ? "*" : "") : kNone);
-      row.push_back(n_tau ? Fixed(tau_sum / n_tau, 2) + (n_tau < n_bench ? "*" : "") : kNone);
-      bool has_steps = false;
-      for (const Entry& e : cases) has_steps = has_steps || e.c->metrics.n_steps > 0;
-      row.push_back(has_steps && decode_ms > 0 ? Fixed(100.0 * draft_ms / decode_ms, 1) : kNone);
-      row.push_back(drafted > 0 ? Fixed(100.0 * (drafted - accepted) / drafted, 1) : kNone);
+      any_incomplete = AddPaperRowCells(cases, benchmarks, data.scope, pt.notes, row) ||
+                       any_incomplete;
       t.rows.push_back(std::move(row));
     }
+    pt.notes.push_back(
+        "All = over every answer of the row (Spd: geometric mean of the per-answer speedups, the "
+        "figure of the headline and `specbed summary`; τ: Σ emitted / Σ steps). Mean of "
+        "benchmarks = the papers' secondary figure, the arithmetic mean of the per-benchmark "
+        "values: it weights each benchmark equally whatever its number of answers, so it differs "
+        "from All whenever the benchmarks' speedups differ.");
     if (any_incomplete) {
       pt.notes.push_back("* = mean over the benchmarks with a value (some have none).");
     }

@@ -365,9 +365,10 @@ const std::vector<std::string> kConventions = {
     "Per-position acceptance: r_i = steps accepting ≥ i tokens / steps drafting ≥ i deep; "
     "α_i = steps accepting ≥ i / steps that accepted ≥ i−1 and drafted ≥ i deep.",
     "Paper-layout tables: Spd = speedup (geometric mean over prompts, as above) per benchmark "
-    "(a dataset, or one category of it when its prompts have several), τ as above; Mean = "
-    "arithmetic mean over the benchmarks (* = over those with a value); T_D% and rollback% are "
-    "pooled over the row's cases. AR is the baseline and has no row.",
+    "(a dataset, or one category of it when its prompts have several), τ as above; All = over "
+    "every answer of the row (the case's speedup, as in the headline); Mean of benchmarks = the "
+    "papers' arithmetic mean over the benchmarks (secondary; * = over those with a value); T_D% "
+    "and rollback% are pooled over the row's cases. AR is the baseline and has no row.",
     "Budget (figures) and nodes/step (tables) = mean drafted nodes per verify step (Σ drafted / "
     "steps, root excluded); compare it with the configured budget in the knobs.",
     "timing = how a case was timed against AR: paired, per-case, or — (not recorded).",
@@ -1388,8 +1389,10 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     }
     html_plots(stream_plots);
   }
-  for (const auto& s : sections) {
-    html << "<h2>Details: " << HtmlEscape(s.heading) << "</h2>\n" << HtmlTable(s.table);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const auto& s = sections[i];
+    html << "<h2 id=\"details-" << i + 1 << "\">Details: " << HtmlEscape(s.heading) << "</h2>\n"
+         << HtmlTable(s.table);
     if (!s.notes.empty()) {
       html << "<ul>\n";
       for (const auto& n : s.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";

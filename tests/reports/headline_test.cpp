@@ -185,7 +185,8 @@ TEST(Headline, ReportStartsWithTheHeadlineAndEndsWithProvenance) {
         "## Conventions"}},
       {html,
        {"<h2 id=\"headline\">Headline</h2>", "<h2>Results (paper layout)</h2>",
-        "<h2>Details: tiny / stories</h2>", "<h2>Provenance</h2>", "<h2>Conventions</h2>"}}};
+        "<h2 id=\"details-1\">Details: tiny / stories</h2>", "<h2>Provenance</h2>",
+        "<h2>Conventions</h2>"}}};
   for (const auto& [doc, headings] : docs) {
     size_t at = 0;
     for (const std::string& h : headings) {
