@@ -549,6 +549,12 @@ std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::C
          return r.categories.empty() ? std::string("all") : r.categories;
        }},
       {"device", [](const CaseRecord& r) { return r.device; }},
+      {"shard",  // the AR case a shard of a sweep ran for its own cases (sweep.h): "" otherwise
+       [](const CaseRecord& r) {
+         const nlohmann::json c = nlohmann::json::parse(r.config_json, nullptr, false);
+         const bool sharded = c.is_object() && c.contains("shard") && c["shard"].is_string();
+         return sharded ? "[shard " + c["shard"].get<std::string>() + "]" : std::string();
+       }},
   };
   std::vector<bool> field_varies(fields.size(), false);
   for (size_t f = 0; f < fields.size(); ++f) {
@@ -566,7 +572,8 @@ std::vector<std::string> ShortCaseLabels(const std::vector<const ResultsStore::C
       }
     }
     for (size_t f = 0; f < fields.size(); ++f) {
-      if (field_varies[f]) label += " " + fields[f].text(r);
+      const std::string text = field_varies[f] ? fields[f].text(r) : std::string();
+      if (!text.empty()) label += " " + text;
     }
     labels.push_back(label);
   }

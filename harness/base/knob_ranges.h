@@ -1,6 +1,6 @@
 // Ranges of the sampling knobs, one set for every entry point (`specbed generate` flags, run and
 // sweep configs), so a value accepted by one is accepted by all.
-// Checked by: tests/cli/cli_test.cpp (generate) and tests/runner/run_config_test.cpp (configs).
+// Checked by: tests/cli/cli_test.cpp (generate and configs) and tests/engine/run_config_test.cpp.
 #pragma once
 
 namespace specbed {

@@ -294,10 +294,6 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
   return record;
 }
 
-}  // namespace
-
-namespace {
-
 // Progress labels: "case 3/12" is followed by target, method and only the knobs that differ
 // between the cases of that method in this run (CaseConfig::Label has every knob, so a narrow
 // terminal cut the line inside the knob JSON, hiding the knob that tells cases apart).
@@ -322,10 +318,15 @@ std::vector<std::string> ProgressLabels(const std::vector<CaseConfig>& cases) {
         label += " " + key + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
       }
     }
+    // The rest as CaseConfig::Label writes it (every field but the knobs).
     std::ostringstream rest;
-    rest << " " << c.dataset.name << " T=" << c.temperature;
+    rest << " " << c.dataset.name << " T=" << c.temperature << " seed=" << c.seed;
+    if (c.batch_size != 1) rest << " batch=" << c.batch_size;
     if (c.repeat != 0) rest << " repeat=" << c.repeat;
+    if (!c.synthetic_acceptance.empty()) rest << " SYNTHETIC";
     if (c.timing == kTimingPaired) rest << " paired";
+    if (!c.shard.empty()) rest << " shard=" << c.shard;
+    if (c.device != "cpu") rest << " device=" << c.device;
     labels.push_back(label + rest.str());
   }
   return labels;
@@ -339,8 +340,9 @@ int64_t TurnsOf(const std::vector<Prompt>& prompts) {
 
 // The progress ETA from measured case costs: seconds per turn of each (target, method, knobs)
 // measured in this run (e.g. at T = 0 before its T = 1 case), else the mean over the cases of the
-// same method, else over every measured case. Turns of different methods cost very different
-// times, so a units/s ETA underestimates while the cheap AR cases run first.
+// same method, else over the measured cases of its kind (AR / speculative: AR turns are the
+// cheapest, and a paired speculative turn runs AR too). Turns of different methods cost very
+// different times, so a units/s ETA underestimates while the cheap AR cases run first.
 class CaseCostModel {
  public:
   void Record(const CaseConfig& c, int64_t turns, double seconds) {
@@ -349,6 +351,8 @@ class CaseCostModel {
     by_config_[ConfigKey(c)] = per_turn;
     auto& m = by_method_[c.method.name];
     m.first += per_turn, m.second += 1;
+    auto& kind = by_kind_[c.IsArBaseline()];
+    kind.first += per_turn, kind.second += 1;
     all_.first += per_turn, all_.second += 1;
   }
   // Seconds left for cases todo[from..] (-1 before any case was measured).
@@ -360,6 +364,8 @@ class CaseCostModel {
     for (size_t k = from; k < todo.size(); ++k) {
       const CaseConfig& c = cases[todo[k]];
       double per_turn = all_.first / all_.second;
+      const auto kind = by_kind_.find(c.IsArBaseline());
+      if (kind != by_kind_.end()) per_turn = kind->second.first / kind->second.second;
       const auto exact = by_config_.find(ConfigKey(c));
       const auto method = by_method_.find(c.method.name);
       if (exact != by_config_.end()) {
@@ -378,6 +384,7 @@ class CaseCostModel {
   }
   std::map<std::string, double> by_config_;
   std::map<std::string, std::pair<double, double>> by_method_;  // sum, count
+  std::map<bool, std::pair<double, double>> by_kind_;           // AR or not -> sum, count
   std::pair<double, double> all_{0, 0};
 };
 

@@ -6,6 +6,7 @@
 // Checked by: itself (ctest docs_test); a README line with a flag the program lacks fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +164,27 @@ TEST(Docs, FlagTableFlagsExistInHelp) {
                            "--max-new-tokens", "--heads", "--kv-heads"}) {
     EXPECT_TRUE(all_help.find(flag) != std::string::npos) << flag;
   }
+}
+
+// Defaults and value lists the docs state equal what --help prints: the gate's thresholds and the
+// resamples (reports/README.md), the summary's column keys (reports/README.md lists them).
+TEST(Docs, DocumentedDefaultsEqualHelp) {
+  const std::string dir = TestDir();
+  const std::string compare = RunSpecbed({"compare", "--help"}, dir).out;
+  const std::string reports = Source("reports/README.md");
+  EXPECT_TRUE(Contains(compare, "--tau-tolerance FLOAT=0 "));
+  EXPECT_TRUE(Contains(reports, "`--tau-tolerance` (default 0)"));
+  EXPECT_TRUE(Contains(compare, "--speedup-threshold FLOAT=0.1\n"));
+  EXPECT_TRUE(Contains(reports, "`1 - --speedup-threshold` (default 0.10;"));
+  EXPECT_TRUE(Contains(compare, "--resamples INT=2000 "));
+  EXPECT_TRUE(Contains(reports, "2000 resamples"));
+  // The column keys: --help's comma list, README's space list.
+  const std::string summary = RunSpecbed({"summary", "--help"}, dir).out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("in order: ([a-z_A-Z,]+)")));
+  std::string keys = m[1].str();
+  std::replace(keys.begin(), keys.end(), ',', ' ');
+  EXPECT_TRUE(Contains(reports, "(keys: `" + keys + "`)")) << keys;
 }
 
 // User-facing text never names SpecBed's internal notes, which users do not have.

@@ -21,7 +21,7 @@ for row in "| probe | passed" "| build | skipped (SKIP_BUILD=1)" "| gate | passe
   grep -qF "$row" "$md" || { cat "$md"; fail "no row '$row'"; }
 done
 for db in gpu_gate.db twin8b.db; do [ -s "$out/$db" ] || fail "no $db"; done
-"$build/specbed" summary "$out/twin8b.db" >"$out/summary" || fail "summary of twin8b.db"
+"$build/specbed" summary --wide "$out/twin8b.db" >"$out/summary" || fail "summary of twin8b.db"
 grep -q "sps(drafter=" "$out/summary" || fail "no SpS case in twin8b.db"
 grep -q "eagle3(depth=7,head=.*twin8b-eagle3" "$out/summary" || fail "no EAGLE-3 case on its twin head"
 [ "$(grep -c ' stories  1 ' "$out/summary")" -ge 2 ] || fail "no T = 1 cases in twin8b.db"

@@ -66,7 +66,7 @@ TEST(CliTwin, RunOnTheTwinIsLabelledWithItsRoofline) {
                 "warmup": 0})");
   ProcResult r = RunSpecbedLine("run " + dir + "/twin.json --output " + dir + "/t.db", dir, 300);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  ProcResult s = RunSpecbedLine("summary " + dir + "/t.db", dir);
+  ProcResult s = RunSpecbedLine("summary --wide " + dir + "/t.db", dir);  // full knobs
   ASSERT_EQ(s.exit_code, 0) << Describe(s);
   EXPECT_TRUE(Contains(s.out, "stories260K-twin is the cost twin of stories260K"));
   EXPECT_TRUE(Contains(s.out, "AR roofline, case 1 (stories260K-twin, float32, 1 thread"));

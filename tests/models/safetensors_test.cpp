@@ -308,7 +308,7 @@ TEST(SafetensorsBadInput, MetadataNotAnObject) {
 TEST(SafetensorsBadInput, MissingFile) {
   const std::string path = TmpPath("does_not_exist");
   std::remove(path.c_str());
-  ExpectOpenFails(path, {"cannot open"});
+  ExpectOpenFails(path, {"no such file"});
 }
 
 }  // namespace
