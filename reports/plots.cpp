@@ -645,17 +645,13 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
   return plots;
 }
 
-std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
-                                    const std::vector<std::string>& labels, int index,
-                                    std::vector<std::string>* skipped) {
-  std::vector<Plot> plots;
-  const std::string suffix = std::to_string(index);
-  const std::string gname = GroupName(group);
-  auto skip = [&](const std::string& why) {
-    if (skipped != nullptr) skipped->push_back(why);
-  };
+namespace {
 
-  // Speculative cases with steps, as series per (method, T) ordered by budget.
+// (1) and (2): speedup and τ vs. budget (mean drafted nodes per verify step), one line per
+// (method, T) over its knob settings; the best speedup circled once per temperature.
+void BudgetFigures(const ReportGroup& group, const std::string& suffix, std::vector<Plot>& plots,
+                   const std::function<void(const std::string&)>& skip) {
+  const std::string gname = GroupName(group);
   struct Point {
     double budget, value;
     size_t case_index;
@@ -751,112 +747,133 @@ std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
     p.script = data.str() + Render(p.name, setup.str(), plot.str());
     plots.push_back(p);
   }
+}
 
-  // (3) Stacked phase-time shares per speculative case.
-  {
-    Plot p;
-    p.name = "phase_time_" + suffix;
-    p.title = "Decode time by phase — " + gname;
-    bool any_adapt = false;
-    std::vector<size_t> cases;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
+// (3) Stacked phase-time shares per speculative case.
+void PhaseTimeFigure(const ReportGroup& group, const std::string& suffix, std::vector<Plot>& plots,
+                     const std::function<void(const std::string&)>& skip) {
+  const std::string gname = GroupName(group);
+  Plot p;
+  p.name = "phase_time_" + suffix;
+  p.title = "Decode time by phase — " + gname;
+  bool any_adapt = false;
+  std::vector<size_t> cases;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseMetrics& m = group.cases[i].metrics;
+    if (m.n_steps == 0 || !(m.decode_ms > 0)) continue;
+    cases.push_back(i);
+    any_adapt = any_adapt || m.adapt_ms > 0;
+  }
+  p.caption =
+      std::string("Share of decode time per speculative case: drafting") +
+      (any_adapt ? " (without adaptation), online adaptation (OSD updates)" : "") +
+      ", the verify forward, other step work (sampling, acceptance, bookkeeping) and the "
+      "untimed rest. Bars are labelled #case id (the case column of the details table), method, "
+      "numeric knobs (cut at 24 characters) and T.";
+  if (cases.empty()) {
+    skip(p.title + ": skipped (no speculative case with steps and decode time).");
+  } else {
+    std::ostringstream data;
+    data << "$" << p.name << " << EOD\n";
+    for (size_t i : cases) {
       const CaseMetrics& m = group.cases[i].metrics;
-      if (m.n_steps == 0 || !(m.decode_ms > 0)) continue;
-      cases.push_back(i);
-      any_adapt = any_adapt || m.adapt_ms > 0;
-    }
-    p.caption =
-        std::string("Share of decode time per speculative case: drafting") +
-        (any_adapt ? " (without adaptation), online adaptation (OSD updates)" : "") +
-        ", the verify forward, other step work (sampling, acceptance, bookkeeping) and the "
-        "untimed rest. Bars are labelled #case id (the case column of the details table), method, "
-        "numeric knobs (cut at 24 characters) and T.";
-    if (cases.empty()) {
-      skip(p.title + ": skipped (no speculative case with steps and decode time).");
-    } else {
-      std::ostringstream data;
-      data << "$" << p.name << " << EOD\n";
-      for (size_t i : cases) {
-        const CaseMetrics& m = group.cases[i].metrics;
-        const double draft = 100.0 * (m.draft_ms - m.adapt_ms) / m.decode_ms;
-        const double adapt = 100.0 * m.adapt_ms / m.decode_ms;
-        const double verify = 100.0 * m.verify_ms / m.decode_ms;
-        const double other = 100.0 * m.other_ms / m.decode_ms;
-        const double rest = std::max(0.0, 100.0 - draft - adapt - verify - other);
-        // Short label (case id, method, numeric knobs, T): long JSON labels do not fit under bars.
-        const CaseRecord& r = group.cases[i].row.record;
-        std::string knobs = ShortKnobs(r.method_knobs_json);
-        if (knobs.size() > 24) {  // cut at a UTF-8 character boundary
-          size_t cut = 23;
-          while (cut > 0 && (static_cast<unsigned char>(knobs[cut]) & 0xC0) == 0x80) --cut;
-          knobs = knobs.substr(0, cut) + "…";
-        }
-        data << DataString(StrCat("#", group.cases[i].row.case_id, " ", r.method, " ", knobs, " ",
-                                  TemperatureLabel(r.temperature)))
-             << " " << Num(draft) << " " << Num(adapt) << " " << Num(verify) << " " << Num(other)
-             << " " << Num(rest) << "\n";
+      const double draft = 100.0 * (m.draft_ms - m.adapt_ms) / m.decode_ms;
+      const double adapt = 100.0 * m.adapt_ms / m.decode_ms;
+      const double verify = 100.0 * m.verify_ms / m.decode_ms;
+      const double other = 100.0 * m.other_ms / m.decode_ms;
+      const double rest = std::max(0.0, 100.0 - draft - adapt - verify - other);
+      // Short label (case id, method, numeric knobs, T): long JSON labels do not fit under bars.
+      const CaseRecord& r = group.cases[i].row.record;
+      std::string knobs = ShortKnobs(r.method_knobs_json);
+      if (knobs.size() > 24) {  // cut at a UTF-8 character boundary
+        size_t cut = 23;
+        while (cut > 0 && (static_cast<unsigned char>(knobs[cut]) & 0xC0) == 0x80) --cut;
+        knobs = knobs.substr(0, cut) + "…";
       }
-      data << "EOD\n";
-      std::ostringstream setup, plot;
-      setup << Header(p.title, "case (method, knobs, temperature)", "share of decode time (%)")
-            << "set style data histograms\n"
-            << "set style histogram rowstacked\n"
-            << "set style fill solid 0.85 border -1\n"
-            << "set boxwidth 0.6\n"
-            << "set yrange [0:105]\n"
-            << "set xtics rotate by -30 font ',9'\n";
-      plot << "plot $" << p.name << " using 2:xtic(1) title 'draft'";
-      if (any_adapt) plot << ", '' using 3 title 'adapt'";
-      plot << ", '' using 4 title 'verify', '' using 5 title 'other', '' using 6 title 'untimed'";
-      p.script = data.str() + Render(p.name, setup.str(), plot.str());
-      plots.push_back(p);
+      data << DataString(StrCat("#", group.cases[i].row.case_id, " ", r.method, " ", knobs, " ",
+                                TemperatureLabel(r.temperature)))
+           << " " << Num(draft) << " " << Num(adapt) << " " << Num(verify) << " " << Num(other)
+           << " " << Num(rest) << "\n";
     }
+    data << "EOD\n";
+    std::ostringstream setup, plot;
+    setup << Header(p.title, "case (method, knobs, temperature)", "share of decode time (%)")
+          << "set style data histograms\n"
+          << "set style histogram rowstacked\n"
+          << "set style fill solid 0.85 border -1\n"
+          << "set boxwidth 0.6\n"
+          << "set yrange [0:105]\n"
+          << "set xtics rotate by -30 font ',9'\n";
+    plot << "plot $" << p.name << " using 2:xtic(1) title 'draft'";
+    if (any_adapt) plot << ", '' using 3 title 'adapt'";
+    plot << ", '' using 4 title 'verify', '' using 5 title 'other', '' using 6 title 'untimed'";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
   }
+}
 
-  // (4) τ vs. temperature per method configuration.
-  {
-    Plot p;
-    p.name = "tau_vs_temperature_" + suffix;
-    p.title = "τ vs. temperature — " + gname;
-    p.caption = "τ (tokens per verify step) per method configuration at each sampling temperature.";
-    std::set<double> temps;
-    std::vector<std::string> keys;
-    std::map<std::string, const CaseReport*> key_case;
-    std::map<std::string, std::vector<std::pair<double, double>>> pts;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      if (!std::isfinite(c.metrics.tau)) continue;
-      temps.insert(c.row.record.temperature);
-      const std::string k = PlotLabel(labels[i]);
-      if (!pts.count(k)) keys.push_back(k), key_case[k] = &c;
-      pts[k].push_back({c.row.record.temperature, c.metrics.tau});
-    }
-    if (temps.size() < 2) {
-      skip(p.title + StrCat(": skipped (",
-                            temps.empty() ? "no case with a τ" : "one temperature only", ")."));
-    } else {
-      std::ostringstream data, plot;
-      for (size_t n = 0; n < keys.size(); ++n) {
-        auto& v = pts[keys[n]];
-        std::stable_sort(v.begin(), v.end());
-        const std::string block = "$" + p.name + "_" + std::to_string(n);
-        data << block << " << EOD\n";
-        for (const auto& [t, tau] : v) data << Num(t) << " " << Num(tau) << "\n";
-        data << "EOD\n";
-        plot << (n == 0 ? "plot " : ", \\\n     ") << block
-             << " using 1:2 with linespoints lw 2 ps 1.3 " << CaseStyle(*key_case[keys[n]])
-             << " title " << Quote(keys[n]);
-      }
-      std::ostringstream setup;
-      setup << Header(p.title, "sampling temperature T", "τ (tokens per verify step)")
-            << "set grid xtics\n"
-            << XRangeFromData(*temps.begin(), *temps.rbegin(), 0.1)
-            << "set offsets 0, 0, graph 0.1, 0\n"
-            << "set yrange [0:*]\n";
-      p.script = data.str() + Render(p.name, setup.str(), plot.str());
-      plots.push_back(p);
-    }
+// (4) τ vs. temperature per method configuration.
+void TauVsTemperatureFigure(const ReportGroup& group, const std::vector<std::string>& labels,
+                            const std::string& suffix, std::vector<Plot>& plots,
+                            const std::function<void(const std::string&)>& skip) {
+  const std::string gname = GroupName(group);
+  Plot p;
+  p.name = "tau_vs_temperature_" + suffix;
+  p.title = "τ vs. temperature — " + gname;
+  p.caption = "τ (tokens per verify step) per method configuration at each sampling temperature.";
+  std::set<double> temps;
+  std::vector<std::string> keys;
+  std::map<std::string, const CaseReport*> key_case;
+  std::map<std::string, std::vector<std::pair<double, double>>> pts;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (!std::isfinite(c.metrics.tau)) continue;
+    temps.insert(c.row.record.temperature);
+    const std::string k = PlotLabel(labels[i]);
+    if (!pts.count(k)) keys.push_back(k), key_case[k] = &c;
+    pts[k].push_back({c.row.record.temperature, c.metrics.tau});
   }
+  if (temps.size() < 2) {
+    skip(p.title + StrCat(": skipped (",
+                          temps.empty() ? "no case with a τ" : "one temperature only", ")."));
+  } else {
+    std::ostringstream data, plot;
+    for (size_t n = 0; n < keys.size(); ++n) {
+      auto& v = pts[keys[n]];
+      std::stable_sort(v.begin(), v.end());
+      const std::string block = "$" + p.name + "_" + std::to_string(n);
+      data << block << " << EOD\n";
+      for (const auto& [t, tau] : v) data << Num(t) << " " << Num(tau) << "\n";
+      data << "EOD\n";
+      plot << (n == 0 ? "plot " : ", \\\n     ") << block
+           << " using 1:2 with linespoints lw 2 ps 1.3 " << CaseStyle(*key_case[keys[n]])
+           << " title " << Quote(keys[n]);
+    }
+    std::ostringstream setup;
+    setup << Header(p.title, "sampling temperature T", "τ (tokens per verify step)")
+          << "set grid xtics\n"
+          << XRangeFromData(*temps.begin(), *temps.rbegin(), 0.1)
+          << "set offsets 0, 0, graph 0.1, 0\n"
+          << "set yrange [0:*]\n";
+    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    plots.push_back(p);
+  }
+}
+
+}  // namespace
+
+std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
+                                    const std::vector<std::string>& labels, int index,
+                                    std::vector<std::string>* skipped) {
+  std::vector<Plot> plots;
+  const std::string suffix = std::to_string(index);
+  auto skip = [&](const std::string& why) {
+    if (skipped != nullptr) skipped->push_back(why);
+  };
+
+  BudgetFigures(group, suffix, plots, skip);
+  PhaseTimeFigure(group, suffix, plots, skip);
+  TauVsTemperatureFigure(group, labels, suffix, plots, skip);
   return plots;
 }
 
