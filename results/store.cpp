@@ -602,6 +602,20 @@ int StepRetryingWhileBusy(sqlite3_stmt* stmt, int64_t deadline_us) {
   return rc;
 }
 
+// The meta table's format name into `format` ("" when the file has no meta table); SQLITE_OK or
+// the failing result code.
+int ReadFormatName(sqlite3* db, std::string* format) {
+  sqlite3_stmt* raw = nullptr;
+  const int prc =
+      sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'format'", -1, &raw, nullptr);
+  OwnedStmt s(raw);
+  format->clear();
+  if (prc != SQLITE_OK) return (prc & 0xff) == SQLITE_ERROR ? SQLITE_OK : prc;  // ERROR: no table
+  const int step_rc = sqlite3_step(s.get());
+  if (step_rc == SQLITE_ROW) *format = ColText(s.get(), 0);
+  return step_rc == SQLITE_ROW || step_rc == SQLITE_DONE ? SQLITE_OK : step_rc;
+}
+
 }  // namespace
 
 void ResultsStore::Init() {
@@ -642,21 +656,9 @@ void ResultsStore::Init() {
     return ColInt(s.get(), 0);
   };
   auto check_format = [&]() {
-    sqlite3_stmt* raw = nullptr;
-    const int prc =
-        sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = 'format'", -1, &raw, nullptr);
-    OwnedStmt s(raw);
     std::string format;
-    if (prc == SQLITE_OK) {
-      const int step_rc = sqlite3_step(s.get());
-      if (step_rc == SQLITE_ROW) {
-        format = ColText(s.get(), 0);
-      } else if (step_rc != SQLITE_DONE) {
-        FailSqlite(step_rc, "reading the meta table");
-      }
-    } else if ((prc & 0xff) != SQLITE_ERROR) {  // SQLITE_ERROR = no meta table
-      FailSqlite(prc, "reading the meta table");
-    }
+    const int rc = ReadFormatName(db_, &format);
+    if (rc != SQLITE_OK) FailSqlite(rc, "reading the meta table");
     SPECBED_CHECK(format == kFormatName, "'", path_,
                   "' is a SQLite database but not a SpecBed results database (no meta row "
                   "format = '",
