@@ -848,6 +848,49 @@ double VerifyRatio(const std::vector<BenchVerifyRecord>& curve, const std::strin
 
 }  // namespace
 
+namespace {
+
+// Why case `c` of `group` is below 1×: its step time in AR-token times and, when the database has
+// a verify-width curve of its target, the cost of verifying its tokens per step relative to one
+// token (else *no_curve is set).
+std::string SlowCaseNote(const ReportData& data, const ReportGroup& group, const CaseReport& c,
+                         bool* no_curve) {
+  // Why: a step costs more AR-token times than it emits tokens.
+  const CaseReport* base = nullptr;
+  for (const CaseReport& o : group.cases) {
+    if (o.row.case_id == c.baseline_case_id) base = &o;
+  }
+  const CaseMetrics& m = c.metrics;
+  std::string note = StrCat(c.label, " (case ", c.row.case_id, ", ", group.dataset,
+                            "): ", Fixed(c.speedup.geomean, 2), "×");
+  if (base != nullptr && m.n_steps > 0 && base->metrics.decode_tokens_per_s > 0 &&
+      m.decode_ms > 0) {
+    const double step_ms = m.decode_ms / static_cast<double>(m.n_steps);
+    const double ar_ms = 1000.0 / base->metrics.decode_tokens_per_s;
+    note += StrCat(" — a step emits τ = ", Fixed(m.tau, 2), " tokens but takes ",
+                   Fixed(step_ms / ar_ms, 2), " AR-token times (", Fixed(step_ms, 3),
+                   " ms vs. ", Fixed(ar_ms, 3), " ms per AR token; drafting ",
+                   Fixed(100.0 * m.draft_fraction, 0), "%, verifying ",
+                   Fixed(100.0 * m.verify_fraction, 0), "%)");
+    std::string described;
+    const double width = m.drafted_per_step + 1.0;
+    const double ratio = VerifyRatio(data.verify_curve, c.row.record.target,
+                                     c.row.record.threads, width, &described);
+    if (std::isfinite(ratio)) {
+      note += StrCat("; verifying ", Fixed(width, 1), " tokens at once costs ", Fixed(ratio, 2),
+                     "× one token's forward (", described, ")");
+    } else {
+      *no_curve = true;
+    }
+    note += ".";
+  } else {
+    note += " (no AR baseline or no steps recorded to explain it).";
+  }
+  return note;
+}
+
+}  // namespace
+
 std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
   std::vector<HeadlineTable> out;
   std::vector<std::pair<std::string, double>> keys;
@@ -896,38 +939,7 @@ std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
            std::to_string(c->row.case_id)});
       h.cases.push_back(c);
       if (!(c->speedup.geomean < 1.0)) continue;
-      // Why: a step costs more AR-token times than it emits tokens.
-      const CaseReport* base = nullptr;
-      for (const CaseReport& o : g->cases) {
-        if (o.row.case_id == c->baseline_case_id) base = &o;
-      }
-      const CaseMetrics& m = c->metrics;
-      std::string note = StrCat(c->label, " (case ", c->row.case_id, ", ", g->dataset,
-                                "): ", Fixed(c->speedup.geomean, 2), "×");
-      if (base != nullptr && m.n_steps > 0 && base->metrics.decode_tokens_per_s > 0 &&
-          m.decode_ms > 0) {
-        const double step_ms = m.decode_ms / static_cast<double>(m.n_steps);
-        const double ar_ms = 1000.0 / base->metrics.decode_tokens_per_s;
-        note += StrCat(" — a step emits τ = ", Fixed(m.tau, 2), " tokens but takes ",
-                       Fixed(step_ms / ar_ms, 2), " AR-token times (", Fixed(step_ms, 3),
-                       " ms vs. ", Fixed(ar_ms, 3), " ms per AR token; drafting ",
-                       Fixed(100.0 * m.draft_fraction, 0), "%, verifying ",
-                       Fixed(100.0 * m.verify_fraction, 0), "%)");
-        std::string described;
-        const double width = m.drafted_per_step + 1.0;
-        const double ratio = VerifyRatio(data.verify_curve, c->row.record.target,
-                                         c->row.record.threads, width, &described);
-        if (std::isfinite(ratio)) {
-          note += StrCat("; verifying ", Fixed(width, 1), " tokens at once costs ", Fixed(ratio, 2),
-                         "× one token's forward (", described, ")");
-        } else {
-          no_curve = true;
-        }
-        note += ".";
-      } else {
-        note += " (no AR baseline or no steps recorded to explain it).";
-      }
-      h.slow_notes.push_back(note);
+      h.slow_notes.push_back(SlowCaseNote(data, *g, *c, &no_curve));
     }
     if (!h.slow_notes.empty()) {
       h.slow_explanation =
