@@ -141,7 +141,8 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
   // A name with a '/' or a checkpoint suffix is a path: say what is wrong with it (missing, a
   // symbolic link loop, a FIFO, ...) instead of "unknown model".
   if (name_or_path.find('/') != std::string::npos || EndsWith(name_or_path, ".bin")) {
-    CheckPathKind(name_or_path, EndsWith(name_or_path, ".bin") ? PathKind::kFile : PathKind::kDirectory,
+    CheckPathKind(name_or_path,
+                  EndsWith(name_or_path, ".bin") ? PathKind::kFile : PathKind::kDirectory,
                   "target checkpoint");
   }
   FailUnknownName("model", name_or_path, BuiltinModelNames());

@@ -278,8 +278,8 @@ Group CaseGroup(const std::string& path, int64_t case_id, const CompareOptions& 
     for (const auto& c : ResultsStore::Open(path, so)->ListCases()) {
       ids.push_back(std::to_string(c.case_id));
     }
-    Fail("compare --cases: case ", case_id, " is not in results database '", path, "' (cases: ",
-         ids.empty() ? std::string("none") : Join(ids, ", "), ")");
+    Fail("compare --cases: case ", case_id, " is not in results database '", path,
+         "' (cases: ", ids.empty() ? std::string("none") : Join(ids, ", "), ")");
   }
   return std::move(groups.begin()->second);
 }

@@ -21,8 +21,8 @@ namespace specbed {
 enum class ExportFormat { kCsv, kJson };
 enum class ExportTable { kCases, kPositions, kSamples, kSteps };
 
-// "csv" / "json"; "cases" / "positions" / "samples" / "steps". Anything else fails naming `flag` and the
-// accepted values.
+// "csv" / "json"; "cases" / "positions" / "samples" / "steps". Anything else fails naming `flag`
+// and the accepted values.
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag);
 ExportTable ParseExportTable(const std::string& text, const std::string& flag);
 

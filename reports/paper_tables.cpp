@@ -222,10 +222,9 @@ bool AddPaperRowCells(const std::vector<Entry>& cases, const std::vector<Benchma
     for (const Entry& e : cases) {
       if (e.c->row.record.dataset != b.dataset) continue;
       if (hit != nullptr) {
-        notes.push_back(StrCat("case ", e.c->row.case_id,
-                                  " repeats the configuration of case ", hit->c->row.case_id,
-                                  " on ", b.label, "; the table shows case ",
-                                  hit->c->row.case_id, "."));
+        notes.push_back(StrCat("case ", e.c->row.case_id, " repeats the configuration of case ",
+                               hit->c->row.case_id, " on ", b.label, "; the table shows case ",
+                               hit->c->row.case_id, "."));
         continue;
       }
       hit = &e;
@@ -365,8 +364,8 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
           std::to_string(r.threads),
           r.device,
           std::to_string(r.batch_size)};
-      any_incomplete = AddPaperRowCells(cases, benchmarks, data.scope, pt.notes, row) ||
-                       any_incomplete;
+      any_incomplete =
+          AddPaperRowCells(cases, benchmarks, data.scope, pt.notes, row) || any_incomplete;
       t.rows.push_back(std::move(row));
     }
     pt.notes.push_back(

@@ -268,7 +268,8 @@ void SpeedupVsTauPlot(const ReportGroup& group, const std::vector<std::string>& 
     if (c.is_ar || !std::isfinite(c.speedup.geomean) || !std::isfinite(c.metrics.tau)) continue;
     max_tau = std::max(max_tau, c.metrics.tau);
     const std::string block = "$" + p.name + "_" + std::to_string(i);
-    data << block << " << EOD\n" << Num(c.metrics.tau) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+    data << block << " << EOD\n"
+         << Num(c.metrics.tau) << " " << Num(c.speedup.geomean) << "\nEOD\n";
     plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with points "
          << TemperatureStyle(group, c) << " ps 2 title "
          << Quote(WithTemperature(labels[i], c.row.record.temperature));
@@ -280,8 +281,7 @@ void SpeedupVsTauPlot(const ReportGroup& group, const std::vector<std::string>& 
          << Quote(StrCat("step = ", Num(cost), " AR steps"));
   }
   std::ostringstream setup;
-  setup << Header(p.title, "τ (tokens per verify step)", "speedup vs. AR (×)")
-        << "set grid\n"
+  setup << Header(p.title, "τ (tokens per verify step)", "speedup vs. AR (×)") << "set grid\n"
         << "set xrange [1:" << Num(std::ceil(max_tau + 0.5)) << "]\nset yrange [0:*]\n";
   p.script = data.str() + Render(p.name, setup.str(), plot.str());
   plots.push_back(p);
@@ -426,8 +426,7 @@ void SpeedupPerAnswerPlot(const ReportGroup& group, const std::vector<std::strin
     const CaseReport& c = group.cases[i];
     if (c.is_ar || c.speedup.pairs.empty()) continue;
     for (const Speedup::Pair& pair : c.speedup.pairs) {
-      data << n << " " << Num(pair.ratio()) << " " << ColorInt(MethodColor(c.method_index))
-           << "\n";
+      data << n << " " << Num(pair.ratio()) << " " << ColorInt(MethodColor(c.method_index)) << "\n";
     }
     means << n << " " << Num(c.speedup.geomean) << " "
           << DataString(WithTemperature(labels[i], c.row.record.temperature)) << "\n";
@@ -448,7 +447,7 @@ void SpeedupPerAnswerPlot(const ReportGroup& group, const std::vector<std::strin
 
 // (1) Decode tokens/s per case, clustered by temperature.
 void DecodeSpeedPlot(const ReportGroup& group, const std::vector<std::string>& labels,
-          const std::string& suffix, std::vector<Plot>& plots) {
+                     const std::string& suffix, std::vector<Plot>& plots) {
   const std::string gname = GroupName(group);
   std::vector<double> temps;
   std::vector<std::string> series;
@@ -509,7 +508,7 @@ void DecodeSpeedPlot(const ReportGroup& group, const std::vector<std::string>& l
 
 // (2) Decode time vs. decode tokens, one point per answer.
 void DecodeScatterPlot(const ReportGroup& group, const std::vector<std::string>& labels,
-          const std::string& suffix, std::vector<Plot>& plots) {
+                       const std::string& suffix, std::vector<Plot>& plots) {
   const std::string gname = GroupName(group);
   Plot p;
   p.name = "decode_scatter_" + suffix;
@@ -542,7 +541,7 @@ void DecodeScatterPlot(const ReportGroup& group, const std::vector<std::string>&
 
 // (3a) Speedup vs. T_D%, speculative cases with an AR baseline.
 void SpeedupVsDraftPlot(const ReportGroup& group, const std::vector<std::string>& labels,
-          const std::string& suffix, std::vector<Plot>& plots) {
+                        const std::string& suffix, std::vector<Plot>& plots) {
   const std::string gname = GroupName(group);
   Plot p;
   p.name = "speedup_vs_draft_" + suffix;
@@ -556,16 +555,14 @@ void SpeedupVsDraftPlot(const ReportGroup& group, const std::vector<std::string>
   plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
   for (size_t i = 0; i < group.cases.size(); ++i) {
     const CaseReport& c = group.cases[i];
-    if (c.is_ar || !std::isfinite(c.speedup.geomean) ||
-        !std::isfinite(c.metrics.draft_fraction)) {
+    if (c.is_ar || !std::isfinite(c.speedup.geomean) || !std::isfinite(c.metrics.draft_fraction)) {
       continue;
     }
     const std::string block = "$" + p.name + "_" + std::to_string(i);
     data << block << " << EOD\n"
          << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
     plot << ", \\\n     " << block << " using 1:2 with points " << TemperatureStyle(group, c)
-         << " ps 2 title "
-         << Quote(WithTemperature(labels[i], c.row.record.temperature));
+         << " ps 2 title " << Quote(WithTemperature(labels[i], c.row.record.temperature));
     ++n;
   }
   if (n > 0) {
@@ -582,7 +579,7 @@ void SpeedupVsDraftPlot(const ReportGroup& group, const std::vector<std::string>
 
 // (3b) τ per speculative case.
 void TauPlot(const ReportGroup& group, const std::vector<std::string>& labels,
-          const std::string& suffix, std::vector<Plot>& plots) {
+             const std::string& suffix, std::vector<Plot>& plots) {
   const std::string gname = GroupName(group);
   Plot p;
   p.name = "tau_" + suffix;
@@ -834,8 +831,8 @@ void TauVsTemperatureFigure(const ReportGroup& group, const std::vector<std::str
     pts[k].push_back({c.row.record.temperature, c.metrics.tau});
   }
   if (temps.size() < 2) {
-    skip(p.title + StrCat(": skipped (",
-                          temps.empty() ? "no case with a τ" : "one temperature only", ")."));
+    skip(p.title +
+         StrCat(": skipped (", temps.empty() ? "no case with a τ" : "one temperature only", ")."));
   } else {
     std::ostringstream data, plot;
     for (size_t n = 0; n < keys.size(); ++n) {

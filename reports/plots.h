@@ -33,10 +33,10 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
                                   int index, std::vector<std::string>* skipped = nullptr);
 // The papers' figures for one group (file names end in `_index`): speedup vs. budget and τ vs.
 // budget (budget = mean drafted nodes per verify step; one line per method and temperature over
-// its knob settings, the group's best speedup circled once per temperature), stacked phase-time bars per
-// speculative case (draft, adapt when any, verify, other and untimed share of decode time) and τ
-// vs. temperature per method configuration. A figure the data cannot support is left out and a
-// sentence saying why is appended to `skipped`.
+// its knob settings, the group's best speedup circled once per temperature), stacked phase-time
+// bars per speculative case (draft, adapt when any, verify, other and untimed share of decode time)
+// and τ vs. temperature per method configuration. A figure the data cannot support is left out and
+// a sentence saying why is appended to `skipped`.
 std::vector<Plot> BuildGroupFigures(const ReportGroup& group,
                                     const std::vector<std::string>& labels, int index,
                                     std::vector<std::string>* skipped);

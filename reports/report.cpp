@@ -356,7 +356,8 @@ const std::vector<std::string> kConventions = {
     "rollback (%) = (drafted − accepted) / drafted draft tokens (drafted = tree nodes, root "
     "excluded).",
     "rollback rate RB (%) = rolled-back draft tokens / all draft tokens generated, discarded "
-    "parallel work included (the SpecBranch paper's rollback rate; PEARL and SpecBranch report it); target "
+    "parallel work included (the SpecBranch paper's rollback rate; PEARL and SpecBranch report "
+    "it); target "
     "forwards / answer = verification passes per answer; busy draft / verify = what each side "
     "computed per step (their sum exceeds the step's wall time when they overlapped).",
     "exact match = answers whose token ids equal the AR baseline's (a losslessness check at "
@@ -510,8 +511,7 @@ std::vector<std::string> DifferingKnobs(const std::vector<const ResultsStore::Ca
     }
     if (parts.empty()) {  // no knob differs: all of them when short, else "…" (all on hover)
       for (auto it = knobs[i].begin(); it != knobs[i].end(); ++it) {
-        parts.push_back(it.key() + "=" +
-                        (it->is_string() ? it->get<std::string>() : it->dump()));
+        parts.push_back(it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
       }
       const std::string all = Join(parts, ", ");
       out.push_back(knobs[i].empty() ? "none" : all.size() <= kShortKnobsChars ? all : "…");
@@ -867,15 +867,15 @@ std::string SlowCaseNote(const ReportData& data, const ReportGroup& group, const
       m.decode_ms > 0) {
     const double step_ms = m.decode_ms / static_cast<double>(m.n_steps);
     const double ar_ms = 1000.0 / base->metrics.decode_tokens_per_s;
-    note += StrCat(" — a step emits τ = ", Fixed(m.tau, 2), " tokens but takes ",
-                   Fixed(step_ms / ar_ms, 2), " AR-token times (", Fixed(step_ms, 3),
-                   " ms vs. ", Fixed(ar_ms, 3), " ms per AR token; drafting ",
-                   Fixed(100.0 * m.draft_fraction, 0), "%, verifying ",
-                   Fixed(100.0 * m.verify_fraction, 0), "%)");
+    note +=
+        StrCat(" — a step emits τ = ", Fixed(m.tau, 2), " tokens but takes ",
+               Fixed(step_ms / ar_ms, 2), " AR-token times (", Fixed(step_ms, 3), " ms vs. ",
+               Fixed(ar_ms, 3), " ms per AR token; drafting ", Fixed(100.0 * m.draft_fraction, 0),
+               "%, verifying ", Fixed(100.0 * m.verify_fraction, 0), "%)");
     std::string described;
     const double width = m.drafted_per_step + 1.0;
-    const double ratio = VerifyRatio(data.verify_curve, c.row.record.target,
-                                     c.row.record.threads, width, &described);
+    const double ratio = VerifyRatio(data.verify_curve, c.row.record.target, c.row.record.threads,
+                                     width, &described);
     if (std::isfinite(ratio)) {
       note += StrCat("; verifying ", Fixed(width, 1), " tokens at once costs ", Fixed(ratio, 2),
                      "× one token's forward (", described, ")");
@@ -918,18 +918,16 @@ std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
     h.temperature = key.second;
     h.title = StrCat(key.first, " · T=", General(key.second));
     ReportTable& t = h.table;
-    t.columns = {{"method", false, false},    {"dataset", false, true},
-                 {"nodes/step", true, false}, {"τ", true, false},
-                 {"acc%", true, false},       {"speedup [95% CI]", true, false},
-                 {"T_D%", true, false},       {"exact match", true, false},
-                 {"case", true, false}};
+    t.columns = {
+        {"method", false, false}, {"dataset", false, true},     {"nodes/step", true, false},
+        {"τ", true, false},       {"acc%", true, false},        {"speedup [95% CI]", true, false},
+        {"T_D%", true, false},    {"exact match", true, false}, {"case", true, false}};
     bool no_curve = false;
     for (const auto& [g, c] : list) {
-      const std::string spd =
-          std::isfinite(c->speedup.geomean)
-              ? Fixed(c->speedup.geomean, 2) + "× " +
-                    Interval2(c->speedup.geomean_ci, c->speedup.n_prompts)
-              : std::string(kNone);
+      const std::string spd = std::isfinite(c->speedup.geomean)
+                                  ? Fixed(c->speedup.geomean, 2) + "× " +
+                                        Interval2(c->speedup.geomean_ci, c->speedup.n_prompts)
+                                  : std::string(kNone);
       t.rows.push_back(
           {IsSyntheticCase(c->row.record) ? c->label + " [" + kSyntheticMarker + "]" : c->label,
            g->dataset, Fixed(c->metrics.drafted_per_step, 1), Fixed(c->metrics.tau, 2),

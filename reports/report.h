@@ -62,7 +62,7 @@ struct ReportTable {
     bool whole_tokens = false;
   };
   std::vector<Column> columns;
-  std::vector<std::vector<std::string>> rows;                  // rows[i][column]
+  std::vector<std::vector<std::string>> rows;  // rows[i][column]
   // Hover text per cell (HTML title, e.g. a case's full knobs beside the short ones shown),
   // parallel to rows; empty = none. Markdown and LaTeX show the cell text only.
   std::vector<std::vector<std::string>> titles;

@@ -147,14 +147,14 @@ void AttachBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
       match.refused_index < 0
           ? std::string("no AR case with the same workload")
           : StrCat("the only AR cases with the same workload ran on another machine (case ",
-                   cases[match.refused_index].case_id, ", run ",
-                   cases[match.refused_index].run_id, ": ", cases[match.refused_index].machine,
-                   "; this case: ", c.machine, "), used only with --cross-machine-baseline");
+                   cases[match.refused_index].case_id, ", run ", cases[match.refused_index].run_id,
+                   ": ", cases[match.refused_index].machine, "; this case: ", c.machine,
+                   "), used only with --cross-machine-baseline");
   if (match.index < 0 && paired) {
     // Paired timing needs no AR case for the speedup (no exact match without one).
     row.speedup = ComputeSpeedup({}, own, options.bootstrap, options.scope);
-    notes.push_back(StrCat(label, ": ", missing,
-                                   ": speedup from the paired AR runs only, no exact match."));
+    notes.push_back(
+        StrCat(label, ": ", missing, ": speedup from the paired AR runs only, no exact match."));
   } else if (match.index < 0) {
     notes.push_back(StrCat(label, ": ", missing, ": no speedup or exact match."));
   } else {
@@ -175,8 +175,8 @@ void AttachBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
                  " (no AR case with the same workload in run ", c.run_id, ")."));
     }
     if (row.speedup.n_matched == 0) {
-      notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ",
-                                     base.case_id, ": no speedup."));
+      notes.push_back(StrCat(label, ": shares no answered prompt with its AR case ", base.case_id,
+                             ": no speedup."));
     }
   }
 }
@@ -278,8 +278,9 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
   }
   if (!options.category.empty() && !categories_seen.empty()) {
     SPECBED_CHECK(categories_seen.count(options.category) > 0, "summary: no answer of category '",
-                  options.category, "' in results database '", db_path, "' (categories: ",
-                  Join({categories_seen.begin(), categories_seen.end()}, ", "), ")");
+                  options.category, "' in results database '", db_path,
+                  "' (categories: ", Join({categories_seen.begin(), categories_seen.end()}, ", "),
+                  ")");
   }
   summary.cost_notes = CostRegimeNotes(cost_cases);
   return summary;
@@ -369,11 +370,19 @@ struct SummaryColumn {
   std::function<Cell(const RowView&)> cell;
 };
 
-Cell Num(double v, int decimals) { return {Fixed(v, decimals), v}; }
-Cell Percent(double fraction) { return {Fixed(100.0 * fraction, 1), 100.0 * fraction}; }
-Cell Text(std::string text) { return {std::move(text), kNoValue}; }
+Cell Num(double v, int decimals) {
+  return {Fixed(v, decimals), v};
+}
+Cell Percent(double fraction) {
+  return {Fixed(100.0 * fraction, 1), 100.0 * fraction};
+}
+Cell Text(std::string text) {
+  return {std::move(text), kNoValue};
+}
 
-bool Compared(const SummaryRow& r) { return !r.is_baseline && r.baseline_case_id >= 0; }
+bool Compared(const SummaryRow& r) {
+  return !r.is_baseline && r.baseline_case_id >= 0;
+}
 
 // A speedup figure with its interval; "(n<5)" instead of an interval resting on fewer than
 // kMinPromptsForInterval prompts; "p" = paired AR timing, "*" = AR baseline from another run.
@@ -396,51 +405,80 @@ Cell ExactCell(const SummaryRow& r) {
 const std::vector<SummaryColumn>& SummaryColumns() {
   static const std::vector<SummaryColumn> kColumns = {
       {"case", "case", true, true, false,
-       [](const RowView& v) { return Cell{std::to_string(v.r->row.case_id), double(v.r->row.case_id)}; }},
+       [](const RowView& v) {
+         return Cell{std::to_string(v.r->row.case_id), double(v.r->row.case_id)};
+       }},
       {"run", "run", true, false, false,
-       [](const RowView& v) { return Cell{std::to_string(v.r->row.run_id), double(v.r->row.run_id)}; }},
+       [](const RowView& v) {
+         return Cell{std::to_string(v.r->row.run_id), double(v.r->row.run_id)};
+       }},
       {"method", "method", false, true, false, [](const RowView& v) { return Text(v.label); }},
       {"drafter", "drafter", false, false, false,
        [](const RowView& v) {
          const std::string& d = v.r->row.record.drafter;
          return Text(d.empty() ? kNone : d);
        }},
-      {"target", "target", false, true, false, [](const RowView& v) { return Text(v.r->row.record.target); }},
-      {"dataset", "dataset", false, true, false, [](const RowView& v) { return Text(v.r->row.record.dataset); }},
+      {"target", "target", false, true, false,
+       [](const RowView& v) { return Text(v.r->row.record.target); }},
+      {"dataset", "dataset", false, true, false,
+       [](const RowView& v) { return Text(v.r->row.record.dataset); }},
       {"T", "T", true, true, false,
-       [](const RowView& v) { return Cell{General(v.r->row.record.temperature), v.r->row.record.temperature}; }},
+       [](const RowView& v) {
+         return Cell{General(v.r->row.record.temperature), v.r->row.record.temperature};
+       }},
       {"n", "n", true, true, false,
-       [](const RowView& v) { return Cell{std::to_string(v.r->metrics.n_samples), double(v.r->metrics.n_samples)}; }},
-      {"timing", "timing", false, true, false, [](const RowView& v) { return Text(TimingCell(v.r->row.record.timing_mode)); }},
-      {"tok_s", "tok/s", true, false, true, [](const RowView& v) { return Num(v.r->metrics.decode_tokens_per_s, 1); }},
-      {"nodes", "nodes/step", true, true, true, [](const RowView& v) { return Num(v.r->metrics.drafted_per_step, 1); }},
+       [](const RowView& v) {
+         return Cell{std::to_string(v.r->metrics.n_samples), double(v.r->metrics.n_samples)};
+       }},
+      {"timing", "timing", false, true, false,
+       [](const RowView& v) { return Text(TimingCell(v.r->row.record.timing_mode)); }},
+      {"tok_s", "tok/s", true, false, true,
+       [](const RowView& v) { return Num(v.r->metrics.decode_tokens_per_s, 1); }},
+      {"nodes", "nodes/step", true, true, true,
+       [](const RowView& v) { return Num(v.r->metrics.drafted_per_step, 1); }},
       {"tau", "τ", true, true, true, [](const RowView& v) { return Num(v.r->metrics.tau, 2); }},
       {"acc", "acc%", true, true, true,
-       [](const RowView& v) { return Percent(VllmCompatibleMetrics(v.r->metrics).acceptance_rate); }},
-      {"td", "T_D%", true, true, false, [](const RowView& v) { return Percent(v.r->metrics.draft_fraction); }},
-      {"other", "other%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.other_fraction); }},
-      {"adapt", "adapt%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.adapt_fraction); }},
-      {"rollback", "rollback%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.rollback_rate); }},
-      {"rb", "RB%", true, false, false, [](const RowView& v) { return Percent(v.r->metrics.spec_rollback_rate); }},
-      {"fwd", "fwd/ans", true, false, false, [](const RowView& v) { return Num(v.r->metrics.target_forwards_per_sample, 1); }},
+       [](const RowView& v) {
+         return Percent(VllmCompatibleMetrics(v.r->metrics).acceptance_rate);
+       }},
+      {"td", "T_D%", true, true, false,
+       [](const RowView& v) { return Percent(v.r->metrics.draft_fraction); }},
+      {"other", "other%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.other_fraction); }},
+      {"adapt", "adapt%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.adapt_fraction); }},
+      {"rollback", "rollback%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.rollback_rate); }},
+      {"rb", "RB%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.spec_rollback_rate); }},
+      {"fwd", "fwd/ans", true, false, false,
+       [](const RowView& v) { return Num(v.r->metrics.target_forwards_per_sample, 1); }},
       {"busy", "busy D/V µs", true, false, false,
        [](const RowView& v) {
          const CaseMetrics& m = v.r->metrics;
          if (!std::isfinite(m.draft_busy_us_per_step)) return Text(kNone);
-         return Text(StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0)));
+         return Text(
+             StrCat(Fixed(m.draft_busy_us_per_step, 0), "/", Fixed(m.verify_busy_us_per_step, 0)));
        }},
       {"speedup", "speedup [95% CI]", true, true, true,
-       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.geomean, v.r->speedup.geomean_ci, true); }},
+       [](const RowView& v) {
+         return SpeedupCell(*v.r, v.r->speedup.geomean, v.r->speedup.geomean_ci, true);
+       }},
       {"total", "Σ ratio [95% CI]", true, false, true,
-       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.total_ratio, v.r->speedup.total_ratio_ci, false); }},
+       [](const RowView& v) {
+         return SpeedupCell(*v.r, v.r->speedup.total_ratio, v.r->speedup.total_ratio_ci, false);
+       }},
       {"spec_bench", "Spec-Bench [95% CI]", true, false, true,
-       [](const RowView& v) { return SpeedupCell(*v.r, v.r->speedup.spec_bench, v.r->speedup.spec_bench_ci, false); }},
+       [](const RowView& v) {
+         return SpeedupCell(*v.r, v.r->speedup.spec_bench, v.r->speedup.spec_bench_ci, false);
+       }},
       {"exact", "exact", true, true, true, [](const RowView& v) { return ExactCell(*v.r); }},
       {"div", "div min/med", true, false, false,
        [](const RowView& v) {
          const ExactMatch& e = v.r->exact_match;
          if (!Compared(*v.r) || e.divergences.empty()) return Text(kNone);
-         return Cell{StrCat(e.min_position, "/", General(e.median_position)), double(e.min_position)};
+         return Cell{StrCat(e.min_position, "/", General(e.median_position)),
+                     double(e.min_position)};
        }},
       {"margin", "margin", true, false, false,
        [](const RowView& v) {
@@ -448,8 +486,10 @@ const std::vector<SummaryColumn>& SummaryColumns() {
          if (!Compared(*v.r) || e.divergences.empty()) return Text(kNone);
          return Num(e.min_margin, 3);
        }},
-      {"r", "r_1..r_4", false, false, true, [](const RowView& v) { return Text(Rates(v.r->metrics.positions.r)); }},
-      {"alpha", "α_1..α_4", false, false, true, [](const RowView& v) { return Text(Rates(v.r->metrics.positions.alpha)); }},
+      {"r", "r_1..r_4", false, false, true,
+       [](const RowView& v) { return Text(Rates(v.r->metrics.positions.r)); }},
+      {"alpha", "α_1..α_4", false, false, true,
+       [](const RowView& v) { return Text(Rates(v.r->metrics.positions.alpha)); }},
   };
   return kColumns;
 }
@@ -501,8 +541,8 @@ void SortRows(const std::string& sort, std::vector<RowView>& views) {
   bool descending = c.descending;
   if (colon != std::string::npos) {
     const std::string dir = sort.substr(colon + 1);
-    SPECBED_CHECK(dir == "asc" || dir == "desc", "summary: --sort takes KEY, KEY:asc or KEY:desc, got '",
-                  sort, "'");
+    SPECBED_CHECK(dir == "asc" || dir == "desc",
+                  "summary: --sort takes KEY, KEY:asc or KEY:desc, got '", sort, "'");
     descending = dir == "desc";
   }
   std::stable_sort(views.begin(), views.end(), [&](const RowView& a, const RowView& b) {
@@ -547,8 +587,8 @@ std::string CompactLegend(const Summary& s) {
       "acceptance rate);\n",
       "nodes/step = drafted nodes per step; T_D% = drafting share of decode time;\n",
       "speedup = geometric mean over answers of decode tok/s / AR's, 95% CI = bootstrap over "
-      "prompts (", s.bootstrap.n_resamples, " resamples;\n",
-      "(n<5) = under ", kMinPromptsForInterval,
+      "prompts (",
+      s.bootstrap.n_resamples, " resamples;\n", "(n<5) = under ", kMinPromptsForInterval,
       " prompts: no interval); p = paired AR timing; * = AR from another run;\n",
       "exact = answers token-identical to AR (T = 0 only).\n",
       "More: --wide (every column, full knobs), --columns KEY,.. , --sort KEY[:asc|:desc].\n");

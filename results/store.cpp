@@ -550,7 +550,8 @@ namespace {
 // -shm file cannot be created).
 bool CanReadSchema(sqlite3* db) {
   sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &raw, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &raw, nullptr) !=
+      SQLITE_OK) {
     sqlite3_finalize(raw);
     return false;
   }
@@ -594,7 +595,8 @@ sqlite3* ReopenImmutable(sqlite3* db, const std::string& path) {
 // handler (the switch to WAL mode takes an exclusive lock that way) until `deadline_us`.
 int StepRetryingWhileBusy(sqlite3_stmt* stmt, int64_t deadline_us) {
   int rc = sqlite3_step(stmt);
-  while (((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) && NowMicros() < deadline_us) {
+  while (((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) &&
+         NowMicros() < deadline_us) {
     sqlite3_reset(stmt);
     sqlite3_sleep(10);
     rc = sqlite3_step(stmt);

@@ -39,7 +39,8 @@ void CheckPathKind(const std::string& path, PathKind kind, const std::string& wh
     Fail(what, " '", path, "': ", std::strerror(err));
   }
   if (want_file && S_ISDIR(st.st_mode)) Fail(what, " '", path, "' is a directory, expected a file");
-  if (!want_file && S_ISREG(st.st_mode)) Fail(what, " '", path, "' is a file, expected a directory");
+  if (!want_file && S_ISREG(st.st_mode))
+    Fail(what, " '", path, "' is a file, expected a directory");
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     Fail(what, " '", path, "' is ", SpecialFileKind(st.st_mode), ", expected a ",
          want_file ? "regular file" : "directory");

@@ -47,7 +47,7 @@ class ProgressBar {
   bool interactive_;
   bool finished_ = false;
   double plain_interval_s_ = 10.0;
-  int width_ = 0;  // columns a line may take (0 = no cut)
+  int width_ = 0;                 // columns a line may take (0 = no cut)
   int64_t eta_deadline_us_ = -1;  // < 0: ETA from the rate
 };
 

@@ -54,9 +54,9 @@ void RunCompare(const CompareCommandOptions& o) {
   options.gate_tau = !o.no_tau;
   options.gate_speed = !o.no_speed;
   options.scope = ParseSpeedupScope(o.scope, "--scope");
-  const CompareResult r = o.cases.empty() ? CompareDatabases(Baseline(o), Candidate(o), options)
-                                          : CompareCases(WithinDatabase(o), o.cases[0],
-                                                         o.cases[1], options);
+  const CompareResult r = o.cases.empty()
+                              ? CompareDatabases(Baseline(o), Candidate(o), options)
+                              : CompareCases(WithinDatabase(o), o.cases[0], o.cases[1], options);
   const std::string text = o.json ? CompareJson(r) : FormatCompareTable(r);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -71,8 +71,7 @@ void AddCompareCommand(CLI::App& app) {
       "compare",
       "Regression gate: baseline vs candidate results databases (τ exact at T=0, speed with "
       "bootstrap CIs); exit 3 on a regression");
-  cmd->add_option("databases", o->databases,
-                  "BASELINE.db CANDIDATE.db, or one DB with --cases")
+  cmd->add_option("databases", o->databases, "BASELINE.db CANDIDATE.db, or one DB with --cases")
       ->expected(0, 2);
   cmd->add_option("--baseline", o->baseline, "Baseline results database (or the first positional)");
   cmd->add_option("--candidate", o->candidate,

@@ -1,4 +1,5 @@
-// `specbed export DB [--format csv|json] [--table cases|positions|samples|steps] [-o FILE] [--run ID]
+// `specbed export DB [--format csv|json] [--table cases|positions|samples|steps] [-o FILE] [--run
+// ID]
 // [--scope decode|e2e]`: a results database as CSV or JSON (reports/export.h); stdout unless -o
 // names a file (its folder is created).
 // Checked by: tests/cli/summary_cli_test.cpp (the binary vs. `summary --json`) and

@@ -32,7 +32,6 @@ std::string KnobBound(double v) {
   return buf;
 }
 
-
 void ListModels() {
   std::printf("models (or pass a Hugging Face checkpoint directory / llama2.c .bin path):\n");
   for (const auto& name : BuiltinModelNames()) {

@@ -3,8 +3,8 @@
 // a results database (reports/summary.h). The default table fits ~120 columns (short labels, the
 // columns read first: τ, acceptance rate, speedup with its bootstrap 95% CI, T_D%, exact match at
 // T = 0); --wide shows every column (tok/s, other%, rollback, divergence and margin, per-position
-// acceptance, ...). With --json every number as JSON. Checked by: tests/cli/summary_cli_test.cpp (the binary) and
-// tests/reports/summary_test.cpp.
+// acceptance, ...). With --json every number as JSON. Checked by: tests/cli/summary_cli_test.cpp
+// (the binary) and tests/reports/summary_test.cpp.
 #include <cstdio>
 #include <memory>
 

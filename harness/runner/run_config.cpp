@@ -6,9 +6,9 @@
 #include <sstream>
 
 #include "harness/base/error.h"
-#include "harness/base/knob_ranges.h"
 #include "harness/base/hash.h"
 #include "harness/base/json_read.h"
+#include "harness/base/knob_ranges.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
 #include "harness/engine/stop_rules.h"

@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "datasets/dataset.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
 #include "harness/base/error.h"
 #include "harness/base/hash.h"
+#include "harness/base/json_read.h"
+#include "harness/base/mapped_file.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/engine/machine_bench.h"
@@ -168,10 +168,13 @@ std::vector<std::vector<Prompt>> ValidateCases(std::vector<CaseConfig>& cases,
                   "has supports_batch)");
     CheckDeviceAvailable(ParseDevice(c.device, "case " + c.Label()), "case " + c.Label());
     const int64_t context = ContextLengthOf(ResolveModel(c.target));
-    SPECBED_CHECK(context < 0 || c.max_new_tokens < context, "max_new_tokens (-n or the config's "
-                  "\"max_new_tokens\") is ", c.max_new_tokens, ", but target '", c.target,
-                  "' has a context of ", context, " tokens, which must hold the prompt and the "
-                  "answer: use at most ", context - 1);
+    SPECBED_CHECK(context < 0 || c.max_new_tokens < context,
+                  "max_new_tokens (-n or the config's "
+                  "\"max_new_tokens\") is ",
+                  c.max_new_tokens, ", but target '", c.target, "' has a context of ", context,
+                  " tokens, which must hold the prompt and the "
+                  "answer: use at most ",
+                  context - 1);
     const MethodInfo& checked = methods.Info(c.method.name);
     if (checked.validate) {
       checked.validate(c.method.knobs);
@@ -436,7 +439,8 @@ RunnerSummary Runner::RunCases(std::vector<CaseConfig> cases, const std::string&
     const int64_t case_start_us = NowMicros();
     if (progress) {
       const double eta_s = costs.RemainingSeconds(cases, prompts, todo, ti);
-      progress->set_eta_deadline_us(eta_s < 0 ? -1 : case_start_us + static_cast<int64_t>(eta_s * 1e6));
+      progress->set_eta_deadline_us(eta_s < 0 ? -1
+                                              : case_start_us + static_cast<int64_t>(eta_s * 1e6));
     }
     // "case 3/12 <label>": cases done (including those complete before) / all cases.
     const std::string note = "case " + std::to_string(summary.cases_skipped + ti + 1) + "/" +

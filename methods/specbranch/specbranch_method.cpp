@@ -20,7 +20,9 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
       "SpecBranch: H-RAD (3-class MLP on target features + draft confidence) sets draft lengths "
       "and branch points; k branches are drafted at the branch point while the target verifies "
       "the prefix (two threads); multi-candidate rejection selects one";
-  info.paper = "SpecBranch: Speculative Decoding via Hybrid Drafting and Rollback-Aware Branch Parallelism (anonymous submission, under review)";
+  info.paper =
+      "SpecBranch: Speculative Decoding via Hybrid Drafting and Rollback-Aware Branch Parallelism "
+      "(anonymous submission, under review)";
   info.traits.speculative = true;
   info.traits.lossless = true;
   info.traits.needs_drafter = true;

@@ -1016,7 +1016,8 @@ TEST(CliHostile, FifoInPlaceOfAFileFailsAtOnce) {
   ProcResult r = RunSpecbed({"generate", "--target", fifo_bin, "-n", "4"}, dir, 20);
   EXPECT_FALSE(r.timed_out) << "blocked on a FIFO checkpoint";
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
-  EXPECT_TRUE(Contains(r.err, "'" + fifo_bin + "' is a FIFO (named pipe), expected a regular file"));
+  EXPECT_TRUE(
+      Contains(r.err, "'" + fifo_bin + "' is a FIFO (named pipe), expected a regular file"));
   r = RunSpecbed({"run", fifo_json}, dir, 20);
   EXPECT_FALSE(r.timed_out) << "blocked on a FIFO config";
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
@@ -1130,7 +1131,8 @@ TEST(CliHostile, ReadOnlyMediumStillSummarizes) {
   const std::string db = dir + "/ro.db";
   Json cfg = SmallConfig(db);
   cfg["temperatures"] = {0};
-  ProcResult r = RunSpecbed({"run", WriteConfig(dir, "ro.json", cfg), "--quiet", "--no-summary"}, dir);
+  ProcResult r =
+      RunSpecbed({"run", WriteConfig(dir, "ro.json", cfg), "--quiet", "--no-summary"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   ASSERT_FALSE(fs::exists(db + "-shm"));
   fs::create_directories(db + "-shm");

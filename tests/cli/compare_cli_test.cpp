@@ -109,7 +109,7 @@ TEST(CompareCli, TwoCasesOfOneDatabase) {
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_NE(r.out.find("ab.db case 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REGRESSED (τ"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" ["), std::string::npos) << r.out;  // the ratio's interval (6 prompts)
+  EXPECT_NE(r.out.find(" ["), std::string::npos) << r.out;    // the ratio's interval (6 prompts)
   r = Specbed("compare " + dir + "/ab.db --cases 2,2", dir);  // a case against itself: no change
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   r = Specbed("compare " + dir + "/ab.db --cases 1,2", dir);

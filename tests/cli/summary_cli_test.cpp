@@ -219,7 +219,7 @@ TEST(CliSummary, CategoryAndSliceSelectSamplesOfEveryCase) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  2 ")) << r.out;
   EXPECT_TRUE(Contains(LineOf(r.out, 1), "stories  0  2 ")) << r.out;  // baselines alike
-  r = RunSpecbed({"summary", db, "--wide", "--slice", "5:"});  // past the end: no answer
+  r = RunSpecbed({"summary", db, "--wide", "--slice", "5:"});          // past the end: no answer
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "stories  0  0 ")) << r.out;
   r = RunSpecbed({"summary", db, "--category", "none"});  // a mistyped category is an error

@@ -71,8 +71,9 @@ TEST(RunConfig, BadInputNamesFileAndKey) {
   EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":"64"})"))
                 .find("cfg.json: key 'max_new_tokens' must be an integer"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(Json::parse(R"({"temperatures":[-1]})")).find("temperatures must be in [0, 100]"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(Json::parse(R"({"temperatures":[-1]})")).find("temperatures must be in [0, 100]"),
+      std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"top_p":1.5})")).find("top_p must be in (0, 1]"),
             std::string::npos);
   EXPECT_NE(ErrorOf(Json::parse(R"({"max_new_tokens":0})")).find("max_new_tokens must be in [1, "),

@@ -175,8 +175,9 @@ TEST(Export, SamplesStepsJsonAndErrors) {
   };
   EXPECT_NE(error_of([] { ParseExportFormat("xlsx", "--format"); }).find("--format"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParseExportTable("runs", "--table"); })
-                .find("cases, positions, samples or steps"),
+  EXPECT_NE(error_of([] {
+              ParseExportTable("runs", "--table");
+            }).find("cases, positions, samples or steps"),
             std::string::npos);
 }
 
@@ -291,8 +292,8 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
     const SummaryRow& r = *by_id.at(sqlite3_column_int64(s, 0));
     const int64_t i = sqlite3_column_int64(s, 1) - 1;
     ASSERT_LT(i, r.metrics.positions.max_depth());
-    const std::string what = "case " + std::to_string(r.row.case_id) + " position " +
-                             std::to_string(i + 1);
+    const std::string what =
+        "case " + std::to_string(r.row.case_id) + " position " + std::to_string(i + 1);
     expect_same(value(2), r.metrics.positions.r[i], what + " r");
     expect_same(value(3), r.metrics.positions.alpha[i], what + " alpha");
     expect_same(value(4), VllmCompatibleMetrics(r.metrics).per_position_acceptance_rate[i],

@@ -134,8 +134,7 @@ TEST(Headline, OneTablePerTargetAndTemperatureBestSpeedupFirst) {
   // The budget actually drafted (nodes/step) and vLLM's acceptance rate beside τ, so cases with
   // different budgets are not read as alike.
   EXPECT_EQ(headers, (std::vector<std::string>{"method", "nodes/step", "τ", "acc%",
-                                               "speedup [95% CI]", "T_D%", "exact match",
-                                               "case"}));
+                                               "speedup [95% CI]", "T_D%", "exact match", "case"}));
   ASSERT_EQ(t.constants.size(), 1u);
   EXPECT_EQ(t.constants[0], (std::pair<std::string, std::string>{"dataset", "stories"}));
   EXPECT_EQ(t.rows[0][0], "fake");

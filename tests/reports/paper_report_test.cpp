@@ -100,11 +100,10 @@ TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
   std::vector<std::string> headers;
   for (const auto& c : t.columns)
     headers.push_back(c.group.empty() ? c.header : c.group + " " + c.header);
-  EXPECT_EQ(headers,
-            (std::vector<std::string>{"method", "knobs", "alpha Spd", "alpha τ", "beta/code Spd",
-                                      "beta/code τ", "beta/math Spd", "beta/math τ", "All Spd",
-                                      "All τ", "Mean of benchmarks Spd", "Mean of benchmarks τ",
-                                      "T_D%", "rollback%"}));
+  EXPECT_EQ(headers, (std::vector<std::string>{
+                         "method", "knobs", "alpha Spd", "alpha τ", "beta/code Spd", "beta/code τ",
+                         "beta/math Spd", "beta/math τ", "All Spd", "All τ",
+                         "Mean of benchmarks Spd", "Mean of benchmarks τ", "T_D%", "rollback%"}));
   // Constant configuration columns are hidden and stated once.
   std::map<std::string, std::string> constants(t.constants.begin(), t.constants.end());
   EXPECT_EQ(constants["threads"], "1");
@@ -396,10 +395,10 @@ TEST(PaperReport, DocumentsTablesBannerAndPaperVsMeasured) {
   EXPECT_CONTAINS(html, "<b>threads</b> 1");
   EXPECT_CONTAINS(md, "### tiny · T=0");
   EXPECT_CONTAINS(md, "| method | knobs | alpha Spd | alpha τ | beta/code Spd |");
-  EXPECT_CONTAINS(
-      md,
-      "| sps | k=2 | 1.59× | 2.33 | 1.00× | 1.00 | 2.00× | 3.00 | 1.59× | 2.33 | 1.53× | 2.11 | 6.3 "
-      "| 33.3 |");
+  EXPECT_CONTAINS(md,
+                  "| sps | k=2 | 1.59× | 2.33 | 1.00× | 1.00 | 2.00× | 3.00 | 1.59× | 2.33 | 1.53× "
+                  "| 2.11 | 6.3 "
+                  "| 33.3 |");
   EXPECT_CONTAINS(
       md, "Same in every row: **run** 1 · **top_p** 1 · **top_k** 0 · **seed** 0 · **max new** 32");
   EXPECT_CONTAINS(tex, "\\toprule");
@@ -426,10 +425,10 @@ TEST(PaperReport, EveryFigureIsWritten) {
   const ReportResult r = WritePaperReport("paper_figures", dir, "gnuplot");
   EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
   std::set<std::string> expected;
-  for (const char* stem : {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_",
-                           "speedup_vs_tau_", "speedup_per_answer_", "speedup_vs_budget_",
-                           "tau_vs_budget_", "phase_time_", "tau_vs_temperature_",
-                           "headline_speedup_"}) {
+  for (const char* stem :
+       {"decode_speed_", "decode_scatter_", "speedup_vs_draft_", "tau_", "speedup_vs_tau_",
+        "speedup_per_answer_", "speedup_vs_budget_", "tau_vs_budget_", "phase_time_",
+        "tau_vs_temperature_", "headline_speedup_"}) {
     for (const char* g : {"1", "2"}) expected.insert(std::string(stem) + g + ".png");
   }
   // Per-position acceptance: one panel per temperature; per category only where the answers
@@ -662,8 +661,7 @@ void LengthenKnobs(const std::string& db) {
       "\"drafter\":\"stories260K-twin-dflash-distilled-on-sharegpt-and-ultrachat-' || case_id || "
       "'\",\"tree\":\"best-first-expansion-by-path-log-probability\"}' WHERE method != 'ar'";
   char* error = nullptr;
-  EXPECT_EQ(sqlite3_exec(handle, sql, nullptr, nullptr, &error), SQLITE_OK)
-      << (error ? error : "");
+  EXPECT_EQ(sqlite3_exec(handle, sql, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
   sqlite3_free(error);
   sqlite3_close(handle);
 }
@@ -695,7 +693,8 @@ TEST(PaperReport, LaysOutWithoutOverflowAt1280And1920) {
       " const width = document.documentElement.clientWidth;"
       " const out = [];"
       " for (const e of document.body.querySelectorAll('*')) {"
-      "  if (e.tagName === 'SCRIPT' || e.closest('.table-box') && !e.matches('.table-box')) continue;"
+      "  if (e.tagName === 'SCRIPT' || e.closest('.table-box') && !e.matches('.table-box')) "
+      "continue;"
       "  if (e.closest('details:not([open])') && !e.matches('details')) continue;"
       "  const b = e.getBoundingClientRect();"
       "  if (b.width > 0 && b.right > width + 1) out.push(e.tagName + '.' + e.className);"

@@ -263,10 +263,10 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
   // (No τ-vs-temperature figure: the speculative cases all ran at T=0.)
   // (One category: no per-category plot; one temperature: one acceptance panel, "_t0".)
   const std::set<std::string> expected = {
-      "decode_speed_1.png",     "decode_scatter_1.png",     "speedup_vs_draft_1.png",
-      "speedup_vs_tau_1.png",   "speedup_per_answer_1.png", "tau_1.png",
-      "acceptance_1_t0.png",    "bench_speed.png",          "speedup_vs_budget_1.png",
-      "tau_vs_budget_1.png",    "phase_time_1.png",         "headline_speedup_1.png"};
+      "decode_speed_1.png",   "decode_scatter_1.png",     "speedup_vs_draft_1.png",
+      "speedup_vs_tau_1.png", "speedup_per_answer_1.png", "tau_1.png",
+      "acceptance_1_t0.png",  "bench_speed.png",          "speedup_vs_budget_1.png",
+      "tau_vs_budget_1.png",  "phase_time_1.png",         "headline_speedup_1.png"};
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::vector<std::string> srcs = ImageSources(html);
   EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);

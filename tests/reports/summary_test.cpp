@@ -121,17 +121,33 @@ TEST(Summary, WideTableShowsEveryColumn) {
   const std::string db = FreshDbPath("summary_table");
   WriteSummaryDb(db);
   const std::string table = FormatSummaryTable(BuildSummary(db), Wide());
-  for (const char* header :
-       {"method", "drafter", "target", "dataset", "timing", "tok/s", "nodes/step", "τ", "acc%",
-        "T_D%", "other%", "rollback%", "speedup [95% CI]", "Σ ratio [95% CI]", "Spec-Bench [95% CI]",
-        "exact", "div min/med", "margin", "r_1..r_4", "α_1..α_4"}) {
+  for (const char* header : {"method",
+                             "drafter",
+                             "target",
+                             "dataset",
+                             "timing",
+                             "tok/s",
+                             "nodes/step",
+                             "τ",
+                             "acc%",
+                             "T_D%",
+                             "other%",
+                             "rollback%",
+                             "speedup [95% CI]",
+                             "Σ ratio [95% CI]",
+                             "Spec-Bench [95% CI]",
+                             "exact",
+                             "div min/med",
+                             "margin",
+                             "r_1..r_4",
+                             "α_1..α_4"}) {
     EXPECT_CONTAINS(table, header);
   }
   const std::string tree = LineOf(table, 3);
-  for (const char* cell : {"tree(depth=4,topk=2)", "tiny-head", "tiny", "stories", "178.9", "2.60",
-                           "2.6", "1.3", "78.9", "1.59 (n<5)", "1.79 (n<5)", "1/3",
-                           "2/2.5", "0.125", "0.80 0.60 0.25 0.00", "0.80 0.75 0.50 —",
-                           "7.6"}) {  // nodes/step: 38 drafted nodes / 5 steps
+  for (const char* cell :
+       {"tree(depth=4,topk=2)", "tiny-head", "tiny", "stories", "178.9", "2.60", "2.6", "1.3",
+        "78.9", "1.59 (n<5)", "1.79 (n<5)", "1/3", "2/2.5", "0.125", "0.80 0.60 0.25 0.00",
+        "0.80 0.75 0.50 —", "7.6"}) {  // nodes/step: 38 drafted nodes / 5 steps
     EXPECT_CONTAINS(tree, cell);
   }
   EXPECT_CONTAINS(LineOf(table, 1), "1.00 (baseline)");
@@ -238,9 +254,9 @@ TEST(Summary, UnknownCategoryIsAnError) {
   WriteSummaryDb(db);
   SummaryOptions o;
   o.category = "stroy";
-  EXPECT_CONTAINS(ErrorOf([&] { BuildSummary(db, o); }),
-                  "no answer of category 'stroy' in results database '" + db +
-                      "' (categories: story)");
+  EXPECT_CONTAINS(
+      ErrorOf([&] { BuildSummary(db, o); }),
+      "no answer of category 'stroy' in results database '" + db + "' (categories: story)");
 }
 
 TEST(Summary, JsonHasAllNumbers) {
