@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "harness/base/error.h"
+#include "harness/engine/verifier.h"
 #include "kernels/cpu/references.h"
 
 namespace specbed {
@@ -58,12 +59,13 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
   for (int64_t i = 0; i < feed; ++i) ids[i] = context[keep + i];
   ForwardOptions options;  // logits of the last position
   ForwardOutput fwd = model_->Forward(ids_.narrow(1, 0, feed), cache_, options);
+  at::Tensor host = CopyToHost(fwd.logits);  // the CPU: the buffer; a device: one copy per token
   ++forwards_;
   cached_.insert(cached_.end(), context.begin() + keep, context.end());
   const bool greedy = sampler_->params().greedy();
   if (!greedy) out.q.resize(static_cast<size_t>(n * vocab));
   for (int64_t i = 0; i < n; ++i) {
-    const float* logits = fwd.logits.data_ptr<float>();
+    const float* logits = host.data_ptr<float>();
     int32_t token;
     if (greedy) {
       token = Argmax(logits, vocab);
@@ -80,12 +82,13 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
     if (i + 1 < n || next) {
       ids[0] = token;
       fwd = model_->Forward(ids_.narrow(1, 0, 1), cache_, options);
+      host = CopyToHost(fwd.logits);
       ++forwards_;
       cached_.push_back(token);
     }
   }
   if (next) {
-    const float* logits = fwd.logits.data_ptr<float>();
+    const float* logits = host.data_ptr<float>();
     out.next_logits.assign(logits, logits + vocab);
   }
 }

@@ -10,6 +10,7 @@
 #include "harness/base/timer.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/stop_rules.h"
+#include "harness/engine/verifier.h"
 
 namespace specbed {
 
@@ -52,7 +53,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
   at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
   for (size_t i = 0; i < prompt.size(); ++i) prompt_ids.data_ptr<int64_t>()[i] = prompt[i];
   ForwardOutput out = target_.Forward(prompt_ids, cache);
-  const int32_t first = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+  const int32_t first = sampler.Sample(CopyToHost(out.logits).data_ptr<float>(), vocab);
   const int64_t t_prefill_end = NowNanos();
   stop.Push(first);
 
@@ -116,7 +117,8 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     fwd.logits = LogitsMode::kAll;
     const int64_t base = cache.length();
     ForwardOutput vo = target_.Forward(ids_.narrow(1, 0, n_r + 1), cache, fwd);
-    const float* logits = vo.logits.data_ptr<float>();
+    const at::Tensor host_logits = CopyToHost(vo.logits);  // the verify rows (device: one copy)
+    const float* logits = host_logits.data_ptr<float>();
     int64_t n_acc = 0;
     int32_t correction = -1;
     for (; n_acc < n_r; ++n_acc) {

@@ -12,6 +12,7 @@
 #include "harness/base/timer.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/stop_rules.h"
+#include "harness/engine/verifier.h"
 
 namespace specbed {
 
@@ -101,7 +102,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   ForwardOptions prefill;
   prefill.hidden_layers = feature_layers_;
   ForwardOutput out = target_.Forward(prompt_ids, cache, prefill);
-  const int32_t first = sampler.Sample(out.logits.data_ptr<float>(), vocab);
+  const int32_t first = sampler.Sample(CopyToHost(out.logits).data_ptr<float>(), vocab);
   if (options_.hrad) {
     HradFeatures(out.hidden, static_cast<int64_t>(prompt.size()) - 1, embedding, first, z_);
   }
@@ -241,7 +242,8 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
     fwd.hidden_layers = feature_layers_;
     const int64_t base = cache.length();
     ForwardOutput vo = target_.Forward(ids_.narrow(1, 0, n_r + 1), cache, fwd);
-    const float* logits = vo.logits.data_ptr<float>();
+    const at::Tensor host_logits = CopyToHost(vo.logits);  // the verify rows (device: one copy)
+    const float* logits = host_logits.data_ptr<float>();
     int64_t n_acc = 0;
     int32_t correction = -1;
     for (; n_acc < n_r; ++n_acc) {

@@ -61,8 +61,9 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     DraftGreedyOnDevice(out, gamma, tree);
     return;
   }
+  at::Tensor host = CopyToHost(out.logits);  // the CPU: the buffer; a device: one copy per token
   for (int64_t i = 0; i < gamma; ++i) {
-    const float* logits = out.logits.data_ptr<float>();
+    const float* logits = host.data_ptr<float>();
     int32_t token;
     if (greedy) {
       token = Argmax(logits, vocab);
@@ -76,6 +77,7 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     if (i + 1 < gamma) {
       ids[0] = token;
       out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
+      host = CopyToHost(out.logits);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -166,6 +167,7 @@ TEST(AtenPathCuda, EveryMethodOnTheGpuMatchesCpuArOnTheTwin) {
   RegisterBuiltinMethods(registry);
   for (const std::string& name : registry.Names()) {
     SCOPED_TRACE(name);
+    std::cerr << "[ METHOD   ] " << name << std::endl;  // names the method if the process dies
     std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
     int64_t accepted = 0;
     for (size_t i = 0; i < 4; ++i) {
