@@ -126,6 +126,8 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterSpecBranchMethod(registry);
   RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
   RegisterLtdMethods(registry);        // ltd, eagle3+ddd, eagle3+svip, eagle3+gammatune
+  RegisterNgramMethod(registry);
+  RegisterSuffixMethod(registry);
 }
 
 }  // namespace specbed

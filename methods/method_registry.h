@@ -111,20 +111,22 @@ class MethodRegistry {
   std::vector<MethodInfo> methods_;
 };
 
-// Registers every built-in method (ar, sps).
+// Registers every built-in method (`specbed list methods`), in that order.
 void RegisterBuiltinMethods(MethodRegistry& registry);
 
 // Per-method registration functions (one per methods/<name>/ folder).
 void RegisterArMethod(MethodRegistry& registry);
 void RegisterSpsMethod(MethodRegistry& registry);
 void RegisterEagle3Method(MethodRegistry& registry);
-void RegisterOsdMethods(MethodRegistry& registry);
-void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree  // sps+osd, eagle3+osd
+void RegisterOsdMethods(MethodRegistry& registry);         // sps+osd, eagle3+osd
+void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree
 void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
 void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
 void RegisterPearlMethod(MethodRegistry& registry);        // pearl
 void RegisterSpecBranchMethod(MethodRegistry& registry);   // specbranch
 void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +bandit
 void RegisterLtdMethods(MethodRegistry& registry);         // ltd, eagle3+{ddd,svip,gammatune}
+void RegisterNgramMethod(MethodRegistry& registry);        // ngram
+void RegisterSuffixMethod(MethodRegistry& registry);       // suffix
 
 }  // namespace specbed

@@ -9,6 +9,7 @@
 // interrupted bench keeps its rows. Every combination (context + tokens and verify widths within
 // each model's max_seq_len, batch >= 1, context >= 0, known dtypes) is validated before the first
 // measurement. A progress display (one unit per measured row) goes to stderr unless -q.
+// --lookup-contexts measures the lookup drafters' step cost instead (bench_lookup.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -23,6 +24,7 @@
 #include "harness/base/names.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "harness/cli/bench_lookup.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/sampler.h"
@@ -52,10 +54,12 @@ struct BenchOptions {
   std::string output = "results/bench.db";
   std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
   int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
-  int64_t gemv_max_rows = -1;    // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
-  bool quiet = false;            // no progress display on stderr
-  std::string device = "cpu";    // cpu | cuda | cuda:N
-  std::string forward = "auto";  // auto | rows | aten (models/llama_model.h ForwardPath)
+  int64_t gemv_max_rows = -1;            // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
+  bool quiet = false;                    // no progress display on stderr
+  std::string device = "cpu";            // cpu | cuda | cuda:N
+  std::string forward = "auto";          // auto | rows | aten (models/llama_model.h ForwardPath)
+  std::vector<int64_t> lookup_contexts;  // non-empty: the lookup drafters' cost instead
+  int64_t lookup_steps = 256;
 };
 
 struct Timing {
@@ -332,6 +336,10 @@ void PrintVerifyTable(const std::vector<BenchVerifyRecord>& rows) {
 }
 
 void RunBench(const BenchOptions& o) {
+  if (!o.lookup_contexts.empty()) {
+    RunLookupBench(o.models.front(), o.lookup_contexts, o.lookup_steps);
+    return;
+  }
   ValidateBench(o);
   SetGemvMaxRows(o.gemv_max_rows);
   SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
@@ -441,6 +449,13 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--gemv-max-rows", o->gemv_max_rows,
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
+      ->capture_default_str();
+  cmd->add_option("--lookup-contexts", o->lookup_contexts,
+                  "Instead of the model rows: the host cost of a step of the lookup drafters "
+                  "(ngram, suffix) after these context lengths of text the first -t model "
+                  "samples, e.g. 64,256,1024,4096")
+      ->delimiter(',');
+  cmd->add_option("--lookup-steps", o->lookup_steps, "Steps timed per --lookup-contexts row")
       ->capture_default_str();
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress display on stderr"),
                {"--no-progress"});

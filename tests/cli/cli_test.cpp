@@ -934,6 +934,21 @@ TEST(CliBench, ImpossibleContextFailsBeforeMeasuringAnything) {
   EXPECT_FALSE(Contains(r.out, "| stories260K |")) << Describe(r);  // no row measured
 }
 
+// --lookup-contexts: a row per lookup drafter and context length, nothing stored; a context of 0
+// fails naming the flag.
+TEST(CliBench, LookupCostTable) {
+  const std::string dir = TestDir();
+  ProcResult r = RunSpecbed({"bench", "--lookup-contexts", "16,64", "--lookup-steps", "8"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const std::string row : {"| ngram (defaults) | 16 |", "| ngram (defaults) | 64 |",
+                                "| suffix (scope none) | 16 |", "| suffix (scope none) | 64 |"}) {
+    EXPECT_TRUE(Contains(r.out, row)) << row << "\n" << r.out;
+  }
+  r = RunSpecbed({"bench", "--lookup-contexts", "0"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--lookup-contexts: context lengths must be >= 1, got 0"));
+}
+
 TEST(CliBench, BadVerifyWidthsAndBandwidthFailClearly) {
   const std::string dir = TestDir();
   for (const std::vector<std::string>& args : {std::vector<std::string>{"--verify-widths", "0"},

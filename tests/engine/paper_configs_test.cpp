@@ -341,7 +341,9 @@ TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
                                                     {"specbranch", "SpecBranch"},
                                                     {"specblock", "SpecBlock"},
                                                     {"specblock+osd", "SpecBlock+OSD"},
-                                                    {"specblock+bandit", "SpecBlock+bandit"}};
+                                                    {"specblock+bandit", "SpecBlock+bandit"},
+                                                    {"ngram", "n-gram"},
+                                                    {"suffix", "suffix decoding"}};
   for (const std::string& name : runs) {
     ASSERT_EQ(shown.count(name), 1u) << name << ": add its display name here and to the docs";
     EXPECT_NE(readme.find(shown.at(name)), std::string::npos) << shown.at(name);

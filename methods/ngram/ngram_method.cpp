@@ -1,0 +1,52 @@
+// Registration of `ngram`: prompt lookup decoding (NgramDrafter) on the default
+// SpeculativeDecoder; `sample_follow` at T > 0 (the drafts are point masses, so it is lossless).
+// Checked by: tests/methods/ngram_test.cpp.
+#include "harness/base/error.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/method_registry.h"
+#include "methods/ngram/ngram_drafter.h"
+
+namespace specbed {
+
+void RegisterNgramMethod(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "ngram";
+  info.description =
+      "prompt lookup: drafts the tokens that followed the last earlier occurrence of the "
+      "context's final n-gram (prompt + generated text); no drafter model";
+  info.paper =
+      "Saxena 2023, prompt-lookup-decoding (github.com/apoorvumang/prompt-lookup-decoding)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.sampling_verifier = "sample_follow";
+  info.knobs = {
+      {"draft_length",
+       10,
+       "most tokens drafted per step (Spec-Bench's PLD setting: 10)",
+       1,
+       64,
+       {}},
+      {"max_ngram", 2, "longest suffix n-gram looked up, tried first", 1, 16, {}},
+      {"min_ngram", 1, "shortest suffix n-gram looked up", 1, 16, {}},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    const int64_t lo = knobs.at("min_ngram").get<int64_t>();
+    const int64_t hi = knobs.at("max_ngram").get<int64_t>();
+    SPECBED_CHECK(lo <= hi, "ngram: min_ngram (", lo, ") must not exceed max_ngram (", hi, ")");
+  };
+  info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
+    NgramOptions ngram;
+    ngram.min_n = knobs.at("min_ngram").get<int64_t>();
+    ngram.max_n = knobs.at("max_ngram").get<int64_t>();
+    SpeculativeOptions options;
+    options.budget.nodes = knobs.at("draft_length").get<int64_t>();
+    options.budget.depth = options.budget.nodes;
+    options.sampling_rule = VerifyRule::kSampleFollow;
+    return std::make_unique<SpeculativeDecoder>(*context.target->model,
+                                                context.target->tokenizer.get(),
+                                                std::make_unique<NgramDrafter>(ngram), options);
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace specbed

@@ -1,0 +1,147 @@
+// SuffixDrafter and SpeculateFromTrie (see suffix_drafter.h).
+#include "methods/suffix/suffix_drafter.h"
+
+#include <algorithm>
+#include <queue>
+
+#include "harness/base/error.h"
+
+namespace specbed {
+namespace {
+
+uint64_t HashTokens(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t t : tokens) {
+    h ^= static_cast<uint32_t>(t);
+    h *= 0x100000001b3ull;
+  }
+  return h ^ tokens.size();
+}
+
+// The node of the longest suffix of `context` (1..max_len tokens) with a continuation in `trie`.
+int32_t LongestMatch(const SuffixTrie& trie, const std::vector<int32_t>& context, int64_t max_len,
+                     int64_t& length) {
+  const int64_t n = static_cast<int64_t>(context.size());
+  for (length = std::min(max_len, n); length >= 1; --length) {
+    const int32_t node = trie.Find(context.data() + (n - length), length);
+    if (node != SuffixTrie::kNone && trie.continuations(node) > 0) return node;
+  }
+  length = 0;
+  return SuffixTrie::kNone;
+}
+
+struct Candidate {
+  double prob;
+  int32_t node;    // trie node
+  int32_t parent;  // speculation index of its parent (-1 = root)
+  int64_t depth;
+  bool operator<(const Candidate& o) const { return prob < o.prob; }
+};
+
+void PushChildren(const SuffixTrie& trie, int32_t node, double prob, int32_t parent, int64_t depth,
+                  std::priority_queue<Candidate>& queue) {
+  const double total = static_cast<double>(trie.continuations(node));
+  if (total <= 0) return;
+  for (int32_t c : trie.children(node)) {
+    if (trie.count(c) > 0) queue.push({prob * trie.count(c) / total, c, parent, depth + 1});
+  }
+}
+
+}  // namespace
+
+SuffixScope ParseSuffixScope(const std::string& name, const std::string& context) {
+  if (name == "none") return SuffixScope::kNone;
+  if (name == "dataset") return SuffixScope::kDataset;
+  throw Error(context + ": unknown scope '" + name + "' (expected none or dataset)");
+}
+
+SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
+                                    int64_t max_nodes, int64_t max_depth, double spec_factor,
+                                    double min_prob) {
+  SuffixSpeculation spec;
+  const int32_t match = LongestMatch(trie, context, trie.max_depth() - 1, spec.match_length);
+  if (match == SuffixTrie::kNone) return spec;
+  const int64_t limit = std::min<int64_t>(
+      max_nodes, static_cast<int64_t>(spec_factor * static_cast<double>(spec.match_length)));
+  std::priority_queue<Candidate> queue;
+  PushChildren(trie, match, 1.0, -1, 0, queue);
+  while (!queue.empty() && static_cast<int64_t>(spec.tokens.size()) < limit) {
+    const Candidate c = queue.top();
+    queue.pop();
+    if (c.prob < min_prob) break;  // the best left is below the floor
+    const int32_t index = static_cast<int32_t>(spec.tokens.size());
+    spec.tokens.push_back(trie.token(c.node));
+    spec.parents.push_back(c.parent);
+    spec.probs.push_back(c.prob);
+    spec.score += c.prob;
+    if (c.depth < max_depth) PushChildren(trie, c.node, c.prob, index, c.depth, queue);
+  }
+  return spec;
+}
+
+SuffixDrafter::SuffixDrafter(const SuffixOptions& options)
+    : options_(options), request_(options.max_depth), global_(options.max_depth) {
+  SPECBED_CHECK(
+      options.spec_factor > 0 && options.min_token_prob >= 0 && options.min_token_prob <= 1,
+      "suffix drafter: need spec_factor > 0 and min_token_prob in [0, 1]");
+}
+
+void SuffixDrafter::FinishSequence() {
+  if (!active_ || options_.scope == SuffixScope::kNone) return;
+  std::vector<int32_t> output(sequence_.begin() + prompt_len_, sequence_.end());
+  global_.AddSequence(output, +1);
+  outputs_[prompt_key_] = std::move(output);
+}
+
+void SuffixDrafter::Begin(const DraftBegin& begin) {
+  SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(), "suffix drafter: empty prompt");
+  FinishSequence();
+  prompt_key_ = HashTokens(*begin.prompt);
+  const auto earlier = outputs_.find(prompt_key_);
+  if (earlier != outputs_.end()) {  // this prompt's own earlier answer (a warmup, a repeat)
+    global_.AddSequence(earlier->second, -1);
+    outputs_.erase(earlier);
+  }
+  request_.Clear();
+  prompt_len_ = static_cast<int64_t>(begin.prompt->size());
+  sequence_.clear();
+  SyncRequest(*begin.prompt);
+  sequence_.push_back(begin.root);
+  request_.Append(begin.root);
+  active_ = true;
+}
+
+void SuffixDrafter::SyncRequest(const std::vector<int32_t>& committed) {
+  SPECBED_CHECK(committed.size() >= sequence_.size(),
+                "suffix drafter: the committed tokens shrank");
+  for (size_t i = sequence_.size(); i < committed.size(); ++i) {
+    sequence_.push_back(committed[i]);
+    request_.Append(committed[i]);
+  }
+}
+
+void SuffixDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  SyncRequest(*step.committed);
+  const int64_t nodes = step.budget.nodes, depth = step.budget.depth;
+  SuffixSpeculation best = SpeculateFromTrie(request_, sequence_, nodes, depth,
+                                             options_.spec_factor, options_.min_token_prob);
+  last_source_ = best.tokens.empty() ? 0 : 1;
+  if (options_.scope != SuffixScope::kNone) {
+    SuffixSpeculation global = SpeculateFromTrie(global_, sequence_, nodes, depth,
+                                                 options_.spec_factor, options_.min_token_prob);
+    if (global.score > best.score) {
+      best = std::move(global);
+      last_source_ = 2;
+    }
+  }
+  for (size_t i = 0; i < best.tokens.size(); ++i) tree.AddNode(best.tokens[i], best.parents[i]);
+}
+
+void SuffixDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
+  for (int32_t t : verdict.tokens) {  // the committed tokens, also those of the last step
+    sequence_.push_back(t);
+    request_.Append(t);
+  }
+}
+
+}  // namespace specbed

@@ -1,0 +1,79 @@
+// The `suffix` drafter (suffix decoding, Oliaro et al., NeurIPS 2025; vLLM / ArcticInference
+// `suffix`): two counted substring tries, one over the current request (prompt + output so far)
+// and one global over the outputs of earlier requests (its scope a knob). Each step matches the
+// longest context suffix (up to max_depth tokens) that was followed by something in a trie and
+// grows a speculation tree from there, best first by the product of the continuations' empirical
+// frequencies, at most spec_factor x (match length) nodes, none below min_token_prob. The tree
+// with the higher expected accepted length (sum of its nodes' path probabilities) of the two
+// tries is drafted. The drafts are deterministic, so `sample_follow` verification is lossless.
+// Checked by: tests/methods/suffix_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "harness/engine/method.h"
+#include "methods/suffix/suffix_trie.h"
+
+namespace specbed {
+
+enum class SuffixScope {
+  kNone,     // no global trie: only the current request
+  kDataset,  // the latest output of every other prompt this case decoded (same dataset, knobs)
+};
+
+SuffixScope ParseSuffixScope(const std::string& name, const std::string& context);
+
+struct SuffixOptions {
+  int64_t max_depth = 24;       // longest suffix matched, and the tries' depth
+  double spec_factor = 1.0;     // tree nodes <= spec_factor x match length
+  double min_token_prob = 0.1;  // a node's path probability must reach this
+  SuffixScope scope = SuffixScope::kDataset;
+};
+
+// One speculation tree: tokens with their parent (-1 = the root) and path probabilities.
+struct SuffixSpeculation {
+  std::vector<int32_t> tokens, parents;
+  std::vector<double> probs;
+  double score = 0;  // sum of probs: the expected number of accepted tokens
+  int64_t match_length = 0;
+};
+
+// Matches the longest suffix of `context` (at most trie.max_depth() - 1 tokens, so one more level
+// can follow) that was followed by a token in `trie`, and grows the best-first tree from it:
+// at most min(max_nodes, spec_factor x match length) nodes, at most max_depth deep, none with a
+// path probability below min_prob. Empty when nothing matches.
+SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
+                                    int64_t max_nodes, int64_t max_depth, double spec_factor,
+                                    double min_prob);
+
+class SuffixDrafter final : public Drafter {
+ public:
+  explicit SuffixDrafter(const SuffixOptions& options);
+
+  // Moves the previous request's output into the global trie (scope dataset), and takes this
+  // prompt's own earlier output out of it, so no request drafts from its own earlier answer.
+  void Begin(const DraftBegin& begin) override;
+  void Draft(const DraftStep& step, DraftTree& tree) override;
+  void Accept(const DraftTree& tree, const Verdict& verdict) override;
+
+  // Which trie the last step drafted from: 0 none, 1 the request's, 2 the global one.
+  int last_source() const { return last_source_; }
+
+ private:
+  void FinishSequence();
+  void SyncRequest(const std::vector<int32_t>& committed);
+
+  SuffixOptions options_;
+  SuffixTrie request_, global_;
+  std::vector<int32_t> sequence_;  // prompt + committed tokens of the current request
+  int64_t prompt_len_ = 0;
+  uint64_t prompt_key_ = 0;
+  bool active_ = false;
+  std::unordered_map<uint64_t, std::vector<int32_t>> outputs_;  // prompt hash -> latest output
+  int last_source_ = 0;
+};
+
+}  // namespace specbed
