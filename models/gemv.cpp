@@ -111,10 +111,26 @@ inline __attribute__((always_inline)) void RowGroup(const GemvArgs& a, int64_t r
   for (; j < j_end; ++j) Block<W, R, 1>(a, r0, j);
 }
 
-// Register budget (16 ymm with AVX2): R*J accumulators + R x vectors + 1 weight vector.
+// Register budget (16 ymm with AVX2): R*J accumulators + R x vectors + J weight vectors. Up to 8
+// rows take one pass over the weights (R = rows, J = 2; from 5 rows on the x vectors are re-read
+// from L1 where registers run out): splitting 5 rows as 4 + 1 streamed the weights twice and made
+// a 5-row verify cost 2.3 one-row forwards on the memory-bound stories260K-twin, against 1.4 now
+// (results/bench_gemv_rows_cpu.md).
 template <typename W>
 inline __attribute__((always_inline)) void Range(const GemvArgs& a, int64_t j_begin,
                                                  int64_t j_end) {
+  switch (a.rows) {
+    case 8:
+      return RowGroup<W, 8, 2>(a, 0, j_begin, j_end);
+    case 7:
+      return RowGroup<W, 7, 2>(a, 0, j_begin, j_end);
+    case 6:
+      return RowGroup<W, 6, 2>(a, 0, j_begin, j_end);
+    case 5:
+      return RowGroup<W, 5, 2>(a, 0, j_begin, j_end);
+    default:
+      break;
+  }
   int64_t r = 0;
   for (; r + 4 <= a.rows; r += 4) RowGroup<W, 4, 2>(a, r, j_begin, j_end);
   switch (a.rows - r) {

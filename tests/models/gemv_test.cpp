@@ -66,7 +66,7 @@ TEST(GemvRows, MatchesMmForRandomAndOddShapesFloat32) {
   at::manual_seed(1);
   for (int threads : {1, 2}) {
     at::set_num_threads(threads);
-    for (int64_t rows : {1, 2, 3, 4, 5, 7, 9}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
       for (auto [out_features, in] : std::vector<std::pair<int64_t, int64_t>>{
                {1, 1}, {3, 7}, {8, 8}, {9, 17}, {33, 64}, {100, 129}, {257, 512}, {1000, 31}}) {
         for (bool bias : {false, true}) {
@@ -99,16 +99,18 @@ TEST(GemvRows, MatchesMmForRandomAndOddShapesBFloat16) {
 TEST(GemvRows, ResultDoesNotDependOnRowCountOrThreads) {
   Restore restore;
   at::manual_seed(3);
-  const at::Tensor x = at::randn({5, 300});
+  const at::Tensor x = at::randn({8, 300});
   const at::Tensor w = at::randn({77, 300});
-  at::Tensor all = at::empty({5, 77});
-  at::set_num_threads(1);
-  GemvRows(x, w, {}, all, false);
-  at::set_num_threads(2);
-  for (int64_t r = 0; r < 5; ++r) {
-    at::Tensor one = at::empty({1, 77});
-    GemvRows(x.narrow(0, r, 1), w, {}, one, false);
-    EXPECT_TRUE(at::equal(one[0], all[r])) << "row " << r;
+  at::Tensor one = at::empty({1, 77});
+  for (int64_t rows = 2; rows <= 8; ++rows) {  // every one-pass tile (5..8) and the 4-row groups
+    at::Tensor all = at::empty({rows, 77});
+    at::set_num_threads(1);
+    GemvRows(x.narrow(0, 0, rows), w, {}, all, false);
+    at::set_num_threads(2);
+    for (int64_t r = 0; r < rows; ++r) {
+      GemvRows(x.narrow(0, r, 1), w, {}, one, false);
+      EXPECT_TRUE(at::equal(one[0], all[r])) << rows << " rows, row " << r;
+    }
   }
 }
 
