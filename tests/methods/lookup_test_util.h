@@ -1,7 +1,8 @@
 // Shared pieces of the training-free lookup methods' tests (ngram_test.cpp, suffix_test.cpp):
-// token identity with AR over a prompt list, and the prompt lists themselves.
+// token identity with AR over a prompt list, the prompt lists themselves, and the T = 1 check.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,10 @@
 
 #include "datasets/dataset.h"
 #include "harness/engine/ar_generate.h"
+#include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
+#include "tests/engine/engine_test_util.h"
 
 namespace specbed::testing_util {
 
@@ -56,6 +60,27 @@ inline std::vector<std::vector<int32_t>> LookupSpecBenchIds(LoadedTarget& target
     }
   }
   return ids;
+}
+
+// The T = 1 check of a lookup drafter on the tiny target (TinyRandomTarget(21, 60)) with
+// `sample_follow` and `budget` nodes: the distribution of 4 generated tokens from a prompt that
+// repeats a pattern (so the drafter has matches from the first step) equals the target's exact
+// distribution (chi-square, cells of expected count < 5 pooled, reject at p < 1e-4: false-failure
+// rate about 1e-4, seeds fixed), with drafts accepted often enough to matter; the negative
+// control, greedy acceptance of the drafts (VerifierFault), fails the same check.
+inline void ExpectLosslessAtTemperatureOne(std::unique_ptr<Drafter> drafter, int64_t budget) {
+  std::shared_ptr<LlamaModel> target = TinyRandomTarget(21, 60.0);
+  SpeculativeOptions options;
+  options.budget = {budget, budget};
+  options.sampling_rule = VerifyRule::kSampleFollow;
+  SpeculativeDecoder decoder(*target, nullptr, std::move(drafter), options);
+  const std::vector<int32_t> prompt = {1, 3, 2, 1, 3, 2, 1};
+  int64_t accepted = 0;
+  EXPECT_GT(TinyOutputPValue(*target, decoder, prompt, 4, 40000, 90, &accepted), 1e-4);
+  EXPECT_GT(accepted, 40000 / 4);
+  ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
+  int64_t ignored = 0;
+  EXPECT_LT(TinyOutputPValue(*target, decoder, prompt, 4, 40000, 90, &ignored), 1e-4);
 }
 
 }  // namespace specbed::testing_util
