@@ -292,7 +292,8 @@ void SpeedupVsTauPlot(const ReportGroup& group, const std::vector<std::string>& 
 constexpr int64_t kMinStepsPerPosition = 5;
 
 // (3c) Per-position acceptance r_i, one panel per temperature, positions reached by at least
-// kMinStepsPerPosition steps, the step count in each legend entry.
+// kMinStepsPerPosition steps, the step count in each legend entry. A case none of whose
+// positions is reached that often (a lookup method that rarely drafts) is left out.
 void AcceptancePlots(const ReportGroup& group, const std::vector<std::string>& labels,
                      const std::string& suffix, std::vector<Plot>& plots) {
   std::set<double> temps;
@@ -312,14 +313,15 @@ void AcceptancePlots(const ReportGroup& group, const std::vector<std::string>& l
     for (size_t i = 0; i < group.cases.size(); ++i) {
       const CaseReport& c = group.cases[i];
       const PositionAcceptance& pos = c.metrics.positions;
-      if (c.row.record.temperature != t || pos.max_depth() == 0) continue;
+      if (c.row.record.temperature != t) continue;
+      int64_t depth = 0;  // positions this case shows: a case with none gets no (empty) data block
+      while (depth < pos.max_depth() && pos.n_reached[depth] >= kMinStepsPerPosition) ++depth;
+      if (depth == 0) continue;
       const std::string block = "$" + p.name + "_" + std::to_string(i);
       data << block << " << EOD\n";
-      for (int64_t k = 0; k < pos.max_depth() && pos.n_reached[k] >= kMinStepsPerPosition; ++k) {
-        data << k + 1 << " " << Num(pos.r[k]) << "\n";
-        max_depth = std::max(max_depth, k + 1);
-      }
+      for (int64_t k = 0; k < depth; ++k) data << k + 1 << " " << Num(pos.r[k]) << "\n";
       data << "EOD\n";
+      max_depth = std::max(max_depth, depth);
       plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
            << CaseStyle(c) << " title "
            << Quote(StrCat(PlotLabel(labels[i]), " (n=", c.metrics.n_steps, ")"));

@@ -215,6 +215,30 @@ TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
   EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");
 }
 
+// A case whose first draft position is reached by fewer than 5 steps (a lookup method that rarely
+// drafts) is left out of the acceptance panel: no empty data block, which gnuplot warns about.
+TEST(WriteReport, AcceptancePlotLeavesOutCasesWithoutAPlottablePosition) {
+  const std::string db = FreshDbPath("sparse_acceptance");
+  testing::WriteSummaryDb(db);
+  {
+    auto store = ResultsStore::Open(db);
+    const int64_t run = store->BeginRun(testing::TestRun());
+    std::vector<StepRecord> steps = testing::TreeSteps();
+    steps.resize(3);  // position 1 reached by 3 steps
+    store->WriteCase(run, testing::TestCase("sparse0", "sparse", 0), testing::TreeSamples(), steps);
+  }
+  const std::string dir = FreshDir("sparse_acceptance");
+  const bool gnuplot = HasGnuplot();
+  const ReportResult r =
+      WriteReport(db, dir, QuietOptions(gnuplot ? "gnuplot" : "/nonexistent/gnuplot"));
+  const std::string gp = ReadFileToString(dir + "/plots.gp");
+  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance r_i at T=0");
+  EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");  // the tree case is still there
+  EXPECT_NOT_CONTAINS(gp, "<< EOD\nEOD");
+  EXPECT_NOT_CONTAINS(gp, " (n=3)'");  // the sparse case's legend entry
+  if (gnuplot) EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+}
+
 TEST(ReportTables, HideConstantColumnsKeepsNonHideableColumns) {
   ReportTable t;
   t.columns = {{"a", false, true}, {"b", false, true}, {"c", true, false}};
