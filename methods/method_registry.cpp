@@ -128,6 +128,8 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterLtdMethods(registry);        // ltd, eagle3+ddd, eagle3+svip, eagle3+gammatune
   RegisterNgramMethod(registry);
   RegisterSuffixMethod(registry);
+  RegisterLookaheadMethod(registry);
+  RegisterRecyclingMethod(registry);
 }
 
 }  // namespace specbed

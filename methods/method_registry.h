@@ -128,5 +128,7 @@ void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +
 void RegisterLtdMethods(MethodRegistry& registry);         // ltd, eagle3+{ddd,svip,gammatune}
 void RegisterNgramMethod(MethodRegistry& registry);        // ngram
 void RegisterSuffixMethod(MethodRegistry& registry);       // suffix
+void RegisterLookaheadMethod(MethodRegistry& registry);    // lookahead
+void RegisterRecyclingMethod(MethodRegistry& registry);    // recycling
 
 }  // namespace specbed

@@ -52,6 +52,12 @@ struct Verdict {
   // Requested target hidden states at the committed slots (root, then path nodes):
   // one float/bf16 [1, 1 + path.size(), dim] tensor per requested layer.
   std::vector<at::Tensor> hidden;
+  // The target's logits at every verify slot (root, then node i at row i + 1), no temperature
+  // applied: float32 [n + 1, vocab] on the target's device. A view of the target's output buffer,
+  // valid only until the next target forward (read it in Drafter::Accept / Adapter::Observe);
+  // set by TreeVerifier, undefined from decoders that verify otherwise (PEARL, SpecBranch).
+  // Lookahead and Token Recycling learn from the rejected slots too.
+  at::Tensor logits;
   int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
 };
 

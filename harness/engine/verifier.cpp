@@ -291,6 +291,8 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
     }
   }
 
+  verdict.logits = out.logits.reshape({n_slots, vocab});
+
   // KV compaction: keep the root and the accepted path.
   const int64_t k = verdict.n_accepted();
   bool prefix = true;  // path = nodes 0..k-1 (always for chains): already in place

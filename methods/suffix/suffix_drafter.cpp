@@ -9,15 +9,6 @@
 namespace specbed {
 namespace {
 
-uint64_t HashTokens(const std::vector<int32_t>& tokens) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int32_t t : tokens) {
-    h ^= static_cast<uint32_t>(t);
-    h *= 0x100000001b3ull;
-  }
-  return h ^ tokens.size();
-}
-
 // The node of the longest suffix of `context` (1..max_len tokens) with a continuation in `trie`.
 int32_t LongestMatch(const SuffixTrie& trie, const std::vector<int32_t>& context, int64_t max_len,
                      int64_t& length) {
@@ -48,12 +39,6 @@ void PushChildren(const SuffixTrie& trie, int32_t node, double prob, int32_t par
 }
 
 }  // namespace
-
-SuffixScope ParseSuffixScope(const std::string& name, const std::string& context) {
-  if (name == "none") return SuffixScope::kNone;
-  if (name == "dataset") return SuffixScope::kDataset;
-  throw Error(context + ": unknown scope '" + name + "' (expected none or dataset)");
-}
 
 SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
                                     int64_t max_nodes, int64_t max_depth, double spec_factor,

@@ -15,16 +15,14 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/common/persist_scope.h"
 #include "methods/suffix/suffix_trie.h"
 
 namespace specbed {
 
-enum class SuffixScope {
-  kNone,     // no global trie: only the current request
-  kDataset,  // the latest output of every other prompt this case decoded (same dataset, knobs)
-};
-
-SuffixScope ParseSuffixScope(const std::string& name, const std::string& context);
+// kNone: no global trie, only the current request; kDataset: the latest output of every other
+// prompt this case decoded (same dataset, knobs).
+using SuffixScope = PersistScope;
 
 struct SuffixOptions {
   int64_t max_depth = 24;       // longest suffix matched, and the tries' depth

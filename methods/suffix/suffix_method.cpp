@@ -41,7 +41,7 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
     suffix.max_depth = knobs.at("max_depth").get<int64_t>();
     suffix.spec_factor = knobs.at("spec_factor").get<double>();
     suffix.min_token_prob = knobs.at("min_token_prob").get<double>();
-    suffix.scope = ParseSuffixScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
+    suffix.scope = ParsePersistScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
     SpeculativeOptions options;
     options.budget.nodes = knobs.at("max_spec_tokens").get<int64_t>();
     options.budget.depth = options.budget.nodes;  // a tree of n nodes is at most n deep

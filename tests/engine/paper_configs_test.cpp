@@ -343,7 +343,9 @@ TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
                                                     {"specblock+osd", "SpecBlock+OSD"},
                                                     {"specblock+bandit", "SpecBlock+bandit"},
                                                     {"ngram", "n-gram"},
-                                                    {"suffix", "suffix decoding"}};
+                                                    {"suffix", "suffix decoding"},
+                                                    {"lookahead", "lookahead decoding"},
+                                                    {"recycling", "Token Recycling"}};
   for (const std::string& name : runs) {
     ASSERT_EQ(shown.count(name), 1u) << name << ": add its display name here and to the docs";
     EXPECT_NE(readme.find(shown.at(name)), std::string::npos) << shown.at(name);

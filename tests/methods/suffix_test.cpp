@@ -134,7 +134,7 @@ TEST(SuffixDrafter, TheGlobalTrieHoldsOtherPromptsOutputsOnly) {
   SuffixDrafter none(options);
   DraftAfter(none, p1, {40, 41, 42, 43});
   EXPECT_TRUE(DraftAfter(none, p2, {40, 41}).empty());
-  EXPECT_THROW(ParseSuffixScope("run", "test"), Error);
+  EXPECT_THROW(ParsePersistScope("run", "test"), Error);
 }
 
 TEST(Suffix, MatchesArOnEveryStoryPromptAndOnSpecBench) {

@@ -1,0 +1,47 @@
+// Registration of `lookahead`: lookahead decoding (LookaheadDrafter) on the default
+// SpeculativeDecoder, both branches in one tree-masked verify forward; `sample_follow` at T > 0
+// (deterministic drafts, so it is lossless).
+// Checked by: tests/methods/lookahead_test.cpp.
+#include "harness/engine/speculative_decoder.h"
+#include "methods/lookahead/lookahead_drafter.h"
+#include "methods/method_registry.h"
+
+namespace specbed {
+
+void RegisterLookaheadMethod(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "lookahead";
+  info.description =
+      "lookahead decoding: a Jacobi window of W columns x N-1 levels generates n-grams into a "
+      "pool; up to G pool n-grams starting at the last token are verified in the same forward; "
+      "no drafter model";
+  info.paper =
+      "Fu et al., Break the Sequential Dependency of LLM Inference Using Lookahead "
+      "Decoding (ICML 2024)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.tree = true;
+  info.traits.sampling_verifier = "sample_follow";
+  info.knobs = {
+      {"window", 7, "W: Jacobi window columns (Spec-Bench: 7)", 1, 32, {}},
+      {"level", 5, "N: n-gram size, the window keeps N-1 levels (Spec-Bench: 5)", 2, 16, {}},
+      {"guess", 7, "G: most pool n-grams verified per step (Spec-Bench: 7)", 0, 32, {}},
+      {"pool_from_prompt", false, "also seed the pool with the prompt's N-grams", 1, 0, {}},
+  };
+  info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
+    LookaheadOptions lookahead;
+    lookahead.window = knobs.at("window").get<int64_t>();
+    lookahead.level = knobs.at("level").get<int64_t>();
+    lookahead.guess = knobs.at("guess").get<int64_t>();
+    lookahead.pool_from_prompt = knobs.at("pool_from_prompt").get<bool>();
+    SpeculativeOptions options;
+    options.budget = LookaheadBudget(lookahead);
+    options.sampling_rule = VerifyRule::kSampleFollow;
+    return std::make_unique<SpeculativeDecoder>(
+        *context.target->model, context.target->tokenizer.get(),
+        std::make_unique<LookaheadDrafter>(lookahead), options);
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace specbed

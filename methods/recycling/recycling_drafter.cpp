@@ -1,0 +1,129 @@
+// RecyclingDrafter, its template and adjacency matrix (see recycling_drafter.h).
+#include "methods/recycling/recycling_drafter.h"
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include "harness/base/error.h"
+#include "methods/common/logits_rows.h"
+
+namespace specbed {
+
+std::vector<TemplateNode> BuildRecyclingTemplate(int64_t nodes, int64_t top_k) {
+  SPECBED_CHECK(nodes >= 1 && top_k >= 1, "recycling template: nodes (", nodes, ") and top_k (",
+                top_k, ") must be >= 1");
+  // Candidates (cost = sum of rank + 1, depth, discovery order, parent, rank): a popped node
+  // offers its first child and its next sibling, so every rank path is found in cost order.
+  using Candidate = std::tuple<int64_t, int32_t, int64_t, int32_t, int32_t>;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> frontier;
+  int64_t found = 0;
+  frontier.emplace(1, 1, found++, -1, 0);
+  std::vector<TemplateNode> out;
+  while (static_cast<int64_t>(out.size()) < nodes) {
+    const auto [c, depth, order, parent, rank] = frontier.top();
+    frontier.pop();
+    const int32_t self = static_cast<int32_t>(out.size());
+    out.push_back({parent, rank, depth});
+    frontier.emplace(c + 1, depth + 1, found++, self, 0);
+    if (rank + 1 < top_k) frontier.emplace(c + 1, depth, found++, parent, rank + 1);
+  }
+  return out;
+}
+
+void AdjacencyMatrix::Resize(int64_t vocab, int64_t k) {
+  vocab_ = vocab;
+  k_ = k;
+  ids_.assign(static_cast<size_t>(vocab * k), -1);
+  logged_.assign(static_cast<size_t>(vocab), 0);
+  log_rows_.clear();
+  log_values_.clear();
+}
+
+void AdjacencyMatrix::SetRow(int32_t token, const int32_t* ids) {
+  int32_t* row = ids_.data() + token * k_;
+  if (!logged_[token]) {
+    logged_[token] = 1;
+    log_rows_.push_back(token);
+    log_values_.insert(log_values_.end(), row, row + k_);
+  }
+  std::copy(ids, ids + k_, row);
+}
+
+void AdjacencyMatrix::BeginLog() {
+  for (int32_t r : log_rows_) logged_[r] = 0;
+  log_rows_.clear();
+  log_values_.clear();
+}
+
+void AdjacencyMatrix::Undo() {
+  for (size_t i = 0; i < log_rows_.size(); ++i) {
+    std::copy_n(log_values_.begin() + static_cast<int64_t>(i) * k_, k_,
+                ids_.begin() + log_rows_[i] * k_);
+  }
+  BeginLog();
+}
+
+void AdjacencyMatrix::Clear() {
+  Resize(vocab_, k_);
+}
+
+RecyclingDrafter::RecyclingDrafter(const RecyclingOptions& options)
+    : options_(options), template_(BuildRecyclingTemplate(options.tree_nodes, options.top_k)) {}
+
+void RecyclingDrafter::Begin(const DraftBegin& begin) {
+  SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(),
+                "recycling drafter: empty prompt");
+  SPECBED_CHECK(begin.last_logits.defined() && begin.last_logits.dim() == 1,
+                "recycling drafter: needs the prefill logits (float32 [vocab])");
+  const int64_t vocab = begin.last_logits.size(0);
+  SPECBED_CHECK(options_.top_k <= vocab, "recycling: top_k ", options_.top_k,
+                " exceeds the vocabulary (", vocab, ")");
+  if (matrix_.vocab() != vocab || options_.scope == PersistScope::kNone) {
+    matrix_.Resize(vocab, options_.top_k);
+  }
+  const uint64_t key = HashTokens(*begin.prompt);
+  if (have_previous_ && key == last_prompt_hash_) matrix_.Undo();
+  matrix_.BeginLog();
+  last_prompt_hash_ = key;
+  have_previous_ = true;
+  TopkRows(begin.last_logits.view({1, vocab}), {0}, options_.top_k, topk_);
+  matrix_.SetRow(begin.prompt->back(), topk_.data());
+}
+
+void RecyclingDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  root_ = step.root;
+  node_of_.assign(template_.size(), -1);
+  for (size_t i = 0; i < template_.size() && tree.size() < step.budget.nodes; ++i) {
+    const TemplateNode& t = template_[i];
+    if (t.depth > step.budget.depth) continue;
+    const int32_t parent = t.parent < 0 ? -1 : node_of_[t.parent];
+    if (t.parent >= 0 && parent < 0) continue;  // the parent was left out
+    const int32_t from = parent < 0 ? root_ : tree.token[parent];
+    const int32_t token = matrix_.Row(from)[t.rank];
+    if (token >= 0) node_of_[i] = tree.AddNode(token, parent);
+  }
+}
+
+void RecyclingDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
+  SPECBED_CHECK(verdict.logits.defined(),
+                "recycling drafter: the verdict carries no target logits (a decoder other than "
+                "SpeculativeDecoder?)");
+  const int64_t n = tree.size();
+  on_path_.assign(static_cast<size_t>(n), 0);
+  for (int32_t node : verdict.path) on_path_[node] = 1;
+  rows_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!on_path_[i]) rows_.push_back(i + 1);
+  }
+  rows_.push_back(0);
+  for (int32_t node : verdict.path) rows_.push_back(node + 1);
+  TopkRows(verdict.logits, rows_, options_.top_k, topk_);
+  for (size_t j = 0; j < rows_.size(); ++j) {
+    const int64_t slot = rows_[j];
+    const int32_t input = slot == 0 ? root_ : tree.token[slot - 1];
+    matrix_.SetRow(input, topk_.data() + j * options_.top_k);
+  }
+}
+
+}  // namespace specbed
