@@ -130,6 +130,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterSuffixMethod(registry);
   RegisterLookaheadMethod(registry);
   RegisterRecyclingMethod(registry);
+  RegisterMedusaMethod(registry);
 }
 
 }  // namespace specbed

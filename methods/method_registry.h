@@ -130,5 +130,6 @@ void RegisterNgramMethod(MethodRegistry& registry);        // ngram
 void RegisterSuffixMethod(MethodRegistry& registry);       // suffix
 void RegisterLookaheadMethod(MethodRegistry& registry);    // lookahead
 void RegisterRecyclingMethod(MethodRegistry& registry);    // recycling
+void RegisterMedusaMethod(MethodRegistry& registry);       // medusa
 
 }  // namespace specbed

@@ -15,7 +15,8 @@ std::string Shipped() {
 }
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
                kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kHrad[] = "hrad",
-               kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock", kLtdTwin[] = "ltd-twin";
+               kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock", kLtdTwin[] = "ltd-twin",
+               kMedusa[] = "medusa";
 
 }  // namespace
 
@@ -33,6 +34,8 @@ const std::vector<NamedDrafter>& NamedDrafters() {
        "BlockPilot block-size predictor for stories260K-dflash", &Shipped<kBlockpilot>},
       {"stories260K-specblock", "specblock", "stories260K",
        "SpecBlock block drafter trained on stories260K", &Shipped<kSpecblock>},
+      {"stories260K-medusa", "medusa", "stories260K", "Medusa-1 heads (4) trained on stories260K",
+       &Shipped<kMedusa>},
       {"stories260K-twin-draft", "draft", "stories260K-twin",
        "cost twin of stories260K-draft (width x4: 192)", [] { return StoriesTwin().draft; }},
       {"stories260K-twin-eagle3", "eagle3", "stories260K-twin",
@@ -44,6 +47,8 @@ const std::vector<NamedDrafter>& NamedDrafters() {
       {"stories260K-twin-specblock", "specblock", "stories260K-twin",
        "cost twin of stories260K-specblock (width x8: 512)",
        [] { return StoriesTwin().specblock; }},
+      {"stories260K-twin-medusa", "medusa", "stories260K-twin",
+       "cost twin of stories260K-medusa (width x8: 512)", [] { return StoriesTwin().medusa; }},
       {"stories260K-blockpilot", "blockpilot", "stories260K-twin",
        "BlockPilot predictor of stories260K (the twin's logits are stories260K's)",
        &Shipped<kBlockpilot>},

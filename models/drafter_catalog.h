@@ -7,11 +7,12 @@
 //
 // Families (MethodKnob::drafter_family): "draft" (SpS draft LM), "eagle3" (EAGLE-3 head),
 // "dflash" (DFlash block head), "jetspec" (JetSpec causal block head), "specblock" (SpecBlock
-// drafter), "blockpilot" (BlockPilot block-size predictor; it reads the target's logits, which the
-// twin reproduces, so both targets share one), "hrad" (SpecBranch's H-RAD predictor; it reads
-// target hidden states, so the twin has its own), "ltd" (LTD depth + size policy pair, trained on
-// the twin's measured costs; it reads draft scores only, so stories260K uses the same pair).
-// Checked by: tests/methods/cost_twin_test.cpp (names, defaults, resolution, errors).
+// drafter), "medusa" (Medusa-1 heads), "blockpilot" (BlockPilot block-size predictor; it reads the
+// target's logits, which the twin reproduces, so both targets share one), "hrad" (SpecBranch's
+// H-RAD predictor; it reads target hidden states, so the twin has its own), "ltd" (LTD depth + size
+// policy pair, trained on the twin's measured costs; it reads draft scores only, so stories260K
+// uses the same pair). Checked by: tests/methods/cost_twin_test.cpp (names, defaults, resolution,
+// errors).
 #pragma once
 
 #include <string>

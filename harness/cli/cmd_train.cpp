@@ -14,6 +14,7 @@
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
 #include "methods/ltd/ltd_trainer.h"
+#include "methods/medusa/medusa_trainer.h"
 #include "methods/specblock/specblock_trainer.h"
 #include "methods/specbranch/hrad_trainer.h"
 
@@ -134,6 +135,44 @@ void AddTrainEagle3(CLI::App* train) {
   AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainEagle3(*o); });
+}
+
+struct TrainMedusaOptions {
+  MedusaTrainConfig config;
+  TrainLoopOptions run;
+  std::string out;
+};
+
+void AddTrainMedusa(CLI::App* train) {
+  auto o = std::make_shared<TrainMedusaOptions>();
+  MedusaTrainConfig& c = o->config;
+  c.optim = DefaultMedusaOptim();
+  CLI::App* cmd = train->add_subcommand(
+      "medusa",
+      "Train Medusa-1 heads (target frozen) on a `specbed regen` file -> OUT/config.json + "
+      "medusa_lm_head.safetensors (published Medusa layout); resumable");
+  cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
+      ->required();
+  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
+  cmd->add_option("-t,--target", c.target, "Target model (name or path; float32)")
+      ->capture_default_str();
+  cmd->add_option("--heads", c.num_heads, "Medusa heads K (head k predicts token t+k+2)")
+      ->capture_default_str();
+  cmd->add_option("--layers", c.num_layers, "Residual blocks per head")->capture_default_str();
+  cmd->add_option("--decay", c.decay, "Loss weight decay^k of head k")->capture_default_str();
+  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
+  AddOptimFlags(cmd, c.optim, o->run);
+  cmd->callback([o] {
+    KeepLargeBlocksInHeap();
+    const MedusaTrainResult r = TrainMedusa(o->config, o->out, o->run);
+    if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
+    std::printf(
+        "%s: %lld steps, final train loss %.4f; held-out loss %.4f, head-0 top-1 %.4f, "
+        "chain tau estimate %.3f; train %.1f s\n",
+        o->out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
+        r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
+        r.loop.train_seconds);
+  });
 }
 
 struct TrainSpecBlockOptions {
@@ -491,6 +530,7 @@ void AddTrainCommand(CLI::App& app) {
   AddOptimFlags(cmd, c.optim, o->run);
   cmd->callback([o] { RunTrainDraftLm(*o); });
   AddTrainEagle3(train);
+  AddTrainMedusa(train);
   AddTrainSpecBlock(train);
   AddTrainDflash(train, "dflash");
   AddTrainDflash(train, "jetspec");

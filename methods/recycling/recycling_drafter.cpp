@@ -2,34 +2,11 @@
 #include "methods/recycling/recycling_drafter.h"
 
 #include <algorithm>
-#include <queue>
-#include <tuple>
 
 #include "harness/base/error.h"
 #include "methods/common/logits_rows.h"
 
 namespace specbed {
-
-std::vector<TemplateNode> BuildRecyclingTemplate(int64_t nodes, int64_t top_k) {
-  SPECBED_CHECK(nodes >= 1 && top_k >= 1, "recycling template: nodes (", nodes, ") and top_k (",
-                top_k, ") must be >= 1");
-  // Candidates (cost = sum of rank + 1, depth, discovery order, parent, rank): a popped node
-  // offers its first child and its next sibling, so every rank path is found in cost order.
-  using Candidate = std::tuple<int64_t, int32_t, int64_t, int32_t, int32_t>;
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> frontier;
-  int64_t found = 0;
-  frontier.emplace(1, 1, found++, -1, 0);
-  std::vector<TemplateNode> out;
-  while (static_cast<int64_t>(out.size()) < nodes) {
-    const auto [c, depth, order, parent, rank] = frontier.top();
-    frontier.pop();
-    const int32_t self = static_cast<int32_t>(out.size());
-    out.push_back({parent, rank, depth});
-    frontier.emplace(c + 1, depth + 1, found++, self, 0);
-    if (rank + 1 < top_k) frontier.emplace(c + 1, depth, found++, parent, rank + 1);
-  }
-  return out;
-}
 
 void AdjacencyMatrix::Resize(int64_t vocab, int64_t k) {
   vocab_ = vocab;
@@ -69,7 +46,7 @@ void AdjacencyMatrix::Clear() {
 }
 
 RecyclingDrafter::RecyclingDrafter(const RecyclingOptions& options)
-    : options_(options), template_(BuildRecyclingTemplate(options.tree_nodes, options.top_k)) {}
+    : options_(options), template_(BuildRankTemplate(options.tree_nodes, options.top_k)) {}
 
 void RecyclingDrafter::Begin(const DraftBegin& begin) {
   SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(),

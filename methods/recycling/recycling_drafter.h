@@ -12,22 +12,9 @@
 
 #include "harness/engine/method.h"
 #include "methods/common/persist_scope.h"
+#include "methods/common/rank_template.h"
 
 namespace specbed {
-
-// One node of the static draft-tree template: its token is the `rank`-th entry (0 = best) of the
-// matrix row of its parent's token (parent -1 = the root).
-struct TemplateNode {
-  int32_t parent = -1;
-  int32_t rank = 0;
-  int32_t depth = 1;
-};
-
-// The `nodes` most likely rank paths, most likely first, under a geometric prior (the r-th
-// successor is taken with weight 2^-(r + 1), so a path's weight is 2^-(sum of (rank + 1))), ranks
-// below `top_k`; ties go to the shallower path, then to the one found first. Parents precede
-// their children. 1 <= nodes, 1 <= top_k.
-std::vector<TemplateNode> BuildRecyclingTemplate(int64_t nodes, int64_t top_k);
 
 // M[vocab, k] with an undo log of the current request's writes (the first old value of every row
 // written since BeginLog), so a request can be taken back.

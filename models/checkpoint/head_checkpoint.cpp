@@ -162,7 +162,8 @@ std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& wher
 void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
                          const nlohmann::json& recipe,
                          const std::map<std::string, at::Tensor>& tensors,
-                         SafetensorsDtype float_dtype, const std::string& where) {
+                         SafetensorsDtype float_dtype, const std::string& where,
+                         const std::string& tensor_file) {
   const at::ScalarType store = FloatScalarType(float_dtype);
   if (!recipe.is_null()) config_json[kHeadRecipeKey] = nlohmann::ordered_json(recipe);
   try {
@@ -184,7 +185,7 @@ void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_j
                                           t.sizes().vec(), t.data_ptr(),
                                           static_cast<size_t>(t.numel()) * t.element_size()});
   }
-  WriteSafetensors(dir + "/" + kSingleFile, views, {{"format", "pt"}});
+  WriteSafetensors(dir + "/" + tensor_file, views, {{"format", "pt"}});
 }
 
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name) {

@@ -49,12 +49,14 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
 std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& where);
 
 // Writes `dir`/config.json (`config_json` plus the recipe when not null) and
-// `dir`/model.safetensors: floating-point tensors as `float_dtype`, int64 / bool ones as they are.
+// `dir`/`tensor_file` (model.safetensors; Medusa: medusa_lm_head.safetensors): floating-point
+// tensors as `float_dtype`, int64 / bool ones as they are.
 // Creates `dir`.
 void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
                          const nlohmann::json& recipe,
                          const std::map<std::string, at::Tensor>& tensors,
-                         SafetensorsDtype float_dtype, const std::string& where);
+                         SafetensorsDtype float_dtype, const std::string& where,
+                         const std::string& tensor_file = "model.safetensors");
 
 // Seed of a tensor's random init: splitmix64 of seed ^ FNV-1a(name).
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name);

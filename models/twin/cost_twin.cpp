@@ -80,6 +80,14 @@ const Rule* FindRule(const std::string& name) {
   for (const Rule& r : Rules()) {
     if (EndsWithName(name, r.suffix)) return &r;
   }
+  // Medusa heads (methods/medusa): residual blocks "{k}.{j}.linear.weight/bias" over the
+  // hidden width, lm_heads "{k}.{L}.weight" [vocab, hidden].
+  static const Rule medusa_block{"linear.weight", {Axis::kHidden, Axis::kHidden}};
+  static const Rule medusa_bias{"linear.bias", {Axis::kHidden}};
+  static const Rule medusa_lm_head{"{k}.{L}.weight", {Axis::kKeep, Axis::kHidden}};
+  if (EndsWith(name, ".linear.weight")) return &medusa_block;
+  if (EndsWith(name, ".linear.bias")) return &medusa_bias;
+  if (std::regex_match(name, std::regex("[0-9]+\\.[0-9]+\\.weight"))) return &medusa_lm_head;
   static const Rule shift{"shift.*.weight", {Axis::kHidden, Axis::kHidden}};
   if (name.rfind("shift.", 0) == 0 && EndsWith(name, ".weight")) return &shift;
   // Any other 1-d "...norm.weight" (input_layernorm, post_attention_layernorm, hidden_norm,
@@ -303,9 +311,10 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
       continue;
     }
     const Rule* rule = FindRule(name);
-    SPECBED_CHECK(rule != nullptr, source, ": no cost-twin padding rule for tensor '", name,
-                  "' (shape [", t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
-                  "fc, *norm.weight (models/twin/cost_twin.cpp)");
+    SPECBED_CHECK(
+        rule != nullptr, source, ": no cost-twin padding rule for tensor '", name, "' (shape [",
+        t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
+        "fc, *norm.weight, Medusa's *.linear.* and {k}.{L}.weight (models/twin/cost_twin.cpp)");
     SPECBED_CHECK(t.dim() == static_cast<int64_t>(rule->axes.size()), source, ": tensor '", name,
                   "' has ", t.dim(), " dims, its rule expects ", rule->axes.size());
     at::Tensor padded = t.to(at::kFloat);

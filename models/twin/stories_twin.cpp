@@ -23,13 +23,17 @@ namespace fs = std::filesystem;
 struct DrafterSource {
   const char* family;  // folder under models/stories260K and in the twin set
   int64_t width_factor;
+  const char* tensor_file = "model.safetensors";  // the shipped weights (Medusa's published name)
 };
 
 // The shipped drafters and the width factor of each twin (target factor: kStoriesTwinWidthFactor).
 constexpr DrafterSource kDrafters[] = {
-    {"draft", kStoriesTwinDraftWidthFactor}, {"eagle3", kStoriesTwinWidthFactor},
-    {"dflash", kStoriesTwinWidthFactor},     {"jetspec", kStoriesTwinWidthFactor},
+    {"draft", kStoriesTwinDraftWidthFactor},
+    {"eagle3", kStoriesTwinWidthFactor},
+    {"dflash", kStoriesTwinWidthFactor},
+    {"jetspec", kStoriesTwinWidthFactor},
     {"specblock", kStoriesTwinWidthFactor},
+    {"medusa", kStoriesTwinWidthFactor, "medusa_lm_head.safetensors"},
 };
 
 // Bumped whenever the padding or the recipe changes, so old caches are rebuilt.
@@ -49,7 +53,7 @@ std::string SourceFingerprint() {
   std::vector<std::string> files = {HomePath("models/stories260K/stories260K.bin")};
   for (const DrafterSource& d : kDrafters) {
     files.push_back(SourceFolder(d.family) + "/config.json");
-    files.push_back(SourceFolder(d.family) + "/model.safetensors");
+    files.push_back(SourceFolder(d.family) + "/" + d.tensor_file);
   }
   for (const std::string& f : files) {
     auto mapped = MappedFile::Open(f);
@@ -67,6 +71,7 @@ StoriesTwinPaths PathsUnder(const std::string& root) {
   p.dflash = root + "/dflash";
   p.jetspec = root + "/jetspec";
   p.specblock = root + "/specblock";
+  p.medusa = root + "/medusa";
   return p;
 }
 

@@ -1,9 +1,10 @@
 // The built-in cost twin of stories260K and of its shipped drafters ("stories260K-twin",
-// "stories260K-twin-draft", "-eagle3", "-dflash", "-jetspec", "-specblock"): built on first use in
-// a few seconds into the cache ($SPECBED_CACHE, else $SPECBED_HOME/.cache; outside git) and reused
-// while the sources and the recipe are unchanged (a fingerprint of both is checked on every first
-// use in a process). Concurrent builders (sweep shards, parallel tests) take a file lock; a build
-// is written to a temporary folder and renamed into place, so a half-built twin is never read.
+// "stories260K-twin-draft", "-eagle3", "-dflash", "-jetspec", "-specblock", "-medusa"): built on
+// first use in a few seconds into the cache ($SPECBED_CACHE, else $SPECBED_HOME/.cache; outside
+// git) and reused while the sources and the recipe are unchanged (a fingerprint of both is checked
+// on every first use in a process). Concurrent builders (sweep shards, parallel tests) take a file
+// lock; a build is written to a temporary folder and renamed into place, so a half-built twin is
+// never read.
 //
 // The shape (measured with `specbed bench`, 1 thread, on the 2-core development machines; see
 // results/bench_issue12_twin_cpu.md):
@@ -43,6 +44,7 @@ struct StoriesTwinPaths {
   std::string dflash;     //   DFlash head
   std::string jetspec;    //   JetSpec head
   std::string specblock;  // SpecBlock drafter
+  std::string medusa;     // Medusa heads
 };
 
 // The cache root: $SPECBED_CACHE when set, else SpecBedHome() + "/.cache".

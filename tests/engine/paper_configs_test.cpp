@@ -345,7 +345,8 @@ TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
                                                     {"ngram", "n-gram"},
                                                     {"suffix", "suffix decoding"},
                                                     {"lookahead", "lookahead decoding"},
-                                                    {"recycling", "Token Recycling"}};
+                                                    {"recycling", "Token Recycling"},
+                                                    {"medusa", "Medusa"}};
   for (const std::string& name : runs) {
     ASSERT_EQ(shown.count(name), 1u) << name << ": add its display name here and to the docs";
     EXPECT_NE(readme.find(shown.at(name)), std::string::npos) << shown.at(name);

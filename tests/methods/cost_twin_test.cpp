@@ -329,6 +329,9 @@ TEST(DrafterCatalog, AutoResolvesPerTarget) {
             "stories260K-twin-draft");
   EXPECT_EQ(registry.ResolveKnobsFor("jetspec", none, "stories260K")["drafter"],
             "stories260K-jetspec");
+  EXPECT_EQ(registry.ResolveKnobsFor("medusa", none, "stories260K")["head"], "stories260K-medusa");
+  EXPECT_EQ(registry.ResolveKnobsFor("medusa", none, "stories260K-twin")["head"],
+            "stories260K-twin-medusa");
   const auto bp = registry.ResolveKnobsFor("dflash+blockpilot", none, "stories260K-twin");
   EXPECT_EQ(bp["drafter"], "stories260K-twin-dflash");
   EXPECT_EQ(bp["predictor"], "stories260K-blockpilot");

@@ -68,8 +68,11 @@ inline std::vector<std::vector<int32_t>> LookupSpecBenchIds(LoadedTarget& target
 // distribution (chi-square, cells of expected count < 5 pooled, reject at p < 1e-4: false-failure
 // rate about 1e-4, seeds fixed), with drafts accepted often enough to matter; the negative
 // control, greedy acceptance of the drafts (VerifierFault), fails the same check.
-inline void ExpectLosslessAtTemperatureOne(std::unique_ptr<Drafter> drafter, int64_t budget) {
-  std::shared_ptr<LlamaModel> target = TinyRandomTarget(21, 60.0);
+// `target`: the tiny target the drafter was built for (a drafter that reads the target's weights,
+// e.g. Medusa); null = a fresh TinyRandomTarget(21, 60).
+inline void ExpectLosslessAtTemperatureOne(std::unique_ptr<Drafter> drafter, int64_t budget,
+                                           std::shared_ptr<LlamaModel> target = nullptr) {
+  if (target == nullptr) target = TinyRandomTarget(21, 60.0);
   SpeculativeOptions options;
   options.budget = {budget, budget};
   options.sampling_rule = VerifyRule::kSampleFollow;

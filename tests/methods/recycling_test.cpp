@@ -43,8 +43,8 @@ TEST(TopkRows, CpuPassMatchesAtenTopkOnChosenRows) {
   EXPECT_THROW(TopkRows(logits, {0}, 301, ties), Error);
 }
 
-TEST(RecyclingTemplate, MostLikelyRankPathsParentsFirst) {
-  const std::vector<TemplateNode> t = BuildRecyclingTemplate(80, 8);
+TEST(RankTemplate, MostLikelyRankPathsParentsFirst) {
+  const std::vector<TemplateNode> t = BuildRankTemplate(80, 8);
   ASSERT_EQ(t.size(), 80u);
   // Cost 1: rank 0 at depth 1; cost 2: rank 1 at depth 1 (shallower first), then (0, 0).
   EXPECT_EQ(t[0].parent, -1);
@@ -68,7 +68,11 @@ TEST(RecyclingTemplate, MostLikelyRankPathsParentsFirst) {
   EXPECT_EQ(std::count_if(cost.begin(), cost.end(), [](int64_t c) { return c <= 6; }), 63);
   EXPECT_EQ(cost.back(), 7);
   // top_k 1: a chain.
-  for (const TemplateNode& n : BuildRecyclingTemplate(5, 1)) EXPECT_EQ(n.rank, 0);
+  for (const TemplateNode& n : BuildRankTemplate(5, 1)) EXPECT_EQ(n.rank, 0);
+  // A depth bound (Medusa: one depth per head) leaves fewer paths: 2 + 4 of depth <= 2, k = 2.
+  const std::vector<TemplateNode> shallow = BuildRankTemplate(100, 2, 2);
+  EXPECT_EQ(shallow.size(), 6u);
+  for (const TemplateNode& n : shallow) EXPECT_LE(n.depth, 2);
 }
 
 TEST(AdjacencyMatrix, UndoRestoresTheRequestsWrites) {

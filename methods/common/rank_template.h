@@ -1,0 +1,37 @@
+// Static draft-tree templates over ranks: a node is "the r-th best candidate below my parent",
+// the shape Token Recycling (successors from an adjacency matrix) and Medusa (head k's top-r at
+// depth k + 1) draft from. Built from a geometric prior, or parsed from Medusa's published
+// "medusa choices" format (a list of rank paths).
+// Checked by: tests/methods/recycling_test.cpp (prior template), tests/methods/medusa_test.cpp
+// (choices parsing and refusals).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specbed {
+
+// One template node: its token is the `rank`-th candidate (0 = best) below its parent (-1 = the
+// root); depth 1 = a child of the root.
+struct TemplateNode {
+  int32_t parent = -1;
+  int32_t rank = 0;
+  int32_t depth = 1;
+};
+
+// The `nodes` most likely rank paths, most likely first, under a geometric prior (the r-th
+// candidate is taken with weight 2^-(r + 1), so a path's weight is 2^-(sum of (rank + 1))), ranks
+// below `top_k`, depth at most `max_depth` (0 = unbounded); ties go to the shallower path, then to
+// the one found first. Parents precede their children. Fewer nodes when the depth bound leaves
+// fewer paths. nodes >= 1, top_k >= 1, max_depth >= 0.
+std::vector<TemplateNode> BuildRankTemplate(int64_t nodes, int64_t top_k, int64_t max_depth = 0);
+
+// A template from rank paths in Medusa's "medusa choices" format, e.g. "[[0], [0, 0], [1]]" (JSON):
+// every path non-empty, ranks in [0, top_k), at most `max_depth` long, no path twice, every
+// proper prefix present. Nodes come out sorted by depth, then by path (Medusa's order), so parents
+// precede children. Throws specbed::Error naming `context` and the offending path.
+std::vector<TemplateNode> ParseRankChoices(const std::string& json, int64_t top_k,
+                                           int64_t max_depth, const std::string& context);
+
+}  // namespace specbed

@@ -1,0 +1,76 @@
+// MedusaDrafter (see medusa_drafter.h).
+#include "methods/medusa/medusa_drafter.h"
+
+#include <ATen/ATen.h>
+
+#include "harness/base/error.h"
+#include "methods/common/logits_rows.h"
+
+namespace specbed {
+
+std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, int64_t num_heads,
+                                         const std::string& context) {
+  if (options.choices.empty()) {
+    return BuildRankTemplate(options.tree_nodes, options.top_k, num_heads);
+  }
+  return ParseRankChoices(options.choices, options.top_k, num_heads, context);
+}
+
+MedusaDrafter::MedusaDrafter(LlamaModel& target, MedusaHead head, const MedusaOptions& options)
+    : target_(target),
+      head_(std::move(head)),
+      options_(options),
+      template_(MedusaTemplate(options, head_.config.num_heads, "medusa knob choices")) {
+  const LlamaConfig& c = target.config();
+  SPECBED_CHECK(head_.config.hidden_size == c.dim && head_.config.vocab_size == c.vocab_size,
+                "medusa: the heads (hidden ", head_.config.hidden_size, ", vocab ",
+                head_.config.vocab_size, ") do not fit the target (hidden ", c.dim, ", vocab ",
+                c.vocab_size, ")");
+  SPECBED_CHECK(options.top_k >= 1 && options.top_k <= c.vocab_size, "medusa: top_k ",
+                options.top_k, " outside [1, ", c.vocab_size, "]");
+  const at::Device device = target.weights().final_norm.device();
+  for (auto& [name, t] : head_.tensors) t = t.to(device, at::kFloat).contiguous();
+  norm_weight_ = target.weights().final_norm.to(at::kFloat);
+  for (int64_t k = 0; k < head_.config.num_heads; ++k) head_rows_.push_back(k);
+}
+
+std::vector<int64_t> MedusaDrafter::TargetHiddenLayers() const {
+  return {target_.config().n_layers};
+}
+
+void MedusaDrafter::KeepLastHidden(const at::Tensor& hidden) {
+  SPECBED_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == target_.config().dim,
+                "medusa drafter: expected the target's last hidden states [1, S, dim]");
+  const at::Tensor x = hidden.select(1, hidden.size(1) - 1).to(at::kFloat);  // [1, dim]
+  const at::Tensor rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + target_.config().norm_eps);
+  normed_ = x * rms * norm_weight_;
+}
+
+void MedusaDrafter::Begin(const DraftBegin& begin) {
+  SPECBED_CHECK(begin.hidden.size() == 1, "medusa drafter: needs the target's last hidden layer");
+  KeepLastHidden(begin.hidden[0]);
+}
+
+void MedusaDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  at::NoGradGuard no_grad;
+  const int64_t k_heads = head_.config.num_heads;
+  const at::Tensor logits = MedusaLogits(head_, normed_).view({k_heads, head_.config.vocab_size});
+  TopkRows(logits, head_rows_, options_.top_k, candidates_);
+  node_of_.assign(template_.size(), -1);
+  for (size_t i = 0; i < template_.size() && tree.size() < step.budget.nodes; ++i) {
+    const TemplateNode& t = template_[i];
+    if (t.depth > step.budget.depth) continue;
+    const int32_t parent = t.parent < 0 ? -1 : node_of_[t.parent];
+    if (t.parent >= 0 && parent < 0) continue;  // the parent did not fit
+    const int32_t token = candidates_[(t.depth - 1) * options_.top_k + t.rank];
+    node_of_[i] = tree.AddNode(token, parent);
+  }
+}
+
+void MedusaDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
+  SPECBED_CHECK(verdict.hidden.size() == 1,
+                "medusa drafter: the verdict carries no target hidden states");
+  KeepLastHidden(verdict.hidden[0]);
+}
+
+}  // namespace specbed

@@ -1,0 +1,142 @@
+// Medusa head files and forward (see medusa_head.h).
+#include "methods/medusa/medusa_head.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "models/checkpoint/head_checkpoint.h"
+
+namespace specbed {
+namespace {
+
+int64_t PositiveField(const nlohmann::json& config, const char* key, const std::string& where) {
+  SPECBED_CHECK(
+      config.contains(key) && config[key].is_number_integer() && config[key].get<int64_t>() >= 1,
+      where, ": config.json needs a positive integer \"", key, "\"");
+  return config[key].get<int64_t>();
+}
+
+void CheckShape(const std::map<std::string, at::Tensor>& tensors,
+                const std::map<std::string, std::string>& origin, const std::string& name,
+                std::vector<int64_t> shape, const std::string& where) {
+  const auto it = tensors.find(name);
+  SPECBED_CHECK(it != tensors.end(), where, ": tensor '", name,
+                "' is missing (medusa_num_heads / medusa_num_layers in config.json imply it)");
+  SPECBED_CHECK(it->second.sizes().vec() == shape, where, ": ", origin.at(name), " has shape ",
+                it->second.sizes(), ", expected ", at::IntArrayRef(shape));
+}
+
+}  // namespace
+
+std::string MedusaBlockWeightName(int64_t head, int64_t layer) {
+  return std::to_string(head) + "." + std::to_string(layer) + ".linear.weight";
+}
+std::string MedusaBlockBiasName(int64_t head, int64_t layer) {
+  return std::to_string(head) + "." + std::to_string(layer) + ".linear.bias";
+}
+std::string MedusaLmHeadName(int64_t head, int64_t num_layers) {
+  return std::to_string(head) + "." + std::to_string(num_layers) + ".weight";
+}
+
+MedusaHead ReadMedusaCheckpoint(const std::string& dir, int64_t target_dim, int64_t target_vocab) {
+  const std::string where = "Medusa checkpoint '" + dir + "'";
+  const HeadConfigFile file = ReadHeadConfig(dir, where);
+  MedusaHead head;
+  MedusaConfig& c = head.config;
+  c.num_heads = PositiveField(file.config, "medusa_num_heads", where);
+  c.num_layers = PositiveField(file.config, "medusa_num_layers", where);
+  if (file.config.contains("base_model_name_or_path") &&
+      file.config["base_model_name_or_path"].is_string()) {
+    c.base_model = file.config["base_model_name_or_path"].get<std::string>();
+  }
+  HeadTensors read =
+      ReadHeadTensors(dir, where,
+                      "(torch.load the medusa_lm_head.pt state dict and save_file it as "
+                      "medusa_lm_head.safetensors with the same names)");
+  const std::string lm0 = MedusaLmHeadName(0, c.num_layers);
+  const auto it = read.tensors.find(lm0);
+  SPECBED_CHECK(it != read.tensors.end() && it->second.dim() == 2, where, ": tensor '", lm0,
+                "' (head 0's lm_head, [vocab, hidden]) is missing");
+  c.vocab_size = it->second.size(0);
+  c.hidden_size = it->second.size(1);
+  SPECBED_CHECK(target_dim <= 0 || c.hidden_size == target_dim, where, ": hidden size ",
+                c.hidden_size, " (from '", lm0, "') does not match the target's ", target_dim);
+  SPECBED_CHECK(target_vocab <= 0 || c.vocab_size == target_vocab, where, ": vocabulary ",
+                c.vocab_size, " (from '", lm0, "') does not match the target's ", target_vocab);
+  std::set<std::string> expected;
+  for (int64_t k = 0; k < c.num_heads; ++k) {
+    for (int64_t j = 0; j < c.num_layers; ++j) {
+      CheckShape(read.tensors, read.origin, MedusaBlockWeightName(k, j),
+                 {c.hidden_size, c.hidden_size}, where);
+      CheckShape(read.tensors, read.origin, MedusaBlockBiasName(k, j), {c.hidden_size}, where);
+      expected.insert({MedusaBlockWeightName(k, j), MedusaBlockBiasName(k, j)});
+    }
+    CheckShape(read.tensors, read.origin, MedusaLmHeadName(k, c.num_layers),
+               {c.vocab_size, c.hidden_size}, where);
+    expected.insert(MedusaLmHeadName(k, c.num_layers));
+  }
+  for (const auto& [name, t] : read.tensors) {
+    SPECBED_CHECK(expected.count(name), where, ": unexpected tensor ", read.origin.at(name),
+                  " (medusa_num_heads ", c.num_heads, ", medusa_num_layers ", c.num_layers, ")");
+  }
+  head.tensors = std::move(read.tensors);
+  return head;
+}
+
+void WriteMedusaCheckpoint(const std::string& dir, const MedusaHead& head,
+                           const nlohmann::json& recipe) {
+  const MedusaConfig& c = head.config;
+  nlohmann::ordered_json config = c.base_fields;
+  config["architectures"] = {"MedusaModel"};
+  config["medusa_num_heads"] = c.num_heads;
+  config["medusa_num_layers"] = c.num_layers;
+  config["base_model_name_or_path"] = c.base_model;
+  config["hidden_size"] = c.hidden_size;
+  config["vocab_size"] = c.vocab_size;
+  config["torch_dtype"] = "float32";
+  WriteHeadCheckpoint(dir, config, recipe, head.tensors, SafetensorsDtype::kF32,
+                      "Medusa checkpoint '" + dir + "'", kMedusaTensorFile);
+}
+
+MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head) {
+  SPECBED_CHECK(config.num_heads >= 1 && config.num_layers >= 1,
+                "Medusa: num_heads and num_layers must be >= 1");
+  MedusaHead head;
+  head.config = config;
+  const at::Tensor base = lm_head.to(at::kCPU, at::kFloat).contiguous();
+  head.config.vocab_size = base.size(0);
+  head.config.hidden_size = base.size(1);
+  const int64_t d = head.config.hidden_size;
+  for (int64_t k = 0; k < config.num_heads; ++k) {
+    for (int64_t j = 0; j < config.num_layers; ++j) {
+      head.tensors[MedusaBlockWeightName(k, j)] = at::zeros({d, d});
+      head.tensors[MedusaBlockBiasName(k, j)] = at::zeros({d});
+    }
+    head.tensors[MedusaLmHeadName(k, config.num_layers)] = base.clone();
+  }
+  return head;
+}
+
+at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden) {
+  const MedusaConfig& c = head.config;
+  SPECBED_CHECK(
+      hidden.dim() == 2 && hidden.size(1) == c.hidden_size && hidden.scalar_type() == at::kFloat,
+      "MedusaLogits: hidden must be float32 [N, ", c.hidden_size, "], got ", hidden.sizes(), " ",
+      hidden.scalar_type());
+  std::vector<at::Tensor> out;
+  out.reserve(c.num_heads);
+  for (int64_t k = 0; k < c.num_heads; ++k) {
+    at::Tensor h = hidden;
+    for (int64_t j = 0; j < c.num_layers; ++j) {
+      h = h + at::silu(at::linear(h, head.tensors.at(MedusaBlockWeightName(k, j)),
+                                  head.tensors.at(MedusaBlockBiasName(k, j))));
+    }
+    out.push_back(at::linear(h, head.tensors.at(MedusaLmHeadName(k, c.num_layers))));
+  }
+  return at::stack(out);
+}
+
+}  // namespace specbed

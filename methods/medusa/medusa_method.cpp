@@ -1,0 +1,95 @@
+// Registration of `medusa`: Medusa-1 heads draft a sparse tree from the target's last hidden
+// state (MedusaDrafter) on the default SpeculativeDecoder; `sample_follow` at T > 0 (lossless;
+// Medusa's typical acceptance, which is lossy, is not built).
+// Checked by: tests/methods/medusa_test.cpp.
+#include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/medusa/medusa_drafter.h"
+#include "methods/method_registry.h"
+#include "models/drafter_catalog.h"
+
+namespace specbed {
+namespace {
+
+std::string ResolveMedusaHead(const std::string& name_or_path) {
+  if (IsNamedDrafter(name_or_path, "medusa")) return ResolveDrafterDir(name_or_path);
+  SPECBED_CHECK(PathExists(name_or_path), "medusa: head '", name_or_path,
+                "' is neither a known head (stories260K-medusa, stories260K-twin-medusa) nor an "
+                "existing directory");
+  return name_or_path;
+}
+
+MedusaOptions OptionsOf(const nlohmann::json& knobs) {
+  MedusaOptions o;
+  o.tree_nodes = knobs.at("tree_nodes").get<int64_t>();
+  o.top_k = knobs.at("top_k").get<int64_t>();
+  o.choices = knobs.at("choices").get<std::string>();
+  return o;
+}
+
+}  // namespace
+
+void RegisterMedusaMethod(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "medusa";
+  info.description =
+      "Medusa-1: K residual heads on the target's last hidden state predict tokens t+2..t+K+1; "
+      "their top-k candidates fill a static sparse tree verified in one forward";
+  info.paper = "Cai et al., Medusa (ICML 2024, arXiv:2401.10774)";
+  info.traits.speculative = true;
+  info.traits.lossless = true;
+  info.traits.tree = true;
+  info.traits.needs_drafter = true;
+  info.traits.needs_target_hidden = true;
+  info.traits.sampling_verifier = "sample_follow";
+  info.traits.drafter_knob = "head";
+  info.knobs = {
+      {"tree_nodes",
+       16,
+       "nodes of the prior sparse tree (most likely rank paths; ignored when choices is set)",
+       1,
+       256,
+       {}},
+      {"top_k", 10, "candidates read from each head (Medusa: 10)", 1, 64, {}},
+      {"choices",
+       "",
+       "a sparse tree in Medusa's choices format, e.g. [[0], [0, 0], [1]] (JSON rank paths; "
+       "paste a published one such as the 63-node mc_sim_7b_63); empty = the prior tree",
+       1,
+       0,
+       {}},
+      {"head",
+       "auto",
+       "Medusa heads: a known name (stories260K-medusa, stories260K-twin-medusa), a checkpoint "
+       "directory in the published layout, or auto = the target's shipped heads",
+       1,
+       0,
+       {},
+       "medusa"},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveMedusaHead(knobs.at("head").get<std::string>());
+    const MedusaOptions o = OptionsOf(knobs);
+    if (!o.choices.empty()) MedusaTemplate(o, /*num_heads=*/64, "medusa knob choices");
+  };
+  info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
+    const LlamaConfig& t = context.target->model->config();
+    MedusaHead head = ReadMedusaCheckpoint(ResolveMedusaHead(knobs.at("head").get<std::string>()),
+                                           t.dim, t.vocab_size);
+    const MedusaOptions o = OptionsOf(knobs);
+    auto drafter = std::make_unique<MedusaDrafter>(*context.target->model, std::move(head), o);
+    SpeculativeOptions options;
+    options.budget.nodes = static_cast<int64_t>(drafter->tree_template().size());
+    options.budget.depth = 0;
+    for (const TemplateNode& n : drafter->tree_template()) {
+      options.budget.depth = std::max<int64_t>(options.budget.depth, n.depth);
+    }
+    options.sampling_rule = VerifyRule::kSampleFollow;
+    return std::make_unique<SpeculativeDecoder>(
+        *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
+  };
+  registry.Register(std::move(info));
+}
+
+}  // namespace specbed

@@ -1,0 +1,238 @@
+// The `medusa` method (Medusa-1 heads, methods/medusa/): the published layout (a file written here
+// with Medusa's own tensor names loads and computes the published forward; a wrong shape, a
+// missing head or an extra tensor is refused naming the tensor; round trip), sparse trees from
+// Medusa's choices format, `specbed train medusa` (loss goes down, resume is exact, the written
+// heads load and draft), token identity with AR at T = 0 on every story prompt and on Spec-Bench
+// prompts with the shipped heads (drafts accepted), and the T = 1 chi-square test with a negative
+// control.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/engine/speculative_decoder.h"
+#include "methods/common/rank_template.h"
+#include "methods/common/train/regen.h"
+#include "methods/medusa/medusa_drafter.h"
+#include "methods/medusa/medusa_head.h"
+#include "methods/medusa/medusa_trainer.h"
+#include "methods/method_registry.h"
+#include "models/checkpoint/safetensors.h"
+#include "tests/methods/lookup_test_util.h"
+#include "tests/models/model_test_util.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// Writes a Medusa directory the way the published repositories do: config.json with only the
+// Medusa fields and medusa_lm_head.safetensors under the published names.
+void WritePublished(const std::string& dir, int64_t heads, int64_t declared_heads,
+                    const std::map<std::string, at::Tensor>& tensors) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << "{\"medusa_num_heads\": " << declared_heads
+      << ", \"medusa_num_layers\": 1, \"base_model_name_or_path\": \"lmsys/vicuna-7b-v1.3\"}\n";
+  std::vector<SafetensorsTensorView> views;
+  for (const auto& [name, t] : tensors) {
+    views.push_back({name, SafetensorsDtype::kF32, t.sizes().vec(), t.data_ptr(),
+                     static_cast<size_t>(t.numel()) * sizeof(float)});
+  }
+  WriteSafetensors(dir + "/medusa_lm_head.safetensors", views, {{"format", "pt"}});
+  (void)heads;
+}
+
+std::map<std::string, at::Tensor> PublishedTensors(int64_t heads, int64_t d, int64_t v) {
+  at::manual_seed(1);
+  std::map<std::string, at::Tensor> t;
+  for (int64_t k = 0; k < heads; ++k) {
+    const std::string p = std::to_string(k);
+    t[p + ".0.linear.weight"] = at::randn({d, d}) * 0.1;
+    t[p + ".0.linear.bias"] = at::randn({d}) * 0.1;
+    t[p + ".1.weight"] = at::randn({v, d});
+  }
+  return t;
+}
+
+TEST(MedusaHead, PublishedLayoutLoadsAndComputesThePublishedForward) {
+  const std::string dir = testing_util::ScratchDir("medusa_published");
+  const auto tensors = PublishedTensors(2, 8, 11);
+  WritePublished(dir, 2, 2, tensors);
+  const MedusaHead head = ReadMedusaCheckpoint(dir, 8, 11);
+  EXPECT_EQ(head.config.num_heads, 2);
+  EXPECT_EQ(head.config.num_layers, 1);
+  EXPECT_EQ(head.config.hidden_size, 8);
+  EXPECT_EQ(head.config.vocab_size, 11);
+  EXPECT_EQ(head.config.base_model, "lmsys/vicuna-7b-v1.3");
+  const at::Tensor h = at::randn({3, 8});
+  const at::Tensor logits = MedusaLogits(head, h);
+  ASSERT_EQ(logits.sizes().vec(), (std::vector<int64_t>{2, 3, 11}));
+  for (int64_t k = 0; k < 2; ++k) {  // ResBlock: x + SiLU(W x + b), then the head's lm_head
+    const std::string p = std::to_string(k);
+    const at::Tensor x = h + at::silu(at::matmul(h, tensors.at(p + ".0.linear.weight").t()) +
+                                      tensors.at(p + ".0.linear.bias"));
+    EXPECT_TRUE(
+        at::allclose(logits[k], at::matmul(x, tensors.at(p + ".1.weight").t()), 1e-5, 1e-5));
+  }
+  // Round trip through SpecBed's writer.
+  const std::string copy = dir + "_copy";
+  WriteMedusaCheckpoint(copy, head);
+  EXPECT_TRUE(fs::exists(copy + "/medusa_lm_head.safetensors"));
+  const MedusaHead back = ReadMedusaCheckpoint(copy);
+  for (const auto& [name, t] : head.tensors) EXPECT_TRUE(at::equal(back.tensors.at(name), t));
+}
+
+TEST(MedusaHead, WrongShapeMissingHeadOrExtraTensorIsRefusedNamingIt) {
+  const std::string dir = testing_util::ScratchDir("medusa_refusals");
+  auto tensors = PublishedTensors(2, 8, 11);
+  tensors["1.0.linear.weight"] = at::zeros({8, 9});
+  WritePublished(dir, 2, 2, tensors);
+  std::string e = ErrorOf([&] { ReadMedusaCheckpoint(dir); });
+  EXPECT_NE(e.find("'1.0.linear.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected [8, 8]"), std::string::npos) << e;
+
+  WritePublished(dir, 2, 3, PublishedTensors(2, 8, 11));  // config says 3 heads
+  e = ErrorOf([&] { ReadMedusaCheckpoint(dir); });
+  EXPECT_NE(e.find("'2.0.linear.weight' is missing"), std::string::npos) << e;
+
+  auto extra = PublishedTensors(2, 8, 11);
+  extra["2.1.weight"] = at::zeros({11, 8});
+  WritePublished(dir, 2, 2, extra);
+  e = ErrorOf([&] { ReadMedusaCheckpoint(dir); });
+  EXPECT_NE(e.find("unexpected tensor"), std::string::npos) << e;
+  EXPECT_NE(e.find("'2.1.weight'"), std::string::npos) << e;
+
+  WritePublished(dir, 2, 2, PublishedTensors(2, 8, 11));
+  e = ErrorOf([&] { ReadMedusaCheckpoint(dir, 8, 12); });
+  EXPECT_NE(e.find("does not match the target's 12"), std::string::npos) << e;
+}
+
+TEST(RankChoices, MedusaFormatParsesSortsAndRefusesBadTrees) {
+  const auto t = ParseRankChoices("[[1], [0, 1], [0], [0, 0]]", 10, 4, "test");
+  ASSERT_EQ(t.size(), 4u);  // sorted: [0] [1] [0,0] [0,1]
+  EXPECT_EQ(t[0].parent, -1);
+  EXPECT_EQ(t[1].rank, 1);
+  EXPECT_EQ(t[2].parent, 0);
+  EXPECT_EQ(t[3].parent, 0);
+  EXPECT_EQ(t[3].rank, 1);
+  EXPECT_EQ(t[3].depth, 2);
+  auto err = [](const std::string& json, int64_t depth = 4) {
+    return ErrorOf([&] { ParseRankChoices(json, 10, depth, "medusa knob choices"); });
+  };
+  EXPECT_NE(err("[[0, 1]]").find("has no parent [0]"), std::string::npos);
+  EXPECT_NE(err("[[0], [10]]").find("rank 10 outside [0, 10)"), std::string::npos);
+  EXPECT_NE(err("[[0], [0, 0]]", 1).find("deeper than 1"), std::string::npos);
+  EXPECT_NE(err("[[0], [0]]").find("listed twice"), std::string::npos);
+  EXPECT_NE(err("[[0]").find("not JSON"), std::string::npos);
+  EXPECT_NE(err("[[]]").find("not a non-empty list"), std::string::npos);
+}
+
+TEST(MedusaTrainer, LossGoesDownResumesExactlyAndTheHeadsDraft) {
+  at::set_num_threads(1);
+  const std::string dir = testing_util::ScratchDir("medusa_trainer");
+  RegenConfig rc;
+  rc.prompts = "bos";
+  rc.n_sequences = 24;
+  rc.max_new_tokens = 40;
+  rc.seed = 3;
+  WriteRegenData(dir + "/data.regen.safetensors", GenerateRegenData(rc, false));
+  MedusaTrainConfig c;
+  c.data = dir + "/data.regen.safetensors";
+  c.num_heads = 3;
+  c.max_len = 32;
+  c.n_eval = 4;
+  c.optim = DefaultMedusaOptim();
+  c.optim.steps = 30;
+  c.optim.batch = 4;
+  c.optim.warmup = 3;
+  c.optim.lr = 1e-2;
+  c.optim.checkpoint_every = 10;
+  c.optim.eval_every = 0;
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  const MedusaTrainResult full = TrainMedusa(c, dir + "/full", quiet);
+  ASSERT_TRUE(full.loop.finished);
+  EXPECT_LT(full.loop.final_loss, 0.8 * full.loop.first_loss);
+  TrainLoopOptions stop = quiet;
+  stop.stop_after = 14;
+  EXPECT_FALSE(TrainMedusa(c, dir + "/split", stop).loop.finished);
+  const MedusaTrainResult resumed = TrainMedusa(c, dir + "/split", quiet);
+  ASSERT_TRUE(resumed.loop.finished);
+  EXPECT_EQ(resumed.loop.eval.loss, full.loop.eval.loss);
+  EXPECT_TRUE(fs::exists(dir + "/full/medusa_lm_head.safetensors"));
+  EXPECT_THROW(
+      {
+        MedusaTrainConfig bad = c;
+        bad.num_heads = 0;
+        TrainMedusa(bad, dir + "/bad", quiet);
+      },
+      Error);
+
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodContext context;
+  context.target = &target;
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  auto decoder = registry.Build("medusa", context, {{"head", dir + "/full"}, {"tree_nodes", 8}});
+  const auto stories = testing_util::StoryIds(target);
+  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, {stories[0], stories[1]}, 32), 0);
+}
+
+TEST(Medusa, MatchesArOnEveryStoryPromptAndOnSpecBench) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodContext context;
+  context.target = &target;
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  const MethodInfo& info = registry.Info("medusa");
+  EXPECT_TRUE(info.traits.lossless && info.traits.tree && info.traits.needs_drafter);
+  EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
+  std::unique_ptr<Decoder> decoder = registry.Build("medusa", context, nlohmann::json::object());
+  const auto stories = testing_util::StoryIds(target);
+  ASSERT_EQ(stories.size(), 32u);
+  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, stories, 64), 0);
+  const auto spec_bench = testing_util::LookupSpecBenchIds(target);
+  ASSERT_EQ(spec_bench.size(), 8u);
+  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, spec_bench, 64), 0);
+  // A published-format tree through the choices knob.
+  std::unique_ptr<Decoder> chosen = registry.Build(
+      "medusa", context, {{"choices", "[[0], [0, 0], [1], [0, 1], [0, 0, 0], [2]]"}});
+  EXPECT_GT(testing_util::ExpectArTokens(*chosen, target, {stories[0], stories[5]}, 64), 0);
+  EXPECT_THROW(registry.Build("medusa", context, {{"choices", "[[0, 0]]"}}), Error);
+}
+
+// At T = 1 (sample_follow over deterministic trees) the output is the target's distribution;
+// the greedy-acceptance negative control fails (testing_util::ExpectLosslessAtTemperatureOne).
+// The heads are Medusa-1's initialisation on the tiny target (each head = the target's lm_head).
+TEST(Medusa, LosslessAtTemperatureOne) {
+  at::set_num_threads(1);
+  std::shared_ptr<LlamaModel> target = testing_util::TinyRandomTarget(21, 60.0);
+  MedusaConfig mc;
+  mc.num_heads = 3;
+  MedusaOptions o;
+  o.tree_nodes = 6;
+  o.top_k = 2;
+  testing_util::ExpectLosslessAtTemperatureOne(
+      std::make_unique<MedusaDrafter>(*target, InitMedusaHead(mc, target->weights().lm_head), o), 6,
+      target);
+}
+
+}  // namespace
+}  // namespace specbed
