@@ -212,7 +212,8 @@ void AddTrainSpecBlock(CLI::App* train) {
   cmd->add_option("--rank-hidden", c.rank_hidden, "Rank-head MLP width")->capture_default_str();
   cmd->add_option("--blocks", c.blocks, "Chained blocks in training (1 or 2)")
       ->capture_default_str();
-  cmd->add_option("--rank-warmup", c.rank_warmup, "Steps before the rank-head loss is on")
+  cmd->add_option("--rank-warmup", c.rank_warmup,
+                  "Steps before the rank-head loss is on (-1 = 3/8 of --steps; must be < --steps)")
       ->capture_default_str();
   cmd->add_option("--valid-prefix", c.valid_prefix, "Valid-prefix mask (false: the ablation)")
       ->capture_default_str();

@@ -2,7 +2,7 @@
 // SpeculativeDecoder, both branches in one tree-masked verify forward; `sample_follow` at T > 0
 // (deterministic drafts, so it is lossless).
 // Checked by: tests/methods/lookahead_test.cpp.
-#include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/lookahead/lookahead_drafter.h"
 #include "methods/method_registry.h"
 
@@ -18,10 +18,7 @@ void RegisterLookaheadMethod(MethodRegistry& registry) {
   info.paper =
       "Fu et al., Break the Sequential Dependency of LLM Inference Using Lookahead "
       "Decoding (ICML 2024)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.tree = true;
-  info.traits.sampling_verifier = "sample_follow";
+  info.traits = SampleFollowTraits(/*tree=*/true);
   info.knobs = {
       {"window", 7, "W: Jacobi window columns (Spec-Bench: 7)", 1, 32, {}},
       {"level", 5, "N: n-gram size, the window keeps N-1 levels (Spec-Bench: 5)", 2, 16, {}},
@@ -34,12 +31,8 @@ void RegisterLookaheadMethod(MethodRegistry& registry) {
     lookahead.level = knobs.at("level").get<int64_t>();
     lookahead.guess = knobs.at("guess").get<int64_t>();
     lookahead.pool_from_prompt = knobs.at("pool_from_prompt").get<bool>();
-    SpeculativeOptions options;
-    options.budget = LookaheadBudget(lookahead);
-    options.sampling_rule = VerifyRule::kSampleFollow;
-    return std::make_unique<SpeculativeDecoder>(
-        *context.target->model, context.target->tokenizer.get(),
-        std::make_unique<LookaheadDrafter>(lookahead), options);
+    return SampleFollowDecoder(context, std::make_unique<LookaheadDrafter>(lookahead),
+                               LookaheadBudget(lookahead));
   };
   registry.Register(std::move(info));
 }

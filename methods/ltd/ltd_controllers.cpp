@@ -99,7 +99,8 @@ bool SvipController::ContinueDrafting(const DraftRoundInfo& info) {
 
 GammatuneController::GammatuneController(int64_t nodes, double initial, double gamma_min,
                                          double gamma_max, double eta)
-    : TreeShapeController(static_cast<int64_t>(std::ceil(gamma_max)), nodes),
+    : TreeShapeController(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(gamma_max)) - 1),
+                          nodes),
       initial_(initial),
       gamma_min_(gamma_min),
       gamma_max_(gamma_max),
@@ -112,7 +113,7 @@ GammatuneController::GammatuneController(int64_t nodes, double initial, double g
 }
 
 int64_t GammatuneController::Rounds() const {
-  return std::clamp<int64_t>(std::llround(gamma_), 1, max_rounds_);
+  return std::clamp<int64_t>(std::llround(gamma_) - 1, 1, max_rounds_);
 }
 
 void GammatuneController::BeginSequence(const DraftBegin& begin, DraftBudget& budget) {

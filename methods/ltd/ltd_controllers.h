@@ -96,14 +96,16 @@ class SvipController : public TreeShapeController {
 
 class GammatuneController : public TreeShapeController {
  public:
-  // gamma starts at `initial` each sequence; bounds [gamma_min, gamma_max]; rate eta.
+  // gamma is a tree depth, in the unit of the accepted-draft count it is updated with (a tree of
+  // depth d = d - 1 expansion rounds); it starts at `initial` each sequence; bounds [gamma_min,
+  // gamma_max]; rate eta.
   GammatuneController(int64_t nodes, double initial, double gamma_min, double gamma_max,
                       double eta);
   void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
   void BeforeStep(const DraftStep& step, DraftBudget& budget) override;
   void AfterStep(const DraftTree& tree, const Verdict& verdict) override;
   double gamma() const { return gamma_; }
-  // Rounds of the next step: round(gamma) clipped to [1, max_rounds].
+  // Rounds of the next step: round(gamma) - 1 clipped to [1, max_rounds].
   int64_t Rounds() const;
 
  private:

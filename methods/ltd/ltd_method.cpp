@@ -244,7 +244,7 @@ void RegisterGammatune(MethodRegistry& registry) {
   info.knobs = {
       HeadKnob(),
       {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
-      {"depth", 8, "default depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2, 20},
+      {"depth", 8, "default tree depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2, 20},
       {"eta", 0.2, "adaptation rate", 0.001, 1},
       {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
   };
@@ -253,6 +253,8 @@ void RegisterGammatune(MethodRegistry& registry) {
   };
   info.factory = [](MethodContext& context,
                     const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    // gamma is a tree depth, the unit of the accepted-draft count it follows: 8 (= EAGLE's 7
+    // rounds + 1) by default, bounds 4 and 12 as the LTD paper sets them.
     const double d = static_cast<double>(knobs.at("depth").get<int64_t>());
     const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
     auto c = std::make_unique<GammatuneController>(nodes, d, 0.5 * d, 1.5 * d,

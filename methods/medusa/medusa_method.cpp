@@ -2,9 +2,11 @@
 // state (MedusaDrafter) on the default SpeculativeDecoder; `sample_follow` at T > 0 (lossless;
 // Medusa's typical acceptance, which is lossy, is not built).
 // Checked by: tests/methods/medusa_test.cpp.
+#include <algorithm>
+
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
-#include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"
 #include "models/drafter_catalog.h"
@@ -37,12 +39,9 @@ void RegisterMedusaMethod(MethodRegistry& registry) {
       "Medusa-1: K residual heads on the target's last hidden state predict tokens t+2..t+K+1; "
       "their top-k candidates fill a static sparse tree verified in one forward";
   info.paper = "Cai et al., Medusa (ICML 2024, arXiv:2401.10774)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.tree = true;
+  info.traits = SampleFollowTraits(/*tree=*/true);
   info.traits.needs_drafter = true;
   info.traits.needs_target_hidden = true;
-  info.traits.sampling_verifier = "sample_follow";
   info.traits.drafter_knob = "head";
   info.knobs = {
       {"tree_nodes",
@@ -79,15 +78,11 @@ void RegisterMedusaMethod(MethodRegistry& registry) {
                                            t.dim, t.vocab_size);
     const MedusaOptions o = OptionsOf(knobs);
     auto drafter = std::make_unique<MedusaDrafter>(*context.target->model, std::move(head), o);
-    SpeculativeOptions options;
-    options.budget.nodes = static_cast<int64_t>(drafter->tree_template().size());
-    options.budget.depth = 0;
+    DraftBudget budget{static_cast<int64_t>(drafter->tree_template().size()), 0};
     for (const TemplateNode& n : drafter->tree_template()) {
-      options.budget.depth = std::max<int64_t>(options.budget.depth, n.depth);
+      budget.depth = std::max<int64_t>(budget.depth, n.depth);
     }
-    options.sampling_rule = VerifyRule::kSampleFollow;
-    return std::make_unique<SpeculativeDecoder>(
-        *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
+    return SampleFollowDecoder(context, std::move(drafter), budget);
   };
   registry.Register(std::move(info));
 }

@@ -2,7 +2,7 @@
 // SpeculativeDecoder; `sample_follow` at T > 0 (the drafts are point masses, so it is lossless).
 // Checked by: tests/methods/ngram_test.cpp.
 #include "harness/base/error.h"
-#include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/ngram/ngram_drafter.h"
 
@@ -16,9 +16,7 @@ void RegisterNgramMethod(MethodRegistry& registry) {
       "context's final n-gram (prompt + generated text); no drafter model";
   info.paper =
       "Saxena 2023, prompt-lookup-decoding (github.com/apoorvumang/prompt-lookup-decoding)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.sampling_verifier = "sample_follow";
+  info.traits = SampleFollowTraits(/*tree=*/false);
   info.knobs = {
       {"draft_length",
        10,
@@ -38,13 +36,8 @@ void RegisterNgramMethod(MethodRegistry& registry) {
     NgramOptions ngram;
     ngram.min_n = knobs.at("min_ngram").get<int64_t>();
     ngram.max_n = knobs.at("max_ngram").get<int64_t>();
-    SpeculativeOptions options;
-    options.budget.nodes = knobs.at("draft_length").get<int64_t>();
-    options.budget.depth = options.budget.nodes;
-    options.sampling_rule = VerifyRule::kSampleFollow;
-    return std::make_unique<SpeculativeDecoder>(*context.target->model,
-                                                context.target->tokenizer.get(),
-                                                std::make_unique<NgramDrafter>(ngram), options);
+    const int64_t length = knobs.at("draft_length").get<int64_t>();
+    return SampleFollowDecoder(context, std::make_unique<NgramDrafter>(ngram), {length, length});
   };
   registry.Register(std::move(info));
 }

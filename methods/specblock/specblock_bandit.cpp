@@ -95,6 +95,11 @@ SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDraf
       log_path_(std::move(log_path)),
       policy_(options),
       rollback_(options.rollback_windows) {
+  if (!log_path_.empty()) {  // one log per case: a rerun or a later case never appends to it
+    std::ofstream log(log_path_, std::ios::trunc);
+    SPECBED_CHECK(log.good(), "specblock+bandit: cannot write the window log '", log_path_,
+                  "' (knob log: a writable file path)");
+  }
   const SpecBlockModel& served = drafter_.model();
   const at::Tensor embedding = target_.weights().tok_embeddings;
   train_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, true);

@@ -250,7 +250,12 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
     info.knobs.push_back({"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}});
     info.knobs.push_back({"steps", 1, "AdamW steps per training event", 1, 1000, {}});
     info.knobs.push_back({"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}});
-    info.knobs.push_back({"log", "", "append one JSON line per window to this file", 1, 0, {}});
+    info.knobs.push_back({"log",
+                          "",
+                          "one JSON line per window to this file (truncated when the case starts)",
+                          1,
+                          0,
+                          {}});
     info.knobs.push_back(AdaptTokensKnob());
     info.factory = [](MethodContext& context,
                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {

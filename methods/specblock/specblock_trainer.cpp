@@ -45,7 +45,7 @@ class SpecBlockTrainTask : public TrainTask {
   int64_t TrainRows() const override { return n_train_; }
   void BeginStep(int64_t step) override {
     rng_.seed(DeriveSeed(config_.optim.seed, static_cast<uint64_t>(step), kSplitSalt));
-    rank_on_ = step >= config_.rank_warmup;
+    rank_on_ = step >= SpecBlockRankWarmup(config_);
   }
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
     SpecBlockLossOptions o;
@@ -145,6 +145,15 @@ class SpecBlockTrainTask : public TrainTask {
 
 }  // namespace
 
+int64_t SpecBlockRankWarmup(const SpecBlockTrainConfig& config) {
+  const int64_t steps = config.optim.steps;
+  const int64_t w = config.rank_warmup == -1 ? steps * 3 / 8 : config.rank_warmup;
+  SPECBED_CHECK(w >= 0 && w < steps, "specblock: --rank-warmup ", config.rank_warmup,
+                " must fall inside the run (0 <= w < --steps ", steps,
+                ", or -1 = 3/8 of the steps): the rank head would never be trained");
+  return w;
+}
+
 OptimConfig DefaultSpecBlockOptim() {
   OptimConfig o;
   o.steps = 800;
@@ -168,6 +177,7 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   SPECBED_CHECK(config.max_len >= 3, "specblock: --max-len must be >= 3");
   SPECBED_CHECK(config.n_eval >= 1, "specblock: --n-eval must be >= 1");
   SPECBED_CHECK(config.blocks == 1 || config.blocks == 2, "specblock: --blocks must be 1 or 2");
+  SpecBlockRankWarmup(config);
   at::set_num_threads(config.optim.threads);
   SpecBlockTrainResult result;
   LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));
@@ -234,7 +244,7 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   settings["shifts"] = c.n_shifts;
   settings["rank_hidden"] = config.rank_hidden;
   settings["blocks"] = config.blocks;
-  settings["rank_warmup"] = config.rank_warmup;
+  settings["rank_warmup"] = SpecBlockRankWarmup(config);
   settings["valid_prefix"] = config.valid_prefix;
   settings["slot_norm_floor"] = config.slot_norm_floor;
   settings["max_len"] = config.max_len;

@@ -1,7 +1,7 @@
 // Registration of `suffix`: suffix decoding (SuffixDrafter) on the default SpeculativeDecoder;
 // `sample_follow` at T > 0 (deterministic tree drafts, so it is lossless).
 // Checked by: tests/methods/suffix_test.cpp.
-#include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/suffix/suffix_drafter.h"
 
@@ -14,10 +14,7 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
       "suffix decoding: counted substring tries over the request and over earlier outputs; "
       "drafts a frequency-scored tree from the longest matched suffix; no drafter model";
   info.paper = "Oliaro et al., SuffixDecoding (NeurIPS 2025, arXiv:2411.04975)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.tree = true;
-  info.traits.sampling_verifier = "sample_follow";
+  info.traits = SampleFollowTraits(/*tree=*/true);
   info.knobs = {
       {"max_spec_tokens", 16, "most tree nodes drafted per step (the budget)", 1, 64, {}},
       {"max_depth", 24, "longest suffix matched and deepest trie level (vLLM: 24)", 2, 64, {}},
@@ -28,13 +25,7 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
        64,
        {}},
       {"min_token_prob", 0.1, "no node whose path frequency is below this (vLLM: 0.1)", 0, 1, {}},
-      {"scope",
-       "dataset",
-       "global trie over earlier outputs: dataset = the latest output of every other prompt of "
-       "this case, none = the current request only",
-       1,
-       0,
-       {"dataset", "none"}},
+      PersistScopeKnob("the global trie: the outputs it holds"),
   };
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     SuffixOptions suffix;
@@ -42,13 +33,9 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
     suffix.spec_factor = knobs.at("spec_factor").get<double>();
     suffix.min_token_prob = knobs.at("min_token_prob").get<double>();
     suffix.scope = ParsePersistScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
-    SpeculativeOptions options;
-    options.budget.nodes = knobs.at("max_spec_tokens").get<int64_t>();
-    options.budget.depth = options.budget.nodes;  // a tree of n nodes is at most n deep
-    options.sampling_rule = VerifyRule::kSampleFollow;
-    return std::make_unique<SpeculativeDecoder>(*context.target->model,
-                                                context.target->tokenizer.get(),
-                                                std::make_unique<SuffixDrafter>(suffix), options);
+    const int64_t nodes = knobs.at("max_spec_tokens").get<int64_t>();
+    // A tree of n nodes is at most n deep.
+    return SampleFollowDecoder(context, std::make_unique<SuffixDrafter>(suffix), {nodes, nodes});
   };
   registry.Register(std::move(info));
 }

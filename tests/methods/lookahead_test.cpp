@@ -130,26 +130,12 @@ TEST(LookaheadDrafter, JacobiUpdateFillsThePoolAndMovesTheWindow) {
 }
 
 TEST(Lookahead, MatchesArOnEveryStoryPromptAndOnSpecBench) {
-  at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context;
-  context.target = &target;
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  const MethodInfo& info = registry.Info("lookahead");
-  EXPECT_TRUE(info.traits.lossless && info.traits.tree && !info.traits.needs_drafter);
-  EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
+  EXPECT_TRUE(registry.Info("lookahead").traits.tree);
   EXPECT_THROW(registry.ResolveKnobs("lookahead", {{"level", 1}}), Error);
-  std::unique_ptr<Decoder> decoder = registry.Build("lookahead", context, nlohmann::json::object());
-  const auto stories = testing_util::StoryIds(target);
-  ASSERT_EQ(stories.size(), 32u);
-  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, stories, 64), 0);
-  const auto spec_bench = testing_util::LookupSpecBenchIds(target);
-  ASSERT_EQ(spec_bench.size(), 8u);
-  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, spec_bench, 64), 0);
-  std::unique_ptr<Decoder> seeded =
-      registry.Build("lookahead", context, {{"pool_from_prompt", true}});
-  EXPECT_GT(testing_util::ExpectArTokens(*seeded, target, spec_bench, 64), 0);
+  testing_util::ExpectMatchesArOnStoriesAndSpecBench(
+      "lookahead", {nlohmann::json::object(), {{"pool_from_prompt", true}}});
 }
 
 // At T = 1 (sample_follow over deterministic trees) the output is the target's distribution;

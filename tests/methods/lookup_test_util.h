@@ -1,5 +1,6 @@
-// Shared pieces of the training-free lookup methods' tests (ngram_test.cpp, suffix_test.cpp):
-// token identity with AR over a prompt list, the prompt lists themselves, and the T = 1 check.
+// Shared pieces of the training-free and Medusa methods' tests (ngram, suffix, lookahead,
+// recycling, medusa): token identity with AR over a prompt list, the prompt lists themselves, and
+// the T = 1 check.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
+#include "methods/method_registry.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed::testing_util {
@@ -60,6 +62,33 @@ inline std::vector<std::vector<int32_t>> LookupSpecBenchIds(LoadedTarget& target
     }
   }
   return ids;
+}
+
+// The registered method `method` (lossless, `sample_follow` at T > 0) built with each of
+// `knob_sets` on stories260K: token-identical to AR (64 new tokens) on all 32 story prompts and on
+// the 8 Spec-Bench prompts of LookupSpecBenchIds, with draft tokens accepted on each set.
+inline void ExpectMatchesArOnStoriesAndSpecBench(const std::string& method,
+                                                 const std::vector<nlohmann::json>& knob_sets = {
+                                                     nlohmann::json::object()}) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodContext context;
+  context.target = &target;
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  const MethodInfo& info = registry.Info(method);
+  EXPECT_TRUE(info.traits.speculative && info.traits.lossless);
+  EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
+  const auto stories = StoryIds(target);
+  const auto spec_bench = LookupSpecBenchIds(target);
+  ASSERT_EQ(stories.size(), 32u);
+  ASSERT_EQ(spec_bench.size(), 8u);
+  for (const nlohmann::json& knobs : knob_sets) {
+    SCOPED_TRACE(method + " " + knobs.dump());
+    std::unique_ptr<Decoder> decoder = registry.Build(method, context, knobs);
+    EXPECT_GT(ExpectArTokens(*decoder, target, stories, 64), 0);
+    EXPECT_GT(ExpectArTokens(*decoder, target, spec_bench, 64), 0);
+  }
 }
 
 // The T = 1 check of a lookup drafter on the tiny target (TinyRandomTarget(21, 60)) with

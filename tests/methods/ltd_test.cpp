@@ -183,10 +183,18 @@ TEST(LtdControllers, BaselineDecisions) {
   EXPECT_NEAR(svip.AcceptanceBound(0.0), 1 - std::sqrt(0.045), 1e-12);
   EXPECT_TRUE(svip.ContinueDrafting(Round(3, unsure, 1.6)));
   EXPECT_FALSE(svip.ContinueDrafting(Round(3, unsure, 1.7)));
-  // Gammatune: gamma <- clip(0.8 gamma + 0.2 accepted, 4, 12), rounds = round(gamma).
+  // Gammatune: gamma <- clip(0.8 gamma + 0.2 accepted, 4, 12), gamma a tree depth (rounds =
+  // round(gamma) - 1): a fully accepted tree of depth 8 keeps gamma at 8 (it grew by one before).
   GammatuneController gt(60, 8, 4, 12, 0.2);
   gt.BeginSequence(DraftBegin(), b);
-  EXPECT_EQ(b.depth, 9);
+  EXPECT_EQ(b.depth, 8);
+  EXPECT_EQ(gt.max_rounds(), 11);  // tree depth 12
+  Verdict full;
+  full.path = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int i = 0; i < 5; ++i) gt.AfterStep(DraftTree(), full);
+  EXPECT_DOUBLE_EQ(gt.gamma(), 8.0);
+  gt.BeforeStep(DraftStep(), b);
+  EXPECT_EQ(b.depth, 8);
   Verdict v;
   v.path = {0, 1};  // 2 accepted
   gt.AfterStep(DraftTree(), v);
@@ -194,7 +202,7 @@ TEST(LtdControllers, BaselineDecisions) {
   for (int i = 0; i < 50; ++i) gt.AfterStep(DraftTree(), v);
   EXPECT_DOUBLE_EQ(gt.gamma(), 4.0);
   gt.BeforeStep(DraftStep(), b);
-  EXPECT_EQ(b.depth, 5);
+  EXPECT_EQ(b.depth, 4);
   // LTD without policies: static depth and size.
   LtdController fixed(nullptr, nullptr, 12, 3, 7, 0);
   EXPECT_TRUE(fixed.ContinueDrafting(Round(2, unsure, 0)));

@@ -97,19 +97,7 @@ TEST(Ngram, KnobsAreCheckedAndNamed) {
 }
 
 TEST(Ngram, MatchesArOnEveryStoryPromptAndOnSpecBench) {
-  at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context;
-  context.target = &target;
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  std::unique_ptr<Decoder> decoder = registry.Build("ngram", context, nlohmann::json::object());
-  const auto stories = testing_util::StoryIds(target);
-  ASSERT_EQ(stories.size(), 32u);
-  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, stories, 64), 0);
-  const auto spec_bench = testing_util::LookupSpecBenchIds(target);
-  ASSERT_EQ(spec_bench.size(), 8u);
-  EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, spec_bench, 64), 0);
+  testing_util::ExpectMatchesArOnStoriesAndSpecBench("ngram");
 }
 
 // At T = 1 (sample_follow over point-mass drafts) the output is the target's distribution; the

@@ -406,6 +406,24 @@ TEST(SpecBlock, TrainingLossGoesDownAndBucketsAreRanks) {
   EXPECT_LT(last, 0.8 * first);
 }
 
+// The default run trains the rank head: the rank loss starts inside it (it started at step 2000
+// of an 800-step run before), and a start outside the run is refused naming the flag.
+TEST(SpecBlockTrainer, DefaultSettingsTrainTheRankHead) {
+  SpecBlockTrainConfig c;
+  c.optim = DefaultSpecBlockOptim();
+  EXPECT_EQ(SpecBlockRankWarmup(c), 300);
+  EXPECT_LT(SpecBlockRankWarmup(c), c.optim.steps);
+  c.rank_warmup = 800;
+  try {
+    SpecBlockRankWarmup(c);
+    FAIL() << "a rank warmup at the last step was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--rank-warmup 800"));
+  }
+  c.rank_warmup = 0;
+  EXPECT_EQ(SpecBlockRankWarmup(c), 0);
+}
+
 TEST(SpecBlockBandit, ColdStartExploresBothActionsThenFollowsValues) {
   BanditOptions o;
   o.seed = 7;
@@ -569,6 +587,40 @@ TEST(SpecBlockAdapt, OsdUpdatesRaiseAcceptanceOnARepeatedPromptAndStayLossless) 
   EXPECT_NEAR(adapt_s, stats.update_seconds, 0.01 + 0.05 * stats.update_seconds);
   EXPECT_GT(Mean(taus, 8, 10), Mean(taus, 0, 2) + 0.3)
       << "first " << taus.front() << " last " << taus.back();
+}
+
+// The window log holds one case's windows: a case starts it afresh (it appended across runs
+// before), and a path that cannot be written is refused naming it.
+TEST(SpecBlockBandit, WindowLogStartsAfreshPerCaseAndRefusesAnUnwritablePath) {
+  at::set_num_threads(1);
+  const std::string log = std::string(SPECBED_TEST_TMPDIR) + "/bandit_windows.jsonl";
+  std::ofstream(log) << "{\"window\": 0, \"from\": \"an earlier run\"}\n";
+  Decoder* decoder = nullptr;
+  std::unique_ptr<Decoder> keep;
+  double adapt_s = 0;
+  const nlohmann::json knobs = {{"budget", 12}, {"interval", 2}, {"log", log}};
+  RepeatedPromptTau("specblock+bandit", knobs, 4, &decoder, &adapt_s, &keep);  // 2 windows
+  std::ifstream in(log);
+  std::string line;
+  int64_t lines = 0;
+  while (std::getline(in, line)) {
+    EXPECT_EQ(line.find("an earlier run"), std::string::npos) << line;
+    ++lines;
+  }
+  const auto& adapter =
+      dynamic_cast<SpecBlockBanditAdapter&>(*dynamic_cast<SpeculativeDecoder&>(*decoder).adapter());
+  EXPECT_EQ(lines, static_cast<int64_t>(adapter.stats().windows.size()));
+  EXPECT_EQ(lines, 2);
+  static LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context = ContextFor(target);
+  try {
+    registry.Build("specblock+bandit", context, {{"log", "/nonexistent/dir/windows.jsonl"}});
+    FAIL() << "an unwritable log path was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/dir/windows.jsonl"));
+  }
 }
 
 // With the bandit off (the "- cost-aware bandit" ablation) every saturated buffer fires (head and

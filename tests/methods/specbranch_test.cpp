@@ -211,6 +211,8 @@ TEST(SpecBranch, RegisteredWithTraitsAndKnobs) {
   const MethodInfo& info = registry.Info("specbranch");
   EXPECT_TRUE(info.traits.overlaps_verification);
   EXPECT_TRUE(info.traits.needs_target_hidden);
+  // The stored rule names both parts (it said chain_rs, which the branch point does not use).
+  EXPECT_EQ(info.traits.sampling_verifier, "chain_rs+branch_rrs");
   const auto knobs =
       registry.ResolveKnobsFor("specbranch", nlohmann::json::object(), "stories260K-twin");
   EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");

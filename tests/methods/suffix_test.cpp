@@ -138,22 +138,8 @@ TEST(SuffixDrafter, TheGlobalTrieHoldsOtherPromptsOutputsOnly) {
 }
 
 TEST(Suffix, MatchesArOnEveryStoryPromptAndOnSpecBench) {
-  at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context;
-  context.target = &target;
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  const auto stories = testing_util::StoryIds(target);
-  const auto spec_bench = testing_util::LookupSpecBenchIds(target);
-  ASSERT_EQ(stories.size(), 32u);
-  ASSERT_EQ(spec_bench.size(), 8u);
-  for (const std::string scope : {"dataset", "none"}) {
-    SCOPED_TRACE(scope);
-    std::unique_ptr<Decoder> decoder = registry.Build("suffix", context, {{"scope", scope}});
-    EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, stories, 64), 0);
-    EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, spec_bench, 64), 0);
-  }
+  testing_util::ExpectMatchesArOnStoriesAndSpecBench("suffix",
+                                                     {{{"scope", "dataset"}}, {{"scope", "none"}}});
 }
 
 // At T = 1 (sample_follow over deterministic tree drafts) the output is the target's
