@@ -15,13 +15,15 @@ namespace specbed {
 enum class PersistScope {
   kNone,     // every request starts from nothing
   kDataset,  // state learned on the other prompts this case decoded (same dataset and knobs)
+  kRun,      // also what earlier cases of this run (this process, same target) decoded
 };
 
-// "none" | "dataset"; anything else throws naming `context`.
+// "none" | "dataset" | "run"; anything else throws naming `context`.
 inline PersistScope ParsePersistScope(const std::string& name, const std::string& context) {
   if (name == "none") return PersistScope::kNone;
   if (name == "dataset") return PersistScope::kDataset;
-  throw Error(context + ": unknown scope '" + name + "' (expected none or dataset)");
+  if (name == "run") return PersistScope::kRun;
+  throw Error(context + ": unknown scope '" + name + "' (expected none, dataset or run)");
 }
 
 // FNV-1a over the token ids and the length: the key of a prompt.

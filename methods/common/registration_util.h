@@ -24,16 +24,22 @@ inline MethodTraits SampleFollowTraits(bool tree) {
   return t;
 }
 
-// The `scope` knob (methods/common/persist_scope.h): `what` says what persists across requests.
-inline MethodKnob PersistScopeKnob(const std::string& what) {
-  return {"scope",
-          "dataset",
-          what +
-              " between requests: dataset = what the case decoded before (a request never "
-              "drafts from its own earlier run), none = the current request only",
-          1,
-          0,
-          {"dataset", "none"}};
+// The `scope` knob (methods/common/persist_scope.h): `what` says what persists across requests;
+// `with_run`: the drafter also offers the run scope.
+inline MethodKnob PersistScopeKnob(const std::string& what, bool with_run = false) {
+  MethodKnob knob{"scope",
+                  "dataset",
+                  what +
+                      " between requests: dataset = what the case decoded before (a request "
+                      "never drafts from its own earlier run), none = the current request only",
+                  1,
+                  0,
+                  {"dataset", "none"}};
+  if (with_run) {
+    knob.description += ", run = also what earlier cases of this run decoded (same target)";
+    knob.choices.push_back("run");
+  }
+  return knob;
 }
 
 // The default loop over the case's target with `drafter`, per-step `budget` and `sample_follow`

@@ -2,6 +2,8 @@
 #include "methods/suffix/suffix_drafter.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <queue>
 
 #include "harness/base/error.h"
@@ -64,28 +66,48 @@ SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<in
   return spec;
 }
 
+std::shared_ptr<SuffixGlobalStore> RunSuffixStore(const std::string& run_key, int64_t max_depth) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int64_t>, std::shared_ptr<SuffixGlobalStore>> stores;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<SuffixGlobalStore>& store = stores[{run_key, max_depth}];
+  if (store == nullptr) store = std::make_shared<SuffixGlobalStore>(max_depth);
+  return store;
+}
+
 SuffixDrafter::SuffixDrafter(const SuffixOptions& options)
-    : options_(options), request_(options.max_depth), global_(options.max_depth) {
+    : options_(options),
+      request_(options.max_depth),
+      global_(options.scope == SuffixScope::kRun
+                  ? RunSuffixStore(options.run_key, options.max_depth)
+                  : std::make_shared<SuffixGlobalStore>(options.max_depth)) {
   SPECBED_CHECK(
       options.spec_factor > 0 && options.min_token_prob >= 0 && options.min_token_prob <= 1,
       "suffix drafter: need spec_factor > 0 and min_token_prob in [0, 1]");
 }
 
+SuffixDrafter::~SuffixDrafter() {
+  FinishSequence();
+}
+
 void SuffixDrafter::FinishSequence() {
   if (!active_ || options_.scope == SuffixScope::kNone) return;
+  active_ = false;
   std::vector<int32_t> output(sequence_.begin() + prompt_len_, sequence_.end());
-  global_.AddSequence(output, +1);
-  outputs_[prompt_key_] = std::move(output);
+  const auto earlier = global_->outputs.find(prompt_key_);
+  if (earlier != global_->outputs.end()) global_->trie.AddSequence(earlier->second, -1);
+  global_->trie.AddSequence(output, +1);
+  global_->outputs[prompt_key_] = std::move(output);
 }
 
 void SuffixDrafter::Begin(const DraftBegin& begin) {
   SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(), "suffix drafter: empty prompt");
   FinishSequence();
   prompt_key_ = HashTokens(*begin.prompt);
-  const auto earlier = outputs_.find(prompt_key_);
-  if (earlier != outputs_.end()) {  // this prompt's own earlier answer (a warmup, a repeat)
-    global_.AddSequence(earlier->second, -1);
-    outputs_.erase(earlier);
+  const auto earlier = global_->outputs.find(prompt_key_);
+  if (earlier != global_->outputs.end()) {  // this prompt's own earlier answer (warmup, repeat)
+    global_->trie.AddSequence(earlier->second, -1);
+    global_->outputs.erase(earlier);
   }
   request_.Clear();
   prompt_len_ = static_cast<int64_t>(begin.prompt->size());
@@ -112,7 +134,7 @@ void SuffixDrafter::Draft(const DraftStep& step, DraftTree& tree) {
                                              options_.spec_factor, options_.min_token_prob);
   last_source_ = best.tokens.empty() ? 0 : 1;
   if (options_.scope != SuffixScope::kNone) {
-    SuffixSpeculation global = SpeculateFromTrie(global_, sequence_, nodes, depth,
+    SuffixSpeculation global = SpeculateFromTrie(global_->trie, sequence_, nodes, depth,
                                                  options_.spec_factor, options_.min_token_prob);
     if (global.score > best.score) {
       best = std::move(global);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,7 +22,8 @@
 namespace specbed {
 
 // kNone: no global trie, only the current request; kDataset: the latest output of every other
-// prompt this case decoded (same dataset, knobs).
+// prompt this case decoded (same dataset, knobs); kRun: one global trie shared by every suffix
+// case of this process's run on the same target (and trie depth).
 using SuffixScope = PersistScope;
 
 struct SuffixOptions {
@@ -29,7 +31,20 @@ struct SuffixOptions {
   double spec_factor = 1.0;     // tree nodes <= spec_factor x match length
   double min_token_prob = 0.1;  // a node's path probability must reach this
   SuffixScope scope = SuffixScope::kDataset;
+  std::string run_key;  // kRun: the target's name (outputs of other targets never mix)
 };
+
+// The global trie and the latest output per prompt (keyed by HashTokens of the prompt) that it
+// counts: a drafter's own for scope dataset, shared through RunSuffixStore for scope run.
+struct SuffixGlobalStore {
+  explicit SuffixGlobalStore(int64_t max_depth) : trie(max_depth) {}
+  SuffixTrie trie;
+  std::unordered_map<uint64_t, std::vector<int32_t>> outputs;
+};
+
+// The process-wide store of scope run for `run_key` and trie depth `max_depth` (created on first
+// use; cases run one at a time).
+std::shared_ptr<SuffixGlobalStore> RunSuffixStore(const std::string& run_key, int64_t max_depth);
 
 // One speculation tree: tokens with their parent (-1 = the root) and path probabilities.
 struct SuffixSpeculation {
@@ -50,6 +65,8 @@ SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<in
 class SuffixDrafter final : public Drafter {
  public:
   explicit SuffixDrafter(const SuffixOptions& options);
+  // Puts the last request's output into the global store (a later case of scope run reads it).
+  ~SuffixDrafter() override;
 
   // Moves the previous request's output into the global trie (scope dataset), and takes this
   // prompt's own earlier output out of it, so no request drafts from its own earlier answer.
@@ -65,12 +82,12 @@ class SuffixDrafter final : public Drafter {
   void SyncRequest(const std::vector<int32_t>& committed);
 
   SuffixOptions options_;
-  SuffixTrie request_, global_;
+  SuffixTrie request_;
+  std::shared_ptr<SuffixGlobalStore> global_;
   std::vector<int32_t> sequence_;  // prompt + committed tokens of the current request
   int64_t prompt_len_ = 0;
   uint64_t prompt_key_ = 0;
   bool active_ = false;
-  std::unordered_map<uint64_t, std::vector<int32_t>> outputs_;  // prompt hash -> latest output
   int last_source_ = 0;
 };
 

@@ -25,7 +25,7 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
        64,
        {}},
       {"min_token_prob", 0.1, "no node whose path frequency is below this (vLLM: 0.1)", 0, 1, {}},
-      PersistScopeKnob("the global trie: the outputs it holds"),
+      PersistScopeKnob("the global trie: the outputs it holds", /*with_run=*/true),
   };
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     SuffixOptions suffix;
@@ -33,6 +33,7 @@ void RegisterSuffixMethod(MethodRegistry& registry) {
     suffix.spec_factor = knobs.at("spec_factor").get<double>();
     suffix.min_token_prob = knobs.at("min_token_prob").get<double>();
     suffix.scope = ParsePersistScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
+    suffix.run_key = context.target->spec.name;
     const int64_t nodes = knobs.at("max_spec_tokens").get<int64_t>();
     // A tree of n nodes is at most n deep.
     return SampleFollowDecoder(context, std::make_unique<SuffixDrafter>(suffix), {nodes, nodes});

@@ -134,7 +134,34 @@ TEST(SuffixDrafter, TheGlobalTrieHoldsOtherPromptsOutputsOnly) {
   SuffixDrafter none(options);
   DraftAfter(none, p1, {40, 41, 42, 43});
   EXPECT_TRUE(DraftAfter(none, p2, {40, 41}).empty());
-  EXPECT_THROW(ParsePersistScope("run", "test"), Error);
+  EXPECT_THROW(ParsePersistScope("case", "test"), Error);
+}
+
+// Scope run: a later case (a new drafter, as the runner builds one per case) drafts from the
+// outputs of an earlier case on the same target, including its last request (put in when the
+// earlier drafter goes away); another target's store stays apart, and scope dataset starts empty.
+TEST(SuffixDrafter, RunScopeSharesOutputsAcrossCasesOfOneTarget) {
+  const std::vector<int32_t> p1 = {1, 10}, p2 = {1, 20};
+  SuffixOptions options;
+  options.min_token_prob = 0;
+  options.scope = SuffixScope::kRun;
+  options.run_key = "run-scope-test-target";
+  {
+    SuffixDrafter first_case(options);
+    DraftAfter(first_case, p1, {40, 41, 42, 43});
+  }
+  SuffixDrafter second_case(options);
+  EXPECT_EQ(DraftAfter(second_case, p2, {40, 41}), (std::vector<int32_t>{42, 43}));
+  EXPECT_EQ(second_case.last_source(), 2);
+  options.run_key = "another-target";
+  SuffixDrafter other_target(options);
+  EXPECT_TRUE(DraftAfter(other_target, p2, {40, 41}).empty());
+  options.scope = SuffixScope::kDataset;
+  SuffixDrafter dataset(options);
+  EXPECT_TRUE(DraftAfter(dataset, p2, {40, 41}).empty());
+  EXPECT_EQ(RunSuffixStore("run-scope-test-target", 24),
+            RunSuffixStore("run-scope-test-target", 24));
+  EXPECT_NE(RunSuffixStore("run-scope-test-target", 24), RunSuffixStore("another-target", 24));
 }
 
 TEST(Suffix, MatchesArOnEveryStoryPromptAndOnSpecBench) {
