@@ -63,6 +63,24 @@ void Finish(const DraftTree& tree, Verdict& verdict) {
   verdict.tokens.push_back(verdict.bonus);
 }
 
+// KV compaction after a verify over [root, tree] appended at `committed`: keeps the root and the
+// accepted `path` (a truncation when the path is nodes 0..k-1, always for chains). keep_buf: int64
+// CPU scratch of at least path.size() + 1 entries.
+void CompactToPath(const std::vector<int32_t>& path, int64_t committed, at::Tensor& keep_buf,
+                   KvCache& cache) {
+  const int64_t k = static_cast<int64_t>(path.size());
+  bool prefix = true;
+  for (int64_t j = 0; j < k; ++j) prefix = prefix && path[j] == j;
+  if (prefix) {
+    cache.Truncate(committed + 1 + k);
+    return;
+  }
+  int64_t* keep = keep_buf.data_ptr<int64_t>();
+  keep[0] = committed;
+  for (int64_t j = 0; j < k; ++j) keep[j + 1] = committed + 1 + path[j];
+  cache.KeepPositions(committed, keep_buf.narrow(0, 0, k + 1).view({1, k + 1}));
+}
+
 }  // namespace
 
 void SetVerifierFaultForTesting(VerifierFault fault) {
@@ -292,19 +310,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
 
   verdict.logits = out.logits.reshape({n_slots, vocab});
-
-  // KV compaction: keep the root and the accepted path.
-  const int64_t k = verdict.n_accepted();
-  bool prefix = true;  // path = nodes 0..k-1 (always for chains): already in place
-  for (int64_t j = 0; j < k; ++j) prefix = prefix && verdict.path[j] == j;
-  if (prefix) {
-    cache.Truncate(committed + 1 + k);
-  } else {
-    int64_t* keep = keep_buf_.data_ptr<int64_t>();
-    keep[0] = committed;
-    for (int64_t j = 0; j < k; ++j) keep[j + 1] = committed + 1 + verdict.path[j];
-    cache.KeepPositions(committed, keep_buf_.narrow(0, 0, k + 1).view({1, k + 1}));
-  }
+  CompactToPath(verdict.path, committed, keep_buf_, cache);
   verdict.hidden.clear();
   if (!hidden_layers.empty()) {
     std::vector<int64_t> slots{0};

@@ -177,7 +177,6 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   SPECBED_CHECK(config.max_len >= 3, "specblock: --max-len must be >= 3");
   SPECBED_CHECK(config.n_eval >= 1, "specblock: --n-eval must be >= 1");
   SPECBED_CHECK(config.blocks == 1 || config.blocks == 2, "specblock: --blocks must be 1 or 2");
-  SpecBlockRankWarmup(config);
   at::set_num_threads(config.optim.threads);
   SpecBlockTrainResult result;
   LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));

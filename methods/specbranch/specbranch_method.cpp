@@ -29,9 +29,7 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
   info.traits.needs_draft_probs = true;
   info.traits.needs_target_hidden = true;
   info.traits.overlaps_verification = true;
-  // Chain rejection sampling on the verified chunk, then multi-candidate rejection sampling over
-  // the branch candidates (drawn without replacement) at the branch point (AcceptAtSlot).
-  info.traits.sampling_verifier = "chain_rs+branch_rrs";
+  info.traits.sampling_verifier = "chain_rs+branch_rrs";  // chunk, then branch (AcceptAtSlot)
   info.traits.drafter_knob = "drafter";
   info.knobs = {
       {"gamma_max",
