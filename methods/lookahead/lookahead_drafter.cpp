@@ -94,13 +94,13 @@ void LookaheadDrafter::AddWindow(int64_t columns, DraftTree& tree) {
   const int64_t levels = options_.level - 1;
   top_slots_.clear();
   int32_t left = -1;  // level-1 node of the previous column (the chain)
-  std::vector<int32_t> level1(static_cast<size_t>(columns));
+  level1_.resize(static_cast<size_t>(columns));
   for (int64_t j = 0; j < columns; ++j) {
     left = tree.AddNode(levels_[0][j], left);
-    level1[j] = left;
+    level1_[j] = left;
   }
   for (int64_t j = 0; j < columns; ++j) {
-    int32_t node = level1[j];
+    int32_t node = level1_[j];
     for (int64_t l = 1; l < levels; ++l) node = tree.AddNode(levels_[l][j], node);
     top_slots_.push_back(node + 1);
   }

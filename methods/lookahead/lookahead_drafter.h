@@ -79,6 +79,7 @@ class LookaheadDrafter final : public Drafter {
   std::vector<std::vector<int32_t>> levels_;  // [N-1][W]
   std::mt19937_64 rng_;
   int64_t placed_columns_ = 0;      // window columns in the last tree
+  std::vector<int32_t> level1_;     // scratch: each placed column's level-1 node
   std::vector<int64_t> top_slots_;  // verify slot of each placed column's top level
   std::vector<int32_t> next_;       // R: argmax at those slots
   std::vector<int32_t> ngram_;      // scratch: one continuation

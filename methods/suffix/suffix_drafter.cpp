@@ -87,7 +87,7 @@ SuffixDrafter::SuffixDrafter(const SuffixOptions& options)
 }
 
 SuffixDrafter::~SuffixDrafter() {
-  FinishSequence();
+  if (options_.scope == SuffixScope::kRun) FinishSequence();  // only a shared store outlives us
 }
 
 void SuffixDrafter::FinishSequence() {

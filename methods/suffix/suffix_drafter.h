@@ -65,7 +65,7 @@ SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<in
 class SuffixDrafter final : public Drafter {
  public:
   explicit SuffixDrafter(const SuffixOptions& options);
-  // Puts the last request's output into the global store (a later case of scope run reads it).
+  // Scope run: puts the last request's output into the shared store (a later case reads it).
   ~SuffixDrafter() override;
 
   // Moves the previous request's output into the global trie (scope dataset), and takes this
