@@ -97,9 +97,10 @@ PositionAcceptance ComputePositionAcceptance(const std::vector<StepRecord>& step
   return p;
 }
 
-CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
-                               const std::vector<StepRecord>& steps) {
-  CaseMetrics m;
+namespace {
+
+// Totals over the samples: tokens, decode time, prefill, stop reasons.
+void AddSampleTotals(const std::vector<SampleRecord>& samples, CaseMetrics& m) {
   std::set<std::string> prompt_ids;
   double prefill_sum = 0;
   for (const SampleRecord& s : samples) {
@@ -114,62 +115,101 @@ CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
   m.n_prompts = static_cast<int64_t>(prompt_ids.size());
   if (m.decode_ms > 0) m.decode_tokens_per_s = m.decode_tokens / m.decode_ms * 1000.0;
   if (m.n_samples > 0) m.prefill_ms_mean = prefill_sum / static_cast<double>(m.n_samples);
+}
 
+// Sums of the per-step rows that later schema versions added (-1 = not recorded: left out).
+struct RecordedStepSums {
   double busy_draft_us = 0, busy_verify_us = 0;
   int64_t busy_steps = 0;
-  for (const StepRecord& st : steps) {
-    ++m.n_steps;
-    m.drafted += st.n_drafted;
-    m.accepted += st.n_accepted;
-    m.emitted += st.n_emitted;
-    if (std::isfinite(st.t_draft_us)) m.draft_ms += st.t_draft_us / 1000.0;
-    if (std::isfinite(st.t_verify_us)) m.verify_ms += st.t_verify_us / 1000.0;
-    if (std::isfinite(st.t_other_us)) m.other_ms += st.t_other_us / 1000.0;
-    if (std::isfinite(st.t_adapt_us)) m.adapt_ms += st.t_adapt_us / 1000.0;
-    m.rollback_events += st.n_rollback_events;
-    if (st.n_rolled_back >= 0 && st.n_draft_generated >= 0) {
-      m.rolled_back += st.n_rolled_back;
-      m.draft_generated += st.n_draft_generated;
-    }
-    if (st.n_target_forwards >= 0) m.target_forwards += st.n_target_forwards;
-    if (st.t_draft_busy_us >= 0 && st.t_verify_busy_us >= 0) {
-      busy_draft_us += st.t_draft_busy_us;
-      busy_verify_us += st.t_verify_busy_us;
-      ++busy_steps;
+  int64_t rollback_steps = 0, trimmed_steps = 0, prefill_steps = 0;
+};
+
+void AddStep(const StepRecord& st, CaseMetrics& m, RecordedStepSums& r) {
+  ++m.n_steps;
+  m.drafted += st.n_drafted;
+  m.accepted += st.n_accepted;
+  m.emitted += st.n_emitted;
+  if (std::isfinite(st.t_draft_us)) m.draft_ms += st.t_draft_us / 1000.0;
+  if (std::isfinite(st.t_verify_us)) m.verify_ms += st.t_verify_us / 1000.0;
+  if (std::isfinite(st.t_other_us)) m.other_ms += st.t_other_us / 1000.0;
+  if (std::isfinite(st.t_adapt_us)) m.adapt_ms += st.t_adapt_us / 1000.0;
+  m.rollback_events += st.n_rollback_events;
+  if (st.n_rolled_back >= 0 && st.n_draft_generated >= 0) {
+    m.rolled_back += st.n_rolled_back;
+    m.draft_generated += st.n_draft_generated;
+    ++r.rollback_steps;
+    if (st.n_trimmed >= 0) {
+      m.trimmed += st.n_trimmed;
+      ++r.trimmed_steps;
     }
   }
+  if (st.t_draft_prefill_us >= 0) {
+    m.draft_prefill_ms += st.t_draft_prefill_us / 1000.0;
+    ++r.prefill_steps;
+  }
+  if (st.n_target_forwards >= 0) m.target_forwards += st.n_target_forwards;
+  if (st.t_draft_busy_us >= 0 && st.t_verify_busy_us >= 0) {
+    r.busy_draft_us += st.t_draft_busy_us;
+    r.busy_verify_us += st.t_verify_busy_us;
+    ++r.busy_steps;
+  }
+}
+
+// Rates of the recorded sums: rollback rates, target forwards, busy times, drafter prefill.
+void FinishRecordedRates(const RecordedStepSums& r, CaseMetrics& m) {
   if (m.draft_generated > 0) {
-    m.spec_rollback_rate =
-        static_cast<double>(m.rolled_back) / static_cast<double>(m.draft_generated);
+    const double generated = static_cast<double>(m.draft_generated);
+    m.spec_rollback_rate = static_cast<double>(m.rolled_back) / generated;
+    // Trimming is waste too; only when every step that counted rollbacks counted trimming.
+    if (r.trimmed_steps == r.rollback_steps) {
+      m.draft_waste_rate = static_cast<double>(m.rolled_back + m.trimmed) / generated;
+    }
   }
   if (m.target_forwards > 0 && m.n_samples > 0) {
     m.target_forwards_per_sample =
         static_cast<double>(m.target_forwards) / static_cast<double>(m.n_samples);
   }
-  if (busy_steps > 0) {
-    m.draft_busy_us_per_step = busy_draft_us / static_cast<double>(busy_steps);
-    m.verify_busy_us_per_step = busy_verify_us / static_cast<double>(busy_steps);
+  if (r.busy_steps > 0) {
+    m.draft_busy_us_per_step = r.busy_draft_us / static_cast<double>(r.busy_steps);
+    m.verify_busy_us_per_step = r.busy_verify_us / static_cast<double>(r.busy_steps);
   }
-  if (m.n_steps > 0) {
-    const double n = static_cast<double>(m.n_steps);
-    m.tau = static_cast<double>(m.emitted) / n;
-    if (m.decode_ms > 0) {
-      m.draft_fraction = m.draft_ms / m.decode_ms;
-      m.verify_fraction = m.verify_ms / m.decode_ms;
-      m.other_fraction = m.other_ms / m.decode_ms;
-      m.adapt_fraction = m.adapt_ms / m.decode_ms;
-    }
-    m.draft_us_per_step = m.draft_ms * 1000.0 / n;
-    m.verify_us_per_step = m.verify_ms * 1000.0 / n;
-    m.other_us_per_step = m.other_ms * 1000.0 / n;
-    m.rollback_events_per_step = static_cast<double>(m.rollback_events) / n;
-    m.positions = ComputePositionAcceptance(steps);
-    m.drafted_per_step = static_cast<double>(m.drafted) / n;
-    if (m.drafted > 0) {
-      m.rollback_rate =
-          static_cast<double>(m.drafted - m.accepted) / static_cast<double>(m.drafted);
-    }
+  if (r.prefill_steps == m.n_steps && m.n_steps > 0 && m.decode_ms > 0) {
+    m.draft_prefill_fraction = m.draft_prefill_ms / m.decode_ms;
   }
+}
+
+// τ, phase shares and per-step costs, per-position acceptance.
+void FinishStepRates(const std::vector<StepRecord>& steps, CaseMetrics& m) {
+  if (m.n_steps == 0) return;
+  const double n = static_cast<double>(m.n_steps);
+  m.tau = static_cast<double>(m.emitted) / n;
+  if (m.decode_ms > 0) {
+    m.draft_fraction = m.draft_ms / m.decode_ms;
+    m.verify_fraction = m.verify_ms / m.decode_ms;
+    m.other_fraction = m.other_ms / m.decode_ms;
+    m.adapt_fraction = m.adapt_ms / m.decode_ms;
+  }
+  m.draft_us_per_step = m.draft_ms * 1000.0 / n;
+  m.verify_us_per_step = m.verify_ms * 1000.0 / n;
+  m.other_us_per_step = m.other_ms * 1000.0 / n;
+  m.rollback_events_per_step = static_cast<double>(m.rollback_events) / n;
+  m.positions = ComputePositionAcceptance(steps);
+  m.drafted_per_step = static_cast<double>(m.drafted) / n;
+  if (m.drafted > 0) {
+    m.rollback_rate = static_cast<double>(m.drafted - m.accepted) / static_cast<double>(m.drafted);
+  }
+}
+
+}  // namespace
+
+CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,
+                               const std::vector<StepRecord>& steps) {
+  CaseMetrics m;
+  AddSampleTotals(samples, m);
+  RecordedStepSums recorded;
+  for (const StepRecord& st : steps) AddStep(st, m, recorded);
+  FinishRecordedRates(recorded, m);
+  FinishStepRates(steps, m);
   return m;
 }
 

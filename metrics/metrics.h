@@ -95,6 +95,16 @@ struct CaseMetrics {
   // Mean per-step busy time of each side, microseconds (their sum exceeds the per-step wall
   // time when drafting overlapped verification).
   double draft_busy_us_per_step = kNoValue, verify_busy_us_per_step = kNoValue;
+  // Added with schema v10 (NaN / 0 when not recorded). The rollback rate (RB) of every method:
+  // wasted draft positions (rolled back + trimmed by the draft side) over drafted positions, each
+  // position once (methods/common/draft_ledger.h); spec_rollback_rate above is the SpecBranch
+  // paper's variant, trimming left out. NaN when a step counted rollbacks but not trimming.
+  int64_t trimmed = 0;
+  double draft_waste_rate = kNoValue;
+  // The drafter's catch-up over the prompt (sum of t_draft_prefill_us; inside draft_ms), and its
+  // share of decode time, shown beside T_D% (NaN unless every step recorded it).
+  double draft_prefill_ms = 0;
+  double draft_prefill_fraction = kNoValue;
 };
 
 CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,

@@ -281,6 +281,7 @@ void LlamaModel::EnsureRope(int64_t max_position) {
 
 ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
                                   const ForwardOptions& options) {
+  ++forward_calls_;
   SPECBED_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                 "Forward: tokens must be int64 [batch, T]");
   const int64_t batch = tokens.size(0), n_tokens = tokens.size(1);

@@ -113,6 +113,8 @@ class LlamaModel {
   at::Device device() const { return device_; }
   // The resolved path (never kAuto).
   ForwardPath forward_path() const { return path_; }
+  // Forward calls since construction (tests count the target forwards a method makes).
+  int64_t forward_calls() const { return forward_calls_; }
 
  private:
   ForwardOutput ForwardRows(const at::Tensor& tokens, KvCache& cache,
@@ -126,6 +128,7 @@ class LlamaModel {
   at::ScalarType dtype_;
   at::Device device_ = at::kCPU;
   ForwardPath path_ = ForwardPath::kRowKernels;
+  int64_t forward_calls_ = 0;
   std::unique_ptr<AtenForward> aten_;  // the ATen path's buffers (kAten only)
   // Transposed weight views ([in, out]) so that out = in @ w_t.
   std::vector<at::Tensor> wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_;

@@ -157,7 +157,9 @@ Json StepJson(const SummaryRow& r, const StepRecord& s) {
           {"t_verify_busy_us", RecordedUs(s.t_verify_busy_us)},
           {"n_target_forwards", Recorded(s.n_target_forwards)},
           {"n_rolled_back", Recorded(s.n_rolled_back)},
-          {"n_draft_generated", Recorded(s.n_draft_generated)}};
+          {"n_draft_generated", Recorded(s.n_draft_generated)},
+          {"n_trimmed", Recorded(s.n_trimmed)},
+          {"t_draft_prefill_us", RecordedUs(s.t_draft_prefill_us)}};
 }
 
 // One row per (case, draft position): SpecBed's r_i and α_i, vLLM's per-position acceptance rate

@@ -710,8 +710,10 @@ ReportTable CaseTableColumns() {
   t.columns.push_back({"Spec-Bench (secondary)", true, true});
   t.columns.push_back({"τ", true, true});
   t.columns.push_back({"T_D (%)", true, true});
+  t.columns.push_back({"drafter prefill (%)", true, true});
   t.columns.push_back({"rollback (%)", true, true});
   t.columns.push_back({"rollback rate RB (%)", true, true});
+  t.columns.push_back({"RB w/o trimming (%)", true, true});
   t.columns.push_back({"target forwards / answer", true, true});
   t.columns.push_back({"busy draft / verify (µs/step)", true, true});
   t.columns.push_back({"other (%)", true, true});
@@ -767,7 +769,9 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         c.is_ar ? "1.00" : Fixed(c.speedup.spec_bench, 2),
         Fixed(m.tau, 2),
         Fixed(100.0 * m.draft_fraction, 1),
+        Fixed(100.0 * m.draft_prefill_fraction, 1),
         Fixed(100.0 * m.rollback_rate, 1),
+        Fixed(100.0 * m.draft_waste_rate, 1),
         Fixed(100.0 * m.spec_rollback_rate, 1),
         Fixed(m.target_forwards_per_sample, 1),
         std::isfinite(m.draft_busy_us_per_step)

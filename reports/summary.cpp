@@ -443,6 +443,8 @@ const std::vector<SummaryColumn>& SummaryColumns() {
        }},
       {"td", "T_D%", true, true, false,
        [](const RowView& v) { return Percent(v.r->metrics.draft_fraction); }},
+      {"tdp", "D-prefill%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.draft_prefill_fraction); }},
       {"other", "other%", true, false, false,
        [](const RowView& v) { return Percent(v.r->metrics.other_fraction); }},
       {"adapt", "adapt%", true, false, false,
@@ -450,6 +452,8 @@ const std::vector<SummaryColumn>& SummaryColumns() {
       {"rollback", "rollback%", true, false, false,
        [](const RowView& v) { return Percent(v.r->metrics.rollback_rate); }},
       {"rb", "RB%", true, false, false,
+       [](const RowView& v) { return Percent(v.r->metrics.draft_waste_rate); }},
+      {"rb_spec", "RB-trim%", true, false, false,
        [](const RowView& v) { return Percent(v.r->metrics.spec_rollback_rate); }},
       {"fwd", "fwd/ans", true, false, false,
        [](const RowView& v) { return Num(v.r->metrics.target_forwards_per_sample, 1); }},
@@ -600,10 +604,11 @@ std::string WideLegend(const Summary& s) {
       "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
       "τ = tokens emitted per verify step (bonus token included);\n",
       "acc% = accepted / drafted tokens (vLLM's acceptance rate); T_D% / other% = drafting / "
-      "other time as a share of decode time; adapt% = online adaptation (OSD updates), part of "
-      "T_D%;\nrollback% = drafted tokens rejected; RB% = SpecBranch's rollback rate: rolled-back "
-      "draft tokens / all drafted tokens incl. discarded parallel work; fwd/ans = target forwards "
-      "per answer;\n",
+      "other time as a share of decode time; adapt% = online adaptation (OSD updates) and "
+      "D-prefill% = the drafter's catch-up over the prompt, both part of T_D%;\nrollback% = "
+      "drafted tokens rejected; RB% = rollback rate: wasted draft positions (rolled back or "
+      "trimmed) / all drafted positions, each once, discarded parallel work included; RB-trim% = "
+      "SpecBranch's variant without trimming; fwd/ans = target forwards per answer;\n",
       "busy D/V = per-step busy time of the draft / target side (sum > step wall time when they "
       "overlapped, pearl/specbranch);\n",
       "nodes/step = mean drafted nodes per verify step (beside the budget in the knobs); timing = "
@@ -751,7 +756,11 @@ void AddMetricsJson(const CaseMetrics& m, OrderedJson& j) {
   j["rollback_rate"] = NumberJson(m.rollback_rate);
   j["rollback_events"] = m.rollback_events;
   j["spec_rollback_rate"] = NumberJson(m.spec_rollback_rate);
+  j["draft_waste_rate"] = NumberJson(m.draft_waste_rate);
   j["rolled_back_tokens"] = m.rolled_back;
+  j["trimmed_tokens"] = m.trimmed;
+  j["draft_prefill_ms"] = m.draft_prefill_ms;
+  j["draft_prefill_fraction"] = NumberJson(m.draft_prefill_fraction);
   j["draft_generated_tokens"] = m.draft_generated;
   j["target_forwards"] = m.target_forwards;
   j["target_forwards_per_sample"] = NumberJson(m.target_forwards_per_sample);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <type_traits>
 #include <utility>
 
 #include "harness/base/error.h"
@@ -366,6 +367,12 @@ SELECT st.case_id, pos.i AS position,
          AS per_position_acceptance_rate
 FROM st JOIN pos ON pos.i <= st.d
 GROUP BY st.case_id, pos.i;
+)sql",
+    // 9 -> 10: the rollback rate's trimmed positions (parallel decoders) and the drafter prefill
+    // phase (its catch-up over the prompt) per step; -1 = not recorded (rows written before).
+    R"sql(
+ALTER TABLE steps ADD COLUMN n_trimmed INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE steps ADD COLUMN t_draft_prefill_us REAL NOT NULL DEFAULT -1;
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
@@ -804,6 +811,24 @@ void BindReal(sqlite3_stmt* s, int i, double v) {
   }
 }
 
+// Binds `values` to parameters first, first + 1, ... in order: integers as INTEGER, floating
+// point as REAL (NaN as NULL), strings as TEXT (not copied).
+template <typename... T>
+void BindAll(sqlite3_stmt* s, int first, const T&... values) {
+  int i = first;
+  auto bind = [&](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_integral_v<V>) {
+      BindInt(s, i++, static_cast<int64_t>(v));
+    } else if constexpr (std::is_floating_point_v<V>) {
+      BindReal(s, i++, static_cast<double>(v));
+    } else {
+      BindText(s, i++, v);
+    }
+  };
+  (bind(values), ...);
+}
+
 int64_t SeedToInt(uint64_t seed) {
   int64_t out;
   std::memcpy(&out, &seed, sizeof(out));
@@ -927,8 +952,9 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
              "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us, "
              "t_draft_busy_us, t_verify_busy_us, n_target_forwards, n_rolled_back, "
-             "n_draft_generated) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+             "n_draft_generated, n_trimmed, t_draft_prefill_us) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+             "?18, ?19)");
 
   Begin("writing a case");
   try {
@@ -960,31 +986,11 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
     {
       ResetOnExit reset(insert_case);
       const std::string completed = NowRfc3339();
-      BindInt(insert_case, 1, run_id);
-      BindText(insert_case, 2, c.case_key);
-      BindText(insert_case, 3, c.target);
-      BindText(insert_case, 4, c.method);
-      BindText(insert_case, 5, c.method_knobs_json);
-      BindText(insert_case, 6, c.dataset);
-      BindText(insert_case, 7, c.categories);
-      BindInt(insert_case, 8, c.prompt_limit);
-      BindReal(insert_case, 9, c.temperature);
-      BindReal(insert_case, 10, c.top_p);
-      BindInt(insert_case, 11, c.top_k);
-      BindInt(insert_case, 12, SeedToInt(c.seed));
-      BindInt(insert_case, 13, c.max_new_tokens);
-      BindInt(insert_case, 14, c.batch_size);
-      BindInt(insert_case, 15, c.threads);
-      BindText(insert_case, 16, c.dtype);
-      BindText(insert_case, 17, c.device);
-      BindText(insert_case, 18, c.config_json);
-      BindReal(insert_case, 19, c.wall_s);
-      BindInt(insert_case, 20, static_cast<int64_t>(samples.size()));
-      BindInt(insert_case, 21, static_cast<int64_t>(steps.size()));
-      BindText(insert_case, 22, completed);
-      BindText(insert_case, 23, c.method_traits_json);
-      BindText(insert_case, 24, c.drafter);
-      BindText(insert_case, 25, c.timing_mode);
+      BindAll(insert_case, 1, run_id, c.case_key, c.target, c.method, c.method_knobs_json,
+              c.dataset, c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k,
+              SeedToInt(c.seed), c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device,
+              c.config_json, c.wall_s, samples.size(), steps.size(), completed,
+              c.method_traits_json, c.drafter, c.timing_mode);
       const int rc = sqlite3_step(insert_case);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
       case_id = sqlite3_last_insert_rowid(db_);
@@ -993,24 +999,13 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
     std::map<std::pair<std::string, int32_t>, int64_t> sample_ids;
     for (const SampleRecord& sample : samples) {
       ResetOnExit reset(insert_sample);
-      BindInt(insert_sample, 1, case_id);
-      BindText(insert_sample, 2, sample.prompt_id);
-      BindInt(insert_sample, 3, sample.turn);
-      BindText(insert_sample, 4, sample.category);
-      BindInt(insert_sample, 5, sample.n_prompt_tokens);
-      BindInt(insert_sample, 6, sample.n_output_tokens);
-      BindReal(insert_sample, 7, sample.prefill_ms);
-      BindReal(insert_sample, 8, sample.decode_ms);
-      BindInt(insert_sample, 9, sample.n_steps);
-      BindText(insert_sample, 10, sample.stop_reason);
-      BindText(insert_sample, 11, sample.output_hash);
-      BindText(insert_sample, 12, sample.output_text);
-      BindText(insert_sample, 13, sample.output_ids_json);
-      BindText(insert_sample, 14, sample.token_margins_json);
+      BindAll(insert_sample, 1, case_id, sample.prompt_id, sample.turn, sample.category,
+              sample.n_prompt_tokens, sample.n_output_tokens, sample.prefill_ms, sample.decode_ms,
+              sample.n_steps, sample.stop_reason, sample.output_hash, sample.output_text,
+              sample.output_ids_json, sample.token_margins_json);
       if (sample.has_paired_ar()) {
-        BindReal(insert_sample, 15, sample.paired_ar_decode_ms);
-        BindInt(insert_sample, 16, sample.paired_ar_output_tokens);
-        BindInt(insert_sample, 17, sample.paired_ar_first);
+        BindAll(insert_sample, 15, sample.paired_ar_decode_ms, sample.paired_ar_output_tokens,
+                sample.paired_ar_first);
         if (std::isfinite(sample.paired_ar_prefill_ms)) {
           BindReal(insert_sample, 18, sample.paired_ar_prefill_ms);
         }
@@ -1044,23 +1039,11 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
         last_sample_id = it->second;
       }
       ResetOnExit reset(insert_step);
-      BindInt(insert_step, 1, case_id);
-      BindInt(insert_step, 2, last_sample_id);
-      BindInt(insert_step, 3, step.step_idx);
-      BindInt(insert_step, 4, step.n_drafted);
-      BindInt(insert_step, 5, step.n_accepted);
-      BindInt(insert_step, 6, step.n_emitted);
-      BindReal(insert_step, 7, step.t_draft_us);
-      BindReal(insert_step, 8, step.t_verify_us);
-      BindReal(insert_step, 9, step.t_other_us);
-      BindInt(insert_step, 10, step.draft_depth);
-      BindInt(insert_step, 11, step.n_rollback_events);
-      BindReal(insert_step, 12, step.t_adapt_us);
-      BindReal(insert_step, 13, step.t_draft_busy_us);
-      BindReal(insert_step, 14, step.t_verify_busy_us);
-      BindInt(insert_step, 15, step.n_target_forwards);
-      BindInt(insert_step, 16, step.n_rolled_back);
-      BindInt(insert_step, 17, step.n_draft_generated);
+      BindAll(insert_step, 1, case_id, last_sample_id, step.step_idx, step.n_drafted,
+              step.n_accepted, step.n_emitted, step.t_draft_us, step.t_verify_us, step.t_other_us,
+              step.draft_depth, step.n_rollback_events, step.t_adapt_us, step.t_draft_busy_us,
+              step.t_verify_busy_us, step.n_target_forwards, step.n_rolled_back,
+              step.n_draft_generated, step.n_trimmed, step.t_draft_prefill_us);
       const int rc = sqlite3_step(insert_step);
       if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
@@ -1287,10 +1270,12 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
                                ? ", st.t_draft_busy_us, st.t_verify_busy_us, st.n_target_forwards, "
                                  "st.n_rolled_back, st.n_draft_generated"
                                : ", -1, -1, -1, -1, -1";
+  const char* v10_columns =
+      schema_version_ >= 10 ? ", st.n_trimmed, st.t_draft_prefill_us" : ", -1, -1";
   OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, "
                              "st.n_accepted, st.n_emitted, st.t_draft_us, st.t_verify_us, "
                              "st.t_other_us, ",
-                             v2_columns, v3_columns, v6_columns,
+                             v2_columns, v3_columns, v6_columns, v10_columns,
                              " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
                              "st.case_id = ?1 ORDER BY st.step_id")
                           .c_str()));
@@ -1317,6 +1302,8 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
     r.n_target_forwards = ColInt(q, 14);
     r.n_rolled_back = ColInt(q, 15);
     r.n_draft_generated = ColInt(q, 16);
+    r.n_trimmed = ColInt(q, 17);
+    r.t_draft_prefill_us = ColReal(q, 18);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));

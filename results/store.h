@@ -32,7 +32,7 @@ namespace specbed {
 // estimates in SQL; no table changes). Version 8 limited case_baseline to the same machine.
 // Version 9 added vLLM's metric names: case_summary.acceptance_rate / mean_acceptance_length and
 // the view position_acceptance (no table changes).
-inline constexpr int kResultsSchemaVersion = 9;
+inline constexpr int kResultsSchemaVersion = 10;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -121,6 +121,12 @@ struct StepRecord {
   // rejected, counting discarded parallel work; divided by Σ n_draft_generated = rollback rate.
   int64_t n_rolled_back = -1;
   int64_t n_draft_generated = -1;  // draft tokens generated this step (offered or not)
+  // Schema v10 (-1 = not recorded: rows written before). Draft positions the draft side discarded
+  // itself (SpecBranch's posterior trimming, a chunk cut at the context limit): waste in the
+  // rollback rate beside n_rolled_back. The drafter's catch-up over the prompt (Begin + Prefill),
+  // microseconds, on the first step of an answer (0 on the others); included in t_draft_us.
+  int64_t n_trimmed = -1;
+  double t_draft_prefill_us = -1;
 };
 
 // One row of `specbed bench` (autoregressive decode speed).

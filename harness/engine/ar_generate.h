@@ -31,6 +31,12 @@ struct GenerationConfig {
   // quality. Outputs are NOT the target's: such results are flagged as not real measurements.
   // Empty = off.
   std::vector<double> synthetic_acceptance;
+  // Online adapters (OSD, the cost-aware bandit) observe and learn from this generation. The
+  // runner's warm-up generations set false: adapters see only the measured requests.
+  bool adapt = true;
+  // The prompt's category ("" = none), passed to online adapters (DraftBegin::category), e.g. to
+  // normalise a throughput reward per category.
+  std::string category;
 };
 
 struct GenerationResult {

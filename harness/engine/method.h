@@ -76,6 +76,7 @@ struct DraftBegin {
   std::vector<at::Tensor> hidden;
   SamplingParams sampling;  // the case's sampling settings (drafters sample with them)
   uint64_t seed = 0;        // seed for the drafter's own randomness in this sequence
+  std::string category;     // the prompt's category (GenerationConfig::category; "" = none)
   int64_t max_len = 0;      // the target cache's length: prompt + generated tokens fit in it
   // The target's logits at the last prompt position (the distribution the first generated token,
   // `root`, was sampled from; no temperature applied): float32 [V] CPU. A view of the target's
@@ -134,6 +135,10 @@ class Drafter {
   virtual std::vector<int64_t> TargetHiddenLayers() const { return {}; }
   // Starts a new sequence.
   virtual void Begin(const DraftBegin& begin) = 0;
+  // Runs the work Begin queued over the prompt (a drafter that catches up lazily at its first
+  // Draft), so that the decoder times the drafter's prefill as its own phase. Called once, right
+  // after Begin; drafts must not depend on whether it ran.
+  virtual void Prefill() {}
   // Appends at most budget.nodes nodes (depth <= budget.depth) below the root to `tree` (given
   // empty). Rules that need draft distributions (chain_rs, tree_rrs) need tree.draft_probs.
   virtual void Draft(const DraftStep& step, DraftTree& tree) = 0;
@@ -205,8 +210,15 @@ struct StepStats {
   // the rollback rate.
   int64_t n_rolled_back = 0;
   // Draft tokens the drafter generated in this step, whether offered to the verifier or not (=
-  // n_drafted for a sequential decoder; a parallel decoder also drafts the next chunk).
+  // n_drafted for a sequential decoder; a parallel decoder also drafts the next chunk). A parallel
+  // decoder counts each drafted position once (methods/common/draft_ledger.h).
   int64_t n_draft_generated = 0;
+  // Draft positions the draft side discarded itself, with no target rejection (SpecBranch's
+  // posterior H-RAD trimming, a chunk cut at the context limit); waste in the rollback rate.
+  int64_t n_trimmed = 0;
+  // The drafter's catch-up over the prompt (Drafter::Begin + Prefill), first step only; already
+  // included in t_draft_us (speedups do not change), reported beside T_D% as its own phase.
+  double t_draft_prefill_us = 0;
 };
 
 // One generation with its per-step records.

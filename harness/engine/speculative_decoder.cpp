@@ -52,6 +52,21 @@ int64_t SpeculativeDecoder::MaxDraftNodes() const {
   return controller_ ? std::max(own, controller_->MaxNodes(options_.budget)) : own;
 }
 
+SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const DraftBegin& begin,
+                                                              DraftBudget& budget,
+                                                              Adapter* adapter) {
+  const int64_t b0 = DeviceNowNanos(target_.device());
+  if (controller_) controller_->BeginSequence(begin, budget);
+  const int64_t p0 = DeviceNowNanos(target_.device());
+  drafter_->Begin(begin);
+  drafter_->Prefill();  // the drafter prefill phase: its catch-up over the prompt
+  BeginTimes t;
+  t.drafter_prefill_ns = DeviceNowNanos(target_.device()) - p0;
+  if (adapter) adapter->BeginSequence(begin);
+  t.all_ns = DeviceNowNanos(target_.device()) - b0;
+  return t;
+}
+
 void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
                                   const GenerationConfig& config, KvCache& cache,
                                   DecodeResult& result) {
@@ -69,6 +84,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   verifier_.SetSyntheticAcceptance(config.synthetic_acceptance,
                                    DrafterSeed(config.seed ^ 0x73796e7468ULL));  // "synth"
   const std::vector<int64_t> hidden_layers = drafter_->TargetHiddenLayers();
+  Adapter* adapter = config.adapt ? adapter_.get() : nullptr;  // warm-ups do not reach it
 
   // Prefill (identical to AR).
   const int64_t t_start = DeviceNowNanos(target_.device());
@@ -84,7 +100,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
 
   committed_.assign(prompt.begin(), prompt.end());
   committed_.push_back(root);
-  int64_t begin_ns = 0;
+  BeginTimes begun;
   DraftBudget budget = options_.budget;
   if (!stop.stopped()) {
     DraftBegin begin;
@@ -93,15 +109,13 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     begin.hidden = std::move(out.hidden);
     begin.sampling = config.sampling;
     begin.seed = DrafterSeed(config.seed);
+    begin.category = config.category;
     begin.max_len = cache.max_len();
     // [1, 1, V] -> [V]: no copy on the CPU; once per sequence from a device.
     begin.last_logits = CopyToHost(out.logits).view({vocab});
-    const int64_t b0 = DeviceNowNanos(target_.device());
-    if (controller_) controller_->BeginSequence(begin, budget);
-    drafter_->Begin(begin);
-    if (adapter_) adapter_->BeginSequence(begin);
-    begin_ns = DeviceNowNanos(target_.device()) - b0;
+    begun = BeginParts(begin, budget, adapter);
   }
+  const int64_t begin_ns = begun.all_ns;
 
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
   int64_t step_index = 0;
@@ -137,7 +151,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
     const int64_t t2 = DeviceNowNanos(target_.device());
     drafter_->Accept(tree_, verdict_);
-    if (adapter_) adapter_->Observe(tree_, verdict_);
+    if (adapter) adapter->Observe(tree_, verdict_);
     if (controller_) controller_->AfterStep(tree_, verdict_);
     const int64_t t3 = DeviceNowNanos(target_.device());
 
@@ -155,6 +169,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     const int64_t t4 = DeviceNowNanos(target_.device());
     stats.t_draft_us = ((t1 - t0) + (t3 - t2) + (step_index == 0 ? begin_ns : 0)) * 1e-3;
     stats.t_verify_us = (t2 - t1) * 1e-3;
+    stats.t_draft_prefill_us = step_index == 0 ? begun.drafter_prefill_ns * 1e-3 : 0.0;
     // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
     stats.t_other_us = ((t4 - t3) + (t0 - t_prev_end) - (step_index == 0 ? begin_ns : 0)) * 1e-3;
     stats.t_draft_busy_us = stats.t_draft_us;
@@ -169,10 +184,10 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     ++step_index;
     ++gen.n_steps;
   }
-  if (adapter_) {
+  if (adapter) {
     // The adapter's end-of-sequence work (e.g. an OSD update) is drafter cost of this request.
     const int64_t a0 = DeviceNowNanos(target_.device());
-    adapter_->EndSequence(committed_, static_cast<int64_t>(prompt.size()));
+    adapter->EndSequence(committed_, static_cast<int64_t>(prompt.size()));
     const double adapt_us = (DeviceNowNanos(target_.device()) - a0) * 1e-3;
     if (!result.steps.empty()) {
       result.steps.back().t_draft_us += adapt_us;

@@ -56,6 +56,14 @@ class SpeculativeDecoder : public Decoder {
   Controller* controller() { return controller_.get(); }
 
  private:
+  struct BeginTimes {
+    int64_t all_ns = 0;              // controller, drafter and adapter starts (draft time)
+    int64_t drafter_prefill_ns = 0;  // Drafter::Begin + Prefill: the drafter prefill phase
+  };
+  // Starts the sequence's controller (which may change `budget`), drafter and `adapter` (null =
+  // none: no adapter, or a generation it must not learn from).
+  BeginTimes BeginParts(const DraftBegin& begin, DraftBudget& budget, Adapter* adapter);
+
   LlamaModel& target_;
   const Tokenizer* tokenizer_;
   std::unique_ptr<Drafter> drafter_;

@@ -252,6 +252,8 @@ void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<Step
     step.n_target_forwards = st.n_target_forwards;
     step.n_rolled_back = st.n_rolled_back;
     step.n_draft_generated = st.n_draft_generated;
+    step.n_trimmed = st.n_trimmed;
+    step.t_draft_prefill_us = st.t_draft_prefill_us;
     steps.push_back(std::move(step));
   }
 }
@@ -469,6 +471,7 @@ void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const Prompt& fi
     KvCache& cache = cache_for(ids.size());
     GenerationConfig warm = gen;
     warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
+    warm.adapt = false;  // online adapters learn from the measured requests only
     decoder.Generate(ids, warm, cache, result);
     if (paired_ar) {
       warm.record_margins = false;
@@ -533,6 +536,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       messages.push_back({"user", prompt.turns[turn]});
       GenerationConfig g = gen;
       g.seed = PromptSeed(c.seed, static_cast<int64_t>(pi), static_cast<int32_t>(turn));
+      g.category = prompt.category;
       // Even answers: AR first; odd answers: the method first.
       const bool ar_first = paired && samples.size() % 2 == 0;
       std::vector<int32_t> ids;

@@ -60,6 +60,12 @@ void DflashDrafter::Begin(const DraftBegin& begin) {
   QueueContext(begin.hidden, static_cast<int64_t>(begin.prompt->size()));
 }
 
+void DflashDrafter::AppendPendingContext() {
+  if (pending_.empty()) return;
+  head_->AppendContext(pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0));
+  pending_.clear();
+}
+
 void DflashDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
   QueueContext(verdict.hidden, 1 + verdict.n_accepted());
 }
@@ -67,10 +73,7 @@ void DflashDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
 void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   const int64_t depth = std::min({block_ - 1, step.budget.depth, step.budget.nodes});
   if (depth <= 0) return;
-  if (!pending_.empty()) {
-    head_->AppendContext(pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0));
-    pending_.clear();
-  }
+  AppendPendingContext();
   head_->ForwardFromBonus(step.root, block_, out_);
   if (options_.kind == DflashTreeKind::kChain) {  // DFlash: a chain of the per-row choices
     DraftChain(depth, tree);

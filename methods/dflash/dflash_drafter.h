@@ -68,6 +68,8 @@ class DflashDrafter : public Drafter {
 
   std::vector<int64_t> TargetHiddenLayers() const override;
   void Begin(const DraftBegin& begin) override;
+  // Appends the prompt's context rows to the head (otherwise the first Draft does).
+  void Prefill() override { AppendPendingContext(); }
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
@@ -80,6 +82,8 @@ class DflashDrafter : public Drafter {
 
  private:
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t n);
+  // Appends the queued context rows to the head's context (nothing when none is queued).
+  void AppendPendingContext();
   // The drafted rows 1..depth of the block: chain tokens (argmax or sampled, with their draft
   // distributions) or the per-depth top-k (tokens_, logp_).
   void DraftChain(int64_t depth, DraftTree& tree);

@@ -64,6 +64,7 @@ void Eagle3Drafter::Begin(const DraftBegin& begin) {
   const int64_t tree_rows = options_.depth * options_.top_k + 1;
   head_->ResetCache(begin.max_len + tree_rows);
   context_len_ = 0;
+  last_row_ = -1;
   pending_features_.clear();
   pending_tokens_.clear();
   const std::vector<int32_t>& prompt = *begin.prompt;
@@ -71,6 +72,18 @@ void Eagle3Drafter::Begin(const DraftBegin& begin) {
   std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   next.push_back(begin.root);
   QueueContext(begin.hidden, 0, p, next.data());
+}
+
+void Eagle3Drafter::FlushContext() {
+  const int64_t n = static_cast<int64_t>(pending_tokens_.size());
+  if (n == 0) return;
+  const at::Tensor features =
+      pending_features_.size() == 1 ? pending_features_[0] : at::cat(pending_features_, 0);
+  head_->Forward(features, pending_tokens_.data(), nullptr, n, nullptr, out_);
+  context_len_ += n;
+  last_row_ = n - 1;
+  pending_features_.clear();
+  pending_tokens_.clear();
 }
 
 void Eagle3Drafter::Accept(const DraftTree& tree, const Verdict& verdict) {
@@ -110,18 +123,13 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   const int64_t depth = std::min(options_.depth, step.budget.depth);
   generated_ = 0;
   if (nodes <= 0 || depth <= 0) return;
-  // Context rows queued since the last step (the prompt at the first step).
-  const int64_t n = static_cast<int64_t>(pending_tokens_.size());
-  SPECBED_CHECK(n >= 1, "eagle3: no context rows to draft from (Begin not called?)");
-  const at::Tensor features =
-      pending_features_.size() == 1 ? pending_features_[0] : at::cat(pending_features_, 0);
-  head_->Forward(features, pending_tokens_.data(), nullptr, n, nullptr, out_);
-  context_len_ += n;
-  pending_features_.clear();
-  pending_tokens_.clear();
+  // Context rows queued since the last step (the prompt at the first step, unless Prefill ran).
+  FlushContext();
+  SPECBED_CHECK(last_row_ >= 0, "eagle3: no context rows to draft from (Begin not called?)");
   EnsureNodeRows(1 + options_.top_k + (depth - 1) * options_.top_k * options_.top_k);
-  node_hidden_.narrow(0, 0, 1).copy_(out_.hidden.narrow(0, n - 1, 1));
-  root_logits_ = out_.logits.narrow(0, n - 1, 1).clone();
+  node_hidden_.narrow(0, 0, 1).copy_(out_.hidden.narrow(0, last_row_, 1));
+  root_logits_ = out_.logits.narrow(0, last_row_, 1).clone();
+  last_row_ = -1;
   candidate_slot_.clear();
 
   BeamTreeOptions bo;

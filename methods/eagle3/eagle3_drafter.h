@@ -53,6 +53,8 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
 
   std::vector<int64_t> TargetHiddenLayers() const override;
   void Begin(const DraftBegin& begin) override;
+  // Runs the prompt's context rows through the head (otherwise the first Draft does).
+  void Prefill() override { FlushContext(); }
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
   int64_t GeneratedLastStep() const override { return options_.report_generated ? generated_ : -1; }
@@ -83,6 +85,9 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   // (each [1, >= offset + n, Ht]) starting at index `offset`, with next tokens `next`.
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t offset, int64_t n,
                     const int32_t* next);
+  // Runs the queued context rows through the head (into the cache; out_ row last_row_ is the
+  // newest); nothing when none is queued.
+  void FlushContext();
 
   std::unique_ptr<Eagle3Head> head_;
   Eagle3DraftOptions options_;
@@ -94,7 +99,9 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   // device) and next tokens.
   std::vector<at::Tensor> pending_features_;
   std::vector<int32_t> pending_tokens_;
-  int64_t context_len_ = 0;  // context rows in the head cache (= target positions covered)
+  int64_t context_len_ = 0;
+  // Row of out_ holding the newest context row (the root's), -1 once a Draft used it.
+  int64_t last_row_ = -1;  // context rows in the head cache (= target positions covered)
   // Per step: the root's draft logits [1, Vd]; output hidden of the root (row 0) and of every
   // candidate run (row c + 1), [rows, H] like out_.hidden; per candidate its cache slot once run
   // (-1 = not run yet).

@@ -78,6 +78,7 @@ OsdAdapter::OsdAdapter(std::unique_ptr<OsdStudent> student, OsdOptions options)
 
 void OsdAdapter::BeginSequence(const DraftBegin& begin) {
   corrections_.clear();
+  served_.Begin(begin);
   position_ = static_cast<int64_t>(begin.prompt->size()) + 1;  // prompt + the first root
 }
 
@@ -88,47 +89,25 @@ void OsdAdapter::Observe(const DraftTree& tree, const Verdict& verdict) {
   const int32_t slot = verdict.path.empty() ? -1 : verdict.path.back();
   bool proposed = false;
   for (int64_t i = 0; i < tree.size() && !proposed; ++i) proposed = tree.parent[i] == slot;
-  if (proposed || options_.supervise_round_end) {
-    corrections_.push_back(position_ + verdict.n_accepted());
-  }
+  const bool supervise = proposed || options_.supervise_round_end;
+  if (supervise) corrections_.push_back(position_ + verdict.n_accepted());
+  served_.Observe(verdict, supervise, position_ + verdict.n_accepted());
   position_ += static_cast<int64_t>(verdict.tokens.size());
 }
 
 void OsdAdapter::EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) {
   ++stats_.requests;
-  Request r;
-  const int64_t n = static_cast<int64_t>(committed.size());
-  const int64_t first = std::max<int64_t>(0, n - options_.max_tokens);
-  r.tokens.assign(committed.begin() + first, committed.end());
-  for (int64_t p : corrections_) {
-    if (p - 1 >= first && p < n) r.corrections.push_back(p - first);
-  }
-  if (!r.corrections.empty()) buffer_.push_back(std::move(r));
+  ServedRequest r = served_.Finish(committed, options_.max_tokens);
+  if (!r.supervised.empty()) buffer_.push_back(std::move(r));
   if (stats_.requests % options_.interval == 0) Update();
 }
 
 void OsdAdapter::Update() {
   if (buffer_.empty()) return;
   const int64_t t0 = NowMicros();
-  OsdBatch batch;
-  const int64_t b = static_cast<int64_t>(buffer_.size());
-  int64_t t = 0;
-  for (const Request& r : buffer_) t = std::max<int64_t>(t, static_cast<int64_t>(r.tokens.size()));
-  batch.tokens = at::zeros({b, t}, at::kLong);
-  batch.lengths = at::empty({b}, at::kLong);
-  batch.loss_mask = at::zeros({b, t}, at::kFloat);
-  int64_t* tok = batch.tokens.data_ptr<int64_t>();
-  float* mask = batch.loss_mask.data_ptr<float>();
+  const OsdBatch batch = BuildOnlineBatch(buffer_);
   int64_t supervised = 0;
-  for (int64_t i = 0; i < b; ++i) {
-    const Request& r = buffer_[i];
-    for (size_t j = 0; j < r.tokens.size(); ++j) tok[i * t + j] = r.tokens[j];
-    batch.lengths.data_ptr<int64_t>()[i] = static_cast<int64_t>(r.tokens.size());
-    for (int64_t p : r.corrections) {
-      mask[i * t + p - 1] = 1.f;
-      ++supervised;
-    }
-  }
+  for (const ServedRequest& r : buffer_) supervised += static_cast<int64_t>(r.supervised.size());
   for (int64_t s = 0; s < options_.steps; ++s) {
     const at::Tensor loss = student_->Loss(batch, options_.divergence);
     if (s == 0) stats_.losses.push_back(loss.item<double>());

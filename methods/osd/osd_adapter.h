@@ -8,9 +8,12 @@
 // Convention (the paper's wording; the reference code supervises the position one later): a
 // correction token at sequence index p is supervised where the drafter predicted it, i.e. on the
 // distribution after tokens [0, p) (loss_mask[p - 1] = 1).
-// The teacher is an extra target forward over the buffered sequences (as in the reference code)
-// and the update runs inside the request that triggers it, so its wall time is charged to that
-// request (decode time, draft phase, StepStats::t_adapt_us).
+// The teacher is what the target computed while serving (methods/common/served_teacher.h: its
+// logits at the corrected positions and its hidden states at every committed position, kept as
+// the request was served); the reference code runs an extra target forward over the buffered
+// sequences instead, which SpecBed does not (no teacher forward, no context cropped from the
+// teacher). The update runs inside the request that triggers it, so its wall time is charged to
+// that request (decode time, draft phase, StepStats::t_adapt_us).
 // Students: the SpS draft LM (`sps+osd`) and the EAGLE-3 head (`eagle3+osd`; the TTT loss
 // restricted to the recorded positions).
 // Checked by: tests/methods/osd_test.cpp (recorded positions, divergences against closed forms,
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/common/served_teacher.h"
 #include "methods/common/train/train_loop.h"
 
 namespace specbed {
@@ -45,12 +49,10 @@ Divergence ParseDivergence(const std::string& name, const std::string& context);
 at::Tensor DivergenceLoss(const at::Tensor& teacher_logits, const at::Tensor& student_logits,
                           Divergence divergence);
 
-// The buffered requests of one update.
-struct OsdBatch {
-  at::Tensor tokens;     // int64 [B, T], right-padded with 0
-  at::Tensor lengths;    // int64 [B]
-  at::Tensor loss_mask;  // float32 [B, T]: 1 at p - 1 for every recorded correction index p
-};
+// The buffered requests of one update, with the teacher as served (loss_mask: 1 at p - 1 for
+// every recorded correction index p; teacher_rows: the target's logits there; features: its
+// hidden states at the drafter's layers).
+using OsdBatch = OnlineBatch;
 
 // A drafter that can be trained online: a trainable twin of the served drafter.
 class OsdStudent {
@@ -58,8 +60,8 @@ class OsdStudent {
   virtual ~OsdStudent() = default;
   // Trainable parameters (float32 leaves with requires_grad).
   virtual std::vector<std::pair<std::string, at::Tensor>> Parameters() const = 0;
-  // Divergence between the target and the student at the masked positions of `batch` (runs the
-  // target itself, without gradients).
+  // Divergence between the target (batch.teacher_rows, as served) and the student at the masked
+  // positions of `batch`; no target forward.
   virtual at::Tensor Loss(const OsdBatch& batch, Divergence divergence) = 0;
   // Makes the served drafter use the current parameters.
   virtual void Publish() = 0;
@@ -84,7 +86,7 @@ struct OsdStats {
   int64_t requests = 0;
   int64_t updates = 0;
   int64_t supervised_positions = 0;  // summed over updates
-  double update_seconds = 0;         // summed wall time of the updates (incl. teacher forward)
+  double update_seconds = 0;         // summed wall time of the updates
   std::vector<double> losses;        // loss before each update's first step
 };
 
@@ -103,14 +105,11 @@ class OsdAdapter : public Adapter {
   void Update();
 
  private:
-  struct Request {
-    std::vector<int32_t> tokens;
-    std::vector<int64_t> corrections;
-  };
   std::unique_ptr<OsdStudent> student_;
   OsdOptions options_;
   AdamWOptimizer optimizer_;
-  std::vector<Request> buffer_;
+  ServedTeacher served_;  // the current request as served
+  std::vector<ServedRequest> buffer_;
   std::vector<int64_t> corrections_;
   std::vector<uint8_t> has_children_;  // per slot of the current tree
   int64_t position_ = 0;               // committed tokens so far in this request

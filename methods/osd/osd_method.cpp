@@ -9,7 +9,6 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
-#include "methods/common/host_features.h"
 #include "methods/common/train/trainable_llama.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/eagle3/eagle3_method.h"
@@ -21,19 +20,6 @@
 
 namespace specbed {
 namespace {
-
-// Target logits (and optionally hidden states) over a padded batch, without gradients.
-ForwardOutput TeacherForward(LlamaModel& target, const OsdBatch& batch,
-                             const std::vector<int64_t>& hidden_layers) {
-  at::NoGradGuard no_grad;
-  KvCache cache = target.NewCache(batch.tokens.size(0), batch.tokens.size(1));
-  ForwardOptions fo;
-  fo.logits = LogitsMode::kAll;
-  fo.hidden_layers = hidden_layers;
-  ForwardOutput out = target.Forward(batch.tokens, cache, fo);
-  out.logits = out.logits.clone();  // the model reuses its logits buffer
-  return out;
-}
 
 // A served draft LM from HF tensors, on `like`'s device and in its dtype (the target's).
 std::shared_ptr<LlamaModel> ServedDraft(const LlamaConfig& config,
@@ -51,20 +37,15 @@ at::Tensor MaskedRows(const at::Tensor& x, const at::Tensor& mask) {
 
 class SpsOsdStudent : public OsdStudent {
  public:
-  SpsOsdStudent(LlamaModel& target, SpsDrafter& drafter, const HfModel& draft)
-      : target_(target), drafter_(drafter), model_(draft.config, draft.tensors) {}
+  SpsOsdStudent(SpsDrafter& drafter, const HfModel& draft)
+      : drafter_(drafter), model_(draft.config, draft.tensors) {}
 
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
-    const ForwardOutput teacher = TeacherForward(target_, batch, {});
     const at::Tensor student = model_.Forward(batch.tokens);
-    // The student trains on the CPU in float32: the teacher's rows come over once.
-    const at::Tensor rows = batch.loss_mask.reshape(-1).nonzero().reshape(-1);
-    const at::Tensor logits = teacher.logits.reshape({-1, teacher.logits.size(-1)});
-    const at::Tensor teacher_rows = HostFloat32(logits.index_select(0, rows.to(logits.device())));
-    return DivergenceLoss(teacher_rows, MaskedRows(student, batch.loss_mask), divergence);
+    return DivergenceLoss(batch.teacher_rows, MaskedRows(student, batch.loss_mask), divergence);
   }
   void Publish() override {
     // The served draft LM keeps its device and dtype (the target's); the student stays on the CPU.
@@ -73,7 +54,6 @@ class SpsOsdStudent : public OsdStudent {
   }
 
  private:
-  LlamaModel& target_;
   SpsDrafter& drafter_;
   TrainableLlama model_;
 };
@@ -93,19 +73,19 @@ class Eagle3OsdStudent : public OsdStudent {
   // The TTT objective restricted to the recorded positions: unrolled step k row t is supervised
   // by the target at position t + 1 + k when that position is masked.
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
-    const std::vector<int64_t>& layers = model_.config().aux_layer_ids;
-    ForwardOutput teacher = TeacherForward(target_, batch, layers);
-    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
-    teacher.logits = HostFloat32(teacher.logits);
-    const auto logits = model_.Forward(aux, batch.tokens, ttt_steps_);
-    const at::Tensor target_draft = teacher.logits.index_select(-1, model_.draft_ids());
+    SPECBED_CHECK(batch.features.defined(), "eagle3+osd: the served hidden states are missing");
+    const auto logits = model_.Forward(batch.features, batch.tokens, ttt_steps_);
     const int64_t t = batch.tokens.size(1);
     at::Tensor total;
     double weight = 1.0;
     for (int64_t k = 0; k < ttt_steps_ && k + 1 < t; ++k) {
       const int64_t shift = k + 1;
       const at::Tensor mask = batch.loss_mask.narrow(1, shift, t - shift);
-      const at::Tensor teacher_rows = MaskedRows(target_draft.narrow(1, shift, t - shift), mask);
+      // The masked positions from `shift` on, in the batch's layout (row-major, as MaskedRows).
+      at::Tensor full_mask = batch.loss_mask.clone();
+      full_mask.narrow(1, 0, shift).zero_();
+      const at::Tensor teacher_rows =
+          TeacherRowsAt(batch, full_mask).index_select(-1, model_.draft_ids());
       const at::Tensor student_rows = MaskedRows(logits[k].narrow(1, 0, t - shift), mask);
       const at::Tensor term = DivergenceLoss(teacher_rows, student_rows, divergence) * weight;
       total = total.defined() ? total + term : term;
@@ -196,7 +176,7 @@ void RegisterOsdMethods(MethodRegistry& registry) {
       // updates never touch the shared model.
       auto drafter = std::make_unique<SpsDrafter>(
           ServedDraft(stored.config, stored.tensors, *draft.model, draft.spec.path));
-      auto student = std::make_unique<SpsOsdStudent>(*context.target->model, *drafter, stored);
+      auto student = std::make_unique<SpsOsdStudent>(*drafter, stored);
       SpeculativeOptions options;
       options.budget.nodes = knobs.at("gamma").get<int64_t>();
       options.budget.depth = options.budget.nodes;

@@ -11,6 +11,7 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/stop_rules.h"
 #include "harness/engine/verifier.h"
+#include "methods/common/draft_ledger.h"
 
 namespace specbed {
 
@@ -68,6 +69,8 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     side_->Wait();
     begin_ns = NowNanos() - b0;
   }
+  DraftLedger& ledger = ledger_;  // every drafted position once: the rollback counts
+  ledger.Reset();
 
   std::vector<int32_t> r;  // draft tokens after pend awaiting verification
   std::vector<float> r_q;  // their draft distributions (T > 0)
@@ -84,7 +87,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     }
     StepStats stats;
     if (static_cast<int64_t>(r.size()) > free) {  // only at the context limit
-      stats.n_rolled_back += static_cast<int64_t>(r.size()) - free;
+      ledger.Trimmed(static_cast<int64_t>(r.size()) - free);
       r.resize(static_cast<size_t>(free));
       if (!greedy) r_q.resize(static_cast<size_t>(free * vocab));
     }
@@ -135,23 +138,26 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     std::vector<int32_t> new_r;
     std::vector<float> new_r_q;
     const int64_t n_drafted_next = static_cast<int64_t>(next.tokens.size());
+    ledger.Drafted(n_drafted_next);
+    ledger.Accepted(n_acc);
     bool rollback = false;
     if (n_acc < n_r) {  // R[n_acc] rejected: R[n_acc:] and the concurrent chunk are discarded
       tokens.push_back(correction);
       cache.Truncate(base + 1 + n_acc);
-      stats.n_rolled_back += (n_r - n_acc) + n_drafted_next;
+      ledger.RolledBack((n_r - n_acc) + n_drafted_next);
       rollback = true;
     } else if (n_drafted_next > 0) {  // all of R accepted: test the next chunk's first token
       const int accepted = AcceptAtSlot(logits + n_r * vocab, vocab, next.tokens.data(), 1,
                                         greedy ? nullptr : next.q.data(), sampler, scratch_,
                                         &correction, options_.test_accept_next_unverified);
       if (accepted == 0) {
+        ledger.Accepted(1);
         tokens.push_back(next.tokens[0]);
         new_r.assign(next.tokens.begin() + 1, next.tokens.end());
         if (!greedy) new_r_q.assign(next.q.begin() + vocab, next.q.end());
       } else {
         tokens.push_back(correction);
-        stats.n_rolled_back += n_drafted_next;
+        ledger.RolledBack(n_drafted_next);
         rollback = true;
       }
     } else {  // nothing drafted (end of the answer): an ordinary bonus token
@@ -163,15 +169,8 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
       if (stop.Push(token) != StopReason::kNone) break;
     }
     if (trace_) {
-      PearlTraceStep ts;
-      ts.verified = r;
-      ts.drafted = next.tokens;
-      ts.committed = tokens;
-      ts.n_accepted_r = n_acc;
-      ts.rollback = rollback;
-      ts.n_rolled_back = stats.n_rolled_back;
-      ts.next_r = new_r;
-      trace_->steps.push_back(std::move(ts));
+      trace_->steps.push_back(
+          {r, next.tokens, tokens, n_acc, rollback, ledger.step_rolled_back(), new_r});
     }
     r = std::move(new_r);
     r_q = std::move(new_r_q);
@@ -182,7 +181,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
     stats.n_drafted = n_r + (tested_next ? 1 : 0);
     // Accepted draft tokens committed this step (R's accepted prefix, plus N[0] when accepted).
     stats.n_accepted = static_cast<int64_t>(tokens.size()) - 1;
-    stats.n_draft_generated = n_drafted_next;
+    ledger.EndStep(stats);
     stats.n_emitted = static_cast<int64_t>(stop.tokens().size() - before);
     stats.draft_depth = stats.n_drafted;
     stats.n_rollback_events = rollback ? 1 : 0;
@@ -196,6 +195,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
         options_.parallel ? std::max<double>(0, std::min<double>(d1, t1) - std::max<double>(d0, v1))
                           : draft_busy_ns;
     stats.t_draft_us = (exposed_ns + (step_index == 0 ? begin_ns : 0)) * 1e-3;
+    stats.t_draft_prefill_us = step_index == 0 ? begin_ns * 1e-3 : 0.0;
     const double step_ns = static_cast<double>(t2 - t_prev_end);
     stats.t_other_us = (step_ns - (v1 - v0) - exposed_ns - (step_index == 0 ? begin_ns : 0)) * 1e-3;
     t_prev_end = t2;

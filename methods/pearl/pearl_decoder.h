@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/common/draft_ledger.h"
 #include "methods/pearl/draft_lm.h"
 #include "methods/pearl/side_thread.h"
 
@@ -68,6 +69,8 @@ class PearlDecoder : public Decoder {
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma; }
+  // The drafted positions of the last Generate (pending() = still unverified when it stopped).
+  const DraftLedger& ledger() const { return ledger_; }
 
   void SetTrace(PearlTrace* trace) { trace_ = trace; }
   DraftLm& draft() { return draft_; }
@@ -81,6 +84,7 @@ class PearlDecoder : public Decoder {
   PearlTrace* trace_ = nullptr;
   std::vector<float> scratch_;
   at::Tensor ids_;
+  DraftLedger ledger_;
 };
 
 }  // namespace specbed

@@ -12,7 +12,6 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
-#include "methods/common/host_features.h"
 #include "methods/specblock/specblock_drafter.h"
 #include "methods/specblock/specblock_model.h"
 #include "methods/specblock/specblock_trainer.h"
@@ -54,6 +53,10 @@ BanditAction BanditPolicy::Choose(double s) {
     }
     return best;
   }
+  if (o_.explore > 0 && !(o_.gating && s < o_.s_min)) {
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    if (u(rng_) < o_.explore) return u(rng_) < 0.5 ? BanditAction::kHead : BanditAction::kFull;
+  }
   if (o_.gating && head <= 0 && full <= 0) return BanditAction::kSkip;
   return best;
 }
@@ -72,17 +75,32 @@ void BanditPolicy::OnMeasured(BanditAction a, double delta, double s_trig) {
 void BanditPolicy::Reset() {
   v_ = {};
   n_ = {};
+  events_ = 0;
 }
 
-bool RollbackTracker::AddWindow(double tau, bool* is_best) {
+std::pair<double, double> QueryReward::Add(const std::string& category, double tokens,
+                                           double seconds) {
+  if (!per_category_) return {tokens, seconds};
+  auto& [t, s] = seen_[category];
+  const double tps = seconds > 0 ? tokens / seconds : 0;
+  const double mean = s > 0 ? t / s : 0;
+  t += tokens;
+  s += seconds;
+  return {mean > 0 ? tps / mean : 1.0, 1.0};
+}
+
+bool RollbackTracker::AddWindow(double tau, bool updated, bool* is_best) {
   *is_best = tau >= best_;
   if (*is_best) best_ = tau;
-  history_.push_back(tau);
+  history_.emplace_back(tau, updated);
   const int64_t n = static_cast<int64_t>(history_.size());
   if (n < windows_ + 1) return false;
+  bool any_update = false;
   for (int64_t i = n - windows_; i < n; ++i) {
-    if (!(history_[i] < history_[i - 1])) return false;
+    if (!(history_[i].first < history_[i - 1].first)) return false;
   }
+  for (int64_t i = n - windows_ - 1; i < n; ++i) any_update = any_update || history_[i].second;
+  if (!any_update) return false;
   history_.clear();
   return true;
 }
@@ -94,7 +112,8 @@ SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDraf
       o_(options),
       log_path_(std::move(log_path)),
       policy_(options),
-      rollback_(options.rollback_windows) {
+      rollback_(options.rollback_windows),
+      reward_(options.per_category_reward) {
   if (!log_path_.empty()) {  // one log per case: a rerun or a later case never appends to it
     std::ofstream log(log_path_, std::ios::trunc);
     SPECBED_CHECK(log.good(), "specblock+bandit: cannot write the window log '", log_path_,
@@ -123,8 +142,9 @@ SpecBlockBanditAdapter::~SpecBlockBanditAdapter() = default;
 
 void SpecBlockBanditAdapter::BeginSequence(const DraftBegin& begin) {
   s_ = 0;
-  positions_.clear();
   position_ = static_cast<int64_t>(begin.prompt->size());  // index of the first generated token
+  category_ = begin.category;
+  served_.Begin(begin);
   q_steps_ = q_tokens_ = 0;
   t_begin_ = NowMicros();
 }
@@ -135,10 +155,8 @@ void SpecBlockBanditAdapter::Observe(const DraftTree& tree, const Verdict& verdi
   const double r = drafter_.SlotProb(slot, verdict.bonus);
   // The committed sequence index of the bonus: position_ is the index of the current root.
   const int64_t bonus_index = position_ + a + 1;
-  if (r >= 0) {
-    s_ += 1.0 - r;
-    positions_.push_back(bonus_index);
-  }
+  if (r >= 0) s_ += 1.0 - r;
+  served_.Observe(verdict, r >= 0, bonus_index);
   position_ += a + 1;
   ++q_steps_;
   q_tokens_ += a + 1;
@@ -146,52 +164,23 @@ void SpecBlockBanditAdapter::Observe(const DraftTree& tree, const Verdict& verdi
 
 void SpecBlockBanditAdapter::Fire(BanditAction a) {
   const int64_t t0 = NowMicros();
-  std::vector<Query>& buf = buffers_[static_cast<int>(a)];
-  // Batch of the buffered queries (right-padded; each keeps its last max_tokens tokens).
-  int64_t t_max = 0;
-  for (const Query& q : buf)
-    t_max = std::max<int64_t>(t_max, std::min<int64_t>(q.tokens.size(), o_.max_tokens));
-  const int64_t b = static_cast<int64_t>(buf.size());
-  at::Tensor tokens = at::zeros({b, t_max}, at::kLong);
-  at::Tensor mask = at::zeros({b, t_max}, at::kFloat);
-  for (int64_t i = 0; i < b; ++i) {
-    const Query& q = buf[i];
-    const int64_t n = static_cast<int64_t>(q.tokens.size());
-    const int64_t off = std::max<int64_t>(0, n - o_.max_tokens);
-    for (int64_t j = off; j < n; ++j) tokens[i][j - off] = q.tokens[j];
-    for (int64_t p : q.positions) {
-      const int64_t row = p - 1 - off;  // the distribution after tokens [0, p)
-      if (row >= 1 && row < t_max && p < n) mask[i][row] = 1;
-    }
-  }
-  if (mask.sum().item<double>() > 0) {
-    const std::vector<int64_t>& layers = train_->config().aux_layer_ids;
-    ForwardOutput teacher;
-    {
-      at::NoGradGuard no_grad;
-      KvCache cache = target_.NewCache(b, t_max);
-      ForwardOptions fo;
-      fo.logits = LogitsMode::kAll;
-      fo.hidden_layers = layers;
-      teacher = target_.Forward(tokens, cache, fo);
-      teacher.logits = teacher.logits.clone();
-    }
-    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
-    teacher.logits = HostFloat32(teacher.logits);
+  std::vector<ServedRequest>& buf = buffers_[static_cast<int>(a)];
+  // The buffered queries (each its last max_tokens tokens), with the target as served.
+  const OnlineBatch batch = BuildOnlineBatch(buf);
+  if (batch.loss_mask.sum().item<double>() > 0) {
+    const at::Tensor& aux = batch.features;
+    const at::Tensor& tokens = batch.tokens;
     // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting).
-    const SpecBlockSlotRows rows = SpecBlockSlotsDrafting(mask, train_->config().block_size);
+    const SpecBlockSlotRows rows =
+        SpecBlockSlotsDrafting(batch.loss_mask, train_->config().block_size);
     const at::Tensor labels = tokens.reshape(-1).index_select(0, rows.seq + 1);
-    const int64_t vd = train_->config().draft_vocab_size;
     at::Tensor anchor_logits;
     {
       at::NoGradGuard no_grad;
       anchor_logits = SpecBlockSlotLogits(*anchor_, aux, tokens, rows, true);
     }
-    const at::Tensor teacher_rows =
-        at::log_softmax(teacher.logits.index_select(-1, train_->draft_ids())
-                            .reshape({-1, vd})
-                            .index_select(0, rows.seq),
-                        -1);
+    const at::Tensor teacher_rows = at::log_softmax(
+        TeacherRowsAtFlat(batch, rows.seq).index_select(-1, train_->draft_ids()), -1);
     AdamWOptimizer& opt = a == BanditAction::kHead ? *head_opt_ : *full_opt_;
     for (int64_t step = 0; step < o_.steps; ++step) {
       at::Tensor rank_rows;
@@ -231,7 +220,7 @@ void SpecBlockBanditAdapter::CloseWindow() {
   window_.tau = win_steps_ > 0 ? static_cast<double>(win_tokens_) / win_steps_ : 0;
   window_.tokens_per_s = win_seconds_ > 0 ? win_tokens_ / win_seconds_ : 0;
   bool best = false;
-  if (rollback_.AddWindow(window_.tau, &best)) {
+  if (rollback_.AddWindow(window_.tau, window_.events > 0, &best)) {
     drafter_.model().CopyFrom(*std::make_unique<SpecBlockModel>(
         drafter_.model().config(), good_, target_.weights().tok_embeddings, false));
     train_->CopyFrom(drafter_.model());
@@ -274,15 +263,16 @@ void SpecBlockBanditAdapter::EndSequence(const std::vector<int32_t>& committed,
   const double secs = (NowMicros() - t_begin_) * 1e-6 + pending_update_s_;
   pending_update_s_ = 0;
   const double tokens = static_cast<double>(q_tokens_);
-  history_.emplace_back(tokens, secs);
+  const auto [reward_num, reward_den] = reward_.Add(category_, tokens, secs);
+  history_.emplace_back(reward_num, reward_den);
   ++queries_;
   win_steps_ += q_steps_;
   win_tokens_ += q_tokens_;
   win_seconds_ += secs;
   ++window_.queries;
   if (measuring_) {
-    meas_tokens_ += tokens;
-    meas_seconds_ += secs;
+    meas_tokens_ += reward_num;  // the interval's reward: ratio of the sums
+    meas_seconds_ += reward_den;
     if (--meas_left_ == 0) {
       measuring_ = false;
       const double tps = meas_seconds_ > 0 ? meas_tokens_ / meas_seconds_ : 0;
@@ -302,10 +292,7 @@ void SpecBlockBanditAdapter::EndSequence(const std::vector<int32_t>& committed,
   }
   ++window_.actions[static_cast<int>(a)];
   if (a != BanditAction::kSkip) {
-    Query q;
-    q.tokens = committed;
-    q.positions = positions_;
-    buffers_[static_cast<int>(a)].push_back(std::move(q));
+    buffers_[static_cast<int>(a)].push_back(served_.Finish(committed, o_.max_tokens));
   }
   const bool blocked = o_.gating && (blocked_ > 0 || measuring_);
   if (blocked_ > 0) --blocked_;

@@ -9,30 +9,38 @@
 // and rejected positions) into that action's buffer; a buffer holding `buffer` queries fires one
 // training event (unless blocked: `block_after` queries after every event, or a measurement
 // interval still open): `steps` AdamW steps on forward KL(target || draft) at the buffered
-// positions + rank-head CE + kl_lambda · KL(p_train || p_theta0), then the served drafter takes
-// the new weights and a measurement interval of `interval` queries opens. When it closes:
-// delta = throughput over the interval (update time included) - throughput over the `interval`
-// queries before the event (or the warm-up's), and v[a] <- (1 - alpha) v[a] + alpha delta / s_trig
-// unless s_trig < s_min. Windows of `interval` queries track tau; three consecutive falls
-// revert the served and trained drafter to the last good snapshot (the best-tau window's
-// weights) and reset the values.
-// Cold start: the first `cold_start` events pick head or full (never skip, unless s < s_min):
-// with probability eps (linear eps_start -> eps_end over the cold start) uniformly, else the one
-// with fewer samples, then the larger estimate. After it: argmax of s·v, skip when both <= 0.
-// `gating = false` is the paper's "- cost-aware bandit" ablation: never skip, never blocked,
-// every saturation fires (head/full routing by the estimates kept).
-// Every update runs inside the request that triggers it (charged to its decode time).
-// Checked by: tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds).
+// positions (the target as served: its logits and hidden states kept while the query ran,
+// methods/common/served_teacher.h; no teacher forward) + rank-head CE + kl_lambda · KL(p_train ||
+// p_theta0), then the served drafter takes the new weights and a measurement interval of `interval`
+// queries opens. When it closes: delta = throughput over the interval (update time included) -
+// throughput over the `interval` queries before the event (or the warm-up's), and v[a] <- (1 -
+// alpha) v[a] + alpha delta / s_trig unless s_trig < s_min. Windows of `interval` queries track
+// tau; three consecutive falls revert the served and trained drafter to the last good snapshot (the
+// best-tau window's weights) and reset the values. Cold start: the first `cold_start` events pick
+// head or full (never skip, unless s < s_min): with probability eps (linear eps_start -> eps_end
+// over the cold start) uniformly, else the one with fewer samples, then the larger estimate. After
+// it: argmax of s·v, skip when both <= 0, except that with probability `explore` a query with s >=
+// s_min probes head or full uniformly, so exploration never dies (the paper stops exploring after
+// the cold start; skip was then absorbing: a skipped query never updates a value). A rollback
+// resets the values and reopens the cold start. A rollback needs an update to undo: the falling
+// windows must follow a training event (a fall with no event in it is a workload change, not a
+// harmful update). `gating = false` is the paper's "- cost-aware bandit" ablation: never skip,
+// never blocked, every saturation fires (head/full routing by the estimates kept). Every update
+// runs inside the request that triggers it (charged to its decode time). Checked by:
+// tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/common/served_teacher.h"
 #include "methods/common/train/train_loop.h"
 #include "models/llama_model.h"
 
@@ -51,6 +59,7 @@ struct BanditOptions {
   int64_t warmup = 10;     // queries that only measure
   int64_t cold_start = 8;  // training events with forced exploration
   double eps_start = 0.30, eps_end = 0.10;
+  double explore = 0.10;    // after the cold start: probability of probing head/full (0 = paper)
   int64_t block_after = 2;  // queries after an event that may not fire
   int64_t buffer = 8;       // queries per buffer before it fires
   int64_t interval = 8;     // measurement interval / window, in queries
@@ -59,6 +68,10 @@ struct BanditOptions {
   double lr = 1e-4;
   int64_t max_tokens = 512;
   bool gating = true;
+  // The reward of a query: its tokens/s over the mean tokens/s of the earlier queries of its
+  // prompt category (true), or raw tokens/s (false, the spec's [R]; the change of an interval
+  // then moves with the prompt mix as much as with the update).
+  bool per_category_reward = true;
   uint64_t seed = 0;
 };
 
@@ -73,7 +86,7 @@ class BanditPolicy {
   // A measurement interval of action `a` closed with throughput change `delta` for trigger
   // signal `s_trig` (ignored when s_trig < s_min).
   void OnMeasured(BanditAction a, double delta, double s_trig);
-  void Reset();  // values and sample counts back to 0 (rollback)
+  void Reset();  // values, sample counts and events back to 0: the cold start again (rollback)
   double value(BanditAction a) const { return v_[static_cast<int>(a)]; }
   int64_t samples(BanditAction a) const { return n_[static_cast<int>(a)]; }
   int64_t events() const { return events_; }
@@ -87,17 +100,34 @@ class BanditPolicy {
   std::mt19937_64 rng_;
 };
 
+// The reward of one query as a ratio (numerator, denominator); an interval's throughput is the
+// ratio of the sums. Raw: (tokens, seconds). Per category: (tokens/s over the mean tokens/s of
+// the earlier queries of the same category, 1), 1 for a category's first query; a stretch of
+// slower prompts then reads as no change (spec G10: Δ_tp at batch 1 varies with the prompt).
+class QueryReward {
+ public:
+  explicit QueryReward(bool per_category) : per_category_(per_category) {}
+  // The reward of a query of `category` that produced `tokens` in `seconds`; remembered after.
+  std::pair<double, double> Add(const std::string& category, double tokens, double seconds);
+
+ private:
+  bool per_category_;
+  std::map<std::string, std::pair<double, double>> seen_;  // category -> (tokens, seconds)
+};
+
 // Tracks window tau and decides rollbacks.
 class RollbackTracker {
  public:
   explicit RollbackTracker(int64_t windows) : windows_(windows) {}
-  // Adds a closed window's tau; returns true when tau fell over the last `windows` windows
-  // (then the history restarts). `*is_best` says whether this window is the best so far.
-  bool AddWindow(double tau, bool* is_best);
+  // Adds a closed window's tau (`updated`: a training event changed the served weights in it);
+  // returns true when tau fell over the last `windows` windows and an update happened in them or
+  // in the window before the first fall (then the history restarts). `*is_best` says whether
+  // this window is the best so far.
+  bool AddWindow(double tau, bool updated, bool* is_best);
 
  private:
   int64_t windows_;
-  std::vector<double> history_;
+  std::vector<std::pair<double, bool>> history_;  // (tau, updated) per window
   double best_ = -1;
 };
 
@@ -133,10 +163,6 @@ class SpecBlockBanditAdapter : public Adapter {
   const BanditPolicy& policy() const { return policy_; }
 
  private:
-  struct Query {
-    std::vector<int32_t> tokens;
-    std::vector<int64_t> positions;  // rejected positions (index of the target's token)
-  };
   void Fire(BanditAction a);
   void CloseWindow();
 
@@ -151,13 +177,16 @@ class SpecBlockBanditAdapter : public Adapter {
   std::map<std::string, at::Tensor> good_;  // last good snapshot
   // The served weights when the current window opened (what a best window's tau measured).
   std::map<std::string, at::Tensor> window_weights_;
-  std::array<std::vector<Query>, 3> buffers_;
+  // Buffered queries (the rejected positions supervised, with the teacher as served).
+  std::array<std::vector<ServedRequest>, 3> buffers_;
   // Current query.
+  ServedTeacher served_;
   double s_ = 0;
-  std::vector<int64_t> positions_;
+  std::string category_;
   int64_t position_ = 0, q_steps_ = 0, q_tokens_ = 0;
   int64_t t_begin_ = 0;
-  // Throughput history per query: (tokens, seconds).
+  // Reward history per query (QueryReward: numerator, denominator).
+  QueryReward reward_;
   std::vector<std::pair<double, double>> history_;
   int64_t queries_ = 0, blocked_ = 0;
   double warm_tps_ = 0;

@@ -94,6 +94,7 @@ void SpecBlockDrafter::Begin(const DraftBegin& begin) {
     cache_.v[l] = at::zeros({1, c.n_kv_heads, cap, c.head_dim}, opts);
   }
   cache_len_ = committed_ = 0;
+  first_call_ready_ = false;
   pending_.clear();
   step_calls_.clear();
   step_depths_.clear();
@@ -106,6 +107,21 @@ void SpecBlockDrafter::Begin(const DraftBegin& begin) {
   pending_.pop_back();
   has_first_ = true;
   root_position_ = p;
+}
+
+void SpecBlockDrafter::RunFirstCall() {
+  at::NoGradGuard no_grad;
+  SPECBED_CHECK(has_first_, "specblock: Draft without a root start (Begin not called?)");
+  // Call 1: catch-up starts + the root's first block.
+  std::vector<Start> starts = std::move(pending_);
+  pending_.clear();
+  starts.push_back(std::move(first_));
+  has_first_ = false;
+  first_call_starts_ = static_cast<int64_t>(starts.size());
+  Run(starts, /*target_cond=*/true, cache_len_);
+  committed_ = cache_len_;  // every row of call 1 is committed context (root included)
+  first_call_root_ = std::move(starts.back());
+  first_call_ready_ = true;
 }
 
 std::vector<at::Tensor> SpecBlockDrafter::UploadInputs(const std::vector<Start>& starts,
@@ -272,7 +288,7 @@ void SpecBlockDrafter::Prune(int32_t protect) {
 
 void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   at::NoGradGuard no_grad;
-  calls_last_step_ = 0;
+  calls_last_step_ = first_call_ready_ ? 1 : 0;  // Prefill ran this step's first call
   nodes_.clear();
   dists_.clear();
   dists_host_.clear();
@@ -281,16 +297,9 @@ void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   root_dist_ = -1;
   budget_ = std::min(options_.budget, step.budget.nodes);
   const int64_t max_depth = step.budget.depth;
-  SPECBED_CHECK(has_first_, "specblock: Draft without a root start (Begin not called?)");
-  // Call 1: catch-up starts + the root's first block.
-  std::vector<Start> starts = std::move(pending_);
-  pending_.clear();
-  starts.push_back(first_);
-  has_first_ = false;
-  const int64_t n1 = static_cast<int64_t>(starts.size());
-  start_row_base_ = cache_len_;
-  Run(starts, /*target_cond=*/true, cache_len_);
-  committed_ = cache_len_;  // every row of call 1 is committed context (root included)
+  if (!first_call_ready_) RunFirstCall();
+  first_call_ready_ = false;
+  const int64_t n1 = first_call_starts_;
   const int64_t root_row0 = (n1 - 1) * k_;
   // The root's own block-1 rows are visible to later blocks only along the branch path: they are
   // part of the committed rows but masked per start (rows before root_rows_begin are context).
@@ -298,7 +307,7 @@ void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   start_row_base_ = 0;  // Candidate rows are absolute cache rows below.
   std::vector<Candidate> next;
   {
-    Start root = starts.back();
+    Start root = std::move(first_call_root_);
     root.node = -1;
     root.cum_logp = 0;
     root.visible.clear();
@@ -346,25 +355,33 @@ void SpecBlockDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     Prune(best_candidate(m));
   }
   // Emit the alive nodes (creation order keeps parents first), within the depth budget.
+  EmitTree(max_depth, tree);
+  // Later-block rows are dropped; the committed rows stay.
+  cache_len_ = committed_;
+  step_calls_.push_back(calls_last_step_);
+  step_depths_.push_back(max_depth);
+}
+
+void SpecBlockDrafter::EmitTree(int64_t max_depth, DraftTree& tree) {
   std::vector<int32_t> remap(nodes_.size(), -1);
+  std::vector<uint8_t> has_child(1, 0);  // per slot of the emitted tree
   tree.Clear();
-  slot_dist_.push_back(-1);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& nd = nodes_[i];
     if (!nd.alive || nd.depth > max_depth) continue;
     const int32_t parent = nd.parent < 0 ? -1 : remap[nd.parent];
     if (nd.parent >= 0 && parent < 0) continue;
     remap[i] = tree.AddNode(nd.token, parent, nd.logp);
-    slot_dist_.push_back(-1);
+    has_child[parent + 1] = 1;
+    has_child.push_back(0);
   }
-  slot_dist_[0] = root_dist_;
+  // A slot reports the distribution its children came from only when it kept a child: a node
+  // whose children were all pruned (or cut by the depth budget) drafted nothing there.
+  slot_dist_.assign(has_child.size(), -1);
+  if (has_child[0]) slot_dist_[0] = root_dist_;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (remap[i] >= 0) slot_dist_[remap[i] + 1] = nodes_[i].dist;
+    if (remap[i] >= 0 && has_child[remap[i] + 1]) slot_dist_[remap[i] + 1] = nodes_[i].dist;
   }
-  // Later-block rows are dropped; the committed rows stay.
-  cache_len_ = committed_;
-  step_calls_.push_back(calls_last_step_);
-  step_depths_.push_back(max_depth);
 }
 
 double SpecBlockDrafter::SlotProb(int64_t slot, int32_t token) const {

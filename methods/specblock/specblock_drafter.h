@@ -47,6 +47,11 @@ class SpecBlockDrafter : public Drafter {
 
   std::vector<int64_t> TargetHiddenLayers() const override;
   void Begin(const DraftBegin& begin) override;
+  // Runs the step's first call (catch-up over the prompt + the root's first block) now, so the
+  // decoder times it as the drafter prefill; the first Draft then reuses its outputs.
+  void Prefill() override {
+    if (!first_call_ready_) RunFirstCall();
+  }
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
@@ -95,7 +100,12 @@ class SpecBlockDrafter : public Drafter {
   // target conditions; `target_cond` says which kind the call has). Appends the rows to the
   // cache. Returns h [N*K, d], logp [N*K, Vd], buckets [N*K].
   void Run(const std::vector<Start>& starts, bool target_cond, int64_t n_committed_rows_before);
+  // Call 1 of a step: the queued catch-up starts and the root's first block, committed.
+  void RunFirstCall();
   void AttachBlock(const Start& start, int64_t row0, std::vector<Candidate>& next);
+  // Emits the alive scratch nodes within `max_depth` into `tree` (creation order keeps parents
+  // first) and the slots' distributions (slot_dist_).
+  void EmitTree(int64_t max_depth, DraftTree& tree);
   // Keeps the `budget` nodes of highest cumulative log-prob, the root path of `protect` (>= 0)
   // first, so the next round always has its best start.
   void Prune(int32_t protect = -1);
@@ -119,6 +129,10 @@ class SpecBlockDrafter : public Drafter {
   std::vector<Start> pending_;  // catch-up starts (committed tokens)
   bool has_first_ = false;
   Start first_;  // the next step's first-block start
+  // Call 1 already run (by Prefill) for the coming Draft: its starts and the root's start.
+  bool first_call_ready_ = false;
+  int64_t first_call_starts_ = 0;
+  Start first_call_root_;
   int64_t root_position_ = 0;
   // Output of the last Run: h [R, d] and log-probs [R, Vd] on the model's device; on the host
   // the buckets [R] and each row's top-`top_width_` draft ids and log-probs [R, top_width_].

@@ -21,61 +21,30 @@ namespace {
 
 class SpecBlockOsdStudent : public OsdStudent {
  public:
-  SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter, int64_t max_tokens)
-      : target_(target),
-        drafter_(drafter),
-        max_tokens_(max_tokens),
+  SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter)
+      : drafter_(drafter),
         model_(drafter.model().config(), drafter.model().Tensors(), target.weights().tok_embeddings,
                true) {}
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
-  // Divergence at the corrected positions between the target and every block-1 slot that
-  // drafts them (SpecBlockSlotsDrafting; restricted to the draft vocabulary).
-  // Each request keeps its last `max_tokens` tokens (the adapt_tokens knob), as the bandit does.
-  at::Tensor Loss(const OsdBatch& full, Divergence divergence) override {
-    const OsdBatch batch = CropTail(full);
-    ForwardOutput teacher;
-    {
-      at::NoGradGuard no_grad;
-      KvCache cache = target_.NewCache(batch.tokens.size(0), batch.tokens.size(1));
-      ForwardOptions fo;
-      fo.logits = LogitsMode::kAll;
-      fo.hidden_layers = model_.config().aux_layer_ids;
-      teacher = target_.Forward(batch.tokens, cache, fo);
-      teacher.logits = teacher.logits.clone();
-    }
-    const at::Tensor aux = HostFloat32(at::cat(teacher.hidden, -1));
-    teacher.logits = HostFloat32(teacher.logits);
+  // Divergence at the corrected positions between the target (as served) and every block-1
+  // slot that drafts them (SpecBlockSlotsDrafting; restricted to the draft vocabulary). Each
+  // request keeps its last adapt_tokens tokens (OsdOptions::max_tokens), as the bandit does.
+  at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
+    SPECBED_CHECK(batch.features.defined(), "specblock+osd: the served hidden states are missing");
     const SpecBlockSlotRows rows =
         SpecBlockSlotsDrafting(batch.loss_mask, model_.config().block_size);
-    const at::Tensor student = SpecBlockSlotLogits(model_, aux, batch.tokens, rows, false);
-    const int64_t vd = model_.config().draft_vocab_size;
-    const at::Tensor t = teacher.logits.index_select(-1, model_.draft_ids()).reshape({-1, vd});
-    return DivergenceLoss(t.index_select(0, rows.seq), student, divergence);
+    const at::Tensor student =
+        SpecBlockSlotLogits(model_, batch.features, batch.tokens, rows, false);
+    const at::Tensor teacher =
+        TeacherRowsAtFlat(batch, rows.seq).index_select(-1, model_.draft_ids());
+    return DivergenceLoss(teacher, student, divergence);
   }
   void Publish() override { drafter_.model().CopyFrom(model_); }
 
  private:
-  OsdBatch CropTail(const OsdBatch& full) const {
-    const int64_t b = full.tokens.size(0), t = full.tokens.size(1);
-    if (t <= max_tokens_) return full;
-    OsdBatch out;
-    out.tokens = at::zeros({b, max_tokens_}, at::kLong);
-    out.loss_mask = at::zeros({b, max_tokens_}, at::kFloat);
-    out.lengths = at::empty({b}, at::kLong);
-    for (int64_t i = 0; i < b; ++i) {
-      const int64_t n = full.lengths[i].item<int64_t>(), keep = std::min(n, max_tokens_);
-      out.tokens[i].narrow(0, 0, keep).copy_(full.tokens[i].narrow(0, n - keep, keep));
-      out.loss_mask[i].narrow(0, 0, keep).copy_(full.loss_mask[i].narrow(0, n - keep, keep));
-      out.lengths[i] = keep;
-    }
-    return out;
-  }
-
-  LlamaModel& target_;
   SpecBlockDrafter& drafter_;
-  int64_t max_tokens_;
   SpecBlockModel model_;
 };
 
@@ -180,6 +149,33 @@ std::unique_ptr<Decoder> MakeSpecBlockDecoder(MethodContext& context, const nloh
       *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
 }
 
+namespace {
+
+// specblock+bandit: the SpecBlock decoder with the cost-aware bandit adapter.
+std::unique_ptr<Decoder> MakeBanditDecoder(MethodContext& context, const nlohmann::json& knobs) {
+  SpecBlockDrafter* drafter = nullptr;
+  std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+  BanditOptions o;
+  o.gating = knobs.at("bandit").get<std::string>() == "on";
+  o.warmup = knobs.at("warmup").get<int64_t>();
+  o.cold_start = knobs.at("cold_start").get<int64_t>();
+  o.explore = knobs.at("explore").get<double>();
+  o.per_category_reward = knobs.at("reward").get<std::string>() == "category";
+  o.buffer = knobs.at("buffer").get<int64_t>();
+  o.interval = knobs.at("interval").get<int64_t>();
+  o.s_min = knobs.at("s_min").get<double>();
+  o.lr = knobs.at("lr").get<double>();
+  o.steps = knobs.at("steps").get<int64_t>();
+  o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
+  o.kl_lambda = knobs.at("kl_lambda").get<double>();
+  static_cast<SpeculativeDecoder*>(decoder.get())
+      ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(*context.target->model, *drafter, o,
+                                                            knobs.at("log").get<std::string>()));
+  return decoder;
+}
+
+}  // namespace
+
 void RegisterSpecBlockMethods(MethodRegistry& registry) {
   {
     MethodInfo info;
@@ -216,8 +212,8 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
       o.steps = knobs.at("osd_steps").get<int64_t>();
       o.lr = knobs.at("osd_lr").get<double>();
       o.divergence = Divergence::kForwardKl;
-      auto student = std::make_unique<SpecBlockOsdStudent>(*context.target->model, *drafter,
-                                                           knobs.at("adapt_tokens").get<int64_t>());
+      o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
+      auto student = std::make_unique<SpecBlockOsdStudent>(*context.target->model, *drafter);
       static_cast<SpeculativeDecoder*>(decoder.get())
           ->SetAdapter(std::make_unique<OsdAdapter>(std::move(student), o));
       return decoder;
@@ -242,6 +238,21 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
     info.knobs.push_back({"warmup", 10, "queries that only measure (paper: 10)", 0, 100000, {}});
     info.knobs.push_back(
         {"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}});
+    info.knobs.push_back({"explore",
+                          0.10,
+                          "after the cold start, probability that a query probes head/full "
+                          "(exploration never dies; 0 = the paper: argmax only)",
+                          0,
+                          1,
+                          {}});
+    info.knobs.push_back({"reward",
+                          "category",
+                          "a query's reward: category = tokens/s over the mean of earlier queries "
+                          "of its prompt category (a change of prompt mix is no gain or loss); "
+                          "tps = raw tokens/s (the spec's [R])",
+                          1,
+                          0,
+                          {"category", "tps"}});
     info.knobs.push_back({"buffer", 8, "queries per buffer before it fires", 1, 10000, {}});
     info.knobs.push_back(
         {"interval", 8, "queries per measurement interval / window", 1, 10000, {}});
@@ -257,26 +268,7 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
                           0,
                           {}});
     info.knobs.push_back(AdaptTokensKnob());
-    info.factory = [](MethodContext& context,
-                      const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-      SpecBlockDrafter* drafter = nullptr;
-      std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
-      BanditOptions o;
-      o.gating = knobs.at("bandit").get<std::string>() == "on";
-      o.warmup = knobs.at("warmup").get<int64_t>();
-      o.cold_start = knobs.at("cold_start").get<int64_t>();
-      o.buffer = knobs.at("buffer").get<int64_t>();
-      o.interval = knobs.at("interval").get<int64_t>();
-      o.s_min = knobs.at("s_min").get<double>();
-      o.lr = knobs.at("lr").get<double>();
-      o.steps = knobs.at("steps").get<int64_t>();
-      o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
-      o.kl_lambda = knobs.at("kl_lambda").get<double>();
-      static_cast<SpeculativeDecoder*>(decoder.get())
-          ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(
-              *context.target->model, *drafter, o, knobs.at("log").get<std::string>()));
-      return decoder;
-    };
+    info.factory = MakeBanditDecoder;
     registry.Register(std::move(info));
   }
 }

@@ -13,6 +13,7 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/stop_rules.h"
 #include "harness/engine/verifier.h"
+#include "methods/common/draft_ledger.h"
 
 namespace specbed {
 
@@ -59,6 +60,45 @@ SpecBranchDecoder::SpecBranchDecoder(LlamaModel& target, const Tokenizer* tokeni
   ids_ = at::empty({1, options_.gamma_max + 8}, at::kLong);
 }
 
+int SpecBranchDecoder::PrepareSides() {
+  const int draft_threads = options_.branch ? options_.draft_threads : at::get_num_threads();
+  if (!side_ || side_->threads() != draft_threads || side_->device() != target_.device()) {
+    side_ = std::make_unique<SideThread>(draft_threads, target_.device());
+  }
+  if (!options_.branch) return at::get_num_threads();
+  return options_.target_threads > 0 ? options_.target_threads
+                                     : std::max(1, at::get_num_threads() - options_.draft_threads);
+}
+
+void SpecBranchDecoder::PickCandidates(const std::vector<float>& qb, int32_t bp_token, bool greedy,
+                                       std::vector<int32_t>& candidates,
+                                       std::vector<float>& cand_q) {
+  const int64_t vocab = target_.config().vocab_size;
+  SPECBED_CHECK(static_cast<int64_t>(qb.size()) == vocab, "specbranch: no branch point");
+  const float conf_b = TopProb(qb.data(), vocab);
+  const int64_t k = std::max<int64_t>(
+      1, static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
+  if (greedy) {
+    candidates = TopK(qb.data(), vocab, k);  // bp_token (a greedy draw) is the first
+  } else {
+    draft_.sampler().Distribution(qb.data(), vocab, dist_);
+    for (int64_t i = 0; i < k; ++i) {
+      double mass = 0;
+      for (float v : dist_) mass += v;
+      if (!(mass > 0)) break;
+      for (float& v : dist_) v = static_cast<float>(v / mass);
+      cand_q.insert(cand_q.end(), dist_.begin(), dist_.end());
+      const int32_t c = (i == 0 && bp_token >= 0)
+                            ? bp_token
+                            : SampleFromProbs(dist_.data(), vocab, draft_.sampler().rng());
+      candidates.push_back(c);
+      dist_[c] = 0.f;  // without replacement
+    }
+  }
+  ++counters_.branch_points;
+  counters_.branches += static_cast<int64_t>(candidates.size());
+}
+
 int SpecBranchDecoder::Classify(const std::vector<float>& z) {
   const int s = options_.hrad ? policy_->Classify(z) : 2;
   ++counters_.hrad_calls;
@@ -75,16 +115,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   const int64_t vocab = target_.config().vocab_size;
   const int64_t gmax = options_.gamma_max;
   const bool branching = options_.branch;
-  const int draft_threads = branching ? options_.draft_threads : at::get_num_threads();
-  if (!side_ || side_->threads() != draft_threads || side_->device() != target_.device()) {
-    side_ = std::make_unique<SideThread>(draft_threads, target_.device());
-  }
-  const int target_threads =
-      !branching ? at::get_num_threads()
-                 : (options_.target_threads > 0
-                        ? options_.target_threads
-                        : std::max(1, at::get_num_threads() - options_.draft_threads));
-  ThreadBudget budget(target_threads);
+  ThreadBudget budget(PrepareSides());
   const at::Tensor& embedding = target_.weights().tok_embeddings;
   GenerationResult& gen = result.generation;
   gen = GenerationResult();
@@ -120,6 +151,8 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
     side_->Wait();
     begin_ns = NowNanos() - b0;
   }
+  DraftLedger& ledger = ledger_;  // every drafted position once: the rollback counts
+  ledger.Reset();
 
   std::vector<int32_t> r;  // retained draft tokens after pend
   std::vector<float> r_q;  // their sampling distributions (T > 0)
@@ -133,7 +166,6 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   std::vector<DraftChunk> branches;
   std::vector<int32_t> candidates;
   std::vector<float> cand_q;  // [k, vocab] proposal of each candidate (T > 0)
-  std::vector<float> dist;
   int64_t t_prev_end = t_prefill_end;
   int64_t step_index = 0;
   while (!stop.stopped()) {
@@ -162,7 +194,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
       side_->Wait();
       r = chunk.tokens;
       if (!greedy) r_q = chunk.q;
-      stats.n_draft_generated += static_cast<int64_t>(chunk.tokens.size());
+      ledger.Drafted(static_cast<int64_t>(chunk.tokens.size()));
       bp_token = -1;
       if (branching && !chunk.conf.empty() && s == 1 && chunk.conf.back() < eps) {
         // The unconfident token's position is the branch point; the token drawn there becomes
@@ -178,7 +210,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
       serial_ns = NowNanos() - s0;
     }
     if (static_cast<int64_t>(r.size()) > free) {  // only at the context limit
-      stats.n_rolled_back += static_cast<int64_t>(r.size()) - free;
+      ledger.Trimmed(static_cast<int64_t>(r.size()) - free);
       r.resize(static_cast<size_t>(free));
       if (!greedy) r_q.resize(static_cast<size_t>(free * vocab));
     }
@@ -187,32 +219,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
     const int64_t lb = branching ? std::clamp<int64_t>(left - n_r - 1, 0, gmax) : 0;
     candidates.clear();
     cand_q.clear();
-    if (lb > 0) {
-      SPECBED_CHECK(static_cast<int64_t>(qb.size()) == vocab, "specbranch: no branch point");
-      const float conf_b = TopProb(qb.data(), vocab);
-      const int64_t k = std::max<int64_t>(
-          1,
-          static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
-      if (greedy) {
-        candidates = TopK(qb.data(), vocab, k);  // bp_token (a greedy draw) is the first
-      } else {
-        draft_.sampler().Distribution(qb.data(), vocab, dist);
-        for (int64_t i = 0; i < k; ++i) {
-          double mass = 0;
-          for (float v : dist) mass += v;
-          if (!(mass > 0)) break;
-          for (float& v : dist) v = static_cast<float>(v / mass);
-          cand_q.insert(cand_q.end(), dist.begin(), dist.end());
-          const int32_t c = (i == 0 && bp_token >= 0)
-                                ? bp_token
-                                : SampleFromProbs(dist.data(), vocab, draft_.sampler().rng());
-          candidates.push_back(c);
-          dist[c] = 0.f;  // without replacement
-        }
-      }
-      ++counters_.branch_points;
-      counters_.branches += static_cast<int64_t>(candidates.size());
-    }
+    if (lb > 0) PickCandidates(qb, bp_token, greedy, candidates, cand_q);
     const int64_t n_cand = static_cast<int64_t>(candidates.size());
     branches.resize(static_cast<size_t>(n_cand));
     context = committed;
@@ -264,15 +271,28 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
     std::vector<float> new_r_q;
     bool rollback = false;
     int64_t feature_slot = n_acc;
-    stats.n_draft_generated += lb;  // branch positions (once per position, not per branch)
+    // Positions after R: the branch point and the branches' tokens, once per position however
+    // many branches drafted there; a branch-point token drawn earlier is already counted.
+    const int64_t bp_pending = bp_token >= 0 ? 1 : 0;
+    int64_t after_r = bp_pending;
+    if (n_cand > 0) {
+      int64_t longest = 0;
+      for (const DraftChunk& b : branches) {
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(b.tokens.size()));
+      }
+      after_r = 1 + longest;
+      ledger.Drafted(after_r - bp_pending);
+    }
+    ledger.Accepted(n_acc);
     bool tested_branch = false;
     if (n_acc < n_r) {
       tokens.push_back(correction);
       cache.Truncate(base + 1 + n_acc);
-      stats.n_rolled_back += (n_r - n_acc) + lb;
+      ledger.RolledBack((n_r - n_acc) + after_r);
       rollback = true;
     } else if (n_cand == 0) {  // no branches (w/o branch, or the end of the answer)
       tokens.push_back(sampler.Sample(logits + n_r * vocab, vocab));
+      ledger.Trimmed(bp_pending);  // a branch-point token with no room to branch
       draft_stage = true;
     } else {
       tested_branch = true;
@@ -281,7 +301,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
                                  options_.test_accept_first_branch);
       if (j < 0) {
         tokens.push_back(correction);
-        stats.n_rolled_back += lb;
+        ledger.RolledBack(after_r);
         rollback = true;
       } else {
         const int32_t c = candidates[j];
@@ -310,6 +330,10 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
           qb = b.next_logits;
           bp_token = -1;
         }
+        // The candidate is accepted; the kept tokens and the next branch-point token stay
+        // pending; the rest of the positions is trimmed.
+        ledger.Accepted(1);
+        ledger.Trimmed(after_r - 1 - keep - (bp_token >= 0 ? 1 : 0));
       }
     }
     if (rollback) {
@@ -335,6 +359,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
     stats.draft_depth = stats.n_drafted;
     stats.n_rollback_events = rollback ? 1 : 0;
     stats.n_target_forwards = 1;
+    ledger.EndStep(stats);
     const double branch_ns = n_cand > 0 ? static_cast<double>(d1 - d0) : 0.0;
     const double first_ns = step_index == 0 ? static_cast<double>(begin_ns) : 0.0;
     stats.t_draft_busy_us = (serial_ns + branch_ns + first_ns) * 1e-3;
@@ -347,6 +372,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
                        : branch_ns;
     }
     stats.t_draft_us = (serial_ns + exposed_ns + first_ns) * 1e-3;
+    stats.t_draft_prefill_us = first_ns * 1e-3;
     const double step_ns = static_cast<double>(t2 - t_prev_end);
     stats.t_other_us = (step_ns - (v1 - v0) - exposed_ns - serial_ns - first_ns) * 1e-3;
     t_prev_end = t2;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/common/draft_ledger.h"
 #include "methods/pearl/draft_lm.h"
 #include "methods/pearl/side_thread.h"
 #include "methods/specbranch/hrad.h"
@@ -70,10 +71,19 @@ class SpecBranchDecoder : public Decoder {
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma_max; }
+  // The drafted positions of the last Generate (pending() = still unverified when it stopped).
+  const DraftLedger& ledger() const { return ledger_; }
   const SpecBranchCounters& counters() const { return counters_; }
 
  private:
   int Classify(const std::vector<float>& z);
+  // Makes the draft side's thread (draft_threads wide); returns the target side's width.
+  int PrepareSides();
+  // The branch point's candidates from the draft logits `qb` [vocab] (the already drawn
+  // `bp_token`, when >= 0, first): T = 0 the top-k, T > 0 k draws without replacement with each
+  // draw's proposal row appended to `cand_q`; k = floor(k_max (1 - top-1 prob)) >= 1.
+  void PickCandidates(const std::vector<float>& qb, int32_t bp_token, bool greedy,
+                      std::vector<int32_t>& candidates, std::vector<float>& cand_q);
 
   LlamaModel& target_;
   const Tokenizer* tokenizer_;
@@ -83,8 +93,9 @@ class SpecBranchDecoder : public Decoder {
   SpecBranchOptions options_;
   std::unique_ptr<SideThread> side_;
   SpecBranchCounters counters_;
-  std::vector<float> scratch_, z_;
+  std::vector<float> scratch_, z_, dist_;
   at::Tensor ids_;
+  DraftLedger ledger_;
 };
 
 }  // namespace specbed

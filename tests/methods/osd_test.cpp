@@ -1,5 +1,6 @@
 // OSD (methods/osd): divergences against closed forms; the recorded correction positions of
-// `sps+osd` equal the positions where the served draft's greedy token was rejected; on a stream
+// `sps+osd` equal the positions where the served draft's greedy token was rejected, and a warm-up
+// generation (GenerationConfig::adapt false) records nothing; on a stream
 // that repeats a prompt, online updates raise the acceptance length while every output stays
 // token-identical to AR at T = 0 (for `sps+osd` and `eagle3+osd`); the update time is charged to
 // the request that triggered it. Deterministic (T = 0, fixed seeds): false-failure rate 0.
@@ -76,10 +77,18 @@ TEST(Osd, SpsRecordsTheRejectedDraftPositions) {
   auto& adapter = dynamic_cast<OsdAdapter&>(*spec.adapter());
   auto& drafter = dynamic_cast<SpsDrafter&>(spec.drafter());
   const std::vector<int32_t>& prompt = s.prompts[3];
-  const GenerationConfig g = Greedy(s.target, 64);
+  GenerationConfig g = Greedy(s.target, 64);
   KvCache cache = s.target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 65);
   DecodeResult r;
+  // A warm-up generation (GenerationConfig::adapt false, as the runner's) does not reach the
+  // adapter: no request counted, nothing recorded.
+  g.adapt = false;
   decoder->Generate(prompt, g, cache, r);
+  EXPECT_EQ(adapter.stats().requests, 0);
+  EXPECT_TRUE(adapter.corrections().empty());
+  g.adapt = true;
+  decoder->Generate(prompt, g, cache, r);
+  EXPECT_EQ(adapter.stats().requests, 1);
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), r.generation.tokens.begin(), r.generation.tokens.end());
   // Independently: the served draft's greedy prediction at every position.

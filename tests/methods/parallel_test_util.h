@@ -13,6 +13,7 @@
 #include "datasets/dataset.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
+#include "methods/common/draft_ledger.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed {
@@ -51,9 +52,9 @@ inline KvCache CacheFor(LlamaModel& model, const std::vector<int32_t>& prompt, i
 }
 
 // Counters and phase times every step row must satisfy (as for SpeculativeDecoder), plus the
-// parallel-specific ones: busy times >= 0, rolled-back <= generated overall.
+// parallel-specific ones: busy times >= 0, rolled back + trimmed <= drafted overall.
 inline void ExpectInvariants(const DecodeResult& r, const std::string& where) {
-  int64_t emitted = 0, generated = 0, rolled = 0;
+  int64_t emitted = 0, generated = 0, rolled = 0, trimmed = 0;
   double phases_ms = 0;
   for (const StepStats& s : r.steps) {
     EXPECT_LE(s.n_accepted, s.n_drafted) << where;
@@ -67,18 +68,24 @@ inline void ExpectInvariants(const DecodeResult& r, const std::string& where) {
     emitted += s.n_emitted;
     generated += s.n_draft_generated;
     rolled += s.n_rolled_back;
+    trimmed += s.n_trimmed;
+    EXPECT_GE(s.n_trimmed, 0) << where;
     phases_ms += (s.t_draft_us + s.t_verify_us + s.t_other_us) * 1e-3;
   }
-  EXPECT_LE(rolled, generated) << where;
+  EXPECT_LE(rolled + trimmed, generated) << where;
   const int64_t n_out = static_cast<int64_t>(r.generation.tokens.size());
   EXPECT_EQ(emitted, std::max<int64_t>(n_out - 1, 0)) << where;
   EXPECT_EQ(r.generation.n_steps, static_cast<int64_t>(r.steps.size())) << where;
   EXPECT_NEAR(phases_ms, r.generation.decode_ms, 0.05 + 0.01 * r.generation.decode_ms) << where;
 }
 
-// Runs `decoder` at T = 0 on every story prompt; outputs must equal AR's token for token.
+// Runs `decoder` at T = 0 on every story prompt; outputs must equal AR's token for token. With
+// `ledger` (the decoder's drafted positions, methods/common/draft_ledger.h), each position is
+// counted once: at the end of an answer at most the last chunk is still pending (a position
+// counted twice as drafted would stay pending for ever and pile up).
 inline void ExpectSameAsAr(Decoder& decoder, double temperature, int64_t max_new_tokens,
-                           const std::string& name, double* rollback_rate = nullptr) {
+                           const std::string& name, double* rollback_rate = nullptr,
+                           const DraftLedger* ledger = nullptr) {
   LoadedTarget& target = Shared().target;
   auto& prompts = Shared().prompts;
   int64_t generated = 0, rolled = 0;
@@ -94,6 +101,9 @@ inline void ExpectSameAsAr(Decoder& decoder, double temperature, int64_t max_new
     EXPECT_EQ(spec.generation.stop_reason, ar.stop_reason) << where;
     EXPECT_EQ(spec.generation.text, ar.text) << where;
     ExpectInvariants(spec, where);
+    if (ledger) {
+      EXPECT_LE(ledger->pending(), decoder.MaxDraftNodes() + 1) << where;
+    }
     for (const auto& s : spec.steps) {
       generated += s.n_draft_generated;
       rolled += s.n_rolled_back;

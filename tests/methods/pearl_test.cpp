@@ -39,7 +39,7 @@ TEST(Pearl, MatchesArOnEveryStoryPrompt) {
     auto pearl = MakePearl(gamma);
     double rollback = 0;
     parallel_test::ExpectSameAsAr(*pearl, 0.0, 96, "pearl gamma " + std::to_string(gamma),
-                                  &rollback);
+                                  &rollback, &pearl->ledger());
     EXPECT_GT(rollback, 0.0) << gamma;  // the shipped draft is imperfect: some rollbacks
     EXPECT_LT(rollback, 1.0) << gamma;
   }

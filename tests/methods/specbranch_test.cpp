@@ -70,7 +70,8 @@ TEST(SpecBranch, MatchesArOnEveryStoryPrompt) {
   for (const Variant& v : variants) {
     auto decoder = Make(v.options);
     double rollback = 0;
-    parallel_test::ExpectSameAsAr(*decoder, 0.0, 96, "specbranch " + v.name, &rollback);
+    parallel_test::ExpectSameAsAr(*decoder, 0.0, 96, "specbranch " + v.name, &rollback,
+                                  &decoder->ledger());
     const SpecBranchCounters& c = decoder->counters();
     if (v.options.hrad) {
       for (int s = 0; s < 3; ++s) EXPECT_GT(c.class_count[s], 0) << v.name << " class " << s;

@@ -7,6 +7,7 @@
 // and the choice of the AR baseline).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -112,6 +113,22 @@ TEST(Metrics, SpecRollbackRateTargetForwardsAndBusyTimes) {
   EXPECT_NEAR(m.target_forwards_per_sample, 11.0 / m.n_samples, 1e-12);
   EXPECT_NEAR(m.draft_busy_us_per_step, 3000, 1e-9);
   EXPECT_NEAR(m.verify_busy_us_per_step, 1500, 1e-9);
+}
+
+// The drafter prefill share (v10): Σ t_draft_prefill_us over decode time, NaN while any step did
+// not record it (older rows), and part of T_D%.
+TEST(Metrics, DrafterPrefillShareOfDecodeTime) {
+  std::vector<StepRecord> steps = FakeSteps();
+  EXPECT_TRUE(std::isnan(ComputeCaseMetrics(FakeSamples(), steps).draft_prefill_fraction));
+  for (StepRecord& st : steps) st.t_draft_prefill_us = 0;
+  steps[0].t_draft_prefill_us = 1500;
+  steps[0].t_draft_us = std::max(steps[0].t_draft_us, 1500.0);
+  const CaseMetrics m = ComputeCaseMetrics(FakeSamples(), steps);
+  EXPECT_NEAR(m.draft_prefill_ms, 1.5, 1e-12);
+  EXPECT_NEAR(m.draft_prefill_fraction, 1.5 / m.decode_ms, 1e-12);
+  EXPECT_LE(m.draft_prefill_fraction, m.draft_fraction);
+  steps[4].t_draft_prefill_us = -1;
+  EXPECT_TRUE(std::isnan(ComputeCaseMetrics(FakeSamples(), steps).draft_prefill_fraction));
 }
 
 TEST(Metrics, NothingDraftedMeansNoRollbackRate) {

@@ -236,7 +236,9 @@ TEST(WriteReport, AcceptancePlotLeavesOutCasesWithoutAPlottablePosition) {
   EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");  // the tree case is still there
   EXPECT_NOT_CONTAINS(gp, "<< EOD\nEOD");
   EXPECT_NOT_CONTAINS(gp, " (n=3)'");  // the sparse case's legend entry
-  if (gnuplot) EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  if (gnuplot) {
+    EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  }
 }
 
 TEST(ReportTables, HideConstantColumnsKeepsNonHideableColumns) {
@@ -348,7 +350,8 @@ TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {
   EXPECT_EQ(Constant(t, "speedup"), "1.00");
   EXPECT_EQ(Constant(t, "knobs"), "none");
   const std::string md = ReadFileToString(r.report_md);
-  EXPECT_CONTAINS(md, "No data (—) for: nodes/step, timing, τ, T_D (%), rollback (%)");
+  EXPECT_CONTAINS(
+      md, "No data (—) for: nodes/step, timing, τ, T_D (%), drafter prefill (%), rollback (%)");
   EXPECT_NOT_CONTAINS(md, "## Bench");
   for (const auto& png : ImageSources(ReadFileToString(r.index_html))) {
     EXPECT_TRUE(IsPngFile(dir + "/" + png)) << png;

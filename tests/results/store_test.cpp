@@ -133,6 +133,10 @@ std::vector<StepRecord> MakeSteps(const std::vector<SampleRecord>& samples, int 
       st.t_other_us = 0.125 * k;
       st.draft_depth = k % 2 ? 5 : -1;  // n_accepted <= depth <= n_drafted; -1 = not recorded
       st.n_rollback_events = k % 3;
+      st.n_rolled_back = k % 3 == 0 ? -1 : k % 4;  // -1 = not recorded
+      st.n_draft_generated = 5 + k;
+      st.n_trimmed = k % 2 ? k : -1;
+      st.t_draft_prefill_us = k == 0 ? 40.75 : 0;
       out.push_back(st);
     }
   }
@@ -198,6 +202,10 @@ void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
   EXPECT_EQ(a.draft_depth, b.draft_depth);
   EXPECT_EQ(a.n_rollback_events, b.n_rollback_events);
   EXPECT_EQ(a.t_adapt_us, b.t_adapt_us);
+  EXPECT_EQ(a.n_rolled_back, b.n_rolled_back);
+  EXPECT_EQ(a.n_draft_generated, b.n_draft_generated);
+  EXPECT_EQ(a.n_trimmed, b.n_trimmed);
+  EXPECT_EQ(a.t_draft_prefill_us, b.t_draft_prefill_us);
 }
 
 // Runs one SQL statement on a raw connection (outside the store); returns the error or "".
@@ -902,6 +910,8 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     EXPECT_EQ(steps[0].draft_depth, -1);
     EXPECT_EQ(steps[0].n_rollback_events, 0);
     EXPECT_EQ(steps[0].t_adapt_us, 0);
+    EXPECT_EQ(steps[0].n_trimmed, -1);  // v10 columns of migrated rows: not recorded
+    EXPECT_EQ(steps[0].t_draft_prefill_us, -1);
     EXPECT_EQ(store->ListCases().at(0).record.drafter, "");
     EXPECT_TRUE(store->ListTrainRuns().empty());
     // New cases carry the v2 fields.
@@ -935,7 +945,8 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
-  EXPECT_EQ(TableColumns(fresh, "steps").size(), 18u);  // v6: busy times, forwards, rollback
+  EXPECT_EQ(TableColumns(fresh, "steps").size(),
+            20u);  // v6: busy times, forwards, rollback; v10: trimmed, drafter prefill
 }
 
 TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {

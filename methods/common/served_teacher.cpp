@@ -1,0 +1,109 @@
+// The served-teacher record of the online adapters (see served_teacher.h).
+// Checked by: tests/methods/served_teacher_test.cpp.
+#include "methods/common/served_teacher.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "harness/base/error.h"
+#include "methods/common/host_features.h"
+
+namespace specbed {
+
+void ServedTeacher::Begin(const DraftBegin& begin) {
+  hidden_.clear();
+  positions_.clear();
+  rows_.clear();
+  if (!begin.hidden.empty()) hidden_.push_back(at::cat(begin.hidden, -1).select(0, 0).clone());
+}
+
+void ServedTeacher::Observe(const Verdict& verdict, bool supervise, int64_t bonus_index) {
+  if (!verdict.hidden.empty()) hidden_.push_back(at::cat(verdict.hidden, -1).select(0, 0).clone());
+  if (!supervise) return;
+  SPECBED_CHECK(verdict.logits.defined(),
+                "online adapter: the verifier kept no logits (a decoder that verifies otherwise)");
+  const int64_t slot = verdict.path.empty() ? 0 : verdict.path.back() + 1;
+  positions_.push_back(bonus_index);
+  rows_.push_back(verdict.logits[slot].clone());
+}
+
+ServedRequest ServedTeacher::Finish(const std::vector<int32_t>& committed,
+                                    int64_t max_tokens) const {
+  ServedRequest r;
+  const int64_t n = static_cast<int64_t>(committed.size());
+  const int64_t first = std::max<int64_t>(0, n - max_tokens);
+  r.tokens.assign(committed.begin() + first, committed.end());
+  for (size_t i = 0; i < positions_.size(); ++i) {
+    const int64_t p = positions_[i];
+    if (p - 1 >= first && p < n) {
+      r.supervised.push_back(p - first);
+      r.teacher.push_back(rows_[i]);
+    }
+  }
+  if (!hidden_.empty()) {
+    const at::Tensor all = hidden_.size() == 1 ? hidden_[0] : at::cat(hidden_, 0);
+    // Rows 0..n-2 were forwarded (a stop rule may have cut the last step's tokens short).
+    const int64_t rows = std::min<int64_t>(all.size(0), n - 1);
+    r.features = at::zeros({n - first, all.size(1)}, all.options());
+    if (rows > first)
+      r.features.narrow(0, 0, rows - first).copy_(all.narrow(0, first, rows - first));
+  }
+  return r;
+}
+
+OnlineBatch BuildOnlineBatch(const std::vector<ServedRequest>& requests) {
+  OnlineBatch b;
+  const int64_t nb = static_cast<int64_t>(requests.size());
+  int64_t t = 0;
+  for (const ServedRequest& r : requests) t = std::max<int64_t>(t, r.tokens.size());
+  b.tokens = at::zeros({nb, t}, at::kLong);
+  b.lengths = at::empty({nb}, at::kLong);
+  b.loss_mask = at::zeros({nb, t}, at::kFloat);
+  b.teacher_index = at::full({nb, t}, -1, at::kLong);
+  const bool with_features = nb > 0 && requests[0].features.defined();
+  if (with_features) b.features = at::zeros({nb, t, requests[0].features.size(1)}, at::kFloat);
+  int64_t* tok = b.tokens.data_ptr<int64_t>();
+  float* mask = b.loss_mask.data_ptr<float>();
+  int64_t* index = b.teacher_index.data_ptr<int64_t>();
+  std::vector<std::pair<int64_t, const at::Tensor*>> rows;  // (flat position, row)
+  for (int64_t i = 0; i < nb; ++i) {
+    const ServedRequest& r = requests[i];
+    const int64_t n = static_cast<int64_t>(r.tokens.size());
+    for (int64_t j = 0; j < n; ++j) tok[i * t + j] = r.tokens[j];
+    b.lengths.data_ptr<int64_t>()[i] = n;
+    for (size_t k = 0; k < r.supervised.size(); ++k) {
+      const int64_t flat = i * t + r.supervised[k] - 1;
+      if (mask[flat] == 0.f) rows.emplace_back(flat, &r.teacher[k]);
+      mask[flat] = 1.f;
+    }
+    if (with_features) b.features[i].narrow(0, 0, n).copy_(HostFloat32(r.features));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<at::Tensor> ordered;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    index[rows[k].first] = static_cast<int64_t>(k);
+    ordered.push_back(*rows[k].second);
+  }
+  if (!ordered.empty()) b.teacher_rows = HostFloat32(at::stack(ordered));
+  return b;
+}
+
+at::Tensor TeacherRowsAt(const OnlineBatch& batch, const at::Tensor& mask) {
+  const at::Tensor flat = mask.reshape(-1).nonzero().reshape(-1);
+  return TeacherRowsAtFlat(batch, flat);
+}
+
+at::Tensor TeacherRowsAtFlat(const OnlineBatch& batch, const at::Tensor& flat) {
+  const at::Tensor rows = batch.teacher_index.reshape(-1).index_select(0, flat);
+  SPECBED_CHECK(rows.numel() == 0 || rows.min().item<int64_t>() >= 0,
+                "online batch: a teacher row was asked at a position that was not supervised");
+  if (rows.numel() == 0) {
+    const int64_t v = batch.teacher_rows.defined() ? batch.teacher_rows.size(1) : 0;
+    return at::zeros({0, v}, at::kFloat);
+  }
+  return batch.teacher_rows.index_select(0, rows);
+}
+
+}  // namespace specbed
