@@ -15,17 +15,18 @@ void ServedTeacher::Begin(const DraftBegin& begin) {
   hidden_.clear();
   positions_.clear();
   rows_.clear();
-  if (!begin.hidden.empty()) hidden_.push_back(at::cat(begin.hidden, -1).select(0, 0).clone());
+  // at::cat writes a fresh tensor: no view of the target's buffers is kept.
+  if (!begin.hidden.empty()) hidden_.push_back(at::cat(begin.hidden, -1).select(0, 0));
 }
 
 void ServedTeacher::Observe(const Verdict& verdict, bool supervise, int64_t bonus_index) {
-  if (!verdict.hidden.empty()) hidden_.push_back(at::cat(verdict.hidden, -1).select(0, 0).clone());
+  if (!verdict.hidden.empty()) hidden_.push_back(at::cat(verdict.hidden, -1).select(0, 0));
   if (!supervise) return;
   SPECBED_CHECK(verdict.logits.defined(),
                 "online adapter: the verifier kept no logits (a decoder that verifies otherwise)");
   const int64_t slot = verdict.path.empty() ? 0 : verdict.path.back() + 1;
   positions_.push_back(bonus_index);
-  rows_.push_back(verdict.logits[slot].clone());
+  rows_.push_back(verdict.logits[slot].clone());  // a view of the target's reused output buffer
 }
 
 ServedRequest ServedTeacher::Finish(const std::vector<int32_t>& committed,
