@@ -125,7 +125,7 @@ void RegisterBuiltinMethods(MethodRegistry& registry) {
   RegisterPearlMethod(registry);
   RegisterSpecBranchMethod(registry);
   RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
-  RegisterLtdMethods(registry);        // ltd, eagle3+ddd, eagle3+svip, eagle3+gammatune
+  RegisterLtdMethods(registry);        // ltd, eagle3+{ddd,svip,gammatune,disco,specdecpp,c2t}
   RegisterNgramMethod(registry);
   RegisterSuffixMethod(registry);
   RegisterLookaheadMethod(registry);

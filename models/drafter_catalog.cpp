@@ -16,6 +16,7 @@ std::string Shipped() {
 constexpr char kDraft[] = "draft", kEagle3[] = "eagle3", kDflash[] = "dflash",
                kJetspec[] = "jetspec", kBlockpilot[] = "blockpilot", kHrad[] = "hrad",
                kHradTwin[] = "hrad-twin", kSpecblock[] = "specblock", kLtdTwin[] = "ltd-twin",
+               kLtdBaselines[] = "ltd-baselines", kLtdBaselinesTwin[] = "ltd-baselines-twin",
                kMedusa[] = "medusa";
 
 }  // namespace
@@ -64,6 +65,12 @@ const std::vector<NamedDrafter>& NamedDrafters() {
        "the twin's LTD policies (trained on the twin's costs; stories260K's observations are the "
        "twin's, so they run there too, untuned for its costs)",
        &Shipped<kLtdTwin>},
+      {"stories260K-ltd-baselines", "ltd-baselines", "stories260K",
+       "Disco, SpecDec++ and C2T classifiers for stories260K + stories260K-eagle3",
+       &Shipped<kLtdBaselines>},
+      {"stories260K-twin-ltd-baselines", "ltd-baselines", "stories260K-twin",
+       "Disco, SpecDec++ and C2T classifiers for stories260K-twin + stories260K-twin-eagle3",
+       &Shipped<kLtdBaselinesTwin>},
   };
   return drafters;
 }

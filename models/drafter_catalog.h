@@ -11,8 +11,9 @@
 // target's logits, which the twin reproduces, so both targets share one), "hrad" (SpecBranch's
 // H-RAD predictor; it reads target hidden states, so the twin has its own), "ltd" (LTD depth + size
 // policy pair, trained on the twin's measured costs; it reads draft scores only, so stories260K
-// uses the same pair). Checked by: tests/methods/cost_twin_test.cpp (names, defaults, resolution,
-// errors).
+// uses the same pair), "ltd-baselines" (the Disco / SpecDec++ / C2T classifiers of the LTD paper's
+// table; SpecDec++ reads the head's hidden states, so each target has its own set). Checked by:
+// tests/methods/cost_twin_test.cpp (names, defaults, resolution, errors).
 #pragma once
 
 #include <string>

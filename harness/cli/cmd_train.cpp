@@ -13,6 +13,7 @@
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/eagle3/eagle3_trainer.h"
+#include "methods/ltd/ltd_classifier_trainer.h"
 #include "methods/ltd/ltd_trainer.h"
 #include "methods/medusa/medusa_trainer.h"
 #include "methods/specblock/specblock_trainer.h"
@@ -97,6 +98,23 @@ void RunTrainEagle3(const TrainEagle3Options& o) {
       r.loop.train_seconds);
 }
 
+// -o/--output, --data, -t/--target, --dtype of the trainers that read a `specbed regen` file
+// (with their old spellings --out and --model).
+void AddRegenTrainerFlags(CLI::App* cmd, std::string& out, std::string& data, std::string& target,
+                          std::string& dtype) {
+  OldSpellings(
+      cmd,
+      cmd->add_option("-o,--output", out, "Output directory (checkpoint, train_log.db, work/)")
+          ->required(),
+      {"--out"});
+  cmd->add_option("--data", data, "Training data: a `specbed regen` file")->required();
+  OldSpellings(
+      cmd,
+      cmd->add_option("-t,--target", target, "Target model (name or path)")->capture_default_str(),
+      {"--model"});
+  cmd->add_option("--dtype", dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+}
+
 void AddTrainEagle3(CLI::App* train) {
   auto o = std::make_shared<TrainEagle3Options>();
   Eagle3TrainConfig& c = o->config;
@@ -105,17 +123,7 @@ void AddTrainEagle3(CLI::App* train) {
       "eagle3",
       "Train an EAGLE-3 head with training-time test on a `specbed regen` file -> OUT/config.json "
       "+ model.safetensors (published EAGLE-3 layout); resumable");
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
-          ->required(),
-      {"--out"});
-  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids fused by the head (HF numbering); default "
                   "{2, L/2, L-3}")
@@ -190,17 +198,7 @@ void AddTrainSpecBlock(CLI::App* train) {
       "Train a SpecBlock drafter (valid-prefix loss, cross-block chaining, rank head after "
       "--rank-warmup steps) on a `specbed regen` file -> OUT/config.json + model.safetensors; "
       "resumable");
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
-          ->required(),
-      {"--out"});
-  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids (low, mid, top; HF numbering); default "
                   "{2, L/2, L-3}")
@@ -272,17 +270,7 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
                          "weighted exp(-(k-1)/gamma)) on a `specbed regen` file -> "
                          "OUT/config.json + model.safetensors (published DFlash layout); "
                          "resumable");
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
-          ->required(),
-      {"--out"});
-  cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--block-size", c.block_size, "Block size B (bonus token + B-1 masks)")
       ->capture_default_str();
   cmd->add_option("--layers", c.layers, "Draft decoder layers")->capture_default_str();
@@ -404,6 +392,25 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
                {"--no-progress"});
 }
 
+// The flags both LTD trainers share (LtdTrainSetup's inputs, the beam width and the depth
+// ceiling); `C` is LtdTrainConfig or LtdBaselineTrainConfig.
+template <class C>
+void AddLtdSetupFlags(CLI::App* cmd, C& c) {
+  cmd->add_option("-t,--target", c.target, "Target model")->capture_default_str();
+  cmd->add_option("--head", c.head, "EAGLE-3 head (auto = the target's shipped head)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Target dtype")->capture_default_str();
+  cmd->add_option("--prompts", c.prompts, "Prompt dataset")->capture_default_str();
+  cmd->add_option("--train-from", c.train_from, "Training prompts: index >= this")
+      ->capture_default_str();
+  cmd->add_option("--val-from", c.val_from, "Held-out prompts start here")->capture_default_str();
+  cmd->add_option("--val-count", c.val_count, "Held-out prompts")->capture_default_str();
+  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per generation")
+      ->capture_default_str();
+  cmd->add_option("--top-k", c.top_k, "Beam width W")->capture_default_str();
+  cmd->add_option("--max-depth", c.max_depth, "Most expansion rounds")->capture_default_str();
+}
+
 struct TrainLtdOptions {
   LtdTrainConfig config = DefaultLtdTrainConfig();
   std::string out;
@@ -420,19 +427,7 @@ void AddTrainLtd(CLI::App* train) {
       "train_log.db; resumable");
   OldSpellings(cmd, cmd->add_option("-o,--output", o->out, "Output directory")->required(),
                {"--out"});
-  cmd->add_option("-t,--target", c.target, "Target model")->capture_default_str();
-  cmd->add_option("--head", c.head, "EAGLE-3 head (auto = the target's shipped head)")
-      ->capture_default_str();
-  cmd->add_option("--dtype", c.dtype, "Target dtype")->capture_default_str();
-  cmd->add_option("--prompts", c.prompts, "Prompt dataset")->capture_default_str();
-  cmd->add_option("--train-from", c.train_from, "Training prompts: index >= this")
-      ->capture_default_str();
-  cmd->add_option("--val-from", c.val_from, "Validation prompts start here")->capture_default_str();
-  cmd->add_option("--val-count", c.val_count, "Validation prompts")->capture_default_str();
-  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per generation")
-      ->capture_default_str();
-  cmd->add_option("--top-k", c.top_k, "Beam width W")->capture_default_str();
-  cmd->add_option("--max-depth", c.max_depth, "Most expansion rounds")->capture_default_str();
+  AddLtdSetupFlags(cmd, c);
   cmd->add_option("--depth-every", c.depth_every, "Ask pi_D after every n-th round")
       ->capture_default_str();
   cmd->add_option("--size-step", c.size_step, "V = size_step * (a + 1)")->capture_default_str();
@@ -483,6 +478,35 @@ void AddTrainLtd(CLI::App* train) {
       return;
     }
     std::printf("%s: %s\n", o->out.c_str(), r.summary["final_validation"].dump().c_str());
+  });
+}
+
+void AddTrainLtdBaselines(CLI::App* train) {
+  auto c = std::make_shared<LtdBaselineTrainConfig>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* cmd = train->add_subcommand(
+      "ltd-baselines",
+      "Train the Disco, SpecDec++ and C2T classifiers of the LTD paper's table on labelled "
+      "EAGLE-3 drafts (balanced, AdamW) -> OUT/disco, OUT/specdecpp, OUT/c2t");
+  cmd->add_option("-o,--output", *out, "Output directory")->required();
+  AddLtdSetupFlags(cmd, *c);
+  cmd->add_option("--nodes", c->nodes, "Verified drafts per step while collecting (V)")
+      ->capture_default_str();
+  cmd->add_option("--disco-hidden", c->disco_hidden, "Disco FFN width")->capture_default_str();
+  cmd->add_option("--specdec-hidden", c->specdec_hidden, "SpecDec++ FFN width")
+      ->capture_default_str();
+  cmd->add_option("--c2t-hidden", c->c2t_hidden, "C2T FFN width")->capture_default_str();
+  cmd->add_option("--disco-epochs", c->disco_epochs, "Disco epochs")->capture_default_str();
+  cmd->add_option("--specdec-epochs", c->specdec_epochs, "SpecDec++ epochs")->capture_default_str();
+  cmd->add_option("--c2t-epochs", c->c2t_epochs, "C2T epochs")->capture_default_str();
+  cmd->add_option("--batch", c->batch, "Minibatch rows")->capture_default_str();
+  cmd->add_option("--lr", c->lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--weight-decay", c->weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--seed", c->seed, "Seed (init, balancing, order)")->capture_default_str();
+  cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
+  cmd->callback([c, out] {
+    const LtdBaselineTrainResult r = TrainLtdBaselines(*c, *out);
+    std::printf("%s: %s\n", out->c_str(), r.summary.dump().c_str());
   });
 }
 
@@ -537,6 +561,7 @@ void AddTrainCommand(CLI::App& app) {
   AddTrainDflash(train, "jetspec");
   AddTrainHrad(train);
   AddTrainLtd(train);
+  AddTrainLtdBaselines(train);
 }
 
 }  // namespace specbed::cli

@@ -46,6 +46,8 @@ void AddMergeCommand(CLI::App& app);
 void AddSlurmCommand(CLI::App& app);
 void AddBlockpilotCommand(CLI::App& app);
 void AddTwinCommand(CLI::App& app);
+// `specbed ltd-adaptation` (cmd_ltd.cpp).
+void AddLtdCommand(CLI::App& app);
 
 // `specbed run` and `specbed sweep` (cmd_sweep.cpp): load a run/sweep file, expand, shard, run.
 struct SweepFileOptions {

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddCompareCommand(app);
   specbed::cli::AddBlockpilotCommand(app);
   specbed::cli::AddTwinCommand(app);
+  specbed::cli::AddLtdCommand(app);
   // CLI11 reports an unknown first word only as "A subcommand is required": name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;

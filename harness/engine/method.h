@@ -115,6 +115,10 @@ struct DraftRoundInfo {
   // Entropy (nats) of the draft distribution below the best node of the latest expanded layer.
   double best_entropy = 0;
   int64_t context_len = 0;  // L: committed tokens (prompt + generated, root included)
+  // The drafter's hidden state at that best node, float32 host [hidden_size]; only when the
+  // controller asks for it (Controller::WantsDraftHidden), else nullptr / 0.
+  const float* best_hidden = nullptr;
+  int64_t hidden_size = 0;
 };
 
 // Draft hook 2 (size, LTD's pi_V): every candidate of the finished tree, before reranking.
@@ -168,6 +172,8 @@ class Controller {
   // and to the step budget.
   virtual bool ContinueDrafting(const DraftRoundInfo& info) { return true; }
   virtual int64_t VerifySize(const DraftTreeInfo& info) { return info.budget_nodes; }
+  // Whether ContinueDrafting reads DraftRoundInfo::best_hidden (a host copy per round).
+  virtual bool WantsDraftHidden() const { return false; }
   // After every verify step (after Drafter::Accept), with the step's tree and verdict; its cost
   // is draft time.
   virtual void AfterStep(const DraftTree& tree, const Verdict& verdict) {}

@@ -53,29 +53,29 @@ SweepConfig LoadSweepConfig(const std::string& path) {
   return LoadSweepConfig(path, BuiltinInputPathKnobs());
 }
 
-SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& methods) {
-  // Errors name the sweep file when there is one.
-  const std::string prefix = config.source.empty() ? "" : config.source + ": ";
-  // Matchers naming unknown methods or knobs would silently match nothing: fail instead.
-  auto check_matchers = [&](const std::vector<Json>& matchers, const char* key) {
-    for (size_t i = 0; i < matchers.size(); ++i) {
-      const std::string where = StrCat(prefix, key, "[", i, "]");
-      for (const std::string& name : MatcherMethods(matchers[i])) {
-        if (!methods.Has(name)) FailUnknownName("method", name, methods.Names(), where);
-        if (!matchers[i].contains("knobs")) continue;
-        std::vector<std::string> knob_names;
-        for (const MethodKnob& k : methods.Info(name).knobs) knob_names.push_back(k.name);
-        for (auto it = matchers[i]["knobs"].begin(); it != matchers[i]["knobs"].end(); ++it) {
-          if (std::find(knob_names.begin(), knob_names.end(), it.key()) == knob_names.end())
-            FailUnknownName("knob", it.key(), knob_names, where + ": method '" + name + "'");
-        }
+namespace {
+
+// Matchers naming unknown methods or knobs would silently match nothing: fail instead.
+void CheckMatchers(const std::vector<Json>& matchers, const char* key, const std::string& prefix,
+                   const MethodRegistry& methods) {
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    const std::string where = StrCat(prefix, key, "[", i, "]");
+    for (const std::string& name : MatcherMethods(matchers[i])) {
+      if (!methods.Has(name)) FailUnknownName("method", name, methods.Names(), where);
+      if (!matchers[i].contains("knobs")) continue;
+      std::vector<std::string> knob_names;
+      for (const MethodKnob& k : methods.Info(name).knobs) knob_names.push_back(k.name);
+      for (auto it = matchers[i]["knobs"].begin(); it != matchers[i]["knobs"].end(); ++it) {
+        if (std::find(knob_names.begin(), knob_names.end(), it.key()) == knob_names.end())
+          FailUnknownName("knob", it.key(), knob_names, where + ": method '" + name + "'");
       }
     }
-  };
-  check_matchers(config.exclude, "exclude");
-  check_matchers(config.only, "only");
+  }
+}
 
-  // Resolve every method (defaults filled, ranges checked) once.
+// Every method of the sweep with its defaults filled and ranges checked (errors name the file).
+std::vector<MethodSpec> ResolveMethods(const SweepConfig& config, const MethodRegistry& methods,
+                                       const std::string& prefix) {
   std::vector<MethodSpec> resolved;
   for (const MethodSpec& m : config.base.methods) {
     MethodSpec r = m;
@@ -86,17 +86,149 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
     }
     resolved.push_back(std::move(r));
   }
+  return resolved;
+}
 
-  struct Candidate {
-    CaseConfig c;
-    bool speculative;
-    bool pending_baseline;  // an AR-like case kept only if a kept case needs it
-  };
-  std::vector<Candidate> candidates;
-  std::set<std::string> keys;
-  std::map<std::string, int64_t> batch_skipped;  // method -> cases
-  int64_t duplicates = 0, excluded = 0, only_dropped = 0;
-  std::vector<int64_t> exclude_hits(config.exclude.size(), 0), only_hits(config.only.size(), 0);
+// One point of the sweep's grid (the loop variables of ExpandSweep).
+struct GridPoint {
+  std::string target;
+  DatasetSpec dataset;
+  double temperature = 0;
+  uint64_t seed = 0;
+  int64_t batch = 1;
+  int64_t repeat = 0;
+};
+
+// The case of `method` at grid point `p`, with the run-wide settings of config.base; "auto"
+// drafters become the target's shipped drafter (its name, in the key).
+CaseConfig MakeCase(const SweepConfig& config, const GridPoint& p, const MethodSpec& method,
+                    const MethodRegistry& methods, const std::string& prefix) {
+  const RunConfig& b = config.base;
+  CaseConfig c;
+  c.target = p.target;
+  c.method = method;
+  try {
+    c.method.knobs = methods.ResolveKnobsFor(method.name, method.knobs, p.target);
+  } catch (const Error& e) {
+    Fail(prefix, e.what());
+  }
+  c.dataset = p.dataset;
+  c.temperature = p.temperature;
+  c.seed = p.seed;
+  c.top_p = b.top_p;
+  c.top_k = b.top_k;
+  c.max_new_tokens = b.max_new_tokens;
+  c.dtype = b.dtype;
+  c.device = b.device;
+  c.threads = b.threads;
+  c.stop_strings = b.stop_strings;
+  c.chat_template = b.chat_template;
+  c.system_prompt = b.system_prompt;
+  // Synthetic acceptance concerns verification: AR (the baseline) stays real.
+  if (methods.Info(method.name).traits.speculative) c.synthetic_acceptance = b.synthetic_acceptance;
+  c.repeat = p.repeat;
+  c.batch_size = p.batch;
+  c.paper = config.paper;
+  return c;
+}
+
+struct Candidate {
+  CaseConfig c;
+  bool speculative;
+  bool pending_baseline;  // an AR-like case kept only if a kept case needs it
+};
+
+// The sweep's filters (duplicates, `exclude`, `only`) with what each dropped, for the notes.
+class CaseFilter {
+ public:
+  explicit CaseFilter(const SweepConfig& config)
+      : config_(config),
+        exclude_hits_(config.exclude.size(), 0),
+        only_hits_(config.only.size(), 0) {}
+
+  // Appends `c` to `out` unless a filter drops it.
+  void Offer(CaseConfig c, bool speculative, std::vector<Candidate>& out) {
+    if (!keys_.insert(c.Key()).second) {
+      ++duplicates_;
+      return;
+    }
+    bool drop = false;
+    for (size_t i = 0; i < config_.exclude.size(); ++i) {
+      if (MatchesCase(config_.exclude[i], c)) {
+        ++exclude_hits_[i];
+        drop = true;
+      }
+    }
+    if (drop) {
+      ++excluded_;
+      return;
+    }
+    bool pending = false;
+    if (!config_.only.empty()) {
+      bool any = false;
+      for (size_t i = 0; i < config_.only.size(); ++i) {
+        if (MatchesCase(config_.only[i], c)) {
+          ++only_hits_[i];
+          any = true;
+        }
+      }
+      if (!any && speculative) {
+        ++only_dropped_;
+        return;
+      }
+      pending = !any;
+    }
+    out.push_back({std::move(c), speculative, pending});
+  }
+
+  // `only`: a baseline (non-speculative) case stays when a kept speculative case of its workload
+  // (WorkloadKey, as paired timing and sharding match them) needs it.
+  std::vector<CaseConfig> KeepNeeded(std::vector<Candidate>& candidates) {
+    std::set<std::string> needed;
+    for (const Candidate& k : candidates) {
+      if (k.speculative) needed.insert(WorkloadKey(k.c));
+    }
+    std::vector<CaseConfig> cases;
+    for (Candidate& k : candidates) {
+      if (k.pending_baseline && needed.count(WorkloadKey(k.c)) == 0) {
+        ++only_dropped_;
+        continue;
+      }
+      cases.push_back(std::move(k.c));
+    }
+    return cases;
+  }
+
+  void AppendNotes(std::vector<std::string>& notes) const {
+    if (duplicates_ > 0) {
+      notes.push_back(StrCat("dropped ", duplicates_,
+                             " duplicate cases (same resolved config as an earlier case)"));
+    }
+    if (excluded_ > 0) notes.push_back(StrCat("exclude: dropped ", excluded_, " cases"));
+    if (only_dropped_ > 0) {
+      notes.push_back(StrCat("only: dropped ", only_dropped_, " cases matching no entry"));
+    }
+    for (size_t i = 0; i < exclude_hits_.size(); ++i) {
+      if (exclude_hits_[i] == 0)
+        notes.push_back(StrCat("exclude[", i, "] ", config_.exclude[i].dump(), " matched no case"));
+    }
+    for (size_t i = 0; i < only_hits_.size(); ++i) {
+      if (only_hits_[i] == 0)
+        notes.push_back(StrCat("only[", i, "] ", config_.only[i].dump(), " matched no case"));
+    }
+  }
+
+ private:
+  const SweepConfig& config_;
+  std::set<std::string> keys_;
+  int64_t duplicates_ = 0, excluded_ = 0, only_dropped_ = 0;
+  std::vector<int64_t> exclude_hits_, only_hits_;
+};
+
+// Every grid point of the sweep, in expansion order (repeat, target, dataset, temperature, seed,
+// batch).
+std::vector<GridPoint> GridPoints(const SweepConfig& config) {
+  std::vector<GridPoint> points;
   const RunConfig& b = config.base;
   for (int64_t repeat = 0; repeat < config.repeats; ++repeat) {
     for (const auto& target : b.targets) {
@@ -104,116 +236,50 @@ SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& meth
         for (double temperature : b.temperatures) {
           for (uint64_t seed : b.seeds) {
             for (int64_t batch : config.batch_sizes) {
-              for (const MethodSpec& method : resolved) {
-                const MethodTraits& traits = methods.Info(method.name).traits;
-                if (repeat > 0 && !traits.speculative) continue;  // baselines run once
-                if (batch > 1 && !traits.supports_batch) {
-                  ++batch_skipped[method.name];
-                  continue;
-                }
-                CaseConfig c;
-                c.target = target;
-                c.method = method;
-                // "auto" drafters become the target's shipped drafter (its name, in the key).
-                try {
-                  c.method.knobs = methods.ResolveKnobsFor(method.name, method.knobs, target);
-                } catch (const Error& e) {
-                  Fail(prefix, e.what());
-                }
-                c.dataset = dataset;
-                c.temperature = temperature;
-                c.seed = seed;
-                c.top_p = b.top_p;
-                c.top_k = b.top_k;
-                c.max_new_tokens = b.max_new_tokens;
-                c.dtype = b.dtype;
-                c.device = b.device;
-                c.threads = b.threads;
-                c.stop_strings = b.stop_strings;
-                c.chat_template = b.chat_template;
-                c.system_prompt = b.system_prompt;
-                // Synthetic acceptance concerns verification: AR (the baseline) stays real.
-                if (traits.speculative) c.synthetic_acceptance = b.synthetic_acceptance;
-                c.repeat = repeat;
-                c.batch_size = batch;
-                c.paper = config.paper;
-                if (!keys.insert(c.Key()).second) {
-                  ++duplicates;
-                  continue;
-                }
-                bool drop = false;
-                for (size_t i = 0; i < config.exclude.size(); ++i) {
-                  if (MatchesCase(config.exclude[i], c)) {
-                    ++exclude_hits[i];
-                    drop = true;
-                  }
-                }
-                if (drop) {
-                  ++excluded;
-                  continue;
-                }
-                bool pending = false;
-                if (!config.only.empty()) {
-                  bool any = false;
-                  for (size_t i = 0; i < config.only.size(); ++i) {
-                    if (MatchesCase(config.only[i], c)) {
-                      ++only_hits[i];
-                      any = true;
-                    }
-                  }
-                  if (!any && traits.speculative) {
-                    ++only_dropped;
-                    continue;
-                  }
-                  pending = !any;
-                }
-                candidates.push_back({std::move(c), traits.speculative, pending});
-              }
+              points.push_back({target, dataset, temperature, seed, batch, repeat});
             }
           }
         }
       }
     }
   }
-  // `only`: a baseline (non-speculative) case stays when a kept speculative case of its workload
-  // (WorkloadKey, as paired timing and sharding match them) needs it.
-  std::set<std::string> needed;
-  for (const Candidate& k : candidates) {
-    if (k.speculative) needed.insert(WorkloadKey(k.c));
+  return points;
+}
+
+}  // namespace
+
+SweepExpansion ExpandSweep(const SweepConfig& config, const MethodRegistry& methods) {
+  // Errors name the sweep file when there is one.
+  const std::string prefix = config.source.empty() ? "" : config.source + ": ";
+  CheckMatchers(config.exclude, "exclude", prefix, methods);
+  CheckMatchers(config.only, "only", prefix, methods);
+  const std::vector<MethodSpec> resolved = ResolveMethods(config, methods, prefix);
+
+  std::vector<Candidate> candidates;
+  std::map<std::string, int64_t> batch_skipped;  // method -> cases
+  CaseFilter filter(config);
+  for (const GridPoint& p : GridPoints(config)) {
+    for (const MethodSpec& method : resolved) {
+      const MethodTraits& traits = methods.Info(method.name).traits;
+      if (p.repeat > 0 && !traits.speculative) continue;  // baselines run once
+      if (p.batch > 1 && !traits.supports_batch) {
+        ++batch_skipped[method.name];
+        continue;
+      }
+      filter.Offer(MakeCase(config, p, method, methods, prefix), traits.speculative, candidates);
+    }
   }
   SweepExpansion out;
-  for (Candidate& k : candidates) {
-    if (k.pending_baseline && needed.count(WorkloadKey(k.c)) == 0) {
-      ++only_dropped;
-      continue;
-    }
-    out.cases.push_back(std::move(k.c));
-  }
+  out.cases = filter.KeepNeeded(candidates);
   // Before sharding, so every shard pairs the same cases.
-  ResolveTimingModes(out.cases, b.timing, [&](const std::string& name) {
+  ResolveTimingModes(out.cases, config.base.timing, [&](const std::string& name) {
     return methods.Info(name).traits.speculative;
   });
   for (const auto& [name, n] : batch_skipped) {
     out.notes.push_back(
         StrCat("skipped: method ", name, " does not support batch > 1 (", n, " cases)"));
   }
-  if (duplicates > 0) {
-    out.notes.push_back(StrCat("dropped ", duplicates,
-                               " duplicate cases (same resolved config as an earlier case)"));
-  }
-  if (excluded > 0) out.notes.push_back(StrCat("exclude: dropped ", excluded, " cases"));
-  if (only_dropped > 0) {
-    out.notes.push_back(StrCat("only: dropped ", only_dropped, " cases matching no entry"));
-  }
-  for (size_t i = 0; i < exclude_hits.size(); ++i) {
-    if (exclude_hits[i] == 0)
-      out.notes.push_back(
-          StrCat("exclude[", i, "] ", config.exclude[i].dump(), " matched no case"));
-  }
-  for (size_t i = 0; i < only_hits.size(); ++i) {
-    if (only_hits[i] == 0)
-      out.notes.push_back(StrCat("only[", i, "] ", config.only[i].dump(), " matched no case"));
-  }
+  filter.AppendNotes(out.notes);
   return out;
 }
 

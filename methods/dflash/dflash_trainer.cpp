@@ -266,19 +266,10 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   result.loop = RunTrainLoop(task, config.optim, settings, out_dir, options);
 
   if (result.loop.finished) {
-    ojson summary;
-    summary["date"] = NowRfc3339();
-    summary["recipe"] = recipe;
-    summary["head_parameters"] = result.head_parameters;
-    summary["target_parameters"] = result.target_parameters;
-    summary["steps"] = result.loop.step;
-    summary["final_train_loss"] = result.loop.final_loss;
-    summary["eval_loss"] = result.loop.eval.loss;
-    summary["eval_top1_row1"] = result.loop.eval.acceptance_proxy;
-    summary["eval"] = result.loop.eval.extra;
-    summary["train_seconds"] = result.loop.train_seconds;
-    summary["threads"] = config.optim.threads;
-    WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+    WriteTrainSummary(out_dir, recipe,
+                      {{"head_parameters", result.head_parameters},
+                       {"target_parameters", result.target_parameters}},
+                      result.loop, "eval_top1_row1", config.optim.threads);
     if (options.verbose) {
       std::fprintf(stderr,
                    "%s: head %lld params (target %lld); held-out loss %.4f, row-1 top-1 %.4f, "

@@ -208,6 +208,10 @@ bool Eagle3Drafter::ContinueGrowing(const std::vector<float>& scores, int64_t la
   info.n_beam = w;
   info.best_entropy = best_entropy_;
   info.context_len = static_cast<int64_t>(step_->committed ? step_->committed->size() : 0);
+  if (step_->controller->WantsDraftHidden()) {
+    info.best_hidden = best_hidden_.data();
+    info.hidden_size = static_cast<int64_t>(best_hidden_.size());
+  }
   return step_->controller->ContinueDrafting(info);
 }
 
@@ -263,7 +267,12 @@ void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_
   node_hidden_.index_copy_(0, rows.narrow(0, n, n), out_.hidden);
   for (int64_t i = 0; i < n; ++i) candidate_slot_[frontier[i]] = cache_len + i;
   TopKRows(out_.logits, k, tokens.data(), logp.data());
-  if (step_ != nullptr && step_->controller != nullptr) best_entropy_ = Entropy(out_.logits[0]);
+  if (step_ == nullptr || step_->controller == nullptr) return;
+  best_entropy_ = Entropy(out_.logits[0]);
+  if (step_->controller->WantsDraftHidden()) {
+    const at::Tensor row = out_.hidden[0].to(at::kFloat).cpu().contiguous();
+    best_hidden_.assign(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+  }
 }
 
 }  // namespace specbed

@@ -118,6 +118,7 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   const DraftStep* step_ = nullptr;
   int64_t layer_limit_ = 0;
   double best_entropy_ = 0;
+  std::vector<float> best_hidden_;  // host copy of the best frontier node's hidden state
   std::vector<float> beam_scores_;
   int64_t generated_ = 0;
 };

@@ -252,20 +252,11 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
   result.loop = RunTrainLoop(task, config.optim, settings, out_dir, options);
 
   if (result.loop.finished) {
-    ojson summary;
-    summary["date"] = NowRfc3339();
-    summary["recipe"] = recipe;
-    summary["head_parameters"] = result.head_parameters;
-    summary["target_parameters"] = result.target_parameters;
-    summary["draft_vocab_coverage"] = result.draft_vocab_coverage;
-    summary["steps"] = result.loop.step;
-    summary["final_train_loss"] = result.loop.final_loss;
-    summary["eval_loss"] = result.loop.eval.loss;
-    summary["eval_top1_step0"] = result.loop.eval.acceptance_proxy;
-    summary["eval"] = result.loop.eval.extra;
-    summary["train_seconds"] = result.loop.train_seconds;
-    summary["threads"] = config.optim.threads;
-    WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+    WriteTrainSummary(out_dir, recipe,
+                      {{"head_parameters", result.head_parameters},
+                       {"target_parameters", result.target_parameters},
+                       {"draft_vocab_coverage", result.draft_vocab_coverage}},
+                      result.loop, "eval_top1_step0", config.optim.threads);
     if (options.verbose) {
       std::fprintf(stderr,
                    "eagle3: head %lld params (target %lld); held-out TTT loss %.4f, step-0 top-1 "

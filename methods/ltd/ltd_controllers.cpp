@@ -38,6 +38,18 @@ LtdController::LtdController(std::shared_ptr<LtdPolicy> depth, std::shared_ptr<L
   if (depth_every_ <= 0) depth_every_ = depth_ ? depth_->config().depth_every : 1;
 }
 
+void LtdController::Record(char kind, int64_t context_len, int64_t rounds, const float* scores,
+                           int64_t n, int64_t value) {
+  if (log_ == nullptr) return;
+  LtdDecision d;
+  d.kind = kind;
+  d.context_len = context_len;
+  d.rounds = rounds;
+  d.top_score = n > 0 ? *std::max_element(scores, scores + n) : 0.f;
+  d.value = value;
+  log_->push_back(d);
+}
+
 bool LtdController::ContinueDrafting(const DraftRoundInfo& info) {
   if (!depth_) return info.rounds < static_rounds_;
   if (info.rounds % depth_every_ != 0) return true;
@@ -48,19 +60,24 @@ bool LtdController::ContinueDrafting(const DraftRoundInfo& info) {
   const bool go = depth_->Act(obs.data()) == 1;
   stats_.policy_us += (NowNanos() - t0) * 1e-3;
   ++stats_.depth_calls;
+  Record('D', info.context_len, info.rounds, info.child_scores, info.n_child_scores, go);
   return go;
 }
 
 int64_t LtdController::VerifySize(const DraftTreeInfo& info) {
-  if (!size_) return std::min(static_nodes_, info.budget_nodes);
-  const int64_t t0 = NowNanos();
-  std::vector<float>& obs = size_->obs_buffer();
-  EncodeSizeObservation(size_->config(), info.scores, info.n_scores, info.context_len, info.rounds,
-                        obs.data());
-  const int64_t v = LtdVerifySize(size_->config(), size_->Act(obs.data()));
-  stats_.policy_us += (NowNanos() - t0) * 1e-3;
-  ++stats_.size_calls;
-  return std::min(v, info.budget_nodes);
+  int64_t v = static_nodes_;
+  if (size_) {
+    const int64_t t0 = NowNanos();
+    std::vector<float>& obs = size_->obs_buffer();
+    EncodeSizeObservation(size_->config(), info.scores, info.n_scores, info.context_len,
+                          info.rounds, obs.data());
+    v = LtdVerifySize(size_->config(), size_->Act(obs.data()));
+    stats_.policy_us += (NowNanos() - t0) * 1e-3;
+    ++stats_.size_calls;
+  }
+  v = std::min(v, info.budget_nodes);
+  Record('V', info.context_len, info.rounds, info.scores, info.n_scores, v);
+  return v;
 }
 
 DddController::DddController(int64_t max_rounds, int64_t nodes, std::vector<int64_t> check_rounds,
@@ -130,6 +147,64 @@ void GammatuneController::BeforeStep(const DraftStep& step, DraftBudget& budget)
 void GammatuneController::AfterStep(const DraftTree& tree, const Verdict& verdict) {
   gamma_ = std::clamp((1 - eta_) * gamma_ + eta_ * static_cast<double>(verdict.n_accepted()),
                       gamma_min_, gamma_max_);
+}
+
+ClassifierDepthController::ClassifierDepthController(std::shared_ptr<LtdClassifier> classifier,
+                                                     int64_t max_rounds, int64_t nodes,
+                                                     double threshold)
+    : TreeShapeController(max_rounds, nodes),
+      classifier_(std::move(classifier)),
+      threshold_(threshold) {
+  SPECBED_CHECK(classifier_ != nullptr && classifier_->config().kind != LtdClassifierKind::kC2t,
+                "a depth controller needs a disco or specdec++ classifier");
+}
+
+bool ClassifierDepthController::WantsDraftHidden() const {
+  return classifier_->config().kind == LtdClassifierKind::kSpecDec;
+}
+
+bool ClassifierDepthController::ContinueDrafting(const DraftRoundInfo& info) {
+  const int64_t t0 = NowNanos();
+  const LtdClassifierConfig& c = classifier_->config();
+  const float* x = info.best_hidden;
+  if (c.kind == LtdClassifierKind::kDisco) {
+    SPECBED_CHECK(info.top_k == c.top_k, "disco: the classifier was trained for top_k ", c.top_k,
+                  ", the drafter runs top_k ", info.top_k);
+    EncodeDiscoFeatures(c.top_k, info.beam_scores, info.n_beam, info.best_entropy, info.rounds,
+                        classifier_->features().data());
+    x = classifier_->features().data();
+  } else {
+    SPECBED_CHECK(x != nullptr && info.hidden_size == c.input_dim,
+                  "specdec++: the classifier reads a hidden state of size ", c.input_dim,
+                  ", the drafter gave ", info.hidden_size,
+                  " (a classifier trained for another head?)");
+  }
+  const bool go = classifier_->Probability(x) >= threshold_;
+  stats_.policy_us += (NowNanos() - t0) * 1e-3;
+  ++stats_.depth_calls;
+  return go;
+}
+
+C2tController::C2tController(std::shared_ptr<LtdClassifier> classifier, int64_t rounds,
+                             int64_t nodes, double threshold)
+    : TreeShapeController(rounds, nodes),
+      classifier_(std::move(classifier)),
+      threshold_(threshold) {
+  SPECBED_CHECK(classifier_ != nullptr && classifier_->config().kind == LtdClassifierKind::kC2t,
+                "eagle3+c2t needs a c2t classifier");
+}
+
+int64_t C2tController::VerifySize(const DraftTreeInfo& info) {
+  const int64_t t0 = NowNanos();
+  float* x = classifier_->features().data();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < info.n_scores; ++i) {
+    EncodeC2tFeatures(info.scores[i], BeamCandidateDepth(i, info.top_k), x);
+    if (classifier_->Probability(x) >= threshold_) ++kept;
+  }
+  stats_.policy_us += (NowNanos() - t0) * 1e-3;
+  ++stats_.size_calls;
+  return std::clamp<int64_t>(kept, 1, info.budget_nodes);
 }
 
 }  // namespace specbed

@@ -11,6 +11,10 @@
 //   distribution implies a low acceptance bound (entropy factor 0.15, minimum entropy 0.3).
 // - GammatuneController (Gautam et al. 2025): per-sequence depth gamma, updated after every step
 //   by gamma <- clip((1 - eta) gamma + eta * accepted, gamma_min, gamma_max).
+// - ClassifierDepthController: Disco / SpecDec++ (ltd_classifiers.h): stop once the classifier's
+//   estimate that the accepted path reaches the deepest layer falls below a threshold.
+// - C2tController: C2T: verify as many candidates as the classifier keeps (estimate >= threshold),
+//   the best by score (so the verified tree stays ancestor-closed).
 // Depth D = expansion rounds after the first tree layer (spec §9.1); V = drafted nodes verified,
 // root excluded. Knobs, defaults and interpretations: methods/ltd/README.md.
 // Checked by: tests/methods/ltd_test.cpp (each controller's decisions on hand-made rounds, the
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_policy.h"
 
 namespace specbed {
@@ -51,6 +56,17 @@ class TreeShapeController : public Controller {
   int64_t max_rounds_, max_nodes_;
 };
 
+// One decision of an LtdController, recorded only while a log is set (the adaptation probe,
+// ltd_adaptation_probe.h), so serving pays nothing for it.
+struct LtdDecision {
+  char kind = 'V';          // 'D' = a depth decision, 'V' = the step's verified size
+  int64_t prompt = 0;       // set by the probe
+  int64_t context_len = 0;  // L the policy read
+  int64_t rounds = 0;       // D: rounds done when asked; V: rounds the step ran
+  float top_score = 0;      // best cumulative log-prob among the scores the policy read
+  int64_t value = 0;        // D: 1 = CONTINUE, 0 = STOP; V: the verified size
+};
+
 class LtdController : public TreeShapeController {
  public:
   // depth / size: the policies (nullptr = static `static_rounds` / `static_nodes`).
@@ -62,11 +78,16 @@ class LtdController : public TreeShapeController {
   int64_t VerifySize(const DraftTreeInfo& info) override;
   void AfterStep(const DraftTree& tree, const Verdict& verdict) override { ++stats_.steps; }
   LtdControllerStats& stats() { return stats_; }
+  // Appends every decision to `log` (nullptr = off, the default).
+  void set_decision_log(std::vector<LtdDecision>* log) { log_ = log; }
 
  private:
+  void Record(char kind, int64_t context_len, int64_t rounds, const float* scores, int64_t n,
+              int64_t value);
   std::shared_ptr<LtdPolicy> depth_, size_;
   int64_t static_rounds_, static_nodes_, depth_every_;
   LtdControllerStats stats_;
+  std::vector<LtdDecision>* log_ = nullptr;
 };
 
 class DddController : public TreeShapeController {
@@ -111,6 +132,37 @@ class GammatuneController : public TreeShapeController {
  private:
   double initial_, gamma_min_, gamma_max_, eta_;
   double gamma_ = 0;
+};
+
+// Disco (beam probabilities, entropy, round) or SpecDec++ (the drafter's hidden state at the best
+// node): after each round, continue while sigmoid(logit) >= threshold.
+class ClassifierDepthController : public TreeShapeController {
+ public:
+  ClassifierDepthController(std::shared_ptr<LtdClassifier> classifier, int64_t max_rounds,
+                            int64_t nodes, double threshold);
+  bool ContinueDrafting(const DraftRoundInfo& info) override;
+  bool WantsDraftHidden() const override;
+  LtdControllerStats& stats() { return stats_; }
+
+ private:
+  std::shared_ptr<LtdClassifier> classifier_;
+  double threshold_;
+  LtdControllerStats stats_;
+};
+
+// C2T at a static depth (`rounds`): V = the number of candidates whose (score, depth / 10) the
+// classifier keeps (sigmoid >= threshold), at least 1, at most `nodes`.
+class C2tController : public TreeShapeController {
+ public:
+  C2tController(std::shared_ptr<LtdClassifier> classifier, int64_t rounds, int64_t nodes,
+                double threshold);
+  int64_t VerifySize(const DraftTreeInfo& info) override;
+  LtdControllerStats& stats() { return stats_; }
+
+ private:
+  std::shared_ptr<LtdClassifier> classifier_;
+  double threshold_;
+  LtdControllerStats stats_;
 };
 
 }  // namespace specbed

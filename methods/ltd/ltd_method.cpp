@@ -1,4 +1,5 @@
-// Registration of `ltd`, `eagle3+ddd`, `eagle3+svip`, `eagle3+gammatune` (see ltd_method.h).
+// Registration of `ltd`, `eagle3+ddd`, `eagle3+svip`, `eagle3+gammatune`, `eagle3+disco`,
+// `eagle3+specdecpp`, `eagle3+c2t` (see ltd_method.h).
 // Checked by: tests/methods/ltd_test.cpp, tests/engine/speculative_test.cpp.
 #include "methods/ltd/ltd_method.h"
 
@@ -8,6 +9,7 @@
 #include "harness/base/error.h"
 #include "harness/base/paths.h"
 #include "methods/eagle3/eagle3_method.h"
+#include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_controllers.h"
 #include "methods/ltd/ltd_policy.h"
 #include "models/drafter_catalog.h"
@@ -61,6 +63,16 @@ MethodTraits Eagle3LikeTraits() {
   t.sampling_verifier = "sample_follow";
   t.drafter_knob = "head";
   return t;
+}
+
+// MakeLtdEagle3Decoder with the knobs `head` and `top_k`.
+std::unique_ptr<SpeculativeDecoder> DecoderFromKnobs(MethodContext& context,
+                                                     const nlohmann::json& knobs, int64_t rounds,
+                                                     int64_t nodes,
+                                                     std::unique_ptr<Controller> controller) {
+  return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
+                              knobs.at("top_k").get<int64_t>(), rounds, nodes,
+                              std::move(controller));
 }
 
 MethodKnob HeadKnob() {
@@ -149,22 +161,7 @@ void RegisterLtd(MethodRegistry& registry) {
   };
   info.factory = [](MethodContext& context,
                     const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    const std::string dir = ResolveLtdPolicyDir(knobs.at("policy").get<std::string>());
-    const std::string which = knobs.at("policies").get<std::string>();
-    const int64_t top_k = knobs.at("top_k").get<int64_t>();
-    const int64_t max_depth = knobs.at("max_depth").get<int64_t>();
-    std::shared_ptr<LtdPolicy> depth, size;
-    if (which != "size")
-      depth = LoadPolicyPart(dir, "depth", LtdPolicyKind::kDepth, top_k, max_depth);
-    if (which != "depth")
-      size = LoadPolicyPart(dir, "size", LtdPolicyKind::kSize, top_k, max_depth);
-    auto controller = std::make_unique<LtdController>(
-        depth, size, max_depth, knobs.at("depth").get<int64_t>(),
-        knobs.at("total_tokens").get<int64_t>() - 1, knobs.at("depth_every").get<int64_t>());
-    const int64_t rounds = controller->max_rounds();
-    const int64_t nodes = controller->max_nodes();
-    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(), top_k, rounds, nodes,
-                                std::move(controller));
+    return MakeLtdDecoder(context, knobs, nullptr);
   };
   registry.Register(std::move(info));
 }
@@ -201,8 +198,7 @@ void RegisterDdd(MethodRegistry& registry) {
     auto c = std::make_unique<DddController>(
         rounds, nodes, ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds"),
         knobs.at("threshold").get<double>());
-    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
-                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
   };
   registry.Register(std::move(info));
 }
@@ -228,8 +224,7 @@ void RegisterSvip(MethodRegistry& registry) {
     auto c =
         std::make_unique<SvipController>(rounds, nodes, knobs.at("entropy_factor").get<double>(),
                                          knobs.at("min_entropy").get<double>());
-    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
-                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
   };
   registry.Register(std::move(info));
 }
@@ -260,19 +255,141 @@ void RegisterGammatune(MethodRegistry& registry) {
     auto c = std::make_unique<GammatuneController>(nodes, d, 0.5 * d, 1.5 * d,
                                                    knobs.at("eta").get<double>());
     const int64_t rounds = c->max_rounds();
-    return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(),
-                                knobs.at("top_k").get<int64_t>(), rounds, nodes, std::move(c));
+    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
+  };
+  registry.Register(std::move(info));
+}
+
+MethodKnob ClassifierKnob() {
+  return {"classifier",
+          "auto",
+          "trained classifiers: a known name (stories260K-ltd-baselines, "
+          "stories260K-twin-ltd-baselines), a directory with "
+          "disco/, specdecpp/ and c2t/ (what `specbed train ltd-baselines` writes), or auto = the "
+          "target's shipped set",
+          1,
+          0,
+          {},
+          "ltd-baselines"};
+}
+
+std::shared_ptr<LtdClassifier> LoadClassifierFor(const nlohmann::json& knobs,
+                                                 LtdClassifierKind kind) {
+  const std::string dir = ResolveLtdClassifierDir(knobs.at("classifier").get<std::string>()) + "/" +
+                          LtdClassifierKindName(kind);
+  LtdClassifierCheckpoint ckpt = LoadLtdClassifier(dir);
+  SPECBED_CHECK(ckpt.config.kind == kind, "'", dir, "' holds a ",
+                LtdClassifierKindName(ckpt.config.kind), " classifier, expected ",
+                LtdClassifierKindName(kind));
+  SPECBED_CHECK(ckpt.config.top_k == knobs.at("top_k").get<int64_t>(), "'", dir,
+                "' was trained for top_k ", ckpt.config.top_k, ", but the knob says top_k ",
+                knobs.at("top_k").get<int64_t>());
+  return std::make_shared<LtdClassifier>(std::move(ckpt));
+}
+
+void RegisterClassifierDepth(MethodRegistry& registry, LtdClassifierKind kind) {
+  const bool disco = kind == LtdClassifierKind::kDisco;
+  MethodInfo info;
+  info.name = std::string("eagle3+") + LtdClassifierKindName(kind);
+  info.description =
+      disco ? "EAGLE-3 with Disco dynamic depth: an FFN on the beam's probabilities, the entropy "
+              "and the round predicts acceptance; stop below a threshold"
+            : "EAGLE-3 with SpecDec++ dynamic depth: a residual FFN on the drafter's hidden state "
+              "predicts acceptance; stop below a threshold";
+  info.paper = disco ? "Mamou et al. 2024, Disco (as configured by LTD, App. A.1)"
+                     : "Huang et al. 2025a, SpecDec++ (as configured by LTD, App. A.1)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = DynamicDepthKnobs();
+  info.knobs.push_back(ClassifierKnob());
+  info.knobs.push_back({"threshold", 0.5,
+                        "continue drafting while the predicted acceptance >= this (papers: not "
+                        "reported)",
+                        0, 1});
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+  };
+  info.factory = [kind](MethodContext& context,
+                        const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const int64_t rounds = knobs.at("max_depth").get<int64_t>();
+    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+    auto c = std::make_unique<ClassifierDepthController>(
+        LoadClassifierFor(knobs, kind), rounds, nodes, knobs.at("threshold").get<double>());
+    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
+  };
+  registry.Register(std::move(info));
+}
+
+void RegisterC2t(MethodRegistry& registry) {
+  MethodInfo info;
+  info.name = "eagle3+c2t";
+  info.description =
+      "EAGLE-3 with C2T dynamic size: an FFN on each candidate's (score, depth) decides how many "
+      "candidates the target verifies";
+  info.paper = "Huo et al. 2025, C2T (as configured by LTD, App. A.1)";
+  info.traits = Eagle3LikeTraits();
+  info.knobs = {
+      HeadKnob(),
+      ClassifierKnob(),
+      {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
+      {"depth", 8, "expansion rounds D (LTD: dynamic-size methods run D = 8)", 1, 31},
+      {"total_tokens", 61, "most verified tokens incl. the root (cap on V + 1)", 2, 1025},
+      {"threshold", 0.5, "keep a candidate when its predicted acceptance >= this (C2T code: 0.5)",
+       0, 1},
+  };
+  info.validate = [](const nlohmann::json& knobs) {
+    ResolveEagle3Head(knobs.at("head").get<std::string>());
+  };
+  info.factory = [](MethodContext& context,
+                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+    const int64_t rounds = knobs.at("depth").get<int64_t>();
+    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
+    auto c = std::make_unique<C2tController>(LoadClassifierFor(knobs, LtdClassifierKind::kC2t),
+                                             rounds, nodes, knobs.at("threshold").get<double>());
+    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
   };
   registry.Register(std::move(info));
 }
 
 }  // namespace
 
+std::unique_ptr<SpeculativeDecoder> MakeLtdDecoder(MethodContext& context,
+                                                   const nlohmann::json& knobs,
+                                                   LtdController** controller_out) {
+  const std::string dir = ResolveLtdPolicyDir(knobs.at("policy").get<std::string>());
+  const std::string which = knobs.at("policies").get<std::string>();
+  const int64_t top_k = knobs.at("top_k").get<int64_t>();
+  const int64_t max_depth = knobs.at("max_depth").get<int64_t>();
+  std::shared_ptr<LtdPolicy> depth, size;
+  if (which != "size")
+    depth = LoadPolicyPart(dir, "depth", LtdPolicyKind::kDepth, top_k, max_depth);
+  if (which != "depth") size = LoadPolicyPart(dir, "size", LtdPolicyKind::kSize, top_k, max_depth);
+  auto controller = std::make_unique<LtdController>(
+      depth, size, max_depth, knobs.at("depth").get<int64_t>(),
+      knobs.at("total_tokens").get<int64_t>() - 1, knobs.at("depth_every").get<int64_t>());
+  if (controller_out != nullptr) *controller_out = controller.get();
+  const int64_t rounds = controller->max_rounds();
+  const int64_t nodes = controller->max_nodes();
+  return MakeLtdEagle3Decoder(context, knobs.at("head").get<std::string>(), top_k, rounds, nodes,
+                              std::move(controller));
+}
+
+std::string ResolveLtdClassifierDir(const std::string& name_or_path) {
+  if (IsNamedDrafter(name_or_path, "ltd-baselines")) return ResolveDrafterDir(name_or_path);
+  SPECBED_CHECK(PathExists(name_or_path), "knob 'classifier': '", name_or_path,
+                "' is neither a known classifier set (stories260K-ltd-baselines, "
+                "stories260K-twin-ltd-baselines) nor an "
+                "existing directory");
+  return name_or_path;
+}
+
 void RegisterLtdMethods(MethodRegistry& registry) {
   RegisterLtd(registry);
   RegisterDdd(registry);
   RegisterSvip(registry);
   RegisterGammatune(registry);
+  RegisterClassifierDepth(registry, LtdClassifierKind::kDisco);
+  RegisterClassifierDepth(registry, LtdClassifierKind::kSpecDec);
+  RegisterC2t(registry);
 }
 
 }  // namespace specbed

@@ -161,19 +161,8 @@ namespace {
 
 void ValidateTensors(const LtdPolicyConfig& c, const std::map<std::string, at::Tensor>& tensors,
                      const std::string& where) {
-  const auto expected = ExpectedLtdPolicyShapes(c);
-  for (const auto& [name, shape] : expected) {
-    auto it = tensors.find(name);
-    SPECBED_CHECK(it != tensors.end(), where, ": missing tensor '", name, "'");
-    SPECBED_CHECK(it->second.sizes().vec() == shape, where, ": tensor '", name, "' has shape ",
-                  it->second.sizes(), ", expected ", at::IntArrayRef(shape));
-    SPECBED_CHECK(it->second.is_floating_point(), where, ": tensor '", name,
-                  "' must be floating point");
-  }
-  for (const auto& [name, t] : tensors) {
-    SPECBED_CHECK(expected.count(name) == 1, where, ": unexpected tensor '", name,
-                  "' (expected actor.{i}, actor_out, critic.{i}, critic_out)");
-  }
+  CheckNamedTensorShapes(ExpectedLtdPolicyShapes(c), tensors, where,
+                         "(expected actor.{i}, actor_out, critic.{i}, critic_out)");
 }
 
 }  // namespace
@@ -235,6 +224,18 @@ int64_t LtdVerifySize(const LtdPolicyConfig& c, int64_t action) {
   return c.size_step * (action + 1);
 }
 
+float LtdDot(const float* a, const float* b, int64_t n) {
+  // Eight independent partial sums (vectorisable without reassociating a single chain).
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 LtdPolicy::LtdPolicy(LtdPolicyCheckpoint checkpoint) : config_(std::move(checkpoint.config)) {
   config_.Validate("LTD policy");
   relu_ = config_.activation == "relu";
@@ -262,16 +263,7 @@ int64_t LtdPolicy::Act(const float* obs) {
     float* y = acts_[l].data();
     const int64_t in = in_[l];
     for (int64_t j = 0; j < out_[l]; ++j) {
-      const float* row = w + j * in;
-      // Eight independent partial sums (vectorisable without reassociating a single chain).
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 8 <= in; i += 8) {
-        for (int k = 0; k < 8; ++k) acc[k] += row[i + k] * x[i + k];
-      }
-      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-      for (; i < in; ++i) s += row[i] * x[i];
-      s += biases_[l][j];
+      float s = LtdDot(w + j * in, x, in) + biases_[l][j];
       if (l + 1 < weights_.size()) s = relu_ ? std::max(s, 0.f) : std::tanh(s);
       y[j] = s;
     }

@@ -84,6 +84,10 @@ void EncodeSizeObservation(const LtdPolicyConfig& c, const float* scores, int64_
 // V of size action `a` (>= 1).
 int64_t LtdVerifySize(const LtdPolicyConfig& c, int64_t action);
 
+// Dot product of float32 host vectors a, b [n] (the inference forwards' inner loop; fixed
+// summation order, so results do not depend on the caller).
+float LtdDot(const float* a, const float* b, int64_t n);
+
 // Inference: the actor MLP, argmax (ties: lowest action). No allocation per call.
 class LtdPolicy {
  public:

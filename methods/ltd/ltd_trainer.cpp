@@ -329,14 +329,57 @@ class StaticShape : public TreeShapeController {
 
 }  // namespace
 
-LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, bool verbose,
-                        int64_t stop_after_stages) {
-  CheckConfig(c);
-  SPECBED_CHECK(!out_dir.empty(), "train ltd: -o/--output is required");
-  at::set_num_threads(c.threads);
-  fs::create_directories(out_dir + "/work");
+std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const std::string& target_name,
+                                                  const std::string& dtype, const std::string& head,
+                                                  const std::string& prompts_name,
+                                                  int64_t train_from, int64_t val_from,
+                                                  int64_t val_count, int64_t max_new_tokens,
+                                                  const std::string& who) {
+  auto s = std::make_unique<LtdTrainSetup>();
+  s->target = LoadModel(target_name, ParseDtype(dtype));
+  s->context.target = &s->target;
+  s->context.dtype = s->target.model->dtype();
+  s->context.load_model = [who](const std::string& name) -> LoadedTarget& {
+    Fail(who, ": needs no other model (asked for '", name, "')");
+  };
+  s->head = head == "auto" ? DefaultDrafterName("eagle3", s->target.spec.name, who) : head;
+  DatasetFilter filter;
+  const std::vector<Prompt> prompts = LoadDataset(prompts_name, filter);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto ids = BuildPromptIds(s->target, {{"user", prompts[i].turns[0]}});
+    const int64_t ii = static_cast<int64_t>(i);
+    if (ii >= train_from) s->train_prompts.push_back(ids);
+    if (ii >= val_from && ii < val_from + val_count) s->val_prompts.push_back(ids);
+  }
+  SPECBED_CHECK(
+      !s->train_prompts.empty() && static_cast<int64_t>(s->val_prompts.size()) == val_count, who,
+      ": '", prompts_name, "' has ", prompts.size(), " prompts: too few for --train-from ",
+      train_from, ", --val-from ", val_from, ", --val-count ", val_count);
+  s->stop = StopConfigFor(s->target, max_new_tokens, {});
+  return s;
+}
+
+DecodeResult RunLtdGeneration(LtdTrainSetup& setup, SpeculativeDecoder& decoder,
+                              const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
+  GenerationConfig g;
+  g.stop = setup.stop;
+  g.stop.max_new_tokens = max_new_tokens;
+  const LlamaModel& model = *setup.target.model;
+  KvCache cache(model.config(), 1,
+                CacheLengthFor(model, static_cast<int64_t>(prompt.size()), max_new_tokens, decoder),
+                model.dtype());
+  DecodeResult r;
+  decoder.Generate(prompt, g, cache, r);
+  return r;
+}
+
+namespace {
+
+// The run state of out_dir (a fresh one when absent), with the settings of `c`; another run's
+// settings in the same directory fail.
+ojson LoadRunState(const LtdTrainConfig& c, const std::string& out_dir,
+                   const std::string& state_path) {
   const ojson settings = Settings(c);
-  const std::string state_path = out_dir + "/work/state.json";
   ojson state = {{"stages_done", 0}};
   if (PathExists(state_path)) {
     state = ParseOrderedJsonText(ReadFileToString(state_path), state_path);
@@ -348,98 +391,96 @@ LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, boo
                   "); use another -o/--output or delete it");
   }
   state["settings"] = settings;
+  return state;
+}
 
-  LoadedTarget target = LoadModel(c.target, ParseDtype(c.dtype));
-  MethodContext context;
-  context.target = &target;
-  context.dtype = target.model->dtype();
-  context.load_model = [](const std::string& name) -> LoadedTarget& {
-    Fail("train ltd: needs no other model (asked for '", name, "')");
+// T_draft(D) for D = 1..max_depth (at V = partner_nodes) and T_verify(V) for every V of the
+// action map (at D = min(max_depth, 3)): medians per step over 2 training prompts x <= 32 tokens.
+LtdCostTables MeasureCostTables(const LtdTrainConfig& c, LtdTrainSetup& setup, int64_t vmax,
+                                bool verbose) {
+  auto shape = std::make_unique<StaticShape>(c.max_depth, vmax);
+  StaticShape* s = shape.get();
+  auto dec =
+      MakeLtdEagle3Decoder(setup.context, setup.head, c.top_k, c.max_depth, vmax, std::move(shape));
+  auto run = [&](int64_t rounds, int64_t nodes) {
+    s->rounds = rounds;
+    s->nodes = nodes;
+    std::vector<double> draft, verify;
+    for (size_t p = 0; p < std::min<size_t>(2, setup.train_prompts.size()); ++p) {
+      const DecodeResult r = RunLtdGeneration(setup, *dec, setup.train_prompts[p],
+                                              std::min<int64_t>(c.max_new_tokens, 32));
+      for (size_t st = 1; st < r.steps.size(); ++st) {
+        draft.push_back(r.steps[st].t_draft_us * 1e-6);
+        verify.push_back(r.steps[st].t_verify_us * 1e-6);
+      }
+    }
+    return std::make_pair(Median(draft), Median(verify));
   };
-  const std::string head =
-      c.head == "auto" ? DefaultDrafterName("eagle3", target.spec.name, "train ltd") : c.head;
-
-  // Prompts.
-  DatasetFilter filter;
-  const std::vector<Prompt> prompts = LoadDataset(c.prompts, filter);
-  std::vector<std::vector<int32_t>> train_prompts, val_prompts;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    const int64_t ii = static_cast<int64_t>(i);
-    if (ii >= c.train_from) train_prompts.push_back(ids);
-    if (ii >= c.val_from && ii < c.val_from + c.val_count) val_prompts.push_back(ids);
-  }
-  SPECBED_CHECK(!train_prompts.empty() && static_cast<int64_t>(val_prompts.size()) == c.val_count,
-                "train ltd: '", c.prompts, "' has ", prompts.size(),
-                " prompts: too few for --train-from ", c.train_from, ", --val-from ", c.val_from,
-                ", --val-count ", c.val_count);
-  const StopConfig stop = StopConfigFor(target, c.max_new_tokens, {});
-
-  const int64_t vmax = std::max(c.size_step * c.n_actions, c.partner_nodes);
-  // Tables (always measured once, or loaded): T_draft(D), T_verify(V).
   LtdCostTables tables;
+  ProgressBar bar("ltd tables", c.max_depth + c.n_actions, "cfg");
+  tables.draft_s.assign(1, 0.0);
+  for (int64_t d = 1; d <= c.max_depth; ++d) {
+    tables.draft_s.push_back(run(d, c.partner_nodes).first);
+    if (verbose) bar.Advance();
+  }
+  std::vector<int64_t> vs;
+  for (int64_t a = 0; a < c.n_actions; ++a) vs.push_back(c.size_step * (a + 1));
+  if (std::find(vs.begin(), vs.end(), c.partner_nodes) == vs.end()) vs.push_back(c.partner_nodes);
+  std::sort(vs.begin(), vs.end());
+  for (int64_t v : vs) {
+    tables.verify_v.push_back(v);
+    tables.verify_s.push_back(run(std::min<int64_t>(c.max_depth, 3), v).second);
+    if (verbose) bar.Advance();
+  }
+  bar.Finish();
+  return tables;
+}
+
+// The cost tables: --tables, else OUT/tables.json of an earlier run, else measured; written to
+// OUT/tables.json.
+LtdCostTables CostTablesFor(const LtdTrainConfig& c, LtdTrainSetup& setup,
+                            const std::string& out_dir, int64_t vmax, bool verbose) {
   const std::string tables_path = out_dir + "/tables.json";
+  LtdCostTables tables;
   if (!c.tables.empty()) {
     tables = LtdCostTables::FromJson(ReadJsonFile(c.tables), c.tables);
   } else if (PathExists(tables_path)) {
     tables = LtdCostTables::FromJson(ReadJsonFile(tables_path), tables_path);
   } else {
-    auto shape = std::make_unique<StaticShape>(c.max_depth, vmax);
-    StaticShape* s = shape.get();
-    auto dec = MakeLtdEagle3Decoder(context, head, c.top_k, c.max_depth, vmax, std::move(shape));
-    auto run = [&](int64_t rounds, int64_t nodes) {
-      s->rounds = rounds;
-      s->nodes = nodes;
-      std::vector<double> draft, verify;
-      GenerationConfig g;
-      g.stop = stop;
-      g.stop.max_new_tokens = std::min<int64_t>(c.max_new_tokens, 32);
-      for (size_t p = 0; p < std::min<size_t>(2, train_prompts.size()); ++p) {
-        KvCache cache(target.model->config(), 1,
-                      CacheLengthFor(*target.model, static_cast<int64_t>(train_prompts[p].size()),
-                                     g.stop.max_new_tokens, *dec),
-                      target.model->dtype());
-        DecodeResult r;
-        dec->Generate(train_prompts[p], g, cache, r);
-        for (size_t st = 1; st < r.steps.size(); ++st) {
-          draft.push_back(r.steps[st].t_draft_us * 1e-6);
-          verify.push_back(r.steps[st].t_verify_us * 1e-6);
-        }
-      }
-      return std::make_pair(Median(draft), Median(verify));
-    };
-    ProgressBar bar("ltd tables", c.max_depth + c.n_actions, "cfg");
-    tables.draft_s.assign(1, 0.0);
-    for (int64_t d = 1; d <= c.max_depth; ++d) {
-      tables.draft_s.push_back(run(d, c.partner_nodes).first);
-      if (verbose) bar.Advance();
-    }
-    std::vector<int64_t> vs;
-    for (int64_t a = 0; a < c.n_actions; ++a) vs.push_back(c.size_step * (a + 1));
-    if (std::find(vs.begin(), vs.end(), c.partner_nodes) == vs.end()) vs.push_back(c.partner_nodes);
-    std::sort(vs.begin(), vs.end());
-    for (int64_t v : vs) {
-      tables.verify_v.push_back(v);
-      tables.verify_s.push_back(run(std::min<int64_t>(c.max_depth, 3), v).second);
-      if (verbose) bar.Advance();
-    }
-    bar.Finish();
+    tables = MeasureCostTables(c, setup, vmax, verbose);
   }
   WriteFileAtomically(tables_path, tables.ToJson().dump(2));
+  return tables;
+}
+
+}  // namespace
+
+LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, bool verbose,
+                        int64_t stop_after_stages) {
+  CheckConfig(c);
+  SPECBED_CHECK(!out_dir.empty(), "train ltd: -o/--output is required");
+  at::set_num_threads(c.threads);
+  fs::create_directories(out_dir + "/work");
+  const std::string state_path = out_dir + "/work/state.json";
+  ojson state = LoadRunState(c, out_dir, state_path);
+  const ojson settings = state["settings"];  // a copy: state gains keys later
+
+  const auto setup = PrepareLtdTraining(c.target, c.dtype, c.head, c.prompts, c.train_from,
+                                        c.val_from, c.val_count, c.max_new_tokens, "train ltd");
+  MethodContext& context = setup->context;
+  const std::string& head = setup->head;
+  const std::vector<std::vector<int32_t>>& train_prompts = setup->train_prompts;
+  const std::vector<std::vector<int32_t>>& val_prompts = setup->val_prompts;
+
+  const int64_t vmax = std::max(c.size_step * c.n_actions, c.partner_nodes);
+  const LtdCostTables tables = CostTablesFor(c, *setup, out_dir, vmax, verbose);
 
   auto owned = std::make_unique<TrainController>(c, &tables);
   TrainController* ctl = owned.get();
   auto decoder = MakeLtdEagle3Decoder(context, head, c.top_k, c.max_depth, vmax, std::move(owned));
 
   auto generate = [&](const std::vector<int32_t>& prompt) {
-    GenerationConfig g;
-    g.stop = stop;
-    KvCache cache(target.model->config(), 1,
-                  CacheLengthFor(*target.model, static_cast<int64_t>(prompt.size()),
-                                 c.max_new_tokens, *decoder),
-                  target.model->dtype());
-    DecodeResult r;
-    decoder->Generate(prompt, g, cache, r);
+    RunLtdGeneration(*setup, *decoder, prompt, c.max_new_tokens);
     ctl->DropOpen();
   };
 

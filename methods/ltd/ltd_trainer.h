@@ -20,12 +20,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/engine/speculative_decoder.h"
 #include "methods/ltd/ltd_ppo.h"
+#include "methods/method_registry.h"
+#include "models/model_registry.h"
 
 namespace specbed {
 
@@ -77,6 +81,28 @@ struct LtdTrainResult {
   int64_t stages_done = 0;
   nlohmann::ordered_json summary;
 };
+
+// What both LTD trainers (`train ltd`, `train ltd-baselines`) start from: the target, a method
+// context over it, the EAGLE-3 head's name ("auto" resolved), the prompt split (training: index
+// >= train_from; validation: [val_from, val_from + val_count)) and the stop rules. Not movable
+// (the context points at the target).
+struct LtdTrainSetup {
+  LoadedTarget target;
+  MethodContext context;
+  std::string head;
+  std::vector<std::vector<int32_t>> train_prompts, val_prompts;
+  StopConfig stop;
+};
+// Errors start with `who` and name the flags (too few prompts, unknown target or dataset).
+std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const std::string& target_name,
+                                                  const std::string& dtype, const std::string& head,
+                                                  const std::string& prompts_name,
+                                                  int64_t train_from, int64_t val_from,
+                                                  int64_t val_count, int64_t max_new_tokens,
+                                                  const std::string& who);
+// One generation of `decoder` over `prompt` (a fresh KV cache sized for the decoder's tree).
+DecodeResult RunLtdGeneration(LtdTrainSetup& setup, SpeculativeDecoder& decoder,
+                              const std::vector<int32_t>& prompt, int64_t max_new_tokens);
 
 // Trains into out_dir: depth/ and size/ (policies), tables.json, train_log.db,
 // train_summary.json, work/ (resume state). `stop_after_stages` > 0 stops early (tests).

@@ -158,18 +158,8 @@ void CheckMedusaTrainConfig(const MedusaTrainConfig& c) {
 
 void WriteMedusaSummary(const MedusaTrainResult& r, const ojson& recipe, int threads,
                         const std::string& out_dir, bool verbose) {
-  ojson summary;
-  summary["date"] = NowRfc3339();
-  summary["recipe"] = recipe;
-  summary["head_parameters"] = r.head_parameters;
-  summary["steps"] = r.loop.step;
-  summary["final_train_loss"] = r.loop.final_loss;
-  summary["eval_loss"] = r.loop.eval.loss;
-  summary["eval_top1_head0"] = r.loop.eval.acceptance_proxy;
-  summary["eval"] = r.loop.eval.extra;
-  summary["train_seconds"] = r.loop.train_seconds;
-  summary["threads"] = threads;
-  WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+  WriteTrainSummary(out_dir, recipe, {{"head_parameters", r.head_parameters}}, r.loop,
+                    "eval_top1_head0", threads);
   if (verbose) {
     std::fprintf(stderr,
                  "medusa: heads %lld params; held-out loss %.4f, head top-1 %s, chain tau "

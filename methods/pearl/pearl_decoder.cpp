@@ -62,12 +62,9 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
   committed.push_back(first);
   int64_t begin_ns = 0;
   if (!stop.stopped()) {
-    const int64_t b0 = NowNanos();
-    side_->Start([&] {
+    begin_ns = side_->RunTimed([&] {
       draft_.Begin(prompt, config.sampling, DrafterSeed(config.seed), cache.max_len() + gamma + 1);
     });
-    side_->Wait();
-    begin_ns = NowNanos() - b0;
   }
   DraftLedger& ledger = ledger_;  // every drafted position once: the rollback counts
   ledger.Reset();

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "harness/base/error.h"
+#include "harness/base/timer.h"
 #include "models/device.h"
 
 namespace specbed {
@@ -84,6 +85,13 @@ void SideThread::Wait() {
     error_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
+}
+
+int64_t SideThread::RunTimed(std::function<void()> job) {
+  const int64_t t0 = NowNanos();
+  Start(std::move(job));
+  Wait();
+  return NowNanos() - t0;
 }
 
 int SideThread::WorkerThreads() {

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -53,6 +54,8 @@ class SideThread {
 
   void Start(std::function<void()> job);
   void Wait();
+  // Start(job) then Wait(); returns the wall time in nanoseconds (e.g. the drafter's prefill).
+  int64_t RunTimed(std::function<void()> job);
   int threads() const { return threads_; }
   const at::Device& device() const { return device_; }
   // The intra-op width the worker reports (at::get_num_threads() on the worker).

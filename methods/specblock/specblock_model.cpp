@@ -181,16 +181,8 @@ namespace {
 
 void CheckSpecBlockTensors(const SpecBlockConfig& c, const std::map<std::string, at::Tensor>& t,
                            const std::string& where) {
-  for (const auto& [name, shape] : SpecBlockTensorShapes(c)) {
-    auto it = t.find(name);
-    SPECBED_CHECK(it != t.end() && it->second.defined(), where, ": missing tensor '", name, "'");
-    SPECBED_CHECK(it->second.sizes().vec() == shape, where, ": tensor '", name, "' has shape ",
-                  it->second.sizes(), ", expected ", at::IntArrayRef(shape));
-  }
-  for (const auto& [name, tensor] : t) {
-    SPECBED_CHECK(SpecBlockTensorShapes(c).count(name) == 1, where, ": unexpected tensor '", name,
-                  "' (not a SpecBlock tensor for this config)");
-  }
+  CheckNamedTensorShapes(SpecBlockTensorShapes(c), t, where,
+                         "(not a SpecBlock tensor for this config)", /*floats_only=*/false);
 }
 
 }  // namespace

@@ -255,19 +255,10 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   task.set_recipe(recipe);
   result.loop = RunTrainLoop(task, config.optim, settings, out_dir, options);
   if (result.loop.finished) {
-    ojson summary;
-    summary["date"] = NowRfc3339();
-    summary["recipe"] = recipe;
-    summary["parameters"] = result.parameters;
-    summary["draft_vocab_coverage"] = result.draft_vocab_coverage;
-    summary["steps"] = result.loop.step;
-    summary["final_train_loss"] = result.loop.final_loss;
-    summary["eval_loss"] = result.loop.eval.loss;
-    summary["eval_top1_slot1"] = result.loop.eval.acceptance_proxy;
-    summary["eval"] = result.loop.eval.extra;
-    summary["train_seconds"] = result.loop.train_seconds;
-    summary["threads"] = config.optim.threads;
-    WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+    WriteTrainSummary(
+        out_dir, recipe,
+        {{"parameters", result.parameters}, {"draft_vocab_coverage", result.draft_vocab_coverage}},
+        result.loop, "eval_top1_slot1", config.optim.threads);
   }
   return result;
 }

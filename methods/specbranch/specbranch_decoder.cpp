@@ -144,12 +144,9 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   committed.push_back(first);
   int64_t begin_ns = 0;
   if (!stop.stopped()) {
-    const int64_t b0 = NowNanos();
-    side_->Start([&] {
+    begin_ns = side_->RunTimed([&] {
       draft_.Begin(prompt, config.sampling, DrafterSeed(config.seed), cache.max_len() + gmax + 2);
     });
-    side_->Wait();
-    begin_ns = NowNanos() - b0;
   }
   DraftLedger& ledger = ledger_;  // every drafted position once: the rollback counts
   ledger.Reset();

@@ -192,4 +192,23 @@ uint64_t TensorNameSeed(uint64_t seed, const std::string& name) {
   return Mix64(seed ^ Fnv1a64(name.data(), name.size()));
 }
 
+void CheckNamedTensorShapes(const std::map<std::string, std::vector<int64_t>>& expected,
+                            const std::map<std::string, at::Tensor>& tensors,
+                            const std::string& where, const std::string& expected_names,
+                            bool floats_only) {
+  for (const auto& [name, shape] : expected) {
+    auto it = tensors.find(name);
+    SPECBED_CHECK(it != tensors.end() && it->second.defined(), where, ": missing tensor '", name,
+                  "'");
+    SPECBED_CHECK(it->second.sizes().vec() == shape, where, ": tensor '", name, "' has shape ",
+                  it->second.sizes(), ", expected ", at::IntArrayRef(shape));
+    SPECBED_CHECK(!floats_only || it->second.is_floating_point(), where, ": tensor '", name,
+                  "' must be floating point");
+  }
+  for (const auto& [name, t] : tensors) {
+    SPECBED_CHECK(expected.count(name) == 1, where, ": unexpected tensor '", name, "' ",
+                  expected_names);
+  }
+}
+
 }  // namespace specbed

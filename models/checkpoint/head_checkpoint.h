@@ -58,6 +58,14 @@ void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_j
                          SafetensorsDtype float_dtype, const std::string& where,
                          const std::string& tensor_file = "model.safetensors");
 
+// Checks `tensors` against `expected` (name -> shape): every expected name present, defined, of
+// its shape and (with `floats_only`) floating point, and no other name. Errors start with `where`
+// and name the tensor; an unexpected name's message ends with `expected_names`.
+void CheckNamedTensorShapes(const std::map<std::string, std::vector<int64_t>>& expected,
+                            const std::map<std::string, at::Tensor>& tensors,
+                            const std::string& where, const std::string& expected_names,
+                            bool floats_only = true);
+
 // Seed of a tensor's random init: splitmix64 of seed ^ FNV-1a(name).
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name);
 

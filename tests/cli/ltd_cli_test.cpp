@@ -2,8 +2,9 @@
 // (SPECBED_BIN) on stories260K with its shipped EAGLE-3 head, simulated rewards from a tables file
 // written here. Checks exit codes (0 ok, 1 specbed::Error, >= 100 usage), a stop after one stage
 // and its resume to the end, the files written, and the errors for a bad --reward and for other
-// settings in the same -o/--output. Deterministic (fixed seeds, simulated rewards): false-failure
-// rate 0.
+// settings in the same -o/--output; `train ltd-baselines` (errors, a tiny run's files) and
+// `ltd-adaptation` (files, a bad policy). Deterministic (fixed seeds, simulated rewards):
+// false-failure rate 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -65,6 +66,38 @@ TEST(LtdCliTest, TrainStopResumeAndErrors) {
   r = RunSpecbedLine(common + " --seed 3", dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "holds a run with other settings"));
+}
+
+TEST(LtdCliTest, BaselineTrainingAndAdaptationProbe) {
+  const std::string dir = cli_test::TestDir();
+  auto r = RunSpecbedLine("train ltd-baselines --target stories260K -o " + dir + "/b --val-count 0",
+                          dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--val-count must be >= 1"));
+  r = RunSpecbedLine("train ltd-baselines --target stories260K -o " + dir + "/b --train-from 40",
+                     dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "too few for --train-from 40"));
+  r = RunSpecbedLine("train ltd-baselines --target stories260K -o " + dir +
+                         "/b --train-from 28 --val-from 26 --val-count 2 -n 16 "
+                         "--specdec-hidden 16 --disco-epochs 2 --specdec-epochs 1 --c2t-epochs 1",
+                     dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* f : {"disco/config.json", "specdecpp/model.safetensors", "c2t/config.json",
+                        "train_summary.json"}) {
+    EXPECT_TRUE(fs::exists(dir + "/b/" + f)) << f;
+  }
+
+  r = RunSpecbedLine("ltd-adaptation --target stories260K --limit 2 -n 16 -o " + dir + "/a", dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* f : {"decisions.tsv", "adaptation.json", "adaptation.md"}) {
+    EXPECT_TRUE(fs::exists(dir + "/a/" + f)) << f;
+  }
+  EXPECT_TRUE(Contains(r.out, "\"adapts\""));
+  r = RunSpecbedLine(
+      "ltd-adaptation --target stories260K --policy /nonexistent/p -o " + dir + "/a2", dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "/nonexistent/p"));
 }
 
 }  // namespace

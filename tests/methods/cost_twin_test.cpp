@@ -305,8 +305,11 @@ TEST(StoriesTwin, EveryMethodMatchesArAndEveryDrafterTwinDraftsLikeItsOriginal) 
     const Trace b = RunMethod(twin, name, nlohmann::json::object(), 3, 48);
     EXPECT_EQ(a.outputs, b.outputs);
     // SpecBranch's H-RAD predictor reads target hidden states, and the twin's (16 layers, width
-    // 512) are not stories260K's: each target has its own predictor, so the steps differ.
-    if (!registry.Info(name).traits.trains_online && name != "specbranch") {
+    // 512) are not stories260K's: each target has its own predictor, so the steps differ. Likewise
+    // SpecDec++'s classifier reads the head's hidden state (64 vs 512 wide): each target has its
+    // own, trained on its own drafts.
+    if (!registry.Info(name).traits.trains_online && name != "specbranch" &&
+        name != "eagle3+specdecpp") {
       EXPECT_EQ(a.steps, b.steps);
     }
     int64_t accepted = 0;

@@ -402,4 +402,21 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
   return result;
 }
 
+void WriteTrainSummary(const std::string& out_dir, const nlohmann::ordered_json& recipe,
+                       const nlohmann::ordered_json& extra, const TrainLoopResult& loop,
+                       const std::string& proxy_key, int threads) {
+  nlohmann::ordered_json summary;
+  summary["date"] = NowRfc3339();
+  summary["recipe"] = recipe;
+  for (const auto& [key, value] : extra.items()) summary[key] = value;
+  summary["steps"] = loop.step;
+  summary["final_train_loss"] = loop.final_loss;
+  summary["eval_loss"] = loop.eval.loss;
+  summary[proxy_key] = loop.eval.acceptance_proxy;
+  summary["eval"] = loop.eval.extra;
+  summary["train_seconds"] = loop.train_seconds;
+  summary["threads"] = threads;
+  WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
+}
+
 }  // namespace specbed

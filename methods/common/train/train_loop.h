@@ -139,6 +139,13 @@ struct TrainLoopResult {
   int64_t train_id = 0;      // row of train_runs in OUT/train_log.db
 };
 
+// Writes out_dir/train_summary.json of a finished loop: date, recipe, then `extra` (parameter
+// counts, coverage, ...), steps, final_train_loss, eval_loss, `proxy_key` = the task's acceptance
+// proxy, eval (its other held-out figures), train_seconds, threads.
+void WriteTrainSummary(const std::string& out_dir, const nlohmann::ordered_json& recipe,
+                       const nlohmann::ordered_json& extra, const TrainLoopResult& loop,
+                       const std::string& proxy_key, int threads);
+
 // Trains (or resumes) `task` into `out_dir`:
 //   out_dir/<drafter files>          task.WriteDrafter, at every checkpoint
 //   out_dir/train_log.db             SQLite (results schema): train_runs, train_log, train_eval
