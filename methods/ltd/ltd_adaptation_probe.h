@@ -9,7 +9,7 @@
 // CONTINUE): the README and the report then say so. D per step can still vary, because the end of
 // an answer caps the tree's depth. `specbed ltd-adaptation` (harness/cli/cmd_ltd.cpp) writes the
 // log (TSV), a Markdown table and a figure (V and D against the best score); its output for the
-// shipped policies is in results/ltd_adaptation_twin.md. Checked by:
+// shipped policies is in results/ltd_adaptation_twin_t0/adaptation.md (and _t1). Checked by:
 // tests/methods/ltd_adaptation_probe_test.cpp (the summary on hand-made logs; the probe on the
 // shipped policies logs one size decision per step, consistent with the steps' verified sizes).
 #pragma once
