@@ -2,6 +2,7 @@
 #include "methods/medusa/medusa_drafter.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "harness/base/error.h"
 #include "methods/common/logits_rows.h"
