@@ -15,4 +15,10 @@ inline constexpr int kKernelOk = 0;
 // wrappers validate on the host first, so they never see this code.
 inline constexpr int kKernelBadInput = -1;
 
+// Modes of SampledTreeVerify (kernels/sampled_verify.h; the last two are negative controls).
+inline constexpr int kSampledRejection = 0;
+inline constexpr int kSampledFollow = 1;
+inline constexpr int kSampledFollowArgmax = 2;
+inline constexpr int kSampledRejectionTargetResidual = 3;
+
 }  // namespace specbed

@@ -5,7 +5,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
-#include "harness/engine/verifier.h"
+#include "harness/engine/device_sampling.h"
 #include "models/device.h"
 
 namespace specbed {
@@ -26,13 +26,9 @@ float TopTwoMargin(const float* logits, int64_t vocab) {
   return a - b;
 }
 
-int32_t SampleNext(Sampler& sampler, const at::Tensor& logits, bool argmax_on_device) {
-  const int64_t vocab = logits.size(-1);
-  if (sampler.params().greedy() && argmax_on_device) {  // one int64 comes back
-    return static_cast<int32_t>(CopyToHost(logits.reshape({vocab}).argmax()).item<int64_t>());
-  }
-  if (logits.device().is_cpu()) return sampler.Sample(logits.data_ptr<float>(), vocab);
-  return sampler.Sample(CopyToHost(logits.reshape({vocab})).data_ptr<float>(), vocab);
+int32_t SampleNext(Sampler& sampler, const at::Tensor& logits, DeviceVerifier* on_device) {
+  if (on_device != nullptr) return on_device->SampleToken(logits, sampler);
+  return sampler.Sample(logits.data_ptr<float>(), logits.size(-1));
 }
 
 GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
@@ -46,7 +42,9 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   Sampler sampler(config.sampling, config.seed);
   StopChecker stop(config.stop, tokenizer, prompt.back());
   GenerationResult result;
-  const bool on_device = model.forward_path() == ForwardPath::kAten;
+  DeviceVerifier device_verifier;
+  DeviceVerifier* on_device =
+      model.forward_path() == ForwardPath::kAten ? &device_verifier : nullptr;
   cache.Truncate(0);
 
   const int64_t t_start = DeviceNowNanos(model.device());

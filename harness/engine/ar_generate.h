@@ -18,6 +18,8 @@
 
 namespace specbed {
 
+class DeviceVerifier;  // harness/engine/device_sampling.h
+
 struct GenerationConfig {
   SamplingParams sampling;
   uint64_t seed = 0;
@@ -53,11 +55,11 @@ struct GenerationResult {
 // logit(top1) - logit(top2) over logits[0..vocab) (0 for vocab < 2).
 float TopTwoMargin(const float* logits, int64_t vocab);
 
-// The next token from `logits` ([..., V] float32, one row, on any device). Greedy with
-// `argmax_on_device` (the ATen path: every device, forced on the CPU in tests) takes the argmax
-// where the logits are and copies one int64 back; otherwise the row is sampled on the host (in
-// place on the CPU, copied from a device: docs/ARCHITECTURE.md, host syncs).
-int32_t SampleNext(Sampler& sampler, const at::Tensor& logits, bool argmax_on_device);
+// The next token from `logits` ([..., V] float32, one row, on any device). With `on_device`
+// (the ATen path: every device, forced on the CPU in tests) the token is taken where the logits
+// are (DeviceVerifier::SampleToken: argmax, or a draw from SamplingProbs) and one small copy
+// comes back; otherwise (the row kernels) the host Sampler reads the row in place.
+int32_t SampleNext(Sampler& sampler, const at::Tensor& logits, DeviceVerifier* on_device);
 
 // Generates from `prompt` (non-empty ids, BOS included if wanted) into a reset `cache`
 // (batch 1; its max_len bounds prompt + output). `tokenizer` may be null (no text, no stop

@@ -52,9 +52,21 @@ int64_t SpeculativeDecoder::MaxDraftNodes() const {
   return controller_ ? std::max(own, controller_->MaxNodes(options_.budget)) : own;
 }
 
-SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const DraftBegin& begin,
-                                                              DraftBudget& budget,
+SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const std::vector<int32_t>& prompt,
+                                                              int32_t root, ForwardOutput& prefill,
+                                                              const GenerationConfig& config,
+                                                              int64_t max_len, DraftBudget& budget,
                                                               Adapter* adapter) {
+  DraftBegin begin;
+  begin.prompt = &prompt;
+  begin.root = root;
+  begin.hidden = std::move(prefill.hidden);
+  begin.sampling = config.sampling;
+  begin.seed = DrafterSeed(config.seed);
+  begin.category = config.category;
+  begin.max_len = max_len;
+  // [1, 1, V] -> [V]: no copy on the CPU; once per sequence from a device.
+  begin.last_logits = CopyToHost(prefill.logits).view({target_.config().vocab_size});
   const int64_t b0 = DeviceNowNanos(target_.device());
   if (controller_) controller_->BeginSequence(begin, budget);
   const int64_t p0 = DeviceNowNanos(target_.device());
@@ -94,7 +106,9 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   ForwardOptions prefill_options;
   prefill_options.hidden_layers = hidden_layers;
   ForwardOutput out = target_.Forward(prompt_ids, cache, prefill_options);
-  int32_t root = SampleNext(sampler, out.logits, target_.forward_path() == ForwardPath::kAten);
+  DeviceVerifier* on_device =
+      target_.forward_path() == ForwardPath::kAten ? &verifier_.device() : nullptr;
+  int32_t root = SampleNext(sampler, out.logits, on_device);
   const int64_t t_prefill_end = DeviceNowNanos(target_.device());
   stop.Push(root);
 
@@ -102,19 +116,8 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   committed_.push_back(root);
   BeginTimes begun;
   DraftBudget budget = options_.budget;
-  if (!stop.stopped()) {
-    DraftBegin begin;
-    begin.prompt = &prompt;
-    begin.root = root;
-    begin.hidden = std::move(out.hidden);
-    begin.sampling = config.sampling;
-    begin.seed = DrafterSeed(config.seed);
-    begin.category = config.category;
-    begin.max_len = cache.max_len();
-    // [1, 1, V] -> [V]: no copy on the CPU; once per sequence from a device.
-    begin.last_logits = CopyToHost(out.logits).view({vocab});
-    begun = BeginParts(begin, budget, adapter);
-  }
+  if (!stop.stopped())
+    begun = BeginParts(prompt, root, out, config, cache.max_len(), budget, adapter);
   const int64_t begin_ns = begun.all_ns;
 
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);

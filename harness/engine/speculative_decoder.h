@@ -61,8 +61,11 @@ class SpeculativeDecoder : public Decoder {
     int64_t drafter_prefill_ns = 0;  // Drafter::Begin + Prefill: the drafter prefill phase
   };
   // Starts the sequence's controller (which may change `budget`), drafter and `adapter` (null =
-  // none: no adapter, or a generation it must not learn from).
-  BeginTimes BeginParts(const DraftBegin& begin, DraftBudget& budget, Adapter* adapter);
+  // none: no adapter, or a generation it must not learn from) from the prefill's output (its
+  // hidden states are moved out) and the first token `root`.
+  BeginTimes BeginParts(const std::vector<int32_t>& prompt, int32_t root, ForwardOutput& prefill,
+                        const GenerationConfig& config, int64_t max_len, DraftBudget& budget,
+                        Adapter* adapter);
 
   LlamaModel& target_;
   const Tokenizer* tokenizer_;

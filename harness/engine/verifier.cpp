@@ -1,7 +1,8 @@
 // The verifier (see verifier.h). On the CPU the per-slot work runs on raw rows through the CPU
 // references of kernels/ (the same contracts the CUDA kernels implement), so a step allocates
-// nothing once its buffers are warm. On a device, greedy verification runs the kernels/ wrapper
-// there (the CUDA kernel) and copies back only the accepted path and the bonus token.
+// nothing once its buffers are warm. On the ATen path (every device) acceptance runs where the
+// logits are (device_sampling.h: the kernels/ walk, greedy or sampled) and copies back only the
+// accepted path and the bonus token.
 #include "harness/engine/verifier.h"
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 
 #include "harness/base/error.h"
 #include "kernels/cpu/references.h"
-#include "kernels/greedy_verify.h"
+#include "kernels/kernel_status.h"
 #include "kernels/tree_mask.h"
 #include "methods/common/tree_builders.h"
 
@@ -50,7 +51,6 @@ struct AcceptScratch {
 };
 
 std::atomic<int> g_fault{static_cast<int>(VerifierFault::kNone)};
-std::atomic<int64_t> g_device_to_host_copies{0};
 
 AcceptScratch& Scratch() {
   thread_local AcceptScratch scratch;
@@ -81,6 +81,29 @@ void CompactToPath(const std::vector<int32_t>& path, int64_t committed, at::Tens
   cache.KeepPositions(committed, keep_buf.narrow(0, 0, k + 1).view({1, k + 1}));
 }
 
+// The preconditions of the sampling rules (chain_rs needs a chain; both rejection rules need
+// the draft distributions).
+void CheckSamplingRule(const DraftTree& tree, VerifyRule rule, int64_t vocab) {
+  const int64_t n = tree.size();
+  if (rule == VerifyRule::kChainRs) {
+    SPECBED_CHECK(tree.IsChain(), "chain rejection sampling needs a chain draft, got a tree of ", n,
+                  " nodes (use tree_rrs or sample_follow)");
+  }
+  if (rule == VerifyRule::kChainRs || rule == VerifyRule::kTreeRrs) {
+    SPECBED_CHECK(n == 0 || (tree.has_draft_probs() && tree.vocab == vocab), VerifyRuleName(rule),
+                  " verification needs the draft distributions (tree.draft_probs [n+1, ", vocab,
+                  "]); the drafter did not provide them");
+  }
+}
+
+// The SampledTreeVerify mode of a sampling rule under the test fault (negative controls).
+int32_t SampledMode(VerifyRule rule, VerifierFault fault) {
+  if (fault == VerifierFault::kGreedyAcceptance) return kSampledFollowArgmax;
+  if (rule == VerifyRule::kSampleFollow) return kSampledFollow;
+  return fault == VerifierFault::kTargetAsResidual ? kSampledRejectionTargetResidual
+                                                   : kSampledRejection;
+}
+
 }  // namespace
 
 void SetVerifierFaultForTesting(VerifierFault fault) {
@@ -109,15 +132,7 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
     return;
   }
 
-  if (rule == VerifyRule::kChainRs) {
-    SPECBED_CHECK(tree.IsChain(), "chain rejection sampling needs a chain draft, got a tree of ", n,
-                  " nodes (use tree_rrs or sample_follow)");
-  }
-  if (rule == VerifyRule::kChainRs || rule == VerifyRule::kTreeRrs) {
-    SPECBED_CHECK(n == 0 || (tree.has_draft_probs() && tree.vocab == vocab), VerifyRuleName(rule),
-                  " verification needs the draft distributions (tree.draft_probs [n+1, ", vocab,
-                  "]); the drafter did not provide them");
-  }
+  CheckSamplingRule(tree, rule, vocab);
   AcceptScratch& s = Scratch();
   ChildrenLists(tree, s.first_child, s.next_sibling);
   std::mt19937_64& rng = sampler.rng();
@@ -199,49 +214,6 @@ void AcceptSynthetic(const DraftTree& tree, const float* logits, int64_t vocab,
   verdict.tokens.push_back(verdict.bonus);
 }
 
-at::Tensor CopyToHost(const at::Tensor& t) {
-  if (t.device().is_cpu()) return t;
-  g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
-  return t.cpu();
-}
-
-int64_t DeviceToHostCopies() {
-  return g_device_to_host_copies.load(std::memory_order_relaxed);
-}
-
-void TreeVerifier::AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor& logits,
-                                        Verdict& verdict) {
-  const int64_t n = tree.size();
-  const at::Device device = logits.device();
-  if (!stage_host_.defined() || stage_host_.numel() < 2 * n + 2 ||
-      stage_device_.device() != device) {
-    const int64_t cap = std::max<int64_t>(2 * n + 2, 128);
-    stage_host_ = at::empty({cap}, at::kInt);
-    stage_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
-    result_device_ = at::empty({cap}, at::TensorOptions(at::kInt).device(device));
-  }
-  int32_t* host = stage_host_.data_ptr<int32_t>();
-  std::copy(tree.token.begin(), tree.token.end(), host);
-  std::copy(tree.parent.begin(), tree.parent.end(), host + n);
-  const at::Tensor in = stage_device_.narrow(0, 0, 2 * n).copy_(stage_host_.narrow(0, 0, 2 * n));
-  const at::Tensor result = result_device_.narrow(0, 0, n + 2);
-  GreedyTreeVerify(logits.view({1, n + 1, logits.size(-1)}), in.narrow(0, 0, n).view({1, n}),
-                   in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
-                   result.narrow(0, n, 1), result.narrow(0, n + 1, 1));
-  // The step's one device-to-host copy (accepted nodes, their count and the bonus token), into
-  // the staging buffer the tree came from (its upload was synchronous, so it is free again): no
-  // allocation, and no pointer into a temporary host tensor.
-  at::Tensor verdict_host = result;
-  if (!result.device().is_cpu()) {
-    verdict_host = stage_host_.narrow(0, 0, n + 2).copy_(result);
-    g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
-  }
-  const int32_t* r = verdict_host.data_ptr<int32_t>();
-  verdict.path.assign(r, r + r[n]);
-  verdict.bonus = r[n + 1];
-  Finish(tree, verdict);
-}
-
 void TreeVerifier::SetSyntheticAcceptance(std::vector<double> acceptance, uint64_t seed) {
   for (double a : acceptance) {
     SPECBED_CHECK(a >= 0 && a <= 1, "synthetic_acceptance: every entry must be a probability in ",
@@ -292,14 +264,22 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
   ForwardOutput out =
       target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
-  // On the ATen path (every device; forced on the CPU in tests) greedy acceptance runs through
-  // the kernels/ wrapper on the logits' device; the row kernels' CPU logits are read in place.
+  // On the ATen path (every device; forced on the CPU in tests) acceptance, greedy or sampled,
+  // runs through the kernels/ walks on the logits' device; the row kernels' CPU logits are read
+  // in place.
   const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
-  if (target_.forward_path() == ForwardPath::kAten && synthetic_.empty() && greedy) {
-    AcceptGreedyOnDevice(tree, out.logits, verdict);
+  if (target_.forward_path() == ForwardPath::kAten && synthetic_.empty()) {
+    if (greedy) {
+      device_.AcceptGreedy(tree, out.logits, verdict);
+    } else {
+      CheckSamplingRule(tree, rule, vocab);
+      device_.AcceptSampled(tree, out.logits, SampledMode(rule, VerifierFaultForTesting()), sampler,
+                            verdict);
+    }
+    Finish(tree, verdict);
   } else {
-    // The CPU: the logits buffer itself. A device: the verify rows copied to the host (sampling
-    // rules and synthetic acceptance run on the host; docs/ARCHITECTURE.md, host syncs).
+    // The row kernels: the CPU logits buffer itself. Synthetic acceptance (a measurement aid)
+    // on a device: the verify rows copied to the host (docs/ARCHITECTURE.md, host syncs).
     const at::Tensor logits = CopyToHost(out.logits);
     if (synthetic_.empty()) {
       AcceptTree(tree, logits.data_ptr<float>(), vocab, rule, sampler, verdict);

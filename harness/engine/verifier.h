@@ -28,6 +28,7 @@
 #include <random>
 #include <vector>
 
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/method.h"
 #include "models/llama_model.h"
 
@@ -71,12 +72,6 @@ class ScopedVerifierFault {
   ScopedVerifierFault& operator=(const ScopedVerifierFault&) = delete;
 };
 
-// `t` itself on the CPU; otherwise a host copy, counted by DeviceToHostCopies.
-at::Tensor CopyToHost(const at::Tensor& t);
-// Device-to-host copies made by the decode path so far (process-wide): tests check that a
-// greedy verify step on a device makes one.
-int64_t DeviceToHostCopies();
-
 class TreeVerifier {
  public:
   explicit TreeVerifier(LlamaModel& target) : target_(target) {}
@@ -91,15 +86,15 @@ class TreeVerifier {
   void Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
               KvCache& cache, const std::vector<int64_t>& hidden_layers, Verdict& verdict);
 
- private:
-  // Greedy acceptance on the logits' device (kernels/greedy_verify.h): uploads the tree, copies
-  // back [accepted nodes | count | bonus] in one device-to-host copy.
-  void AcceptGreedyOnDevice(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict);
+  // Acceptance and sampling on the target's device (the ATen path), reusable by the decoder for
+  // its first token.
+  DeviceVerifier& device() { return device_; }
 
+ private:
   LlamaModel& target_;
   // Reused buffers (grown, never shrunk): no data allocation per step once warm.
   at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
-  at::Tensor stage_host_, stage_device_, result_device_;  // greedy on the ATen path
+  DeviceVerifier device_;  // the ATen path's acceptance
   std::vector<int64_t> positions_;
   std::vector<double> synthetic_;
   std::mt19937_64 synthetic_rng_;

@@ -45,6 +45,16 @@ int CompactKvRows(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads
 // when the residual has zero mass.
 int TreeRejectionStep(float* p, const float* q, const int32_t* token, const float* u, int64_t batch,
                       int64_t vocab, uint8_t* accepted);
+// The rejection branch of TreeRejectionStep alone: p <- max(p - q, 0) renormalized (double sum),
+// unchanged when the residual has zero mass. p, q: [vocab] float32.
+void ResidualInPlace(float* p, const float* q, int64_t vocab);
+// Sampled (T > 0) verification of a draft tree in one walk; see kernels/cuda/launchers.h
+// SampledTreeVerify for the contract (modes, uniforms, outputs). residual: [batch, vocab] scratch.
+// Inverse-CDF draws are harness/engine/sampler.h SampleFromProbs with the given uniform.
+int SampledTreeVerify(const float* probs, const float* draft_probs, const int32_t* tokens,
+                      const int32_t* parent, const double* u, int64_t batch, int64_t n,
+                      int64_t vocab, int32_t mode, float* residual, int32_t* accepted,
+                      int32_t* n_accepted, int32_t* bonus);
 
 }  // namespace cpu
 }  // namespace specbed

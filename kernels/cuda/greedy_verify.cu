@@ -11,51 +11,6 @@ namespace gpu {
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr int32_t kNone = INT32_MAX;
-
-// A candidate of the argmax reduction; index kNone = no candidate (only NaN seen).
-struct ArgmaxCandidate {
-  float value;
-  int32_t index;
-};
-
-// The better of two candidates: larger value, then lower index; a NaN is never a candidate.
-// This is a total order, so any reduction tree gives the sequential scan's answer.
-__device__ inline ArgmaxCandidate Better(ArgmaxCandidate a, ArgmaxCandidate b) {
-  if (b.index == kNone) return a;
-  if (a.index == kNone) return b;
-  if (a.value > b.value) return a;
-  if (b.value > a.value) return b;
-  return a.index < b.index ? a : b;
-}
-
-// Argmax of row[0..vocab) over the block, equal to harness/engine/sampler.h Argmax: the lowest
-// index of the largest non-NaN value, or 0 when row[0] is NaN (the sequential scan starts from
-// row[0] and compares with '>'). Every thread gets the result.
-__device__ int32_t BlockArgmax(const float* __restrict__ row, int64_t vocab,
-                               ArgmaxCandidate* scratch) {
-  ArgmaxCandidate best{0.f, kNone};
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = row[i];
-    if (v != v) continue;  // NaN
-    if (best.index == kNone || v > best.value) best = {v, static_cast<int32_t>(i)};
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    ArgmaxCandidate other;
-    other.value = __shfl_down_sync(kFullMask, best.value, offset);
-    other.index = __shfl_down_sync(kFullMask, best.index, offset);
-    best = Better(best, other);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = best;
-  __syncthreads();
-  best = scratch[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) best = Better(best, scratch[w]);
-  const float first = row[0];
-  if (first != first || best.index == kNone) return 0;
-  return best.index;
-}
 
 // One block per sequence walks the tree from the root: argmax of the current slot's row, then
 // the lowest-index child carrying that token (block minimum), until no child matches.

@@ -66,6 +66,36 @@ int CompactKvRows(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads
 int TreeRejectionStep(float* p, const float* q, const int32_t* token, const float* u, int64_t batch,
                       int64_t vocab, uint8_t* accepted, void* stream);
 
+// Sampled (T > 0) verification of a draft tree: one walk from the root per sequence, so a verify
+// step needs one launch and one small copy back (no [n + 1, vocab] rows to the host).
+//   probs:       [batch, n + 1, vocab] float32, the target's sampling distribution at each slot
+//                (temperature / top-k / top-p applied; rows sum to 1)
+//   draft_probs: [batch, n + 1, vocab] float32, row s = the distribution slot s's children were
+//                drafted from (rejection modes; may be null in the follow modes)
+//   tokens, parent: [batch, n] int32 (parent[i] in [-1, i); the walk stays in bounds for any)
+//   u:           [batch, n + 1] float64 uniforms in [0, 1), consumed in order: one per child
+//                tested, one per draw (a walk never needs more than n + 1)
+//   mode:        kSampledRejection (chain_rs / tree_rrs): at slot s the children are tested in
+//                increasing index: accept child c iff u * q[tok c] < r[tok c], where r starts as
+//                probs row s and becomes the residual max(r - q, 0) / mass (unchanged at zero
+//                mass) after each rejection; the first accepted child is descended into; when
+//                all are rejected the correction is drawn from r; at a leaf the bonus is drawn
+//                from probs row s. A token outside [0, vocab) is rejected.
+//                kSampledFollow (sample_follow): y drawn from probs row s; descend into the
+//                lowest-index child carrying y, else y is the bonus.
+//                kSampledFollowArgmax, kSampledRejectionTargetResidual: the deliberately wrong
+//                rules of the losslessness tests' negative controls (y = argmax of row s with the
+//                bonus drawn from row s; the correction drawn from probs row s, not the residual)
+//   residual:    [batch, vocab] float32 scratch
+//   accepted:    out [batch, n] int32, accepted nodes in depth order, -1 padded
+//   n_accepted, bonus: out [batch] int32
+// A draw is the inverse CDF: the first index whose running sum of positive entries exceeds u,
+// else the last positive entry (0 if none). One 1024-thread block per sequence.
+int SampledTreeVerify(const float* probs, const float* draft_probs, const int32_t* tokens,
+                      const int32_t* parent, const double* u, int64_t batch, int64_t n,
+                      int64_t vocab, int32_t mode, float* residual, int32_t* accepted,
+                      int32_t* n_accepted, int32_t* bonus, void* stream);
+
 // Human-readable name of a status returned above (cudaGetErrorString for CUDA codes).
 const char* KernelStatusString(int status);
 

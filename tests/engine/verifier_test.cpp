@@ -9,7 +9,10 @@
 // False-failure rate: each test rejects when the chi-square p-value is below 1e-4 (Wilson-
 // Hilferty approximation), i.e. a correct verifier fails with probability ~1e-4 per test per
 // seed; the seeds are fixed, so the outcome is deterministic. A deliberately wrong acceptor fails
-// the same test (PowerCheck), which shows the test can fail.
+// the same test (PowerCheck), which shows the test can fail. The same tests run on the ATen
+// path's acceptance (DeviceVerifierLossless: the kernels/ walk), with its two negative-control
+// modes failing them.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +20,9 @@
 #include <vector>
 
 #include "harness/base/error.h"
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/verifier.h"
+#include "kernels/kernel_status.h"
 #include "methods/common/tree_builders.h"
 #include "tests/engine/engine_test_util.h"
 
@@ -174,6 +179,54 @@ SamplingParams Temperature(double t, int64_t top_k = 0, double top_p = 1.0) {
 }
 
 constexpr double kAlpha = 1e-4;
+
+// The ATen path's acceptance (harness/engine/device_sampling.h DeviceVerifier) on CPU tensors:
+// the rule as TreeVerifier::Verify maps it (the test fault included) through the kernels/ walk
+// (its CPU reference here, the CUDA kernel on a GPU).
+void AcceptOnDevice(const DraftTree& tree, const float* logits, int64_t vocab, VerifyRule rule,
+                    Sampler& sampler, Verdict& verdict) {
+  static DeviceVerifier device;
+  const at::Tensor rows =
+      at::from_blob(const_cast<float*>(logits), {tree.size() + 1, vocab}, at::kFloat);
+  const VerifierFault fault = VerifierFaultForTesting();
+  int32_t mode = rule == VerifyRule::kSampleFollow ? kSampledFollow : kSampledRejection;
+  if (fault == VerifierFault::kGreedyAcceptance) mode = kSampledFollowArgmax;
+  if (fault == VerifierFault::kTargetAsResidual && mode == kSampledRejection) {
+    mode = kSampledRejectionTargetResidual;
+  }
+  device.AcceptSampled(tree, rows, mode, sampler, verdict);
+  verdict.tokens.clear();
+  for (int32_t node : verdict.path) verdict.tokens.push_back(tree.token[node]);
+  verdict.tokens.push_back(verdict.bonus);
+}
+
+TEST(DeviceVerifierLossless, EveryRuleOnTheWalkKernel) {
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 21,
+                               &AcceptOnDevice),
+            kAlpha);
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(0.7, 3), 22,
+                               &AcceptOnDevice),
+            kAlpha);
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kTreeRrs, DraftShape::kIidTree, Temperature(1.3, 0, 0.8),
+                               23, &AcceptOnDevice),
+            kAlpha);
+  EXPECT_GT(LosslessnessPValue(VerifyRule::kSampleFollow, DraftShape::kArbitraryTree,
+                               Temperature(1.0), 24, &AcceptOnDevice),
+            kAlpha);
+}
+
+TEST(DeviceVerifierLossless, NegativeControlsFailTheSameTest) {
+  {
+    ScopedVerifierFault fault(VerifierFault::kTargetAsResidual);
+    EXPECT_LT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 21,
+                                 &AcceptOnDevice),
+              1e-12);
+  }
+  ScopedVerifierFault fault(VerifierFault::kGreedyAcceptance);
+  EXPECT_LT(LosslessnessPValue(VerifyRule::kSampleFollow, DraftShape::kArbitraryTree,
+                               Temperature(1.0), 24, &AcceptOnDevice),
+            1e-12);
+}
 
 TEST(VerifierLossless, ChainRejectionSampling) {
   EXPECT_GT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 11),
