@@ -4,6 +4,7 @@
 #include "methods/ltd/ltd_method.h"
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "harness/base/error.h"
@@ -175,58 +176,74 @@ std::vector<MethodKnob> DynamicDepthKnobs() {
   };
 }
 
-void RegisterDdd(MethodRegistry& registry) {
+// A dynamic-depth baseline on the EAGLE-3 drafter, declared: its name and paper, the knobs it
+// adds to DynamicDepthKnobs, an optional extra knob check, and its controller built from the
+// knobs with rounds = max_depth and nodes = total_tokens - 1.
+struct DepthBaseline {
+  std::string name, description, paper;
+  std::vector<MethodKnob> knobs;
+  std::function<void(const nlohmann::json&)> validate;  // after the head check; may be empty
+  std::function<std::unique_ptr<Controller>(const nlohmann::json& knobs, int64_t rounds,
+                                            int64_t nodes)>
+      controller;
+};
+
+void RegisterDepthBaseline(MethodRegistry& registry, DepthBaseline b) {
   MethodInfo info;
-  info.name = "eagle3+ddd";
-  info.description =
-      "EAGLE-3 with DDD dynamic depth: stop at checkpoint rounds when the beam's summed path "
-      "probability falls below a threshold";
-  info.paper = "Brown et al. 2024, Dynamic Depth Decoding (as configured by LTD, App. A.1)";
+  info.name = b.name;
+  info.description = b.description;
+  info.paper = b.paper;
   info.traits = Eagle3LikeTraits();
   info.knobs = DynamicDepthKnobs();
-  info.knobs.push_back({"check_rounds", "5,7,9", "rounds after which DDD checks", 1, 0});
-  info.knobs.push_back(
-      {"threshold", -0.3, "stop when log sum_beam exp(score) < threshold", -100, 0});
-  info.validate = [](const nlohmann::json& knobs) {
+  for (MethodKnob& k : b.knobs) info.knobs.push_back(std::move(k));
+  info.validate = [extra = b.validate](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
-    ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds");
+    if (extra) extra(knobs);
   };
-  info.factory = [](MethodContext& context,
-                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
+  info.factory = [make = b.controller](MethodContext& context,
+                                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
     const int64_t rounds = knobs.at("max_depth").get<int64_t>();
     const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
-    auto c = std::make_unique<DddController>(
-        rounds, nodes, ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds"),
-        knobs.at("threshold").get<double>());
-    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
+    return DecoderFromKnobs(context, knobs, rounds, nodes, make(knobs, rounds, nodes));
   };
   registry.Register(std::move(info));
 }
 
+void RegisterDdd(MethodRegistry& registry) {
+  RegisterDepthBaseline(
+      registry,
+      {"eagle3+ddd",
+       "EAGLE-3 with DDD dynamic depth: stop at checkpoint rounds when the beam's summed path "
+       "probability falls below a threshold",
+       "Brown et al. 2024, Dynamic Depth Decoding (as configured by LTD, App. A.1)",
+       {{"check_rounds", "5,7,9", "rounds after which DDD checks", 1, 0},
+        {"threshold", -0.3, "stop when log sum_beam exp(score) < threshold", -100, 0}},
+       [](const nlohmann::json& knobs) {
+         ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds");
+       },
+       [](const nlohmann::json& knobs, int64_t rounds, int64_t nodes) {
+         return std::make_unique<DddController>(
+             rounds, nodes,
+             ParseRounds(knobs.at("check_rounds").get<std::string>(), "check_rounds"),
+             knobs.at("threshold").get<double>());
+       }});
+}
+
 void RegisterSvip(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "eagle3+svip";
-  info.description =
-      "EAGLE-3 with SVIP dynamic depth: stop when the draft entropy implies a low acceptance "
-      "bound";
-  info.paper = "Zhang et al. 2024c, SVIP (as configured by LTD, App. A.1)";
-  info.traits = Eagle3LikeTraits();
-  info.knobs = DynamicDepthKnobs();
-  info.knobs.push_back({"entropy_factor", 0.15, "c in the bound 1 - sqrt(c * H)", 0, 10});
-  info.knobs.push_back({"min_entropy", 0.3, "entropy floor h_min (nats)", 0, 100});
-  info.validate = [](const nlohmann::json& knobs) {
-    ResolveEagle3Head(knobs.at("head").get<std::string>());
-  };
-  info.factory = [](MethodContext& context,
-                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    const int64_t rounds = knobs.at("max_depth").get<int64_t>();
-    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
-    auto c =
-        std::make_unique<SvipController>(rounds, nodes, knobs.at("entropy_factor").get<double>(),
-                                         knobs.at("min_entropy").get<double>());
-    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
-  };
-  registry.Register(std::move(info));
+  RegisterDepthBaseline(
+      registry,
+      {"eagle3+svip",
+       "EAGLE-3 with SVIP dynamic depth: stop when the draft entropy implies a low acceptance "
+       "bound",
+       "Zhang et al. 2024c, SVIP (as configured by LTD, App. A.1)",
+       {{"entropy_factor", 0.15, "c in the bound 1 - sqrt(c * H)", 0, 10},
+        {"min_entropy", 0.3, "entropy floor h_min (nats)", 0, 100}},
+       nullptr,
+       [](const nlohmann::json& knobs, int64_t rounds, int64_t nodes) {
+         return std::make_unique<SvipController>(rounds, nodes,
+                                                 knobs.at("entropy_factor").get<double>(),
+                                                 knobs.at("min_entropy").get<double>());
+       }});
 }
 
 void RegisterGammatune(MethodRegistry& registry) {
@@ -289,34 +306,23 @@ std::shared_ptr<LtdClassifier> LoadClassifierFor(const nlohmann::json& knobs,
 
 void RegisterClassifierDepth(MethodRegistry& registry, LtdClassifierKind kind) {
   const bool disco = kind == LtdClassifierKind::kDisco;
-  MethodInfo info;
-  info.name = std::string("eagle3+") + LtdClassifierKindName(kind);
-  info.description =
-      disco ? "EAGLE-3 with Disco dynamic depth: an FFN on the beam's probabilities, the entropy "
-              "and the round predicts acceptance; stop below a threshold"
-            : "EAGLE-3 with SpecDec++ dynamic depth: a residual FFN on the drafter's hidden state "
-              "predicts acceptance; stop below a threshold";
-  info.paper = disco ? "Mamou et al. 2024, Disco (as configured by LTD, App. A.1)"
-                     : "Huang et al. 2025a, SpecDec++ (as configured by LTD, App. A.1)";
-  info.traits = Eagle3LikeTraits();
-  info.knobs = DynamicDepthKnobs();
-  info.knobs.push_back(ClassifierKnob());
-  info.knobs.push_back({"threshold", 0.5,
-                        "continue drafting while the predicted acceptance >= this (papers: not "
-                        "reported)",
-                        0, 1});
-  info.validate = [](const nlohmann::json& knobs) {
-    ResolveEagle3Head(knobs.at("head").get<std::string>());
-  };
-  info.factory = [kind](MethodContext& context,
-                        const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    const int64_t rounds = knobs.at("max_depth").get<int64_t>();
-    const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
-    auto c = std::make_unique<ClassifierDepthController>(
-        LoadClassifierFor(knobs, kind), rounds, nodes, knobs.at("threshold").get<double>());
-    return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
-  };
-  registry.Register(std::move(info));
+  RegisterDepthBaseline(
+      registry,
+      {std::string("eagle3+") + LtdClassifierKindName(kind),
+       disco ? "EAGLE-3 with Disco dynamic depth: an FFN on the beam's probabilities, the entropy "
+               "and the round predicts acceptance; stop below a threshold"
+             : "EAGLE-3 with SpecDec++ dynamic depth: a residual FFN on the drafter's hidden "
+               "state predicts acceptance; stop below a threshold",
+       disco ? "Mamou et al. 2024, Disco (as configured by LTD, App. A.1)"
+             : "Huang et al. 2025a, SpecDec++ (as configured by LTD, App. A.1)",
+       {ClassifierKnob(),
+        {"threshold", 0.5,
+         "continue drafting while the predicted acceptance >= this (papers: not reported)", 0, 1}},
+       nullptr,
+       [kind](const nlohmann::json& knobs, int64_t rounds, int64_t nodes) {
+         return std::make_unique<ClassifierDepthController>(
+             LoadClassifierFor(knobs, kind), rounds, nodes, knobs.at("threshold").get<double>());
+       }});
 }
 
 void RegisterC2t(MethodRegistry& registry) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu_check's plumbing without a GPU: `--shrink` on the CPU build BUILD_DIR (its
 # specbed), every step that can run here (probe, the GPU gate's config on the CPU, the twin at
-# width x4 with its bench and AR, SpS and EAGLE-3 on a padded head at T = 0 and T = 1); the build
-# (done), the ctest step (this is ctest) and the method matrix (slow) skipped. Checks the exit status, the step table and the
-# databases; and that an unknown argument is refused with exit 2.
+# width x4 with its bench and AR, SpS, EAGLE-3, eagle3+svip on a padded head, PEARL on the draft
+# twin and ngram at T = 0 and T = 1); the build (done), the ctest step (this is ctest) and the
+# method matrix (slow) skipped. Checks the exit status, the step table and the databases; and that
+# an unknown argument is refused with exit 2.
 # Usage: gpu_check_test.sh BUILD_DIR (ctest TreeCheck.GpuCheckShrunk)
 set -euo pipefail
 build=$1
@@ -12,7 +13,7 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_test.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 fail() { echo "gpu_check_test: FAILED: $*" >&2; exit 1; }
 
-OUT=$out BUILD=$build SKIP_BUILD=1 SKIP_TESTS=1 SKIP_MATRIX=1 BUDGET_S=600 TWIN_METHODS="ar sps eagle3" \
+OUT=$out BUILD=$build SKIP_BUILD=1 SKIP_TESTS=1 SKIP_MATRIX=1 BUDGET_S=600 TWIN_METHODS="ar sps eagle3 ngram pearl eagle3+svip" \
   scripts/gpu_check --shrink >"$out/stdout" 2>&1 || { cat "$out/stdout"; fail "exit status $?"; }
 md=$out/gpu_check.md
 [ -s "$md" ] || fail "no $md"
@@ -24,6 +25,9 @@ for db in gpu_gate.db twin8b.db; do [ -s "$out/$db" ] || fail "no $db"; done
 "$build/specbed" summary --wide "$out/twin8b.db" >"$out/summary" || fail "summary of twin8b.db"
 grep -q "sps(drafter=" "$out/summary" || fail "no SpS case in twin8b.db"
 grep -q "eagle3(depth=7,head=.*twin8b-eagle3" "$out/summary" || fail "no EAGLE-3 case on its twin head"
+grep -q "eagle3+svip(.*head=.*twin8b-eagle3" "$out/summary" || fail "no eagle3+svip case on the twin head"
+grep -q "pearl(.*drafter=.*twin8b-draft" "$out/summary" || fail "no PEARL case on the draft twin"
+grep -qE ' ngram[( ]' "$out/summary" || fail "no ngram case"
 [ "$(grep -c ' stories  1 ' "$out/summary")" -ge 2 ] || fail "no T = 1 cases in twin8b.db"
 rc=0
 scripts/gpu_check --bogus >/dev/null 2>&1 || rc=$?

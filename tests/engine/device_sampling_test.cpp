@@ -15,16 +15,13 @@
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/sampler.h"
 #include "kernels/kernel_status.h"
+#include "tests/engine/engine_test_util.h"
 
 namespace specbed {
 namespace {
 
 SamplingParams Params(double t, int64_t top_k = 0, double top_p = 1.0) {
-  SamplingParams p;
-  p.temperature = t;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  return p;
+  return testing_util::Temperature(t, top_k, top_p);
 }
 
 void ExpectSameAsHostSampler(const at::Tensor& logits, const SamplingParams& params) {

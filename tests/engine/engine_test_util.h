@@ -13,12 +13,22 @@
 #include <vector>
 
 #include "harness/engine/method.h"
+#include "harness/engine/sampler.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/llama_model.h"
 
 namespace specbed {
 namespace testing_util {
+
+// Sampling parameters: temperature t (0 = greedy), top-k (0 = off), top-p (1 = off).
+inline SamplingParams Temperature(double t, int64_t top_k = 0, double top_p = 1.0) {
+  SamplingParams p;
+  p.temperature = t;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return p;
+}
 
 inline std::string SourcePath(const std::string& relative) {
   return std::string(SPECBED_SOURCE_DIR) + "/" + relative;

@@ -30,6 +30,7 @@ namespace specbed {
 namespace {
 
 using testing_util::ChiSquareSf;
+using testing_util::Temperature;
 
 constexpr int64_t kVocab = 4;
 constexpr int kOutputLen = 3;
@@ -168,14 +169,6 @@ double LosslessnessPValue(VerifyRule rule, DraftShape shape, SamplingParams para
     ++cells;
   }
   return ChiSquareSf(chi2, cells - 1);
-}
-
-SamplingParams Temperature(double t, int64_t top_k = 0, double top_p = 1.0) {
-  SamplingParams p;
-  p.temperature = t;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  return p;
 }
 
 constexpr double kAlpha = 1e-4;

@@ -62,7 +62,9 @@ TEST(RankTemplate, MostLikelyRankPathsParentsFirst) {
     EXPECT_TRUE(seen.insert({t[i].parent, t[i].rank}).second) << "node " << i << " repeated";
     EXPECT_EQ(t[i].depth, t[i].parent < 0 ? 1 : t[t[i].parent].depth + 1);
     cost[i] = t[i].rank + 1 + (t[i].parent < 0 ? 0 : cost[t[i].parent]);
-    if (i > 0) EXPECT_GE(cost[i], cost[i - 1]) << "node " << i;
+    if (i > 0) {
+      EXPECT_GE(cost[i], cost[i - 1]) << "node " << i;
+    }
   }
   // Every rank path of cost <= 6 (2^6 - 1 = 63 compositions) is in, the rest have cost 7.
   EXPECT_EQ(std::count_if(cost.begin(), cost.end(), [](int64_t c) { return c <= 6; }), 63);
