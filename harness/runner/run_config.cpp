@@ -96,121 +96,133 @@ Json RunConfig::ToJson() const {
           {"timing", timing}};
 }
 
-RunConfig ParseRunConfig(const Json& json, const std::string& source) {
-  SPECBED_CHECK(json.is_object(), source, ": a run config must be a JSON object");
-  RunConfig c;
-  for (auto it = json.begin(); it != json.end(); ++it) {
-    const std::string& key = it.key();
-    const Json& v = it.value();
-    if (key == "name") {
-      c.name = GetString(v, source, key);
-    } else if (key == "output") {
-      c.output = GetString(v, source, key);
-    } else if (key == "targets") {
-      c.targets = GetStrings(v, source, key);
-    } else if (key == "methods") {
-      if (!v.is_array()) TypeError(source, key, "an array of method names or {name, knobs}", v);
-      c.methods.clear();
-      for (const auto& m : v) {
-        MethodSpec spec;
-        if (m.is_string()) {
-          spec.name = m.get<std::string>();
-        } else if (m.is_object() && m.contains("name")) {
-          spec.name = GetString(m["name"], source, "methods[].name");
-          for (auto mit = m.begin(); mit != m.end(); ++mit) {
-            if (mit.key() == "knobs") {
-              if (!mit.value().is_object())
-                TypeError(source, "methods[].knobs", "an object", mit.value());
-              spec.knobs = mit.value();
-            } else if (mit.key() != "name") {
-              FailUnknownName("key", mit.key(), {"name", "knobs"}, source + ": methods[]");
-            }
-          }
-        } else {
-          TypeError(source, key, "an array of method names or {name, knobs}", m);
-        }
-        c.methods.push_back(spec);
-      }
-    } else if (key == "datasets") {
-      if (!v.is_array())
-        TypeError(source, key, "an array of dataset names or {name, limit, categories}", v);
-      c.datasets.clear();
-      for (const auto& d : v) {
-        DatasetSpec spec;
-        if (d.is_string()) {
-          spec.name = d.get<std::string>();
-        } else if (d.is_object() && d.contains("name")) {
-          for (auto dit = d.begin(); dit != d.end(); ++dit) {
-            if (dit.key() == "name") {
-              spec.name = GetString(dit.value(), source, "datasets[].name");
-            } else if (dit.key() == "limit") {
-              spec.limit = GetInt(dit.value(), source, "datasets[].limit");
-            } else if (dit.key() == "categories") {
-              spec.categories = GetStrings(dit.value(), source, "datasets[].categories");
-            } else {
-              FailUnknownName("key", dit.key(), {"name", "limit", "categories"},
-                              source + ": datasets[]");
-            }
-          }
-        } else {
-          TypeError(source, key, "an array of dataset names or {name, limit, categories}", d);
-        }
-        SPECBED_CHECK(spec.limit == -1 || spec.limit >= 1, source,
-                      ": datasets[].limit must be >= 1 (or -1 = all), got ", spec.limit);
-        c.datasets.push_back(spec);
-      }
-    } else if (key == "temperatures") {
-      if (!v.is_array()) TypeError(source, key, "an array of numbers", v);
-      c.temperatures.clear();
-      for (const auto& t : v) c.temperatures.push_back(GetNumber(t, source, key + "[]"));
-    } else if (key == "seeds") {
-      if (!v.is_array()) TypeError(source, key, "an array of non-negative integers", v);
-      c.seeds.clear();
-      for (const auto& s : v) {
-        const int64_t seed = GetInt(s, source, key + "[]");
-        SPECBED_CHECK(seed >= 0, source, ": seeds must be non-negative, got ", seed);
-        c.seeds.push_back(static_cast<uint64_t>(seed));
-      }
-    } else if (key == "top_p") {
-      c.top_p = GetNumber(v, source, key);
-    } else if (key == "top_k") {
-      c.top_k = GetInt(v, source, key);
-    } else if (key == "max_new_tokens") {
-      c.max_new_tokens = GetInt(v, source, key);
-    } else if (key == "dtype") {
-      c.dtype = GetString(v, source, key);
-    } else if (key == "device") {
-      c.device = GetString(v, source, key);
-    } else if (key == "threads") {
-      c.threads = GetInt(v, source, key);
-    } else if (key == "warmup") {
-      c.warmup = GetInt(v, source, key);
-    } else if (key == "stop_strings") {
-      c.stop_strings = GetStrings(v, source, key);
-    } else if (key == "chat_template") {
-      c.chat_template = GetString(v, source, key);
-    } else if (key == "system_prompt") {
-      c.system_prompt = GetString(v, source, key);
-    } else if (key == "synthetic_acceptance") {
-      // [] is the default (off), as ToJson writes it: the stored config of a run reads back.
-      if (!v.is_array()) {
-        TypeError(source, key, "an array of probabilities (one per draft position; [] = off)", v);
-      }
-      for (const auto& a : v) {
-        const double p = GetNumber(a, source, key + "[]");
-        SPECBED_CHECK(p >= 0 && p <= 1, source,
-                      ": synthetic_acceptance entries must be in [0, 1], ", "got ", p);
-        c.synthetic_acceptance.push_back(p);
-      }
-    } else if (key == "timing") {
-      c.timing = GetString(v, source, key);
-      SPECBED_CHECK(
-          c.timing == kTimingAuto || c.timing == kTimingPaired || c.timing == kTimingPerCase,
-          source, ": timing must be \"auto\", \"paired\" or \"per_case\", got \"", c.timing, "\"");
-    } else {
-      FailUnknownName("key", key, kRunConfigKeys, "run config " + source);
+namespace {
+
+MethodSpec ParseMethod(const Json& m, const std::string& source) {
+  MethodSpec spec;
+  if (m.is_string()) {
+    spec.name = m.get<std::string>();
+    return spec;
+  }
+  if (!m.is_object() || !m.contains("name")) {
+    TypeError(source, "methods", "an array of method names or {name, knobs}", m);
+  }
+  spec.name = GetString(m["name"], source, "methods[].name");
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (it.key() == "knobs") {
+      if (!it.value().is_object()) TypeError(source, "methods[].knobs", "an object", it.value());
+      spec.knobs = it.value();
+    } else if (it.key() != "name") {
+      FailUnknownName("key", it.key(), {"name", "knobs"}, source + ": methods[]");
     }
   }
+  return spec;
+}
+
+DatasetSpec ParseDataset(const Json& d, const std::string& source) {
+  DatasetSpec spec;
+  if (d.is_string()) {
+    spec.name = d.get<std::string>();
+  } else if (d.is_object() && d.contains("name")) {
+    for (auto it = d.begin(); it != d.end(); ++it) {
+      if (it.key() == "name") {
+        spec.name = GetString(it.value(), source, "datasets[].name");
+      } else if (it.key() == "limit") {
+        spec.limit = GetInt(it.value(), source, "datasets[].limit");
+      } else if (it.key() == "categories") {
+        spec.categories = GetStrings(it.value(), source, "datasets[].categories");
+      } else {
+        FailUnknownName("key", it.key(), {"name", "limit", "categories"}, source + ": datasets[]");
+      }
+    }
+  } else {
+    TypeError(source, "datasets", "an array of dataset names or {name, limit, categories}", d);
+  }
+  SPECBED_CHECK(spec.limit == -1 || spec.limit >= 1, source,
+                ": datasets[].limit must be >= 1 (or -1 = all), got ", spec.limit);
+  return spec;
+}
+
+// Every element of the array `v` (key `key`) through `parse`; `what` describes the array.
+template <typename T, typename Parse>
+std::vector<T> ParseArray(const Json& v, const std::string& source, const std::string& key,
+                          const char* what, Parse parse) {
+  if (!v.is_array()) TypeError(source, key, what, v);
+  std::vector<T> out;
+  for (const auto& e : v) out.push_back(parse(e));
+  return out;
+}
+
+// The keys whose value is an array; false when `key` is not one of them.
+bool ParseArrayKey(RunConfig& c, const std::string& key, const Json& v, const std::string& source) {
+  if (key == "targets") {
+    c.targets = GetStrings(v, source, key);
+  } else if (key == "stop_strings") {
+    c.stop_strings = GetStrings(v, source, key);
+  } else if (key == "methods") {
+    c.methods = ParseArray<MethodSpec>(v, source, key, "an array of method names or {name, knobs}",
+                                       [&](const Json& m) { return ParseMethod(m, source); });
+  } else if (key == "datasets") {
+    c.datasets = ParseArray<DatasetSpec>(v, source, key,
+                                         "an array of dataset names or {name, limit, categories}",
+                                         [&](const Json& d) { return ParseDataset(d, source); });
+  } else if (key == "temperatures") {
+    c.temperatures = ParseArray<double>(v, source, key, "an array of numbers", [&](const Json& t) {
+      return GetNumber(t, source, key + "[]");
+    });
+  } else if (key == "seeds") {
+    c.seeds = ParseArray<uint64_t>(
+        v, source, key, "an array of non-negative integers", [&](const Json& e) {
+          const int64_t seed = GetInt(e, source, key + "[]");
+          SPECBED_CHECK(seed >= 0, source, ": seeds must be non-negative, got ", seed);
+          return static_cast<uint64_t>(seed);
+        });
+  } else if (key == "synthetic_acceptance") {
+    // [] is the default (off), as ToJson writes it: the stored config of a run reads back.
+    c.synthetic_acceptance = ParseArray<double>(
+        v, source, key, "an array of probabilities (one per draft position; [] = off)",
+        [&](const Json& a) {
+          const double p = GetNumber(a, source, key + "[]");
+          SPECBED_CHECK(p >= 0 && p <= 1, source,
+                        ": synthetic_acceptance entries must be in [0, 1], got ", p);
+          return p;
+        });
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The keys whose value is one string or number; false when `key` is not one of them.
+bool ParseScalarKey(RunConfig& c, const std::string& key, const Json& v,
+                    const std::string& source) {
+  std::string* text = key == "name"            ? &c.name
+                      : key == "output"        ? &c.output
+                      : key == "dtype"         ? &c.dtype
+                      : key == "device"        ? &c.device
+                      : key == "chat_template" ? &c.chat_template
+                      : key == "system_prompt" ? &c.system_prompt
+                      : key == "timing"        ? &c.timing
+                                               : nullptr;
+  int64_t* count = key == "top_k"            ? &c.top_k
+                   : key == "max_new_tokens" ? &c.max_new_tokens
+                   : key == "threads"        ? &c.threads
+                   : key == "warmup"         ? &c.warmup
+                                             : nullptr;
+  if (text != nullptr) {
+    *text = GetString(v, source, key);
+  } else if (count != nullptr) {
+    *count = GetInt(v, source, key);
+  } else if (key == "top_p") {
+    c.top_p = GetNumber(v, source, key);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The checks across keys and of ranges, after every key is read.
+void CheckRunConfig(const RunConfig& c, const std::string& source) {
   SPECBED_CHECK(!c.targets.empty() && !c.methods.empty() && !c.datasets.empty() &&
                     !c.temperatures.empty() && !c.seeds.empty(),
                 source, ": targets, methods, datasets, temperatures and seeds must be non-empty");
@@ -231,7 +243,24 @@ RunConfig ParseRunConfig(const Json& json, const std::string& source) {
                 c.dtype, "\"");
   SPECBED_CHECK(IsDeviceName(c.device), source,
                 ": device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"", c.device, "\"");
+  SPECBED_CHECK(c.timing == kTimingAuto || c.timing == kTimingPaired || c.timing == kTimingPerCase,
+                source, ": timing must be \"auto\", \"paired\" or \"per_case\", got \"", c.timing,
+                "\"");
   SPECBED_CHECK(!c.output.empty(), source, ": output must name a database file");
+}
+
+}  // namespace
+
+RunConfig ParseRunConfig(const Json& json, const std::string& source) {
+  SPECBED_CHECK(json.is_object(), source, ": a run config must be a JSON object");
+  RunConfig c;
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    if (!ParseScalarKey(c, it.key(), it.value(), source) &&
+        !ParseArrayKey(c, it.key(), it.value(), source)) {
+      FailUnknownName("key", it.key(), kRunConfigKeys, "run config " + source);
+    }
+  }
+  CheckRunConfig(c, source);
   return c;
 }
 
