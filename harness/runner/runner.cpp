@@ -460,6 +460,14 @@ namespace {
 
 // Warmup: `warmup` full generations of the first prompt's first turn by the method (and by the
 // paired AR when there is one), discarded. `cache_for(prompt_len)` gives a cache large enough.
+// The paired AR run's figures on the method's sample.
+void SetPairedAr(const GenerationResult& ar, bool ar_first, SampleRecord& s) {
+  s.paired_ar_decode_ms = ar.decode_ms;
+  s.paired_ar_prefill_ms = ar.prefill_ms;
+  s.paired_ar_output_tokens = static_cast<int64_t>(ar.tokens.size());
+  s.paired_ar_first = ar_first ? 1 : 0;
+}
+
 void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const Prompt& first, int64_t warmup,
                const GenerationConfig& gen, Decoder& decoder, Decoder* paired_ar,
                const std::function<KvCache&(size_t)>& cache_for, DecodeResult& result,
@@ -482,6 +490,17 @@ void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const Prompt& fi
 
 }  // namespace
 
+MethodContext Runner::ContextFor(const CaseConfig& c, LoadedTarget& target) {
+  MethodContext context;
+  context.target = &target;
+  context.dtype = ParseDtype(c.dtype);
+  context.device = target.model->device();
+  context.load_model = [this, c](const std::string& name) -> LoadedTarget& {
+    return Target(name, c.dtype, "", c.device);
+  };
+  return context;
+}
+
 void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
                      const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
                      const std::string& note, ProgressBar* progress) {
@@ -489,13 +508,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   LoadedTarget& target = Target(c.target, c.dtype, c.chat_template, c.device);
   LlamaModel& model = *target.model;
   const MethodInfo& method_info = methods.Info(c.method.name);
-  MethodContext method_context;
-  method_context.target = &target;
-  method_context.dtype = ParseDtype(c.dtype);
-  method_context.device = model.device();
-  method_context.load_model = [&](const std::string& name) -> LoadedTarget& {
-    return Target(name, c.dtype, "", c.device);
-  };
+  MethodContext method_context = ContextFor(c, target);
   std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
   // Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every
   // answer (the order alternates by answer index), so a shared machine's drift hits both.
@@ -557,12 +570,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       const GenerationResult& r = result.generation;
       messages.push_back({"assistant", r.text});
       SampleRecord s = ToSampleRecord(prompt, turn, ids.size(), r);
-      if (paired) {
-        s.paired_ar_decode_ms = paired_result.generation.decode_ms;
-        s.paired_ar_prefill_ms = paired_result.generation.prefill_ms;
-        s.paired_ar_output_tokens = static_cast<int64_t>(paired_result.generation.tokens.size());
-        s.paired_ar_first = ar_first ? 1 : 0;
-      }
+      if (paired) SetPairedAr(paired_result.generation, ar_first, s);
       samples.push_back(std::move(s));
       AppendStepRecords(prompt, turn, result.steps, steps);
       if (progress) progress->Advance(1, note);

@@ -24,6 +24,7 @@
 namespace specbed {
 
 class MethodRegistry;  // methods/method_registry.h
+struct MethodContext;  // methods/method_registry.h
 class ProgressBar;     // harness/base/progress.h
 
 // Builds the prompt ids for a conversation with the model's chat template.
@@ -72,6 +73,8 @@ class Runner {
   // A model loaded once per (name, dtype, chat template, device) and kept across cases.
   LoadedTarget& Target(const std::string& name, const std::string& dtype,
                        const std::string& chat_template, const std::string& device);
+  // What a method's factory gets for case `c` on `target` (drafters load through Target).
+  MethodContext ContextFor(const CaseConfig& c, LoadedTarget& target);
   // Runs one validated case (warmup, every turn of every prompt, paired AR when asked) and writes
   // it to the store in one transaction.
   void RunCase(const MethodRegistry& methods, const CaseConfig& c,
