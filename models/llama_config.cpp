@@ -92,10 +92,8 @@ RopeScaling ParseRopeScaling(const json& j, const std::string& field, const std:
 }  // namespace
 
 // The fields of ParseHfConfig; nlohmann type errors escape (see ParseHfConfig).
-static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source) {
-  SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
-
-  // Family: from model_type and/or architectures[0]; both must agree when both are given.
+// The model family from model_type and/or architectures[0]; both must agree when both are given.
+static const FamilyInfo& DetectFamily(const json& j, const std::string& source) {
   const FamilyInfo* by_type = nullptr;
   const FamilyInfo* by_arch = nullptr;
   std::vector<std::string> known_types, known_archs;
@@ -136,7 +134,13 @@ static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source)
                 ": model_type \"", by_type ? by_type->model_type : "",
                 "\" does not match architectures[0] \"", by_arch ? by_arch->architecture : "",
                 "\"");
-  const FamilyInfo& family = by_type != nullptr ? *by_type : *by_arch;
+  return by_type != nullptr ? *by_type : *by_arch;
+}
+
+static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source) {
+  SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
+
+  const FamilyInfo& family = DetectFamily(j, source);
 
   LlamaConfig c;
   c.architecture = family.architecture;

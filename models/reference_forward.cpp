@@ -84,6 +84,34 @@ struct RefLayer {
   Mat attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, gate, up, down;
 };
 
+// Layer l's weights from the HF tensor names, shapes checked.
+RefLayer LoadLayer(const LlamaConfig& config, const std::map<std::string, at::Tensor>& hf_tensors,
+                   int64_t l) {
+  const int64_t dim = config.dim, hd = config.head_dim, hidden = config.hidden_dim;
+  const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
+  RefLayer L;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  L.attn_norm = Load(hf_tensors, p + "input_layernorm.weight", dim, 0);
+  L.wq = Load(hf_tensors, p + "self_attn.q_proj.weight", q_dim, dim);
+  L.wk = Load(hf_tensors, p + "self_attn.k_proj.weight", kv_dim, dim);
+  L.wv = Load(hf_tensors, p + "self_attn.v_proj.weight", kv_dim, dim);
+  if (config.qkv_bias) {
+    L.bq = Load(hf_tensors, p + "self_attn.q_proj.bias", q_dim, 0);
+    L.bk = Load(hf_tensors, p + "self_attn.k_proj.bias", kv_dim, 0);
+    L.bv = Load(hf_tensors, p + "self_attn.v_proj.bias", kv_dim, 0);
+  }
+  if (config.qk_norm) {
+    L.q_norm = Load(hf_tensors, p + "self_attn.q_norm.weight", hd, 0);
+    L.k_norm = Load(hf_tensors, p + "self_attn.k_norm.weight", hd, 0);
+  }
+  L.wo = Load(hf_tensors, p + "self_attn.o_proj.weight", dim, q_dim);
+  L.ffn_norm = Load(hf_tensors, p + "post_attention_layernorm.weight", dim, 0);
+  L.gate = Load(hf_tensors, p + "mlp.gate_proj.weight", hidden, dim);
+  L.up = Load(hf_tensors, p + "mlp.up_proj.weight", hidden, dim);
+  L.down = Load(hf_tensors, p + "mlp.down_proj.weight", dim, hidden);
+  return L;
+}
+
 }  // namespace
 
 std::vector<std::vector<float>> ReferenceForward(
@@ -104,29 +132,8 @@ std::vector<std::vector<float>> ReferenceForward(
   const Mat embed = Load(hf_tensors, "model.embed_tokens.weight", vocab, dim);
   const Mat final_norm = Load(hf_tensors, "model.norm.weight", dim, 0);
   const Mat head = config.tie_embeddings ? embed : Load(hf_tensors, "lm_head.weight", vocab, dim);
-  std::vector<RefLayer> layers(config.n_layers);
-  for (int64_t l = 0; l < config.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    RefLayer& L = layers[l];
-    L.attn_norm = Load(hf_tensors, p + "input_layernorm.weight", dim, 0);
-    L.wq = Load(hf_tensors, p + "self_attn.q_proj.weight", q_dim, dim);
-    L.wk = Load(hf_tensors, p + "self_attn.k_proj.weight", kv_dim, dim);
-    L.wv = Load(hf_tensors, p + "self_attn.v_proj.weight", kv_dim, dim);
-    if (config.qkv_bias) {
-      L.bq = Load(hf_tensors, p + "self_attn.q_proj.bias", q_dim, 0);
-      L.bk = Load(hf_tensors, p + "self_attn.k_proj.bias", kv_dim, 0);
-      L.bv = Load(hf_tensors, p + "self_attn.v_proj.bias", kv_dim, 0);
-    }
-    if (config.qk_norm) {
-      L.q_norm = Load(hf_tensors, p + "self_attn.q_norm.weight", hd, 0);
-      L.k_norm = Load(hf_tensors, p + "self_attn.k_norm.weight", hd, 0);
-    }
-    L.wo = Load(hf_tensors, p + "self_attn.o_proj.weight", dim, q_dim);
-    L.ffn_norm = Load(hf_tensors, p + "post_attention_layernorm.weight", dim, 0);
-    L.gate = Load(hf_tensors, p + "mlp.gate_proj.weight", hidden, dim);
-    L.up = Load(hf_tensors, p + "mlp.up_proj.weight", hidden, dim);
-    L.down = Load(hf_tensors, p + "mlp.down_proj.weight", dim, hidden);
-  }
+  std::vector<RefLayer> layers;
+  for (int64_t l = 0; l < config.n_layers; ++l) layers.push_back(LoadLayer(config, hf_tensors, l));
 
   const std::vector<double> inv_freq = RopeInverseFrequencies(config);
   // Per layer: keys/values of every position so far, [position][kv_dim].

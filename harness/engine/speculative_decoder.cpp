@@ -11,6 +11,119 @@
 
 namespace specbed {
 
+namespace {
+
+// Device-synchronized clock readings of one step: t0 draft start, t1 verify start, t2 verify
+// end, t3 accept end, t4 bookkeeping end; `prev_end` = the previous step's t4 (or the end of
+// prefill for the first step, whose drafter Begin time `begin_ns` counts as draft time).
+struct StepClock {
+  int64_t prev_end = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0;
+};
+
+// Phase times of a step from its clock readings: draft + verify + other add up to decode time.
+void SetStepTimes(const StepClock& t, bool first, int64_t begin_ns, int64_t drafter_prefill_ns,
+                  StepStats& stats) {
+  stats.t_draft_us = ((t.t1 - t.t0) + (t.t3 - t.t2) + (first ? begin_ns : 0)) * 1e-3;
+  stats.t_verify_us = (t.t2 - t.t1) * 1e-3;
+  stats.t_draft_prefill_us = first ? drafter_prefill_ns * 1e-3 : 0.0;
+  // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
+  stats.t_other_us = ((t.t4 - t.t3) + (t.t0 - t.prev_end) - (first ? begin_ns : 0)) * 1e-3;
+  stats.t_draft_busy_us = stats.t_draft_us;
+  stats.t_verify_busy_us = stats.t_verify_us;
+}
+
+// Pushes the verdict's tokens until a stop rule fires; returns how many were emitted.
+int64_t CommitTokens(const std::vector<int32_t>& tokens, std::vector<int32_t>& committed,
+                     StopChecker& stop) {
+  const size_t before = stop.tokens().size();
+  for (int32_t token : tokens) {
+    committed.push_back(token);
+    if (stop.Push(token) != StopReason::kNone) break;
+  }
+  return static_cast<int64_t>(stop.tokens().size() - before);
+}
+
+// Drafts one step into `tree` (cleared first) with the controller's budget cut to what the cache
+// holds (`free` slots) and the tokens still allowed (`left`: a deeper draft could not be
+// emitted); checks the tree and the budget. Returns the draft's depth.
+int32_t DraftWithinBudget(Drafter& drafter, Controller* controller, DraftStep& step,
+                          DraftBudget& budget, int64_t free, int64_t left, int64_t vocab,
+                          DraftTree& tree) {
+  step.controller = controller;
+  if (controller) controller->BeforeStep(step, budget);
+  step.budget.nodes = std::min(budget.nodes, free);
+  step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
+  tree.Clear();
+  drafter.Draft(step, tree);
+  tree.ValidateStructure(vocab);
+  const int32_t depth = tree.max_depth();
+  SPECBED_CHECK(tree.size() <= step.budget.nodes && depth <= step.budget.depth,
+                "drafter exceeded its budget: ", tree.size(), " nodes, depth ", depth, " (budget ",
+                step.budget.nodes, " nodes, depth ", step.budget.depth, ")");
+  return depth;
+}
+
+// The adapter's end-of-sequence work (e.g. an OSD update): drafter cost of this request, added to
+// the last step.
+void EndAdapter(Adapter& adapter, const std::vector<int32_t>& committed, int64_t prompt_len,
+                const at::Device& device, std::vector<StepStats>& steps) {
+  const int64_t a0 = DeviceNowNanos(device);
+  adapter.EndSequence(committed, prompt_len);
+  const double adapt_us = (DeviceNowNanos(device) - a0) * 1e-3;
+  if (steps.empty()) return;
+  steps.back().t_draft_us += adapt_us;
+  steps.back().t_adapt_us += adapt_us;
+  steps.back().t_draft_busy_us += adapt_us;
+}
+
+// The counts of a verified step (its times are SetStepTimes'). `generated` = the drafter's
+// GeneratedLastStep (-1: every drafted node).
+StepStats CountStep(const DraftTree& tree, const Verdict& verdict, int32_t draft_depth,
+                    int64_t generated) {
+  StepStats stats;
+  stats.n_drafted = tree.size();
+  stats.n_accepted = verdict.n_accepted();
+  stats.draft_depth = draft_depth;
+  stats.n_target_forwards = 1;
+  stats.n_draft_generated = generated >= 0 ? generated : stats.n_drafted;
+  // A rejection discards the drafted positions below the accepted path (depth - accepted).
+  stats.n_rolled_back = stats.n_accepted < draft_depth ? draft_depth - stats.n_accepted : 0;
+  return stats;
+}
+
+// The target's prefill over `prompt` (hidden states of `hidden_layers` kept in `out`) and the
+// first token, sampled where the logits are on the ATen path (`on_device`).
+int32_t Prefill(LlamaModel& target, const std::vector<int32_t>& prompt,
+                const std::vector<int64_t>& hidden_layers, DeviceVerifier* on_device,
+                Sampler& sampler, KvCache& cache, ForwardOutput& out) {
+  const at::Tensor prompt_ids =
+      at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong).view({1, -1});
+  ForwardOptions options;
+  options.hidden_layers = hidden_layers;
+  out = target.Forward(prompt_ids, cache, options);
+  return SampleNext(sampler, out.logits, on_device);
+}
+
+// The answer's tokens, text, stop reason and prefill / decode times (device-synchronized clock
+// readings in ns).
+void FinishGeneration(const StopChecker& stop, int64_t t_start, int64_t t_prefill_end,
+                      int64_t t_end, GenerationResult& gen) {
+  gen.tokens = stop.tokens();
+  gen.text = stop.text();
+  gen.stop_reason = stop.reason();
+  gen.prefill_ms = (t_prefill_end - t_start) * 1e-6;
+  gen.decode_ms = (t_end - t_prefill_end) * 1e-6;
+}
+
+void CheckPromptFits(const std::vector<int32_t>& prompt, const KvCache& cache) {
+  SPECBED_CHECK(!prompt.empty(), "generation needs a non-empty prompt (add BOS)");
+  SPECBED_CHECK(cache.batch() == 1, "speculative decoding uses a batch-1 cache");
+  SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
+                " tokens does not fit the context (", cache.max_len(), " positions)");
+}
+
+}  // namespace
+
 void ArDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                          KvCache& cache, DecodeResult& result) {
   result.steps.clear();
@@ -82,10 +195,7 @@ SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const std::vector<
 void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
                                   const GenerationConfig& config, KvCache& cache,
                                   DecodeResult& result) {
-  SPECBED_CHECK(!prompt.empty(), "generation needs a non-empty prompt (add BOS)");
-  SPECBED_CHECK(cache.batch() == 1, "speculative decoding uses a batch-1 cache");
-  SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
-                " tokens does not fit the context (", cache.max_len(), " positions)");
+  CheckPromptFits(prompt, cache);
   const int64_t vocab = target_.config().vocab_size;
   GenerationResult& gen = result.generation;
   gen = GenerationResult();
@@ -100,15 +210,10 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
 
   // Prefill (identical to AR).
   const int64_t t_start = DeviceNowNanos(target_.device());
-  at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
-  int64_t* pp = prompt_ids.data_ptr<int64_t>();
-  for (size_t i = 0; i < prompt.size(); ++i) pp[i] = prompt[i];
-  ForwardOptions prefill_options;
-  prefill_options.hidden_layers = hidden_layers;
-  ForwardOutput out = target_.Forward(prompt_ids, cache, prefill_options);
+  ForwardOutput out;
   DeviceVerifier* on_device =
       target_.forward_path() == ForwardPath::kAten ? &verifier_.device() : nullptr;
-  int32_t root = SampleNext(sampler, out.logits, on_device);
+  int32_t root = Prefill(target_, prompt, hidden_layers, on_device, sampler, cache, out);
   const int64_t t_prefill_end = DeviceNowNanos(target_.device());
   stop.Push(root);
 
@@ -118,7 +223,6 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   DraftBudget budget = options_.budget;
   if (!stop.stopped())
     begun = BeginParts(prompt, root, out, config, cache.max_len(), budget, adapter);
-  const int64_t begin_ns = begun.all_ns;
 
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
   int64_t step_index = 0;
@@ -131,79 +235,39 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
       stop.StopForContext();
       break;
     }
-    const int64_t t0 = DeviceNowNanos(target_.device());
+    StepClock clock;
+    clock.prev_end = t_prev_end;
+    clock.t0 = DeviceNowNanos(target_.device());
     DraftStep step;
     step.root = root;
     step.committed = &committed_;
     step.step_index = step_index;
-    step.controller = controller_.get();
-    if (controller_) controller_->BeforeStep(step, budget);
-    // Nodes: only what the cache cannot hold is cut. Depth: at most the tokens still allowed
-    // (a deeper draft could not be emitted).
     const int64_t left = config.stop.max_new_tokens - static_cast<int64_t>(stop.tokens().size());
-    step.budget.nodes = std::min(budget.nodes, free);
-    step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
-    tree_.Clear();
-    drafter_->Draft(step, tree_);
-    tree_.ValidateStructure(vocab);
-    const int32_t draft_depth = tree_.max_depth();
-    SPECBED_CHECK(tree_.size() <= step.budget.nodes && draft_depth <= step.budget.depth,
-                  "drafter exceeded its budget: ", tree_.size(), " nodes, depth ", draft_depth,
-                  " (budget ", step.budget.nodes, " nodes, depth ", step.budget.depth, ")");
-    const int64_t t1 = DeviceNowNanos(target_.device());
+    const int32_t draft_depth =
+        DraftWithinBudget(*drafter_, controller_.get(), step, budget, free, left, vocab, tree_);
+    clock.t1 = DeviceNowNanos(target_.device());
     verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
-    const int64_t t2 = DeviceNowNanos(target_.device());
+    clock.t2 = DeviceNowNanos(target_.device());
     drafter_->Accept(tree_, verdict_);
     if (adapter) adapter->Observe(tree_, verdict_);
     if (controller_) controller_->AfterStep(tree_, verdict_);
-    const int64_t t3 = DeviceNowNanos(target_.device());
+    clock.t3 = DeviceNowNanos(target_.device());
 
-    StepStats stats;
-    stats.n_drafted = tree_.size();
-    stats.n_accepted = verdict_.n_accepted();
-    stats.draft_depth = draft_depth;
-    const size_t before = stop.tokens().size();
-    for (int32_t token : verdict_.tokens) {
-      committed_.push_back(token);
-      if (stop.Push(token) != StopReason::kNone) break;
-    }
-    stats.n_emitted = static_cast<int64_t>(stop.tokens().size() - before);
+    StepStats stats = CountStep(tree_, verdict_, draft_depth, drafter_->GeneratedLastStep());
+    stats.n_emitted = CommitTokens(verdict_.tokens, committed_, stop);
     root = verdict_.tokens.back();
-    const int64_t t4 = DeviceNowNanos(target_.device());
-    stats.t_draft_us = ((t1 - t0) + (t3 - t2) + (step_index == 0 ? begin_ns : 0)) * 1e-3;
-    stats.t_verify_us = (t2 - t1) * 1e-3;
-    stats.t_draft_prefill_us = step_index == 0 ? begun.drafter_prefill_ns * 1e-3 : 0.0;
-    // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
-    stats.t_other_us = ((t4 - t3) + (t0 - t_prev_end) - (step_index == 0 ? begin_ns : 0)) * 1e-3;
-    stats.t_draft_busy_us = stats.t_draft_us;
-    stats.t_verify_busy_us = stats.t_verify_us;
-    stats.n_target_forwards = 1;
-    const int64_t generated = drafter_->GeneratedLastStep();
-    stats.n_draft_generated = generated >= 0 ? generated : stats.n_drafted;
-    // A rejection discards the drafted positions below the accepted path (depth - accepted).
-    stats.n_rolled_back = stats.n_accepted < draft_depth ? draft_depth - stats.n_accepted : 0;
-    t_prev_end = t4;
+    clock.t4 = DeviceNowNanos(target_.device());
+    SetStepTimes(clock, step_index == 0, begun.all_ns, begun.drafter_prefill_ns, stats);
+    t_prev_end = clock.t4;
     result.steps.push_back(stats);
     ++step_index;
     ++gen.n_steps;
   }
   if (adapter) {
-    // The adapter's end-of-sequence work (e.g. an OSD update) is drafter cost of this request.
-    const int64_t a0 = DeviceNowNanos(target_.device());
-    adapter->EndSequence(committed_, static_cast<int64_t>(prompt.size()));
-    const double adapt_us = (DeviceNowNanos(target_.device()) - a0) * 1e-3;
-    if (!result.steps.empty()) {
-      result.steps.back().t_draft_us += adapt_us;
-      result.steps.back().t_adapt_us += adapt_us;
-      result.steps.back().t_draft_busy_us += adapt_us;
-    }
+    EndAdapter(*adapter, committed_, static_cast<int64_t>(prompt.size()), target_.device(),
+               result.steps);
   }
-  const int64_t t_end = DeviceNowNanos(target_.device());
-  gen.tokens = stop.tokens();
-  gen.text = stop.text();
-  gen.stop_reason = stop.reason();
-  gen.prefill_ms = (t_prefill_end - t_start) * 1e-6;
-  gen.decode_ms = (t_end - t_prefill_end) * 1e-6;
+  FinishGeneration(stop, t_start, t_prefill_end, DeviceNowNanos(target_.device()), gen);
 }
 
 }  // namespace specbed

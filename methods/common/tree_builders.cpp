@@ -45,8 +45,51 @@ void BuildChain(const std::vector<int32_t>& tokens, DraftTree& tree,
 // ---------------------------------------------------------------------------------------------
 // EAGLE-2/3 dynamic tree.
 
-void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& options,
-                            DraftTree& tree) {
+namespace {
+
+// The beam of the next layer: the (at most) k best candidates of [layer_begin, layer_end) by
+// score desc, then index asc. order: scratch.
+void SelectBeam(const std::vector<float>& scores, int64_t layer_begin, int64_t layer_end, int64_t k,
+                std::vector<int32_t>& order, std::vector<int32_t>& frontier) {
+  order.resize(static_cast<size_t>(layer_end - layer_begin));
+  std::iota(order.begin(), order.end(), static_cast<int32_t>(layer_begin));
+  const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+    const float sa = scores[a], sb = scores[b];
+    return sa > sb || (sa == sb && a < b);
+  });
+  frontier.assign(order.begin(), order.begin() + m);
+}
+
+// Appends the expander's k children of every frontier node at depth d (tokens and log-probs,
+// rank-major per node) to the candidates, with scores = parent score + log-prob; checks what
+// the expander returned.
+void AddExpansion(const std::vector<int32_t>& frontier, const std::vector<int32_t>& tokens,
+                  const std::vector<float>& logp, int64_t k, int64_t d, DraftTree& candidates,
+                  std::vector<float>& scores) {
+  for (size_t f = 0; f < frontier.size(); ++f) {
+    const int32_t parent = frontier[f];
+    const float parent_score = parent < 0 ? 0.f : scores[parent];
+    for (int64_t r = 0; r < k; ++r) {
+      const size_t e = f * static_cast<size_t>(k) + static_cast<size_t>(r);
+      const int32_t token = tokens[e];
+      const float lp = logp[e];
+      SPECBED_CHECK(token >= 0, "beam tree: the expander gave token ", token,
+                    " (negative or unset) for child ", r, " of node ", parent, " at depth ", d);
+      SPECBED_CHECK(lp <= 0.f, "beam tree: the expander gave log-prob ", lp,
+                    " (expected <= 0, not NaN/unset) for child ", r, " of node ", parent,
+                    " at depth ", d);
+      SPECBED_CHECK(r == 0 || lp <= logp[e - 1], "beam tree: the expander's log-probs below node ",
+                    parent, " at depth ", d, " are not sorted in non-increasing order (rank ",
+                    r - 1, ": ", logp[e - 1], ", rank ", r, ": ", lp, ")");
+      candidates.AddNode(token, parent, lp);
+      scores.push_back(parent_score + lp);
+    }
+  }
+}
+
+// The layers a beam tree of `options` can grow (min(depth, budget)), after checking the options.
+int64_t CheckedLayers(const BeamTreeOptions& options) {
   const int64_t k = options.top_k;
   SPECBED_CHECK(options.depth >= 1, "beam tree: depth must be >= 1, got ", options.depth);
   SPECBED_CHECK(k >= 1, "beam tree: top_k must be >= 1, got ", k);
@@ -56,6 +99,15 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
       static_cast<double>(k) + static_cast<double>(std::max<int64_t>(layers - 1, 0)) * k * k;
   SPECBED_CHECK(max_candidates < static_cast<double>(std::numeric_limits<int32_t>::max()),
                 "beam tree: top_k = ", k, " and depth = ", layers, " give too many candidates");
+  return layers;
+}
+
+}  // namespace
+
+void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& options,
+                            DraftTree& tree) {
+  const int64_t k = options.top_k;
+  const int64_t layers = CheckedLayers(options);
 
   candidates_.Clear();
   candidate_scores_.clear();
@@ -72,15 +124,7 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
   for (int64_t d = 1; d <= layers; ++d) {
     if (d > 1) {
       const int64_t layer_end = candidates_.size();
-      order_.resize(static_cast<size_t>(layer_end - layer_begin));
-      std::iota(order_.begin(), order_.end(), static_cast<int32_t>(layer_begin));
-      const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(order_.size()));
-      std::partial_sort(order_.begin(), order_.begin() + m, order_.end(),
-                        [this](int32_t a, int32_t b) {
-                          const float sa = candidate_scores_[a], sb = candidate_scores_[b];
-                          return sa > sb || (sa == sb && a < b);
-                        });
-      frontier_.assign(order_.begin(), order_.begin() + m);
+      SelectBeam(candidate_scores_, layer_begin, layer_end, k, order_, frontier_);
       layer_begin = layer_end;
     }
     const size_t count = frontier_.size() * static_cast<size_t>(k);
@@ -91,29 +135,7 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
                   "beam tree: the expander returned ", expand_tokens_.size(), " tokens and ",
                   expand_logp_.size(), " log-probs at depth ", d, ", expected ", count, " (",
                   frontier_.size(), " frontier nodes x top_k ", k, ")");
-    for (size_t f = 0; f < frontier_.size(); ++f) {
-      const int32_t parent = frontier_[f];
-      const float parent_score = parent < 0 ? 0.f : candidate_scores_[parent];
-      for (int64_t r = 0; r < k; ++r) {
-        const size_t e = f * static_cast<size_t>(k) + static_cast<size_t>(r);
-        const int32_t token = expand_tokens_[e];
-        const float lp = expand_logp_[e];
-        SPECBED_CHECK(token >= 0, "beam tree: the expander gave token ", token,
-                      " (negative or unset) for child ", r, " of node ", parent, " at depth ", d);
-        SPECBED_CHECK(lp <= 0.f, "beam tree: the expander gave log-prob ", lp,
-                      " (expected <= 0, not NaN/unset) for child ", r, " of node ", parent,
-                      " at depth ", d);
-        SPECBED_CHECK(r == 0 || lp <= expand_logp_[e - 1],
-                      "beam tree: the expander's log-probs "
-                      "below node ",
-                      parent, " at depth ", d,
-                      " are not sorted in non-increasing "
-                      "order (rank ",
-                      r - 1, ": ", expand_logp_[e - 1], ", rank ", r, ": ", lp, ")");
-        candidates_.AddNode(token, parent, lp);
-        candidate_scores_.push_back(parent_score + lp);
-      }
-    }
+    AddExpansion(frontier_, expand_tokens_, expand_logp_, k, d, candidates_, candidate_scores_);
     layers_built_ = d;
     if (d >= 2 && d < layers && !expander.ContinueGrowing(candidate_scores_, layer_begin, d)) break;
   }
@@ -315,6 +337,25 @@ double Uniform01(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
+// RandomTree's draft distributions: skewed random rows (some entries near 0) in which every
+// drafted child token keeps at least 1 / (4 vocab) before normalization.
+void AddRandomDraftProbs(const std::vector<std::vector<int32_t>>& children_tokens, int64_t vocab,
+                         std::mt19937_64& rng, DraftTree& tree) {
+  tree.ResizeDraftProbs(vocab);
+  const float floor = 1.f / (4.f * static_cast<float>(vocab));
+  for (int64_t s = 0; s <= tree.size(); ++s) {
+    float* row = tree.DraftProbsRow(s);
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double u = Uniform01(rng);
+      row[v] = static_cast<float>(u * u * u);  // skewed, some near 0
+    }
+    for (int32_t t : children_tokens[s]) row[t] = std::max(row[t], floor);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += row[v];
+    for (int64_t v = 0; v < vocab; ++v) row[v] = static_cast<float>(row[v] / sum);
+  }
+}
+
 }  // namespace
 
 DraftTree RandomTree(int64_t n, int64_t vocab, uint64_t seed, const RandomTreeOptions& options) {
@@ -374,21 +415,7 @@ DraftTree RandomTree(int64_t n, int64_t vocab, uint64_t seed, const RandomTreeOp
     if (!limit_depth || tree.depth[node] < options.max_depth) eligible.push_back(node);
   }
 
-  if (options.with_draft_probs) {
-    tree.ResizeDraftProbs(vocab);
-    const float floor = 1.f / (4.f * static_cast<float>(vocab));
-    for (int64_t s = 0; s <= n; ++s) {
-      float* row = tree.DraftProbsRow(s);
-      for (int64_t v = 0; v < vocab; ++v) {
-        const double u = Uniform01(rng);
-        row[v] = static_cast<float>(u * u * u);  // skewed, some near 0
-      }
-      for (int32_t t : children_tokens[s]) row[t] = std::max(row[t], floor);
-      double sum = 0.0;
-      for (int64_t v = 0; v < vocab; ++v) sum += row[v];
-      for (int64_t v = 0; v < vocab; ++v) row[v] = static_cast<float>(row[v] / sum);
-    }
-  }
+  if (options.with_draft_probs) AddRandomDraftProbs(children_tokens, vocab, rng, tree);
   if (options.with_logp) {
     tree.draft_logp.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {

@@ -162,8 +162,10 @@ DflashTrainConfig DefaultDflashTrainConfig(const std::string& variant) {
   return c;
 }
 
-DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string& out_dir,
-                              const TrainLoopOptions& options) {
+namespace {
+
+// The flags that need no model, before anything loads.
+void CheckDflashTrainFlags(const DflashTrainConfig& config) {
   const std::string& who = config.variant;
   SPECBED_CHECK(!config.data.empty(), who, ": --data (a `specbed regen` file) is required");
   SPECBED_CHECK(config.block_size >= 2 && config.block_size <= 256, who,
@@ -177,6 +179,14 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
                 config.loss.temperature);
   SPECBED_CHECK(config.max_len >= 3, who, ": --max-len must be >= 3, got ", config.max_len);
   SPECBED_CHECK(config.n_eval >= 1, who, ": --n-eval must be >= 1, got ", config.n_eval);
+}
+
+}  // namespace
+
+DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string& out_dir,
+                              const TrainLoopOptions& options) {
+  const std::string& who = config.variant;
+  CheckDflashTrainFlags(config);
   at::set_num_threads(config.optim.threads);
 
   DflashTrainResult result;

@@ -280,14 +280,24 @@ double ScheduledLearningRate(const OptimConfig& c, int64_t step) {
   return c.min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (c.lr - c.min_lr);
 }
 
-TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const ojson& task_settings,
-                             const std::string& out_dir, const TrainLoopOptions& options) {
-  const std::string who = task.Name();
-  CheckOptimConfig(optim, task.TrainRows(), who);
+namespace {
+
+// The loop's settings before anything is written: the optimizer's, the output, resume/restart.
+void CheckLoopSettings(const OptimConfig& optim, int64_t train_rows, const std::string& out_dir,
+                       const TrainLoopOptions& options, const std::string& who) {
+  CheckOptimConfig(optim, train_rows, who);
   SPECBED_CHECK(!out_dir.empty(), who, ": -o/--output is required");
   SPECBED_CHECK(!(options.resume && options.restart), who,
                 ": --resume and --restart exclude each other");
   SPECBED_CHECK(options.stop_after >= 0, who, ": stop_after must be >= 0");
+}
+
+}  // namespace
+
+TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const ojson& task_settings,
+                             const std::string& out_dir, const TrainLoopOptions& options) {
+  const std::string who = task.Name();
+  CheckLoopSettings(optim, task.TrainRows(), out_dir, options, who);
   at::set_num_threads(optim.threads);
 
   ojson settings = task_settings;
