@@ -24,15 +24,13 @@ at::Tensor TruncateTopKTopP(const at::Tensor& probs, const SamplingParams& param
   const bool use_top_p = params.top_p < 1.0;
   if (!use_top_k && !use_top_p) return probs;
   auto [sorted, order] = at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+  const at::Tensor sorted64 = sorted.to(at::kDouble);
   at::Tensor keep = at::ones_like(sorted, at::kBool);
   if (use_top_k) {
     keep = at::arange(vocab, probs.options().dtype(at::kLong)).lt(params.top_k).expand_as(sorted);
   }
-  if (use_top_p) {
-    const at::Tensor sorted64 = sorted.to(at::kDouble);
-    keep = keep.logical_and((sorted64.cumsum(-1) - sorted64).lt(params.top_p));
-  }
-  at::Tensor kept = sorted.to(at::kDouble).mul(keep);
+  if (use_top_p) keep = keep.logical_and((sorted64.cumsum(-1) - sorted64).lt(params.top_p));
+  at::Tensor kept = sorted64.mul(keep);
   kept = kept.div(kept.sum(-1, /*keepdim=*/true)).to(at::kFloat);
   return at::zeros_like(probs).scatter_(-1, order, kept);
 }
