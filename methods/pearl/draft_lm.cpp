@@ -59,10 +59,15 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
   for (int64_t i = 0; i < feed; ++i) ids[i] = context[keep + i];
   ForwardOptions options;  // logits of the last position
   ForwardOutput fwd = model_->Forward(ids_.narrow(1, 0, feed), cache_, options);
-  at::Tensor host = CopyToHost(fwd.logits);  // the CPU: the buffer; a device: one copy per token
   ++forwards_;
   cached_.insert(cached_.end(), context.begin() + keep, context.end());
   const bool greedy = sampler_->params().greedy();
+  if (greedy && !confidence && !keep_logits && !next &&
+      model_->forward_path() == ForwardPath::kAten) {
+    DraftArgmaxOnDevice(fwd, n, out);
+    return;
+  }
+  at::Tensor host = CopyToHost(fwd.logits);  // the CPU: the buffer; a device: one copy per token
   if (!greedy) out.q.resize(static_cast<size_t>(n * vocab));
   for (int64_t i = 0; i < n; ++i) {
     const float* logits = host.data_ptr<float>();
@@ -91,6 +96,24 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
     const float* logits = host.data_ptr<float>();
     out.next_logits.assign(logits, logits + vocab);
   }
+}
+
+void DraftLm::DraftArgmaxOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out) {
+  if (!drafted_.defined() || drafted_.size(0) < n || drafted_.device() != model_->device()) {
+    drafted_ = at::empty({n + 64}, at::TensorOptions().dtype(at::kLong).device(model_->device()));
+  }
+  ForwardOptions options;  // logits of the last position
+  for (int64_t i = 0; i < n; ++i) {
+    drafted_.select(0, i).copy_(fwd.logits.reshape({-1}).argmax());
+    if (i + 1 < n) {  // the id feeds the next forward where it is
+      fwd = model_->Forward(drafted_.narrow(0, i, 1).view({1, 1}), cache_, options);
+      ++forwards_;
+    }
+  }
+  const at::Tensor host = CopyToHost(drafted_.narrow(0, 0, n));  // the chunk's one copy
+  const int64_t* ids = host.data_ptr<int64_t>();
+  out.tokens.assign(ids, ids + n);
+  cached_.insert(cached_.end(), out.tokens.begin(), out.tokens.end() - 1);
 }
 
 float SoftmaxProb(const float* logits, int64_t vocab, int32_t token) {

@@ -49,6 +49,8 @@ class DraftLm {
   // the logits after the last drafted token (n = 0 with `next`: the logits after `context`).
   // With `stop_below` > 0 (needs `confidence`), drafting stops right after the first token whose
   // confidence is below it (that token is kept in `out`, not fed; no next_logits then).
+  // At T = 0 with only the tokens asked for, on the ATen path, each argmax feeds the next forward
+  // on the model's device and the n ids come to the host in one copy (no [V] row per token).
   void Draft(const std::vector<int32_t>& context, int64_t n, bool confidence, DraftChunk& out,
              bool keep_logits = false, bool next = false, float stop_below = -1.f);
   // Tokens whose KV the cache holds (a prefix of the last drafted context + its draft).
@@ -64,8 +66,11 @@ class DraftLm {
   KvCache cache_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<int32_t> cached_;
+  // T = 0, ATen path: the chunk's argmax ids on the model's device (DraftArgmaxOnDevice).
+  void DraftArgmaxOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out);
+
   std::vector<float> probs_;
-  at::Tensor ids_;
+  at::Tensor ids_, drafted_;
   int64_t forwards_ = 0;
 };
 

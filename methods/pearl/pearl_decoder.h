@@ -21,20 +21,14 @@
 // tokens were drawn from the draft given exactly the tokens before them, so the output
 // distribution is the target's (T = 0: identical to AR).
 //
-// Timing (the decoder times itself like SpeculativeDecoder; see method.h StepStats): each step's
-// t_verify_us is the target side (forward + acceptance), t_draft_us the draft time still running
-// after the target side finished (not hidden), t_other_us the rest (join, bookkeeping); the three
-// tile the wall time. t_draft_busy_us / t_verify_busy_us are what each side computed.
+// Timing and counters: ParallelDecoder (parallel_decoder.h); PEARL has no serial draft stage.
 // Checked by: tests/methods/pearl_test.cpp.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "harness/engine/method.h"
-#include "methods/common/draft_ledger.h"
-#include "methods/pearl/draft_lm.h"
-#include "methods/pearl/side_thread.h"
+#include "methods/pearl/parallel_decoder.h"
 
 namespace specbed {
 
@@ -62,29 +56,31 @@ struct PearlTrace {
   std::vector<PearlTraceStep> steps;
 };
 
-class PearlDecoder : public Decoder {
+class PearlDecoder : public ParallelDecoder {
  public:
   PearlDecoder(LlamaModel& target, const Tokenizer* tokenizer, std::shared_ptr<LlamaModel> draft,
                PearlOptions options);
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma; }
-  // The drafted positions of the last Generate (pending() = still unverified when it stopped).
-  const DraftLedger& ledger() const { return ledger_; }
 
   void SetTrace(PearlTrace* trace) { trace_ = trace; }
-  DraftLm& draft() { return draft_; }
 
  private:
-  LlamaModel& target_;
-  const Tokenizer* tokenizer_;
-  DraftLm draft_;
+  // One step: the next chunk drafted on the side thread while the target verifies R, then the
+  // join.
+  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result);
+  // Starts drafting the next chunk (n_next tokens after committed + R) on the side thread.
+  void StartNextChunk(const ParallelAnswer& answer, int64_t n_next, DraftClock& clock);
+  // The join: R's outcome, then (R all accepted) the test of the next chunk's first token.
+  StepOutcome Join(ParallelAnswer& answer, const ChainVerdict& verdict, KvCache& cache);
+
   PearlOptions options_;
-  std::unique_ptr<SideThread> side_;
   PearlTrace* trace_ = nullptr;
-  std::vector<float> scratch_;
-  at::Tensor ids_;
-  DraftLedger ledger_;
+  std::vector<int32_t> r_;  // draft tokens after pend awaiting verification
+  std::vector<float> r_q_;  // their draft distributions (T > 0)
+  std::vector<int32_t> draft_context_;
+  DraftChunk next_;  // the chunk drafted concurrently
 };
 
 }  // namespace specbed

@@ -25,20 +25,17 @@
 // Variants (knobs): branch = false -> "w/o branch" = H-RAD + sequential SD (DRAFT stage every
 // step, ordinary bonus token, one thread); hrad = false -> "w/o H-RAD" = s = 2 always (fixed
 // chunks, branches at every chunk end).
-// Timing and counters as PearlDecoder (pearl_decoder.h): t_draft_us = draft time not hidden
-// behind the target (the DRAFT stage is never hidden), busy times per side, n_rolled_back = R
-// tokens from the rejected one on + the branch positions drafted concurrently (counted once per
-// position, not per branch: spec §5), n_draft_generated = drafted positions.
+// Timing and counters: ParallelDecoder (methods/pearl/parallel_decoder.h): t_draft_us = draft time
+// not hidden behind the target (the DRAFT stage is never hidden), busy times per side,
+// n_rolled_back = R tokens from the rejected one on + the branch positions drafted concurrently
+// (counted once per position, not per branch: spec §5), n_draft_generated = drafted positions.
 // Checked by: tests/methods/specbranch_test.cpp.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "harness/engine/method.h"
-#include "methods/common/draft_ledger.h"
-#include "methods/pearl/draft_lm.h"
-#include "methods/pearl/side_thread.h"
+#include "methods/pearl/parallel_decoder.h"
 #include "methods/specbranch/hrad.h"
 
 namespace specbed {
@@ -61,7 +58,7 @@ struct SpecBranchCounters {
   int64_t branch_points = 0, branches = 0, rollbacks = 0, draft_stages = 0;
 };
 
-class SpecBranchDecoder : public Decoder {
+class SpecBranchDecoder : public ParallelDecoder {
  public:
   // `policy` may be null when options.hrad is false. `feature_layers`: the target hidden layers
   // H-RAD reads (HradConfig::Layers()).
@@ -71,31 +68,50 @@ class SpecBranchDecoder : public Decoder {
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma_max; }
-  // The drafted positions of the last Generate (pending() = still unverified when it stopped).
-  const DraftLedger& ledger() const { return ledger_; }
   const SpecBranchCounters& counters() const { return counters_; }
 
  private:
   int Classify(const std::vector<float>& z);
-  // Makes the draft side's thread (draft_threads wide); returns the target side's width.
-  int PrepareSides();
+  // One step: [DRAFT stage], branches drafted on the side thread while the target verifies R,
+  // then the join.
+  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result);
+  // The serial DRAFT stage: H-RAD a priori, then R and the branch point (target idle).
+  void DraftStage(const ParallelAnswer& answer, int64_t free, DraftClock& clock);
+  // Picks the branch point's candidates and starts drafting their branches (lb positions each,
+  // candidate included) on the side thread.
+  void StartBranches(const ParallelAnswer& answer, int64_t lb, DraftClock& clock);
   // The branch point's candidates from the draft logits `qb` [vocab] (the already drawn
   // `bp_token`, when >= 0, first): T = 0 the top-k, T > 0 k draws without replacement with each
   // draw's proposal row appended to `cand_q`; k = floor(k_max (1 - top-1 prob)) >= 1.
   void PickCandidates(const std::vector<float>& qb, int32_t bp_token, bool greedy,
                       std::vector<int32_t>& candidates, std::vector<float>& cand_q);
+  // The join: rollback, an ordinary bonus token (no branches), or branch selection.
+  StepOutcome Join(ParallelAnswer& answer, const ChainVerdict& verdict, KvCache& cache);
+  // Positions drafted after R this step (branch point + longest branch), entered in the ledger.
+  int64_t PositionsAfterR(int64_t bp_pending);
+  // Branch selection at the branch point and the posterior H-RAD trim of the kept branch.
+  void SelectBranch(ParallelAnswer& answer, const ChainVerdict& verdict, int64_t after_r,
+                    StepOutcome& outcome);
+  // R <- the first `keep` tokens of `branch`; the branch point moves after them.
+  void TakeBranch(const DraftChunk& branch, int64_t keep, bool greedy);
 
-  LlamaModel& target_;
-  const Tokenizer* tokenizer_;
-  DraftLm draft_;
   std::unique_ptr<HradPolicy> policy_;
   std::vector<int64_t> feature_layers_;
   SpecBranchOptions options_;
-  std::unique_ptr<SideThread> side_;
   SpecBranchCounters counters_;
-  std::vector<float> scratch_, z_, dist_;
-  at::Tensor ids_;
-  DraftLedger ledger_;
+  std::vector<float> z_, dist_;
+  // Between steps: R (retained draft tokens after pend) and their distributions (T > 0), the
+  // draft logits at the branch point, and the token the draft already drew there (-1 = none: it
+  // becomes the first candidate; README "Stop token").
+  std::vector<int32_t> r_;
+  std::vector<float> r_q_, qb_;
+  int32_t bp_token_ = -1;
+  bool draft_stage_ = true;
+  // One step's drafting.
+  std::vector<int32_t> context_, candidates_;
+  std::vector<float> cand_q_;  // [k, vocab] proposal of each candidate (T > 0)
+  DraftChunk chunk_;
+  std::vector<DraftChunk> branches_;
 };
 
 }  // namespace specbed

@@ -2,7 +2,8 @@
 // serialised sides, several chunk lengths), lossless at T = 1 (exact chi-square, with a negative
 // control that accepts the next chunk's first token unverified), a rollback discards every token
 // drafted after the rejected position (trace), per-thread intra-op budgets, registry entry.
-// The overlap test is in pearl_overlap_test.cpp (run serially).
+// On a GPU a greedy step copies ids only (ParallelDecoderCuda). The overlap test is in
+// pearl_overlap_test.cpp (run serially).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "harness/engine/device_sampling.h"
 #include "methods/method_registry.h"
 #include "methods/pearl/pearl_decoder.h"
 #include "methods/pearl/side_thread.h"
@@ -175,6 +177,60 @@ TEST(Pearl, ThreadBudgetsArePerThread) {
     EXPECT_EQ(at::get_num_threads(), before);
   }
   EXPECT_EQ(at::get_num_threads(), before);
+}
+
+// At T = 0 the draft LM on the ATen path chains its argmax ids on the model's device and copies
+// the chunk once; the chunk and the cached prefix equal the row path's, also after a context that
+// diverges from the cache (a rollback).
+TEST(Pearl, DraftLmArgmaxChunkOnTheAtenPathMatchesTheRowPath) {
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget aten_model = LoadModel("stories260K-draft", at::kFloat);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  ASSERT_EQ(aten_model.model->forward_path(), ForwardPath::kAten);
+  DraftLm rows(Shared().draft.model), aten(aten_model.model);
+  const std::vector<int32_t>& prompt = Shared().prompts[2];
+  const SamplingParams greedy = parallel_test::Config(Shared().target, 0.0, 8).sampling;
+  rows.Begin(prompt, greedy, 1, 512);
+  aten.Begin(prompt, greedy, 1, 512);
+  DraftChunk a, b;
+  rows.Draft(prompt, 6, false, a);
+  aten.Draft(prompt, 6, false, b);
+  ASSERT_EQ(a.tokens.size(), 6u);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(rows.cached(), aten.cached());
+  std::vector<int32_t> diverged = prompt;  // the first drafted token rejected
+  diverged.push_back(a.tokens[0] == 5 ? 6 : 5);
+  rows.Draft(diverged, 4, false, a);
+  aten.Draft(diverged, 4, false, b);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(rows.cached(), aten.cached());
+}
+
+// On a GPU at T = 0 a PEARL step brings ids only to the host: the verify rows' argmax (one copy)
+// and the drafted chunk (one copy, ParallelDecoder / DraftLm); the answer matches AR on the CPU.
+TEST(ParallelDecoderCuda, GreedyStepsCopyIdsOnly) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat, "", cuda);
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat, "", cuda);
+  PearlOptions options;
+  options.target_threads = 1;
+  PearlDecoder pearl(*target.model, target.tokenizer.get(), draft.model, options);
+  const auto& prompt = Shared().prompts[0];
+  const GenerationConfig g = parallel_test::Config(Shared().target, 0.0, 64);
+  KvCache cpu_cache = Shared().target.model->NewCache(1, 512);
+  const GenerationResult ar =
+      GenerateAr(*Shared().target.model, Shared().target.tokenizer.get(), prompt, g, cpu_cache);
+  KvCache cache = target.model->NewCache(1, 512);
+  DecodeResult r;
+  const int64_t before = DeviceToHostCopies();
+  pearl.Generate(prompt, g, cache, r);
+  const int64_t copies = DeviceToHostCopies() - before;
+  EXPECT_EQ(r.generation.tokens, ar.tokens);
+  // The prefill's row, then per step one verify copy and at most one chunk copy.
+  EXPECT_LE(copies, 1 + 2 * static_cast<int64_t>(r.steps.size()));
+  std::printf("pearl on %s: %lld steps, %lld device-to-host copies\n", cuda.str().c_str(),
+              static_cast<long long>(r.steps.size()), static_cast<long long>(copies));
 }
 
 // gamma 0 = auto: the chunk is ceil(c), c = T_target / T_draft of measured one-token forwards.
