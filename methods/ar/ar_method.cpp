@@ -1,18 +1,15 @@
 // Registration of `ar`, the autoregressive baseline (ArDecoder over GenerateAr).
 // Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
 // tests/engine/run_config_test.cpp.
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
 
 void RegisterArMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "ar";
-  info.description =
-      "autoregressive decoding with the target alone (the baseline of every speedup)";
-  info.traits.speculative = false;
-  info.traits.lossless = true;
-  info.traits.supports_batch = false;
+  MethodInfo info = DescribeMethod(
+      "ar", "autoregressive decoding with the target alone (the baseline of every speedup)", "",
+      MethodTraits(), {});  // not speculative, lossless, batch 1
   info.factory = [](MethodContext& context, const nlohmann::json&) -> std::unique_ptr<Decoder> {
     return std::make_unique<ArDecoder>(*context.target->model, context.target->tokenizer.get());
   };

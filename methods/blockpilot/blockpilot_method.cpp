@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
+#include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_method.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/drafter_catalog.h"
@@ -127,46 +128,38 @@ void CheckKnobs(const nlohmann::json& knobs) {
 }  // namespace
 
 void RegisterBlockpilotMethods(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = kMethod;
-  info.description =
+  MethodInfo info = DescribeMethod(
+      kMethod,
       "BlockPilot: an MLP over the target's last-prompt-position distribution picks the DFlash "
       "block size once per prompt among {B - radius .. B + radius}; DFlash chain drafting and "
-      "verification";
-  info.paper =
+      "verification",
       "Zhang et al., BlockPilot: Instance-Adaptive Policy Learning for Diffusion-based "
-      "Speculative Decoding (AMAP, Alibaba)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.needs_drafter = true;
-  info.traits.needs_draft_probs = true;
-  info.traits.needs_target_hidden = true;
-  info.traits.sampling_verifier = "chain_rs";
-  info.traits.drafter_knob = "drafter";
-  info.knobs = {
-      {"drafter",
-       "auto",
-       "DFlash checkpoint directory (published layout), a known name, or auto = the target's "
-       "shipped head",
-       1,
-       0,
-       {},
-       "dflash"},
-      {"predictor",
-       "auto",
-       "BlockPilot predictor directory (`specbed blockpilot train`), a known name "
-       "(stories260K-blockpilot) or auto = the target's shipped predictor",
-       1,
-       0,
-       {},
-       "blockpilot"},
-      {"radius",
-       2,
-       "candidate block sizes B - radius .. B + radius (must match the predictor's)",
-       1,
-       64,
-       {}},
-  };
+      "Speculative Decoding (AMAP, Alibaba)",
+      SpeculativeTraits("chain_rs", kTraitDraftProbs | kTraitTargetHidden, "drafter"),
+      {
+          {"drafter",
+           "auto",
+           "DFlash checkpoint directory (published layout), a known name, or auto = the target's "
+           "shipped head",
+           1,
+           0,
+           {},
+           "dflash"},
+          {"predictor",
+           "auto",
+           "BlockPilot predictor directory (`specbed blockpilot train`), a known name "
+           "(stories260K-blockpilot) or auto = the target's shipped predictor",
+           1,
+           0,
+           {},
+           "blockpilot"},
+          {"radius",
+           2,
+           "candidate block sizes B - radius .. B + radius (must match the predictor's)",
+           1,
+           64,
+           {}},
+      });
   info.validate = CheckKnobs;
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     return MakeBlockPilotDecoder(context, knobs.at("drafter").get<std::string>(),

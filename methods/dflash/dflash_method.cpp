@@ -14,6 +14,7 @@
 #include "harness/base/names.h"
 #include "harness/base/paths.h"
 #include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"
 #include "methods/method_registry.h"
@@ -88,108 +89,99 @@ std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
       *context.target->model, context.target->tokenizer.get(), std::move(drafter), options);
 }
 
+void RegisterDflashFamilyMethod(MethodRegistry& registry, MethodInfo info, DflashTreeKind kind) {
+  const std::string name = info.name;
+  info.validate = [name](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, name); };
+  info.factory = [name, kind](MethodContext& context, const nlohmann::json& knobs) {
+    return MakeDflashFamilyDecoder(context, knobs, kind, name);
+  };
+  registry.Register(std::move(info));
+}
+
+MethodKnob BudgetConventionKnob(const std::string& first) {
+  const std::string ddtree = "ddtree = drafted nodes (root excluded)";
+  const std::string jetspec =
+      "jetspec = verify tokens including the root (budget - 1 drafted nodes)";
+  const bool ddtree_first = first == kBudgetConventionDdtree;
+  const std::string second = ddtree_first ? kBudgetConventionJetspec : kBudgetConventionDdtree;
+  return {
+      "budget_convention",
+      first,
+      "what budget counts: " + (ddtree_first ? ddtree + "; " + jetspec : jetspec + "; " + ddtree),
+      1,
+      0,
+      {first, second}};
+}
+
+MethodKnob TreeBlockSizeKnob() {
+  return {"block_size",
+          0,
+          "rows forwarded per step (0 = the head's; larger values add untrained mask rows); tree "
+          "depth <= block_size - 1",
+          0,
+          1024,
+          {}};
+}
+
 void RegisterDflashMethods(MethodRegistry& registry) {
-  {
-    MethodInfo info;
-    info.name = "dflash";
-    info.description =
-        "DFlash: a block-diffusion head drafts block_size - 1 tokens in one non-causal forward "
-        "from injected target features; chain verification";
-    info.paper = "Chen et al. 2026, DFlash: Block Diffusion for Flash Speculative Decoding";
-    info.traits.speculative = true;
-    info.traits.lossless = true;
-    info.traits.needs_drafter = true;
-    info.traits.needs_draft_probs = true;
-    info.traits.needs_target_hidden = true;
-    info.traits.sampling_verifier = "chain_rs";
-    info.traits.drafter_knob = "drafter";
-    info.knobs = {
-        {"drafter",
-         "auto",
-         "DFlash checkpoint: a directory (published layout), a known name (stories260K-dflash, "
-         "stories260K-twin-dflash) or auto = the target's shipped head",
-         1,
-         0,
-         {},
-         "dflash"},
-        {"block_size",
-         0,
-         "rows forwarded per step, drafting block_size - 1 tokens (0 = the head's block size; "
-         "larger values add untrained mask rows)",
-         0,
-         1024,
-         {}},
-        {"draft_sampling",
-         "sample",
-         "drafts at T > 0: sample (each row sampled from its distribution, chain rejection "
-         "sampling) or argmax (the DFlash reference: greedy rows, sample-then-follow)",
-         1,
-         0,
-         {"sample", "argmax"}},
-    };
-    info.validate = [](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, "dflash"); };
-    info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
-      return MakeDflashFamilyDecoder(context, knobs, DflashTreeKind::kChain, "dflash");
-    };
-    registry.Register(std::move(info));
-  }
-  {
-    MethodInfo info;
-    info.name = "ddtree";
-    info.description =
-        "DDTree: a best-first draft tree to a node budget over a DFlash head's per-depth "
-        "marginals; tree verification";
-    info.paper = "DDTree (Diffusion Draft Tree) over DFlash drafters";
-    info.traits.speculative = true;
-    info.traits.lossless = true;
-    info.traits.tree = true;
-    info.traits.needs_drafter = true;
-    info.traits.needs_target_hidden = true;
-    info.traits.sampling_verifier = "sample_follow";
-    info.traits.drafter_knob = "drafter";
-    info.knobs = {
-        {"drafter",
-         "auto",
-         "DFlash checkpoint: a directory (published layout), a known name (stories260K-dflash, "
-         "stories260K-twin-dflash) or auto = the target's shipped head",
-         1,
-         0,
-         {},
-         "dflash"},
-        {"budget",
-         32,
-         "tree node budget (drafted nodes, root excluded, under the default convention)",
-         1,
-         4096,
-         {}},
-        {"budget_convention",
-         kBudgetConventionDdtree,
-         "what budget counts: ddtree = drafted nodes (root excluded); jetspec = verify tokens "
-         "including the root (budget - 1 drafted nodes)",
-         1,
-         0,
-         {kBudgetConventionDdtree, kBudgetConventionJetspec}},
-        {"top_k",
-         0,
-         "candidates per depth (the tree's branching limit); 0 = min(budget, vocab): no cap, "
-         "as in the DDTree reference",
-         0,
-         4096,
-         {}},
-        {"block_size",
-         0,
-         "rows forwarded per step (0 = the head's; larger values add untrained mask rows); tree "
-         "depth <= block_size - 1",
-         0,
-         1024,
-         {}},
-    };
-    info.validate = [](const nlohmann::json& knobs) { CheckDflashDrafterKnob(knobs, "ddtree"); };
-    info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
-      return MakeDflashFamilyDecoder(context, knobs, DflashTreeKind::kBestFirst, "ddtree");
-    };
-    registry.Register(std::move(info));
-  }
+  const MethodKnob drafter{
+      "drafter",
+      "auto",
+      "DFlash checkpoint: a directory (published layout), a known name (stories260K-dflash, "
+      "stories260K-twin-dflash) or auto = the target's shipped head",
+      1,
+      0,
+      {},
+      "dflash"};
+  RegisterDflashFamilyMethod(
+      registry,
+      DescribeMethod(
+          "dflash",
+          "DFlash: a block-diffusion head drafts block_size - 1 tokens in one non-causal forward "
+          "from injected target features; chain verification",
+          "Chen et al. 2026, DFlash: Block Diffusion for Flash Speculative Decoding",
+          SpeculativeTraits("chain_rs", kTraitDraftProbs | kTraitTargetHidden, "drafter"),
+          {drafter,
+           {"block_size",
+            0,
+            "rows forwarded per step, drafting block_size - 1 tokens (0 = the head's block size; "
+            "larger values add untrained mask rows)",
+            0,
+            1024,
+            {}},
+           {"draft_sampling",
+            "sample",
+            "drafts at T > 0: sample (each row sampled from its distribution, chain rejection "
+            "sampling) or argmax (the DFlash reference: greedy rows, sample-then-follow)",
+            1,
+            0,
+            {"sample", "argmax"}}}),
+      DflashTreeKind::kChain);
+  RegisterDflashFamilyMethod(
+      registry,
+      DescribeMethod(
+          "ddtree",
+          "DDTree: a best-first draft tree to a node budget over a DFlash head's per-depth "
+          "marginals; tree verification",
+          "DDTree (Diffusion Draft Tree) over DFlash drafters",
+          SpeculativeTraits("sample_follow", kTraitTree | kTraitTargetHidden, "drafter"),
+          {drafter,
+           {"budget",
+            32,
+            "tree node budget (drafted nodes, root excluded, under the default convention)",
+            1,
+            4096,
+            {}},
+           BudgetConventionKnob(kBudgetConventionDdtree),
+           {"top_k",
+            0,
+            "candidates per depth (the tree's branching limit); 0 = min(budget, vocab): no cap, "
+            "as in the DDTree reference",
+            0,
+            4096,
+            {}},
+           TreeBlockSizeKnob()}),
+      DflashTreeKind::kBestFirst);
 }
 
 }  // namespace specbed

@@ -29,6 +29,15 @@ int64_t DraftedNodesForBudget(int64_t budget, const std::string& convention,
 // Throws specbed::Error naming `method` unless knobs["drafter"] names an existing directory.
 void CheckDflashDrafterKnob(const nlohmann::json& knobs, const std::string& method);
 
+// Registers a DFlash-family method described by `info` (DescribeMethod): its validate checks the
+// `drafter` knob, its factory is MakeDflashFamilyDecoder with `kind`, both naming info.name.
+void RegisterDflashFamilyMethod(MethodRegistry& registry, MethodInfo info, DflashTreeKind kind);
+
+// Knobs the tree methods share: `budget_convention` with `first` (a kBudgetConvention*) as the
+// default and listed first; `block_size` of a tree (depth <= block_size - 1).
+MethodKnob BudgetConventionKnob(const std::string& first);
+MethodKnob TreeBlockSizeKnob();
+
 // The SpeculativeDecoder of a DFlash-family method for one case. Resolved knobs read: `drafter`,
 // `block_size`; for trees also `budget`, `budget_convention` and `top_k` (kBestFirst) or `width`
 // (kGroupExpand). Chains verify with chain_rs at T > 0, trees with sample_follow. Throws

@@ -9,6 +9,7 @@
 #include "harness/base/error.h"
 #include "harness/base/paths.h"
 #include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/method_registry.h"
@@ -50,20 +51,12 @@ Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const Loaded
 }
 
 void RegisterEagle3Method(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "eagle3";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "eagle3",
       "EAGLE-3: a one-layer head on fused low/mid/high target features drafts a dynamic top-k "
-      "tree, reranked to total_tokens";
-  info.paper = "Li et al. 2025, EAGLE-3 (arXiv:2503.01840)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.tree = true;
-  info.traits.needs_drafter = true;
-  info.traits.needs_target_hidden = true;
-  info.traits.sampling_verifier = "sample_follow";
-  info.traits.drafter_knob = "head";
-  info.knobs = Eagle3Knobs();
+      "tree, reranked to total_tokens",
+      "Li et al. 2025, EAGLE-3 (arXiv:2503.01840)",
+      SpeculativeTraits("sample_follow", kTraitTree | kTraitTargetHidden, "head"), Eagle3Knobs());
   info.validate = [](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
   };

@@ -9,22 +9,20 @@
 namespace specbed {
 
 void RegisterLookaheadMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "lookahead";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "lookahead",
       "lookahead decoding: a Jacobi window of W columns x N-1 levels generates n-grams into a "
       "pool; up to G pool n-grams starting at the last token are verified in the same forward; "
-      "no drafter model";
-  info.paper =
+      "no drafter model",
       "Fu et al., Break the Sequential Dependency of LLM Inference Using Lookahead "
-      "Decoding (ICML 2024)";
-  info.traits = SampleFollowTraits(/*tree=*/true);
-  info.knobs = {
-      {"window", 7, "W: Jacobi window columns (Spec-Bench: 7)", 1, 32, {}},
-      {"level", 5, "N: n-gram size, the window keeps N-1 levels (Spec-Bench: 5)", 2, 16, {}},
-      {"guess", 7, "G: most pool n-grams verified per step (Spec-Bench: 7)", 0, 32, {}},
-      {"pool_from_prompt", false, "also seed the pool with the prompt's N-grams", 1, 0, {}},
-  };
+      "Decoding (ICML 2024)",
+      SampleFollowTraits(/*tree=*/true),
+      {
+          {"window", 7, "W: Jacobi window columns (Spec-Bench: 7)", 1, 32, {}},
+          {"level", 5, "N: n-gram size, the window keeps N-1 levels (Spec-Bench: 5)", 2, 16, {}},
+          {"guess", 7, "G: most pool n-grams verified per step (Spec-Bench: 7)", 0, 32, {}},
+          {"pool_from_prompt", false, "also seed the pool with the prompt's N-grams", 1, 0, {}},
+      });
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     LookaheadOptions lookahead;
     lookahead.window = knobs.at("window").get<int64_t>();

@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/paths.h"
+#include "methods/common/registration_util.h"
 #include "methods/eagle3/eagle3_method.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_controllers.h"
@@ -55,15 +56,7 @@ std::string ResolveLtdPolicyDir(const std::string& name_or_path) {
 namespace {
 
 MethodTraits Eagle3LikeTraits() {
-  MethodTraits t;
-  t.speculative = true;
-  t.lossless = true;
-  t.tree = true;
-  t.needs_drafter = true;
-  t.needs_target_hidden = true;
-  t.sampling_verifier = "sample_follow";
-  t.drafter_knob = "head";
-  return t;
+  return SpeculativeTraits("sample_follow", kTraitTree | kTraitTargetHidden, "head");
 }
 
 // MakeLtdEagle3Decoder with the knobs `head` and `top_k`.
@@ -124,38 +117,40 @@ std::shared_ptr<LtdPolicy> LoadPolicyPart(const std::string& dir, const char* pa
 }
 
 void RegisterLtd(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "ltd";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "ltd",
       "LTD: learned depth (pi_D) and verification-size (pi_V) policies, trained with PPO on "
-      "measured throughput, steer the EAGLE-3 tree drafter";
-  info.paper = "Zhang et al. 2026, Learning to Draft (ICLR 2026)";
-  info.traits = Eagle3LikeTraits();
-  info.knobs = {
-      HeadKnob(),
-      {"policy",
-       "auto",
-       "policy pair: a known name (stories260K-twin-ltd), a directory with depth/ and size/, or "
-       "auto = the target's shipped pair",
-       1,
-       0,
-       {},
-       "ltd"},
-      {"policies",
-       "both",
-       "which learned policies drive the tree",
-       1,
-       0,
-       {"both", "size", "depth"}},
-      {"top_k", 10, "beam width W (children per expanded node); must match the policies", 1, 64},
-      {"max_depth", 12, "most expansion rounds D (the depth policy's ceiling)", 1, 31},
-      {"depth", 8, "static expansion rounds when the depth policy is off (policies=size)", 1, 31},
-      {"total_tokens", 61,
-       "static tree size incl. the root when the size policy is off (policies=depth): V = "
-       "total_tokens - 1 (LTD's depth environment verifies 60 drafts)",
-       2, 1025},
-      {"depth_every", 0, "ask pi_D after every n-th round; 0 = the policy's own setting", 0, 31},
-  };
+      "measured throughput, steer the EAGLE-3 tree drafter",
+      "Zhang et al. 2026, Learning to Draft (ICLR 2026)", Eagle3LikeTraits(),
+      {
+          HeadKnob(),
+          {"policy",
+           "auto",
+           "policy pair: a known name (stories260K-twin-ltd), a directory with depth/ and size/, "
+           "or "
+           "auto = the target's shipped pair",
+           1,
+           0,
+           {},
+           "ltd"},
+          {"policies",
+           "both",
+           "which learned policies drive the tree",
+           1,
+           0,
+           {"both", "size", "depth"}},
+          {"top_k", 10, "beam width W (children per expanded node); must match the policies", 1,
+           64},
+          {"max_depth", 12, "most expansion rounds D (the depth policy's ceiling)", 1, 31},
+          {"depth", 8, "static expansion rounds when the depth policy is off (policies=size)", 1,
+           31},
+          {"total_tokens", 61,
+           "static tree size incl. the root when the size policy is off (policies=depth): V = "
+           "total_tokens - 1 (LTD's depth environment verifies 60 drafts)",
+           2, 1025},
+          {"depth_every", 0, "ask pi_D after every n-th round; 0 = the policy's own setting", 0,
+           31},
+      });
   info.validate = [](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
     ResolveLtdPolicyDir(knobs.at("policy").get<std::string>());
@@ -189,12 +184,8 @@ struct DepthBaseline {
 };
 
 void RegisterDepthBaseline(MethodRegistry& registry, DepthBaseline b) {
-  MethodInfo info;
-  info.name = b.name;
-  info.description = b.description;
-  info.paper = b.paper;
-  info.traits = Eagle3LikeTraits();
-  info.knobs = DynamicDepthKnobs();
+  MethodInfo info =
+      DescribeMethod(b.name, b.description, b.paper, Eagle3LikeTraits(), DynamicDepthKnobs());
   for (MethodKnob& k : b.knobs) info.knobs.push_back(std::move(k));
   info.validate = [extra = b.validate](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
@@ -247,19 +238,18 @@ void RegisterSvip(MethodRegistry& registry) {
 }
 
 void RegisterGammatune(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "eagle3+gammatune";
-  info.description =
-      "EAGLE-3 with Gammatune: the depth follows a smoothed count of accepted drafts";
-  info.paper = "Gautam et al. 2025, Gammatune (settings of LTD, App. A.1)";
-  info.traits = Eagle3LikeTraits();
-  info.knobs = {
-      HeadKnob(),
-      {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
-      {"depth", 8, "default tree depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2, 20},
-      {"eta", 0.2, "adaptation rate", 0.001, 1},
-      {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
-  };
+  MethodInfo info = DescribeMethod(
+      "eagle3+gammatune",
+      "EAGLE-3 with Gammatune: the depth follows a smoothed count of accepted drafts",
+      "Gautam et al. 2025, Gammatune (settings of LTD, App. A.1)", Eagle3LikeTraits(),
+      {
+          HeadKnob(),
+          {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
+          {"depth", 8, "default tree depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2,
+           20},
+          {"eta", 0.2, "adaptation rate", 0.001, 1},
+          {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
+      });
   info.validate = [](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
   };
@@ -326,22 +316,20 @@ void RegisterClassifierDepth(MethodRegistry& registry, LtdClassifierKind kind) {
 }
 
 void RegisterC2t(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "eagle3+c2t";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "eagle3+c2t",
       "EAGLE-3 with C2T dynamic size: an FFN on each candidate's (score, depth) decides how many "
-      "candidates the target verifies";
-  info.paper = "Huo et al. 2025, C2T (as configured by LTD, App. A.1)";
-  info.traits = Eagle3LikeTraits();
-  info.knobs = {
-      HeadKnob(),
-      ClassifierKnob(),
-      {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
-      {"depth", 8, "expansion rounds D (LTD: dynamic-size methods run D = 8)", 1, 31},
-      {"total_tokens", 61, "most verified tokens incl. the root (cap on V + 1)", 2, 1025},
-      {"threshold", 0.5, "keep a candidate when its predicted acceptance >= this (C2T code: 0.5)",
-       0, 1},
-  };
+      "candidates the target verifies",
+      "Huo et al. 2025, C2T (as configured by LTD, App. A.1)", Eagle3LikeTraits(),
+      {
+          HeadKnob(),
+          ClassifierKnob(),
+          {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
+          {"depth", 8, "expansion rounds D (LTD: dynamic-size methods run D = 8)", 1, 31},
+          {"total_tokens", 61, "most verified tokens incl. the root (cap on V + 1)", 2, 1025},
+          {"threshold", 0.5,
+           "keep a candidate when its predicted acceptance >= this (C2T code: 0.5)", 0, 1},
+      });
   info.validate = [](const nlohmann::json& knobs) {
     ResolveEagle3Head(knobs.at("head").get<std::string>());
   };

@@ -33,40 +33,36 @@ MedusaOptions OptionsOf(const nlohmann::json& knobs) {
 }  // namespace
 
 void RegisterMedusaMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "medusa";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "medusa",
       "Medusa-1: K residual heads on the target's last hidden state predict tokens t+2..t+K+1; "
-      "their top-k candidates fill a static sparse tree verified in one forward";
-  info.paper = "Cai et al., Medusa (ICML 2024, arXiv:2401.10774)";
-  info.traits = SampleFollowTraits(/*tree=*/true);
-  info.traits.needs_drafter = true;
-  info.traits.needs_target_hidden = true;
-  info.traits.drafter_knob = "head";
-  info.knobs = {
-      {"tree_nodes",
-       16,
-       "nodes of the prior sparse tree (most likely rank paths; ignored when choices is set)",
-       1,
-       256,
-       {}},
-      {"top_k", 10, "candidates read from each head (Medusa: 10)", 1, 64, {}},
-      {"choices",
-       "",
-       "a sparse tree in Medusa's choices format, e.g. [[0], [0, 0], [1]] (JSON rank paths; "
-       "paste a published one such as the 63-node mc_sim_7b_63); empty = the prior tree",
-       1,
-       0,
-       {}},
-      {"head",
-       "auto",
-       "Medusa heads: a known name (stories260K-medusa, stories260K-twin-medusa), a checkpoint "
-       "directory in the published layout, or auto = the target's shipped heads",
-       1,
-       0,
-       {},
-       "medusa"},
-  };
+      "their top-k candidates fill a static sparse tree verified in one forward",
+      "Cai et al., Medusa (ICML 2024, arXiv:2401.10774)",
+      SpeculativeTraits("sample_follow", kTraitTree | kTraitTargetHidden, "head"),
+      {
+          {"tree_nodes",
+           16,
+           "nodes of the prior sparse tree (most likely rank paths; ignored when choices is set)",
+           1,
+           256,
+           {}},
+          {"top_k", 10, "candidates read from each head (Medusa: 10)", 1, 64, {}},
+          {"choices",
+           "",
+           "a sparse tree in Medusa's choices format, e.g. [[0], [0, 0], [1]] (JSON rank paths; "
+           "paste a published one such as the 63-node mc_sim_7b_63); empty = the prior tree",
+           1,
+           0,
+           {}},
+          {"head",
+           "auto",
+           "Medusa heads: a known name (stories260K-medusa, stories260K-twin-medusa), a checkpoint "
+           "directory in the published layout, or auto = the target's shipped heads",
+           1,
+           0,
+           {},
+           "medusa"},
+      });
   info.validate = [](const nlohmann::json& knobs) {
     ResolveMedusaHead(knobs.at("head").get<std::string>());
     const MedusaOptions o = OptionsOf(knobs);

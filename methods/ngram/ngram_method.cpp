@@ -9,24 +9,22 @@
 namespace specbed {
 
 void RegisterNgramMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "ngram";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "ngram",
       "prompt lookup: drafts the tokens that followed the last earlier occurrence of the "
-      "context's final n-gram (prompt + generated text); no drafter model";
-  info.paper =
-      "Saxena 2023, prompt-lookup-decoding (github.com/apoorvumang/prompt-lookup-decoding)";
-  info.traits = SampleFollowTraits(/*tree=*/false);
-  info.knobs = {
-      {"draft_length",
-       10,
-       "most tokens drafted per step (Spec-Bench's PLD setting: 10)",
-       1,
-       64,
-       {}},
-      {"max_ngram", 2, "longest suffix n-gram looked up, tried first", 1, 16, {}},
-      {"min_ngram", 1, "shortest suffix n-gram looked up", 1, 16, {}},
-  };
+      "context's final n-gram (prompt + generated text); no drafter model",
+      "Saxena 2023, prompt-lookup-decoding (github.com/apoorvumang/prompt-lookup-decoding)",
+      SampleFollowTraits(/*tree=*/false),
+      {
+          {"draft_length",
+           10,
+           "most tokens drafted per step (Spec-Bench's PLD setting: 10)",
+           1,
+           64,
+           {}},
+          {"max_ngram", 2, "longest suffix n-gram looked up, tried first", 1, 16, {}},
+          {"min_ngram", 1, "shortest suffix n-gram looked up", 1, 16, {}},
+      });
   info.validate = [](const nlohmann::json& knobs) {
     const int64_t lo = knobs.at("min_ngram").get<int64_t>();
     const int64_t hi = knobs.at("max_ngram").get<int64_t>();

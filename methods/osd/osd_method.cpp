@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
+#include "methods/common/registration_util.h"
 #include "methods/common/train/trainable_llama.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/eagle3/eagle3_method.h"
@@ -16,6 +17,7 @@
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
 #include "methods/sps/sps_drafter.h"
+#include "methods/sps/sps_method.h"
 #include "models/checkpoint/hf_checkpoint.h"
 
 namespace specbed {
@@ -163,27 +165,20 @@ void RegisterOsdMethods(MethodRegistry& registry) {
     for (const MethodKnob& k : OsdKnobs()) info.knobs.push_back(k);
     info.factory = [](MethodContext& context,
                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-      const std::string name = knobs.at("drafter").get<std::string>();
-      LoadedTarget& draft = context.load_model(name);
-      SPECBED_CHECK(draft.spec.format == "hf", "sps+osd: draft '", name, "' is a ",
+      LoadedTarget& draft = LoadDraftLm(context, knobs, "sps+osd");
+      SPECBED_CHECK(draft.spec.format == "hf", "sps+osd: draft '", draft.spec.name, "' is a ",
                     draft.spec.format, " checkpoint; online training needs a Hugging Face ",
                     "directory (config.json + safetensors)");
-      const LlamaConfig& t = context.target->model->config();
-      SPECBED_CHECK(draft.model->config().vocab_size == t.vocab_size, "sps+osd: draft '", name,
-                    "' does not share the target's vocabulary");
       const HfModel stored = ReadHfCheckpoint(draft.spec.path, at::kFloat);
       // The served draft starts as a private copy on the shared model's device and dtype:
       // updates never touch the shared model.
       auto drafter = std::make_unique<SpsDrafter>(
           ServedDraft(stored.config, stored.tensors, *draft.model, draft.spec.path));
       auto student = std::make_unique<SpsOsdStudent>(*drafter, stored);
-      SpeculativeOptions options;
-      options.budget.nodes = knobs.at("gamma").get<int64_t>();
-      options.budget.depth = options.budget.nodes;
-      options.sampling_rule = VerifyRule::kChainRs;
       return std::make_unique<SpeculativeDecoder>(
-          *context.target->model, context.target->tokenizer.get(), std::move(drafter), options,
-          nullptr, std::make_unique<OsdAdapter>(std::move(student), OsdOptionsFrom(knobs)));
+          *context.target->model, context.target->tokenizer.get(), std::move(drafter),
+          SpsOptions(knobs.at("gamma").get<int64_t>()), nullptr,
+          std::make_unique<OsdAdapter>(std::move(student), OsdOptionsFrom(knobs)));
     };
     registry.Register(std::move(info));
   }

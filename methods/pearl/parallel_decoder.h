@@ -82,6 +82,8 @@ class ParallelDecoder : public Decoder {
   // The drafted positions of the last Generate (pending() = still unverified when it stopped).
   const DraftLedger& ledger() const { return ledger_; }
   DraftLm& draft() { return draft_; }
+  // The target side's intra-op width: `option` when > 0, else the caller's width - draft_threads.
+  static int TargetThreads(int option, int draft_threads);
 
  protected:
   // `name` prefixes errors; ids_ holds up to max_chunk + 8 verify tokens.
@@ -91,8 +93,6 @@ class ParallelDecoder : public Decoder {
   // Checks prompt and cache, (re)makes the side thread `draft_threads` wide, clears the result.
   void BeginAnswer(const std::vector<int32_t>& prompt, const KvCache& cache, int draft_threads,
                    DecodeResult& result);
-  // The target side's intra-op width: `option` when > 0, else the caller's width - draft_threads.
-  static int TargetThreads(int option, int draft_threads);
   // Prefill identical to AR (with `hidden_layers`), the first token pushed, then the draft LM's
   // prefill on the side thread (its cache holds the context + `draft_margin` positions).
   ForwardOutput Prefill(const std::vector<int32_t>& prompt, KvCache& cache,

@@ -8,18 +8,22 @@
 namespace specbed {
 
 void RegisterRecyclingMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "recycling";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "recycling",
       "Token Recycling: an adjacency matrix of every token's top-k successors, refreshed from "
-      "every verified slot's logits, drafts a static template tree; no drafter model";
-  info.paper = "Luo et al., Turning Trash into Treasure: Token Recycling (ACL 2025)";
-  info.traits = SampleFollowTraits(/*tree=*/true);
-  info.knobs = {
-      {"tree_nodes", 80, "nodes of the static template tree (the paper's: about 80)", 1, 256, {}},
-      {"top_k", 8, "successors kept per token in the matrix (the paper's k: 8)", 1, 32, {}},
-      PersistScopeKnob("the adjacency matrix: what it keeps"),
-  };
+      "every verified slot's logits, drafts a static template tree; no drafter model",
+      "Luo et al., Turning Trash into Treasure: Token Recycling (ACL 2025)",
+      SampleFollowTraits(/*tree=*/true),
+      {
+          {"tree_nodes",
+           80,
+           "nodes of the static template tree (the paper's: about 80)",
+           1,
+           256,
+           {}},
+          {"top_k", 8, "successors kept per token in the matrix (the paper's k: 8)", 1, 32, {}},
+          PersistScopeKnob("the adjacency matrix: what it keeps"),
+      });
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     RecyclingOptions recycling;
     recycling.tree_nodes = knobs.at("tree_nodes").get<int64_t>();

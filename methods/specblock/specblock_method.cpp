@@ -9,6 +9,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/host_features.h"
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
 #include "methods/specblock/specblock_bandit.h"
@@ -60,22 +61,18 @@ MethodKnob AdaptTokensKnob() {
           {}};
 }
 
-void FillBaseInfo(MethodInfo& info) {
-  info.paper =
-      "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree "
-      "Drafting";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.tree = true;
-  info.traits.needs_drafter = true;
-  info.traits.needs_target_hidden = true;
-  info.traits.sampling_verifier = "sample_follow";
-  info.traits.drafter_knob = "drafter";
-  info.knobs = SpecBlockKnobs();
+// The specblock family's MethodInfo: `flags` added to the shared traits (SpeculativeTraits).
+MethodInfo SpecBlockInfo(std::string name, std::string description, uint32_t flags) {
+  MethodInfo info = DescribeMethod(
+      std::move(name), std::move(description),
+      "Shi et al., SpecBlock: Block-Iterative Speculative Decoding with Dynamic Tree Drafting",
+      SpeculativeTraits("sample_follow", kTraitTree | kTraitTargetHidden | flags, "drafter"),
+      SpecBlockKnobs());
   info.validate = [](const nlohmann::json& knobs) {
     ResolveSpecBlockDrafter(knobs.at("drafter").get<std::string>());
     ParseBranching(knobs.at("branching").get<std::string>(), "specblock knob 'branching'");
   };
+  return info;
 }
 
 }  // namespace
@@ -178,12 +175,11 @@ std::unique_ptr<Decoder> MakeBanditDecoder(MethodContext& context, const nlohman
 
 void RegisterSpecBlockMethods(MethodRegistry& registry) {
   {
-    MethodInfo info;
-    info.name = "specblock";
-    info.description =
+    MethodInfo info = SpecBlockInfo(
+        "specblock",
         "SpecBlock: a block drafter (K dependent slots per call, layer-wise shift) grows a "
-        "rank-head-shaped tree in M batched calls";
-    FillBaseInfo(info);
+        "rank-head-shaped tree in M batched calls",
+        0u);
     info.factory = [](MethodContext& context,
                       const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
       return MakeSpecBlockDecoder(context, knobs, nullptr);
@@ -191,13 +187,11 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
     registry.Register(std::move(info));
   }
   {
-    MethodInfo info;
-    info.name = "specblock+osd";
-    info.description =
+    MethodInfo info = SpecBlockInfo(
+        "specblock+osd",
         "SpecBlock with always-update OSD: forward KL at the corrected positions every "
-        "osd_interval requests";
-    FillBaseInfo(info);
-    info.traits.trains_online = true;
+        "osd_interval requests",
+        kTraitTrainsOnline);
     info.knobs.push_back(
         {"osd_interval", 8, "requests between online updates (paper: 8)", 1, 100000, {}});
     info.knobs.push_back({"osd_steps", 1, "AdamW steps per update", 1, 1000, {}});
@@ -221,13 +215,11 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
     registry.Register(std::move(info));
   }
   {
-    MethodInfo info;
-    info.name = "specblock+bandit";
-    info.description =
+    MethodInfo info = SpecBlockInfo(
+        "specblock+bandit",
         "SpecBlock with the cost-aware bandit: per query skip / head-only / full update chosen "
-        "from measured throughput gains (KL anchor, rollback)";
-    FillBaseInfo(info);
-    info.traits.trains_online = true;
+        "from measured throughput gains (KL anchor, rollback)",
+        kTraitTrainsOnline);
     info.knobs.push_back({"bandit",
                           "on",
                           "on = the cost-aware bandit; off = the paper's '- cost-aware bandit' "

@@ -1,11 +1,8 @@
 // Registration of `specbranch` (SpecBranchDecoder, specbranch_decoder.h) with its ablations as
 // knobs: branch = false (w/o branch: H-RAD + sequential SD), hrad = false (w/o H-RAD).
 // Checked by: tests/methods/specbranch_test.cpp.
-#include <ATen/Parallel.h>
-
-#include <algorithm>
-
 #include "harness/base/error.h"
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/pearl/speed_ratio.h"
 #include "methods/specbranch/specbranch_decoder.h"
@@ -14,24 +11,7 @@
 namespace specbed {
 
 void RegisterSpecBranchMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "specbranch";
-  info.description =
-      "SpecBranch: H-RAD (3-class MLP on target features + draft confidence) sets draft lengths "
-      "and branch points; k branches are drafted at the branch point while the target verifies "
-      "the prefix (two threads); multi-candidate rejection selects one";
-  info.paper =
-      "SpecBranch: Speculative Decoding via Hybrid Drafting and Rollback-Aware Branch Parallelism "
-      "(anonymous submission, under review)";
-  info.traits.speculative = true;
-  info.traits.lossless = true;
-  info.traits.needs_drafter = true;
-  info.traits.needs_draft_probs = true;
-  info.traits.needs_target_hidden = true;
-  info.traits.overlaps_verification = true;
-  info.traits.sampling_verifier = "chain_rs+branch_rrs";  // chunk, then branch (AcceptAtSlot)
-  info.traits.drafter_knob = "drafter";
-  info.knobs = {
+  std::vector<MethodKnob> knobs = {
       {"gamma_max",
        4,
        "longest draft chunk and branch length (positions); 0 = auto: ceil(c), the measured speed "
@@ -49,14 +29,7 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
       {"feature_layers", 4, "K: target layers H-RAD reads (must match the predictor)", 1, 64, {}},
       {"branch", 1, "1 = branch parallelism; 0 = w/o branch (H-RAD + sequential SD)", 0, 1, {}},
       {"hrad", 1, "1 = H-RAD; 0 = w/o H-RAD (fixed gamma_max chunks)", 0, 1, {}},
-      {"drafter",
-       "auto",
-       "draft model: registry name or path, must share the target's vocabulary; auto = the "
-       "target's shipped draft (stories260K-draft, stories260K-twin-draft)",
-       1,
-       0,
-       {},
-       "draft"},
+      DraftLmKnob(),
       {"predictor",
        "auto",
        "H-RAD predictor directory (`specbed train hrad`), a known name (stories260K-hrad, "
@@ -65,14 +38,20 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
        0,
        {},
        "hrad"},
-      {"draft_threads", 1, "intra-op threads of the draft side (its own thread)", 1, 256, {}},
-      {"target_threads",
-       0,
-       "intra-op threads of the target side; 0 = the case's threads minus draft_threads (>= 1)",
-       0,
-       256,
-       {}},
   };
+  for (MethodKnob& k : SideThreadKnobs()) knobs.push_back(std::move(k));
+  MethodInfo info = DescribeMethod(
+      "specbranch",
+      "SpecBranch: H-RAD (3-class MLP on target features + draft confidence) sets draft lengths "
+      "and branch points; k branches are drafted at the branch point while the target verifies "
+      "the prefix (two threads); multi-candidate rejection selects one",
+      "SpecBranch: Speculative Decoding via Hybrid Drafting and Rollback-Aware Branch Parallelism "
+      "(anonymous submission, under review)",
+      // chain_rs over the chunk, then the branch rule (AcceptAtSlot)
+      SpeculativeTraits("chain_rs+branch_rrs",
+                        kTraitDraftProbs | kTraitTargetHidden | kTraitOverlapsVerification,
+                        "drafter"),
+      std::move(knobs));
   info.validate = [](const nlohmann::json& knobs) {
     if (knobs.at("hrad").get<int>() == 0) return;
     const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
@@ -83,21 +62,15 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
   };
   info.factory = [](MethodContext& context,
                     const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    const std::string drafter_name = knobs.at("drafter").get<std::string>();
-    LoadedTarget& draft = context.load_model(drafter_name);
+    LoadedTarget& draft = LoadDraftLm(context, knobs, "specbranch");
     const LlamaConfig& t = context.target->model->config();
-    SPECBED_CHECK(draft.model->config().vocab_size == t.vocab_size, "specbranch: draft model '",
-                  drafter_name, "' has vocabulary size ", draft.model->config().vocab_size,
-                  " but the target '", context.target->spec.name, "' has ", t.vocab_size);
     SpecBranchOptions options;
     options.draft_threads = knobs.at("draft_threads").get<int>();
     options.target_threads = knobs.at("target_threads").get<int>();
-    const int target_threads = options.target_threads > 0
-                                   ? options.target_threads
-                                   : std::max(1, at::get_num_threads() - options.draft_threads);
-    options.gamma_max = ResolveChunkKnob(knobs.at("gamma_max").get<int64_t>(), "specbranch",
-                                         "gamma_max", *context.target->model, *draft.model,
-                                         target_threads, options.draft_threads, 64);
+    options.gamma_max = ResolveChunkKnob(
+        knobs.at("gamma_max").get<int64_t>(), "specbranch", "gamma_max", *context.target->model,
+        *draft.model, ParallelDecoder::TargetThreads(options.target_threads, options.draft_threads),
+        options.draft_threads, 64);
     options.k_max = knobs.at("k_max").get<int64_t>();
     options.epsilon = knobs.at("epsilon").get<double>();
     options.branch = knobs.at("branch").get<int>() != 0;

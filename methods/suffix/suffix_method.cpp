@@ -8,25 +8,29 @@
 namespace specbed {
 
 void RegisterSuffixMethod(MethodRegistry& registry) {
-  MethodInfo info;
-  info.name = "suffix";
-  info.description =
+  MethodInfo info = DescribeMethod(
+      "suffix",
       "suffix decoding: counted substring tries over the request and over earlier outputs; "
-      "drafts a frequency-scored tree from the longest matched suffix; no drafter model";
-  info.paper = "Oliaro et al., SuffixDecoding (NeurIPS 2025, arXiv:2411.04975)";
-  info.traits = SampleFollowTraits(/*tree=*/true);
-  info.knobs = {
-      {"max_spec_tokens", 16, "most tree nodes drafted per step (the budget)", 1, 64, {}},
-      {"max_depth", 24, "longest suffix matched and deepest trie level (vLLM: 24)", 2, 64, {}},
-      {"spec_factor",
-       1.0,
-       "tree nodes <= spec_factor x match length (the paper's alpha)",
-       0.1,
-       64,
-       {}},
-      {"min_token_prob", 0.1, "no node whose path frequency is below this (vLLM: 0.1)", 0, 1, {}},
-      PersistScopeKnob("the global trie: the outputs it holds", /*with_run=*/true),
-  };
+      "drafts a frequency-scored tree from the longest matched suffix; no drafter model",
+      "Oliaro et al., SuffixDecoding (NeurIPS 2025, arXiv:2411.04975)",
+      SampleFollowTraits(/*tree=*/true),
+      {
+          {"max_spec_tokens", 16, "most tree nodes drafted per step (the budget)", 1, 64, {}},
+          {"max_depth", 24, "longest suffix matched and deepest trie level (vLLM: 24)", 2, 64, {}},
+          {"spec_factor",
+           1.0,
+           "tree nodes <= spec_factor x match length (the paper's alpha)",
+           0.1,
+           64,
+           {}},
+          {"min_token_prob",
+           0.1,
+           "no node whose path frequency is below this (vLLM: 0.1)",
+           0,
+           1,
+           {}},
+          PersistScopeKnob("the global trie: the outputs it holds", /*with_run=*/true),
+      });
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     SuffixOptions suffix;
     suffix.max_depth = knobs.at("max_depth").get<int64_t>();

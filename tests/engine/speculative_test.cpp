@@ -18,6 +18,7 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
+#include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/sps/sps_drafter.h"
 #include "metrics/metrics.h"
@@ -472,7 +473,28 @@ TEST(MethodRegistry, ListsBuiltinsWithTraitsAndValidatesKnobs) {
   EXPECT_THROW(registry.Info("spss"), Error);
 }
 
-TEST(MethodRegistry, SpsRejectsDraftWithOtherVocabulary) {
+// SpeculativeTraits sets exactly the flagged traits; a drafter knob implies needs_drafter.
+TEST(MethodRegistry, SpeculativeTraitsSetEachFlag) {
+  const MethodTraits plain = SpeculativeTraits("sample_follow", 0u);
+  EXPECT_TRUE(plain.speculative);
+  EXPECT_TRUE(plain.lossless);
+  EXPECT_FALSE(plain.tree || plain.needs_drafter || plain.needs_draft_probs ||
+               plain.needs_target_hidden || plain.trains_online || plain.overlaps_verification);
+  EXPECT_EQ(plain.sampling_verifier, "sample_follow");
+  const MethodTraits all = SpeculativeTraits("chain_rs",
+                                             kTraitTree | kTraitDraftProbs | kTraitTargetHidden |
+                                                 kTraitTrainsOnline | kTraitOverlapsVerification,
+                                             "drafter");
+  EXPECT_TRUE(all.tree && all.needs_drafter && all.needs_draft_probs && all.needs_target_hidden &&
+              all.trains_online && all.overlaps_verification);
+  EXPECT_FALSE(all.supports_batch);
+  EXPECT_EQ(all.drafter_knob, "drafter");
+  const MethodTraits tree_only = SpeculativeTraits("sample_follow", kTraitTree);
+  EXPECT_TRUE(tree_only.tree);
+  EXPECT_FALSE(tree_only.needs_draft_probs || tree_only.needs_target_hidden);
+}
+
+TEST(MethodRegistry, DraftLmMethodsRejectADraftWithOtherVocabulary) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   LoadedTarget& target = Shared().target;
@@ -480,11 +502,15 @@ TEST(MethodRegistry, SpsRejectsDraftWithOtherVocabulary) {
   MethodContext context;
   context.target = &target;
   context.load_model = [&](const std::string&) -> LoadedTarget& { return other; };
-  try {
-    registry.Build("sps", context, {{"drafter", "random-35m"}});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("vocabulary"), std::string::npos) << e.what();
+  for (const std::string method : {"sps", "pearl", "specbranch"}) {
+    try {
+      registry.Build(method, context, {{"drafter", "random-35m"}});
+      ADD_FAILURE() << method << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(method + ": draft model 'random-35m' has vocabulary"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
