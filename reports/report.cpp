@@ -1,6 +1,9 @@
 // `specbed report`: loads a results database, computes per-case metrics (metrics/metrics.h),
 // builds the tables (constant columns hidden, llama-bench style) and writes report.md, index.html,
 // tables.tex and the gnuplot plots into the report directory (see report.h, reports/README.md).
+// WriteReport runs named steps: LoadReferences, PrepareOutputDir, BuildSections (tables, notes,
+// plot scripts), RenderPlots (plots.gp, gnuplot), BuildDocument (the one ReportDocument), then
+// one writer per format walks it (reports/report_writers.h).
 // Checked by: tests/reports/report_test.cpp, tests/reports/paper_report_test.cpp and
 // tests/reports/headline_test.cpp.
 #include "reports/report.h"
@@ -26,6 +29,7 @@
 #include "harness/base/paths.h"
 #include "metrics/vllm_metrics.h"
 #include "reports/plots.h"
+#include "reports/report_writers.h"
 #include "reports/summary.h"
 
 namespace specbed {
@@ -81,163 +85,6 @@ std::string NowUtc() {
   return buf;
 }
 
-// ---- Rendering helpers ------------------------------------------------------------------------
-
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string MdCell(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '\n' || c == '\r') {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// "Same in every row" line: ordinary constants, then the columns that have no data at all.
-struct ConstantsText {
-  std::vector<std::pair<std::string, std::string>> values;
-  std::vector<std::string> no_data;
-};
-ConstantsText SplitConstants(const ReportTable& t) {
-  ConstantsText out;
-  for (const auto& [header, value] : t.constants) {
-    if (value == kNone) {
-      out.no_data.push_back(header);
-    } else {
-      out.values.emplace_back(header, value);
-    }
-  }
-  return out;
-}
-
-std::string MarkdownTable(const ReportTable& t) {
-  std::ostringstream s;
-  const ConstantsText c = SplitConstants(t);
-  if (!c.values.empty()) {
-    s << "Same in every row: ";
-    for (size_t i = 0; i < c.values.size(); ++i) {
-      s << (i ? " · " : "") << "**" << MdCell(c.values[i].first) << "** "
-        << MdCell(c.values[i].second);
-    }
-    s << "\n\n";
-  }
-  if (!c.no_data.empty()) {
-    s << "No data (" << kNone << ") for: " << MdCell(Join(c.no_data, ", ")) << "\n\n";
-  }
-  s << "|";
-  for (const auto& col : t.columns) {
-    s << " " << MdCell(col.group.empty() ? col.header : col.group + " " + col.header) << " |";
-  }
-  s << "\n|";
-  for (const auto& col : t.columns) s << (col.right_align ? "---:|" : "---|");
-  s << "\n";
-  for (const auto& row : t.rows) {
-    s << "|";
-    for (const auto& cell : row) s << " " << MdCell(cell) << " |";
-    s << "\n";
-  }
-  return s.str();
-}
-
-// "a=1, b=2" -> <span class="token">a=1</span>, <span class="token">b=2</span> (escaped).
-std::string WholeTokens(const std::string& cell) {
-  std::string out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = cell.find(", ", start);
-    out += "<span class=\"token\">" + HtmlEscape(cell.substr(start, comma - start)) + "</span>";
-    if (comma == std::string::npos) return out;
-    out += ", ";
-    start = comma + 2;
-  }
-}
-
-std::string HtmlTable(const ReportTable& t) {
-  std::ostringstream s;
-  const ConstantsText c = SplitConstants(t);
-  if (!c.values.empty()) {
-    s << "<p class=\"constants\">Same in every row: ";
-    for (size_t i = 0; i < c.values.size(); ++i) {
-      s << (i ? " · " : "") << "<b>" << HtmlEscape(c.values[i].first) << "</b> "
-        << HtmlEscape(c.values[i].second);
-    }
-    s << "</p>\n";
-  }
-  if (!c.no_data.empty()) {
-    s << "<p class=\"constants\">No data (" << kNone
-      << ") for: " << HtmlEscape(Join(c.no_data, ", ")) << "</p>\n";
-  }
-  s << "<div class=\"table-box\"><table>\n<thead>";
-  bool has_groups = false;
-  for (const auto& col : t.columns) has_groups = has_groups || !col.group.empty();
-  if (has_groups) {
-    s << "<tr>";
-    for (size_t c = 0; c < t.columns.size();) {
-      size_t e = c + 1;
-      while (e < t.columns.size() && !t.columns[c].group.empty() &&
-             t.columns[e].group == t.columns[c].group) {
-        ++e;
-      }
-      s << "<th class=\"group\"" << (e - c > 1 ? StrCat(" colspan=\"", e - c, "\"") : "") << ">"
-        << HtmlEscape(t.columns[c].group) << "</th>";
-      c = e;
-    }
-    s << "</tr>";
-  }
-  s << "<tr>";
-  for (const auto& col : t.columns) {
-    s << "<th" << (col.right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(col.header)
-      << "</th>";
-  }
-  s << "</tr></thead>\n<tbody>\n";
-  for (size_t r = 0; r < t.rows.size(); ++r) {
-    const auto& row = t.rows[r];
-    bool synthetic = false;
-    for (const auto& cell : row)
-      synthetic = synthetic || cell.find(kSyntheticMarker) != std::string::npos;
-    s << (synthetic ? "<tr class=\"synthetic-row\">" : "<tr>");
-    for (size_t i = 0; i < row.size(); ++i) {
-      const bool titled = r < t.titles.size() && i < t.titles[r].size() && !t.titles[r][i].empty();
-      s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "")
-        << (titled ? " title=\"" + HtmlEscape(t.titles[r][i]) + "\"" : std::string()) << ">"
-        << (t.columns[i].whole_tokens ? WholeTokens(row[i]) : HtmlEscape(row[i])) << "</td>";
-    }
-    s << "</tr>\n";
-  }
-  s << "</tbody>\n</table></div>\n";
-  return s.str();
-}
-
 // Provenance: one column per run.
 ReportTable RunsTable(const std::vector<ReportRun>& runs) {
   ReportTable t;
@@ -286,42 +133,6 @@ void WriteTextFile(const std::string& path, const std::string& text) {
   out.close();
   SPECBED_CHECK(out.good(), "writing report file '", path, "' failed (disk full?)");
 }
-
-constexpr const char* kCss = R"css(
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1800px; padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { border-bottom: 2px solid #ddd; padding-bottom: .2em; }
-h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
-table { border-collapse: collapse; margin: .8em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: .3em .6em; vertical-align: top; }
-th { background: #f3f3f3; text-align: left; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tbody tr:nth-child(even) { background: #fafafa; }
-p.constants { font-size: 0.9em; color: #444; }
-code { background: #f3f3f3; padding: 0 .25em; }
-figure { margin: 1em 0; }
-figure img { max-width: 100%; border: 1px solid #ddd; }
-figcaption { font-size: 0.85em; color: #555; }
-.warning { background: #fff4e0; border: 1px solid #e0a040; padding: .5em; }
-.synthetic { background: #c62828; color: #fff; font-weight: bold; padding: .6em 1em;
-             font-size: 1.1em; }
-th.group { text-align: center; }
-td:not(.num) { overflow-wrap: break-word; }
-.table-box { overflow-x: auto; max-width: 100%; margin: .8em 0; }
-.table-box > table { margin: 0; }
-span.token { white-space: nowrap; }
-tr.synthetic-row td { background: #fde0e0; }
-details > summary { cursor: pointer; }
-details > summary > h2 { display: inline; }
-details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
-details.provenance td { font-size: 0.85em; max-width: 40em; }
-.headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.headline-table { flex: 1 1 520px; }
-.headline-table table { font-size: 0.85em; }
-.headline-table td:first-child { overflow-wrap: normal; min-width: 8em; }
-.headline-chart { flex: 1 1 380px; margin: 0; max-width: 720px; }
-.slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
-)css";
 
 const std::vector<std::string> kConventions = {
     "decode tok/s = Σ (output tokens − 1) / Σ decode time over the answers of a case: the first "
@@ -976,52 +787,62 @@ std::vector<std::string> ConventionsFor(SpeedupScope scope) {
   return out;
 }
 
-ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
-                         const ReportOptions& options) {
-  // Fails first when the database is bad.
-  const ReportData data = LoadReportData(db_path, options.scope, options.baseline);
-  const std::vector<std::string> conventions = ConventionsFor(options.scope);
+namespace {
 
-  // Paper references: given ones must load; ones named in a config are warnings when they fail.
+using Warn = std::function<void(const std::string&)>;
+
+// The paper references named by "paper": {"reference": PATH} in the runs' and cases' configs.
+std::vector<std::string> ConfigReferencePaths(const ReportData& data) {
+  std::vector<std::string> named;
+  for (const ReportRun& r : data.runs) {
+    for (const auto& p : PaperReferencePaths(r.info.config_json)) named.push_back(p);
+  }
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      for (const auto& p : PaperReferencePaths(c.row.record.config_json)) named.push_back(p);
+    }
+  }
+  return named;
+}
+
+// Relative paths (a config run from the SpecBed tree keeps them as written): as given (from the
+// working directory), else next to the database, else in the SpecBed home.
+std::string ResolveReferencePath(const std::string& name, const std::string& db_dir) {
+  std::error_code ec;
+  if (fs::exists(name, ec) || !fs::path(name).is_relative()) return name;
+  for (const std::string& base : {db_dir, SpecBedHome()}) {
+    if (base.empty() || !fs::exists(fs::path(base) / name, ec)) continue;
+    return (fs::path(base) / name).string();
+  }
+  return name;
+}
+
+// Step 1: the paper references. Given ones must load (else this throws); ones named in a config
+// that cannot be loaded are appended to *warnings.
+std::vector<PaperReference> LoadReferences(const ReportData& data,
+                                           const std::vector<std::string>& given,
+                                           std::vector<std::string>* warnings) {
   std::vector<PaperReference> references;
-  std::vector<std::string> early_warnings;
-  std::set<std::string> seen_refs;
-  for (const std::string& path : options.paper_references) {
-    if (seen_refs.insert(path).second) references.push_back(LoadPaperReference(path));
+  std::set<std::string> seen;
+  for (const std::string& path : given) {
+    if (seen.insert(path).second) references.push_back(LoadPaperReference(path));
   }
-  {
-    std::vector<std::string> named;
-    for (const ReportRun& r : data.runs) {
-      for (const auto& p : PaperReferencePaths(r.info.config_json)) named.push_back(p);
-    }
-    for (const ReportGroup& g : data.groups) {
-      for (const CaseReport& c : g.cases) {
-        for (const auto& p : PaperReferencePaths(c.row.record.config_json)) named.push_back(p);
-      }
-    }
-    const std::string db_dir = fs::path(db_path).parent_path().string();
-    for (const std::string& name : named) {
-      // Relative paths (a config run from the SpecBed tree keeps them as written): as given
-      // (from the working directory), else next to the database, else in the SpecBed home.
-      std::string path = name;
-      std::error_code ec;
-      if (!fs::exists(path, ec) && fs::path(name).is_relative()) {
-        for (const std::string& base : {db_dir, SpecBedHome()}) {
-          if (base.empty() || !fs::exists(fs::path(base) / name, ec)) continue;
-          path = (fs::path(base) / name).string();
-          break;
-        }
-      }
-      if (!seen_refs.insert(path).second) continue;
-      try {
-        references.push_back(LoadPaperReference(path));
-      } catch (const Error& e) {
-        early_warnings.push_back(StrCat("paper reference '", name,
-                                        "' named in a config could not be loaded: ", e.what()));
-      }
+  const std::string db_dir = fs::path(data.db_path).parent_path().string();
+  for (const std::string& name : ConfigReferencePaths(data)) {
+    const std::string path = ResolveReferencePath(name, db_dir);
+    if (!seen.insert(path).second) continue;
+    try {
+      references.push_back(LoadPaperReference(path));
+    } catch (const Error& e) {
+      warnings->push_back(
+          StrCat("paper reference '", name, "' named in a config could not be loaded: ", e.what()));
     }
   }
+  return references;
+}
 
+// Step 2: the report directory, created (with parents) when missing.
+void PrepareOutputDir(const std::string& out_dir) {
   SPECBED_CHECK(!out_dir.empty(), "report directory is empty");
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
@@ -1031,28 +852,86 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
     fs::create_directories(out_dir, ec);
     SPECBED_CHECK(!ec, "cannot create report directory '", out_dir, "': ", ec.message());
   }
+}
 
-  ReportResult result;
-  auto warn = [&](const std::string& message) {
-    result.warnings.push_back(message);
-    if (options.print_warnings)
-      std::fprintf(stderr, "specbed report: warning: %s\n", message.c_str());
-  };
-  for (const auto& w : early_warnings) warn(w);
+// The details of one (target, dataset) group (or the bench): its table, plots and notes.
+struct GroupSection {
+  std::string heading;
+  ReportTable table;
+  std::vector<Plot> plots;
+  std::vector<std::string> notes;
+};
 
-  const std::vector<PaperTable> paper_tables = BuildPaperTables(data);
-  const std::vector<StreamTable> stream_tables = BuildStreamTables(data, options.stream_window);
-  const std::string stream_intro = StrCat(
-      "Cases that trained online (OSD, the SpecBlock bandit) next to the others of the same "
-      "target, dataset and temperature, per window of ",
-      options.stream_window,
-      " consecutive answers in the order they ran: τ = tokens per verify step, Spd = speedup vs. "
-      "AR (geometric mean over the window's answers), upd s = online-update seconds charged to "
-      "the window's answers (already inside their decode time).");
+// What the report shows, before its plots are rendered (BuildSections).
+struct ReportSections {
+  std::vector<PaperTable> paper_tables;
+  std::vector<StreamTable> stream_tables;
+  std::string stream_intro;
   std::vector<PaperComparison> comparisons;
-  for (const PaperReference& ref : references) {
-    comparisons.push_back(BuildPaperComparison(data, ref));
+  std::string synthetic_banner;  // "" when no case is synthetic
+  std::vector<std::string> cost_notes;
+  std::vector<GroupSection> groups;  // one per data.groups entry
+  std::vector<Plot> stream_plots;
+  std::vector<HeadlineTable> headlines;
+  std::vector<Plot> headline_plots;  // one per headline; empty name: no chart
+  GroupSection bench;
+  std::vector<std::string> conventions;
+};
+
+// Notes on the cases of `group` whose AR baseline is from another run or missing.
+std::vector<std::string> BaselineNotes(const ReportGroup& group) {
+  std::vector<std::string> notes;
+  for (const CaseReport& c : group.cases) {
+    if (c.is_ar) continue;
+    if (c.baseline_case_id >= 0 && !c.baseline_same_run) {
+      notes.push_back(
+          StrCat("case ", c.row.case_id, " (", c.row.record.method, ", run ", c.row.run_id,
+                 ") is compared with AR case ", c.baseline_case_id, " of another run",
+                 c.baseline_same_machine ? " on the same machine"
+                                         : StrCat(" on another machine (", c.baseline_machine, ")"),
+                 " (none with the same workload in its run)."));
+    }
+    if (c.baseline_case_id < 0 && c.refused_baseline_case_id >= 0) {
+      notes.push_back(
+          StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                 "): its only AR case with the same workload (case ", c.refused_baseline_case_id,
+                 ") ran on another machine, used only with "
+                 "--cross-machine-baseline: no speedup",
+                 c.speedup.n_matched > 0 ? " but the paired one" : "", ", no exact match."));
+    } else if (c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
+      notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                             ") has no AR case with the same workload: no speedup."));
+    } else if (c.speedup.n_matched == 0) {
+      notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
+                             ") shares no answered prompt with its AR case ", c.baseline_case_id,
+                             ": no speedup."));
+    }
   }
+  return notes;
+}
+
+// The details section of group number `index` (1-based): case table, plots and figures, notes.
+GroupSection BuildGroupSection(const ReportGroup& group, int index) {
+  GroupSection s;
+  s.heading = group.target + " / " + group.dataset;
+  s.table = BuildCaseTable(group);
+  const std::vector<std::string> labels = CaseLabels(group);
+  std::vector<std::string> skipped;
+  s.plots = BuildGroupPlots(group, labels, index, &skipped);
+  for (Plot& p : BuildGroupFigures(group, labels, index, &skipped)) s.plots.push_back(std::move(p));
+  s.notes = BaselineNotes(group);
+  if (!group.has_steps()) {
+    s.notes.push_back(
+        "No speculative steps recorded: speedup-vs-T_D, τ, per-position acceptance, budget, "
+        "phase-time and τ-vs-temperature figures skipped.");
+  } else {
+    for (auto& n : skipped) s.notes.push_back(std::move(n));
+  }
+  return s;
+}
+
+// The banner over a report with synthetic-acceptance cases; "" without them.
+std::string SyntheticBanner(const ReportData& data) {
   std::vector<std::string> synthetic_cases;
   for (const ReportGroup& g : data.groups) {
     for (const CaseReport& c : g.cases) {
@@ -1061,386 +940,317 @@ ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
       }
     }
   }
-  const std::string synthetic_banner =
-      synthetic_cases.empty()
-          ? ""
-          : StrCat(kSyntheticMarker, ": case", synthetic_cases.size() > 1 ? "s " : " ",
-                   Join(synthetic_cases, ", "),
-                   " used synthetic acceptance (config key \"synthetic_acceptance\"); their "
-                   "speedup, τ and acceptance numbers are not real measurements.");
+  if (synthetic_cases.empty()) return "";
+  return StrCat(kSyntheticMarker, ": case", synthetic_cases.size() > 1 ? "s " : " ",
+                Join(synthetic_cases, ", "),
+                " used synthetic acceptance (config key \"synthetic_acceptance\"); their "
+                "speedup, τ and acceptance numbers are not real measurements.");
+}
 
-  // The targets' cost regime (cost twins, AR's memory-roofline fraction), shown before the
-  // speedup tables.
+// The targets' cost regime (cost twins, AR's memory-roofline fraction).
+std::vector<std::string> CostNotes(const ReportData& data) {
   std::vector<CostCase> cost_cases;
   for (const ReportGroup& g : data.groups) {
     for (const CaseReport& c : g.cases) {
       cost_cases.push_back({c.row.case_id, &c.row.record, c.metrics.decode_tokens_per_s});
     }
   }
-  const std::vector<std::string> cost_notes = CostRegimeNotes(cost_cases);
-  for (const std::string& note : cost_notes) {  // a target where speculation cannot pay
+  return CostRegimeNotes(cost_cases);
+}
+
+// Step 3: every table, note and plot script of the report.
+ReportSections BuildSections(const ReportData& data, const std::vector<PaperReference>& references,
+                             const ReportOptions& options) {
+  ReportSections s;
+  s.paper_tables = BuildPaperTables(data);
+  s.stream_tables = BuildStreamTables(data, options.stream_window);
+  s.stream_intro = StrCat(
+      "Cases that trained online (OSD, the SpecBlock bandit) next to the others of the same "
+      "target, dataset and temperature, per window of ",
+      options.stream_window,
+      " consecutive answers in the order they ran: τ = tokens per verify step, Spd = speedup vs. "
+      "AR (geometric mean over the window's answers), upd s = online-update seconds charged to "
+      "the window's answers (already inside their decode time).");
+  for (const PaperReference& ref : references) {
+    s.comparisons.push_back(BuildPaperComparison(data, ref));
+  }
+  s.synthetic_banner = SyntheticBanner(data);
+  s.cost_notes = CostNotes(data);
+  for (size_t g = 0; g < data.groups.size(); ++g) {
+    s.groups.push_back(BuildGroupSection(data.groups[g], static_cast<int>(g + 1)));
+  }
+  for (size_t i = 0; i < s.stream_tables.size(); ++i) {
+    // A line needs two windows (one window: the table says it all; gnuplot warns on [1:1]).
+    if (!s.stream_tables[i].tau.empty() && s.stream_tables[i].tau[0].size() >= 2)
+      s.stream_plots.push_back(BuildStreamPlot(s.stream_tables[i], static_cast<int>(i + 1)));
+  }
+  s.headlines = BuildHeadlineTables(data);
+  for (size_t i = 0; i < s.headlines.size(); ++i) {
+    s.headline_plots.push_back(BuildHeadlinePlot(s.headlines[i], static_cast<int>(i + 1)));
+  }
+  s.bench.heading = "Bench: AR decode speed (specbed bench)";
+  if (!data.bench.empty()) {
+    s.bench.table = BuildBenchTable(data.bench);
+    s.bench.plots = BuildBenchPlots(data.bench);
+  }
+  s.conventions = ConventionsFor(options.scope);
+  return s;
+}
+
+// Every plot in the order of plots.gp: headline charts, groups, bench, stream.
+std::vector<const Plot*> AllPlots(const ReportSections& s) {
+  std::vector<const Plot*> all;
+  for (const auto& p : s.headline_plots) {
+    if (!p.name.empty()) all.push_back(&p);
+  }
+  for (const auto& g : s.groups) {
+    for (const auto& p : g.plots) all.push_back(&p);
+  }
+  for (const auto& p : s.bench.plots) all.push_back(&p);
+  for (const auto& p : s.stream_plots) all.push_back(&p);
+  return all;
+}
+
+// Runs gnuplot (`program`, found) on `script` in `out`; returns the names of the plots whose PNG
+// and SVG exist. Failures and gnuplot's own warnings are warnings.
+std::set<std::string> RunPlots(const std::vector<const Plot*>& plots, const std::string& program,
+                               const std::string& out, const std::string& script,
+                               const Warn& warn) {
+  std::error_code ec;
+  for (const Plot* p : plots) {
+    for (const char* ext : {".png", ".svg"}) fs::remove(out + "/" + p->name + ext, ec);
+  }
+  const std::string error = RunGnuplot(program, out, script);
+  if (!error.empty()) warn("gnuplot failed, some plots may be missing: " + error);
+  // gnuplot's own warnings (it exits 0 after them) are report warnings too.
+  if (error.empty() && fs::exists(out + "/gnuplot.log", ec)) {
+    for (const std::string& w : GnuplotWarnings(ReadFileToString(out + "/gnuplot.log"))) {
+      warn(StrCat("gnuplot: ", w, " (see ", out, "/gnuplot.log)"));
+    }
+  }
+  std::set<std::string> plotted;
+  for (const Plot* p : plots) {
+    const std::string png = out + "/" + p->name + ".png";
+    if (IsPng(png) && fs::exists(out + "/" + p->name + ".svg", ec)) {
+      plotted.insert(p->name);
+    } else if (error.empty()) {
+      warn(StrCat("gnuplot did not write a valid '", png, "' (see ", out, "/gnuplot.log)"));
+    }
+  }
+  if (error.empty() && fs::exists(out + "/gnuplot.log", ec) &&
+      fs::file_size(out + "/gnuplot.log", ec) == 0) {
+    fs::remove(out + "/gnuplot.log", ec);
+  }
+  return plotted;
+}
+
+// Step 4: writes plots.gp and, when gnuplot is found, the images; returns the names of the plots
+// that were drawn.
+std::set<std::string> RenderPlots(const ReportSections& s, const std::string& out,
+                                  const std::string& gnuplot, const Warn& warn) {
+  const std::vector<const Plot*> plots = AllPlots(s);
+  std::string script;
+  for (const Plot* p : plots) script += "# " + p->title + "\n" + p->script;
+  if (script.empty()) return {};
+  WriteTextFile(out + "/plots.gp",
+                "# gnuplot script of this report (regenerate the plots: cd into this directory "
+                "and run `LC_ALL=C.UTF-8 gnuplot plots.gp`; UTF-8 text).\n" +
+                    script);
+  const std::string program = GnuplotProgram(gnuplot);
+  const std::string found = FindExecutable(program);
+  if (found.empty()) {
+    warn(StrCat("gnuplot program '", program,
+                "' not found: the report has tables but no plots (install gnuplot, e.g. Debian "
+                "package gnuplot-nox, or set SPECBED_GNUPLOT to its path)"));
+    return {};
+  }
+  return RunPlots(plots, found, out, script, warn);
+}
+
+// ---- The document (BuildDocument): sections in report order ----------------------------------
+
+using Blocks = std::vector<ReportBlock>;
+
+// The plots that were drawn, as figures.
+void AddFigures(const std::vector<Plot>& plots, const std::set<std::string>& plotted,
+                Blocks* blocks) {
+  for (const Plot& p : plots) {
+    if (plotted.count(p.name)) blocks->push_back(FigureBlock(p));
+  }
+}
+
+void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, Blocks* blocks) {
+  if (s.headlines.empty()) return;
+  blocks->push_back(HeadingBlock("Headline", 2, "headline"));
+  blocks->push_back(ParagraphBlock(
+      "Per target and temperature, every speculative case, best speedup first: speedup = "
+      "geometric mean over answers of method decode tok/s ÷ AR's, with its 95% bootstrap CI "
+      "over prompts; τ = tokens per verify step; T_D% = drafting share of decode time; exact "
+      "match = answers identical to AR's.",
+      false,
+      "Best speedup first. Speedup = geometric mean over answers of method ÷ AR decode tok/s "
+      "[95% bootstrap CI over prompts]; τ = tokens per verify step; T_D% = drafting share of "
+      "decode time; exact match = answers identical to AR's (Conventions at the end).",
+      "constants"));
+  for (size_t i = 0; i < s.headlines.size(); ++i) {
+    const HeadlineTable& h = s.headlines[i];
+    blocks->push_back(HeadingBlock(h.title, 3));
+    ReportBlock chart = TableBlock(h.table);
+    chart.kind = ReportBlock::Kind::kChartAndTable;
+    const Plot& p = s.headline_plots[i];
+    if (!p.name.empty() && plotted.count(p.name)) chart.figure = p;
+    blocks->push_back(std::move(chart));
+    if (h.slow_notes.empty()) continue;
+    ReportBlock note = ListBlock(h.slow_notes, true);
+    note.kind = ReportBlock::Kind::kNoteBox;
+    note.title = "Why some speedups are below 1×:";
+    note.text = h.slow_explanation;
+    note.html_class = "slow-note";
+    blocks->push_back(std::move(note));
+  }
+}
+
+void AddPaperTables(const ReportSections& s, Blocks* blocks) {
+  if (s.paper_tables.empty()) return;
+  blocks->push_back(HeadingBlock("Results (paper layout)", 2));
+  blocks->push_back(ParagraphBlock(
+      "Spd = speedup vs. AR (geometric mean over answers of method decode tok/s ÷ AR decode "
+      "tok/s, see Conventions), τ = tokens per verify step; also in `tables.tex` (LaTeX, "
+      "booktabs).",
+      false,
+      "Spd = speedup vs. AR (geometric mean over answers of method decode tok/s ÷ AR decode "
+      "tok/s, see Conventions), τ = tokens per verify step; also in <a "
+      "href=\"tables.tex\">tables.tex</a> (LaTeX, booktabs)."));
+  for (const PaperTable& pt : s.paper_tables) {
+    blocks->push_back(HeadingBlock(pt.title, 3));
+    blocks->push_back(TableBlock(pt.table, pt.title,
+                                 "Speedup (Spd, geometric mean vs. AR) and mean accepted length "
+                                 "(τ) per benchmark — " +
+                                     pt.title));
+    if (!pt.notes.empty()) blocks->push_back(ListBlock(pt.notes, true));
+  }
+}
+
+void AddComparisons(const ReportSections& s, Blocks* blocks) {
+  for (const PaperComparison& pc : s.comparisons) {
+    blocks->push_back(HeadingBlock("Paper vs measured: " + pc.heading, 2));
+    if (!pc.notes.empty()) blocks->push_back(ParagraphBlock(pc.notes, true));
+    blocks->push_back(TableBlock(pc.table, "paper vs measured: " + pc.heading,
+                                 "Paper vs measured — " + pc.heading));
+    if (!pc.match_notes.empty()) blocks->push_back(ListBlock(pc.match_notes, true));
+  }
+}
+
+void AddStream(const ReportSections& s, const std::set<std::string>& plotted, Blocks* blocks) {
+  if (s.stream_tables.empty()) return;
+  blocks->push_back(HeadingBlock("Adaptation over the stream", 2, "stream"));
+  blocks->push_back(ParagraphBlock(s.stream_intro, true));
+  for (const StreamTable& st : s.stream_tables) {
+    blocks->push_back(HeadingBlock(st.title, 3));
+    blocks->push_back(TableBlock(st.table, "adaptation over the stream: " + st.title,
+                                 "Adaptation over the stream — " + st.title));
+    blocks->push_back(ListBlock(st.case_notes, true));
+  }
+  AddFigures(s.stream_plots, plotted, blocks);
+}
+
+void AddDetails(const ReportSections& s, const std::set<std::string>& plotted, Blocks* blocks) {
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    const GroupSection& g = s.groups[i];
+    blocks->push_back(HeadingBlock("Details: " + g.heading, 2, StrCat("details-", i + 1)));
+    blocks->push_back(TableBlock(g.table));
+    // Markdown keeps these notes as written (they name cases and methods).
+    if (!g.notes.empty()) blocks->push_back(ListBlock(g.notes, false));
+    AddFigures(g.plots, plotted, blocks);
+  }
+}
+
+// A section collapsed in HTML (<details>): provenance and conventions.
+ReportBlock Collapsible(const std::string& heading, const std::string& html_id,
+                        const std::string& html_class, ReportBlock content) {
+  ReportBlock b;
+  b.kind = ReportBlock::Kind::kCollapsible;
+  b.text = heading;
+  b.html_id = html_id;
+  b.html_class = html_class;
+  b.children.push_back(std::move(content));
+  return b;
+}
+
+// Step 5: the report as one document, in section order, for every writer.
+ReportDocument BuildDocument(const ReportData& data, const ReportSections& s,
+                             const std::set<std::string>& plotted,
+                             const std::vector<std::string>& warnings) {
+  ReportDocument doc;
+  doc.db_path = data.db_path;
+  doc.generated = NowUtc();
+  doc.latex_no_tables = s.paper_tables.empty() && s.comparisons.empty();
+  Blocks& blocks = doc.blocks;
+  if (!s.synthetic_banner.empty()) {
+    blocks.push_back(ParagraphBlock(s.synthetic_banner, true));
+    blocks.back().kind = ReportBlock::Kind::kBanner;
+  }
+  for (const auto& w : warnings) {
+    blocks.push_back(ParagraphBlock(w, true));
+    blocks.back().kind = ReportBlock::Kind::kWarning;
+  }
+  if (s.groups.empty()) blocks.push_back(ParagraphBlock("No cases recorded.", false));
+  AddHeadline(s, plotted, &blocks);
+  if (!s.cost_notes.empty()) {
+    blocks.push_back(HeadingBlock("Cost regime", 2, "cost-regime"));
+    blocks.push_back(ListBlock(s.cost_notes, true));
+  }
+  AddPaperTables(s, &blocks);
+  AddComparisons(s, &blocks);
+  AddStream(s, plotted, &blocks);
+  AddDetails(s, plotted, &blocks);
+  if (!data.bench.empty()) {
+    blocks.push_back(HeadingBlock(s.bench.heading, 2));
+    blocks.push_back(TableBlock(s.bench.table));
+    AddFigures(s.bench.plots, plotted, &blocks);
+  }
+  blocks.push_back(Collapsible("Provenance", "provenance", "provenance",
+                               data.runs.empty() ? ParagraphBlock("No runs recorded.", false)
+                                                 : TableBlock(RunsTable(data.runs))));
+  blocks.push_back(Collapsible("Conventions", "conventions", "", ListBlock(s.conventions, false)));
+  return doc;
+}
+
+}  // namespace
+
+ReportResult WriteReport(const std::string& db_path, const std::string& out_dir,
+                         const ReportOptions& options) {
+  // Fails first when the database is bad, then when a given paper reference is.
+  const ReportData data = LoadReportData(db_path, options.scope, options.baseline);
+  std::vector<std::string> early_warnings;
+  const std::vector<PaperReference> references =
+      LoadReferences(data, options.paper_references, &early_warnings);
+  PrepareOutputDir(out_dir);
+
+  ReportResult result;
+  const Warn warn = [&](const std::string& message) {
+    result.warnings.push_back(message);
+    if (options.print_warnings)
+      std::fprintf(stderr, "specbed report: warning: %s\n", message.c_str());
+  };
+  for (const auto& w : early_warnings) warn(w);
+  const ReportSections sections = BuildSections(data, references, options);
+  for (const std::string& note : sections.cost_notes) {  // a target where speculation cannot pay
     if (note.rfind("WARNING: ", 0) == 0) warn(note.substr(9));
   }
+  const std::set<std::string> plotted = RenderPlots(sections, out_dir, options.gnuplot, warn);
+  const ReportDocument doc = BuildDocument(data, sections, plotted, result.warnings);
 
-  // Tables and plot scripts.
-  struct Section {
-    std::string heading;
-    ReportTable table;
-    std::vector<Plot> plots;
-    std::vector<std::string> notes;
-  };
-  std::vector<Section> sections;
-  for (size_t g = 0; g < data.groups.size(); ++g) {
-    const ReportGroup& group = data.groups[g];
-    Section s;
-    s.heading = group.target + " / " + group.dataset;
-    s.table = BuildCaseTable(group);
-    const std::vector<std::string> labels = CaseLabels(group);
-    std::vector<std::string> skipped;
-    s.plots = BuildGroupPlots(group, labels, static_cast<int>(g + 1), &skipped);
-    for (Plot& p : BuildGroupFigures(group, labels, static_cast<int>(g + 1), &skipped)) {
-      s.plots.push_back(std::move(p));
-    }
-    for (const CaseReport& c : group.cases) {
-      if (!c.is_ar && c.baseline_case_id >= 0 && !c.baseline_same_run) {
-        s.notes.push_back(StrCat(
-            "case ", c.row.case_id, " (", c.row.record.method, ", run ", c.row.run_id,
-            ") is compared with AR case ", c.baseline_case_id, " of another run",
-            c.baseline_same_machine ? " on the same machine"
-                                    : StrCat(" on another machine (", c.baseline_machine, ")"),
-            " (none with the same workload in its run)."));
-      }
-      if (!c.is_ar && c.baseline_case_id < 0 && c.refused_baseline_case_id >= 0) {
-        s.notes.push_back(
-            StrCat("case ", c.row.case_id, " (", c.row.record.method,
-                   "): its only AR case with the same workload (case ", c.refused_baseline_case_id,
-                   ") ran on another machine, used only with "
-                   "--cross-machine-baseline: no speedup",
-                   c.speedup.n_matched > 0 ? " but the paired one" : "", ", no exact match."));
-      } else if (!c.is_ar && c.baseline_case_id < 0 && c.speedup.n_matched == 0) {
-        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
-                                 ") has no AR case with the same workload: no speedup."));
-      } else if (!c.is_ar && c.speedup.n_matched == 0) {
-        s.notes.push_back(StrCat("case ", c.row.case_id, " (", c.row.record.method,
-                                 ") shares no answered prompt with its AR case ",
-                                 c.baseline_case_id, ": no speedup."));
-      }
-    }
-    if (!group.has_steps()) {
-      s.notes.push_back(
-          "No speculative steps recorded: speedup-vs-T_D, τ, per-position acceptance, budget, "
-          "phase-time and τ-vs-temperature figures skipped.");
-    } else {
-      for (auto& n : skipped) s.notes.push_back(std::move(n));
-    }
-    sections.push_back(std::move(s));
-  }
-  std::vector<Plot> stream_plots;
-  for (size_t i = 0; i < stream_tables.size(); ++i) {
-    // A line needs two windows (one window: the table says it all; gnuplot warns on [1:1]).
-    if (!stream_tables[i].tau.empty() && stream_tables[i].tau[0].size() >= 2)
-      stream_plots.push_back(BuildStreamPlot(stream_tables[i], static_cast<int>(i + 1)));
-  }
-  const std::vector<HeadlineTable> headlines = BuildHeadlineTables(data);
-  std::vector<Plot> headline_plots(headlines.size());  // empty name: no chart
-  for (size_t i = 0; i < headlines.size(); ++i) {
-    headline_plots[i] = BuildHeadlinePlot(headlines[i], static_cast<int>(i + 1));
-  }
-  Section bench_section;
-  bench_section.heading = "Bench: AR decode speed (specbed bench)";
-  if (!data.bench.empty()) {
-    bench_section.table = BuildBenchTable(data.bench);
-    bench_section.plots = BuildBenchPlots(data.bench);
-  }
-
-  // Plots.
-  std::vector<const Plot*> all_plots;
-  for (const auto& p : headline_plots) {
-    if (!p.name.empty()) all_plots.push_back(&p);
-  }
-  for (const auto& s : sections) {
-    for (const auto& p : s.plots) all_plots.push_back(&p);
-  }
-  for (const auto& p : bench_section.plots) all_plots.push_back(&p);
-  for (const auto& p : stream_plots) all_plots.push_back(&p);
-  std::string script;
-  for (const Plot* p : all_plots) script += "# " + p->title + "\n" + p->script;
-  const std::string out = out_dir;
-  std::set<std::string> plotted;  // plot names whose PNG and SVG exist
-  if (!script.empty()) {
-    WriteTextFile(out + "/plots.gp",
-                  "# gnuplot script of this report (regenerate the plots: cd into this directory "
-                  "and run `LC_ALL=C.UTF-8 gnuplot plots.gp`; UTF-8 text).\n" +
-                      script);
-    const std::string program = GnuplotProgram(options.gnuplot);
-    const std::string found = FindExecutable(program);
-    if (found.empty()) {
-      warn(StrCat("gnuplot program '", program,
-                  "' not found: the report has tables but no plots (install gnuplot, e.g. Debian "
-                  "package gnuplot-nox, or set SPECBED_GNUPLOT to its path)"));
-    } else {
-      for (const Plot* p : all_plots) {
-        for (const char* ext : {".png", ".svg"}) fs::remove(out + "/" + p->name + ext, ec);
-      }
-      const std::string error = RunGnuplot(found, out, script);
-      if (!error.empty()) warn("gnuplot failed, some plots may be missing: " + error);
-      // gnuplot's own warnings (it exits 0 after them) are report warnings too.
-      if (error.empty() && fs::exists(out + "/gnuplot.log", ec)) {
-        for (const std::string& w : GnuplotWarnings(ReadFileToString(out + "/gnuplot.log"))) {
-          warn(StrCat("gnuplot: ", w, " (see ", out, "/gnuplot.log)"));
-        }
-      }
-      for (const Plot* p : all_plots) {
-        const std::string png = out + "/" + p->name + ".png";
-        if (IsPng(png) && fs::exists(out + "/" + p->name + ".svg", ec)) {
-          plotted.insert(p->name);
-        } else if (error.empty()) {
-          warn(StrCat("gnuplot did not write a valid '", png, "' (see ", out, "/gnuplot.log)"));
-        }
-      }
-      if (error.empty() && fs::exists(out + "/gnuplot.log", ec) &&
-          fs::file_size(out + "/gnuplot.log", ec) == 0) {
-        fs::remove(out + "/gnuplot.log", ec);
-      }
-    }
-  }
-
-  // LaTeX.
-  const std::string generated = NowUtc();
-  {
-    std::ostringstream tex;
-    tex << "% SpecBed report tables (" << db_path << ", generated " << generated
-        << " by specbed report).\n% Needs \\usepackage{booktabs}.\n\n";
-    for (const PaperTable& pt : paper_tables) {
-      tex << "% " << pt.title << "\n"
-          << LatexTable(pt.table,
-                        "Speedup (Spd, geometric mean vs. AR) and mean accepted length "
-                        "(τ) per benchmark — " +
-                            pt.title)
-          << "\n";
-    }
-    for (const PaperComparison& pc : comparisons) {
-      tex << "% paper vs measured: " << pc.heading << "\n"
-          << LatexTable(pc.table, "Paper vs measured — " + pc.heading) << "\n";
-    }
-    for (const StreamTable& st : stream_tables) {
-      tex << "% adaptation over the stream: " << st.title << "\n"
-          << LatexTable(st.table, "Adaptation over the stream — " + st.title) << "\n";
-    }
-    if (paper_tables.empty() && comparisons.empty()) {
-      tex << "% No speculative cases: no tables.\n";
-    }
-    result.tables_tex = out + "/tables.tex";
-    WriteTextFile(result.tables_tex, tex.str());
-  }
-
-  // Markdown.
-  std::ostringstream md;
-  md << "# SpecBed report\n\n"
-     << "Results database: `" << db_path << "` · generated " << generated << " by `specbed report`"
-     << "\n\n";
-  if (!synthetic_banner.empty()) md << "> **" << MdCell(synthetic_banner) << "**\n\n";
-  for (const auto& w : result.warnings) md << "> **Warning:** " << MdCell(w) << "\n\n";
-  if (sections.empty()) md << "No cases recorded.\n\n";
-  if (!headlines.empty()) {
-    md << "## Headline\n\n"
-       << "Per target and temperature, every speculative case, best speedup first: speedup = "
-          "geometric mean over answers of method decode tok/s ÷ AR's, with its 95% bootstrap CI "
-          "over prompts; τ = tokens per verify step; T_D% = drafting share of decode time; exact "
-          "match = answers identical to AR's.\n\n";
-    for (size_t i = 0; i < headlines.size(); ++i) {
-      const HeadlineTable& h = headlines[i];
-      md << "### " << h.title << "\n\n" << MarkdownTable(h.table) << "\n";
-      const Plot& p = headline_plots[i];
-      if (!p.name.empty() && plotted.count(p.name)) {
-        md << "![" << p.title << "](" << p.name << ".png)\n\n";
-      }
-      if (!h.slow_notes.empty()) {
-        md << "**Why some speedups are below 1×:** " << MdCell(h.slow_explanation) << "\n\n";
-        for (const auto& n : h.slow_notes) md << "- " << MdCell(n) << "\n";
-        md << "\n";
-      }
-    }
-  }
-  if (!cost_notes.empty()) {
-    md << "## Cost regime\n\n";
-    for (const auto& n : cost_notes) md << "- " << MdCell(n) << "\n";
-    md << "\n";
-  }
-  if (!paper_tables.empty()) {
-    md << "## Results (paper layout)\n\n"
-       << "Spd = speedup vs. AR (geometric mean over answers of method decode tok/s ÷ AR decode "
-          "tok/s, see Conventions), τ = tokens per verify step; also "
-          "in `tables.tex` (LaTeX, booktabs).\n\n";
-    for (const PaperTable& pt : paper_tables) {
-      md << "### " << pt.title << "\n\n" << MarkdownTable(pt.table) << "\n";
-      for (const auto& n : pt.notes) md << "- " << MdCell(n) << "\n";
-      if (!pt.notes.empty()) md << "\n";
-    }
-  }
-  for (const PaperComparison& pc : comparisons) {
-    md << "## Paper vs measured: " << pc.heading << "\n\n";
-    if (!pc.notes.empty()) md << MdCell(pc.notes) << "\n\n";
-    md << MarkdownTable(pc.table) << "\n";
-    for (const auto& n : pc.match_notes) md << "- " << MdCell(n) << "\n";
-    if (!pc.match_notes.empty()) md << "\n";
-  }
-  auto md_plots = [&](const std::vector<Plot>& plots) {
-    for (const auto& p : plots) {
-      if (!plotted.count(p.name)) continue;
-      md << "![" << p.title << "](" << p.name << ".png)\n\n"
-         << "*" << p.caption << "* ([SVG](" << p.name << ".svg))\n\n";
-    }
-  };
-  if (!stream_tables.empty()) {
-    md << "## Adaptation over the stream\n\n" << MdCell(stream_intro) << "\n\n";
-    for (const StreamTable& st : stream_tables) {
-      md << "### " << st.title << "\n\n" << MarkdownTable(st.table) << "\n";
-      for (const auto& n : st.case_notes) md << "- " << MdCell(n) << "\n";
-      md << "\n";
-    }
-    md_plots(stream_plots);
-  }
-  for (const auto& s : sections) {
-    md << "## Details: " << s.heading << "\n\n" << MarkdownTable(s.table) << "\n";
-    for (const auto& n : s.notes) md << "- " << n << "\n";
-    if (!s.notes.empty()) md << "\n";
-    md_plots(s.plots);
-  }
-  if (!data.bench.empty()) {
-    md << "## " << bench_section.heading << "\n\n" << MarkdownTable(bench_section.table) << "\n";
-    md_plots(bench_section.plots);
-  }
-  md << "## Provenance\n\n";
-  if (data.runs.empty()) {
-    md << "No runs recorded.\n\n";
-  } else {
-    md << MarkdownTable(RunsTable(data.runs)) << "\n";
-  }
-  md << "## Conventions\n\n";
-  for (const auto& c : conventions) md << "- " << c << "\n";
-  md << "\n";
-
-  // HTML.
-  std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-       << "<title>SpecBed report — " << HtmlEscape(db_path) << "</title>\n<style>" << kCss
-       << "</style>\n</head>\n<body>\n"
-       << "<h1>SpecBed report</h1>\n<p>Results database: <code>" << HtmlEscape(db_path)
-       << "</code> · generated " << generated << " by <code>specbed report</code></p>\n";
-  if (!synthetic_banner.empty()) {
-    html << "<p class=\"synthetic\" id=\"synthetic-banner\">" << HtmlEscape(synthetic_banner)
-         << "</p>\n";
-  }
-  for (const auto& w : result.warnings) {
-    html << "<p class=\"warning\"><b>Warning:</b> " << HtmlEscape(w) << "</p>\n";
-  }
-  if (sections.empty()) html << "<p>No cases recorded.</p>\n";
-  if (!headlines.empty()) {
-    html << "<h2 id=\"headline\">Headline</h2>\n<p class=\"constants\">Best speedup first. "
-            "Speedup = geometric mean over answers of method ÷ AR decode tok/s [95% bootstrap CI "
-            "over prompts]; τ = tokens per verify step; T_D% = drafting share of decode time; "
-            "exact match = answers identical to AR's (Conventions at the end).</p>\n";
-    for (size_t i = 0; i < headlines.size(); ++i) {
-      const HeadlineTable& h = headlines[i];
-      // Title, then the chart and the table side by side (the chart first when they wrap).
-      html << "<h3>" << HtmlEscape(h.title) << "</h3>\n<div class=\"headline\">";
-      const Plot& p = headline_plots[i];
-      if (!p.name.empty() && plotted.count(p.name)) {
-        html << "<figure class=\"headline-chart\"><img src=\"" << HtmlEscape(p.name)
-             << ".png\" alt=\"" << HtmlEscape(p.title) << "\"><figcaption>" << HtmlEscape(p.caption)
-             << " (<a href=\"" << HtmlEscape(p.name) << ".svg\">SVG</a>)</figcaption></figure>\n";
-        result.images.push_back(p.name + ".png");
-      }
-      html << "<div class=\"headline-table\">" << HtmlTable(h.table) << "</div>\n";
-      html << "</div>\n";
-      if (!h.slow_notes.empty()) {
-        html << "<div class=\"slow-note\"><b>Why some speedups are below 1×:</b> "
-             << HtmlEscape(h.slow_explanation) << "<ul>\n";
-        for (const auto& n : h.slow_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-        html << "</ul></div>\n";
-      }
-    }
-  }
-  if (!cost_notes.empty()) {
-    html << "<h2 id=\"cost-regime\">Cost regime</h2>\n<ul>\n";
-    for (const auto& n : cost_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-    html << "</ul>\n";
-  }
-  if (!paper_tables.empty()) {
-    html << "<h2>Results (paper layout)</h2>\n<p>Spd = speedup vs. AR (geometric mean over "
-            "answers of method decode tok/s ÷ AR decode tok/s, see Conventions), τ = tokens per "
-            "verify step; also in <a href=\"tables.tex\">tables.tex</a> "
-            "(LaTeX, booktabs).</p>\n";
-    for (const PaperTable& pt : paper_tables) {
-      html << "<h3>" << HtmlEscape(pt.title) << "</h3>\n" << HtmlTable(pt.table);
-      if (!pt.notes.empty()) {
-        html << "<ul>\n";
-        for (const auto& n : pt.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-        html << "</ul>\n";
-      }
-    }
-  }
-  for (const PaperComparison& pc : comparisons) {
-    html << "<h2>Paper vs measured: " << HtmlEscape(pc.heading) << "</h2>\n";
-    if (!pc.notes.empty()) html << "<p>" << HtmlEscape(pc.notes) << "</p>\n";
-    html << HtmlTable(pc.table);
-    if (!pc.match_notes.empty()) {
-      html << "<ul>\n";
-      for (const auto& n : pc.match_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-      html << "</ul>\n";
-    }
-  }
-  auto html_plots = [&](const std::vector<Plot>& plots) {
-    for (const auto& p : plots) {
-      if (!plotted.count(p.name)) continue;
-      html << "<figure><img src=\"" << HtmlEscape(p.name) << ".png\" alt=\"" << HtmlEscape(p.title)
-           << "\"><figcaption>" << HtmlEscape(p.caption) << " (<a href=\"" << HtmlEscape(p.name)
-           << ".svg\">SVG</a>)</figcaption></figure>\n";
-      result.images.push_back(p.name + ".png");
-    }
-  };
-  if (!stream_tables.empty()) {
-    html << "<h2 id=\"stream\">Adaptation over the stream</h2>\n<p>" << HtmlEscape(stream_intro)
-         << "</p>\n";
-    for (const StreamTable& st : stream_tables) {
-      html << "<h3>" << HtmlEscape(st.title) << "</h3>\n" << HtmlTable(st.table) << "<ul>\n";
-      for (const auto& n : st.case_notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-      html << "</ul>\n";
-    }
-    html_plots(stream_plots);
-  }
-  for (size_t i = 0; i < sections.size(); ++i) {
-    const auto& s = sections[i];
-    html << "<h2 id=\"details-" << i + 1 << "\">Details: " << HtmlEscape(s.heading) << "</h2>\n"
-         << HtmlTable(s.table);
-    if (!s.notes.empty()) {
-      html << "<ul>\n";
-      for (const auto& n : s.notes) html << "<li>" << HtmlEscape(n) << "</li>\n";
-      html << "</ul>\n";
-    }
-    html_plots(s.plots);
-  }
-  if (!data.bench.empty()) {
-    html << "<h2>" << HtmlEscape(bench_section.heading) << "</h2>\n"
-         << HtmlTable(bench_section.table);
-    html_plots(bench_section.plots);
-  }
-  html
-      << "<details id=\"provenance\" class=\"provenance\"><summary><h2>Provenance</h2></summary>\n";
-  if (data.runs.empty()) {
-    html << "<p>No runs recorded.</p>\n";
-  } else {
-    html << HtmlTable(RunsTable(data.runs));
-  }
-  html << "</details>\n<details id=\"conventions\"><summary><h2>Conventions</h2></summary>\n<ul>\n";
-  for (const auto& c : conventions) html << "<li>" << HtmlEscape(c) << "</li>\n";
-  html << "</ul>\n</details>\n</body>\n</html>\n";
-
-  result.report_md = out + "/report.md";
-  result.index_html = out + "/index.html";
-  WriteTextFile(result.report_md, md.str());
-  WriteTextFile(result.index_html, html.str());
+  // One writer per format over the same document.
+  result.tables_tex = out_dir + "/tables.tex";
+  WriteTextFile(result.tables_tex, LatexWriter().Write(doc));
+  HtmlWriter html;
+  const std::string page = html.Write(doc);
+  result.images = html.images();
+  result.report_md = out_dir + "/report.md";
+  result.index_html = out_dir + "/index.html";
+  WriteTextFile(result.report_md, MarkdownWriter().Write(doc));
+  WriteTextFile(result.index_html, page);
   return result;
 }
 
