@@ -794,6 +794,24 @@ void ResultsStore::RollbackQuietly() noexcept {
   }
 }
 
+void ResultsStore::InTransaction(const char* op, const std::function<void()>& body) {
+  Begin(op);
+  try {
+    body();
+    Commit(op);
+  } catch (...) {
+    RollbackQuietly();
+    throw;
+  }
+}
+
+void ResultsStore::ForEachRow(sqlite3_stmt* s, const std::string& what,
+                              const std::function<void(sqlite3_stmt*)>& row) const {
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) row(s);
+  if (rc != SQLITE_DONE) FailSqlite(rc, what);
+}
+
 namespace {
 
 // Binding helpers; all strings are bound without copying (they outlive the step).
@@ -829,6 +847,24 @@ void BindAll(sqlite3_stmt* s, int first, const T&... values) {
   (bind(values), ...);
 }
 
+// Reads columns first, first + 1, ... into `fields` in order: integers as INTEGER, floating
+// point as REAL (NULL as NaN), strings as TEXT.
+template <typename... T>
+void ReadAll(sqlite3_stmt* s, int first, T&... fields) {
+  int i = first;
+  auto read = [&](auto& field) {
+    using V = std::decay_t<decltype(field)>;
+    if constexpr (std::is_integral_v<V>) {
+      field = static_cast<V>(ColInt(s, i++));
+    } else if constexpr (std::is_floating_point_v<V>) {
+      field = static_cast<V>(ColReal(s, i++));
+    } else {
+      field = ColText(s, i++);
+    }
+  };
+  (read(fields), ...);
+}
+
 int64_t SeedToInt(uint64_t seed) {
   int64_t out;
   std::memcpy(&out, &seed, sizeof(out));
@@ -848,46 +884,42 @@ int64_t ResultsStore::BeginRun(const RunInfo& run) {
                            "INSERT INTO runs(started_at, specbed_version, git_commit, build_flags, "
                            "host, cpu, gpu, library_versions_json, config_json, repro_command) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
-  Begin("starting a run");
-  try {
+  int64_t run_id = 0;
+  InTransaction("starting a run", [&] {
     ResetOnExit reset(s);
-    BindText(s, 1, run.started_at);
-    BindText(s, 2, run.specbed_version);
-    BindText(s, 3, run.git_commit);
-    BindText(s, 4, run.build_flags);
-    BindText(s, 5, run.host);
-    BindText(s, 6, run.cpu);
-    BindText(s, 7, run.gpu);
-    BindText(s, 8, run.library_versions_json);
-    BindText(s, 9, run.config_json);
-    BindText(s, 10, run.repro_command);
+    BindAll(s, 1, run.started_at, run.specbed_version, run.git_commit, run.build_flags, run.host,
+            run.cpu, run.gpu, run.library_versions_json, run.config_json, run.repro_command);
     const int rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) FailSqlite(rc, "writing the runs row");
-    const int64_t run_id = sqlite3_last_insert_rowid(db_);
-    Commit("starting a run");
-    return run_id;
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+    run_id = sqlite3_last_insert_rowid(db_);
+  });
+  return run_id;
 }
 
 bool ResultsStore::HasCompletedCase(const std::string& case_key) const {
   op_start_us_ = NowMicros();
-  sqlite3_stmt* s = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
-  ResetOnExit reset(s);
-  BindText(s, 1, case_key);
-  const int rc = sqlite3_step(s);
-  if (rc == SQLITE_ROW) return true;
-  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("looking up case '", case_key, "'"));
-  return false;
+  return FindCase(case_key) >= 0;
 }
 
 int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
                                 const std::vector<SampleRecord>& samples,
                                 const std::vector<StepRecord>& steps) {
   CheckWritable();
-  // Validate before taking the write lock.
+  ValidateCase(c, samples, steps);  // before taking the write lock
+  int64_t case_id = -1;
+  InTransaction("writing a case", [&] {
+    // Already completed (by an earlier run or a concurrent process)? Then write nothing.
+    case_id = FindCase(c.case_key);
+    if (case_id >= 0) return;
+    CheckRunExists(run_id, StrCat("case '", c.case_key, "'"));
+    case_id = InsertCase(run_id, c, samples.size(), steps.size());
+    InsertSteps(case_id, c, steps, InsertSamples(case_id, c, samples));
+  });
+  return case_id;
+}
+
+void ResultsStore::ValidateCase(const CaseRecord& c, const std::vector<SampleRecord>& samples,
+                                const std::vector<StepRecord>& steps) const {
   SPECBED_CHECK(!c.case_key.empty(), "results database '", path_,
                 "': cannot write a case with an empty case_key (target '", c.target, "', method '",
                 c.method, "')");
@@ -929,10 +961,33 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
                   "; expected 0 <= n_accepted <= draft_depth <= n_drafted (draft_depth -1 = not "
                   "recorded, then n_accepted <= n_drafted) and n_emitted, n_rollback_events >= 0");
   }
+}
 
-  sqlite3_stmt* find_case = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
-  sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
-  sqlite3_stmt* insert_case = Cached(
+int64_t ResultsStore::FindCase(const std::string& case_key) const {
+  sqlite3_stmt* s = Cached(&find_case_, "SELECT case_id FROM cases WHERE case_key = ?1");
+  ResetOnExit reset(s);
+  BindText(s, 1, case_key);
+  const int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) return ColInt(s, 0);
+  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("looking up case '", case_key, "'"));
+  return -1;
+}
+
+void ResultsStore::CheckRunExists(int64_t run_id, const std::string& what) const {
+  sqlite3_stmt* s = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
+  ResetOnExit reset(s);
+  BindInt(s, 1, run_id);
+  const int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) {
+    Fail("results database '", path_, "': cannot write ", what, ": run_id ", run_id,
+         " does not exist (call BeginRun first)");
+  }
+  if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
+}
+
+int64_t ResultsStore::InsertCase(int64_t run_id, const CaseRecord& c, size_t n_samples,
+                                 size_t n_steps) {
+  sqlite3_stmt* s = Cached(
       &insert_case_,
       "INSERT INTO cases(run_id, case_key, target, method, method_knobs_json, dataset, "
       "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, "
@@ -940,14 +995,56 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
       "method_traits_json, drafter, timing_mode) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
       "?20, ?21, ?22, ?23, ?24, ?25)");
-  sqlite3_stmt* insert_sample = Cached(
+  ResetOnExit reset(s);
+  const std::string completed = NowRfc3339();
+  BindAll(s, 1, run_id, c.case_key, c.target, c.method, c.method_knobs_json, c.dataset,
+          c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k, SeedToInt(c.seed),
+          c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device, c.config_json, c.wall_s,
+          n_samples, n_steps, completed, c.method_traits_json, c.drafter, c.timing_mode);
+  const int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
+  return sqlite3_last_insert_rowid(db_);
+}
+
+std::map<std::pair<std::string, int32_t>, int64_t> ResultsStore::InsertSamples(
+    int64_t case_id, const CaseRecord& c, const std::vector<SampleRecord>& samples) {
+  sqlite3_stmt* s = Cached(
       &insert_sample_,
       "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
       "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json, "
       "token_margins_json, paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first, "
       "paired_ar_prefill_ms) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
-  sqlite3_stmt* insert_step =
+  std::map<std::pair<std::string, int32_t>, int64_t> sample_ids;
+  for (const SampleRecord& sample : samples) {
+    ResetOnExit reset(s);
+    BindAll(s, 1, case_id, sample.prompt_id, sample.turn, sample.category, sample.n_prompt_tokens,
+            sample.n_output_tokens, sample.prefill_ms, sample.decode_ms, sample.n_steps,
+            sample.stop_reason, sample.output_hash, sample.output_text, sample.output_ids_json,
+            sample.token_margins_json);
+    if (sample.has_paired_ar()) {
+      BindAll(s, 15, sample.paired_ar_decode_ms, sample.paired_ar_output_tokens,
+              sample.paired_ar_first);
+      if (std::isfinite(sample.paired_ar_prefill_ms)) BindReal(s, 18, sample.paired_ar_prefill_ms);
+    }  // else NULL (bindings are cleared)
+    const int rc = sqlite3_step(s);
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+      Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
+           sample.prompt_id, "' turn ", sample.turn);
+    }
+    if (rc != SQLITE_DONE) {
+      FailSqlite(rc, StrCat("writing sample '", sample.prompt_id, "' turn ", sample.turn,
+                            " of case '", c.case_key, "'"));
+    }
+    sample_ids[{sample.prompt_id, sample.turn}] = sqlite3_last_insert_rowid(db_);
+  }
+  return sample_ids;
+}
+
+void ResultsStore::InsertSteps(
+    int64_t case_id, const CaseRecord& c, const std::vector<StepRecord>& steps,
+    const std::map<std::pair<std::string, int32_t>, int64_t>& sample_ids) {
+  sqlite3_stmt* s =
       Cached(&insert_step_,
              "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
              "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us, "
@@ -955,136 +1052,47 @@ int64_t ResultsStore::WriteCase(int64_t run_id, const CaseRecord& c,
              "n_draft_generated, n_trimmed, t_draft_prefill_us) "
              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
              "?18, ?19)");
-
-  Begin("writing a case");
-  try {
-    // Already completed (by an earlier run or a concurrent process)? Then write nothing.
-    {
-      ResetOnExit reset(find_case);
-      BindText(find_case, 1, c.case_key);
-      const int rc = sqlite3_step(find_case);
-      if (rc == SQLITE_ROW) {
-        const int64_t existing = ColInt(find_case, 0);
-        sqlite3_reset(find_case);
-        Commit("writing a case");
-        return existing;
+  // Steps usually come grouped by sample: remember the last lookup.
+  const std::pair<std::string, int32_t>* last_key = nullptr;
+  int64_t sample_id = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepRecord& step = steps[i];
+    if (last_key == nullptr || last_key->second != step.turn || last_key->first != step.prompt_id) {
+      auto it = sample_ids.find({step.prompt_id, step.turn});
+      if (it == sample_ids.end()) {
+        Fail("results database '", path_, "': case '", c.case_key, "', step ", i, " (step_idx ",
+             step.step_idx, ") names prompt '", step.prompt_id, "' turn ", step.turn,
+             ", which has no sample in the case");
       }
-      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("looking up case '", c.case_key, "'"));
+      last_key = &it->first;
+      sample_id = it->second;
     }
-    {
-      ResetOnExit reset(find_run);
-      BindInt(find_run, 1, run_id);
-      const int rc = sqlite3_step(find_run);
-      if (rc == SQLITE_DONE) {
-        Fail("results database '", path_, "': cannot write case '", c.case_key, "': run_id ",
-             run_id, " does not exist (call BeginRun first)");
-      }
-      if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
+    ResetOnExit reset(s);
+    BindAll(s, 1, case_id, sample_id, step.step_idx, step.n_drafted, step.n_accepted,
+            step.n_emitted, step.t_draft_us, step.t_verify_us, step.t_other_us, step.draft_depth,
+            step.n_rollback_events, step.t_adapt_us, step.t_draft_busy_us, step.t_verify_busy_us,
+            step.n_target_forwards, step.n_rolled_back, step.n_draft_generated, step.n_trimmed,
+            step.t_draft_prefill_us);
+    const int rc = sqlite3_step(s);
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+      Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
+           step.step_idx, " for prompt '", step.prompt_id, "' turn ", step.turn);
     }
-
-    int64_t case_id = 0;
-    {
-      ResetOnExit reset(insert_case);
-      const std::string completed = NowRfc3339();
-      BindAll(insert_case, 1, run_id, c.case_key, c.target, c.method, c.method_knobs_json,
-              c.dataset, c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k,
-              SeedToInt(c.seed), c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device,
-              c.config_json, c.wall_s, samples.size(), steps.size(), completed,
-              c.method_traits_json, c.drafter, c.timing_mode);
-      const int rc = sqlite3_step(insert_case);
-      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
-      case_id = sqlite3_last_insert_rowid(db_);
+    if (rc != SQLITE_DONE) {
+      FailSqlite(rc, StrCat("writing step ", step.step_idx, " of prompt '", step.prompt_id,
+                            "' in case '", c.case_key, "'"));
     }
-
-    std::map<std::pair<std::string, int32_t>, int64_t> sample_ids;
-    for (const SampleRecord& sample : samples) {
-      ResetOnExit reset(insert_sample);
-      BindAll(insert_sample, 1, case_id, sample.prompt_id, sample.turn, sample.category,
-              sample.n_prompt_tokens, sample.n_output_tokens, sample.prefill_ms, sample.decode_ms,
-              sample.n_steps, sample.stop_reason, sample.output_hash, sample.output_text,
-              sample.output_ids_json, sample.token_margins_json);
-      if (sample.has_paired_ar()) {
-        BindAll(insert_sample, 15, sample.paired_ar_decode_ms, sample.paired_ar_output_tokens,
-                sample.paired_ar_first);
-        if (std::isfinite(sample.paired_ar_prefill_ms)) {
-          BindReal(insert_sample, 18, sample.paired_ar_prefill_ms);
-        }
-      }  // else NULL (bindings are cleared)
-      const int rc = sqlite3_step(insert_sample);
-      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-        Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
-             sample.prompt_id, "' turn ", sample.turn);
-      }
-      if (rc != SQLITE_DONE) {
-        FailSqlite(rc, StrCat("writing sample '", sample.prompt_id, "' turn ", sample.turn,
-                              " of case '", c.case_key, "'"));
-      }
-      sample_ids[{sample.prompt_id, sample.turn}] = sqlite3_last_insert_rowid(db_);
-    }
-
-    // Steps usually come grouped by sample: remember the last lookup.
-    const std::pair<std::string, int32_t>* last_key = nullptr;
-    int64_t last_sample_id = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const StepRecord& step = steps[i];
-      if (last_key == nullptr || last_key->second != step.turn ||
-          last_key->first != step.prompt_id) {
-        auto it = sample_ids.find({step.prompt_id, step.turn});
-        if (it == sample_ids.end()) {
-          Fail("results database '", path_, "': case '", c.case_key, "', step ", i, " (step_idx ",
-               step.step_idx, ") names prompt '", step.prompt_id, "' turn ", step.turn,
-               ", which has no sample in the case");
-        }
-        last_key = &it->first;
-        last_sample_id = it->second;
-      }
-      ResetOnExit reset(insert_step);
-      BindAll(insert_step, 1, case_id, last_sample_id, step.step_idx, step.n_drafted,
-              step.n_accepted, step.n_emitted, step.t_draft_us, step.t_verify_us, step.t_other_us,
-              step.draft_depth, step.n_rollback_events, step.t_adapt_us, step.t_draft_busy_us,
-              step.t_verify_busy_us, step.n_target_forwards, step.n_rolled_back,
-              step.n_draft_generated, step.n_trimmed, step.t_draft_prefill_us);
-      const int rc = sqlite3_step(insert_step);
-      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-        Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
-             step.step_idx, " for prompt '", step.prompt_id, "' turn ", step.turn);
-      }
-      if (rc != SQLITE_DONE) {
-        FailSqlite(rc, StrCat("writing step ", step.step_idx, " of prompt '", step.prompt_id,
-                              "' in case '", c.case_key, "'"));
-      }
-    }
-    Commit("writing a case");
-    return case_id;
-  } catch (...) {
-    RollbackQuietly();
-    throw;
   }
 }
 
 void ResultsStore::WriteRowsOfRun(int64_t run_id, const std::string& table,
                                   const std::function<void()>& write_rows) {
   CheckWritable();
-  sqlite3_stmt* find_run = Cached(&find_run_, "SELECT 1 FROM runs WHERE run_id = ?1");
   const std::string what = "writing " + table + " rows";
-  Begin(what.c_str());
-  try {
-    {
-      ResetOnExit reset(find_run);
-      BindInt(find_run, 1, run_id);
-      const int rc = sqlite3_step(find_run);
-      if (rc == SQLITE_DONE) {
-        Fail("results database '", path_, "': cannot write ", table, " rows: run_id ", run_id,
-             " does not exist (call BeginRun first)");
-      }
-      if (rc != SQLITE_ROW) FailSqlite(rc, "looking up the run");
-    }
+  InTransaction(what.c_str(), [&] {
+    CheckRunExists(run_id, table + " rows");
     write_rows();
-    Commit(what.c_str());
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
@@ -1097,24 +1105,10 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
   WriteRowsOfRun(run_id, "bench", [&] {
     for (const BenchRecord& r : rows) {
       ResetOnExit reset(s);
-      BindInt(s, 1, run_id);
-      BindText(s, 2, r.model);
-      BindText(s, 3, r.dtype);
-      BindInt(s, 4, r.threads);
-      BindInt(s, 5, r.batch_size);
-      BindInt(s, 6, r.context_len);
-      BindInt(s, 7, r.n_tokens);
-      BindInt(s, 8, r.reps);
-      BindReal(s, 9, r.tokens_per_s);
-      BindReal(s, 10, r.tokens_per_s_std);
-      BindReal(s, 11, r.ms_per_step);
-      BindReal(s, 12, r.forward_ms_per_step);
-      BindReal(s, 13, r.other_ms_per_step);
-      BindInt(s, 14, r.n_params);
-      BindInt(s, 15, r.weight_bytes);
-      BindReal(s, 16, r.bandwidth_gb_s);
-      BindReal(s, 17, r.roofline_fraction);
-      BindText(s, 18, r.blas_core);
+      BindAll(s, 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens,
+              r.reps, r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
+              r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s,
+              r.roofline_fraction, r.blas_core);
       const int rc = sqlite3_step(s);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
     }
@@ -1129,18 +1123,8 @@ void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerif
   WriteRowsOfRun(run_id, "bench_verify", [&] {
     for (const BenchVerifyRecord& r : rows) {
       ResetOnExit reset(s.get());
-      BindInt(s.get(), 1, run_id);
-      BindText(s.get(), 2, r.model);
-      BindText(s.get(), 3, r.dtype);
-      BindInt(s.get(), 4, r.threads);
-      BindInt(s.get(), 5, r.batch_size);
-      BindInt(s.get(), 6, r.context_len);
-      BindInt(s.get(), 7, r.n_query);
-      BindInt(s.get(), 8, r.reps);
-      BindReal(s.get(), 9, r.forward_ms);
-      BindReal(s.get(), 10, r.ratio_to_one);
-      BindInt(s.get(), 11, r.gemv_max_rows);
-      BindText(s.get(), 12, r.blas_core);
+      BindAll(s.get(), 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len,
+              r.n_query, r.reps, r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core);
       const int rc = sqlite3_step(s.get());
       if (rc != SQLITE_DONE)
         FailSqlite(rc, StrCat("writing a bench_verify row for '", r.model, "'"));
@@ -1156,12 +1140,7 @@ void ResultsStore::WriteBenchBandwidth(int64_t run_id,
   WriteRowsOfRun(run_id, "bench_bandwidth", [&] {
     for (const BenchBandwidthRecord& r : rows) {
       ResetOnExit reset(s.get());
-      BindInt(s.get(), 1, run_id);
-      BindInt(s.get(), 2, r.threads);
-      BindInt(s.get(), 3, r.array_bytes);
-      BindInt(s.get(), 4, r.reps);
-      BindReal(s.get(), 5, r.copy_gb_s);
-      BindReal(s.get(), 6, r.triad_gb_s);
+      BindAll(s.get(), 1, run_id, r.threads, r.array_bytes, r.reps, r.copy_gb_s, r.triad_gb_s);
       const int rc = sqlite3_step(s.get());
       if (rc != SQLITE_DONE) FailSqlite(rc, "writing a bench_bandwidth row");
     }
@@ -1182,39 +1161,17 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
              "WHERE r.run_id = cases.run_id) FROM cases ORDER BY case_id")
           .c_str()));
   std::vector<CaseRow> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "listing cases", [&](sqlite3_stmt* q) {
     CaseRow row{};
-    row.case_id = ColInt(q, 0);
-    row.run_id = ColInt(q, 1);
     CaseRecord& c = row.record;
-    c.case_key = ColText(q, 2);
-    c.target = ColText(q, 3);
-    c.method = ColText(q, 4);
-    c.method_knobs_json = ColText(q, 5);
-    c.dataset = ColText(q, 6);
-    c.categories = ColText(q, 7);
-    c.prompt_limit = ColInt(q, 8);
-    c.temperature = ColReal(q, 9);
-    c.top_p = ColReal(q, 10);
-    c.top_k = ColInt(q, 11);
-    c.seed = IntToSeed(ColInt(q, 12));
-    c.max_new_tokens = ColInt(q, 13);
-    c.batch_size = ColInt(q, 14);
-    c.threads = ColInt(q, 15);
-    c.dtype = ColText(q, 16);
-    c.device = ColText(q, 17);
-    c.config_json = ColText(q, 18);
-    c.wall_s = ColReal(q, 19);
-    row.n_samples = ColInt(q, 20);
-    c.method_traits_json = ColText(q, 21);
-    c.drafter = ColText(q, 22);
-    c.timing_mode = ColText(q, 23);
-    row.machine = ColText(q, 24);
+    int64_t seed = 0;
+    ReadAll(q, 0, row.case_id, row.run_id, c.case_key, c.target, c.method, c.method_knobs_json,
+            c.dataset, c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k, seed,
+            c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device, c.config_json, c.wall_s,
+            row.n_samples, c.method_traits_json, c.drafter, c.timing_mode, row.machine);
+    c.seed = IntToSeed(seed);
     out.push_back(std::move(row));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "listing cases");
+  });
   return out;
 }
 
@@ -1233,32 +1190,17 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
                           .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<SampleRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), StrCat("loading the samples of case ", case_id), [&](sqlite3_stmt* q) {
     SampleRecord r;
-    r.prompt_id = ColText(q, 0);
-    r.turn = static_cast<int32_t>(ColInt(q, 1));
-    r.category = ColText(q, 2);
-    r.n_prompt_tokens = ColInt(q, 3);
-    r.n_output_tokens = ColInt(q, 4);
-    r.prefill_ms = ColReal(q, 5);
-    r.decode_ms = ColReal(q, 6);
-    r.n_steps = ColInt(q, 7);
-    r.stop_reason = ColText(q, 8);
-    r.output_hash = ColText(q, 9);
-    r.output_text = ColText(q, 10);
-    r.output_ids_json = ColText(q, 11);
-    r.token_margins_json = ColText(q, 12);
+    ReadAll(q, 0, r.prompt_id, r.turn, r.category, r.n_prompt_tokens, r.n_output_tokens,
+            r.prefill_ms, r.decode_ms, r.n_steps, r.stop_reason, r.output_hash, r.output_text,
+            r.output_ids_json, r.token_margins_json);
     if (sqlite3_column_type(q, 14) != SQLITE_NULL) {
-      r.paired_ar_decode_ms = ColReal(q, 13);
-      r.paired_ar_output_tokens = ColInt(q, 14);
-      r.paired_ar_first = static_cast<int32_t>(ColInt(q, 15));
+      ReadAll(q, 13, r.paired_ar_decode_ms, r.paired_ar_output_tokens, r.paired_ar_first);
       if (sqlite3_column_type(q, 16) != SQLITE_NULL) r.paired_ar_prefill_ms = ColReal(q, 16);
     }
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the samples of case ", case_id));
+  });
   return out;
 }
 
@@ -1281,32 +1223,14 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
                           .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<StepRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), StrCat("loading the steps of case ", case_id), [&](sqlite3_stmt* q) {
     StepRecord r;
-    r.prompt_id = ColText(q, 0);
-    r.turn = static_cast<int32_t>(ColInt(q, 1));
-    r.step_idx = ColInt(q, 2);
-    r.n_drafted = ColInt(q, 3);
-    r.n_accepted = ColInt(q, 4);
-    r.n_emitted = ColInt(q, 5);
-    r.t_draft_us = ColReal(q, 6);
-    r.t_verify_us = ColReal(q, 7);
-    r.t_other_us = ColReal(q, 8);
-    r.draft_depth = ColInt(q, 9);
-    r.n_rollback_events = ColInt(q, 10);
-    r.t_adapt_us = ColReal(q, 11);
-    r.t_draft_busy_us = ColReal(q, 12);
-    r.t_verify_busy_us = ColReal(q, 13);
-    r.n_target_forwards = ColInt(q, 14);
-    r.n_rolled_back = ColInt(q, 15);
-    r.n_draft_generated = ColInt(q, 16);
-    r.n_trimmed = ColInt(q, 17);
-    r.t_draft_prefill_us = ColReal(q, 18);
+    ReadAll(q, 0, r.prompt_id, r.turn, r.step_idx, r.n_drafted, r.n_accepted, r.n_emitted,
+            r.t_draft_us, r.t_verify_us, r.t_other_us, r.draft_depth, r.n_rollback_events,
+            r.t_adapt_us, r.t_draft_busy_us, r.t_verify_busy_us, r.n_target_forwards,
+            r.n_rolled_back, r.n_draft_generated, r.n_trimmed, r.t_draft_prefill_us);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("loading the steps of case ", case_id));
+  });
   return out;
 }
 
@@ -1322,30 +1246,14 @@ std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
           .c_str()));
   BindInt(s.get(), 1, run_id);
   std::vector<BenchRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "loading bench rows", [&](sqlite3_stmt* q) {
     BenchRecord r;
-    r.model = ColText(q, 0);
-    r.dtype = ColText(q, 1);
-    r.threads = ColInt(q, 2);
-    r.batch_size = ColInt(q, 3);
-    r.context_len = ColInt(q, 4);
-    r.n_tokens = ColInt(q, 5);
-    r.reps = ColInt(q, 6);
-    r.tokens_per_s = ColReal(q, 7);
-    r.tokens_per_s_std = ColReal(q, 8);
-    r.ms_per_step = ColReal(q, 9);
-    r.forward_ms_per_step = ColReal(q, 10);
-    r.other_ms_per_step = ColReal(q, 11);
-    r.n_params = ColInt(q, 12);
-    r.weight_bytes = ColInt(q, 13);
-    r.bandwidth_gb_s = ColReal(q, 14);
-    r.roofline_fraction = ColReal(q, 15);
-    r.blas_core = ColText(q, 16);
+    ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens, r.reps,
+            r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
+            r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s, r.roofline_fraction,
+            r.blas_core);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench rows");
+  });
   return out;
 }
 
@@ -1358,24 +1266,12 @@ std::vector<BenchVerifyRecord> ResultsStore::LoadBenchVerify(int64_t run_id) con
       "ratio_to_one, gemv_max_rows, blas_core FROM bench_verify WHERE ?1 < 0 OR run_id = ?1 "
       "ORDER BY bench_verify_id"));
   BindInt(s.get(), 1, run_id);
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "loading bench_verify rows", [&](sqlite3_stmt* q) {
     BenchVerifyRecord r;
-    r.model = ColText(q, 0);
-    r.dtype = ColText(q, 1);
-    r.threads = ColInt(q, 2);
-    r.batch_size = ColInt(q, 3);
-    r.context_len = ColInt(q, 4);
-    r.n_query = ColInt(q, 5);
-    r.reps = ColInt(q, 6);
-    r.forward_ms = ColReal(q, 7);
-    r.ratio_to_one = ColReal(q, 8);
-    r.gemv_max_rows = ColInt(q, 9);
-    r.blas_core = ColText(q, 10);
+    ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_query, r.reps,
+            r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench_verify rows");
+  });
   return out;
 }
 
@@ -1387,18 +1283,11 @@ std::vector<BenchBandwidthRecord> ResultsStore::LoadBenchBandwidth(int64_t run_i
       Prepare("SELECT threads, array_bytes, reps, copy_gb_s, triad_gb_s FROM bench_bandwidth "
               "WHERE ?1 < 0 OR run_id = ?1 ORDER BY bandwidth_id"));
   BindInt(s.get(), 1, run_id);
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "loading bench_bandwidth rows", [&](sqlite3_stmt* q) {
     BenchBandwidthRecord r;
-    r.threads = ColInt(q, 0);
-    r.array_bytes = ColInt(q, 1);
-    r.reps = ColInt(q, 2);
-    r.copy_gb_s = ColReal(q, 3);
-    r.triad_gb_s = ColReal(q, 4);
+    ReadAll(q, 0, r.threads, r.array_bytes, r.reps, r.copy_gb_s, r.triad_gb_s);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "loading bench_bandwidth rows");
+  });
   return out;
 }
 
@@ -1417,24 +1306,13 @@ std::vector<ResultsStore::RunRow> ResultsStore::ListRuns() const {
       "SELECT run_id, started_at, specbed_version, git_commit, build_flags, host, cpu, gpu, "
       "library_versions_json, config_json, repro_command FROM runs ORDER BY run_id"));
   std::vector<RunRow> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "listing runs", [&](sqlite3_stmt* q) {
     RunRow r;
-    r.run_id = ColInt(q, 0);
-    r.info.started_at = ColText(q, 1);
-    r.info.specbed_version = ColText(q, 2);
-    r.info.git_commit = ColText(q, 3);
-    r.info.build_flags = ColText(q, 4);
-    r.info.host = ColText(q, 5);
-    r.info.cpu = ColText(q, 6);
-    r.info.gpu = ColText(q, 7);
-    r.info.library_versions_json = ColText(q, 8);
-    r.info.config_json = ColText(q, 9);
-    r.info.repro_command = ColText(q, 10);
+    RunInfo& i = r.info;
+    ReadAll(q, 0, r.run_id, i.started_at, i.specbed_version, i.git_commit, i.build_flags, i.host,
+            i.cpu, i.gpu, i.library_versions_json, i.config_json, i.repro_command);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "listing runs");
+  });
   return out;
 }
 
@@ -1442,9 +1320,7 @@ std::vector<int64_t> ResultsStore::ListRunIds() const {
   op_start_us_ = NowMicros();
   OwnedStmt s(Prepare("SELECT run_id FROM runs ORDER BY run_id"));
   std::vector<int64_t> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) out.push_back(ColInt(s.get(), 0));
-  if (rc != SQLITE_DONE) FailSqlite(rc, "listing runs");
+  ForEachRow(s.get(), "listing runs", [&](sqlite3_stmt* q) { out.push_back(ColInt(q, 0)); });
   return out;
 }
 
@@ -1466,124 +1342,80 @@ int64_t ResultsStore::BeginTrainRun(const TrainRunRecord& run) {
                 schema_version_, "; training logs need version 3 (open it read-write to migrate)");
   SPECBED_CHECK(!run.train_key.empty() && !run.task.empty(), "results database '", path_,
                 "': a training run needs a train_key and a task");
-  Begin("starting a training run");
   int64_t id = -1;
-  try {
+  InTransaction("starting a training run", [&] {
     {
       OwnedStmt s(Prepare("SELECT train_id FROM train_runs WHERE train_key = ?1"));
       BindText(s.get(), 1, run.train_key);
-      const int rc = sqlite3_step(s.get());
-      if (rc == SQLITE_ROW)
-        id = ColInt(s.get(), 0);
-      else if (rc != SQLITE_DONE)
-        FailSqlite(rc, "looking up a training run");
+      ForEachRow(s.get(), "looking up a training run", [&](sqlite3_stmt* q) { id = ColInt(q, 0); });
     }
-    if (id < 0) {
-      OwnedStmt s(
-          Prepare("INSERT INTO train_runs(train_key, task, out_dir, settings_json, started_at, "
-                  "finished_at, summary_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
-      BindText(s.get(), 1, run.train_key);
-      BindText(s.get(), 2, run.task);
-      BindText(s.get(), 3, run.out_dir);
-      BindText(s.get(), 4, run.settings_json);
-      BindText(s.get(), 5, run.started_at.empty() ? NowRfc3339() : run.started_at);
-      BindText(s.get(), 6, run.finished_at);
-      BindText(s.get(), 7, run.summary_json);
-      StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "inserting a training run"); });
-      id = sqlite3_last_insert_rowid(db_);
-    }
-    Commit("starting a training run");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+    if (id >= 0) return;
+    OwnedStmt s(
+        Prepare("INSERT INTO train_runs(train_key, task, out_dir, settings_json, started_at, "
+                "finished_at, summary_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+    // Bound without a copy: the strings must live until the step.
+    const std::string started = run.started_at.empty() ? NowRfc3339() : run.started_at;
+    BindAll(s.get(), 1, run.train_key, run.task, run.out_dir, run.settings_json, started,
+            run.finished_at, run.summary_json);
+    StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "inserting a training run"); });
+    id = sqlite3_last_insert_rowid(db_);
+  });
   return id;
 }
 
 void ResultsStore::TruncateTrainRun(int64_t train_id, int64_t last_step) {
   CheckWritable();
-  Begin("truncating a training log");
-  try {
+  InTransaction("truncating a training log", [&] {
     for (const char* sql : {"DELETE FROM train_log WHERE train_id = ?1 AND step > ?2",
                             "DELETE FROM train_eval WHERE train_id = ?1 AND step > ?2",
                             "UPDATE train_runs SET finished_at = '', summary_json = '' WHERE "
                             "train_id = ?1 AND ?2 = ?2"}) {
       OwnedStmt s(Prepare(sql));
-      BindInt(s.get(), 1, train_id);
-      BindInt(s.get(), 2, last_step);
+      BindAll(s.get(), 1, train_id, last_step);
       StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "truncating a training log"); });
     }
-    Commit("truncating a training log");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 void ResultsStore::AppendTrainLog(int64_t train_id, const std::vector<TrainLogRow>& log,
                                   const std::vector<TrainEvalRow>& evals) {
   CheckWritable();
   if (log.empty() && evals.empty()) return;
-  Begin("writing a training log");
-  try {
-    {
-      OwnedStmt s(
-          Prepare("INSERT INTO train_log(train_id, step, loss, lr, grad_norm, elapsed_s) "
-                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
-      for (const TrainLogRow& r : log) {
-        ResetOnExit reset(s.get());
-        BindInt(s.get(), 1, train_id);
-        BindInt(s.get(), 2, r.step);
-        BindReal(s.get(), 3, r.loss);
-        BindReal(s.get(), 4, r.lr);
-        BindReal(s.get(), 5, r.grad_norm);
-        BindReal(s.get(), 6, r.elapsed_s);
-        StepOnce(s.get(), [&](int rc) {
-          if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-            Fail("results database '", path_, "': training run ", train_id,
-                 " already has a log row for step ", r.step, " (or the run does not exist)");
-          }
-          FailSqlite(rc, "writing a training log row");
-        });
-      }
+  InTransaction("writing a training log", [&] {
+    OwnedStmt s(
+        Prepare("INSERT INTO train_log(train_id, step, loss, lr, grad_norm, elapsed_s) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    for (const TrainLogRow& r : log) {
+      ResetOnExit reset(s.get());
+      BindAll(s.get(), 1, train_id, r.step, r.loss, r.lr, r.grad_norm, r.elapsed_s);
+      StepOnce(s.get(), [&](int rc) {
+        if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+          Fail("results database '", path_, "': training run ", train_id,
+               " already has a log row for step ", r.step, " (or the run does not exist)");
+        }
+        FailSqlite(rc, "writing a training log row");
+      });
     }
-    {
-      OwnedStmt s(
-          Prepare("INSERT OR REPLACE INTO train_eval(train_id, step, val_loss, "
-                  "acceptance_proxy, metrics_json) VALUES (?1, ?2, ?3, ?4, ?5)"));
-      for (const TrainEvalRow& r : evals) {
-        ResetOnExit reset(s.get());
-        BindInt(s.get(), 1, train_id);
-        BindInt(s.get(), 2, r.step);
-        BindReal(s.get(), 3, r.val_loss);
-        BindReal(s.get(), 4, r.acceptance_proxy);
-        BindText(s.get(), 5, r.metrics_json);
-        StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "writing a training evaluation"); });
-      }
+    OwnedStmt e(
+        Prepare("INSERT OR REPLACE INTO train_eval(train_id, step, val_loss, "
+                "acceptance_proxy, metrics_json) VALUES (?1, ?2, ?3, ?4, ?5)"));
+    for (const TrainEvalRow& r : evals) {
+      ResetOnExit reset(e.get());
+      BindAll(e.get(), 1, train_id, r.step, r.val_loss, r.acceptance_proxy, r.metrics_json);
+      StepOnce(e.get(), [&](int rc) { FailSqlite(rc, "writing a training evaluation"); });
     }
-    Commit("writing a training log");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 void ResultsStore::FinishTrainRun(int64_t train_id, const std::string& summary_json) {
   CheckWritable();
-  Begin("finishing a training run");
-  try {
+  InTransaction("finishing a training run", [&] {
     OwnedStmt s(
         Prepare("UPDATE train_runs SET finished_at = ?2, summary_json = ?3 WHERE train_id = ?1"));
     const std::string now = NowRfc3339();
-    BindInt(s.get(), 1, train_id);
-    BindText(s.get(), 2, now);
-    BindText(s.get(), 3, summary_json);
+    BindAll(s.get(), 1, train_id, now, summary_json);
     StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "finishing a training run"); });
-    Commit("finishing a training run");
-  } catch (...) {
-    RollbackQuietly();
-    throw;
-  }
+  });
 }
 
 std::vector<ResultsStore::TrainRunRow> ResultsStore::ListTrainRuns() const {
@@ -1593,21 +1425,13 @@ std::vector<ResultsStore::TrainRunRow> ResultsStore::ListTrainRuns() const {
   OwnedStmt s(
       Prepare("SELECT train_id, train_key, task, out_dir, settings_json, started_at, "
               "finished_at, summary_json FROM train_runs ORDER BY train_id"));
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
+  ForEachRow(s.get(), "listing training runs", [&](sqlite3_stmt* q) {
     TrainRunRow r;
-    r.train_id = ColInt(q, 0);
-    r.record.train_key = ColText(q, 1);
-    r.record.task = ColText(q, 2);
-    r.record.out_dir = ColText(q, 3);
-    r.record.settings_json = ColText(q, 4);
-    r.record.started_at = ColText(q, 5);
-    r.record.finished_at = ColText(q, 6);
-    r.record.summary_json = ColText(q, 7);
+    TrainRunRecord& t = r.record;
+    ReadAll(q, 0, r.train_id, t.train_key, t.task, t.out_dir, t.settings_json, t.started_at,
+            t.finished_at, t.summary_json);
     out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "listing training runs");
+  });
   return out;
 }
 
@@ -1619,12 +1443,11 @@ std::vector<TrainLogRow> ResultsStore::LoadTrainLog(int64_t train_id) const {
       Prepare("SELECT step, loss, lr, grad_norm, elapsed_s FROM train_log WHERE "
               "train_id = ?1 ORDER BY step"));
   BindInt(s.get(), 1, train_id);
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
-    out.push_back({ColInt(q, 0), ColReal(q, 1), ColReal(q, 2), ColReal(q, 3), ColReal(q, 4)});
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "loading a training log");
+  ForEachRow(s.get(), "loading a training log", [&](sqlite3_stmt* q) {
+    TrainLogRow r;
+    ReadAll(q, 0, r.step, r.loss, r.lr, r.grad_norm, r.elapsed_s);
+    out.push_back(r);
+  });
   return out;
 }
 
@@ -1636,12 +1459,11 @@ std::vector<TrainEvalRow> ResultsStore::LoadTrainEval(int64_t train_id) const {
       Prepare("SELECT step, val_loss, acceptance_proxy, metrics_json FROM train_eval "
               "WHERE train_id = ?1 ORDER BY step"));
   BindInt(s.get(), 1, train_id);
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    sqlite3_stmt* q = s.get();
-    out.push_back({ColInt(q, 0), ColReal(q, 1), ColReal(q, 2), ColText(q, 3)});
-  }
-  if (rc != SQLITE_DONE) FailSqlite(rc, "loading training evaluations");
+  ForEachRow(s.get(), "loading training evaluations", [&](sqlite3_stmt* q) {
+    TrainEvalRow r;
+    ReadAll(q, 0, r.step, r.val_loss, r.acceptance_proxy, r.metrics_json);
+    out.push_back(std::move(r));
+  });
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -279,6 +280,22 @@ class ResultsStore {
   void InitSchema();
   void MigrateSchema(int from_version);
   void CheckWritable() const;
+  // Runs `body` in one write transaction named `op` (rolled back when it throws).
+  void InTransaction(const char* op, const std::function<void()>& body);
+  // Steps `s` over its rows, calling `row` on each; an SQLite error fails naming `what`.
+  void ForEachRow(sqlite3_stmt* s, const std::string& what,
+                  const std::function<void(sqlite3_stmt*)>& row) const;
+  // WriteCase's steps: the checks before the write lock, the case already stored (its case_id,
+  // -1 if none), the run that must exist (errors say "cannot write <what>"), then the rows.
+  void ValidateCase(const CaseRecord& c, const std::vector<SampleRecord>& samples,
+                    const std::vector<StepRecord>& steps) const;
+  int64_t FindCase(const std::string& case_key) const;
+  void CheckRunExists(int64_t run_id, const std::string& what) const;
+  int64_t InsertCase(int64_t run_id, const CaseRecord& c, size_t n_samples, size_t n_steps);
+  std::map<std::pair<std::string, int32_t>, int64_t> InsertSamples(
+      int64_t case_id, const CaseRecord& c, const std::vector<SampleRecord>& samples);
+  void InsertSteps(int64_t case_id, const CaseRecord& c, const std::vector<StepRecord>& steps,
+                   const std::map<std::pair<std::string, int32_t>, int64_t>& sample_ids);
   void Begin(const char* op);
   void Commit(const char* op);
   void RollbackQuietly() noexcept;
