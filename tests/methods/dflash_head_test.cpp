@@ -30,6 +30,7 @@
 #include "methods/dflash/dflash_head.h"
 #include "models/checkpoint/safetensors.h"
 #include "tests/common/cuda_test_util.h"
+#include "tests/methods/head_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -37,9 +38,12 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing_util::ErrorOf;
+using testing_util::ExpectTensorsEqual;
 using testing_util::ScratchDir;
+using testing_util::TensorMap;
 using testing_util::TestName;
-using TensorMap = std::map<std::string, at::Tensor>;
+using testing_util::WriteRawCheckpoint;
 
 // A Qwen3-like draft scaled down; q_dim (48) != hidden (32) as in Qwen3-4B's draft.
 DflashConfig SmallConfig() {
@@ -84,18 +88,6 @@ void ExpectSameConfig(const DflashConfig& a, const DflashConfig& b) {
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.torch_dtype, b.torch_dtype);
-}
-
-// The message of the specbed::Error `fn` throws ("" and a test failure when it does not throw).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a specbed::Error";
-  return "";
 }
 
 // config.json of z-lab/Qwen3-8B-DFlash-b16 (as mirrored by SpecForge configs/qwen3-8b-dflash.json).
@@ -277,36 +269,6 @@ TEST(DflashConfig, Errors) {
 
 // ---- Checkpoint -----------------------------------------------------------------------------
 
-void ExpectTensorsEqual(const TensorMap& got, const TensorMap& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_EQ(got.at(name).scalar_type(), at::kFloat) << name;
-    EXPECT_TRUE(at::equal(got.at(name), t)) << name;
-  }
-}
-
-// Writes config.json and the tensors as they are (no validation).
-void WriteRawCheckpoint(const std::string& dir, const json& config, const TensorMap& tensors,
-                        const std::string& file = "model.safetensors") {
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream out(dir + "/config.json", std::ios::trunc);
-    out << config.dump(2);
-  }
-  std::vector<at::Tensor> keep;
-  std::vector<SafetensorsTensorView> views;
-  for (const auto& [name, t] : tensors) {
-    const at::Tensor c = t.contiguous();
-    keep.push_back(c);
-    const SafetensorsDtype dtype =
-        c.scalar_type() == at::kLong ? SafetensorsDtype::kI64 : SafetensorsDtype::kF32;
-    views.push_back({name, dtype, c.sizes().vec(), c.data_ptr(),
-                     static_cast<size_t>(c.numel()) * c.element_size()});
-  }
-  WriteSafetensors(dir + "/" + file, views);
-}
-
 // The error of loading a small checkpoint whose tensors were edited by `edit`.
 std::string LoadErrorAfter(const std::string& name, const std::function<void(TensorMap&)>& edit) {
   const DflashConfig c = SmallConfig();
@@ -343,9 +305,7 @@ TEST(DflashCheckpoint, RoundTripHalfPrecisionCausalNoRecipe) {
   DflashConfig c = SmallConfig();
   c.causal = true;
   const TensorMap tensors = RandomDflashTensors(c, 8);
-  for (auto [dtype, torch_dtype, name] :
-       {std::make_tuple(SafetensorsDtype::kBF16, at::kBFloat16, "bfloat16"),
-        std::make_tuple(SafetensorsDtype::kF16, at::kHalf, "float16")}) {
+  for (const auto& [dtype, torch_dtype, name] : testing_util::HalfPrecisions()) {
     const std::string dir = ScratchDir(TestName() + name);
     WriteDflashCheckpoint(dir, c, tensors, nullptr, dtype);
     const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
@@ -353,13 +313,8 @@ TEST(DflashCheckpoint, RoundTripHalfPrecisionCausalNoRecipe) {
     EXPECT_TRUE(ckpt.config.causal);
     EXPECT_TRUE(ckpt.recipe.is_null());
     EXPECT_EQ(SafetensorsFile::Open(dir + "/model.safetensors")->Find("fc.weight")->dtype, dtype);
-    ASSERT_EQ(ckpt.tensors.size(), tensors.size());
-    for (const auto& [tname, t] : tensors) {
-      const at::Tensor& got = ckpt.tensors.at(tname);
-      EXPECT_EQ(got.scalar_type(), at::kFloat) << tname;
-      EXPECT_TRUE(at::equal(got, t.to(torch_dtype).to(at::kFloat))) << tname << " " << name;
-      EXPECT_TRUE(at::allclose(got, t, /*rtol=*/1e-2, /*atol=*/1e-4)) << tname;
-    }
+    for (const auto& [tname, t] : tensors) ASSERT_TRUE(t.is_floating_point()) << tname;
+    testing_util::ExpectStoredRounding(ckpt.tensors, tensors, torch_dtype, name);
   }
 }
 
@@ -404,20 +359,10 @@ TEST(DflashCheckpoint, TensorErrors) {
 
 TEST(DflashCheckpoint, DirectoryErrors) {
   const DflashConfig c = SmallConfig();
-  const std::string dir = ScratchDir(TestName());
-  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir + "/nope"); }), HasSubstr("not a directory"));
-  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }), HasSubstr("missing config.json"));
-  {
-    std::ofstream out(dir + "/config.json");
-    out << ConfigJson(c).dump();
-  }
-  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }), HasSubstr("no model.safetensors"));
-  {
-    std::ofstream out(dir + "/pytorch_model.bin");
-    out << "pickle";
-  }
-  EXPECT_THAT(ErrorOf([&] { LoadDflashCheckpoint(dir); }),
-              HasSubstr("has only pytorch_model.bin; SpecBed never reads pickled"));
+  testing_util::ExpectCheckpointDirectoryErrors(
+      ScratchDir(TestName()), ConfigJson(c),
+      [](const std::string& dir) { LoadDflashCheckpoint(dir); },
+      {"has only pytorch_model.bin; SpecBed never reads pickled"});
   // Duplicate across shards.
   const TensorMap tensors = RandomDflashTensors(c, 4);
   const std::string dup = ScratchDir(TestName() + "_dup");
@@ -878,10 +823,7 @@ TEST_P(DflashHeadForward, Bf16EmbeddingAndErrors) {
   EXPECT_THAT(ErrorOf([&] { head2.ForwardFromBonus(3, out); }), HasSubstr("mask_token_id"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, DflashHeadForward, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "Aten" : "Rows");
-                         });
+INSTANTIATE_TEST_SUITE_P(Paths, DflashHeadForward, ::testing::Bool(), testing_util::PathName);
 
 // Context of 9 rows, then a block of 6 at the context's end: [hidden | logits] as float32 CPU.
 at::Tensor RunDflashBlock(const DflashConfig& config, const TensorMap& tensors,
@@ -894,10 +836,6 @@ at::Tensor RunDflashBlock(const DflashConfig& config, const TensorMap& tensors,
   DflashHeadOutput out;
   head.ForwardFromBonus(7, 6, out);
   return at::cat({out.hidden.to(at::kCPU, at::kFloat), out.logits.cpu()}, 1);
-}
-
-double RelativeL2(const at::Tensor& got, const at::Tensor& want) {
-  return (got - want).norm().item<double>() / want.norm().item<double>();
 }
 
 DflashConfig WindowedConfig() {
@@ -915,9 +853,13 @@ TEST(DflashHeadAten, MatchesTheRowsInBfloat16WithSlidingWindows) {
   const at::Tensor rows = RunDflashBlock(config, tensors, embedding, lm_head, HeadPlacement{});
   HeadPlacement aten;
   aten.aten = true;
-  EXPECT_LT(RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows), 1e-5);
+  EXPECT_LT(
+      testing_util::RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows),
+      1e-5);
   aten.dtype = at::kBFloat16;
-  EXPECT_LT(RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows), 3e-2);
+  EXPECT_LT(
+      testing_util::RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows),
+      3e-2);
 }
 
 TEST(DflashHeadAtenCuda, MatchesTheRowsOnTheGpu) {
@@ -927,19 +869,11 @@ TEST(DflashHeadAtenCuda, MatchesTheRowsOnTheGpu) {
   const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
   const at::Tensor lm_head = at::randn({config.vocab_size, config.hidden_size});
   const at::Tensor rows = RunDflashBlock(config, tensors, embedding, lm_head, HeadPlacement{});
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    HeadPlacement gpu{at::Device(at::kCUDA, 0), dtype, true};
-    const at::Tensor got = RunDflashBlock(config, tensors, embedding.to(gpu.device, dtype),
-                                          lm_head.to(gpu.device, dtype), gpu);
-    EXPECT_LT(RelativeL2(got, rows), dtype == at::kFloat ? 1e-4 : 3e-2) << dtype;
-  }
+  testing_util::ExpectGpuMatchesRows(rows, [&](const HeadPlacement& gpu) {
+    return RunDflashBlock(config, tensors, embedding.to(gpu.device, gpu.dtype),
+                          lm_head.to(gpu.device, gpu.dtype), gpu);
+  });
 }
-
-}  // namespace
-}  // namespace specbed
-
-namespace specbed {
-namespace {
 
 // Published config variants upstream code reads: block_size only inside dflash_config (newer z-lab
 // configs) or absent (z-lab's default 16), the upstream is_causal flag, and sliding_attention

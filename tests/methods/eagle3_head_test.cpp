@@ -26,6 +26,7 @@
 #include "methods/eagle3/eagle3_head.h"
 #include "models/checkpoint/safetensors.h"
 #include "tests/common/cuda_test_util.h"
+#include "tests/methods/head_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -33,9 +34,12 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing_util::ErrorOf;
+using testing_util::ExpectTensorsEqual;
 using testing_util::ScratchDir;
+using testing_util::TensorMap;
 using testing_util::TestName;
-using TensorMap = std::map<std::string, at::Tensor>;
+using testing_util::WriteRawCheckpoint;
 
 // A Llama-3-like head scaled down; head_dim * n_heads (96) != hidden (64) as in Qwen3-4B.
 Eagle3Config SmallConfig() {
@@ -87,18 +91,6 @@ void ExpectSameConfig(const Eagle3Config& a, const Eagle3Config& b) {
   EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 
-// The message of the specbed::Error `fn` throws ("" and a test failure when it does not throw).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a specbed::Error";
-  return "";
-}
-
 // config.json of the Llama-3.1-8B head as published (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B).
 json PublishedLlama31Config() {
   return json::parse(R"({
@@ -108,52 +100,6 @@ json PublishedLlama31Config() {
     "max_position_embeddings": 2048, "vocab_size": 128256, "draft_vocab_size": 32000,
     "bos_token_id": 128000, "eos_token_id": 128001, "pad_token_id": 0, "hidden_act": "silu",
     "tie_word_embeddings": false, "torch_dtype": "float16"})");
-}
-
-// Writes config.json and the tensors as they are (no validation), with the stored names given.
-void WriteRawCheckpoint(const std::string& dir, const json& config, const TensorMap& tensors,
-                        const std::string& file = "model.safetensors") {
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream out(dir + "/config.json", std::ios::trunc);
-    out << config.dump(2);
-  }
-  std::vector<at::Tensor> keep;
-  std::vector<SafetensorsTensorView> views;
-  for (const auto& [name, t] : tensors) {
-    const at::Tensor c = t.contiguous();
-    keep.push_back(c);
-    SafetensorsDtype dtype;
-    switch (c.scalar_type()) {
-      case at::kFloat:
-        dtype = SafetensorsDtype::kF32;
-        break;
-      case at::kHalf:
-        dtype = SafetensorsDtype::kF16;
-        break;
-      case at::kBFloat16:
-        dtype = SafetensorsDtype::kBF16;
-        break;
-      case at::kLong:
-        dtype = SafetensorsDtype::kI64;
-        break;
-      case at::kInt:
-        dtype = SafetensorsDtype::kI32;
-        break;
-      case at::kByte:
-        dtype = SafetensorsDtype::kU8;
-        break;
-      case at::kBool:
-        dtype = SafetensorsDtype::kBool;
-        break;
-      default:
-        ADD_FAILURE() << "unsupported dtype";
-        return;
-    }
-    views.push_back({name, dtype, c.sizes().vec(), c.data_ptr(),
-                     static_cast<size_t>(c.numel()) * c.element_size()});
-  }
-  WriteSafetensors(dir + "/" + file, views);
 }
 
 json ConfigJson(const Eagle3Config& c) {
@@ -290,15 +236,6 @@ TEST(Eagle3Config, DefaultAuxLayers) {
 
 // ---- Checkpoints ----------------------------------------------------------------------------
 
-void ExpectTensorsEqual(const TensorMap& got, const TensorMap& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_EQ(got.at(name).scalar_type(), t.scalar_type()) << name;
-    EXPECT_TRUE(at::equal(got.at(name), t)) << name;
-  }
-}
-
 TEST(Eagle3Checkpoint, RoundTripFloat32WithRecipe) {
   const Eagle3Config c = SmallConfig();
   const TensorMap tensors = RandomEagle3Tensors(c, 7);
@@ -324,27 +261,15 @@ TEST(Eagle3Checkpoint, RoundTripFloat32WithRecipe) {
 TEST(Eagle3Checkpoint, RoundTripHalfPrecisionAndNoRecipe) {
   const Eagle3Config c = SmallConfig();
   const TensorMap tensors = RandomEagle3Tensors(c, 8, /*with_embedding=*/true);
-  for (auto [dtype, torch_dtype, name] :
-       {std::make_tuple(SafetensorsDtype::kBF16, at::kBFloat16, "bfloat16"),
-        std::make_tuple(SafetensorsDtype::kF16, at::kHalf, "float16")}) {
+  for (const auto& [dtype, torch_dtype, name] : testing_util::HalfPrecisions()) {
     const std::string dir = ScratchDir(TestName() + name);
     WriteEagle3Checkpoint(dir, c, tensors, nullptr, dtype);
     const Eagle3Checkpoint ckpt = LoadEagle3Checkpoint(dir);
     EXPECT_EQ(ckpt.config.torch_dtype, name);
     EXPECT_TRUE(ckpt.recipe.is_null());
     EXPECT_EQ(SafetensorsFile::Open(dir + "/model.safetensors")->Find("fc.weight")->dtype, dtype);
-    ASSERT_EQ(ckpt.tensors.size(), tensors.size());
-    for (const auto& [tname, t] : tensors) {
-      const at::Tensor& got = ckpt.tensors.at(tname);
-      if (t.is_floating_point()) {
-        EXPECT_EQ(got.scalar_type(), at::kFloat) << tname;
-        // Exactly the stored rounding of the float32 values (within the dtype's tolerance).
-        EXPECT_TRUE(at::equal(got, t.to(torch_dtype).to(at::kFloat))) << tname << " " << name;
-        EXPECT_TRUE(at::allclose(got, t, /*rtol=*/1e-2, /*atol=*/1e-4)) << tname;
-      } else {
-        EXPECT_TRUE(at::equal(got, t)) << tname;
-      }
-    }
+    // Exactly the stored rounding of the float32 values (within the dtype's tolerance).
+    testing_util::ExpectStoredRounding(ckpt.tensors, tensors, torch_dtype, name);
   }
 }
 
@@ -471,22 +396,10 @@ TEST(Eagle3Checkpoint, VocabMapErrors) {
 }
 
 TEST(Eagle3Checkpoint, DirectoryErrors) {
-  const std::string dir = ScratchDir(TestName());
-  EXPECT_THAT(ErrorOf([&] { LoadEagle3Checkpoint(dir); }), HasSubstr("missing config.json"));
-  {
-    std::ofstream out(dir + "/config.json");
-    out << ConfigJson(SmallConfig()).dump();
-  }
-  EXPECT_THAT(ErrorOf([&] { LoadEagle3Checkpoint(dir); }), HasSubstr("no model.safetensors"));
-  {
-    std::ofstream out(dir + "/pytorch_model.bin");
-    out << "not read";
-  }
-  const std::string msg = ErrorOf([&] { LoadEagle3Checkpoint(dir); });
-  EXPECT_THAT(msg, HasSubstr("pytorch_model.bin"));
-  EXPECT_THAT(msg, HasSubstr("never reads pickled"));
-  EXPECT_THAT(msg, HasSubstr("methods/eagle3/README.md"));
-  EXPECT_THAT(ErrorOf([&] { LoadEagle3Checkpoint(dir + "/nope"); }), HasSubstr("not a directory"));
+  testing_util::ExpectCheckpointDirectoryErrors(
+      ScratchDir(TestName()), ConfigJson(SmallConfig()),
+      [](const std::string& dir) { LoadEagle3Checkpoint(dir); },
+      {"pytorch_model.bin", "never reads pickled", "methods/eagle3/README.md"});
 }
 
 TEST(Eagle3Checkpoint, WriterValidatesFirst) {
@@ -771,10 +684,7 @@ class Eagle3HeadForward : public ::testing::TestWithParam<bool> {
   HeadPlacement placement_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Paths, Eagle3HeadForward, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "Aten" : "Rows");
-                         });
+INSTANTIATE_TEST_SUITE_P(Paths, Eagle3HeadForward, ::testing::Bool(), testing_util::PathName);
 
 TEST_P(Eagle3HeadForward, FullCausalSequenceAndIncremental) {
   const int64_t n = 9, fc_in = config_.fc_in_dim(), h = config_.hidden_size,
@@ -950,10 +860,6 @@ at::Tensor RunContextAndTree(const Eagle3Config& config, const TensorMap& tensor
   return at::cat(rows, 0);
 }
 
-double RelativeL2(const at::Tensor& got, const at::Tensor& want) {
-  return (got - want).norm().item<double>() / want.norm().item<double>();
-}
-
 TEST(Eagle3HeadAten, MatchesTheRowsWithAnEmptyMaskRowAndInBfloat16) {
   const Eagle3Config config = SmallConfig();
   const TensorMap tensors = RandomEagle3Tensors(config, 21);
@@ -966,7 +872,8 @@ TEST(Eagle3HeadAten, MatchesTheRowsWithAnEmptyMaskRowAndInBfloat16) {
   EXPECT_LT((f32 - rows).abs().max().item<double>(), 1e-5 * scale);
   aten.dtype = at::kBFloat16;
   const at::Tensor bf16 = RunContextAndTree(config, tensors, embedding, aten);
-  EXPECT_LT(RelativeL2(bf16, rows), 3e-2);  // bf16 rounding of weights and activations
+  EXPECT_LT(testing_util::RelativeL2(bf16, rows),
+            3e-2);  // bf16 rounding of weights and activations
 }
 
 // The device drafters' top-k download (methods/common/head_aten.h), run here on CPU tensors: the
@@ -997,11 +904,9 @@ TEST(Eagle3HeadAtenCuda, MatchesTheRowsOnTheGpu) {
   const TensorMap tensors = RandomEagle3Tensors(config, 21);
   const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
   const at::Tensor rows = RunContextAndTree(config, tensors, embedding, HeadPlacement{});
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    HeadPlacement gpu{at::Device(at::kCUDA, 0), dtype, true};
-    const at::Tensor got = RunContextAndTree(config, tensors, embedding.to(gpu.device, dtype), gpu);
-    EXPECT_LT(RelativeL2(got, rows), dtype == at::kFloat ? 1e-4 : 3e-2) << dtype;
-  }
+  testing_util::ExpectGpuMatchesRows(rows, [&](const HeadPlacement& gpu) {
+    return RunContextAndTree(config, tensors, embedding.to(gpu.device, gpu.dtype), gpu);
+  });
 }
 
 TEST_P(Eagle3HeadForward, VocabMapAccessorsAndErrors) {
@@ -1053,12 +958,6 @@ TEST_P(Eagle3HeadForward, VocabMapAccessorsAndErrors) {
   EXPECT_THAT(ErrorOf([&] { head.TruncateCache(1); }), HasSubstr("outside [0, cache_length = 0]"));
 }
 
-}  // namespace
-}  // namespace specbed
-
-namespace specbed {
-namespace {
-
 // The SafeAILab EAGLE-3 training template's config says "architectures": ["LlamaForCausalLM"]
 // (one Llama decoder layer plus the EAGLE-3 fields); a checkpoint written with it loads.
 TEST(Eagle3Checkpoint, SafeAILabTemplateArchitectureLoads) {
@@ -1068,13 +967,13 @@ TEST(Eagle3Checkpoint, SafeAILabTemplateArchitectureLoads) {
   WriteEagle3Checkpoint(dir, c, tensors, nullptr);
   json cj = json::parse(ReadFileToString(dir + "/config.json"));
   cj["architectures"] = {"LlamaForCausalLM"};
-  std::ofstream(dir + "/config.json", std::ios::trunc) << cj.dump(2);
+  testing_util::WriteTextFile(dir + "/config.json", cj.dump(2));
   const Eagle3Checkpoint ckpt = LoadEagle3Checkpoint(dir);
   ExpectSameConfig(ckpt.config, c);
   ExpectTensorsEqual(ckpt.tensors, tensors);
   // Still one decoder layer only: a plain two-layer Llama config is not an EAGLE-3 head.
   cj["num_hidden_layers"] = 2;
-  std::ofstream(dir + "/config.json", std::ios::trunc) << cj.dump(2);
+  testing_util::WriteTextFile(dir + "/config.json", cj.dump(2));
   EXPECT_NE(ErrorOf([&] { LoadEagle3Checkpoint(dir); }).find("num_hidden_layers is 2, expected 1"),
             std::string::npos);
 }

@@ -1,0 +1,154 @@
+// Shared helpers for the draft-head tests (EAGLE-3, DFlash): the message of a specbed::Error,
+// checkpoint directories written as they are (no validation), tensor-map comparisons, the
+// half-precision round-trip check, the checkpoint directory errors, and the row-loop / ATen path
+// parameter of the forward tests.
+// Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
+#include "methods/common/head_aten.h"
+#include "models/checkpoint/safetensors.h"
+
+namespace specbed {
+namespace testing_util {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// The message of the specbed::Error `fn` throws ("" and a test failure when it does not throw).
+template <typename Fn>
+std::string ErrorOf(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a specbed::Error";
+  return "";
+}
+
+// The safetensors dtype a tensor of `type` is stored as (a test failure for any other type).
+inline SafetensorsDtype SafetensorsDtypeOf(at::ScalarType type) {
+  static const std::map<at::ScalarType, SafetensorsDtype> kDtypes = {
+      {at::kFloat, SafetensorsDtype::kF32},     {at::kHalf, SafetensorsDtype::kF16},
+      {at::kBFloat16, SafetensorsDtype::kBF16}, {at::kLong, SafetensorsDtype::kI64},
+      {at::kInt, SafetensorsDtype::kI32},       {at::kByte, SafetensorsDtype::kU8},
+      {at::kBool, SafetensorsDtype::kBool}};
+  const auto it = kDtypes.find(type);
+  if (it == kDtypes.end()) {
+    ADD_FAILURE() << "unsupported dtype " << type;
+    return SafetensorsDtype::kF32;
+  }
+  return it->second;
+}
+
+// Writes `text` to `path`, replacing the file.
+inline void WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// Writes config.json and the tensors as they are (no validation), with the stored names given.
+inline void WriteRawCheckpoint(const std::string& dir, const nlohmann::json& config,
+                               const TensorMap& tensors,
+                               const std::string& file = "model.safetensors") {
+  std::filesystem::create_directories(dir);
+  WriteTextFile(dir + "/config.json", config.dump(2));
+  std::vector<at::Tensor> keep;
+  std::vector<SafetensorsTensorView> views;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.contiguous();
+    keep.push_back(c);
+    views.push_back({name, SafetensorsDtypeOf(c.scalar_type()), c.sizes().vec(), c.data_ptr(),
+                     static_cast<size_t>(c.numel()) * c.element_size()});
+  }
+  WriteSafetensors(dir + "/" + file, views);
+}
+
+// `got` holds exactly the tensors of `want`, with the same dtypes and values.
+inline void ExpectTensorsEqual(const TensorMap& got, const TensorMap& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got.at(name).scalar_type(), t.scalar_type()) << name;
+    EXPECT_TRUE(at::equal(got.at(name), t)) << name;
+  }
+}
+
+// The half-precision storage dtypes a checkpoint writer accepts: (stored, torch, config name).
+inline const std::vector<std::tuple<SafetensorsDtype, at::ScalarType, const char*>>&
+HalfPrecisions() {
+  static const std::vector<std::tuple<SafetensorsDtype, at::ScalarType, const char*>> kAll = {
+      {SafetensorsDtype::kBF16, at::kBFloat16, "bfloat16"},
+      {SafetensorsDtype::kF16, at::kHalf, "float16"}};
+  return kAll;
+}
+
+// `got` (loaded from a checkpoint stored in `torch_dtype`, named `name`) holds the float32
+// tensors of `want` rounded to that dtype exactly (within the dtype's tolerance of the original);
+// tensors that are not floating point come back unchanged.
+inline void ExpectStoredRounding(const TensorMap& got, const TensorMap& want,
+                                 at::ScalarType torch_dtype, const std::string& name) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [tname, t] : want) {
+    const at::Tensor& g = got.at(tname);
+    if (!t.is_floating_point()) {
+      EXPECT_TRUE(at::equal(g, t)) << tname;
+      continue;
+    }
+    EXPECT_EQ(g.scalar_type(), at::kFloat) << tname;
+    EXPECT_TRUE(at::equal(g, t.to(torch_dtype).to(at::kFloat))) << tname << " " << name;
+    EXPECT_TRUE(at::allclose(g, t, /*rtol=*/1e-2, /*atol=*/1e-4)) << tname;
+  }
+}
+
+// The directory errors every head checkpoint loader reports: a missing directory, no
+// config.json, no model.safetensors, and only a pickled pytorch_model.bin (whose message must
+// contain every one of `pickle_parts`). `dir` is an empty scratch directory.
+inline void ExpectCheckpointDirectoryErrors(const std::string& dir, const nlohmann::json& config,
+                                            const std::function<void(const std::string&)>& load,
+                                            const std::vector<std::string>& pickle_parts) {
+  using ::testing::HasSubstr;
+  EXPECT_THAT(ErrorOf([&] { load(dir + "/nope"); }), HasSubstr("not a directory"));
+  EXPECT_THAT(ErrorOf([&] { load(dir); }), HasSubstr("missing config.json"));
+  WriteTextFile(dir + "/config.json", config.dump());
+  EXPECT_THAT(ErrorOf([&] { load(dir); }), HasSubstr("no model.safetensors"));
+  WriteTextFile(dir + "/pytorch_model.bin", "pickle");
+  const std::string msg = ErrorOf([&] { load(dir); });
+  for (const std::string& part : pickle_parts) EXPECT_THAT(msg, HasSubstr(part));
+}
+
+// |got - want| / |want| in the L2 norm.
+inline double RelativeL2(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).norm().item<double>() / want.norm().item<double>();
+}
+
+// On the GPU in float32 and bfloat16, `run` (given the placement) matches `rows` (the row loops'
+// result) within 1e-4 and 3e-2 relative L2; `run` moves its inputs to the placement's device.
+inline void ExpectGpuMatchesRows(const at::Tensor& rows,
+                                 const std::function<at::Tensor(const HeadPlacement&)>& run) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const HeadPlacement gpu{at::Device(at::kCUDA, 0), dtype, true};
+    EXPECT_LT(RelativeL2(run(gpu), rows), dtype == at::kFloat ? 1e-4 : 3e-2) << dtype;
+  }
+}
+
+// Test names of the forward suites parameterized on the path: "Aten" or "Rows".
+inline std::string PathName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Aten" : "Rows";
+}
+
+}  // namespace testing_util
+}  // namespace specbed
