@@ -160,6 +160,100 @@ at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
   return buffer.narrow(0, 0, n);
 }
 
+// The rows' embeddings: x[i] = emb[ids[i]] (ids checked against the vocabulary).
+template <typename T>
+void EmbedRows(const T* emb, const int64_t* ids, int64_t rows, int64_t dim, int64_t vocab, T* x) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t id = ids[i];
+    SPECBED_CHECK(id >= 0 && id < vocab, "Forward: token id ", id, " outside the vocabulary [0, ",
+                  vocab, ")");
+    std::memcpy(x + i * dim, emb + id * dim, dim * sizeof(T));
+  }
+}
+
+// One layer's q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
+template <typename T>
+struct QkvToCacheArgs {
+  int64_t batch, n_tokens, n_heads, n_kv, head_dim, past, max_len;
+  const int64_t* positions;  // [batch * T] or null (past + t)
+  const float *cos_table, *sin_table;
+  const T *q_norm, *k_norm;  // null when absent
+  float eps;
+  bool interleaved;
+};
+template <typename T>
+void QkvToCache(T* qkv, T* q, T* kcache, T* vcache, const QkvToCacheArgs<T>& a) {
+  const int64_t hd = a.head_dim, half = hd / 2, qkv_dim = (a.n_heads + 2 * a.n_kv) * hd;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const int64_t row = b * a.n_tokens + t;
+      const int64_t pos = a.positions ? a.positions[row] : a.past + t;
+      T* qsrc = qkv + row * qkv_dim;
+      T* ksrc = qsrc + a.n_heads * hd;
+      T* vsrc = ksrc + a.n_kv * hd;
+      if (a.q_norm) HeadNorm(qsrc, a.q_norm, a.n_heads, hd, a.eps);
+      if (a.k_norm) HeadNorm(ksrc, a.k_norm, a.n_kv, hd, a.eps);
+      const float* c = a.cos_table + pos * half;
+      const float* s = a.sin_table + pos * half;
+      Rope(qsrc, q + row * a.n_heads * hd, a.n_heads, hd, c, s, a.interleaved);
+      const int64_t slot = a.past + t;
+      for (int64_t h = 0; h < a.n_kv; ++h) {
+        const int64_t at = ((b * a.n_kv + h) * a.max_len + slot) * hd;
+        Rope(ksrc + h * hd, kcache + at, 1, hd, c, s, a.interleaved);
+        std::memcpy(vcache + at, vsrc + h * hd, hd * sizeof(T));
+      }
+    }
+  }
+}
+
+// out = in w^T (+ bias), or out += in w^T with `accumulate`: SpecBed's matrix-vector kernel for
+// few rows (models/gemv.h, reads w [out, in]), else ATen's GEMM on the transposed copy w_t.
+void RowsLinear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
+                const at::Tensor& w_t, at::Tensor& out, bool use_gemv, bool accumulate) {
+  if (use_gemv) {
+    GemvRows(in, w, bias, out, accumulate);
+  } else if (accumulate) {
+    out.addmm_(in, w_t);
+  } else if (bias.defined()) {
+    at::addmm_out(out, bias, in, w_t);
+  } else {
+    at::mm_out(out, in, w_t);
+  }
+}
+
+// The model's buffers and weights the logits read.
+struct HeadBuffers {
+  at::Tensor x, head_in, logits, logits_lowp;  // model-owned buffers (logits_lowp: bf16 only)
+  at::Tensor final_norm, lm_head, lm_head_t;
+};
+
+// The logits of every row (`all`) or of each sequence's last row: the final RMSNorm of x into
+// head_in, then lm_head (through logits_lowp for a low-precision model) into the float32 logits
+// buffer; returns a view [batch, T or 1, vocab].
+template <typename T>
+at::Tensor LogitsRows(const HeadBuffers& h, int64_t batch, int64_t n_tokens, bool all, float eps) {
+  const int64_t dim = h.final_norm.size(0), vocab = h.lm_head.size(0);
+  const int64_t n_out = all ? batch * n_tokens : batch;
+  const T* xp = h.x.data_ptr<T>();
+  T* head_in = h.head_in.data_ptr<T>();
+  const T* final_norm = h.final_norm.data_ptr<T>();
+  if (all) {
+    RmsNormRows(xp, final_norm, head_in, n_out, dim, eps);
+  } else {
+    for (int64_t b = 0; b < batch; ++b) {
+      RmsNormRows(xp + (b * n_tokens + n_tokens - 1) * dim, final_norm, head_in + b * dim, 1, dim,
+                  eps);
+    }
+  }
+  const bool low_precision = h.x.scalar_type() != at::kFloat;
+  at::Tensor logits = Rows(h.logits, n_out);
+  at::Tensor head_out = low_precision ? Rows(h.logits_lowp, n_out) : logits;
+  RowsLinear(Rows(h.head_in, n_out), h.lm_head, {}, h.lm_head_t, head_out,
+             n_out <= GemvMaxRows(h.x.scalar_type()), /*accumulate=*/false);
+  if (low_precision) logits.copy_(head_out);
+  return logits.view({batch, all ? n_tokens : 1, vocab});
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -317,33 +411,22 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
 
 ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cache,
                                       const ForwardOptions& options) {
-  const at::Tensor tokens = tokens_in.device().is_cpu() ? tokens_in : tokens_in.cpu();
+  const at::Tensor tokens =
+      (tokens_in.device().is_cpu() ? tokens_in : tokens_in.cpu()).contiguous();
   const int64_t batch = tokens.size(0), n_tokens = tokens.size(1);
   const int64_t past = cache.length();
-  const int64_t n_slots = past + n_tokens;
   const int64_t rows = batch * n_tokens;
-  EnsureCapacity(rows, n_slots);
-
-  const at::Tensor tokens_c = tokens.contiguous();
-  const int64_t* token_ids = tokens_c.data_ptr<int64_t>();
-  at::Tensor positions_c;
-  const int64_t* positions = nullptr;
-  int64_t max_position = n_slots;
-  if (options.positions.defined()) {
-    positions_c = options.positions.contiguous();
-    positions = positions_c.data_ptr<int64_t>();
-    for (int64_t i = 0; i < rows; ++i) {
-      SPECBED_CHECK(positions[i] >= 0, "Forward: negative position");
-      max_position = std::max(max_position, positions[i] + 1);
-    }
+  EnsureCapacity(rows, past + n_tokens);
+  const at::Tensor positions =
+      options.positions.defined() ? options.positions.contiguous() : at::Tensor();
+  int64_t max_position = past + n_tokens;
+  for (int64_t i = 0; positions.defined() && i < rows; ++i) {
+    const int64_t p = positions.data_ptr<int64_t>()[i];
+    SPECBED_CHECK(p >= 0, "Forward: negative position");
+    max_position = std::max(max_position, p + 1);
   }
   EnsureRope(max_position);
-  at::Tensor mask_c;
-  const bool* mask = nullptr;
-  if (options.mask.defined()) {
-    mask_c = options.mask.contiguous();
-    mask = mask_c.data_ptr<bool>();
-  }
+  const at::Tensor mask = options.mask.defined() ? options.mask.contiguous() : at::Tensor();
 
   ForwardOutput out;
   auto capture = [&](int64_t index, const at::Tensor& x) {
@@ -354,120 +437,64 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
       }
     }
   };
-
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dtype_, "LlamaModel::Forward", [&] {
     using T = scalar_t;
-    const int64_t dim = config_.dim, hd = config_.head_dim, n_heads = config_.n_heads,
-                  n_kv = config_.n_kv_heads, qkv_dim = config_.qkv_dim();
+    const int64_t dim = config_.dim;
     const float eps = static_cast<float>(config_.norm_eps);
-    const int64_t half = hd / 2;
     // Few rows: SpecBed's own matrix-vector kernel (models/gemv.h); otherwise ATen's GEMM.
-    const int64_t gemv_max_rows = GemvMaxRows(dtype_);
-    const bool use_gemv = rows <= gemv_max_rows;
+    const bool use_gemv = rows <= GemvMaxRows(dtype_);
     at::Tensor x = Rows(x_, rows), xn = Rows(xn_, rows), qkv = Rows(qkv_, rows),
                attn = Rows(attn_, rows), gate_up = Rows(gate_up_, rows), act = Rows(act_, rows);
     T* xp = x.data_ptr<T>();
     T* xnp = xn.data_ptr<T>();
-    T* qkvp = qkv.data_ptr<T>();
-    T* qp = q_.data_ptr<T>();
-    T* attnp = attn.data_ptr<T>();
-    const float* cos_table = rope_cos_.data_ptr<float>();
-    const float* sin_table = rope_sin_.data_ptr<float>();
-
-    // Embedding lookup.
-    const T* emb = weights_.tok_embeddings.data_ptr<T>();
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t id = token_ids[i];
-      SPECBED_CHECK(id >= 0 && id < config_.vocab_size, "Forward: token id ", id,
-                    " outside the vocabulary [0, ", config_.vocab_size, ")");
-      std::memcpy(xp + i * dim, emb + id * dim, dim * sizeof(T));
-    }
+    EmbedRows(weights_.tok_embeddings.data_ptr<T>(), tokens.data_ptr<int64_t>(), rows, dim,
+              config_.vocab_size, xp);
     capture(0, x);
-
+    QkvToCacheArgs<T> rope{batch,
+                           n_tokens,
+                           config_.n_heads,
+                           config_.n_kv_heads,
+                           config_.head_dim,
+                           past,
+                           cache.max_len(),
+                           positions.defined() ? positions.data_ptr<int64_t>() : nullptr,
+                           rope_cos_.data_ptr<float>(),
+                           rope_sin_.data_ptr<float>(),
+                           nullptr,
+                           nullptr,
+                           eps,
+                           config_.rope_interleaved};
+    AttentionArgs args{batch,
+                       n_tokens,
+                       config_.n_heads,
+                       config_.n_kv_heads,
+                       config_.head_dim,
+                       past,
+                       cache.max_len(),
+                       mask.defined() ? mask.data_ptr<bool>() : nullptr,
+                       scores_.data_ptr<float>(),
+                       slot_capacity_};
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       const LlamaLayerWeights& w = weights_.layers[l];
       RmsNormRows(xp, w.attn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      if (use_gemv) {
-        GemvRows(xn, w.wqkv, w.bqkv, qkv, /*accumulate=*/false);
-      } else if (w.bqkv.defined()) {
-        at::addmm_out(qkv, w.bqkv, xn, wqkv_t_[l]);
-      } else {
-        at::mm_out(qkv, xn, wqkv_t_[l]);
-      }
-      // q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
+      RowsLinear(xn, w.wqkv, w.bqkv, wqkv_t_[l], qkv, use_gemv, /*accumulate=*/false);
       T* kcache = static_cast<T*>(cache.LayerData(l, 0));
       T* vcache = static_cast<T*>(cache.LayerData(l, 1));
-      const int64_t max_len = cache.max_len();
-      const T* q_norm = w.q_norm.defined() ? w.q_norm.data_ptr<T>() : nullptr;
-      const T* k_norm = w.k_norm.defined() ? w.k_norm.data_ptr<T>() : nullptr;
-      for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          const int64_t row = b * n_tokens + t;
-          const int64_t pos = positions ? positions[row] : past + t;
-          T* qsrc = qkvp + row * qkv_dim;
-          T* ksrc = qsrc + n_heads * hd;
-          T* vsrc = ksrc + n_kv * hd;
-          if (q_norm) HeadNorm(qsrc, q_norm, n_heads, hd, eps);
-          if (k_norm) HeadNorm(ksrc, k_norm, n_kv, hd, eps);
-          const float* c = cos_table + pos * half;
-          const float* s = sin_table + pos * half;
-          Rope(qsrc, qp + row * n_heads * hd, n_heads, hd, c, s, config_.rope_interleaved);
-          const int64_t slot = past + t;
-          for (int64_t h = 0; h < n_kv; ++h) {
-            T* kdst = kcache + ((b * n_kv + h) * max_len + slot) * hd;
-            Rope(ksrc + h * hd, kdst, 1, hd, c, s, config_.rope_interleaved);
-            std::memcpy(vcache + ((b * n_kv + h) * max_len + slot) * hd, vsrc + h * hd,
-                        hd * sizeof(T));
-          }
-        }
-      }
-      AttentionArgs args{batch,         n_tokens, n_heads,
-                         n_kv,          hd,       past,
-                         max_len,       mask,     scores_.data_ptr<float>(),
-                         slot_capacity_};
-      Attention(qp, kcache, vcache, attnp, args);
-      if (use_gemv) {
-        GemvRows(attn, w.wo, {}, x, /*accumulate=*/true);
-      } else {
-        x.addmm_(attn, wo_t_[l]);
-      }
+      rope.q_norm = w.q_norm.defined() ? w.q_norm.data_ptr<T>() : nullptr;
+      rope.k_norm = w.k_norm.defined() ? w.k_norm.data_ptr<T>() : nullptr;
+      QkvToCache(qkv.data_ptr<T>(), q_.data_ptr<T>(), kcache, vcache, rope);
+      Attention(q_.data_ptr<T>(), kcache, vcache, attn.data_ptr<T>(), args);
+      RowsLinear(attn, w.wo, {}, wo_t_[l], x, use_gemv, /*accumulate=*/true);
       RmsNormRows(xp, w.ffn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      if (use_gemv) {
-        GemvRows(xn, w.w_gate_up, {}, gate_up, /*accumulate=*/false);
-      } else {
-        at::mm_out(gate_up, xn, w_gate_up_t_[l]);
-      }
+      RowsLinear(xn, w.w_gate_up, {}, w_gate_up_t_[l], gate_up, use_gemv, /*accumulate=*/false);
       SiluMul(gate_up.data_ptr<T>(), act.data_ptr<T>(), rows, config_.hidden_dim);
-      if (use_gemv) {
-        GemvRows(act, w.w_down, {}, x, /*accumulate=*/true);
-      } else {
-        x.addmm_(act, w_down_t_[l]);
-      }
+      RowsLinear(act, w.w_down, {}, w_down_t_[l], x, use_gemv, /*accumulate=*/true);
       capture(l + 1, x);
     }
-
     if (options.logits != LogitsMode::kNone) {
-      const bool all = options.logits == LogitsMode::kAll;
-      const int64_t n_out = all ? rows : batch;
-      T* head_in = head_in_.data_ptr<T>();
-      const T* final_norm = weights_.final_norm.data_ptr<T>();
-      if (all) {
-        RmsNormRows(xp, final_norm, head_in, rows, dim, eps);
-      } else {
-        for (int64_t b = 0; b < batch; ++b) {
-          RmsNormRows(xp + (b * n_tokens + n_tokens - 1) * dim, final_norm, head_in + b * dim, 1,
-                      dim, eps);
-        }
-      }
-      at::Tensor logits = Rows(logits_, n_out);
-      at::Tensor head_out = dtype_ == at::kFloat ? logits : Rows(logits_lowp_, n_out);
-      if (n_out <= gemv_max_rows) {
-        GemvRows(Rows(head_in_, n_out), weights_.lm_head, {}, head_out, /*accumulate=*/false);
-      } else {
-        at::mm_out(head_out, Rows(head_in_, n_out), lm_head_t_);
-      }
-      if (dtype_ != at::kFloat) logits.copy_(head_out);
-      out.logits = logits.view({batch, all ? n_tokens : 1, config_.vocab_size});
+      const HeadBuffers head{
+          x_, head_in_, logits_, logits_lowp_, weights_.final_norm, weights_.lm_head, lm_head_t_};
+      out.logits = LogitsRows<T>(head, batch, n_tokens, options.logits == LogitsMode::kAll, eps);
     }
   });
   return out;
