@@ -5,7 +5,6 @@
 // and parse errors: tests/runner/sweep_config_test.cpp (no LibTorch).
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -15,23 +14,13 @@
 #include "harness/base/hash.h"
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using testing::ErrorOf;
 
 const MethodRegistry& Builtin() {
   static const MethodRegistry registry = [] {

@@ -18,6 +18,7 @@
 #include "harness/base/mapped_file.h"
 #include "reports/plots.h"
 #include "reports/report.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -31,11 +32,6 @@ using testing::FreshDbPath;
 using testing::Sample;
 using testing::TestCase;
 using testing::TestRun;
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-#define EXPECT_NOT_CONTAINS(haystack, needle) \
-  EXPECT_EQ(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 ResultsStore::CaseRow Row(int64_t id, const std::string& method, const std::string& knobs,
                           double temperature = 0, int64_t threads = 1) {

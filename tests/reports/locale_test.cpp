@@ -27,6 +27,7 @@
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "reports/summary.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -35,9 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::FreshDbPath;
 using testing::WritePaperDb;
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 // Sets (or, with nullopt, unsets) environment variables for its lifetime; restores them after.
 class ScopedEnvironment {
@@ -75,9 +73,7 @@ std::map<std::string, std::optional<std::string>> CLocaleEnvironment() {
 }
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/locale_" + name;
-  fs::remove_all(dir);
-  return dir;
+  return testing::ScratchDir("locale_" + name);
 }
 
 ReportOptions Options(const std::string& gnuplot) {

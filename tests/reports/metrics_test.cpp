@@ -9,35 +9,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "harness/base/error.h"
 
 #include "metrics/metrics.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
 namespace {
 
 using testing::ArSamplesT0;
+using testing::ErrorOf;
 using testing::FakeSamples;
 using testing::FakeSteps;
 using testing::Sample;
 using testing::TestCase;
 using testing::TreeSamples;
 using testing::TreeSteps;
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 TEST(Metrics, DecodeTokensExcludeTheFirstToken) {
   EXPECT_EQ(DecodeTokens(Sample("a", 11, 1, 10, 10, "eos")), 10);

@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/base/error.h"
 #include "harness/base/locale_pin.h"
@@ -26,6 +28,7 @@
 #include "reports/paper_reference.h"
 #include "reports/plots.h"
 #include "reports/report.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -35,25 +38,10 @@ namespace fs = std::filesystem;
 using testing::FreshDbPath;
 using testing::WritePaperDb;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-#define EXPECT_NOT_CONTAINS(haystack, needle) \
-  EXPECT_EQ(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using testing::ErrorOf;
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/paper_report_" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
+  return testing::ScratchDir("paper_report_" + name, /*create=*/true);
 }
 
 ReportOptions Options(const std::string& gnuplot, std::vector<std::string> paper = {}) {
@@ -86,6 +74,15 @@ std::map<std::string, std::string> RowOf(const ReportTable& t, const std::string
   return out;
 }
 
+// Expects every (key, value) of `expected` in `cells`.
+void ExpectEntries(const std::map<std::string, std::string>& cells,
+                   const std::vector<std::pair<std::string, std::string>>& expected) {
+  for (const auto& [key, value] : expected) {
+    const auto it = cells.find(key);
+    EXPECT_EQ(it == cells.end() ? "<missing>" : it->second, value) << key;
+  }
+}
+
 TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
   const std::string db = FreshDbPath("paper_tables");
   WritePaperDb(db);
@@ -106,41 +103,38 @@ TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
                          "Mean of benchmarks Spd", "Mean of benchmarks τ", "T_D%", "rollback%"}));
   // Constant configuration columns are hidden and stated once.
   std::map<std::string, std::string> constants(t.constants.begin(), t.constants.end());
-  EXPECT_EQ(constants["threads"], "1");
-  EXPECT_EQ(constants["max new"], "32");
-  EXPECT_EQ(constants["dtype"], "float32");
-  EXPECT_EQ(constants["run"], "1");
+  ExpectEntries(constants,
+                {{"threads", "1"}, {"max new", "32"}, {"dtype", "float32"}, {"run", "1"}});
   EXPECT_EQ(constants.count("knobs"), 0u);
 
   auto k2 = RowOf(t, "sps", "k=2");
-  EXPECT_EQ(k2["alpha Spd"], "1.59×");
-  EXPECT_EQ(k2["alpha τ"], "2.33");
-  EXPECT_EQ(k2["beta/code Spd"], "1.00×");
-  EXPECT_EQ(k2["beta/code τ"], "1.00");
-  EXPECT_EQ(k2["beta/math Spd"], "2.00×");
-  EXPECT_EQ(k2["beta/math τ"], "3.00");
-  EXPECT_EQ(k2["Mean of benchmarks Spd"], "1.53×");
-  EXPECT_EQ(k2["Mean of benchmarks τ"], "2.11");
-  EXPECT_EQ(k2["T_D%"], "6.3");
-  EXPECT_EQ(k2["rollback%"], "33.3");
-  auto k4 = RowOf(t, "sps", "k=4");
-  EXPECT_EQ(k4["alpha Spd"], "2.52×");
-  EXPECT_EQ(k4["alpha τ"], "4.00");
-  EXPECT_EQ(k4["beta/code τ"], "2.00");
-  EXPECT_EQ(k4["beta/math Spd"], "4.00×");
-  EXPECT_EQ(k4["beta/math τ"], "5.00");
-  EXPECT_EQ(k4["Mean of benchmarks Spd"], "2.51×");
-  EXPECT_EQ(k4["Mean of benchmarks τ"], "3.67");
-  EXPECT_EQ(k4["T_D%"], "10.4");
-  EXPECT_EQ(k4["rollback%"], "25.0");
-  auto tree = RowOf(t, "tree", "depth=3,top_k=2");
-  EXPECT_EQ(tree["method"], std::string("tree [") + kSyntheticMarker + "]");
-  EXPECT_EQ(tree["alpha Spd"], "2.00×");
-  EXPECT_EQ(tree["beta/math Spd"], "—");
-  EXPECT_EQ(tree["Mean of benchmarks Spd"], "2.00×*");
-  EXPECT_EQ(tree["Mean of benchmarks τ"], "4.00*");
-  EXPECT_EQ(tree["T_D%"], "8.6");
-  EXPECT_EQ(tree["rollback%"], "50.0");
+  ExpectEntries(k2, {{"alpha Spd", "1.59×"},
+                     {"alpha τ", "2.33"},
+                     {"beta/code Spd", "1.00×"},
+                     {"beta/code τ", "1.00"},
+                     {"beta/math Spd", "2.00×"},
+                     {"beta/math τ", "3.00"},
+                     {"Mean of benchmarks Spd", "1.53×"},
+                     {"Mean of benchmarks τ", "2.11"},
+                     {"T_D%", "6.3"},
+                     {"rollback%", "33.3"}});
+  ExpectEntries(RowOf(t, "sps", "k=4"), {{"alpha Spd", "2.52×"},
+                                         {"alpha τ", "4.00"},
+                                         {"beta/code τ", "2.00"},
+                                         {"beta/math Spd", "4.00×"},
+                                         {"beta/math τ", "5.00"},
+                                         {"Mean of benchmarks Spd", "2.51×"},
+                                         {"Mean of benchmarks τ", "3.67"},
+                                         {"T_D%", "10.4"},
+                                         {"rollback%", "25.0"}});
+  ExpectEntries(RowOf(t, "tree", "depth=3,top_k=2"),
+                {{"method", std::string("tree [") + kSyntheticMarker + "]"},
+                 {"alpha Spd", "2.00×"},
+                 {"beta/math Spd", "—"},
+                 {"Mean of benchmarks Spd", "2.00×*"},
+                 {"Mean of benchmarks τ", "4.00*"},
+                 {"T_D%", "8.6"},
+                 {"rollback%", "50.0"}});
   // All = over every answer of the row: the geometric mean of the cases' per-answer speedups
   // (one figure per case everywhere) and Σ emitted / Σ steps, computed here from the cases.
   const ReportData data = LoadReportData(db);
@@ -170,9 +164,7 @@ TEST(PaperTables, HandComputedValuesPerBenchmarkAndHiddenConstants) {
   EXPECT_CONTAINS(tables[0].notes[1], "mean over the benchmarks with a value");
 
   // T = 1 doubles every decode time: same speedups, T_D halves.
-  auto k2_t1 = RowOf(tables[1].table, "sps", "k=2");
-  EXPECT_EQ(k2_t1["alpha Spd"], "1.59×");
-  EXPECT_EQ(k2_t1["T_D%"], "3.2");
+  ExpectEntries(RowOf(tables[1].table, "sps", "k=2"), {{"alpha Spd", "1.59×"}, {"T_D%", "3.2"}});
 }
 
 // A 5-answer stream (categories a, a, a, b, b): AR 10 ms per decode token; "static" 5 ms per

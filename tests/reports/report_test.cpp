@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <regex>
 #include <set>
 #include <string>
@@ -19,6 +18,7 @@
 #include "harness/base/mapped_file.h"
 #include "reports/plots.h"
 #include "reports/report.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -28,24 +28,10 @@ namespace fs = std::filesystem;
 using testing::FreshDbPath;
 using testing::WriteSyntheticDb;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-#define EXPECT_NOT_CONTAINS(haystack, needle) \
-  EXPECT_EQ(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using testing::ErrorOf;
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/reports_" + name;
-  fs::remove_all(dir);
-  return dir;
-}
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
+  return testing::ScratchDir("reports_" + name);
 }
 
 ReportOptions QuietOptions(const std::string& gnuplot) {
@@ -94,6 +80,12 @@ std::string Cell(const ReportTable& t, const std::vector<std::string>& row, cons
   return c < 0 ? "<no column " + h + ">" : row[c];
 }
 
+// Expects every (header, value) of `cells` in `row` of `t`.
+void ExpectCells(const ReportTable& t, const std::vector<std::string>& row,
+                 const std::vector<std::pair<std::string, std::string>>& cells) {
+  for (const auto& [header, value] : cells) EXPECT_EQ(Cell(t, row, header), value) << header;
+}
+
 TEST(ReportData, MetricsPerCaseAndAutomaticArBaseline) {
   const std::string db = FreshDbPath("data");
   WriteSyntheticDb(db);
@@ -138,36 +130,33 @@ TEST(ReportTables, ValuesAndConstantColumnsHidden) {
         "speedup Σ (secondary)", "τ", "T_D (%)", "rollback (%)", "stop reasons"}) {
     EXPECT_GE(Column(t, shown), 0) << shown;
   }
-  const auto ar0 = Row(t, {{"method", "ar"}, {"T", "0"}});
-  EXPECT_EQ(Cell(t, ar0, "decode tok/s"), "100.0");
-  EXPECT_EQ(Cell(t, ar0, "prefill ms"), "3.000");
-  EXPECT_EQ(Cell(t, ar0, "output tokens"), "37");
-  EXPECT_EQ(Cell(t, ar0, "speedup"), "1.00");
-  EXPECT_EQ(Cell(t, ar0, "τ"), "—");
-  EXPECT_EQ(Cell(t, ar0, "T_D (%)"), "—");
-  EXPECT_EQ(Cell(t, ar0, "stop reasons"), "eos 2, max_new_tokens 1");
-  const auto ar1 = Row(t, {{"method", "ar"}, {"T", "1"}});
-  EXPECT_EQ(Cell(t, ar1, "decode tok/s"), "50.0");
-  const auto fake = Row(t, {{"method", "fake"}, {"max new", "32"}});
-  EXPECT_EQ(Cell(t, fake, "knobs"), "k=4");
-  EXPECT_EQ(Cell(t, fake, "label"), "fake max32");
-  EXPECT_EQ(Cell(t, fake, "decode tok/s"), "242.9");
-  EXPECT_EQ(Cell(t, fake, "speedup"), "2.00");
-  EXPECT_EQ(Cell(t, fake, "speedup Σ (secondary)"), "2.43");
-  EXPECT_EQ(Cell(t, fake, "τ"), "3.09");
-  EXPECT_EQ(Cell(t, fake, "T_D (%)"), "15.7");
-  EXPECT_EQ(Cell(t, fake, "rollback (%)"), "47.7");
-  const auto unmatched = Row(t, {{"method", "fake"}, {"max new", "64"}});
-  EXPECT_EQ(Cell(t, unmatched, "speedup"), "—");
-  EXPECT_EQ(Cell(t, unmatched, "τ"), "3.09");
+  ExpectCells(t, Row(t, {{"method", "ar"}, {"T", "0"}}),
+              {{"decode tok/s", "100.0"},
+               {"prefill ms", "3.000"},
+               {"output tokens", "37"},
+               {"speedup", "1.00"},
+               {"τ", "—"},
+               {"T_D (%)", "—"},
+               {"stop reasons", "eos 2, max_new_tokens 1"}});
+  ExpectCells(t, Row(t, {{"method", "ar"}, {"T", "1"}}), {{"decode tok/s", "50.0"}});
+  ExpectCells(t, Row(t, {{"method", "fake"}, {"max new", "32"}}),
+              {{"knobs", "k=4"},
+               {"label", "fake max32"},
+               {"decode tok/s", "242.9"},
+               {"speedup", "2.00"},
+               {"speedup Σ (secondary)", "2.43"},
+               {"τ", "3.09"},
+               {"T_D (%)", "15.7"},
+               {"rollback (%)", "47.7"}});
+  ExpectCells(t, Row(t, {{"method", "fake"}, {"max new", "64"}}),
+              {{"speedup", "—"}, {"τ", "3.09"}});
 
   const ReportTable b = BuildBenchTable(data.bench);
   EXPECT_EQ(Column(b, "model"), -1);
   EXPECT_EQ(Constant(b, "model"), "tiny");
   ASSERT_GE(Column(b, "context"), 0);
-  const auto b128 = Row(b, {{"context", "128"}});
-  EXPECT_EQ(Cell(b, b128, "tok/s ± std"), "800.0 ± 10.0");
-  EXPECT_EQ(Cell(b, b128, "other %"), "20.0");
+  ExpectCells(b, Row(b, {{"context", "128"}}),
+              {{"tok/s ± std", "800.0 ± 10.0"}, {"other %", "20.0"}});
 }
 
 // Schema-v2 columns on the summary database: bootstrap CIs, the other-time share, exact match
@@ -178,21 +167,20 @@ TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
   const ReportData data = LoadReportData(db);
   ASSERT_EQ(data.groups.size(), 1u);
   const ReportTable t = BuildCaseTable(data.groups[0]);
-  const auto tree = Row(t, {{"method", "tree"}});
-  EXPECT_EQ(Cell(t, tree, "speedup"), "1.59");
-  // 3 prompts: under the 5 an interval needs.
-  EXPECT_EQ(Cell(t, tree, "speedup 95% CI"), "n<5");
-  EXPECT_EQ(Cell(t, tree, "speedup Σ 95% CI"), "n<5");
-  EXPECT_EQ(Cell(t, tree, "other (%)"), "1.3");
-  EXPECT_EQ(Cell(t, tree, "exact match"), "1/3 (33.3%)");
-  EXPECT_EQ(Cell(t, tree, "first divergence (margin)"), "2 (0.125)");
-  const auto fake = Row(t, {{"method", "fake"}, {"max new", "32"}});
-  EXPECT_EQ(Cell(t, fake, "speedup 95% CI"), "n<5");
-  EXPECT_EQ(Cell(t, fake, "other (%)"), "0.8");
-  EXPECT_EQ(Cell(t, fake, "first divergence (margin)"), "3 (0.125)");
-  const auto ar = Row(t, {{"method", "ar"}, {"T", "0"}});
-  EXPECT_EQ(Cell(t, ar, "speedup 95% CI"), "—");
-  EXPECT_EQ(Cell(t, ar, "exact match"), "—");
+  // 3 prompts: under the 5 an interval needs ("n<5").
+  ExpectCells(t, Row(t, {{"method", "tree"}}),
+              {{"speedup", "1.59"},
+               {"speedup 95% CI", "n<5"},
+               {"speedup Σ 95% CI", "n<5"},
+               {"other (%)", "1.3"},
+               {"exact match", "1/3 (33.3%)"},
+               {"first divergence (margin)", "2 (0.125)"}});
+  ExpectCells(t, Row(t, {{"method", "fake"}, {"max new", "32"}}),
+              {{"speedup 95% CI", "n<5"},
+               {"other (%)", "0.8"},
+               {"first divergence (margin)", "3 (0.125)"}});
+  ExpectCells(t, Row(t, {{"method", "ar"}, {"T", "0"}}),
+              {{"speedup 95% CI", "—"}, {"exact match", "—"}});
   for (const CaseReport& c : data.groups[0].cases) {
     if (c.row.record.case_key == "fake0") {
       EXPECT_EQ(c.baseline_case_id, 1);

@@ -8,33 +8,22 @@
 
 #include <cmath>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "harness/base/error.h"
 #include "reports/summary.h"
+#include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
 namespace {
 
 using Json = nlohmann::json;
+using testing::ErrorOf;
 using testing::FreshDbPath;
 using testing::WriteSummaryDb;
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
-}
 
 const SummaryRow& RowOf(const Summary& s, int64_t case_id) {
   for (const auto& r : s.rows) {

@@ -3,34 +3,25 @@
 // report_test.cpp, paper_report_test.cpp, summary_test.cpp and tests/cli/summary_cli_test.cpp.
 #pragma once
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "results/store.h"
+#include "tests/common/results_records.h"
+#include "tests/common/test_util.h"
 
 namespace specbed::testing {
 
 // A fresh database path under the test scratch dir (old files of the same name are removed).
 inline std::string FreshDbPath(const std::string& name) {
-  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/reports_" + name + ".db";
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::remove((path + suffix).c_str());
-  return path;
+  return ScratchDb("reports_" + name);
 }
 
 inline SampleRecord Sample(const std::string& id, int64_t out_tokens, double prefill_ms,
                            double decode_ms, int64_t n_steps, const std::string& stop) {
-  SampleRecord s;
-  s.prompt_id = id;
-  s.turn = 0;
+  SampleRecord s = Answer(id, 7, out_tokens, decode_ms, n_steps, stop);
   s.category = "story";
-  s.n_prompt_tokens = 7;
-  s.n_output_tokens = out_tokens;
   s.prefill_ms = prefill_ms;
-  s.decode_ms = decode_ms;
-  s.n_steps = n_steps;
-  s.stop_reason = stop;
-  s.output_hash = "0123456789abcdef";
   s.output_text = "once upon a time";
   s.output_ids_json = "[1,2,3]";
   return s;
@@ -38,13 +29,7 @@ inline SampleRecord Sample(const std::string& id, int64_t out_tokens, double pre
 
 inline StepRecord Step(const std::string& id, int64_t idx, int64_t drafted, int64_t accepted,
                        int64_t emitted) {
-  StepRecord st;
-  st.prompt_id = id;
-  st.turn = 0;
-  st.step_idx = idx;
-  st.n_drafted = drafted;
-  st.n_accepted = accepted;
-  st.n_emitted = emitted;
+  StepRecord st = ChainStep(id, idx, drafted, accepted, emitted);
   st.t_draft_us = 2000;  // 2 ms per step
   st.t_verify_us = 1500;
   st.t_other_us = 100;
@@ -80,35 +65,14 @@ inline std::vector<StepRecord> FakeSteps() {
 }
 
 inline RunInfo TestRun() {
-  RunInfo r;
-  r.started_at = "2026-11-21T08:05:00Z";
-  r.specbed_version = "0.1.0";
-  r.git_commit = "c9810f3abcde";
-  r.build_flags = "Release -O3";
-  r.host = "testhost";
-  r.cpu = "Some CPU @ 3GHz (16 cores)";
-  r.library_versions_json = R"({"torch":"1.13.0","sqlite":"3.40.1"})";
-  r.config_json = "{}";
-  r.repro_command = "specbed run configs/test.json -o test.db";
-  return r;
+  return TypicalRunInfo("{}", "specbed run configs/test.json -o test.db");
 }
 
 inline CaseRecord TestCase(const std::string& key, const std::string& method, double temperature,
                            int64_t max_new_tokens = 32) {
-  CaseRecord c;
-  c.case_key = key;
-  c.target = "tiny";
-  c.method = method;
+  CaseRecord c = CpuCase(key, "tiny", method, temperature, max_new_tokens);
   c.method_knobs_json = method == "ar" ? "{}" : R"({"k":4})";
-  c.dataset = "stories";
-  c.temperature = temperature;
-  c.seed = 0;
-  c.max_new_tokens = max_new_tokens;
-  c.threads = 1;
-  c.dtype = "float32";
-  c.device = "cpu";
   c.config_json = "{}";
-  c.wall_s = 1.5;
   return c;
 }
 

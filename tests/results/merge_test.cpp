@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,23 +12,16 @@
 #include "harness/base/error.h"
 #include "results/merge.h"
 #include "results/store.h"
+#include "tests/common/results_records.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
 
-std::string FreshPath(const std::string& name) {
-  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/merge_" + name + ".db";
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::remove((path + suffix).c_str());
-  return path;
-}
+using testing::ErrorOf;
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
+std::string FreshPath(const std::string& name) {
+  return testing::ScratchDb("merge_" + name);
 }
 
 RunInfo MakeRun(const std::string& started_at) {
@@ -42,19 +34,10 @@ RunInfo MakeRun(const std::string& started_at) {
 }
 
 CaseRecord Case(const std::string& key) {
-  CaseRecord c;
-  c.case_key = key;
-  c.target = "stories260K";
-  c.method = "sps";
+  CaseRecord c = testing::CpuCase(key, "stories260K", "sps", 0.5, 8);
   c.method_knobs_json = R"({"gamma":2})";
-  c.dataset = "stories";
-  c.temperature = 0.5;
   c.seed = 7;
-  c.max_new_tokens = 8;
-  c.dtype = "float32";
-  c.device = "cpu";
   c.config_json = R"({"key":")" + key + R"("})";
-  c.wall_s = 1.5;
   return c;
 }
 
@@ -64,24 +47,12 @@ void WriteTaggedCase(ResultsStore& store, int64_t run_id, const std::string& key
   std::vector<SampleRecord> samples;
   std::vector<StepRecord> steps;
   for (int i = 0; i < n; ++i) {
-    SampleRecord s;
-    s.prompt_id = "p" + std::to_string(i);
-    s.n_prompt_tokens = 3;
-    s.n_output_tokens = 2;
-    s.decode_ms = tag + i;
-    s.n_steps = 2;
-    s.stop_reason = "eos";
-    s.output_hash = "0123456789abcdef";
+    SampleRecord s = testing::Answer("p" + std::to_string(i), 3, 2, tag + i, 2, "eos");
     s.output_text = key + "/" + s.prompt_id;
     s.output_ids_json = "[1,2]";
     samples.push_back(s);
     for (int k = 0; k < 2; ++k) {
-      StepRecord st;
-      st.prompt_id = s.prompt_id;
-      st.step_idx = k;
-      st.n_drafted = 2;
-      st.n_accepted = 1;
-      st.n_emitted = 2;
+      StepRecord st = testing::ChainStep(s.prompt_id, k, 2, 1, 2);
       st.draft_depth = 2;
       st.t_verify_us = tag * 100 + i * 10 + k;
       steps.push_back(st);

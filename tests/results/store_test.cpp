@@ -25,62 +25,34 @@
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "results/store.h"
+#include "tests/common/results_records.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
 
+using testing::ErrorOf;
+
 // A fresh database path under the test scratch dir (old files of the same name are removed).
 std::string FreshDbPath(const std::string& name) {
-  const std::string path = std::string(SPECBED_TEST_TMPDIR) + "/results_" + name + ".db";
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::remove((path + suffix).c_str());
-  return path;
+  return testing::ScratchDb("results_" + name);
 }
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
 RunInfo MakeRun() {
-  RunInfo r;
-  r.started_at = "2026-11-21T08:05:00Z";
-  r.specbed_version = "0.1.0";
-  r.git_commit = "c9810f3abcde";
-  r.build_flags = "Release -O3";
-  r.host = "testhost";
-  r.cpu = "Some CPU @ 3GHz (16 cores)";
-  r.gpu = "";
-  r.library_versions_json = R"({"torch":"1.13.0","sqlite":"3.40.1"})";
-  r.config_json = R"({"sweep":{"methods":["ar","eagle"]}})";
-  r.repro_command = "specbed sweep --config configs/x.yaml --results out.db";
-  return r;
+  return testing::TypicalRunInfo(R"({"sweep":{"methods":["ar","eagle"]}})",
+                                 "specbed sweep --config configs/x.yaml --results out.db");
 }
 
 CaseRecord MakeCase(const std::string& key) {
-  CaseRecord c;
-  c.case_key = key;
-  c.target = "tiny-llama";
-  c.method = "eagle";
+  CaseRecord c = testing::CpuCase(key, "tiny-llama", "eagle", 0.7, 256);
   c.method_knobs_json = R"({"depth":5,"top_k":8})";
   c.dataset = "mt_bench";
   c.categories = "writing,coding";
-  c.prompt_limit = -1;
-  c.temperature = 0.7;
   c.top_p = 0.95;
   c.top_k = 40;
   c.seed = std::numeric_limits<uint64_t>::max() - 4;  // does not fit in int64
-  c.max_new_tokens = 256;
-  c.batch_size = 1;
   c.threads = 4;
   c.dtype = "bfloat16";
-  c.device = "cpu";
   c.config_json = R"({"case":")" + key + R"("})";
   c.wall_s = 12.5;
   c.method_traits_json = R"({"lossless":true,"tree":true,"needs_drafter":true})";
@@ -92,17 +64,11 @@ CaseRecord MakeCase(const std::string& key) {
 std::vector<SampleRecord> MakeSamples(int n) {
   std::vector<SampleRecord> out;
   for (int i = 0; i < n; ++i) {
-    SampleRecord s;
-    s.prompt_id = "p" + std::to_string(i / 2);
+    SampleRecord s = testing::Answer("p" + std::to_string(i / 2), 100 + i, 50 + i, 1000.0 / 3.0 + i,
+                                     20 + i, i % 2 ? "eos" : "max_new_tokens");
     s.turn = i % 2;
     s.category = i % 3 == 0 ? "writing" : "coding";
-    s.n_prompt_tokens = 100 + i;
-    s.n_output_tokens = 50 + i;
     s.prefill_ms = 3.25 + i;
-    s.decode_ms = 1000.0 / 3.0 + i;
-    s.n_steps = 20 + i;
-    s.stop_reason = i % 2 ? "eos" : "max_new_tokens";
-    s.output_hash = "0123456789abcdef";
     s.output_text = "answer " + std::to_string(i) + " \xC3\xA9\xF0\x9F\x98\x80";
     s.output_ids_json = "[12,7," + std::to_string(i) + "]";
     s.token_margins_json = i % 2 ? "" : "[1.5,0.25," + std::to_string(i) + "]";
@@ -121,13 +87,8 @@ std::vector<StepRecord> MakeSteps(const std::vector<SampleRecord>& samples, int 
   std::vector<StepRecord> out;
   for (const SampleRecord& s : samples) {
     for (int k = 0; k < per_sample; ++k) {
-      StepRecord st;
-      st.prompt_id = s.prompt_id;
+      StepRecord st = testing::ChainStep(s.prompt_id, k, 5, k % 6, k % 6 + 1);
       st.turn = s.turn;
-      st.step_idx = k;
-      st.n_drafted = 5;
-      st.n_accepted = k % 6;
-      st.n_emitted = k % 6 + 1;
       st.t_draft_us = 100.5 + k;
       st.t_verify_us = 2000.25 + k;
       st.t_other_us = 0.125 * k;

@@ -7,29 +7,18 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "harness/base/error.h"
 #include "harness/runner/sweep_config.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no specbed::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using testing::ErrorOf;
 
 std::vector<Json> Values(const std::vector<Json>& v) {
   return v;
