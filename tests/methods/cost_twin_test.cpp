@@ -29,6 +29,7 @@
 #include "models/llama_model.h"
 #include "models/twin/cost_twin.h"
 #include "models/twin/stories_twin.h"
+#include "tests/models/model_test_util.h"
 
 namespace specbed {
 namespace {
@@ -36,28 +37,14 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Scratch(const std::string& name) {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/cost_twin_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing_util::ScratchDir("cost_twin_" + name);
 }
 
 LlamaConfig SmallConfig(bool qwen2) {
-  LlamaConfig c;
-  c.architecture = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 48;
-  c.vocab_size = 64;
-  c.max_seq_len = 64;
-  c.norm_eps = 1e-5;
-  c.tie_embeddings = qwen2;
+  LlamaConfig c = testing_util::SmallConfigOf(qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                                              {32, 4, 2, 8, 48, 64, 64}, 1e-5,
+                                              /*tie_embeddings=*/qwen2, 1, {2});
   c.qkv_bias = qwen2;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
   return c;
 }
 

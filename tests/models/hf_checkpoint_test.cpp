@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -415,32 +416,39 @@ TEST(HfCheckpointErrors, MissingDirectoryConfigOrWeights) {
               {dir, "neither model.safetensors nor model.safetensors.index.json"});
 }
 
-TEST(HfCheckpointErrors, IndexNamesMissingShard) {
+// A valid sharded checkpoint for the current test whose index weight_map was edited by `edit`;
+// sets `index_path` to the index file.
+std::string CheckpointWithEditedIndex(const std::function<void(json& weight_map)>& edit,
+                                      std::string* index_path) {
   const std::string dir = WriteValidCheckpoint(TestName(), 16384);
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  json index = json::parse(ReadFileToString(index_path));
-  index["weight_map"]["model.norm.weight"] = "model-00099-of-00099.safetensors";
-  WriteText(index_path, index.dump());
+  *index_path = dir + "/model.safetensors.index.json";
+  json index = json::parse(ReadFileToString(*index_path));
+  edit(index["weight_map"]);
+  WriteText(*index_path, index.dump());
+  return dir;
+}
+
+TEST(HfCheckpointErrors, IndexNamesMissingShard) {
+  std::string index_path;
+  const std::string dir = CheckpointWithEditedIndex(
+      [](json& map) { map["model.norm.weight"] = "model-00099-of-00099.safetensors"; },
+      &index_path);
   ExpectError([&] { ReadHfCheckpoint(dir); },
               {index_path, "shard 'model-00099-of-00099.safetensors' does not exist"});
 }
 
 TEST(HfCheckpointErrors, IndexListsTensorTheShardLacks) {
-  const std::string dir = WriteValidCheckpoint(TestName(), 16384);
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  json index = json::parse(ReadFileToString(index_path));
-  index["weight_map"]["model.extra.weight"] = index["weight_map"]["model.norm.weight"];
-  WriteText(index_path, index.dump());
+  std::string index_path;
+  const std::string dir = CheckpointWithEditedIndex(
+      [](json& map) { map["model.extra.weight"] = map["model.norm.weight"]; }, &index_path);
   ExpectError([&] { ReadHfCheckpoint(dir); },
               {index_path, "'model.extra.weight'", "does not contain it"});
 }
 
 TEST(HfCheckpointErrors, ShardTensorNotInIndex) {
-  const std::string dir = WriteValidCheckpoint(TestName(), 16384);
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  json index = json::parse(ReadFileToString(index_path));
-  index["weight_map"].erase("model.norm.weight");
-  WriteText(index_path, index.dump());
+  std::string index_path;
+  const std::string dir =
+      CheckpointWithEditedIndex([](json& map) { map.erase("model.norm.weight"); }, &index_path);
   ExpectError([&] { ReadHfCheckpoint(dir); },
               {"'model.norm.weight' is not listed in the weight_map"});
 }

@@ -1,11 +1,14 @@
 // Shared helpers for tests/models: small configs of each family and scratch directories.
-// Used by config_test.cpp, hf_checkpoint_test.cpp and reference_forward_test.cpp.
+// Used by config_test.cpp, hf_checkpoint_test.cpp and reference_forward_test.cpp (and method,
+// engine and train tests).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "models/llama_config.h"
 
@@ -30,90 +33,69 @@ inline std::string TestName() {
   return name;
 }
 
+// The sizes of a small test config (two layers).
+struct SmallShape {
+  int64_t dim, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, max_seq_len;
+};
+
+// A two-layer `architecture` config of `shape` with the given RMSNorm epsilon, embedding tying and
+// special tokens; every family-specific field keeps its default.
+inline LlamaConfig SmallConfigOf(const std::string& architecture, const SmallShape& shape,
+                                 double norm_eps, bool tie_embeddings, int64_t bos_token_id,
+                                 std::vector<int64_t> eos_token_ids) {
+  LlamaConfig c;
+  c.architecture = architecture;
+  c.dim = shape.dim;
+  c.n_layers = 2;
+  c.n_heads = shape.n_heads;
+  c.n_kv_heads = shape.n_kv_heads;
+  c.head_dim = shape.head_dim;
+  c.hidden_dim = shape.hidden_dim;
+  c.vocab_size = shape.vocab_size;
+  c.max_seq_len = shape.max_seq_len;
+  c.norm_eps = norm_eps;
+  c.tie_embeddings = tie_embeddings;
+  c.bos_token_id = bos_token_id;
+  c.eos_token_ids = std::move(eos_token_ids);
+  return c;
+}
+
 // Llama-3 style: GQA (8 heads, 2 kv heads), untied head, llama3 rope scaling.
 inline LlamaConfig SmallLlama3Config() {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 96;
-  c.vocab_size = 128;
-  c.max_seq_len = 256;
+  LlamaConfig c = SmallConfigOf("LlamaForCausalLM",
+                                {/*dim=*/64, /*n_heads=*/8, /*n_kv_heads=*/2,
+                                 /*head_dim=*/8, /*hidden_dim=*/96,
+                                 /*vocab_size=*/128, /*max_seq_len=*/256},
+                                1e-5, /*tie_embeddings=*/false, 1, {2, 3});
   c.rope_theta = 500000.0;
-  c.norm_eps = 1e-5;
-  c.tie_embeddings = false;
-  c.rope_scaling.type = RopeScalingType::kLlama3;
-  c.rope_scaling.factor = 8.0;
-  c.rope_scaling.low_freq_factor = 1.0;
-  c.rope_scaling.high_freq_factor = 4.0;
-  c.rope_scaling.original_max_position_embeddings = 64;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2, 3};
+  c.rope_scaling = {RopeScalingType::kLlama3, /*factor=*/8.0, /*low_freq_factor=*/1.0,
+                    /*high_freq_factor=*/4.0, /*original_max_position_embeddings=*/64};
   return c;
 }
 
 // Qwen2 style: q/k/v biases, tied embeddings.
 inline LlamaConfig SmallQwen2Config() {
-  LlamaConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.dim = 48;
-  c.n_layers = 2;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 80;
-  c.vocab_size = 100;
-  c.max_seq_len = 512;
+  LlamaConfig c = SmallConfigOf("Qwen2ForCausalLM", {48, 6, 2, 8, 80, 100, 512}, 1e-6,
+                                /*tie_embeddings=*/true, -1, {5});
   c.rope_theta = 1000000.0;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = true;
   c.qkv_bias = true;
-  c.bos_token_id = -1;
-  c.eos_token_ids = {5};
   return c;
 }
 
 // Qwen3 style: per-head q/k RMSNorm, explicit head_dim (16) != dim / n_heads (10).
 inline LlamaConfig SmallQwen3Config() {
-  LlamaConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.dim = 40;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.hidden_dim = 72;
-  c.vocab_size = 90;
-  c.max_seq_len = 1024;
+  LlamaConfig c = SmallConfigOf("Qwen3ForCausalLM", {40, 4, 2, 16, 72, 90, 1024}, 1e-6,
+                                /*tie_embeddings=*/false, 7, {8});
   c.rope_theta = 1000000.0;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = false;
   c.qk_norm = true;
-  c.bos_token_id = 7;
-  c.eos_token_ids = {8};
   return c;
 }
 
 // llama2.c style: interleaved RoPE pairing, plain multi-head attention, tied head.
 inline LlamaConfig SmallLlama2cConfig() {
-  LlamaConfig c;
-  c.architecture = "llama2c";
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.head_dim = 8;
-  c.hidden_dim = 64;
-  c.vocab_size = 64;
-  c.max_seq_len = 128;
-  c.norm_eps = 1e-5;
-  c.tie_embeddings = true;
+  LlamaConfig c = SmallConfigOf("llama2c", {32, 4, 4, 8, 64, 64, 128}, 1e-5,
+                                /*tie_embeddings=*/true, 1, {2});
   c.rope_interleaved = true;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
   return c;
 }
 

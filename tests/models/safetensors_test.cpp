@@ -172,138 +172,118 @@ TEST(SafetensorsBadInput, FileShorterThanLengthPrefix) {
   ExpectOpenFails(path, {"shorter than the 8-byte"});
 }
 
-TEST(SafetensorsBadInput, HeaderLengthLargerThanFile) {
-  const std::string path = TmpPath("header_past_end");
-  WriteRaw(path, "{}", "", 1000);
-  ExpectOpenFails(path, {"header length 1000", "larger than"});
+// One malformed-input rule: the file WriteRaw(path, header, data, header_len) writes fails to
+// open with a message naming the path and every one of `parts`.
+struct BadFileCase {
+  std::string name;  // the test's name
+  std::string file;  // its TmpPath name
+  std::string header;
+  std::string data;
+  int64_t header_len;  // -1 = header.size()
+  std::vector<std::string> parts;
+};
+
+// A rule on the one entry of OneTensorHeader: the entry has `fields` (raw JSON members), the
+// data region is `data`, and the message names tensor 'w' and every one of `parts`.
+BadFileCase EntryCase(const std::string& name, const std::string& file, const std::string& fields,
+                      std::vector<std::string> parts, const std::string& data = "abcd") {
+  parts.insert(parts.begin(), "tensor 'w'");
+  return {name, file, OneTensorHeader("{" + fields + "}"), data, -1, parts};
 }
 
-TEST(SafetensorsBadInput, HeaderLengthAboveSaneBound) {
-  const std::string path = TmpPath("header_huge");
-  WriteRaw(path, "{}", "", int64_t{200} << 20);
-  ExpectOpenFails(path, {"exceeds the limit"});
+std::vector<BadFileCase> BadFileCases() {
+  std::vector<BadFileCase> cases = {
+      {"HeaderLengthLargerThanFile",
+       "header_past_end",
+       "{}",
+       "",
+       1000,
+       {"header length 1000", "larger than"}},
+      {"HeaderLengthAboveSaneBound",
+       "header_huge",
+       "{}",
+       "",
+       int64_t{200} << 20,
+       {"exceeds the limit"}},
+      {"HeaderNotJson", "not_json", "{\"w\": [1, 2", "", -1, {"not valid JSON"}},
+      {"HeaderNotAnObject", "not_object", "[1, 2]", "", -1, {"must be a JSON object", "array"}},
+      {"EntryNotAnObject",
+       "entry_not_object",
+       OneTensorHeader("[0, 4]"),
+       "abcd",
+       -1,
+       {"tensor 'w'", "must be an object"}},
+      {"OverlappingTensors",
+       "overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       std::string(12, 'x'),
+       -1,
+       {"tensor 'b'", "overlaps tensor 'a'"}},
+      {"MetadataValueNotAString",
+       "metadata_value",
+       R"({"__metadata__":{"format":"pt","step":3}})",
+       "",
+       -1,
+       {"__metadata__", "'step' must be a string"}},
+      {"MetadataNotAnObject",
+       "metadata_type",
+       R"({"__metadata__":["format","pt"]})",
+       "",
+       -1,
+       {"__metadata__", "must be an object mapping strings to strings"}},
+  };
+  const std::vector<BadFileCase> entry_cases = {
+      EntryCase("MissingDtype", "missing_dtype", R"("shape":[1],"data_offsets":[0,4])",
+                {"missing \"dtype\""}),
+      EntryCase("MissingShape", "missing_shape", R"("dtype":"F32","data_offsets":[0,4])",
+                {"missing \"shape\""}),
+      EntryCase("MissingDataOffsets", "missing_offsets", R"("dtype":"F32","shape":[1])",
+                {"missing \"data_offsets\""}),
+      EntryCase("DtypeNotAString", "dtype_type", R"("dtype":4,"shape":[1],"data_offsets":[0,4])",
+                {"\"dtype\" must be a string"}),
+      EntryCase("ShapeNotAnArray", "shape_type",
+                R"("dtype":"F32","shape":"1","data_offsets":[0,4])",
+                {"\"shape\" must be an array"}),
+      EntryCase("ShapeWithNonIntegerDim", "shape_float",
+                R"("dtype":"F32","shape":[1.5],"data_offsets":[0,4])", {"only integers"}),
+      EntryCase("DataOffsetsNotIntegers", "offsets_type",
+                R"("dtype":"F32","shape":[1],"data_offsets":["0","4"])", {"non-negative integers"}),
+      EntryCase("UnknownDtype", "unknown_dtype",
+                R"("dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4])",
+                {"unknown safetensors dtype 'F8_E4M3'", "BF16"}),
+      EntryCase("NegativeDimension", "negative_dim",
+                R"("dtype":"F32","shape":[-1],"data_offsets":[0,4])", {"negative dimension -1"}),
+      EntryCase("DataOffsetsNotAPair", "offsets_triple",
+                R"("dtype":"F32","shape":[1],"data_offsets":[0,4,8])", {"must be [begin, end]"},
+                "abcdefgh"),
+      EntryCase("DataOffsetsBeginAfterEnd", "offsets_reversed",
+                R"("dtype":"F32","shape":[1],"data_offsets":[4,0])", {"begin after end"}),
+      EntryCase("DataOffsetsOutsideDataRegion", "offsets_outside",
+                R"("dtype":"F32","shape":[2],"data_offsets":[0,8])",
+                {"outside the data region of 4 bytes"}),
+      EntryCase("ByteCountDoesNotMatchShape", "byte_count",
+                R"("dtype":"F32","shape":[2,3],"data_offsets":[0,16])",
+                {"hold 16 bytes", "needs 24"}, std::string(16, 'x')),
+  };
+  cases.insert(cases.end(), entry_cases.begin(), entry_cases.end());
+  return cases;
 }
 
-TEST(SafetensorsBadInput, HeaderNotJson) {
-  const std::string path = TmpPath("not_json");
-  WriteRaw(path, "{\"w\": [1, 2");
-  ExpectOpenFails(path, {"not valid JSON"});
+class SafetensorsBadFile : public ::testing::TestWithParam<BadFileCase> {};
+
+TEST_P(SafetensorsBadFile, OpenFailsNamingTheRule) {
+  const BadFileCase& c = GetParam();
+  const std::string path = TmpPath(c.file);
+  WriteRaw(path, c.header, c.data, c.header_len);
+  ExpectOpenFails(path, c.parts);
 }
 
-TEST(SafetensorsBadInput, HeaderNotAnObject) {
-  const std::string path = TmpPath("not_object");
-  WriteRaw(path, "[1, 2]");
-  ExpectOpenFails(path, {"must be a JSON object", "array"});
-}
-
-TEST(SafetensorsBadInput, EntryNotAnObject) {
-  const std::string path = TmpPath("entry_not_object");
-  WriteRaw(path, OneTensorHeader("[0, 4]"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "must be an object"});
-}
-
-TEST(SafetensorsBadInput, MissingDtype) {
-  const std::string path = TmpPath("missing_dtype");
-  WriteRaw(path, OneTensorHeader(R"({"shape":[1],"data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "missing \"dtype\""});
-}
-
-TEST(SafetensorsBadInput, MissingShape) {
-  const std::string path = TmpPath("missing_shape");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "missing \"shape\""});
-}
-
-TEST(SafetensorsBadInput, MissingDataOffsets) {
-  const std::string path = TmpPath("missing_offsets");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "missing \"data_offsets\""});
-}
-
-TEST(SafetensorsBadInput, DtypeNotAString) {
-  const std::string path = TmpPath("dtype_type");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "\"dtype\" must be a string"});
-}
-
-TEST(SafetensorsBadInput, ShapeNotAnArray) {
-  const std::string path = TmpPath("shape_type");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":"1","data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "\"shape\" must be an array"});
-}
-
-TEST(SafetensorsBadInput, ShapeWithNonIntegerDim) {
-  const std::string path = TmpPath("shape_float");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "only integers"});
-}
-
-TEST(SafetensorsBadInput, DataOffsetsNotIntegers) {
-  const std::string path = TmpPath("offsets_type");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1],"data_offsets":["0","4"]})"),
-           "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "non-negative integers"});
-}
-
-TEST(SafetensorsBadInput, UnknownDtype) {
-  const std::string path = TmpPath("unknown_dtype");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]})"),
-           "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "unknown safetensors dtype 'F8_E4M3'", "BF16"});
-}
-
-TEST(SafetensorsBadInput, NegativeDimension) {
-  const std::string path = TmpPath("negative_dim");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "negative dimension -1"});
-}
-
-TEST(SafetensorsBadInput, DataOffsetsNotAPair) {
-  const std::string path = TmpPath("offsets_triple");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4,8]})"),
-           "abcdefgh");
-  ExpectOpenFails(path, {"tensor 'w'", "must be [begin, end]"});
-}
-
-TEST(SafetensorsBadInput, DataOffsetsBeginAfterEnd) {
-  const std::string path = TmpPath("offsets_reversed");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[1],"data_offsets":[4,0]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "begin after end"});
-}
-
-TEST(SafetensorsBadInput, DataOffsetsOutsideDataRegion) {
-  const std::string path = TmpPath("offsets_outside");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), "abcd");
-  ExpectOpenFails(path, {"tensor 'w'", "outside the data region of 4 bytes"});
-}
-
-TEST(SafetensorsBadInput, ByteCountDoesNotMatchShape) {
-  const std::string path = TmpPath("byte_count");
-  WriteRaw(path, OneTensorHeader(R"({"dtype":"F32","shape":[2,3],"data_offsets":[0,16]})"),
-           std::string(16, 'x'));
-  ExpectOpenFails(path, {"tensor 'w'", "hold 16 bytes", "needs 24"});
-}
-
-TEST(SafetensorsBadInput, OverlappingTensors) {
-  const std::string path = TmpPath("overlap");
-  WriteRaw(path,
-           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-           std::string(12, 'x'));
-  ExpectOpenFails(path, {"tensor 'b'", "overlaps tensor 'a'"});
-}
-
-TEST(SafetensorsBadInput, MetadataValueNotAString) {
-  const std::string path = TmpPath("metadata_value");
-  WriteRaw(path, R"({"__metadata__":{"format":"pt","step":3}})");
-  ExpectOpenFails(path, {"__metadata__", "'step' must be a string"});
-}
-
-TEST(SafetensorsBadInput, MetadataNotAnObject) {
-  const std::string path = TmpPath("metadata_type");
-  WriteRaw(path, R"({"__metadata__":["format","pt"]})");
-  ExpectOpenFails(path, {"__metadata__", "must be an object mapping strings to strings"});
-}
+INSTANTIATE_TEST_SUITE_P(SafetensorsBadInput, SafetensorsBadFile,
+                         ::testing::ValuesIn(BadFileCases()),
+                         [](const ::testing::TestParamInfo<BadFileCase>& info) {
+                           return info.param.name;
+                         });
 
 TEST(SafetensorsBadInput, MissingFile) {
   const std::string path = TmpPath("does_not_exist");
