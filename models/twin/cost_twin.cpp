@@ -255,6 +255,129 @@ void CheckHeadLayout(const HeadLayout& l, int64_t ffn, int64_t ffn_new, const Hf
   }
 }
 
+namespace {
+
+// The original shape a cost twin pads, read from its config.json.
+struct TwinOriginal {
+  int64_t hidden, n_heads, n_kv, head_dim, ffn, layers, target_hidden;
+  double eps;
+};
+
+TwinOriginal ReadTwinOriginal(const Json& c, const std::string& source) {
+  TwinOriginal o;
+  o.hidden = GetPositive(c, "hidden_size", source);
+  o.n_heads = GetPositive(c, "num_attention_heads", source);
+  o.n_kv =
+      c.contains("num_key_value_heads") ? GetPositive(c, "num_key_value_heads", source) : o.n_heads;
+  o.head_dim = c.contains("head_dim") && c["head_dim"].is_number_integer()
+                   ? c["head_dim"].get<int64_t>()
+                   : o.hidden / o.n_heads;
+  o.ffn = GetPositive(c, "intermediate_size", source);
+  o.layers = GetPositive(c, "num_hidden_layers", source);
+  o.target_hidden =
+      c.contains("target_hidden_size") ? GetPositive(c, "target_hidden_size", source) : o.hidden;
+  SPECBED_CHECK(c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number() &&
+                    c["rms_norm_eps"].get<double>() > 0,
+                source, ": config.json needs a positive \"rms_norm_eps\" to build a cost twin");
+  o.eps = c["rms_norm_eps"].get<double>();
+  return o;
+}
+
+// Everything one tensor's padding needs.
+struct TwinPadding {
+  int64_t hidden, f;
+  HeadLayout heads;
+  std::map<Axis, Widths> widths;
+  double q_scale, norm_scale;
+  const std::string& source;
+};
+
+// The rank head's [hidden | rest] axis: the hidden columns padded and scaled by sqrt(d/D) (it
+// reads RMS-normalised h, sqrt(D/d) times the original over the padded width), the rest kept.
+at::Tensor PadHiddenThenRest(const at::Tensor& t, int64_t a, const TwinPadding& p,
+                             const std::string& name) {
+  const int64_t size = t.size(a);
+  SPECBED_CHECK(size > p.hidden, p.source, ": tensor '", name, "' axis ", a, " has size ", size,
+                ", expected hidden_size ", p.hidden, " + extra columns");
+  return at::cat({PadAxis(t.narrow(a, 0, p.hidden) * p.norm_scale, a,
+                          {p.hidden, p.hidden * p.f, false}, name, p.source),
+                  t.narrow(a, p.hidden, size - p.hidden)},
+                 a);
+}
+
+// One floating-point tensor of the original, padded axis by axis under its rule.
+at::Tensor PadTwinTensor(const std::string& name, const at::Tensor& t, const TwinPadding& p) {
+  const Rule* rule = FindRule(name);
+  SPECBED_CHECK(
+      rule != nullptr, p.source, ": no cost-twin padding rule for tensor '", name, "' (shape [",
+      t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
+      "fc, *norm.weight, Medusa's *.linear.* and {k}.{L}.weight (models/twin/cost_twin.cpp)");
+  SPECBED_CHECK(t.dim() == static_cast<int64_t>(rule->axes.size()), p.source, ": tensor '", name,
+                "' has ", t.dim(), " dims, its rule expects ", rule->axes.size());
+  at::Tensor padded = t.to(at::kFloat);
+  for (size_t i = 0; i < rule->axes.size(); ++i) {
+    const Axis axis = rule->axes[i];
+    const int64_t a = static_cast<int64_t>(i);
+    if (axis == Axis::kKeep) continue;
+    if (axis == Axis::kHiddenThenRest) {
+      padded = PadHiddenThenRest(padded, a, p, name);
+    } else if (p.heads.Regrouped() && (axis == Axis::kQHeads || axis == Axis::kKvHeads)) {
+      padded = MapHeadAxis(padded, a, p.heads, axis == Axis::kQHeads, name, p.source);
+    } else {
+      padded = PadAxis(padded, a, p.widths.at(axis), name, p.source);
+    }
+  }
+  // A wider head_dim: q grows by sqrt(hd'/hd) so q.k / sqrt(hd') is the original score.
+  if (p.heads.hd_new != p.heads.hd_old &&
+      (EndsWithName(name, "q_proj.weight") || EndsWithName(name, "q_proj.bias"))) {
+    padded = padded * p.q_scale;
+  }
+  if (rule->hidden_norm) padded = padded * p.norm_scale;
+  return padded.contiguous();
+}
+
+// The twin's config.json: the padded shape, and the recipe that says what it is a twin of.
+Json TwinConfig(const Json& c, const TwinOriginal& o, const HeadLayout& heads, int64_t ffn_new,
+                int64_t depth, int64_t f, int64_t tf, const std::string& of) {
+  Json config = c;
+  config["hidden_size"] = o.hidden * f;
+  config["intermediate_size"] = ffn_new;
+  config["num_attention_heads"] = heads.heads_new;
+  config["num_key_value_heads"] = heads.kv_new;
+  config["head_dim"] = heads.hd_new;
+  config["num_hidden_layers"] = depth;
+  config["rms_norm_eps"] = o.eps / static_cast<double>(f);
+  if (c.contains("target_hidden_size")) config["target_hidden_size"] = o.target_hidden * tf;
+  Json recipe;
+  recipe["of"] = of;
+  recipe["width"] = o.hidden * f;
+  recipe["depth"] = depth;
+  recipe["width_factor"] = f;
+  recipe["target_width_factor"] = tf;
+  recipe["feature_depth"] = o.layers;
+  if (heads.Regrouped() || ffn_new != o.ffn * f) {
+    recipe["attention"] = {{"heads", heads.heads_new},
+                           {"kv_heads", heads.kv_new},
+                           {"head_dim", heads.hd_new},
+                           {"ffn", ffn_new}};
+  }
+  recipe["original"] = {{"hidden_size", o.hidden},
+                        {"intermediate_size", o.ffn},
+                        {"num_attention_heads", o.n_heads},
+                        {"num_key_value_heads", o.n_kv},
+                        {"head_dim", o.head_dim},
+                        {"num_hidden_layers", o.layers},
+                        {"rms_norm_eps", o.eps}};
+  recipe["label"] = StrCat("cost twin of ", of, " (width ", o.hidden * f, ", ", depth,
+                           " layers; computes exactly ", of, "'s function with zero-weight ",
+                           "padding, at the cost of the larger shape)");
+  recipe["format_version"] = 1;
+  config[kTwinRecipeKey] = recipe;
+  return config;
+}
+
+}  // namespace
+
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
                                 const std::string& of, const std::string& source) {
   const int64_t f = shape.width_factor;
@@ -263,126 +386,39 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
                 ": cost-twin width factors must be in [1, 64], got ", f, " and ", tf);
   SPECBED_CHECK(!in.config.contains(kTwinRecipeKey), source,
                 ": is already a cost twin; pad the original instead");
-  const Json& c = in.config;
-  const int64_t hidden = GetPositive(c, "hidden_size", source);
-  const int64_t n_heads = GetPositive(c, "num_attention_heads", source);
-  const int64_t n_kv =
-      c.contains("num_key_value_heads") ? GetPositive(c, "num_key_value_heads", source) : n_heads;
-  const int64_t head_dim = c.contains("head_dim") && c["head_dim"].is_number_integer()
-                               ? c["head_dim"].get<int64_t>()
-                               : hidden / n_heads;
-  const int64_t ffn = GetPositive(c, "intermediate_size", source);
-  const int64_t layers = GetPositive(c, "num_hidden_layers", source);
-  const int64_t target_hidden =
-      c.contains("target_hidden_size") ? GetPositive(c, "target_hidden_size", source) : hidden;
-  SPECBED_CHECK(c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number() &&
-                    c["rms_norm_eps"].get<double>() > 0,
-                source, ": config.json needs a positive \"rms_norm_eps\" to build a cost twin");
-  const double eps = c["rms_norm_eps"].get<double>();
-  const int64_t depth = shape.depth > 0 ? shape.depth : layers;
-  SPECBED_CHECK(depth >= layers, source, ": cost-twin depth ", depth, " is below the original's ",
-                layers, " layers (depth is only ever padded)");
+  const TwinOriginal o = ReadTwinOriginal(in.config, source);
+  const int64_t depth = shape.depth > 0 ? shape.depth : o.layers;
+  SPECBED_CHECK(depth >= o.layers, source, ": cost-twin depth ", depth, " is below the original's ",
+                o.layers, " layers (depth is only ever padded)");
   SPECBED_CHECK(depth <= 4096, source, ": cost-twin depth ", depth, " is absurd (limit 4096)");
-
-  const HeadLayout heads{n_heads,
-                         n_kv,
-                         head_dim,
-                         shape.heads > 0 ? shape.heads : n_heads * f,
-                         shape.kv_heads > 0 ? shape.kv_heads : n_kv * f,
-                         shape.head_dim > 0 ? shape.head_dim : head_dim};
-  const int64_t ffn_new = shape.ffn > 0 ? shape.ffn : ffn * f;
-  CheckHeadLayout(heads, ffn, ffn_new, in, source);
-  const bool regrouped = heads.Regrouped();
-  const double q_scale = std::sqrt(static_cast<double>(heads.hd_new) / heads.hd_old);
-  const std::map<Axis, Widths> widths = {
-      {Axis::kHidden, {hidden, hidden * f, true}},
-      {Axis::kTargetHidden, {target_hidden, target_hidden * tf, true}},
-      {Axis::kQHeads, {n_heads * head_dim, n_heads * f * head_dim, false}},
-      {Axis::kKvHeads, {n_kv * head_dim, n_kv * f * head_dim, false}},
-      {Axis::kFfn, {ffn, ffn_new, false}},
-  };
-  const double norm_scale = std::sqrt(1.0 / static_cast<double>(f));
-
+  const HeadLayout heads{o.n_heads,
+                         o.n_kv,
+                         o.head_dim,
+                         shape.heads > 0 ? shape.heads : o.n_heads * f,
+                         shape.kv_heads > 0 ? shape.kv_heads : o.n_kv * f,
+                         shape.head_dim > 0 ? shape.head_dim : o.head_dim};
+  const int64_t ffn_new = shape.ffn > 0 ? shape.ffn : o.ffn * f;
+  CheckHeadLayout(heads, o.ffn, ffn_new, in, source);
+  const TwinPadding padding{
+      o.hidden,
+      f,
+      heads,
+      {{Axis::kHidden, {o.hidden, o.hidden * f, true}},
+       {Axis::kTargetHidden, {o.target_hidden, o.target_hidden * tf, true}},
+       {Axis::kQHeads, {o.n_heads * o.head_dim, o.n_heads * f * o.head_dim, false}},
+       {Axis::kKvHeads, {o.n_kv * o.head_dim, o.n_kv * f * o.head_dim, false}},
+       {Axis::kFfn, {o.ffn, ffn_new, false}}},
+      std::sqrt(static_cast<double>(heads.hd_new) / heads.hd_old),
+      std::sqrt(1.0 / static_cast<double>(f)),
+      source};
   HfCheckpointFiles out;
   for (const auto& [name, t] : in.tensors) {
     if (EndsWith(name, "rotary_emb.inv_freq")) continue;
-    if (!t.is_floating_point()) {  // d2t / t2d and other index maps
-      out.tensors[name] = t;
-      continue;
-    }
-    const Rule* rule = FindRule(name);
-    SPECBED_CHECK(
-        rule != nullptr, source, ": no cost-twin padding rule for tensor '", name, "' (shape [",
-        t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
-        "fc, *norm.weight, Medusa's *.linear.* and {k}.{L}.weight (models/twin/cost_twin.cpp)");
-    SPECBED_CHECK(t.dim() == static_cast<int64_t>(rule->axes.size()), source, ": tensor '", name,
-                  "' has ", t.dim(), " dims, its rule expects ", rule->axes.size());
-    at::Tensor padded = t.to(at::kFloat);
-    for (size_t a = 0; a < rule->axes.size(); ++a) {
-      if (rule->axes[a] == Axis::kKeep) continue;
-      if (rule->axes[a] == Axis::kHiddenThenRest) {
-        const int64_t size = padded.size(a);
-        SPECBED_CHECK(size > hidden, source, ": tensor '", name, "' axis ", a, " has size ", size,
-                      ", expected hidden_size ", hidden, " + extra columns");
-        // The rank head reads RMS-normalised h: over the padded width that is sqrt(D/d) times
-        // the original, so its columns are scaled by sqrt(d/D).
-        padded = at::cat({PadAxis(padded.narrow(a, 0, hidden) * norm_scale, static_cast<int64_t>(a),
-                                  {hidden, hidden * f, false}, name, source),
-                          padded.narrow(a, hidden, size - hidden)},
-                         static_cast<int64_t>(a));
-        continue;
-      }
-      const bool head_axis = rule->axes[a] == Axis::kQHeads || rule->axes[a] == Axis::kKvHeads;
-      if (regrouped && head_axis) {
-        padded = MapHeadAxis(padded, static_cast<int64_t>(a), heads, rule->axes[a] == Axis::kQHeads,
-                             name, source);
-        continue;
-      }
-      padded = PadAxis(padded, static_cast<int64_t>(a), widths.at(rule->axes[a]), name, source);
-    }
-    // A wider head_dim: q grows by sqrt(hd'/hd) so q.k / sqrt(hd') is the original score.
-    if (heads.hd_new != heads.hd_old &&
-        (EndsWithName(name, "q_proj.weight") || EndsWithName(name, "q_proj.bias"))) {
-      padded = padded * q_scale;
-    }
-    if (rule->hidden_norm) padded = padded * norm_scale;
-    out.tensors[name] = padded.contiguous();
+    // d2t / t2d and other index maps are kept as they are.
+    out.tensors[name] = t.is_floating_point() ? PadTwinTensor(name, t, padding) : t;
   }
-
-  if (depth > layers) AppendIdentityLayers(layers, depth, source, out);
-
-  Json config = c;
-  config["hidden_size"] = hidden * f;
-  config["intermediate_size"] = ffn_new;
-  config["num_attention_heads"] = heads.heads_new;
-  config["num_key_value_heads"] = heads.kv_new;
-  config["head_dim"] = heads.hd_new;
-  config["num_hidden_layers"] = depth;
-  config["rms_norm_eps"] = eps / static_cast<double>(f);
-  if (c.contains("target_hidden_size")) config["target_hidden_size"] = target_hidden * tf;
-  Json recipe;
-  recipe["of"] = of;
-  recipe["width"] = hidden * f;
-  recipe["depth"] = depth;
-  recipe["width_factor"] = f;
-  recipe["target_width_factor"] = tf;
-  recipe["feature_depth"] = layers;
-  if (regrouped || ffn_new != ffn * f) {
-    recipe["attention"] = {{"heads", heads.heads_new},
-                           {"kv_heads", heads.kv_new},
-                           {"head_dim", heads.hd_new},
-                           {"ffn", ffn_new}};
-  }
-  recipe["original"] = {
-      {"hidden_size", hidden},       {"intermediate_size", ffn}, {"num_attention_heads", n_heads},
-      {"num_key_value_heads", n_kv}, {"head_dim", head_dim},     {"num_hidden_layers", layers},
-      {"rms_norm_eps", eps}};
-  recipe["label"] =
-      StrCat("cost twin of ", of, " (width ", hidden * f, ", ", depth, " layers; computes exactly ",
-             of, "'s function with zero-weight ", "padding, at the cost of the larger shape)");
-  recipe["format_version"] = 1;
-  config[kTwinRecipeKey] = recipe;
-  out.config = std::move(config);
+  if (depth > o.layers) AppendIdentityLayers(o.layers, depth, source, out);
+  out.config = TwinConfig(in.config, o, heads, ffn_new, depth, f, tf, of);
   return out;
 }
 
