@@ -1,7 +1,10 @@
 // JSON config field readers (see config_fields.h).
 #include "models/config_fields.h"
 
+#include <algorithm>
+
 #include "harness/base/error.h"
+#include "harness/base/names.h"
 
 namespace specbed::config_fields {
 
@@ -53,6 +56,26 @@ std::string GetString(const json& j, const char* field, const std::string& sourc
   SPECBED_CHECK(v.is_string(), source, ": field \"", field, "\" must be a string, got ",
                 v.type_name(), " ", v.dump());
   return v.get<std::string>();
+}
+
+std::string GetArchitecture(const json& j, const std::string& source, const std::string& expected) {
+  SPECBED_CHECK(Has(j, "architectures"), source, ": missing field \"architectures\" (expected [\"",
+                expected, "\"])");
+  const json& archs = j["architectures"];
+  SPECBED_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(), source,
+                ": field \"architectures\" must be a non-empty array of strings, got ",
+                archs.dump());
+  return archs[0].get<std::string>();
+}
+
+void CheckKnownName(const std::string& value, const std::string& what,
+                    const std::vector<std::string>& known, const std::string& where) {
+  if (std::find(known.begin(), known.end(), value) != known.end()) return;
+  try {
+    FailUnknownName(what, value, known);
+  } catch (const Error& e) {
+    Fail(where, ": ", e.what());
+  }
 }
 
 std::vector<int64_t> GetIntList(const json& j, const char* field, const std::string& source) {

@@ -24,6 +24,14 @@ double GetDouble(const nlohmann::json& j, const char* field, const std::string& 
 bool GetBool(const nlohmann::json& j, const char* field, const std::string& source, bool fallback);
 std::string GetString(const nlohmann::json& j, const char* field, const std::string& source,
                       const std::string& fallback);
+// The first entry of the required field "architectures" (a non-empty list of strings); a missing
+// field names `expected`.
+std::string GetArchitecture(const nlohmann::json& j, const std::string& source,
+                            const std::string& expected);
+// Fails with "`where`: <FailUnknownName's message>" unless `value` is one of `known` (`what`
+// names the kind of value, e.g. "DFlash architecture").
+void CheckKnownName(const std::string& value, const std::string& what,
+                    const std::vector<std::string>& known, const std::string& where);
 // A required list of integers (e.g. target layer ids).
 std::vector<int64_t> GetIntList(const nlohmann::json& j, const char* field,
                                 const std::string& source);

@@ -18,6 +18,8 @@
 namespace specbed {
 namespace {
 
+using config_fields::CheckKnownName;
+using config_fields::GetArchitecture;
 using config_fields::GetBool;
 using config_fields::GetDouble;
 using config_fields::GetInt;
@@ -104,28 +106,12 @@ static const FamilyInfo& DetectFamily(const json& j, const std::string& source) 
   if (Has(j, "model_type")) {
     const std::string model_type = GetString(j, "model_type", source, "");
     by_type = FamilyByModelType(model_type);
-    if (by_type == nullptr) {
-      try {
-        FailUnknownName("model_type", model_type, known_types);
-      } catch (const Error& e) {
-        Fail(source, ": ", e.what());
-      }
-    }
+    if (by_type == nullptr) CheckKnownName(model_type, "model_type", known_types, source);
   }
   if (Has(j, "architectures")) {
-    const json& archs = j["architectures"];
-    SPECBED_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(), source,
-                  ": field \"architectures\" must be a non-empty array of strings, got ",
-                  archs.dump());
-    const std::string arch = archs[0].get<std::string>();
+    const std::string arch = GetArchitecture(j, source, "");
     by_arch = FamilyByArchitecture(arch);
-    if (by_arch == nullptr) {
-      try {
-        FailUnknownName("architecture", arch, known_archs);
-      } catch (const Error& e) {
-        Fail(source, ": ", e.what());
-      }
-    }
+    if (by_arch == nullptr) CheckKnownName(arch, "architecture", known_archs, source);
   }
   SPECBED_CHECK(by_type != nullptr || by_arch != nullptr, source,
                 ": missing \"model_type\" and \"architectures\"; expected model_type one of ",

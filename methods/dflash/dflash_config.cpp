@@ -12,11 +12,14 @@
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
 #include "harness/base/names.h"
+#include "methods/common/head_config.h"
 #include "models/config_fields.h"
 
 namespace specbed {
 namespace {
 
+using config_fields::CheckKnownName;
+using config_fields::GetArchitecture;
 using config_fields::GetBool;
 using config_fields::GetDouble;
 using config_fields::GetInt;
@@ -83,17 +86,7 @@ void DflashConfig::Validate(const std::string& source) const {
       Fail(source, ": no dflash_config.target_layer_ids and the default rule fails: ", e.what());
     }
   }
-  // Sizes, theta and scaling are re-checked with the engine's rules (scaling factors, bos/eos).
-  LlamaConfig llama = RopeConfig();
-  llama.dim = hidden_size;
-  llama.n_layers = n_layers;
-  llama.hidden_dim = intermediate_size;
-  llama.vocab_size = vocab_size;
-  llama.max_seq_len = max_position_embeddings;
-  llama.norm_eps = rms_norm_eps;
-  llama.bos_token_id = bos_token_id;
-  llama.eos_token_ids = eos_token_ids;
-  llama.Validate(source);
+  ValidateLayerFields(*this, RopeConfig(), n_layers, source);
 }
 
 int64_t DflashConfig::ParameterCount() const {
@@ -108,35 +101,16 @@ int64_t DflashConfig::ParameterCount() const {
 }
 
 LlamaConfig DflashConfig::RopeConfig() const {
-  LlamaConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.head_dim = head_dim;
+  LlamaConfig c = HeadRopeConfig(*this, "Qwen3ForCausalLM");
   c.qk_norm = true;
-  c.rope_theta = rope_theta;
-  c.rope_scaling = rope_scaling;
-  c.rope_interleaved = false;  // Hugging Face rotate_half pairing
   return c;
 }
 
 // The fields of ParseDflashConfig; nlohmann type errors escape (see ParseDflashConfig).
 static DflashConfig ParseDflashConfigFields(const json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
-  SPECBED_CHECK(Has(j, "architectures"), source, ": missing field \"architectures\" (expected [\"",
-                kArchitecture, "\"])");
-  const json& archs = j["architectures"];
-  SPECBED_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(), source,
-                ": field \"architectures\" must be a non-empty array of strings, got ",
-                archs.dump());
-  const std::string arch = archs[0].get<std::string>();
-  if (arch != kArchitecture) {
-    try {
-      FailUnknownName("DFlash architecture", arch, {kArchitecture});
-    } catch (const Error& e) {
-      Fail(source, ": field \"architectures\": ", e.what());
-    }
-  }
+  CheckKnownName(GetArchitecture(j, source, kArchitecture), "DFlash architecture", {kArchitecture},
+                 source + ": field \"architectures\"");
   std::vector<bool> sliding;
   if (Has(j, "layer_types")) {
     const json& types = j["layer_types"];
@@ -170,20 +144,8 @@ static DflashConfig ParseDflashConfigFields(const json& j, const std::string& so
   const LlamaConfig lc = ParseHfConfig(qwen, source);
 
   DflashConfig c;
-  c.hidden_size = lc.dim;
-  c.intermediate_size = lc.hidden_dim;
+  CopyLayerFields(lc, c);
   c.n_layers = lc.n_layers;
-  c.n_heads = lc.n_heads;
-  c.n_kv_heads = lc.n_kv_heads;
-  c.head_dim = lc.head_dim;
-  c.vocab_size = lc.vocab_size;
-  c.max_position_embeddings = lc.max_seq_len;
-  c.rms_norm_eps = lc.norm_eps;
-  c.rope_theta = lc.rope_theta;
-  c.rope_scaling = lc.rope_scaling;
-  c.bos_token_id = lc.bos_token_id;
-  c.eos_token_ids = lc.eos_token_ids;
-  c.torch_dtype = lc.torch_dtype;
   if (Has(j, "layer_types")) {
     SPECBED_CHECK(static_cast<int64_t>(j["layer_types"].size()) == c.n_layers, source,
                   ": layer_types has ", j["layer_types"].size(), " entries, expected ",

@@ -9,11 +9,14 @@
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
 #include "harness/base/names.h"
+#include "methods/common/head_config.h"
 #include "models/config_fields.h"
 
 namespace specbed {
 namespace {
 
+using config_fields::CheckKnownName;
+using config_fields::GetArchitecture;
 using config_fields::GetBool;
 using config_fields::GetDouble;
 using config_fields::GetInt;
@@ -62,17 +65,7 @@ void Eagle3Config::Validate(const std::string& source) const {
   for (int64_t id : aux_layer_ids) {
     SPECBED_CHECK(id >= 0, source, ": eagle_aux_hidden_state_layer_ids has negative id ", id);
   }
-  // Sizes, theta and scaling are re-checked with the engine's rules (scaling factors, bos/eos).
-  LlamaConfig llama = RopeConfig();
-  llama.dim = hidden_size;
-  llama.n_layers = 1;
-  llama.hidden_dim = intermediate_size;
-  llama.vocab_size = vocab_size;
-  llama.max_seq_len = max_position_embeddings;
-  llama.norm_eps = rms_norm_eps;
-  llama.bos_token_id = bos_token_id;
-  llama.eos_token_ids = eos_token_ids;
-  llama.Validate(source);
+  ValidateLayerFields(*this, RopeConfig(), /*n_layers=*/1, source);
 }
 
 int64_t Eagle3Config::ParameterCount() const {
@@ -87,15 +80,7 @@ int64_t Eagle3Config::ParameterCount() const {
 }
 
 LlamaConfig Eagle3Config::RopeConfig() const {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.head_dim = head_dim;
-  c.rope_theta = rope_theta;
-  c.rope_scaling = rope_scaling;
-  c.rope_interleaved = false;  // Hugging Face rotate_half pairing
-  return c;
+  return HeadRopeConfig(*this, "LlamaForCausalLM");
 }
 
 // The fields of ParseEagle3Config; nlohmann type errors escape (see ParseEagle3Config).
@@ -118,22 +103,8 @@ static Eagle3Config ParseEagle3ConfigFields(const json& j, const std::string& so
     layer = j["transformer_layer_config"];
     layer_source = source + ": transformer_layer_config";
   } else {
-    SPECBED_CHECK(Has(j, "architectures"), source,
-                  ": missing field \"architectures\" (expected [\"LlamaForCausalLMEagle3\"])");
-    const json& archs = j["architectures"];
-    SPECBED_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(), source,
-                  ": field \"architectures\" must be a non-empty array of strings, got ",
-                  archs.dump());
-    const std::string arch = archs[0].get<std::string>();
-    bool known = false;
-    for (const auto& a : kArchitectures) known = known || a == arch;
-    if (!known) {
-      try {
-        FailUnknownName("EAGLE-3 architecture", arch, kArchitectures);
-      } catch (const Error& e) {
-        Fail(source, ": field \"architectures\": ", e.what());
-      }
-    }
+    CheckKnownName(GetArchitecture(j, source, kArchitectures[0]), "EAGLE-3 architecture",
+                   kArchitectures, source + ": field \"architectures\"");
     layer = j;
   }
 
@@ -150,19 +121,7 @@ static Eagle3Config ParseEagle3ConfigFields(const json& j, const std::string& so
   const LlamaConfig lc = ParseHfConfig(llama, layer_source);
 
   Eagle3Config c;
-  c.hidden_size = lc.dim;
-  c.intermediate_size = lc.hidden_dim;
-  c.n_heads = lc.n_heads;
-  c.n_kv_heads = lc.n_kv_heads;
-  c.head_dim = lc.head_dim;
-  c.vocab_size = lc.vocab_size;
-  c.max_position_embeddings = lc.max_seq_len;
-  c.rms_norm_eps = lc.norm_eps;
-  c.rope_theta = lc.rope_theta;
-  c.rope_scaling = lc.rope_scaling;
-  c.bos_token_id = lc.bos_token_id;
-  c.eos_token_ids = lc.eos_token_ids;
-  c.torch_dtype = lc.torch_dtype;
+  CopyLayerFields(lc, c);
 
   // EAGLE-3 fields: top level in both layouts (speculators keep them outside the layer config;
   // a value inside the layer config is accepted when the top level has none).
