@@ -35,10 +35,9 @@ namespace specbed {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ErrorOf;
 using testing::FreshDbPath;
 using testing::WritePaperDb;
-
-using testing::ErrorOf;
 
 std::string FreshDir(const std::string& name) {
   return testing::ScratchDir("paper_report_" + name, /*create=*/true);

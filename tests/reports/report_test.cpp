@@ -25,10 +25,9 @@ namespace specbed {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ErrorOf;
 using testing::FreshDbPath;
 using testing::WriteSyntheticDb;
-
-using testing::ErrorOf;
 
 std::string FreshDir(const std::string& name) {
   return testing::ScratchDir("reports_" + name);

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "harness/base/error.h"
@@ -104,69 +105,44 @@ std::vector<StepRecord> MakeSteps(const std::vector<SampleRecord>& samples, int 
   return out;
 }
 
-void ExpectSameCase(const CaseRecord& a, const CaseRecord& b) {
-  EXPECT_EQ(a.case_key, b.case_key);
-  EXPECT_EQ(a.target, b.target);
-  EXPECT_EQ(a.method, b.method);
-  EXPECT_EQ(a.method_knobs_json, b.method_knobs_json);
-  EXPECT_EQ(a.dataset, b.dataset);
-  EXPECT_EQ(a.categories, b.categories);
-  EXPECT_EQ(a.prompt_limit, b.prompt_limit);
-  EXPECT_EQ(a.temperature, b.temperature);
-  EXPECT_EQ(a.top_p, b.top_p);
-  EXPECT_EQ(a.top_k, b.top_k);
-  EXPECT_EQ(a.seed, b.seed);
-  EXPECT_EQ(a.max_new_tokens, b.max_new_tokens);
-  EXPECT_EQ(a.batch_size, b.batch_size);
-  EXPECT_EQ(a.threads, b.threads);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.device, b.device);
-  EXPECT_EQ(a.config_json, b.config_json);
-  EXPECT_EQ(a.wall_s, b.wall_s);
-  EXPECT_EQ(a.method_traits_json, b.method_traits_json);
-  EXPECT_EQ(a.drafter, b.drafter);
-  EXPECT_EQ(a.timing_mode, b.timing_mode);
+// Every stored field of a record, for comparing a loaded record with the written one (EXPECT_EQ
+// on two of these compares field by field and prints both on a difference).
+auto Fields(const RunInfo& r) {
+  return std::tie(r.started_at, r.specbed_version, r.git_commit, r.build_flags, r.host, r.cpu,
+                  r.gpu, r.library_versions_json, r.config_json, r.repro_command);
+}
+auto Fields(const CaseRecord& c) {
+  return std::tie(c.case_key, c.target, c.method, c.method_knobs_json, c.dataset, c.categories,
+                  c.prompt_limit, c.temperature, c.top_p, c.top_k, c.seed, c.max_new_tokens,
+                  c.batch_size, c.threads, c.dtype, c.device, c.config_json, c.wall_s,
+                  c.method_traits_json, c.drafter, c.timing_mode);
+}
+// Without the paired AR run's fields (compared only where both samples have one).
+auto Fields(const SampleRecord& s) {
+  return std::tie(s.prompt_id, s.turn, s.category, s.n_prompt_tokens, s.n_output_tokens,
+                  s.prefill_ms, s.decode_ms, s.n_steps, s.stop_reason, s.output_hash, s.output_text,
+                  s.output_ids_json, s.token_margins_json);
+}
+// The fields of the throughput rows (the v4 roofline fields aside).
+auto Fields(const BenchRecord& b) {
+  return std::tie(b.model, b.dtype, b.threads, b.batch_size, b.context_len, b.n_tokens, b.reps,
+                  b.tokens_per_s, b.tokens_per_s_std, b.ms_per_step, b.forward_ms_per_step,
+                  b.other_ms_per_step, b.n_params);
+}
+auto Fields(const StepRecord& st) {
+  return std::tie(st.prompt_id, st.turn, st.step_idx, st.n_drafted, st.n_accepted, st.n_emitted,
+                  st.t_draft_us, st.t_verify_us, st.t_other_us, st.draft_depth,
+                  st.n_rollback_events, st.t_adapt_us, st.n_rolled_back, st.n_draft_generated,
+                  st.n_trimmed, st.t_draft_prefill_us);
 }
 
 void ExpectSameSample(const SampleRecord& a, const SampleRecord& b) {
-  EXPECT_EQ(a.prompt_id, b.prompt_id);
-  EXPECT_EQ(a.turn, b.turn);
-  EXPECT_EQ(a.category, b.category);
-  EXPECT_EQ(a.n_prompt_tokens, b.n_prompt_tokens);
-  EXPECT_EQ(a.n_output_tokens, b.n_output_tokens);
-  EXPECT_EQ(a.prefill_ms, b.prefill_ms);
-  EXPECT_EQ(a.decode_ms, b.decode_ms);
-  EXPECT_EQ(a.n_steps, b.n_steps);
-  EXPECT_EQ(a.stop_reason, b.stop_reason);
-  EXPECT_EQ(a.output_hash, b.output_hash);
-  EXPECT_EQ(a.output_text, b.output_text);
-  EXPECT_EQ(a.output_ids_json, b.output_ids_json);
-  EXPECT_EQ(a.token_margins_json, b.token_margins_json);
+  EXPECT_EQ(Fields(a), Fields(b));
   EXPECT_EQ(a.has_paired_ar(), b.has_paired_ar());
   if (a.has_paired_ar() && b.has_paired_ar()) {
-    EXPECT_EQ(a.paired_ar_decode_ms, b.paired_ar_decode_ms);
-    EXPECT_EQ(a.paired_ar_output_tokens, b.paired_ar_output_tokens);
-    EXPECT_EQ(a.paired_ar_first, b.paired_ar_first);
+    EXPECT_EQ(std::tie(a.paired_ar_decode_ms, a.paired_ar_output_tokens, a.paired_ar_first),
+              std::tie(b.paired_ar_decode_ms, b.paired_ar_output_tokens, b.paired_ar_first));
   }
-}
-
-void ExpectSameStep(const StepRecord& a, const StepRecord& b) {
-  EXPECT_EQ(a.prompt_id, b.prompt_id);
-  EXPECT_EQ(a.turn, b.turn);
-  EXPECT_EQ(a.step_idx, b.step_idx);
-  EXPECT_EQ(a.n_drafted, b.n_drafted);
-  EXPECT_EQ(a.n_accepted, b.n_accepted);
-  EXPECT_EQ(a.n_emitted, b.n_emitted);
-  EXPECT_EQ(a.t_draft_us, b.t_draft_us);
-  EXPECT_EQ(a.t_verify_us, b.t_verify_us);
-  EXPECT_EQ(a.t_other_us, b.t_other_us);
-  EXPECT_EQ(a.draft_depth, b.draft_depth);
-  EXPECT_EQ(a.n_rollback_events, b.n_rollback_events);
-  EXPECT_EQ(a.t_adapt_us, b.t_adapt_us);
-  EXPECT_EQ(a.n_rolled_back, b.n_rolled_back);
-  EXPECT_EQ(a.n_draft_generated, b.n_draft_generated);
-  EXPECT_EQ(a.n_trimmed, b.n_trimmed);
-  EXPECT_EQ(a.t_draft_prefill_us, b.t_draft_prefill_us);
 }
 
 // Runs one SQL statement on a raw connection (outside the store); returns the error or "".
@@ -315,16 +291,7 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
     ASSERT_EQ(runs.size(), 1u);
     EXPECT_EQ(runs[0].run_id, run_id);
     const RunInfo& got = runs[0].info;
-    EXPECT_EQ(got.started_at, run.started_at);
-    EXPECT_EQ(got.specbed_version, run.specbed_version);
-    EXPECT_EQ(got.git_commit, run.git_commit);
-    EXPECT_EQ(got.build_flags, run.build_flags);
-    EXPECT_EQ(got.host, run.host);
-    EXPECT_EQ(got.cpu, run.cpu);
-    EXPECT_EQ(got.gpu, run.gpu);
-    EXPECT_EQ(got.library_versions_json, run.library_versions_json);
-    EXPECT_EQ(got.config_json, run.config_json);
-    EXPECT_EQ(got.repro_command, run.repro_command);
+    EXPECT_EQ(Fields(got), Fields(run));
     EXPECT_EQ(RawQueryText(path, "SELECT repro_command FROM runs"), run.repro_command);
     EXPECT_EQ(RawQueryText(path,
                            "SELECT cpu || '|' || gpu || '|' || library_versions_json || "
@@ -336,7 +303,7 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
     EXPECT_EQ(cases[0].case_id, case_id);
     EXPECT_EQ(cases[0].run_id, run_id);
     EXPECT_EQ(cases[0].n_samples, 6);
-    ExpectSameCase(cases[0].record, c);
+    EXPECT_EQ(Fields(cases[0].record), Fields(c));
 
     auto loaded_samples = store->LoadSamples(case_id);
     ASSERT_EQ(loaded_samples.size(), samples.size());
@@ -354,23 +321,11 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
 
     auto loaded_steps = store->LoadSteps(case_id);
     ASSERT_EQ(loaded_steps.size(), steps.size());
-    for (size_t i = 0; i < steps.size(); ++i) ExpectSameStep(loaded_steps[i], steps[i]);
+    for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(Fields(loaded_steps[i]), Fields(steps[i]));
 
     auto loaded_bench = store->LoadBench(run_id);
     ASSERT_EQ(loaded_bench.size(), 2u);
-    EXPECT_EQ(loaded_bench[0].model, "tiny-llama");
-    EXPECT_EQ(loaded_bench[0].dtype, "float32");
-    EXPECT_EQ(loaded_bench[0].threads, 8);
-    EXPECT_EQ(loaded_bench[0].batch_size, 2);
-    EXPECT_EQ(loaded_bench[0].context_len, 512);
-    EXPECT_EQ(loaded_bench[0].n_tokens, 128);
-    EXPECT_EQ(loaded_bench[0].reps, 5);
-    EXPECT_EQ(loaded_bench[0].tokens_per_s, 123.456);
-    EXPECT_EQ(loaded_bench[0].tokens_per_s_std, 1.5);
-    EXPECT_EQ(loaded_bench[0].ms_per_step, 8.1);
-    EXPECT_EQ(loaded_bench[0].forward_ms_per_step, 7.9);
-    EXPECT_EQ(loaded_bench[0].other_ms_per_step, 0.2);
-    EXPECT_EQ(loaded_bench[0].n_params, 1100000000);
+    EXPECT_EQ(Fields(loaded_bench[0]), Fields(bench[0]));
     EXPECT_EQ(loaded_bench[1].context_len, 2048);
     EXPECT_TRUE(std::isnan(loaded_bench[1].tokens_per_s_std));
     EXPECT_EQ(store->LoadBench().size(), 2u);
@@ -881,13 +836,15 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     const int64_t case_id = store->WriteCase(1, MakeCase("v2case"), new_samples, new_steps);
     const auto cases = store->ListCases();
     ASSERT_EQ(cases.size(), 2u);
-    ExpectSameCase(cases[1].record, MakeCase("v2case"));
+    EXPECT_EQ(Fields(cases[1].record), Fields(MakeCase("v2case")));
     const auto loaded_samples = store->LoadSamples(case_id);
     ASSERT_EQ(loaded_samples.size(), 2u);
     for (size_t i = 0; i < 2; ++i) ExpectSameSample(loaded_samples[i], new_samples[i]);
     const auto loaded_steps = store->LoadSteps(case_id);
     ASSERT_EQ(loaded_steps.size(), new_steps.size());
-    for (size_t i = 0; i < new_steps.size(); ++i) ExpectSameStep(loaded_steps[i], new_steps[i]);
+    for (size_t i = 0; i < new_steps.size(); ++i) {
+      EXPECT_EQ(Fields(loaded_steps[i]), Fields(new_steps[i]));
+    }
   }
   // Still append-only, new columns included; reopening does not migrate again.
   EXPECT_CONTAINS(RawExec(path, "UPDATE steps SET draft_depth = 1"), "append-only");
@@ -967,7 +924,7 @@ TEST(ResultsStore, WritesManyStepsFast) {
   const auto loaded = store->LoadSteps(case_id);
   const double load_s = (NowMicros() - t1) / 1e6;
   ASSERT_EQ(loaded.size(), steps.size());
-  ExpectSameStep(loaded[123457], steps[123457]);
+  EXPECT_EQ(Fields(loaded[123457]), Fields(steps[123457]));
   std::printf("[ perf ] WriteCase: %zu steps in %.3f s = %.0f steps/s; LoadSteps: %.0f steps/s\n",
               steps.size(), write_s, steps.size() / write_s, steps.size() / load_s);
   RecordProperty("write_steps_per_s", static_cast<int>(steps.size() / write_s));
