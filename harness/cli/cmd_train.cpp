@@ -22,11 +22,14 @@
 namespace specbed::cli {
 namespace {
 
-struct TrainDraftLmOptions {
-  DraftLmTrainConfig config;
-  DraftLmTrainOptions run;
+// A trainer subcommand's parsed flags: its config, the loop options and -o/--output.
+template <class Config>
+struct TrainerFlags {
+  Config config;
+  TrainLoopOptions run;
   std::string out;
 };
+using TrainDraftLmOptions = TrainerFlags<DraftLmTrainConfig>;
 
 void KeepLargeBlocksInHeap() {
 #if defined(__GLIBC__)
@@ -80,11 +83,7 @@ void AddRegenDataFlags(CLI::App* cmd, int64_t& max_len, int64_t& n_eval, std::st
       ->capture_default_str();
 }
 
-struct TrainEagle3Options {
-  Eagle3TrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
-};
+using TrainEagle3Options = TrainerFlags<Eagle3TrainConfig>;
 
 void RunTrainEagle3(const TrainEagle3Options& o) {
   KeepLargeBlocksInHeap();
@@ -145,11 +144,7 @@ void AddTrainEagle3(CLI::App* train) {
   cmd->callback([o] { RunTrainEagle3(*o); });
 }
 
-struct TrainMedusaOptions {
-  MedusaTrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
-};
+using TrainMedusaOptions = TrainerFlags<MedusaTrainConfig>;
 
 void AddTrainMedusa(CLI::App* train) {
   auto o = std::make_shared<TrainMedusaOptions>();
@@ -183,11 +178,7 @@ void AddTrainMedusa(CLI::App* train) {
   });
 }
 
-struct TrainSpecBlockOptions {
-  SpecBlockTrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
-};
+using TrainSpecBlockOptions = TrainerFlags<SpecBlockTrainConfig>;
 
 void AddTrainSpecBlock(CLI::App* train) {
   auto o = std::make_shared<TrainSpecBlockOptions>();
@@ -234,10 +225,7 @@ void AddTrainSpecBlock(CLI::App* train) {
   });
 }
 
-struct TrainDflashOptions {
-  DflashTrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
+struct TrainDflashOptions : TrainerFlags<DflashTrainConfig> {
   std::string loss;
 };
 
@@ -311,11 +299,7 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
 
 }  // namespace
 
-struct TrainHradOptions {
-  HradTrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
-};
+using TrainHradOptions = TrainerFlags<HradTrainConfig>;
 
 void AddTrainHrad(CLI::App* train) {
   auto o = std::make_shared<TrainHradOptions>();

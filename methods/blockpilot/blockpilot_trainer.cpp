@@ -15,6 +15,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/timer.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
+#include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
 
 namespace specbed {
@@ -181,21 +182,9 @@ class BlockPilotTask : public TrainTask {
 }  // namespace
 
 OptimConfig DefaultBlockPilotOptim() {
-  OptimConfig o;
-  o.steps = 400;
-  o.batch = 32;
-  o.lr = 1e-3;
-  o.min_lr = 1e-4;
-  o.warmup = 20;
+  OptimConfig o = CosineOptim(400, 32, 1e-3, 1e-4, 20);  // grad clip 1.0, seed 0, 1 thread
   o.weight_decay = 0.01;
-  o.beta1 = 0.9;
   o.beta2 = 0.999;
-  o.grad_clip = 1.0;
-  o.seed = 0;
-  o.checkpoint_every = 100;
-  o.log_every = 10;
-  o.eval_every = 0;
-  o.threads = 1;
   return o;
 }
 

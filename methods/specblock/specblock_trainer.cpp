@@ -3,18 +3,17 @@
 #include "methods/specblock/specblock_trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "harness/base/error.h"
-#include "harness/base/timer.h"
 #include "methods/common/train/regen.h"
+#include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
+#include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
@@ -32,46 +31,33 @@ constexpr uint64_t kSplitSalt = 0x7370626c6b73706cULL;  // "spblkspl"
 
 namespace {
 
-class SpecBlockTrainTask : public TrainTask {
+class SpecBlockTrainTask : public RegenHeadTask {
  public:
-  SpecBlockTrainTask(const SpecBlockTrainConfig& config, const RegenData& data,
-                     TargetFeatureSource& features, SpecBlockModel& model, int64_t n_train)
-      : config_(config), data_(data), features_(features), model_(model), n_train_(n_train) {}
+  SpecBlockTrainTask(const SpecBlockTrainConfig& config, const RegenHeadDriver& driver,
+                     TargetFeatureSource& features, SpecBlockModel& model)
+      : RegenHeadTask(driver, features, config.optim.batch), config_(config), model_(model) {}
 
   std::string Name() const override { return "specblock"; }
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
-  int64_t TrainRows() const override { return n_train_; }
   void BeginStep(int64_t step) override {
     rng_.seed(DeriveSeed(config_.optim.seed, static_cast<uint64_t>(step), kSplitSalt));
     rank_on_ = step >= SpecBlockRankWarmup(config_);
   }
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
-    SpecBlockLossOptions o;
-    o.blocks = config_.blocks;
-    o.valid_prefix = config_.valid_prefix;
-    o.slot_norm_floor = config_.slot_norm_floor;
-    o.rank = rank_on_;
-    return Compute(rows, o).loss;
+    return Compute(rows, rank_on_).loss;
   }
 
   EvalMetrics Evaluate() override {
     at::NoGradGuard no_grad;
     rng_.seed(DeriveSeed(config_.optim.seed, 0, kSplitSalt ^ 1));
-    const int64_t n = data_.size(), k = config_.block_size;
+    const int64_t k = config_.block_size;
     std::vector<double> hits(k, 0), counts(k, 0);
     std::array<std::array<double, 4>, 4> conf{};
     double loss = 0, draft = 0, rank = 0, batches = 0;
-    for (int64_t b0 = n_train_; b0 < n; b0 += config_.optim.batch) {
-      std::vector<int64_t> rows;
-      for (int64_t x = b0; x < std::min(n, b0 + config_.optim.batch); ++x) rows.push_back(x);
-      SpecBlockLossOptions o;
-      o.blocks = config_.blocks;
-      o.valid_prefix = config_.valid_prefix;
-      o.slot_norm_floor = config_.slot_norm_floor;
-      o.rank = true;
-      const SpecBlockLossResult r = Compute(rows, o);
+    for (const std::vector<int64_t>& rows : HeldOutBatches()) {
+      const SpecBlockLossResult r = Compute(rows, /*rank=*/true);
       loss += r.loss.item<double>();
       draft += r.draft_loss;
       rank += r.rank_loss;
@@ -117,30 +103,26 @@ class SpecBlockTrainTask : public TrainTask {
 
   void WriteDrafter(const std::string& out_dir) const override {
     SpecBlockConfig c = model_.config();
-    c.recipe = recipe_;
+    c.recipe = recipe();
     WriteSpecBlockCheckpoint(out_dir, c, model_.Tensors());
   }
-  void set_recipe(ojson recipe) { recipe_ = std::move(recipe); }
 
  private:
-  SpecBlockLossResult Compute(const std::vector<int64_t>& rows, const SpecBlockLossOptions& o) {
-    const SequenceBatch batch = MakeSequenceBatch(data_, rows, config_.max_len);
+  SpecBlockLossResult Compute(const std::vector<int64_t>& rows, bool rank) {
+    SpecBlockLossOptions o;
+    o.blocks = config_.blocks;
+    o.valid_prefix = config_.valid_prefix;
+    o.slot_norm_floor = config_.slot_norm_floor;
+    o.rank = rank;
     TargetFeatures f;
-    {
-      at::NoGradGuard no_grad;
-      f = features_.Get(rows, batch);
-    }
+    const SequenceBatch batch = Batch(rows, &f);
     return SpecBlockLoss(model_, f.hidden, batch.tokens, f.logits, batch.loss_mask, o, rng_);
   }
 
   const SpecBlockTrainConfig& config_;
-  const RegenData& data_;
-  TargetFeatureSource& features_;
   SpecBlockModel& model_;
-  int64_t n_train_;
   std::mt19937_64 rng_;
   bool rank_on_ = false;
-  ojson recipe_;
 };
 
 }  // namespace
@@ -155,47 +137,19 @@ int64_t SpecBlockRankWarmup(const SpecBlockTrainConfig& config) {
 }
 
 OptimConfig DefaultSpecBlockOptim() {
-  OptimConfig o;
-  o.steps = 800;
-  o.batch = 16;
-  o.lr = 3e-3;
-  o.min_lr = 3e-4;
-  o.warmup = 12;  // 1.5% of the steps, as the paper
-  o.weight_decay = 0;
-  o.beta1 = 0.9;
+  OptimConfig o = CosineOptim(800, 16, 3e-3, 3e-4, 12);  // warmup 1.5% of the steps, as the paper
   o.beta2 = 0.999;
   o.grad_clip = 0.5;
-  o.checkpoint_every = 100;
-  o.log_every = 10;
   o.eval_every = 200;
   return o;
 }
 
-SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const std::string& out_dir,
-                                    const TrainLoopOptions& options) {
-  SPECBED_CHECK(!config.data.empty(), "specblock: --data (a `specbed regen` file) is required");
-  SPECBED_CHECK(config.max_len >= 3, "specblock: --max-len must be >= 3");
-  SPECBED_CHECK(config.n_eval >= 1, "specblock: --n-eval must be >= 1");
-  SPECBED_CHECK(config.blocks == 1 || config.blocks == 2, "specblock: --blocks must be 1 or 2");
-  at::set_num_threads(config.optim.threads);
-  SpecBlockTrainResult result;
-  LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));
-  LlamaModel& teacher = *target.model;
-  const LlamaConfig& tc = teacher.config();
-  const RegenData data = LoadRegenData(config.data, tc.vocab_size);
-  SPECBED_CHECK(data.size() > config.n_eval, "specblock: '", config.data, "' has ", data.size(),
-                " sequences; need more than --n-eval ", config.n_eval);
-  const int64_t n_train = data.size() - config.n_eval;
-  const std::vector<int64_t> aux =
-      config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.FeatureDepth()) : config.aux_layers;
-  SPECBED_CHECK(aux.size() == 3, "specblock: --aux-layers needs exactly 3 layer ids");
-  for (int64_t l : aux) {
-    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l, " is outside [0, ",
-                  tc.FeatureDepth(), "]");
-  }
-  const int64_t vd = std::min(config.draft_vocab, tc.vocab_size);
-  const DraftVocabMap vocab = DraftVocabOfRegenRows(data, n_train, config.max_len, tc.vocab_size,
-                                                    vd, &result.draft_vocab_coverage);
+namespace {
+
+// The drafter's config: the target's shape, `vd` draft tokens, the flags' block and depth.
+SpecBlockConfig SpecBlockDrafterConfig(const SpecBlockTrainConfig& config, const LlamaConfig& tc,
+                                       int64_t vd, const std::vector<int64_t>& aux,
+                                       const std::string& target_name) {
   SpecBlockConfig c;
   c.hidden_size = tc.dim;
   c.intermediate_size = tc.hidden_dim;
@@ -213,31 +167,27 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   c.rope_theta = tc.rope_theta;
   c.max_position_embeddings = tc.max_seq_len;
   c.aux_layer_ids = aux;
-  c.Validate("specblock drafter for target '" + target.spec.name + "'");
-  std::map<std::string, at::Tensor> init =
-      RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kInitSalt));
-  init["d2t"] = vocab.d2t;
-  init["t2d"] = vocab.t2d;
-  SpecBlockModel model(c, init, teacher.weights().tok_embeddings, /*trainable=*/true);
-  result.parameters = model.ParameterCount();
+  c.Validate("specblock drafter for target '" + target_name + "'");
+  return c;
+}
 
-  TargetFeatureOptions fo;
-  fo.source = config.features;
-  fo.layers = aux;
-  fo.max_len = config.max_len;
-  fo.cache_dir = out_dir + "/work/features";
-  fo.store_dtype = ParseFeatureStoreDtype(config.feature_dtype, "specblock");
-  fo.disk.verbose = options.verbose;
-  std::filesystem::create_directories(out_dir + "/work");
-  std::unique_ptr<TargetFeatureSource> features = MakeTargetFeatureSource(teacher, data, fo);
+// --aux-layers, or the EAGLE-3 default of the target; checked against its depth.
+std::vector<int64_t> SpecBlockAuxLayers(const SpecBlockTrainConfig& config, const LlamaConfig& tc) {
+  const std::vector<int64_t> aux =
+      config.aux_layers.empty() ? DefaultEagle3AuxLayers(tc.FeatureDepth()) : config.aux_layers;
+  SPECBED_CHECK(aux.size() == 3, "specblock: --aux-layers needs exactly 3 layer ids");
+  for (int64_t l : aux) {
+    SPECBED_CHECK(l >= 0 && l <= tc.FeatureDepth(), "specblock: aux layer ", l, " is outside [0, ",
+                  tc.FeatureDepth(), "]");
+  }
+  return aux;
+}
 
-  ojson settings;
-  settings["target"] = target.spec.name;
-  settings["target_fingerprint"] = TargetFingerprint(teacher);
-  settings["dtype"] = config.dtype;
-  settings["data_fingerprint"] = RegenDataFingerprint(data);
-  settings["aux_layers"] = aux;
-  settings["draft_vocab"] = vd;
+// The run identity after the driver's keys.
+void AddSpecBlockSettings(const SpecBlockTrainConfig& config, const SpecBlockConfig& c,
+                          ojson& settings) {
+  settings["aux_layers"] = c.aux_layer_ids;
+  settings["draft_vocab"] = c.draft_vocab_size;
   settings["block_size"] = config.block_size;
   settings["layers"] = config.layers;
   settings["shifts"] = c.n_shifts;
@@ -246,19 +196,44 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
   settings["rank_warmup"] = SpecBlockRankWarmup(config);
   settings["valid_prefix"] = config.valid_prefix;
   settings["slot_norm_floor"] = config.slot_norm_floor;
-  settings["max_len"] = config.max_len;
-  settings["n_eval"] = config.n_eval;
-  SpecBlockTrainTask task(config, data, *features, model, n_train);
-  ojson recipe = TrainRecipe(settings, config.optim, "specbed train specblock");
-  recipe["features"] = config.features;
-  recipe["data"] = data.provenance;
-  task.set_recipe(recipe);
-  result.loop = RunTrainLoop(task, config.optim, settings, out_dir, options);
+}
+
+}  // namespace
+
+SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const std::string& out_dir,
+                                    const TrainLoopOptions& options) {
+  SPECBED_CHECK(!config.data.empty(), "specblock: --data (a `specbed regen` file) is required");
+  SPECBED_CHECK(config.max_len >= 3, "specblock: --max-len must be >= 3");
+  SPECBED_CHECK(config.n_eval >= 1, "specblock: --n-eval must be >= 1");
+  SPECBED_CHECK(config.blocks == 1 || config.blocks == 2, "specblock: --blocks must be 1 or 2");
+  RegenHeadSpec spec = RegenHeadSpecOf(config, "specblock", config.dtype);
+  spec.check_context = false;
+  RegenHeadDriver driver(spec, out_dir, options);
+  const LlamaConfig& tc = driver.target_config();
+  SpecBlockTrainResult result;
+  const std::vector<int64_t> aux = SpecBlockAuxLayers(config, tc);
+  const int64_t vd = std::min(config.draft_vocab, tc.vocab_size);
+  const DraftVocabMap vocab =
+      DraftVocabOfRegenRows(driver.data(), driver.n_train(), config.max_len, tc.vocab_size, vd,
+                            &result.draft_vocab_coverage);
+  const SpecBlockConfig c = SpecBlockDrafterConfig(config, tc, vd, aux, driver.target_name());
+  std::map<std::string, at::Tensor> init =
+      RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kInitSalt));
+  init["d2t"] = vocab.d2t;
+  init["t2d"] = vocab.t2d;
+  SpecBlockModel model(c, init, driver.teacher().weights().tok_embeddings, /*trainable=*/true);
+  result.parameters = model.ParameterCount();
+  TargetFeatureSource& features = driver.MakeFeatures(aux);
+
+  ojson settings = driver.Identity();
+  AddSpecBlockSettings(config, c, settings);
+  SpecBlockTrainTask task(config, driver, features, model);
+  result.loop = driver.Run(task, settings, config.optim);
   if (result.loop.finished) {
-    WriteTrainSummary(
-        out_dir, recipe,
+    driver.WriteSummary(
+        result.loop,
         {{"parameters", result.parameters}, {"draft_vocab_coverage", result.draft_vocab_coverage}},
-        result.loop, "eval_top1_slot1", config.optim.threads);
+        "eval_top1_slot1");
   }
   return result;
 }

@@ -13,6 +13,7 @@
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "harness/engine/sampler.h"
+#include "methods/common/train/train_driver.h"
 #include "methods/pearl/draft_lm.h"
 #include "methods/specbranch/hrad.h"
 #include "models/drafter_catalog.h"
@@ -21,17 +22,9 @@
 namespace specbed {
 
 OptimConfig DefaultHradOptim() {
-  OptimConfig o;
-  o.steps = 2000;
-  o.batch = 32;
-  o.lr = 1e-3;
-  o.min_lr = 1e-4;
-  o.warmup = 20;
+  OptimConfig o = CosineOptim(2000, 32, 1e-3, 1e-4, 20);  // grad clip 1.0, seed 0
   o.weight_decay = 1e-4;
-  o.beta1 = 0.9;
   o.beta2 = 0.999;
-  o.grad_clip = 1.0;
-  o.seed = 0;
   o.checkpoint_every = 500;
   o.log_every = 20;
   return o;

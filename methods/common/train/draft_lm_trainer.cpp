@@ -23,6 +23,7 @@
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/engine/ar_generate.h"
+#include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/common/train/train_util.h"
 #include "methods/common/train/trainable_llama.h"
@@ -237,21 +238,8 @@ void CheckConfig(const DraftLmTrainConfig& c) {
 }  // namespace
 
 OptimConfig DefaultDraftLmOptim() {
-  OptimConfig o;
-  o.steps = 1200;
-  o.batch = 16;
-  o.lr = 1e-2;
-  o.min_lr = 1e-3;
-  o.warmup = 30;
+  OptimConfig o = CosineOptim(1200, 16, 1e-2, 1e-3, 30);  // betas (0.9, 0.95), grad clip 1.0
   o.weight_decay = 0.01;
-  o.beta1 = 0.9;
-  o.beta2 = 0.95;
-  o.grad_clip = 1.0;
-  o.seed = 0;
-  o.checkpoint_every = 100;
-  o.log_every = 10;
-  o.eval_every = 0;
-  o.threads = 1;
   return o;
 }
 
