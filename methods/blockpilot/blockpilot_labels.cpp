@@ -346,81 +346,127 @@ BlockPilotLabels LoadBlockPilotLabels(const std::string& path) {
   return l;
 }
 
-BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std::string& out_path,
-                                      const BlockPilotLabelRunOptions& options) {
-  CheckConfig(c);
-  SPECBED_CHECK(!out_path.empty(), "blockpilot label: -o/--output is required");
-  SPECBED_CHECK(options.stop_after >= 0 && options.partial_every_s >= 0,
-                "blockpilot label: stop_after and partial_every_s must be >= 0");
-  at::set_num_threads(c.threads);
-  LoadedTarget target = LoadModel(c.target, ParseDtype(c.dtype));
-  LlamaModel& model = *target.model;
-  const LlamaConfig& tc = model.config();
-  MethodContext context;
-  context.target = &target;
-  context.dtype = model.dtype();
-  context.load_model = [](const std::string& name) -> LoadedTarget& {
-    Fail("blockpilot label: the DFlash chain needs no other model (asked for '", name, "')");
-  };
-  DflashChainDecoder chain = MakeDflashChainDecoder(context, c.drafter, "blockpilot label");
-  const int64_t trained = chain.trained_block_size;
+namespace {
+
+// The DFlash chain decoder of the drafter, at a block size the labelling sets per decode.
+class LabelDecoder {
+ public:
+  LabelDecoder(const BlockPilotLabelConfig& c, LoadedTarget& target) : model_(*target.model) {
+    context_.target = &target;
+    context_.dtype = model_.dtype();
+    context_.load_model = [](const std::string& name) -> LoadedTarget& {
+      Fail("blockpilot label: the DFlash chain needs no other model (asked for '", name, "')");
+    };
+    chain_ = MakeDflashChainDecoder(context_, c.drafter, "blockpilot label");
+    gen_.sampling.temperature = 0;
+    gen_.stop = StopConfigFor(target, c.max_new_tokens, {});
+    max_new_tokens_ = c.max_new_tokens;
+  }
+
+  int64_t trained_block_size() const { return chain_.trained_block_size; }
+
+  // Puts the fixed-block controller on the decoder (before the first Run).
+  void UseFixedBlocks() {
+    controller_ = new FixedBlockController(chain_.drafter, trained_block_size());
+    chain_.decoder->SetController(std::unique_ptr<Controller>(controller_));
+  }
+
+  // One greedy decode of `ids` at block size `block`; `capture`: keep the target's last-position
+  // logits (last_logits()).
+  const DecodeResult& Run(const std::vector<int32_t>& ids, int64_t block, bool capture) {
+    controller_->set_block_size(block);
+    // Sized as the runner sizes it (room for the largest draft of this block size), so budgets
+    // are clipped only at the model's context limit, as in `specbed run`.
+    const int64_t need =
+        CacheLengthFor(model_, static_cast<int64_t>(ids.size()), max_new_tokens_, *chain_.decoder);
+    if (!cache_.defined() || cache_.max_len() != need) cache_ = model_.NewCache(1, need);
+    controller_->set_capture_logits(capture);
+    chain_.decoder->Generate(ids, gen_, cache_, out_);
+    return out_;
+  }
+  const std::vector<float>& last_logits() const { return controller_->last_logits(); }
+
+ private:
+  LlamaModel& model_;
+  MethodContext context_;
+  DflashChainDecoder chain_;
+  FixedBlockController* controller_ = nullptr;  // owned by chain_.decoder
+  GenerationConfig gen_;
+  int64_t max_new_tokens_ = 0;
+  DecodeResult out_;
+  KvCache cache_;
+};
+
+// The candidates around the drafter's block size; at least 2 of them.
+std::vector<int64_t> LabelCandidates(const BlockPilotLabelConfig& c, int64_t trained) {
   const std::vector<int64_t> candidates = BlockPilotCandidates(trained, c.radius);
   SPECBED_CHECK(candidates.size() >= 2, "blockpilot label: radius ", c.radius,
                 " around the drafter's block size ", trained,
                 " leaves fewer than 2 candidates >= 2");
-  const int64_t nc = static_cast<int64_t>(candidates.size());
-  const PromptSet prompts = BuildPrompts(c, target);
-  const int64_t n_total = static_cast<int64_t>(prompts.ids.size());
-  for (int64_t i = 0; i < n_total; ++i) {
+  return candidates;
+}
+
+void CheckPromptLengths(const BlockPilotLabelConfig& c, const PromptSet& prompts,
+                        const LlamaConfig& tc) {
+  for (size_t i = 0; i < prompts.ids.size(); ++i) {
     SPECBED_CHECK(static_cast<int64_t>(prompts.ids[i].size()) < tc.max_seq_len - 1,
                   "blockpilot label: prompt ", i, " of '", c.prompts, "' has ",
                   prompts.ids[i].size(), " tokens; the target's context of ", tc.max_seq_len,
                   " positions leaves no room for a response");
   }
-  if (options.verbose && prompts.kind != "bos") {
-    std::fprintf(stderr,
-                 "blockpilot label: prompts from '%s'; evaluate the predictor on other prompts\n",
-                 c.prompts.c_str());
-  }
-  const ojson base = BaseProvenance(c, target, prompts, trained, candidates);
+}
 
-  BlockPilotLabelResult result;
-  BlockPilotLabels& labels = result.labels;
-  std::string why;
-  if (PathExists(out_path)) {
-    if (LoadMatching(out_path, base, &labels, &why) && !labels.provenance.value("partial", false)) {
-      result.finished = true;
-      result.resumed = labels.size();
-      if (options.verbose) {
-        std::fprintf(stderr, "blockpilot label: '%s' is complete with these settings; kept\n",
-                     out_path.c_str());
-      }
-      return result;
-    }
-    if (options.verbose) {
-      std::fprintf(stderr, "blockpilot label: replacing '%s' (%s)\n", out_path.c_str(),
-                   why.c_str());
-    }
-  }
-  const std::string partial = out_path + ".partial";
+// Where a run stands (what OUT.partial records besides the rows).
+struct LabelProgress {
   int64_t next_prompt = 0;
   double previous_wall = 0;
   int64_t skipped = 0, mismatches = 0;
+};
+
+// True (result filled) when out_path already holds the complete labels of this run.
+bool KeepComplete(const std::string& out_path, const ojson& base, bool verbose,
+                  BlockPilotLabelResult& result) {
+  if (!PathExists(out_path)) return false;
+  std::string why;
+  if (LoadMatching(out_path, base, &result.labels, &why) &&
+      !result.labels.provenance.value("partial", false)) {
+    result.finished = true;
+    result.resumed = result.labels.size();
+    if (verbose) {
+      std::fprintf(stderr, "blockpilot label: '%s' is complete with these settings; kept\n",
+                   out_path.c_str());
+    }
+    return true;
+  }
+  if (verbose) {
+    std::fprintf(stderr, "blockpilot label: replacing '%s' (%s)\n", out_path.c_str(), why.c_str());
+  }
+  return false;
+}
+
+// Starts result.labels afresh or from `partial` (when it holds rows of this run; else it is
+// removed) and returns the progress to continue from.
+LabelProgress StartLabels(const std::string& partial, const ojson& base, int64_t n_total,
+                          bool verbose, BlockPilotLabelResult& result) {
+  LabelProgress progress;
+  BlockPilotLabels& labels = result.labels;
   labels = BlockPilotLabels();
+  std::string why;
   if (PathExists(partial)) {
     if (LoadMatching(partial, base, &labels, &why)) {
-      next_prompt = labels.provenance.value("prompts_done", int64_t{0});
-      previous_wall = labels.provenance.value("wall_seconds", 0.0);
-      skipped = labels.provenance.value("skipped_prompts", int64_t{0});
-      mismatches = labels.provenance.value("output_mismatches", int64_t{0});
+      const ojson& p = labels.provenance;
+      progress.next_prompt = p.value("prompts_done", int64_t{0});
+      progress.previous_wall = p.value("wall_seconds", 0.0);
+      progress.skipped = p.value("skipped_prompts", int64_t{0});
+      progress.mismatches = p.value("output_mismatches", int64_t{0});
       result.resumed = labels.size();
-      if (options.verbose) {
+      if (verbose) {
         std::fprintf(stderr, "blockpilot label: resuming from '%s' at prompt %lld of %lld\n",
-                     partial.c_str(), static_cast<long long>(next_prompt),
+                     partial.c_str(), static_cast<long long>(progress.next_prompt),
                      static_cast<long long>(n_total));
       }
     } else {
-      if (options.verbose) {
+      if (verbose) {
         std::fprintf(stderr, "blockpilot label: discarding progress file '%s': %s\n",
                      partial.c_str(), why.c_str());
       }
@@ -432,109 +478,119 @@ BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std:
     labels.provenance = base;
     labels.provenance["prompt_index"] = ojson::array();
   }
-  labels.candidates = candidates;
-  labels.trained_block_size = trained;
-  labels.vocab_size = tc.vocab_size;
+  return progress;
+}
 
-  auto* controller = new FixedBlockController(chain.drafter, trained);
-  chain.decoder->SetController(std::unique_ptr<Controller>(controller));
-  SpeculativeDecoder& decoder = *chain.decoder;
-  GenerationConfig gen;
-  gen.sampling.temperature = 0;
-  gen.stop = StopConfigFor(target, c.max_new_tokens, {});
-  DecodeResult out;
-  KvCache cache;
-  auto run = [&](const std::vector<int32_t>& ids, int64_t block, bool capture) {
-    controller->set_block_size(block);
-    // Sized as the runner sizes it (room for the largest draft of this block size), so budgets
-    // are clipped only at the model's context limit, as in `specbed run`.
-    const int64_t need =
-        CacheLengthFor(model, static_cast<int64_t>(ids.size()), c.max_new_tokens, decoder);
-    if (!cache.defined() || cache.max_len() != need) cache = model.NewCache(1, need);
-    controller->set_capture_logits(capture);
-    decoder.Generate(ids, gen, cache, out);
-  };
+// One prompt's row: the decodes at every candidate (timing_repeats times; the fastest time).
+struct PromptRow {
+  std::vector<double> tau, ms;
+  std::vector<int64_t> tokens, steps;
+  std::vector<float> logits;  // the target's last-position logits
+};
 
+// Decodes `ids` at every candidate block size into *row; false when the first token already
+// stopped the decode (no verify step: no label). Counts outputs that differ from the first
+// candidate's in *mismatches.
+bool DecodePrompt(LabelDecoder& decoder, const std::vector<int32_t>& ids,
+                  const std::vector<int64_t>& candidates, int64_t timing_repeats, PromptRow* row,
+                  int64_t* mismatches) {
+  const size_t nc = candidates.size();
+  row->tau.resize(nc);
+  row->ms.resize(nc);
+  row->tokens.resize(nc);
+  row->steps.resize(nc);
+  std::vector<int32_t> first_output;
+  for (int64_t r = 0; r < timing_repeats; ++r) {
+    for (size_t ci = 0; ci < nc; ++ci) {
+      const bool first = r == 0 && ci == 0;
+      const DecodeResult& out = decoder.Run(ids, candidates[ci], first);
+      if (first) row->logits = decoder.last_logits();
+      const GenerationResult& g = out.generation;
+      int64_t emitted = 0;
+      for (const StepStats& s : out.steps) emitted += s.n_emitted;
+      const int64_t n_steps = static_cast<int64_t>(out.steps.size());
+      if (first && n_steps == 0) return false;
+      if (r > 0) {
+        row->ms[ci] = std::min(row->ms[ci], g.decode_ms);
+        continue;
+      }
+      row->tau[ci] = static_cast<double>(emitted) / n_steps;
+      row->tokens[ci] = emitted;
+      row->steps[ci] = n_steps;
+      row->ms[ci] = g.decode_ms;
+      if (ci == 0) {
+        first_output = g.tokens;
+      } else if (g.tokens != first_output) {
+        ++*mismatches;
+      }
+    }
+  }
+  return true;
+}
+
+// The run's figures and build identity in the provenance.
+void StampProvenance(BlockPilotLabels& labels, const LabelProgress& progress, int threads,
+                     double seconds, bool partial_file) {
+  ojson& p = labels.provenance;
+  p["partial"] = partial_file;
+  p["prompts_done"] = progress.next_prompt;
+  p["n_rows"] = labels.size();
+  p["skipped_prompts"] = progress.skipped;
+  p["output_mismatches"] = progress.mismatches;
+  p["wall_seconds"] = progress.previous_wall + seconds;
+  p["threads"] = threads;
+  const RunInfo env = CurrentEnvironment();
+  p["specbed_version"] = env.specbed_version;
+  p["specbed_git_commit"] = env.git_commit;
+  p["created_utc"] = NowRfc3339();
+}
+
+// Labels the prompts from progress.next_prompt on, writing OUT.partial every partial_every_s
+// seconds and OUT at the end (result.finished); stops early after options.stop_after prompts.
+void LabelPrompts(const BlockPilotLabelConfig& c, const BlockPilotLabelRunOptions& options,
+                  const PromptSet& prompts, LabelDecoder& decoder, const std::string& out_path,
+                  LabelProgress progress, BlockPilotLabelResult& result) {
+  BlockPilotLabels& labels = result.labels;
+  const std::string partial = out_path + ".partial";
+  const int64_t n_total = static_cast<int64_t>(prompts.ids.size());
   const int64_t t0 = NowMicros();
   auto stamp = [&](bool partial_file) {
     result.seconds = (NowMicros() - t0) * 1e-6;
-    ojson& p = labels.provenance;
-    p["partial"] = partial_file;
-    p["prompts_done"] = next_prompt;
-    p["n_rows"] = labels.size();
-    p["skipped_prompts"] = skipped;
-    p["output_mismatches"] = mismatches;
-    p["wall_seconds"] = previous_wall + result.seconds;
-    p["threads"] = c.threads;
-    const RunInfo env = CurrentEnvironment();
-    p["specbed_version"] = env.specbed_version;
-    p["specbed_git_commit"] = env.git_commit;
-    p["created_utc"] = NowRfc3339();
+    StampProvenance(labels, progress, c.threads, result.seconds, partial_file);
   };
   std::unique_ptr<ProgressBar> bar;
   if (options.verbose) {
     bar = std::make_unique<ProgressBar>("blockpilot label", n_total, "prompt");
-    if (next_prompt > 0) bar->Advance(next_prompt, "resumed");
+    if (progress.next_prompt > 0) bar->Advance(progress.next_prompt, "resumed");
   }
-  if (next_prompt < n_total) run(prompts.ids[next_prompt], trained, false);  // warmup, discarded
-
-  std::vector<double> tau(nc), ms(nc);
-  std::vector<int64_t> tokens(nc), steps(nc);
-  std::vector<int32_t> first_output;
-  std::vector<float> logits;
+  if (progress.next_prompt < n_total) {  // warmup, discarded
+    decoder.Run(prompts.ids[progress.next_prompt], labels.trained_block_size, false);
+  }
   int64_t last_partial_us = NowMicros();
-  while (next_prompt < n_total) {
-    const std::vector<int32_t>& ids = prompts.ids[next_prompt];
-    bool any_step = true;
-    for (int64_t r = 0; r < c.timing_repeats && any_step; ++r) {
-      for (int64_t ci = 0; ci < nc; ++ci) {
-        const bool first = r == 0 && ci == 0;
-        run(ids, candidates[ci], first);
-        if (first) logits = controller->last_logits();
-        const GenerationResult& g = out.generation;
-        int64_t emitted = 0;
-        for (const StepStats& s : out.steps) emitted += s.n_emitted;
-        const int64_t n_steps = static_cast<int64_t>(out.steps.size());
-        if (first && n_steps == 0) {  // the first token already stopped: no verify step
-          any_step = false;
-          break;
-        }
-        if (r == 0) {
-          tau[ci] = static_cast<double>(emitted) / n_steps;
-          tokens[ci] = emitted;
-          steps[ci] = n_steps;
-          ms[ci] = g.decode_ms;
-          if (ci == 0) {
-            first_output = g.tokens;
-          } else if (g.tokens != first_output) {
-            ++mismatches;
-          }
-        } else {
-          ms[ci] = std::min(ms[ci], g.decode_ms);
-        }
-      }
-    }
-    if (any_step) {
-      AppendRow(labels, ids, next_prompt, logits, tau, ms, tokens, steps);
+  while (progress.next_prompt < n_total) {
+    const std::vector<int32_t>& ids = prompts.ids[progress.next_prompt];
+    PromptRow row;
+    if (DecodePrompt(decoder, ids, labels.candidates, c.timing_repeats, &row,
+                     &progress.mismatches)) {
+      AppendRow(labels, ids, progress.next_prompt, row.logits, row.tau, row.ms, row.tokens,
+                row.steps);
     } else {
-      ++skipped;
+      ++progress.skipped;
     }
-    ++next_prompt;
+    ++progress.next_prompt;
     if (bar) bar->Advance(1);
-    const bool more = next_prompt < n_total;
-    if (more && options.stop_after > 0 && next_prompt >= options.stop_after) {
-      if (labels.size() > 0) {
-        stamp(true);
-        WriteBlockPilotLabels(partial, labels);
-      }
-      if (bar) bar->Finish();
-      return result;
-    }
-    if (more && labels.size() > 0 &&
-        (NowMicros() - last_partial_us) * 1e-6 >= options.partial_every_s) {
+    const bool more = progress.next_prompt < n_total;
+    const bool stop = more && options.stop_after > 0 && progress.next_prompt >= options.stop_after;
+    const bool due = more && labels.size() > 0 &&
+                     (NowMicros() - last_partial_us) * 1e-6 >= options.partial_every_s;
+    if ((stop || due) && labels.size() > 0) {
       stamp(true);
       WriteBlockPilotLabels(partial, labels);
       last_partial_us = NowMicros();
+    }
+    if (stop) {
+      if (bar) bar->Finish();
+      return;
     }
   }
   if (bar) bar->Finish();
@@ -544,6 +600,41 @@ BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std:
   WriteBlockPilotLabels(out_path, labels);
   if (PathExists(partial)) fs::remove(partial);
   result.finished = true;
+}
+
+}  // namespace
+
+BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std::string& out_path,
+                                      const BlockPilotLabelRunOptions& options) {
+  CheckConfig(c);
+  SPECBED_CHECK(!out_path.empty(), "blockpilot label: -o/--output is required");
+  SPECBED_CHECK(options.stop_after >= 0 && options.partial_every_s >= 0,
+                "blockpilot label: stop_after and partial_every_s must be >= 0");
+  at::set_num_threads(c.threads);
+  LoadedTarget target = LoadModel(c.target, ParseDtype(c.dtype));
+  LabelDecoder decoder(c, target);
+  const int64_t trained = decoder.trained_block_size();
+  const std::vector<int64_t> candidates = LabelCandidates(c, trained);
+  const PromptSet prompts = BuildPrompts(c, target);
+  CheckPromptLengths(c, prompts, target.model->config());
+  if (options.verbose && prompts.kind != "bos") {
+    std::fprintf(stderr,
+                 "blockpilot label: prompts from '%s'; evaluate the predictor on other prompts\n",
+                 c.prompts.c_str());
+  }
+  const ojson base = BaseProvenance(c, target, prompts, trained, candidates);
+
+  BlockPilotLabelResult result;
+  if (KeepComplete(out_path, base, options.verbose, result)) return result;
+  const int64_t n_total = static_cast<int64_t>(prompts.ids.size());
+  const LabelProgress progress =
+      StartLabels(out_path + ".partial", base, n_total, options.verbose, result);
+  BlockPilotLabels& labels = result.labels;
+  labels.candidates = candidates;
+  labels.trained_block_size = trained;
+  labels.vocab_size = target.model->config().vocab_size;
+  decoder.UseFixedBlocks();
+  LabelPrompts(c, options, prompts, decoder, out_path, progress, result);
   return result;
 }
 

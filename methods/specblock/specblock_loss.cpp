@@ -106,144 +106,217 @@ at::Tensor SpecBlockSlotLogits(const SpecBlockModel& model, const at::Tensor& au
   return logits;
 }
 
-SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor& aux,
-                                  const at::Tensor& tokens, const at::Tensor& target_logits,
-                                  const at::Tensor& loss_mask, const SpecBlockLossOptions& options,
-                                  std::mt19937_64& rng) {
-  const SpecBlockConfig& c = model.config();
-  const int64_t b = tokens.size(0), t = tokens.size(1), k = c.block_size;
-  SPECBED_CHECK(t >= 3, "specblock loss: sequences need >= 3 tokens");
-  const int64_t n1 = t - 1, r = n1 * k;
-  const at::Tensor i = at::arange(n1, at::kLong).unsqueeze(1);  // [n1, 1]
-  const at::Tensor kk = at::arange(k, at::kLong).unsqueeze(0);  // [1, K]
-  const at::Tensor target_draft = target_logits.index_select(-1, model.draft_ids());
-  const at::Tensor& d2t = model.draft_ids();
+namespace {
 
-  SpecBlockLossResult res;
-  res.slot_hits.assign(k, 0);
-  res.slot_counts.assign(k, 0);
-  at::Tensor draft_total = at::zeros({}, at::kFloat);
-  at::Tensor rank_num = at::zeros({}, at::kFloat);
-  double rank_den = 0;
+// The index layout of one training batch: B sequences of T tokens, n1 = T - 1 block starts of K
+// slots each, r = n1 * K query rows (start-major).
+struct SlotGrid {
+  int64_t b, t, k, n1, r;
+  at::Tensor i;   // int64 [n1, 1]: start index
+  at::Tensor kk;  // int64 [1, K]: slot index
+  at::Tensor qi;  // int64 [r]: start of each query row
+  at::Tensor qk;  // int64 [r]: slot of each query row
+};
 
-  // Per-slot soft CE summed over slots, each normalised by its own weight sum.
-  auto block_loss = [&](const at::Tensor& logits, const at::Tensor& teacher, const at::Tensor& w) {
-    const at::Tensor ce = -(teacher * at::log_softmax(logits, -1)).sum(-1);  // [B, n1, K]
-    const at::Tensor num = (ce * w).sum(at::IntArrayRef{0, 1});              // [K]
-    at::Tensor den = w.sum(at::IntArrayRef{0, 1});
-    if (options.slot_norm_floor > 0) {
-      den = at::maximum(den, den.narrow(0, 0, 1) * options.slot_norm_floor);
-    }
-    return (num / den.clamp_min(1.0)).sum();
-  };
-  auto rank_term = [&](const at::Tensor& h, const at::Tensor& logits, const at::Tensor& labels,
-                       const at::Tensor& w, bool confusion) {
-    const at::Tensor rl = model.RankLogits(h, logits);
-    const at::Tensor bucket = SpecBlockBucketLabels(logits, labels, model);
-    const at::Tensor ce =
-        at::cross_entropy_loss(rl.reshape({-1, kSpecBlockBuckets}), bucket.reshape({-1}), {},
-                               at::Reduction::None, -100)
-            .view(w.sizes());
-    rank_num = rank_num + (ce * w).sum();
-    rank_den += w.sum().item<double>();
-    if (confusion) {
-      const at::Tensor pred = rl.argmax(-1).reshape({-1});
-      const at::Tensor tb = bucket.reshape({-1});
-      const at::Tensor sel = w.reshape({-1}).gt(0);
-      const at::Tensor cell = (tb * 4 + pred).masked_select(sel);
-      const at::Tensor counts = at::bincount(cell, {}, 16);
-      for (int a = 0; a < 4; ++a)
-        for (int p = 0; p < 4; ++p) res.confusion[a][p] += counts[a * 4 + p].item<double>();
-    }
-  };
+SlotGrid MakeSlotGrid(const at::Tensor& tokens, int64_t k) {
+  SlotGrid g;
+  g.b = tokens.size(0);
+  g.t = tokens.size(1);
+  g.k = k;
+  SPECBED_CHECK(g.t >= 3, "specblock loss: sequences need >= 3 tokens");
+  g.n1 = g.t - 1;
+  g.r = g.n1 * k;
+  g.i = at::arange(g.n1, at::kLong).unsqueeze(1);
+  g.kk = at::arange(k, at::kLong).unsqueeze(0);
+  g.qi = at::arange(g.n1, at::kLong).repeat_interleave(k);
+  g.qk = at::arange(k, at::kLong).repeat({g.n1});
+  return g;
+}
 
-  // Block 1.
-  const at::Tensor pos1 = (i + 1 + kk).reshape({1, r}).expand({b, r});
-  const at::Tensor li1 = (i + 2 + kk).expand({n1, k});  // label index
-  const at::Tensor ti1 = li1 - 1;                       // teacher index
+// What one block's forward gives the loss.
+struct BlockPass {
+  at::Tensor h;        // trunk output [B, n1, K, d]
+  at::Tensor logits;   // [B, n1, K, Vd]
+  at::Tensor labels;   // target-vocabulary label per slot [B, n1, K]
+  at::Tensor teacher;  // the target's distribution over the draft vocabulary per slot
+  at::Tensor valid;    // float [B, n1, K]: the slot has a supervised label
+  at::Tensor hit;      // float [B, n1, K]: draft top-1 == label (valid slots; no grad)
+  at::Tensor m;        // valid-prefix mask [B, n1, K + 1]
+  at::Tensor w;        // loss weight per slot: m[..., :K] * valid
+};
+
+// The block's labels, teacher, hits, valid-prefix mask (starting at `first`) and weights, for
+// label indices `li` (teacher indices li - 1) of its logits.
+void SupervisePass(const SpecBlockModel& model, const at::Tensor& tokens,
+                   const at::Tensor& target_draft, const at::Tensor& li_c, const at::Tensor& ti_c,
+                   const at::Tensor& first, bool valid_prefix, BlockPass& p) {
+  p.labels = GatherRows(tokens, li_c);
+  p.teacher = at::softmax(GatherRows(target_draft, ti_c), -1);
+  {
+    at::NoGradGuard no_grad;
+    p.hit = model.draft_ids()
+                .index_select(0, p.logits.argmax(-1).reshape({-1}))
+                .view(p.labels.sizes())
+                .eq(p.labels);
+    p.hit = p.hit.to(at::kFloat) * p.valid;
+  }
+  const int64_t b = p.valid.size(0), n1 = p.valid.size(1), k = p.valid.size(2);
+  p.m = valid_prefix ? PrefixMask(first, p.hit) : at::ones({b, n1, k + 1});
+  p.w = p.m.narrow(-1, 0, k) * p.valid;
+}
+
+// Block 1: every start i drafts from target features at i and token x_{i+1}; slot (i, k) sees
+// every slot of earlier starts and slots <= k of its own block. Fills *kv1 for block 2.
+BlockPass Block1Pass(const SpecBlockModel& model, const SlotGrid& g, const at::Tensor& aux,
+                     const at::Tensor& tokens, const at::Tensor& target_draft,
+                     const at::Tensor& loss_mask, bool valid_prefix, SpecBlockKv* kv1) {
+  const int64_t b = g.b, t = g.t, k = g.k, n1 = g.n1, r = g.r;
+  const at::Tensor pos1 = (g.i + 1 + g.kk).reshape({1, r}).expand({b, r});
+  const at::Tensor li1 = (g.i + 2 + g.kk).expand({n1, k});  // label index
+  const at::Tensor ti1 = li1 - 1;                           // teacher index
   const at::Tensor in1 = li1.lt(t);
   const at::Tensor li1c = li1.clamp_max(t - 1).unsqueeze(0).expand({b, n1, k});
   const at::Tensor ti1c = ti1.clamp_max(t - 1).unsqueeze(0).expand({b, n1, k});
-  const at::Tensor valid1 = GatherRows(loss_mask, ti1c) * in1.unsqueeze(0).to(at::kFloat);
-  const at::Tensor qi = at::arange(n1, at::kLong).repeat_interleave(k);
-  const at::Tensor qk = at::arange(k, at::kLong).repeat({n1});
+  BlockPass p;
+  p.valid = GatherRows(loss_mask, ti1c) * in1.unsqueeze(0).to(at::kFloat);
+  const at::Tensor& qi = g.qi;
+  const at::Tensor& qk = g.qk;
   const at::Tensor mask1 =
       ((qi.unsqueeze(1) > qi.unsqueeze(0)) |
        ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0))))
           .unsqueeze(0)
           .expand({b, r, r});
-  SpecBlockKv kv1;
-  const at::Tensor h1 = model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true),
-                                    pos1, mask1, nullptr, &kv1);
-  const at::Tensor logits1 = model.Logits(h1);  // [B, n1, K, Vd]
-  const at::Tensor labels1 = GatherRows(tokens, li1c);
-  const at::Tensor teacher1 = at::softmax(GatherRows(target_draft, ti1c), -1);
-  at::Tensor hit1;
-  {
-    at::NoGradGuard no_grad;
-    hit1 = d2t.index_select(0, logits1.argmax(-1).reshape({-1})).view(labels1.sizes()).eq(labels1);
-    hit1 = hit1.to(at::kFloat) * valid1;
-  }
-  const at::Tensor m1 =
-      options.valid_prefix ? PrefixMask(at::ones({b, n1}), hit1) : at::ones({b, n1, k + 1});
-  const at::Tensor w1 = m1.narrow(-1, 0, k) * valid1;
-  draft_total = draft_total + block_loss(logits1, teacher1, w1);
-  {
-    const at::Tensor hs = (hit1 * valid1).sum(at::IntArrayRef{0, 1}),
-                     cs = valid1.sum(at::IntArrayRef{0, 1});
-    for (int64_t s = 0; s < k; ++s) {
-      res.slot_hits[s] = hs[s].item<double>();
-      res.slot_counts[s] = cs[s].item<double>();
-    }
-  }
-  if (options.rank) rank_term(h1, logits1, labels1, w1, true);
+  p.h = model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos1, mask1,
+                    nullptr, kv1);
+  p.logits = model.Logits(p.h);
+  SupervisePass(model, tokens, target_draft, li1c, ti1c, at::ones({b, n1}), valid_prefix, p);
+  return p;
+}
 
-  // Block 2 (cross-block chaining from a random split point s per start).
+// Block 2 (cross-block chaining): start i continues from block 1's slot s (per start, `s` int64
+// [B, n1] in 1..K) with token x_{i+1+s}; it sees the context of starts < i, block-1 slots
+// (i, < s) and itself causally. Its valid-prefix mask starts at block 1's m_{i,s}.
+BlockPass Block2Pass(const SpecBlockModel& model, const SlotGrid& g, const BlockPass& p1,
+                     const at::Tensor& s, const at::Tensor& tokens, const at::Tensor& target_draft,
+                     const at::Tensor& loss_mask, bool valid_prefix, SpecBlockKv* kv1) {
+  const int64_t b = g.b, t = g.t, k = g.k, n1 = g.n1, r = g.r;
+  const int64_t hidden = model.config().hidden_size;
+  const at::Tensor cond2 =
+      p1.h.gather(2, (s - 1).view({b, n1, 1, 1}).expand({b, n1, 1, hidden})).squeeze(2);
+  const at::Tensor start2 = g.i.view({1, n1}) + 1 + s;  // token index of the block-2 start
+  const at::Tensor tok2 = GatherRows(tokens, start2.clamp_max(t - 1));
+  const at::Tensor pos2 = (start2.unsqueeze(-1) + g.kk.view({1, 1, k})).reshape({b, r});
+  const at::Tensor li2 = start2.unsqueeze(-1) + 1 + g.kk.view({1, 1, k});
+  const at::Tensor ti2 = li2 - 1;
+  BlockPass p;
+  p.valid = GatherRows(loss_mask, ti2.clamp_max(t - 1)) * li2.lt(t).to(at::kFloat);
+  // Keys: block-1 rows (context of starts < i, slots (i, < s)) then block-2 rows (causal).
+  const at::Tensor& qi = g.qi;
+  const at::Tensor& qk = g.qk;
+  const at::Tensor s_row = s.repeat_interleave(k, 1);  // [B, r] split of each query row
+  const at::Tensor ctx = (qi.unsqueeze(1) > qi.unsqueeze(0)).unsqueeze(0) |
+                         ((qi.unsqueeze(1) == qi.unsqueeze(0)).unsqueeze(0) &
+                          (qk.view({1, 1, r}) < s_row.unsqueeze(2)));
+  const at::Tensor own =
+      ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)))
+          .unsqueeze(0)
+          .expand({b, r, r});
+  const at::Tensor mask2 = at::cat({ctx.expand({b, r, r}), own}, 2);
+  p.h = model.Trunk(model.Fuse(cond2, tok2, false), pos2, mask2, kv1, nullptr);
+  p.logits = model.Logits(p.h);
+  const at::Tensor first2 = p1.m.gather(2, s.unsqueeze(-1)).squeeze(-1);
+  SupervisePass(model, tokens, target_draft, li2.clamp_max(t - 1), ti2.clamp_max(t - 1), first2,
+                valid_prefix, p);
+  return p;
+}
+
+// Per-slot soft CE summed over slots, each normalised by its own weight sum (floored at
+// slot_norm_floor times slot 1's).
+at::Tensor SlotNormalisedLoss(const BlockPass& p, double slot_norm_floor) {
+  const at::Tensor ce = -(p.teacher * at::log_softmax(p.logits, -1)).sum(-1);  // [B, n1, K]
+  const at::Tensor num = (ce * p.w).sum(at::IntArrayRef{0, 1});                // [K]
+  at::Tensor den = p.w.sum(at::IntArrayRef{0, 1});
+  if (slot_norm_floor > 0) den = at::maximum(den, den.narrow(0, 0, 1) * slot_norm_floor);
+  return (num / den.clamp_min(1.0)).sum();
+}
+
+// The rank head's cross-entropy summed over the blocks' weighted slots.
+struct RankLoss {
+  at::Tensor num = at::zeros({}, at::kFloat);
+  double den = 0;
+
+  // Adds block `p`; `confusion` (optional) accumulates [true bucket][predicted] at w > 0.
+  void Add(const SpecBlockModel& model, const BlockPass& p,
+           std::array<std::array<double, 4>, 4>* confusion) {
+    const at::Tensor rl = model.RankLogits(p.h, p.logits);
+    const at::Tensor bucket = SpecBlockBucketLabels(p.logits, p.labels, model);
+    const at::Tensor ce =
+        at::cross_entropy_loss(rl.reshape({-1, kSpecBlockBuckets}), bucket.reshape({-1}), {},
+                               at::Reduction::None, -100)
+            .view(p.w.sizes());
+    num = num + (ce * p.w).sum();
+    den += p.w.sum().item<double>();
+    if (confusion == nullptr) return;
+    const at::Tensor pred = rl.argmax(-1).reshape({-1});
+    const at::Tensor tb = bucket.reshape({-1});
+    const at::Tensor sel = p.w.reshape({-1}).gt(0);
+    const at::Tensor cell = (tb * 4 + pred).masked_select(sel);
+    const at::Tensor counts = at::bincount(cell, {}, 16);
+    for (int a = 0; a < 4; ++a)
+      for (int q = 0; q < 4; ++q) (*confusion)[a][q] += counts[a * 4 + q].item<double>();
+  }
+};
+
+// Block 1's per-slot hits and counts (valid slots).
+void SlotFigures(const BlockPass& p1, int64_t k, SpecBlockLossResult& res) {
+  const at::Tensor hs = (p1.hit * p1.valid).sum(at::IntArrayRef{0, 1}),
+                   cs = p1.valid.sum(at::IntArrayRef{0, 1});
+  res.slot_hits.assign(k, 0);
+  res.slot_counts.assign(k, 0);
+  for (int64_t s = 0; s < k; ++s) {
+    res.slot_hits[s] = hs[s].item<double>();
+    res.slot_counts[s] = cs[s].item<double>();
+  }
+}
+
+// Split points s ~ U{1..K}, one per start, int64 [B, n1].
+at::Tensor DrawSplits(const SlotGrid& g, std::mt19937_64& rng) {
+  at::Tensor s = at::empty({g.b, g.n1}, at::kLong);
+  int64_t* sp = s.data_ptr<int64_t>();
+  for (int64_t x = 0; x < g.b * g.n1; ++x) sp[x] = 1 + static_cast<int64_t>(rng() % g.k);
+  return s;
+}
+
+}  // namespace
+
+SpecBlockLossResult SpecBlockLoss(const SpecBlockModel& model, const at::Tensor& aux,
+                                  const at::Tensor& tokens, const at::Tensor& target_logits,
+                                  const at::Tensor& loss_mask, const SpecBlockLossOptions& options,
+                                  std::mt19937_64& rng) {
+  const SlotGrid g = MakeSlotGrid(tokens, model.config().block_size);
+  const at::Tensor target_draft = target_logits.index_select(-1, model.draft_ids());
+  SpecBlockLossResult res;
+  at::Tensor draft_total = at::zeros({}, at::kFloat);
+  RankLoss rank;
+
+  SpecBlockKv kv1;
+  const BlockPass p1 =
+      Block1Pass(model, g, aux, tokens, target_draft, loss_mask, options.valid_prefix, &kv1);
+  draft_total = draft_total + SlotNormalisedLoss(p1, options.slot_norm_floor);
+  SlotFigures(p1, g.k, res);
+  if (options.rank) rank.Add(model, p1, &res.confusion);
+
   if (options.blocks >= 2) {
-    at::Tensor s = at::empty({b, n1}, at::kLong);
-    int64_t* sp = s.data_ptr<int64_t>();
-    for (int64_t x = 0; x < b * n1; ++x) sp[x] = 1 + static_cast<int64_t>(rng() % k);
-    const at::Tensor cond2 =
-        h1.gather(2, (s - 1).view({b, n1, 1, 1}).expand({b, n1, 1, c.hidden_size})).squeeze(2);
-    const at::Tensor start2 = i.view({1, n1}) + 1 + s;  // token index of the block-2 start
-    const at::Tensor tok2 = GatherRows(tokens, start2.clamp_max(t - 1));
-    const at::Tensor pos2 = (start2.unsqueeze(-1) + kk.view({1, 1, k})).reshape({b, r});
-    const at::Tensor li2 = start2.unsqueeze(-1) + 1 + kk.view({1, 1, k});
-    const at::Tensor ti2 = li2 - 1;
-    const at::Tensor valid2 =
-        GatherRows(loss_mask, ti2.clamp_max(t - 1)) * li2.lt(t).to(at::kFloat);
-    // Keys: block-1 rows (context of starts < i, slots (i, < s)) then block-2 rows (causal).
-    const at::Tensor s_row = s.repeat_interleave(k, 1);  // [B, r] split of each query row
-    const at::Tensor ctx = (qi.unsqueeze(1) > qi.unsqueeze(0)).unsqueeze(0) |
-                           ((qi.unsqueeze(1) == qi.unsqueeze(0)).unsqueeze(0) &
-                            (qk.view({1, 1, r}) < s_row.unsqueeze(2)));
-    const at::Tensor own =
-        ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)))
-            .unsqueeze(0)
-            .expand({b, r, r});
-    const at::Tensor mask2 = at::cat({ctx.expand({b, r, r}), own}, 2);
-    const at::Tensor h2 = model.Trunk(model.Fuse(cond2, tok2, false), pos2, mask2, &kv1, nullptr);
-    const at::Tensor logits2 = model.Logits(h2);
-    const at::Tensor labels2 = GatherRows(tokens, li2.clamp_max(t - 1));
-    const at::Tensor teacher2 = at::softmax(GatherRows(target_draft, ti2.clamp_max(t - 1)), -1);
-    at::Tensor hit2;
-    {
-      at::NoGradGuard no_grad;
-      hit2 =
-          d2t.index_select(0, logits2.argmax(-1).reshape({-1})).view(labels2.sizes()).eq(labels2);
-      hit2 = hit2.to(at::kFloat) * valid2;
-    }
-    const at::Tensor first2 = m1.gather(2, s.unsqueeze(-1)).squeeze(-1);
-    const at::Tensor m2 =
-        options.valid_prefix ? PrefixMask(first2, hit2) : at::ones({b, n1, k + 1});
-    const at::Tensor w2 = m2.narrow(-1, 0, k) * valid2;
-    draft_total = draft_total + block_loss(logits2, teacher2, w2);
-    if (options.rank) rank_term(h2, logits2, labels2, w2, false);
+    const at::Tensor s = DrawSplits(g, rng);
+    const BlockPass p2 =
+        Block2Pass(model, g, p1, s, tokens, target_draft, loss_mask, options.valid_prefix, &kv1);
+    draft_total = draft_total + SlotNormalisedLoss(p2, options.slot_norm_floor);
+    if (options.rank) rank.Add(model, p2, nullptr);
   }
   res.draft_loss = draft_total.item<double>();
   at::Tensor loss = draft_total;
-  if (options.rank && rank_den > 0) {
-    const at::Tensor rl = rank_num / rank_den;
+  if (options.rank && rank.den > 0) {
+    const at::Tensor rl = rank.num / rank.den;
     res.rank_loss = rl.item<double>();
     loss = loss + rl;
   }

@@ -302,6 +302,234 @@ std::unique_ptr<DiskFeatureCache> DiskFeatureCache::Open(LlamaModel& target,
   return std::unique_ptr<DiskFeatureCache>(new DiskFeatureCache(target, dir, m));
 }
 
+namespace {
+
+// The settings a cache is built for (its manifest's and every shard's "settings").
+ojson CacheSettings(const LlamaModel& target, const RegenData& data,
+                    const std::vector<int64_t>& layers, const std::vector<int64_t>& stored,
+                    SafetensorsDtype store_dtype, int64_t max_len) {
+  ojson settings;
+  settings["format_version"] = kCacheFormatVersion;
+  settings["target_fingerprint"] = TargetFingerprint(target);
+  settings["target_dtype"] = DtypeName(target.dtype());
+  settings["dim"] = target.config().dim;
+  settings["layers"] = layers;
+  settings["stored_layers"] = stored;
+  settings["store_dtype"] = SafetensorsDtypeName(store_dtype);
+  settings["max_len"] = max_len;
+  settings["data_fingerprint"] = RegenDataFingerprint(data);
+  settings["n_sequences"] = data.size();
+  return settings;
+}
+
+// The manifest of a complete cache of `settings` in `dir` (null when there is none). A cache of
+// other settings fails naming the first difference unless `rebuild` (then it is removed, as is a
+// cache whose shards were lost).
+ojson ReusableManifest(const std::string& dir, const ojson& settings, bool rebuild) {
+  const std::string manifest_path = (fs::path(dir) / kManifest).string();
+  if (!PathExists(manifest_path)) {
+    if (rebuild) RemoveCacheFiles(dir);
+    return ojson();
+  }
+  const ojson m = ParseManifest(manifest_path);
+  if (m["settings"] == settings) {
+    bool complete = true;
+    for (const ojson& e : m["shards"]) {
+      complete = complete && PathExists((fs::path(dir) / e.at("file").get<std::string>()).string());
+    }
+    if (complete) return m;
+    RemoveCacheFiles(dir);  // shards lost: build afresh
+  } else if (rebuild) {
+    RemoveCacheFiles(dir);
+  } else {
+    CheckSameSettings(m["settings"], settings, dir);
+  }
+  return ojson();
+}
+
+// The manifest entry of shard `k` when an interrupted build of `settings` finished it with the
+// sequences from `first` on; null otherwise.
+ojson KeptShard(const std::string& dir, int64_t k, const ojson& settings, int64_t first) {
+  const std::string path = (fs::path(dir) / ShardName(k)).string();
+  if (!PathExists(path)) return ojson();
+  try {
+    const auto f = SafetensorsFile::Open(path);
+    const auto it = f->metadata().find(kShardMetadataKey);
+    if (it == f->metadata().end()) return ojson();
+    const ojson sm = ojson::parse(it->second, nullptr, false);
+    if (!sm.is_object() || sm.value("settings", ojson()) != settings ||
+        sm.value("first", int64_t{-1}) != first) {
+      return ojson();
+    }
+    return {{"file", ShardName(k)},
+            {"first", first},
+            {"count", sm.at("count").get<int64_t>()},
+            {"positions", sm.at("positions")},
+            {"bytes", f->mapping()->size()}};
+  } catch (const Error&) {
+    return ojson();
+  }
+}
+
+// Writes the cache's shards: sequences are appended in order and a shard is closed once it holds
+// shard_bytes of hidden states.
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, ojson settings, SafetensorsDtype store_dtype, int64_t n_stored,
+              int64_t dim, int64_t shard_bytes)
+      : dir_(std::move(dir)),
+        settings_(std::move(settings)),
+        store_dtype_(store_dtype),
+        n_stored_(n_stored),
+        dim_(dim),
+        shard_bytes_(shard_bytes),
+        row_bytes_(n_stored * dim * SafetensorsDtypeSize(store_dtype)) {}
+
+  // Keeps the shards an interrupted build of the same settings finished, in order, and removes
+  // the rest; returns the first sequence still to build.
+  int64_t Resume() {
+    for (int64_t k = 0;; ++k) {
+      const ojson e = KeptShard(dir_, k, settings_, first_);
+      if (e.is_null()) break;
+      shards_.push_back(e);
+      first_ += e["count"].get<int64_t>();
+    }
+    RemoveCacheFiles(dir_, static_cast<int64_t>(shards_.size()));
+    return first_;
+  }
+
+  // One sequence: `len` positions of tokens and hidden states ([len, n_stored, dim] at `hidden`).
+  void Append(const int64_t* tokens, const uint8_t* hidden, int64_t len) {
+    hidden_.insert(hidden_.end(), hidden, hidden + len * row_bytes_);
+    for (int64_t t = 0; t < len; ++t) tokens_.push_back(static_cast<int32_t>(tokens[t]));
+    offsets_.push_back(offsets_.back() + len);
+    if (static_cast<int64_t>(hidden_.size()) >= shard_bytes_) Flush();
+  }
+
+  void Flush() {
+    const int64_t count = static_cast<int64_t>(offsets_.size()) - 1;
+    if (count == 0) return;
+    const int64_t positions = offsets_.back();
+    const std::string name = ShardName(static_cast<int64_t>(shards_.size()));
+    ojson sm;
+    sm["settings"] = settings_;
+    sm["first"] = first_;
+    sm["count"] = count;
+    sm["positions"] = positions;
+    WriteSafetensors(
+        (fs::path(dir_) / name).string(),
+        {{"offsets",
+          SafetensorsDtype::kI64,
+          {count + 1},
+          offsets_.data(),
+          offsets_.size() * sizeof(int64_t)},
+         {"tokens",
+          SafetensorsDtype::kI32,
+          {positions},
+          tokens_.data(),
+          tokens_.size() * sizeof(int32_t)},
+         {"hidden", store_dtype_, {positions, n_stored_, dim_}, hidden_.data(), hidden_.size()}},
+        {{kShardMetadataKey, sm.dump()}});
+    const int64_t bytes = static_cast<int64_t>(fs::file_size(fs::path(dir_) / name));
+    shards_.push_back({{"file", name},
+                       {"first", first_},
+                       {"count", count},
+                       {"positions", positions},
+                       {"bytes", bytes}});
+    first_ += count;
+    offsets_.assign(1, 0);
+    tokens_.clear();
+    hidden_.clear();
+  }
+
+  int64_t row_bytes() const { return row_bytes_; }
+  const ojson& shards() const { return shards_; }
+
+ private:
+  std::string dir_;
+  ojson settings_;
+  SafetensorsDtype store_dtype_;
+  int64_t n_stored_, dim_, shard_bytes_, row_bytes_;
+  ojson shards_ = ojson::array();
+  int64_t first_ = 0;  // first sequence of the shard being filled
+  std::vector<int64_t> offsets_ = {0};
+  std::vector<int32_t> tokens_;
+  std::vector<uint8_t> hidden_;
+};
+
+// Consecutive rows from `next` while the padded batch stays within build_batch_tokens.
+std::vector<int64_t> NextBuildRows(const RegenData& data, int64_t next, int64_t max_len,
+                                   int64_t build_batch_tokens) {
+  const int64_t n = data.size();
+  std::vector<int64_t> rows = {next};
+  int64_t longest = std::min(data.sequence(next).length, max_len);
+  while (next + static_cast<int64_t>(rows.size()) < n) {
+    const int64_t r = next + static_cast<int64_t>(rows.size());
+    const int64_t len = std::min(data.sequence(r).length, max_len);
+    if (static_cast<int64_t>(rows.size() + 1) * std::max(longest, len) > build_batch_tokens) break;
+    rows.push_back(r);
+    longest = std::max(longest, len);
+  }
+  return rows;
+}
+
+// Runs the target over the sequences from `next` on and hands each one's hidden states (the
+// stored layers, in the store dtype) to `writer`.
+void BuildShards(LlamaModel& target, const RegenData& data, const std::vector<int64_t>& stored,
+                 int64_t max_len, at::ScalarType store_type, int64_t next,
+                 const DiskFeatureCacheOptions& options, ShardWriter& writer) {
+  const int64_t n = data.size();
+  std::unique_ptr<ProgressBar> bar;
+  if (options.verbose) bar = std::make_unique<ProgressBar>("feature cache", n - next, "seq");
+  at::NoGradGuard no_grad;
+  ForwardOptions fo;
+  fo.hidden_layers = stored;
+  fo.logits = LogitsMode::kNone;
+  while (next < n) {
+    const std::vector<int64_t> rows =
+        NextBuildRows(data, next, max_len, options.build_batch_tokens);
+    const SequenceBatch batch = MakeSequenceBatch(data, rows, max_len);
+    const int64_t t_size = batch.tokens.size(1);
+    KvCache cache = target.NewCache(static_cast<int64_t>(rows.size()), t_size);
+    const ForwardOutput out = target.Forward(batch.tokens, cache, fo);
+    // [B, T, n_stored, dim] in the store dtype.
+    const at::Tensor h = at::stack(out.hidden, 2).to(store_type).contiguous();
+    const uint8_t* hp = static_cast<const uint8_t*>(h.data_ptr());
+    const int64_t* lens = batch.lengths.data_ptr<int64_t>();
+    const int64_t* tok = batch.tokens.data_ptr<int64_t>();
+    for (size_t b = 0; b < rows.size(); ++b) {
+      writer.Append(tok + b * t_size, hp + b * t_size * writer.row_bytes(), lens[b]);
+    }
+    next += static_cast<int64_t>(rows.size());
+    if (bar) bar->Advance(static_cast<int64_t>(rows.size()));
+  }
+  writer.Flush();
+  if (bar) bar->Finish();
+}
+
+// The manifest of a finished build.
+ojson BuiltManifest(const ojson& settings, const ojson& shards, int64_t resumed_from,
+                    double build_seconds) {
+  ojson m;
+  m["format"] = kCacheFormat;
+  m["format_version"] = kCacheFormatVersion;
+  m["settings"] = settings;
+  m["shards"] = shards;
+  int64_t positions = 0, bytes = 0;
+  for (const ojson& e : shards) {
+    positions += e["positions"].get<int64_t>();
+    bytes += e["bytes"].get<int64_t>();
+  }
+  m["total_positions"] = positions;
+  m["bytes"] = bytes;
+  m["resumed_from_sequence"] = resumed_from;
+  m["build_seconds"] = build_seconds;
+  m["created_utc"] = NowRfc3339();
+  return m;
+}
+
+}  // namespace
+
 std::unique_ptr<DiskFeatureCache> DiskFeatureCache::Build(LlamaModel& target, const RegenData& data,
                                                           const std::vector<int64_t>& layers,
                                                           int64_t max_len, const std::string& dir,
@@ -316,182 +544,22 @@ std::unique_ptr<DiskFeatureCache> DiskFeatureCache::Build(LlamaModel& target, co
   const at::ScalarType store_type = StoreScalarType(store_dtype);
   const LlamaConfig& tc = target.config();
   const std::vector<int64_t> stored = StoredLayers(layers, tc.n_layers);
-
-  ojson settings;
-  settings["format_version"] = kCacheFormatVersion;
-  settings["target_fingerprint"] = TargetFingerprint(target);
-  settings["target_dtype"] = DtypeName(target.dtype());
-  settings["dim"] = tc.dim;
-  settings["layers"] = layers;
-  settings["stored_layers"] = stored;
-  settings["store_dtype"] = SafetensorsDtypeName(store_dtype);
-  settings["max_len"] = max_len;
-  settings["data_fingerprint"] = RegenDataFingerprint(data);
-  settings["n_sequences"] = data.size();
+  const ojson settings = CacheSettings(target, data, layers, stored, store_dtype, max_len);
 
   fs::create_directories(dir);
-  const std::string manifest_path = (fs::path(dir) / kManifest).string();
-  if (PathExists(manifest_path)) {
-    const ojson m = ParseManifest(manifest_path);
-    if (m["settings"] == settings) {
-      bool complete = true;
-      for (const ojson& e : m["shards"]) {
-        complete =
-            complete && PathExists((fs::path(dir) / e.at("file").get<std::string>()).string());
-      }
-      if (complete) {
-        std::unique_ptr<DiskFeatureCache> cache(new DiskFeatureCache(target, dir, m));
-        cache->reused_ = true;
-        return cache;
-      }
-      RemoveCacheFiles(dir);  // shards lost: build afresh
-    } else if (options.rebuild) {
-      RemoveCacheFiles(dir);
-    } else {
-      CheckSameSettings(m["settings"], settings, dir);
-    }
-  } else if (options.rebuild) {
-    RemoveCacheFiles(dir);
+  const ojson reusable = ReusableManifest(dir, settings, options.rebuild);
+  if (!reusable.is_null()) {
+    std::unique_ptr<DiskFeatureCache> cache(new DiskFeatureCache(target, dir, reusable));
+    cache->reused_ = true;
+    return cache;
   }
-
-  // Keep the shards an interrupted build of the same settings finished, in order.
-  ojson shards = ojson::array();
-  int64_t next = 0;
-  for (int64_t k = 0;; ++k) {
-    const std::string path = (fs::path(dir) / ShardName(k)).string();
-    if (!PathExists(path)) break;
-    bool ok = false;
-    try {
-      const auto f = SafetensorsFile::Open(path);
-      const auto it = f->metadata().find(kShardMetadataKey);
-      if (it != f->metadata().end()) {
-        const ojson sm = ojson::parse(it->second, nullptr, false);
-        ok = sm.is_object() && sm.value("settings", ojson()) == settings &&
-             sm.value("first", int64_t{-1}) == next;
-        if (ok) {
-          const int64_t count = sm.at("count").get<int64_t>();
-          shards.push_back({{"file", ShardName(k)},
-                            {"first", next},
-                            {"count", count},
-                            {"positions", sm.at("positions")},
-                            {"bytes", f->mapping()->size()}});
-          next += count;
-        }
-      }
-    } catch (const Error&) {
-      ok = false;
-    }
-    if (!ok) break;
-  }
-  RemoveCacheFiles(dir, static_cast<int64_t>(shards.size()));
-  const int64_t resumed_from = next;
-
+  ShardWriter writer(dir, settings, store_dtype, static_cast<int64_t>(stored.size()), tc.dim,
+                     options.shard_bytes);
+  const int64_t resumed_from = writer.Resume();
   const int64_t t0 = NowMicros();
-  const int64_t n = data.size();
-  const int64_t dim = tc.dim;
-  const int64_t n_stored = static_cast<int64_t>(stored.size());
-  const size_t row_bytes = n_stored * dim * SafetensorsDtypeSize(store_dtype);
-  std::unique_ptr<ProgressBar> bar;
-  if (options.verbose) bar = std::make_unique<ProgressBar>("feature cache", n - next, "seq");
-
-  // The shard being filled.
-  int64_t shard_first = next;
-  std::vector<int64_t> offsets = {0};
-  std::vector<int32_t> tokens;
-  std::vector<uint8_t> hidden;
-  auto flush = [&] {
-    const int64_t count = static_cast<int64_t>(offsets.size()) - 1;
-    if (count == 0) return;
-    const int64_t positions = offsets.back();
-    const std::string name = ShardName(static_cast<int64_t>(shards.size()));
-    ojson sm;
-    sm["settings"] = settings;
-    sm["first"] = shard_first;
-    sm["count"] = count;
-    sm["positions"] = positions;
-    WriteSafetensors(
-        (fs::path(dir) / name).string(),
-        {{"offsets",
-          SafetensorsDtype::kI64,
-          {count + 1},
-          offsets.data(),
-          offsets.size() * sizeof(int64_t)},
-         {"tokens",
-          SafetensorsDtype::kI32,
-          {positions},
-          tokens.data(),
-          tokens.size() * sizeof(int32_t)},
-         {"hidden", store_dtype, {positions, n_stored, dim}, hidden.data(), hidden.size()}},
-        {{kShardMetadataKey, sm.dump()}});
-    const int64_t bytes = static_cast<int64_t>(fs::file_size(fs::path(dir) / name));
-    shards.push_back({{"file", name},
-                      {"first", shard_first},
-                      {"count", count},
-                      {"positions", positions},
-                      {"bytes", bytes}});
-    shard_first += count;
-    offsets.assign(1, 0);
-    tokens.clear();
-    hidden.clear();
-  };
-
-  at::NoGradGuard no_grad;
-  ForwardOptions fo;
-  fo.hidden_layers = stored;
-  fo.logits = LogitsMode::kNone;
-  while (next < n) {
-    // Consecutive rows while the padded batch stays within build_batch_tokens.
-    std::vector<int64_t> rows = {next};
-    int64_t longest = std::min(data.sequence(next).length, max_len);
-    while (next + static_cast<int64_t>(rows.size()) < n) {
-      const int64_t r = next + static_cast<int64_t>(rows.size());
-      const int64_t len = std::min(data.sequence(r).length, max_len);
-      if (static_cast<int64_t>(rows.size() + 1) * std::max(longest, len) >
-          options.build_batch_tokens) {
-        break;
-      }
-      rows.push_back(r);
-      longest = std::max(longest, len);
-    }
-    const SequenceBatch batch = MakeSequenceBatch(data, rows, max_len);
-    const int64_t t_size = batch.tokens.size(1);
-    KvCache cache = target.NewCache(static_cast<int64_t>(rows.size()), t_size);
-    const ForwardOutput out = target.Forward(batch.tokens, cache, fo);
-    // [B, T, n_stored, dim] in the store dtype.
-    const at::Tensor h = at::stack(out.hidden, 2).to(store_type).contiguous();
-    const uint8_t* hp = static_cast<const uint8_t*>(h.data_ptr());
-    const int64_t* lens = batch.lengths.data_ptr<int64_t>();
-    const int64_t* tok = batch.tokens.data_ptr<int64_t>();
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const int64_t len = lens[b];
-      const uint8_t* src = hp + b * t_size * row_bytes;
-      hidden.insert(hidden.end(), src, src + len * row_bytes);
-      for (int64_t t = 0; t < len; ++t) tokens.push_back(static_cast<int32_t>(tok[b * t_size + t]));
-      offsets.push_back(offsets.back() + len);
-      if (static_cast<int64_t>(hidden.size()) >= options.shard_bytes) flush();
-    }
-    next += static_cast<int64_t>(rows.size());
-    if (bar) bar->Advance(static_cast<int64_t>(rows.size()));
-  }
-  flush();
-  if (bar) bar->Finish();
-
-  ojson m;
-  m["format"] = kCacheFormat;
-  m["format_version"] = kCacheFormatVersion;
-  m["settings"] = settings;
-  m["shards"] = shards;
-  int64_t positions = 0, bytes = 0;
-  for (const ojson& e : shards) {
-    positions += e["positions"].get<int64_t>();
-    bytes += e["bytes"].get<int64_t>();
-  }
-  m["total_positions"] = positions;
-  m["bytes"] = bytes;
-  m["resumed_from_sequence"] = resumed_from;
-  m["build_seconds"] = (NowMicros() - t0) * 1e-6;
-  m["created_utc"] = NowRfc3339();
-  WriteFileAtomically(manifest_path, m.dump(2) + "\n");
+  BuildShards(target, data, stored, max_len, store_type, resumed_from, options, writer);
+  const ojson m = BuiltManifest(settings, writer.shards(), resumed_from, (NowMicros() - t0) * 1e-6);
+  WriteFileAtomically((fs::path(dir) / kManifest).string(), m.dump(2) + "\n");
   return std::unique_ptr<DiskFeatureCache>(new DiskFeatureCache(target, dir, m));
 }
 
