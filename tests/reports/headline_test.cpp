@@ -19,6 +19,7 @@
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "tests/common/test_util.h"
+#include "tests/reports/report_test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -166,12 +167,9 @@ TEST(Headline, NoteWithoutACurveSaysHowToMeasureOne) {
 
 TEST(Headline, ReportStartsWithTheHeadlineAndEndsWithProvenance) {
   const std::string db = WriteSlowDb("headline_report", true);
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/headline_report";
-  fs::remove_all(dir);
-  ReportOptions o;
-  o.gnuplot = "/nonexistent/gnuplot";  // tables only
-  o.print_warnings = false;
-  const ReportResult r = WriteReport(db, dir, o);
+  const std::string dir = testing::ScratchDir("headline_report");
+  const ReportResult r =
+      WriteReport(db, dir, testing::QuietReportOptions("/nonexistent/gnuplot"));  // tables only
   const std::string md = ReadFileToString(r.report_md), html = ReadFileToString(r.index_html);
   // The section headings in order, in both documents.
   const std::vector<std::pair<std::string, std::vector<std::string>>> docs = {
@@ -241,12 +239,9 @@ TEST(Plots, GnuplotWarningsAreReportWarnings) {
       << "exit $rc\n";
   }
   fs::permissions(wrapper, fs::perms::owner_all);
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/headline_gnuplot_warns";
-  fs::remove_all(dir);
-  ReportOptions o;
-  o.gnuplot = wrapper;
-  o.print_warnings = false;
-  const ReportResult r = WriteReport(WriteSlowDb("headline_warns", false), dir, o);
+  const std::string dir = testing::ScratchDir("headline_gnuplot_warns");
+  const ReportResult r =
+      WriteReport(WriteSlowDb("headline_warns", false), dir, testing::QuietReportOptions(wrapper));
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_CONTAINS(r.warnings[0], "gnuplot: ");
   EXPECT_CONTAINS(r.warnings[0], "warning: Skipping data file with no valid points");

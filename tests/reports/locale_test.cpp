@@ -28,6 +28,7 @@
 #include "reports/report.h"
 #include "reports/summary.h"
 #include "tests/common/test_util.h"
+#include "tests/reports/report_test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -35,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FreshDbPath;
+using testing::QuietReportOptions;
 using testing::WritePaperDb;
 
 // Sets (or, with nullopt, unsets) environment variables for its lifetime; restores them after.
@@ -76,13 +78,6 @@ std::string FreshDir(const std::string& name) {
   return testing::ScratchDir("locale_" + name);
 }
 
-ReportOptions Options(const std::string& gnuplot) {
-  ReportOptions o;
-  o.gnuplot = gnuplot;
-  o.print_warnings = false;
-  return o;
-}
-
 TEST(Locale, ChildToolsRunInTheCUtf8Locale) {
   EXPECT_EQ(std::string(kChildLocale), "C.UTF-8");
   EXPECT_EQ(ChildLocaleShellPrefix(), "LC_ALL=C.UTF-8; export LC_ALL; unset LANGUAGE; ");
@@ -100,7 +95,7 @@ TEST(Locale, ChildToolsRunInTheCUtf8Locale) {
   const std::string db = FreshDbPath("locale_child");
   WritePaperDb(db);
   const ScopedEnvironment c_locale(CLocaleEnvironment());
-  const ReportResult r = WriteReport(db, FreshDir("child"), Options(wrapper));
+  const ReportResult r = WriteReport(db, FreshDir("child"), QuietReportOptions(wrapper));
   std::vector<std::string> locale_lines;
   for (const std::string& w : r.warnings) {
     if (w.find("LC_ALL=[") != std::string::npos) locale_lines.push_back(w);
@@ -115,7 +110,7 @@ TEST(Locale, CLocaleEnvironmentGivesNoGnuplotWarnings) {
   WritePaperDb(db);
   const std::string dir = FreshDir("gnuplot");
   const ScopedEnvironment c_locale(CLocaleEnvironment());
-  const ReportResult r = WriteReport(db, dir, Options("gnuplot"));
+  const ReportResult r = WriteReport(db, dir, QuietReportOptions("gnuplot"));
   // Every figure of the paper database (headline, budget, phase-time, τ vs. temperature, ...),
   // each of which says `set encoding utf8`: not one warning.
   EXPECT_GE(r.images.size(), 10u);
@@ -153,7 +148,7 @@ std::string GermanCLocale() {
 
 // Everything the report, summary and export write for the paper database, generation times cut.
 std::string AllOutputs(const std::string& db, const std::string& dir) {
-  const ReportResult r = WriteReport(db, dir, Options("/nonexistent/gnuplot"));
+  const ReportResult r = WriteReport(db, dir, QuietReportOptions("/nonexistent/gnuplot"));
   const Summary summary = BuildSummary(db);
   const std::regex time("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ");
   return std::regex_replace(ReadFileToString(r.report_md) + ReadFileToString(r.tables_tex) +

@@ -29,6 +29,7 @@
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "tests/common/test_util.h"
+#include "tests/reports/report_test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -44,9 +45,7 @@ std::string FreshDir(const std::string& name) {
 }
 
 ReportOptions Options(const std::string& gnuplot, std::vector<std::string> paper = {}) {
-  ReportOptions o;
-  o.gnuplot = gnuplot;
-  o.print_warnings = false;
+  ReportOptions o = testing::QuietReportOptions(gnuplot);
   o.paper_references = std::move(paper);
   return o;
 }

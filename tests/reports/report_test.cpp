@@ -19,6 +19,7 @@
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "tests/common/test_util.h"
+#include "tests/reports/report_test_util.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -27,21 +28,12 @@ namespace {
 namespace fs = std::filesystem;
 using testing::ErrorOf;
 using testing::FreshDbPath;
+using testing::HasGnuplot;
+using testing::QuietReportOptions;
 using testing::WriteSyntheticDb;
 
 std::string FreshDir(const std::string& name) {
   return testing::ScratchDir("reports_" + name);
-}
-
-ReportOptions QuietOptions(const std::string& gnuplot) {
-  ReportOptions o;
-  o.gnuplot = gnuplot;
-  o.print_warnings = false;
-  return o;
-}
-
-bool HasGnuplot() {
-  return !FindExecutable("gnuplot").empty();
 }
 
 int Column(const ReportTable& t, const std::string& header) {
@@ -191,7 +183,7 @@ TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
   }
 
   const std::string dir = FreshDir("v2_columns");
-  const ReportResult r = WriteReport(db, dir, QuietOptions("/nonexistent/gnuplot"));
+  const ReportResult r = WriteReport(db, dir, QuietReportOptions("/nonexistent/gnuplot"));
   const std::string md = ReadFileToString(r.report_md);
   EXPECT_CONTAINS(md, "case 4 (fake, run 2) is compared with AR case 1 of another run");
   EXPECT_CONTAINS(md, "percentile bootstrap intervals over prompts");
@@ -217,7 +209,7 @@ TEST(WriteReport, AcceptancePlotLeavesOutCasesWithoutAPlottablePosition) {
   const std::string dir = FreshDir("sparse_acceptance");
   const bool gnuplot = HasGnuplot();
   const ReportResult r =
-      WriteReport(db, dir, QuietOptions(gnuplot ? "gnuplot" : "/nonexistent/gnuplot"));
+      WriteReport(db, dir, QuietReportOptions(gnuplot ? "gnuplot" : "/nonexistent/gnuplot"));
   const std::string gp = ReadFileToString(dir + "/plots.gp");
   EXPECT_CONTAINS(gp, "set title 'Per-position acceptance r_i at T=0");
   EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");  // the tree case is still there
@@ -325,7 +317,7 @@ TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {
   const std::string db = FreshDbPath("ar_only");
   WriteSyntheticDb(db, /*with_speculative=*/false, /*with_bench=*/false);
   const std::string dir = FreshDir("ar_only");
-  const ReportResult r = WriteReport(db, dir, QuietOptions("gnuplot"));
+  const ReportResult r = WriteReport(db, dir, QuietReportOptions("gnuplot"));
   EXPECT_TRUE(r.warnings.empty());
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()),
             (std::set<std::string>{"decode_speed_1.png", "decode_scatter_1.png"}));
@@ -374,7 +366,7 @@ TEST(WriteReport, FailingGnuplotIsAWarningWithItsStatus) {
   const std::string db = FreshDbPath("gnuplot_fails");
   WriteSyntheticDb(db, false, false);
   const std::string dir = FreshDir("gnuplot_fails");
-  const ReportResult r = WriteReport(db, dir, QuietOptions("false"));
+  const ReportResult r = WriteReport(db, dir, QuietReportOptions("false"));
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_CONTAINS(r.warnings[0], "gnuplot failed");
   EXPECT_CONTAINS(r.warnings[0], "exited with status 1");
@@ -400,9 +392,9 @@ TEST(WriteReport, BadDatabaseOrDirectoryFailsNamingIt) {
   WriteSyntheticDb(db, false, false);
   const std::string file = std::string(SPECBED_TEST_TMPDIR) + "/reports_a_file";
   std::ofstream(file) << "x";
-  const std::string e2 = ErrorOf([&] { WriteReport(db, file + "/sub", QuietOptions("")); });
+  const std::string e2 = ErrorOf([&] { WriteReport(db, file + "/sub", QuietReportOptions("")); });
   EXPECT_CONTAINS(e2, "cannot create report directory '" + file + "/sub'");
-  const std::string e3 = ErrorOf([&] { WriteReport(db, file, QuietOptions("")); });
+  const std::string e3 = ErrorOf([&] { WriteReport(db, file, QuietReportOptions("")); });
   EXPECT_CONTAINS(e3, "cannot create report directory '" + file + "'");
 }
 
