@@ -20,6 +20,7 @@
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/method_registry.h"
 #include "tests/methods/dflash_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -62,27 +63,16 @@ TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
       {"jetspec", {{"drafter", jetspec}, {"budget", 64}, {"budget_convention", "ddtree"}}, 64, 2.3},
       {"dflash+blockpilot", {{"drafter", dflash}, {"predictor", Shipped("blockpilot")}}, 17, 1.8},
   };
-  const auto prompts = LoadDataset("stories", {});
   for (const ShippedCase& c : cases) {
     std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
-    int64_t steps = 0, emitted = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 96, {});
-      g.seed = i;
-      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 97);
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << c.method << c.knobs.dump() << " prompt " << i;
-      for (const StepStats& s : spec.steps) {
-        EXPECT_LE(s.n_drafted, c.max_nodes) << c.method << c.knobs.dump();
-        emitted += s.n_emitted;
-      }
-      steps += static_cast<int64_t>(spec.steps.size());
-    }
-    EXPECT_GT(static_cast<double>(emitted) / steps, c.min_tau) << c.method << c.knobs.dump();
+    testing_util::StoryTotals totals;
+    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
+        target, *decoder, c.method + c.knobs.dump(),
+        [&](const StepStats& s) {
+          EXPECT_LE(s.n_drafted, c.max_nodes) << c.method << c.knobs.dump();
+        },
+        &totals));
+    EXPECT_GT(totals.tau(), c.min_tau) << c.method << c.knobs.dump();
   }
 }
 
@@ -113,18 +103,11 @@ TEST(ShippedBlockDrafters, DraftTheFullBudgetOnEveryStepWithRoom) {
     EXPECT_EQ(decoder->MaxDraftNodes(), c.nodes) << c.method;
     int64_t full = 0, limited = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, max_new, {});
-      g.seed = i;
-      KvCache cache = target.model->NewCache(
-          1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), max_new, *decoder));
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << c.method << " prompt " << i;
+      const testing_util::StoryRun run = testing_util::RunStoryPrompt(
+          target, *decoder, prompts[i], {max_new, /*extra_cache=*/-1, i});
+      ASSERT_EQ(run.spec.generation.tokens, run.ar.tokens) << c.method << " prompt " << i;
       int64_t generated = 1;  // the first token comes from the prefill
-      for (const StepStats& s : spec.steps) {
+      for (const StepStats& s : run.spec.steps) {
         const int64_t depth_room = max_new - generated;
         EXPECT_LE(s.n_drafted, c.nodes) << c.method;
         EXPECT_LE(s.draft_depth, std::min(c.depth, depth_room)) << c.method;

@@ -29,6 +29,8 @@
 #include "models/llama_model.h"
 #include "models/twin/cost_twin.h"
 #include "models/twin/stories_twin.h"
+#include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -247,27 +249,15 @@ Trace RunMethod(LoadedTarget& target, const std::string& method, const nlohmann:
                 size_t n_prompts, int64_t max_new) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context;
-  context.target = &target;
-  context.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
+  MethodContext context = testing_util::CachingContextFor(target);
   std::unique_ptr<Decoder> decoder = registry.Build(method, context, knobs);
   const auto prompts = LoadDataset("stories", {});
   Trace trace;
   for (size_t i = 0; i < n_prompts; ++i) {
-    const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, max_new, {});
-    g.seed = i;
-    KvCache cache = target.model->NewCache(1, 512);
-    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-    DecodeResult r;
-    decoder->Generate(ids, g, cache, r);
-    EXPECT_EQ(r.generation.tokens, ar.tokens)
+    const testing_util::StoryRun run = testing_util::RunStoryPrompt(
+        target, *decoder, prompts[i], {max_new, 0, i, /*cache_rows=*/512});
+    const DecodeResult& r = run.spec;
+    EXPECT_EQ(r.generation.tokens, run.ar.tokens)
         << method << " on " << target.spec.name << " prompt " << i;
     for (const StepStats& s : r.steps)
       trace.steps.push_back({s.n_drafted, s.n_accepted, s.draft_depth});

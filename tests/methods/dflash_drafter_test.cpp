@@ -30,6 +30,7 @@
 #include "methods/method_registry.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/dflash_test_util.h"
+#include "tests/methods/story_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -63,14 +64,10 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
     testing_util::AcceptanceCounts counts;
     int64_t steps = 0;
     for (size_t i = 0; i < 8; ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 48, {});
-      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 49);
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << " prompt " << i;
+      const testing_util::StoryRun run =
+          testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, 0, 0});
+      const DecodeResult& spec = run.spec;
+      ASSERT_EQ(spec.generation.tokens, run.ar.tokens) << " prompt " << i;
       const int64_t depth = knobs.value("block_size", 6) - 1;
       for (const StepStats& s : spec.steps) {
         EXPECT_LE(s.draft_depth, depth);

@@ -21,6 +21,7 @@
 #include "models/drafter_catalog.h"
 #include "models/llama_model.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/methods/method_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -28,15 +29,7 @@ namespace testing_util {
 
 // A method context for `target`; drafters named by registry name load (cached) in float32.
 inline MethodContext DflashContextFor(LoadedTarget& target) {
-  MethodContext c;
-  c.target = &target;
-  c.load_model = [](const std::string& name) -> LoadedTarget& {
-    static std::map<std::string, LoadedTarget> cache;
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, LoadModel(name, at::kFloat)).first;
-    return it->second;
-  };
-  return c;
+  return CachingContextFor(target);
 }
 
 // A DFlash head (2 layers, block size 6, mask token 0) shaped for a target of width `dim`,

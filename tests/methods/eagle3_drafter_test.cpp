@@ -31,6 +31,7 @@
 #include "models/checkpoint/hf_checkpoint.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -52,31 +53,15 @@ TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
        {nlohmann::json::object(), nlohmann::json{{"depth", 3}, {"top_k", 4}, {"total_tokens", 9}},
         nlohmann::json{{"depth", 4}, {"top_k", 1}, {"total_tokens", 6}}}) {
     std::unique_ptr<Decoder> decoder = registry.Build("eagle3", context, knobs);
-    int64_t steps = 0, emitted = 0;
-    const auto prompts = LoadDataset("stories", {});
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 96, {});
-      g.seed = i;
-      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 97);
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << knobs.dump() << " prompt " << i;
-      EXPECT_EQ(spec.generation.stop_reason, ar.stop_reason);
-      int64_t e = 0;
-      for (const StepStats& s : spec.steps) {
-        EXPECT_LE(s.n_drafted, knobs.value("total_tokens", 60) - 1);
-        EXPECT_LE(s.draft_depth, knobs.value("depth", 7) + 1);
-        e += s.n_emitted;
-      }
-      EXPECT_EQ(e, static_cast<int64_t>(ar.tokens.size()) - 1);
-      steps += static_cast<int64_t>(spec.steps.size());
-      emitted += e;
-    }
-    const double tau = static_cast<double>(emitted) / steps;
-    EXPECT_GT(tau, 1.5) << knobs.dump();
+    testing_util::StoryTotals totals;
+    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
+        target, *decoder, knobs.dump(),
+        [&](const StepStats& s) {
+          EXPECT_LE(s.n_drafted, knobs.value("total_tokens", 60) - 1);
+          EXPECT_LE(s.draft_depth, knobs.value("depth", 7) + 1);
+        },
+        &totals));
+    EXPECT_GT(totals.tau(), 1.5) << knobs.dump();
   }
 }
 
@@ -212,18 +197,9 @@ struct TinyPair {
 TinyPair MakeTinyPair() {
   TinyPair p;
   p.target = testing_util::TinyRandomTarget(21, 60.0);  // engine_test_util.h
-  Eagle3Config& h = p.head_config;
-  h.hidden_size = 16;
-  h.intermediate_size = 32;
-  h.n_heads = 2;
-  h.n_kv_heads = 1;
-  h.head_dim = 8;
-  h.target_hidden_size = 16;
-  h.vocab_size = 4;
-  h.draft_vocab_size = 3;
-  h.aux_layer_ids = {0, 1, 2};
-  p.head_tensors = RandomEagle3Tensors(h, 5);
-  p.head_tensors[kEagle3LmHead] = p.head_tensors[kEagle3LmHead] * 80;
+  testing_util::TinyEagle3Head head = testing_util::MakeTinyEagle3Head();
+  p.head_config = head.config;
+  p.head_tensors = std::move(head.tensors);
   return p;
 }
 

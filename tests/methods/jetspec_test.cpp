@@ -36,6 +36,7 @@
 #include "methods/dflash/dflash_method.h"
 #include "methods/method_registry.h"
 #include "tests/methods/dflash_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -69,15 +70,11 @@ void ExpectExactOnStories(LoadedTarget& target, Decoder& decoder, const StoryCas
   int64_t steps = 0;
   testing_util::AcceptanceCounts counts;
   for (size_t i = 0; i < 8; ++i) {
-    const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 48, {});
     // Room for every step's full tree after the last committed token.
-    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 49 + 80);
-    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-    DecodeResult spec;
-    decoder.Generate(ids, g, cache, spec);
-    ASSERT_EQ(spec.generation.tokens, ar.tokens) << "prompt " << i;
+    const testing_util::StoryRun run =
+        testing_util::RunStoryPrompt(target, decoder, prompts[i], {48, /*extra_cache=*/80, 0});
+    const DecodeResult& spec = run.spec;
+    ASSERT_EQ(spec.generation.tokens, run.ar.tokens) << "prompt " << i;
     int64_t generated = 1;  // the first token comes from the prefill
     for (const StepStats& s : spec.steps) {
       // Near the end only the depth is limited, by the tokens still allowed.

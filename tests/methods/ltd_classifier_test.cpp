@@ -29,6 +29,7 @@
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -229,15 +230,10 @@ ExactRun ExpectExact(MethodRegistry& registry, MethodContext& context, const std
   const auto prompts = LoadDataset("stories", {});
   ExactRun out;
   for (size_t i = 0; i < n_prompts; ++i) {
-    const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 48, {});
-    KvCache cache = target.model->NewCache(
-        1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 48, *decoder));
-    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-    DecodeResult spec;
-    decoder->Generate(ids, g, cache, spec);
-    EXPECT_EQ(spec.generation.tokens, ar.tokens) << method << " prompt " << i;
+    const testing_util::StoryRun run =
+        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
+    const DecodeResult& spec = run.spec;
+    EXPECT_EQ(spec.generation.tokens, run.ar.tokens) << method << " prompt " << i;
     int64_t done = 1;  // tokens generated before the step (the prefill's first token)
     for (const StepStats& s : spec.steps) {
       // Steps where the tokens still allowed did not cap the depth (at most 13 layers).

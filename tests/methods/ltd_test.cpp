@@ -33,6 +33,7 @@
 #include "methods/method_registry.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -238,15 +239,11 @@ TEST(Ltd, EveryVariantAndBaselineMatchesArAtTemperatureZero) {
     std::set<int64_t> generated;
     int64_t steps = 0, emitted = 0;
     for (size_t i = 0; i < 8; ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 64, {});
-      KvCache cache = target.model->NewCache(
-          1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 64, *decoder));
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << c.method << " " << c.knobs.dump() << " " << i;
+      const testing_util::StoryRun run =
+          testing_util::RunStoryPrompt(target, *decoder, prompts[i], {64, /*extra_cache=*/-1, 0});
+      const DecodeResult& spec = run.spec;
+      ASSERT_EQ(spec.generation.tokens, run.ar.tokens)
+          << c.method << " " << c.knobs.dump() << " " << i;
       int64_t done = 1;  // tokens generated before the step (the prefill's first token)
       for (const StepStats& s : spec.steps) {
         EXPECT_GE(s.n_drafted, 1);
@@ -302,18 +299,9 @@ TEST(Ltd, KnobErrorsNameTheProblem) {
 TEST(Ltd, LosslessAtTemperatureOne) {
   at::set_num_threads(1);
   std::shared_ptr<LlamaModel> target = testing_util::TinyRandomTarget(21, 60.0);
-  Eagle3Config h;
-  h.hidden_size = 16;
-  h.intermediate_size = 32;
-  h.n_heads = 2;
-  h.n_kv_heads = 1;
-  h.head_dim = 8;
-  h.target_hidden_size = 16;
-  h.vocab_size = 4;
-  h.draft_vocab_size = 3;
-  h.aux_layer_ids = {0, 1, 2};
-  auto tensors = RandomEagle3Tensors(h, 5);
-  tensors[kEagle3LmHead] = tensors[kEagle3LmHead] * 80;
+  const testing_util::TinyEagle3Head tiny = testing_util::MakeTinyEagle3Head();
+  const Eagle3Config& h = tiny.config;
+  const auto& tensors = tiny.tensors;
   const auto dc = SmallConfig(LtdPolicyKind::kDepth, 2, 3);
   const auto sc = SmallConfig(LtdPolicyKind::kSize, 2, 3);
   LtdPolicyCheckpoint dck{dc, VariedTensors(dc, 1)}, sck{sc, VariedTensors(sc, 2)};

@@ -20,6 +20,7 @@
 #include "methods/ltd/ltd_policy.h"
 #include "methods/ltd/ltd_trainer.h"
 #include "methods/method_registry.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -100,15 +101,9 @@ TEST(LtdTrainer, SimulatedModeIsReproducibleAndItsPoliciesRunExactly) {
       registry.Build("ltd", context, {{"policy", root + "/a"}, {"top_k", 10}, {"max_depth", 12}});
   const auto prompts = LoadDataset("stories", {});
   for (size_t i = 0; i < 4; ++i) {
-    const auto ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 48, {});
-    KvCache cache = target.model->NewCache(
-        1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 48, *decoder));
-    const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-    DecodeResult spec;
-    decoder->Generate(ids, g, cache, spec);
-    EXPECT_EQ(spec.generation.tokens, ar.tokens) << "prompt " << i;
+    const testing_util::StoryRun run =
+        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
+    EXPECT_EQ(run.spec.generation.tokens, run.ar.tokens) << "prompt " << i;
   }
 }
 

@@ -1,12 +1,17 @@
-// Test helper shared by the method tests: a MethodContext for one loaded target whose
-// load_model loads (and caches for the whole test binary) any other model by name, in float32.
+// Test helpers shared by the method tests: a MethodContext for one loaded target whose
+// load_model loads (and caches for the whole test binary) any other model by name, in float32;
+// and a tiny random EAGLE-3 head for the tiny random target of engine_test_util.h.
 // Checked by: tests/methods/eagle3_drafter_test.cpp, tests/methods/osd_test.cpp,
-// tests/methods/specblock_test.cpp (the tests that use it).
+// tests/methods/specblock_test.cpp, tests/methods/ltd_test.cpp (the tests that use it).
 #pragma once
+
+#include <ATen/ATen.h>
 
 #include <map>
 #include <string>
 
+#include "methods/eagle3/eagle3_checkpoint.h"
+#include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"
 #include "models/model_registry.h"
 
@@ -25,6 +30,30 @@ inline MethodContext CachingContextFor(LoadedTarget& target) {
     return it->second;
   };
   return c;
+}
+
+// A random EAGLE-3 head over 3 of the 4 tokens of TinyRandomTarget (engine_test_util.h), its
+// lm_head scaled by 80 so that its drafts are sharp.
+struct TinyEagle3Head {
+  Eagle3Config config;
+  std::map<std::string, at::Tensor> tensors;
+};
+
+inline TinyEagle3Head MakeTinyEagle3Head() {
+  TinyEagle3Head head;
+  Eagle3Config& h = head.config;
+  h.hidden_size = 16;
+  h.intermediate_size = 32;
+  h.n_heads = 2;
+  h.n_kv_heads = 1;
+  h.head_dim = 8;
+  h.target_hidden_size = 16;
+  h.vocab_size = 4;
+  h.draft_vocab_size = 3;
+  h.aux_layer_ids = {0, 1, 2};
+  head.tensors = RandomEagle3Tensors(h, 5);
+  head.tensors[kEagle3LmHead] = head.tensors[kEagle3LmHead] * 80;
+  return head;
 }
 
 }  // namespace testing_util

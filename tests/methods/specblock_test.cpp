@@ -38,6 +38,7 @@
 #include "models/checkpoint/safetensors.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -59,33 +60,13 @@ TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
        {nlohmann::json::object(), nlohmann::json{{"branching", "2,4,6,4"}},
         nlohmann::json{{"budget", 8}, {"blocks", 3}}}) {
     std::unique_ptr<Decoder> decoder = registry.Build("specblock", context, knobs);
-    int64_t steps = 0, emitted = 0, accepted = 0;
-    const auto prompts = LoadDataset("stories", {});
-    ASSERT_EQ(prompts.size(), 32u);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-      GenerationConfig g;
-      g.stop = StopConfigFor(target, 96, {});
-      g.seed = i;
-      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 97);
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
-      DecodeResult spec;
-      decoder->Generate(ids, g, cache, spec);
-      ASSERT_EQ(spec.generation.tokens, ar.tokens) << knobs.dump() << " prompt " << i;
-      EXPECT_EQ(spec.generation.stop_reason, ar.stop_reason);
-      int64_t e = 0;
-      for (const StepStats& s : spec.steps) {
-        EXPECT_LE(s.n_drafted, knobs.value("budget", 60));
-        e += s.n_emitted;
-        accepted += s.n_accepted;
-      }
-      EXPECT_EQ(e, static_cast<int64_t>(ar.tokens.size()) - 1);
-      steps += static_cast<int64_t>(spec.steps.size());
-      emitted += e;
-    }
-    EXPECT_GT(accepted, 0) << knobs.dump();
-    const double tau = static_cast<double>(emitted) / steps;
-    EXPECT_GT(tau, 1.5) << knobs.dump();
+    testing_util::StoryTotals totals;
+    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
+        target, *decoder, knobs.dump(),
+        [&](const StepStats& s) { EXPECT_LE(s.n_drafted, knobs.value("budget", 60)); }, &totals));
+    ASSERT_EQ(totals.prompts, 32);
+    EXPECT_GT(totals.accepted, 0) << knobs.dump();
+    EXPECT_GT(totals.tau(), 1.5) << knobs.dump();
   }
 }
 
