@@ -9,6 +9,7 @@
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
 #include "kernels/cpu/references.h"
+#include "methods/common/greedy_chain.h"
 
 namespace specbed {
 
@@ -99,18 +100,8 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
 }
 
 void DraftLm::DraftArgmaxOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out) {
-  if (!drafted_.defined() || drafted_.size(0) < n || drafted_.device() != model_->device()) {
-    drafted_ = at::empty({n + 64}, at::TensorOptions().dtype(at::kLong).device(model_->device()));
-  }
-  ForwardOptions options;  // logits of the last position
-  for (int64_t i = 0; i < n; ++i) {
-    drafted_.select(0, i).copy_(fwd.logits.reshape({-1}).argmax());
-    if (i + 1 < n) {  // the id feeds the next forward where it is
-      fwd = model_->Forward(drafted_.narrow(0, i, 1).view({1, 1}), cache_, options);
-      ++forwards_;
-    }
-  }
-  const at::Tensor host = CopyToHost(drafted_.narrow(0, 0, n));  // the chunk's one copy
+  const at::Tensor host = GreedyChainOnDevice(*model_, cache_, std::move(fwd), n, drafted_);
+  forwards_ += n - 1;
   const int64_t* ids = host.data_ptr<int64_t>();
   out.tokens.assign(ids, ids + n);
   cached_.insert(cached_.end(), out.tokens.begin(), out.tokens.end() - 1);

@@ -142,6 +142,18 @@ int32_t ParallelDecoder::SampleAt(int64_t slot, Sampler& sampler) {
   return sampler.Sample(host_rows_.data_ptr<float>() + slot * vocab, vocab);
 }
 
+void ParallelDecoder::RunSteps(ParallelAnswer& answer, KvCache& cache, DecodeResult& result) {
+  while (!answer.stop.stopped()) {
+    const int64_t free = cache.max_len() - cache.length() - 1;  // slots after pend
+    if (free < 0) {
+      answer.stop.StopForContext();
+      break;
+    }
+    Step(answer, cache, free, result);
+  }
+  FinishAnswer(answer, result);
+}
+
 int64_t ParallelDecoder::Commit(ParallelAnswer& answer, const std::vector<int32_t>& tokens) {
   const size_t before = answer.stop.tokens().size();
   for (int32_t token : tokens) {

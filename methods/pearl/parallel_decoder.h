@@ -111,6 +111,10 @@ class ParallelDecoder : public Decoder {
                int32_t* correction, bool accept_first = false);
   // The target's own token at verify slot `slot` (argmax at T = 0, else a draw).
   int32_t SampleAt(int64_t slot, Sampler& sampler);
+  // Steps (Step) until a stop rule or the context ends the answer, then FinishAnswer.
+  void RunSteps(ParallelAnswer& answer, KvCache& cache, DecodeResult& result);
+  // One step with `free` cache slots after pend.
+  virtual void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result) = 0;
   // Pushes the outcome's tokens through the stop rules; returns how many were emitted.
   static int64_t Commit(ParallelAnswer& answer, const std::vector<int32_t>& tokens);
   // The step's counters (draft ledger included) and times; appends it to result.steps.

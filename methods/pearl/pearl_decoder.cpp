@@ -27,15 +27,7 @@ void PearlDecoder::Generate(const std::vector<int32_t>& prompt, const Generation
   Prefill(prompt, cache, /*hidden_layers=*/{}, options_.gamma + 1, answer);
   r_.clear();
   r_q_.clear();
-  while (!answer.stop.stopped()) {
-    const int64_t free = cache.max_len() - cache.length() - 1;  // slots after pend
-    if (free < 0) {
-      answer.stop.StopForContext();
-      break;
-    }
-    Step(answer, cache, free, result);
-  }
-  FinishAnswer(answer, result);
+  RunSteps(answer, cache, result);
 }
 
 void PearlDecoder::Step(ParallelAnswer& answer, KvCache& cache, int64_t free,

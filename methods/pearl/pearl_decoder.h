@@ -69,7 +69,7 @@ class PearlDecoder : public ParallelDecoder {
  private:
   // One step: the next chunk drafted on the side thread while the target verifies R, then the
   // join.
-  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result);
+  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result) override;
   // Starts drafting the next chunk (n_next tokens after committed + R) on the side thread.
   void StartNextChunk(const ParallelAnswer& answer, int64_t n_next, DraftClock& clock);
   // The join: R's outcome, then (R all accepted) the test of the next chunk's first token.

@@ -105,15 +105,7 @@ void SpecBranchDecoder::Generate(const std::vector<int32_t>& prompt, const Gener
   qb_.clear();
   bp_token_ = -1;
   draft_stage_ = true;
-  while (!answer.stop.stopped()) {
-    const int64_t free = cache.max_len() - cache.length() - 1;  // slots after pend
-    if (free < 0) {
-      answer.stop.StopForContext();
-      break;
-    }
-    Step(answer, cache, free, result);
-  }
-  FinishAnswer(answer, result);
+  RunSteps(answer, cache, result);
 }
 
 void SpecBranchDecoder::Step(ParallelAnswer& answer, KvCache& cache, int64_t free,

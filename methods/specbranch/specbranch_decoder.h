@@ -74,7 +74,7 @@ class SpecBranchDecoder : public ParallelDecoder {
   int Classify(const std::vector<float>& z);
   // One step: [DRAFT stage], branches drafted on the side thread while the target verifies R,
   // then the join.
-  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result);
+  void Step(ParallelAnswer& answer, KvCache& cache, int64_t free, DecodeResult& result) override;
   // The serial DRAFT stage: H-RAD a priori, then R and the branch point (target idle).
   void DraftStage(const ParallelAnswer& answer, int64_t free, DraftClock& clock);
   // Picks the branch point's candidates and starts drafting their branches (lb positions each,

@@ -5,6 +5,7 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
+#include "methods/common/greedy_chain.h"
 
 namespace specbed {
 
@@ -83,18 +84,7 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
 }
 
 void SpsDrafter::DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree) {
-  const int64_t vocab = draft_->config().vocab_size;
-  if (!device_ids_.defined() || device_ids_.numel() < gamma ||
-      device_ids_.device() != draft_->device()) {
-    device_ids_ = at::empty({std::max<int64_t>(gamma, 8)},
-                            at::TensorOptions(at::kLong).device(draft_->device()));
-  }
-  for (int64_t i = 0; i < gamma; ++i) {
-    at::Tensor slot = device_ids_.narrow(0, i, 1);
-    at::argmax_out(slot, out.logits.view({vocab}), 0, /*keepdim=*/true);  // lowest id on ties
-    if (i + 1 < gamma) out = draft_->Forward(slot.view({1, 1}), cache_);
-  }
-  const at::Tensor ids = CopyToHost(device_ids_.narrow(0, 0, gamma));  // the step's one copy
+  const at::Tensor ids = GreedyChainOnDevice(*draft_, cache_, std::move(out), gamma, device_ids_);
   const int64_t* t = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < gamma; ++i)
     tree.AddNode(static_cast<int32_t>(t[i]), static_cast<int32_t>(i) - 1);
