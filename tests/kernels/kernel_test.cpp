@@ -524,23 +524,32 @@ at::Tensor NaiveCompact(const at::Tensor& storage, int64_t committed, const at::
   return expected;
 }
 
-TEST(KvCompact, CpuMatchesIndexSelectOnGrid) {
-  std::mt19937_64 rng(33);
-  at::manual_seed(33);
+// Runs `check` on a random compaction case (seeded `seed`, for rng and ATen) of every batch in
+// kBatches, node count in kNodes, dtype float32 / bfloat16 and head_dim in `head_dims`.
+void ForEachCompactCase(uint64_t seed, const std::vector<int64_t>& head_dims,
+                        const std::function<void(CompactCase&, int64_t n)>& check) {
+  std::mt19937_64 rng(seed);
+  at::manual_seed(seed);
   for (int64_t batch : kBatches) {
     for (int64_t n : kNodes) {
       for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-        for (int64_t head_dim : {8, 5}) {
+        for (int64_t head_dim : head_dims) {
           SCOPED_TRACE(Where(batch, n, 0, 0) + " dtype=" + std::string(c10::toString(dtype)) +
                        " head_dim=" + std::to_string(head_dim));
           CompactCase c = RandomCompactCase(rng, batch, n, dtype, head_dim);
-          const at::Tensor expected = NaiveCompact(c.storage, c.committed, c.indices);
-          CompactKvCache(c.storage, c.committed, c.indices);
-          EXPECT_TRUE(at::equal(c.storage, expected));
+          check(c, n);
         }
       }
     }
   }
+}
+
+TEST(KvCompact, CpuMatchesIndexSelectOnGrid) {
+  ForEachCompactCase(33, {8, 5}, [](CompactCase& c, int64_t) {
+    const at::Tensor expected = NaiveCompact(c.storage, c.committed, c.indices);
+    CompactKvCache(c.storage, c.committed, c.indices);
+    EXPECT_TRUE(at::equal(c.storage, expected));
+  });
 }
 
 TEST(KvCompact, OverlappingMovesKeepOrder) {
@@ -905,25 +914,14 @@ TEST(GreedyVerifyCuda, ArgmaxEdgeRowsMatchCpu) {
 
 TEST(KvCompactCuda, MatchesCpuReferenceOnGrid) {
   SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
-  std::mt19937_64 rng(333);
-  at::manual_seed(333);
-  for (int64_t batch : kBatches) {
-    for (int64_t n : kNodes) {
-      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-        for (int64_t head_dim : {64, 5}) {
-          SCOPED_TRACE(Where(batch, n, 0, 0) + " dtype=" + std::string(c10::toString(dtype)) +
-                       " head_dim=" + std::to_string(head_dim));
-          CompactCase c = RandomCompactCase(rng, batch, n, dtype, head_dim);
-          at::Tensor gpu = c.storage.to(at::kCUDA);
-          CompactKvCache(c.storage, c.committed, c.indices);
-          // Indices from the host and from the device must both work.
-          const at::Tensor idx = n % 2 ? c.indices : c.indices.to(at::kCUDA);
-          CompactKvCache(gpu, c.committed, idx);
-          EXPECT_TRUE(at::equal(gpu.cpu(), c.storage));
-        }
-      }
-    }
-  }
+  ForEachCompactCase(333, {64, 5}, [](CompactCase& c, int64_t n) {
+    at::Tensor gpu = c.storage.to(at::kCUDA);
+    CompactKvCache(c.storage, c.committed, c.indices);
+    // Indices from the host and from the device must both work.
+    const at::Tensor idx = n % 2 ? c.indices : c.indices.to(at::kCUDA);
+    CompactKvCache(gpu, c.committed, idx);
+    EXPECT_TRUE(at::equal(gpu.cpu(), c.storage));
+  });
 }
 
 TEST(RejectionStepCuda, MatchesCpuReference) {

@@ -22,6 +22,7 @@
 #include "methods/dflash/dflash_head.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/dflash/trainable_dflash.h"
+#include "tests/methods/train_smoke_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -243,41 +244,22 @@ TEST(DflashAnchorsTest, DistinctSortedSupervisedAndSeeded) {
 TEST(DflashTrainerTest, TrainsResumesAndWritesThePublishedLayout) {
   at::set_num_threads(1);
   const std::string dir = testing_util::ScratchDir("dflash_trainer_" + TestName());
-  RegenConfig rc;
-  rc.prompts = "bos";
-  rc.n_sequences = 24;
-  rc.max_new_tokens = 40;
-  rc.seed = 3;
-  WriteRegenData(dir + "/data.regen.safetensors", GenerateRegenData(rc, false));
+  const std::string data = testing_util::WriteSmokeRegenData(dir);
 
   for (const std::string variant : {"dflash", "jetspec"}) {
     DflashTrainConfig c = DefaultDflashTrainConfig(variant);
-    c.data = dir + "/data.regen.safetensors";
     c.block_size = 6;
     c.layers = 1;
     c.anchors = 6;
-    c.max_len = 32;
-    c.n_eval = 4;
-    c.optim.steps = 30;
-    c.optim.batch = 4;
-    c.optim.warmup = 3;
-    c.optim.lr = 1e-2;
-    c.optim.checkpoint_every = 10;
-    c.optim.eval_every = 0;
-    TrainLoopOptions quiet;
-    quiet.verbose = false;
+    testing_util::UseSmokeSetting(data, c);
     const std::string out = dir + "/" + variant;
-    const DflashTrainResult full = TrainDflash(c, out + "_full", quiet);
-    ASSERT_TRUE(full.loop.finished);
-    EXPECT_LT(full.loop.final_loss, 0.8 * full.loop.first_loss) << variant;
+    DflashTrainResult full;
+    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<DflashTrainResult>(
+        [&](const std::string& o, const TrainLoopOptions& options) {
+          return TrainDflash(c, o, options);
+        },
+        out + "_", variant, &full));
     EXPECT_EQ(full.target_layers, (std::vector<int64_t>{2}));  // one draft layer: L / 2
-
-    TrainLoopOptions stop = quiet;
-    stop.stop_after = 14;
-    EXPECT_FALSE(TrainDflash(c, out + "_split", stop).loop.finished);
-    const DflashTrainResult resumed = TrainDflash(c, out + "_split", quiet);
-    ASSERT_TRUE(resumed.loop.finished);
-    EXPECT_EQ(resumed.loop.eval.loss, full.loop.eval.loss);
 
     const DflashCheckpoint a = LoadDflashCheckpoint(out + "_full");
     const DflashCheckpoint b = LoadDflashCheckpoint(out + "_split");
@@ -291,8 +273,7 @@ TEST(DflashTrainerTest, TrainsResumesAndWritesThePublishedLayout) {
   DflashTrainConfig bad = DefaultDflashTrainConfig("dflash");
   bad.data = dir + "/data.regen.safetensors";
   bad.target_layers = {1, 9};
-  TrainLoopOptions quiet;
-  quiet.verbose = false;
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
   EXPECT_THROW(TrainDflash(bad, dir + "/bad", quiet), Error);
   bad.target_layers = {};
   bad.mask_token = 512;

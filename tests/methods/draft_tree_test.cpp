@@ -697,57 +697,85 @@ void CheckBestFirstAgainstBruteForce(const std::vector<float>& logp,
   }
 }
 
-TEST(BestFirstTree, EqualsBruteForceTopBudgetPrefixes) {
-  std::mt19937_64 rng(20260501);
-  int cases = 0;
+// One randomized builder case: D x K log-prob rows (each sorted descending), their tokens and a
+// node budget; total = the nodes of the full K-ary tree of depth D.
+struct BuilderCase {
+  int64_t D, K;
+  int ties;
+  std::vector<float> logp;
+  std::vector<int32_t> tokens;
+  int64_t budget, total;
+};
+
+// Runs `check` for D, K in [1, 4], ties 0 (continuous log-probs), 1 (values in {0, -0.5, -1,
+// -1.5}: many exact ties) and 2 (every log-prob 0: everything ties; order decided by depth,
+// parent, rank), and budgets 0, 1, 2, 5, total / 2, total - 1, total, total + 3; drawn from
+// `seed`. Token [d, r] is 100 d plus a random draw below 100 (`random_tokens`) or r (distinct
+// per depth).
+void ForEachBuilderCase(uint64_t seed, bool random_tokens,
+                        const std::function<void(const BuilderCase&)>& check) {
+  std::mt19937_64 rng(seed);
   for (int64_t D = 1; D <= 4; ++D) {
     for (int64_t K = 1; K <= 4; ++K) {
       for (int ties = 0; ties < 3; ++ties) {
-        std::vector<float> logp(D * K);
-        std::vector<int32_t> tokens(D * K);
+        BuilderCase c{D, K, ties, std::vector<float>(D * K), std::vector<int32_t>(D * K), 0, 0};
         for (int64_t d = 0; d < D; ++d) {
           for (int64_t r = 0; r < K; ++r) {
-            // ties 0: continuous values; 1: values in {0, -0.5, -1, -1.5} (many exact ties);
-            // 2: every log-prob 0 (everything ties; order decided by depth, parent, rank).
             const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-            logp[d * K + r] = ties == 0   ? static_cast<float>(-4.0 * u)
-                              : ties == 1 ? -0.5f * static_cast<float>(rng() % 4)
-                                          : 0.f;
-            tokens[d * K + r] = static_cast<int32_t>(100 * d + (rng() % 100));
+            c.logp[d * K + r] = ties == 0   ? static_cast<float>(-4.0 * u)
+                                : ties == 1 ? -0.5f * static_cast<float>(rng() % 4)
+                                            : 0.f;
+            c.tokens[d * K + r] = static_cast<int32_t>(
+                100 * d + (random_tokens ? static_cast<int64_t>(rng() % 100) : r));
           }
-          std::sort(logp.begin() + d * K, logp.begin() + (d + 1) * K, std::greater<float>());
+          std::sort(c.logp.begin() + d * K, c.logp.begin() + (d + 1) * K, std::greater<float>());
         }
-        int64_t total = 0, layer = 1;
-        for (int64_t d = 0; d < D; ++d) total += (layer *= K);
-        for (int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, total / 2, total - 1,
-                               total, total + 3}) {
+        int64_t layer = 1;
+        for (int64_t d = 0; d < D; ++d) c.total += (layer *= K);
+        for (int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, c.total / 2,
+                               c.total - 1, c.total, c.total + 3}) {
           if (budget < 0) continue;
-          CheckBestFirstAgainstBruteForce(logp, tokens, D, K, budget);
-          ++cases;
+          SCOPED_TRACE(testing::Message()
+                       << "D " << D << " K " << K << " ties " << ties << " budget " << budget);
+          c.budget = budget;
+          check(c);
         }
       }
     }
   }
+}
+
+TEST(BestFirstTree, EqualsBruteForceTopBudgetPrefixes) {
+  int cases = 0;
+  ForEachBuilderCase(20260501, /*random_tokens=*/true, [&](const BuilderCase& c) {
+    CheckBestFirstAgainstBruteForce(c.logp, c.tokens, c.D, c.K, c.budget);
+    ++cases;
+  });
   EXPECT_EQ(cases, 4 * 4 * 3 * 8);
 }
 
-TEST(BestFirstTree, BadInputsAreErrors) {
+// A one-shot tree builder: (logp, tokens, D, K, budget, tree).
+using TreeBuilderFn = void (*)(const float*, const int32_t*, int64_t, int64_t, int64_t, DraftTree&);
+
+// The input errors every one-shot builder reports on D = K = 2 rows: an unsorted logp row (with
+// `unsorted_message`), a positive logp, a negative token, D = 0 and a negative budget.
+void ExpectBuilderInputErrors(TreeBuilderFn build, const std::string& unsorted_message) {
   DraftTree tree;
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
   const std::vector<float> unsorted = {-1.f, -0.5f, -0.1f, -0.2f};
-  ExpectError([&] { BuildBestFirstTree(unsorted.data(), tokens.data(), 2, 2, 3, tree); },
-              {"logp row 0 is not sorted"});
+  ExpectError([&] { build(unsorted.data(), tokens.data(), 2, 2, 3, tree); }, {unsorted_message});
   const std::vector<float> positive = {0.5f, -1.f, -0.1f, -0.2f};
-  ExpectError([&] { BuildBestFirstTree(positive.data(), tokens.data(), 2, 2, 3, tree); },
+  ExpectError([&] { build(positive.data(), tokens.data(), 2, 2, 3, tree); },
               {"logp[0, 0] = 0.5", "not a log-probability"});
   const std::vector<float> good = {-0.1f, -1.f, -0.1f, -0.2f};
   const std::vector<int32_t> negative = {1, 2, -3, 4};
-  ExpectError([&] { BuildBestFirstTree(good.data(), negative.data(), 2, 2, 3, tree); },
-              {"tokens[1, 0] = -3"});
-  ExpectError([&] { BuildBestFirstTree(good.data(), tokens.data(), 0, 2, 3, tree); },
-              {"depth D must be >= 1"});
-  ExpectError([&] { BuildBestFirstTree(good.data(), tokens.data(), 2, 2, -1, tree); },
-              {"budget must be >= 0"});
+  ExpectError([&] { build(good.data(), negative.data(), 2, 2, 3, tree); }, {"tokens[1, 0] = -3"});
+  ExpectError([&] { build(good.data(), tokens.data(), 0, 2, 3, tree); }, {"depth D must be >= 1"});
+  ExpectError([&] { build(good.data(), tokens.data(), 2, 2, -1, tree); }, {"budget must be >= 0"});
+}
+
+TEST(BestFirstTree, BadInputsAreErrors) {
+  ExpectBuilderInputErrors(BuildBestFirstTree, "logp row 0 is not sorted");
 }
 
 TEST(BestFirstTree, LargeBudgetIsExactAndOrderedByScore) {
@@ -878,74 +906,48 @@ DraftTree ReferenceGroupExpand(const std::vector<float>& logp, const std::vector
 }
 
 TEST(GroupExpandTree, MatchesReferenceAndIsDominatedByDdtree) {
-  std::mt19937_64 rng(20260502);
   int cases = 0;
   GroupExpandTreeBuilder builder;  // reused across every case
-  for (int64_t D = 1; D <= 4; ++D) {
-    for (int64_t K = 1; K <= 4; ++K) {
-      for (int ties = 0; ties < 3; ++ties) {
-        std::vector<float> logp(D * K);
-        std::vector<int32_t> tokens(D * K);
-        for (int64_t d = 0; d < D; ++d) {
-          for (int64_t r = 0; r < K; ++r) {
-            // ties 0: continuous; 1: values in {0, -0.5, -1, -1.5}; 2: all 0.
-            const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-            logp[d * K + r] = ties == 0   ? static_cast<float>(-4.0 * u)
-                              : ties == 1 ? -0.5f * static_cast<float>(rng() % 4)
-                                          : 0.f;
-            tokens[d * K + r] = static_cast<int32_t>(100 * d + r);  // distinct per depth
-          }
-          std::sort(logp.begin() + d * K, logp.begin() + (d + 1) * K, std::greater<float>());
-        }
-        int64_t total = 0, layer = 1;
-        for (int64_t d = 0; d < D; ++d) total += (layer *= K);
-        for (int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, total / 2, total - 1,
-                               total, total + 3}) {
-          if (budget < 0) continue;
-          SCOPED_TRACE(testing::Message()
-                       << "D " << D << " K " << K << " ties " << ties << " budget " << budget);
-          DraftTree tree;
-          builder.Build(logp.data(), tokens.data(), D, K, budget, tree);
-          const DraftTree want = ReferenceGroupExpand(logp, tokens, D, K, budget);
-          EXPECT_EQ(tree.token, want.token);
-          EXPECT_EQ(tree.parent, want.parent);
-          EXPECT_EQ(tree.draft_logp, want.draft_logp);
-          // Budget respected exactly, prefix-closed (parents first), depth <= D, width <= K,
-          // siblings distinct.
-          ASSERT_EQ(tree.size(), std::min(budget, total));
-          tree.Validate(1000);
-          std::vector<int32_t> first_child, next_sibling;
-          ChildrenLists(tree, first_child, next_sibling);
-          for (int64_t slot = 0; slot <= tree.size(); ++slot) {
-            int64_t children = 0;
-            std::vector<int32_t> seen;
-            for (int32_t c = first_child[slot]; c >= 0; c = next_sibling[c]) {
-              ++children;
-              EXPECT_EQ(std::count(seen.begin(), seen.end(), tree.token[c]), 0);
-              seen.push_back(tree.token[c]);
-            }
-            EXPECT_LE(children, K);
-          }
-          for (int32_t i = 0; i < tree.size(); ++i) {
-            EXPECT_LE(tree.depth[i], D);
-            const float parent = tree.parent[i] < 0 ? 0.f : builder.node_scores()[tree.parent[i]];
-            EXPECT_EQ(builder.node_scores()[i], parent + tree.draft_logp[i]);
-          }
-          // DDTree keeps the top-budget prefixes, so its i-th best score is at least the
-          // group-expansion tree's i-th best (same size, both prefix sets of the same inputs).
-          BestFirstTreeBuilder ddtree;
-          DraftTree dd;
-          ddtree.Build(logp.data(), tokens.data(), D, K, budget, dd);
-          ASSERT_EQ(dd.size(), tree.size());
-          std::vector<float> a = ddtree.node_scores(), b = builder.node_scores();
-          std::sort(a.begin(), a.end(), std::greater<float>());
-          std::sort(b.begin(), b.end(), std::greater<float>());
-          for (size_t i = 0; i < a.size(); ++i) EXPECT_GE(a[i], b[i]) << "rank " << i;
-          ++cases;
-        }
+  ForEachBuilderCase(20260502, /*random_tokens=*/false, [&](const BuilderCase& c) {
+    DraftTree tree;
+    builder.Build(c.logp.data(), c.tokens.data(), c.D, c.K, c.budget, tree);
+    const DraftTree want = ReferenceGroupExpand(c.logp, c.tokens, c.D, c.K, c.budget);
+    EXPECT_EQ(tree.token, want.token);
+    EXPECT_EQ(tree.parent, want.parent);
+    EXPECT_EQ(tree.draft_logp, want.draft_logp);
+    // Budget respected exactly, prefix-closed (parents first), depth <= D, width <= K,
+    // siblings distinct.
+    ASSERT_EQ(tree.size(), std::min(c.budget, c.total));
+    tree.Validate(1000);
+    std::vector<int32_t> first_child, next_sibling;
+    ChildrenLists(tree, first_child, next_sibling);
+    for (int64_t slot = 0; slot <= tree.size(); ++slot) {
+      int64_t children = 0;
+      std::vector<int32_t> seen;
+      for (int32_t child = first_child[slot]; child >= 0; child = next_sibling[child]) {
+        ++children;
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), tree.token[child]), 0);
+        seen.push_back(tree.token[child]);
       }
+      EXPECT_LE(children, c.K);
     }
-  }
+    for (int32_t i = 0; i < tree.size(); ++i) {
+      EXPECT_LE(tree.depth[i], c.D);
+      const float parent = tree.parent[i] < 0 ? 0.f : builder.node_scores()[tree.parent[i]];
+      EXPECT_EQ(builder.node_scores()[i], parent + tree.draft_logp[i]);
+    }
+    // DDTree keeps the top-budget prefixes, so its i-th best score is at least the
+    // group-expansion tree's i-th best (same size, both prefix sets of the same inputs).
+    BestFirstTreeBuilder ddtree;
+    DraftTree dd;
+    ddtree.Build(c.logp.data(), c.tokens.data(), c.D, c.K, c.budget, dd);
+    ASSERT_EQ(dd.size(), tree.size());
+    std::vector<float> a = ddtree.node_scores(), b = builder.node_scores();
+    std::sort(a.begin(), a.end(), std::greater<float>());
+    std::sort(b.begin(), b.end(), std::greater<float>());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_GE(a[i], b[i]) << "rank " << i;
+    ++cases;
+  });
   EXPECT_EQ(cases, 4 * 4 * 3 * 8);
 }
 
@@ -1016,24 +1018,12 @@ TEST(GroupExpandTree, LowProbabilitySiblingsUseBudget) {
 }
 
 TEST(GroupExpandTree, BadInputsAreErrors) {
+  ExpectBuilderInputErrors(BuildGroupExpandTree, "group-expand tree: logp row 0 is not sorted");
   DraftTree tree;
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
-  const std::vector<float> unsorted = {-1.f, -0.5f, -0.1f, -0.2f};
-  ExpectError([&] { BuildGroupExpandTree(unsorted.data(), tokens.data(), 2, 2, 3, tree); },
-              {"group-expand tree: logp row 0 is not sorted"});
-  const std::vector<float> positive = {0.5f, -1.f, -0.1f, -0.2f};
-  ExpectError([&] { BuildGroupExpandTree(positive.data(), tokens.data(), 2, 2, 3, tree); },
-              {"logp[0, 0] = 0.5", "not a log-probability"});
   const std::vector<float> good = {-0.1f, -1.f, -0.1f, -0.2f};
-  const std::vector<int32_t> negative = {1, 2, -3, 4};
-  ExpectError([&] { BuildGroupExpandTree(good.data(), negative.data(), 2, 2, 3, tree); },
-              {"tokens[1, 0] = -3"});
-  ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 0, 2, 3, tree); },
-              {"depth D must be >= 1"});
   ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 2, 0, 3, tree); },
               {"top-K must be >= 1"});
-  ExpectError([&] { BuildGroupExpandTree(good.data(), tokens.data(), 2, 2, -1, tree); },
-              {"budget must be >= 0"});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include "methods/eagle3/eagle3_head.h"
 #include "methods/eagle3/eagle3_trainer.h"
 #include "methods/eagle3/trainable_eagle3.h"
+#include "tests/methods/train_smoke_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -162,41 +163,19 @@ TEST(TrainableEagle3Test, TttLossMatchesPlainLoops) {
 TEST(Eagle3TrainerTest, TrainsResumesAndWritesThePublishedLayout) {
   at::set_num_threads(1);
   const std::string dir = testing_util::ScratchDir("eagle3_trainer_" + TestName());
-  RegenConfig rc;
-  rc.prompts = "bos";
-  rc.n_sequences = 24;
-  rc.max_new_tokens = 40;
-  rc.seed = 3;
-  WriteRegenData(dir + "/data.regen.safetensors", GenerateRegenData(rc, false));
-
   Eagle3TrainConfig c;
-  c.data = dir + "/data.regen.safetensors";
   c.aux_layers = {1, 3, 5};
   c.draft_vocab = 60;
   c.ttt_steps = 3;
-  c.max_len = 32;
-  c.n_eval = 4;
   c.optim = DefaultEagle3Optim();
-  c.optim.steps = 30;
-  c.optim.batch = 4;
-  c.optim.warmup = 3;
-  c.optim.lr = 1e-2;
-  c.optim.checkpoint_every = 10;
-  c.optim.eval_every = 0;
-  TrainLoopOptions quiet;
-  quiet.verbose = false;
-  const Eagle3TrainResult full = TrainEagle3(c, dir + "/full", quiet);
-  ASSERT_TRUE(full.loop.finished);
-  EXPECT_LT(full.loop.final_loss, 0.8 * full.loop.first_loss);
+  testing_util::UseSmokeSetting(testing_util::WriteSmokeRegenData(dir), c);
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
+  Eagle3TrainResult full;
+  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<Eagle3TrainResult>(
+      [&](const std::string& out, const TrainLoopOptions& o) { return TrainEagle3(c, out, o); },
+      dir + "/", "eagle3", &full));
   EXPECT_GT(full.draft_vocab_coverage, 0.7);
   EXPECT_LT(full.draft_vocab_coverage, 1.0);
-
-  TrainLoopOptions stop = quiet;
-  stop.stop_after = 14;
-  EXPECT_FALSE(TrainEagle3(c, dir + "/split", stop).loop.finished);
-  const Eagle3TrainResult resumed = TrainEagle3(c, dir + "/split", quiet);
-  ASSERT_TRUE(resumed.loop.finished);
-  EXPECT_EQ(resumed.loop.eval.loss, full.loop.eval.loss);
 
   const Eagle3Checkpoint a = LoadEagle3Checkpoint(dir + "/full");
   const Eagle3Checkpoint b = LoadEagle3Checkpoint(dir + "/split");

@@ -24,6 +24,7 @@
 #include "methods/method_registry.h"
 #include "models/checkpoint/safetensors.h"
 #include "tests/methods/lookup_test_util.h"
+#include "tests/methods/train_smoke_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -146,35 +147,15 @@ TEST(RankChoices, MedusaFormatParsesSortsAndRefusesBadTrees) {
 TEST(MedusaTrainer, LossGoesDownResumesExactlyAndTheHeadsDraft) {
   at::set_num_threads(1);
   const std::string dir = testing_util::ScratchDir("medusa_trainer");
-  RegenConfig rc;
-  rc.prompts = "bos";
-  rc.n_sequences = 24;
-  rc.max_new_tokens = 40;
-  rc.seed = 3;
-  WriteRegenData(dir + "/data.regen.safetensors", GenerateRegenData(rc, false));
   MedusaTrainConfig c;
-  c.data = dir + "/data.regen.safetensors";
   c.num_heads = 3;
-  c.max_len = 32;
-  c.n_eval = 4;
   c.optim = DefaultMedusaOptim();
-  c.optim.steps = 30;
-  c.optim.batch = 4;
-  c.optim.warmup = 3;
-  c.optim.lr = 1e-2;
-  c.optim.checkpoint_every = 10;
-  c.optim.eval_every = 0;
-  TrainLoopOptions quiet;
-  quiet.verbose = false;
-  const MedusaTrainResult full = TrainMedusa(c, dir + "/full", quiet);
-  ASSERT_TRUE(full.loop.finished);
-  EXPECT_LT(full.loop.final_loss, 0.8 * full.loop.first_loss);
-  TrainLoopOptions stop = quiet;
-  stop.stop_after = 14;
-  EXPECT_FALSE(TrainMedusa(c, dir + "/split", stop).loop.finished);
-  const MedusaTrainResult resumed = TrainMedusa(c, dir + "/split", quiet);
-  ASSERT_TRUE(resumed.loop.finished);
-  EXPECT_EQ(resumed.loop.eval.loss, full.loop.eval.loss);
+  testing_util::UseSmokeSetting(testing_util::WriteSmokeRegenData(dir), c);
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
+  MedusaTrainResult full;
+  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<MedusaTrainResult>(
+      [&](const std::string& out, const TrainLoopOptions& o) { return TrainMedusa(c, out, o); },
+      dir + "/", "medusa", &full));
   EXPECT_TRUE(fs::exists(dir + "/full/medusa_lm_head.safetensors"));
   EXPECT_THROW(
       {

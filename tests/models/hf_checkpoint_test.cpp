@@ -160,6 +160,17 @@ TEST(HfCheckpoint, SwitchingLayoutRemovesTheStaleOne) {
 
 // ---- Fused layout ---------------------------------------------------------------------------
 
+// Rows [0, q), [q, q + kv) and [q + kv, q + 2 kv) of `fused` are the q, k and v projections'
+// `suffix` ("weight" or "bias") of the layer whose tensors start with `prefix`.
+template <typename TensorMap>
+void ExpectFusedQkv(const at::Tensor& fused, const TensorMap& t, const std::string& prefix,
+                    const std::string& suffix, int64_t q, int64_t kv) {
+  EXPECT_TRUE(at::equal(fused.slice(0, 0, q), t.at(prefix + "self_attn.q_proj." + suffix)));
+  EXPECT_TRUE(at::equal(fused.slice(0, q, q + kv), t.at(prefix + "self_attn.k_proj." + suffix)));
+  EXPECT_TRUE(
+      at::equal(fused.slice(0, q + kv, q + 2 * kv), t.at(prefix + "self_attn.v_proj." + suffix)));
+}
+
 TEST(WeightsFromHf, FusedRowsAreWhereTheHeaderSays) {
   for (const LlamaConfig& c : {SmallLlama3Config(), SmallQwen2Config(), SmallQwen3Config()}) {
     SCOPED_TRACE(c.architecture);
@@ -178,17 +189,9 @@ TEST(WeightsFromHf, FusedRowsAreWhereTheHeaderSays) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       const LlamaLayerWeights& l = w.layers[i];
       EXPECT_TRUE(at::equal(l.attn_norm, t.at(p + "input_layernorm.weight")));
-      EXPECT_TRUE(at::equal(l.wqkv.slice(0, 0, q), t.at(p + "self_attn.q_proj.weight")));
-      EXPECT_TRUE(at::equal(l.wqkv.slice(0, q, q + kv), t.at(p + "self_attn.k_proj.weight")));
-      EXPECT_TRUE(
-          at::equal(l.wqkv.slice(0, q + kv, q + 2 * kv), t.at(p + "self_attn.v_proj.weight")));
+      ExpectFusedQkv(l.wqkv, t, p, "weight", q, kv);
       EXPECT_EQ(l.bqkv.defined(), c.qkv_bias);
-      if (c.qkv_bias) {
-        EXPECT_TRUE(at::equal(l.bqkv.slice(0, 0, q), t.at(p + "self_attn.q_proj.bias")));
-        EXPECT_TRUE(at::equal(l.bqkv.slice(0, q, q + kv), t.at(p + "self_attn.k_proj.bias")));
-        EXPECT_TRUE(
-            at::equal(l.bqkv.slice(0, q + kv, q + 2 * kv), t.at(p + "self_attn.v_proj.bias")));
-      }
+      if (c.qkv_bias) ExpectFusedQkv(l.bqkv, t, p, "bias", q, kv);
       EXPECT_EQ(l.q_norm.defined(), c.qk_norm);
       if (c.qk_norm) {
         EXPECT_TRUE(at::equal(l.q_norm, t.at(p + "self_attn.q_norm.weight")));

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -276,50 +277,48 @@ TEST(DraftLmTrainerTest, DifferentSettingsInOutDirFailNamingTheSetting) {
   stop.stop_after = 2;
   TrainDraftLm(c, out, stop);
 
-  DraftLmTrainConfig other = c;
-  other.dim = 24;
-  other.n_heads = 2;
-  std::string msg = TrainError(other, out, Quiet());
+  // The error of training `c` edited by `edit` into `out` with `options` ("" if none).
+  auto error_with = [&](const std::function<void(DraftLmTrainConfig&)>& edit,
+                        const DraftLmTrainOptions& options = Quiet()) {
+    DraftLmTrainConfig other = c;
+    edit(other);
+    return TrainError(other, out, options);
+  };
+  auto wider = [](DraftLmTrainConfig& o) {
+    o.dim = 24;
+    o.n_heads = 2;
+  };
+  std::string msg = error_with(wider);
   EXPECT_NE(msg.find("'dim' (--dim) is 16 there but 24 now"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--restart"), std::string::npos) << msg;
-
-  other = c;
-  other.optim.steps = 30;
-  msg = TrainError(other, out, Quiet());
+  msg = error_with([](DraftLmTrainConfig& o) { o.optim.steps = 30; });
   EXPECT_NE(msg.find("'steps' (--steps)"), std::string::npos) << msg;
-
-  other = c;
-  other.temperature = 0.5;
-  msg = TrainError(other, out, Quiet());
+  msg = error_with([](DraftLmTrainConfig& o) { o.temperature = 0.5; });
   EXPECT_NE(msg.find("'temperature'"), std::string::npos) << msg;
 
   // Bookkeeping knobs are not part of the run identity.
-  other = c;
-  other.optim.checkpoint_every = 3;
-  other.optim.log_every = 1;
   stop.stop_after = 4;
-  EXPECT_EQ(TrainError(other, out, stop), "");
+  EXPECT_EQ(error_with(
+                [](DraftLmTrainConfig& o) {
+                  o.optim.checkpoint_every = 3;
+                  o.optim.log_every = 1;
+                },
+                stop),
+            "");
 
   // --restart discards the old run.
-  other = c;
-  other.dim = 24;
-  other.n_heads = 2;
   DraftLmTrainOptions restart = stop;
   restart.restart = true;
-  EXPECT_EQ(TrainError(other, out, restart), "");
+  EXPECT_EQ(error_with(wider, restart), "");
 
   // --resume needs a run; impossible knobs are rejected before any work.
   DraftLmTrainOptions resume = Quiet();
   resume.resume = true;
   msg = TrainError(c, Scratch() + "/empty", resume);
   EXPECT_NE(msg.find("holds no train state"), std::string::npos) << msg;
-  other = c;
-  other.optim.batch = 100;
-  msg = TrainError(other, out, Quiet());
+  msg = error_with([](DraftLmTrainConfig& o) { o.optim.batch = 100; });
   EXPECT_NE(msg.find("--batch"), std::string::npos) << msg;
-  other = c;
-  other.seq_len = 1000;
-  msg = TrainError(other, out, Quiet());
+  msg = error_with([](DraftLmTrainConfig& o) { o.seq_len = 1000; });
   EXPECT_NE(msg.find("max_seq_len 512"), std::string::npos) << msg;
 }
 
