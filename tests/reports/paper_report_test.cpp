@@ -38,6 +38,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::ErrorOf;
 using testing::FreshDbPath;
+using testing::ImageSources;
+using testing::IsPngFile;
 using testing::WritePaperDb;
 
 std::string FreshDir(const std::string& name) {
@@ -336,23 +338,6 @@ TEST(PaperReference, ErrorsNameTheFileAndField) {
   const std::string out = dir + "/out";
   EXPECT_CONTAINS(ErrorOf([&] { WriteReport(db, out, Options("", {dir + "/nope.json"})); }),
                   dir + "/nope.json");
-}
-
-bool IsPngFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char head[8] = {};
-  if (!in.read(head, 8)) return false;
-  return std::string(head, 8) == std::string("\x89PNG\r\n\x1a\n", 8) && fs::file_size(path) > 8;
-}
-
-std::vector<std::string> ImageSources(const std::string& html) {
-  std::vector<std::string> out;
-  const std::regex img("<img src=\"([^\"]+)\"");
-  for (auto it = std::sregex_iterator(html.begin(), html.end(), img); it != std::sregex_iterator();
-       ++it) {
-    out.push_back((*it)[1]);
-  }
-  return out;
 }
 
 // Writes the report of the paper database with the reference named in the run config (relative

@@ -29,6 +29,8 @@ namespace fs = std::filesystem;
 using testing::ErrorOf;
 using testing::FreshDbPath;
 using testing::HasGnuplot;
+using testing::ImageSources;
+using testing::IsPngFile;
 using testing::QuietReportOptions;
 using testing::WriteSyntheticDb;
 
@@ -231,24 +233,6 @@ TEST(ReportTables, HideConstantColumnsKeepsNonHideableColumns) {
   ASSERT_EQ(h.constants.size(), 1u);
   EXPECT_EQ(h.constants[0], std::make_pair(std::string("a"), std::string("x")));
   EXPECT_EQ(h.rows[1], (std::vector<std::string>{"2", "5"}));
-}
-
-// Every <img src="..."> of the HTML, in order.
-std::vector<std::string> ImageSources(const std::string& html) {
-  std::vector<std::string> out;
-  const std::regex img("<img src=\"([^\"]+)\"");
-  for (auto it = std::sregex_iterator(html.begin(), html.end(), img); it != std::sregex_iterator();
-       ++it) {
-    out.push_back((*it)[1]);
-  }
-  return out;
-}
-
-bool IsPngFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char head[8] = {};
-  if (!in.read(head, 8)) return false;
-  return std::string(head, 8) == std::string("\x89PNG\r\n\x1a\n", 8) && fs::file_size(path) > 8;
 }
 
 TEST(WriteReport, WritesTablesAndValidPlots) {
