@@ -42,15 +42,11 @@ using testing_util::DflashContextFor;
 using testing_util::DflashHeadConfig;
 using testing_util::WriteDflashHead;
 
-// Noise of the nudged stories260K head (times each matrix's RMS): tau about 1.5-2, so steps
-// accept all, part or none of their drafts.
-constexpr double kNudge = 0.3;
-
 TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   at::set_num_threads(1);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  const std::string dir = testing_util::WriteNudgedStoriesHead("stories260K-dflash", 6, kNudge, 3,
-                                                               "dflash_drafter_stories");
+  const std::string dir = testing_util::WriteNudgedStoriesHead(
+      "stories260K-dflash", 6, testing_util::kNudge, 3, "dflash_drafter_stories");
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   MethodContext context = DflashContextFor(target);

@@ -27,6 +27,10 @@
 namespace specbed {
 namespace testing_util {
 
+// Noise of the nudged stories260K heads (WriteNudgedStoriesHead; times each matrix's RMS): tau
+// about 1.5-2, so steps accept all, part or none of their drafts.
+constexpr double kNudge = 0.3;
+
 // A method context for `target`; drafters named by registry name load (cached) in float32.
 inline MethodContext DflashContextFor(LoadedTarget& target) {
   return CachingContextFor(target);

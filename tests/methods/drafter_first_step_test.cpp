@@ -30,6 +30,7 @@
 #include "methods/method_registry.h"
 #include "models/model_registry.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -115,12 +116,7 @@ TEST(DrafterPrefill, TimedOnTheFirstStepInsideItsDraftTime) {
   const std::vector<int32_t> prompt = StoryPrompt();
   for (const std::string& method : kLazyDrafters) {
     std::unique_ptr<Decoder> decoder = Shared().Build(method);
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 32, {});
-    KvCache cache = target.model->NewCache(
-        1, CacheLengthFor(*target.model, static_cast<int64_t>(prompt.size()), 32, *decoder));
-    DecodeResult r;
-    decoder->Generate(prompt, g, cache, r);
+    const DecodeResult r = testing_util::DecodeIds(target, *decoder, prompt, 32);
     ASSERT_GE(r.steps.size(), 2u) << method;
     EXPECT_GT(r.steps[0].t_draft_prefill_us, 0) << method;
     EXPECT_LE(r.steps[0].t_draft_prefill_us, r.steps[0].t_draft_us) << method;

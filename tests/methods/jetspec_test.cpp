@@ -46,9 +46,6 @@ using testing_util::DflashContextFor;
 using testing_util::DflashHeadConfig;
 using testing_util::WriteDflashHead;
 
-// Noise of the nudged stories260K heads (times each matrix's RMS; dflash_test_util.h).
-constexpr double kNudge = 0.3;
-
 // K + K^2 + ... + K^D.
 int64_t FullTreeSize(int64_t K, int64_t D) {
   int64_t total = 0, layer = 1;
@@ -105,9 +102,9 @@ class JetspecStories : public ::testing::Test {
     target_ = new LoadedTarget(LoadModel("stories260K", at::kFloat));
     // Nudged shipped heads (dflash_test_util.h): they accept some drafts and reject others.
     causal_dir_ = new std::string(testing_util::WriteNudgedStoriesHead(
-        "stories260K-jetspec", 6, kNudge, 5, "jetspec_stories_causal"));
+        "stories260K-jetspec", 6, testing_util::kNudge, 5, "jetspec_stories_causal"));
     bidir_dir_ = new std::string(testing_util::WriteNudgedStoriesHead(
-        "stories260K-dflash", 6, kNudge, 6, "jetspec_stories_bidir"));
+        "stories260K-dflash", 6, testing_util::kNudge, 6, "jetspec_stories_bidir"));
   }
   static void TearDownTestSuite() {
     delete target_;

@@ -17,6 +17,7 @@
 #include "methods/method_registry.h"
 #include "methods/recycling/recycling_drafter.h"
 #include "tests/methods/lookup_test_util.h"
+#include "tests/methods/method_test_util.h"
 
 namespace specbed {
 namespace {
@@ -167,8 +168,7 @@ std::vector<int64_t> Accepted(const DecodeResult& r) {
 TEST(Recycling, ScopeCarriesTheMatrixButNeverARequestsOwnRun) {
   at::set_num_threads(1);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context;
-  context.target = &target;
+  MethodContext context = testing_util::CachingContextFor(target);
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   const auto stories = testing_util::StoryIds(target);

@@ -25,6 +25,7 @@
 #include "methods/specblock/specblock_bandit.h"
 #include "models/model_registry.h"
 #include "tests/methods/method_test_util.h"
+#include "tests/methods/story_test_util.h"
 
 namespace specbed {
 namespace {
@@ -117,12 +118,7 @@ TEST(ServedTeacher, EqualsAFreshTargetForwardOverTheRequest) {
     spec.SetAdapter(std::move(recorder));
     const std::vector<int32_t> ids =
         BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 40, {});
-    KvCache cache = target.model->NewCache(
-        1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 40, *decoder));
-    DecodeResult r;
-    decoder->Generate(ids, g, cache, r);
+    const DecodeResult r = testing_util::DecodeIds(target, *decoder, ids, 40);
     const ServedRequest& req = rec->request;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
     ASSERT_GE(req.supervised.size(), 3u) << method;
@@ -169,12 +165,7 @@ StreamRun Serve(LoadedTarget& target, const std::string& method, const nlohmann:
   const int64_t before = target.model->forward_calls();
   for (int i = 0; i < requests; ++i) {
     const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
-    GenerationConfig g;
-    g.stop = StopConfigFor(target, 32, {});
-    KvCache cache = target.model->NewCache(
-        1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), 32, *run.decoder));
-    DecodeResult r;
-    run.decoder->Generate(ids, g, cache, r);
+    const DecodeResult r = testing_util::DecodeIds(target, *run.decoder, ids, 32);
     run.expected += 1;  // prefill
     for (const StepStats& s : r.steps) run.expected += s.n_target_forwards;
   }

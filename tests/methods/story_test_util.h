@@ -1,10 +1,11 @@
-// Test helpers for the exact-match (T = 0) tests of the method tests: one story prompt decoded by
-// AR and by a decoder on the same cache, and the whole story set checked token for token against
-// AR with the per-step totals.
+// Test helpers for the decoding tests of the method tests: one prompt decoded at T = 0, one story
+// prompt decoded by AR and by a decoder on the same cache, and the whole story set checked token
+// for token against AR with the per-step totals.
 // Checked by: tests/methods/eagle3_drafter_test.cpp, tests/methods/specblock_test.cpp,
 // tests/methods/block_drafters_shipped_test.cpp, tests/methods/jetspec_test.cpp,
 // tests/methods/dflash_drafter_test.cpp, tests/methods/ltd_test.cpp,
-// tests/methods/cost_twin_test.cpp.
+// tests/methods/cost_twin_test.cpp, tests/methods/served_teacher_test.cpp,
+// tests/methods/drafter_first_step_test.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,6 +34,19 @@ struct StoryDecode {
   uint64_t seed = 0;
   int64_t cache_rows = 0;
 };
+
+// `decoder`'s answer (up to `max_new` tokens, T = 0) to the prompt `ids`, on a cache of
+// CacheLengthFor the decoder.
+inline DecodeResult DecodeIds(LoadedTarget& target, Decoder& decoder,
+                              const std::vector<int32_t>& ids, int64_t max_new) {
+  GenerationConfig g;
+  g.stop = StopConfigFor(target, max_new, {});
+  KvCache cache = target.model->NewCache(
+      1, CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), max_new, decoder));
+  DecodeResult r;
+  decoder.Generate(ids, g, cache, r);
+  return r;
+}
 
 // One prompt decoded by AR and by the decoder, at T = 0.
 struct StoryRun {
