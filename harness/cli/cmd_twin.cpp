@@ -4,6 +4,9 @@
 //                                                                      llama2.c .bin or HF dir)
 //   specbed twin models/stories260K/eagle3 -o DIR --width-factor 8   any drafter SpecBed
 //                                                                      writes (HF layout)
+//   specbed twin models/stories260K/hrad -o DIR --width-factor 8   H-RAD, SpecDec++ (or an LTD
+//                                                                      baseline set): zero input
+//                                                                      columns
 //   specbed twin --builtin                 builds (or finds) the cached stories260K-twin set
 // Checked by: tests/cli/twin_cli_test.cpp (shapes, drafters, errors, labels).
 #include <cstdio>
@@ -14,6 +17,8 @@
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
 #include "harness/cli/commands.h"
+#include "methods/ltd/ltd_classifiers.h"
+#include "methods/specbranch/hrad.h"
 #include "models/model_registry.h"
 #include "models/twin/cost_twin.h"
 #include "models/twin/stories_twin.h"
@@ -31,6 +36,37 @@ struct TwinOptions {
   bool builtin = false;
 };
 
+// The small learned parts outside the HF layout that read hidden states, padded at the width
+// factor of what they read (H-RAD: the target; SpecDec++: the EAGLE-3 head, the target's width);
+// an LTD baseline set (disco/, specdecpp/, c2t/) is written as a set. Returns false for any
+// other source.
+bool TwinLearnedPart(const TwinOptions& o) {
+  namespace fs = std::filesystem;
+  const int64_t f = o.target_width_factor > 0 ? o.target_width_factor : o.width_factor;
+  auto format_of = [](const std::string& dir) -> std::string {
+    if (!PathExists(dir + "/config.json")) return "";
+    return nlohmann::json::parse(ReadFileToString(dir + "/config.json")).value("format", "");
+  };
+  const std::string format = format_of(o.source);
+  if (format == "specbed-hrad") {
+    const HradCheckpoint twin = HradTwin(LoadHradCheckpoint(o.source), f);
+    WriteHradCheckpoint(o.output, twin.config, twin.tensors);
+  } else if (format == "specbed-ltd-classifier") {
+    WriteLtdClassifier(o.output, LtdClassifierTwin(LoadLtdClassifier(o.source), f));
+  } else if (format.empty() && format_of(o.source + "/specdecpp") == "specbed-ltd-classifier") {
+    for (const char* kind : {"disco", "specdecpp", "c2t"}) {
+      const std::string dir = o.source + "/" + kind;
+      if (!fs::exists(dir)) continue;
+      WriteLtdClassifier(o.output + "/" + kind, LtdClassifierTwin(LoadLtdClassifier(dir), f));
+    }
+  } else {
+    return false;
+  }
+  std::printf("%s at width factor %lld (exact: zero input columns) -> %s\n", o.source.c_str(),
+              static_cast<long long>(f), o.output.c_str());
+  return true;
+}
+
 void RunTwin(const TwinOptions& o) {
   if (o.builtin) {
     const StoriesTwinPaths& p = StoriesTwin();
@@ -43,6 +79,7 @@ void RunTwin(const TwinOptions& o) {
   }
   SPECBED_CHECK(!o.source.empty() && !o.output.empty(),
                 "twin: give a model or drafter and -o DIR (or --builtin)");
+  if (TwinLearnedPart(o)) return;
   HfCheckpointFiles files;
   std::string of = o.of;
   std::string where = o.source;

@@ -12,6 +12,7 @@
 #include "methods/ltd/ltd_policy.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/config_fields.h"
+#include "models/twin/cost_twin.h"
 
 namespace specbed {
 namespace cf = config_fields;
@@ -150,6 +151,20 @@ void WriteLtdClassifier(const std::string& dir, const LtdClassifierCheckpoint& c
     detached[name] = t.detach().to(at::kFloat).contiguous();
   WriteHeadCheckpoint(dir, LtdClassifierConfigToJson(checkpoint.config), nullptr, detached,
                       SafetensorsDtype::kF32, where);
+}
+
+LtdClassifierCheckpoint LtdClassifierTwin(const LtdClassifierCheckpoint& in, int64_t width_factor) {
+  SPECBED_CHECK(width_factor >= 1 && width_factor <= 64,
+                "LTD classifier twin: width factor must be in [1, 64], got ", width_factor);
+  if (in.config.kind != LtdClassifierKind::kSpecDec) return in;
+  LtdClassifierCheckpoint out = in;
+  out.config.input_dim = in.config.input_dim * width_factor;
+  for (const char* name : {"fc.weight", "skip.weight"}) {
+    out.tensors[name] =
+        PadInputBlocks(in.tensors.at(name), in.config.input_dim, out.config.input_dim);
+  }
+  out.config.training["cost_twin"] = {{"width_factor", width_factor}};
+  return out;
 }
 
 at::Tensor LtdClassifierLogits(const LtdClassifierConfig& c,

@@ -64,6 +64,12 @@ struct LtdClassifierCheckpoint {
 LtdClassifierCheckpoint LoadLtdClassifier(const std::string& dir);
 void WriteLtdClassifier(const std::string& dir, const LtdClassifierCheckpoint& checkpoint);
 
+// The classifier for a cost twin of the EAGLE-3 head at `width_factor` (models/twin/cost_twin.h):
+// SpecDec++ reads the head's hidden state, so its fc and skip inputs are padded with zero columns
+// (the twin head's hidden carries the original in its first input_dim dims) and it scores every
+// node exactly as the original; Disco and C2T read tree statistics and come back unchanged.
+LtdClassifierCheckpoint LtdClassifierTwin(const LtdClassifierCheckpoint& in, int64_t width_factor);
+
 // The training forward: logits float32 [rows] of features float32 CPU [rows, input_dim].
 at::Tensor LtdClassifierLogits(const LtdClassifierConfig& c,
                                const std::map<std::string, at::Tensor>& tensors,

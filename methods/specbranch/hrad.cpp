@@ -11,6 +11,7 @@
 #include "methods/common/host_features.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/twin/cost_twin.h"
 
 namespace specbed {
 
@@ -98,6 +99,17 @@ HradCheckpoint LoadHradCheckpoint(const std::string& dir) {
   HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/specbranch/README.md)");
   ckpt.tensors = std::move(stored.tensors);
   return ckpt;
+}
+
+HradCheckpoint HradTwin(const HradCheckpoint& in, int64_t width_factor) {
+  SPECBED_CHECK(width_factor >= 1 && width_factor <= 64, in.source,
+                ": cost-twin width factor must be in [1, 64], got ", width_factor);
+  HradCheckpoint out = in;
+  out.config.target_dim = in.config.target_dim * width_factor;
+  out.tensors["mlp.0.weight"] =
+      PadInputBlocks(in.tensors.at("mlp.0.weight"), in.config.target_dim, out.config.target_dim);
+  out.config.training["cost_twin"] = {{"of", in.source}, {"width_factor", width_factor}};
+  return out;
 }
 
 void WriteHradCheckpoint(const std::string& dir, const HradConfig& config,

@@ -48,6 +48,12 @@ HradCheckpoint LoadHradCheckpoint(const std::string& dir);
 void WriteHradCheckpoint(const std::string& dir, const HradConfig& config,
                          const std::map<std::string, at::Tensor>& tensors);
 
+// The predictor for a cost twin of its target at `width_factor` (models/twin/cost_twin.h): the
+// first layer's input blocks padded with zero columns (the twin's hidden states and embeddings
+// carry the original in their first target_dim dims), so it classifies every z exactly as the
+// original; target_dim grows, target_layers stays the original depth (the twin's feature depth).
+HradCheckpoint HradTwin(const HradCheckpoint& in, int64_t width_factor);
+
 // Builds z into `out` (input_dim floats): hidden[k] is [1, T, dim] (any float dtype) for feature
 // layer k, `slot` the position within T, `embedding` the target's tok_embeddings [V, dim],
 // `token` the newest committed token.

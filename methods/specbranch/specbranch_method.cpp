@@ -80,11 +80,14 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
     if (options.hrad) {
       const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
       HradCheckpoint ckpt = LoadHradCheckpoint(dir);
-      SPECBED_CHECK(ckpt.config.target_dim == t.dim && ckpt.config.target_layers == t.n_layers,
-                    "specbranch: predictor '", dir, "' was trained for a target of width ",
-                    ckpt.config.target_dim, " and ", ckpt.config.target_layers,
-                    " layers, but the target '", context.target->spec.name, "' has ", t.dim,
-                    " and ", t.n_layers);
+      // A cost twin's predictor (HradTwin) reads the original layers: the twin's feature depth.
+      const int64_t trained = ckpt.config.target_layers;
+      SPECBED_CHECK(
+          ckpt.config.target_dim == t.dim && (trained == t.n_layers || trained == t.FeatureDepth()),
+          "specbranch: predictor '", dir, "' was trained for a target of width ",
+          ckpt.config.target_dim, " and ", trained, " layers, but the target '",
+          context.target->spec.name, "' has ", t.dim, " and ", t.n_layers, " (feature depth ",
+          t.FeatureDepth(), ")");
       SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
                     "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
                     " layers but the knob feature_layers is ", knobs.at("feature_layers"));

@@ -378,6 +378,13 @@ Json TwinConfig(const Json& c, const TwinOriginal& o, const HeadLayout& heads, i
 
 }  // namespace
 
+at::Tensor PadInputBlocks(const at::Tensor& weight, int64_t block, int64_t padded) {
+  SPECBED_CHECK(weight.dim() == 2 && block > 0 && padded >= block && weight.size(1) % block == 0,
+                "PadInputBlocks: weight [", weight.sizes(), "] is not [out, k * ", block,
+                "] or the padded width ", padded, " is smaller");
+  return PadAxis(weight, 1, {block, padded, true}, "weight", "PadInputBlocks");
+}
+
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
                                 const std::string& of, const std::string& source) {
   const int64_t f = shape.width_factor;

@@ -76,6 +76,12 @@ struct HfCheckpointFiles {
   std::map<std::string, at::Tensor> tensors;
 };
 
+// A weight [out, k * block] whose input is k concatenated hidden-sized vectors, padded to
+// [out, k * padded]: each block's columns first, zeros after (the twin's hidden vectors carry the
+// original in their first `block` dims and zeros elsewhere, so the product is unchanged). For the
+// small learned parts outside the HF layout that read hidden states (H-RAD, SpecDec++).
+at::Tensor PadInputBlocks(const at::Tensor& weight, int64_t block, int64_t padded);
+
 // Reads a checkpoint directory (config.json + model.safetensors or *.safetensors shards) of any
 // SpecBed-written model or drafter head; floats become float32. `where` names it in errors.
 HfCheckpointFiles ReadCheckpointFiles(const std::string& dir);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check's plumbing without a GPU: `--shrink` on the CPU build BUILD_DIR (its
 # specbed), every step that can run here (probe, the GPU gate's config on the CPU, the twin at
-# width x4 with its bench and AR, SpS, EAGLE-3, eagle3+svip on a padded head, PEARL on the draft
-# twin and ngram at T = 0 and T = 1); the build (done), the ctest step (this is ctest) and the
+# width x4 with its bench and AR, SpS, EAGLE-3, eagle3+svip and LTD on a padded head, BlockPilot
+# on the padded DFlash head, Medusa on padded heads, PEARL on the draft twin, SpecBranch with the
+# padded H-RAD, eagle3+specdecpp with the padded classifier and ngram at T = 0 and T = 1); the build (done), the ctest step (this is ctest) and the
 # method matrix (slow) skipped. Checks the exit status, the step table and the databases; and that
 # an unknown argument is refused with exit 2.
 # Usage: gpu_check_test.sh BUILD_DIR (ctest TreeCheck.GpuCheckShrunk)
@@ -13,7 +14,7 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_test.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 fail() { echo "gpu_check_test: FAILED: $*" >&2; exit 1; }
 
-OUT=$out BUILD=$build SKIP_BUILD=1 SKIP_TESTS=1 SKIP_MATRIX=1 BUDGET_S=600 TWIN_METHODS="ar sps eagle3 ngram pearl eagle3+svip" \
+OUT=$out BUILD=$build SKIP_BUILD=1 SKIP_TESTS=1 SKIP_MATRIX=1 BUDGET_S=600 TWIN_METHODS="ar sps eagle3 ngram pearl eagle3+svip ltd dflash+blockpilot medusa specbranch eagle3+specdecpp" \
   scripts/gpu_check --shrink >"$out/stdout" 2>&1 || { cat "$out/stdout"; fail "exit status $?"; }
 md=$out/gpu_check.md
 [ -s "$md" ] || fail "no $md"
@@ -28,6 +29,12 @@ grep -q "eagle3(depth=7,head=.*twin8b-eagle3" "$out/summary" || fail "no EAGLE-3
 grep -q "eagle3+svip(.*head=.*twin8b-eagle3" "$out/summary" || fail "no eagle3+svip case on the twin head"
 grep -q "pearl(.*drafter=.*twin8b-draft" "$out/summary" || fail "no PEARL case on the draft twin"
 grep -qE ' ngram[( ]' "$out/summary" || fail "no ngram case"
+grep -q "ltd(.*head=.*twin8b-eagle3.*policy=.*ltd-twin" "$out/summary" || fail "no LTD case on the twin head"
+grep -q "dflash+blockpilot(drafter=.*twin8b-dflash" "$out/summary" || fail "no BlockPilot case on the DFlash twin"
+grep -q "medusa(.*head=.*twin8b-medusa" "$out/summary" || fail "no Medusa case on its twin heads"
+grep -q "specbranch(.*predictor=.*twin8b-hrad" "$out/summary" || fail "no SpecBranch case on the H-RAD twin"
+grep -q "eagle3+specdecpp(classifier=.*twin8b-ltd-baselines" "$out/summary" ||
+  fail "no SpecDec++ case on the classifier twin"
 [ "$(grep -c ' stories  1 ' "$out/summary")" -ge 2 ] || fail "no T = 1 cases in twin8b.db"
 rc=0
 scripts/gpu_check --bogus >/dev/null 2>&1 || rc=$?
