@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using cli_test::Contains;
+using cli_test::ContainsAll;
 using cli_test::Describe;
 using cli_test::RunSpecbedLine;
 
@@ -53,10 +54,9 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
                          labels,
                      dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "12 prompts labelled"));
-  EXPECT_TRUE(Contains(r.out, "candidates [3,4,5] around trained block size 4"));
-  EXPECT_TRUE(Contains(r.out, "oracle (best tau)"));
-  EXPECT_TRUE(Contains(r.out, "trained block size       b=4"));
+  EXPECT_TRUE(
+      ContainsAll(r.out, {"12 prompts labelled", "candidates [3,4,5] around trained block size 4",
+                          "oracle (best tau)", "trained block size       b=4"}));
   EXPECT_TRUE(fs::exists(labels));
   EXPECT_FALSE(fs::exists(labels + ".partial"));
 
@@ -65,10 +65,9 @@ TEST(BlockpilotCliTest, LabelTrainRunAndErrors) {
                          " --hidden 16 --steps 5 --batch 4",
                      dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "5 steps"));
-  EXPECT_TRUE(Contains(r.out, "10 train / 2 held-out prompts"));
-  EXPECT_TRUE(Contains(r.out, "held-out prompts (2 prompts; labels: argmax tau)"));
-  EXPECT_TRUE(Contains(r.out, "predictor accuracy"));
+  EXPECT_TRUE(ContainsAll(
+      r.out, {"5 steps", "10 train / 2 held-out prompts",
+              "held-out prompts (2 prompts; labels: argmax tau)", "predictor accuracy"}));
   for (const char* f : {"config.json", "model.safetensors", "train_log.db", "train_summary.json"})
     EXPECT_TRUE(fs::exists(pred + "/" + f)) << f;
   EXPECT_TRUE(Contains(cli_test::ReadAll(pred + "/config.json"), "\"evaluation\""));

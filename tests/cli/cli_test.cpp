@@ -16,18 +16,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "harness/base/error.h"
 #include "results/store.h"
+#include "tests/cli/cli_store_util.h"
 #include "tests/cli/cli_test_util.h"
 
 extern char** environ;
@@ -41,12 +42,17 @@ using Json = nlohmann::json;
 // Child process helpers: tests/cli/cli_test_util.h.
 using cli_test::Child;
 using cli_test::Contains;
+using cli_test::ContainsAll;
+using cli_test::CountRowsOrMinusOne;
 using cli_test::Describe;
+using cli_test::KillOnceStored;
+using cli_test::OpenReadOnly;
 using cli_test::ProcResult;
 using cli_test::ReadAll;
 using cli_test::RunSpecbed;
 using cli_test::TestDir;
 using cli_test::WriteFile;
+using cli_test::WriteJson;
 
 Json ParseJsonOrFail(const ProcResult& r) {
   try {
@@ -55,19 +61,6 @@ Json ParseJsonOrFail(const ProcResult& r) {
     ADD_FAILURE() << "stdout is not JSON (" << e.what() << ")\n" << Describe(r);
     return Json();
   }
-}
-
-std::unique_ptr<ResultsStore> OpenReadOnly(const std::string& path) {
-  StoreOptions options;
-  options.read_only = true;
-  return ResultsStore::Open(path, options);
-}
-
-// Writes a run config into `dir` and returns its path.
-std::string WriteConfig(const std::string& dir, const std::string& name, const Json& config) {
-  const std::string path = dir + "/" + name;
-  WriteFile(path, config.dump(2));
-  return path;
 }
 
 Json SmallConfig(const std::string& db) {
@@ -426,11 +419,7 @@ TEST(CliList, ListsModelsMethodsDatasetsTemplates) {
   const std::string dir = TestDir();
   const ProcResult r = RunSpecbed({"list"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "models"));
-  EXPECT_TRUE(Contains(r.out, "  stories260K "));
-  EXPECT_TRUE(Contains(r.out, "methods:"));
-  EXPECT_TRUE(Contains(r.out, "  ar "));
-  EXPECT_TRUE(Contains(r.out, "datasets"));
+  EXPECT_TRUE(ContainsAll(r.out, {"models", "  stories260K ", "methods:", "  ar ", "datasets"}));
   for (const char* name :
        {"  stories ", "  spec_bench ", "  mt_bench ", "  humaneval ", "  gsm8k "}) {
     EXPECT_TRUE(Contains(r.out, name));
@@ -492,7 +481,7 @@ void ExpectSaneSamples(ResultsStore& store, const ResultsStore::CaseRow& c, int6
 TEST(CliRun, WritesCasesAndResumesWithoutDuplicates) {
   const std::string dir = TestDir();
   const std::string db = dir + "/run.db";
-  const std::string config = WriteConfig(dir, "small.json", SmallConfig(db));
+  const std::string config = WriteJson(dir, "small.json", SmallConfig(db));
   const ProcResult r = RunSpecbed({"run", config, "--quiet"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "2 cases (2 run, 0 already complete)"));
@@ -525,16 +514,6 @@ TEST(CliRun, WritesCasesAndResumesWithoutDuplicates) {
   EXPECT_EQ(store->CountRows("runs"), 1);
 }
 
-// Number of completed cases in `db`, or -1 while it cannot be read (not created yet).
-int64_t CountCasesOrMinusOne(const std::string& db) {
-  if (!fs::exists(db)) return -1;
-  try {
-    return OpenReadOnly(db)->CountRows("cases");
-  } catch (const Error&) {
-    return -1;
-  }
-}
-
 TEST(CliRun, SigkillMidRunLeavesOnlyCompleteCasesAndResumes) {
   const std::string dir = TestDir();
   const std::string db = dir + "/kill.db";
@@ -543,21 +522,12 @@ TEST(CliRun, SigkillMidRunLeavesOnlyCompleteCasesAndResumes) {
   cfg["datasets"] = {{{"name", "stories"}, {"limit", 4}}};
   cfg["max_new_tokens"] = 64;
   cfg["warmup"] = 0;
-  const std::string config = WriteConfig(dir, "kill.json", cfg);
+  const std::string config = WriteJson(dir, "kill.json", cfg);
 
-  int64_t at_kill = -1;
   {
     Child child({"run", config}, dir);
-    while (true) {
-      const int64_t n = CountCasesOrMinusOne(db);
-      if (n >= 1 && n < 4) {
-        child.Kill(SIGKILL);
-        at_kill = n;
-        break;
-      }
-      if (child.Exited()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const int64_t at_kill = KillOnceStored(
+        child, [&] { return CountRowsOrMinusOne(db, "cases"); }, 4);
     const ProcResult r = child.Wait(60);
     ASSERT_GE(at_kill, 1) << "the run finished before it could be killed mid-way; make it slower\n"
                           << Describe(r);
@@ -613,14 +583,13 @@ TEST(CliErrors, UnknownModelSuggestsNearest) {
   const std::string dir = TestDir();
   const ProcResult r = RunSpecbed({"generate", "--target", "stories260k", "-n", "4"}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
-  EXPECT_TRUE(Contains(r.err, "unknown model 'stories260k'"));
-  EXPECT_TRUE(Contains(r.err, "did you mean 'stories260K'?"));
-  EXPECT_TRUE(Contains(r.err, "known models: "));
+  EXPECT_TRUE(ContainsAll(
+      r.err, {"unknown model 'stories260k'", "did you mean 'stories260K'?", "known models: "}));
 
   const std::string db = dir + "/m.db";
   Json cfg = SmallConfig(db);
   cfg["targets"] = {"storie260K"};
-  ExpectRunFails(dir, WriteConfig(dir, "m.json", cfg), db,
+  ExpectRunFails(dir, WriteJson(dir, "m.json", cfg), db,
                  {"unknown model 'storie260K'", "did you mean 'stories260K'?"});
 }
 
@@ -631,7 +600,7 @@ TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
   const std::string db = dir + "/dev.db";
   Json cfg = SmallConfig(db);
   cfg["device"] = "cuda:7";
-  ExpectRunFails(dir, WriteConfig(dir, "dev.json", cfg), db, {"device 'cuda:7' is not available"});
+  ExpectRunFails(dir, WriteJson(dir, "dev.json", cfg), db, {"device 'cuda:7' is not available"});
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"generate", "--device", "cuda:7", "-n", "4"},
         {"bench", "--device", "cuda:7", "-n", "4", "-o", ""},
@@ -641,7 +610,7 @@ TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
     EXPECT_TRUE(Contains(r.err, "device 'cuda:7' is not available")) << Describe(r);
   }
   cfg["device"] = "gpu";
-  ExpectRunFails(dir, WriteConfig(dir, "dev2.json", cfg), db,
+  ExpectRunFails(dir, WriteJson(dir, "dev2.json", cfg), db,
                  {"device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""});
 }
 
@@ -658,7 +627,7 @@ TEST(CliErrors, UnknownDatasetListsKnownOnes) {
   const std::string db = dir + "/d.db";
   Json cfg = SmallConfig(db);
   cfg["datasets"] = {"storys"};
-  ExpectRunFails(dir, WriteConfig(dir, "d.json", cfg), db,
+  ExpectRunFails(dir, WriteJson(dir, "d.json", cfg), db,
                  {"unknown dataset 'storys'", "did you mean 'stories'?", "mt_bench", "spec_bench"});
 }
 
@@ -667,7 +636,7 @@ TEST(CliErrors, UnknownMethodListsAr) {
   const std::string db = dir + "/x.db";
   Json cfg = SmallConfig(db);
   cfg["methods"] = {"medusa9"};
-  ExpectRunFails(dir, WriteConfig(dir, "x.json", cfg), db,
+  ExpectRunFails(dir, WriteJson(dir, "x.json", cfg), db,
                  {"unknown method 'medusa9'", "known methods: ", "ar"});
 }
 
@@ -677,7 +646,7 @@ TEST(CliErrors, UnknownConfigKeyNamesFileAndKey) {
   Json cfg = SmallConfig(db);
   cfg.erase("temperatures");
   cfg["temperature"] = {0};
-  const std::string config = WriteConfig(dir, "k.json", cfg);
+  const std::string config = WriteJson(dir, "k.json", cfg);
   ExpectRunFails(dir, config, db, {config, "'temperature'", "did you mean 'temperatures'?"});
   EXPECT_FALSE(fs::exists(db)) << "the config is checked before the database is created";
 }
@@ -688,7 +657,7 @@ TEST(CliErrors, UnknownConfigKeyMessageListsKeys) {
   const std::string db = dir + "/k.db";
   Json cfg = SmallConfig(db);
   cfg["limits"] = 3;
-  const std::string config = WriteConfig(dir, "k.json", cfg);
+  const std::string config = WriteJson(dir, "k.json", cfg);
   const ProcResult r = RunSpecbed({"run", config}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "known keys: name, output, targets"));
@@ -728,7 +697,7 @@ TEST(CliErrors, ImpossibleKnobValues) {
     SCOPED_TRACE(b.key);
     Json cfg = SmallConfig(db);
     cfg[b.key] = b.value;
-    const std::string config = WriteConfig(dir, std::string(b.key) + ".json", cfg);
+    const std::string config = WriteJson(dir, std::string(b.key) + ".json", cfg);
     ExpectRunFails(dir, config, db, {config, b.message});
   }
   EXPECT_FALSE(fs::exists(db));
@@ -755,14 +724,14 @@ TEST(CliErrors, MalformedUserDatasetLineNamesFileAndLine) {
   const std::string db = dir + "/u.db";
   Json cfg = SmallConfig(db);
   cfg["datasets"] = {prompts};
-  ExpectRunFails(dir, WriteConfig(dir, "u.json", cfg), db, {prompts + ":3"});
+  ExpectRunFails(dir, WriteJson(dir, "u.json", cfg), db, {prompts + ":3"});
 
   // The same file without the bad line runs.
   WriteFile(prompts,
             "{\"prompt\": \"Once upon a time\"}\n"
             "{\"prompt\": \"Tom had a red ball.\"}\n");
   cfg["temperatures"] = {0};
-  const ProcResult ok = RunSpecbed({"run", WriteConfig(dir, "u2.json", cfg), "--quiet"}, dir);
+  const ProcResult ok = RunSpecbed({"run", WriteJson(dir, "u2.json", cfg), "--quiet"}, dir);
   ASSERT_EQ(ok.exit_code, 0) << Describe(ok);
   auto store = OpenReadOnly(db);
   const auto cases = store->ListCases();
@@ -775,11 +744,11 @@ TEST(CliErrors, UnwritableResultsPathIsNamed) {
   const std::string blocker = dir + "/not_a_dir";
   WriteFile(blocker, "a regular file\n");
   const std::string db = blocker + "/run.db";
-  ExpectRunFails(dir, WriteConfig(dir, "w.json", SmallConfig(db)), "",
+  ExpectRunFails(dir, WriteJson(dir, "w.json", SmallConfig(db)), "",
                  {"results database '" + db + "'"});
   // -o overrides the config's output and is checked the same way.
-  const ProcResult r = RunSpecbed(
-      {"run", WriteConfig(dir, "w2.json", SmallConfig(dir + "/fine.db")), "-o", db}, dir);
+  const ProcResult r =
+      RunSpecbed({"run", WriteJson(dir, "w2.json", SmallConfig(dir + "/fine.db")), "-o", db}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, db));
   EXPECT_FALSE(fs::exists(dir + "/fine.db"));
@@ -795,7 +764,7 @@ TEST(CliErrors, LockedDatabaseFailsCleanlyThenSucceeds) {
   Json cfg = SmallConfig(db);
   cfg["temperatures"] = {0};
   cfg["datasets"] = {{{"name", "stories"}, {"limit", 2}}};
-  const std::string config = WriteConfig(dir, "lock.json", cfg);
+  const std::string config = WriteJson(dir, "lock.json", cfg);
 
   sqlite3* holder = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
@@ -850,23 +819,9 @@ TEST(CliBench, SigkillKeepsTheRowsMeasuredBeforeIt) {
   Child child({"bench", "-c", "0,8,16,24,32,40,48,56", "-n", "256", "-r", "3", "--bandwidth-mib",
                "0", "-o", db},
               dir);
-  int64_t at_kill = -1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline && !child.Exited()) {
-    int64_t n = -1;
-    if (fs::exists(db)) {
-      try {
-        n = OpenReadOnly(db)->CountRows("bench");
-      } catch (const Error&) {
-      }
-    }
-    if (n >= 1) {
-      child.Kill(SIGKILL);
-      at_kill = n;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const int64_t at_kill = KillOnceStored(
+      child, [&] { return CountRowsOrMinusOne(db, "bench"); }, std::numeric_limits<int64_t>::max(),
+      std::chrono::milliseconds(5));
   const ProcResult r = child.Wait(60);
   ASSERT_GE(at_kill, 1) << "no bench row was stored before the bench ended\n" << Describe(r);
   ASSERT_LT(at_kill, 8) << "the bench finished before it could be killed; make it slower";
@@ -886,12 +841,10 @@ TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
                                    "2,4", "--bandwidth-mib", "16", "-o", db},
                                   dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "BLAS: OpenBLAS core "));
-  EXPECT_TRUE(Contains(r.out, "OPENBLAS_CORETYPE="));
-  EXPECT_TRUE(Contains(r.out, "| STREAM (best of 5) | 1 | 16 | "));
-  EXPECT_TRUE(Contains(r.out, "| weight MB | roofline |"));
-  EXPECT_TRUE(Contains(r.out, "| verify | stories260K | float32 | 1 | 4 | 1 | "));
-  EXPECT_TRUE(Contains(r.out, "| verify | stories260K | float32 | 1 | 4 | 4 | "));
+  EXPECT_TRUE(ContainsAll(
+      r.out, {"BLAS: OpenBLAS core ", "OPENBLAS_CORETYPE=", "| STREAM (best of 5) | 1 | 16 | ",
+              "| weight MB | roofline |", "| verify | stories260K | float32 | 1 | 4 | 1 | ",
+              "| verify | stories260K | float32 | 1 | 4 | 4 | "}));
   auto store = OpenReadOnly(db);
   const std::vector<BenchRecord> rows = store->LoadBench();
   ASSERT_EQ(rows.size(), 1u);
@@ -1008,7 +961,7 @@ TEST(CliErrors, OverLongPromptNamesFileAndLine) {
   Json cfg = SmallConfig(db);
   cfg["datasets"] = {prompts};
   cfg["temperatures"] = {0};
-  const ProcResult r = RunSpecbed({"run", WriteConfig(dir, "long.json", cfg), "--quiet"}, dir);
+  const ProcResult r = RunSpecbed({"run", WriteJson(dir, "long.json", cfg), "--quiet"}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, prompts + ":3: prompt '3'"));
   EXPECT_TRUE(Contains(r.err, "prompt of "));
@@ -1040,7 +993,7 @@ TEST(CliHostile, FifoInPlaceOfAFileFailsAtOnce) {
   const std::string db = dir + "/fifo.db";
   Json cfg = SmallConfig(db);
   cfg["datasets"] = {fifo_jsonl};
-  r = RunSpecbed({"run", WriteConfig(dir, "ds.json", cfg), "--quiet"}, dir, 20);
+  r = RunSpecbed({"run", WriteJson(dir, "ds.json", cfg), "--quiet"}, dir, 20);
   EXPECT_FALSE(r.timed_out) << "blocked on a FIFO dataset";
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "is a FIFO (named pipe)"));
@@ -1059,7 +1012,7 @@ TEST(CliHostile, DirectoryWhereAFileIsExpected) {
   const std::string db = dir + "/d.db";
   Json cfg = SmallConfig(db);
   cfg["datasets"] = {dir + "/prompts.jsonl"};
-  r = RunSpecbed({"run", WriteConfig(dir, "ds.json", cfg), "--quiet"}, dir);
+  r = RunSpecbed({"run", WriteJson(dir, "ds.json", cfg), "--quiet"}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "is a directory, expected a file"));
   EXPECT_FALSE(fs::exists(db));
@@ -1089,7 +1042,7 @@ TEST(CliHostile, LinkLoopAndMissingCheckpointAreNamed) {
     Json cfg = SmallConfig(db);
     cfg["targets"] = {target};
     cfg["datasets"] = {dataset};
-    r = RunSpecbed({"run", WriteConfig(dir, name + ".json", cfg), "--quiet"}, dir);
+    r = RunSpecbed({"run", WriteJson(dir, name + ".json", cfg), "--quiet"}, dir);
     EXPECT_EQ(r.exit_code, 1) << Describe(r);
     EXPECT_FALSE(fs::exists(db)) << name << ": a database was left behind";
   }
@@ -1118,7 +1071,7 @@ TEST(CliHostile, OutOfRangeNumbersAndContradictingFlags) {
   const std::string dir = TestDir();
   const std::string db = dir + "/n.db";
   ProcResult r = RunSpecbed(
-      {"run", WriteConfig(dir, "n.json", SmallConfig(db)), "-n", "100000", "--quiet"}, dir);
+      {"run", WriteJson(dir, "n.json", SmallConfig(db)), "-n", "100000", "--quiet"}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "max_new_tokens (-n or the config's \"max_new_tokens\") is 100000"));
   EXPECT_TRUE(Contains(r.err, "has a context of 512 tokens"));
@@ -1126,7 +1079,7 @@ TEST(CliHostile, OutOfRangeNumbersAndContradictingFlags) {
   EXPECT_FALSE(fs::exists(db));
   Json cfg = SmallConfig(db);
   cfg["temperatures"] = {1e308};
-  ExpectRunFails(dir, WriteConfig(dir, "t.json", cfg), db,
+  ExpectRunFails(dir, WriteJson(dir, "t.json", cfg), db,
                  {"temperatures must be in [0, 100], got 1e+308"});
   r = RunSpecbed({"generate", "-t", "1e308", "-n", "2"}, dir);
   EXPECT_NE(r.exit_code, 0) << Describe(r);
@@ -1147,7 +1100,7 @@ TEST(CliHostile, ReadOnlyMediumStillSummarizes) {
   Json cfg = SmallConfig(db);
   cfg["temperatures"] = {0};
   ProcResult r =
-      RunSpecbed({"run", WriteConfig(dir, "ro.json", cfg), "--quiet", "--no-summary"}, dir);
+      RunSpecbed({"run", WriteJson(dir, "ro.json", cfg), "--quiet", "--no-summary"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   ASSERT_FALSE(fs::exists(db + "-shm"));
   fs::create_directories(db + "-shm");
@@ -1165,7 +1118,7 @@ TEST(CliHostile, TwoRunsStartedTogetherOnANewDatabase) {
     Json cfg = SmallConfig(db);
     cfg["temperatures"] = {0};
     cfg["datasets"] = {{{"name", "stories"}, {"limit", 1}}};
-    const std::string config = WriteConfig(dir, "both.json", cfg);
+    const std::string config = WriteJson(dir, "both.json", cfg);
     Child a({"run", config, "--quiet", "--no-summary"}, dir);
     Child b({"run", config, "--quiet", "--no-summary"}, dir);
     const ProcResult ra = a.Wait(120), rb = b.Wait(120);

@@ -33,6 +33,18 @@ inline ::testing::AssertionResult Contains(const std::string& haystack, const st
                                        << haystack.substr(0, 4000);
 }
 
+// Passes when `haystack` contains every one of `needles`; on failure names the missing ones.
+inline ::testing::AssertionResult ContainsAll(const std::string& haystack,
+                                              const std::vector<std::string>& needles) {
+  std::string missing;
+  for (const std::string& needle : needles) {
+    if (haystack.find(needle) == std::string::npos) missing += "\n  \"" + needle + "\"";
+  }
+  if (missing.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected to find" << missing << "\nin:\n"
+                                       << haystack.substr(0, 4000);
+}
+
 struct ProcResult {
   int exit_code = -1;   // valid when the child exited normally
   int term_signal = 0;  // != 0 when it was killed by a signal

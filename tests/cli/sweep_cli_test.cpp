@@ -14,6 +14,7 @@
 
 #include "harness/base/error.h"
 #include "results/store.h"
+#include "tests/cli/cli_store_util.h"
 #include "tests/cli/cli_test_util.h"
 
 namespace specbed {
@@ -23,22 +24,15 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using cli_test::Child;
 using cli_test::Contains;
+using cli_test::ContainsAll;
+using cli_test::CountRowsOrMinusOne;
 using cli_test::Describe;
+using cli_test::KillOnceStored;
+using cli_test::OpenReadOnly;
 using cli_test::ProcResult;
 using cli_test::RunSpecbed;
 using cli_test::TestDir;
-
-std::unique_ptr<ResultsStore> OpenReadOnly(const std::string& path) {
-  StoreOptions options;
-  options.read_only = true;
-  return ResultsStore::Open(path, options);
-}
-
-std::string WriteSweep(const std::string& dir, const std::string& name, const Json& sweep) {
-  const std::string path = dir + "/" + name;
-  cli_test::WriteFile(path, sweep.dump(2));
-  return path;
-}
+using cli_test::WriteJson;
 
 // AR + SpS gamma 1 and 2 at T 0 and 1 on 2 stories prompts, 8 new tokens: 6 cases.
 Json SmallSweep(const std::string& db) {
@@ -87,7 +81,7 @@ std::set<std::string> DryRunKeys(const std::string& dir, const std::string& swee
 
 TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
   const std::string dir = TestDir();
-  const std::string sweep = WriteSweep(dir, "small.json", SmallSweep(dir + "/all.db"));
+  const std::string sweep = WriteJson(dir, "small.json", SmallSweep(dir + "/all.db"));
 
   const std::set<std::string> listed = DryRunKeys(dir, sweep);
   EXPECT_EQ(listed.size(), 6u);
@@ -194,36 +188,17 @@ TEST(CliSweep, ShardsMergeIntoTheUnshardedRun) {
   }
 }
 
-// Number of completed cases in `db`, or -1 while it cannot be read (not created yet).
-int64_t CountCasesOrMinusOne(const std::string& db) {
-  if (!fs::exists(db)) return -1;
-  try {
-    return OpenReadOnly(db)->CountRows("cases");
-  } catch (const Error&) {
-    return -1;
-  }
-}
-
 TEST(CliSweep, SigkillMidSweepResumesToEveryCaseOnce) {
   const std::string dir = TestDir();
   const std::string db = dir + "/kill.db";
   Json cfg = SmallSweep(db);
   cfg["repeats"] = 4;  // 2 AR + 2 x 2 x 4 SpS = 18 cases
   cfg["max_new_tokens"] = 32;
-  const std::string sweep = WriteSweep(dir, "kill.json", cfg);
-  int64_t at_kill = -1;
+  const std::string sweep = WriteJson(dir, "kill.json", cfg);
   {
     Child child({"sweep", sweep}, dir);
-    while (true) {
-      const int64_t n = CountCasesOrMinusOne(db);
-      if (n >= 1 && n < 18) {
-        child.Kill(SIGKILL);
-        at_kill = n;
-        break;
-      }
-      if (child.Exited()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const int64_t at_kill = KillOnceStored(
+        child, [&] { return CountRowsOrMinusOne(db, "cases"); }, 18);
     const ProcResult r = child.Wait(60);
     ASSERT_GE(at_kill, 1) << "the sweep finished before it could be killed; make it slower\n"
                           << Describe(r);
@@ -261,19 +236,19 @@ TEST(CliSweep, RunAcceptsSweepFilesAndReportsSkippedBatches) {
   Json cfg = SmallSweep(dir + "/run.db");
   cfg["temperatures"] = {0};
   cfg["batch_sizes"] = {1, 2};
-  const std::string sweep = WriteSweep(dir, "run.json", cfg);
+  const std::string sweep = WriteJson(dir, "run.json", cfg);
   const ProcResult r = RunSpecbed({"run", sweep, "--quiet"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.err, "skipped: method ar does not support batch > 1 (1 cases)"));
-  EXPECT_TRUE(Contains(r.err, "skipped: method sps does not support batch > 1 (2 cases)"));
-  EXPECT_TRUE(Contains(r.err, "3 cases (3 run, 0 already complete)"));
+  EXPECT_TRUE(ContainsAll(r.err, {"skipped: method ar does not support batch > 1 (1 cases)",
+                                  "skipped: method sps does not support batch > 1 (2 cases)",
+                                  "3 cases (3 run, 0 already complete)"}));
   EXPECT_EQ(OpenReadOnly(dir + "/run.db")->CountRows("cases"), 3);
 }
 
 TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bad.db";
-  const std::string sweep = WriteSweep(dir, "ok.json", SmallSweep(db));
+  const std::string sweep = WriteJson(dir, "ok.json", SmallSweep(db));
   for (const char* shard : {"2/2", "1", "-1/2", "0/0", "a/b", "1/2x"}) {
     const ProcResult r = RunSpecbed({"sweep", sweep, "--shard", shard}, dir);
     EXPECT_EQ(r.exit_code, 1) << shard << Describe(r);
@@ -281,7 +256,7 @@ TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   }
   Json cfg = SmallSweep(db);
   cfg["methods"][1]["knobs"]["gamma"] = "4-1+1";
-  const std::string bad = WriteSweep(dir, "bad_range.json", cfg);
+  const std::string bad = WriteJson(dir, "bad_range.json", cfg);
   ProcResult r = RunSpecbed({"sweep", bad}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);
   EXPECT_TRUE(Contains(r.err, bad + ": methods[1].knobs.gamma: bad range \"4-1+1\""));
@@ -340,7 +315,7 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
        {{{"target", "model/stories260K.bin"}, {"method", "dflash"}},
         {{"method", "dflash"}, {"knobs", {{"drafter", "models/stories260K/jetspec"}}}}}},
       {"paper", {{"reference", "ref/paper.json"}, {"table", "Table 9"}}}};
-  WriteSweep(dir + "/configs", "paths.json", config);
+  WriteJson(dir + "/configs", "paths.json", config);
   // None of the paths exists from the working directory: before, each failed ("does not exist").
   for (const char* p : {"data/my_prompts.jsonl", "model/stories260K.bin", "ref/paper.json",
                         "models/stories260K/dflash"}) {
@@ -393,14 +368,14 @@ TEST(CliSweep, ConfigRelativeInputPathsFromAnotherDirectory) {
   // A path that exists nowhere still fails naming it.
   Json bad = config;
   bad["datasets"] = {{{"name", "data/missing.jsonl"}, {"limit", 1}}};
-  WriteSweep(dir + "/configs", "bad.json", bad);
+  WriteJson(dir + "/configs", "bad.json", bad);
   EXPECT_NE(run_in(dir + "/elsewhere", "run ../configs/bad.json --quiet -o x.db", &err), 0);
   EXPECT_TRUE(cli_test::Contains(err, "data/missing.jsonl"));
 }
 
 TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   const std::string dir = TestDir();
-  const std::string sweep = WriteSweep(dir, "s.json", SmallSweep("results/s.db"));
+  const std::string sweep = WriteJson(dir, "s.json", SmallSweep("results/s.db"));
   const ProcResult r =
       RunSpecbed({"slurm", sweep, "--shards", "3", "--partition", "gpu", "--time", "02:30:00",
                   "--cpus", "8", "--gpus", "1", "--output", dir + "/shards"},
@@ -434,7 +409,7 @@ TEST(CliSlurm, PrintsAJobArrayScriptAndTheMergeCommand) {
   EXPECT_GE(bad.exit_code, 100) << Describe(bad);
   Json cfg = SmallSweep("results/s.db");
   cfg["methods"] = {"arr"};
-  bad = RunSpecbed({"slurm", WriteSweep(dir, "bad.json", cfg), "--shards", "2"}, dir);
+  bad = RunSpecbed({"slurm", WriteJson(dir, "bad.json", cfg), "--shards", "2"}, dir);
   EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
   EXPECT_TRUE(Contains(bad.err, "unknown method 'arr'"));
 }
@@ -446,7 +421,7 @@ TEST(CliSlurm, QuotesSbatchValuesAndEscapesPercentInTheLogPath) {
   const std::string dir = TestDir();
   Json cfg = SmallSweep("results/s.db");
   cfg["name"] = "a b #1 'q' \"d\"";
-  const std::string sweep = WriteSweep(dir, "s.json", cfg);
+  const std::string sweep = WriteJson(dir, "s.json", cfg);
   const std::string shards = dir + "/shard logs #1 100%";
   const ProcResult r = RunSpecbed({"slurm", sweep, "--shards", "2", "-o", shards}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -459,7 +434,7 @@ TEST(CliSlurm, QuotesSbatchValuesAndEscapesPercentInTheLogPath) {
   EXPECT_TRUE(Contains(r.out, "mkdir -p '" + shards + "'\n")) << r.out;
   // A plain value stays bare.
   const ProcResult plain =
-      RunSpecbed({"slurm", WriteSweep(dir, "p.json", SmallSweep("results/s.db")), "--shards", "2",
+      RunSpecbed({"slurm", WriteJson(dir, "p.json", SmallSweep("results/s.db")), "--shards", "2",
                   "-o", dir + "/plain"},
                  dir);
   ASSERT_EQ(plain.exit_code, 0) << Describe(plain);
