@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -453,292 +454,422 @@ LtdCostTables CostTablesFor(const LtdTrainConfig& c, LtdTrainSetup& setup,
   return tables;
 }
 
-}  // namespace
+// One policy's weights in a run: its config, its current tensors (random until trained) and
+// whether a stage has trained them (in this run or an earlier one in the same directory).
+struct PolicyWeights {
+  LtdPolicyConfig config;
+  std::map<std::string, at::Tensor> tensors;
+  bool trained = false;
 
-LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, bool verbose,
-                        int64_t stop_after_stages) {
-  CheckConfig(c);
-  SPECBED_CHECK(!out_dir.empty(), "train ltd: -o/--output is required");
-  at::set_num_threads(c.threads);
-  fs::create_directories(out_dir + "/work");
-  const std::string state_path = out_dir + "/work/state.json";
-  ojson state = LoadRunState(c, out_dir, state_path);
-  const ojson settings = state["settings"];  // a copy: state gains keys later
-
-  const auto setup = PrepareLtdTraining(c.target, c.dtype, c.head, c.prompts, c.train_from,
-                                        c.val_from, c.val_count, c.max_new_tokens, "train ltd");
-  MethodContext& context = setup->context;
-  const std::string& head = setup->head;
-  const std::vector<std::vector<int32_t>>& train_prompts = setup->train_prompts;
-  const std::vector<std::vector<int32_t>>& val_prompts = setup->val_prompts;
-
-  const int64_t vmax = std::max(c.size_step * c.n_actions, c.partner_nodes);
-  const LtdCostTables tables = CostTablesFor(c, *setup, out_dir, vmax, verbose);
-
-  auto owned = std::make_unique<TrainController>(c, &tables);
-  TrainController* ctl = owned.get();
-  auto decoder = MakeLtdEagle3Decoder(context, head, c.top_k, c.max_depth, vmax, std::move(owned));
-
-  auto generate = [&](const std::vector<int32_t>& prompt) {
-    RunLtdGeneration(*setup, *decoder, prompt, c.max_new_tokens);
-    ctl->DropOpen();
-  };
-
-  // Policies: current weights of both (random init until trained).
-  const LtdPolicyConfig depth_cfg = PolicyConfig(c, LtdPolicyKind::kDepth);
-  const LtdPolicyConfig size_cfg = PolicyConfig(c, LtdPolicyKind::kSize);
-  std::map<std::string, at::Tensor> depth_w = RandomLtdPolicyTensors(depth_cfg, c.ppo.seed * 2 + 1);
-  std::map<std::string, at::Tensor> size_w = RandomLtdPolicyTensors(size_cfg, c.ppo.seed * 2 + 2);
-  bool depth_trained = false, size_trained = false;
-  auto load_part = [&](const char* part, std::map<std::string, at::Tensor>& w, bool& trained) {
-    const std::string dir = out_dir + "/" + part;
-    if (PathExists(dir + "/config.json")) {
-      w = LoadLtdPolicy(dir).tensors;
-      trained = true;
-    }
-  };
-  const int64_t stages_done = state.value("stages_done", int64_t{0});
-  if (stages_done > 0) {
-    load_part("depth", depth_w, depth_trained);
-    load_part("size", size_w, size_trained);
+  // The weights of an earlier stage in `dir`, when it holds a written policy.
+  void LoadIfWritten(const std::string& dir) {
+    if (!PathExists(dir + "/config.json")) return;
+    tensors = LoadLtdPolicy(dir).tensors;
+    trained = true;
   }
-  auto make_policy = [](const LtdPolicyConfig& cfg, const std::map<std::string, at::Tensor>& w) {
+  // A policy of the current tensors (frozen partner or evaluated policy).
+  std::shared_ptr<LtdPolicy> Policy() const {
     LtdPolicyCheckpoint ck;
-    ck.config = cfg;
-    ck.tensors = w;
+    ck.config = config;
+    ck.tensors = tensors;
     return std::make_shared<LtdPolicy>(std::move(ck));
-  };
+  }
+};
 
-  // Stages: size, depth, then alternate (size, depth, ...).
-  struct Stage {
-    LtdPolicyKind kind;
-    int64_t steps;
-    std::string name;
-  };
-  std::vector<Stage> stages = {{LtdPolicyKind::kSize, c.size_steps, "size (heuristic depth)"},
-                               {LtdPolicyKind::kDepth, c.depth_steps, "depth (fixed V)"}};
+struct LtdStage {
+  LtdPolicyKind kind;
+  int64_t steps;
+  std::string name;
+};
+
+// The schedule: size, depth, then `iterations` rounds alternating size and depth.
+std::vector<LtdStage> LtdStages(const LtdTrainConfig& c) {
+  std::vector<LtdStage> stages = {{LtdPolicyKind::kSize, c.size_steps, "size (heuristic depth)"},
+                                  {LtdPolicyKind::kDepth, c.depth_steps, "depth (fixed V)"}};
   for (int64_t i = 1; i <= c.iterations; ++i) {
     const bool size_turn = i % 2 == 1;
     stages.push_back(
         {size_turn ? LtdPolicyKind::kSize : LtdPolicyKind::kDepth, c.iter_steps,
          "iter" + std::to_string(i) + " " + (size_turn ? "size" : "depth") + " (partner frozen)"});
   }
+  return stages;
+}
 
-  auto store = ResultsStore::Open(out_dir + "/train_log.db");
-  TrainRunRecord run;
-  const std::string sdump = settings.dump();
-  run.train_key = Hex64(Fnv1a64(sdump.data(), sdump.size()));
-  run.task = "ltd";
-  run.out_dir = out_dir;
-  run.settings_json = sdump;
-  run.started_at = NowRfc3339();
-  const int64_t train_id = store->BeginTrainRun(run);
-  int64_t global_update = state.value("global_update", int64_t{0});
-  store->TruncateTrainRun(train_id, global_update);
-  double elapsed = state.value("elapsed_s", 0.0);
+// The PPO settings of stage `si`: its step count, its policy's discount, a seed of its own.
+PpoConfig StagePpo(const LtdTrainConfig& c, const LtdStage& stage, size_t si) {
+  PpoConfig ppo = c.ppo;
+  ppo.total_steps = stage.steps;
+  ppo.gamma = stage.kind == LtdPolicyKind::kSize ? c.gamma_size : c.gamma_depth;
+  ppo.seed = c.ppo.seed * 1000 + si;
+  return ppo;
+}
 
-  std::mt19937_64 prompt_rng(c.ppo.seed ^ 0x70726f6d7074ULL);  // "prompt"
-  if (state.contains("prompt_rng")) {
-    std::istringstream in(state["prompt_rng"].get<std::string>());
-    in >> prompt_rng;
-  }
-  ojson stage_summaries = state.value("stages", ojson::array());
+// One `train ltd` run into out_dir (TrainLtd): the run state (work/state.json), the setup, the
+// decoder with its training controller, both policies' weights and the run in train_log.db.
+// RunStage trains one stage of the schedule; FinalSummary validates the result and writes
+// train_summary.json. Not copyable (the controller points at the tables).
+class LtdRun {
+ public:
+  LtdRun(const LtdTrainConfig& c, const std::string& out_dir, bool verbose);
+  LtdRun(const LtdRun&) = delete;
+  LtdRun& operator=(const LtdRun&) = delete;
 
-  // Validation: greedy policies of the current weights on the held-out prompts.
-  // Heuristic depth in validation: the middle of the training partner's U{1..max}.
-  const int64_t heuristic_rounds = (1 + c.partner_rounds_max + 1) / 2;
-  auto validate = [&](bool use_depth, bool use_size) {
-    ctl->learner = nullptr;
-    ctl->random_depth = false;
-    ctl->fixed_rounds = heuristic_rounds;
-    ctl->depth = use_depth ? make_policy(depth_cfg, depth_w) : nullptr;
-    ctl->size = use_size ? make_policy(size_cfg, size_w) : nullptr;
-    ctl->totals = CycleTotals();
-    for (const auto& p : val_prompts) generate(p);
-    return ctl->totals;
-  };
+  int64_t stages_done() const { return state_.value("stages_done", int64_t{0}); }
+  int64_t stage_count() const { return static_cast<int64_t>(stages_.size()); }
+  void RunStage(size_t si);
+  ojson FinalSummary();
 
-  LtdTrainResult result;
-  for (size_t si = static_cast<size_t>(stages_done); si < stages.size(); ++si) {
-    if (stop_after_stages > 0 && static_cast<int64_t>(si) >= stop_after_stages) break;
-    const Stage& stage = stages[si];
-    const bool is_size = stage.kind == LtdPolicyKind::kSize;
-    const LtdPolicyConfig& cfg = is_size ? size_cfg : depth_cfg;
-    std::map<std::string, at::Tensor>& weights = is_size ? size_w : depth_w;
-    PpoConfig ppo = c.ppo;
-    ppo.total_steps = stage.steps;
-    ppo.gamma = is_size ? c.gamma_size : c.gamma_depth;
-    ppo.seed = c.ppo.seed * 1000 + si;
-    PpoAgent agent(ArchOf(cfg), weights, ppo);
-    const std::string agent_path = out_dir + "/work/agent";
-    if (state.value("stage_in_progress", int64_t{-1}) == static_cast<int64_t>(si) &&
-        PathExists(agent_path + ".json")) {
-      agent.Load(agent_path);
-      if (verbose)
-        std::fprintf(stderr, "train ltd: resuming stage %zu at %lld steps\n", si,
-                     static_cast<long long>(agent.steps_done()));
-    }
-    // Partners.
-    const bool first_size = si == 0;
-    const bool first_depth = si == 1;
-    ctl->learner = &agent;
-    ctl->learner_kind = stage.kind;
-    ctl->random_depth = is_size && first_size;
-    ctl->fixed_rounds = 0;
-    ctl->depth =
-        (!is_size || first_size || !depth_trained) ? nullptr : make_policy(depth_cfg, depth_w);
-    ctl->size = (is_size || first_depth || !size_trained) ? nullptr : make_policy(size_cfg, size_w);
-    if (is_size && !ctl->depth && !first_size) ctl->random_depth = true;
-    const bool partner_depth = !is_size ? false : ctl->depth != nullptr;
-    const bool partner_size = is_size ? false : ctl->size != nullptr;
-
+ private:
+  // A stage in progress: the learner, its partners, the best validated weights, the log rows
+  // not yet stored and the progress bar.
+  struct StageRun {
+    StageRun(size_t index, const LtdStage& s, PolicyWeights& learned, const PpoConfig& ppo_config,
+             bool depth_partner, bool size_partner)
+        : si(index),
+          stage(s),
+          is_size(s.kind == LtdPolicyKind::kSize),
+          policy(learned),
+          ppo(ppo_config),
+          agent(ArchOf(learned.config), learned.tensors, ppo_config),
+          partner_depth(depth_partner),
+          partner_size(size_partner) {}
+    size_t si;
+    const LtdStage& stage;
+    bool is_size;
+    PolicyWeights& policy;  // the learned policy's weights
+    PpoConfig ppo;
+    PpoAgent agent;
+    bool partner_depth, partner_size;  // whether the frozen partner is a trained policy
     double best_val = -1;
-    std::map<std::string, at::Tensor> best = weights;
+    std::map<std::string, at::Tensor> best;
     ojson best_fig;
     int64_t updates_since_eval = 0;
     std::vector<TrainLogRow> logs;
     std::vector<TrainEvalRow> evals;
-    const int64_t start_ns = NowNanos();
-    ProgressBar bar("train ltd " + stage.name, stage.steps, "ep");
-    int64_t shown = agent.steps_done();
-    if (verbose) bar.Advance(shown);
-    ctl->on_update = [&](const PpoUpdateStats& s) {
-      ++global_update;
-      ++updates_since_eval;
-      TrainLogRow row;
-      row.step = global_update;
-      row.loss = s.policy_loss + c.ppo.vf_coef * s.value_loss - c.ppo.ent_coef * s.entropy;
-      row.lr = s.lr;
-      row.grad_norm = s.grad_norm;
-      row.elapsed_s = elapsed + (NowNanos() - start_ns) * 1e-9;
-      logs.push_back(row);
-      TrainEvalRow ev;
-      ev.step = global_update;
-      ev.val_loss = s.value_loss;
-      ev.acceptance_proxy = s.mean_reward;
-      ojson m;
-      m["stage"] = si;
-      m["stage_name"] = stage.name;
-      m["policy_loss"] = s.policy_loss;
-      m["value_loss"] = s.value_loss;
-      m["entropy"] = s.entropy;
-      m["approx_kl"] = s.approx_kl;
-      m["clip_fraction"] = s.clip_fraction;
-      m["mean_reward"] = s.mean_reward;
-      m["transitions"] = s.transitions;
-      m["episodes"] = s.episodes;
-      ev.metrics_json = m.dump();
-      evals.push_back(ev);
-      // Resume point: right after an update the rollout is empty.
-      agent.Save(agent_path);
-      std::ostringstream rng_state;
-      rng_state << prompt_rng;
-      state["stage_in_progress"] = si;
-      state["global_update"] = global_update;
-      state["prompt_rng"] = rng_state.str();
-      state["elapsed_s"] = elapsed + (NowNanos() - start_ns) * 1e-9;
-      WriteFileAtomically(state_path, state.dump(2));
-      if (verbose) {
-        char note[128];
-        std::snprintf(note, sizeof(note), "reward %.3f ent %.2f", s.mean_reward, s.entropy);
-        bar.Advance(agent.steps_done() - shown, note);
-        shown = agent.steps_done();
-      }
-    };
-    auto run_validation = [&]() {
-      weights = agent.Tensors();
-      const bool use_depth = is_size ? partner_depth : true;
-      const bool use_size = is_size ? true : partner_size;
-      const CycleTotals t = validate(use_depth, use_size);
-      const ojson fig = t.ToJson();
-      const double v = fig["throughput_tok_s"].get<double>();
-      if (v > best_val) {
-        best_val = v;
-        best = weights;
-        best_fig = fig;
-      }
-      if (!evals.empty()) {
-        ojson m = ojson::parse(evals.back().metrics_json);
-        m["validation"] = fig;
-        evals.back().metrics_json = m.dump();
-      }
-      // Back to training roles.
-      ctl->learner = &agent;
-      ctl->random_depth = is_size && (first_size || !partner_depth);
-      ctl->depth = partner_depth ? make_policy(depth_cfg, depth_w) : nullptr;
-      ctl->size = partner_size ? make_policy(size_cfg, size_w) : nullptr;
-      updates_since_eval = 0;
-    };
-    while (agent.steps_done() < stage.steps) {
-      const size_t p = static_cast<size_t>(prompt_rng() % train_prompts.size());
-      ctl->totals = CycleTotals();
-      generate(train_prompts[p]);
-      if (updates_since_eval >= c.eval_every) run_validation();
-      if (!logs.empty()) {
-        store->AppendTrainLog(train_id, logs, evals);
-        logs.clear();
-        evals.clear();
-      }
-    }
-    run_validation();
-    if (!logs.empty() || !evals.empty()) {
-      store->AppendTrainLog(train_id, logs, evals);
-      logs.clear();
-      evals.clear();
-    }
-    bar.Finish();
-    weights = best;
-    elapsed += (NowNanos() - start_ns) * 1e-9;
-    LtdPolicyConfig written = cfg;
-    written.training = {{"trainer", "specbed train ltd"},
-                        {"settings", settings},
-                        {"stage", si},
-                        {"stage_name", stage.name},
-                        {"ppo", PpoConfigToJson(ppo)}};
-    written.evaluation = {{"validation", best_fig}};
-    WriteLtdPolicy(out_dir + "/" + (is_size ? "size" : "depth"), written, weights);
-    (is_size ? size_trained : depth_trained) = true;
-    stage_summaries.push_back({{"stage", si},
-                               {"name", stage.name},
-                               {"steps", agent.steps_done()},
-                               {"updates", agent.updates_done()},
-                               {"best_validation", best_fig}});
-    state["stages"] = stage_summaries;
-    state["stages_done"] = si + 1;
-    state["stage_in_progress"] = -1;
-    state["global_update"] = global_update;
-    state["elapsed_s"] = elapsed;
-    WriteFileAtomically(state_path, state.dump(2));
-    result.stages_done = static_cast<int64_t>(si + 1);
-    if (verbose) {
-      std::fprintf(stderr, "train ltd: stage %zu (%s) done: best validation %s\n", si,
-                   stage.name.c_str(), best_fig.dump().c_str());
-    }
+    int64_t start_ns = 0;
+    std::unique_ptr<ProgressBar> bar;
+    int64_t shown = 0;
+  };
+
+  void LoadPolicies();
+  void OpenTrainLog();
+  void Generate(const std::vector<int32_t>& prompt);
+  CycleTotals Validate(bool use_depth, bool use_size);
+  void ResumeAgent(StageRun& s);
+  void SetTrainingRoles(StageRun& s);
+  void OnUpdate(StageRun& s, const PpoUpdateStats& u);
+  void LogUpdate(StageRun& s, const PpoUpdateStats& u);
+  void SaveResumePoint(StageRun& s);
+  void ValidateStage(StageRun& s);
+  void FlushLog(StageRun& s);
+  void FinishStage(StageRun& s);
+  double ElapsedS(const StageRun& s) const { return elapsed_ + (NowNanos() - s.start_ns) * 1e-9; }
+  void WriteState() const { WriteFileAtomically(state_path_, state_.dump(2)); }
+
+  const LtdTrainConfig& c_;
+  const std::string out_dir_;
+  const bool verbose_;
+  const std::string state_path_, agent_path_;
+  // Heuristic depth in validation: the middle of the training partner's U{1..max}.
+  const int64_t heuristic_rounds_;
+  ojson state_;
+  ojson settings_;  // a copy: state_ gains keys later
+  std::unique_ptr<LtdTrainSetup> setup_;
+  LtdCostTables tables_;
+  TrainController* ctl_ = nullptr;  // owned by decoder_
+  std::unique_ptr<SpeculativeDecoder> decoder_;
+  PolicyWeights depth_, size_;
+  std::vector<LtdStage> stages_;
+  std::unique_ptr<ResultsStore> store_;
+  int64_t train_id_ = 0;
+  int64_t global_update_ = 0;
+  double elapsed_ = 0;
+  std::mt19937_64 prompt_rng_;
+  ojson stage_summaries_;
+};
+
+LtdRun::LtdRun(const LtdTrainConfig& c, const std::string& out_dir, bool verbose)
+    : c_(c),
+      out_dir_(out_dir),
+      verbose_(verbose),
+      state_path_(out_dir + "/work/state.json"),
+      agent_path_(out_dir + "/work/agent"),
+      heuristic_rounds_((1 + c.partner_rounds_max + 1) / 2) {
+  CheckConfig(c);
+  SPECBED_CHECK(!out_dir.empty(), "train ltd: -o/--output is required");
+  at::set_num_threads(c.threads);
+  fs::create_directories(out_dir + "/work");
+  state_ = LoadRunState(c, out_dir, state_path_);
+  settings_ = state_["settings"];
+  setup_ = PrepareLtdTraining(c.target, c.dtype, c.head, c.prompts, c.train_from, c.val_from,
+                              c.val_count, c.max_new_tokens, "train ltd");
+  const int64_t vmax = std::max(c.size_step * c.n_actions, c.partner_nodes);
+  tables_ = CostTablesFor(c, *setup_, out_dir, vmax, verbose);
+  auto owned = std::make_unique<TrainController>(c, &tables_);
+  ctl_ = owned.get();
+  decoder_ = MakeLtdEagle3Decoder(setup_->context, setup_->head, c.top_k, c.max_depth, vmax,
+                                  std::move(owned));
+  LoadPolicies();
+  stages_ = LtdStages(c);
+  OpenTrainLog();
+}
+
+// Current weights of both policies: random, or those of the stages done before a resume.
+void LtdRun::LoadPolicies() {
+  depth_.config = PolicyConfig(c_, LtdPolicyKind::kDepth);
+  size_.config = PolicyConfig(c_, LtdPolicyKind::kSize);
+  depth_.tensors = RandomLtdPolicyTensors(depth_.config, c_.ppo.seed * 2 + 1);
+  size_.tensors = RandomLtdPolicyTensors(size_.config, c_.ppo.seed * 2 + 2);
+  if (stages_done() > 0) {
+    depth_.LoadIfWritten(out_dir_ + "/depth");
+    size_.LoadIfWritten(out_dir_ + "/size");
   }
-  result.stages_done = state.value("stages_done", int64_t{0});
-  result.finished = result.stages_done == static_cast<int64_t>(stages.size());
-  if (result.finished) {
-    // Final figures on the validation prompts: static partner pair, each policy alone, both.
-    ojson fin;
-    fin["both"] = validate(true, true).ToJson();
-    fin["size_only"] = validate(false, true).ToJson();
-    fin["depth_only"] = validate(true, false).ToJson();
-    fin["static_partner"] = validate(false, false).ToJson();
-    fin["static_partner"]["rounds"] = heuristic_rounds;
-    fin["static_partner"]["nodes"] = c.partner_nodes;
-    ojson summary;
-    summary["settings"] = settings;
-    summary["stages"] = stage_summaries;
-    summary["final_validation"] = fin;
-    summary["tables"] = tables.ToJson();
-    summary["train_seconds"] = elapsed;
-    summary["note"] = c.timing == "measured"
-                          ? "rewards are measured wall times: runs are not bitwise reproducible"
-                          : "simulated rewards from tables.json: bitwise reproducible";
-    WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2));
-    store->FinishTrainRun(train_id, summary.dump());
-    result.summary = summary;
+}
+
+// The run in train_log.db (rows past the resume point dropped) and the counters, prompt order
+// and stage summaries of the state.
+void LtdRun::OpenTrainLog() {
+  store_ = ResultsStore::Open(out_dir_ + "/train_log.db");
+  TrainRunRecord run;
+  const std::string sdump = settings_.dump();
+  run.train_key = Hex64(Fnv1a64(sdump.data(), sdump.size()));
+  run.task = "ltd";
+  run.out_dir = out_dir_;
+  run.settings_json = sdump;
+  run.started_at = NowRfc3339();
+  train_id_ = store_->BeginTrainRun(run);
+  global_update_ = state_.value("global_update", int64_t{0});
+  store_->TruncateTrainRun(train_id_, global_update_);
+  elapsed_ = state_.value("elapsed_s", 0.0);
+  prompt_rng_.seed(c_.ppo.seed ^ 0x70726f6d7074ULL);  // "prompt"
+  if (state_.contains("prompt_rng")) {
+    std::istringstream in(state_["prompt_rng"].get<std::string>());
+    in >> prompt_rng_;
   }
+  stage_summaries_ = state_.value("stages", ojson::array());
+}
+
+void LtdRun::Generate(const std::vector<int32_t>& prompt) {
+  RunLtdGeneration(*setup_, *decoder_, prompt, c_.max_new_tokens);
+  ctl_->DropOpen();
+}
+
+// Validation: greedy policies of the current weights on the held-out prompts (heuristic depth
+// and the fixed V where a policy is not used).
+CycleTotals LtdRun::Validate(bool use_depth, bool use_size) {
+  ctl_->learner = nullptr;
+  ctl_->random_depth = false;
+  ctl_->fixed_rounds = heuristic_rounds_;
+  ctl_->depth = use_depth ? depth_.Policy() : nullptr;
+  ctl_->size = use_size ? size_.Policy() : nullptr;
+  ctl_->totals = CycleTotals();
+  for (const auto& p : setup_->val_prompts) Generate(p);
+  return ctl_->totals;
+}
+
+void LtdRun::RunStage(size_t si) {
+  const LtdStage& stage = stages_[si];
+  const bool is_size = stage.kind == LtdPolicyKind::kSize;
+  // Partners: the other policy once trained, except in the two initial stages (heuristic depth,
+  // fixed V).
+  StageRun s(si, stage, is_size ? size_ : depth_, StagePpo(c_, stage, si),
+             is_size && si != 0 && depth_.trained, !is_size && si != 1 && size_.trained);
+  ResumeAgent(s);
+  ctl_->learner_kind = stage.kind;
+  ctl_->fixed_rounds = 0;
+  SetTrainingRoles(s);
+  s.best = s.policy.tensors;
+  s.start_ns = NowNanos();
+  s.bar = std::make_unique<ProgressBar>("train ltd " + stage.name, stage.steps, "ep");
+  s.shown = s.agent.steps_done();
+  if (verbose_) s.bar->Advance(s.shown);
+  ctl_->on_update = [this, &s](const PpoUpdateStats& u) { OnUpdate(s, u); };
+  while (s.agent.steps_done() < stage.steps) {
+    const size_t p = static_cast<size_t>(prompt_rng_() % setup_->train_prompts.size());
+    ctl_->totals = CycleTotals();
+    Generate(setup_->train_prompts[p]);
+    if (s.updates_since_eval >= c_.eval_every) ValidateStage(s);
+    if (!s.logs.empty()) FlushLog(s);
+  }
+  ValidateStage(s);
+  if (!s.logs.empty() || !s.evals.empty()) FlushLog(s);
+  s.bar->Finish();
+  ctl_->on_update = nullptr;  // both point into `s`
+  ctl_->learner = nullptr;
+  FinishStage(s);
+}
+
+// A stage interrupted after an update continues from the agent saved then.
+void LtdRun::ResumeAgent(StageRun& s) {
+  if (state_.value("stage_in_progress", int64_t{-1}) != static_cast<int64_t>(s.si) ||
+      !PathExists(agent_path_ + ".json")) {
+    return;
+  }
+  s.agent.Load(agent_path_);
+  if (verbose_) {
+    std::fprintf(stderr, "train ltd: resuming stage %zu at %lld steps\n", s.si,
+                 static_cast<long long>(s.agent.steps_done()));
+  }
+}
+
+// The learner acts; the partner is the frozen trained policy, else the heuristic (depth:
+// U{1..partner_rounds_max} per cycle; size: partner_nodes).
+void LtdRun::SetTrainingRoles(StageRun& s) {
+  ctl_->learner = &s.agent;
+  ctl_->random_depth = s.is_size && (s.si == 0 || !s.partner_depth);
+  ctl_->depth = s.partner_depth ? depth_.Policy() : nullptr;
+  ctl_->size = s.partner_size ? size_.Policy() : nullptr;
+}
+
+void LtdRun::OnUpdate(StageRun& s, const PpoUpdateStats& u) {
+  ++global_update_;
+  ++s.updates_since_eval;
+  LogUpdate(s, u);
+  SaveResumePoint(s);
+  if (verbose_) {
+    char note[128];
+    std::snprintf(note, sizeof(note), "reward %.3f ent %.2f", u.mean_reward, u.entropy);
+    s.bar->Advance(s.agent.steps_done() - s.shown, note);
+    s.shown = s.agent.steps_done();
+  }
+}
+
+// The train_log row (PPO loss, lr, grad norm) and train_eval row (the update's statistics) of an
+// update.
+void LtdRun::LogUpdate(StageRun& s, const PpoUpdateStats& u) {
+  TrainLogRow row;
+  row.step = global_update_;
+  row.loss = u.policy_loss + c_.ppo.vf_coef * u.value_loss - c_.ppo.ent_coef * u.entropy;
+  row.lr = u.lr;
+  row.grad_norm = u.grad_norm;
+  row.elapsed_s = ElapsedS(s);
+  s.logs.push_back(row);
+  TrainEvalRow ev;
+  ev.step = global_update_;
+  ev.val_loss = u.value_loss;
+  ev.acceptance_proxy = u.mean_reward;
+  ojson m;
+  m["stage"] = s.si;
+  m["stage_name"] = s.stage.name;
+  m["policy_loss"] = u.policy_loss;
+  m["value_loss"] = u.value_loss;
+  m["entropy"] = u.entropy;
+  m["approx_kl"] = u.approx_kl;
+  m["clip_fraction"] = u.clip_fraction;
+  m["mean_reward"] = u.mean_reward;
+  m["transitions"] = u.transitions;
+  m["episodes"] = u.episodes;
+  ev.metrics_json = m.dump();
+  s.evals.push_back(ev);
+}
+
+// Resume point: right after an update the rollout is empty.
+void LtdRun::SaveResumePoint(StageRun& s) {
+  s.agent.Save(agent_path_);
+  std::ostringstream rng_state;
+  rng_state << prompt_rng_;
+  state_["stage_in_progress"] = s.si;
+  state_["global_update"] = global_update_;
+  state_["prompt_rng"] = rng_state.str();
+  state_["elapsed_s"] = ElapsedS(s);
+  WriteState();
+}
+
+// Validates the learner's current weights with the stage's partners (kept when best so far, the
+// figures added to the last update's train_eval row), then back to the training roles.
+void LtdRun::ValidateStage(StageRun& s) {
+  s.policy.tensors = s.agent.Tensors();
+  const bool use_depth = s.is_size ? s.partner_depth : true;
+  const bool use_size = s.is_size ? true : s.partner_size;
+  const ojson fig = Validate(use_depth, use_size).ToJson();
+  const double v = fig["throughput_tok_s"].get<double>();
+  if (v > s.best_val) {
+    s.best_val = v;
+    s.best = s.policy.tensors;
+    s.best_fig = fig;
+  }
+  if (!s.evals.empty()) {
+    ojson m = ojson::parse(s.evals.back().metrics_json);
+    m["validation"] = fig;
+    s.evals.back().metrics_json = m.dump();
+  }
+  SetTrainingRoles(s);
+  s.updates_since_eval = 0;
+}
+
+void LtdRun::FlushLog(StageRun& s) {
+  store_->AppendTrainLog(train_id_, s.logs, s.evals);
+  s.logs.clear();
+  s.evals.clear();
+}
+
+// Writes the stage's best validated weights as the policy and records the stage as done.
+void LtdRun::FinishStage(StageRun& s) {
+  s.policy.tensors = s.best;
+  elapsed_ += (NowNanos() - s.start_ns) * 1e-9;
+  LtdPolicyConfig written = s.policy.config;
+  written.training = {{"trainer", "specbed train ltd"},
+                      {"settings", settings_},
+                      {"stage", s.si},
+                      {"stage_name", s.stage.name},
+                      {"ppo", PpoConfigToJson(s.ppo)}};
+  written.evaluation = {{"validation", s.best_fig}};
+  WriteLtdPolicy(out_dir_ + "/" + (s.is_size ? "size" : "depth"), written, s.policy.tensors);
+  s.policy.trained = true;
+  stage_summaries_.push_back({{"stage", s.si},
+                              {"name", s.stage.name},
+                              {"steps", s.agent.steps_done()},
+                              {"updates", s.agent.updates_done()},
+                              {"best_validation", s.best_fig}});
+  state_["stages"] = stage_summaries_;
+  state_["stages_done"] = s.si + 1;
+  state_["stage_in_progress"] = -1;
+  state_["global_update"] = global_update_;
+  state_["elapsed_s"] = elapsed_;
+  WriteState();
+  if (verbose_) {
+    std::fprintf(stderr, "train ltd: stage %zu (%s) done: best validation %s\n", s.si,
+                 s.stage.name.c_str(), s.best_fig.dump().c_str());
+  }
+}
+
+// Final figures on the validation prompts (static partner pair, each policy alone, both) ->
+// train_summary.json and the run's summary in train_log.db.
+ojson LtdRun::FinalSummary() {
+  ojson fin;
+  fin["both"] = Validate(true, true).ToJson();
+  fin["size_only"] = Validate(false, true).ToJson();
+  fin["depth_only"] = Validate(true, false).ToJson();
+  fin["static_partner"] = Validate(false, false).ToJson();
+  fin["static_partner"]["rounds"] = heuristic_rounds_;
+  fin["static_partner"]["nodes"] = c_.partner_nodes;
+  ojson summary;
+  summary["settings"] = settings_;
+  summary["stages"] = stage_summaries_;
+  summary["final_validation"] = fin;
+  summary["tables"] = tables_.ToJson();
+  summary["train_seconds"] = elapsed_;
+  summary["note"] = c_.timing == "measured"
+                        ? "rewards are measured wall times: runs are not bitwise reproducible"
+                        : "simulated rewards from tables.json: bitwise reproducible";
+  WriteFileAtomically(out_dir_ + "/train_summary.json", summary.dump(2));
+  store_->FinishTrainRun(train_id_, summary.dump());
+  return summary;
+}
+
+}  // namespace
+
+LtdTrainResult TrainLtd(const LtdTrainConfig& c, const std::string& out_dir, bool verbose,
+                        int64_t stop_after_stages) {
+  LtdRun run(c, out_dir, verbose);
+  for (int64_t si = run.stages_done(); si < run.stage_count(); ++si) {
+    if (stop_after_stages > 0 && si >= stop_after_stages) break;
+    run.RunStage(static_cast<size_t>(si));
+  }
+  LtdTrainResult result;
+  result.stages_done = run.stages_done();
+  result.finished = result.stages_done == run.stage_count();
+  if (result.finished) result.summary = run.FinalSummary();
   return result;
 }
 
