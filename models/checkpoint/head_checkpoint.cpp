@@ -82,17 +82,6 @@ SafetensorsDtype StoredDtype(at::ScalarType dtype, const std::string& where) {
   }
 }
 
-at::ScalarType FloatScalarType(SafetensorsDtype dtype) {
-  switch (dtype) {
-    case SafetensorsDtype::kBF16:
-      return at::kBFloat16;
-    case SafetensorsDtype::kF16:
-      return at::kHalf;
-    default:
-      return at::kFloat;
-  }
-}
-
 }  // namespace
 
 HeadConfigFile ReadHeadConfig(const std::string& dir, const std::string& where) {
@@ -145,18 +134,28 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
   return out;
 }
 
-std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& where) {
-  switch (float_dtype) {
-    case SafetensorsDtype::kF32:
-      return "float32";
-    case SafetensorsDtype::kBF16:
-      return "bfloat16";
-    case SafetensorsDtype::kF16:
-      return "float16";
-    default:
-      Fail(where, ": float dtype ", SafetensorsDtypeName(float_dtype),
-           " is not a weight dtype (expected F32, BF16 or F16)");
+constexpr WeightDtype kWeightDtypes[] = {{at::kFloat, SafetensorsDtype::kF32, "float32"},
+                                         {at::kBFloat16, SafetensorsDtype::kBF16, "bfloat16"},
+                                         {at::kHalf, SafetensorsDtype::kF16, "float16"}};
+
+const WeightDtype& WeightDtypeOf(at::ScalarType dtype, const std::string& where) {
+  for (const WeightDtype& d : kWeightDtypes) {
+    if (d.torch == dtype) return d;
   }
+  Fail(where, ": cannot store weights as ", c10::toString(dtype),
+       " (expected Float, BFloat16 or Half)");
+}
+
+const WeightDtype& WeightDtypeOf(SafetensorsDtype stored, const std::string& where) {
+  for (const WeightDtype& d : kWeightDtypes) {
+    if (d.stored == stored) return d;
+  }
+  Fail(where, ": float dtype ", SafetensorsDtypeName(stored),
+       " is not a weight dtype (expected F32, BF16 or F16)");
+}
+
+std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& where) {
+  return WeightDtypeOf(float_dtype, where).name;
 }
 
 void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
@@ -164,7 +163,7 @@ void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_j
                          const std::map<std::string, at::Tensor>& tensors,
                          SafetensorsDtype float_dtype, const std::string& where,
                          const std::string& tensor_file) {
-  const at::ScalarType store = FloatScalarType(float_dtype);
+  const at::ScalarType store = WeightDtypeOf(float_dtype, where).torch;
   if (!recipe.is_null()) config_json[kHeadRecipeKey] = nlohmann::ordered_json(recipe);
   try {
     std::filesystem::create_directories(dir);

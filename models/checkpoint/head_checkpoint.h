@@ -45,6 +45,17 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
                             const std::string& conversion_hint,
                             const std::function<std::string(const std::string&)>& rename = {});
 
+// A dtype checkpoints store weights in, as LibTorch, safetensors and config.json's "torch_dtype"
+// name it: float32 (F32), bfloat16 (BF16), float16 (F16).
+struct WeightDtype {
+  at::ScalarType torch;
+  SafetensorsDtype stored;
+  const char* name;
+};
+// The weight dtype of `dtype` / `stored`; any other dtype fails naming `where`.
+const WeightDtype& WeightDtypeOf(at::ScalarType dtype, const std::string& where);
+const WeightDtype& WeightDtypeOf(SafetensorsDtype stored, const std::string& where);
+
 // "float32" / "bfloat16" / "float16" for kF32 / kBF16 / kF16; other dtypes fail naming `where`.
 std::string HeadTorchDtype(SafetensorsDtype float_dtype, const std::string& where);
 

@@ -20,6 +20,7 @@
 #include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/tensor_util.h"
 
@@ -77,32 +78,6 @@ void AddEntries(const SafetensorsFile& file, at::ScalarType dtype,
     at::Tensor t = EntryToTensor(entry, dtype, file.path());
     CheckFiniteWeights(t, entry.name, "safetensors file '" + file.path() + "'");
     (*tensors)[entry.name] = std::move(t);
-  }
-}
-
-SafetensorsDtype ToSafetensorsDtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return SafetensorsDtype::kF32;
-    case at::kBFloat16:
-      return SafetensorsDtype::kBF16;
-    case at::kHalf:
-      return SafetensorsDtype::kF16;
-    default:
-      Fail("cannot store tensors as ", DtypeName(dtype), " (expected Float, BFloat16 or Half)");
-  }
-}
-
-std::string TorchDtypeString(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return "float32";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    default:
-      Fail("cannot store tensors as ", DtypeName(dtype), " (expected Float, BFloat16 or Half)");
   }
 }
 
@@ -327,11 +302,12 @@ LoadedModel LoadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
 void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
                        const std::map<std::string, at::Tensor>& tensors, at::ScalarType store_dtype,
                        int64_t max_shard_bytes) {
-  const SafetensorsDtype st_dtype = ToSafetensorsDtype(store_dtype);
+  const WeightDtype& weight_dtype = WeightDtypeOf(store_dtype, "writing checkpoint '" + dir + "'");
+  const SafetensorsDtype st_dtype = weight_dtype.stored;
   SPECBED_CHECK(max_shard_bytes >= 0, "writing checkpoint '", dir,
                 "': max_shard_bytes must be >= 0, got ", max_shard_bytes);
   LlamaConfig stored = config;
-  stored.torch_dtype = TorchDtypeString(store_dtype);
+  stored.torch_dtype = weight_dtype.name;
   const json config_json = stored.ToHfJson();
   try {
     std::filesystem::create_directories(dir);
