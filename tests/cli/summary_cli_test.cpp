@@ -177,8 +177,9 @@ TEST(CliExport, CasesCsvMatchesSummaryJson) {
   }
   for (size_t i = 1; i < rows.size(); ++i) {
     for (size_t c = 0; c < rows[i].size(); ++c) {
-      if (rows[0][c] != "knobs" && rows[0][c] != "method_traits" && rows[0][c] != "stop_reasons")
+      if (rows[0][c] != "knobs" && rows[0][c] != "method_traits" && rows[0][c] != "stop_reasons") {
         EXPECT_EQ(rows[i][c].find('['), std::string::npos) << rows[0][c] << ": " << rows[i][c];
+      }
     }
   }
   // The per-position numbers are their own table: one row per case and position.

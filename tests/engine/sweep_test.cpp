@@ -343,7 +343,9 @@ TEST(ShardCases, EveryMethodCaseInExactlyOneShardWithTheArCasesItNeeds) {
     for (size_t k = 1; k < x.cases.size(); k += 2) odd.push_back(x.cases[k]);
     for (int64_t i = 0; i < n; ++i) {
       for (const CaseConfig& c : ShardCases(odd, i, n)) {
-        if (!c.IsArBaseline()) EXPECT_EQ(shard_of[c.Key()], i);
+        if (!c.IsArBaseline()) {
+          EXPECT_EQ(shard_of[c.Key()], i);
+        }
       }
     }
   }
