@@ -2,7 +2,8 @@
 // DflashConfig, and the next head with the same member names): the decoder-layer fields, read
 // through the engine's own parser (ParseHfConfig) so defaults and errors match a target's; the
 // RoPE part as a LlamaConfig (Hugging Face rotate_half pairing); and the layer fields re-checked
-// with the engine's rules (LlamaConfig::Validate).
+// with the engine's rules (LlamaConfig::Validate); and reading / writing a head checkpoint
+// directory around the head's own config parser and tensor checks.
 // Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp (their
 // config round trips and malformed-config cases).
 #pragma once
@@ -10,6 +11,14 @@
 #include <cstdint>
 #include <string>
 
+#include <functional>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/base/names.h"
+#include "models/checkpoint/head_checkpoint.h"
 #include "models/llama_config.h"
 
 namespace specbed {
@@ -61,6 +70,41 @@ void ValidateLayerFields(const HeadConfig& c, LlamaConfig rope, int64_t n_layers
   rope.bos_token_id = c.bos_token_id;
   rope.eos_token_ids = c.eos_token_ids;
   rope.Validate(source);
+}
+
+// Reads the head checkpoint directory `dir` (config.json + safetensors; `what` = "EAGLE-3" names it
+// in errors, `hint` says how to convert a pickle-only head): the config through
+// parse(json, path), the recipe, the tensors (names through `rename`) checked by
+// check(config, tensors, where, origin_of_name).
+template <typename Checkpoint, typename Parse, typename Check>
+Checkpoint ReadHeadCheckpointAs(const std::string& dir, const std::string& what,
+                                const std::string& hint, Parse parse, Check check,
+                                const std::function<std::string(const std::string&)>& rename = {}) {
+  const std::string where = what + " checkpoint '" + dir + "'";
+  const HeadConfigFile file = ReadHeadConfig(dir, where);
+  Checkpoint ckpt;
+  ckpt.source = dir;
+  ckpt.config = parse(file.config, file.path);
+  ckpt.recipe = file.recipe;
+  HeadTensors stored = ReadHeadTensors(dir, where, hint, rename);
+  ckpt.tensors = std::move(stored.tensors);
+  check(ckpt.config, ckpt.tensors, where + " (" + Join(stored.files, ", ") + ")",
+        [&](const std::string& name) { return stored.origin.at(name); });
+  return ckpt;
+}
+
+// Writes a head checkpoint: `config` with torch_dtype set from `float_dtype`, through
+// to_json(config), after validate(config, tensors, where).
+template <typename Config, typename ToJson, typename Validate>
+void WriteHeadCheckpointAs(const std::string& dir, const std::string& what, const Config& config,
+                           const std::map<std::string, at::Tensor>& tensors,
+                           const nlohmann::json& recipe, SafetensorsDtype float_dtype,
+                           ToJson to_json, Validate validate) {
+  const std::string where = "writing " + what + " checkpoint '" + dir + "'";
+  Config stored = config;
+  stored.torch_dtype = HeadTorchDtype(float_dtype, where);
+  validate(config, tensors, where);
+  WriteHeadCheckpoint(dir, to_json(stored), recipe, tensors, float_dtype, where);
 }
 
 }  // namespace specbed

@@ -15,6 +15,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "methods/common/head_config.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
@@ -93,27 +94,15 @@ void ValidateDflashTensors(const DflashConfig& config,
 }
 
 DflashCheckpoint LoadDflashCheckpoint(const std::string& dir) {
-  const std::string where = "DFlash checkpoint '" + dir + "'";
-  const HeadConfigFile config_file = ReadHeadConfig(dir, where);
-  DflashCheckpoint ckpt;
-  ckpt.source = dir;
-  ckpt.config = ParseDflashConfig(config_file.config, config_file.path);
-  ckpt.recipe = config_file.recipe;
-  HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/dflash/README.md)");
-  ckpt.tensors = std::move(stored.tensors);
-  CheckTensors(ckpt.config, ckpt.tensors, where + " (" + Join(stored.files, ", ") + ")",
-               [&](const std::string& name) { return stored.origin.at(name); });
-  return ckpt;
+  return ReadHeadCheckpointAs<DflashCheckpoint>(dir, "DFlash", " (see methods/dflash/README.md)",
+                                                ParseDflashConfig, CheckTensors);
 }
 
 void WriteDflashCheckpoint(const std::string& dir, const DflashConfig& config,
                            const std::map<std::string, at::Tensor>& tensors, const json& recipe,
                            SafetensorsDtype float_dtype) {
-  const std::string where = "writing DFlash checkpoint '" + dir + "'";
-  DflashConfig stored = config;
-  stored.torch_dtype = HeadTorchDtype(float_dtype, where);
-  ValidateDflashTensors(config, tensors, where);
-  WriteHeadCheckpoint(dir, DflashConfigToJson(stored), recipe, tensors, float_dtype, where);
+  WriteHeadCheckpointAs(dir, "DFlash", config, tensors, recipe, float_dtype, DflashConfigToJson,
+                        ValidateDflashTensors);
 }
 
 std::map<std::string, at::Tensor> RandomDflashTensors(const DflashConfig& config, uint64_t seed) {

@@ -22,6 +22,7 @@
 #include "harness/base/hash.h"
 #include "harness/base/mapped_file.h"
 #include "harness/base/names.h"
+#include "methods/common/head_config.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
@@ -177,19 +178,10 @@ void ValidateEagle3Tensors(const Eagle3Config& config,
 }
 
 Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir) {
-  const std::string where = "EAGLE-3 checkpoint '" + dir + "'";
-  const HeadConfigFile config_file = ReadHeadConfig(dir, where);
-  Eagle3Checkpoint ckpt;
-  ckpt.source = dir;
-  ckpt.config = ParseEagle3Config(config_file.config, config_file.path);
-  ckpt.recipe = config_file.recipe;
-  HeadTensors stored = ReadHeadTensors(
-      dir, where,
+  Eagle3Checkpoint ckpt = ReadHeadCheckpointAs<Eagle3Checkpoint>(
+      dir, "EAGLE-3",
       ", with the recipe in methods/eagle3/README.md (\"Converting a pytorch_model.bin head\")",
-      CanonicalName);
-  ckpt.tensors = std::move(stored.tensors);
-  CheckTensors(ckpt.config, ckpt.tensors, where + " (" + Join(stored.files, ", ") + ")",
-               [&](const std::string& name) { return stored.origin.at(name); });
+      ParseEagle3Config, CheckTensors, CanonicalName);
   if (ckpt.tensors.count(kEagle3D2t) == 0) {  // identity map (draft vocab == target vocab)
     std::vector<int64_t> used(ckpt.config.vocab_size);
     std::iota(used.begin(), used.end(), 0);
@@ -203,11 +195,8 @@ Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir) {
 void WriteEagle3Checkpoint(const std::string& dir, const Eagle3Config& config,
                            const std::map<std::string, at::Tensor>& tensors, const json& recipe,
                            SafetensorsDtype float_dtype) {
-  const std::string where = "writing EAGLE-3 checkpoint '" + dir + "'";
-  Eagle3Config stored = config;
-  stored.torch_dtype = HeadTorchDtype(float_dtype, where);
-  ValidateEagle3Tensors(config, tensors, where);
-  WriteHeadCheckpoint(dir, Eagle3ConfigToJson(stored), recipe, tensors, float_dtype, where);
+  WriteHeadCheckpointAs(dir, "EAGLE-3", config, tensors, recipe, float_dtype, Eagle3ConfigToJson,
+                        ValidateEagle3Tensors);
 }
 
 std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config, uint64_t seed,
