@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "methods/blockpilot/blockpilot_labels.h"
 #include "methods/blockpilot/blockpilot_oracle.h"
@@ -25,11 +26,7 @@ struct LabelOptions {
   std::string out;
 };
 
-struct TrainOptions {
-  BlockPilotTrainConfig config;
-  TrainLoopOptions run;
-  std::string out;
-};
+using TrainOptions = TrainerFlags<BlockPilotTrainConfig>;
 
 // One line per choice: "  name  b=…  tau …  tok/s …".
 void PrintChoice(const char* name, const ojson& f) {
@@ -72,9 +69,8 @@ void RunLabel(const LabelOptions& o) {
   const BlockPilotLabelResult r = LabelBlockPilot(o.config, o.out, o.run);
   const BlockPilotLabels& l = r.labels;
   if (!r.finished) {
-    std::printf("stopped after %lld prompts (%lld rows); rerun the same command to resume\n",
-                static_cast<long long>(l.provenance.value("prompts_done", int64_t{0})),
-                static_cast<long long>(l.size()));
+    PrintStopped("after " + std::to_string(l.provenance.value("prompts_done", int64_t{0})) +
+                 " prompts (" + std::to_string(l.size()) + " rows)");
     return;
   }
   const ojson& p = l.provenance;
@@ -94,11 +90,7 @@ void RunLabel(const LabelOptions& o) {
 
 void RunTrain(const TrainOptions& o) {
   const BlockPilotTrainResult r = TrainBlockPilot(o.config, o.out, o.run);
-  if (!r.loop.finished) {
-    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-                static_cast<long long>(r.loop.step), static_cast<long long>(o.config.optim.steps));
-    return;
-  }
+  if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
   std::printf(
       "%s: %lld steps, final train loss %.4f, held-out loss %.4f; train accuracy %.3f; %lld "
       "train / %lld held-out prompts; train %.1f s\n",
@@ -116,17 +108,9 @@ void AddLabel(CLI::App* parent) {
       "Label a TRAINING prompt set: per prompt the target's last-position logits and, per "
       "candidate block size B-radius..B+radius, tau and decode throughput of a greedy DFlash "
       "decode -> one safetensors file; resumable");
-  OldSpellings(cmd,
-               cmd->add_option("-o,--output", o->out,
-                               "Output label file (.safetensors); its directory is created")
-                   ->required(),
-               {"--out"});
+  AddOutputFlag(cmd, o->out, "Output label file (.safetensors); its directory is created");
   cmd->add_option("--drafter", c.drafter, "DFlash checkpoint directory")->required();
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddTargetFlags(cmd, c.target, c.dtype);
   cmd->add_option("--prompts", c.prompts,
                   "'bos' (prompts sampled from the target after BOS), a dataset name or a "
                   ".jsonl/.json prompt file; never the evaluation prompts")
@@ -149,16 +133,11 @@ void AddLabel(CLI::App* parent) {
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of the bos prompts")->capture_default_str();
   cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
-  cmd->add_option("--partial-every", o->run.partial_every_s,
-                  "Seconds between progress writes to OUT.partial (resume point)")
-      ->capture_default_str();
+  AddPartialEveryFlag(cmd, o->run.partial_every_s);
   cmd->add_option("--stop-after", o->run.stop_after,
                   "Stop after this many prompts (progress kept in OUT.partial; for tests)")
       ->capture_default_str();
-  OldSpellings(cmd,
-               cmd->add_flag_callback(
-                   "-q,--quiet", [o] { o->run.verbose = false; }, "No progress bar"),
-               {"--no-progress"});
+  AddQuietFlag(cmd, o->run.verbose);
   cmd->callback([o] { RunLabel(*o); });
 }
 
@@ -172,11 +151,7 @@ void AddTrain(CLI::App* parent) {
       "file -> OUT/config.json + model.safetensors; the last --holdout share of prompts is held "
       "out; resumable");
   cmd->add_option("--labels", c.labels, "Label file from `specbed blockpilot label`")->required();
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", o->out, "Output directory (predictor, train_log.db, work/)")
-          ->required(),
-      {"--out"});
+  AddOutputFlag(cmd, o->out, "Output directory (predictor, train_log.db, work/)");
   cmd->add_option("--criterion", c.criterion, "Label: argmax tau or argmax throughput")
       ->check(CLI::IsMember({"tau", "throughput"}))
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "methods/common/train/regen.h"
 
@@ -19,12 +20,12 @@ struct RegenOptions {
   std::string out;
   double partial_every_s = 30;
   bool no_stop_at_eos = false;
-  bool quiet = false;
+  bool verbose = true;
 };
 
 void RunRegen(const RegenOptions& o) {
   RegenRunOptions run;
-  run.verbose = !o.quiet;
+  run.verbose = o.verbose;
   run.partial_every_s = o.partial_every_s;
   const RegenRunResult r = RegenerateToFile(o.config, o.out, run);
   const RegenData& d = r.data;
@@ -49,16 +50,8 @@ void AddRegenCommand(CLI::App& app) {
       "regen",
       "Drafter training data: sample the target's responses to a prompt set (or to BOS) -> one "
       "safetensors file (tokens, offsets, prompt_lengths + provenance); resumable");
-  OldSpellings(cmd,
-               cmd->add_option("-o,--output", o->out,
-                               "Output file, e.g. data/regen/stories.regen.safetensors")
-                   ->required(),
-               {"--out"});
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddOutputFlag(cmd, o->out, "Output file, e.g. data/regen/stories.regen.safetensors");
+  AddTargetFlags(cmd, c.target, c.dtype);
   cmd->add_option("--device", c.device, "Target device: cpu, cuda or cuda:N")
       ->capture_default_str();
   cmd->add_option("--prompts", c.prompts,
@@ -87,10 +80,8 @@ void AddRegenCommand(CLI::App& app) {
   cmd->add_flag("--no-stop-at-eos", o->no_stop_at_eos,
                 "Always generate --max-new-tokens tokens (default: stop at EOS, kept in the data)");
   cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
-  cmd->add_option("--partial-every", o->partial_every_s,
-                  "Seconds between progress writes to OUT.partial (resume point)")
-      ->capture_default_str();
-  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress bar"), {"--no-progress"});
+  AddPartialEveryFlag(cmd, o->partial_every_s);
+  AddQuietFlag(cmd, o->verbose);
   cmd->callback([o, cmd] {
     // --n-sequences defaults to 512 for bos prompts only; with a dataset it must stay unset.
     if (o->config.prompts != "bos" && cmd->count("--n-sequences") == 0) o->config.n_sequences = 0;

@@ -9,6 +9,7 @@
 #include <malloc.h>
 #endif
 
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/dflash/dflash_trainer.h"
@@ -22,13 +23,6 @@
 namespace specbed::cli {
 namespace {
 
-// A trainer subcommand's parsed flags: its config, the loop options and -o/--output.
-template <class Config>
-struct TrainerFlags {
-  Config config;
-  TrainLoopOptions run;
-  std::string out;
-};
 using TrainDraftLmOptions = TrainerFlags<DraftLmTrainConfig>;
 
 void KeepLargeBlocksInHeap() {
@@ -45,8 +39,7 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
   KeepLargeBlocksInHeap();
   const DraftLmTrainResult r = TrainDraftLm(o.config, o.out, o.run);
   if (!r.finished) {
-    std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-                static_cast<long long>(r.step), static_cast<long long>(o.config.optim.steps));
+    PrintStoppedAtStep(r.step, o.config.optim.steps);
     return;
   }
   std::printf(
@@ -54,14 +47,6 @@ void RunTrainDraftLm(const TrainDraftLmOptions& o) {
       "acceptance (T=1) %.4f; train %.1f s\n",
       o.out.c_str(), static_cast<long long>(r.step), r.final_loss, r.eval_kl, r.top1_agreement,
       r.expected_acceptance, r.train_seconds);
-}
-
-// Prints how to resume when `loop` stopped before `steps`; returns whether it did.
-bool ReportIfStopped(const TrainLoopResult& loop, int64_t steps) {
-  if (loop.finished) return false;
-  std::printf("stopped at step %lld of %lld; rerun the same command to resume\n",
-              static_cast<long long>(loop.step), static_cast<long long>(steps));
-  return true;
 }
 
 // The regen-data flags of the head trainers that read target features (train eagle3, dflash,
@@ -101,17 +86,9 @@ void RunTrainEagle3(const TrainEagle3Options& o) {
 // (with their old spellings --out and --model).
 void AddRegenTrainerFlags(CLI::App* cmd, std::string& out, std::string& data, std::string& target,
                           std::string& dtype) {
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", out, "Output directory (checkpoint, train_log.db, work/)")
-          ->required(),
-      {"--out"});
+  AddOutputFlag(cmd, out, "Output directory (checkpoint, train_log.db, work/)");
   cmd->add_option("--data", data, "Training data: a `specbed regen` file")->required();
-  OldSpellings(
-      cmd,
-      cmd->add_option("-t,--target", target, "Target model (name or path)")->capture_default_str(),
-      {"--model"});
-  cmd->add_option("--dtype", dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddTargetFlags(cmd, target, dtype);
 }
 
 void AddTrainEagle3(CLI::App* train) {
@@ -309,12 +286,8 @@ void AddTrainHrad(CLI::App* train) {
       "hrad",
       "Train SpecBranch's H-RAD predictor (3-class MLP on target features) from draft/target "
       "agreement on sequences sampled from the target -> OUT/config.json + model.safetensors");
-  OldSpellings(cmd, cmd->add_option("-o,--output", o->out, "Output directory")->required(),
-               {"--out"});
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
+  AddOutputFlag(cmd, o->out, "Output directory");
+  AddTargetFlag(cmd, c.target);
   cmd->add_option("--drafter", c.drafter, "SpS draft LM (auto = the target's shipped one)")
       ->capture_default_str();
   cmd->add_option("--gamma", c.gamma, "Draft length of the labels (= specbranch gamma_max)")
@@ -370,10 +343,7 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
   cmd->add_option("--stop-after", run.stop_after,
                   "Stop after this many steps (checkpointed; the schedule still uses --steps)")
       ->capture_default_str();
-  OldSpellings(cmd,
-               cmd->add_flag_callback(
-                   "-q,--quiet", [&run] { run.verbose = false; }, "No progress bar"),
-               {"--no-progress"});
+  AddQuietFlag(cmd, run.verbose);
 }
 
 // The flags both LTD trainers share (LtdTrainSetup's inputs, the beam width and the depth
@@ -409,8 +379,7 @@ void AddTrainLtd(CLI::App* train) {
       "Train LTD's depth and size policies with PPO on the real target + EAGLE-3 head (reward = "
       "accepted tokens / measured cycle time) -> OUT/depth, OUT/size, tables.json, "
       "train_log.db; resumable");
-  OldSpellings(cmd, cmd->add_option("-o,--output", o->out, "Output directory")->required(),
-               {"--out"});
+  AddOutputFlag(cmd, o->out, "Output directory");
   AddLtdSetupFlags(cmd, c);
   cmd->add_option("--depth-every", c.depth_every, "Ask pi_D after every n-th round")
       ->capture_default_str();
@@ -457,8 +426,7 @@ void AddTrainLtd(CLI::App* train) {
   cmd->callback([o] {
     const LtdTrainResult r = TrainLtd(o->config, o->out, true, o->stop_after_stages);
     if (!r.finished) {
-      std::printf("stopped after %lld stages; rerun the same command to resume\n",
-                  static_cast<long long>(r.stages_done));
+      PrintStopped("after " + std::to_string(r.stages_done) + " stages");
       return;
     }
     std::printf("%s: %s\n", o->out.c_str(), r.summary["final_validation"].dump().c_str());
@@ -504,16 +472,8 @@ void AddTrainCommand(CLI::App& app) {
       "draft-lm",
       "Distil a small llama2.c-shape draft LM from a target (forward KL on sequences sampled "
       "from the target) -> OUT/config.json + model.safetensors; resumable");
-  OldSpellings(
-      cmd,
-      cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, log, work/ cache)")
-          ->required(),
-      {"--out"});
-  OldSpellings(cmd,
-               cmd->add_option("-t,--target", c.target, "Target model (name or path)")
-                   ->capture_default_str(),
-               {"--model"});
-  cmd->add_option("--dtype", c.dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+  AddOutputFlag(cmd, o->out, "Output directory (checkpoint, log, work/ cache)");
+  AddTargetFlags(cmd, c.target, c.dtype);
   cmd->add_option("--layers", c.layers, "Draft layers")->capture_default_str();
   cmd->add_option("--dim", c.dim, "Draft hidden size")->capture_default_str();
   OldSpellings(

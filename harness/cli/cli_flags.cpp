@@ -1,0 +1,55 @@
+// The flags and messages several `specbed` subcommands share (see cli_flags.h).
+// Checked by: tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp,
+// tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp.
+#include "harness/cli/cli_flags.h"
+
+#include <cstdio>
+
+#include "harness/cli/commands.h"
+
+namespace specbed::cli {
+
+void AddOutputFlag(CLI::App* cmd, std::string& out, const std::string& help) {
+  OldSpellings(cmd, cmd->add_option("-o,--output", out, help)->required(), {"--out"});
+}
+
+void AddTargetFlag(CLI::App* cmd, std::string& target) {
+  OldSpellings(
+      cmd,
+      cmd->add_option("-t,--target", target, "Target model (name or path)")->capture_default_str(),
+      {"--model"});
+}
+
+void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype) {
+  AddTargetFlag(cmd, target);
+  cmd->add_option("--dtype", dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+}
+
+void AddQuietFlag(CLI::App* cmd, bool& verbose) {
+  OldSpellings(cmd,
+               cmd->add_flag_callback(
+                   "-q,--quiet", [&verbose] { verbose = false; }, "No progress bar"),
+               {"--no-progress"});
+}
+
+void AddPartialEveryFlag(CLI::App* cmd, double& seconds) {
+  cmd->add_option("--partial-every", seconds,
+                  "Seconds between progress writes to OUT.partial (resume point)")
+      ->capture_default_str();
+}
+
+void PrintStopped(const std::string& progress) {
+  std::printf("stopped %s; rerun the same command to resume\n", progress.c_str());
+}
+
+void PrintStoppedAtStep(int64_t step, int64_t steps) {
+  PrintStopped("at step " + std::to_string(step) + " of " + std::to_string(steps));
+}
+
+bool ReportIfStopped(const TrainLoopResult& loop, int64_t steps) {
+  if (loop.finished) return false;
+  PrintStoppedAtStep(loop.step, steps);
+  return true;
+}
+
+}  // namespace specbed::cli

@@ -1,0 +1,43 @@
+// Flags and messages that several `specbed` subcommands share (train, regen, blockpilot): the
+// output and target flags with their old spellings, -q/--quiet, --partial-every, the parsed
+// flags of a trainer, and the note printed when a resumable command stopped early.
+// Checked by: tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp,
+// tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "methods/common/train/train_loop.h"
+
+namespace specbed::cli {
+
+// A trainer subcommand's parsed flags: its config, the loop options and -o/--output.
+template <class Config>
+struct TrainerFlags {
+  Config config;
+  TrainLoopOptions run;
+  std::string out;
+};
+
+// -o/--output (required, described by `help`; old spelling --out).
+void AddOutputFlag(CLI::App* cmd, std::string& out, const std::string& help);
+// -t/--target, "Target model (name or path)", default shown (old spelling --model).
+void AddTargetFlag(CLI::App* cmd, std::string& target);
+// AddTargetFlag and --dtype ("Target dtype: float32, bfloat16", default shown).
+void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype);
+// -q/--quiet, "No progress bar" (old spelling --no-progress): sets `verbose` to false.
+void AddQuietFlag(CLI::App* cmd, bool& verbose);
+// --partial-every: seconds between progress writes to OUT.partial (default shown).
+void AddPartialEveryFlag(CLI::App* cmd, double& seconds);
+
+// Prints "stopped <progress>; rerun the same command to resume" to stdout.
+void PrintStopped(const std::string& progress);
+// PrintStopped("at step <step> of <steps>").
+void PrintStoppedAtStep(int64_t step, int64_t steps);
+// PrintStoppedAtStep when `loop` stopped before `steps`; returns whether it did.
+bool ReportIfStopped(const TrainLoopResult& loop, int64_t steps);
+
+}  // namespace specbed::cli
