@@ -1,6 +1,7 @@
-// `specbed train draft-lm`: distil a small draft LM from a target for speculative sampling
-// (methods/common/train/README.md). Resumable: rerunning with the same settings continues an
-// unfinished run in -o/--output.
+// `specbed train <drafter>`: the drafter trainers behind one command each — draft-lm (a small
+// draft LM distilled from a target for speculative sampling), eagle3, medusa, specblock, dflash,
+// jetspec, hrad, ltd and ltd-baselines (methods/common/train/README.md and each method's README).
+// Resumable: rerunning with the same settings continues an unfinished run in -o/--output.
 // Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
 // tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
