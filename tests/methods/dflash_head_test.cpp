@@ -39,8 +39,10 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 using testing_util::ErrorOf;
+using testing_util::ExpectSameHeadConfigBase;
 using testing_util::ExpectTensorsEqual;
 using testing_util::ScratchDir;
+using testing_util::SetHeadShape;
 using testing_util::TensorMap;
 using testing_util::TestName;
 using testing_util::WriteRawCheckpoint;
@@ -48,46 +50,25 @@ using testing_util::WriteRawCheckpoint;
 // A Qwen3-like draft scaled down; q_dim (48) != hidden (32) as in Qwen3-4B's draft.
 DflashConfig SmallConfig() {
   DflashConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
+  SetHeadShape(c, {/*hidden_size=*/32, /*intermediate_size=*/48, /*n_heads=*/4, /*n_kv_heads=*/2,
+                   /*head_dim=*/12, /*vocab_size=*/50, /*max_position_embeddings=*/4096,
+                   /*rms_norm_eps=*/1e-6, /*rope_theta=*/10000.0});
   c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 12;
-  c.vocab_size = 50;
-  c.max_position_embeddings = 4096;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 10000.0;
   c.block_size = 4;
   c.mask_token_id = 49;
   c.num_target_layers = 8;
   c.target_layer_ids = {1, 3, 5};
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
   return c;
 }
 
 void ExpectSameConfig(const DflashConfig& a, const DflashConfig& b) {
-  EXPECT_EQ(a.hidden_size, b.hidden_size);
-  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  ExpectSameHeadConfigBase(a, b);
   EXPECT_EQ(a.n_layers, b.n_layers);
-  EXPECT_EQ(a.n_heads, b.n_heads);
-  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
-  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
   EXPECT_EQ(a.block_size, b.block_size);
   EXPECT_EQ(a.mask_token_id, b.mask_token_id);
   EXPECT_EQ(a.num_target_layers, b.num_target_layers);
   EXPECT_EQ(a.target_layer_ids, b.target_layer_ids);
   EXPECT_EQ(a.causal, b.causal);
-  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
-  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 
 // config.json of z-lab/Qwen3-8B-DFlash-b16 (as mirrored by SpecForge configs/qwen3-8b-dflash.json).

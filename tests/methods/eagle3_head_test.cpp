@@ -35,8 +35,10 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 using testing_util::ErrorOf;
+using testing_util::ExpectSameHeadConfigBase;
 using testing_util::ExpectTensorsEqual;
 using testing_util::ScratchDir;
+using testing_util::SetHeadShape;
 using testing_util::TensorMap;
 using testing_util::TestName;
 using testing_util::WriteRawCheckpoint;
@@ -44,51 +46,30 @@ using testing_util::WriteRawCheckpoint;
 // A Llama-3-like head scaled down; head_dim * n_heads (96) != hidden (64) as in Qwen3-4B.
 Eagle3Config SmallConfig() {
   Eagle3Config c;
-  c.hidden_size = 64;
-  c.intermediate_size = 160;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 24;
+  SetHeadShape(c, {/*hidden_size=*/64, /*intermediate_size=*/160, /*n_heads=*/4, /*n_kv_heads=*/2,
+                   /*head_dim=*/24, /*vocab_size=*/300, /*max_position_embeddings=*/2048,
+                   /*rms_norm_eps=*/1e-5, /*rope_theta=*/500000.0});
   c.target_hidden_size = 48;
-  c.vocab_size = 300;
   c.draft_vocab_size = 120;
-  c.max_position_embeddings = 2048;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 500000.0;
   c.rope_scaling.type = RopeScalingType::kLlama3;
   c.rope_scaling.factor = 8.0;
   c.rope_scaling.low_freq_factor = 1.0;
   c.rope_scaling.high_freq_factor = 4.0;
   c.rope_scaling.original_max_position_embeddings = 64;
   c.aux_layer_ids = {1, 2, 3};
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
   return c;
 }
 
 void ExpectSameConfig(const Eagle3Config& a, const Eagle3Config& b) {
-  EXPECT_EQ(a.hidden_size, b.hidden_size);
-  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
-  EXPECT_EQ(a.n_heads, b.n_heads);
-  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
+  ExpectSameHeadConfigBase(a, b);
   EXPECT_EQ(a.target_hidden_size, b.target_hidden_size);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.draft_vocab_size, b.draft_vocab_size);
-  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
-  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
   EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
   EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
   EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
             b.rope_scaling.original_max_position_embeddings);
   EXPECT_EQ(a.aux_layer_ids, b.aux_layer_ids);
   EXPECT_EQ(a.norm_before_residual, b.norm_before_residual);
-  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
-  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 
 // config.json of the Llama-3.1-8B head as published (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B).

@@ -1,4 +1,5 @@
-// Shared helpers for the draft-head tests (EAGLE-3, DFlash): the message of a specbed::Error,
+// Shared helpers for the draft-head tests (EAGLE-3, DFlash): the config fields both heads have
+// (set and compared), the message of a specbed::Error,
 // checkpoint directories written as they are (no validation), tensor-map comparisons, the
 // half-precision round-trip check, the checkpoint directory errors, and the row-loop / ATen path
 // parameter of the forward tests.
@@ -9,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -38,6 +40,50 @@ std::string ErrorOf(Fn fn) {
   }
   ADD_FAILURE() << "expected a specbed::Error";
   return "";
+}
+
+// The shape of a draft head's attention block and of what it reads: the fields every draft-head
+// config (Eagle3Config, DflashConfig) has.
+struct HeadShape {
+  int64_t hidden_size = 0, intermediate_size = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t vocab_size = 0, max_position_embeddings = 0;
+  double rms_norm_eps = 0, rope_theta = 0;
+};
+
+// Sets `shape` in the draft-head config `c`, with bos token 1 and eos tokens {2}.
+template <typename HeadConfig>
+void SetHeadShape(HeadConfig& c, const HeadShape& shape) {
+  c.hidden_size = shape.hidden_size;
+  c.intermediate_size = shape.intermediate_size;
+  c.n_heads = shape.n_heads;
+  c.n_kv_heads = shape.n_kv_heads;
+  c.head_dim = shape.head_dim;
+  c.vocab_size = shape.vocab_size;
+  c.max_position_embeddings = shape.max_position_embeddings;
+  c.rms_norm_eps = shape.rms_norm_eps;
+  c.rope_theta = shape.rope_theta;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+}
+
+// The fields every draft-head config has (HeadShape, the RoPE scaling type and factor, the
+// special tokens and the stored dtype) are equal in `a` and `b`.
+template <typename HeadConfig>
+void ExpectSameHeadConfigBase(const HeadConfig& a, const HeadConfig& b) {
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 
 // The safetensors dtype a tensor of `type` is stored as (a test failure for any other type).
