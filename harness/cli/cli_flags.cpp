@@ -38,6 +38,17 @@ void AddPartialEveryFlag(CLI::App* cmd, double& seconds) {
       ->capture_default_str();
 }
 
+void AddBaselineFlags(CLI::App* cmd, bool& cross_machine, std::string& scope,
+                      const std::string& what) {
+  cmd->add_flag("--cross-machine-baseline", cross_machine,
+                "Also compare with an AR case measured on another machine (a run with another host "
+                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
+                "speedup crosses machines unless asked");
+  cmd->add_option("--scope", scope,
+                  what + " over decode only (decode, default) or prefill + decode (e2e)")
+      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+}
+
 void PrintStopped(const std::string& progress) {
   std::printf("stopped %s; rerun the same command to resume\n", progress.c_str());
 }

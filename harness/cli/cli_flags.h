@@ -1,8 +1,10 @@
-// Flags and messages that several `specbed` subcommands share (train, regen, blockpilot): the
-// output and target flags with their old spellings, -q/--quiet, --partial-every, the parsed
-// flags of a trainer, and the note printed when a resumable command stopped early.
+// Flags and messages that several `specbed` subcommands share: for train, regen and blockpilot
+// the output and target flags with their old spellings, -q/--quiet, --partial-every, the parsed
+// flags of a trainer, and the note printed when a resumable command stopped early; for the
+// commands that compute speedups (summary, report, export, compare) the AR-baseline flags.
 // Checked by: tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp,
-// tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp.
+// tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp, tests/cli/summary_cli_test.cpp,
+// tests/cli/compare_cli_test.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -32,6 +34,12 @@ void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype);
 void AddQuietFlag(CLI::App* cmd, bool& verbose);
 // --partial-every: seconds between progress writes to OUT.partial (default shown).
 void AddPartialEveryFlag(CLI::App* cmd, double& seconds);
+
+// --cross-machine-baseline (off by default) and --scope (decode, e2e or end_to_end; default
+// decode) of a command that compares with AR; `what` names its figure in --scope's help
+// ("Speedups", "Speed").
+void AddBaselineFlags(CLI::App* cmd, bool& cross_machine, std::string& scope,
+                      const std::string& what);
 
 // Prints "stopped <progress>; rerun the same command to resume" to stdout.
 void PrintStopped(const std::string& progress);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/compare.h"
 
@@ -99,13 +100,7 @@ void AddCompareCommand(CLI::App& app) {
   cmd->add_flag("--gate-ar-speed", o->options.gate_absolute_speed,
                 "Also gate AR rows' absolute decode tok/s (same machine only)");
   cmd->add_flag("--json", o->json, "Print the comparison as JSON");
-  cmd->add_flag("--cross-machine-baseline", o->options.baseline.cross_machine,
-                "Also compare with an AR case measured on another machine (a run with another host "
-                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
-                "speedup crosses machines unless asked");
-  cmd->add_option("--scope", o->scope,
-                  "Speed over decode only (decode, default) or prefill + decode (e2e)")
-      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  AddBaselineFlags(cmd, o->options.baseline.cross_machine, o->scope, "Speed");
   cmd->callback([o] { RunCompare(*o); });
 }
 

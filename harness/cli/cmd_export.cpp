@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/export.h"
 
@@ -70,13 +71,7 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("-o,--output", o->output, "Output file (default: stdout)");
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline,
-                "Also compare with an AR case measured on another machine (a run with another host "
-                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
-                "speedup crosses machines unless asked");
-  cmd->add_option("--scope", o->scope,
-                  "Speedups over decode only (decode, default) or prefill + decode (e2e)")
-      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  AddBaselineFlags(cmd, o->cross_machine_baseline, o->scope, "Speedups");
   cmd->callback([o] { RunExport(*o); });
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/report.h"
 
@@ -62,13 +63,7 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--paper", o->paper,
                   "Paper reference JSON (reports/README.md); adds a paper-vs-measured table "
                   "(repeatable)");
-  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline,
-                "Also compare with an AR case measured on another machine (a run with another host "
-                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
-                "speedup crosses machines unless asked");
-  cmd->add_option("--scope", o->scope,
-                  "Speedups over decode only (decode, default) or prefill + decode (e2e)")
-      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  AddBaselineFlags(cmd, o->cross_machine_baseline, o->scope, "Speedups");
   cmd->add_option("--window", o->window,
                   "Answers per window of the adaptation-over-the-stream tables (cases that "
                   "trained online; default 8, the SpecBlock paper's interval)")

@@ -10,6 +10,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/summary.h"
 
@@ -77,13 +78,7 @@ void AddSummaryCommand(CLI::App& app) {
                   "Only samples of this prompt category (baselines filtered alike)");
   cmd->add_option("--slice", o->slice,
                   "Only samples A..B-1 (after --category) in stream order, e.g. 0:40 or 40:");
-  cmd->add_flag("--cross-machine-baseline", o->cross_machine_baseline,
-                "Also compare with an AR case measured on another machine (a run with another host "
-                "/ cpu / gpu) when the case has none of its own machine; off by default, so no "
-                "speedup crosses machines unless asked");
-  cmd->add_option("--scope", o->scope,
-                  "Speedup over decode only (decode, default) or prefill + decode (e2e)")
-      ->check(CLI::IsMember({"decode", "e2e", "end_to_end"}));
+  AddBaselineFlags(cmd, o->cross_machine_baseline, o->scope, "Speedup");
   cmd->callback([o] { RunSummary(*o); });
 }
 
