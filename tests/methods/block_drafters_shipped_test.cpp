@@ -50,10 +50,7 @@ TEST(ShippedBlockDrafters, HeadsAreTrainedAsRecorded) {
 
 TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::DflashContextFor(target);
+  testing_util::StoriesMethods s(testing_util::DflashContextFor);
   const std::string dflash = Shipped("dflash"), jetspec = Shipped("jetspec");
   const std::vector<ShippedCase> cases = {
       {"dflash", {{"drafter", dflash}, {"block_size", 8}}, 7, 1.6},
@@ -64,10 +61,10 @@ TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
       {"dflash+blockpilot", {{"drafter", dflash}, {"predictor", Shipped("blockpilot")}}, 17, 1.8},
   };
   for (const ShippedCase& c : cases) {
-    std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
+    std::unique_ptr<Decoder> decoder = s.registry.Build(c.method, s.context, c.knobs);
     testing_util::StoryTotals totals;
     ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
-        target, *decoder, c.method + c.knobs.dump(),
+        s.target, *decoder, c.method + c.knobs.dump(),
         [&](const StepStats& s) {
           EXPECT_LE(s.n_drafted, c.max_nodes) << c.method << c.knobs.dump();
         },
@@ -82,10 +79,7 @@ TEST(ShippedBlockDrafters, MatchArOnEveryStoryPrompt) {
 // never more than the budget, and reproduce AR token for token at T = 0.
 TEST(ShippedBlockDrafters, DraftTheFullBudgetOnEveryStepWithRoom) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::DflashContextFor(target);
+  testing_util::StoriesMethods s(testing_util::DflashContextFor);
   struct BudgetCase {
     std::string method;
     nlohmann::json knobs;
@@ -99,12 +93,12 @@ TEST(ShippedBlockDrafters, DraftTheFullBudgetOnEveryStepWithRoom) {
   const int64_t max_new = 64;
   const auto prompts = LoadDataset("stories", {});
   for (const BudgetCase& c : cases) {
-    std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
+    std::unique_ptr<Decoder> decoder = s.registry.Build(c.method, s.context, c.knobs);
     EXPECT_EQ(decoder->MaxDraftNodes(), c.nodes) << c.method;
     int64_t full = 0, limited = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const testing_util::StoryRun run = testing_util::RunStoryPrompt(
-          target, *decoder, prompts[i], {max_new, /*extra_cache=*/-1, i});
+          s.target, *decoder, prompts[i], {max_new, /*extra_cache=*/-1, i});
       ASSERT_EQ(run.spec.generation.tokens, run.ar.tokens) << c.method << " prompt " << i;
       int64_t generated = 1;  // the first token comes from the prefill
       for (const StepStats& s : run.spec.steps) {

@@ -520,14 +520,11 @@ std::string WriteStoriesPredictor(int64_t vocab, int64_t forced, int64_t radius,
 
 TEST(BlockPilotMethod, ControllerAppliesPredictionAndMatchesAr) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  const LlamaConfig& t = target.model->config();
+  testing_util::StoriesMethods s(ContextFor);
+  const LlamaConfig& t = s.target.model->config();
   const std::string head = WriteStoriesHead(t, "blockpilot_method_head");
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  ASSERT_TRUE(registry.Has("dflash+blockpilot"));
-  EXPECT_TRUE(registry.Info("dflash+blockpilot").traits.lossless);
-  MethodContext context = ContextFor(target);
+  ASSERT_TRUE(s.registry.Has("dflash+blockpilot"));
+  EXPECT_TRUE(s.registry.Info("dflash+blockpilot").traits.lossless);
   const auto prompts = LoadDataset("stories", {});
   const std::string random_pred =
       WriteStoriesPredictor(t.vocab_size, 0, 2, 4, "blockpilot_pred_random");
@@ -540,24 +537,25 @@ TEST(BlockPilotMethod, ControllerAppliesPredictionAndMatchesAr) {
         forced > 0 ? WriteStoriesPredictor(t.vocab_size, forced, 2, 4,
                                            "blockpilot_pred_" + std::to_string(forced))
                    : random_pred;
-    DflashChainDecoder chain = MakeDflashChainDecoder(context, head, "test");
+    DflashChainDecoder chain = MakeDflashChainDecoder(s.context, head, "test");
     const BlockPilotCheckpoint ck = LoadBlockPilotCheckpoint(pred);
     auto* controller = new BlockPilotController(
         std::make_shared<BlockPilotPredictor>(ck.config, ck.tensors), chain.drafter);
     chain.decoder->SetController(std::unique_ptr<Controller>(controller));
-    auto method = registry.Build("dflash+blockpilot", context,
-                                 {{"drafter", head}, {"predictor", pred}, {"radius", 2}});
+    auto method = s.registry.Build("dflash+blockpilot", s.context,
+                                   {{"drafter", head}, {"predictor", pred}, {"radius", 2}});
     for (size_t i = 0; i < 8; ++i) {
       SCOPED_TRACE("forced " + std::to_string(forced) + " prompt " + std::to_string(i));
-      const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[i].turns[0]}});
+      const std::vector<int32_t> ids = BuildPromptIds(s.target, {{"user", prompts[i].turns[0]}});
       GenerationConfig g;
-      g.stop = StopConfigFor(target, 48, {});
-      KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 49);
-      const GenerationResult ar = GenerateAr(*target.model, target.tokenizer.get(), ids, g, cache);
+      g.stop = StopConfigFor(s.target, 48, {});
+      KvCache cache = s.target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 49);
+      const GenerationResult ar =
+          GenerateAr(*s.target.model, s.target.tokenizer.get(), ids, g, cache);
       // The predicted block size from the target's prefill logits, computed apart.
-      KvCache pc = target.model->NewCache(1, static_cast<int64_t>(ids.size()));
+      KvCache pc = s.target.model->NewCache(1, static_cast<int64_t>(ids.size()));
       const at::Tensor z =
-          target.model->Forward(testing_util::Ids(ids), pc).logits.reshape({-1}).clone();
+          s.target.model->Forward(testing_util::Ids(ids), pc).logits.reshape({-1}).clone();
       const int64_t want = forced > 0 ? forced : reference.Predict(z.data_ptr<float>());
       DecodeResult spec;
       chain.decoder->Generate(ids, g, cache, spec);
@@ -591,48 +589,45 @@ TEST(BlockPilotMethod, ControllerAppliesPredictionAndMatchesAr) {
 
 TEST(BlockPilotMethod, MismatchErrors) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  const LlamaConfig& t = target.model->config();
+  testing_util::StoriesMethods s(ContextFor);
+  const LlamaConfig& t = s.target.model->config();
   const std::string head = WriteStoriesHead(t, "blockpilot_err_head");
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
   const std::string pred = WriteStoriesPredictor(t.vocab_size, 4, 2, 4, "blockpilot_err_pred");
   ExpectError(
       [&] {
-        registry.Build("dflash+blockpilot", context,
-                       {{"drafter", head}, {"predictor", pred}, {"radius", 3}});
+        s.registry.Build("dflash+blockpilot", s.context,
+                         {{"drafter", head}, {"predictor", pred}, {"radius", 3}});
       },
       {"knob 'radius' is 3", "trained with radius 2", "[2,3,4,5,6]"});
   const std::string pred8 = WriteStoriesPredictor(t.vocab_size, 8, 2, 8, "blockpilot_err_pred8");
   ExpectError(
       [&] {
-        registry.Build("dflash+blockpilot", context, {{"drafter", head}, {"predictor", pred8}});
+        s.registry.Build("dflash+blockpilot", s.context, {{"drafter", head}, {"predictor", pred8}});
       },
       {"block size 8", "has block size 4"});
   const std::string pred_vocab = WriteStoriesPredictor(100, 4, 2, 4, "blockpilot_err_vocab");
   ExpectError(
       [&] {
-        registry.Build("dflash+blockpilot", context,
-                       {{"drafter", head}, {"predictor", pred_vocab}});
+        s.registry.Build("dflash+blockpilot", s.context,
+                         {{"drafter", head}, {"predictor", pred_vocab}});
       },
       {"vocabulary of 100", "512"});
-  const MethodInfo& info = registry.Info("dflash+blockpilot");
+  const MethodInfo& info = s.registry.Info("dflash+blockpilot");
   ExpectError(
       [&] {
-        info.validate(registry.ResolveKnobs(info.name, {{"drafter", head}}));
+        info.validate(s.registry.ResolveKnobs(info.name, {{"drafter", head}}));
       },
       {"knob 'predictor'"});
   ExpectError(
       [&] {
         info.validate(
-            registry.ResolveKnobs(info.name, {{"drafter", head}, {"predictor", "/nope"}}));
+            s.registry.ResolveKnobs(info.name, {{"drafter", head}, {"predictor", "/nope"}}));
       },
       {"'/nope' does not exist"});
   // The runner's up-front check reads the predictor's config.json: the radius fails before a run.
   ExpectError(
       [&] {
-        info.validate(registry.ResolveKnobs(
+        info.validate(s.registry.ResolveKnobs(
             info.name, {{"drafter", head}, {"predictor", pred}, {"radius", 1}}));
       },
       {"knob 'radius' is 1", "trained with radius 2"});

@@ -39,8 +39,6 @@ namespace {
 using testing::HasSubstr;
 
 using testing_util::DflashContextFor;
-using testing_util::DflashHeadConfig;
-using testing_util::WriteDflashHead;
 
 TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   at::set_num_threads(1);
@@ -118,20 +116,17 @@ TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
 }
 
 TEST(DflashDrafter, MismatchedHeadsFailClearly) {
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = DflashContextFor(target);
-  const std::string tiny =
-      WriteDflashHead(DflashHeadConfig(16, 4, 2, 2, 1), 1, "dflash_drafter_wrong");
+  testing_util::StoriesMethods s(DflashContextFor);
+  const std::string tiny = testing_util::WriteDflashHead(
+      testing_util::DflashHeadConfig(16, 4, 2, 2, 1), 1, "dflash_drafter_wrong");
   try {
-    registry.Build("dflash", context, {{"drafter", tiny}});
+    s.registry.Build("dflash", s.context, {{"drafter", tiny}});
     FAIL() << "expected a mismatch";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("does not match the target 'stories260K'"));
   }
-  EXPECT_THROW(registry.Build("ddtree", context, {{"drafter", ""}}), Error);
-  EXPECT_THROW(registry.Build("dflash", context, {{"drafter", tiny + "/missing"}}), Error);
+  EXPECT_THROW(s.registry.Build("ddtree", s.context, {{"drafter", ""}}), Error);
+  EXPECT_THROW(s.registry.Build("dflash", s.context, {{"drafter", tiny + "/missing"}}), Error);
 }
 
 }  // namespace

@@ -45,17 +45,14 @@ MethodContext ContextFor(LoadedTarget& target) {
 
 TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  testing_util::StoriesMethods s;
   for (const nlohmann::json& knobs :
        {nlohmann::json::object(), nlohmann::json{{"depth", 3}, {"top_k", 4}, {"total_tokens", 9}},
         nlohmann::json{{"depth", 4}, {"top_k", 1}, {"total_tokens", 6}}}) {
-    std::unique_ptr<Decoder> decoder = registry.Build("eagle3", context, knobs);
+    std::unique_ptr<Decoder> decoder = s.registry.Build("eagle3", s.context, knobs);
     testing_util::StoryTotals totals;
     ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
-        target, *decoder, knobs.dump(),
+        s.target, *decoder, knobs.dump(),
         [&](const StepStats& s) {
           EXPECT_LE(s.n_drafted, knobs.value("total_tokens", 60) - 1);
           EXPECT_LE(s.draft_depth, knobs.value("depth", 7) + 1);

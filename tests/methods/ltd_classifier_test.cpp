@@ -247,27 +247,24 @@ ExactRun ExpectExact(MethodRegistry& registry, MethodContext& context, const std
 
 TEST(LtdClassifierMethods, MatchArAtTemperatureZeroAndVaryTheShape) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
+  testing_util::StoriesMethods s;
   const std::string set = WriteVariedSet();
   const nlohmann::json knobs = {{"classifier", set}, {"total_tokens", 17}};
   for (const char* m : {"eagle3+disco", "eagle3+specdecpp"}) {
-    const ExactRun r = ExpectExact(registry, context, m, knobs, 4);
+    const ExactRun r = ExpectExact(s.registry, s.context, m, knobs, 4);
     EXPECT_GE(r.generated.size(), 2u) << m << ": the classifier never changed the depth";
   }
-  const ExactRun c2t = ExpectExact(registry, context, "eagle3+c2t", knobs, 4);
+  const ExactRun c2t = ExpectExact(s.registry, s.context, "eagle3+c2t", knobs, 4);
   EXPECT_GE(c2t.drafted.size(), 2u) << "C2T never changed the verified size";
   EXPECT_EQ(c2t.generated, std::set<int64_t>({810})) << "C2T runs the static depth 8";
   try {
-    registry.Build("eagle3+c2t", context, {{"classifier", "/nonexistent/set"}});
+    s.registry.Build("eagle3+c2t", s.context, {{"classifier", "/nonexistent/set"}});
     ADD_FAILURE() << "missing classifier set accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/set"));
   }
   try {
-    registry.Build("eagle3+disco", context, {{"classifier", set}, {"top_k", 8}});
+    s.registry.Build("eagle3+disco", s.context, {{"classifier", set}, {"top_k", 8}});
     ADD_FAILURE() << "top_k mismatch accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("top_k 10"));
@@ -303,12 +300,9 @@ TEST(LtdBaselineTrainer, SmallRunWritesBalancedClassifiersThatRankHeldOutRows) {
   EXPECT_GT(r.summary.at("c2t").at("auc").get<double>(), 0.7);
 
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
+  testing_util::StoriesMethods s;
   for (const char* m : {"eagle3+disco", "eagle3+specdecpp", "eagle3+c2t"}) {
-    ExpectExact(registry, context, m, {{"classifier", out}, {"total_tokens", 17}}, 2);
+    ExpectExact(s.registry, s.context, m, {{"classifier", out}, {"total_tokens", 17}}, 2);
   }
 }
 

@@ -216,10 +216,7 @@ TEST(LtdControllers, BaselineDecisions) {
 
 TEST(Ltd, EveryVariantAndBaselineMatchesArAtTemperatureZero) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
+  testing_util::StoriesMethods s;
   const std::string pair = WritePolicyPair("exact", 10, 12, 21);
   struct Case {
     std::string method;
@@ -235,12 +232,12 @@ TEST(Ltd, EveryVariantAndBaselineMatchesArAtTemperatureZero) {
   };
   const auto prompts = LoadDataset("stories", {});
   for (const Case& c : cases) {
-    std::unique_ptr<Decoder> decoder = registry.Build(c.method, context, c.knobs);
+    std::unique_ptr<Decoder> decoder = s.registry.Build(c.method, s.context, c.knobs);
     std::set<int64_t> generated;
     int64_t steps = 0, emitted = 0;
     for (size_t i = 0; i < 8; ++i) {
       const testing_util::StoryRun run =
-          testing_util::RunStoryPrompt(target, *decoder, prompts[i], {64, /*extra_cache=*/-1, 0});
+          testing_util::RunStoryPrompt(s.target, *decoder, prompts[i], {64, /*extra_cache=*/-1, 0});
       const DecodeResult& spec = run.spec;
       ASSERT_EQ(spec.generation.tokens, run.ar.tokens)
           << c.method << " " << c.knobs.dump() << " " << i;
@@ -271,25 +268,22 @@ TEST(Ltd, EveryVariantAndBaselineMatchesArAtTemperatureZero) {
 }
 
 TEST(Ltd, KnobErrorsNameTheProblem) {
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
+  testing_util::StoriesMethods s;
   const std::string pair = WritePolicyPair("errors", 10, 12, 3);
   try {
-    registry.Build("ltd", context, {{"policy", pair}, {"max_depth", 8}});
+    s.registry.Build("ltd", s.context, {{"policy", pair}, {"max_depth", 8}});
     ADD_FAILURE() << "max_depth mismatch accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("max_depth"));
   }
   try {
-    registry.Build("ltd", context, {{"policy", "/nonexistent/ltd"}});
+    s.registry.Build("ltd", s.context, {{"policy", "/nonexistent/ltd"}});
     ADD_FAILURE() << "missing policy accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/ltd"));
   }
   try {
-    registry.Build("eagle3+ddd", context, {{"check_rounds", "5,x"}});
+    s.registry.Build("eagle3+ddd", s.context, {{"check_rounds", "5,x"}});
     ADD_FAILURE() << "bad check_rounds accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("check_rounds"));

@@ -1,6 +1,7 @@
 // Test helpers shared by the method tests: a MethodContext for one loaded target whose
 // load_model loads (and caches for the whole test binary) any other model by name, in float32;
-// and a tiny random EAGLE-3 head for the tiny random target of engine_test_util.h.
+// stories260K with every method registered and such a context; and the tiny draft-head shape
+// (with a tiny random EAGLE-3 head) for the tiny random target of engine_test_util.h.
 // Checked by: tests/methods/eagle3_drafter_test.cpp, tests/methods/osd_test.cpp,
 // tests/methods/specblock_test.cpp, tests/methods/ltd_test.cpp (the tests that use it).
 #pragma once
@@ -32,6 +33,21 @@ inline MethodContext CachingContextFor(LoadedTarget& target) {
   return c;
 }
 
+// stories260K in float32, every built-in method registered, and a MethodContext over it made
+// by `make_context` (CachingContextFor unless given).
+struct StoriesMethods {
+  explicit StoriesMethods(MethodContext (*make_context)(LoadedTarget&) = CachingContextFor)
+      : target(LoadModel("stories260K", at::kFloat)), context(make_context(target)) {
+    RegisterBuiltinMethods(registry);
+  }
+  StoriesMethods(const StoriesMethods&) = delete;
+  StoriesMethods& operator=(const StoriesMethods&) = delete;
+
+  LoadedTarget target;
+  MethodRegistry registry;
+  MethodContext context;  // points at `target`
+};
+
 // A random EAGLE-3 head over 3 of the 4 tokens of TinyRandomTarget (engine_test_util.h), its
 // lm_head scaled by 80 so that its drafts are sharp.
 struct TinyEagle3Head {
@@ -39,9 +55,10 @@ struct TinyEagle3Head {
   std::map<std::string, at::Tensor> tensors;
 };
 
-inline TinyEagle3Head MakeTinyEagle3Head() {
-  TinyEagle3Head head;
-  Eagle3Config& h = head.config;
+// Sets the shape of a tiny draft head (an Eagle3Config or a SpecBlockConfig) over 3 of the 4
+// tokens of TinyRandomTarget, reading its 3 layers: hidden 16, 2 heads of 8 (1 KV head).
+template <typename HeadConfig>
+void SetTinyHeadShape(HeadConfig& h) {
   h.hidden_size = 16;
   h.intermediate_size = 32;
   h.n_heads = 2;
@@ -51,7 +68,12 @@ inline TinyEagle3Head MakeTinyEagle3Head() {
   h.vocab_size = 4;
   h.draft_vocab_size = 3;
   h.aux_layer_ids = {0, 1, 2};
-  head.tensors = RandomEagle3Tensors(h, 5);
+}
+
+inline TinyEagle3Head MakeTinyEagle3Head() {
+  TinyEagle3Head head;
+  SetTinyHeadShape(head.config);
+  head.tensors = RandomEagle3Tensors(head.config, 5);
   head.tensors[kEagle3LmHead] = head.tensors[kEagle3LmHead] * 80;
   return head;
 }

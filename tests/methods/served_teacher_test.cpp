@@ -106,29 +106,27 @@ class Recorder : public Adapter {
 // states at every position but the last, and the logits that predicted each supervised token.
 TEST(ServedTeacher, EqualsAFreshTargetForwardOverTheRequest) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
+  testing_util::StoriesMethods s;
   for (const std::string method : {"specblock", "eagle3"}) {
-    std::unique_ptr<Decoder> decoder = registry.Build(method, context, nlohmann::json::object());
+    std::unique_ptr<Decoder> decoder =
+        s.registry.Build(method, s.context, nlohmann::json::object());
     auto& spec = dynamic_cast<SpeculativeDecoder&>(*decoder);
     auto recorder = std::make_unique<Recorder>();
     Recorder* rec = recorder.get();
     spec.SetAdapter(std::move(recorder));
     const std::vector<int32_t> ids =
-        BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
-    const DecodeResult r = testing_util::DecodeIds(target, *decoder, ids, 40);
+        BuildPromptIds(s.target, {{"user", "Once upon a time, there was a little dog named"}});
+    const DecodeResult r = testing_util::DecodeIds(s.target, *decoder, ids, 40);
     const ServedRequest& req = rec->request;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
     ASSERT_GE(req.supervised.size(), 3u) << method;
-    KvCache fresh = target.model->NewCache(1, n);
+    KvCache fresh = s.target.model->NewCache(1, n);
     ForwardOptions fo;
     fo.logits = LogitsMode::kAll;
     fo.hidden_layers = spec.drafter().TargetHiddenLayers();
     std::vector<int64_t> all(req.tokens.begin(), req.tokens.end());
     const ForwardOutput out =
-        target.model->Forward(at::tensor(all, at::kLong).view({1, n}), fresh, fo);
+        s.target.model->Forward(at::tensor(all, at::kLong).view({1, n}), fresh, fo);
     const at::Tensor hidden = at::cat(out.hidden, -1)[0];
     EXPECT_TRUE(
         at::allclose(req.features.narrow(0, 0, n - 1), hidden.narrow(0, 0, n - 1), 1e-4, 1e-4))

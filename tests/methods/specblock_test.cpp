@@ -52,17 +52,14 @@ MethodContext ContextFor(LoadedTarget& target) {
 
 TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  testing_util::StoriesMethods s;
   for (const nlohmann::json& knobs :
        {nlohmann::json::object(), nlohmann::json{{"branching", "2,4,6,4"}},
         nlohmann::json{{"budget", 8}, {"blocks", 3}}}) {
-    std::unique_ptr<Decoder> decoder = registry.Build("specblock", context, knobs);
+    std::unique_ptr<Decoder> decoder = s.registry.Build("specblock", s.context, knobs);
     testing_util::StoryTotals totals;
     ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
-        target, *decoder, knobs.dump(),
+        s.target, *decoder, knobs.dump(),
         [&](const StepStats& s) { EXPECT_LE(s.n_drafted, knobs.value("budget", 60)); }, &totals));
     ASSERT_EQ(totals.prompts, 32);
     EXPECT_GT(totals.accepted, 0) << knobs.dump();
@@ -72,20 +69,17 @@ TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
 
 TEST(SpecBlock, OneIterationIsExactlyMDrafterCalls) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  testing_util::StoriesMethods s;
   for (int64_t m : {1, 2, 3}) {
-    const nlohmann::json knobs = registry.ResolveKnobsFor(
+    const nlohmann::json knobs = s.registry.ResolveKnobsFor(
         "specblock", {{"blocks", m}, {"branching", "2,4,6,4"}}, "stories260K");
     SpecBlockDrafter* drafter = nullptr;
-    std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+    std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(s.context, knobs, &drafter);
     const std::vector<int32_t> ids =
-        BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
+        BuildPromptIds(s.target, {{"user", "Once upon a time, there was a little dog named"}});
     GenerationConfig g;
-    g.stop = StopConfigFor(target, 64, {});
-    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 65);
+    g.stop = StopConfigFor(s.target, 64, {});
+    KvCache cache = s.target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 65);
     DecodeResult spec;
     const int64_t before = drafter->calls_total();
     decoder->Generate(ids, g, cache, spec);
@@ -122,17 +116,9 @@ TinySetup MakeTiny() {
   TinySetup p;
   p.target = testing_util::TinyRandomTarget(21, 60.0);  // engine_test_util.h
   SpecBlockConfig& s = p.config;
-  s.hidden_size = 16;
-  s.intermediate_size = 32;
-  s.n_heads = 2;
-  s.n_kv_heads = 1;
-  s.head_dim = 8;
-  s.target_hidden_size = 16;
-  s.vocab_size = 4;
-  s.draft_vocab_size = 3;
+  testing_util::SetTinyHeadShape(s);  // method_test_util.h
   s.block_size = 2;
   s.rank_hidden = 8;
-  s.aux_layer_ids = {0, 1, 2};
   p.tensors = RandomSpecBlockTensors(s, 5);
   p.tensors["lm_head.weight"] = p.tensors["lm_head.weight"] * 80;
   return p;
@@ -179,24 +165,21 @@ class SlotDistributionCheck : public Adapter {
 
 TEST(SpecBlock, OnlySlotsThatKeptAChildReportADraftDistribution) {
   at::set_num_threads(1);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
-  const nlohmann::json knobs = registry.ResolveKnobsFor(
+  testing_util::StoriesMethods s;
+  const nlohmann::json knobs = s.registry.ResolveKnobsFor(
       "specblock", {{"budget", 12}, {"branching", "2,4,6,4"}}, "stories260K");
   SpecBlockDrafter* drafter = nullptr;
-  std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(context, knobs, &drafter);
+  std::unique_ptr<Decoder> decoder = MakeSpecBlockDecoder(s.context, knobs, &drafter);
   auto* spec = dynamic_cast<SpeculativeDecoder*>(decoder.get());
   ASSERT_NE(spec, nullptr);
   auto check = std::make_unique<SlotDistributionCheck>(*drafter);
   SlotDistributionCheck* seen = check.get();
   spec->SetAdapter(std::move(check));
   const std::vector<int32_t> ids =
-      BuildPromptIds(target, {{"user", "Once upon a time, there was a little dog named"}});
+      BuildPromptIds(s.target, {{"user", "Once upon a time, there was a little dog named"}});
   GenerationConfig g;
-  g.stop = StopConfigFor(target, 64, {});
-  KvCache cache = target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 65 + 12);
+  g.stop = StopConfigFor(s.target, 64, {});
+  KvCache cache = s.target.model->NewCache(1, static_cast<int64_t>(ids.size()) + 65 + 12);
   DecodeResult r;
   decoder->Generate(ids, g, cache, r);
   EXPECT_GT(seen->slots, 4 * static_cast<int64_t>(r.steps.size()));
@@ -450,6 +433,20 @@ TEST(SpecBlockTrainer, DefaultSettingsTrainTheRankHead) {
   EXPECT_EQ(SpecBlockRankWarmup(c), 0);
 }
 
+// `n` queries of signal `s` to `p`, each reported back as an event: none is skipped, and both
+// head and full are chosen at least once.
+void ExpectBothActionsAndNoSkip(BanditPolicy& p, int64_t n, double s) {
+  std::array<int, 3> seen{};
+  for (int64_t e = 0; e < n; ++e) {
+    const BanditAction a = p.Choose(s);
+    ASSERT_NE(a, BanditAction::kSkip);
+    ++seen[static_cast<int>(a)];
+    p.OnEvent(a);
+  }
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+}
+
 TEST(SpecBlockBandit, ColdStartExploresBothActionsThenFollowsValues) {
   BanditOptions o;
   o.seed = 7;
@@ -458,15 +455,7 @@ TEST(SpecBlockBandit, ColdStartExploresBothActionsThenFollowsValues) {
   // Below s_min nothing fires during the cold start.
   EXPECT_EQ(p.Choose(1.0), BanditAction::kSkip);
   // The cold start never skips a query with enough signal and samples both actions.
-  std::array<int, 3> seen{};
-  for (int e = 0; e < o.cold_start; ++e) {
-    const BanditAction a = p.Choose(20.0);
-    ASSERT_NE(a, BanditAction::kSkip);
-    ++seen[static_cast<int>(a)];
-    p.OnEvent(a);
-  }
-  EXPECT_GT(seen[1], 0);
-  EXPECT_GT(seen[2], 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectBothActionsAndNoSkip(p, o.cold_start, 20.0));
   EXPECT_NEAR(p.epsilon(), 0.10, 1e-12);
   // Values: both <= 0 -> skip.
   EXPECT_EQ(p.Choose(20.0), BanditAction::kSkip);
@@ -489,15 +478,7 @@ TEST(SpecBlockBandit, ColdStartExploresBothActionsThenFollowsValues) {
   BanditOptions off = o;
   off.gating = false;
   BanditPolicy q(off);
-  std::array<int, 3> off_seen{};
-  for (int e = 0; e < 20; ++e) {
-    const BanditAction a = q.Choose(0.0);
-    ASSERT_NE(a, BanditAction::kSkip);
-    ++off_seen[static_cast<int>(a)];
-    q.OnEvent(a);
-  }
-  EXPECT_GT(off_seen[1], 0);
-  EXPECT_GT(off_seen[2], 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectBothActionsAndNoSkip(q, 20, 0.0));
 }
 
 // Exploration never dies (issue 26): after the cold start, with both values <= 0 (skip), a query
