@@ -128,6 +128,11 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "";
 }
 
+// `fn` throws a specbed::Error whose message contains `part`.
+void ExpectErrorContains(const std::function<void()>& fn, const std::string& part) {
+  EXPECT_NE(ErrorOf(fn).find(part), std::string::npos) << part;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tree mask
 
@@ -200,38 +205,36 @@ TEST(TreeMask, EmptyTreeIsPrefixAndRoot) {
 TEST(TreeMask, RejectsBadArguments) {
   const at::Tensor parent = IntTensor({-1, 0, 1}, 1);
   const at::Tensor mask = at::empty({1, 4, 6}, at::kBool);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(parent.to(at::kLong), 2, mask);
-            }).find("BuildTreeMask: parent must be int32"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(parent, 2, at::empty({1, 4, 7}, at::kBool));
-            }).find("mask must be bool [1, 4, 6]"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(parent, 2, at::empty({1, 4, 6}, at::kInt));
-            }).find("mask"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] { BuildTreeMask(parent, -1, mask); }).find("prefix_len"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(IntTensor({-1, 1, 1}, 1), 2, mask);
-            }).find("parent[0][1] = 1 must be in [-1, 1)"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(IntTensor({-2, 0, 1}, 1), 2, mask);
-            }).find("parent[0][0] = -2"),
-            std::string::npos);
-  EXPECT_NE(
-      ErrorOf([&] {
+  ExpectErrorContains([&] { BuildTreeMask(parent.to(at::kLong), 2, mask); },
+                      "BuildTreeMask: parent must be int32");
+  ExpectErrorContains(
+      [&] {
+        BuildTreeMask(parent, 2, at::empty({1, 4, 7}, at::kBool));
+      },
+      "mask must be bool [1, 4, 6]");
+  ExpectErrorContains([&] { BuildTreeMask(parent, 2, at::empty({1, 4, 6}, at::kInt)); }, "mask");
+  ExpectErrorContains([&] { BuildTreeMask(parent, -1, mask); }, "prefix_len");
+  ExpectErrorContains(
+      [&] {
+        BuildTreeMask(IntTensor({-1, 1, 1}, 1), 2, mask);
+      },
+      "parent[0][1] = 1 must be in [-1, 1)");
+  ExpectErrorContains(
+      [&] {
+        BuildTreeMask(IntTensor({-2, 0, 1}, 1), 2, mask);
+      },
+      "parent[0][0] = -2");
+  ExpectErrorContains(
+      [&] {
         BuildTreeMask(IntTensor({-1, 0, 1, -1, 0, 1}, 3).t(), 2, at::empty({2, 4, 6}, at::kBool));
-      }).find("contiguous"),
-      std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              BuildTreeMask(parent, 2,
-                            at::empty({1, 4, 6}, at::TensorOptions(at::kBool).device(at::kMeta)));
-            }).find("mask is on meta"),
-            std::string::npos);
+      },
+      "contiguous");
+  ExpectErrorContains(
+      [&] {
+        BuildTreeMask(parent, 2,
+                      at::empty({1, 4, 6}, at::TensorOptions(at::kBool).device(at::kMeta)));
+      },
+      "mask is on meta");
   // The raw reference reports what it cannot handle instead of walking out of bounds.
   const std::vector<int32_t> bad = {-1, 5};
   std::vector<uint8_t> out(3 * 5);
@@ -570,36 +573,42 @@ TEST(KvCompact, RejectsBadArguments) {
     return at::tensor(v, at::kLong).view({rows, cols}).clone();
   };
   EXPECT_EQ(ErrorOf([&] { CompactKvCache(storage, 2, idx({2, 5, 3, 4}, 2)); }), "");
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage.to(at::kDouble), 2, idx({2, 5, 3, 4}, 2));
-            }).find("CompactKvCache: storage must be float32 or bfloat16 or float16"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(at::zeros({1, 3, 2, 1, 8, 4}), 2, idx({2, 3}, 2));
-            }).find("storage must be"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage, 2, idx({2, 3, 4}, 1));
-            }).find("indices must be int64 [2, *]"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage, 2, idx({4, 3, 3, 4}, 2));
-            }).find("indices[0][1] = 3 breaks the contract"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage, 2, idx({2, 3, 1, 4}, 2));
-            }).find("indices[1][0] = 1"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage, 2, idx({2, 8, 3, 4}, 2));
-            }).find("indices[0][1] = 8"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] { CompactKvCache(storage, 9, idx({}, 2)); }).find("committed_len 9"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              CompactKvCache(storage, 2, idx({2, 3, 4, 5}, 2).to(at::kInt));
-            }).find("indices"),
-            std::string::npos);
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage.to(at::kDouble), 2, idx({2, 5, 3, 4}, 2));
+      },
+      "CompactKvCache: storage must be float32 or bfloat16 or float16");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(at::zeros({1, 3, 2, 1, 8, 4}), 2, idx({2, 3}, 2));
+      },
+      "storage must be");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage, 2, idx({2, 3, 4}, 1));
+      },
+      "indices must be int64 [2, *]");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage, 2, idx({4, 3, 3, 4}, 2));
+      },
+      "indices[0][1] = 3 breaks the contract");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage, 2, idx({2, 3, 1, 4}, 2));
+      },
+      "indices[1][0] = 1");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage, 2, idx({2, 8, 3, 4}, 2));
+      },
+      "indices[0][1] = 8");
+  ExpectErrorContains([&] { CompactKvCache(storage, 9, idx({}, 2)); }, "committed_len 9");
+  ExpectErrorContains(
+      [&] {
+        CompactKvCache(storage, 2, idx({2, 3, 4, 5}, 2).to(at::kInt));
+      },
+      "indices");
   const std::vector<int64_t> unsorted = {3, 2};
   std::vector<float> raw(8 * 4);
   EXPECT_EQ(cpu::CompactKvRows(raw.data(), 1, 1, 1, 8, 16, 2, unsorted.data(), 2), kKernelBadInput);

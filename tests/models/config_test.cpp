@@ -129,6 +129,13 @@ void ExpectParseFails(const json& j, const std::vector<std::string>& parts) {
   }
 }
 
+// MinimalLlama() with `field` set to `value` fails to parse (as ExpectParseFails checks).
+void ExpectFieldFails(const char* field, const json& value, const std::vector<std::string>& parts) {
+  json j = MinimalLlama();
+  j[field] = value;
+  ExpectParseFails(j, parts);
+}
+
 void ExpectSameConfig(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.architecture, b.architecture);
   EXPECT_EQ(a.dim, b.dim);
@@ -280,91 +287,56 @@ TEST(HfConfigErrors, MissingRequiredField) {
 }
 
 TEST(HfConfigErrors, WrongFieldTypes) {
-  json j = MinimalLlama();
-  j["hidden_size"] = "64";
-  ExpectParseFails(j, {"\"hidden_size\" must be an integer", "string"});
-  j = MinimalLlama();
-  j["vocab_size"] = 100.5;
-  ExpectParseFails(j, {"\"vocab_size\" must be an integer"});
-  j = MinimalLlama();
-  j["rms_norm_eps"] = "1e-5";
-  ExpectParseFails(j, {"\"rms_norm_eps\" must be a number"});
-  j = MinimalLlama();
-  j["tie_word_embeddings"] = 1;
-  ExpectParseFails(j, {"\"tie_word_embeddings\" must be true or false"});
-  j = MinimalLlama();
-  j["eos_token_id"] = {1, "2"};
-  ExpectParseFails(j, {"\"eos_token_id\" must be an integer or a list"});
-  j = MinimalLlama();
-  j["architectures"] = "LlamaForCausalLM";
-  ExpectParseFails(j, {"\"architectures\" must be a non-empty array"});
-  j = MinimalLlama();
-  j["rope_scaling"] = 8.0;
-  ExpectParseFails(j, {"\"rope_scaling\" must be an object or null"});
+  ExpectFieldFails("hidden_size", "64", {"\"hidden_size\" must be an integer", "string"});
+  ExpectFieldFails("vocab_size", 100.5, {"\"vocab_size\" must be an integer"});
+  ExpectFieldFails("rms_norm_eps", "1e-5", {"\"rms_norm_eps\" must be a number"});
+  ExpectFieldFails("tie_word_embeddings", 1, {"\"tie_word_embeddings\" must be true or false"});
+  ExpectFieldFails("eos_token_id", {1, "2"}, {"\"eos_token_id\" must be an integer or a list"});
+  ExpectFieldFails("architectures", "LlamaForCausalLM",
+                   {"\"architectures\" must be a non-empty array"});
+  ExpectFieldFails("rope_scaling", 8.0, {"\"rope_scaling\" must be an object or null"});
 }
 
 TEST(HfConfigErrors, UnknownOrMismatchedFamily) {
+  ExpectFieldFails("model_type", "qwen",
+                   {"unknown model_type 'qwen'", "did you mean", "llama, qwen2, qwen3"});
+  ExpectFieldFails("architectures", {"MistralForCausalLM"},
+                   {"unknown architecture 'MistralForCausalLM'"});
+  ExpectFieldFails("architectures", {"Qwen2ForCausalLM"},
+                   {"model_type \"llama\" does not match", "Qwen2ForCausalLM"});
   json j = MinimalLlama();
-  j["model_type"] = "qwen";
-  ExpectParseFails(j, {"unknown model_type 'qwen'", "did you mean", "llama, qwen2, qwen3"});
-  j = MinimalLlama();
-  j["architectures"] = {"MistralForCausalLM"};
-  ExpectParseFails(j, {"unknown architecture 'MistralForCausalLM'"});
-  j = MinimalLlama();
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  ExpectParseFails(j, {"model_type \"llama\" does not match", "Qwen2ForCausalLM"});
-  j = MinimalLlama();
   j.erase("model_type");
   ExpectParseFails(j, {"missing \"model_type\" and \"architectures\""});
 }
 
 TEST(HfConfigErrors, InconsistentValues) {
-  json j = MinimalLlama();
-  j["num_key_value_heads"] = 3;
-  ExpectParseFails(j, {"not a multiple of num_key_value_heads (n_kv_heads) 3"});
-  j = MinimalLlama();
-  j["hidden_size"] = 66;
-  ExpectParseFails(j, {"hidden_size 66 is not a multiple of num_attention_heads 4"});
-  j = MinimalLlama();
-  j["head_dim"] = 7;
-  ExpectParseFails(j, {"head_dim 7 must be even"});
-  j = MinimalLlama();
-  j["vocab_size"] = 0;
-  ExpectParseFails(j, {"vocab_size must be positive"});
-  j = MinimalLlama();
-  j["bos_token_id"] = 100;
-  ExpectParseFails(j, {"bos_token_id 100 is outside the vocabulary"});
-  j = MinimalLlama();
-  j["rms_norm_eps"] = 0.0;
-  ExpectParseFails(j, {"rms_norm_eps (norm_eps) must be positive"});
+  ExpectFieldFails("num_key_value_heads", 3,
+                   {"not a multiple of num_key_value_heads (n_kv_heads) 3"});
+  ExpectFieldFails("hidden_size", 66,
+                   {"hidden_size 66 is not a multiple of num_attention_heads 4"});
+  ExpectFieldFails("head_dim", 7, {"head_dim 7 must be even"});
+  ExpectFieldFails("vocab_size", 0, {"vocab_size must be positive"});
+  ExpectFieldFails("bos_token_id", 100, {"bos_token_id 100 is outside the vocabulary"});
+  ExpectFieldFails("rms_norm_eps", 0.0, {"rms_norm_eps (norm_eps) must be positive"});
 }
 
 TEST(HfConfigErrors, UnsupportedFeatures) {
+  ExpectFieldFails("attention_bias", true, {"attention_bias = true"});
+  ExpectFieldFails("mlp_bias", true, {"mlp_bias = true"});
+  ExpectFieldFails("hidden_act", "gelu", {"hidden_act \"gelu\""});
   json j = MinimalLlama();
-  j["attention_bias"] = true;
-  ExpectParseFails(j, {"attention_bias = true"});
-  j = MinimalLlama();
-  j["mlp_bias"] = true;
-  ExpectParseFails(j, {"mlp_bias = true"});
-  j = MinimalLlama();
-  j["hidden_act"] = "gelu";
-  ExpectParseFails(j, {"hidden_act \"gelu\""});
-  j = MinimalLlama();
   j["model_type"] = "qwen2";
   j["use_sliding_window"] = true;
   ExpectParseFails(j, {"use_sliding_window = true"});
-  j = MinimalLlama();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  ExpectParseFails(j, {"unknown rope scaling type 'yarn'", "llama3"});
-  j = MinimalLlama();
-  j["rope_scaling"] = {{"rope_type", "llama3"},
-                       {"factor", 8.0},
-                       {"high_freq_factor", 4.0},
-                       {"original_max_position_embeddings", 8192}};
-  ExpectParseFails(j, {"rope_scaling", "missing required field \"low_freq_factor\""});
-  j = MinimalLlama();
-  j["rope_scaling"] = {{"factor", 8.0}};
-  ExpectParseFails(j, {"neither \"rope_type\" nor \"type\""});
+  ExpectFieldFails("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}},
+                   {"unknown rope scaling type 'yarn'", "llama3"});
+  ExpectFieldFails("rope_scaling",
+                   {{"rope_type", "llama3"},
+                    {"factor", 8.0},
+                    {"high_freq_factor", 4.0},
+                    {"original_max_position_embeddings", 8192}},
+                   {"rope_scaling", "missing required field \"low_freq_factor\""});
+  ExpectFieldFails("rope_scaling", {{"factor", 8.0}}, {"neither \"rope_type\" nor \"type\""});
 }
 
 TEST(HfConfig, ToHfJsonRoundTripsEveryFamily) {
