@@ -1,14 +1,17 @@
 // Shared helpers for the parallel draft/verify decoders' tests (pearl_test, specbranch_test):
 // the stories260K fixture with every story prompt, exact match with AR, loop invariants, and an
-// exact chi-square test of the output distribution over a top-k-restricted sample space.
+// exact chi-square test of the output distribution over a top-k-restricted sample space (with
+// its verdict for the real rule and for the negative control).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <string>
 
 #include "datasets/dataset.h"
 #include "harness/engine/speculative_decoder.h"
@@ -110,6 +113,19 @@ inline void ExpectSameAsAr(Decoder& decoder, double temperature, int64_t max_new
     }
   }
   if (rollback_rate) *rollback_rate = static_cast<double>(rolled) / std::max<int64_t>(generated, 1);
+}
+
+// Prints `method`'s chi-square p-value at T = 1 (`rule` names the acceptance rule under test)
+// and checks it: the negative control (`broken`) must fail the test (p < 1e-6, else the failure
+// says `control_failure`); the real rule must pass it (p > 1e-3).
+inline void ExpectChiSquareVerdict(const std::string& method, double p, bool broken,
+                                   const std::string& rule, const std::string& control_failure) {
+  std::printf("%s T=1 chi-square p = %g (%s)\n", method.c_str(), p, rule.c_str());
+  if (broken) {
+    EXPECT_LT(p, 1e-6) << control_failure;
+  } else {
+    EXPECT_GT(p, 1e-3);
+  }
 }
 
 // Exact chi-square test of the first `n_tokens` generated tokens at temperature `temperature`
