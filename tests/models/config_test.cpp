@@ -405,34 +405,35 @@ TEST(HfConfig, ParameterCountOfSmallConfigs) {
   EXPECT_EQ(SmallQwen3Config().ParameterCount(), 2 * 90 * 40 + 2 * per_layer + 40);
 }
 
-TEST(RopeFrequencies, PlainHandComputed) {
+// SmallLlama2cConfig with head_dim 8 and theta 10000 (4 frequencies), RoPE scaled by `type`
+// with `factor`.
+LlamaConfig RopeTestConfig(RopeScalingType type, double factor) {
   LlamaConfig c = SmallLlama2cConfig();
   c.head_dim = 8;
   c.rope_theta = 10000.0;
-  // theta^(-2i/8) = 10000^(-i/4): 1, 0.1, 0.01, 0.001.
+  c.rope_scaling.type = type;
+  c.rope_scaling.factor = factor;
+  return c;
+}
+
+// RopeInverseFrequencies(c) is `want`, each within 1e-15.
+void ExpectFrequencies(const LlamaConfig& c, const std::vector<double>& want) {
   const std::vector<double> f = RopeInverseFrequencies(c);
-  ASSERT_EQ(f.size(), 4u);
-  const double expected[] = {1.0, 0.1, 0.01, 0.001};
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], expected[i], 1e-15) << i;
+  ASSERT_EQ(f.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(f[i], want[i], 1e-15) << i;
+}
+
+TEST(RopeFrequencies, PlainHandComputed) {
+  // theta^(-2i/8) = 10000^(-i/4): 1, 0.1, 0.01, 0.001.
+  ExpectFrequencies(RopeTestConfig(RopeScalingType::kNone, 1.0), {1.0, 0.1, 0.01, 0.001});
 }
 
 TEST(RopeFrequencies, LinearDividesByFactor) {
-  LlamaConfig c = SmallLlama2cConfig();
-  c.head_dim = 8;
-  c.rope_theta = 10000.0;
-  c.rope_scaling.type = RopeScalingType::kLinear;
-  c.rope_scaling.factor = 4.0;
-  const std::vector<double> f = RopeInverseFrequencies(c);
-  const double expected[] = {0.25, 0.025, 0.0025, 0.00025};
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], expected[i], 1e-15) << i;
+  ExpectFrequencies(RopeTestConfig(RopeScalingType::kLinear, 4.0), {0.25, 0.025, 0.0025, 0.00025});
 }
 
 TEST(RopeFrequencies, Llama3CoversAllThreeBands) {
-  LlamaConfig c = SmallLlama2cConfig();
-  c.head_dim = 8;
-  c.rope_theta = 10000.0;
-  c.rope_scaling.type = RopeScalingType::kLlama3;
-  c.rope_scaling.factor = 8.0;
+  LlamaConfig c = RopeTestConfig(RopeScalingType::kLlama3, 8.0);
   c.rope_scaling.low_freq_factor = 1.0;
   c.rope_scaling.high_freq_factor = 4.0;
   c.rope_scaling.original_max_position_embeddings = 1000;
@@ -442,12 +443,7 @@ TEST(RopeFrequencies, Llama3CoversAllThreeBands) {
   //  - 6283 > 1000: divided by 8 -> 0.000125.
   //  - 628.3 in between: smooth = (1000/628.3185 - 1) / (4 - 1) = 0.1971831436396511,
   //    f = (1 - smooth) * 0.01 / 8 + smooth * 0.01 = 0.0029753525068469473.
-  const std::vector<double> f = RopeInverseFrequencies(c);
-  ASSERT_EQ(f.size(), 4u);
-  EXPECT_NEAR(f[0], 1.0, 1e-15);
-  EXPECT_NEAR(f[1], 0.1, 1e-15);
-  EXPECT_NEAR(f[2], 0.0029753525068469473, 1e-15);
-  EXPECT_NEAR(f[3], 0.000125, 1e-15);
+  ExpectFrequencies(c, {1.0, 0.1, 0.0029753525068469473, 0.000125});
 }
 
 TEST(RopeFrequencies, Llama31_8BHighAndLowEnds) {
