@@ -38,10 +38,7 @@ namespace specbed {
 namespace {
 
 using testing::HasSubstr;
-
-MethodContext ContextFor(LoadedTarget& target) {
-  return testing_util::CachingContextFor(target);
-}
+using testing_util::CachingContextFor;
 
 TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
   at::set_num_threads(1);
@@ -131,7 +128,7 @@ TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
   at::set_num_threads(1);  // the batched forwards above use 2; one-token steps are faster on 1
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  MethodContext context = CachingContextFor(target);
   auto decoder =
       registry.Build("eagle3", context, {{"depth", 3}, {"top_k", 4}, {"total_tokens", 8}});
   const int kDraws = 12000;
@@ -245,7 +242,7 @@ TEST(Eagle3Drafter, RegistryKnobsAndHeadChecks) {
   pair.head_config.aux_layer_ids.clear();
   WriteEagle3Checkpoint(dir, pair.head_config, pair.head_tensors);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context = ContextFor(target);
+  MethodContext context = CachingContextFor(target);
   try {
     registry.Build("eagle3", context, {{"head", dir}});
     FAIL() << "expected a vocabulary mismatch";

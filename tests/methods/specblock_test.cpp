@@ -45,10 +45,7 @@ namespace specbed {
 namespace {
 
 using testing::HasSubstr;
-
-MethodContext ContextFor(LoadedTarget& target) {
-  return testing_util::CachingContextFor(target);
-}
+using testing_util::CachingContextFor;
 
 TEST(SpecBlock, ShippedDrafterMatchesArOnEveryStoryPrompt) {
   at::set_num_threads(1);
@@ -330,7 +327,7 @@ TEST(SpecBlock, BadCheckpointsAreRefusedByName) {
   EXPECT_THROW(ParseBranching("0,4,10,0", "t"), Error);
   EXPECT_EQ(ParseBranching("2,4,6,4", "t"), (std::array<int64_t, 4>{2, 4, 6, 4}));
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context = ContextFor(target);
+  MethodContext context = CachingContextFor(target);
   try {
     registry.Build("specblock", context, {{"block_size", 3}});
     FAIL() << "a K mismatch was accepted";
@@ -598,7 +595,7 @@ std::vector<double> RepeatedPromptTau(const std::string& method, const nlohmann:
   static LoadedTarget target = LoadModel("stories260K", at::kFloat);
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  MethodContext context = CachingContextFor(target);
   *keep = registry.Build(method, context, knobs);
   *out = keep->get();
   const auto prompts = LoadDataset("stories", {});
@@ -701,7 +698,7 @@ TEST(SpecBlockBandit, WindowLogStartsAfreshPerCaseAndRefusesAnUnwritablePath) {
   static LoadedTarget target = LoadModel("stories260K", at::kFloat);
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = ContextFor(target);
+  MethodContext context = CachingContextFor(target);
   try {
     registry.Build("specblock+bandit", context, {{"log", "/nonexistent/dir/windows.jsonl"}});
     FAIL() << "an unwritable log path was accepted";
