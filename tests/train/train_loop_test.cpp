@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_loop.h"
 #include "models/checkpoint/safetensors.h"
 #include "results/store.h"
@@ -87,12 +88,8 @@ StoreOptions ReadOnly() {
 }
 
 OptimConfig SmallOptim() {
-  OptimConfig c;
-  c.steps = 60;
-  c.batch = 8;
-  c.lr = 0.05;
-  c.min_lr = 0.005;
-  c.warmup = 5;
+  OptimConfig c = CosineOptim(/*steps=*/60, /*batch=*/8, /*lr=*/0.05, /*min_lr=*/0.005,
+                              /*warmup=*/5);
   c.weight_decay = 0.01;
   c.grad_clip = 1.0;
   c.checkpoint_every = 7;
