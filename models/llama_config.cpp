@@ -18,14 +18,7 @@
 namespace specbed {
 namespace {
 
-using config_fields::CheckKnownName;
-using config_fields::GetArchitecture;
-using config_fields::GetBool;
-using config_fields::GetDouble;
-using config_fields::GetInt;
-using config_fields::GetIntList;
-using config_fields::GetString;
-using config_fields::Has;
+using namespace config_fields;  // GetInt, GetDouble, ...: the typed, source-naming readers
 using nlohmann::json;
 
 enum class Family { kLlama, kQwen2, kQwen3 };

@@ -41,35 +41,61 @@ void CopyLayerFields(const LlamaConfig& lc, HeadConfig& c) {
   c.torch_dtype = lc.torch_dtype;
 }
 
-// The head's RoPE as a LlamaConfig of `architecture` (heads, head_dim, theta, scaling,
-// rotate_half pairing), so RopeInverseFrequencies applies unchanged.
+// The head's `n_layers` decoder layers as a LlamaConfig of `architecture`: sizes, heads, norm eps,
+// RoPE (Hugging Face rotate_half pairing) and bos/eos, so RopeInverseFrequencies,
+// LlamaConfig::Validate (the engine's rules) and LlamaConfig::ToHfJson apply unchanged.
 template <typename HeadConfig>
-LlamaConfig HeadRopeConfig(const HeadConfig& c, const std::string& architecture) {
-  LlamaConfig rope;
-  rope.architecture = architecture;
-  rope.n_heads = c.n_heads;
-  rope.n_kv_heads = c.n_kv_heads;
-  rope.head_dim = c.head_dim;
-  rope.rope_theta = c.rope_theta;
-  rope.rope_scaling = c.rope_scaling;
-  rope.rope_interleaved = false;  // Hugging Face rotate_half pairing
-  return rope;
+LlamaConfig HeadLayerConfig(const HeadConfig& c, const std::string& architecture,
+                            int64_t n_layers) {
+  LlamaConfig l;
+  l.architecture = architecture;
+  l.dim = c.hidden_size;
+  l.n_layers = n_layers;
+  l.n_heads = c.n_heads;
+  l.n_kv_heads = c.n_kv_heads;
+  l.head_dim = c.head_dim;
+  l.hidden_dim = c.intermediate_size;
+  l.vocab_size = c.vocab_size;
+  l.max_seq_len = c.max_position_embeddings;
+  l.norm_eps = c.rms_norm_eps;
+  l.rope_theta = c.rope_theta;
+  l.rope_scaling = c.rope_scaling;
+  l.rope_interleaved = false;  // Hugging Face rotate_half pairing
+  l.bos_token_id = c.bos_token_id;
+  l.eos_token_ids = c.eos_token_ids;
+  return l;
 }
 
-// Checks the layer fields with the engine's rules (sizes, theta and scaling factors, bos/eos):
-// `rope` (the head's RoPE config) completed with the sizes of `n_layers` layers.
+// Writes the decoder-layer fields every head's config.json carries, under Hugging Face's names,
+// after what `j` holds: `layer` is the head's HeadLayerConfig (its rope_scaling is written as the
+// engine writes a target's config.json).
 template <typename HeadConfig>
-void ValidateLayerFields(const HeadConfig& c, LlamaConfig rope, int64_t n_layers,
-                         const std::string& source) {
-  rope.dim = c.hidden_size;
-  rope.n_layers = n_layers;
-  rope.hidden_dim = c.intermediate_size;
-  rope.vocab_size = c.vocab_size;
-  rope.max_seq_len = c.max_position_embeddings;
-  rope.norm_eps = c.rms_norm_eps;
-  rope.bos_token_id = c.bos_token_id;
-  rope.eos_token_ids = c.eos_token_ids;
-  rope.Validate(source);
+void WriteLayerFieldsJson(const HeadConfig& c, const LlamaConfig& layer,
+                          nlohmann::ordered_json& j) {
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = layer.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = layer.ToHfJson()["rope_scaling"];
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["vocab_size"] = c.vocab_size;
+}
+
+// Writes the token fields that close a head's config.json: bos/eos as the engine writes them, no
+// tied embeddings, and the checkpoint dtype.
+template <typename HeadConfig>
+void WriteTokenFieldsJson(const HeadConfig& c, const LlamaConfig& layer,
+                          nlohmann::ordered_json& j) {
+  const nlohmann::json llama_json = layer.ToHfJson();
+  j["bos_token_id"] = llama_json["bos_token_id"];
+  j["eos_token_id"] = llama_json["eos_token_id"];
+  j["tie_word_embeddings"] = false;
+  j["torch_dtype"] = c.torch_dtype;
 }
 
 // Reads the head checkpoint directory `dir` (config.json + safetensors; `what` = "EAGLE-3" names it

@@ -25,10 +25,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string DtypeName(at::ScalarType dtype) {
-  return c10::toString(dtype);
-}
-
 // Checks `tensors` against `config`; `where(name)` names the input holding tensor `name`, and
 // `source` the whole set (for missing tensors).
 void CheckTensors(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
@@ -36,25 +32,12 @@ void CheckTensors(const DflashConfig& config, const std::map<std::string, at::Te
                   const std::function<std::string(const std::string&)>& where) {
   config.Validate(source);
   const auto expected = ExpectedDflashTensorShapes(config);
-  std::vector<std::string> known;
-  for (const auto& [name, shape] : expected) known.push_back(name);
-
-  for (const auto& [name, t] : tensors) {
-    if (expected.count(name)) continue;
-    const std::string nearest = NearestName(name, known);
-    Fail(where(name), ": unexpected tensor name for a DFlash draft",
-         nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)");
-  }
+  CheckNoUnexpectedTensor(expected, tensors, "a DFlash draft", where, /*list_expected=*/false);
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);
     SPECBED_CHECK(it != tensors.end(), source, ": missing tensor '", name, "' (expected shape ",
                   ShapeString(shape), ")");
-    const at::Tensor& t = it->second;
-    SPECBED_CHECK(t.defined(), where(name), ": tensor is undefined");
-    SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), where(name), ": shape ",
-                  ShapeString(t.sizes()), ", expected ", ShapeString(shape));
-    SPECBED_CHECK(t.is_floating_point(), where(name), ": dtype ", DtypeName(t.scalar_type()),
-                  ", expected a floating-point dtype (F32, F16 or BF16)");
+    CheckWeightTensor(it->second, shape, where(name));
   }
 }
 

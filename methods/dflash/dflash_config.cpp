@@ -18,14 +18,7 @@
 namespace specbed {
 namespace {
 
-using config_fields::CheckKnownName;
-using config_fields::GetArchitecture;
-using config_fields::GetBool;
-using config_fields::GetDouble;
-using config_fields::GetInt;
-using config_fields::GetIntList;
-using config_fields::GetString;
-using config_fields::Has;
+using namespace config_fields;  // GetInt, GetDouble, ...: the typed, source-naming readers
 
 using nlohmann::json;
 
@@ -86,7 +79,7 @@ void DflashConfig::Validate(const std::string& source) const {
       Fail(source, ": no dflash_config.target_layer_ids and the default rule fails: ", e.what());
     }
   }
-  ValidateLayerFields(*this, RopeConfig(), n_layers, source);
+  RopeConfig().Validate(source);  // the layer fields, with the engine's rules
 }
 
 int64_t DflashConfig::ParameterCount() const {
@@ -101,7 +94,7 @@ int64_t DflashConfig::ParameterCount() const {
 }
 
 LlamaConfig DflashConfig::RopeConfig() const {
-  LlamaConfig c = HeadRopeConfig(*this, "Qwen3ForCausalLM");
+  LlamaConfig c = HeadLayerConfig(*this, "Qwen3ForCausalLM", n_layers);
   c.qk_norm = true;
   return c;
 }
@@ -208,12 +201,7 @@ DflashConfig ParseDflashConfig(const json& j, const std::string& source) {
 
 nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {
   c.Validate("DflashConfigToJson");
-  // rope_scaling / bos / eos written exactly as the engine writes a config.json.
-  LlamaConfig llama = c.RopeConfig();
-  llama.bos_token_id = c.bos_token_id;
-  llama.eos_token_ids = c.eos_token_ids;
-  const json llama_json = llama.ToHfJson();
-
+  const LlamaConfig layer = c.RopeConfig();
   nlohmann::ordered_json j;
   j["architectures"] = {kArchitecture};
   j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
@@ -224,18 +212,7 @@ nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {
   if (!c.target_layer_ids.empty()) dc["target_layer_ids"] = c.target_layer_ids;
   j["dflash_config"] = dc;
   if (c.num_target_layers > 0) j["num_target_layers"] = c.num_target_layers;
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["hidden_act"] = "silu";
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = llama_json["rope_scaling"];
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["vocab_size"] = c.vocab_size;
+  WriteLayerFieldsJson(c, layer, j);
   std::vector<std::string> layer_types;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     layer_types.push_back(c.LayerWindow(l) > 0 ? "sliding_attention" : "full_attention");
@@ -243,10 +220,7 @@ nlohmann::ordered_json DflashConfigToJson(const DflashConfig& c) {
   j["layer_types"] = layer_types;
   if (!c.sliding_layers.empty()) j["sliding_window"] = c.sliding_window;
   j["attention_bias"] = false;
-  j["bos_token_id"] = llama_json["bos_token_id"];
-  j["eos_token_id"] = llama_json["eos_token_id"];
-  j["tie_word_embeddings"] = false;
-  j["torch_dtype"] = c.torch_dtype;
+  WriteTokenFieldsJson(c, layer, j);
   if (c.causal) j[kCausalKey] = true;
   return j;
 }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "harness/base/error.h"
+#include "methods/common/named_params.h"
 #include "methods/dflash/dflash_checkpoint.h"
 
 namespace specbed {
@@ -62,22 +63,15 @@ TrainableDflash::TrainableDflash(const DflashConfig& config,
 }
 
 const at::Tensor& TrainableDflash::Param(const std::string& name) const {
-  for (const auto& [n, p] : params_) {
-    if (n == name) return p;
-  }
-  Fail("DFlash trainable head: no parameter '", name, "'");
+  return FindParam(params_, name, "DFlash trainable head");
 }
 
 int64_t TrainableDflash::ParameterCount() const {
-  int64_t n = 0;
-  for (const auto& [name, p] : params_) n += p.numel();
-  return n;
+  return CountParams(params_);
 }
 
 std::map<std::string, at::Tensor> TrainableDflash::Tensors() const {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, p] : params_) out[name] = p.detach().clone();
-  return out;
+  return CloneParams(params_);
 }
 
 at::Tensor TrainableDflash::Forward(const at::Tensor& features, const at::Tensor& tokens,

@@ -58,16 +58,7 @@ void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Te
                   const std::function<std::string(const std::string&)>& where) {
   config.Validate(source);
   const auto expected = ExpectedEagle3TensorShapes(config, /*with_embedding=*/true);
-  std::vector<std::string> known;
-  for (const auto& [name, shape] : expected) known.push_back(name);
-
-  for (const auto& [name, t] : tensors) {
-    if (expected.count(name)) continue;
-    const std::string nearest = NearestName(name, known);
-    Fail(where(name), ": unexpected tensor name for an EAGLE-3 head",
-         nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)",
-         "; expected names: ", Join(known, ", "));
-  }
+  CheckNoUnexpectedTensor(expected, tensors, "an EAGLE-3 head", where, /*list_expected=*/true);
   const bool identity_vocab = config.draft_vocab_size == config.vocab_size;
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);
@@ -84,19 +75,15 @@ void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Te
                                 : "");
     }
     const at::Tensor& t = it->second;
-    SPECBED_CHECK(t.defined(), where(name), ": tensor is undefined");
-    SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), where(name), ": shape ",
-                  ShapeString(t.sizes()), ", expected ", ShapeString(shape));
-    if (name == kEagle3D2t) {
-      SPECBED_CHECK(t.scalar_type() == at::kLong, where(name), ": dtype ",
-                    DtypeName(t.scalar_type()), ", expected Long (safetensors I64)");
-    } else if (name == kEagle3T2d) {
-      SPECBED_CHECK(t.scalar_type() == at::kBool, where(name), ": dtype ",
-                    DtypeName(t.scalar_type()), ", expected Bool (safetensors BOOL)");
-    } else {
-      SPECBED_CHECK(t.is_floating_point(), where(name), ": dtype ", DtypeName(t.scalar_type()),
-                    ", expected a floating-point dtype (F32, F16 or BF16)");
+    if (!IsVocabMapName(name)) {
+      CheckWeightTensor(t, shape, where(name));
+      continue;
     }
+    CheckTensorShape(t, shape, where(name));
+    const bool d2t = name == kEagle3D2t;
+    SPECBED_CHECK(t.scalar_type() == (d2t ? at::kLong : at::kBool), where(name), ": dtype ",
+                  DtypeName(t.scalar_type()), ", expected ",
+                  d2t ? "Long (safetensors I64)" : "Bool (safetensors BOOL)");
   }
 
   // Draft-vocabulary map: d2t maps every draft id into [0, V) without collisions and t2d marks

@@ -15,14 +15,7 @@
 namespace specbed {
 namespace {
 
-using config_fields::CheckKnownName;
-using config_fields::GetArchitecture;
-using config_fields::GetBool;
-using config_fields::GetDouble;
-using config_fields::GetInt;
-using config_fields::GetIntList;
-using config_fields::GetString;
-using config_fields::Has;
+using namespace config_fields;  // GetInt, GetDouble, ...: the typed, source-naming readers
 
 using nlohmann::json;
 
@@ -65,7 +58,7 @@ void Eagle3Config::Validate(const std::string& source) const {
   for (int64_t id : aux_layer_ids) {
     SPECBED_CHECK(id >= 0, source, ": eagle_aux_hidden_state_layer_ids has negative id ", id);
   }
-  ValidateLayerFields(*this, RopeConfig(), /*n_layers=*/1, source);
+  RopeConfig().Validate(source);  // the layer fields, with the engine's rules
 }
 
 int64_t Eagle3Config::ParameterCount() const {
@@ -80,7 +73,7 @@ int64_t Eagle3Config::ParameterCount() const {
 }
 
 LlamaConfig Eagle3Config::RopeConfig() const {
-  return HeadRopeConfig(*this, "LlamaForCausalLM");
+  return HeadLayerConfig(*this, "LlamaForCausalLM", /*n_layers=*/1);
 }
 
 // The fields of ParseEagle3Config; nlohmann type errors escape (see ParseEagle3Config).
@@ -176,34 +169,15 @@ Eagle3Config ParseEagle3Config(const json& j, const std::string& source) {
 
 nlohmann::ordered_json Eagle3ConfigToJson(const Eagle3Config& c) {
   c.Validate("Eagle3ConfigToJson");
-  // The Llama fields are written exactly as the engine writes a Llama config.json.
-  LlamaConfig llama = c.RopeConfig();
-  llama.bos_token_id = c.bos_token_id;
-  llama.eos_token_ids = c.eos_token_ids;
-  const json llama_json = llama.ToHfJson();
-
+  const LlamaConfig layer = c.RopeConfig();
   nlohmann::ordered_json j;
   j["architectures"] = {"LlamaForCausalLMEagle3"};
   j["model_type"] = "llama";
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = 1;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["hidden_act"] = "silu";
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = llama_json["rope_scaling"];
-  j["vocab_size"] = c.vocab_size;
+  WriteLayerFieldsJson(c, layer, j);
   j["draft_vocab_size"] = c.draft_vocab_size;
   j["target_hidden_size"] = c.target_hidden_size;
   j["norm_before_residual"] = c.norm_before_residual;
-  j["bos_token_id"] = llama_json["bos_token_id"];
-  j["eos_token_id"] = llama_json["eos_token_id"];
-  j["tie_word_embeddings"] = false;
-  j["torch_dtype"] = c.torch_dtype;
+  WriteTokenFieldsJson(c, layer, j);
   if (!c.aux_layer_ids.empty()) {
     j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", c.aux_layer_ids},
                          {"use_aux_hidden_state", true}};

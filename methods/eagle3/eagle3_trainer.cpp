@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "methods/common/head_config.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
@@ -140,21 +141,10 @@ std::vector<int64_t> Eagle3AuxLayers(const Eagle3TrainConfig& config, const Llam
 Eagle3Config Eagle3HeadConfig(const LlamaConfig& tc, int64_t vd, const std::vector<int64_t>& aux,
                               const std::string& target_name) {
   Eagle3Config hc;
-  hc.hidden_size = tc.dim;
-  hc.intermediate_size = tc.hidden_dim;
-  hc.n_heads = tc.n_heads;
-  hc.n_kv_heads = tc.n_kv_heads;
-  hc.head_dim = tc.head_dim;
+  CopyLayerFields(tc, hc);  // sizes, heads, RoPE, norm eps, bos/eos (torch_dtype is set on save)
   hc.target_hidden_size = tc.dim;
-  hc.vocab_size = tc.vocab_size;
   hc.draft_vocab_size = vd;
-  hc.max_position_embeddings = tc.max_seq_len;
-  hc.rms_norm_eps = tc.norm_eps;
-  hc.rope_theta = tc.rope_theta;
-  hc.rope_scaling = tc.rope_scaling;
   hc.aux_layer_ids = aux;
-  hc.bos_token_id = tc.bos_token_id;
-  hc.eos_token_ids = tc.eos_token_ids;
   hc.Validate("eagle3 head for target '" + target_name + "'");
   return hc;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "harness/base/error.h"
+#include "methods/common/named_params.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 
 namespace specbed {
@@ -72,21 +73,15 @@ TrainableEagle3::TrainableEagle3(const Eagle3Config& config,
 }
 
 const at::Tensor& TrainableEagle3::Param(const char* name) const {
-  for (const auto& [n, p] : params_) {
-    if (n == name) return p;
-  }
-  Fail("EAGLE-3 trainable head: no parameter '", name, "'");
+  return FindParam(params_, name, "EAGLE-3 trainable head");
 }
 
 int64_t TrainableEagle3::ParameterCount() const {
-  int64_t n = 0;
-  for (const auto& [name, p] : params_) n += p.numel();
-  return n;
+  return CountParams(params_);
 }
 
 std::map<std::string, at::Tensor> TrainableEagle3::Tensors() const {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, p] : params_) out[name] = p.detach().clone();
+  std::map<std::string, at::Tensor> out = CloneParams(params_);
   out[kEagle3D2t] = d2t_.clone();
   out[kEagle3T2d] = t2d_.clone();
   if (own_embedding_) out[kEagle3Embed] = embedding_.clone();

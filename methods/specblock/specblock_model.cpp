@@ -12,6 +12,7 @@
 #include <random>
 
 #include "harness/base/error.h"
+#include "methods/common/named_params.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/gemv.h"
@@ -295,8 +296,7 @@ const at::Tensor& SpecBlockModel::Param(const std::string& name) const {
 }
 
 std::map<std::string, at::Tensor> SpecBlockModel::Tensors() const {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, p] : params_) out[name] = p.detach().clone();
+  std::map<std::string, at::Tensor> out = CloneParams(params_);
   out["d2t"] = d2t_.clone();
   out["t2d"] = t2d_.clone();
   return out;
@@ -309,9 +309,7 @@ void SpecBlockModel::CopyFrom(const SpecBlockModel& other) {
 }
 
 int64_t SpecBlockModel::ParameterCount() const {
-  int64_t n = 0;
-  for (const auto& [name, p] : params_) n += p.numel();
-  return n;
+  return CountParams(params_);
 }
 
 at::Tensor SpecBlockModel::Fuse(const at::Tensor& cond, const at::Tensor& tokens,

@@ -210,4 +210,34 @@ void CheckNamedTensorShapes(const std::map<std::string, std::vector<int64_t>>& e
   }
 }
 
+void CheckNoUnexpectedTensor(const std::map<std::string, std::vector<int64_t>>& expected,
+                             const std::map<std::string, at::Tensor>& tensors,
+                             const std::string& what,
+                             const std::function<std::string(const std::string&)>& where,
+                             bool list_expected) {
+  std::vector<std::string> known;
+  for (const auto& [name, shape] : expected) known.push_back(name);
+  for (const auto& [name, t] : tensors) {
+    if (expected.count(name)) continue;
+    const std::string nearest = NearestName(name, known);
+    Fail(where(name), ": unexpected tensor name for ", what,
+         nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)",
+         list_expected ? "; expected names: " + Join(known, ", ") : std::string());
+  }
+}
+
+void CheckTensorShape(const at::Tensor& t, const std::vector<int64_t>& shape,
+                      const std::string& where) {
+  SPECBED_CHECK(t.defined(), where, ": tensor is undefined");
+  SPECBED_CHECK(t.sizes() == at::IntArrayRef(shape), where, ": shape ", ShapeString(t.sizes()),
+                ", expected ", ShapeString(shape));
+}
+
+void CheckWeightTensor(const at::Tensor& t, const std::vector<int64_t>& shape,
+                       const std::string& where) {
+  CheckTensorShape(t, shape, where);
+  SPECBED_CHECK(t.is_floating_point(), where, ": dtype ", c10::toString(t.scalar_type()),
+                ", expected a floating-point dtype (F32, F16 or BF16)");
+}
+
 }  // namespace specbed

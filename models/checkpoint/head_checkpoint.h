@@ -77,6 +77,23 @@ void CheckNamedTensorShapes(const std::map<std::string, std::vector<int64_t>>& e
                             const std::string& where, const std::string& expected_names,
                             bool floats_only = true);
 
+// Fails on the first tensor of `tensors` whose name `expected` lacks: `where(name)` names the
+// input holding it, `what` the kind of checkpoint ("an EAGLE-3 head"); the message suggests the
+// nearest expected name and, with `list_expected`, lists them all.
+void CheckNoUnexpectedTensor(const std::map<std::string, std::vector<int64_t>>& expected,
+                             const std::map<std::string, at::Tensor>& tensors,
+                             const std::string& what,
+                             const std::function<std::string(const std::string&)>& where,
+                             bool list_expected);
+
+// Checks a tensor `t` found under `where`: defined and of `shape`.
+void CheckTensorShape(const at::Tensor& t, const std::vector<int64_t>& shape,
+                      const std::string& where);
+
+// Checks a weight tensor `t` found under `where`: defined, of `shape` and floating point.
+void CheckWeightTensor(const at::Tensor& t, const std::vector<int64_t>& shape,
+                       const std::string& where);
+
 // Seed of a tensor's random init: splitmix64 of seed ^ FNV-1a(name).
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name);
 

@@ -10,6 +10,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/names.h"
+#include "methods/common/named_params.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
 
@@ -93,10 +94,7 @@ TrainableLlama::TrainableLlama(const LlamaConfig& config,
 }
 
 const at::Tensor& TrainableLlama::Param(const std::string& name) const {
-  for (const auto& [n, p] : params_) {
-    if (n == name) return p;
-  }
-  Fail("TrainableLlama: no parameter '", name, "'");
+  return FindParam(params_, name, "TrainableLlama");
 }
 
 void TrainableLlama::BindParameters() {
@@ -193,9 +191,7 @@ void TrainableLlama::LoadTensors(const std::map<std::string, at::Tensor>& tensor
 }
 
 int64_t TrainableLlama::ParameterCount() const {
-  int64_t n = 0;
-  for (const auto& [name, p] : params_) n += p.numel();
-  return n;
+  return CountParams(params_);
 }
 
 }  // namespace specbed
