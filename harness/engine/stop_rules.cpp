@@ -3,24 +3,18 @@
 
 #include <algorithm>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 
 namespace specbed {
 
 const char* StopReasonName(StopReason reason) {
-  switch (reason) {
-    case StopReason::kNone:
-      return "none";
-    case StopReason::kEos:
-      return "eos";
-    case StopReason::kMaxNewTokens:
-      return "max_new_tokens";
-    case StopReason::kStopString:
-      return "stop_string";
-    case StopReason::kMaxContext:
-      return "max_context";
-  }
-  return "unknown";
+  static constexpr EnumName<StopReason> kNames[] = {{StopReason::kNone, "none"},
+                                                    {StopReason::kEos, "eos"},
+                                                    {StopReason::kMaxNewTokens, "max_new_tokens"},
+                                                    {StopReason::kStopString, "stop_string"},
+                                                    {StopReason::kMaxContext, "max_context"}};
+  return EnumNameOf(kNames, reason, "unknown");
 }
 
 StopChecker::StopChecker(const StopConfig& config, const Tokenizer* tokenizer,

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 #include "kernels/cpu/references.h"
 #include "kernels/kernel_status.h"
@@ -18,25 +19,19 @@
 
 namespace specbed {
 
+namespace {
+constexpr EnumName<VerifyRule> kVerifyRuleNames[] = {{VerifyRule::kGreedy, "greedy"},
+                                                     {VerifyRule::kChainRs, "chain_rs"},
+                                                     {VerifyRule::kTreeRrs, "tree_rrs"},
+                                                     {VerifyRule::kSampleFollow, "sample_follow"}};
+}  // namespace
+
 const char* VerifyRuleName(VerifyRule rule) {
-  switch (rule) {
-    case VerifyRule::kGreedy:
-      return "greedy";
-    case VerifyRule::kChainRs:
-      return "chain_rs";
-    case VerifyRule::kTreeRrs:
-      return "tree_rrs";
-    case VerifyRule::kSampleFollow:
-      return "sample_follow";
-  }
-  return "?";
+  return EnumNameOf(kVerifyRuleNames, rule);
 }
 
 VerifyRule ParseVerifyRule(const std::string& name, const std::string& context) {
-  for (VerifyRule r : {VerifyRule::kGreedy, VerifyRule::kChainRs, VerifyRule::kTreeRrs,
-                       VerifyRule::kSampleFollow}) {
-    if (name == VerifyRuleName(r)) return r;
-  }
+  if (const std::optional<VerifyRule> rule = EnumValueOf(kVerifyRuleNames, name)) return *rule;
   Fail(context, ": unknown verification rule '", name,
        "' (expected one of: greedy, chain_rs, tree_rrs, sample_follow)");
 }

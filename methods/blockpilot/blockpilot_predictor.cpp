@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
 #include "harness/base/names.h"
@@ -35,26 +36,18 @@ std::vector<int64_t> LayerWidths(const BlockPilotConfig& c) {
   return w;
 }
 
+constexpr EnumName<BlockPilotInput> kInputNames[] = {{BlockPilotInput::kProbs, "probs"},
+                                                     {BlockPilotInput::kLogits, "logits"},
+                                                     {BlockPilotInput::kLogProbs, "log_probs"}};
+
 }  // namespace
 
 const char* BlockPilotInputName(BlockPilotInput input) {
-  switch (input) {
-    case BlockPilotInput::kProbs:
-      return "probs";
-    case BlockPilotInput::kLogits:
-      return "logits";
-    case BlockPilotInput::kLogProbs:
-      return "log_probs";
-  }
-  return "?";
+  return EnumNameOf(kInputNames, input);
 }
 
 BlockPilotInput ParseBlockPilotInput(const std::string& name, const std::string& context) {
-  for (BlockPilotInput i :
-       {BlockPilotInput::kProbs, BlockPilotInput::kLogits, BlockPilotInput::kLogProbs}) {
-    if (name == BlockPilotInputName(i)) return i;
-  }
-  FailUnknownName("BlockPilot input", name, {"probs", "logits", "log_probs"}, context);
+  return ParseEnumName(kInputNames, name, "BlockPilot input", context);
 }
 
 std::vector<int64_t> BlockPilotCandidates(int64_t trained_block_size, int64_t radius) {

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
+#include "methods/common/json_fields.h"
 #include "methods/ltd/ltd_policy.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/config_fields.h"
@@ -17,23 +19,18 @@
 namespace specbed {
 namespace cf = config_fields;
 
+namespace {
+constexpr EnumName<LtdClassifierKind> kKindNames[] = {{LtdClassifierKind::kDisco, "disco"},
+                                                      {LtdClassifierKind::kSpecDec, "specdecpp"},
+                                                      {LtdClassifierKind::kC2t, "c2t"}};
+}  // namespace
+
 const char* LtdClassifierKindName(LtdClassifierKind kind) {
-  switch (kind) {
-    case LtdClassifierKind::kDisco:
-      return "disco";
-    case LtdClassifierKind::kSpecDec:
-      return "specdecpp";
-    case LtdClassifierKind::kC2t:
-      return "c2t";
-  }
-  return "?";
+  return EnumNameOf(kKindNames, kind);
 }
 
 LtdClassifierKind ParseLtdClassifierKind(const std::string& name, const std::string& source) {
-  for (LtdClassifierKind k :
-       {LtdClassifierKind::kDisco, LtdClassifierKind::kSpecDec, LtdClassifierKind::kC2t}) {
-    if (name == LtdClassifierKindName(k)) return k;
-  }
+  if (const std::optional<LtdClassifierKind> kind = EnumValueOf(kKindNames, name)) return *kind;
   Fail(source, ": classifier kind must be \"disco\", \"specdecpp\" or \"c2t\", got \"", name, "\"");
 }
 
@@ -74,17 +71,13 @@ LtdClassifierConfig DefaultLtdClassifierConfig(LtdClassifierKind kind, int64_t t
 }
 
 static LtdClassifierConfig ParseFields(const nlohmann::json& j, const std::string& source) {
-  SPECBED_CHECK(j.is_object(), source, ": expected a JSON object");
-  const std::string format = cf::GetString(j, "format", source, "");
-  SPECBED_CHECK(format == "specbed-ltd-classifier", source,
-                ": field 'format' must be \"specbed-ltd-classifier\", got \"", format, "\"");
+  CheckLtdConfigFormat(j, "specbed-ltd-classifier", source);
   LtdClassifierConfig c;
   c.kind = ParseLtdClassifierKind(cf::GetString(j, "kind", source, ""), source + " field 'kind'");
   c.input_dim = cf::GetInt(j, "input_dim", source);
   c.hidden = cf::GetInt(j, "hidden", source);
   c.top_k = cf::GetInt(j, "top_k", source);
-  if (j.contains("training")) c.training = j["training"];
-  if (j.contains("evaluation")) c.evaluation = j["evaluation"];
+  ReadLtdRecords(j, c.training, c.evaluation);
   c.Validate(source);
   return c;
 }
@@ -94,15 +87,8 @@ LtdClassifierConfig ParseLtdClassifierConfig(const nlohmann::json& j, const std:
 }
 
 nlohmann::ordered_json LtdClassifierConfigToJson(const LtdClassifierConfig& c) {
-  nlohmann::ordered_json j;
-  j["format"] = "specbed-ltd-classifier";
-  j["version"] = 1;
-  j["kind"] = LtdClassifierKindName(c.kind);
-  j["input_dim"] = c.input_dim;
-  j["hidden"] = c.hidden;
-  j["top_k"] = c.top_k;
-  j["training"] = c.training;
-  j["evaluation"] = c.evaluation;
+  nlohmann::ordered_json j = LtdConfigHead("specbed-ltd-classifier", LtdClassifierKindName(c.kind));
+  SPECBED_JSON_PUT(j, c, input_dim, hidden, top_k, training, evaluation);
   return j;
 }
 
@@ -123,10 +109,14 @@ std::map<std::string, std::vector<int64_t>> ExpectedLtdClassifierShapes(
 
 namespace {
 
+// What a shape mismatch adds to its message.
+std::string TensorDetail(const LtdClassifierConfig& c) {
+  return std::string("for a ") + LtdClassifierKindName(c.kind) + " classifier";
+}
+
 void ValidateTensors(const LtdClassifierConfig& c, const std::map<std::string, at::Tensor>& tensors,
                      const std::string& where) {
-  CheckNamedTensorShapes(ExpectedLtdClassifierShapes(c), tensors, where,
-                         std::string("for a ") + LtdClassifierKindName(c.kind) + " classifier");
+  CheckNamedTensorShapes(ExpectedLtdClassifierShapes(c), tensors, where, TensorDetail(c));
 }
 
 }  // namespace
@@ -136,21 +126,17 @@ LtdClassifierCheckpoint LoadLtdClassifier(const std::string& dir) {
   const HeadConfigFile file = ReadHeadConfig(dir, where);
   LtdClassifierCheckpoint ckpt;
   ckpt.config = ParseLtdClassifierConfig(file.config, file.path);
-  HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/ltd/README.md)");
-  ValidateTensors(ckpt.config, stored.tensors, where + "/model.safetensors");
-  for (auto& [name, t] : stored.tensors) ckpt.tensors[name] = t.to(at::kFloat).contiguous();
+  ckpt.tensors = ReadLtdTensors(dir, where, ExpectedLtdClassifierShapes(ckpt.config),
+                                TensorDetail(ckpt.config));
   return ckpt;
 }
 
 void WriteLtdClassifier(const std::string& dir, const LtdClassifierCheckpoint& checkpoint) {
   const std::string where = "writing LTD baseline classifier '" + dir + "'";
-  checkpoint.config.Validate(where);
-  ValidateTensors(checkpoint.config, checkpoint.tensors, where);
-  std::map<std::string, at::Tensor> detached;
-  for (const auto& [name, t] : checkpoint.tensors)
-    detached[name] = t.detach().to(at::kFloat).contiguous();
-  WriteHeadCheckpoint(dir, LtdClassifierConfigToJson(checkpoint.config), nullptr, detached,
-                      SafetensorsDtype::kF32, where);
+  const LtdClassifierConfig& c = checkpoint.config;
+  c.Validate(where);
+  WriteLtdCheckpoint(dir, LtdClassifierConfigToJson(c), checkpoint.tensors,
+                     ExpectedLtdClassifierShapes(c), TensorDetail(c), where);
 }
 
 LtdClassifierCheckpoint LtdClassifierTwin(const LtdClassifierCheckpoint& in, int64_t width_factor) {

@@ -7,29 +7,25 @@
 
 #include <algorithm>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 #include "harness/base/names.h"
 #include "harness/base/timer.h"
 
 namespace specbed {
 
+namespace {
+constexpr EnumName<Divergence> kDivergenceNames[] = {{Divergence::kForwardKl, "forward_kl"},
+                                                     {Divergence::kReverseKl, "reverse_kl"},
+                                                     {Divergence::kJsd, "jsd"}};
+}  // namespace
+
 const char* DivergenceName(Divergence d) {
-  switch (d) {
-    case Divergence::kForwardKl:
-      return "forward_kl";
-    case Divergence::kReverseKl:
-      return "reverse_kl";
-    case Divergence::kJsd:
-      return "jsd";
-  }
-  return "?";
+  return EnumNameOf(kDivergenceNames, d);
 }
 
 Divergence ParseDivergence(const std::string& name, const std::string& context) {
-  if (name == "forward_kl") return Divergence::kForwardKl;
-  if (name == "reverse_kl") return Divergence::kReverseKl;
-  if (name == "jsd") return Divergence::kJsd;
-  FailUnknownName(context + " divergence", name, {"forward_kl", "reverse_kl", "jsd"});
+  return ParseEnumName(kDivergenceNames, name, context + " divergence");
 }
 
 at::Tensor DivergenceLoss(const at::Tensor& teacher_logits, const at::Tensor& student_logits,

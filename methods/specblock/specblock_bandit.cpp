@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/base/enum_names.h"
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "methods/specblock/specblock_drafter.h"
@@ -19,15 +20,9 @@
 namespace specbed {
 
 const char* BanditActionName(BanditAction a) {
-  switch (a) {
-    case BanditAction::kSkip:
-      return "skip";
-    case BanditAction::kHead:
-      return "head";
-    case BanditAction::kFull:
-      return "full";
-  }
-  return "?";
+  static constexpr EnumName<BanditAction> kNames[] = {
+      {BanditAction::kSkip, "skip"}, {BanditAction::kHead, "head"}, {BanditAction::kFull, "full"}};
+  return EnumNameOf(kNames, a);
 }
 
 BanditPolicy::BanditPolicy(const BanditOptions& options) : o_(options), rng_(options.seed) {}
