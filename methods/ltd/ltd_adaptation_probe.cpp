@@ -12,6 +12,7 @@
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
 #include "harness/runner/runner.h"
+#include "methods/common/json_fields.h"
 #include "methods/ltd/ltd_method.h"
 #include "methods/method_registry.h"
 #include "models/model_registry.h"
@@ -66,14 +67,11 @@ nlohmann::ordered_json Number(double x) {
 }
 
 nlohmann::ordered_json SpreadJson(const LtdSpread& s) {
-  return {{"n", s.n},
-          {"distinct", s.distinct},
-          {"mean", s.mean},
-          {"sd", s.sd},
-          {"min", s.min},
-          {"max", s.max},
-          {"corr_top_score", Number(s.corr_top_score)},
-          {"corr_context", Number(s.corr_context)}};
+  nlohmann::ordered_json j;
+  SPECBED_JSON_PUT(j, s, n, distinct, mean, sd, min, max);
+  j["corr_top_score"] = Number(s.corr_top_score);
+  j["corr_context"] = Number(s.corr_context);
+  return j;
 }
 
 }  // namespace

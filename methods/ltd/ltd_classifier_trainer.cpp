@@ -17,6 +17,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/paths.h"
 #include "harness/base/progress.h"
+#include "methods/common/json_fields.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_controllers.h"
@@ -30,21 +31,21 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 void CheckConfig(const LtdBaselineTrainConfig& c) {
-  const auto positive = [](int64_t v, const char* flag) {
+  const std::pair<int64_t, const char*> positives[] = {{c.top_k, "--top-k"},
+                                                       {c.max_depth, "--max-depth"},
+                                                       {c.nodes, "--nodes"},
+                                                       {c.disco_hidden, "--disco-hidden"},
+                                                       {c.specdec_hidden, "--specdec-hidden"},
+                                                       {c.c2t_hidden, "--c2t-hidden"},
+                                                       {c.disco_epochs, "--disco-epochs"},
+                                                       {c.specdec_epochs, "--specdec-epochs"},
+                                                       {c.c2t_epochs, "--c2t-epochs"},
+                                                       {c.batch, "--batch"},
+                                                       {c.max_new_tokens, "-n/--max-new-tokens"},
+                                                       {c.val_count, "--val-count"}};
+  for (const auto& [v, flag] : positives) {
     SPECBED_CHECK(v >= 1, "train ltd-baselines: ", flag, " must be >= 1, got ", v);
-  };
-  positive(c.top_k, "--top-k");
-  positive(c.max_depth, "--max-depth");
-  positive(c.nodes, "--nodes");
-  positive(c.disco_hidden, "--disco-hidden");
-  positive(c.specdec_hidden, "--specdec-hidden");
-  positive(c.c2t_hidden, "--c2t-hidden");
-  positive(c.disco_epochs, "--disco-epochs");
-  positive(c.specdec_epochs, "--specdec-epochs");
-  positive(c.c2t_epochs, "--c2t-epochs");
-  positive(c.batch, "--batch");
-  positive(c.max_new_tokens, "-n/--max-new-tokens");
-  positive(c.val_count, "--val-count");
+  }
   SPECBED_CHECK(c.lr > 0 && c.weight_decay >= 0,
                 "train ltd-baselines: --lr must be > 0 and --weight-decay >= 0");
   SPECBED_CHECK(c.threads >= 1, "train ltd-baselines: --threads must be >= 1");
@@ -241,21 +242,16 @@ LtdClassifierCheckpoint Fit(LtdClassifierConfig config, const LabelledRows& trai
 }
 
 ojson Recipe(const LtdBaselineTrainConfig& c, const std::string& head, int64_t epochs) {
-  return {{"trainer", "specbed train ltd-baselines"},
-          {"target", c.target},
-          {"head", head},
-          {"prompts", c.prompts},
-          {"train_from", c.train_from},
-          {"max_new_tokens", c.max_new_tokens},
-          {"collect_top_k", c.top_k},
-          {"collect_max_depth", c.max_depth},
-          {"collect_nodes", c.nodes},
-          {"epochs", epochs},
-          {"batch", c.batch},
-          {"lr", c.lr},
-          {"weight_decay", c.weight_decay},
-          {"seed", c.seed},
-          {"balanced", true}};
+  ojson r = {{"trainer", "specbed train ltd-baselines"}, {"target", c.target}, {"head", head}};
+  SPECBED_JSON_PUT(r, c, prompts, train_from, max_new_tokens);
+  // The data-collection tree's shape.
+  r["collect_top_k"] = c.top_k;
+  r["collect_max_depth"] = c.max_depth;
+  r["collect_nodes"] = c.nodes;
+  r["epochs"] = epochs;
+  SPECBED_JSON_PUT(r, c, batch, lr, weight_decay, seed);
+  r["balanced"] = true;
+  return r;
 }
 
 // Runs EAGLE-3 over `prompts`, recording into `data`.
@@ -277,9 +273,7 @@ LtdBaselineTrainResult TrainLtdBaselines(const LtdBaselineTrainConfig& c,
   CheckConfig(c);
   SPECBED_CHECK(!out_dir.empty(), "train ltd-baselines: -o/--output is required");
   at::set_num_threads(c.threads);
-  const auto setup =
-      PrepareLtdTraining(c.target, c.dtype, c.head, c.prompts, c.train_from, c.val_from,
-                         c.val_count, c.max_new_tokens, "train ltd-baselines");
+  const auto setup = PrepareLtdTraining(c, "train ltd-baselines");
   auto owned = std::make_unique<RecordingController>(c.max_depth, c.nodes);
   RecordingController* recorder = owned.get();
   auto decoder = MakeLtdEagle3Decoder(setup->context, setup->head, c.top_k, c.max_depth, c.nodes,

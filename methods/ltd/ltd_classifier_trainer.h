@@ -20,20 +20,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "methods/ltd/ltd_setup_config.h"
+
 namespace specbed {
 
-struct LtdBaselineTrainConfig {
-  std::string target = "stories260K-twin";
-  std::string head = "auto";
-  std::string dtype = "float32";
-  std::string prompts = "stories";
-  int64_t train_from = 16;  // training prompts: index >= train_from
-  int64_t val_from = 12;    // held-out prompts: [val_from, val_from + val_count)
-  int64_t val_count = 4;
-  int64_t max_new_tokens = 64;
-  // The data-collection tree: LTD's dynamic-depth setting (W 10, up to 12 rounds, V 60).
-  int64_t top_k = 10;
-  int64_t max_depth = 12;
+// The data-collection tree is LTD's dynamic-depth setting: W = top_k 10, up to max_depth 12
+// rounds, V = nodes 60.
+struct LtdBaselineTrainConfig : LtdSetupConfig {
   int64_t nodes = 60;
   int64_t disco_hidden = 128, specdec_hidden = 1024, c2t_hidden = 64;  // spec §5
   int64_t disco_epochs = 50, specdec_epochs = 5, c2t_epochs = 50;      // spec §5

@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
+#include "methods/common/json_fields.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/config_fields.h"
@@ -66,10 +67,7 @@ LtdPolicyConfig DefaultLtdPolicyConfig(LtdPolicyKind kind) {
 // The fields of ParseLtdPolicyConfig; nlohmann type errors escape (see ParseLtdPolicyConfig).
 static LtdPolicyConfig ParseLtdPolicyConfigFields(const nlohmann::json& j,
                                                   const std::string& source) {
-  SPECBED_CHECK(j.is_object(), source, ": expected a JSON object");
-  const std::string format = cf::GetString(j, "format", source, "");
-  SPECBED_CHECK(format == "specbed-ltd-policy", source,
-                ": field 'format' must be \"specbed-ltd-policy\", got \"", format, "\"");
+  CheckLtdConfigFormat(j, "specbed-ltd-policy", source);
   const std::string kind = cf::GetString(j, "kind", source, "");
   SPECBED_CHECK(kind == "depth" || kind == "size", source,
                 ": field 'kind' must be \"depth\" or \"size\", got \"", kind, "\"");
@@ -85,8 +83,7 @@ static LtdPolicyConfig ParseLtdPolicyConfigFields(const nlohmann::json& j,
   c.critic_hidden = cf::GetIntList(j, "critic_hidden", source);
   c.activation = cf::GetString(j, "activation", source, c.activation);
   c.length_feature = cf::GetString(j, "length_feature", source, c.length_feature);
-  if (j.contains("training")) c.training = j["training"];
-  if (j.contains("evaluation")) c.evaluation = j["evaluation"];
+  ReadLtdRecords(j, c.training, c.evaluation);
   c.Validate(source);
   return c;
 }
@@ -97,24 +94,33 @@ LtdPolicyConfig ParseLtdPolicyConfig(const nlohmann::json& j, const std::string&
   return WithJsonContext(source, [&] { return ParseLtdPolicyConfigFields(j, source); });
 }
 
-nlohmann::ordered_json LtdPolicyConfigToJson(const LtdPolicyConfig& c) {
+void CheckLtdConfigFormat(const nlohmann::json& j, const char* format, const std::string& source) {
+  SPECBED_CHECK(j.is_object(), source, ": expected a JSON object");
+  const std::string got = cf::GetString(j, "format", source, "");
+  SPECBED_CHECK(got == format, source, ": field 'format' must be \"", format, "\", got \"", got,
+                "\"");
+}
+
+nlohmann::ordered_json LtdConfigHead(const char* format, const char* kind) {
   nlohmann::ordered_json j;
-  j["format"] = "specbed-ltd-policy";
+  j["format"] = format;
   j["version"] = 1;
-  j["kind"] = LtdPolicyKindName(c.kind);
-  j["top_k"] = c.top_k;
-  j["max_depth"] = c.max_depth;
-  j["feature_repeat"] = c.feature_repeat;
+  j["kind"] = kind;
+  return j;
+}
+
+void ReadLtdRecords(const nlohmann::json& j, nlohmann::ordered_json& training,
+                    nlohmann::ordered_json& evaluation) {
+  if (j.contains("training")) training = j["training"];
+  if (j.contains("evaluation")) evaluation = j["evaluation"];
+}
+
+nlohmann::ordered_json LtdPolicyConfigToJson(const LtdPolicyConfig& c) {
+  nlohmann::ordered_json j = LtdConfigHead("specbed-ltd-policy", LtdPolicyKindName(c.kind));
+  SPECBED_JSON_PUT(j, c, top_k, max_depth, feature_repeat);
   j["obs_dim"] = c.obs_dim();
-  j["size_step"] = c.size_step;
-  j["n_actions"] = c.n_actions;
-  j["depth_every"] = c.depth_every;
-  j["actor_hidden"] = c.actor_hidden;
-  j["critic_hidden"] = c.critic_hidden;
-  j["activation"] = c.activation;
-  j["length_feature"] = c.length_feature;
-  j["training"] = c.training;
-  j["evaluation"] = c.evaluation;
+  SPECBED_JSON_PUT(j, c, size_step, n_actions, depth_every, actor_hidden, critic_hidden, activation,
+                   length_feature, training, evaluation);
   return j;
 }
 
@@ -157,14 +163,30 @@ std::map<std::string, at::Tensor> RandomLtdPolicyTensors(const LtdPolicyConfig& 
   return tensors;
 }
 
-namespace {
-
-void ValidateTensors(const LtdPolicyConfig& c, const std::map<std::string, at::Tensor>& tensors,
-                     const std::string& where) {
-  CheckNamedTensorShapes(ExpectedLtdPolicyShapes(c), tensors, where,
-                         "(expected actor.{i}, actor_out, critic.{i}, critic_out)");
+std::map<std::string, at::Tensor> ReadLtdTensors(
+    const std::string& dir, const std::string& where,
+    const std::map<std::string, std::vector<int64_t>>& shapes, const std::string& detail) {
+  HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/ltd/README.md)");
+  CheckNamedTensorShapes(shapes, stored.tensors, where + "/model.safetensors", detail);
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& [name, t] : stored.tensors) tensors[name] = t.to(at::kFloat).contiguous();
+  return tensors;
 }
 
+void WriteLtdCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
+                        const std::map<std::string, at::Tensor>& tensors,
+                        const std::map<std::string, std::vector<int64_t>>& shapes,
+                        const std::string& detail, const std::string& where) {
+  CheckNamedTensorShapes(shapes, tensors, where, detail);
+  std::map<std::string, at::Tensor> detached;
+  for (const auto& [name, t] : tensors) detached[name] = t.detach().to(at::kFloat).contiguous();
+  WriteHeadCheckpoint(dir, std::move(config_json), nullptr, detached, SafetensorsDtype::kF32,
+                      where);
+}
+
+namespace {
+constexpr const char* kPolicyTensorNames =
+    "(expected actor.{i}, actor_out, critic.{i}, critic_out)";
 }  // namespace
 
 LtdPolicyCheckpoint LoadLtdPolicy(const std::string& dir) {
@@ -172,9 +194,8 @@ LtdPolicyCheckpoint LoadLtdPolicy(const std::string& dir) {
   const HeadConfigFile file = ReadHeadConfig(dir, where);
   LtdPolicyCheckpoint ckpt;
   ckpt.config = ParseLtdPolicyConfig(file.config, file.path);
-  HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/ltd/README.md)");
-  ValidateTensors(ckpt.config, stored.tensors, where + "/model.safetensors");
-  for (auto& [name, t] : stored.tensors) ckpt.tensors[name] = t.to(at::kFloat).contiguous();
+  ckpt.tensors =
+      ReadLtdTensors(dir, where, ExpectedLtdPolicyShapes(ckpt.config), kPolicyTensorNames);
   return ckpt;
 }
 
@@ -182,11 +203,8 @@ void WriteLtdPolicy(const std::string& dir, const LtdPolicyConfig& config,
                     const std::map<std::string, at::Tensor>& tensors) {
   const std::string where = "writing LTD policy '" + dir + "'";
   config.Validate(where);
-  ValidateTensors(config, tensors, where);
-  std::map<std::string, at::Tensor> detached;
-  for (const auto& [name, t] : tensors) detached[name] = t.detach().to(at::kFloat).contiguous();
-  WriteHeadCheckpoint(dir, LtdPolicyConfigToJson(config), nullptr, detached, SafetensorsDtype::kF32,
-                      where);
+  WriteLtdCheckpoint(dir, LtdPolicyConfigToJson(config), tensors, ExpectedLtdPolicyShapes(config),
+                     kPolicyTensorNames, where);
 }
 
 namespace {

@@ -56,6 +56,15 @@ struct LtdPolicyConfig {
 LtdPolicyConfig DefaultLtdPolicyConfig(LtdPolicyKind kind);
 
 LtdPolicyConfig ParseLtdPolicyConfig(const nlohmann::json& j, const std::string& source);
+
+// What every LTD config.json (policies here, classifiers in ltd_classifiers.h) shares: a JSON
+// object tagged "format" (checked on reading; errors name `source`), opened by {"format",
+// "version": 1, "kind"} on writing, and carrying the "training" recipe and "evaluation" records
+// (optional on reading).
+void CheckLtdConfigFormat(const nlohmann::json& j, const char* format, const std::string& source);
+nlohmann::ordered_json LtdConfigHead(const char* format, const char* kind);
+void ReadLtdRecords(const nlohmann::json& j, nlohmann::ordered_json& training,
+                    nlohmann::ordered_json& evaluation);
 nlohmann::ordered_json LtdPolicyConfigToJson(const LtdPolicyConfig& config);
 
 // Tensor names and shapes ([out, in] weights).
@@ -72,6 +81,17 @@ struct LtdPolicyCheckpoint {
 LtdPolicyCheckpoint LoadLtdPolicy(const std::string& dir);
 void WriteLtdPolicy(const std::string& dir, const LtdPolicyConfig& config,
                     const std::map<std::string, at::Tensor>& tensors);
+
+// The tensor side of every LTD checkpoint directory (policies, classifiers): model.safetensors
+// read and checked against `shapes` (a mismatch names `where` and `detail`), as float32
+// contiguous; written as float32 beside `config_json` once the tensors fit `shapes`.
+std::map<std::string, at::Tensor> ReadLtdTensors(
+    const std::string& dir, const std::string& where,
+    const std::map<std::string, std::vector<int64_t>>& shapes, const std::string& detail);
+void WriteLtdCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
+                        const std::map<std::string, at::Tensor>& tensors,
+                        const std::map<std::string, std::vector<int64_t>>& shapes,
+                        const std::string& detail, const std::string& where);
 
 // Observation encoders (float32, written into `obs` [config.obs_dim()], zeros where unused).
 // Depth: [child scores zero-padded to W^2 | L/1000 x repeat | D/10 x repeat].

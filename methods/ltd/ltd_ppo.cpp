@@ -14,30 +14,25 @@
 #include "harness/base/error.h"
 #include "harness/base/json_read.h"
 #include "harness/base/mapped_file.h"
+#include "methods/common/json_fields.h"
 #include "models/checkpoint/safetensors.h"
 
 namespace specbed {
 
 nlohmann::ordered_json PpoConfigToJson(const PpoConfig& c) {
   nlohmann::ordered_json j;
-  j["n_steps"] = c.n_steps;
-  j["minibatch"] = c.minibatch;
-  j["epochs"] = c.epochs;
-  j["lr"] = c.lr;
-  j["warmup_frac"] = c.warmup_frac;
-  j["total_steps"] = c.total_steps;
-  j["gamma"] = c.gamma;
-  j["gae_lambda"] = c.gae_lambda;
-  j["clip"] = c.clip;
-  j["ent_coef"] = c.ent_coef;
-  j["vf_coef"] = c.vf_coef;
-  j["max_grad_norm"] = c.max_grad_norm;
-  j["normalize_advantage"] = c.normalize_advantage;
-  j["seed"] = c.seed;
+  SPECBED_JSON_PUT(j, c, n_steps, minibatch, epochs, lr, warmup_frac, total_steps, gamma,
+                   gae_lambda, clip, ent_coef, vf_coef, max_grad_norm, normalize_advantage, seed);
   return j;
 }
 
 namespace {
+
+// Empties each of the rollout's buffers.
+template <typename... Buffers>
+void ClearAll(Buffers&... buffers) {
+  (buffers.clear(), ...);
+}
 
 std::vector<std::string> MlpNames(const std::string& prefix, size_t hidden) {
   std::vector<std::string> names;
@@ -93,12 +88,7 @@ void PpoAgent::ResetOptimizer(PpoConfig config) {
   rng_.seed(config_.seed);
   steps_done_ = 0;
   updates_done_ = 0;
-  obs_.clear();
-  actions_.clear();
-  logp_.clear();
-  values_.clear();
-  rewards_.clear();
-  dones_.clear();
+  ClearAll(obs_, actions_, logp_, values_, rewards_, dones_);
   open_ = false;
 }
 
@@ -274,12 +264,7 @@ PpoUpdateStats PpoAgent::Update() {
   stats.grad_norm /= b;
   steps_done_ += n;
   ++updates_done_;
-  obs_.clear();
-  actions_.clear();
-  logp_.clear();
-  values_.clear();
-  rewards_.clear();
-  dones_.clear();
+  ClearAll(obs_, actions_, logp_, values_, rewards_, dones_);
   return stats;
 }
 

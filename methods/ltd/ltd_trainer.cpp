@@ -25,6 +25,7 @@
 #include "harness/base/timer.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
+#include "methods/common/json_fields.h"
 #include "methods/ltd/ltd_controllers.h"
 #include "methods/ltd/ltd_method.h"
 #include "methods/ltd/ltd_policy.h"
@@ -102,34 +103,11 @@ namespace {
 
 ojson Settings(const LtdTrainConfig& c) {
   ojson s;
-  s["target"] = c.target;
-  s["head"] = c.head;
-  s["dtype"] = c.dtype;
-  s["prompts"] = c.prompts;
-  s["train_from"] = c.train_from;
-  s["val_from"] = c.val_from;
-  s["val_count"] = c.val_count;
-  s["max_new_tokens"] = c.max_new_tokens;
-  s["top_k"] = c.top_k;
-  s["max_depth"] = c.max_depth;
-  s["depth_every"] = c.depth_every;
-  s["size_step"] = c.size_step;
-  s["n_actions"] = c.n_actions;
-  s["depth_hidden"] = c.depth_hidden;
-  s["size_hidden"] = c.size_hidden;
-  s["critic_hidden"] = c.critic_hidden;
-  s["activation"] = c.activation;
-  s["partner_rounds_max"] = c.partner_rounds_max;
-  s["partner_nodes"] = c.partner_nodes;
-  s["reward"] = c.reward;
-  s["timing"] = c.timing;
-  s["tables"] = c.tables;
-  s["size_steps"] = c.size_steps;
-  s["depth_steps"] = c.depth_steps;
-  s["iter_steps"] = c.iter_steps;
-  s["iterations"] = c.iterations;
-  s["gamma_size"] = c.gamma_size;
-  s["gamma_depth"] = c.gamma_depth;
+  SPECBED_JSON_PUT(s, c, target, head, dtype, prompts, train_from, val_from, val_count,
+                   max_new_tokens, top_k, max_depth, depth_every, size_step, n_actions,
+                   depth_hidden, size_hidden, critic_hidden, activation, partner_rounds_max,
+                   partner_nodes, reward, timing, tables, size_steps, depth_steps, iter_steps,
+                   iterations, gamma_size, gamma_depth);
   s["ppo"] = PpoConfigToJson(c.ppo);
   return s;
 }
@@ -330,33 +308,28 @@ class StaticShape : public TreeShapeController {
 
 }  // namespace
 
-std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const std::string& target_name,
-                                                  const std::string& dtype, const std::string& head,
-                                                  const std::string& prompts_name,
-                                                  int64_t train_from, int64_t val_from,
-                                                  int64_t val_count, int64_t max_new_tokens,
-                                                  const std::string& who) {
+std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const LtdSetupConfig& c, const std::string& who) {
   auto s = std::make_unique<LtdTrainSetup>();
-  s->target = LoadModel(target_name, ParseDtype(dtype));
+  s->target = LoadModel(c.target, ParseDtype(c.dtype));
   s->context.target = &s->target;
   s->context.dtype = s->target.model->dtype();
   s->context.load_model = [who](const std::string& name) -> LoadedTarget& {
     Fail(who, ": needs no other model (asked for '", name, "')");
   };
-  s->head = head == "auto" ? DefaultDrafterName("eagle3", s->target.spec.name, who) : head;
+  s->head = c.head == "auto" ? DefaultDrafterName("eagle3", s->target.spec.name, who) : c.head;
   DatasetFilter filter;
-  const std::vector<Prompt> prompts = LoadDataset(prompts_name, filter);
+  const std::vector<Prompt> prompts = LoadDataset(c.prompts, filter);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto ids = BuildPromptIds(s->target, {{"user", prompts[i].turns[0]}});
     const int64_t ii = static_cast<int64_t>(i);
-    if (ii >= train_from) s->train_prompts.push_back(ids);
-    if (ii >= val_from && ii < val_from + val_count) s->val_prompts.push_back(ids);
+    if (ii >= c.train_from) s->train_prompts.push_back(ids);
+    if (ii >= c.val_from && ii < c.val_from + c.val_count) s->val_prompts.push_back(ids);
   }
   SPECBED_CHECK(
-      !s->train_prompts.empty() && static_cast<int64_t>(s->val_prompts.size()) == val_count, who,
-      ": '", prompts_name, "' has ", prompts.size(), " prompts: too few for --train-from ",
-      train_from, ", --val-from ", val_from, ", --val-count ", val_count);
-  s->stop = StopConfigFor(s->target, max_new_tokens, {});
+      !s->train_prompts.empty() && static_cast<int64_t>(s->val_prompts.size()) == c.val_count, who,
+      ": '", c.prompts, "' has ", prompts.size(), " prompts: too few for --train-from ",
+      c.train_from, ", --val-from ", c.val_from, ", --val-count ", c.val_count);
+  s->stop = StopConfigFor(s->target, c.max_new_tokens, {});
   return s;
 }
 
@@ -601,8 +574,7 @@ LtdRun::LtdRun(const LtdTrainConfig& c, const std::string& out_dir, bool verbose
   fs::create_directories(out_dir + "/work");
   state_ = LoadRunState(c, out_dir, state_path_);
   settings_ = state_["settings"];
-  setup_ = PrepareLtdTraining(c.target, c.dtype, c.head, c.prompts, c.train_from, c.val_from,
-                              c.val_count, c.max_new_tokens, "train ltd");
+  setup_ = PrepareLtdTraining(c, "train ltd");
   const int64_t vmax = std::max(c.size_step * c.n_actions, c.partner_nodes);
   tables_ = CostTablesFor(c, *setup_, out_dir, vmax, verbose);
   auto owned = std::make_unique<TrainController>(c, &tables_);

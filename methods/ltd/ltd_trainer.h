@@ -28,6 +28,7 @@
 
 #include "harness/engine/speculative_decoder.h"
 #include "methods/ltd/ltd_ppo.h"
+#include "methods/ltd/ltd_setup_config.h"
 #include "methods/method_registry.h"
 #include "models/model_registry.h"
 
@@ -44,17 +45,7 @@ struct LtdCostTables {
   static LtdCostTables FromJson(const nlohmann::json& j, const std::string& source);
 };
 
-struct LtdTrainConfig {
-  std::string target = "stories260K-twin";
-  std::string head = "auto";
-  std::string dtype = "float32";
-  std::string prompts = "stories";
-  int64_t train_from = 16;  // training prompts: index >= train_from
-  int64_t val_from = 12;    // validation prompts: [val_from, val_from + val_count)
-  int64_t val_count = 4;
-  int64_t max_new_tokens = 64;
-  int64_t top_k = 10;
-  int64_t max_depth = 12;
+struct LtdTrainConfig : LtdSetupConfig {
   int64_t depth_every = 1;
   int64_t size_step = 1;
   int64_t n_actions = 16;
@@ -94,12 +85,7 @@ struct LtdTrainSetup {
   StopConfig stop;
 };
 // Errors start with `who` and name the flags (too few prompts, unknown target or dataset).
-std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const std::string& target_name,
-                                                  const std::string& dtype, const std::string& head,
-                                                  const std::string& prompts_name,
-                                                  int64_t train_from, int64_t val_from,
-                                                  int64_t val_count, int64_t max_new_tokens,
-                                                  const std::string& who);
+std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const LtdSetupConfig& c, const std::string& who);
 // One generation of `decoder` over `prompt` (a fresh KV cache sized for the decoder's tree).
 DecodeResult RunLtdGeneration(LtdTrainSetup& setup, SpeculativeDecoder& decoder,
                               const std::vector<int32_t>& prompt, int64_t max_new_tokens);

@@ -21,6 +21,7 @@
 #include "harness/base/paths.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "methods/common/json_fields.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
 #include "results/store.h"
@@ -251,16 +252,8 @@ void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::strin
 
 ojson OptimSettings(const OptimConfig& c) {
   ojson s;
-  s["steps"] = c.steps;
-  s["batch"] = c.batch;
-  s["lr"] = c.lr;
-  s["min_lr"] = c.min_lr;
-  s["warmup"] = c.warmup;
-  s["weight_decay"] = c.weight_decay;
-  s["beta1"] = c.beta1;
-  s["beta2"] = c.beta2;
-  s["grad_clip"] = c.grad_clip;
-  s["seed"] = c.seed;
+  SPECBED_JSON_PUT(s, c, steps, batch, lr, min_lr, warmup, weight_decay, beta1, beta2, grad_clip,
+                   seed);
   return s;
 }
 
