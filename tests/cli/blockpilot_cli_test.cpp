@@ -10,6 +10,7 @@
 
 #include "methods/dflash/dflash_checkpoint.h"
 #include "tests/cli/cli_test_util.h"
+#include "tests/methods/head_test_util.h"
 
 namespace specbed {
 namespace {
@@ -22,20 +23,12 @@ using cli_test::RunSpecbedLine;
 
 // A random DFlash head for stories260K (dim 64, 5 layers, vocabulary 512) with block size 4.
 void WriteHead(const std::string& dir) {
-  DflashConfig c;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.n_layers = 1;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.head_dim = 8;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-5;
-  c.block_size = 4;
-  c.mask_token_id = 0;
-  c.num_target_layers = 5;
-  c.target_layer_ids = {1, 3};
+  const DflashConfig c = testing_util::DflashConfigOf(
+      {/*hidden_size=*/64, /*intermediate_size=*/128, /*n_heads=*/8, /*n_kv_heads=*/4,
+       /*head_dim=*/8, /*vocab_size=*/512, /*max_position_embeddings=*/512,
+       /*rms_norm_eps=*/1e-5, /*rope_theta=*/10000.0},
+      /*n_layers=*/1, /*block_size=*/4, /*mask_token_id=*/0, /*num_target_layers=*/5,
+      /*target_layer_ids=*/{1, 3});
   WriteDflashCheckpoint(dir, c, RandomDflashTensors(c, 4));
 }
 

@@ -38,27 +38,18 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-using testing_util::ErrorOf;
-using testing_util::ExpectSameHeadConfigBase;
-using testing_util::ExpectTensorsEqual;
-using testing_util::ScratchDir;
-using testing_util::SetHeadShape;
-using testing_util::TensorMap;
-using testing_util::TestName;
-using testing_util::WriteRawCheckpoint;
+// ErrorOf, ConfigJson, TensorMap, WriteRawCheckpoint, ScratchDir, ...:
+// tests/methods/head_test_util.h and tests/models/model_test_util.h.
+using namespace testing_util;
 
 // A Qwen3-like draft scaled down; q_dim (48) != hidden (32) as in Qwen3-4B's draft.
 DflashConfig SmallConfig() {
-  DflashConfig c;
-  SetHeadShape(c, {/*hidden_size=*/32, /*intermediate_size=*/48, /*n_heads=*/4, /*n_kv_heads=*/2,
-                   /*head_dim=*/12, /*vocab_size=*/50, /*max_position_embeddings=*/4096,
-                   /*rms_norm_eps=*/1e-6, /*rope_theta=*/10000.0});
-  c.n_layers = 2;
-  c.block_size = 4;
-  c.mask_token_id = 49;
-  c.num_target_layers = 8;
-  c.target_layer_ids = {1, 3, 5};
-  return c;
+  return testing_util::DflashConfigOf(
+      {/*hidden_size=*/32, /*intermediate_size=*/48, /*n_heads=*/4, /*n_kv_heads=*/2,
+       /*head_dim=*/12, /*vocab_size=*/50, /*max_position_embeddings=*/4096,
+       /*rms_norm_eps=*/1e-6, /*rope_theta=*/10000.0, /*bos_token_id=*/1, /*eos_token_ids=*/{2}},
+      /*n_layers=*/2, /*block_size=*/4, /*mask_token_id=*/49, /*num_target_layers=*/8,
+      /*target_layer_ids=*/{1, 3, 5});
 }
 
 void ExpectSameConfig(const DflashConfig& a, const DflashConfig& b) {
@@ -89,18 +80,13 @@ json PublishedQwen3_8BConfig() {
     "bos_token_id": 151643, "eos_token_id": 151645})");
 }
 
-json ConfigJson(const DflashConfig& c) {
-  return json::parse(DflashConfigToJson(c).dump());
-}
-
 // ---- Config ---------------------------------------------------------------------------------
 
 TEST(DflashConfig, JsonRoundTrip) {
   DflashConfig c = SmallConfig();
   ExpectSameConfig(ParseDflashConfig(ConfigJson(c), "small"), c);
   const auto j = DflashConfigToJson(c);
-  EXPECT_EQ(j["architectures"], nlohmann::ordered_json::array({"DFlashDraftModel"}));
-  EXPECT_EQ(j["model_type"], "qwen3");
+  ExpectConfigJsonNames(j, "DFlashDraftModel", "qwen3");
   EXPECT_EQ(j["dflash_config"]["mask_token_id"], 49);
   EXPECT_EQ(j["dflash_config"]["target_layer_ids"], nlohmann::ordered_json::array({1, 3, 5}));
   EXPECT_EQ(j["layer_types"].size(), 2u);
@@ -271,12 +257,7 @@ TEST(DflashCheckpoint, RoundTripFloat32WithRecipe) {
   DflashConfig want = c;
   want.torch_dtype = "float32";
   ExpectSameConfig(ckpt.config, want);
-  ExpectTensorsEqual(ckpt.tensors, tensors);
-  EXPECT_EQ(ckpt.recipe, recipe);
-  EXPECT_EQ(ckpt.source, dir);
-  const json cj = json::parse(ReadFileToString(dir + "/config.json"));
-  EXPECT_EQ(cj["architectures"][0], "DFlashDraftModel");
-  EXPECT_EQ(cj["specbed_recipe"], recipe);
+  ExpectLoadedAsWritten(ckpt, dir, tensors, recipe, "DFlashDraftModel");
   auto file = SafetensorsFile::Open(dir + "/model.safetensors");
   EXPECT_EQ(file->Find("layers.1.self_attn.q_norm.weight")->dtype, SafetensorsDtype::kF32);
   EXPECT_EQ(file->entries().size(), tensors.size());

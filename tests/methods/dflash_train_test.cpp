@@ -22,6 +22,7 @@
 #include "methods/dflash/dflash_head.h"
 #include "methods/dflash/dflash_trainer.h"
 #include "methods/dflash/trainable_dflash.h"
+#include "tests/methods/head_test_util.h"
 #include "tests/methods/train_smoke_util.h"
 #include "tests/models/model_test_util.h"
 
@@ -31,20 +32,12 @@ namespace {
 using testing_util::TestName;
 
 DflashConfig SmallConfig(bool causal) {
-  DflashConfig c;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 6;  // q_dim 24 != hidden
-  c.vocab_size = 30;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000.0;
-  c.block_size = 5;
-  c.mask_token_id = 29;
-  c.num_target_layers = 4;
-  c.target_layer_ids = {0, 2};
+  DflashConfig c = testing_util::DflashConfigOf(
+      {/*hidden_size=*/16, /*intermediate_size=*/24, /*n_heads=*/4, /*n_kv_heads=*/2,
+       /*head_dim=*/6 /* q_dim 24 != hidden */, /*vocab_size=*/30,
+       /*max_position_embeddings=*/32768, /*rms_norm_eps=*/1e-5, /*rope_theta=*/10000.0},
+      /*n_layers=*/2, /*block_size=*/5, /*mask_token_id=*/29, /*num_target_layers=*/4,
+      /*target_layer_ids=*/{0, 2});
   c.causal = causal;
   return c;
 }
@@ -251,14 +244,10 @@ TEST(DflashTrainerTest, TrainsResumesAndWritesThePublishedLayout) {
     c.block_size = 6;
     c.layers = 1;
     c.anchors = 6;
-    testing_util::UseSmokeSetting(data, c);
     const std::string out = dir + "/" + variant;
     DflashTrainResult full;
-    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<DflashTrainResult>(
-        [&](const std::string& o, const TrainLoopOptions& options) {
-          return TrainDflash(c, o, options);
-        },
-        out + "_", variant, &full));
+    ASSERT_NO_FATAL_FAILURE(
+        testing_util::ExpectSmokeTrainsAndResumes(TrainDflash, data, c, out + "_", variant, &full));
     EXPECT_EQ(full.target_layers, (std::vector<int64_t>{2}));  // one draft layer: L / 2
 
     const DflashCheckpoint a = LoadDflashCheckpoint(out + "_full");

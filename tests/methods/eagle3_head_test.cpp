@@ -34,21 +34,17 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-using testing_util::ErrorOf;
-using testing_util::ExpectSameHeadConfigBase;
-using testing_util::ExpectTensorsEqual;
-using testing_util::ScratchDir;
-using testing_util::SetHeadShape;
-using testing_util::TensorMap;
-using testing_util::TestName;
-using testing_util::WriteRawCheckpoint;
+// ErrorOf, ConfigJson, SetHeadShape, TensorMap, WriteRawCheckpoint, ScratchDir, ...:
+// tests/methods/head_test_util.h and tests/models/model_test_util.h.
+using namespace testing_util;
 
 // A Llama-3-like head scaled down; head_dim * n_heads (96) != hidden (64) as in Qwen3-4B.
 Eagle3Config SmallConfig() {
   Eagle3Config c;
   SetHeadShape(c, {/*hidden_size=*/64, /*intermediate_size=*/160, /*n_heads=*/4, /*n_kv_heads=*/2,
                    /*head_dim=*/24, /*vocab_size=*/300, /*max_position_embeddings=*/2048,
-                   /*rms_norm_eps=*/1e-5, /*rope_theta=*/500000.0});
+                   /*rms_norm_eps=*/1e-5, /*rope_theta=*/500000.0, /*bos_token_id=*/1,
+                   /*eos_token_ids=*/{2}});
   c.target_hidden_size = 48;
   c.draft_vocab_size = 120;
   c.rope_scaling.type = RopeScalingType::kLlama3;
@@ -83,18 +79,13 @@ json PublishedLlama31Config() {
     "tie_word_embeddings": false, "torch_dtype": "float16"})");
 }
 
-json ConfigJson(const Eagle3Config& c) {
-  return json::parse(Eagle3ConfigToJson(c).dump());
-}
-
 // ---- Config ---------------------------------------------------------------------------------
 
 TEST(Eagle3Config, JsonRoundTrip) {
   Eagle3Config c = SmallConfig();
   ExpectSameConfig(ParseEagle3Config(ConfigJson(c), "small"), c);
   const auto j = Eagle3ConfigToJson(c);
-  EXPECT_EQ(j["architectures"], nlohmann::ordered_json::array({"LlamaForCausalLMEagle3"}));
-  EXPECT_EQ(j["model_type"], "llama");
+  ExpectConfigJsonNames(j, "LlamaForCausalLMEagle3", "llama");
   EXPECT_EQ(j["num_hidden_layers"], 1);
   EXPECT_EQ(j["tie_word_embeddings"], false);
   EXPECT_EQ(j["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
@@ -225,13 +216,8 @@ TEST(Eagle3Checkpoint, RoundTripFloat32WithRecipe) {
   WriteEagle3Checkpoint(dir, c, tensors, recipe);
   const Eagle3Checkpoint ckpt = LoadEagle3Checkpoint(dir);
   ExpectSameConfig(ckpt.config, c);
-  ExpectTensorsEqual(ckpt.tensors, tensors);
-  EXPECT_EQ(ckpt.recipe, recipe);
-  EXPECT_EQ(ckpt.source, dir);
+  ExpectLoadedAsWritten(ckpt, dir, tensors, recipe, "LlamaForCausalLMEagle3");
   // The published layout on disk.
-  const json cj = json::parse(ReadFileToString(dir + "/config.json"));
-  EXPECT_EQ(cj["architectures"][0], "LlamaForCausalLMEagle3");
-  EXPECT_EQ(cj["specbed_recipe"], recipe);
   auto file = SafetensorsFile::Open(dir + "/model.safetensors");
   EXPECT_EQ(file->Find("d2t")->dtype, SafetensorsDtype::kI64);
   EXPECT_EQ(file->Find("t2d")->dtype, SafetensorsDtype::kBool);

@@ -168,12 +168,9 @@ TEST(Eagle3TrainerTest, TrainsResumesAndWritesThePublishedLayout) {
   c.draft_vocab = 60;
   c.ttt_steps = 3;
   c.optim = DefaultEagle3Optim();
-  testing_util::UseSmokeSetting(testing_util::WriteSmokeRegenData(dir), c);
-  const TrainLoopOptions quiet = testing_util::QuietLoop();
   Eagle3TrainResult full;
-  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<Eagle3TrainResult>(
-      [&](const std::string& out, const TrainLoopOptions& o) { return TrainEagle3(c, out, o); },
-      dir + "/", "eagle3", &full));
+  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectSmokeTrainsAndResumes(
+      TrainEagle3, testing_util::WriteSmokeRegenData(dir), c, dir + "/", "eagle3", &full));
   EXPECT_GT(full.draft_vocab_coverage, 0.7);
   EXPECT_LT(full.draft_vocab_coverage, 1.0);
 
@@ -187,6 +184,7 @@ TEST(Eagle3TrainerTest, TrainsResumesAndWritesThePublishedLayout) {
 
   // The disk feature cache (float32) trains the same head as online features, up to the
   // recomputed logits' rounding.
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
   Eagle3TrainConfig disk = c;
   disk.features = "disk";
   const Eagle3TrainResult from_disk = TrainEagle3(disk, dir + "/disk", quiet);

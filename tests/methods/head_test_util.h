@@ -1,9 +1,11 @@
 // Shared helpers for the draft-head tests (EAGLE-3, DFlash): the config fields both heads have
-// (set and compared), the message of a specbed::Error,
+// (set and compared), small DFlash head configs, config.json as the parsers read it and the names
+// it starts with, a loaded checkpoint against what was written, the message of a specbed::Error,
 // checkpoint directories written as they are (no validation), tensor-map comparisons, the
 // half-precision round-trip check, the checkpoint directory errors, and the row-loop / ATen path
 // parameter of the forward tests.
-// Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp.
+// Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp,
+// tests/methods/dflash_train_test.cpp, tests/cli/blockpilot_cli_test.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,12 +19,16 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "harness/base/mapped_file.h"
 #include "methods/common/head_aten.h"
+#include "methods/dflash/dflash_config.h"
+#include "methods/eagle3/eagle3_config.h"
 #include "models/checkpoint/safetensors.h"
 
 namespace specbed {
@@ -43,14 +49,16 @@ std::string ErrorOf(Fn fn) {
 }
 
 // The shape of a draft head's attention block and of what it reads: the fields every draft-head
-// config (Eagle3Config, DflashConfig) has.
+// config (Eagle3Config, DflashConfig) has. The special tokens default to none, as in the configs.
 struct HeadShape {
   int64_t hidden_size = 0, intermediate_size = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t vocab_size = 0, max_position_embeddings = 0;
   double rms_norm_eps = 0, rope_theta = 0;
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
 };
 
-// Sets `shape` in the draft-head config `c`, with bos token 1 and eos tokens {2}.
+// Sets `shape` in the draft-head config `c`.
 template <typename HeadConfig>
 void SetHeadShape(HeadConfig& c, const HeadShape& shape) {
   c.hidden_size = shape.hidden_size;
@@ -62,8 +70,24 @@ void SetHeadShape(HeadConfig& c, const HeadShape& shape) {
   c.max_position_embeddings = shape.max_position_embeddings;
   c.rms_norm_eps = shape.rms_norm_eps;
   c.rope_theta = shape.rope_theta;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
+  c.bos_token_id = shape.bos_token_id;
+  c.eos_token_ids = shape.eos_token_ids;
+}
+
+// A DFlash head config of `shape` with `n_layers` layers drafting blocks of `block_size` (mask
+// token `mask_token_id`), reading layers `target_layer_ids` of a target of `num_target_layers`;
+// every other field keeps its default (bidirectional blocks).
+inline DflashConfig DflashConfigOf(const HeadShape& shape, int64_t n_layers, int64_t block_size,
+                                   int64_t mask_token_id, int64_t num_target_layers,
+                                   std::vector<int64_t> target_layer_ids) {
+  DflashConfig c;
+  SetHeadShape(c, shape);
+  c.n_layers = n_layers;
+  c.block_size = block_size;
+  c.mask_token_id = mask_token_id;
+  c.num_target_layers = num_target_layers;
+  c.target_layer_ids = std::move(target_layer_ids);
+  return c;
 }
 
 // The fields every draft-head config has (HeadShape, the RoPE scaling type and factor, the
@@ -84,6 +108,22 @@ void ExpectSameHeadConfigBase(const HeadConfig& a, const HeadConfig& b) {
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.torch_dtype, b.torch_dtype);
+}
+
+// config.json of `c` as written (XConfigToJson), as a plain json for the parsers.
+inline nlohmann::json ConfigJson(const DflashConfig& c) {
+  return nlohmann::json::parse(DflashConfigToJson(c).dump());
+}
+inline nlohmann::json ConfigJson(const Eagle3Config& c) {
+  return nlohmann::json::parse(Eagle3ConfigToJson(c).dump());
+}
+
+// The written config.json `j` names the architecture `architecture` (alone) and the model type
+// `model_type`.
+inline void ExpectConfigJsonNames(const nlohmann::ordered_json& j, const std::string& architecture,
+                                  const std::string& model_type) {
+  EXPECT_EQ(j["architectures"], nlohmann::ordered_json::array({architecture}));
+  EXPECT_EQ(j["model_type"], model_type);
 }
 
 // The safetensors dtype a tensor of `type` is stored as (a test failure for any other type).
@@ -131,6 +171,20 @@ inline void ExpectTensorsEqual(const TensorMap& got, const TensorMap& want) {
     EXPECT_EQ(got.at(name).scalar_type(), t.scalar_type()) << name;
     EXPECT_TRUE(at::equal(got.at(name), t)) << name;
   }
+}
+
+// `ckpt`, loaded from `dir` where `tensors` were written with `recipe`, holds them exactly and
+// names `dir` as its source; dir/config.json names `architecture` first and stores `recipe` as
+// "specbed_recipe".
+template <typename Checkpoint>
+void ExpectLoadedAsWritten(const Checkpoint& ckpt, const std::string& dir, const TensorMap& tensors,
+                           const nlohmann::json& recipe, const std::string& architecture) {
+  ExpectTensorsEqual(ckpt.tensors, tensors);
+  EXPECT_EQ(ckpt.recipe, recipe);
+  EXPECT_EQ(ckpt.source, dir);
+  const nlohmann::json cj = nlohmann::json::parse(ReadFileToString(dir + "/config.json"));
+  EXPECT_EQ(cj["architectures"][0], architecture);
+  EXPECT_EQ(cj["specbed_recipe"], recipe);
 }
 
 // The half-precision storage dtypes a checkpoint writer accepts: (stored, torch, config name).

@@ -150,13 +150,11 @@ TEST(MedusaTrainer, LossGoesDownResumesExactlyAndTheHeadsDraft) {
   MedusaTrainConfig c;
   c.num_heads = 3;
   c.optim = DefaultMedusaOptim();
-  testing_util::UseSmokeSetting(testing_util::WriteSmokeRegenData(dir), c);
-  const TrainLoopOptions quiet = testing_util::QuietLoop();
   MedusaTrainResult full;
-  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectTrainsAndResumesExactly<MedusaTrainResult>(
-      [&](const std::string& out, const TrainLoopOptions& o) { return TrainMedusa(c, out, o); },
-      dir + "/", "medusa", &full));
+  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectSmokeTrainsAndResumes(
+      TrainMedusa, testing_util::WriteSmokeRegenData(dir), c, dir + "/", "medusa", &full));
   EXPECT_TRUE(fs::exists(dir + "/full/medusa_lm_head.safetensors"));
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
   EXPECT_THROW(
       {
         MedusaTrainConfig bad = c;

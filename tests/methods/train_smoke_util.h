@@ -1,6 +1,6 @@
 // A smoke harness for the drafter trainers' end-to-end tests (EAGLE-3, Medusa, DFlash/JetSpec):
 // a small `regen` data file on stories260K, a 30-step optimizer setting, and the full run vs
-// stopped-and-resumed run check every trainer must pass.
+// stopped-and-resumed run check every trainer must pass (with the smoke setting applied).
 // Checked by: tests/methods/eagle3_train_test.cpp, tests/methods/medusa_test.cpp,
 // tests/methods/dflash_train_test.cpp.
 #pragma once
@@ -73,6 +73,22 @@ void ExpectTrainsAndResumesExactly(
   const Result resumed = train(prefix + "split", quiet);
   ASSERT_TRUE(resumed.loop.finished) << what;
   EXPECT_EQ(resumed.loop.eval.loss, full->loop.eval.loss) << what;
+}
+
+// The trainer `train` with config `c` put on the smoke setting of data file `data`
+// (UseSmokeSetting) passes ExpectTrainsAndResumesExactly with runs into prefix + "full" and
+// prefix + "split". Sets `*full` to the full run's result.
+template <typename TrainConfig, typename Result>
+void ExpectSmokeTrainsAndResumes(Result (*train)(const TrainConfig&, const std::string&,
+                                                 const TrainLoopOptions&),
+                                 const std::string& data, TrainConfig& c, const std::string& prefix,
+                                 const std::string& what, Result* full) {
+  UseSmokeSetting(data, c);
+  ExpectTrainsAndResumesExactly<Result>(
+      [&](const std::string& out, const TrainLoopOptions& options) {
+        return train(c, out, options);
+      },
+      prefix, what, full);
 }
 
 }  // namespace testing_util
