@@ -25,6 +25,10 @@ void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype) {
   cmd->add_option("--dtype", dtype, "Target dtype: float32, bfloat16")->capture_default_str();
 }
 
+void AddThreadsFlag(CLI::App* cmd, int& threads) {
+  cmd->add_option("--threads", threads, "CPU threads")->capture_default_str();
+}
+
 void AddQuietFlag(CLI::App* cmd, bool& verbose) {
   OldSpellings(cmd,
                cmd->add_flag_callback(

@@ -1,7 +1,8 @@
 // Flags and messages that several `specbed` subcommands share: for train, regen and blockpilot
-// the output and target flags with their old spellings, -q/--quiet, --partial-every, the parsed
-// flags of a trainer, and the note printed when a resumable command stopped early; for the
-// commands that compute speedups (summary, report, export, compare) the AR-baseline flags.
+// the output and target flags with their old spellings, -q/--quiet, --partial-every, --threads,
+// the parsed flags of a trainer, the run of a trainer on the shared loop and the note printed
+// when a resumable command stopped early; for the commands that compute speedups (summary,
+// report, export, compare) the AR-baseline flags.
 // Checked by: tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp,
 // tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp, tests/cli/summary_cli_test.cpp,
 // tests/cli/compare_cli_test.cpp.
@@ -10,7 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "methods/common/train/train_loop.h"
 
@@ -30,6 +33,8 @@ void AddOutputFlag(CLI::App* cmd, std::string& out, const std::string& help);
 void AddTargetFlag(CLI::App* cmd, std::string& target);
 // AddTargetFlag and --dtype ("Target dtype: float32, bfloat16", default shown).
 void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype);
+// --threads, "CPU threads", default shown.
+void AddThreadsFlag(CLI::App* cmd, int& threads);
 // -q/--quiet, "No progress bar" (old spelling --no-progress): sets `verbose` to false.
 void AddQuietFlag(CLI::App* cmd, bool& verbose);
 // --partial-every: seconds between progress writes to OUT.partial (default shown).
@@ -47,5 +52,15 @@ void PrintStopped(const std::string& progress);
 void PrintStoppedAtStep(int64_t step, int64_t steps);
 // PrintStoppedAtStep when `loop` stopped before `steps`; returns whether it did.
 bool ReportIfStopped(const TrainLoopResult& loop, int64_t steps);
+
+// Runs train(o.config, o.out, o.run) (a trainer on the shared loop, e.g. TrainEagle3) and returns
+// its result, or nothing when it stopped before --steps (ReportIfStopped has said so).
+template <class Config, class Train>
+auto TrainUnlessStopped(const TrainerFlags<Config>& o, Train train)
+    -> std::optional<decltype(train(o.config, o.out, o.run))> {
+  auto r = train(o.config, o.out, o.run);
+  if (ReportIfStopped(r.loop, o.config.optim.steps)) return std::nullopt;
+  return std::move(r);
+}
 
 }  // namespace specbed::cli

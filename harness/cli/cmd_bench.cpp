@@ -209,12 +209,8 @@ std::map<int, double> MeasureBandwidths(const BenchOptions& o, const at::Device&
                 static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
     std::fflush(stdout);
     if (store) {
-      BenchBandwidthRecord rec;
-      rec.threads = t;
-      rec.array_bytes = bw.array_bytes;
-      rec.reps = bw.reps;
-      rec.copy_gb_s = bw.copy_gb_s;
-      rec.triad_gb_s = bw.triad_gb_s;
+      // threads, array_bytes, reps, copy_gb_s, triad_gb_s.
+      const BenchBandwidthRecord rec{t, bw.array_bytes, bw.reps, bw.copy_gb_s, bw.triad_gb_s};
       store->WriteBenchBandwidth(run_id, {rec});
     }
   }
@@ -302,21 +298,17 @@ void PrintRow(const BenchRecord& row) {
 // The verify-width curve after `row`'s context (batch 1 rows only).
 std::vector<BenchVerifyRecord> MeasureVerifyRows(const BenchOptions& o, LlamaModel& model,
                                                  const BenchRecord& row) {
+  // What every point of the curve shares: model, dtype, threads, batch size 1, context.
+  BenchVerifyRecord v{row.model, row.dtype, row.threads, /*batch_size=*/1, row.context_len};
+  v.reps = o.reps;
+  v.gemv_max_rows = GemvMaxRows(model.dtype());
+  v.blas_core = row.blas_core;
   std::vector<BenchVerifyRecord> recs;
   for (const VerifyWidthPoint& p :
        MeasureVerifyWidthCurve(model, row.context_len, o.verify_widths, o.reps)) {
-    BenchVerifyRecord v;
-    v.model = row.model;
-    v.dtype = row.dtype;
-    v.threads = row.threads;
-    v.batch_size = 1;
-    v.context_len = row.context_len;
     v.n_query = p.n_query;
-    v.reps = o.reps;
     v.forward_ms = p.forward_ms;
     v.ratio_to_one = p.ratio_to_one;
-    v.gemv_max_rows = GemvMaxRows(model.dtype());
-    v.blas_core = row.blas_core;
     recs.push_back(v);
   }
   return recs;
@@ -407,9 +399,8 @@ void RunBench(const BenchOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app) {
-  auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("bench", "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
+  auto [cmd, o] = AddSubcommand(&app, "bench", RunBench,
+                                "AR decode speed (tokens/s; forward vs. other time) -> SQLite");
   OldSpellings(cmd,
                cmd->add_option("-t,--target", o->models, "Models (comma-separated or repeated)")
                    ->delimiter(',')
@@ -459,7 +450,6 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress display on stderr"),
                {"--no-progress"});
-  cmd->callback([o] { RunBench(*o); });
 }
 
 }  // namespace specbed::cli

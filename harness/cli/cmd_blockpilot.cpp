@@ -101,13 +101,12 @@ void RunTrain(const TrainOptions& o) {
 }
 
 void AddLabel(CLI::App* parent) {
-  auto o = std::make_shared<LabelOptions>();
+  auto [cmd, o] =
+      AddSubcommand(parent, "label", RunLabel,
+                    "Label a TRAINING prompt set: per prompt the target's last-position logits "
+                    "and, per candidate block size B-radius..B+radius, tau and decode throughput "
+                    "of a greedy DFlash decode -> one safetensors file; resumable");
   BlockPilotLabelConfig& c = o->config;
-  CLI::App* cmd = parent->add_subcommand(
-      "label",
-      "Label a TRAINING prompt set: per prompt the target's last-position logits and, per "
-      "candidate block size B-radius..B+radius, tau and decode throughput of a greedy DFlash "
-      "decode -> one safetensors file; resumable");
   AddOutputFlag(cmd, o->out, "Output label file (.safetensors); its directory is created");
   cmd->add_option("--drafter", c.drafter, "DFlash checkpoint directory")->required();
   AddTargetFlags(cmd, c.target, c.dtype);
@@ -132,24 +131,22 @@ void AddLabel(CLI::App* parent) {
                   "Timed decodes per prompt and candidate (throughput: the fastest)")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of the bos prompts")->capture_default_str();
-  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  AddThreadsFlag(cmd, c.threads);
   AddPartialEveryFlag(cmd, o->run.partial_every_s);
   cmd->add_option("--stop-after", o->run.stop_after,
                   "Stop after this many prompts (progress kept in OUT.partial; for tests)")
       ->capture_default_str();
   AddQuietFlag(cmd, o->run.verbose);
-  cmd->callback([o] { RunLabel(*o); });
 }
 
 void AddTrain(CLI::App* parent) {
-  auto o = std::make_shared<TrainOptions>();
+  auto [cmd, o] =
+      AddSubcommand(parent, "train", RunTrain,
+                    "Train the block-size predictor (MLP over p(x), cross-entropy on the labels) "
+                    "on a label file -> OUT/config.json + model.safetensors; the last --holdout "
+                    "share of prompts is held out; resumable");
   BlockPilotTrainConfig& c = o->config;
   c.optim = DefaultBlockPilotOptim();
-  CLI::App* cmd = parent->add_subcommand(
-      "train",
-      "Train the block-size predictor (MLP over p(x), cross-entropy on the labels) on a label "
-      "file -> OUT/config.json + model.safetensors; the last --holdout share of prompts is held "
-      "out; resumable");
   cmd->add_option("--labels", c.labels, "Label file from `specbed blockpilot label`")->required();
   AddOutputFlag(cmd, o->out, "Output directory (predictor, train_log.db, work/)");
   cmd->add_option("--criterion", c.criterion, "Label: argmax tau or argmax throughput")
@@ -164,7 +161,6 @@ void AddTrain(CLI::App* parent) {
   cmd->add_option("--holdout", c.holdout, "Share of prompts held out (the last ones)")
       ->capture_default_str();
   AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] { RunTrain(*o); });
 }
 
 struct OracleOptions {
@@ -200,19 +196,17 @@ void RunOracle(const OracleOptions& o) {
 }
 
 void AddOracle(CLI::App* parent) {
-  auto o = std::make_shared<OracleOptions>();
-  CLI::App* cmd = parent->add_subcommand(
-      "oracle",
-      "BlockPilot vs fixed block sizes vs the per-prompt oracle on a results database: the "
-      "dflash cases at explicit block sizes and the dflash+blockpilot cases of the same drafter "
-      "and workload, over the prompts all of them answered");
+  auto [cmd, o] = AddSubcommand(
+      parent, "oracle", RunOracle,
+      "BlockPilot vs fixed block sizes vs the per-prompt oracle on a results database: the dflash "
+      "cases at explicit block sizes and the dflash+blockpilot cases of the same drafter and "
+      "workload, over the prompts all of them answered");
   cmd->add_option("db", o->db, "Results database (e.g. results/block_drafters_stories.db)")
       ->required();
   cmd->add_option("--block-sizes", o->block_sizes,
                   "Only these fixed block sizes (e.g. the predictor's candidates 14 15 16 17 18); "
                   "default: every explicit block_size in the database");
   cmd->add_flag("--json", o->json, "Print the figures as JSON");
-  cmd->callback([o] { RunOracle(*o); });
 }
 
 }  // namespace

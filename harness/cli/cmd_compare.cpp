@@ -67,11 +67,9 @@ void RunCompare(const CompareCommandOptions& o) {
 }  // namespace
 
 void AddCompareCommand(CLI::App& app) {
-  auto o = std::make_shared<CompareCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "compare",
-      "Regression gate: baseline vs candidate results databases (τ exact at T=0, speed with "
-      "bootstrap CIs); exit 3 on a regression");
+  auto [cmd, o] = AddSubcommand(&app, "compare", RunCompare,
+                                "Regression gate: baseline vs candidate results databases (τ exact "
+                                "at T=0, speed with bootstrap CIs); exit 3 on a regression");
   cmd->add_option("databases", o->databases, "BASELINE.db CANDIDATE.db, or one DB with --cases")
       ->expected(0, 2);
   cmd->add_option("--baseline", o->baseline, "Baseline results database (or the first positional)");
@@ -101,7 +99,6 @@ void AddCompareCommand(CLI::App& app) {
                 "Also gate AR rows' absolute decode tok/s (same machine only)");
   cmd->add_flag("--json", o->json, "Print the comparison as JSON");
   AddBaselineFlags(cmd, o->options.baseline.cross_machine, o->scope, "Speed");
-  cmd->callback([o] { RunCompare(*o); });
 }
 
 }  // namespace specbed::cli

@@ -54,11 +54,9 @@ void RunExport(const ExportCommandOptions& o) {
 }  // namespace
 
 void AddExportCommand(CLI::App& app) {
-  auto o = std::make_shared<ExportCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "export",
-      "Results database -> CSV or JSON (cases with every summary metric and CI, per-position "
-      "acceptance, samples, steps)");
+  auto [cmd, o] = AddSubcommand(&app, "export", RunExport,
+                                "Results database -> CSV or JSON (cases with every summary metric "
+                                "and CI, per-position acceptance, samples, steps)");
   cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
   cmd->add_option("--format", o->format, "csv (default) or json")
       ->check(CLI::IsMember({"csv", "json"}));
@@ -72,7 +70,6 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);
   AddBaselineFlags(cmd, o->cross_machine_baseline, o->scope, "Speedups");
-  cmd->callback([o] { RunExport(*o); });
 }
 
 }  // namespace specbed::cli

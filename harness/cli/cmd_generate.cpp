@@ -21,10 +21,7 @@ struct GenerateOptions {
   std::string model = "stories260K";
   std::string prompt;
   int64_t max_new_tokens = 128;
-  double temperature = 0.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;
-  uint64_t seed = 0;
+  GenerationConfig gen;  // -t/--temperature, --top-p, --top-k, -s/--seed (stop: from the model)
   std::string dtype = "float32";
   std::string device = "cpu";
   int threads = 1;
@@ -38,11 +35,7 @@ void RunGenerate(const GenerateOptions& o) {
   LoadedTarget target = LoadModel(o.model, ParseDtype(o.dtype), o.chat_template,
                                   ParseDevice(o.device, "generate --device"));
   const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", o.prompt}});
-  GenerationConfig gen;
-  gen.sampling.temperature = o.temperature;
-  gen.sampling.top_p = o.top_p;
-  gen.sampling.top_k = o.top_k;
-  gen.seed = o.seed;
+  GenerationConfig gen = o.gen;
   gen.stop = StopConfigFor(target, o.max_new_tokens, o.stop);
   const int64_t max_len = std::min<int64_t>(
       target.model->config().max_seq_len, static_cast<int64_t>(ids.size()) + o.max_new_tokens + 1);
@@ -82,8 +75,8 @@ void RunGenerate(const GenerateOptions& o) {
 }  // namespace
 
 void AddGenerateCommand(CLI::App& app) {
-  auto o = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate from one prompt with AR decoding");
+  auto [cmd, o] =
+      AddSubcommand(&app, "generate", RunGenerate, "Generate from one prompt with AR decoding");
   OldSpellings(
       cmd,
       cmd->add_option("--target", o->model, "Model name (specbed list models) or checkpoint path")
@@ -96,16 +89,17 @@ void AddGenerateCommand(CLI::App& app) {
           ->capture_default_str()
           ->check(CLI::Range(1, 1 << 20)),
       {"--tokens"});
-  cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0 = greedy)")
+  cmd->add_option("-t,--temperature", o->gen.sampling.temperature,
+                  "Sampling temperature (0 = greedy)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, kMaxTemperature));
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
+  cmd->add_option("--top-p", o->gen.sampling.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
       ->capture_default_str()
       ->check(CLI::Range(1e-6, 1.0));
-  cmd->add_option("--top-k", o->top_k, "Top-k sampling (0 = off)")
+  cmd->add_option("--top-k", o->gen.sampling.top_k, "Top-k sampling (0 = off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-s,--seed", o->seed, "Sampling seed")
+  cmd->add_option("-s,--seed", o->gen.seed, "Sampling seed")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", o->dtype,
@@ -119,7 +113,6 @@ void AddGenerateCommand(CLI::App& app) {
                   "Override the model's chat template (raw, llama3, chatml, vicuna)");
   cmd->add_option("--stop", o->stop, "Stop string (repeatable)");
   cmd->add_flag("--json", o->json, "Print prompt ids, generated ids, text and timings as JSON");
-  cmd->callback([o] { RunGenerate(*o); });
 }
 
 }  // namespace specbed::cli

@@ -13,6 +13,7 @@
 
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "methods/ltd/ltd_adaptation_probe.h"
 #include "reports/plots.h"
@@ -113,12 +114,11 @@ void RunAdaptation(const AdaptationOptions& o) {
 }  // namespace
 
 void AddLtdCommand(CLI::App& app) {
-  auto o = std::make_shared<AdaptationOptions>();
+  auto [cmd, o] =
+      AddSubcommand(&app, "ltd-adaptation", RunAdaptation,
+                    "Run `ltd` with its decision log on and report whether the policies' V and D "
+                    "vary with what they observe -> OUT/decisions.tsv, adaptation.{json,md,png}");
   LtdProbeConfig& c = o->config;
-  CLI::App* cmd = app.add_subcommand(
-      "ltd-adaptation",
-      "Run `ltd` with its decision log on and report whether the policies' V and D vary with "
-      "what they observe -> OUT/decisions.tsv, adaptation.{json,md,png}");
   cmd->add_option("-o,--output", o->out, "Output directory")->required();
   cmd->add_option("-t,--target", c.target, "Target model")->capture_default_str();
   cmd->add_option("--policy", c.policy, "The ltd knob `policy`")->capture_default_str();
@@ -132,9 +132,8 @@ void AddLtdCommand(CLI::App& app) {
   cmd->add_option("-T,--temperature", c.temperature, "Sampling temperature")->capture_default_str();
   cmd->add_option("--seed", c.seed, "Sampling seed of the first prompt (+1 per prompt)")
       ->capture_default_str();
-  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  AddThreadsFlag(cmd, c.threads);
   cmd->add_option("--gnuplot", o->gnuplot, "gnuplot program (default: $SPECBED_GNUPLOT or PATH)");
-  cmd->callback([o] { RunAdaptation(*o); });
 }
 
 }  // namespace specbed::cli

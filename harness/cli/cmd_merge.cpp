@@ -49,16 +49,13 @@ void RunMerge(const MergeOptions& o) {
 }  // namespace
 
 void AddMergeCommand(CLI::App& app) {
-  auto o = std::make_shared<MergeOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "merge",
-      "Merge results databases (e.g. the shards of a sweep) into one; cases already there are "
-      "skipped");
+  auto [cmd, o] = AddSubcommand(&app, "merge", RunMerge,
+                                "Merge results databases (e.g. the shards of a sweep) into one; "
+                                "cases already there are skipped");
   cmd->add_option("output", o->output, "Merged database (created when missing)")->required();
   cmd->add_option("inputs", o->inputs, "Databases to copy from (opened read-only)")
       ->required()
       ->expected(1, -1);
-  cmd->callback([o] { RunMerge(*o); });
 }
 
 }  // namespace specbed::cli

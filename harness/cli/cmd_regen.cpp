@@ -79,7 +79,7 @@ void AddRegenCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-stop-at-eos", o->no_stop_at_eos,
                 "Always generate --max-new-tokens tokens (default: stop at EOS, kept in the data)");
-  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  AddThreadsFlag(cmd, c.threads);
   AddPartialEveryFlag(cmd, o->partial_every_s);
   AddQuietFlag(cmd, o->verbose);
   cmd->callback([o, cmd] {

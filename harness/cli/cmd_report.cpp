@@ -52,9 +52,9 @@ void RunReport(const ReportCommandOptions& o) {
 }  // namespace
 
 void AddReportCommand(CLI::App& app) {
-  auto o = std::make_shared<ReportCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "report", "Results database -> report directory (report.md, index.html, plots)");
+  auto [cmd, o] =
+      AddSubcommand(&app, "report", RunReport,
+                    "Results database -> report directory (report.md, index.html, plots)");
   cmd->add_option("db", o->db, "Results database (written by specbed run/bench)")->required();
   cmd->add_option("-o,--output", o->output,
                   "Report directory, created if missing (default: DB without extension + _report)");
@@ -68,7 +68,6 @@ void AddReportCommand(CLI::App& app) {
                   "Answers per window of the adaptation-over-the-stream tables (cases that "
                   "trained online; default 8, the SpecBlock paper's interval)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->callback([o] { RunReport(*o); });
 }
 
 }  // namespace specbed::cli

@@ -8,10 +8,10 @@
 namespace specbed::cli {
 
 void AddRunCommand(CLI::App& app) {
-  auto o = std::make_shared<SweepFileOptions>();
+  auto [cmd, o] = AddSubcommand(
+      &app, "run", RunSweepFile,
+      "Run a config (targets x methods x datasets x temperatures x seeds) into SQLite");
   o->command = "run";
-  CLI::App* cmd = app.add_subcommand(
-      "run", "Run a config (targets x methods x datasets x temperatures x seeds) into SQLite");
   cmd->add_option("config", o->config, "Run or sweep config file (JSON; see configs/README.md)")
       ->required();
   cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
@@ -24,7 +24,6 @@ void AddRunCommand(CLI::App& app) {
                 "Do not print the summary table (specbed summary DB) at the end");
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
                {"--no-progress"});
-  cmd->callback([o] { RunSweepFile(*o); });
 }
 
 }  // namespace specbed::cli

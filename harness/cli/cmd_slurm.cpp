@@ -136,9 +136,9 @@ void RunSlurm(const SlurmOptions& o) {
 }  // namespace
 
 void AddSlurmCommand(CLI::App& app) {
-  auto o = std::make_shared<SlurmOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "slurm", "Print a Slurm job-array script that runs a sweep as N shards (then specbed merge)");
+  auto [cmd, o] = AddSubcommand(
+      &app, "slurm", RunSlurm,
+      "Print a Slurm job-array script that runs a sweep as N shards (then specbed merge)");
   cmd->add_option("config", o->config, "Sweep or run config file (JSON; see configs/README.md)")
       ->required();
   cmd->add_option("--shards", o->shards, "Number of shards = array tasks")
@@ -159,7 +159,6 @@ void AddSlurmCommand(CLI::App& app) {
           ->capture_default_str(),
       {"--output-dir"});
   cmd->add_option("--specbed", o->specbed, "specbed binary the tasks run (default: this one)");
-  cmd->callback([o] { RunSlurm(*o); });
 }
 
 }  // namespace specbed::cli

@@ -58,9 +58,9 @@ void RunSummary(const SummaryCommandOptions& o) {
 }  // namespace
 
 void AddSummaryCommand(CLI::App& app) {
-  auto o = std::make_shared<SummaryCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "summary", "Results database -> one row of metrics per case (speedup with 95% CIs vs. AR)");
+  auto [cmd, o] = AddSubcommand(
+      &app, "summary", RunSummary,
+      "Results database -> one row of metrics per case (speedup with 95% CIs vs. AR)");
   cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
   cmd->add_flag("--json", o->json, "Print every number as JSON instead of the table");
   cmd->add_flag("--wide", o->table.wide,
@@ -79,7 +79,6 @@ void AddSummaryCommand(CLI::App& app) {
   cmd->add_option("--slice", o->slice,
                   "Only samples A..B-1 (after --category) in stream order, e.g. 0:40 or 40:");
   AddBaselineFlags(cmd, o->cross_machine_baseline, o->scope, "Speedup");
-  cmd->callback([o] { RunSummary(*o); });
 }
 
 }  // namespace specbed::cli

@@ -105,12 +105,11 @@ void RunSweepFile(const SweepFileOptions& o) {
 }
 
 void AddSweepCommand(CLI::App& app) {
-  auto o = std::make_shared<SweepFileOptions>();
+  auto [cmd, o] =
+      AddSubcommand(&app, "sweep", RunSweepFile,
+                    "Run a sweep file (a run config with knob lists/ranges, repeats, batch_sizes, "
+                    "exclude/only), optionally one shard of it, into SQLite (resumable)");
   o->command = "sweep";
-  CLI::App* cmd = app.add_subcommand(
-      "sweep",
-      "Run a sweep file (a run config with knob lists/ranges, repeats, batch_sizes, "
-      "exclude/only), optionally one shard of it, into SQLite (resumable)");
   cmd->add_option("config", o->config, "Sweep or run config file (JSON; see configs/README.md)")
       ->required();
   cmd->add_option("--shard", o->shard,
@@ -125,7 +124,6 @@ void AddSweepCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
                {"--no-progress"});
-  cmd->callback([o] { RunSweepFile(*o); });
 }
 
 }  // namespace specbed::cli

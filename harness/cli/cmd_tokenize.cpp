@@ -108,8 +108,8 @@ void RunTokenize(const TokenizeOptions& o) {
 }  // namespace
 
 void AddTokenizeCommand(CLI::App& app) {
-  auto o = std::make_shared<TokenizeOptions>();
-  CLI::App* cmd = app.add_subcommand("tokenize", "Text -> token ids (or --decode ids -> text)");
+  auto [cmd, o] =
+      AddSubcommand(&app, "tokenize", RunTokenize, "Text -> token ids (or --decode ids -> text)");
   cmd->add_option("text", o->text, "Text to encode");
   OldSpellings(
       cmd,
@@ -122,7 +122,6 @@ void AddTokenizeCommand(CLI::App& app) {
   cmd->add_flag("--bos", o->bos, "Prepend BOS");
   cmd->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");
   cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->callback([o] { RunTokenize(*o); });
 }
 
 }  // namespace specbed::cli

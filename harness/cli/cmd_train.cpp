@@ -36,6 +36,19 @@ void KeepLargeBlocksInHeap() {
 #endif
 }
 
+// --n-sequences, --n-eval-sequences (described by `eval_help`), --seq-len and --temperature of
+// the trainers that sample their data from the target (train draft-lm, hrad).
+template <class Config>
+void AddSampledDataFlags(CLI::App* cmd, Config& c, const std::string& eval_help) {
+  cmd->add_option("--n-sequences", c.n_sequences, "Training sequences sampled from the target")
+      ->capture_default_str();
+  cmd->add_option("--n-eval-sequences", c.n_eval_sequences, eval_help)->capture_default_str();
+  cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (BOS included)")
+      ->capture_default_str();
+  cmd->add_option("--temperature", c.temperature, "Sampling temperature of the data")
+      ->capture_default_str();
+}
+
 void RunTrainDraftLm(const TrainDraftLmOptions& o) {
   KeepLargeBlocksInHeap();
   const DraftLmTrainResult r = TrainDraftLm(o.config, o.out, o.run);
@@ -69,18 +82,37 @@ void AddRegenDataFlags(CLI::App* cmd, int64_t& max_len, int64_t& n_eval, std::st
       ->capture_default_str();
 }
 
+// The flags every head trainer on a `specbed regen` file ends with: AddRegenDataFlags, then
+// AddOptimFlags.
+template <class Config>
+void AddRegenDataAndOptimFlags(CLI::App* cmd, TrainerFlags<Config>& o) {
+  Config& c = o.config;
+  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
+  AddOptimFlags(cmd, c.optim, o.run);
+}
+
+// Runs a head trainer whose held-out figures include a chain tau estimate (train eagle3, medusa,
+// dflash, jetspec) and prints "OUT: N steps, final train loss L; held-out <loss> E, <top1> top-1
+// A, chain tau estimate T; train S s".
+template <class Config, class Train>
+void RunChainTauTrainer(const TrainerFlags<Config>& o, Train train, const char* loss,
+                        const char* top1) {
+  KeepLargeBlocksInHeap();
+  const auto r = TrainUnlessStopped(o, train);
+  if (!r) return;
+  const TrainLoopResult& loop = r->loop;
+  std::printf(
+      "%s: %lld steps, final train loss %.4f; held-out %s %.4f, %s top-1 %.4f, chain tau "
+      "estimate %.3f; train %.1f s\n",
+      o.out.c_str(), static_cast<long long>(loop.step), loop.final_loss, loss, loop.eval.loss, top1,
+      loop.eval.acceptance_proxy, loop.eval.extra["chain_tau_estimate"].get<double>(),
+      loop.train_seconds);
+}
+
 using TrainEagle3Options = TrainerFlags<Eagle3TrainConfig>;
 
 void RunTrainEagle3(const TrainEagle3Options& o) {
-  KeepLargeBlocksInHeap();
-  const Eagle3TrainResult r = TrainEagle3(o.config, o.out, o.run);
-  if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
-  std::printf(
-      "%s: %lld steps, final train loss %.4f; held-out TTT loss %.4f, step-0 top-1 %.4f, chain "
-      "tau estimate %.3f; train %.1f s\n",
-      o.out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
-      r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
-      r.loop.train_seconds);
+  RunChainTauTrainer(o, TrainEagle3, "TTT loss", "step-0");
 }
 
 // -o/--output, --data, -t/--target, --dtype of the trainers that read a `specbed regen` file
@@ -93,13 +125,12 @@ void AddRegenTrainerFlags(CLI::App* cmd, std::string& out, std::string& data, st
 }
 
 void AddTrainEagle3(CLI::App* train) {
-  auto o = std::make_shared<TrainEagle3Options>();
+  auto [cmd, o] =
+      AddSubcommand(train, "eagle3", RunTrainEagle3,
+                    "Train an EAGLE-3 head with training-time test on a `specbed regen` file -> "
+                    "OUT/config.json + model.safetensors (published EAGLE-3 layout); resumable");
   Eagle3TrainConfig& c = o->config;
   c.optim = DefaultEagle3Optim();
-  CLI::App* cmd = train->add_subcommand(
-      "eagle3",
-      "Train an EAGLE-3 head with training-time test on a `specbed regen` file -> OUT/config.json "
-      "+ model.safetensors (published EAGLE-3 layout); resumable");
   AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids fused by the head (HF numbering); default "
@@ -117,21 +148,22 @@ void AddTrainEagle3(CLI::App* train) {
                   "all (by every position of the batch, as the EAGLE-3 reference)")
       ->check(CLI::IsMember({"counted", "all"}))
       ->capture_default_str();
-  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
-  AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] { RunTrainEagle3(*o); });
+  AddRegenDataAndOptimFlags(cmd, *o);
 }
 
 using TrainMedusaOptions = TrainerFlags<MedusaTrainConfig>;
 
+void RunTrainMedusa(const TrainMedusaOptions& o) {
+  RunChainTauTrainer(o, TrainMedusa, "loss", "head-0");
+}
+
 void AddTrainMedusa(CLI::App* train) {
-  auto o = std::make_shared<TrainMedusaOptions>();
-  MedusaTrainConfig& c = o->config;
-  c.optim = DefaultMedusaOptim();
-  CLI::App* cmd = train->add_subcommand(
-      "medusa",
+  auto [cmd, o] = AddSubcommand(
+      train, "medusa", RunTrainMedusa,
       "Train Medusa-1 heads (target frozen) on a `specbed regen` file -> OUT/config.json + "
       "medusa_lm_head.safetensors (published Medusa layout); resumable");
+  MedusaTrainConfig& c = o->config;
+  c.optim = DefaultMedusaOptim();
   cmd->add_option("-o,--output", o->out, "Output directory (checkpoint, train_log.db, work/)")
       ->required();
   cmd->add_option("--data", c.data, "Training data: a `specbed regen` file")->required();
@@ -141,32 +173,30 @@ void AddTrainMedusa(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--layers", c.num_layers, "Residual blocks per head")->capture_default_str();
   cmd->add_option("--decay", c.decay, "Loss weight decay^k of head k")->capture_default_str();
-  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
-  AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] {
-    KeepLargeBlocksInHeap();
-    const MedusaTrainResult r = TrainMedusa(o->config, o->out, o->run);
-    if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
-    std::printf(
-        "%s: %lld steps, final train loss %.4f; held-out loss %.4f, head-0 top-1 %.4f, "
-        "chain tau estimate %.3f; train %.1f s\n",
-        o->out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
-        r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
-        r.loop.train_seconds);
-  });
+  AddRegenDataAndOptimFlags(cmd, *o);
 }
 
 using TrainSpecBlockOptions = TrainerFlags<SpecBlockTrainConfig>;
 
+void RunTrainSpecBlock(const TrainSpecBlockOptions& o) {
+  KeepLargeBlocksInHeap();
+  const auto r = TrainUnlessStopped(o, TrainSpecBlock);
+  if (!r) return;
+  std::printf(
+      "%s: %lld steps, %lld parameters, final train loss %.4f; held-out loss %.4f, "
+      "slot-1 top-1 %.4f, block chain tau estimate %.3f; train %.1f s\n",
+      o.out.c_str(), static_cast<long long>(r->loop.step), static_cast<long long>(r->parameters),
+      r->loop.final_loss, r->loop.eval.loss, r->loop.eval.acceptance_proxy,
+      r->loop.eval.extra["block_chain_tau_estimate"].get<double>(), r->loop.train_seconds);
+}
+
 void AddTrainSpecBlock(CLI::App* train) {
-  auto o = std::make_shared<TrainSpecBlockOptions>();
+  auto [cmd, o] = AddSubcommand(train, "specblock", RunTrainSpecBlock,
+                                "Train a SpecBlock drafter (valid-prefix loss, cross-block "
+                                "chaining, rank head after --rank-warmup steps) on a `specbed "
+                                "regen` file -> OUT/config.json + model.safetensors; resumable");
   SpecBlockTrainConfig& c = o->config;
   c.optim = DefaultSpecBlockOptim();
-  CLI::App* cmd = train->add_subcommand(
-      "specblock",
-      "Train a SpecBlock drafter (valid-prefix loss, cross-block chaining, rank head after "
-      "--rank-warmup steps) on a `specbed regen` file -> OUT/config.json + model.safetensors; "
-      "resumable");
   AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--aux-layers", c.aux_layers,
                   "Three target hidden-state ids (low, mid, top; HF numbering); default "
@@ -188,54 +218,33 @@ void AddTrainSpecBlock(CLI::App* train) {
                   "Slot k's loss is divided by max(N_k, floor * N_1); 0 = the paper's per-slot "
                   "normalisation")
       ->capture_default_str();
-  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
-  AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] {
-    KeepLargeBlocksInHeap();
-    const SpecBlockTrainResult r = TrainSpecBlock(o->config, o->out, o->run);
-    if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
-    std::printf(
-        "%s: %lld steps, %lld parameters, final train loss %.4f; held-out loss %.4f, "
-        "slot-1 top-1 %.4f, block chain tau estimate %.3f; train %.1f s\n",
-        o->out.c_str(), static_cast<long long>(r.loop.step), static_cast<long long>(r.parameters),
-        r.loop.final_loss, r.loop.eval.loss, r.loop.eval.acceptance_proxy,
-        r.loop.eval.extra["block_chain_tau_estimate"].get<double>(), r.loop.train_seconds);
-  });
+  AddRegenDataAndOptimFlags(cmd, *o);
 }
 
 struct TrainDflashOptions : TrainerFlags<DflashTrainConfig> {
   std::string loss;
 };
 
-void RunTrainDflash(TrainDflashOptions& o) {
-  KeepLargeBlocksInHeap();
-  o.config.loss.kind = ParseDflashLossKind(o.loss);
-  const DflashTrainResult r = TrainDflash(o.config, o.out, o.run);
-  if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
-  std::printf(
-      "%s: %lld steps, final train loss %.4f; held-out loss %.4f, block-row-1 top-1 %.4f, chain "
-      "tau estimate %.3f; train %.1f s\n",
-      o.out.c_str(), static_cast<long long>(r.loop.step), r.loop.final_loss, r.loop.eval.loss,
-      r.loop.eval.acceptance_proxy, r.loop.eval.extra["chain_tau_estimate"].get<double>(),
-      r.loop.train_seconds);
+void RunTrainDflash(const TrainDflashOptions& o) {
+  TrainDflashOptions parsed = o;
+  parsed.config.loss.kind = ParseDflashLossKind(o.loss);
+  RunChainTauTrainer(parsed, TrainDflash, "loss", "block-row-1");
 }
 
 // `train dflash` and `train jetspec`: one trainer, the variant sets the defaults.
 void AddTrainDflash(CLI::App* train, const std::string& variant) {
-  auto o = std::make_shared<TrainDflashOptions>();
+  const bool jetspec = variant == "jetspec";
+  auto [cmd, o] = AddSubcommand(
+      train, variant, RunTrainDflash,
+      jetspec ? "Train a JetSpec causal block head (forward-KL distillation on the target's "
+                "logits, random anchors) on a `specbed regen` file -> OUT/config.json + "
+                "model.safetensors (DFlash layout, specbed_causal); resumable"
+              : "Train a DFlash block-diffusion head (random anchors, cross-entropy weighted "
+                "exp(-(k-1)/gamma)) on a `specbed regen` file -> OUT/config.json + "
+                "model.safetensors (published DFlash layout); resumable");
   DflashTrainConfig& c = o->config;
   c = DefaultDflashTrainConfig(variant);
   o->loss = DflashLossKindName(c.loss.kind);
-  const bool jetspec = variant == "jetspec";
-  CLI::App* cmd = train->add_subcommand(
-      variant, jetspec ? "Train a JetSpec causal block head (forward-KL distillation on the "
-                         "target's logits, random anchors) on a `specbed regen` file -> "
-                         "OUT/config.json + model.safetensors (DFlash layout, specbed_causal); "
-                         "resumable"
-                       : "Train a DFlash block-diffusion head (random anchors, cross-entropy "
-                         "weighted exp(-(k-1)/gamma)) on a `specbed regen` file -> "
-                         "OUT/config.json + model.safetensors (published DFlash layout); "
-                         "resumable");
   AddRegenTrainerFlags(cmd, o->out, c.data, c.target, c.dtype);
   cmd->add_option("--block-size", c.block_size, "Block size B (bonus token + B-1 masks)")
       ->capture_default_str();
@@ -270,23 +279,28 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
   cmd->add_option("--distill-temperature", c.loss.temperature,
                   "Distillation temperature of the KL losses")
       ->capture_default_str();
-  AddRegenDataFlags(cmd, c.max_len, c.n_eval, c.features, c.feature_dtype);
-  AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] { RunTrainDflash(*o); });
+  AddRegenDataAndOptimFlags(cmd, *o);
 }
 
 }  // namespace
 
 using TrainHradOptions = TrainerFlags<HradTrainConfig>;
 
+void RunTrainHrad(const TrainHradOptions& o) {
+  const auto r = TrainUnlessStopped(o, TrainHrad);
+  if (!r) return;
+  std::printf("%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",
+              o.out.c_str(), static_cast<long long>(r->n_train), static_cast<long long>(r->n_eval),
+              r->data_seconds, r->loop.train_seconds, r->evaluation.dump().c_str());
+}
+
 void AddTrainHrad(CLI::App* train) {
-  auto o = std::make_shared<TrainHradOptions>();
-  o->config.optim = DefaultHradOptim();
-  HradTrainConfig& c = o->config;
-  CLI::App* cmd = train->add_subcommand(
-      "hrad",
+  auto [cmd, o] = AddSubcommand(
+      train, "hrad", RunTrainHrad,
       "Train SpecBranch's H-RAD predictor (3-class MLP on target features) from draft/target "
       "agreement on sequences sampled from the target -> OUT/config.json + model.safetensors");
+  o->config.optim = DefaultHradOptim();
+  HradTrainConfig& c = o->config;
   AddOutputFlag(cmd, o->out, "Output directory");
   AddTargetFlag(cmd, c.target);
   cmd->add_option("--drafter", c.drafter, "SpS draft LM (auto = the target's shipped one)")
@@ -295,26 +309,11 @@ void AddTrainHrad(CLI::App* train) {
       ->capture_default_str();
   cmd->add_option("--feature-layers", c.feature_layers, "K: last target layers read")
       ->capture_default_str();
-  cmd->add_option("--n-sequences", c.n_sequences, "Training sequences sampled from the target")
-      ->capture_default_str();
-  cmd->add_option("--n-eval-sequences", c.n_eval_sequences, "Held-out sequences")
-      ->capture_default_str();
-  cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (BOS included)")
-      ->capture_default_str();
-  cmd->add_option("--temperature", c.temperature, "Sampling temperature of the data")
-      ->capture_default_str();
+  AddSampledDataFlags(cmd, c, "Held-out sequences");
   cmd->add_option("--data-seed", c.data_seed, "Seed of the sampled sequences")
       ->capture_default_str();
   cmd->add_option("--dropout", c.dropout, "Dropout after each hidden layer")->capture_default_str();
   AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] {
-    const HradTrainResult r = TrainHrad(o->config, o->out, o->run);
-    if (ReportIfStopped(r.loop, o->config.optim.steps)) return;
-    std::printf(
-        "%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",
-        o->out.c_str(), static_cast<long long>(r.n_train), static_cast<long long>(r.n_eval),
-        r.data_seconds, r.loop.train_seconds, r.evaluation.dump().c_str());
-  });
 }
 
 void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
@@ -338,7 +337,7 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
   cmd->add_option("--eval-every", c.eval_every,
                   "Steps between held-out evaluations (0 = only at the end)")
       ->capture_default_str();
-  cmd->add_option("--threads", c.threads, "CPU threads")->capture_default_str();
+  AddThreadsFlag(cmd, c.threads);
   cmd->add_flag("--resume", run.resume, "Require an existing run in -o/--output and continue it");
   cmd->add_flag("--restart", run.restart, "Discard any run in -o/--output and start afresh");
   cmd->add_option("--stop-after", run.stop_after,
@@ -372,14 +371,21 @@ struct TrainLtdOptions {
   int64_t stop_after_stages = 0;
 };
 
+void RunTrainLtd(const TrainLtdOptions& o) {
+  const LtdTrainResult r = TrainLtd(o.config, o.out, true, o.stop_after_stages);
+  if (!r.finished) {
+    PrintStopped("after " + std::to_string(r.stages_done) + " stages");
+    return;
+  }
+  std::printf("%s: %s\n", o.out.c_str(), r.summary["final_validation"].dump().c_str());
+}
+
 void AddTrainLtd(CLI::App* train) {
-  auto o = std::make_shared<TrainLtdOptions>();
+  auto [cmd, o] = AddSubcommand(train, "ltd", RunTrainLtd,
+                                "Train LTD's depth and size policies with PPO on the real target + "
+                                "EAGLE-3 head (reward = accepted tokens / measured cycle time) -> "
+                                "OUT/depth, OUT/size, tables.json, train_log.db; resumable");
   LtdTrainConfig& c = o->config;
-  CLI::App* cmd = train->add_subcommand(
-      "ltd",
-      "Train LTD's depth and size policies with PPO on the real target + EAGLE-3 head (reward = "
-      "accepted tokens / measured cycle time) -> OUT/depth, OUT/size, tables.json, "
-      "train_log.db; resumable");
   AddOutputFlag(cmd, o->out, "Output directory");
   AddLtdSetupFlags(cmd, c);
   cmd->add_option("--depth-every", c.depth_every, "Ask pi_D after every n-th round")
@@ -424,55 +430,51 @@ void AddTrainLtd(CLI::App* train) {
   cmd->add_option("--threads", c.threads, "Threads")->capture_default_str();
   cmd->add_option("--stop-after-stages", o->stop_after_stages,
                   "Stop after N stages (resume later)");
-  cmd->callback([o] {
-    const LtdTrainResult r = TrainLtd(o->config, o->out, true, o->stop_after_stages);
-    if (!r.finished) {
-      PrintStopped("after " + std::to_string(r.stages_done) + " stages");
-      return;
-    }
-    std::printf("%s: %s\n", o->out.c_str(), r.summary["final_validation"].dump().c_str());
-  });
+}
+
+struct TrainLtdBaselinesOptions {
+  LtdBaselineTrainConfig config;
+  std::string out;
+};
+
+void RunTrainLtdBaselines(const TrainLtdBaselinesOptions& o) {
+  const LtdBaselineTrainResult r = TrainLtdBaselines(o.config, o.out);
+  std::printf("%s: %s\n", o.out.c_str(), r.summary.dump().c_str());
 }
 
 void AddTrainLtdBaselines(CLI::App* train) {
-  auto c = std::make_shared<LtdBaselineTrainConfig>();
-  auto out = std::make_shared<std::string>();
-  CLI::App* cmd = train->add_subcommand(
-      "ltd-baselines",
-      "Train the Disco, SpecDec++ and C2T classifiers of the LTD paper's table on labelled "
-      "EAGLE-3 drafts (balanced, AdamW) -> OUT/disco, OUT/specdecpp, OUT/c2t");
-  cmd->add_option("-o,--output", *out, "Output directory")->required();
-  AddLtdSetupFlags(cmd, *c);
-  cmd->add_option("--nodes", c->nodes, "Verified drafts per step while collecting (V)")
+  auto [cmd, o] = AddSubcommand(
+      train, "ltd-baselines", RunTrainLtdBaselines,
+      "Train the Disco, SpecDec++ and C2T classifiers of the LTD paper's table on labelled EAGLE-3 "
+      "drafts (balanced, AdamW) -> OUT/disco, OUT/specdecpp, OUT/c2t");
+  LtdBaselineTrainConfig& c = o->config;
+  cmd->add_option("-o,--output", o->out, "Output directory")->required();
+  AddLtdSetupFlags(cmd, c);
+  cmd->add_option("--nodes", c.nodes, "Verified drafts per step while collecting (V)")
       ->capture_default_str();
-  cmd->add_option("--disco-hidden", c->disco_hidden, "Disco FFN width")->capture_default_str();
-  cmd->add_option("--specdec-hidden", c->specdec_hidden, "SpecDec++ FFN width")
+  cmd->add_option("--disco-hidden", c.disco_hidden, "Disco FFN width")->capture_default_str();
+  cmd->add_option("--specdec-hidden", c.specdec_hidden, "SpecDec++ FFN width")
       ->capture_default_str();
-  cmd->add_option("--c2t-hidden", c->c2t_hidden, "C2T FFN width")->capture_default_str();
-  cmd->add_option("--disco-epochs", c->disco_epochs, "Disco epochs")->capture_default_str();
-  cmd->add_option("--specdec-epochs", c->specdec_epochs, "SpecDec++ epochs")->capture_default_str();
-  cmd->add_option("--c2t-epochs", c->c2t_epochs, "C2T epochs")->capture_default_str();
-  cmd->add_option("--batch", c->batch, "Minibatch rows")->capture_default_str();
-  cmd->add_option("--lr", c->lr, "AdamW learning rate")->capture_default_str();
-  cmd->add_option("--weight-decay", c->weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--seed", c->seed, "Seed (init, balancing, order)")->capture_default_str();
-  cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
-  cmd->callback([c, out] {
-    const LtdBaselineTrainResult r = TrainLtdBaselines(*c, *out);
-    std::printf("%s: %s\n", out->c_str(), r.summary.dump().c_str());
-  });
+  cmd->add_option("--c2t-hidden", c.c2t_hidden, "C2T FFN width")->capture_default_str();
+  cmd->add_option("--disco-epochs", c.disco_epochs, "Disco epochs")->capture_default_str();
+  cmd->add_option("--specdec-epochs", c.specdec_epochs, "SpecDec++ epochs")->capture_default_str();
+  cmd->add_option("--c2t-epochs", c.c2t_epochs, "C2T epochs")->capture_default_str();
+  cmd->add_option("--batch", c.batch, "Minibatch rows")->capture_default_str();
+  cmd->add_option("--lr", c.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed (init, balancing, order)")->capture_default_str();
+  cmd->add_option("--threads", c.threads, "Threads")->capture_default_str();
 }
 
 void AddTrainCommand(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "Train drafters (see methods/common/train)");
   train->require_subcommand(1);
 
-  auto o = std::make_shared<TrainDraftLmOptions>();
+  auto [cmd, o] =
+      AddSubcommand(train, "draft-lm", RunTrainDraftLm,
+                    "Distil a small llama2.c-shape draft LM from a target (forward KL on sequences "
+                    "sampled from the target) -> OUT/config.json + model.safetensors; resumable");
   DraftLmTrainConfig& c = o->config;
-  CLI::App* cmd = train->add_subcommand(
-      "draft-lm",
-      "Distil a small llama2.c-shape draft LM from a target (forward KL on sequences sampled "
-      "from the target) -> OUT/config.json + model.safetensors; resumable");
   AddOutputFlag(cmd, o->out, "Output directory (checkpoint, log, work/ cache)");
   AddTargetFlags(cmd, c.target, c.dtype);
   cmd->add_option("--layers", c.layers, "Draft layers")->capture_default_str();
@@ -488,17 +490,8 @@ void AddTrainCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.max_seq_len, "Draft context length (0 = the target's)")
       ->capture_default_str();
-  cmd->add_option("--n-sequences", c.n_sequences, "Training sequences sampled from the target")
-      ->capture_default_str();
-  cmd->add_option("--n-eval-sequences", c.n_eval_sequences,
-                  "Held-out sequences for the final agreement figures")
-      ->capture_default_str();
-  cmd->add_option("--seq-len", c.seq_len, "Tokens per sequence (BOS included)")
-      ->capture_default_str();
-  cmd->add_option("--temperature", c.temperature, "Sampling temperature of the data")
-      ->capture_default_str();
+  AddSampledDataFlags(cmd, c, "Held-out sequences for the final agreement figures");
   AddOptimFlags(cmd, c.optim, o->run);
-  cmd->callback([o] { RunTrainDraftLm(*o); });
   AddTrainEagle3(train);
   AddTrainMedusa(train);
   AddTrainSpecBlock(train);

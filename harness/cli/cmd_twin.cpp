@@ -27,11 +27,9 @@ namespace specbed::cli {
 namespace {
 
 struct TwinOptions {
+  TwinOptions() { shape.width_factor = kStoriesTwinWidthFactor; }
   std::string source, output, of;
-  int64_t width_factor = kStoriesTwinWidthFactor;
-  int64_t target_width_factor = 0;
-  int64_t depth = 0;
-  int64_t head_dim = 0, heads = 0, kv_heads = 0, ffn = 0;  // 0 = x width factor / keep
+  TwinShape shape;  // --width-factor, --depth, --head-dim, ...: 0 = x width factor / keep
   std::string store_dtype = "float32";
   bool builtin = false;
 };
@@ -42,7 +40,8 @@ struct TwinOptions {
 // other source.
 bool TwinLearnedPart(const TwinOptions& o) {
   namespace fs = std::filesystem;
-  const int64_t f = o.target_width_factor > 0 ? o.target_width_factor : o.width_factor;
+  const TwinShape& shape = o.shape;
+  const int64_t f = shape.target_width_factor > 0 ? shape.target_width_factor : shape.width_factor;
   auto format_of = [](const std::string& dir) -> std::string {
     if (!PathExists(dir + "/config.json")) return "";
     return nlohmann::json::parse(ReadFileToString(dir + "/config.json")).value("format", "");
@@ -102,15 +101,7 @@ void RunTwin(const TwinOptions& o) {
     if (of.empty()) of = spec.name;
   }
   if (of.empty()) of = o.source;
-  TwinShape shape;
-  shape.width_factor = o.width_factor;
-  shape.target_width_factor = o.target_width_factor;
-  shape.depth = o.depth;
-  shape.head_dim = o.head_dim;
-  shape.heads = o.heads;
-  shape.kv_heads = o.kv_heads;
-  shape.ffn = o.ffn;
-  const HfCheckpointFiles twin = PadToCostTwin(files, shape, of, where);
+  const HfCheckpointFiles twin = PadToCostTwin(files, o.shape, of, where);
   WriteCheckpointFiles(
       o.output, twin,
       o.store_dtype == "bfloat16" ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32);
@@ -128,43 +119,44 @@ void RunTwin(const TwinOptions& o) {
 }  // namespace
 
 void AddTwinCommand(CLI::App& app) {
-  auto o = std::make_shared<TwinOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "twin",
+  auto [cmd, o] = AddSubcommand(
+      &app, "twin", RunTwin,
       "Write a cost twin: a checkpoint with exactly a model's (or drafter's) function at the cost "
       "of a wider/deeper one (zero-weight padding; models/twin/cost_twin.h)");
   cmd->add_option("source", o->source,
                   "Model (registry name, llama2.c .bin, HF directory) or drafter directory");
   OldSpellings(cmd, cmd->add_option("-o,--output", o->output, "Output checkpoint directory"),
                {"--out"});
-  cmd->add_option("--width-factor", o->width_factor,
+  cmd->add_option("--width-factor", o->shape.width_factor,
                   "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm "
                   "bit-exact)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--target-width-factor", o->target_width_factor,
+  cmd->add_option("--target-width-factor", o->shape.target_width_factor,
                   "Width factor of the target whose hidden states a drafter head reads (0 = "
                   "--width-factor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  cmd->add_option("--depth", o->depth,
+  cmd->add_option("--depth", o->shape.depth,
                   "Total layers (identity layers appended; 0 = keep the original depth)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
   cmd->add_option(
-         "--head-dim", o->head_dim,
+         "--head-dim", o->shape.head_dim,
          "Explicit head_dim (0 = keep): RoPE pairs land on the padded pair of equal "
          "frequency and q is scaled so attention is unchanged (e.g. the Llama-3-8B shape: "
          "--width-factor 64 --head-dim 128 --heads 32 --kv-heads 8 --ffn 14336 --depth 32)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--heads", o->heads, "Explicit attention heads (0 = original x width factor)")
+  cmd->add_option("--heads", o->shape.heads,
+                  "Explicit attention heads (0 = original x width factor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--kv-heads", o->kv_heads, "Explicit KV heads (0 = original x width factor)")
+  cmd->add_option("--kv-heads", o->shape.kv_heads,
+                  "Explicit KV heads (0 = original x width factor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--ffn", o->ffn, "Explicit FFN width (0 = original x width factor)")
+  cmd->add_option("--ffn", o->shape.ffn, "Explicit FFN width (0 = original x width factor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--store-dtype", o->store_dtype,
@@ -174,7 +166,6 @@ void AddTwinCommand(CLI::App& app) {
   cmd->add_option("--of", o->of, "Name of the original in the twin's label (default: source)");
   cmd->add_flag("--builtin", o->builtin,
                 "Build (or find) the cached stories260K-twin set and print where it is");
-  cmd->callback([o] { RunTwin(*o); });
 }
 
 }  // namespace specbed::cli

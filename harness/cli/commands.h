@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specbed {
@@ -27,6 +29,18 @@ CLI::Option* OldSpellings(CLI::App* cmd, CLI::Option* option,
                           const std::vector<std::string>& old_names);
 // The new spelling ("-o/--output") when `option` is an old spelling made by OldSpellings, else "".
 std::string NewSpellingOf(const CLI::Option* option);
+
+// Adds subcommand `name` (described by `help`) to `parent` with a fresh `Options` that its flags
+// fill and a callback that calls run(options) once they are parsed; returns both. Presets go on
+// the options before the flags that show their default are added.
+template <class Options>
+std::pair<CLI::App*, Options*> AddSubcommand(CLI::App* parent, const std::string& name,
+                                             void (*run)(const Options&), const std::string& help) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = parent->add_subcommand(name, help);
+  cmd->callback([options, run] { run(*options); });
+  return {cmd, options.get()};
+}
 
 void AddGenerateCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
