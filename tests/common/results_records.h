@@ -1,6 +1,9 @@
 // Builders of results-store records for tests (header only): a run's provenance, a CPU case, a
-// finished answer and a chain verify step with the fields most tests set, for the callers to
-// adjust. Used by tests/results/ and by the synthetic databases of tests/reports/synthetic_db.h.
+// finished answer (and its paired AR run), a chain verify step, a bench row and a verify-width
+// point with the fields most tests set, for the callers to adjust (the braced ones list the
+// record's fields in store.h's order). Used by tests/results/ and by the synthetic databases of
+// tests/reports/synthetic_db.h.
+//
 // Checked by: tests/results/store_test.cpp
 #pragma once
 
@@ -47,27 +50,71 @@ inline CaseRecord CpuCase(const std::string& key, const std::string& target,
 inline SampleRecord Answer(const std::string& prompt_id, int64_t n_prompt_tokens,
                            int64_t n_output_tokens, double decode_ms, int64_t n_steps,
                            const std::string& stop_reason) {
-  SampleRecord s;
-  s.prompt_id = prompt_id;
-  s.n_prompt_tokens = n_prompt_tokens;
-  s.n_output_tokens = n_output_tokens;
-  s.decode_ms = decode_ms;
-  s.n_steps = n_steps;
-  s.stop_reason = stop_reason;
-  s.output_hash = "0123456789abcdef";
-  return s;
+  return SampleRecord{prompt_id,
+                      /*turn=*/0,
+                      /*category=*/"",
+                      n_prompt_tokens,
+                      n_output_tokens,
+                      /*prefill_ms=*/0,
+                      decode_ms,
+                      n_steps,
+                      stop_reason,
+                      /*output_hash=*/"0123456789abcdef",
+                      /*output_text=*/"",
+                      /*output_ids_json=*/"",
+                      /*token_margins_json=*/""};
+}
+
+// Gives `s` a paired AR run (the AR generation timed back to back with it, schema v4) that decoded
+// `output_tokens` tokens in `decode_ms` and ran first (1) or second (0).
+inline void PairWithAr(SampleRecord& s, double decode_ms, int64_t output_tokens, int32_t first) {
+  s.paired_ar_decode_ms = decode_ms;
+  s.paired_ar_output_tokens = output_tokens;
+  s.paired_ar_first = first;
 }
 
 // Verify step `step_idx` of the answer to `prompt_id` (turn 0), with its token counts.
 inline StepRecord ChainStep(const std::string& prompt_id, int64_t step_idx, int64_t drafted,
                             int64_t accepted, int64_t emitted) {
-  StepRecord st;
-  st.prompt_id = prompt_id;
-  st.step_idx = step_idx;
-  st.n_drafted = drafted;
-  st.n_accepted = accepted;
-  st.n_emitted = emitted;
-  return st;
+  return StepRecord{prompt_id, /*turn=*/0, step_idx, drafted, accepted, emitted};
+}
+
+// The decode speed of a `specbed bench` row: tokens per second and their std over the
+// repetitions, and the time per step with its forward-pass and other parts.
+struct BenchSpeed {
+  double tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step;
+};
+
+// Sets the speed fields of `b` to `speed`.
+inline void SetSpeed(BenchRecord& b, const BenchSpeed& speed) {
+  b.tokens_per_s = speed.tokens_per_s;
+  b.tokens_per_s_std = speed.tokens_per_s_std;
+  b.ms_per_step = speed.ms_per_step;
+  b.forward_ms_per_step = speed.forward_ms_per_step;
+  b.other_ms_per_step = speed.other_ms_per_step;
+}
+
+// A `specbed bench` row of `model` in `dtype`: n_tokens decoded at `speed` over `reps` repetitions
+// (one thread, batch 1, no cached context, no parameter count, the schema-v5 fields unmeasured).
+inline BenchRecord BenchRow(const std::string& model, const std::string& dtype, int64_t n_tokens,
+                            int64_t reps, const BenchSpeed& speed) {
+  BenchRecord b;
+  b.model = model;
+  b.dtype = dtype;
+  b.n_tokens = n_tokens;
+  b.reps = reps;
+  SetSpeed(b, speed);
+  return b;
+}
+
+// A `specbed bench --verify-widths` point of `model`: n_query new tokens after context_len cached
+// ones took forward_ms, ratio_to_one times the n_query = 1 time (dtype and BLAS core unnamed, one
+// thread, batch 1, one repetition, ATen/BLAS only).
+inline BenchVerifyRecord VerifyPoint(const std::string& model, int64_t context_len, int64_t n_query,
+                                     double forward_ms, double ratio_to_one) {
+  return BenchVerifyRecord{
+      model,      /*dtype=*/"", /*threads=*/1, /*batch_size=*/1,    context_len,     n_query,
+      /*reps=*/1, forward_ms,   ratio_to_one,  /*gemv_max_rows=*/0, /*blas_core=*/""};
 }
 
 }  // namespace specbed::testing

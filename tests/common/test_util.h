@@ -1,12 +1,16 @@
 // Small helpers shared by the test suites (header only): the text of the specbed::Error a call
-// throws, substring expectations, and fresh scratch files and folders under SPECBED_TEST_TMPDIR.
+// throws (and the expectation that it throws one naming given parts), substring expectations, and
+// fresh scratch files and folders under SPECBED_TEST_TMPDIR.
 // Checked by: tests/results/store_test.cpp (and every suite that includes it).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "harness/base/error.h"
 
@@ -18,14 +22,30 @@
 
 namespace specbed::testing {
 
-// The message of the specbed::Error `fn` throws, or a marker text when it throws none.
+// What ErrorOf returns when `fn` throws no specbed::Error.
+inline constexpr char kNoSpecbedError[] = "<no specbed::Error thrown>";
+
+// The message of the specbed::Error `fn` throws, or kNoSpecbedError when it throws none.
 inline std::string ErrorOf(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
     return e.what();
   }
-  return "<no specbed::Error thrown>";
+  return kNoSpecbedError;
+}
+
+// Expects `fn` to throw a specbed::Error whose message contains every string in `parts`.
+inline void ExpectError(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected specbed::Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& part : parts) {
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+    }
+  }
 }
 
 // SPECBED_TEST_TMPDIR/<stem>.db with old files of that name (and its SQLite side files) removed.

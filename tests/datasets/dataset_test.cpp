@@ -14,9 +14,12 @@
 
 #include "harness/base/error.h"
 #include "harness/base/paths.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
+
+using testing::ErrorOf;
 
 // Writes `text` to a fresh file in the test scratch dir and returns its path.
 std::string WriteTemp(const std::string& name, const std::string& text) {
@@ -33,18 +36,6 @@ std::string ReadAll(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// Runs `fn`, expects a specbed::Error, and returns its message.
-template <typename Fn>
-std::string ErrorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected specbed::Error";
-  return "";
 }
 
 std::vector<std::string> CategoriesInOrder(const std::vector<Prompt>& prompts) {

@@ -27,12 +27,14 @@
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "reports/paper_reference.h"
+#include "tests/engine/builtin_methods.h"
 
 namespace specbed {
 namespace {
 
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
+using testing::BuiltinMethods;
 
 const std::string kPapersDir = std::string(SPECBED_SOURCE_DIR) + "/configs/papers";
 
@@ -44,15 +46,6 @@ std::vector<std::string> SweepFiles() {
   }
   std::sort(files.begin(), files.end());
   return files;
-}
-
-const MethodRegistry& Registry() {
-  static const MethodRegistry registry = [] {
-    MethodRegistry r;
-    RegisterBuiltinMethods(r);
-    return r;
-  }();
-  return registry;
 }
 
 // The backticked names on the README line starting with "Planned methods:".
@@ -87,7 +80,7 @@ Json WithRegisteredMethodsOnly(const Json& sweep) {
   Json methods = Json::array();
   for (const Json& m : sweep["methods"]) {
     const std::string name = m.is_string() ? m.get<std::string>() : m["name"].get<std::string>();
-    if (Registry().Has(name)) methods.push_back(m);
+    if (BuiltinMethods().Has(name)) methods.push_back(m);
   }
   out["methods"] = methods;
   for (const char* key : {"exclude", "only"}) {
@@ -100,7 +93,7 @@ Json WithRegisteredMethodsOnly(const Json& sweep) {
       }
       std::vector<std::string> registered;
       for (const std::string& name : MatcherMethodNames(matcher))
-        if (Registry().Has(name)) registered.push_back(name);
+        if (BuiltinMethods().Has(name)) registered.push_back(name);
       if (registered.empty()) continue;
       Json m = matcher;
       m["method"] = registered;
@@ -152,7 +145,7 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     std::set<std::string> missing;
     for (const Json& entry : sweep.method_entries) {
       const std::string name = entry["name"].get<std::string>();
-      if (Registry().Has(name)) continue;
+      if (BuiltinMethods().Has(name)) continue;
       EXPECT_TRUE(planned.count(name) == 1)
           << "method '" << name << "' is neither registered nor on the README's planned line";
       missing.insert(name);
@@ -162,7 +155,7 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     Json raw = ReadJsonFile(file);
     ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
-    const SweepExpansion expansion = ExpandSweep(registered, Registry());
+    const SweepExpansion expansion = ExpandSweep(registered, BuiltinMethods());
     EXPECT_FALSE(expansion.cases.empty());
     const std::set<std::string> targets(sweep.base.targets.begin(), sweep.base.targets.end());
     for (const CaseConfig& c : expansion.cases) {
@@ -173,10 +166,10 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     // The full sweep expands when every method is registered, and otherwise fails naming one of
     // the missing methods.
     if (missing.empty()) {
-      EXPECT_EQ(ExpandSweep(sweep, Registry()).cases.size(), expansion.cases.size());
+      EXPECT_EQ(ExpandSweep(sweep, BuiltinMethods()).cases.size(), expansion.cases.size());
     } else {
       try {
-        ExpandSweep(sweep, Registry());
+        ExpandSweep(sweep, BuiltinMethods());
         ADD_FAILURE() << "expanding with unregistered methods did not fail";
       } catch (const Error& e) {
         const std::string message = e.what();
@@ -200,7 +193,7 @@ TEST(PaperConfigs, PairedDrafterSweepsGiveEachTargetOneDrafter) {
     ResolveConfigPaths(raw, file);  // as LoadSweepConfig does
     const SweepConfig registered = ParseSweepConfig(WithRegisteredMethodsOnly(raw), file);
     std::map<std::string, std::set<std::string>> drafters;
-    for (const CaseConfig& c : ExpandSweep(registered, Registry()).cases) {
+    for (const CaseConfig& c : ExpandSweep(registered, BuiltinMethods()).cases) {
       for (const char* knob : {"head", "drafter"}) {
         if (c.method.knobs.contains(knob))
           drafters[c.target + " " + c.method.name].insert(c.method.knobs[knob].dump());
@@ -320,7 +313,7 @@ TEST(QuickstartConfig, RunsEveryMethodButTheLtdFamilyAsDocumented) {
       "eagle3+disco", "eagle3+specdecpp", "eagle3+c2t"};
   const std::string readme = ReadFileToString(src + "/README.md");
   const std::string script = ReadFileToString(src + "/scripts/quickstart");
-  for (const std::string& name : Registry().Names()) {
+  for (const std::string& name : BuiltinMethods().Names()) {
     if (ltd_family.count(name)) {
       EXPECT_EQ(runs.count(name), 0u) << name;
       EXPECT_EQ(ltd_runs.count(name), 1u) << name << " is in neither job";

@@ -15,23 +15,16 @@
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "tests/common/test_util.h"
+#include "tests/engine/builtin_methods.h"
 
 namespace specbed {
 namespace {
 
 using Json = nlohmann::json;
+using testing::BuiltinMethods;
 using testing::ErrorOf;
 
-const MethodRegistry& Builtin() {
-  static const MethodRegistry registry = [] {
-    MethodRegistry r;
-    RegisterBuiltinMethods(r);
-    return r;
-  }();
-  return registry;
-}
-
-SweepExpansion Expand(const char* json, const MethodRegistry& methods = Builtin()) {
+SweepExpansion Expand(const char* json, const MethodRegistry& methods = BuiltinMethods()) {
   return ExpandSweep(ParseSweepConfig(Json::parse(json), "sweep.json"), methods);
 }
 
@@ -80,7 +73,7 @@ TEST(SweepExpand, PlainRunConfigKeepsItsCasesAndKeys) {
   ASSERT_EQ(x.cases.size(), old.size());
   for (size_t i = 0; i < old.size(); ++i) {
     old[i].method.knobs =
-        Builtin().ResolveKnobsFor(old[i].method.name, old[i].method.knobs, old[i].target);
+        BuiltinMethods().ResolveKnobsFor(old[i].method.name, old[i].method.knobs, old[i].target);
     EXPECT_EQ(x.cases[i].Key(), old[i].Key()) << i;
     EXPECT_EQ(x.cases[i].Label(), old[i].Label());
   }
@@ -283,7 +276,7 @@ TEST(SweepExpand, PaperIsPassedThroughButNotPartOfTheKey) {
   const SweepConfig config = ParseSweepConfig(Json::parse(with_paper), "p.json");
   EXPECT_EQ(config.paper["table"], "Table 2");
   EXPECT_EQ(config.ToJson()["paper"], config.paper);
-  const SweepExpansion a = Expand(plain), b = ExpandSweep(config, Builtin());
+  const SweepExpansion a = Expand(plain), b = ExpandSweep(config, BuiltinMethods());
   ASSERT_EQ(a.cases.size(), b.cases.size());
   for (size_t i = 0; i < a.cases.size(); ++i) {
     EXPECT_EQ(a.cases[i].Key(), b.cases[i].Key());

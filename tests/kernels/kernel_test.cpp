@@ -28,9 +28,13 @@
 #include "kernels/rejection_step.h"
 #include "kernels/tree_mask.h"
 #include "tests/common/cuda_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
+
+using testing::ErrorOf;
+using testing::kNoSpecbedError;
 
 constexpr int64_t kBatches[] = {1, 3};
 constexpr int64_t kNodes[] = {1, 7, 63, 255};
@@ -41,17 +45,8 @@ constexpr int64_t kVocabs[] = {111, 32000};
 
 enum class Shape { kRandom, kChain, kBushy, kDeep };
 const char* ShapeName(Shape s) {
-  switch (s) {
-    case Shape::kRandom:
-      return "random";
-    case Shape::kChain:
-      return "chain";
-    case Shape::kBushy:
-      return "bushy";
-    case Shape::kDeep:
-      return "deep";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"random", "chain", "bushy", "deep"};  // Shape order
+  return kNames[static_cast<int>(s)];
 }
 
 int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // in [lo, hi)
@@ -116,16 +111,6 @@ TreeBatch RandomTreeBatch(std::mt19937_64& rng, int64_t batch, int64_t n, int64_
 std::string Where(int64_t batch, int64_t n, int64_t vocab, int salt) {
   return "batch=" + std::to_string(batch) + " n=" + std::to_string(n) +
          " vocab=" + std::to_string(vocab) + " salt=" + std::to_string(salt);
-}
-
-// Runs `fn` and returns the specbed::Error message ("" if nothing was thrown).
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // `fn` throws a specbed::Error whose message contains `part`.
@@ -435,7 +420,7 @@ TEST(GreedyVerify, RejectsBadArguments) {
                   const at::Tensor& a, const at::Tensor& c, const at::Tensor& bo) {
     return ErrorOf([&] { GreedyTreeVerify(l, t, p, a, c, bo); });
   };
-  EXPECT_EQ(call(logits, tokens, parent, acc, cnt, bonus), "");
+  EXPECT_EQ(call(logits, tokens, parent, acc, cnt, bonus), kNoSpecbedError);
   EXPECT_NE(call(logits.to(at::kDouble), tokens, parent, acc, cnt, bonus)
                 .find("GreedyTreeVerify: logits must be float32 [*, *, *] ([B, n + 1, V]); got "
                       "float64 [2, 4, 11]"),
@@ -572,7 +557,7 @@ TEST(KvCompact, RejectsBadArguments) {
     const int64_t cols = static_cast<int64_t>(v.size()) / rows;
     return at::tensor(v, at::kLong).view({rows, cols}).clone();
   };
-  EXPECT_EQ(ErrorOf([&] { CompactKvCache(storage, 2, idx({2, 5, 3, 4}, 2)); }), "");
+  EXPECT_EQ(ErrorOf([&] { CompactKvCache(storage, 2, idx({2, 5, 3, 4}, 2)); }), kNoSpecbedError);
   ExpectErrorContains(
       [&] {
         CompactKvCache(storage.to(at::kDouble), 2, idx({2, 5, 3, 4}, 2));
@@ -838,8 +823,8 @@ TEST(RejectionStep, RejectsBadArguments) {
                   const at::Tensor& uu, const at::Tensor& out) {
     return ErrorOf([&] { TreeRejectionStep(a, b, t, uu, out); });
   };
-  EXPECT_EQ(call(p, q, token, u, acc), "");
-  EXPECT_EQ(call(p, q, token, u, at::zeros({2}, at::kBool)), "");
+  EXPECT_EQ(call(p, q, token, u, acc), kNoSpecbedError);
+  EXPECT_EQ(call(p, q, token, u, at::zeros({2}, at::kBool)), kNoSpecbedError);
   EXPECT_NE(call(p.to(at::kDouble), q, token, u, acc).find("TreeRejectionStep: p must be float32"),
             std::string::npos);
   EXPECT_NE(call(p, at::full({2, 6}, 0.2f), token, u, acc).find("q must be float32 [2, 5]"),

@@ -61,39 +61,40 @@ void CheckShape(int64_t rows, int64_t out_features, int64_t in, at::ScalarType d
   }
 }
 
-TEST(GemvRows, MatchesMmForRandomAndOddShapesFloat32) {
-  Restore restore;
-  at::manual_seed(1);
-  for (int threads : {1, 2}) {
-    at::set_num_threads(threads);
-    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
-      for (auto [out_features, in] : std::vector<std::pair<int64_t, int64_t>>{
-               {1, 1}, {3, 7}, {8, 8}, {9, 17}, {33, 64}, {100, 129}, {257, 512}, {1000, 31}}) {
-        for (bool bias : {false, true}) {
-          for (bool accumulate : {false, true}) {
-            CheckShape(rows, out_features, in, at::kFloat, bias, accumulate, 1e-5);
-          }
+// CheckShape for every row count of `rows_list` and (out_features, in) of `shapes`, with and
+// without bias, accumulating and not.
+void CheckShapes(const std::vector<int64_t>& rows_list,
+                 const std::vector<std::pair<int64_t, int64_t>>& shapes, at::ScalarType dtype,
+                 double tol) {
+  for (int64_t rows : rows_list) {
+    for (auto [out_features, in] : shapes) {
+      for (bool bias : {false, true}) {
+        for (bool accumulate : {false, true}) {
+          CheckShape(rows, out_features, in, dtype, bias, accumulate, tol);
         }
       }
     }
   }
 }
 
+TEST(GemvRows, MatchesMmForRandomAndOddShapesFloat32) {
+  Restore restore;
+  at::manual_seed(1);
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    CheckShapes({1, 2, 3, 4, 5, 6, 7, 8, 9},
+                {{1, 1}, {3, 7}, {8, 8}, {9, 17}, {33, 64}, {100, 129}, {257, 512}, {1000, 31}},
+                at::kFloat, 1e-5);
+  }
+}
+
 TEST(GemvRows, MatchesMmForRandomAndOddShapesBFloat16) {
   Restore restore;
   at::manual_seed(2);
-  for (int64_t rows : {1, 2, 3, 4, 6}) {
-    for (auto [out_features, in] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 1}, {5, 9}, {16, 24}, {63, 100}, {300, 257}}) {
-      for (bool bias : {false, true}) {
-        for (bool accumulate : {false, true}) {
-          // Inputs are exact bf16 values; the float32 result is rounded once to bf16 (at most
-          // 2^-9 of the largest output).
-          CheckShape(rows, out_features, in, at::kBFloat16, bias, accumulate, 4e-3);
-        }
-      }
-    }
-  }
+  // Inputs are exact bf16 values; the float32 result is rounded once to bf16 (at most 2^-9 of the
+  // largest output).
+  CheckShapes({1, 2, 3, 4, 6}, {{1, 1}, {5, 9}, {16, 24}, {63, 100}, {300, 257}}, at::kBFloat16,
+              4e-3);
 }
 
 TEST(GemvRows, ResultDoesNotDependOnRowCountOrThreads) {

@@ -23,29 +23,19 @@
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/llama_weights.h"
+#include "tests/common/test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
 namespace {
 
 using nlohmann::json;
+using testing::ExpectError;
 using testing_util::ScratchDir;
 using testing_util::SmallLlama3Config;
 using testing_util::SmallQwen2Config;
 using testing_util::SmallQwen3Config;
 using testing_util::TestName;
-
-// Runs `fn` and expects a specbed::Error whose message contains every one of `parts`.
-template <typename Fn>
-void ExpectError(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
-  }
-}
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -38,11 +38,9 @@ struct SmallShape {
   int64_t dim, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, max_seq_len;
 };
 
-// A two-layer `architecture` config of `shape` with the given RMSNorm epsilon, embedding tying and
-// special tokens; every family-specific field keeps its default.
-inline LlamaConfig SmallConfigOf(const std::string& architecture, const SmallShape& shape,
-                                 double norm_eps, bool tie_embeddings, int64_t bos_token_id,
-                                 std::vector<int64_t> eos_token_ids) {
+// A two-layer `architecture` config of `shape`; every other field keeps its default (untied
+// embeddings, no special tokens).
+inline LlamaConfig SmallConfigOf(const std::string& architecture, const SmallShape& shape) {
   LlamaConfig c;
   c.architecture = architecture;
   c.dim = shape.dim;
@@ -53,6 +51,15 @@ inline LlamaConfig SmallConfigOf(const std::string& architecture, const SmallSha
   c.hidden_dim = shape.hidden_dim;
   c.vocab_size = shape.vocab_size;
   c.max_seq_len = shape.max_seq_len;
+  return c;
+}
+
+// A two-layer `architecture` config of `shape` with the given RMSNorm epsilon, embedding tying and
+// special tokens; every family-specific field keeps its default.
+inline LlamaConfig SmallConfigOf(const std::string& architecture, const SmallShape& shape,
+                                 double norm_eps, bool tie_embeddings, int64_t bos_token_id,
+                                 std::vector<int64_t> eos_token_ids) {
+  LlamaConfig c = SmallConfigOf(architecture, shape);
   c.norm_eps = norm_eps;
   c.tie_embeddings = tie_embeddings;
   c.bos_token_id = bos_token_id;

@@ -195,9 +195,9 @@ TEST(Export, SqlViewsGiveTheSummaryPointEstimates) {
     std::vector<SampleRecord> samples = testing::FakeSamples();
     const double ar_ms[] = {90, 170, 45};
     for (size_t i = 0; i < samples.size(); ++i) {
-      samples[i].paired_ar_decode_ms = ar_ms[i];
-      samples[i].paired_ar_output_tokens = samples[i].n_output_tokens + static_cast<int64_t>(i);
-      samples[i].paired_ar_first = static_cast<int32_t>(i % 2);
+      testing::PairWithAr(samples[i], ar_ms[i],
+                          samples[i].n_output_tokens + static_cast<int64_t>(i),
+                          static_cast<int32_t>(i % 2));
       samples[i].paired_ar_prefill_ms = 2;
     }
     store->WriteCase(run, c, samples, testing::FakeSteps());

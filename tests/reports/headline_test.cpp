@@ -33,6 +33,7 @@ using testing::FreshDbPath;
 using testing::Sample;
 using testing::TestCase;
 using testing::TestRun;
+using testing::VerifyPoint;
 
 ResultsStore::CaseRow Row(int64_t id, const std::string& method, const std::string& knobs,
                           double temperature = 0, int64_t threads = 1) {
@@ -62,15 +63,10 @@ TEST(ShortCaseLabels, OnlyKnobsThatDifferWithinAMethodAbbreviated) {
       Row(7, "sps", R"({"drafter":"d","gamma":3,"osd_lr":0.001,"greedy":true})"),
   };
   const std::vector<std::string> l = Labels(rows);
-  EXPECT_EQ(l[0], "ar");
-  EXPECT_EQ(l[1], "eagle3 d7 k10 n60");
-  EXPECT_EQ(l[2], "eagle3 d2 k2 n4");
-  EXPECT_EQ(l[3], "ddtree b32");
-  EXPECT_EQ(l[4], "ddtree b4");
-  // Knobs present in one case only: nothing where missing (the default), a boolean by its full
-  // name, other names by their initials.
-  EXPECT_EQ(l[5], "sps");
-  EXPECT_EQ(l[6], "sps greedy ol0.001");
+  // Knobs present in one case only (the last two): nothing where missing (the default), a boolean
+  // by its full name, other names by their initials.
+  EXPECT_EQ(l, (std::vector<std::string>{"ar", "eagle3 d7 k10 n60", "eagle3 d2 k2 n4", "ddtree b32",
+                                         "ddtree b4", "sps", "sps greedy ol0.001"}));
   for (const std::string& s : l) EXPECT_EQ(s.find('{'), std::string::npos) << s;
 }
 
@@ -78,14 +74,10 @@ TEST(ShortCaseLabels, VaryingConfigurationFieldsAndDuplicates) {
   std::vector<ResultsStore::CaseRow> rows = {
       Row(1, "ar", "{}", 0, 1), Row(2, "ar", "{}", 0, 4), Row(3, "sps", R"({"gamma":3})", 0, 4),
       Row(4, "sps", R"({"gamma":3})", 0, 4), Row(5, "sps", R"({"gamma":3})", 1, 4)};
-  const std::vector<std::string> l = Labels(rows);
-  EXPECT_EQ(l[0], "ar t1");
-  EXPECT_EQ(l[1], "ar t4");
   // Cases 3 and 4 share label, target, dataset and T: the case id tells them apart; case 5 runs
   // at another temperature, which tables and plots show themselves.
-  EXPECT_EQ(l[2], "sps t4 #3");
-  EXPECT_EQ(l[3], "sps t4 #4");
-  EXPECT_EQ(l[4], "sps t4");
+  EXPECT_EQ(Labels(rows),
+            (std::vector<std::string>{"ar t1", "ar t4", "sps t4 #3", "sps t4 #4", "sps t4"}));
 }
 
 // AR at T=0 (100 tok/s) and a "slow" method with FakeSteps (11 steps, 44 drafted, τ = 34/11)
@@ -104,17 +96,8 @@ std::string WriteSlowDb(const std::string& name, bool with_curve) {
        Sample("p2", 5, 3, 80, 4, "eos")},
       FakeSteps());
   if (with_curve) {
-    BenchVerifyRecord one;
-    one.model = "models/tiny";
-    one.context_len = 16;
-    one.n_query = 1;
-    one.forward_ms = 1.0;
-    one.ratio_to_one = 1.0;
-    BenchVerifyRecord eight = one;
-    eight.n_query = 8;
-    eight.forward_ms = 3.0;
-    eight.ratio_to_one = 3.0;
-    store->WriteBenchVerify(run, {one, eight});
+    store->WriteBenchVerify(run, {VerifyPoint("models/tiny", 16, /*n_query=*/1, 1.0, 1.0),
+                                  VerifyPoint("models/tiny", 16, /*n_query=*/8, 3.0, 3.0)});
   }
   return db;
 }

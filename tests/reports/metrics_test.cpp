@@ -23,6 +23,7 @@ using testing::ArSamplesT0;
 using testing::ErrorOf;
 using testing::FakeSamples;
 using testing::FakeSteps;
+using testing::PairWithAr;
 using testing::Sample;
 using testing::TestCase;
 using testing::TreeSamples;
@@ -171,9 +172,7 @@ TEST(Metrics, SpecBenchFigureAndEndToEndScope) {
   // v6) an answer is left out of the end-to-end figure only.
   std::vector<SampleRecord> paired = method;
   for (SampleRecord& s : paired) {
-    s.paired_ar_decode_ms = 100;
-    s.paired_ar_output_tokens = 11;
-    s.paired_ar_first = 0;
+    PairWithAr(s, 100, 11, /*first=*/0);
     s.paired_ar_prefill_ms = 10;
   }
   paired[2].paired_ar_prefill_ms = kNoValue;
@@ -242,12 +241,8 @@ TEST(Metrics, SpeedupUsesThePairedArRunsWhenSamplesCarryThem) {
   std::vector<SampleRecord> method = {Sample("p0", 21, 2, 100, 5, "eos"),
                                       Sample("p1", 21, 4, 50, 2, "eos"),
                                       Sample("p2", 5, 3, 10, 3, "eos")};
-  method[0].paired_ar_decode_ms = 50;
-  method[0].paired_ar_output_tokens = 16;
-  method[0].paired_ar_first = 1;
-  method[1].paired_ar_decode_ms = 100;
-  method[1].paired_ar_output_tokens = 21;
-  method[1].paired_ar_first = 0;
+  PairWithAr(method[0], 50, 16, /*first=*/1);
+  PairWithAr(method[1], 100, 21, /*first=*/0);
   const Speedup s = ComputeSpeedup(ArSamplesT0(), method);
   EXPECT_EQ(s.n_matched, 3);
   EXPECT_EQ(s.n_paired, 2);

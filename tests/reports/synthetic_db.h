@@ -89,23 +89,13 @@ inline void WriteSyntheticDb(const std::string& path, bool with_speculative = tr
     store->WriteCase(run, TestCase("fake0_64", "fake", 0, 64), FakeSamples(), FakeSteps());
   }
   if (with_bench) {
-    BenchRecord b;
-    b.model = "tiny";
-    b.dtype = "float32";
-    b.n_tokens = 64;
-    b.reps = 3;
-    b.tokens_per_s = 1000;
-    b.tokens_per_s_std = 10;
-    b.ms_per_step = 1.0;
-    b.forward_ms_per_step = 0.8;
-    b.other_ms_per_step = 0.2;
+    BenchRecord b = BenchRow("tiny", "float32", /*n_tokens=*/64, /*reps=*/3,
+                             {/*tokens_per_s=*/1000, /*tokens_per_s_std=*/10, /*ms_per_step=*/1.0,
+                              /*forward_ms_per_step=*/0.8, /*other_ms_per_step=*/0.2});
     b.n_params = 260000;
     BenchRecord b2 = b;
     b2.context_len = 128;
-    b2.tokens_per_s = 800;
-    b2.ms_per_step = 1.25;
-    b2.forward_ms_per_step = 1.0;
-    b2.other_ms_per_step = 0.25;
+    SetSpeed(b2, {800, 10, 1.25, 1.0, 0.25});
     store->WriteBench(run, {b, b2});
   }
 }

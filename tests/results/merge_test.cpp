@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness/base/error.h"
@@ -19,6 +20,13 @@ namespace specbed {
 namespace {
 
 using testing::ErrorOf;
+
+// Every count of a merge, for comparing a summary with the expected one in one EXPECT_EQ (which
+// prints both on a difference).
+auto Counts(const MergeSummary& s) {
+  return std::make_tuple(s.runs_copied, s.cases_copied, s.cases_skipped, s.samples_copied,
+                         s.steps_copied, s.bench_copied);
+}
 
 std::string FreshPath(const std::string& name) {
   return testing::ScratchDb("merge_" + name);
@@ -85,12 +93,8 @@ TEST(MergeResults, CopiesShardsOnceWithRemappedIds) {
   WriteTaggedCase(*out, own_run, "k0", 1, 0.0);
 
   const MergeSummary sa = MergeResults(*out, a_path);
-  EXPECT_EQ(sa.runs_copied, 1);
-  EXPECT_EQ(sa.cases_copied, 2);
-  EXPECT_EQ(sa.cases_skipped, 0);
-  EXPECT_EQ(sa.samples_copied, 5);
-  EXPECT_EQ(sa.steps_copied, 10);
-  EXPECT_EQ(sa.bench_copied, 1);
+  EXPECT_EQ(Counts(sa), Counts({/*runs_copied=*/1, /*cases_copied=*/2, /*cases_skipped=*/0,
+                                /*samples_copied=*/5, /*steps_copied=*/10, /*bench_copied=*/1}));
   const MergeSummary sb = MergeResults(*out, b_path);
   EXPECT_EQ(sb.runs_copied, 1) << "the run with nothing new is not copied";
   EXPECT_EQ(sb.cases_copied, 1);

@@ -74,9 +74,7 @@ std::vector<SampleRecord> MakeSamples(int n) {
     s.output_ids_json = "[12,7," + std::to_string(i) + "]";
     s.token_margins_json = i % 2 ? "" : "[1.5,0.25," + std::to_string(i) + "]";
     if (i % 3 != 2) {  // paired timing on most samples; the rest read back as "none"
-      s.paired_ar_decode_ms = 500.0 / 3.0 + i;
-      s.paired_ar_output_tokens = 40 + i;
-      s.paired_ar_first = (i + 1) % 2;
+      testing::PairWithAr(s, 500.0 / 3.0 + i, 40 + i, (i + 1) % 2);
     }
     out.push_back(s);
   }
@@ -174,9 +172,7 @@ std::string RawQueryText(const std::string& path, const std::string& sql) {
 
 TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   const std::string path = FreshDbPath("bench_v4");
-  BenchRecord row;
-  row.model = "m";
-  row.dtype = "bfloat16";
+  BenchRecord row = testing::BenchRow("m", "bfloat16", /*n_tokens=*/0, /*reps=*/1, /*speed=*/{});
   row.weight_bytes = 123456789;
   row.bandwidth_gb_s = 21.5;
   row.roofline_fraction = 0.78;
@@ -184,15 +180,10 @@ TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   BenchRecord unmeasured = row;  // --bandwidth-mib 0: NaN round-trips
   unmeasured.bandwidth_gb_s = std::numeric_limits<double>::quiet_NaN();
   unmeasured.roofline_fraction = std::numeric_limits<double>::quiet_NaN();
-  BenchVerifyRecord v;
-  v.model = "m";
+  BenchVerifyRecord v = testing::VerifyPoint("m", /*context_len=*/64, /*n_query=*/16, 3.25, 1.5);
   v.dtype = "float32";
   v.threads = 2;
-  v.context_len = 64;
-  v.n_query = 16;
   v.reps = 5;
-  v.forward_ms = 3.25;
-  v.ratio_to_one = 1.5;
   v.gemv_max_rows = 4;
   v.blas_core = "Zen";
   BenchBandwidthRecord b;
@@ -254,19 +245,12 @@ TEST(ResultsStore, RoundTripsEveryRecordTypeAcrossReopen) {
   ASSERT_EQ(samples[1].output_text.size(), 23u);
   samples[2].prefill_ms = std::numeric_limits<double>::quiet_NaN();
   std::vector<StepRecord> steps = MakeSteps(samples, 7);
-  std::vector<BenchRecord> bench(2);
-  bench[0].model = "tiny-llama";
-  bench[0].dtype = "float32";
+  std::vector<BenchRecord> bench(
+      2, testing::BenchRow("tiny-llama", "float32", /*n_tokens=*/128, /*reps=*/5,
+                           {123.456, 1.5, /*ms_per_step=*/8.1, 7.9, 0.2}));
   bench[0].threads = 8;
   bench[0].batch_size = 2;
   bench[0].context_len = 512;
-  bench[0].n_tokens = 128;
-  bench[0].reps = 5;
-  bench[0].tokens_per_s = 123.456;
-  bench[0].tokens_per_s_std = 1.5;
-  bench[0].ms_per_step = 8.1;
-  bench[0].forward_ms_per_step = 7.9;
-  bench[0].other_ms_per_step = 0.2;
   bench[0].n_params = 1100000000;
   bench[1] = bench[0];
   bench[1].context_len = 2048;

@@ -12,6 +12,7 @@
 
 #include "harness/base/error.h"
 #include "models/tokenizer/tokenizer.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
@@ -175,22 +176,11 @@ TEST(Gpt2TokenizerLoadTest, MergesFileVersionLineAndErrors) {
   EXPECT_EQ(tok->Encode(" the"), (std::vector<int32_t>{256, 258}));
   const std::string bad = dir + "/gpt2_bad_merges.txt";
   std::ofstream(bad) << "#version: 0.2\nĠ t\nnot one pair\n";
-  try {
-    LoadGpt2Tokenizer(kGpt2Dir + "/vocab.json", bad);
-    FAIL() << "expected specbed::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(bad + ":3:"), std::string::npos) << e.what();
-  }
+  testing::ExpectError([&] { LoadGpt2Tokenizer(kGpt2Dir + "/vocab.json", bad); }, {bad + ":3:"});
   const std::string unknown = dir + "/gpt2_unknown_merges.txt";
   std::ofstream(unknown) << "Ġ t\nĠ zzzz\n";
-  try {
-    LoadGpt2Tokenizer(kGpt2Dir + "/vocab.json", unknown);
-    FAIL() << "expected specbed::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(unknown + ":2: merge 'Ġ zzzz' references unknown token"),
-              std::string::npos)
-        << e.what();
-  }
+  testing::ExpectError([&] { LoadGpt2Tokenizer(kGpt2Dir + "/vocab.json", unknown); },
+                       {unknown + ":2: merge 'Ġ zzzz' references unknown token"});
 }
 
 }  // namespace

@@ -13,11 +13,13 @@
 
 #include "harness/base/error.h"
 #include "models/tokenizer/tokenizer.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
 
 using nlohmann::json;
+using testing::ExpectError;
 
 const char kLlama3Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -137,19 +139,6 @@ std::string WriteFile(const std::string& path, const std::string& text) {
 
 std::unique_ptr<Tokenizer> LoadJson(const json& j, const std::string& name = "tokenizer.json") {
   return LoadHfTokenizer(WriteFile(TestDir() + "/" + name, j.dump(1)));
-}
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    FAIL() << "expected specbed::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-    }
-  }
 }
 
 // "the hello 12345<|eot_id|>hello!\n" pre-tokenizes (Llama-3 regex) as

@@ -11,9 +11,12 @@
 
 #include "harness/base/error.h"
 #include "models/tokenizer/tokenizer.h"
+#include "tests/common/test_util.h"
 
 namespace specbed {
 namespace {
+
+using testing::ExpectError;
 
 const std::string kTok512 = std::string(SPECBED_SOURCE_DIR) + "/models/stories260K/tok512.bin";
 
@@ -31,20 +34,6 @@ std::string WriteTmp(const std::string& name, const std::string& bytes) {
 
 std::string Int32Bytes(int32_t v) {
   return std::string(reinterpret_cast<const char*>(&v), 4);
-}
-
-// Expects `fn` to throw specbed::Error whose message contains every string in `parts`.
-template <typename Fn>
-void ExpectError(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    FAIL() << "expected specbed::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-    }
-  }
 }
 
 class Llama2cTokenizerTest : public ::testing::Test {
