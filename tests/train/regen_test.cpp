@@ -30,30 +30,20 @@
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/model_registry.h"
+#include "tests/common/test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ErrorOf;
+using testing::kNoSpecbedError;
 using testing_util::TestName;
 
+// A fresh, empty scratch folder for the current test.
 std::string Scratch() {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/regen_" + TestName();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// Runs `fn` and returns the specbed::Error message it throws ("" when it does not throw).
-template <typename Fn>
-std::string ErrorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::ScratchDir("regen_" + TestName(), /*create=*/true);
 }
 
 #define EXPECT_ERROR_HAS(stmt, text)                                      \
@@ -62,12 +52,19 @@ std::string ErrorOf(Fn&& fn) {
     EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
   } while (0)
 
-RegenConfig BosConfig(int64_t n, uint64_t seed = 7) {
+// Responses of 24 new tokens to `prompts` ("bos" or a dataset) under `seed`.
+RegenConfig ShortConfig(const std::string& prompts, uint64_t seed) {
   RegenConfig c;
-  c.prompts = "bos";
-  c.n_sequences = n;
+  c.prompts = prompts;
   c.max_new_tokens = 24;
   c.seed = seed;
+  return c;
+}
+
+// `n` unconditional sequences of 24 new tokens.
+RegenConfig BosConfig(int64_t n, uint64_t seed = 7) {
+  RegenConfig c = ShortConfig("bos", seed);
+  c.n_sequences = n;
   return c;
 }
 
@@ -150,12 +147,9 @@ TEST(RegenTest, BosRoundTripProvenanceAndDeterminism) {
 
 TEST(RegenTest, DatasetPromptsWithSamplesPerPrompt) {
   at::set_num_threads(1);
-  RegenConfig c;
-  c.prompts = "stories";
+  RegenConfig c = ShortConfig("stories", 3);
   c.limit = 2;
   c.n_per_prompt = 2;
-  c.max_new_tokens = 24;
-  c.seed = 3;
   const RegenData data = GenerateRegenData(c, false);
   ASSERT_EQ(data.size(), 4);
   DatasetFilter filter;
@@ -312,7 +306,7 @@ TEST(RegenTest, ImpossibleSettingsFail) {
   EXPECT_ERROR_HAS(GenerateRegenData(c, false), "--limit and --dataset-categories apply");
   c = BosConfig(2);
   c.sampling.top_p = 0;
-  EXPECT_NE(ErrorOf([&] { GenerateRegenData(c, false); }), "");
+  EXPECT_NE(ErrorOf([&] { GenerateRegenData(c, false); }), kNoSpecbedError);
   RegenConfig d;
   d.prompts = "no_such_set";
   EXPECT_ERROR_HAS(GenerateRegenData(d, false), "unknown dataset 'no_such_set'");
@@ -549,12 +543,14 @@ TEST(RegenCliTest, SuccessAndErrors) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("regen: 2 sequences"), std::string::npos) << r.out;
 
-  r = Specbed("regen --prompts no_such_set -q --output " + dir + "/x.safetensors", dir);
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("unknown dataset 'no_such_set'"), std::string::npos) << r.err;
-  r = Specbed("regen --prompts stories --limit 0 -q --output " + dir + "/x.safetensors", dir);
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("--limit must be -1 (all) or >= 1"), std::string::npos) << r.err;
+  // Bad settings: exit code 1 with the reason.
+  for (const auto& [prompts, error] : std::vector<std::pair<std::string, std::string>>{
+           {"no_such_set", "unknown dataset 'no_such_set'"},
+           {"stories --limit 0", "--limit must be -1 (all) or >= 1"}}) {
+    r = Specbed("regen --prompts " + prompts + " -q --output " + dir + "/x.safetensors", dir);
+    EXPECT_EQ(r.exit_code, 1) << prompts;
+    EXPECT_NE(r.err.find(error), std::string::npos) << r.err;
+  }
   r = Specbed("regen --prompts bos --n-sequences 2", dir);  // -o/--output missing: usage error
   EXPECT_GE(r.exit_code, 100) << r.err;
   EXPECT_FALSE(fs::exists(dir + "/x.safetensors"));
