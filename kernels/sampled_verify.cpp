@@ -3,15 +3,7 @@
 // Checked by: tests/kernels/sampled_verify_test.cpp.
 #include "kernels/sampled_verify.h"
 
-#include <ATen/ATen.h>
-
-#include "harness/base/error.h"
-#include "kernels/cpu/references.h"
-#include "kernels/kernel_checks.h"
-#ifdef SPECBED_HAVE_CUDA_TORCH
-#include "kernels/cuda/launchers.h"
-#include "kernels/cuda_glue.h"
-#endif
+#include "kernels/kernel_wrapper.h"
 
 namespace specbed {
 namespace {

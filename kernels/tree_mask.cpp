@@ -2,15 +2,7 @@
 // Checked by: tests/kernels/kernel_test.cpp (TreeMask* tests).
 #include "kernels/tree_mask.h"
 
-#include <ATen/ATen.h>
-
-#include "harness/base/error.h"
-#include "kernels/cpu/references.h"
-#include "kernels/kernel_checks.h"
-#ifdef SPECBED_HAVE_CUDA_TORCH
-#include "kernels/cuda/launchers.h"
-#include "kernels/cuda_glue.h"
-#endif
+#include "kernels/kernel_wrapper.h"
 
 namespace specbed {
 

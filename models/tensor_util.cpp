@@ -30,4 +30,17 @@ void CheckFiniteWeights(const at::Tensor& t, const std::string& name, const std:
   }
 }
 
+at::Tensor RmsNormLastDimAten(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * w.to(at::kFloat))
+      .to(x.scalar_type());
+}
+
+at::Tensor RotateHalfAten(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
+}
+
 }  // namespace specbed

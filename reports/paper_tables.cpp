@@ -355,15 +355,9 @@ std::vector<PaperTable> BuildPaperTables(const ReportData& data) {
       std::vector<std::string> row = {
           MethodCell(r),
           KnobsShort(r.method_knobs_json).empty() ? "none" : KnobsShort(r.method_knobs_json),
-          std::to_string(first.row.run_id),
-          General(r.top_p),
-          std::to_string(r.top_k),
-          std::to_string(r.seed),
-          std::to_string(r.max_new_tokens),
-          r.dtype,
-          std::to_string(r.threads),
-          r.device,
-          std::to_string(r.batch_size)};
+          std::to_string(first.row.run_id)};
+      const std::vector<std::string> settings = DecodeSettingCells(r);
+      row.insert(row.end(), settings.begin(), settings.end());
       any_incomplete =
           AddPaperRowCells(cases, benchmarks, data.scope, pt.notes, row) || any_incomplete;
       t.rows.push_back(std::move(row));

@@ -539,6 +539,17 @@ ReportTable CaseTableColumns() {
 
 }  // namespace
 
+std::vector<std::string> DecodeSettingCells(const CaseRecord& r) {
+  return {General(r.top_p),
+          std::to_string(r.top_k),
+          std::to_string(r.seed),
+          std::to_string(r.max_new_tokens),
+          r.dtype,
+          std::to_string(r.threads),
+          r.device,
+          std::to_string(r.batch_size)};
+}
+
 ReportTable BuildCaseTable(const ReportGroup& group) {
   ReportTable t = CaseTableColumns();
   std::vector<const ResultsStore::CaseRow*> rows;
@@ -561,41 +572,40 @@ ReportTable BuildCaseTable(const ReportGroup& group) {
         r.categories.empty() ? "all" : r.categories,
         r.prompt_limit < 0 ? "all" : std::to_string(r.prompt_limit),
         General(r.temperature),
-        General(r.top_p),
-        std::to_string(r.top_k),
-        std::to_string(r.seed),
-        std::to_string(r.max_new_tokens),
-        r.dtype,
-        std::to_string(r.threads),
-        r.device,
-        std::to_string(r.batch_size),
-        r.timing_mode.empty() ? kNone : (r.timing_mode == "per_case" ? "per-case" : r.timing_mode),
-        std::to_string(m.n_prompts),
-        std::to_string(m.n_samples),
-        std::to_string(m.output_tokens),
-        Fixed(m.decode_tokens_per_s, 1),
-        Fixed(m.prefill_ms_mean, 3),
-        c.is_ar ? "1.00" : Fixed(c.speedup.geomean, 2),
-        c.is_ar ? "1.00" : Fixed(c.speedup.total_ratio, 2),
-        c.is_ar ? "1.00" : Fixed(c.speedup.spec_bench, 2),
-        Fixed(m.tau, 2),
-        Fixed(100.0 * m.draft_fraction, 1),
-        Fixed(100.0 * m.draft_prefill_fraction, 1),
-        Fixed(100.0 * m.rollback_rate, 1),
-        Fixed(100.0 * m.draft_waste_rate, 1),
-        Fixed(100.0 * m.spec_rollback_rate, 1),
-        Fixed(m.target_forwards_per_sample, 1),
-        std::isfinite(m.draft_busy_us_per_step)
-            ? Fixed(m.draft_busy_us_per_step, 0) + " / " + Fixed(m.verify_busy_us_per_step, 0)
-            : std::string(kNone),
-        Fixed(100.0 * m.other_fraction, 1),
-        c.is_ar ? kNone : Interval2(c.speedup.geomean_ci, c.speedup.n_prompts),
-        c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci, c.speedup.n_prompts),
-        c.is_ar ? kNone : Interval2(c.speedup.spec_bench_ci, c.speedup.n_prompts),
-        ExactMatchCell(c.exact_match, r.temperature),
-        DivergenceCell(c.exact_match),
-        FormatStopReasons(m.stop_reasons),
     };
+    const std::vector<std::string> settings = DecodeSettingCells(r);
+    row.insert(row.end(), settings.begin(), settings.end());
+    row.insert(
+        row.end(),
+        {
+            r.timing_mode.empty() ? kNone
+                                  : (r.timing_mode == "per_case" ? "per-case" : r.timing_mode),
+            std::to_string(m.n_prompts),
+            std::to_string(m.n_samples),
+            std::to_string(m.output_tokens),
+            Fixed(m.decode_tokens_per_s, 1),
+            Fixed(m.prefill_ms_mean, 3),
+            c.is_ar ? "1.00" : Fixed(c.speedup.geomean, 2),
+            c.is_ar ? "1.00" : Fixed(c.speedup.total_ratio, 2),
+            c.is_ar ? "1.00" : Fixed(c.speedup.spec_bench, 2),
+            Fixed(m.tau, 2),
+            Fixed(100.0 * m.draft_fraction, 1),
+            Fixed(100.0 * m.draft_prefill_fraction, 1),
+            Fixed(100.0 * m.rollback_rate, 1),
+            Fixed(100.0 * m.draft_waste_rate, 1),
+            Fixed(100.0 * m.spec_rollback_rate, 1),
+            Fixed(m.target_forwards_per_sample, 1),
+            std::isfinite(m.draft_busy_us_per_step)
+                ? Fixed(m.draft_busy_us_per_step, 0) + " / " + Fixed(m.verify_busy_us_per_step, 0)
+                : std::string(kNone),
+            Fixed(100.0 * m.other_fraction, 1),
+            c.is_ar ? kNone : Interval2(c.speedup.geomean_ci, c.speedup.n_prompts),
+            c.is_ar ? kNone : Interval2(c.speedup.total_ratio_ci, c.speedup.n_prompts),
+            c.is_ar ? kNone : Interval2(c.speedup.spec_bench_ci, c.speedup.n_prompts),
+            ExactMatchCell(c.exact_match, r.temperature),
+            DivergenceCell(c.exact_match),
+            FormatStopReasons(m.stop_reasons),
+        });
     t.rows.push_back(std::move(row));
   }
   return HideConstantColumns(std::move(t));

@@ -171,6 +171,10 @@ ReportTable BuildBenchTable(const std::vector<BenchRow>& bench);
 // config_json or method knobs carry the key "synthetic_acceptance" (at any depth) with a value
 // other than false/null.
 bool IsSyntheticCase(const CaseRecord& c);
+
+// A case's decode settings as table cells: top_p, top_k, seed, max_new_tokens, dtype, threads,
+// device, batch size (the case table and the paper tables' settings columns).
+std::vector<std::string> DecodeSettingCells(const CaseRecord& r);
 // The marker shown on such rows and in the banner.
 inline constexpr const char* kSyntheticMarker = "SYNTHETIC ACCEPTANCE — not a real measurement";
 

@@ -336,21 +336,12 @@ std::vector<CaseConfig> ExpandCases(const RunConfig& config) {
         for (uint64_t seed : config.seeds) {
           for (const auto& method : config.methods) {
             CaseConfig c;
+            static_cast<DecodeSettings&>(c) = config;
             c.target = target;
             c.method = method;
             c.dataset = dataset;
             c.temperature = temperature;
             c.seed = seed;
-            c.top_p = config.top_p;
-            c.top_k = config.top_k;
-            c.max_new_tokens = config.max_new_tokens;
-            c.dtype = config.dtype;
-            c.device = config.device;
-            c.threads = config.threads;
-            c.stop_strings = config.stop_strings;
-            c.chat_template = config.chat_template;
-            c.system_prompt = config.system_prompt;
-            c.synthetic_acceptance = config.synthetic_acceptance;
             cases.push_back(std::move(c));
           }
         }

@@ -24,7 +24,29 @@ struct DatasetSpec {
   std::vector<std::string> categories;
 };
 
-struct RunConfig {
+// The decode settings a run config gives all its cases, and each case carries (CaseConfig::ToJson
+// says which are part of a case's key).
+struct DecodeSettings {
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t max_new_tokens = 128;
+  std::string dtype = "float32";
+  // "cpu" | "cuda" | "cuda:N": where the target and the drafters run (models/device.h). Part of a
+  // case's key and of its ToJson() only when not "cpu", so cases of configs written before
+  // devices keep their keys and `compare` matches them.
+  std::string device = "cpu";
+  int64_t threads = 1;
+  std::vector<std::string> stop_strings;
+  std::string chat_template;  // "" = the model's default
+  std::string system_prompt;  // "" = none
+  // Synthetic-acceptance mode (measuring system overhead apart from draft quality; NOT a real
+  // measurement): forced per-position acceptance probabilities for every speculative case
+  // (TreeVerifier::SetSyntheticAcceptance). Empty = off. Flagged in results and reports; part of
+  // a case's key when set.
+  std::vector<double> synthetic_acceptance;
+};
+
+struct RunConfig : DecodeSettings {
   std::string name = "run";
   std::string output = "results/run.db";
   std::vector<std::string> targets = {"stories260K"};
@@ -32,21 +54,7 @@ struct RunConfig {
   std::vector<DatasetSpec> datasets = {{"stories", -1, {}}};
   std::vector<double> temperatures = {0.0};
   std::vector<uint64_t> seeds = {0};
-  double top_p = 1.0;
-  int64_t top_k = 0;
-  int64_t max_new_tokens = 128;
-  std::string dtype = "float32";
-  // "cpu" | "cuda" | "cuda:N": where the target and the drafters run (models/device.h).
-  std::string device = "cpu";
-  int64_t threads = 1;
   int64_t warmup = 1;  // discarded generations of the first prompt before each case
-  std::vector<std::string> stop_strings;
-  std::string chat_template;  // "" = the model's default
-  std::string system_prompt;  // "" = none
-  // Synthetic-acceptance mode (measuring system overhead apart from draft quality; NOT a real
-  // measurement): forced per-position acceptance probabilities for every speculative case
-  // (TreeVerifier::SetSyntheticAcceptance). Empty = off. Flagged in results and reports.
-  std::vector<double> synthetic_acceptance;
   // How speculative cases are timed against AR: "paired" (AR runs on the same prompt right before
   // or after each answer, alternating the order; speedups use those pairs), "per_case" (the AR
   // case's own timings, measured in its own case), or "auto" = paired when the config has an AR
@@ -69,24 +77,12 @@ bool IsDeviceName(const std::string& name);
 const std::vector<std::string>& RunConfigKeys();
 
 // One unit of work whose results are written in one transaction.
-struct CaseConfig {
+struct CaseConfig : DecodeSettings {
   std::string target;
   MethodSpec method;
   DatasetSpec dataset;
   double temperature = 0.0;
   uint64_t seed = 0;
-  double top_p = 1.0;
-  int64_t top_k = 0;
-  int64_t max_new_tokens = 128;
-  std::string dtype = "float32";
-  // "cpu" | "cuda" | "cuda:N". Part of the key and of ToJson() only when not "cpu", so cases of
-  // configs written before devices keep their keys and `compare` matches them.
-  std::string device = "cpu";
-  int64_t threads = 1;
-  std::vector<std::string> stop_strings;
-  std::string chat_template;
-  std::string system_prompt;
-  std::vector<double> synthetic_acceptance;  // empty = off (part of the key when set)
   // "paired" | "per_case" (resolved; AR cases are always per_case). Part of the key when paired.
   std::string timing = "per_case";
   // Sweeps (harness/runner/sweep.h): repetition index and batch size of the case, and the

@@ -105,6 +105,7 @@ CaseConfig MakeCase(const SweepConfig& config, const GridPoint& p, const MethodS
                     const MethodRegistry& methods, const std::string& prefix) {
   const RunConfig& b = config.base;
   CaseConfig c;
+  static_cast<DecodeSettings&>(c) = b;
   c.target = p.target;
   c.method = method;
   try {
@@ -112,20 +113,11 @@ CaseConfig MakeCase(const SweepConfig& config, const GridPoint& p, const MethodS
   } catch (const Error& e) {
     Fail(prefix, e.what());
   }
+  // Synthetic acceptance concerns verification: AR (the baseline) stays real.
+  if (!methods.Info(method.name).traits.speculative) c.synthetic_acceptance.clear();
   c.dataset = p.dataset;
   c.temperature = p.temperature;
   c.seed = p.seed;
-  c.top_p = b.top_p;
-  c.top_k = b.top_k;
-  c.max_new_tokens = b.max_new_tokens;
-  c.dtype = b.dtype;
-  c.device = b.device;
-  c.threads = b.threads;
-  c.stop_strings = b.stop_strings;
-  c.chat_template = b.chat_template;
-  c.system_prompt = b.system_prompt;
-  // Synthetic acceptance concerns verification: AR (the baseline) stays real.
-  if (methods.Info(method.name).traits.speculative) c.synthetic_acceptance = b.synthetic_acceptance;
   c.repeat = p.repeat;
   c.batch_size = p.batch;
   c.paper = config.paper;

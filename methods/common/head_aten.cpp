@@ -11,6 +11,7 @@
 #include "harness/base/error.h"
 #include "methods/common/head_kernels.h"
 #include "models/llama_model.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 
@@ -35,17 +36,11 @@ at::Tensor PlaceNormWeight(const at::Tensor& t, const HeadPlacement& placement) 
 }
 
 at::Tensor RmsNormRowsAten(const at::Tensor& x, const at::Tensor& w, double eps) {
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor inv = at::rsqrt(xf.square().mean(-1, /*keepdim=*/true) + eps);
-  return (xf * inv * w).to(x.scalar_type());
+  return RmsNormLastDimAten(x, w, eps);
 }
 
 at::Tensor RotateHalfRopeAten(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor x0 = xf.narrow(-1, 0, half), x1 = xf.narrow(-1, half, half);
-  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [n, 1, half]
-  return at::cat({x0 * c - x1 * s, x1 * c + x0 * s}, -1).to(x.scalar_type());
+  return RotateHalfAten(x, cos.unsqueeze(1), sin.unsqueeze(1));  // [n, 1, half]
 }
 
 at::Tensor MaskedGqaAttentionAten(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -12,21 +12,14 @@
 #include "harness/base/error.h"
 #include "methods/common/named_params.h"
 #include "methods/dflash/dflash_checkpoint.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
 
-// x * rsqrt(mean(x^2) + eps) * w over the last dimension.
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
-
-// rotate_half RoPE on x [..., hd] with cos/sin broadcastable to [..., hd/2].
-at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
-}
+// RMSNorm and rotate_half RoPE: the shared ATen ops (float32 math, x's dtype).
+constexpr auto RmsNorm = RmsNormLastDimAten;
+constexpr auto Rope = RotateHalfAten;
 
 }  // namespace
 

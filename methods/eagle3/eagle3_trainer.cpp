@@ -50,17 +50,9 @@ class Eagle3TrainTask : public RegenHeadTask {
       const TttLossResult r = Compute(rows);
       steps.Add(r.step_loss, r.step_top1, r.step_count);
     }
-    const ChainFigures chain = steps.Chain(config_.ttt_decay);
-    EvalMetrics m;
-    m.loss = chain.weighted_loss;
-    m.acceptance_proxy = chain.top1[0].get<double>();
-    m.extra["step_top1"] = chain.top1;
-    m.extra["step_loss"] = chain.loss;
     // A chain drafted greedily accepts k+1 tokens only if steps 0..k all agree with the target:
     // tau_chain = 1 + sum_k prod_{j<=k} top1_j (teacher-forced estimate; trees do better).
-    m.extra["chain_tau_estimate"] = chain.tau;
-    m.extra["eval_positions_step0"] = steps.count[0];
-    return m;
+    return steps.ChainMetrics(config_.ttt_decay, "step");
   }
 
   void WriteDrafter(const std::string& out_dir) const override {

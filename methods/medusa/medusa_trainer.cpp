@@ -50,17 +50,9 @@ class MedusaTrainTask : public RegenHeadTask {
       const HeadsLoss r = Compute(rows);
       heads.Add(r.head_loss, r.head_top1, r.head_count);
     }
-    const ChainFigures chain = heads.Chain(config_.decay);
-    EvalMetrics m;
-    m.loss = chain.weighted_loss;
-    m.acceptance_proxy = chain.top1[0].get<double>();
-    m.extra["head_top1"] = chain.top1;
-    m.extra["head_loss"] = chain.loss;
     // A chain of every head's top-1 keeps k + 1 tokens only if heads 0..k all agree with the
     // target (teacher-forced estimate; the sparse tree does better).
-    m.extra["chain_tau_estimate"] = chain.tau;
-    m.extra["eval_positions_head0"] = heads.count[0];
-    return m;
+    return heads.ChainMetrics(config_.decay, "head");
   }
 
   void WriteDrafter(const std::string& out_dir) const override {

@@ -16,6 +16,7 @@
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/gemv.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
 namespace {
@@ -23,20 +24,9 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-// Float32 math whatever x's dtype (a no-op conversion in float32), result in x's dtype.
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  const at::Tensor xf = x.to(at::kFloat);
-  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * w.to(at::kFloat))
-      .to(x.scalar_type());
-}
-
-// rotate_half RoPE on x [B, heads, R, hd] with float32 cos/sin [B, 1, R, hd/2]; x's dtype.
-at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
-}
+// RMSNorm and rotate_half RoPE: the shared ATen ops (float32 math, x's dtype).
+constexpr auto RmsNorm = RmsNormLastDimAten;
+constexpr auto Rope = RotateHalfAten;
 
 // Most activation rows for which a serving (no-gradient) projection runs on SpecBed's GemvRows
 // instead of ATen's matmul. OpenBLAS repacks the whole weight on every small-M sgemm call: on the

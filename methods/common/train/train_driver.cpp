@@ -51,4 +51,16 @@ ChainFigures StepFigures::Chain(double decay) const {
   return f;
 }
 
+EvalMetrics StepFigures::ChainMetrics(double decay, const std::string& unit) const {
+  const ChainFigures chain = Chain(decay);
+  EvalMetrics m;
+  m.loss = chain.weighted_loss;
+  m.acceptance_proxy = chain.top1[0].get<double>();
+  m.extra[unit + "_top1"] = chain.top1;
+  m.extra[unit + "_loss"] = chain.loss;
+  m.extra["chain_tau_estimate"] = chain.tau;
+  m.extra["eval_positions_" + unit + "0"] = count[0];
+  return m;
+}
+
 }  // namespace specbed

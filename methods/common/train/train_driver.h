@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,10 @@ struct StepFigures {
            const std::vector<double>& step_count);
   // Per-step means (0 where nothing counted) and the chain figures with loss weights decay^k.
   ChainFigures Chain(double decay) const;
+  // The evaluation of a greedy chain of these steps, `unit` naming a step ("step", "head"):
+  // loss = the decay-weighted loss, acceptance_proxy = step 0's top-1, and extras <unit>_top1,
+  // <unit>_loss (per step), chain_tau_estimate and eval_positions_<unit>0.
+  EvalMetrics ChainMetrics(double decay, const std::string& unit) const;
 
   std::vector<double> loss, hits, count;
 };

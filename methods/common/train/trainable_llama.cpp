@@ -17,10 +17,8 @@
 namespace specbed {
 namespace {
 
-// x * 1/sqrt(mean(x^2) + eps) * w over the last dimension.
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
+// RMSNorm over the last dimension: the shared ATen op (float32 math, x's dtype).
+constexpr auto RmsNorm = RmsNormLastDimAten;
 
 // Rotates x [batch, T, heads, head_dim] by cos/sin [T, head_dim/2]; pairs are adjacent elements
 // (interleaved, llama2.c) or the two halves (HF rotate_half).
@@ -35,9 +33,7 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
     const at::Tensor bb = pairs.select(-1, 1);
     return at::stack({a * c - bb * s, a * s + bb * c}, -1).reshape({b, t, h, hd});
   }
-  const at::Tensor a = x.narrow(-1, 0, half);
-  const at::Tensor bb = x.narrow(-1, half, half);
-  return at::cat({a * c - bb * s, a * s + bb * c}, -1);
+  return RotateHalfAten(x, c, s);
 }
 
 }  // namespace
