@@ -21,6 +21,7 @@
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/model_registry.h"
 #include "results/store.h"
+#include "tests/common/test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -28,11 +29,9 @@ namespace {
 
 using testing_util::TestName;
 
+// A fresh, empty scratch folder for the current test.
 std::string Scratch() {
-  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/train_" + TestName();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::ScratchDir("train_" + TestName(), /*create=*/true);
 }
 
 at::Tensor RandomTokens(int64_t batch, int64_t t, int64_t vocab, uint64_t seed) {
