@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -46,6 +47,41 @@ std::vector<std::vector<int32_t>> DecodeAll(Decoder& decoder, LoadedTarget& targ
   return out;
 }
 
+// A method context over `target` (drafters in `dtype`) whose load_model loads models by name in
+// `dtype` on `device` into `loaded`, once each.
+MethodContext LoadingContext(LoadedTarget& target, std::map<std::string, LoadedTarget>& loaded,
+                             at::ScalarType dtype, at::Device device = at::kCPU) {
+  MethodContext context;
+  context.target = &target;
+  context.dtype = dtype;
+  context.load_model = [&loaded, dtype, device](const std::string& name) -> LoadedTarget& {
+    auto it = loaded.find(name);
+    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, dtype, "", device)).first;
+    return it->second;
+  };
+  return context;
+}
+
+// Builds every registered method (default knobs) in `context` and runs `decode` on it, which adds
+// the draft tokens accepted to its second argument: a speculative method must have some accepted.
+// Stops at a fatal failure.
+void ForEveryMethod(MethodContext& context,
+                    const std::function<void(Decoder&, int64_t& accepted)>& decode) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  for (const std::string& name : registry.Names()) {
+    SCOPED_TRACE(name);
+    std::cerr << "[ METHOD   ] " << name << std::endl;  // names the method if the process dies
+    std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
+    int64_t accepted = 0;
+    decode(*decoder, accepted);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (registry.Info(name).traits.speculative) {
+      EXPECT_GT(accepted, 0);
+    }
+  }
+}
+
 TEST(AtenPath, EveryMethodMatchesArOnStories260K) {
   at::set_num_threads(1);
   SetCpuForwardPathOverride(ForwardPath::kAten);
@@ -67,27 +103,15 @@ TEST(AtenPath, EveryMethodMatchesArOnStories260K) {
   }
 
   std::map<std::string, LoadedTarget> loaded;
-  MethodContext context;
-  context.target = &target;
-  context.load_model = [&](const std::string& name) -> LoadedTarget& {
-    auto it = loaded.find(name);
-    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, at::kFloat)).first;
-    EXPECT_EQ(it->second.model->forward_path(), ForwardPath::kAten) << name;
-    return it->second;
-  };
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  for (const std::string& name : registry.Names()) {
-    SCOPED_TRACE(name);
-    std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
-    int64_t accepted = 0;
-    const auto decoded = DecodeAll(*decoder, target, ids, 32, accepted);
+  MethodContext context = LoadingContext(target, loaded, at::kFloat);
+  ForEveryMethod(context, [&](Decoder& decoder, int64_t& accepted) {
+    const auto decoded = DecodeAll(decoder, target, ids, 32, accepted);
     for (size_t i = 0; i < ids.size(); ++i) {
       EXPECT_EQ(decoded[i], reference[i]) << "prompt " << i;
     }
-    if (registry.Info(name).traits.speculative) {
-      EXPECT_GT(accepted, 0);
-    }
+  });
+  for (const auto& [name, model] : loaded) {
+    EXPECT_EQ(model.model->forward_path(), ForwardPath::kAten) << name;
   }
   SetCpuForwardPathOverride(ForwardPath::kAuto);
 }
@@ -112,17 +136,10 @@ TEST(AtenPath, EveryMethodRunsWithABfloat16Target) {
     reference.push_back(GenerateAr(*target.model, target.tokenizer.get(), ids[i], g, cache).tokens);
   }
   std::map<std::string, LoadedTarget> loaded;
-  MethodContext context;
-  context.target = &target;
-  context.dtype = at::kBFloat16;
-  context.load_model = [&](const std::string& name) -> LoadedTarget& {
-    auto it = loaded.find(name);
-    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, at::kBFloat16)).first;
-    return it->second;
-  };
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
+  MethodContext context = LoadingContext(target, loaded, at::kBFloat16);
   {  // the heads really run in the target's dtype on the ATen path
+    MethodRegistry registry;
+    RegisterBuiltinMethods(registry);
     Eagle3Drafter* eagle3 = nullptr;
     MakeEagle3Decoder(context, registry.ResolveKnobs("eagle3", {{"head", "stories260K-eagle3"}}),
                       &eagle3);
@@ -130,19 +147,13 @@ TEST(AtenPath, EveryMethodRunsWithABfloat16Target) {
     EXPECT_TRUE(eagle3->head().placement().aten);
     EXPECT_EQ(eagle3->head().placement().dtype, at::kBFloat16);
   }
-  for (const std::string& name : registry.Names()) {
-    SCOPED_TRACE(name);
-    std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
-    int64_t accepted = 0;
-    const auto decoded = DecodeAll(*decoder, target, ids, 24, accepted);
+  ForEveryMethod(context, [&](Decoder& decoder, int64_t& accepted) {
+    const auto decoded = DecodeAll(decoder, target, ids, 24, accepted);
     for (size_t i = 0; i < ids.size(); ++i) {
       ASSERT_FALSE(decoded[i].empty());
       EXPECT_EQ(decoded[i][0], reference[i][0]) << "prompt " << i;
     }
-    if (registry.Info(name).traits.speculative) {
-      EXPECT_GT(accepted, 0);
-    }
-  }
+  });
   SetCpuForwardPathOverride(ForwardPath::kAuto);
 }
 
@@ -156,13 +167,7 @@ TEST(AtenPathCuda, EveryMethodOnTheGpuMatchesCpuArOnTheTwin) {
   LoadedTarget target = LoadModel("stories260K-twin", at::kFloat, "", cuda);
   const auto prompts = LoadDataset("stories", {});
   std::map<std::string, LoadedTarget> loaded;
-  MethodContext context;
-  context.target = &target;
-  context.load_model = [&](const std::string& name) -> LoadedTarget& {
-    auto it = loaded.find(name);
-    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, at::kFloat, "", cuda)).first;
-    return it->second;
-  };
+  MethodContext context = LoadingContext(target, loaded, at::kFloat, cuda);
   // The CPU references, once: 4 prompts x 48 tokens of AR on the row kernels.
   std::vector<std::vector<int32_t>> ids, reference;
   GenerationConfig g;
@@ -173,24 +178,15 @@ TEST(AtenPathCuda, EveryMethodOnTheGpuMatchesCpuArOnTheTwin) {
     reference.push_back(
         GenerateAr(*cpu_target.model, cpu_target.tokenizer.get(), ids[i], g, cpu_cache).tokens);
   }
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  for (const std::string& name : registry.Names()) {
-    SCOPED_TRACE(name);
-    std::cerr << "[ METHOD   ] " << name << std::endl;  // names the method if the process dies
-    std::unique_ptr<Decoder> decoder = registry.Build(name, context, nlohmann::json::object());
-    int64_t accepted = 0;
+  ForEveryMethod(context, [&](Decoder& decoder, int64_t& accepted) {
     for (size_t i = 0; i < ids.size(); ++i) {
       KvCache cache = target.model->NewCache(1, 512);
       DecodeResult r;
-      decoder->Generate(ids[i], g, cache, r);
+      decoder.Generate(ids[i], g, cache, r);
       EXPECT_EQ(r.generation.tokens, reference[i]) << "prompt " << i;
       for (const StepStats& s : r.steps) accepted += s.n_accepted;
     }
-    if (registry.Info(name).traits.speculative) {
-      EXPECT_GT(accepted, 0);
-    }
-  }
+  });
 }
 
 }  // namespace

@@ -38,7 +38,6 @@ namespace specbed {
 namespace {
 
 using testing::HasSubstr;
-using testing_util::CachingContextFor;
 
 TEST(Eagle3Drafter, ShippedHeadMatchesArOnEveryStoryPrompt) {
   at::set_num_threads(1);
@@ -92,7 +91,8 @@ at::Tensor NextProbs(LlamaModel& model, const std::vector<int32_t>& prompt,
 // greedy acceptance (VerifierFault) fails the same check.
 TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
   at::set_num_threads(2);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  testing_util::StoriesMethods s;
+  LoadedTarget& target = s.target;
   LlamaModel& model = *target.model;
   const int64_t vocab = model.config().vocab_size;
   const std::vector<int32_t> prompt =
@@ -126,11 +126,8 @@ TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
                                      marginal.data_ptr<double>() + vocab);
 
   at::set_num_threads(1);  // the batched forwards above use 2; one-token steps are faster on 1
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context = CachingContextFor(target);
   auto decoder =
-      registry.Build("eagle3", context, {{"depth", 3}, {"top_k", 4}, {"total_tokens", 8}});
+      s.registry.Build("eagle3", s.context, {{"depth", 3}, {"top_k", 4}, {"total_tokens", 8}});
   const int kDraws = 12000;
   KvCache cache = model.NewCache(1, p + 4);
   // The chi-square p-value of the third tokens; counts the draws whose second token was an
@@ -181,31 +178,22 @@ TEST(Eagle3Drafter, ShippedHeadIsLosslessAtTemperatureOneOnTheThirdToken) {
   }
 }
 
-// A tiny random target (vocabulary 4) and a random EAGLE-3 head over 3 of the 4 tokens.
+// A tiny random target (vocabulary 4, engine_test_util.h) and a random EAGLE-3 head over 3 of
+// the 4 tokens (method_test_util.h).
 struct TinyPair {
-  std::shared_ptr<LlamaModel> target;
-  Eagle3Config head_config;
-  std::map<std::string, at::Tensor> head_tensors;
-};
-
-TinyPair MakeTinyPair() {
-  TinyPair p;
-  p.target = testing_util::TinyRandomTarget(21, 60.0);  // engine_test_util.h
+  std::shared_ptr<LlamaModel> target = testing_util::TinyRandomTarget(21, 60.0);
   testing_util::TinyEagle3Head head = testing_util::MakeTinyEagle3Head();
-  p.head_config = head.config;
-  p.head_tensors = std::move(head.tensors);
-  return p;
-}
+};
 
 TEST(Eagle3Drafter, LosslessAtTemperatureOneWithSampleFollow) {
   at::set_num_threads(1);
-  TinyPair pair = MakeTinyPair();
+  TinyPair pair;
   LlamaModel& target = *pair.target;
   Eagle3DraftOptions o;
   o.depth = 3;
   o.top_k = 2;
   o.nodes = 5;
-  auto head = std::make_unique<Eagle3Head>(pair.head_config, pair.head_tensors,
+  auto head = std::make_unique<Eagle3Head>(pair.head.config, pair.head.tensors,
                                            target.weights().tok_embeddings);
   SpeculativeOptions so;
   so.budget = {o.nodes, o.depth};
@@ -224,32 +212,29 @@ TEST(Eagle3Drafter, LosslessAtTemperatureOneWithSampleFollow) {
 }
 
 TEST(Eagle3Drafter, RegistryKnobsAndHeadChecks) {
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  const MethodInfo& info = registry.Info("eagle3");
+  testing_util::StoriesMethods s;
+  const MethodInfo& info = s.registry.Info("eagle3");
   EXPECT_TRUE(info.traits.tree);
   EXPECT_TRUE(info.traits.needs_target_hidden);
   EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
-  const nlohmann::json knobs = registry.ResolveKnobs("eagle3", {});
+  const nlohmann::json knobs = s.registry.ResolveKnobs("eagle3", {});
   EXPECT_EQ(knobs["depth"], 7);
   EXPECT_EQ(knobs["top_k"], 10);
   EXPECT_EQ(knobs["total_tokens"], 60);
-  EXPECT_THROW(registry.ResolveKnobs("eagle3", {{"top_k", 0}}), Error);
+  EXPECT_THROW(s.registry.ResolveKnobs("eagle3", {{"top_k", 0}}), Error);
 
   // A head for a 4-token vocabulary does not pair with stories260K (vocabulary 512).
-  TinyPair pair = MakeTinyPair();
+  TinyPair pair;
   const std::string dir = testing_util::ScratchDir("eagle3_drafter_wrong_vocab");
-  pair.head_config.aux_layer_ids.clear();
-  WriteEagle3Checkpoint(dir, pair.head_config, pair.head_tensors);
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodContext context = CachingContextFor(target);
+  pair.head.config.aux_layer_ids.clear();
+  WriteEagle3Checkpoint(dir, pair.head.config, pair.head.tensors);
   try {
-    registry.Build("eagle3", context, {{"head", dir}});
+    s.registry.Build("eagle3", s.context, {{"head", dir}});
     FAIL() << "expected a vocabulary mismatch";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("vocab_size 4 but the target 'stories260K' has 512"));
   }
-  EXPECT_THROW(registry.Build("eagle3", context, {{"head", dir + "/missing"}}), Error);
+  EXPECT_THROW(s.registry.Build("eagle3", s.context, {{"head", dir + "/missing"}}), Error);
 }
 
 }  // namespace

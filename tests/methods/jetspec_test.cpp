@@ -191,19 +191,16 @@ TEST_F(JetspecStories, SetBlockSizeBetweenPrompts) {
 }
 
 TEST(Jetspec, KnobsAndBudgetConventions) {
+  // Drafter "auto": the target's shipped head, resolved per case.
+  ASSERT_NO_FATAL_FAILURE(testing_util::ExpectBuiltin(
+      "jetspec", {{"tree", true}, {"lossless", true}, {"sampling_verifier", "sample_follow"}}, "",
+      {{"drafter", "auto"},
+       {"budget", 32},
+       {"width", 7},
+       {"budget_convention", "jetspec"},
+       {"block_size", 0}}));
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  ASSERT_TRUE(registry.Has("jetspec"));
-  const MethodInfo& info = registry.Info("jetspec");
-  EXPECT_TRUE(info.traits.tree);
-  EXPECT_TRUE(info.traits.lossless);
-  EXPECT_EQ(info.traits.sampling_verifier, "sample_follow");
-  const nlohmann::json k = registry.ResolveKnobs("jetspec", nlohmann::json::object());
-  EXPECT_EQ(k["drafter"], "auto");  // the target's shipped head, resolved per case
-  EXPECT_EQ(k["budget"], 32);
-  EXPECT_EQ(k["width"], 7);
-  EXPECT_EQ(k["budget_convention"], "jetspec");
-  EXPECT_EQ(k["block_size"], 0);
   EXPECT_EQ(registry.ResolveKnobs("ddtree", nlohmann::json::object())["budget_convention"],
             "ddtree");
   // The paper sweep's values resolve.

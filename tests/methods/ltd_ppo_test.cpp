@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "methods/ltd/ltd_ppo.h"
+#include "tests/methods/ppo_test_util.h"
 
 namespace specbed {
 namespace {
@@ -49,10 +50,7 @@ std::map<std::string, at::Tensor> Init(const PpoArch& a, uint64_t seed) {
 
 PpoConfig BanditConfig(bool flip) {
   PpoConfig c;
-  c.n_steps = 128;
-  c.minibatch = 32;
-  c.epochs = 4;
-  c.lr = 3e-3;
+  testing_util::SetSmallPpo(c);
   c.total_steps = 4096;
   c.ent_coef = 0.0;
   c.gamma = 0.9;

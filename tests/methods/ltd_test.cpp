@@ -270,24 +270,10 @@ TEST(Ltd, EveryVariantAndBaselineMatchesArAtTemperatureZero) {
 TEST(Ltd, KnobErrorsNameTheProblem) {
   testing_util::StoriesMethods s;
   const std::string pair = WritePolicyPair("errors", 10, 12, 3);
-  try {
-    s.registry.Build("ltd", s.context, {{"policy", pair}, {"max_depth", 8}});
-    ADD_FAILURE() << "max_depth mismatch accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("max_depth"));
-  }
-  try {
-    s.registry.Build("ltd", s.context, {{"policy", "/nonexistent/ltd"}});
-    ADD_FAILURE() << "missing policy accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/ltd"));
-  }
-  try {
-    s.registry.Build("eagle3+ddd", s.context, {{"check_rounds", "5,x"}});
-    ADD_FAILURE() << "bad check_rounds accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("check_rounds"));
-  }
+  // A max_depth the policies were not trained for, a missing policy, bad check rounds.
+  testing_util::ExpectBuildError(s, "ltd", {{"policy", pair}, {"max_depth", 8}}, "max_depth");
+  testing_util::ExpectBuildError(s, "ltd", {{"policy", "/nonexistent/ltd"}}, "/nonexistent/ltd");
+  testing_util::ExpectBuildError(s, "eagle3+ddd", {{"check_rounds", "5,x"}}, "check_rounds");
 }
 
 TEST(Ltd, LosslessAtTemperatureOne) {

@@ -20,6 +20,7 @@
 #include "methods/ltd/ltd_policy.h"
 #include "methods/ltd/ltd_trainer.h"
 #include "methods/method_registry.h"
+#include "tests/methods/ppo_test_util.h"
 #include "tests/methods/story_test_util.h"
 
 namespace specbed {
@@ -58,10 +59,7 @@ LtdTrainConfig SmallConfig(const std::string& tables) {
   c.depth_steps = 256;
   c.iter_steps = 128;
   c.iterations = 1;
-  c.ppo.n_steps = 128;
-  c.ppo.minibatch = 32;
-  c.ppo.epochs = 4;
-  c.ppo.lr = 3e-3;
+  testing_util::SetSmallPpo(c.ppo);
   c.eval_every = 100;
   return c;
 }

@@ -1,16 +1,22 @@
 // Test helpers shared by the method tests: a MethodContext for one loaded target whose
 // load_model loads (and caches for the whole test binary) any other model by name, in float32;
-// stories260K with every method registered and such a context; and the tiny draft-head shape
+// stories260K with every method registered and such a context (and the errors of builds in it);
+// a built-in method's traits and default knobs; and the tiny draft-head shape
 // (with a tiny random EAGLE-3 head) for the tiny random target of engine_test_util.h.
 // Checked by: tests/methods/eagle3_drafter_test.cpp, tests/methods/osd_test.cpp,
-// tests/methods/specblock_test.cpp, tests/methods/ltd_test.cpp (the tests that use it).
+// tests/methods/specblock_test.cpp, tests/methods/ltd_test.cpp, tests/methods/pearl_test.cpp,
+// tests/methods/specbranch_test.cpp, tests/methods/jetspec_test.cpp (the tests that use it).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "harness/base/error.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"
@@ -47,6 +53,40 @@ struct StoriesMethods {
   MethodRegistry registry;
   MethodContext context;  // points at `target`
 };
+
+// Building `method` with `knobs` in `s` throws a specbed::Error whose message contains `part`.
+inline void ExpectBuildError(StoriesMethods& s, const std::string& method,
+                             const nlohmann::json& knobs, const std::string& part) {
+  try {
+    s.registry.Build(method, s.context, knobs);
+    ADD_FAILURE() << method << " built with " << knobs.dump();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "'" << part << "' not in: " << message << " (" << method << " with " << knobs.dump()
+        << ")";
+  }
+}
+
+// `name` is a built-in method whose traits hold every entry of `traits` (as MethodTraits::ToJson
+// writes them) and whose default knobs, resolved for the model `model` ("": for none), hold every
+// entry of `knobs`.
+inline void ExpectBuiltin(const std::string& name, const nlohmann::json& traits,
+                          const std::string& model, const nlohmann::json& knobs) {
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  ASSERT_TRUE(registry.Has(name));
+  const nlohmann::json got = registry.Info(name).traits.ToJson();
+  for (const auto& [key, value] : traits.items()) {
+    EXPECT_EQ(got.at(key), value) << name << ": trait " << key;
+  }
+  const nlohmann::json resolved =
+      model.empty() ? registry.ResolveKnobs(name, nlohmann::json::object())
+                    : registry.ResolveKnobsFor(name, nlohmann::json::object(), model);
+  for (const auto& [key, value] : knobs.items()) {
+    EXPECT_EQ(resolved.at(key), value) << name << ": knob " << key;
+  }
+}
 
 // A random EAGLE-3 head over 3 of the 4 tokens of TinyRandomTarget (engine_test_util.h), its
 // lm_head scaled by 80 so that its drafts are sharp.

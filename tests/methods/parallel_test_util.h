@@ -1,7 +1,7 @@
 // Shared helpers for the parallel draft/verify decoders' tests (pearl_test, specbranch_test):
 // the stories260K fixture with every story prompt, exact match with AR, loop invariants, and an
 // exact chi-square test of the output distribution over a top-k-restricted sample space (with
-// its verdict for the real rule and for the negative control).
+// its verdict for the real rule and for the negative control, and the one both tests run).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -199,6 +199,19 @@ inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double tempera
     ++bins;
   }
   return testing_util::ChiSquareSf(chi2, std::max(bins - 1, 1));
+}
+
+// ChiSquarePValue of `decoder` at T = 1 with top-k 3 over its first 4 tokens after story prompt
+// 3 (12000 seeded generations of 4 tokens on one cache).
+inline double TopThreeChiSquareP(Decoder& decoder) {
+  LoadedTarget& target = Shared().target;
+  const auto& prompt = Shared().prompts[3];
+  KvCache cache = CacheFor(*target.model, prompt, 4, decoder);
+  return ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
+    DecodeResult r;
+    decoder.Generate(prompt, Config(target, 1.0, 4, seed, 3), cache, r);
+    return r.generation.tokens;
+  });
 }
 
 }  // namespace parallel_test

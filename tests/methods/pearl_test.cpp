@@ -19,6 +19,7 @@
 #include "methods/pearl/side_thread.h"
 #include "methods/pearl/speed_ratio.h"
 #include "tests/common/cuda_test_util.h"
+#include "tests/methods/method_test_util.h"
 #include "tests/methods/parallel_test_util.h"
 
 namespace specbed {
@@ -26,10 +27,13 @@ namespace {
 
 using parallel_test::Shared;
 
-std::unique_ptr<PearlDecoder> MakePearl(int64_t gamma, bool parallel = true) {
+// `accept_next_unverified`: the negative control of the T = 1 test.
+std::unique_ptr<PearlDecoder> MakePearl(int64_t gamma, bool parallel = true,
+                                        bool accept_next_unverified = false) {
   PearlOptions options;
   options.gamma = gamma;
   options.parallel = parallel;
+  options.test_accept_next_unverified = accept_next_unverified;
   options.target_threads = 1;
   options.draft_threads = 1;
   return std::make_unique<PearlDecoder>(*Shared().target.model, Shared().target.tokenizer.get(),
@@ -125,22 +129,11 @@ TEST(Pearl, RollbackDiscardsEveryTokenDraftedAfterTheRejection) {
 }
 
 TEST(Pearl, LosslessAtTemperatureOneAndNegativeControlFails) {
-  LoadedTarget& target = Shared().target;
-  const auto& prompt = Shared().prompts[3];
   for (bool broken : {false, true}) {
-    PearlOptions options;
-    options.gamma = 2;
-    options.target_threads = 1;
-    options.test_accept_next_unverified = broken;
-    PearlDecoder pearl(*target.model, target.tokenizer.get(), Shared().draft.model, options);
-    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 4, pearl);
-    const double p = parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
-      DecodeResult r;
-      pearl.Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
-      return r.generation.tokens;
-    });
+    auto pearl = MakePearl(2, /*parallel=*/true, /*accept_next_unverified=*/broken);
     parallel_test::ExpectChiSquareVerdict(
-        "pearl", p, broken, broken ? "next token accepted unverified" : "chain rejection sampling",
+        "pearl", parallel_test::TopThreeChiSquareP(*pearl), broken,
+        broken ? "next token accepted unverified" : "chain rejection sampling",
         "the negative control must fail");
   }
 }
@@ -275,18 +268,11 @@ TEST(Pearl, AutoChunkFollowsTheMeasuredSpeedRatio) {
 }
 
 TEST(Pearl, RegisteredWithTraitsAndKnobs) {
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  ASSERT_TRUE(registry.Has("pearl"));
-  const MethodInfo& info = registry.Info("pearl");
-  EXPECT_TRUE(info.traits.overlaps_verification);
-  EXPECT_TRUE(info.traits.lossless);
-  EXPECT_EQ(info.traits.sampling_verifier, "chain_rs");
-  const auto knobs =
-      registry.ResolveKnobsFor("pearl", nlohmann::json::object(), "stories260K-twin");
-  EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");
-  EXPECT_EQ(knobs.at("gamma"), 4);
-  EXPECT_EQ(knobs.at("draft_threads"), 1);
+  testing_util::ExpectBuiltin(
+      "pearl",
+      {{"overlaps_verification", true}, {"lossless", true}, {"sampling_verifier", "chain_rs"}},
+      "stories260K-twin",
+      {{"drafter", "stories260K-twin-draft"}, {"gamma", 4}, {"draft_threads", 1}});
 }
 
 }  // namespace

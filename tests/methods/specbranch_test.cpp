@@ -14,6 +14,7 @@
 #include "methods/specbranch/hrad_trainer.h"
 #include "methods/specbranch/specbranch_decoder.h"
 #include "models/drafter_catalog.h"
+#include "tests/methods/method_test_util.h"
 #include "tests/methods/parallel_test_util.h"
 #include "tests/models/model_test_util.h"
 
@@ -110,20 +111,13 @@ TEST(SpecBranch, AutoChunkFromTheSpeedRatioMatchesAr) {
 }
 
 TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
-  LoadedTarget& target = Shared().target;
-  const auto& prompt = Shared().prompts[3];
   for (bool broken : {false, true}) {
     SpecBranchOptions options;
     options.gamma_max = 2;
     options.k_max = 6;
     options.test_accept_first_branch = broken;
     auto decoder = Make(options, 11);
-    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 4, *decoder);
-    const double p = parallel_test::ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
-      DecodeResult r;
-      decoder->Generate(prompt, parallel_test::Config(target, 1.0, 4, seed, 3), cache, r);
-      return r.generation.tokens;
-    });
+    const double p = parallel_test::TopThreeChiSquareP(*decoder);
     EXPECT_GT(decoder->counters().branches, decoder->counters().branch_points);
     parallel_test::ExpectChiSquareVerdict("specbranch", p, broken,
                                           broken ? "accept first branch" : "multi-candidate rule",
@@ -201,20 +195,17 @@ TEST(HradTrain, WritesALoadablePredictorWithRecipeAndEvaluation) {
   EXPECT_EQ(out.generation.tokens, ar.tokens);
 }
 
+// The stored sampling rule names both parts (it said chain_rs, which the branch point does not
+// use).
 TEST(SpecBranch, RegisteredWithTraitsAndKnobs) {
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  ASSERT_TRUE(registry.Has("specbranch"));
-  const MethodInfo& info = registry.Info("specbranch");
-  EXPECT_TRUE(info.traits.overlaps_verification);
-  EXPECT_TRUE(info.traits.needs_target_hidden);
-  // The stored rule names both parts (it said chain_rs, which the branch point does not use).
-  EXPECT_EQ(info.traits.sampling_verifier, "chain_rs+branch_rrs");
-  const auto knobs =
-      registry.ResolveKnobsFor("specbranch", nlohmann::json::object(), "stories260K-twin");
-  EXPECT_EQ(knobs.at("drafter"), "stories260K-twin-draft");
-  EXPECT_EQ(knobs.at("predictor"), "stories260K-twin-hrad");
-  EXPECT_EQ(knobs.at("epsilon"), 0.2);
+  testing_util::ExpectBuiltin("specbranch",
+                              {{"overlaps_verification", true},
+                               {"needs_target_hidden", true},
+                               {"sampling_verifier", "chain_rs+branch_rrs"}},
+                              "stories260K-twin",
+                              {{"drafter", "stories260K-twin-draft"},
+                               {"predictor", "stories260K-twin-hrad"},
+                               {"epsilon", 0.2}});
 }
 
 }  // namespace
