@@ -79,8 +79,18 @@ inline float Dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-struct AttentionArgs {
+// The sizes every row kernel of one forward step shares: `n_tokens` new rows of each of `batch`
+// sequences after `past` cached slots, in a cache of `max_len` slots.
+struct RowsShape {
   int64_t batch, n_tokens, n_heads, n_kv_heads, head_dim, past, max_len;
+};
+
+RowsShape StepShape(const LlamaConfig& c, int64_t batch, int64_t n_tokens, int64_t past,
+                    int64_t max_len) {
+  return {batch, n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, past, max_len};
+}
+
+struct AttentionArgs : RowsShape {
   const bool* mask;  // [batch, n_tokens, past + n_tokens] or nullptr (causal)
   float* scores;     // [threads, >= past + n_tokens]
   int64_t scores_stride;
@@ -173,8 +183,7 @@ void EmbedRows(const T* emb, const int64_t* ids, int64_t rows, int64_t dim, int6
 
 // One layer's q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
 template <typename T>
-struct QkvToCacheArgs {
-  int64_t batch, n_tokens, n_heads, n_kv, head_dim, past, max_len;
+struct QkvToCacheArgs : RowsShape {
   const int64_t* positions;  // [batch * T] or null (past + t)
   const float *cos_table, *sin_table;
   const T *q_norm, *k_norm;  // null when absent
@@ -183,22 +192,22 @@ struct QkvToCacheArgs {
 };
 template <typename T>
 void QkvToCache(T* qkv, T* q, T* kcache, T* vcache, const QkvToCacheArgs<T>& a) {
-  const int64_t hd = a.head_dim, half = hd / 2, qkv_dim = (a.n_heads + 2 * a.n_kv) * hd;
+  const int64_t hd = a.head_dim, half = hd / 2, qkv_dim = (a.n_heads + 2 * a.n_kv_heads) * hd;
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t t = 0; t < a.n_tokens; ++t) {
       const int64_t row = b * a.n_tokens + t;
       const int64_t pos = a.positions ? a.positions[row] : a.past + t;
       T* qsrc = qkv + row * qkv_dim;
       T* ksrc = qsrc + a.n_heads * hd;
-      T* vsrc = ksrc + a.n_kv * hd;
+      T* vsrc = ksrc + a.n_kv_heads * hd;
       if (a.q_norm) HeadNorm(qsrc, a.q_norm, a.n_heads, hd, a.eps);
-      if (a.k_norm) HeadNorm(ksrc, a.k_norm, a.n_kv, hd, a.eps);
+      if (a.k_norm) HeadNorm(ksrc, a.k_norm, a.n_kv_heads, hd, a.eps);
       const float* c = a.cos_table + pos * half;
       const float* s = a.sin_table + pos * half;
       Rope(qsrc, q + row * a.n_heads * hd, a.n_heads, hd, c, s, a.interleaved);
       const int64_t slot = a.past + t;
-      for (int64_t h = 0; h < a.n_kv; ++h) {
-        const int64_t at = ((b * a.n_kv + h) * a.max_len + slot) * hd;
+      for (int64_t h = 0; h < a.n_kv_heads; ++h) {
+        const int64_t at = ((b * a.n_kv_heads + h) * a.max_len + slot) * hd;
         Rope(ksrc + h * hd, kcache + at, 1, hd, c, s, a.interleaved);
         std::memcpy(vcache + at, vsrc + h * hd, hd * sizeof(T));
       }
@@ -409,6 +418,18 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
   return out;
 }
 
+// The RoPE table rows a step needs: `fallback` (past + n_tokens) or one past the largest of the
+// `rows` explicit positions (int64, CPU; undefined = none), which must not be negative.
+static int64_t RopeRowsNeeded(const at::Tensor& positions, int64_t rows, int64_t fallback) {
+  int64_t needed = fallback;
+  for (int64_t i = 0; positions.defined() && i < rows; ++i) {
+    const int64_t p = positions.data_ptr<int64_t>()[i];
+    SPECBED_CHECK(p >= 0, "Forward: negative position");
+    needed = std::max(needed, p + 1);
+  }
+  return needed;
+}
+
 ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cache,
                                       const ForwardOptions& options) {
   const at::Tensor tokens =
@@ -419,13 +440,7 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
   EnsureCapacity(rows, past + n_tokens);
   const at::Tensor positions =
       options.positions.defined() ? options.positions.contiguous() : at::Tensor();
-  int64_t max_position = past + n_tokens;
-  for (int64_t i = 0; positions.defined() && i < rows; ++i) {
-    const int64_t p = positions.data_ptr<int64_t>()[i];
-    SPECBED_CHECK(p >= 0, "Forward: negative position");
-    max_position = std::max(max_position, p + 1);
-  }
-  EnsureRope(max_position);
+  EnsureRope(RopeRowsNeeded(positions, rows, past + n_tokens));
   const at::Tensor mask = options.mask.defined() ? options.mask.contiguous() : at::Tensor();
 
   ForwardOutput out;
@@ -450,13 +465,8 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
     EmbedRows(weights_.tok_embeddings.data_ptr<T>(), tokens.data_ptr<int64_t>(), rows, dim,
               config_.vocab_size, xp);
     capture(0, x);
-    QkvToCacheArgs<T> rope{batch,
-                           n_tokens,
-                           config_.n_heads,
-                           config_.n_kv_heads,
-                           config_.head_dim,
-                           past,
-                           cache.max_len(),
+    const RowsShape shape = StepShape(config_, batch, n_tokens, past, cache.max_len());
+    QkvToCacheArgs<T> rope{shape,
                            positions.defined() ? positions.data_ptr<int64_t>() : nullptr,
                            rope_cos_.data_ptr<float>(),
                            rope_sin_.data_ptr<float>(),
@@ -464,16 +474,8 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
                            nullptr,
                            eps,
                            config_.rope_interleaved};
-    AttentionArgs args{batch,
-                       n_tokens,
-                       config_.n_heads,
-                       config_.n_kv_heads,
-                       config_.head_dim,
-                       past,
-                       cache.max_len(),
-                       mask.defined() ? mask.data_ptr<bool>() : nullptr,
-                       scores_.data_ptr<float>(),
-                       slot_capacity_};
+    AttentionArgs args{shape, mask.defined() ? mask.data_ptr<bool>() : nullptr,
+                       scores_.data_ptr<float>(), slot_capacity_};
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       const LlamaLayerWeights& w = weights_.layers[l];
       RmsNormRows(xp, w.attn_norm.data_ptr<T>(), xnp, rows, dim, eps);
