@@ -1,9 +1,10 @@
-// What the drafter heads' config.json readers share (EAGLE-3's Eagle3Config, DFlash's
+// What the drafter heads' config.json readers and writers share (EAGLE-3's Eagle3Config, DFlash's
 // DflashConfig, and the next head with the same member names): the decoder-layer fields, read
 // through the engine's own parser (ParseHfConfig) so defaults and errors match a target's; the
-// RoPE part as a LlamaConfig (Hugging Face rotate_half pairing); and the layer fields re-checked
-// with the engine's rules (LlamaConfig::Validate); and reading / writing a head checkpoint
-// directory around the head's own config parser and tensor checks.
+// layers as a LlamaConfig (HeadLayerConfig: RoPE with Hugging Face rotate_half pairing, checked
+// with the engine's rules by LlamaConfig::Validate); writing the layer and token fields back under
+// Hugging Face's names; and reading / writing a head checkpoint directory around the head's own
+// config parser and tensor checks.
 // Checked by: tests/methods/eagle3_head_test.cpp, tests/methods/dflash_head_test.cpp (their
 // config round trips and malformed-config cases).
 #pragma once
