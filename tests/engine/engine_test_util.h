@@ -1,6 +1,6 @@
-// Shared helpers for tests/engine and tests/methods: paths, loading stories260K, comparing logits,
-// the chi-square losslessness check of a decoder's exact n-token output distribution on a tiny
-// target (TinyOutputPValue).
+// Shared helpers for tests/engine and tests/methods: paths, loading stories260K and the story
+// prompts, comparing logits, the chi-square losslessness check of a decoder's exact n-token output
+// distribution on a tiny target (TinyOutputPValue).
 #pragma once
 
 #include <cmath>
@@ -12,11 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "datasets/dataset.h"
 #include "harness/engine/method.h"
 #include "harness/engine/sampler.h"
+#include "harness/runner/runner.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/llama_model.h"
+#include "tests/models/model_test_util.h"
 
 namespace specbed {
 namespace testing_util {
@@ -44,6 +47,15 @@ inline LlamaModel Stories260KModel(at::ScalarType dtype = at::kFloat) {
   const auto& ckpt = Stories260K();
   return LlamaModel(ckpt.config,
                     WeightsFromHfTensors(ckpt.config, ckpt.tensors, "stories260K").To(dtype));
+}
+
+// The ids of every "stories" prompt's first turn under `target`'s chat template.
+inline std::vector<std::vector<int32_t>> StoryPromptIds(const LoadedTarget& target) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const Prompt& p : LoadDataset("stories", {})) {
+    prompts.push_back(BuildPromptIds(target, {{"user", p.turns[0]}}));
+  }
+  return prompts;
 }
 
 inline at::Tensor Ids(const std::vector<int32_t>& ids) {
@@ -83,17 +95,9 @@ inline double ChiSquareSf(double x, int k) {
 // heads, max 32 positions, untied): seeded weights with lm_head scaled by `lm_head_scale` for
 // sharper next-token distributions than the 0.02 init gives.
 inline std::shared_ptr<LlamaModel> TinyRandomTarget(uint64_t seed, double lm_head_scale) {
-  LlamaConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden_dim = 32;
-  c.vocab_size = 4;
-  c.max_seq_len = 32;
-  c.tie_embeddings = false;
+  const LlamaConfig c = testing_util::SmallConfigOf(
+      "LlamaForCausalLM", {/*dim=*/16, /*n_heads=*/2, /*n_kv_heads=*/2, /*head_dim=*/8,
+                           /*hidden_dim=*/32, /*vocab_size=*/4, /*max_seq_len=*/32});
   c.Validate("tiny target");
   LlamaWeights w = RandomLlamaWeights(c, seed);
   w.lm_head = w.lm_head * lm_head_scale;
