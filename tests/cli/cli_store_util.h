@@ -1,9 +1,11 @@
 // Helpers for the CLI tests that read what `specbed` wrote: a read-only results store, a row count
 // that tolerates a database not created yet, a JSON config written into the test's folder, and a
-// child killed with SIGKILL once it has stored some rows (but not all). Header-only (tests only).
-// Checked by: tests/cli/sweep_cli_test.cpp
+// child killed with SIGKILL once it has stored some rows (but not all), and a run so killed
+// mid-way. Header-only (tests only).
+// Checked by: tests/cli/sweep_cli_test.cpp, tests/cli/cli_test.cpp
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/base/error.h"
 #include "results/store.h"
@@ -61,6 +64,22 @@ inline int64_t KillOnceStored(Child& child, const std::function<int64_t()>& stor
     std::this_thread::sleep_for(poll);
   }
   return -1;
+}
+
+// Runs `specbed args` in `dir` and kills it with SIGKILL once the results database `db` holds
+// between 1 and `cases` - 1 cases; sets `*r` (when given) to the killed run. A fatal failure when
+// the run ended before it could be killed mid-way.
+inline void RunKilledMidway(const std::vector<std::string>& args, const std::string& dir,
+                            const std::string& db, int64_t cases, ProcResult* r = nullptr) {
+  Child child(args, dir);
+  const int64_t at_kill = KillOnceStored(
+      child, [&] { return CountRowsOrMinusOne(db, "cases"); }, cases);
+  const ProcResult killed = child.Wait(60);
+  if (r != nullptr) *r = killed;
+  ASSERT_GE(at_kill, 1) << "`specbed " << args[0]
+                        << "` finished before it could be killed mid-way; make it slower\n"
+                        << Describe(killed);
+  EXPECT_EQ(killed.term_signal, SIGKILL) << Describe(killed);
 }
 
 }  // namespace specbed::cli_test

@@ -39,20 +39,9 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-// Child process helpers: tests/cli/cli_test_util.h.
-using cli_test::Child;
-using cli_test::Contains;
-using cli_test::ContainsAll;
-using cli_test::CountRowsOrMinusOne;
-using cli_test::Describe;
-using cli_test::KillOnceStored;
-using cli_test::OpenReadOnly;
-using cli_test::ProcResult;
-using cli_test::ReadAll;
-using cli_test::RunSpecbed;
-using cli_test::TestDir;
-using cli_test::WriteFile;
-using cli_test::WriteJson;
+// Child, RunSpecbed, Contains, OpenReadOnly, WriteJson, ...: the child process and store helpers of
+// tests/cli/cli_test_util.h and tests/cli/cli_store_util.h.
+using namespace cli_test;
 
 Json ParseJsonOrFail(const ProcResult& r) {
   try {
@@ -478,13 +467,19 @@ void ExpectSaneSamples(ResultsStore& store, const ResultsStore::CaseRow& c, int6
   EXPECT_EQ(static_cast<int64_t>(prompt_ids.size()), n) << "duplicate prompt ids in a case";
 }
 
+// `specbed run CONFIG --quiet` in `dir` exits 0 and says `said` on stderr.
+void ExpectQuietRunSays(const std::string& dir, const std::string& config,
+                        const std::string& said) {
+  const ProcResult r = RunSpecbed({"run", config, "--quiet"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, said)) << Describe(r);
+}
+
 TEST(CliRun, WritesCasesAndResumesWithoutDuplicates) {
   const std::string dir = TestDir();
   const std::string db = dir + "/run.db";
   const std::string config = WriteJson(dir, "small.json", SmallConfig(db));
-  const ProcResult r = RunSpecbed({"run", config, "--quiet"}, dir);
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.err, "2 cases (2 run, 0 already complete)"));
+  ASSERT_NO_FATAL_FAILURE(ExpectQuietRunSays(dir, config, "2 cases (2 run, 0 already complete)"));
   {
     auto store = OpenReadOnly(db);
     const auto cases = store->ListCases();
@@ -505,9 +500,7 @@ TEST(CliRun, WritesCasesAndResumesWithoutDuplicates) {
   }
 
   // The same command again: everything is complete, nothing new is written.
-  const ProcResult again = RunSpecbed({"run", config, "--quiet"}, dir);
-  ASSERT_EQ(again.exit_code, 0) << Describe(again);
-  EXPECT_TRUE(Contains(again.err, "2 cases (0 run, 2 already complete)"));
+  ASSERT_NO_FATAL_FAILURE(ExpectQuietRunSays(dir, config, "2 cases (0 run, 2 already complete)"));
   auto store = OpenReadOnly(db);
   EXPECT_EQ(store->CountRows("cases"), 2);
   EXPECT_EQ(store->CountRows("samples"), 6);
@@ -524,15 +517,7 @@ TEST(CliRun, SigkillMidRunLeavesOnlyCompleteCasesAndResumes) {
   cfg["warmup"] = 0;
   const std::string config = WriteJson(dir, "kill.json", cfg);
 
-  {
-    Child child({"run", config}, dir);
-    const int64_t at_kill = KillOnceStored(
-        child, [&] { return CountRowsOrMinusOne(db, "cases"); }, 4);
-    const ProcResult r = child.Wait(60);
-    ASSERT_GE(at_kill, 1) << "the run finished before it could be killed mid-way; make it slower\n"
-                          << Describe(r);
-    EXPECT_EQ(r.term_signal, SIGKILL) << Describe(r);
-  }
+  ASSERT_NO_FATAL_FAILURE(RunKilledMidway({"run", config}, dir, db, 4));
   {
     auto store = OpenReadOnly(db);
     const auto cases = store->ListCases();
@@ -543,9 +528,7 @@ TEST(CliRun, SigkillMidRunLeavesOnlyCompleteCasesAndResumes) {
         << "samples of an unfinished case were stored";
   }
 
-  const ProcResult again = RunSpecbed({"run", config, "--quiet"}, dir);
-  ASSERT_EQ(again.exit_code, 0) << Describe(again);
-  EXPECT_TRUE(Contains(again.err, "already complete"));
+  ASSERT_NO_FATAL_FAILURE(ExpectQuietRunSays(dir, config, "already complete"));
   auto store = OpenReadOnly(db);
   const auto cases = store->ListCases();
   ASSERT_EQ(cases.size(), 4u);
@@ -579,6 +562,15 @@ void ExpectRunFails(const std::string& dir, const std::string& config, const std
   }
 }
 
+// SmallConfig with `key` set to `value`, run in `dir`, fails as ExpectRunFails says.
+void ExpectSmallConfigFails(const std::string& dir, const std::string& key, const Json& value,
+                            const std::vector<std::string>& needles) {
+  const std::string db = dir + "/bad.db";
+  Json cfg = SmallConfig(db);
+  cfg[key] = value;
+  ExpectRunFails(dir, WriteJson(dir, "bad.json", cfg), db, needles);
+}
+
 TEST(CliErrors, UnknownModelSuggestsNearest) {
   const std::string dir = TestDir();
   const ProcResult r = RunSpecbed({"generate", "--target", "stories260k", "-n", "4"}, dir);
@@ -586,21 +578,15 @@ TEST(CliErrors, UnknownModelSuggestsNearest) {
   EXPECT_TRUE(ContainsAll(
       r.err, {"unknown model 'stories260k'", "did you mean 'stories260K'?", "known models: "}));
 
-  const std::string db = dir + "/m.db";
-  Json cfg = SmallConfig(db);
-  cfg["targets"] = {"storie260K"};
-  ExpectRunFails(dir, WriteJson(dir, "m.json", cfg), db,
-                 {"unknown model 'storie260K'", "did you mean 'stories260K'?"});
+  ExpectSmallConfigFails(dir, "targets", {"storie260K"},
+                         {"unknown model 'storie260K'", "did you mean 'stories260K'?"});
 }
 
 // A device that is not there (cuda:7: no CUDA in CPU CI, one GPU on the GPU machines) fails
 // naming it, exit 1, before any case runs; the same for generate and bench.
 TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
   const std::string dir = TestDir();
-  const std::string db = dir + "/dev.db";
-  Json cfg = SmallConfig(db);
-  cfg["device"] = "cuda:7";
-  ExpectRunFails(dir, WriteJson(dir, "dev.json", cfg), db, {"device 'cuda:7' is not available"});
+  ExpectSmallConfigFails(dir, "device", "cuda:7", {"device 'cuda:7' is not available"});
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"generate", "--device", "cuda:7", "-n", "4"},
         {"bench", "--device", "cuda:7", "-n", "4", "-o", ""},
@@ -609,9 +595,8 @@ TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
     EXPECT_EQ(r.exit_code, 1) << Describe(r);
     EXPECT_TRUE(Contains(r.err, "device 'cuda:7' is not available")) << Describe(r);
   }
-  cfg["device"] = "gpu";
-  ExpectRunFails(dir, WriteJson(dir, "dev2.json", cfg), db,
-                 {"device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""});
+  ExpectSmallConfigFails(dir, "device", "gpu",
+                         {"device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""});
 }
 
 TEST(CliErrors, UnknownSubcommandIsNamed) {
@@ -623,21 +608,14 @@ TEST(CliErrors, UnknownSubcommandIsNamed) {
 }
 
 TEST(CliErrors, UnknownDatasetListsKnownOnes) {
-  const std::string dir = TestDir();
-  const std::string db = dir + "/d.db";
-  Json cfg = SmallConfig(db);
-  cfg["datasets"] = {"storys"};
-  ExpectRunFails(dir, WriteJson(dir, "d.json", cfg), db,
-                 {"unknown dataset 'storys'", "did you mean 'stories'?", "mt_bench", "spec_bench"});
+  ExpectSmallConfigFails(
+      TestDir(), "datasets", {"storys"},
+      {"unknown dataset 'storys'", "did you mean 'stories'?", "mt_bench", "spec_bench"});
 }
 
 TEST(CliErrors, UnknownMethodListsAr) {
-  const std::string dir = TestDir();
-  const std::string db = dir + "/x.db";
-  Json cfg = SmallConfig(db);
-  cfg["methods"] = {"medusa9"};
-  ExpectRunFails(dir, WriteJson(dir, "x.json", cfg), db,
-                 {"unknown method 'medusa9'", "known methods: ", "ar"});
+  ExpectSmallConfigFails(TestDir(), "methods", {"medusa9"},
+                         {"unknown method 'medusa9'", "known methods: ", "ar"});
 }
 
 TEST(CliErrors, UnknownConfigKeyNamesFileAndKey) {

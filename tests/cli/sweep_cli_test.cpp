@@ -22,17 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using cli_test::Child;
-using cli_test::Contains;
-using cli_test::ContainsAll;
-using cli_test::CountRowsOrMinusOne;
-using cli_test::Describe;
-using cli_test::KillOnceStored;
-using cli_test::OpenReadOnly;
-using cli_test::ProcResult;
-using cli_test::RunSpecbed;
-using cli_test::TestDir;
-using cli_test::WriteJson;
+// Child, RunSpecbed, Contains, OpenReadOnly, WriteJson, ...: the child process and store helpers of
+// tests/cli/cli_test_util.h and tests/cli/cli_store_util.h.
+using namespace cli_test;
 
 // AR + SpS gamma 1 and 2 at T 0 and 1 on 2 stories prompts, 8 new tokens: 6 cases.
 Json SmallSweep(const std::string& db) {
@@ -196,13 +188,8 @@ TEST(CliSweep, SigkillMidSweepResumesToEveryCaseOnce) {
   cfg["max_new_tokens"] = 32;
   const std::string sweep = WriteJson(dir, "kill.json", cfg);
   {
-    Child child({"sweep", sweep}, dir);
-    const int64_t at_kill = KillOnceStored(
-        child, [&] { return CountRowsOrMinusOne(db, "cases"); }, 18);
-    const ProcResult r = child.Wait(60);
-    ASSERT_GE(at_kill, 1) << "the sweep finished before it could be killed; make it slower\n"
-                          << Describe(r);
-    EXPECT_EQ(r.term_signal, SIGKILL) << Describe(r);
+    ProcResult r;
+    ASSERT_NO_FATAL_FAILURE(RunKilledMidway({"sweep", sweep}, dir, db, 18, &r));
     EXPECT_TRUE(Contains(r.err, "specbed sweep: 18 cases"));
   }
   const int64_t before = OpenReadOnly(db)->CountRows("cases");
