@@ -1,11 +1,10 @@
 // Flags and messages that several `specbed` subcommands share: for train, regen and blockpilot
 // the output and target flags with their old spellings, -q/--quiet, --partial-every, --threads,
-// the parsed flags of a trainer, the run of a trainer on the shared loop and the note printed
-// when a resumable command stopped early; for the commands that compute speedups (summary,
-// report, export, compare) the AR-baseline flags.
-// Checked by: tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp,
-// tests/train/train_cli_test.cpp, tests/cli/ltd_cli_test.cpp, tests/cli/summary_cli_test.cpp,
-// tests/cli/compare_cli_test.cpp.
+// the training-loop flags, the parsed flags of a trainer, the run of a trainer on the shared loop
+// and the note printed when a resumable command stopped early; for the commands that compute
+// speedups (summary, report, export, compare) the AR-baseline flags. Checked by:
+// tests/cli/blockpilot_cli_test.cpp, tests/train/regen_test.cpp, tests/train/train_cli_test.cpp,
+// tests/cli/ltd_cli_test.cpp, tests/cli/summary_cli_test.cpp, tests/cli/compare_cli_test.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -40,11 +39,18 @@ void AddQuietFlag(CLI::App* cmd, bool& verbose);
 // --partial-every: seconds between progress writes to OUT.partial (default shown).
 void AddPartialEveryFlag(CLI::App* cmd, double& seconds);
 
+// The positional DB "Results database (written by specbed run)", required (summary, export).
+void AddResultsDbArg(CLI::App* cmd, std::string& db);
+
 // --cross-machine-baseline (off by default) and --scope (decode, e2e or end_to_end; default
 // decode) of a command that compares with AR; `what` names its figure in --scope's help
 // ("Speedups", "Speed").
 void AddBaselineFlags(CLI::App* cmd, bool& cross_machine, std::string& scope,
                       const std::string& what);
+
+// The shared training-loop flags (--steps, --batch, --lr, ..., --threads, --resume, --restart,
+// --stop-after, --quiet; methods/common/train/train_loop.h) on `cmd`.
+void AddOptimFlags(CLI::App* cmd, OptimConfig& optim, TrainLoopOptions& run);
 
 // Prints "stopped <progress>; rerun the same command to resume" to stdout.
 void PrintStopped(const std::string& progress);
@@ -60,7 +66,7 @@ auto TrainUnlessStopped(const TrainerFlags<Config>& o, Train train)
     -> std::optional<decltype(train(o.config, o.out, o.run))> {
   auto r = train(o.config, o.out, o.run);
   if (ReportIfStopped(r.loop, o.config.optim.steps)) return std::nullopt;
-  return std::move(r);
+  return r;
 }
 
 }  // namespace specbed::cli

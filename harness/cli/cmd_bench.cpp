@@ -298,11 +298,18 @@ void PrintRow(const BenchRecord& row) {
 // The verify-width curve after `row`'s context (batch 1 rows only).
 std::vector<BenchVerifyRecord> MeasureVerifyRows(const BenchOptions& o, LlamaModel& model,
                                                  const BenchRecord& row) {
-  // What every point of the curve shares: model, dtype, threads, batch size 1, context.
-  BenchVerifyRecord v{row.model, row.dtype, row.threads, /*batch_size=*/1, row.context_len};
-  v.reps = o.reps;
-  v.gemv_max_rows = GemvMaxRows(model.dtype());
-  v.blas_core = row.blas_core;
+  // Each point of the curve sets n_query, forward_ms and ratio_to_one.
+  BenchVerifyRecord v{/*model=*/row.model,
+                      /*dtype=*/row.dtype,
+                      /*threads=*/row.threads,
+                      /*batch_size=*/1,
+                      /*context_len=*/row.context_len,
+                      /*n_query=*/1,
+                      /*reps=*/o.reps,
+                      /*forward_ms=*/0,
+                      /*ratio_to_one=*/0,
+                      /*gemv_max_rows=*/GemvMaxRows(model.dtype()),
+                      /*blas_core=*/row.blas_core};
   std::vector<BenchVerifyRecord> recs;
   for (const VerifyWidthPoint& p :
        MeasureVerifyWidthCurve(model, row.context_len, o.verify_widths, o.reps)) {

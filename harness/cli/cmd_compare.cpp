@@ -58,8 +58,7 @@ void RunCompare(const CompareCommandOptions& o) {
   const CompareResult r = o.cases.empty()
                               ? CompareDatabases(Baseline(o), Candidate(o), options)
                               : CompareCases(WithinDatabase(o), o.cases[0], o.cases[1], options);
-  const std::string text = o.json ? CompareJson(r) : FormatCompareTable(r);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  WriteToStdout(o.json ? CompareJson(r) : FormatCompareTable(r));
   std::fflush(stdout);
   if (r.regressed) std::exit(kRegressionExitCode);
 }

@@ -33,7 +33,7 @@ void RunExport(const ExportCommandOptions& o) {
   const Summary summary = BuildSummary(o.db, options);
   const std::string text = ExportResults(summary, table, format);
   if (o.output.empty() || o.output == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    WriteToStdout(text);
     return;
   }
   namespace fs = std::filesystem;
@@ -57,7 +57,7 @@ void AddExportCommand(CLI::App& app) {
   auto [cmd, o] = AddSubcommand(&app, "export", RunExport,
                                 "Results database -> CSV or JSON (cases with every summary metric "
                                 "and CI, per-position acceptance, samples, steps)");
-  cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
+  AddResultsDbArg(cmd, o->db);
   cmd->add_option("--format", o->format, "csv (default) or json")
       ->check(CLI::IsMember({"csv", "json"}));
   cmd->add_option("--table", o->table,

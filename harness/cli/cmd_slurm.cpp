@@ -130,7 +130,7 @@ void RunSlurm(const SlurmOptions& o) {
   std::filesystem::create_directories(o.output_dir, ec);
   SPECBED_CHECK(!ec, "slurm: cannot create the -o/--output folder '", o.output_dir,
                 "' (the job array's logs and shard databases go there): ", ec.message());
-  std::fwrite(s.data(), 1, s.size(), stdout);
+  WriteToStdout(s);
 }
 
 }  // namespace

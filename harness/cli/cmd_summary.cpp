@@ -51,8 +51,7 @@ void RunSummary(const SummaryCommandOptions& o) {
   options.scope = ParseSpeedupScope(o.scope, "--scope");
   options.baseline.cross_machine = o.cross_machine_baseline;
   const Summary summary = BuildSummary(o.db, options);
-  const std::string text = o.json ? SummaryJson(summary) : FormatSummaryTable(summary, o.table);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  WriteToStdout(o.json ? SummaryJson(summary) : FormatSummaryTable(summary, o.table));
 }
 
 }  // namespace
@@ -61,7 +60,7 @@ void AddSummaryCommand(CLI::App& app) {
   auto [cmd, o] = AddSubcommand(
       &app, "summary", RunSummary,
       "Results database -> one row of metrics per case (speedup with 95% CIs vs. AR)");
-  cmd->add_option("db", o->db, "Results database (written by specbed run)")->required();
+  AddResultsDbArg(cmd, o->db);
   cmd->add_flag("--json", o->json, "Print every number as JSON instead of the table");
   cmd->add_flag("--wide", o->table.wide,
                 "Every column, with the full method knobs (default: a ~120-column table)");

@@ -98,10 +98,7 @@ void RunSweepFile(const SweepFileOptions& o) {
                o.command.c_str(), static_cast<long long>(s.cases_total),
                static_cast<long long>(s.cases_run), static_cast<long long>(s.cases_skipped),
                s.wall_s, config.base.output.c_str());
-  if (!o.no_summary) {
-    const std::string table = FormatSummaryTable(BuildSummary(config.base.output));
-    std::fwrite(table.data(), 1, table.size(), stdout);
-  }
+  if (!o.no_summary) WriteToStdout(FormatSummaryTable(BuildSummary(config.base.output)));
 }
 
 void AddSweepCommand(CLI::App& app) {

@@ -316,36 +316,6 @@ void AddTrainHrad(CLI::App* train) {
   AddOptimFlags(cmd, c.optim, o->run);
 }
 
-void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
-  cmd->add_option("--steps", c.steps, "Optimiser steps")->capture_default_str();
-  cmd->add_option("-b,--batch", c.batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
-  cmd->add_option("--min-lr", c.min_lr, "Learning rate at the end of the cosine decay")
-      ->capture_default_str();
-  cmd->add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)")
-      ->capture_default_str();
-  cmd->add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = off)")
-      ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed of init and data order")->capture_default_str();
-  cmd->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
-      ->capture_default_str();
-  cmd->add_option("--log-every", c.log_every, "Steps between loss rows in train_log.db")
-      ->capture_default_str();
-  cmd->add_option("--eval-every", c.eval_every,
-                  "Steps between held-out evaluations (0 = only at the end)")
-      ->capture_default_str();
-  AddThreadsFlag(cmd, c.threads);
-  cmd->add_flag("--resume", run.resume, "Require an existing run in -o/--output and continue it");
-  cmd->add_flag("--restart", run.restart, "Discard any run in -o/--output and start afresh");
-  cmd->add_option("--stop-after", run.stop_after,
-                  "Stop after this many steps (checkpointed; the schedule still uses --steps)")
-      ->capture_default_str();
-  AddQuietFlag(cmd, run.verbose);
-}
-
 // The flags both LTD trainers share (LtdTrainSetup's inputs, the beam width and the depth
 // ceiling); `C` is LtdTrainConfig or LtdBaselineTrainConfig.
 template <class C>

@@ -66,6 +66,36 @@ bool TwinLearnedPart(const TwinOptions& o) {
   return true;
 }
 
+// The TwinShape flags (--width-factor, ..., --ffn): each shows its default and takes [min, max].
+void AddShapeFlags(CLI::App* cmd, TwinShape& s) {
+  struct ShapeFlag {
+    const char* name;
+    int64_t* value;
+    int min, max;
+    const char* help;
+  };
+  const ShapeFlag flags[] = {
+      {"--width-factor", &s.width_factor, 1, 64,
+       "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm bit-exact)"},
+      {"--target-width-factor", &s.target_width_factor, 0, 64,
+       "Width factor of the target whose hidden states a drafter head reads (0 = --width-factor)"},
+      {"--depth", &s.depth, 0, 4096,
+       "Total layers (identity layers appended; 0 = keep the original depth)"},
+      {"--head-dim", &s.head_dim, 0, 1024,
+       "Explicit head_dim (0 = keep): RoPE pairs land on the padded pair of equal frequency and q "
+       "is scaled so attention is unchanged (e.g. the Llama-3-8B shape: --width-factor 64 "
+       "--head-dim 128 --heads 32 --kv-heads 8 --ffn 14336 --depth 32)"},
+      {"--heads", &s.heads, 0, 1024, "Explicit attention heads (0 = original x width factor)"},
+      {"--kv-heads", &s.kv_heads, 0, 1024, "Explicit KV heads (0 = original x width factor)"},
+      {"--ffn", &s.ffn, 0, 1 << 20, "Explicit FFN width (0 = original x width factor)"},
+  };
+  for (const ShapeFlag& f : flags) {
+    cmd->add_option(f.name, *f.value, f.help)
+        ->capture_default_str()
+        ->check(CLI::Range(f.min, f.max));
+  }
+}
+
 void RunTwin(const TwinOptions& o) {
   if (o.builtin) {
     const StoriesTwinPaths& p = StoriesTwin();
@@ -127,38 +157,7 @@ void AddTwinCommand(CLI::App& app) {
                   "Model (registry name, llama2.c .bin, HF directory) or drafter directory");
   OldSpellings(cmd, cmd->add_option("-o,--output", o->output, "Output checkpoint directory"),
                {"--out"});
-  cmd->add_option("--width-factor", o->shape.width_factor,
-                  "Multiplies hidden size, heads, KV heads, FFN width (powers of 4 keep RMSNorm "
-                  "bit-exact)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd->add_option("--target-width-factor", o->shape.target_width_factor,
-                  "Width factor of the target whose hidden states a drafter head reads (0 = "
-                  "--width-factor)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  cmd->add_option("--depth", o->shape.depth,
-                  "Total layers (identity layers appended; 0 = keep the original depth)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option(
-         "--head-dim", o->shape.head_dim,
-         "Explicit head_dim (0 = keep): RoPE pairs land on the padded pair of equal "
-         "frequency and q is scaled so attention is unchanged (e.g. the Llama-3-8B shape: "
-         "--width-factor 64 --head-dim 128 --heads 32 --kv-heads 8 --ffn 14336 --depth 32)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--heads", o->shape.heads,
-                  "Explicit attention heads (0 = original x width factor)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--kv-heads", o->shape.kv_heads,
-                  "Explicit KV heads (0 = original x width factor)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--ffn", o->shape.ffn, "Explicit FFN width (0 = original x width factor)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+  AddShapeFlags(cmd, o->shape);
   cmd->add_option("--store-dtype", o->store_dtype,
                   "Float dtype of the written tensors: float32 (exact) or bfloat16 (half the "
                   "bytes, for large twins loaded in bfloat16 anyway, e.g. on a GPU)")

@@ -4,15 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace specbed {
-struct OptimConfig;       // methods/common/train/train_loop.h
-struct TrainLoopOptions;  // methods/common/train/train_loop.h
-}  // namespace specbed
 
 namespace specbed::cli {
 
@@ -29,6 +25,11 @@ CLI::Option* OldSpellings(CLI::App* cmd, CLI::Option* option,
                           const std::vector<std::string>& old_names);
 // The new spelling ("-o/--output") when `option` is an old spelling made by OldSpellings, else "".
 std::string NewSpellingOf(const CLI::Option* option);
+
+// Writes `text` to stdout as it is (a table, JSON, a script).
+inline void WriteToStdout(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
 
 // Adds subcommand `name` (described by `help`) to `parent` with a fresh `Options` that its flags
 // fill and a callback that calls run(options) once they are parsed; returns both. Presets go on
@@ -51,13 +52,11 @@ void AddReportCommand(CLI::App& app);
 void AddSummaryCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
-// The shared training-loop flags (--steps, --batch, --lr, ..., --resume, --restart,
-// --stop-after, --quiet; methods/common/train/train_loop.h) on `cmd` (cmd_train.cpp).
-void AddOptimFlags(CLI::App* cmd, OptimConfig& optim, TrainLoopOptions& run);
 void AddRegenCommand(CLI::App& app);
 void AddSweepCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
 void AddSlurmCommand(CLI::App& app);
+void AddCompareCommand(CLI::App& app);
 void AddBlockpilotCommand(CLI::App& app);
 void AddTwinCommand(CLI::App& app);
 // `specbed ltd-adaptation` (cmd_ltd.cpp).
@@ -72,7 +71,6 @@ struct SweepFileOptions {
   bool no_summary = false;  // skip the summary table printed at the end
 };
 void RunSweepFile(const SweepFileOptions& options);
-void AddCompareCommand(CLI::App& app);
 
 // Exit status of `specbed compare` when the candidate regresses (1 = error, 0 = no regression).
 inline constexpr int kRegressionExitCode = 3;
