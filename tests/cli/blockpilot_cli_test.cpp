@@ -26,7 +26,7 @@ void WriteHead(const std::string& dir) {
   const DflashConfig c = testing_util::DflashConfigOf(
       {/*hidden_size=*/64, /*intermediate_size=*/128, /*n_heads=*/8, /*n_kv_heads=*/4,
        /*head_dim=*/8, /*vocab_size=*/512, /*max_position_embeddings=*/512,
-       /*rms_norm_eps=*/1e-5, /*rope_theta=*/10000.0},
+       /*rms_norm_eps=*/1e-5, /*rope_theta=*/10000.0, /*bos_token_id=*/-1, /*eos_token_ids=*/{}},
       /*n_layers=*/1, /*block_size=*/4, /*mask_token_id=*/0, /*num_target_layers=*/5,
       /*target_layer_ids=*/{1, 3});
   WriteDflashCheckpoint(dir, c, RandomDflashTensors(c, 4));
