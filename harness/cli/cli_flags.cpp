@@ -90,6 +90,8 @@ void AddOptimFlags(CLI::App* cmd, OptimConfig& c, TrainLoopOptions& run) {
         [&](auto* value) { cmd->add_option(f.names, *value, f.help)->capture_default_str(); },
         f.value);
   }
+  cmd->add_option("--device", c.device, "Training device: cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_flag("--resume", run.resume, "Require an existing run in -o/--output and continue it");
   cmd->add_flag("--restart", run.restart, "Discard any run in -o/--output and start afresh");
   cmd->add_option("--stop-after", run.stop_after,

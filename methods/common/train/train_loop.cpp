@@ -24,6 +24,7 @@
 #include "methods/common/json_fields.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/device.h"
 #include "results/store.h"
 
 namespace specbed {
@@ -250,6 +251,12 @@ void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::strin
                 "--eval-every >= 0");
 }
 
+at::Device TrainDevice(const OptimConfig& c, const std::string& who) {
+  const at::Device device = ParseDevice(c.device, who + " --device");
+  CheckDeviceAvailable(device, who + " --device");
+  return device;
+}
+
 ojson OptimSettings(const OptimConfig& c) {
   ojson s;
   SPECBED_JSON_PUT(s, c, steps, batch, lr, min_lr, warmup, weight_decay, beta1, beta2, grad_clip,
@@ -279,6 +286,7 @@ namespace {
 void CheckLoopSettings(const OptimConfig& optim, int64_t train_rows, const std::string& out_dir,
                        const TrainLoopOptions& options, const std::string& who) {
   CheckOptimConfig(optim, train_rows, who);
+  TrainDevice(optim, who);
   SPECBED_CHECK(!out_dir.empty(), who, ": -o/--output is required");
   SPECBED_CHECK(!(options.resume && options.restart), who,
                 ": --resume and --restart exclude each other");

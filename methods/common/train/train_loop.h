@@ -39,10 +39,17 @@ struct OptimConfig {
   int64_t log_every = 10;
   int64_t eval_every = 0;  // 0 = evaluate only at the end
   int threads = 1;
+  // Where the trainable parameters, the optimiser state and the target (when the trainer runs
+  // one) live: "cpu", "cuda" or "cuda:N" (models/device.h). Not part of the run identity: a run
+  // checkpointed on one device resumes on another (train states are float32 host tensors).
+  std::string device = "cpu";
 };
 
 // Throws specbed::Error naming `who` and the flag for an impossible setting.
 void CheckOptimConfig(const OptimConfig& c, int64_t train_rows, const std::string& who);
+// The device of `c` (ParseDevice + CheckDeviceAvailable): a clear specbed::Error naming `who`,
+// --device and the device when it cannot run here. Call it before any work starts.
+at::Device TrainDevice(const OptimConfig& c, const std::string& who);
 // The identity part of `c` (every setting that changes the weights), as flat JSON keys.
 nlohmann::ordered_json OptimSettings(const OptimConfig& c);
 // The recipe a trainer stores with its drafter ("specbed_recipe"): the run identity `settings`,
