@@ -14,6 +14,9 @@ struct LtdSetupConfig {
   std::string target = "stories260K-twin";
   std::string head = "auto";
   std::string dtype = "float32";
+  // Where the target and the EAGLE-3 head run: "cpu", "cuda" or "cuda:N" (checked before anything
+  // loads). The PPO policies and the classifiers stay small float32 host MLPs.
+  std::string device = "cpu";
   std::string prompts = "stories";
   int64_t train_from = 16;  // training prompts: index >= train_from
   int64_t val_from = 12;    // validation (held-out) prompts: [val_from, val_from + val_count)

@@ -29,6 +29,7 @@
 #include "methods/ltd/ltd_controllers.h"
 #include "methods/ltd/ltd_method.h"
 #include "methods/ltd/ltd_policy.h"
+#include "models/device.h"
 #include "models/drafter_catalog.h"
 #include "models/model_registry.h"
 #include "results/store.h"
@@ -109,6 +110,8 @@ ojson Settings(const LtdTrainConfig& c) {
                    partner_nodes, reward, timing, tables, size_steps, depth_steps, iter_steps,
                    iterations, gamma_size, gamma_depth);
   s["ppo"] = PpoConfigToJson(c.ppo);
+  // The measured reward depends on the device; "cpu" stays out so earlier runs resume.
+  if (c.device != "cpu") s["device"] = c.device;
   return s;
 }
 
@@ -309,10 +312,13 @@ class StaticShape : public TreeShapeController {
 }  // namespace
 
 std::unique_ptr<LtdTrainSetup> PrepareLtdTraining(const LtdSetupConfig& c, const std::string& who) {
+  const at::Device device = ParseDevice(c.device, who + " --device");
+  CheckDeviceAvailable(device, who + " --device");
   auto s = std::make_unique<LtdTrainSetup>();
-  s->target = LoadModel(c.target, ParseDtype(c.dtype));
+  s->target = LoadModel(c.target, ParseDtype(c.dtype), "", device);
   s->context.target = &s->target;
   s->context.dtype = s->target.model->dtype();
+  s->context.device = device;
   s->context.load_model = [who](const std::string& name) -> LoadedTarget& {
     Fail(who, ": needs no other model (asked for '", name, "')");
   };
@@ -341,7 +347,7 @@ DecodeResult RunLtdGeneration(LtdTrainSetup& setup, SpeculativeDecoder& decoder,
   const LlamaModel& model = *setup.target.model;
   KvCache cache(model.config(), 1,
                 CacheLengthFor(model, static_cast<int64_t>(prompt.size()), max_new_tokens, decoder),
-                model.dtype());
+                model.dtype(), model.device());
   DecodeResult r;
   decoder.Generate(prompt, g, cache, r);
   return r;

@@ -5,6 +5,9 @@
 // - the written policies load into `ltd` and stay token-identical to AR;
 // - the size stage learns what the tables favour: with a steep T_verify(V) its greedy policy
 //   verifies few nodes (mean V <= 3 of 1..16); with a flat T_verify it verifies many (mean V >= 8).
+// - an unavailable --device fails naming it before the target loads; on a GPU (LtdTrainerCuda)
+//   a simulated run trains with the target and head on cuda and its policies stay
+//   token-identical to AR there.
 // Seeded and single-threaded: deterministic outcomes (no false-failure rate).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,6 +23,7 @@
 #include "methods/ltd/ltd_policy.h"
 #include "methods/ltd/ltd_trainer.h"
 #include "methods/method_registry.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/methods/ppo_test_util.h"
 #include "tests/methods/story_test_util.h"
 
@@ -120,6 +124,52 @@ TEST(LtdTrainer, SizeStageLearnsWhatTheTablesFavour) {
   }
   EXPECT_LE(mean_v[0], 3.0) << "steep T_verify: expected few verified nodes";
   EXPECT_GE(mean_v[1], 8.0) << "flat T_verify: expected many verified nodes";
+}
+
+// The device is checked before anything loads: the (unknown) target is never opened.
+TEST(LtdTrainer, UnavailableDeviceFailsBeforeTheTargetLoads) {
+  if (at::globalContext().hasCUDA()) GTEST_SKIP() << "a CUDA device is visible";
+  LtdTrainConfig c = SmallConfig("unused.json");
+  c.target = "no-such-model";
+  c.device = "cuda:7";
+  try {
+    TrainLtd(c, ::testing::TempDir() + "/ltd_trainer_device", false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--device"), std::string::npos) << what;
+    EXPECT_NE(what.find("device 'cuda:7' is not available"), std::string::npos) << what;
+  }
+}
+
+// On a GPU: the target and the EAGLE-3 head of a simulated run live on cuda (the policies stay
+// host MLPs), and the written policies decode token-identically to AR on cuda.
+TEST(LtdTrainerCuda, SimulatedRunOnCudaWritesPoliciesThatStayLossless) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const std::string root = ::testing::TempDir() + "/ltd_trainer_cuda";
+  fs::remove_all(root);
+  LtdTrainConfig c = SmallConfig(WriteTables(root, 2.0));
+  c.size_steps = 256;
+  c.device = "cuda";
+  const LtdTrainResult r = TrainLtd(c, root + "/out", false);
+  ASSERT_TRUE(r.finished);
+
+  LoadedTarget target = LoadModel("stories260K", at::kFloat, "", at::Device(at::kCUDA));
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context;
+  context.target = &target;
+  context.device = target.model->device();
+  context.load_model = [](const std::string& n) -> LoadedTarget& { Fail("unexpected ", n); };
+  std::unique_ptr<Decoder> decoder =
+      registry.Build("ltd", context, {{"policy", root + "/out"}, {"top_k", 10}, {"max_depth", 12}});
+  const auto prompts = LoadDataset("stories", {});
+  for (size_t i = 0; i < 2; ++i) {
+    const testing_util::StoryRun run =
+        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
+    EXPECT_EQ(run.spec.generation.tokens, run.ar.tokens) << "prompt " << i;
+  }
 }
 
 }  // namespace
