@@ -10,6 +10,7 @@
 
 #include "harness/base/error.h"
 #include "methods/common/named_params.h"
+#include "methods/common/train/param_device.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "models/tensor_util.h"
 
@@ -65,6 +66,14 @@ TrainableEagle3::TrainableEagle3(const Eagle3Config& config,
   inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
 }
 
+void TrainableEagle3::To(const at::Device& device) {
+  MoveParamsTo(params_, device);
+  embedding_ = OnDevice(embedding_, device);
+  d2t_ = OnDevice(d2t_, device);
+  draft_ids_ = OnDevice(draft_ids_, device);
+  t2d_ = OnDevice(t2d_, device);
+}
+
 const at::Tensor& TrainableEagle3::Param(const char* name) const {
   return FindParam(params_, name, "EAGLE-3 trainable head");
 }
@@ -92,6 +101,9 @@ std::vector<at::Tensor> TrainableEagle3::Forward(const at::Tensor& aux, const at
                 "EAGLE-3 head forward: aux must be float32 [", b, ", ", t, ", ", c.fc_in_dim(),
                 "], got ", aux.sizes());
   SPECBED_CHECK(unroll >= 1, "EAGLE-3 head forward: unroll must be >= 1");
+  SPECBED_CHECK(tokens.device() == device() && aux.device() == device(),
+                "EAGLE-3 head forward: tokens (", tokens.device(), ") and aux (", aux.device(),
+                ") must be on the parameters' device ", device());
   const int64_t h = c.hidden_size, nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
   const double eps = c.rms_norm_eps;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -101,9 +113,12 @@ std::vector<at::Tensor> TrainableEagle3::Forward(const at::Tensor& aux, const at
   at::Tensor inv = at::empty({hd / 2}, at::kDouble);
   for (int64_t i = 0; i < hd / 2; ++i) inv.data_ptr<double>()[i] = inv_freq_[i];
   const at::Tensor angles = at::arange(n_pos, at::kDouble).unsqueeze(1) * inv.unsqueeze(0);
-  const at::Tensor cos_all = angles.cos().to(at::kFloat), sin_all = angles.sin().to(at::kFloat);
+  // Computed on the CPU (the same bits on every device), then one copy each to the device.
+  const at::Tensor cos_all = OnDevice(angles.cos().to(at::kFloat), device());
+  const at::Tensor sin_all = OnDevice(angles.sin().to(at::kFloat), device());
 
-  const at::Tensor causal = at::ones({t, t}, at::kBool).tril();  // [query, key]
+  const at::Tensor causal =
+      at::ones({t, t}, tokens.options().dtype(at::kBool)).tril();  // [query, key]
   const at::Tensor& wq = Param(kEagle3QProj);
   const at::Tensor& wk = Param(kEagle3KProj);
   const at::Tensor& wv = Param(kEagle3VProj);

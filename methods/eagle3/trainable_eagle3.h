@@ -18,10 +18,12 @@
 // the EAGLE-3 reference's `.mean()` over the masked product, which weighs later steps and padded
 // batches less).
 // Checked by: tests/methods/eagle3_train_test.cpp (unrolled steps vs. Eagle3Head with an explicit
-// tree mask to 1e-4; the loss against a plain-loop version; training lowers it).
+// tree mask to 1e-4; the loss against a plain-loop version; training lowers it; To keeps leaves
+// and the forward; TrainableEagle3Cuda: forward and loss on cuda vs. cpu).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -41,10 +43,18 @@ class TrainableEagle3 {
   TrainableEagle3(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
                   const at::Tensor& target_embedding);
 
-  // aux: float32 [B, T, 3 * Ht] (target hidden states at positions 0..T-1, the configured
-  // layers concatenated); tokens: int64 [B, T]. Returns `unroll` float32 [B, T, Vd] logits:
-  // entry k, row t predicts token t + 2 + k. Rows whose inputs run past T (t + 1 + k >= T) read
-  // token 0 and must be masked by the caller. Differentiable w.r.t. the parameters.
+  // THE way to place the head: moves the parameters (float32 leaves with requires_grad, same
+  // values; MoveParamsTo), the frozen embedding and the draft-vocabulary maps (d2t, draft_ids,
+  // t2d) to `device`. The constructor builds on the CPU; call To before handing named_parameters()
+  // to an optimiser. A no-op when already there.
+  void To(const at::Device& device);
+  // Where the parameters live (CPU until To moves them).
+  at::Device device() const { return embedding_.device(); }
+
+  // aux: float32 [B, T, 3 * Ht] on device() (target hidden states at positions 0..T-1, the
+  // configured layers concatenated); tokens: int64 [B, T] on device(). Returns `unroll` float32 [B,
+  // T, Vd] logits: entry k, row t predicts token t + 2 + k. Rows whose inputs run past T (t + 1 + k
+  // >= T) read token 0 and must be masked by the caller. Differentiable w.r.t. the parameters.
   std::vector<at::Tensor> Forward(const at::Tensor& aux, const at::Tensor& tokens,
                                   int64_t unroll) const;
 
@@ -52,12 +62,13 @@ class TrainableEagle3 {
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const {
     return params_;
   }
-  // Every tensor for WriteEagle3Checkpoint / Eagle3Head: detached float32 copies, d2t, t2d (and
-  // embed_tokens.weight when the head has its own).
+  // Every tensor for WriteEagle3Checkpoint (through ToHost, param_device.h) / Eagle3Head:
+  // detached float32 copies on device(), d2t, t2d (and embed_tokens.weight when the head has its
+  // own).
   std::map<std::string, at::Tensor> Tensors() const;
-  // Target id of every draft id: int64 [Vd].
+  // Target id of every draft id: int64 [Vd] on device().
   const at::Tensor& draft_ids() const { return draft_ids_; }
-  // Membership of target ids in the draft vocabulary: bool [V].
+  // Membership of target ids in the draft vocabulary: bool [V] on device().
   const at::Tensor& t2d() const { return t2d_; }
   const Eagle3Config& config() const { return config_; }
   int64_t ParameterCount() const;
@@ -67,8 +78,8 @@ class TrainableEagle3 {
 
   Eagle3Config config_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
-  at::Tensor d2t_, t2d_, draft_ids_;
-  at::Tensor embedding_;  // float32 [V, H], frozen
+  at::Tensor d2t_, t2d_, draft_ids_;  // on device()
+  at::Tensor embedding_;              // float32 [V, H] on device(), frozen
   bool own_embedding_ = false;
   std::vector<double> inv_freq_;
 };

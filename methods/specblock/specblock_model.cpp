@@ -250,8 +250,8 @@ SpecBlockModel::SpecBlockModel(const SpecBlockConfig& config,
     index_[name] = params_.size();
     params_.emplace_back(name, p);
   }
-  d2t_ = tensors.at("d2t").to(at::kLong).contiguous().clone();
-  t2d_ = tensors.at("t2d").to(at::kBool).contiguous().clone();
+  d2t_ = tensors.at("d2t").to(at::kCPU, at::kLong).contiguous().clone();  // host: read below
+  t2d_ = tensors.at("t2d").to(at::kCPU, at::kBool).contiguous().clone();
   const int64_t vd = config_.draft_vocab_size, v = config_.vocab_size;
   draft_ids_ = d2t_ + at::arange(vd, at::kLong);
   d2t_ids_.resize(vd);
@@ -426,7 +426,8 @@ at::Tensor SpecBlockBucketLabels(const at::Tensor& logits, const at::Tensor& lab
   const auto& m = model.target_to_draft();
   int64_t* tp = t2d.data_ptr<int64_t>();
   for (size_t i = 0; i < m.size(); ++i) tp[i] = m[i];
-  const at::Tensor did = t2d.index_select(0, lab.reshape(-1)).view(lab.sizes());
+  // Built on the host, then one copy to the logits' device (none on the CPU).
+  const at::Tensor did = t2d.to(lg.device()).index_select(0, lab.reshape(-1)).view(lab.sizes());
   const at::Tensor inside = did.ge(0);
   const at::Tensor own = lg.gather(-1, did.clamp_min(0).unsqueeze(-1));  // [..., 1]
   const at::Tensor rank = lg.gt(own).sum(-1) + 1;

@@ -85,7 +85,9 @@ struct SpecBlockKv {
 
 class SpecBlockModel {
  public:
-  // `tensors`: canonical names (checked: names and shapes); floats copied to leaves on
+  // THE way to place the model, for training too (a trainable model on `placement.device`
+  // trains there, in float32). `tensors`: canonical names (checked: names and shapes; any
+  // device); floats copied to leaves on
   // `placement`'s device (requires_grad when `trainable`), in float32 when trainable or on the
   // row path, else in the placement's dtype (serving on the target's device: norms, RoPE and
   // softmax still compute in float32). `target_embedding`: [V, d] any float dtype (copied to the
@@ -119,7 +121,8 @@ class SpecBlockModel {
   // Bucket logits from [sg(h) ; sg(psi(logits))].
   at::Tensor RankLogits(const at::Tensor& h, const at::Tensor& logits) const;
 
-  // Target id of every draft id: int64 [Vd]; membership bool [V]; draft id of a target id (-1).
+  // Target id of every draft id: int64 [Vd] on device(); membership bool [V] on the CPU; draft
+  // id of a target id (-1).
   const at::Tensor& draft_ids() const { return draft_ids_; }
   const at::Tensor& t2d() const { return t2d_; }
   const std::vector<int32_t>& draft_to_target() const { return d2t_ids_; }

@@ -110,6 +110,36 @@ TEST(TrainableEagle3Test, UnrolledStepsMatchTheInferenceHeadOnTreeNodes) {
   }
 }
 
+TEST(TrainableEagle3Test, ToPlacesParametersAsLeavesAndKeepsCpuTensors) {
+  at::set_num_threads(1);
+  const Eagle3Config c = SmallConfig();
+  const auto tensors = RandomEagle3Tensors(c, 7);
+  const at::Tensor embedding = Randn({c.vocab_size, c.hidden_size}, 3);
+  TrainableEagle3 model(c, tensors, embedding);
+  const TrainableEagle3 same(c, tensors, embedding);
+  std::vector<at::Tensor> before;
+  for (const auto& [name, p] : model.named_parameters()) before.push_back(p);
+  model.To(at::kCPU);  // already there: the very same tensors
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(model.named_parameters()[i].second.is_same(before[i]));
+  }
+  const at::Tensor aux = Randn({2, 6, c.fc_in_dim()}, 5);
+  const at::Tensor tokens = at::randint(c.vocab_size, {2, 6}, at::kLong);
+  const auto a = model.Forward(aux, tokens, 2), b = same.Forward(aux, tokens, 2);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(at::equal(a[k], b[k])) << k;
+  // A real move (the meta device exists in every LibTorch build): new leaves, same shapes; the
+  // vocabulary maps move too, and host inputs are refused.
+  model.To(at::Device(at::kMeta));
+  EXPECT_EQ(model.device(), at::Device(at::kMeta));
+  EXPECT_TRUE(model.draft_ids().is_meta() && model.t2d().is_meta());
+  for (size_t i = 0; i < before.size(); ++i) {
+    const at::Tensor& p = model.named_parameters()[i].second;
+    EXPECT_TRUE(p.is_meta() && p.is_leaf() && p.requires_grad()) << i;
+    EXPECT_EQ(p.sizes(), before[i].sizes());
+  }
+  EXPECT_THROW(model.Forward(aux, tokens, 2), Error);
+}
+
 TEST(TrainableEagle3Test, TttLossMatchesPlainLoops) {
   const int64_t b = 2, t = 5, v = 7, vd = 4;
   const at::Tensor target = Randn({b, t, v}, 11);

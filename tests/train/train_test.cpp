@@ -108,6 +108,33 @@ TEST(TrainableLlamaTest, GradientsReachEveryParameter) {
   }
 }
 
+TEST(TrainableLlamaTest, ToPlacesParametersAsLeavesAndKeepsCpuTensors) {
+  at::set_num_threads(1);
+  const LlamaConfig config = testing_util::SmallLlama3Config();
+  TrainableLlama model(config, 7);
+  const TrainableLlama same(config, 7);
+  std::vector<at::Tensor> before;
+  for (const auto& [name, p] : model.named_parameters()) before.push_back(p);
+  model.To(at::kCPU);  // already there: the very same tensors, nothing copied
+  ASSERT_EQ(model.named_parameters().size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(model.named_parameters()[i].second.is_same(before[i]));
+  }
+  const at::Tensor tokens = RandomTokens(2, 9, config.vocab_size, 4);
+  EXPECT_TRUE(at::equal(model.Forward(tokens), same.Forward(tokens)));
+  // A real move (the meta device exists in every LibTorch build): new leaves with requires_grad
+  // and the same shapes; the forward then refuses host tokens, naming both devices.
+  model.To(at::Device(at::kMeta));
+  EXPECT_EQ(model.device(), at::Device(at::kMeta));
+  for (size_t i = 0; i < before.size(); ++i) {
+    const at::Tensor& p = model.named_parameters()[i].second;
+    EXPECT_TRUE(p.is_meta() && p.is_leaf() && p.requires_grad()) << i;
+    EXPECT_EQ(p.sizes(), before[i].sizes());
+    EXPECT_EQ(p.scalar_type(), at::kFloat);
+  }
+  EXPECT_THROW(model.Forward(tokens), Error);
+}
+
 TEST(TrainableLlamaTest, RejectsWrongTensors) {
   const LlamaConfig config = testing_util::SmallLlama2cConfig();
   auto tensors = RandomHfTensors(config, 1);

@@ -11,6 +11,7 @@
 #include "harness/base/error.h"
 #include "harness/base/names.h"
 #include "methods/common/named_params.h"
+#include "methods/common/train/param_device.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
 
@@ -89,6 +90,13 @@ TrainableLlama::TrainableLlama(const LlamaConfig& config,
   }
 }
 
+void TrainableLlama::To(const at::Device& device) {
+  MoveParamsTo(params_, device);
+  BindParameters();
+  rope_cos_ = OnDevice(rope_cos_, device);
+  rope_sin_ = OnDevice(rope_sin_, device);
+}
+
 const at::Tensor& TrainableLlama::Param(const std::string& name) const {
   return FindParam(params_, name, "TrainableLlama");
 }
@@ -125,6 +133,8 @@ void TrainableLlama::BindParameters() {
 at::Tensor TrainableLlama::Forward(const at::Tensor& tokens) const {
   SPECBED_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong && tokens.size(1) >= 1,
                 "TrainableLlama::Forward: tokens must be int64 [batch, T] with T >= 1");
+  SPECBED_CHECK(tokens.device() == device(), "TrainableLlama::Forward: tokens are on ",
+                tokens.device(), " but the parameters on ", device());
   const int64_t b = tokens.size(0), t = tokens.size(1);
   SPECBED_CHECK(t <= config_.max_seq_len, "TrainableLlama::Forward: ", t,
                 " tokens exceed max_seq_len ", config_.max_seq_len);
@@ -135,7 +145,7 @@ at::Tensor TrainableLlama::Forward(const at::Tensor& tokens) const {
   const at::Tensor sin = rope_sin_.narrow(0, 0, t);
   // [T, T] additive causal mask: -inf above the diagonal.
   const at::Tensor mask =
-      at::full({t, t}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(1);
+      at::full({t, t}, -std::numeric_limits<float>::infinity(), rope_cos_.options()).triu(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   at::Tensor x = at::embedding(embed_, tokens);  // [B, T, dim]
@@ -167,9 +177,7 @@ at::Tensor TrainableLlama::Forward(const at::Tensor& tokens) const {
 }
 
 std::map<std::string, at::Tensor> TrainableLlama::HfTensors() const {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, p] : params_) out[name] = p.detach().clone();
-  return out;
+  return CloneParams(params_);
 }
 
 void TrainableLlama::LoadTensors(const std::map<std::string, at::Tensor>& tensors,

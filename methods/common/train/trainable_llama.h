@@ -7,10 +7,12 @@
 // scaling RopeInverseFrequencies knows, GQA, SwiGLU, tied/untied heads, Qwen2 q/k/v biases and
 // Qwen3 q/k norms. Full causal attention over [batch, T] tokens from position 0 (no KV cache).
 // Checked by: tests/train/train_test.cpp (logits vs. LlamaModel on the written checkpoint, for
-// llama2.c-style interleaved RoPE and HF Llama-3 / Qwen2 / Qwen3 shapes, to 1e-4).
+// llama2.c-style interleaved RoPE and HF Llama-3 / Qwen2 / Qwen3 shapes, to 1e-4; To keeps
+// leaves; TrainableLlamaCuda: logits on cuda vs. cpu).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -32,19 +34,29 @@ class TrainableLlama {
   // ExpectedHfTensorShapes(config) names must be present with its shape; others are an error.
   TrainableLlama(const LlamaConfig& config, const std::map<std::string, at::Tensor>& tensors);
 
-  // Logits for next-token prediction at every position: tokens [batch, T] int64 CPU (ids in
-  // [0, vocab), T <= max_seq_len) -> float32 [batch, T, vocab] CPU, differentiable w.r.t. the
-  // parameters (unless called under a NoGradGuard).
+  // THE way to place the model: moves every parameter (and the RoPE tables) to `device`, each a
+  // float32 leaf with requires_grad holding the same values (MoveParamsTo). The constructors
+  // build on the CPU (inits drawn there, so every device starts from the same weights); call
+  // To before handing named_parameters() to an optimiser. A no-op when already there.
+  void To(const at::Device& device);
+  // Where the parameters live (CPU until To moves them).
+  at::Device device() const { return embed_.device(); }
+
+  // Logits for next-token prediction at every position: tokens [batch, T] int64 on device()
+  // (ids in [0, vocab), T <= max_seq_len) -> float32 [batch, T, vocab] on device(),
+  // differentiable w.r.t. the parameters (unless called under a NoGradGuard).
   at::Tensor Forward(const at::Tensor& tokens) const;
 
-  // The parameters (float32 CPU leaf tensors with requires_grad) sorted by HF name.
+  // The parameters (float32 leaf tensors on device() with requires_grad) sorted by HF name.
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const {
     return params_;
   }
-  // Detached float32 copies under their HF names, ready for WriteHfCheckpoint.
+  // Detached float32 copies on device() under their HF names (WriteHfCheckpoint takes them
+  // through ToHost, param_device.h).
   std::map<std::string, at::Tensor> HfTensors() const;
   // Overwrites every parameter in place from `tensors` (same names and shapes as
-  // named_parameters(); float32 values copied exactly). Errors name `source` and the tensor.
+  // named_parameters(), any device; float32 values copied exactly). Errors name `source` and
+  // the tensor.
   void LoadTensors(const std::map<std::string, at::Tensor>& tensors, const std::string& source);
   int64_t ParameterCount() const;
 
@@ -61,7 +73,7 @@ class TrainableLlama {
   std::vector<std::pair<std::string, at::Tensor>> params_;
   at::Tensor embed_, final_norm_, head_;
   std::vector<Layer> layers_;
-  at::Tensor rope_cos_, rope_sin_;  // float32 [max_seq_len, head_dim / 2]
+  at::Tensor rope_cos_, rope_sin_;  // float32 [max_seq_len, head_dim / 2] on device()
 };
 
 }  // namespace specbed
