@@ -324,6 +324,8 @@ void AddLtdSetupFlags(CLI::App* cmd, C& c) {
   cmd->add_option("--head", c.head, "EAGLE-3 head (auto = the target's shipped head)")
       ->capture_default_str();
   cmd->add_option("--dtype", c.dtype, "Target dtype")->capture_default_str();
+  cmd->add_option("--device", c.device, "Target and head device: cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_option("--prompts", c.prompts, "Prompt dataset")->capture_default_str();
   cmd->add_option("--train-from", c.train_from, "Training prompts: index >= this")
       ->capture_default_str();
