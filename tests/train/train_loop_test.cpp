@@ -19,10 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/base/error.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_loop.h"
 #include "models/checkpoint/safetensors.h"
 #include "results/store.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -38,24 +40,29 @@ std::string Scratch() {
   return dir;
 }
 
-// y = x W* + noise; learn W (and a bias vector, which is not decayed).
+// y = x W* + noise; learn W (and a bias vector, which is not decayed). Drawn on the CPU, then
+// placed on `device` the way every trainer places its model (MoveParamsTo; nothing moves on the
+// CPU), so a run trains where --device says.
 class LeastSquaresTask : public TrainTask {
  public:
-  explicit LeastSquaresTask(uint64_t seed) {
+  explicit LeastSquaresTask(uint64_t seed, at::Device device = at::kCPU) {
     at::manual_seed(static_cast<int64_t>(seed));
     x_ = at::randn({64, 6});
     const at::Tensor w_true = at::randn({6, 3});
     y_ = at::matmul(x_, w_true) + 0.01 * at::randn({64, 3});
-    w_ = (0.1 * at::randn({6, 3})).set_requires_grad(true);
-    b_ = at::zeros({3}).set_requires_grad(true);
+    params_ = {{"w", (0.1 * at::randn({6, 3})).set_requires_grad(true)},
+               {"b", at::zeros({3}).set_requires_grad(true)}};
+    MoveParamsTo(params_, device);
+    x_ = OnDevice(x_, device);
+    y_ = OnDevice(y_, device);
+    w_ = params_[0].second;
+    b_ = params_[1].second;
   }
   std::string Name() const override { return "lsq"; }
-  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
-    return {{"w", w_}, {"b", b_}};
-  }
+  std::vector<std::pair<std::string, at::Tensor>> Parameters() const override { return params_; }
   int64_t TrainRows() const override { return 48; }
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
-    const at::Tensor idx = at::tensor(rows, at::kLong);
+    const at::Tensor idx = OnDevice(at::tensor(rows, at::kLong), x_.device());
     const at::Tensor pred = at::matmul(x_.index_select(0, idx), w_) + b_;
     return (pred - y_.index_select(0, idx)).pow(2).mean();
   }
@@ -70,14 +77,15 @@ class LeastSquaresTask : public TrainTask {
     return m;
   }
   void WriteDrafter(const std::string& out_dir) const override {
-    const at::Tensor w = w_.detach().contiguous();
+    const at::Tensor w = ToHost(w_).contiguous();
     WriteSafetensors(out_dir + "/model.safetensors",
                      {{"w", SafetensorsDtype::kF32, {6, 3}, w.data_ptr<float>(), 18 * 4}});
   }
-  at::Tensor w() const { return w_.detach().clone(); }
+  at::Tensor w() const { return ToHost(w_).clone(); }  // float32 [6, 3] CPU
   int evaluations = 0;
 
  private:
+  NamedParams params_;
   at::Tensor x_, y_, w_, b_;
 };
 
@@ -282,6 +290,115 @@ TEST(TrainLoopTest, MalformedStateMetadataNamesTheFileAndField) {
       EXPECT_THAT(e.what(), HasSubstr(c.expected)) << c.key;
     }
   }
+}
+
+TEST(TrainLoopTest, StateHoldsHostF32TensorsAndTheSummaryNamesTheDevice) {
+  at::set_num_threads(1);
+  const std::string out = Scratch();
+  TrainLoopOptions stop;
+  stop.verbose = false;
+  stop.stop_after = 10;
+  LeastSquaresTask task(3);
+  RunTrainLoop(task, SmallOptim(), {}, out, stop);
+  // The state holds the parameters and both moments, float32, exactly as trained.
+  const auto file = SafetensorsFile::Open(out + "/work/train_state.safetensors");
+  for (const char* name : {"param/w", "exp_avg/w", "exp_avg_sq/w", "param/b"}) {
+    const SafetensorsEntry* e = file->Find(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_EQ(e->dtype, SafetensorsDtype::kF32) << name;
+  }
+  const SafetensorsEntry* w = file->Find("param/w");
+  const at::Tensor trained = task.w();
+  ASSERT_EQ(w->nbytes, static_cast<size_t>(trained.numel()) * sizeof(float));
+  EXPECT_EQ(std::memcmp(w->data, trained.data_ptr<float>(), w->nbytes), 0);
+  // Finishing writes where it trained into the summary; the device is not part of the identity.
+  TrainLoopOptions resume;
+  resume.verbose = false;
+  resume.resume = true;
+  LeastSquaresTask again(3);
+  const TrainLoopResult r = RunTrainLoop(again, SmallOptim(), {}, out, resume);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.device, "cpu");
+  WriteTrainSummary(out, nlohmann::ordered_json::object(), {}, r, "proxy", 1);
+  std::ifstream in(out + "/train_summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_EQ(summary["device"], "cpu");
+  auto store = ResultsStore::Open(out + "/train_log.db", ReadOnly());
+  EXPECT_THAT(store->ListTrainRuns()[0].record.settings_json, testing::Not(HasSubstr("device")));
+}
+
+TEST(TrainLoopTest, ParametersOffTheTrainingDeviceFailNamingBoth) {
+  LeastSquaresTask task(3, at::Device(at::kMeta));  // placed, but not where --device says
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  try {
+    RunTrainLoop(task, SmallOptim(), {}, Scratch(), quiet);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parameter 'w' is on meta but --device is cpu"));
+  }
+}
+
+TEST(TrainLoopTest, UnavailableDeviceFailsBeforeAnythingIsWritten) {
+  OptimConfig optim = SmallOptim();
+  optim.device = "cuda";
+  if (at::hasCUDA()) GTEST_SKIP() << "CUDA is available here";
+  const std::string out = Scratch() + "/never";
+  LeastSquaresTask task(3);
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  try {
+    RunTrainLoop(task, optim, {}, out, quiet);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--device"));
+    EXPECT_THAT(e.what(), HasSubstr("cuda"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  optim.device = "tpu";
+  EXPECT_THROW(TrainDevice(optim, "lsq"), Error);
+}
+
+// On CUDA the loop trains where the parameters are: float32 with other kernels, so the losses
+// and weights agree with the CPU run to a tolerance (1e-3 relative on the final held-out loss,
+// 1e-3 absolute on the weights), not bitwise. A CUDA checkpoint resumes on the CPU and the
+// other way round, because train states are float32 host tensors.
+TEST(TrainLoopCuda, LeastSquaresOnCudaMatchesCpuAndResumesAcrossDevices) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const std::string root = Scratch();
+  TrainLoopOptions quiet;
+  quiet.verbose = false;
+  LeastSquaresTask cpu(5);
+  const TrainLoopResult rc = RunTrainLoop(cpu, SmallOptim(), {}, root + "/cpu", quiet);
+  OptimConfig on_cuda = SmallOptim();
+  on_cuda.device = "cuda";
+  LeastSquaresTask cuda(5, at::Device(at::kCUDA));
+  ASSERT_TRUE(cuda.Parameters()[0].second.is_cuda());
+  const TrainLoopResult rg = RunTrainLoop(cuda, on_cuda, {}, root + "/cuda", quiet);
+  EXPECT_EQ(rg.device, "cuda");
+  EXPECT_NEAR(rg.eval.loss, rc.eval.loss, 1e-3 * std::abs(rc.eval.loss));
+  EXPECT_NEAR(rg.first_loss, rc.first_loss, 1e-3 * std::abs(rc.first_loss));
+  EXPECT_LT((cuda.w() - cpu.w()).abs().max().item<double>(), 1e-3);
+
+  // cuda -> cpu and cpu -> cuda resumes.
+  TrainLoopOptions stop = quiet;
+  stop.stop_after = 25;
+  TrainLoopOptions resume = quiet;
+  resume.resume = true;
+  LeastSquaresTask first(5, at::Device(at::kCUDA));
+  RunTrainLoop(first, on_cuda, {}, root + "/g2c", stop);
+  LeastSquaresTask second(5);
+  const TrainLoopResult r2 = RunTrainLoop(second, SmallOptim(), {}, root + "/g2c", resume);
+  EXPECT_TRUE(r2.finished);
+  EXPECT_LT((second.w() - cpu.w()).abs().max().item<double>(), 1e-3);
+  LeastSquaresTask third(5);
+  RunTrainLoop(third, SmallOptim(), {}, root + "/c2g", stop);
+  LeastSquaresTask fourth(5, at::Device(at::kCUDA));
+  const TrainLoopResult r4 = RunTrainLoop(fourth, on_cuda, {}, root + "/c2g", resume);
+  EXPECT_TRUE(r4.finished);
+  EXPECT_TRUE(fourth.Parameters()[0].second.is_cuda());
+  EXPECT_LT((fourth.w() - cpu.w()).abs().max().item<double>(), 1e-3);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "methods/common/json_fields.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/device.h"
@@ -83,12 +84,15 @@ void SaveState(const std::string& path, AdamWOptimizer& opt, const DataOrder& or
   std::vector<at::Tensor> keep;  // detached copies must outlive the write
   std::vector<SafetensorsTensorView> views;
   const auto& params = opt.params();
-  keep.reserve(params.size());
+  keep.reserve(3 * params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    keep.push_back(params[i].second.detach().contiguous());
+    // Host copies off the CPU (once per checkpoint); the tensors themselves on the CPU.
+    keep.push_back(ToHost(params[i].second).contiguous());
     views.push_back(F32View("param/" + params[i].first, keep.back()));
-    views.push_back(F32View("exp_avg/" + params[i].first, opt.exp_avg()[i]));
-    views.push_back(F32View("exp_avg_sq/" + params[i].first, opt.exp_avg_sq()[i]));
+    keep.push_back(ToHost(opt.exp_avg()[i]).contiguous());
+    views.push_back(F32View("exp_avg/" + params[i].first, keep.back()));
+    keep.push_back(ToHost(opt.exp_avg_sq()[i]).contiguous());
+    views.push_back(F32View("exp_avg_sq/" + params[i].first, keep.back()));
   }
   views.push_back({"order/perm",
                    SafetensorsDtype::kI32,
@@ -133,9 +137,10 @@ void LoadState(const std::string& path, AdamWOptimizer& opt, DataOrder& order, T
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < opt.params().size(); ++i) {
     const auto& [name, p] = opt.params()[i];
+    // Read on the host, then onto the parameter's device (nothing moves on the CPU).
     const at::Tensor value = TensorFromEntry(find("param/" + name), path);
-    opt.exp_avg()[i] = TensorFromEntry(find("exp_avg/" + name), path);
-    opt.exp_avg_sq()[i] = TensorFromEntry(find("exp_avg_sq/" + name), path);
+    opt.exp_avg()[i] = TensorFromEntry(find("exp_avg/" + name), path).to(p.device());
+    opt.exp_avg_sq()[i] = TensorFromEntry(find("exp_avg_sq/" + name), path).to(p.device());
     SPECBED_CHECK(value.sizes() == p.sizes() && opt.exp_avg()[i].sizes() == p.sizes() &&
                       opt.exp_avg_sq()[i].sizes() == p.sizes(),
                   path, ": parameter '", name, "' or its optimizer moments have the wrong shape");
@@ -190,10 +195,21 @@ AdamWOptimizer::AdamWOptimizer(std::vector<std::pair<std::string, at::Tensor>> p
 }
 
 double AdamWOptimizer::GradNorm() const {
-  double sum_sq = 0;
+  // Per parameter a float32 sum of squares on the parameter's device, added up in double on the
+  // host in parameter order. On the CPU each is read directly; off the CPU they are stacked and
+  // copied to the host at once (one sync per call, the same sums).
+  std::vector<at::Tensor> sums;
   for (const auto& [name, p] : params_) {
-    if (p.grad().defined()) sum_sq += p.grad().pow(2).sum().item<double>();
+    if (p.grad().defined()) sums.push_back(p.grad().pow(2).sum());
   }
+  double sum_sq = 0;
+  if (!sums.empty() && !sums.front().is_cpu()) {
+    const at::Tensor host = at::stack(sums).to(at::kCPU);
+    const float* v = host.data_ptr<float>();
+    for (int64_t i = 0; i < host.numel(); ++i) sum_sq += static_cast<double>(v[i]);
+    return std::sqrt(sum_sq);
+  }
+  for (const at::Tensor& s : sums) sum_sq += s.item<double>();
   return std::sqrt(sum_sq);
 }
 
@@ -283,14 +299,25 @@ double ScheduledLearningRate(const OptimConfig& c, int64_t step) {
 namespace {
 
 // The loop's settings before anything is written: the optimizer's, the output, resume/restart.
-void CheckLoopSettings(const OptimConfig& optim, int64_t train_rows, const std::string& out_dir,
-                       const TrainLoopOptions& options, const std::string& who) {
+at::Device CheckLoopSettings(const OptimConfig& optim, int64_t train_rows,
+                             const std::string& out_dir, const TrainLoopOptions& options,
+                             const std::string& who) {
   CheckOptimConfig(optim, train_rows, who);
-  TrainDevice(optim, who);
+  const at::Device device = TrainDevice(optim, who);
   SPECBED_CHECK(!out_dir.empty(), who, ": -o/--output is required");
   SPECBED_CHECK(!(options.resume && options.restart), who,
                 ": --resume and --restart exclude each other");
   SPECBED_CHECK(options.stop_after >= 0, who, ": stop_after must be >= 0");
+  return device;
+}
+
+// Fails naming `who` unless every parameter lives on `device` (the task placed its model there).
+void CheckParamsOn(const std::vector<std::pair<std::string, at::Tensor>>& params,
+                   const at::Device& device, const std::string& who) {
+  for (const auto& [name, p] : params) {
+    SPECBED_CHECK(p.device() == device, who, ": parameter '", name, "' is on ", p.device(),
+                  " but --device is ", DeviceName(device));
+  }
 }
 
 }  // namespace
@@ -298,7 +325,7 @@ void CheckLoopSettings(const OptimConfig& optim, int64_t train_rows, const std::
 TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const ojson& task_settings,
                              const std::string& out_dir, const TrainLoopOptions& options) {
   const std::string who = task.Name();
-  CheckLoopSettings(optim, task.TrainRows(), out_dir, options, who);
+  const at::Device device = CheckLoopSettings(optim, task.TrainRows(), out_dir, options, who);
   at::set_num_threads(optim.threads);
 
   ojson settings = task_settings;
@@ -323,6 +350,7 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
   }
 
   std::vector<std::pair<std::string, at::Tensor>> params = task.Parameters();
+  CheckParamsOn(params, device, who);
   std::vector<bool> decay;
   for (const auto& [name, p] : params) decay.push_back(task.Decays(name, p));
   AdamWOptimizer opt(std::move(params), std::move(decay), optim.beta1, optim.beta2,
@@ -339,6 +367,7 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
   run.out_dir = out_dir;
   run.settings_json = settings.dump();
   TrainLoopResult result;
+  result.device = DeviceName(device);
   result.train_id = store->BeginTrainRun(run);
   store->TruncateTrainRun(result.train_id, st.step);
   if (options.verbose && st.step > 0) {
@@ -427,6 +456,7 @@ void WriteTrainSummary(const std::string& out_dir, const nlohmann::ordered_json&
   summary["eval"] = loop.eval.extra;
   summary["train_seconds"] = loop.train_seconds;
   summary["threads"] = threads;
+  summary["device"] = loop.device;
   WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
 }
 

@@ -61,14 +61,17 @@ nlohmann::ordered_json TrainRecipe(const nlohmann::ordered_json& settings, const
 double ScheduledLearningRate(const OptimConfig& c, int64_t step);
 
 // AdamW (decoupled weight decay, bias-corrected moments), as torch.optim.AdamW, over a fixed
-// list of float32 leaf parameters. Used by RunTrainLoop and by online adapters (OSD).
+// list of float32 leaf parameters on any device; the moments are allocated like the parameters
+// (zeros_like), so the whole update runs where they live. Used by RunTrainLoop and by online
+// adapters (OSD).
 class AdamWOptimizer {
  public:
-  // `params`: float32 CPU leaf tensors with requires_grad (names are checkpoint keys);
+  // `params`: float32 leaf tensors with requires_grad on any device (names are checkpoint keys);
   // `decay[i]`: whether weight decay applies to params[i].
   AdamWOptimizer(std::vector<std::pair<std::string, at::Tensor>> params, std::vector<bool> decay,
                  double beta1, double beta2, double weight_decay);
-  // Global L2 norm of the current gradients (parameters without a gradient count as 0).
+  // Global L2 norm of the current gradients (parameters without a gradient count as 0). Reads
+  // the per-parameter sums on the host: one device-to-host copy per call off the CPU.
   double GradNorm() const;
   // One update with learning rate `lr` from the parameters' .grad(), after clipping them to
   // global norm `grad_clip` (0 = off); clears the gradients. Returns the gradient norm before
@@ -103,8 +106,9 @@ class TrainTask {
   virtual ~TrainTask() = default;
   // Short name for messages, the progress bar and train_runs.task ("draft-lm", "eagle3").
   virtual std::string Name() const = 0;
-  // The trainable parameters: float32 CPU leaf tensors with requires_grad, in a fixed order with
-  // stable unique names (the checkpoint keys).
+  // The trainable parameters: float32 leaf tensors with requires_grad on the training device
+  // (OptimConfig::device; the task places its model there), in a fixed order with stable unique
+  // names (the checkpoint keys).
   virtual std::vector<std::pair<std::string, at::Tensor>> Parameters() const = 0;
   // Whether AdamW's weight decay applies to a parameter (default: matrices, not vectors).
   virtual bool Decays(const std::string& name, const at::Tensor& param) const {
@@ -117,11 +121,13 @@ class TrainTask {
   // a task can derive per-step randomness (e.g. DFlash's random anchors) that resumes exactly.
   virtual void BeginStep(int64_t step) {}
   // Scalar float32 loss over the training rows `rows` (indices in [0, TrainRows())), with its
-  // autograd graph. Must be deterministic given the parameters, the rows and the step.
+  // autograd graph, on the parameters' device. Must be deterministic given the parameters, the
+  // rows and the step.
   virtual at::Tensor Loss(const std::vector<int64_t>& rows) = 0;
   // Held-out evaluation, without gradients.
   virtual EvalMetrics Evaluate() = 0;
-  // Writes the deployable drafter (config + safetensors) into `out_dir`.
+  // Writes the deployable drafter (config + safetensors) into `out_dir`, from host copies of the
+  // parameters (ToHost, param_device.h: nothing is copied on the CPU).
   virtual void WriteDrafter(const std::string& out_dir) const = 0;
 };
 
@@ -144,11 +150,13 @@ struct TrainLoopResult {
   double train_seconds = 0;  // training steps, summed over resumed processes
   EvalMetrics eval;          // final held-out evaluation
   int64_t train_id = 0;      // row of train_runs in OUT/train_log.db
+  std::string device;        // where this process trained (DeviceName of OptimConfig::device)
 };
 
 // Writes out_dir/train_summary.json of a finished loop: date, recipe, then `extra` (parameter
 // counts, coverage, ...), steps, final_train_loss, eval_loss, `proxy_key` = the task's acceptance
-// proxy, eval (its other held-out figures), train_seconds, threads.
+// proxy, eval (its other held-out figures), train_seconds, threads, device (where the last
+// process trained: bookkeeping, not part of the recipe).
 void WriteTrainSummary(const std::string& out_dir, const nlohmann::ordered_json& recipe,
                        const nlohmann::ordered_json& extra, const TrainLoopResult& loop,
                        const std::string& proxy_key, int threads);
@@ -156,7 +164,9 @@ void WriteTrainSummary(const std::string& out_dir, const nlohmann::ordered_json&
 // Trains (or resumes) `task` into `out_dir`:
 //   out_dir/<drafter files>          task.WriteDrafter, at every checkpoint
 //   out_dir/train_log.db             SQLite (results schema): train_runs, train_log, train_eval
-//   out_dir/work/train_state.safetensors   parameters, AdamW moments, data order (self-ignored)
+//   out_dir/work/train_state.safetensors   parameters, AdamW moments, data order (self-ignored);
+//                                          float32 host tensors whatever the device, so a run
+//                                          resumes on another device
 // `settings` is the run identity (everything that changes the weights; OptimSettings(optim) is
 // merged in). An unfinished run with the same identity resumes; a finished one only re-evaluates;
 // another identity fails naming the first differing setting (flag `--key-name`).
