@@ -89,6 +89,7 @@ void RunLabel(const LabelOptions& o) {
 }
 
 void RunTrain(const TrainOptions& o) {
+  TrainDevice(o.config.optim, "blockpilot train");  // before the target or the labels load
   const BlockPilotTrainResult r = TrainBlockPilot(o.config, o.out, o.run);
   if (ReportIfStopped(r.loop, o.config.optim.steps)) return;
   std::printf(

@@ -2,6 +2,7 @@
 // draft LM distilled from a target for speculative sampling), eagle3, medusa, specblock, dflash,
 // jetspec, hrad, ltd and ltd-baselines (methods/common/train/README.md and each method's README).
 // Resumable: rerunning with the same settings continues an unfinished run in -o/--output.
+// `--device` (every trainer but ltd / ltd-baselines) is checked first, before anything loads.
 // Checked by: tests/train/train_cli_test.cpp (exit codes, resume, mismatch message),
 // tests/train/train_test.cpp (the trainer it calls) and tests/cli/ltd_cli_test.cpp (`train ltd`).
 #include <cstdio>
@@ -50,6 +51,7 @@ void AddSampledDataFlags(CLI::App* cmd, Config& c, const std::string& eval_help)
 }
 
 void RunTrainDraftLm(const TrainDraftLmOptions& o) {
+  TrainDevice(o.config.optim, "train draft-lm");  // before the target or the data load
   KeepLargeBlocksInHeap();
   const DraftLmTrainResult r = TrainDraftLm(o.config, o.out, o.run);
   if (!r.finished) {
@@ -95,8 +97,9 @@ void AddRegenDataAndOptimFlags(CLI::App* cmd, TrainerFlags<Config>& o) {
 // dflash, jetspec) and prints "OUT: N steps, final train loss L; held-out <loss> E, <top1> top-1
 // A, chain tau estimate T; train S s".
 template <class Config, class Train>
-void RunChainTauTrainer(const TrainerFlags<Config>& o, Train train, const char* loss,
-                        const char* top1) {
+void RunChainTauTrainer(const TrainerFlags<Config>& o, Train train, const std::string& who,
+                        const char* loss, const char* top1) {
+  TrainDevice(o.config.optim, who);  // before the target or the data load
   KeepLargeBlocksInHeap();
   const auto r = TrainUnlessStopped(o, train);
   if (!r) return;
@@ -112,7 +115,7 @@ void RunChainTauTrainer(const TrainerFlags<Config>& o, Train train, const char* 
 using TrainEagle3Options = TrainerFlags<Eagle3TrainConfig>;
 
 void RunTrainEagle3(const TrainEagle3Options& o) {
-  RunChainTauTrainer(o, TrainEagle3, "TTT loss", "step-0");
+  RunChainTauTrainer(o, TrainEagle3, "train eagle3", "TTT loss", "step-0");
 }
 
 // -o/--output, --data, -t/--target, --dtype of the trainers that read a `specbed regen` file
@@ -154,7 +157,7 @@ void AddTrainEagle3(CLI::App* train) {
 using TrainMedusaOptions = TrainerFlags<MedusaTrainConfig>;
 
 void RunTrainMedusa(const TrainMedusaOptions& o) {
-  RunChainTauTrainer(o, TrainMedusa, "loss", "head-0");
+  RunChainTauTrainer(o, TrainMedusa, "train medusa", "loss", "head-0");
 }
 
 void AddTrainMedusa(CLI::App* train) {
@@ -179,6 +182,7 @@ void AddTrainMedusa(CLI::App* train) {
 using TrainSpecBlockOptions = TrainerFlags<SpecBlockTrainConfig>;
 
 void RunTrainSpecBlock(const TrainSpecBlockOptions& o) {
+  TrainDevice(o.config.optim, "train specblock");  // before the target or the data load
   KeepLargeBlocksInHeap();
   const auto r = TrainUnlessStopped(o, TrainSpecBlock);
   if (!r) return;
@@ -228,7 +232,7 @@ struct TrainDflashOptions : TrainerFlags<DflashTrainConfig> {
 void RunTrainDflash(const TrainDflashOptions& o) {
   TrainDflashOptions parsed = o;
   parsed.config.loss.kind = ParseDflashLossKind(o.loss);
-  RunChainTauTrainer(parsed, TrainDflash, "loss", "block-row-1");
+  RunChainTauTrainer(parsed, TrainDflash, "train " + o.config.variant, "loss", "block-row-1");
 }
 
 // `train dflash` and `train jetspec`: one trainer, the variant sets the defaults.
@@ -287,6 +291,7 @@ void AddTrainDflash(CLI::App* train, const std::string& variant) {
 using TrainHradOptions = TrainerFlags<HradTrainConfig>;
 
 void RunTrainHrad(const TrainHradOptions& o) {
+  TrainDevice(o.config.optim, "train hrad");  // before the target or the data load
   const auto r = TrainUnlessStopped(o, TrainHrad);
   if (!r) return;
   std::printf("%s: %lld train rows, %lld held-out rows (data %.1f s, train %.1f s); held-out %s\n",

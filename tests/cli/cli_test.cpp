@@ -599,6 +599,39 @@ TEST(CliErrors, UnavailableDeviceIsNamedBeforeAnythingRuns) {
                          {"device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""});
 }
 
+// Every trainer with --device checks it first: with a target and data that do not exist either,
+// the error is the device's (exit 1, naming it), so nothing loaded before the check.
+TEST(CliErrors, TrainersCheckTheDeviceBeforeLoadingAnything) {
+  const std::string dir = TestDir();
+  const std::vector<std::string> missing = {"-t", "no-such-target", "-o", "out"};
+  std::vector<std::vector<std::string>> commands = {
+      {"train", "draft-lm"}, {"train", "hrad"}, {"blockpilot", "train", "--labels", "none.db"}};
+  for (const char* trainer : {"eagle3", "medusa", "specblock", "dflash", "jetspec"}) {
+    commands.push_back({"train", trainer, "--data", "none.regen.safetensors"});
+  }
+  for (std::vector<std::string> args : commands) {
+    if (args[0] == "train") args.insert(args.end(), missing.begin(), missing.end());
+    if (args[0] == "blockpilot") args.insert(args.end(), {"-o", "out"});
+    args.insert(args.end(), {"--device", "cuda:7"});
+    const ProcResult r = RunSpecbed(args, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(ContainsAll(r.err, {"--device", "device 'cuda:7' is not available"}))
+        << Describe(r);
+  }
+  // Plain `cuda`: named when this build or machine has none; where it has one, the device passes
+  // and the missing target is what fails.
+  for (const char* trainer : {"draft-lm", "eagle3"}) {
+    std::vector<std::string> args = {"train", trainer, "--device", "cuda"};
+    args.insert(args.end(), missing.begin(), missing.end());
+    if (std::string(trainer) == "eagle3") args.insert(args.end(), {"--data", "none"});
+    const ProcResult r = RunSpecbed(args, dir);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, "device 'cuda' is not available") ||
+                Contains(r.err, "no-such-target"))
+        << Describe(r);
+  }
+}
+
 TEST(CliErrors, UnknownSubcommandIsNamed) {
   const std::string dir = TestDir();
   const ProcResult r = RunSpecbed({"frobnicate"}, dir);
