@@ -23,6 +23,7 @@
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/engine/ar_generate.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/common/train/train_util.h"
@@ -152,18 +153,21 @@ TokenData LoadOrSampleData(LlamaModel& target, const ojson& data_settings, int32
   return d;
 }
 
-// Rows `rows` of `data` as int64 [rows.size(), seq_len].
-at::Tensor BatchTokens(const TokenData& data, const std::vector<int64_t>& rows) {
+// Rows `rows` of `data` as int64 [rows.size(), seq_len] on `device`: built on the host, then one
+// copy (none on the CPU).
+at::Tensor BatchTokens(const TokenData& data, const std::vector<int64_t>& rows,
+                       const at::Device& device) {
   at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), data.seq_len}, at::kLong);
   int64_t* p = t.data_ptr<int64_t>();
   for (size_t i = 0; i < rows.size(); ++i) {
     const int32_t* r = data.Row(rows[i]);
     for (int64_t j = 0; j < data.seq_len; ++j) p[i * data.seq_len + j] = r[j];
   }
-  return t;
+  return OnDevice(t, device);
 }
 
-// Teacher log-probabilities, float32 [batch, T, vocab] (owned, no grad).
+// Teacher log-probabilities, float32 [batch, T, vocab] on the target's device (owned, no grad);
+// tokens int64 [batch, T] on that device.
 at::Tensor TeacherLogProbs(LlamaModel& target, const at::Tensor& tokens) {
   KvCache cache = target.NewCache(tokens.size(0), tokens.size(1));
   ForwardOptions fo;
@@ -172,8 +176,9 @@ at::Tensor TeacherLogProbs(LlamaModel& target, const at::Tensor& tokens) {
   return at::log_softmax(out.logits, -1);
 }
 
-// Teacher log-probabilities of training rows [0, n_rows), float32 [n_rows, seq_len, vocab], in
-// chunks of `batch` rows; undefined when they would exceed kTeacherCacheBytes.
+// Teacher log-probabilities of training rows [0, n_rows), float32 [n_rows, seq_len, vocab] on the
+// target's device, in chunks of `batch` rows; undefined when they would exceed
+// kTeacherCacheBytes.
 at::Tensor TeacherCache(LlamaModel& target, const TokenData& data, int64_t n_rows, int64_t batch,
                         bool verbose) {
   const int64_t vocab = target.config().vocab_size;
@@ -181,14 +186,15 @@ at::Tensor TeacherCache(LlamaModel& target, const TokenData& data, int64_t n_row
     return at::Tensor();
   }
   at::NoGradGuard no_grad;
-  at::Tensor cache = at::empty({n_rows, data.seq_len, vocab}, at::kFloat);
+  const at::Device device = target.device();
+  at::Tensor cache = at::empty({n_rows, data.seq_len, vocab}, at::dtype(at::kFloat).device(device));
   std::unique_ptr<ProgressBar> bar;
   if (verbose) bar = std::make_unique<ProgressBar>("teacher logits", n_rows, "seq");
   for (int64_t b0 = 0; b0 < n_rows; b0 += batch) {
     std::vector<int64_t> rows;
     for (int64_t i = b0; i < std::min(n_rows, b0 + batch); ++i) rows.push_back(i);
     cache.narrow(0, b0, static_cast<int64_t>(rows.size()))
-        .copy_(TeacherLogProbs(target, BatchTokens(data, rows)));
+        .copy_(TeacherLogProbs(target, BatchTokens(data, rows, device)));
     if (bar) bar->Advance(static_cast<int64_t>(rows.size()));
   }
   return cache;
@@ -198,7 +204,8 @@ struct EvalStats {
   double kl = 0, top1 = 0, acceptance = 0;
 };
 
-// Teacher-forced comparison on the held-out rows [first, first + count).
+// Teacher-forced comparison on the held-out rows [first, first + count), on the draft's device
+// (the target's); three host reads per batch.
 EvalStats Evaluate(LlamaModel& target, const TrainableLlama& draft, const TokenData& data,
                    int64_t first, int64_t count, int64_t batch) {
   at::NoGradGuard no_grad;
@@ -207,7 +214,7 @@ EvalStats Evaluate(LlamaModel& target, const TrainableLlama& draft, const TokenD
   for (int64_t b0 = 0; b0 < count; b0 += batch) {
     std::vector<int64_t> rows;
     for (int64_t i = b0; i < std::min(count, b0 + batch); ++i) rows.push_back(first + i);
-    const at::Tensor tokens = BatchTokens(data, rows);
+    const at::Tensor tokens = BatchTokens(data, rows, draft.device());
     const at::Tensor t_logp = TeacherLogProbs(target, tokens);
     const at::Tensor d_logp = at::log_softmax(draft.Forward(tokens), -1);
     const at::Tensor t_p = t_logp.exp();
@@ -287,12 +294,13 @@ class DraftLmTask : public TrainTask {
     teacher_seconds += (NowMicros() - t0) * 1e-6;
   }
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
-    const at::Tensor tokens = BatchTokens(data_, rows);
+    const at::Device device = draft_.device();
+    const at::Tensor tokens = BatchTokens(data_, rows, device);
     at::Tensor t_logp, t_p;
     {
       at::NoGradGuard no_grad;
       t_logp = teacher_cache_.defined()
-                   ? teacher_cache_.index_select(0, at::tensor(rows, at::kLong))
+                   ? teacher_cache_.index_select(0, OnDevice(at::tensor(rows, at::kLong), device))
                    : TeacherLogProbs(teacher_, tokens);
       t_p = t_logp.exp();
     }
@@ -312,7 +320,7 @@ class DraftLmTask : public TrainTask {
   // The HF checkpoint, with the training recipe (the run identity) under the extra config.json
   // key "specbed_recipe" (Hugging Face loaders ignore unknown keys).
   void WriteDrafter(const std::string& out_dir) const override {
-    WriteHfCheckpoint(out_dir, draft_.config(), draft_.HfTensors(), at::kFloat);
+    WriteHfCheckpoint(out_dir, draft_.config(), ToHost(draft_.HfTensors()), at::kFloat);
     const std::string path = out_dir + "/config.json";
     ojson config = ParseOrderedJsonText(ReadFileToString(path), path);
     config["specbed_recipe"] = recipe_;
@@ -339,10 +347,12 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   CheckConfig(config);
   const OptimConfig optim = DraftLmOptim(config);
   CheckOptimConfig(optim, config.n_sequences, "draft-lm");
+  const at::Device device = TrainDevice(optim, "draft-lm");
   SPECBED_CHECK(!out_dir.empty(), "draft-lm: -o/--output is required");
   at::set_num_threads(config.optim.threads);
 
-  LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype));
+  // The teacher runs on the training device (its ATen forward path off the CPU).
+  LoadedTarget target = LoadModel(config.target, ParseDtype(config.dtype), "", device);
   LlamaModel& teacher = *target.model;
   const LlamaConfig& tc = teacher.config();
   SPECBED_CHECK(config.seq_len <= tc.max_seq_len, "draft-lm: --seq-len ", config.seq_len,
@@ -365,7 +375,8 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   const TokenData data = LoadOrSampleData(teacher, DataSettings(settings), bos, work,
                                           options.verbose, &result.data_seconds);
 
-  TrainableLlama draft(dc, DeriveSeed(config.optim.seed, 0, 0x696e6974));  // "init"
+  TrainableLlama draft(dc, DeriveSeed(config.optim.seed, 0, 0x696e6974));  // "init", on the CPU
+  draft.To(device);
   DraftLmTask task(config, teacher, data, draft, options.verbose);
   ojson recipe = settings;
   recipe["trainer"] = "specbed train draft-lm";
@@ -398,6 +409,7 @@ DraftLmTrainResult TrainDraftLm(const DraftLmTrainConfig& config, const std::str
   summary["teacher_cache_seconds_this_run"] = result.teacher_seconds;
   summary["data_seconds_this_run"] = result.data_seconds;
   summary["threads"] = config.optim.threads;
+  summary["device"] = loop.device;
   WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
   if (options.verbose) {
     std::fprintf(stderr,
