@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
@@ -85,7 +86,7 @@ class DflashTrainTask : public RegenHeadTask {
   }
 
   void WriteDrafter(const std::string& out_dir) const override {
-    WriteDflashCheckpoint(out_dir, head_.config(), head_.Tensors(), recipe());
+    WriteDflashCheckpoint(out_dir, head_.config(), ToHost(head_.Tensors()), recipe());
   }
 
  private:
@@ -96,8 +97,11 @@ class DflashTrainTask : public RegenHeadTask {
 
   DflashLossResult Compute(const std::vector<int64_t>& rows, const std::vector<uint64_t>& seeds) {
     TargetFeatures f;
-    const SequenceBatch batch = Batch(rows, &f);
-    const at::Tensor anchors = SampleDflashAnchors(batch.loss_mask, config_.anchors, seeds);
+    SequenceBatch host;
+    const SequenceBatch batch = Batch(rows, &f, &host);
+    // Drawn on the host from the host mask, then one copy to the device.
+    const at::Tensor anchors =
+        OnDevice(SampleDflashAnchors(host.loss_mask, config_.anchors, seeds), head_.device());
     const at::Tensor logits = head_.Forward(f.hidden, batch.tokens, anchors);
     return DflashBlockLoss(logits, batch.tokens, anchors, batch.loss_mask, f.logits, config_.loss);
   }
@@ -231,7 +235,8 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   const std::map<std::string, at::Tensor> init =
       RandomDflashTensors(hc, DeriveSeed(config.optim.seed, 0, kInitSalt));
   const LlamaWeights& w = driver.teacher().weights();
-  TrainableDflash head(hc, init, w.tok_embeddings, w.lm_head);
+  TrainableDflash head(hc, init, w.tok_embeddings, w.lm_head);  // on the CPU
+  head.To(driver.device());
   result.head_parameters = head.ParameterCount();
   result.target_parameters = tc.ParameterCount();
   std::vector<int64_t> layers;

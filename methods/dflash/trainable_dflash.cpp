@@ -11,6 +11,7 @@
 
 #include "harness/base/error.h"
 #include "methods/common/named_params.h"
+#include "methods/common/train/param_device.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "models/tensor_util.h"
 
@@ -55,6 +56,12 @@ TrainableDflash::TrainableDflash(const DflashConfig& config,
   std::copy(inv.begin(), inv.end(), inv_freq_.data_ptr<double>());
 }
 
+void TrainableDflash::To(const at::Device& device) {
+  MoveParamsTo(params_, device);
+  embedding_ = OnDevice(embedding_, device);
+  lm_head_ = OnDevice(lm_head_, device);
+}
+
 const at::Tensor& TrainableDflash::Param(const std::string& name) const {
   return FindParam(params_, name, "DFlash trainable head");
 }
@@ -87,20 +94,24 @@ at::Tensor TrainableDflash::Forward(const at::Tensor& features, const at::Tensor
 
   // RoPE tables for positions 0 .. T + B - 1.
   const at::Tensor angles = at::arange(t + b, at::kDouble).unsqueeze(1) * inv_freq_.unsqueeze(0);
-  const at::Tensor cos_all = angles.cos().to(at::kFloat), sin_all = angles.sin().to(at::kFloat);
+  // Computed on the CPU (the same bits on every device), then one copy each to the device.
+  const at::Tensor cos_all = OnDevice(angles.cos().to(at::kFloat), device());
+  const at::Tensor sin_all = OnDevice(angles.sin().to(at::kFloat), device());
   // Context rows at positions 0..T-1: [1, T, 1, hd/2] (broadcast over N and heads).
   const at::Tensor cos_ctx = cos_all.narrow(0, 0, t).view({1, t, 1, hd / 2});
   const at::Tensor sin_ctx = sin_all.narrow(0, 0, t).view({1, t, 1, hd / 2});
   // Block rows: position anchor + k: [N, A, B, 1, hd/2].
-  const at::Tensor block_pos = anchor0.unsqueeze(2) + at::arange(b, at::kLong).view({1, 1, b});
+  const at::Tensor block_pos =
+      anchor0.unsqueeze(2) + at::arange(b, tokens.options()).view({1, 1, b});
   const at::Tensor cos_blk = cos_all.index_select(0, block_pos.reshape(-1)).view({n, a, b, 1, -1});
   const at::Tensor sin_blk = sin_all.index_select(0, block_pos.reshape(-1)).view({n, a, b, 1, -1});
 
   // Visibility. Context key s is visible to every row of anchor a's block iff s < a (false for
   // unused slots too: they then only see their own block). [N, 1, A, 1, T].
   const at::Tensor ctx_visible =
-      (at::arange(t, at::kLong).view({1, 1, t}) < anchors.unsqueeze(2)).view({n, 1, a, 1, t});
-  at::Tensor block_visible = at::ones({b, b}, at::kBool);
+      (at::arange(t, tokens.options()).view({1, 1, t}) < anchors.unsqueeze(2))
+          .view({n, 1, a, 1, t});
+  at::Tensor block_visible = at::ones({b, b}, tokens.options().dtype(at::kBool));
   if (c.causal) block_visible = block_visible.tril();
   const at::Tensor visible = at::cat({ctx_visible.expand({n, 1, a, b, t}),
                                       block_visible.view({1, 1, 1, b, b}).expand({n, 1, a, b, b})},
@@ -111,7 +122,7 @@ at::Tensor TrainableDflash::Forward(const at::Tensor& features, const at::Tensor
       RmsNorm(at::matmul(features, Param(kDflashFc).t()), Param(kDflashHiddenNorm), eps);
 
   // Block input: the target's embedding of [token a, MASK, ...].
-  at::Tensor block_tokens = at::full({n, a, b}, c.mask_token_id, at::kLong);
+  at::Tensor block_tokens = at::full({n, a, b}, c.mask_token_id, tokens.options());
   block_tokens.select(2, 0).copy_(tokens.gather(1, anchor0));
   at::Tensor hstate = embedding_.index_select(0, block_tokens.reshape(-1)).view({n, a * b, h});
 
@@ -210,7 +221,7 @@ DflashLossResult DflashBlockLoss(const at::Tensor& logits, const at::Tensor& tok
                 options.temperature);
 
   // Row k of anchor i reads sequence position pos = anchor + k (label) and pos - 1 (teacher).
-  const at::Tensor k_idx = at::arange(b, at::kLong).view({1, 1, b});
+  const at::Tensor k_idx = at::arange(b, anchors.options()).view({1, 1, b});
   const at::Tensor label_pos = anchors.unsqueeze(2) + k_idx;  // [N, A, B]
   const at::Tensor prev = (label_pos - 1).clamp(0, t - 1);
   at::Tensor valid = (anchors.unsqueeze(2) >= 0) & (k_idx >= 1) & (label_pos - 1 < t);
@@ -225,7 +236,7 @@ DflashLossResult DflashBlockLoss(const at::Tensor& logits, const at::Tensor& tok
       wk.data_ptr<float>()[k] = static_cast<float>(std::exp(-(k - 1) / options.gamma));
     }
   }
-  const at::Tensor weights = valid.to(at::kFloat) * wk.view({1, 1, b});
+  const at::Tensor weights = valid.to(at::kFloat) * OnDevice(wk, logits.device()).view({1, 1, b});
 
   const at::Tensor logq = at::log_softmax(logits / options.temperature, -1);
   at::Tensor row_loss;  // [N, A, B]
@@ -249,9 +260,10 @@ DflashLossResult DflashBlockLoss(const at::Tensor& logits, const at::Tensor& tok
   // Statistics (no grad).
   const at::Tensor hits = (logits.detach().argmax(-1) == labels) & valid;  // [N, A, B]
   const at::Tensor vf = valid.to(at::kFloat);
-  const at::Tensor count = vf.sum(at::IntArrayRef{0, 1});
-  const at::Tensor loss_sum = (row_loss.detach() * vf).sum(at::IntArrayRef{0, 1});
-  const at::Tensor hit_sum = hits.to(at::kFloat).sum(at::IntArrayRef{0, 1});
+  // Read on the host: one copy each off the CPU (the same tensors on it).
+  const at::Tensor count = ToHost(vf.sum(at::IntArrayRef{0, 1}));
+  const at::Tensor loss_sum = ToHost((row_loss.detach() * vf).sum(at::IntArrayRef{0, 1}));
+  const at::Tensor hit_sum = ToHost(hits.to(at::kFloat).sum(at::IntArrayRef{0, 1}));
   r.row_loss.assign(b, 0);
   r.row_top1.assign(b, 0);
   r.row_count.assign(b, 0);
@@ -277,8 +289,8 @@ DflashLossResult DflashBlockLoss(const at::Tensor& logits, const at::Tensor& tok
 
 at::Tensor SampleDflashAnchors(const at::Tensor& loss_mask, int64_t num_anchors,
                                const std::vector<uint64_t>& row_seeds) {
-  SPECBED_CHECK(loss_mask.dim() == 2 && loss_mask.scalar_type() == at::kFloat,
-                "DFlash anchors: loss_mask must be float32 [N, T]");
+  SPECBED_CHECK(loss_mask.dim() == 2 && loss_mask.scalar_type() == at::kFloat && loss_mask.is_cpu(),
+                "DFlash anchors: loss_mask must be float32 [N, T] on the CPU");
   SPECBED_CHECK(num_anchors >= 1, "DFlash anchors: need at least one anchor per sequence, got ",
                 num_anchors);
   const int64_t n = loss_mask.size(0), t = loss_mask.size(1);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -34,7 +35,15 @@ class TrainableDflash {
   TrainableDflash(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
                   const at::Tensor& target_embedding, const at::Tensor& target_lm_head);
 
-  // features: float32 [N, T, n_ids * H] the target hidden states at the configured layers
+  // THE way to place the head: moves the parameters (float32 leaves with requires_grad, same
+  // values; MoveParamsTo) and the frozen embedding / lm_head to `device`. The constructor builds
+  // on the CPU; call To before handing named_parameters() to an optimiser.
+  void To(const at::Device& device);
+  // Where the parameters live (CPU until To moves them).
+  at::Device device() const { return embedding_.device(); }
+
+  // On device(): features: float32 [N, T, n_ids * H] the target hidden states at the configured
+  // layers
   //   (TargetLayerIds, HF hidden_states[id + 1]) at positions 0..T-1, concatenated low layer
   //   first; tokens: int64 [N, T]; anchors: int64 [N, A] anchor positions in [0, T) or -1 (unused
   //   slot: computed on position 0, must be masked by the loss).
@@ -47,7 +56,8 @@ class TrainableDflash {
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const {
     return params_;
   }
-  // Detached float32 copies of every draft tensor (for WriteDflashCheckpoint / DflashHead).
+  // Detached float32 copies of every draft tensor on device() (for WriteDflashCheckpoint through
+  // ToHost, param_device.h / DflashHead).
   std::map<std::string, at::Tensor> Tensors() const;
   const DflashConfig& config() const { return config_; }
   int64_t ParameterCount() const;
@@ -57,8 +67,8 @@ class TrainableDflash {
 
   DflashConfig config_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
-  at::Tensor embedding_, lm_head_;  // float32 [V, H], frozen
-  at::Tensor inv_freq_;             // float64 [head_dim / 2]
+  at::Tensor embedding_, lm_head_;  // float32 [V, H] on device(), frozen
+  at::Tensor inv_freq_;             // float64 [head_dim / 2] CPU (tables are moved per forward)
 };
 
 // The training objective of the block head.

@@ -11,6 +11,7 @@
 
 #include "harness/base/error.h"
 #include "methods/common/head_config.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
@@ -56,7 +57,7 @@ class Eagle3TrainTask : public RegenHeadTask {
   }
 
   void WriteDrafter(const std::string& out_dir) const override {
-    WriteEagle3Checkpoint(out_dir, head_.config(), head_.Tensors(), recipe());
+    WriteEagle3Checkpoint(out_dir, head_.config(), ToHost(head_.Tensors()), recipe());
   }
 
  private:
@@ -174,7 +175,8 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
       RandomEagle3Tensors(hc, DeriveSeed(config.optim.seed, 0, kInitSalt));
   init[kEagle3D2t] = vocab.d2t;
   init[kEagle3T2d] = vocab.t2d;
-  TrainableEagle3 head(hc, init, driver.teacher().weights().tok_embeddings);
+  TrainableEagle3 head(hc, init, driver.teacher().weights().tok_embeddings);  // on the CPU
+  head.To(driver.device());
   result.head_parameters = head.ParameterCount();
   result.target_parameters = tc.ParameterCount();
   TargetFeatureSource& features = driver.MakeFeatures(result.aux_layers);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
@@ -35,7 +36,7 @@ class MedusaTrainTask : public RegenHeadTask {
         config_(config),
         norm_eps_(driver.target_config().norm_eps),
         head_(head),
-        norm_weight_(driver.teacher().weights().final_norm.to(at::kCPU, at::kFloat)) {}
+        norm_weight_(driver.teacher().weights().final_norm.to(driver.device(), at::kFloat)) {}
 
   std::string Name() const override { return "medusa"; }
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
@@ -58,7 +59,7 @@ class MedusaTrainTask : public RegenHeadTask {
   void WriteDrafter(const std::string& out_dir) const override {
     MedusaHead copy;
     copy.config = head_.config;
-    for (const auto& [name, t] : head_.tensors) copy.tensors[name] = t.detach();
+    for (const auto& [name, t] : head_.tensors) copy.tensors[name] = ToHost(t);
     WriteMedusaCheckpoint(out_dir, copy, recipe());
   }
 
@@ -76,7 +77,7 @@ class MedusaTrainTask : public RegenHeadTask {
     const at::Tensor logits = MedusaLogits(head_, normed.view({b * t, d}));  // [K, B*T, V]
     const int64_t vocab = logits.size(2);
     HeadsLoss out;
-    out.loss = at::zeros({}, at::kFloat);
+    out.loss = at::zeros({}, normed.options());
     double weight = 1;
     for (int64_t k = 0; k < head_.config.num_heads; ++k, weight *= config_.decay) {
       const int64_t n = t - k - 2;  // positions whose token t + k + 2 is in the batch
@@ -166,7 +167,9 @@ MedusaTrainResult TrainMedusa(const MedusaTrainConfig& config, const std::string
   MedusaHead head = InitMedusaHead(MedusaHeadsConfig(config, tc, driver.target_name()),
                                    driver.teacher().weights().lm_head);
   MedusaTrainResult result;
+  // The heads are made on the CPU; placed on the training device as float32 leaves.
   for (auto& [name, t] : head.tensors) {
+    if (t.device() != driver.device()) t = t.to(driver.device());
     t.set_requires_grad(true);
     result.head_parameters += t.numel();
   }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "methods/common/train/param_device.h"
 #include "methods/specblock/specblock_trainer.h"
 
 namespace specbed {
@@ -44,8 +45,8 @@ at::Tensor Block1Hidden(const SpecBlockModel& model, const at::Tensor& aux,
                         const at::Tensor& tokens, bool detach_trunk) {
   const int64_t b = tokens.size(0), t = tokens.size(1), k = model.config().block_size;
   const int64_t n1 = t - 1;
-  const at::Tensor i = at::arange(n1, at::kLong);
-  const at::Tensor kk = at::arange(k, at::kLong);
+  const at::Tensor i = at::arange(n1, tokens.options());  // int64, on the tokens' device
+  const at::Tensor kk = at::arange(k, tokens.options());
   const at::Tensor pos = (i.unsqueeze(1) + 1 + kk.unsqueeze(0)).reshape({1, -1}).expand({b, -1});
   const at::Tensor qi = i.repeat_interleave(k), qk = kk.repeat({n1});
   const at::Tensor mask =
@@ -126,10 +127,11 @@ SlotGrid MakeSlotGrid(const at::Tensor& tokens, int64_t k) {
   SPECBED_CHECK(g.t >= 3, "specblock loss: sequences need >= 3 tokens");
   g.n1 = g.t - 1;
   g.r = g.n1 * k;
-  g.i = at::arange(g.n1, at::kLong).unsqueeze(1);
-  g.kk = at::arange(k, at::kLong).unsqueeze(0);
-  g.qi = at::arange(g.n1, at::kLong).repeat_interleave(k);
-  g.qk = at::arange(k, at::kLong).repeat({g.n1});
+  const at::TensorOptions index = tokens.options();  // int64, on the tokens' device
+  g.i = at::arange(g.n1, index).unsqueeze(1);
+  g.kk = at::arange(k, index).unsqueeze(0);
+  g.qi = at::arange(g.n1, index).repeat_interleave(k);
+  g.qk = at::arange(k, index).repeat({g.n1});
   return g;
 }
 
@@ -161,7 +163,7 @@ void SupervisePass(const SpecBlockModel& model, const at::Tensor& tokens,
     p.hit = p.hit.to(at::kFloat) * p.valid;
   }
   const int64_t b = p.valid.size(0), n1 = p.valid.size(1), k = p.valid.size(2);
-  p.m = valid_prefix ? PrefixMask(first, p.hit) : at::ones({b, n1, k + 1});
+  p.m = valid_prefix ? PrefixMask(first, p.hit) : at::ones({b, n1, k + 1}, p.hit.options());
   p.w = p.m.narrow(-1, 0, k) * p.valid;
 }
 
@@ -189,7 +191,8 @@ BlockPass Block1Pass(const SpecBlockModel& model, const SlotGrid& g, const at::T
   p.h = model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos1, mask1,
                     nullptr, kv1);
   p.logits = model.Logits(p.h);
-  SupervisePass(model, tokens, target_draft, li1c, ti1c, at::ones({b, n1}), valid_prefix, p);
+  SupervisePass(model, tokens, target_draft, li1c, ti1c, at::ones({b, n1}, p.valid.options()),
+                valid_prefix, p);
   return p;
 }
 
@@ -261,7 +264,7 @@ struct RankLoss {
     const at::Tensor tb = bucket.reshape({-1});
     const at::Tensor sel = p.w.reshape({-1}).gt(0);
     const at::Tensor cell = (tb * 4 + pred).masked_select(sel);
-    const at::Tensor counts = at::bincount(cell, {}, 16);
+    const at::Tensor counts = ToHost(at::bincount(cell, {}, 16));  // one host read
     for (int a = 0; a < 4; ++a)
       for (int q = 0; q < 4; ++q) (*confusion)[a][q] += counts[a * 4 + q].item<double>();
   }
@@ -269,8 +272,9 @@ struct RankLoss {
 
 // Block 1's per-slot hits and counts (valid slots).
 void SlotFigures(const BlockPass& p1, int64_t k, SpecBlockLossResult& res) {
-  const at::Tensor hs = (p1.hit * p1.valid).sum(at::IntArrayRef{0, 1}),
-                   cs = p1.valid.sum(at::IntArrayRef{0, 1});
+  // Read on the host: one copy each off the CPU (the same tensors on it).
+  const at::Tensor hs = ToHost((p1.hit * p1.valid).sum(at::IntArrayRef{0, 1})),
+                   cs = ToHost(p1.valid.sum(at::IntArrayRef{0, 1}));
   res.slot_hits.assign(k, 0);
   res.slot_counts.assign(k, 0);
   for (int64_t s = 0; s < k; ++s) {
@@ -279,12 +283,13 @@ void SlotFigures(const BlockPass& p1, int64_t k, SpecBlockLossResult& res) {
   }
 }
 
-// Split points s ~ U{1..K}, one per start, int64 [B, n1].
+// Split points s ~ U{1..K}, one per start, int64 [B, n1] on the grid's device (drawn on the
+// host, one copy).
 at::Tensor DrawSplits(const SlotGrid& g, std::mt19937_64& rng) {
   at::Tensor s = at::empty({g.b, g.n1}, at::kLong);
   int64_t* sp = s.data_ptr<int64_t>();
   for (int64_t x = 0; x < g.b * g.n1; ++x) sp[x] = 1 + static_cast<int64_t>(rng() % g.k);
-  return s;
+  return OnDevice(s, g.i.device());
 }
 
 }  // namespace

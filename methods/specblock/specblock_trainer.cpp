@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/base/error.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
@@ -104,7 +105,7 @@ class SpecBlockTrainTask : public RegenHeadTask {
   void WriteDrafter(const std::string& out_dir) const override {
     SpecBlockConfig c = model_.config();
     c.recipe = recipe();
-    WriteSpecBlockCheckpoint(out_dir, c, model_.Tensors());
+    WriteSpecBlockCheckpoint(out_dir, c, ToHost(model_.Tensors()));
   }
 
  private:
@@ -221,7 +222,10 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
       RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kInitSalt));
   init["d2t"] = vocab.d2t;
   init["t2d"] = vocab.t2d;
-  SpecBlockModel model(c, init, driver.teacher().weights().tok_embeddings, /*trainable=*/true);
+  HeadPlacement placement;  // float32 leaves on the training device (the default: the CPU)
+  placement.device = driver.device();
+  SpecBlockModel model(c, init, driver.teacher().weights().tok_embeddings, /*trainable=*/true,
+                       placement);
   result.parameters = model.ParameterCount();
   TargetFeatureSource& features = driver.MakeFeatures(aux);
 

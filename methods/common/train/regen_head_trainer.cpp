@@ -12,6 +12,7 @@
 #include "harness/base/timer.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -20,9 +21,12 @@ using ojson = nlohmann::ordered_json;
 RegenHeadDriver::RegenHeadDriver(RegenHeadSpec spec, std::string out_dir, TrainLoopOptions options)
     : spec_(std::move(spec)), out_dir_(std::move(out_dir)), options_(options) {
   const std::string& who = spec_.who;
+  device_ = ParseDevice(spec_.device, who + " --device");
+  CheckDeviceAvailable(device_, who + " --device");
   at::set_num_threads(spec_.threads);
   started_us_ = NowMicros();
-  target_ = LoadModel(spec_.target, spec_.dtype.empty() ? at::kFloat : ParseDtype(spec_.dtype));
+  target_ = LoadModel(spec_.target, spec_.dtype.empty() ? at::kFloat : ParseDtype(spec_.dtype), "",
+                      device_);
   const LlamaConfig& tc = target_config();
   data_ = LoadRegenData(spec_.data, tc.vocab_size);
   SPECBED_CHECK(data_.size() > spec_.n_eval, who, ": '", spec_.data, "' has ", data_.size(),
@@ -80,15 +84,18 @@ RegenHeadTask::RegenHeadTask(const RegenHeadDriver& driver, TargetFeatureSource&
                              int64_t batch)
     : data_(driver.data()),
       features_(features),
+      device_(driver.device()),
       n_train_(driver.n_train()),
       max_len_(driver.spec().max_len),
       batch_(batch) {}
 
-SequenceBatch RegenHeadTask::Batch(const std::vector<int64_t>& rows, TargetFeatures* features) {
-  SequenceBatch batch = MakeSequenceBatch(data_, rows, max_len_);
+SequenceBatch RegenHeadTask::Batch(const std::vector<int64_t>& rows, TargetFeatures* features,
+                                   SequenceBatch* host) {
+  const SequenceBatch batch = MakeSequenceBatch(data_, rows, max_len_);
   at::NoGradGuard no_grad;
   *features = features_.Get(rows, batch);
-  return batch;
+  if (host != nullptr) *host = batch;
+  return BatchOnDevice(batch, device_);
 }
 
 std::vector<std::vector<int64_t>> RegenHeadTask::HeldOutBatches() const {

@@ -39,6 +39,7 @@ struct RegenHeadSpec {
   std::string feature_dtype = "float32";
   bool check_context = true;  // fail when max_len exceeds the target's context
   int threads = 1;
+  std::string device = "cpu";  // OptimConfig::device: where the target, features and model run
 };
 
 // The spec of a trainer config `c` with the usual field names (target, data, max_len, n_eval,
@@ -55,6 +56,7 @@ RegenHeadSpec RegenHeadSpecOf(const Config& c, const std::string& who, const std
   s.features = c.features;
   s.feature_dtype = c.feature_dtype;
   s.threads = c.optim.threads;
+  s.device = c.optim.device;
   return s;
 }
 
@@ -62,12 +64,15 @@ class RegenHeadTask;
 
 class RegenHeadDriver {
  public:
-  // Sets the thread count, loads the target and the data and checks the held-out split (errors
+  // Checks spec.device (before anything loads), sets the thread count, loads the target on that
+  // device (its ATen forward path off the CPU) and the data and checks the held-out split (errors
   // name `who` and the flag).
   RegenHeadDriver(RegenHeadSpec spec, std::string out_dir, TrainLoopOptions options);
   ~RegenHeadDriver();
 
   LlamaModel& teacher() const { return *target_.model; }
+  // The training device: the target's, where the trainer places its model (e.g. To(device())).
+  at::Device device() const { return device_; }
   const LlamaConfig& target_config() const { return target_.model->config(); }
   const std::string& target_name() const { return target_.spec.name; }
   const RegenData& data() const { return data_; }
@@ -98,6 +103,7 @@ class RegenHeadDriver {
   std::string out_dir_;
   TrainLoopOptions options_;
   int64_t started_us_ = 0;
+  at::Device device_ = at::kCPU;
   LoadedTarget target_;
   RegenData data_;
   int64_t n_train_ = 0;
@@ -115,8 +121,10 @@ class RegenHeadTask : public TrainTask {
 
  protected:
   // Rows `rows` as a padded batch cropped to max_len, and the target's features there (computed
-  // without gradients) in *features.
-  SequenceBatch Batch(const std::vector<int64_t>& rows, TargetFeatures* features);
+  // without gradients) in *features, all on the training device (the batch is built on the host
+  // and copied once); `host` (optional) receives the batch as built, on the CPU.
+  SequenceBatch Batch(const std::vector<int64_t>& rows, TargetFeatures* features,
+                      SequenceBatch* host = nullptr);
   // The held-out rows in batches of the training batch size.
   std::vector<std::vector<int64_t>> HeldOutBatches() const;
   const nlohmann::ordered_json& recipe() const { return recipe_; }
@@ -125,6 +133,7 @@ class RegenHeadTask : public TrainTask {
  private:
   const RegenData& data_;
   TargetFeatureSource& features_;
+  at::Device device_;
   int64_t n_train_, max_len_, batch_;
   nlohmann::ordered_json recipe_;
 };

@@ -19,6 +19,7 @@
 #include "harness/base/names.h"
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_util.h"
 #include "models/model_registry.h"
 
@@ -143,6 +144,11 @@ void CheckSameSettings(const ojson& stored, const ojson& wanted, const std::stri
 // ---------------------------------------------------------------------------------------------
 // Batches.
 
+SequenceBatch BatchOnDevice(const SequenceBatch& batch, const at::Device& device) {
+  return {OnDevice(batch.tokens, device), OnDevice(batch.lengths, device),
+          OnDevice(batch.loss_mask, device)};
+}
+
 SequenceBatch MakeSequenceBatch(const RegenData& data, const std::vector<int64_t>& rows,
                                 int64_t max_len) {
   SPECBED_CHECK(max_len >= 1, "MakeSequenceBatch: max_len must be >= 1, got ", max_len);
@@ -191,10 +197,13 @@ TargetFeatures OnlineFeatureSource::Get(const std::vector<int64_t>& rows,
   ForwardOptions fo;
   fo.hidden_layers = layers_;
   fo.logits = LogitsMode::kAll;
-  ForwardOutput out = target_.Forward(batch.tokens, cache, fo);
+  // On the target's device (a copy of the host batch's tokens and lengths off the CPU).
+  const at::Device device = target_.device();
+  const at::Tensor lengths = OnDevice(batch.lengths, device);
+  ForwardOutput out = target_.Forward(OnDevice(batch.tokens, device), cache, fo);
   TargetFeatures f;
   if (layers_.empty()) {
-    f.hidden = at::zeros({b_size, t_size, 0}, at::kFloat);
+    f.hidden = at::zeros({b_size, t_size, 0}, at::dtype(at::kFloat).device(device));
   } else {
     std::vector<at::Tensor> parts;
     for (const at::Tensor& h : out.hidden) parts.push_back(h.to(at::kFloat));
@@ -202,7 +211,7 @@ TargetFeatures OnlineFeatureSource::Get(const std::vector<int64_t>& rows,
   }
   f.logits = out.logits.clone();  // the forward's buffer is reused by the next call
   const at::Tensor padding =
-      at::arange(t_size, at::kLong).unsqueeze(0).ge(batch.lengths.unsqueeze(1)).unsqueeze(-1);
+      at::arange(t_size, lengths.options()).unsqueeze(0).ge(lengths.unsqueeze(1)).unsqueeze(-1);
   f.hidden.masked_fill_(padding, 0.f);
   f.logits.masked_fill_(padding, 0.f);
   return f;
@@ -491,9 +500,9 @@ void BuildShards(LlamaModel& target, const RegenData& data, const std::vector<in
     const SequenceBatch batch = MakeSequenceBatch(data, rows, max_len);
     const int64_t t_size = batch.tokens.size(1);
     KvCache cache = target.NewCache(static_cast<int64_t>(rows.size()), t_size);
-    const ForwardOutput out = target.Forward(batch.tokens, cache, fo);
-    // [B, T, n_stored, dim] in the store dtype.
-    const at::Tensor h = at::stack(out.hidden, 2).to(store_type).contiguous();
+    const ForwardOutput out = target.Forward(OnDevice(batch.tokens, target.device()), cache, fo);
+    // [B, T, n_stored, dim] in the store dtype, on the host (shards are written from host copies).
+    const at::Tensor h = ToHost(at::stack(out.hidden, 2).to(store_type)).contiguous();
     const uint8_t* hp = static_cast<const uint8_t*>(h.data_ptr());
     const int64_t* lens = batch.lengths.data_ptr<int64_t>();
     const int64_t* tok = batch.tokens.data_ptr<int64_t>();
@@ -574,9 +583,9 @@ TargetFeatures DiskFeatureCache::Get(const std::vector<int64_t>& rows, const Seq
   at::Tensor final_h = at::zeros({b_size, t_size, dim}, at::kFloat);
   float* hid = f.hidden.data_ptr<float>();
   float* fin = final_h.data_ptr<float>();
-  const at::Tensor tokens = batch.tokens.contiguous();
+  const at::Tensor tokens = ToHost(batch.tokens).contiguous();  // the host batch: no copy
   const int64_t* tok = tokens.data_ptr<int64_t>();
-  const at::Tensor lengths = batch.lengths.contiguous();
+  const at::Tensor lengths = ToHost(batch.lengths).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
   auto copy = [&](auto tag) {
     using Src = decltype(tag);
@@ -618,6 +627,9 @@ TargetFeatures DiskFeatureCache::Get(const std::vector<int64_t>& rows, const Seq
     default:
       copy(float());
   }
+  // Read on the host, then one copy each to the target's device (none on the CPU).
+  f.hidden = OnDevice(f.hidden, target_.device());
+  final_h = OnDevice(final_h, target_.device());
   // logits = lm_head(final_norm(h)) as the engine computes them: RMSNorm in float32, the head
   // GEMM in the model dtype. Padding rows are 0 and stay 0.
   at::NoGradGuard no_grad;

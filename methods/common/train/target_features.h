@@ -13,6 +13,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -28,9 +29,10 @@
 namespace specbed {
 
 struct SequenceBatch {
-  at::Tensor tokens;   // int64 [B, T] CPU, right-padded with 0; T = the longest cropped row
-  at::Tensor lengths;  // int64 [B] CPU: min(sequence length, max_len)
-  // float32 [B, T] CPU: 1 where the NEXT token (t + 1) is a response token and t + 1 < length,
+  // Built on the CPU by MakeSequenceBatch; BatchOnDevice moves them (the training device).
+  at::Tensor tokens;   // int64 [B, T], right-padded with 0; T = the longest cropped row
+  at::Tensor lengths;  // int64 [B]: min(sequence length, max_len)
+  // float32 [B, T]: 1 where the NEXT token (t + 1) is a response token and t + 1 < length,
   // else 0 (prompt positions except the last, the last position, padding).
   at::Tensor loss_mask;
 };
@@ -40,13 +42,16 @@ struct SequenceBatch {
 // prompt of >= max_len tokens leaves no loss positions).
 SequenceBatch MakeSequenceBatch(const RegenData& data, const std::vector<int64_t>& rows,
                                 int64_t max_len);
+// `batch` with every tensor on `device`: one copy each off the CPU, the same tensors on it.
+SequenceBatch BatchOnDevice(const SequenceBatch& batch, const at::Device& device);
 
 struct TargetFeatures {
-  // float32 [B, T, n_layers * target_dim] CPU: the requested hidden_states layers (HF indexing:
+  // float32 [B, T, n_layers * target_dim] on the target's device: the requested hidden_states
+  // layers (HF indexing:
   // 0 = embeddings, l = output of decoder layer l, before the final norm) concatenated along the
   // last dimension in the requested order. 0 at padding positions (t >= lengths[b]).
   at::Tensor hidden;
-  // float32 [B, T, vocab] CPU: the target's logits; 0 at padding positions.
+  // float32 [B, T, vocab] on the target's device: the target's logits; 0 at padding positions.
   at::Tensor logits;
 };
 
@@ -55,7 +60,8 @@ class TargetFeatureSource {
   virtual ~TargetFeatureSource() = default;
   // Features of the batch made by MakeSequenceBatch(data, rows, max_len). The disk source reads
   // by `rows` (and checks the batch's lengths against what it stored); the online source runs
-  // the target on batch.tokens.
+  // the target on batch.tokens. `batch` may be on the host (as MakeSequenceBatch makes it) or on
+  // the target's device; the features come on the target's device.
   virtual TargetFeatures Get(const std::vector<int64_t>& rows, const SequenceBatch& batch) = 0;
   // The hidden_states layers of TargetFeatures::hidden, in order.
   virtual const std::vector<int64_t>& layers() const = 0;
