@@ -15,6 +15,7 @@
 #include "harness/base/mapped_file.h"
 #include "harness/base/timer.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
 
@@ -63,7 +64,17 @@ class TrainableBlockPilot {
       params_[name] = t;
     }
   }
-  // x float32 [N, V] -> logits float32 [N, C].
+  // THE way to place the predictor: moves every parameter to `device` (float32 leaves with
+  // requires_grad, same values). Built on the CPU (the seeded init), then moved.
+  void To(const at::Device& device) {
+    for (auto& [name, t] : params_) {
+      if (t.device() == device) continue;
+      t = t.detach().to(device);
+      t.set_requires_grad(true);
+    }
+  }
+  at::Device device() const { return params_.begin()->second.device(); }
+  // x float32 [N, V] on device() -> logits float32 [N, C] on device().
   at::Tensor Forward(const at::Tensor& x) const {
     at::Tensor h = x;
     for (int64_t i = 0; i < config_.num_layers; ++i) {
@@ -108,8 +119,10 @@ class BlockPilotTask : public TrainTask {
     at::NoGradGuard no_grad;
     const at::Tensor logits = at::from_blob(const_cast<float*>(labels.logits.data()),
                                             {labels.size(), labels.vocab_size}, at::kFloat);
-    inputs_ = BlockPilotInputs(model.config().input, logits).contiguous().clone();
-    targets_tensor_ = at::tensor(targets, at::kLong);
+    // Built on the host, then one copy each to the predictor's device (none on the CPU).
+    inputs_ = OnDevice(BlockPilotInputs(model.config().input, logits).contiguous().clone(),
+                       model.device());
+    targets_tensor_ = OnDevice(at::tensor(targets, at::kLong), model.device());
     // The majority label of the training rows (the trivial baseline).
     std::vector<int64_t> counts(labels.n_candidates(), 0);
     for (int64_t i = 0; i < n_train; ++i) ++counts[targets[i]];
@@ -123,7 +136,7 @@ class BlockPilotTask : public TrainTask {
   int64_t TrainRows() const override { return n_train_; }
 
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
-    const at::Tensor index = at::tensor(rows, at::kLong);
+    const at::Tensor index = OnDevice(at::tensor(rows, at::kLong), model_.device());
     const at::Tensor logits = model_.Forward(inputs_.index_select(0, index));
     return at::nll_loss(at::log_softmax(logits, 1), targets_tensor_.index_select(0, index));
   }
@@ -131,7 +144,7 @@ class BlockPilotTask : public TrainTask {
   // Predicted candidate index per row (all rows).
   std::vector<int64_t> PredictAll() const {
     at::NoGradGuard no_grad;
-    const at::Tensor pred = model_.Forward(inputs_).argmax(1).contiguous();
+    const at::Tensor pred = ToHost(model_.Forward(inputs_).argmax(1)).contiguous();
     return std::vector<int64_t>(pred.data_ptr<int64_t>(), pred.data_ptr<int64_t>() + pred.numel());
   }
 
@@ -140,7 +153,7 @@ class BlockPilotTask : public TrainTask {
     const int64_t n = labels_.size();
     std::vector<int64_t> eval_rows, train_rows;
     for (int64_t i = 0; i < n; ++i) (i < n_train_ ? train_rows : eval_rows).push_back(i);
-    const at::Tensor index = at::arange(n_train_, n, at::kLong);
+    const at::Tensor index = at::arange(n_train_, n, targets_tensor_.options());
     const at::Tensor logits = model_.Forward(inputs_.index_select(0, index));
     EvalMetrics m;
     m.loss = at::nll_loss(at::log_softmax(logits, 1), targets_tensor_.index_select(0, index))
@@ -163,7 +176,7 @@ class BlockPilotTask : public TrainTask {
   void WriteDrafter(const std::string& out_dir) const override {
     BlockPilotConfig c = model_.config();
     c.evaluation = last_eval_;
-    WriteBlockPilotCheckpoint(out_dir, c, model_.Tensors());
+    WriteBlockPilotCheckpoint(out_dir, c, ToHost(model_.Tensors()));
   }
 
   const ojson& last_eval() const { return last_eval_; }
@@ -255,6 +268,7 @@ ojson BlockPilotFigures(const BlockPilotLabels& labels, const std::vector<int64_
 BlockPilotTrainResult TrainBlockPilot(const BlockPilotTrainConfig& config,
                                       const std::string& out_dir, const TrainLoopOptions& options) {
   const std::string who = "blockpilot train";
+  const at::Device device = TrainDevice(config.optim, who);  // before the labels load
   SPECBED_CHECK(!config.labels.empty(), who, ": --labels (a `specbed blockpilot label` file) is ",
                 "required");
   SPECBED_CHECK(config.criterion == "tau" || config.criterion == "throughput", who,
@@ -312,6 +326,7 @@ BlockPilotTrainResult TrainBlockPilot(const BlockPilotTrainConfig& config,
   pc.training = training;
 
   TrainableBlockPilot model(pc, DeriveSeed(config.optim.seed, 0, 0x696e6974));  // "init"
+  model.To(device);
   BlockPilotTask task(labels, targets, config.criterion, model, n_train);
   BlockPilotTrainResult result;
   result.n_train = n_train;
@@ -334,6 +349,7 @@ BlockPilotTrainResult TrainBlockPilot(const BlockPilotTrainConfig& config,
   summary["steps"] = result.loop.step;
   summary["final_train_loss"] = result.loop.final_loss;
   summary["train_seconds"] = result.loop.train_seconds;
+  summary["device"] = result.loop.device;
   summary["evaluation"] = result.evaluation;
   WriteFileAtomically(out_dir + "/train_summary.json", summary.dump(2) + "\n");
   return result;

@@ -13,6 +13,7 @@
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "harness/engine/sampler.h"
+#include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/pearl/draft_lm.h"
 #include "methods/specbranch/hrad.h"
@@ -107,7 +108,9 @@ void BuildData(const HradTrainConfig& c, LoadedTarget& target, std::shared_ptr<L
 
 class HradTask : public TrainTask {
  public:
-  HradTask(const HradTrainConfig& c, HradConfig hc, HradData train, HradData eval)
+  // The data (built on the host) and the MLP (drawn on the host) are placed on `device`.
+  HradTask(const HradTrainConfig& c, HradConfig hc, HradData train, HradData eval,
+           const at::Device& device)
       : c_(c), hc_(std::move(hc)), train_(std::move(train)), eval_(std::move(eval)) {
     mean_ = train_.x.mean(0);
     std_ = train_.x.std(0).clamp_min(1e-3);
@@ -120,6 +123,10 @@ class HradTask : public TrainTask {
     y_train_ = at::tensor(train_.y, at::kLong);
     for (const auto& [name, t] : RandomHradTensors(hc_, c.optim.seed)) {
       params_.push_back({name, t.clone().set_requires_grad(true)});
+    }
+    MoveParamsTo(params_, device);
+    for (at::Tensor* t : {&mean_, &std_, &class_weight_, &y_train_, &train_.x, &eval_.x}) {
+      *t = OnDevice(*t, device);
     }
   }
   std::string Name() const override { return "hrad"; }
@@ -141,7 +148,7 @@ class HradTask : public TrainTask {
           for (int64_t i = 0; i < mask.numel(); ++i) {
             m[i] = keep(rng) ? static_cast<float>(1.0 / (1.0 - c_.dropout)) : 0.f;
           }
-          h = h * mask;
+          h = h * OnDevice(mask, h.device());  // drawn on the host, one copy
         }
       }
     }
@@ -149,7 +156,7 @@ class HradTask : public TrainTask {
   }
 
   at::Tensor Loss(const std::vector<int64_t>& rows) override {
-    const at::Tensor idx = at::tensor(rows, at::kLong);
+    const at::Tensor idx = OnDevice(at::tensor(rows, at::kLong), train_.x.device());
     const at::Tensor logits = Forward(train_.x.index_select(0, idx), true);
     const at::Tensor y = y_train_.index_select(0, idx);
     const at::Tensor logp = at::log_softmax(logits, 1);
@@ -165,9 +172,9 @@ class HradTask : public TrainTask {
     at::NoGradGuard no_grad;
     EvalMetrics m;
     const at::Tensor logits = Forward(eval_.x, false);
-    const at::Tensor pred = logits.argmax(1);
+    const at::Tensor pred = ToHost(logits.argmax(1));  // one host read
     const at::Tensor y = at::tensor(eval_.y, at::kLong);
-    m.loss = at::nll_loss(at::log_softmax(logits, 1), y).item<double>();
+    m.loss = at::nll_loss(at::log_softmax(logits, 1), OnDevice(y, logits.device())).item<double>();
     int64_t confusion[3][3] = {{0}};
     for (int64_t i = 0; i < y.size(0); ++i) {
       ++confusion[y[i].item<int64_t>()][pred[i].item<int64_t>()];
@@ -202,9 +209,9 @@ class HradTask : public TrainTask {
     // Fold the standardisation into the first layer: W' = W / std, b' = b - W' mean.
     at::NoGradGuard no_grad;
     std::map<std::string, at::Tensor> tensors;
-    for (const auto& [name, t] : params_) tensors[name] = t.detach().clone();
-    const at::Tensor w0 = tensors["mlp.0.weight"] / std_.view({1, -1});
-    tensors["mlp.0.bias"] = tensors["mlp.0.bias"] - at::mv(w0, mean_);
+    for (const auto& [name, t] : params_) tensors[name] = ToHost(t.detach().clone());
+    const at::Tensor w0 = tensors["mlp.0.weight"] / ToHost(std_).view({1, -1});
+    tensors["mlp.0.bias"] = tensors["mlp.0.bias"] - at::mv(w0, ToHost(mean_));
     tensors["mlp.0.weight"] = w0.contiguous();
     HradConfig hc = hc_;
     hc.evaluation = last_eval_;
@@ -244,6 +251,9 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
   const std::string drafter = c.drafter == kAutoDrafter
                                   ? DefaultDrafterName("draft", c.target, "specbed train hrad")
                                   : c.drafter;
+  // Checked before anything loads. The labels and features are built on the CPU (the target
+  // and the draft run there); the MLP trains on the device.
+  const at::Device device = TrainDevice(c.optim, "specbed train hrad");
   const int64_t d0 = NowNanos();
   LoadedTarget target = LoadModel(c.target, at::kFloat);
   LoadedTarget draft = LoadModel(drafter, at::kFloat);
@@ -277,7 +287,7 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
   result.data_seconds = (NowNanos() - d0) * 1e-9;
   result.n_train = static_cast<int64_t>(train.y.size());
   result.n_eval = static_cast<int64_t>(eval.y.size());
-  HradTask task(c, hc, std::move(train), std::move(eval));
+  HradTask task(c, hc, std::move(train), std::move(eval), device);
   result.loop = RunTrainLoop(task, c.optim, settings, out_dir, options);
   result.evaluation = task.last_eval();
   if (result.loop.finished) {
@@ -288,6 +298,7 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
     summary["n_eval_rows"] = result.n_eval;
     summary["data_seconds"] = result.data_seconds;
     summary["train_seconds"] = result.loop.train_seconds;
+    summary["device"] = result.loop.device;
     summary["evaluation"] = result.evaluation;
     std::ofstream(out_dir + "/train_summary.json") << summary.dump(2) << "\n";
   }
