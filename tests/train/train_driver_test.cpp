@@ -1,16 +1,26 @@
 // The drafter-training driver's shared pieces: CosineOptim (a trainer's default optimiser),
 // RowBatches (held-out batches), StepFigures (per-step means and the chain estimate) and the
-// regen trainers' RegenHeadDriver (held-out split, run identity, errors naming the flags).
+// regen trainers' RegenHeadDriver (held-out split, run identity, errors naming the flags, the
+// training device checked first); TrainLoopCuda: EAGLE-3 trained on cuda against the CPU.
 // Checked by: tests/train/train_driver_test.cpp.
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "harness/base/error.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
+#include "methods/common/train/target_features.h"
 #include "methods/common/train/train_driver.h"
+#include "methods/eagle3/eagle3_checkpoint.h"
+#include "methods/eagle3/eagle3_trainer.h"
+#include "tests/common/cuda_test_util.h"
+#include "tests/methods/train_smoke_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace specbed {
@@ -95,6 +105,93 @@ TEST(TrainDriverTest, RegenHeadDriverSplitsTheDataAndStartsTheIdentity) {
   EXPECT_THROW(RegenHeadDriver(spec, dir + "/out", {}), Error);  // beyond the target's context
   spec.check_context = false;
   EXPECT_NO_THROW(RegenHeadDriver(spec, dir + "/out", {}));
+}
+
+// --device is checked before the target loads (a missing target would fail otherwise), the
+// driver's device is where the trainer places its model, and a batch is built on the host and
+// placed with BatchOnDevice (the same tensors on the CPU, no copy).
+TEST(TrainDriverTest, DeviceIsCheckedFirstAndBatchesArePlaced) {
+  const std::string dir = testing_util::ScratchDir("train_driver_device");
+  RegenHeadSpec spec;
+  spec.who = "probe";
+  spec.target = "no-such-target";
+  spec.data = dir + "/none.regen.safetensors";
+  spec.device = "cuda:7";
+  try {
+    RegenHeadDriver bad(spec, dir + "/out", {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("probe --device"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:7"), std::string::npos) << e.what();
+  }
+  RegenConfig rc;
+  rc.prompts = "bos";
+  rc.n_sequences = 4;
+  rc.max_new_tokens = 8;
+  const RegenData data = GenerateRegenData(rc, false);
+  const SequenceBatch host = MakeSequenceBatch(data, {0, 2}, 16);
+  const SequenceBatch same = BatchOnDevice(host, at::kCPU);
+  EXPECT_TRUE(same.tokens.is_same(host.tokens) && same.lengths.is_same(host.lengths) &&
+              same.loss_mask.is_same(host.loss_mask));
+  const SequenceBatch meta = BatchOnDevice(host, at::Device(at::kMeta));
+  EXPECT_TRUE(meta.tokens.is_meta() && meta.lengths.is_meta() && meta.loss_mask.is_meta());
+  EXPECT_EQ(meta.tokens.sizes(), host.tokens.sizes());
+  spec.target = "stories260K";
+  spec.device = "cpu";
+  spec.max_len = 16;
+  spec.n_eval = 1;
+  WriteRegenData(spec.data, data);
+  EXPECT_EQ(RegenHeadDriver(spec, dir + "/out", {}).device(), at::Device(at::kCPU));
+}
+
+// Max |a - b| over the tensors two EAGLE-3 checkpoints share.
+double MaxHeadDiff(const std::string& a, const std::string& b) {
+  const Eagle3Checkpoint ca = LoadEagle3Checkpoint(a), cb = LoadEagle3Checkpoint(b);
+  double worst = 0;
+  for (const auto& [name, t] : ca.tensors) {
+    if (!t.is_floating_point()) continue;
+    worst = std::max(worst, (t - cb.tensors.at(name)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// A regen head trainer (EAGLE-3, the smoke setting) on cuda against the CPU: the target, its
+// features (online and the disk cache) and the head on the GPU. float32 with other kernels:
+// held-out loss within 1e-3 relative, weights within 1e-3 absolute. A cuda checkpoint resumes
+// on the CPU.
+TEST(TrainLoopCuda, Eagle3OnCudaMatchesCpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const std::string dir = testing_util::ScratchDir("train_driver_eagle3_cuda");
+  Eagle3TrainConfig c;
+  c.aux_layers = {1, 3, 5};
+  c.draft_vocab = 60;
+  c.ttt_steps = 3;
+  c.optim = DefaultEagle3Optim();
+  testing_util::UseSmokeSetting(testing_util::WriteSmokeRegenData(dir), c);
+  const TrainLoopOptions quiet = testing_util::QuietLoop();
+  const Eagle3TrainResult cpu = TrainEagle3(c, dir + "/cpu", quiet);
+  ASSERT_TRUE(cpu.loop.finished);
+  Eagle3TrainConfig g = c;
+  g.optim.device = "cuda";
+  for (const char* features : {"online", "disk"}) {
+    g.features = features;
+    const std::string out = dir + "/cuda_" + features;
+    const Eagle3TrainResult cuda = TrainEagle3(g, out, quiet);
+    ASSERT_TRUE(cuda.loop.finished) << features;
+    EXPECT_EQ(cuda.loop.device, "cuda");
+    EXPECT_NEAR(cuda.loop.first_loss, cpu.loop.first_loss, 1e-3 * cpu.loop.first_loss) << features;
+    EXPECT_NEAR(cuda.loop.eval.loss, cpu.loop.eval.loss, 1e-3 * cpu.loop.eval.loss) << features;
+    EXPECT_LT(MaxHeadDiff(dir + "/cpu", out), 1e-3) << features;
+  }
+  g.features = "online";
+  TrainLoopOptions stop = quiet;
+  stop.stop_after = 14;
+  EXPECT_FALSE(TrainEagle3(g, dir + "/g2c", stop).loop.finished);
+  const Eagle3TrainResult resumed = TrainEagle3(c, dir + "/g2c", quiet);  // on the CPU
+  ASSERT_TRUE(resumed.loop.finished);
+  EXPECT_NEAR(resumed.loop.eval.loss, cpu.loop.eval.loss, 1e-3 * cpu.loop.eval.loss);
+  EXPECT_LT(MaxHeadDiff(dir + "/cpu", dir + "/g2c"), 1e-3);
 }
 
 }  // namespace
