@@ -327,6 +327,25 @@ TEST(TrainLoopTest, StateHoldsHostF32TensorsAndTheSummaryNamesTheDevice) {
   EXPECT_THAT(store->ListTrainRuns()[0].record.settings_json, testing::Not(HasSubstr("device")));
 }
 
+TEST(ParamDeviceTest, MoveKeepsLeavesAndToHostCopiesNothingOnTheCpu) {
+  at::manual_seed(1);
+  const at::Tensor w = at::randn({3, 2}).set_requires_grad(true);
+  const at::Tensor frozen = at::randn({2});
+  NamedParams params = {{"w", w}, {"frozen", frozen}};
+  MoveParamsTo(params, at::kCPU);  // already there: the same tensors
+  EXPECT_TRUE(params[0].second.is_same(w) && params[1].second.is_same(frozen));
+  EXPECT_TRUE(ToHost(w).is_alias_of(w));  // no copy on the CPU, but detached
+  EXPECT_FALSE(ToHost(w).requires_grad());
+  const auto host = ToHost(std::map<std::string, at::Tensor>{{"w", w}});
+  EXPECT_TRUE(host.at("w").is_alias_of(w));
+  MoveParamsTo(params, at::Device(at::kMeta));
+  EXPECT_TRUE(params[0].second.is_meta() && params[0].second.is_leaf() &&
+              params[0].second.requires_grad());
+  EXPECT_TRUE(params[1].second.is_meta() && !params[1].second.requires_grad());
+  EXPECT_TRUE(OnDevice(frozen, at::kCPU).is_same(frozen));
+  EXPECT_FALSE(OnDevice(at::Tensor(), at::kCPU).defined());
+}
+
 TEST(TrainLoopTest, ParametersOffTheTrainingDeviceFailNamingBoth) {
   LeastSquaresTask task(3, at::Device(at::kMeta));  // placed, but not where --device says
   TrainLoopOptions quiet;

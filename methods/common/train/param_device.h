@@ -4,8 +4,9 @@
 // TrainableEagle3::To, TrainableDflash::To, ...) places itself with MoveParamsTo; trainers write
 // drafters and train states through ToHost, so a CPU run keeps its tensors (no copy) and a
 // device run crosses to the host once per write.
-// Checked by: tests/train/train_loop_test.cpp (TrainDevice*: moving keeps leaves and values,
-// host copies) and the *Cuda tests of tests/train/train_loop_test.cpp.
+// Checked by: tests/train/train_loop_test.cpp (ParamDeviceTest: moves keep leaves, nothing is
+// copied on the CPU; TrainLoopCuda: a run on cuda and across devices), tests/train/train_test.cpp
+// (TrainableLlama::To).
 #pragma once
 
 #include <ATen/ATen.h>
