@@ -37,6 +37,7 @@
 #include "methods/method_registry.h"
 #include "models/checkpoint/safetensors.h"
 #include "results/store.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/dflash_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -314,15 +315,17 @@ TEST(BlockPilotTrainer, FiguresOnHandMadeLabels) {
   EXPECT_DOUBLE_EQ(j["oracle_throughput"]["tokens_per_s"].get<double>(), 3500);
 }
 
-TEST(BlockPilotTrainer, SeparableSyntheticLabelsReachHighAccuracy) {
-  at::set_num_threads(1);
-  const std::string dir = testing_util::ScratchDir("blockpilot_train");
+// 200 separable synthetic prompts written to dir/labels.safetensors (their classes in *cls, the
+// labels in *labels) and the training config on them.
+BlockPilotTrainConfig SeparableLabelsConfig(const std::string& dir, std::vector<int64_t>* cls_out,
+                                            BlockPilotLabels* labels_out) {
   // 200 prompts over a vocabulary of 24; the class k in {0, 1, 2} (b = 3, 4, 5) puts the peak of
   // p(x) on a token of group k (tokens 8k .. 8k + 7), so the label is a function of p(x).
   const int64_t n = 200, vocab = 24, nc = 3;
   std::mt19937 rng(17);
   std::vector<double> tau(n * nc), ms(n * nc, 10.0);
-  std::vector<int64_t> cls(n);
+  std::vector<int64_t>& cls = *cls_out;
+  cls.assign(n, 0);
   for (int64_t i = 0; i < n; ++i) {
     cls[i] = static_cast<int64_t>(rng() % 3);
     for (int64_t c = 0; c < nc; ++c) tau[i * nc + c] = c == cls[i] ? 3.0 : 1.5 + 0.1 * c;
@@ -347,6 +350,17 @@ TEST(BlockPilotTrainer, SeparableSyntheticLabelsReachHighAccuracy) {
   c.optim.lr = 1e-2;
   c.optim.min_lr = 1e-3;
   c.optim.seed = 2;
+  *labels_out = l;
+  return c;
+}
+
+TEST(BlockPilotTrainer, SeparableSyntheticLabelsReachHighAccuracy) {
+  at::set_num_threads(1);
+  const std::string dir = testing_util::ScratchDir("blockpilot_train");
+  std::vector<int64_t> cls;
+  BlockPilotLabels l;
+  const BlockPilotTrainConfig c = SeparableLabelsConfig(dir, &cls, &l);
+  const int64_t n = 200;
   TrainLoopOptions run;
   run.verbose = false;
   const BlockPilotTrainResult r = TrainBlockPilot(c, dir + "/out", run);
@@ -372,6 +386,32 @@ TEST(BlockPilotTrainer, SeparableSyntheticLabelsReachHighAccuracy) {
   int64_t hits = 0;
   for (int64_t i = r.n_train; i < n; ++i) hits += predictor.Predict(l.logits_row(i)) == 3 + cls[i];
   EXPECT_DOUBLE_EQ(hits / 20.0, heldout["predictor"]["accuracy"].get<double>());
+}
+
+// The predictor trained on cuda against the CPU (the same synthetic labels): float32 with other
+// kernels, so the held-out loss agrees to 1e-3 relative and the held-out accuracy to one prompt
+// in 20; the summary names the device.
+TEST(BlockPilotTrainerCuda, OnCudaMatchesCpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const std::string dir = testing_util::ScratchDir("blockpilot_train_cuda");
+  std::vector<int64_t> cls;
+  BlockPilotLabels l;
+  const BlockPilotTrainConfig c = SeparableLabelsConfig(dir, &cls, &l);
+  BlockPilotTrainConfig g = c;
+  g.optim.device = "cuda";
+  TrainLoopOptions run;
+  run.verbose = false;
+  const BlockPilotTrainResult cpu = TrainBlockPilot(c, dir + "/cpu", run);
+  const BlockPilotTrainResult cuda = TrainBlockPilot(g, dir + "/cuda", run);
+  ASSERT_TRUE(cpu.loop.finished && cuda.loop.finished);
+  EXPECT_EQ(cuda.loop.device, "cuda");
+  const double loss = cpu.evaluation["heldout_loss"].get<double>();
+  EXPECT_NEAR(cuda.evaluation["heldout_loss"].get<double>(), loss, 1e-3 * loss);
+  EXPECT_NEAR(cuda.evaluation["heldout"]["predictor"]["accuracy"].get<double>(),
+              cpu.evaluation["heldout"]["predictor"]["accuracy"].get<double>(), 0.05 + 1e-9);
+  const ojson summary = ojson::parse(ReadFileToString(dir + "/cuda/train_summary.json"));
+  EXPECT_EQ(summary["device"], "cuda");
 }
 
 // --- stories260K with a seeded random DFlash head ---------------------------------------------
