@@ -9,6 +9,7 @@
 #include "harness/base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/speculative_decoder.h"
+#include "kernels/kernel_status.h"
 #include "models/device.h"
 
 namespace specbed {
@@ -101,17 +102,27 @@ void ParallelDecoder::VerifyChain(ParallelAnswer& answer, const std::vector<int3
   options.hidden_layers = hidden_layers;
   verdict.base = cache.length();
   verdict.out = target_.Forward(ids_.narrow(1, 0, n_r + 1), cache, options);
+  verdict.n_accepted = 0;
+  verdict.correction = -1;
+  verdict.settle_ns = 0;
+  on_device_ = AcceptsOnDevice(answer.greedy);
+  settled_slot_ = -1;
+  if (on_device_) {  // T > 0 on the ATen path: SettleOnDevice accepts after the join
+    host_rows_ = at::Tensor();
+    argmax_ids_ = at::Tensor();
+    verdict.v1 = DeviceNowNanos(target_.device());
+    return;
+  }
   if (answer.greedy && target_.forward_path() == ForwardPath::kAten) {
     // The rows' argmax where the logits are: n + 1 ids come back, not [n + 1, V] logits.
     argmax_ids_ = CopyToHost(verdict.out.logits[0].argmax(-1));
     host_rows_ = at::Tensor();
   } else {
     host_rows_ = CopyToHost(verdict.out.logits);
+    if (target_.forward_path() == ForwardPath::kAten) ++verify_row_copies_;
     argmax_ids_ = at::Tensor();
   }
   const int64_t vocab = target_.config().vocab_size;
-  verdict.n_accepted = 0;
-  verdict.correction = -1;
   for (; verdict.n_accepted < n_r; ++verdict.n_accepted) {
     const int64_t i = verdict.n_accepted;
     const float* q = answer.greedy ? nullptr : r_q.data() + i * vocab;
@@ -120,8 +131,58 @@ void ParallelDecoder::VerifyChain(ParallelAnswer& answer, const std::vector<int3
   verdict.v1 = DeviceNowNanos(target_.device());
 }
 
+bool ParallelDecoder::AcceptsOnDevice(bool greedy) const {
+  return !greedy && target_.forward_path() == ForwardPath::kAten;
+}
+
+void ParallelDecoder::SettleOnDevice(ParallelAnswer& answer, const std::vector<int32_t>& r,
+                                     const std::vector<float>& r_q, const int32_t* candidates,
+                                     int64_t k, const float* q, bool accept_first,
+                                     ChainVerdict& verdict) {
+  SPECBED_CHECK(on_device_, name_, ": SettleOnDevice without a deferred verify");
+  const int64_t t0 = DeviceNowNanos(target_.device());
+  const int64_t vocab = target_.config().vocab_size;
+  const int64_t n_r = static_cast<int64_t>(r.size());
+  const int64_t siblings = accept_first ? 0 : k;  // the control takes candidate 0 untested
+  const int64_t n = n_r + siblings;
+  // The tree: R as a chain from the root, the candidates as children of R's last node (the slot
+  // after R). draft_probs row s = the distribution the children of slot s were drawn from: R's
+  // rows, then q for every sibling (i.i.d. draws); rows after n_r are never read.
+  tree_.token.assign(r.begin(), r.end());
+  tree_.token.insert(tree_.token.end(), candidates, candidates + siblings);
+  tree_.parent.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tree_.parent[i] = static_cast<int32_t>(std::min(i, n_r) - 1);
+  tree_.vocab = vocab;
+  tree_.draft_probs.resize(static_cast<size_t>((n + 1) * vocab));
+  std::copy(r_q.begin(), r_q.begin() + n_r * vocab, tree_.draft_probs.begin());
+  if (siblings > 0) std::copy(q, q + vocab, tree_.draft_probs.begin() + n_r * vocab);
+  // The verify rows [n_r + 1, V]; a sibling's row (read only for a bonus after it, discarded:
+  // the branch continues there) repeats the last one.
+  at::Tensor rows = verdict.out.logits[0];
+  if (siblings > 0) rows = at::cat({rows, rows.narrow(0, n_r, 1).expand({siblings, vocab})});
+  device_verifier_.AcceptSampled(tree_, rows, kSampledRejection, answer.sampler, device_verdict_);
+  ++device_walks_;
+  const std::vector<int32_t>& path = device_verdict_.path;
+  verdict.n_accepted = std::min<int64_t>(static_cast<int64_t>(path.size()), n_r);
+  verdict.correction = verdict.n_accepted < n_r ? device_verdict_.bonus : -1;
+  settled_slot_ = n_r;
+  slot_token_ = device_verdict_.bonus;  // the correction, or the target's token (k = 0)
+  slot_choice_ = -1;
+  if (static_cast<int64_t>(path.size()) > n_r) {
+    slot_choice_ = path[n_r] - static_cast<int>(n_r);
+  } else if (accept_first && k > 0 && verdict.n_accepted == n_r) {
+    slot_choice_ = 0;
+  }
+  verdict.settle_ns = DeviceNowNanos(target_.device()) - t0;
+}
+
 int ParallelDecoder::AcceptAt(int64_t slot, const int32_t* candidates, int64_t k, const float* q,
                               Sampler& sampler, int32_t* correction, bool accept_first) {
+  if (on_device_) {  // the outcome SettleOnDevice found at the slot after R
+    SPECBED_CHECK(slot == settled_slot_, name_, ": slot ", slot, " was not settled on the device");
+    if (slot_choice_ < 0) *correction = slot_token_;
+    return slot_choice_;
+  }
   if (argmax_ids_.defined()) {  // T = 0 on the ATen path: the rule needs only the argmax
     if (accept_first && k > 0) return 0;
     const int32_t best = static_cast<int32_t>(argmax_ids_.data_ptr<int64_t>()[slot]);
@@ -137,6 +198,10 @@ int ParallelDecoder::AcceptAt(int64_t slot, const int32_t* candidates, int64_t k
 }
 
 int32_t ParallelDecoder::SampleAt(int64_t slot, Sampler& sampler) {
+  if (on_device_) {
+    SPECBED_CHECK(slot == settled_slot_, name_, ": slot ", slot, " was not settled on the device");
+    return slot_token_;
+  }
   if (argmax_ids_.defined()) return static_cast<int32_t>(argmax_ids_.data_ptr<int64_t>()[slot]);
   const int64_t vocab = target_.config().vocab_size;
   return sampler.Sample(host_rows_.data_ptr<float>() + slot * vocab, vocab);
@@ -184,7 +249,7 @@ void ParallelDecoder::EndStep(const StepOutcome& outcome, int64_t n_emitted,
   }
   const double first_ns = answer.step_index == 0 ? static_cast<double>(answer.draft_begin_ns) : 0;
   const double serial_ns = static_cast<double>(draft.serial_ns);
-  const double verify_ns = static_cast<double>(verdict.v1 - verdict.v0);
+  const double verify_ns = static_cast<double>(verdict.v1 - verdict.v0 + verdict.settle_ns);
   stats.t_draft_busy_us = (serial_ns + busy_ns + first_ns) * 1e-3;
   stats.t_verify_busy_us = verify_ns * 1e-3;
   stats.t_verify_us = verify_ns * 1e-3;

@@ -9,8 +9,12 @@
 // Where the verify rows are read. The row path (CPU) reads the [n + 1, V] logits in place. On the
 // ATen path at T = 0 (every device; forced on the CPU in tests) the rows' argmax ids are computed
 // where the logits are and only those n + 1 ids come to the host: one small copy per step. At
-// T > 0 the rows are copied to the host for the one-slot multi-candidate rule (AcceptAtSlot): one
-// [n + 1, V] copy per step, listed in docs/ARCHITECTURE.md.
+// T > 0 on the ATen path the whole step is accepted where the logits are (SettleOnDevice, after
+// the join, once the slot after R's candidates are known): the chain R plus the candidates at the
+// slot after R as siblings form one DraftTree, walked once by DeviceVerifier::AcceptSampled in
+// tree_rrs (kSampledRejection); one small copy comes back (accepted nodes, count, bonus). The
+// rule and why it is the host rule's distribution: methods/pearl/README.md "Acceptance on the
+// device".
 //
 // Timing (method.h StepStats): the phase clock synchronizes the device (DeviceNowNanos); each
 // step's t_verify_us is the target side (forward + acceptance), t_draft_us the serial draft time
@@ -18,7 +22,8 @@
 // rest (join, bookkeeping); the three tile the wall time. t_draft_busy_us / t_verify_busy_us are
 // what each side computed. The draft LM's prefill is charged to step 0 (t_draft_prefill_us).
 // Checked by: tests/methods/pearl_test.cpp, tests/methods/specbranch_test.cpp (both decoders on
-// it), tests/methods/aten_path_test.cpp (the ATen path's argmax verify).
+// it; *.AtenPathAtTemperatureOneAcceptsOnTheDevice and the AtenPath.*ChiSquare ctest entries: the
+// device acceptance), tests/methods/aten_path_test.cpp (the ATen path's argmax verify).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/method.h"
 #include "harness/engine/sampler.h"
 #include "harness/engine/stop_rules.h"
@@ -59,7 +65,8 @@ struct ChainVerdict {
   int64_t base = 0;         // cache length before it
   int64_t n_accepted = 0;   // accepted prefix of R
   int32_t correction = -1;  // the target's token at the first rejection
-  int64_t v0 = 0, v1 = 0;   // the target side's clock
+  int64_t v0 = 0, v1 = 0;   // the target side's clock (v1: after the forward)
+  int64_t settle_ns = 0;    // SettleOnDevice's time after the join (counted as verify time)
 };
 
 // The draft side's clock of one step: the concurrent job [d0, d1] (when `ran`) and the serial
@@ -84,6 +91,11 @@ class ParallelDecoder : public Decoder {
   DraftLm& draft() { return draft_; }
   // The target side's intra-op width: `option` when > 0, else the caller's width - draft_threads.
   static int TargetThreads(int option, int draft_threads);
+  // Verify-row copies to the host ([n + 1, V], the row path's in-place read excluded) and
+  // device walks (SettleOnDevice) so far: tests check that T > 0 on the ATen path makes none of
+  // the first and one walk per step.
+  int64_t verify_row_copies() const { return verify_row_copies_; }
+  int64_t device_walks() const { return device_walks_; }
 
  protected:
   // `name` prefixes errors; ids_ holds up to max_chunk + 8 verify tokens.
@@ -106,7 +118,18 @@ class ParallelDecoder : public Decoder {
   void VerifyChain(ParallelAnswer& answer, const std::vector<int32_t>& r,
                    const std::vector<float>& r_q, const std::vector<int64_t>& hidden_layers,
                    KvCache& cache, ChainVerdict& verdict);
-  // The one-slot rule (AcceptAtSlot) at verify slot `slot` of the last VerifyChain.
+  // Whether VerifyChain leaves the acceptance to SettleOnDevice: T > 0 on the ATen path.
+  bool AcceptsOnDevice(bool greedy) const;
+  // T > 0 on the ATen path, after the join: accepts R (r, r_q as given to VerifyChain) and the k
+  // candidates at the slot after R (siblings drawn i.i.d. from the one draft distribution `q`,
+  // [V] host float32; k = 0: the target's own token there) in one DeviceVerifier walk, filling
+  // verdict.n_accepted / correction; AcceptAt / SampleAt at that slot then return its outcome.
+  // `accept_first` (negative control, NOT lossless): candidate 0 is taken once R is accepted.
+  void SettleOnDevice(ParallelAnswer& answer, const std::vector<int32_t>& r,
+                      const std::vector<float>& r_q, const int32_t* candidates, int64_t k,
+                      const float* q, bool accept_first, ChainVerdict& verdict);
+  // The one-slot rule (AcceptAtSlot) at verify slot `slot` of the last VerifyChain (after
+  // SettleOnDevice: its outcome at the slot after R).
   int AcceptAt(int64_t slot, const int32_t* candidates, int64_t k, const float* q, Sampler& sampler,
                int32_t* correction, bool accept_first = false);
   // The target's own token at verify slot `slot` (argmax at T = 0, else a draw).
@@ -136,6 +159,15 @@ class ParallelDecoder : public Decoder {
   at::Tensor ids_;
   at::Tensor host_rows_;   // the last verify's logits on the host (row path, or T > 0)
   at::Tensor argmax_ids_;  // the last verify's argmax ids (ATen path at T = 0), host int64
+  // T > 0 on the ATen path: the step's tree, the walk and its outcome at the slot after R.
+  bool on_device_ = false;
+  DeviceVerifier device_verifier_;
+  DraftTree tree_;
+  Verdict device_verdict_;
+  int64_t settled_slot_ = -1;
+  int slot_choice_ = -1;
+  int32_t slot_token_ = -1;
+  int64_t verify_row_copies_ = 0, device_walks_ = 0;
 };
 
 }  // namespace specbed

@@ -42,6 +42,11 @@ void PearlDecoder::Step(ParallelAnswer& answer, KvCache& cache, int64_t free,
   ChainVerdict verdict;
   VerifyChain(answer, r_, r_q_, /*hidden_layers=*/{}, cache, verdict);
   if (clock.ran && options_.parallel) side_->Wait();
+  if (AcceptsOnDevice(answer.greedy)) {  // R, then the next chunk's first token, in one walk
+    const int64_t k = next_.tokens.empty() ? 0 : 1;
+    SettleOnDevice(answer, r_, r_q_, next_.tokens.data(), k, next_.q.data(),
+                   options_.test_accept_next_unverified, verdict);
+  }
   std::vector<int32_t> verified;
   if (trace_) verified = r_;
   const StepOutcome outcome = Join(answer, verdict, cache);

@@ -60,6 +60,16 @@ void SpecBranchDecoder::PickCandidates(const std::vector<float>& qb, int32_t bp_
       1, static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
   if (greedy) {
     candidates = TopK(qb.data(), vocab, k);  // bp_token (a greedy draw) is the first
+  } else if (AcceptsOnDevice(greedy)) {
+    // Accepted on the device by tree_rrs: k i.i.d. draws from q_b (repeats allowed), one shared
+    // proposal row (README "Acceptance on the device").
+    draft_.sampler().Distribution(qb.data(), vocab, dist_);
+    cand_q.assign(dist_.begin(), dist_.end());
+    for (int64_t i = 0; i < k; ++i) {
+      candidates.push_back((i == 0 && bp_token >= 0)
+                               ? bp_token
+                               : SampleFromProbs(dist_.data(), vocab, draft_.sampler().rng()));
+    }
   } else {
     draft_.sampler().Distribution(qb.data(), vocab, dist_);
     for (int64_t i = 0; i < k; ++i) {
@@ -120,6 +130,10 @@ void SpecBranchDecoder::Step(ParallelAnswer& answer, KvCache& cache, int64_t fre
   ChainVerdict verdict;
   VerifyChain(answer, r_, r_q_, feature_layers_, cache, verdict);
   if (clock.ran && options_.parallel) side_->Wait();
+  if (AcceptsOnDevice(answer.greedy)) {  // R, then the branch point's candidates, in one walk
+    SettleOnDevice(answer, r_, r_q_, candidates_.data(), static_cast<int64_t>(candidates_.size()),
+                   cand_q_.data(), options_.test_accept_first_branch, verdict);
+  }
   const StepOutcome outcome = Join(answer, verdict, cache);
   const int64_t emitted = Commit(answer, outcome.tokens);
   EndStep(outcome, emitted, verdict, clock, options_.parallel, answer, result);
@@ -175,6 +189,11 @@ void SpecBranchDecoder::StartBranches(const ParallelAnswer& answer, int64_t lb, 
     std::vector<int32_t> ctx = context_;
     ctx.push_back(-1);
     for (int64_t i = 0; i < n_cand; ++i) {
+      const auto first = std::find(candidates_.begin(), candidates_.begin() + i, candidates_[i]);
+      if (first != candidates_.begin() + i) {  // a repeated i.i.d. draw: its branch is drafted
+        branches_[i] = branches_[first - candidates_.begin()];
+        continue;
+      }
       ctx.back() = candidates_[i];
       draft_.Draft(ctx, lb - 1, true, branches_[i], true, /*next=*/true);
     }

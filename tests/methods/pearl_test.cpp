@@ -2,8 +2,11 @@
 // serialised sides, several chunk lengths), lossless at T = 1 (exact chi-square, with a negative
 // control that accepts the next chunk's first token unverified), a rollback discards every token
 // drafted after the rejected position (trace), per-thread intra-op budgets, registry entry.
-// On a GPU a greedy step copies ids only (ParallelDecoderCuda). The overlap test is in
-// pearl_overlap_test.cpp (run serially).
+// On the ATen path (forced on the CPU) at T = 1 every step is one device walk and no verify rows
+// come to the host. On a GPU a greedy step copies ids only, and at T = 1 PEARL and SpecBranch
+// copy one verdict per step on the target side (ParallelDecoderCuda). The overlap test is in
+// pearl_overlap_test.cpp (run serially). The chi-square test runs again on the ATen path as the
+// ctest entry AtenPath.PearlChiSquare (SPECBED_FORWARD=aten, tests/methods/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -18,6 +21,7 @@
 #include "methods/pearl/pearl_decoder.h"
 #include "methods/pearl/side_thread.h"
 #include "methods/pearl/speed_ratio.h"
+#include "methods/specbranch/specbranch_decoder.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/parallel_test_util.h"
@@ -193,6 +197,96 @@ TEST(Pearl, DraftLmArgmaxChunkOnTheAtenPathMatchesTheRowPath) {
   aten.Draft(diverged, 4, false, b);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(rows.cached(), aten.cached());
+}
+
+// The stories260K target and draft on the ATen forward path (forced on the CPU), on `device`.
+std::pair<LoadedTarget, LoadedTarget> AtenPair(at::Device device = at::kCPU) {
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  std::pair<LoadedTarget, LoadedTarget> pair{
+      LoadModel("stories260K", at::kFloat, "", device),
+      LoadModel("stories260K-draft", at::kFloat, "", device)};
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  return pair;
+}
+
+// T = 1 on the ATen path: every step's acceptance (R, then the next chunk's first token or the
+// bonus) is one DeviceVerifier walk where the logits are; no [n + 1, V] verify rows come to the
+// host; seeded; drafts get accepted. The row path (CPU default) makes no walk.
+TEST(Pearl, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
+  auto [target, draft] = AtenPair();
+  ASSERT_EQ(target.model->forward_path(), ForwardPath::kAten);
+  PearlOptions options;
+  options.gamma = 3;
+  options.target_threads = 1;
+  PearlDecoder pearl(*target.model, target.tokenizer.get(), draft.model, options);
+  int64_t accepted = 0, rollbacks = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& prompt = Shared().prompts[i];
+    const GenerationConfig g = parallel_test::Config(target, 1.0, 40, 20 + i);
+    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 40, pearl);
+    DecodeResult a, b;
+    const int64_t walks = pearl.device_walks();
+    pearl.Generate(prompt, g, cache, a);
+    EXPECT_EQ(pearl.device_walks() - walks, static_cast<int64_t>(a.steps.size()));
+    parallel_test::ExpectInvariants(a, "pearl aten T=1");
+    pearl.Generate(prompt, g, cache, b);
+    EXPECT_EQ(a.generation.tokens, b.generation.tokens);
+    for (const StepStats& s : a.steps) {
+      accepted += s.n_accepted;
+      rollbacks += s.n_rollback_events;
+    }
+  }
+  EXPECT_EQ(pearl.verify_row_copies(), 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rollbacks, 0);
+  auto rows = MakePearl(3);
+  DecodeResult r;
+  const auto& prompt = Shared().prompts[0];
+  KvCache cache = parallel_test::CacheFor(*Shared().target.model, prompt, 16, *rows);
+  rows->Generate(prompt, parallel_test::Config(Shared().target, 1.0, 16), cache, r);
+  EXPECT_EQ(rows->device_walks(), 0);
+  EXPECT_EQ(rows->verify_row_copies(), 0);
+}
+
+// Device-to-host copies of one answer of `decoder` at T = 1 on `model`'s device, less the
+// prefill's row and the draft LM's (one [V] row per draft forward after its prefill): what the
+// target side copied. Prints the counts.
+int64_t TargetSideCopiesAtT1(ParallelDecoder& decoder, LoadedTarget& target, const char* name,
+                             DecodeResult& r) {
+  const auto& prompt = Shared().prompts[0];
+  KvCache cache = target.model->NewCache(1, 512);
+  const int64_t before = DeviceToHostCopies();
+  decoder.Generate(prompt, parallel_test::Config(target, 1.0, 48, 3), cache, r);
+  const int64_t copies = DeviceToHostCopies() - before;
+  const int64_t draft_copies = decoder.draft().forwards() - 1;  // Begin's prefill: no logits
+  std::printf("%s T=1 on %s: %zu steps, %lld copies (%lld draft side)\n", name,
+              target.model->device().str().c_str(), r.steps.size(), static_cast<long long>(copies),
+              static_cast<long long>(draft_copies));
+  return copies - 1 - draft_copies;
+}
+
+// On a GPU at T = 1, PEARL and SpecBranch (w/o H-RAD: its features cross on their own) accept
+// on the device: the target side copies one small verdict per step (no verify rows).
+TEST(ParallelDecoderCuda, SampledStepsCopyOneVerdictPerStep) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  auto [target, draft] = AtenPair(at::Device(at::kCUDA, 0));
+  PearlOptions options;
+  options.target_threads = 1;
+  PearlDecoder pearl(*target.model, target.tokenizer.get(), draft.model, options);
+  DecodeResult r;
+  EXPECT_EQ(TargetSideCopiesAtT1(pearl, target, "pearl", r), static_cast<int64_t>(r.steps.size()));
+  EXPECT_EQ(pearl.verify_row_copies(), 0);
+  parallel_test::ExpectInvariants(r, "pearl cuda T=1");
+  SpecBranchOptions sb;
+  sb.hrad = false;
+  sb.target_threads = 1;
+  SpecBranchDecoder specbranch(*target.model, target.tokenizer.get(), draft.model, nullptr, {}, sb);
+  DecodeResult s;
+  EXPECT_EQ(TargetSideCopiesAtT1(specbranch, target, "specbranch", s),
+            static_cast<int64_t>(s.steps.size()));
+  EXPECT_EQ(specbranch.verify_row_copies(), 0);
+  EXPECT_GT(specbranch.counters().branches, 0);
+  parallel_test::ExpectInvariants(s, "specbranch cuda T=1");
 }
 
 // On a GPU at T = 0 a PEARL step brings ids only to the host: the verify rows' argmax (one copy)

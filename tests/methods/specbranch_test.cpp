@@ -2,7 +2,11 @@
 // method with a pseudo-random H-RAD policy that visits every class, the shipped predictor when
 // present, w/o branch, w/o H-RAD, serialised sides); lossless at T = 1 (exact chi-square over the
 // top-3 sample space), and the same test fails when branch selection accepts the first branch;
-// the H-RAD MLP against a plain loop and its checkpoint round trip; registry entry.
+// the H-RAD MLP against a plain loop and its checkpoint round trip; registry entry. On the ATen
+// path (forced on the CPU) at T = 1 every step is one device walk and no verify rows come to the
+// host; the chi-square test runs again there as the ctest entry AtenPath.SpecBranchChiSquare
+// (SPECBED_FORWARD=aten, tests/methods/CMakeLists.txt). The CUDA check of the copies per step is
+// ParallelDecoderCuda.SampledStepsCopyOneVerdictPerStep in pearl_test.cpp.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -123,6 +127,43 @@ TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
                                           broken ? "accept first branch" : "multi-candidate rule",
                                           "accepting the first branch must fail the test");
   }
+}
+
+// T = 1 on the ATen path (forced on the CPU): every step's acceptance (R, then the branch
+// point's i.i.d. candidates or the bonus) is one DeviceVerifier walk where the logits are; no
+// [n + 1, V] verify rows come to the host; seeded; branches are spawned and kept.
+TEST(SpecBranch, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  ASSERT_EQ(target.model->forward_path(), ForwardPath::kAten);
+  SpecBranchOptions options;
+  options.k_max = 6;
+  options.target_threads = 1;
+  // Two decoders with the same (stateful) pseudo-random policy: the same answers.
+  SpecBranchDecoder decoder(*target.model, target.tokenizer.get(), draft.model,
+                            std::make_unique<RandomHradPolicy>(5), FeatureLayers(), options);
+  SpecBranchDecoder again(*target.model, target.tokenizer.get(), draft.model,
+                          std::make_unique<RandomHradPolicy>(5), FeatureLayers(), options);
+  int64_t accepted = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& prompt = Shared().prompts[i];
+    const GenerationConfig g = parallel_test::Config(target, 1.0, 40, 30 + i);
+    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 40, decoder);
+    DecodeResult a, b;
+    const int64_t walks = decoder.device_walks();
+    decoder.Generate(prompt, g, cache, a);
+    EXPECT_EQ(decoder.device_walks() - walks, static_cast<int64_t>(a.steps.size()));
+    parallel_test::ExpectInvariants(a, "specbranch aten T=1");
+    again.Generate(prompt, g, cache, b);
+    EXPECT_EQ(a.generation.tokens, b.generation.tokens);
+    for (const StepStats& s : a.steps) accepted += s.n_accepted;
+  }
+  EXPECT_EQ(decoder.verify_row_copies(), 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(decoder.counters().branches, decoder.counters().branch_points);
+  EXPECT_GT(decoder.counters().rollbacks, 0);
 }
 
 TEST(SpecBranch, HradMlpMatchesPlainLoopAndRoundTrips) {
