@@ -236,6 +236,14 @@ TEST(Pearl, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
       rollbacks += s.n_rollback_events;
     }
   }
+  {  // a cache that ends first: R and the chunk cut to the context, stopped for it
+    const auto& prompt = Shared().prompts[1];
+    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30);
+    DecodeResult r;
+    pearl.Generate(prompt, parallel_test::Config(target, 1.0, 400, 9), cache, r);
+    EXPECT_EQ(r.generation.stop_reason, StopReason::kMaxContext);
+    parallel_test::ExpectInvariants(r, "pearl aten T=1 context limit");
+  }
   EXPECT_EQ(pearl.verify_row_copies(), 0);
   EXPECT_GT(accepted, 0);
   EXPECT_GT(rollbacks, 0);

@@ -160,6 +160,14 @@ TEST(SpecBranch, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
     EXPECT_EQ(a.generation.tokens, b.generation.tokens);
     for (const StepStats& s : a.steps) accepted += s.n_accepted;
   }
+  {  // a cache that ends first: R and the branches cut to the context, stopped for it
+    const auto& prompt = Shared().prompts[1];
+    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30);
+    DecodeResult r;
+    decoder.Generate(prompt, parallel_test::Config(target, 1.0, 400, 9), cache, r);
+    EXPECT_EQ(r.generation.stop_reason, StopReason::kMaxContext);
+    parallel_test::ExpectInvariants(r, "specbranch aten T=1 context limit");
+  }
   EXPECT_EQ(decoder.verify_row_copies(), 0);
   EXPECT_GT(accepted, 0);
   EXPECT_GT(decoder.counters().branches, decoder.counters().branch_points);
