@@ -11,6 +11,8 @@
 #include "harness/base/error.h"
 #include "harness/base/names.h"
 #include "harness/base/timer.h"
+#include "harness/engine/device_sampling.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -64,6 +66,9 @@ OsdAdapter::OsdAdapter(std::unique_ptr<OsdStudent> student, OsdOptions options)
       options_(options),
       optimizer_(student_->Parameters(), std::vector<bool>(student_->Parameters().size(), false),
                  0.9, 0.999, 0.0) {
+  const auto params = student_->Parameters();
+  SPECBED_CHECK(!params.empty(), "osd: the student has no parameters");
+  device_ = params.front().second.device();
   SPECBED_CHECK(options_.interval >= 1 && options_.steps >= 1 && options_.lr > 0 &&
                     options_.grad_clip >= 0 && options_.max_tokens >= 2,
                 "osd: need interval >= 1, steps >= 1, lr > 0, grad_clip >= 0 and max_tokens >= 2 "
@@ -98,15 +103,27 @@ void OsdAdapter::EndSequence(const std::vector<int32_t>& committed, int64_t prom
   if (stats_.requests % options_.interval == 0) Update();
 }
 
+const OsdStats& OsdAdapter::stats() const {
+  if (!pending_losses_.empty()) {
+    // One copy for every loss not yet read (a view of the stacked values on the CPU).
+    const at::Tensor host = CopyToHost(at::stack(pending_losses_).to(at::kDouble));
+    const double* v = host.data_ptr<double>();
+    stats_.losses.insert(stats_.losses.end(), v, v + host.numel());
+    pending_losses_.clear();
+  }
+  return stats_;
+}
+
 void OsdAdapter::Update() {
   if (buffer_.empty()) return;
   const int64_t t0 = NowMicros();
-  const OsdBatch batch = BuildOnlineBatch(buffer_);
+  const OsdBatch batch = BuildOnlineBatch(buffer_, device_);
   int64_t supervised = 0;
   for (const ServedRequest& r : buffer_) supervised += static_cast<int64_t>(r.supervised.size());
   for (int64_t s = 0; s < options_.steps; ++s) {
     const at::Tensor loss = student_->Loss(batch, options_.divergence);
-    if (s == 0) stats_.losses.push_back(loss.item<double>());
+    // Kept on the device; read when stats() is asked (no device-to-host copy in the update).
+    if (s == 0) pending_losses_.push_back(loss.detach());
     loss.backward();
     optimizer_.Step(options_.lr, options_.grad_clip);
   }
@@ -114,6 +131,8 @@ void OsdAdapter::Update() {
   buffer_.clear();
   ++stats_.updates;
   stats_.supervised_positions += supervised;
+  // The update's device work is charged to it (a wait, no copy; nothing on the CPU).
+  if (IsAsyncDevice(device_)) SynchronizeDevice(device_);
   stats_.update_seconds += (NowMicros() - t0) * 1e-6;
 }
 

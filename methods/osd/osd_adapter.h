@@ -15,12 +15,17 @@
 // teacher). The update runs inside the request that triggers it, so its wall time is charged to
 // that request (decode time, draft phase, StepStats::t_adapt_us).
 // Students: the SpS draft LM (`sps+osd`) and the EAGLE-3 head (`eagle3+osd`; the TTT loss
-// restricted to the recorded positions).
+// restricted to the recorded positions). They live and train on the target's device in float32
+// (the batch is built there; nothing is counted by DeviceToHostCopies during an update; see
+// methods/osd/README.md "Where it runs").
 // Checked by: tests/methods/osd_test.cpp (recorded positions, divergences against closed forms,
-// an update lowers the loss on the buffer and is served, outputs stay lossless at T = 0).
+// an update lowers the loss on the buffer and is served, outputs stay lossless at T = 0),
+// tests/methods/served_teacher_test.cpp (students float32 on the target's device;
+// OnlineUpdateCuda).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -98,11 +103,15 @@ class OsdAdapter : public Adapter {
   void Observe(const DraftTree& tree, const Verdict& verdict) override;
   void EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) override;
 
-  const OsdStats& stats() const { return stats_; }
+  // The losses of the updates so far are read from the students' device here (one
+  // device-to-host copy for those not read yet; none during an update).
+  const OsdStats& stats() const;
   // Correction indices recorded for the current (or just ended) request.
   const std::vector<int64_t>& corrections() const { return corrections_; }
   // Runs the pending update now (also called every `interval` requests).
   void Update();
+  // The trainable student (its parameters live on the target's device, in float32).
+  const OsdStudent& student() const { return *student_; }
 
  private:
   std::unique_ptr<OsdStudent> student_;
@@ -113,7 +122,9 @@ class OsdAdapter : public Adapter {
   std::vector<int64_t> corrections_;
   std::vector<uint8_t> has_children_;  // per slot of the current tree
   int64_t position_ = 0;               // committed tokens so far in this request
-  OsdStats stats_;
+  at::Device device_ = at::kCPU;  // the student's (the target's) device: batches are built there
+  mutable OsdStats stats_;
+  mutable std::vector<at::Tensor> pending_losses_;  // float32 scalars on device_, not read yet
 };
 
 }  // namespace specbed

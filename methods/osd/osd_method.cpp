@@ -31,26 +31,32 @@ std::shared_ptr<LlamaModel> ServedDraft(const LlamaConfig& config,
   return std::make_shared<LlamaModel>(config, WeightsFromHfTensors(config, tensors, source));
 }
 
-// Rows of `x` ([B, T, V]) where `mask` ([B, T]) is set: [N, V].
-at::Tensor MaskedRows(const at::Tensor& x, const at::Tensor& mask) {
-  const at::Tensor idx = mask.reshape(-1).nonzero().reshape(-1);
+// Rows of `x` ([B, T, V] on any device) where `host_mask` (float [B, T] on the CPU) is set:
+// [N, V] on x's device. The indices are found on the host and go up in one host-to-device copy
+// (none on the CPU): no device-to-host copy.
+at::Tensor MaskedRows(const at::Tensor& x, const at::Tensor& host_mask) {
+  const at::Tensor idx = host_mask.reshape(-1).nonzero().reshape(-1).to(x.device());
   return x.reshape({-1, x.size(-1)}).index_select(0, idx);
 }
 
 class SpsOsdStudent : public OsdStudent {
  public:
+  // The student trains on the served draft LM's device (the target's), in float32.
   SpsOsdStudent(SpsDrafter& drafter, const HfModel& draft)
-      : drafter_(drafter), model_(draft.config, draft.tensors) {}
+      : drafter_(drafter), model_(draft.config, draft.tensors) {
+    model_.To(drafter_.model().device());
+  }
 
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     const at::Tensor student = model_.Forward(batch.tokens);
-    return DivergenceLoss(batch.teacher_rows, MaskedRows(student, batch.loss_mask), divergence);
+    return DivergenceLoss(batch.teacher_rows, MaskedRows(student, batch.host_loss_mask),
+                          divergence);
   }
   void Publish() override {
-    // The served draft LM keeps its device and dtype (the target's); the student stays on the CPU.
+    // The served draft LM keeps its device and dtype (the target's): a copy on the device.
     drafter_.ReplaceModel(
         ServedDraft(model_.config(), model_.HfTensors(), drafter_.model(), "sps+osd student"));
   }
@@ -67,7 +73,13 @@ class Eagle3OsdStudent : public OsdStudent {
       : target_(target),
         drafter_(drafter),
         model_(ckpt.config, ckpt.tensors, target.weights().tok_embeddings),
-        ttt_steps_(ttt_steps) {}
+        ttt_steps_(ttt_steps) {
+    // The vocabulary maps stay on the host for Publish (Eagle3Head reads d2t there).
+    for (const char* name : {kEagle3D2t, kEagle3T2d}) {
+      if (ckpt.tensors.count(name)) host_maps_[name] = ckpt.tensors.at(name);
+    }
+    model_.To(target.device());  // trains on the target's device, in float32
+  }
 
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
@@ -82,9 +94,9 @@ class Eagle3OsdStudent : public OsdStudent {
     double weight = 1.0;
     for (int64_t k = 0; k < ttt_steps_ && k + 1 < t; ++k) {
       const int64_t shift = k + 1;
-      const at::Tensor mask = batch.loss_mask.narrow(1, shift, t - shift);
+      const at::Tensor mask = batch.host_loss_mask.narrow(1, shift, t - shift);
       // The masked positions from `shift` on, in the batch's layout (row-major, as MaskedRows).
-      at::Tensor full_mask = batch.loss_mask.clone();
+      at::Tensor full_mask = batch.host_loss_mask.clone();
       full_mask.narrow(1, 0, shift).zero_();
       const at::Tensor teacher_rows =
           TeacherRowsAt(batch, full_mask).index_select(-1, model_.draft_ids());
@@ -96,9 +108,11 @@ class Eagle3OsdStudent : public OsdStudent {
     return total;
   }
   void Publish() override {
-    drafter_.ReplaceHead(std::make_unique<Eagle3Head>(model_.config(), model_.Tensors(),
-                                                      target_.weights().tok_embeddings,
-                                                      drafter_.head().placement()));
+    // Weights device to device, cast to the served head's placement; d2t / t2d from the host.
+    std::map<std::string, at::Tensor> tensors = model_.Tensors();
+    for (const auto& [name, t] : host_maps_) tensors[name] = t;
+    drafter_.ReplaceHead(std::make_unique<Eagle3Head>(
+        model_.config(), tensors, target_.weights().tok_embeddings, drafter_.head().placement()));
   }
 
  private:
@@ -106,6 +120,7 @@ class Eagle3OsdStudent : public OsdStudent {
   Eagle3Drafter& drafter_;
   TrainableEagle3 model_;
   int64_t ttt_steps_;
+  std::map<std::string, at::Tensor> host_maps_;  // d2t, t2d of the checkpoint (CPU, constant)
 };
 
 std::vector<MethodKnob> OsdKnobs() {

@@ -116,8 +116,13 @@ SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDraf
   }
   const SpecBlockModel& served = drafter_.model();
   const at::Tensor embedding = target_.weights().tok_embeddings;
-  train_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, true);
-  anchor_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, false);
+  // θ_train and θ0 live on the target's device in float32 (θ0 computes without gradients).
+  HeadPlacement placement = TargetHeadPlacement(target_);
+  placement.dtype = at::kFloat;
+  train_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, true,
+                                            placement);
+  anchor_ = std::make_unique<SpecBlockModel>(served.config(), served.Tensors(), embedding, false,
+                                             placement);
   std::vector<std::pair<std::string, at::Tensor>> head, all = train_->named_parameters();
   std::vector<bool> head_decay, all_decay;
   for (const auto& [name, p] : all) {
@@ -161,21 +166,25 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
   const int64_t t0 = NowMicros();
   std::vector<ServedRequest>& buf = buffers_[static_cast<int>(a)];
   // The buffered queries (each its last max_tokens tokens), with the target as served.
-  const OnlineBatch batch = BuildOnlineBatch(buf);
-  if (batch.loss_mask.sum().item<double>() > 0) {
+  // Built on θ_train's device (the target's); the mask is read on its host layout (no copy).
+  const OnlineBatch batch = BuildOnlineBatch(buf, train_->device());
+  if (batch.host_loss_mask.sum().item<double>() > 0) {
     const at::Tensor& aux = batch.features;
     const at::Tensor& tokens = batch.tokens;
-    // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting).
-    const SpecBlockSlotRows rows =
-        SpecBlockSlotsDrafting(batch.loss_mask, train_->config().block_size);
-    const at::Tensor labels = tokens.reshape(-1).index_select(0, rows.seq + 1);
+    // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting), found on the
+    // host; the slot and label indices go up in one host-to-device copy each.
+    SpecBlockSlotRows rows =
+        SpecBlockSlotsDrafting(batch.host_loss_mask, train_->config().block_size);
+    const at::Tensor seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
+    rows.slot = rows.slot.to(batch.device());
+    const at::Tensor labels = tokens.reshape(-1).index_select(0, (seq + 1).to(batch.device()));
     at::Tensor anchor_logits;
     {
       at::NoGradGuard no_grad;
       anchor_logits = SpecBlockSlotLogits(*anchor_, aux, tokens, rows, true);
     }
-    const at::Tensor teacher_rows = at::log_softmax(
-        TeacherRowsAtFlat(batch, rows.seq).index_select(-1, train_->draft_ids()), -1);
+    const at::Tensor teacher_rows =
+        at::log_softmax(TeacherRowsAtFlat(batch, seq).index_select(-1, train_->draft_ids()), -1);
     AdamWOptimizer& opt = a == BanditAction::kHead ? *head_opt_ : *full_opt_;
     for (int64_t step = 0; step < o_.steps; ++step) {
       at::Tensor rank_rows;
@@ -216,8 +225,12 @@ void SpecBlockBanditAdapter::CloseWindow() {
   window_.tokens_per_s = win_seconds_ > 0 ? win_tokens_ / win_seconds_ : 0;
   bool best = false;
   if (rollback_.AddWindow(window_.tau, window_.events > 0, &best)) {
+    // The snapshot is on the served drafter's device and in its dtype: restored there.
+    HeadPlacement placement;
+    placement.device = drafter_.model().device();
+    placement.dtype = drafter_.model().dtype();
     drafter_.model().CopyFrom(*std::make_unique<SpecBlockModel>(
-        drafter_.model().config(), good_, target_.weights().tok_embeddings, false));
+        drafter_.model().config(), good_, target_.weights().tok_embeddings, false, placement));
     train_->CopyFrom(drafter_.model());
     policy_.Reset();
     ++window_.rollbacks;

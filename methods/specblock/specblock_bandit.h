@@ -26,8 +26,10 @@
 // windows must follow a training event (a fall with no event in it is a workload change, not a
 // harmful update). `gating = false` is the paper's "- cost-aware bandit" ablation: never skip,
 // never blocked, every saturation fires (head/full routing by the estimates kept). Every update
-// runs inside the request that triggers it (charged to its decode time). Checked by:
-// tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds).
+// runs inside the request that triggers it (charged to its decode time). θ_train and θ0 live on
+// the target's device in float32 (the served drafter keeps the target's dtype).
+// Checked by: tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds),
+// tests/methods/served_teacher_test.cpp (θ_train on the target's device; OnlineUpdateCuda).
 #pragma once
 
 #include <array>
@@ -161,6 +163,8 @@ class SpecBlockBanditAdapter : public Adapter {
 
   const BanditStats& stats() const { return stats_; }
   const BanditPolicy& policy() const { return policy_; }
+  // θ_train: float32 leaves on the target's device.
+  const SpecBlockModel& trained() const { return *train_; }
 
  private:
   void Fire(BanditAction a);

@@ -8,7 +8,6 @@
 #include "harness/base/error.h"
 #include "harness/base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
-#include "methods/common/host_features.h"
 #include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
@@ -22,10 +21,11 @@ namespace {
 
 class SpecBlockOsdStudent : public OsdStudent {
  public:
+  // The student trains on the target's device in float32 (from the served weights).
   SpecBlockOsdStudent(LlamaModel& target, SpecBlockDrafter& drafter)
       : drafter_(drafter),
         model_(drafter.model().config(), drafter.model().Tensors(), target.weights().tok_embeddings,
-               true) {}
+               true, TargetHeadPlacement(target)) {}
   std::vector<std::pair<std::string, at::Tensor>> Parameters() const override {
     return model_.named_parameters();
   }
@@ -34,14 +34,17 @@ class SpecBlockOsdStudent : public OsdStudent {
   // request keeps its last adapt_tokens tokens (OsdOptions::max_tokens), as the bandit does.
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     SPECBED_CHECK(batch.features.defined(), "specblock+osd: the served hidden states are missing");
-    const SpecBlockSlotRows rows =
-        SpecBlockSlotsDrafting(batch.loss_mask, model_.config().block_size);
+    // The slot rows are found on the host; only the slot indices go up (one host-to-device copy).
+    SpecBlockSlotRows rows =
+        SpecBlockSlotsDrafting(batch.host_loss_mask, model_.config().block_size);
+    const at::Tensor seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
+    rows.slot = rows.slot.to(batch.device());
     const at::Tensor student =
         SpecBlockSlotLogits(model_, batch.features, batch.tokens, rows, false);
-    const at::Tensor teacher =
-        TeacherRowsAtFlat(batch, rows.seq).index_select(-1, model_.draft_ids());
+    const at::Tensor teacher = TeacherRowsAtFlat(batch, seq).index_select(-1, model_.draft_ids());
     return DivergenceLoss(teacher, student, divergence);
   }
+  // float32 on the device -> the served drafter's dtype, on the device.
   void Publish() override { drafter_.model().CopyFrom(model_); }
 
  private:

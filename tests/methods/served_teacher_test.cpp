@@ -6,24 +6,40 @@
 //   to the last max_tokens tokens;
 // - OSD (sps+osd, eagle3+osd, specblock+osd) and the SpecBlock bandit make the same number of
 //   teacher forwards per update event: none. Every target forward of a served stream is a
-//   prefill or a verify step, updates included.
+//   prefill or a verify step, updates included;
+// - the batch is built on the students' device in float32 from served rows of any dtype (the same
+//   values as the host layout), and with a bfloat16 target on the ATen path every student trains
+//   in float32 on the target's device while the served drafter keeps the target's dtype;
+// - ServedTeacherCuda / OnlineUpdateCuda (skipped without CUDA): the batch on cuda equals the
+//   CPU batch exactly; an update on cuda equals the CPU update (parameters within lr / 4, the
+//   first loss to 1e-4 relative) and makes no counted device-to-host copy (reading the losses
+//   afterwards makes one).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "datasets/dataset.h"
 #include "harness/base/error.h"
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/common/served_teacher.h"
+#include "methods/eagle3/eagle3_drafter.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
 #include "methods/specblock/specblock_bandit.h"
+#include "methods/specblock/specblock_drafter.h"
+#include "methods/specblock/specblock_model.h"
+#include "methods/sps/sps_drafter.h"
 #include "models/model_registry.h"
+#include "tests/common/cuda_test_util.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/story_test_util.h"
 
@@ -144,6 +160,13 @@ TEST(ServedTeacher, EqualsAFreshTargetForwardOverTheRequest) {
   }
 }
 
+// specblock+bandit knobs for a short stream: one measured query, then every query fires an event
+// (buffer 1, s_min 0) in the cold start.
+nlohmann::json FastBanditKnobs() {
+  return {{"warmup", 1},   {"cold_start", 4}, {"buffer", 1},
+          {"interval", 2}, {"s_min", 0.0},    {"adapt_tokens", 64}};
+}
+
 struct StreamRun {
   int64_t forwards = 0;  // target forwards during the stream
   int64_t expected = 0;  // prefills + verify steps
@@ -151,11 +174,10 @@ struct StreamRun {
   std::unique_ptr<Decoder> decoder;
 };
 
-StreamRun Serve(LoadedTarget& target, const std::string& method, const nlohmann::json& knobs,
-                int requests) {
+StreamRun ServeIn(LoadedTarget& target, MethodContext context, const std::string& method,
+                  const nlohmann::json& knobs, int requests) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
-  MethodContext context = testing_util::CachingContextFor(target);
   StreamRun run;
   run.decoder = registry.Build(method, context, knobs);
   run.adapter = dynamic_cast<SpeculativeDecoder&>(*run.decoder).adapter();
@@ -171,6 +193,11 @@ StreamRun Serve(LoadedTarget& target, const std::string& method, const nlohmann:
   return run;
 }
 
+StreamRun Serve(LoadedTarget& target, const std::string& method, const nlohmann::json& knobs,
+                int requests) {
+  return ServeIn(target, testing_util::CachingContextFor(target), method, knobs, requests);
+}
+
 TEST(ServedTeacher, OnlineUpdatesRunNoTeacherForward) {
   at::set_num_threads(1);
   LoadedTarget target = LoadModel("stories260K", at::kFloat);
@@ -183,17 +210,241 @@ TEST(ServedTeacher, OnlineUpdatesRunNoTeacherForward) {
     EXPECT_EQ(osd.stats().updates, 3) << method;
     EXPECT_EQ(run.forwards, run.expected) << method << ": teacher forwards during updates";
   }
-  const StreamRun run = Serve(target, "specblock+bandit",
-                              {{"warmup", 1},
-                               {"cold_start", 4},
-                               {"buffer", 1},
-                               {"interval", 2},
-                               {"s_min", 0.0},
-                               {"adapt_tokens", 64}},
-                              8);
+  const StreamRun run = Serve(target, "specblock+bandit", FastBanditKnobs(), 8);
   const auto& bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*run.adapter);
   EXPECT_GE(bandit.stats().events, 2);
   EXPECT_EQ(run.forwards, run.expected) << "specblock+bandit: teacher forwards during events";
+}
+
+// Two hand-made served requests whose hidden states and logits rows are in `dtype` on `device`
+// (small integers: exact in bfloat16): request 0 has 5 tokens (supervised 2 and 4), request 1
+// has 3 (supervised 2).
+std::vector<ServedRequest> HandMadeRequests(at::ScalarType dtype, const at::Device& device) {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  ServedRequest a, b;
+  a.tokens = {3, 4, 5, 6, 7};
+  a.supervised = {2, 4};
+  a.teacher = {at::arange(0, 4, opts), at::arange(10, 14, opts)};
+  a.features = at::arange(0, 5 * 2, opts).view({5, 2});
+  b.tokens = {8, 9, 10};
+  b.supervised = {2};
+  b.teacher = {at::arange(20, 24, opts)};
+  b.features = at::arange(100, 100 + 3 * 2, opts).view({3, 2});
+  return {a, b};
+}
+
+// The batch of HandMadeRequests, as the host layout gives it (the CPU batch before the students
+// moved to the target's device built exactly this).
+void ExpectHandMadeBatch(const OnlineBatch& b) {
+  const at::Tensor tokens = b.tokens.cpu(), mask = b.loss_mask.cpu();
+  EXPECT_TRUE(tokens.equal(at::tensor({3, 4, 5, 6, 7, 8, 9, 10, 0, 0}, at::kLong).view({2, 5})));
+  EXPECT_TRUE(b.lengths.cpu().equal(at::tensor({5, 3}, at::kLong)));
+  EXPECT_TRUE(mask.equal(at::tensor({0, 1, 0, 1, 0, 0, 1, 0, 0, 0}, at::kFloat).view({2, 5})));
+  EXPECT_TRUE(b.teacher_index.cpu().equal(
+      at::tensor({-1, 0, -1, 1, -1, -1, 2, -1, -1, -1}, at::kLong).view({2, 5})));
+  EXPECT_TRUE(b.host_loss_mask.equal(mask));
+  EXPECT_TRUE(b.host_teacher_index.equal(b.teacher_index.cpu()));
+  ASSERT_EQ(b.features.scalar_type(), at::kFloat);
+  at::Tensor features = at::zeros({2, 5, 2}, at::kFloat);
+  features[0].copy_(at::arange(0, 10, at::kFloat).view({5, 2}));
+  features[1].narrow(0, 0, 3).copy_(at::arange(100, 106, at::kFloat).view({3, 2}));
+  EXPECT_TRUE(b.features.cpu().equal(features));
+  ASSERT_EQ(b.teacher_rows.scalar_type(), at::kFloat);
+  EXPECT_TRUE(b.teacher_rows.cpu().equal(
+      at::stack({at::arange(0, 4, at::kFloat), at::arange(10, 14, at::kFloat),
+                 at::arange(20, 24, at::kFloat)})));
+  for (const at::Tensor& t :
+       {b.tokens, b.lengths, b.loss_mask, b.features, b.teacher_rows, b.teacher_index}) {
+    EXPECT_EQ(t.device(), b.device());
+  }
+  EXPECT_TRUE(b.host_loss_mask.is_cpu());
+  EXPECT_TRUE(b.host_teacher_index.is_cpu());
+  // Rows at host indices, on the batch's device; a position that was not supervised is refused.
+  const at::Tensor rows = TeacherRowsAtFlat(b, at::tensor({int64_t{6}, int64_t{1}}));
+  EXPECT_EQ(rows.device(), b.device());
+  EXPECT_TRUE(
+      rows.cpu().equal(at::stack({at::arange(20, 24, at::kFloat), at::arange(0, 4, at::kFloat)})));
+  EXPECT_THROW(TeacherRowsAtFlat(b, at::tensor({int64_t{2}})), Error);
+  EXPECT_EQ(TeacherRowsAt(b, b.host_loss_mask).sizes(), at::IntArrayRef({3, 4}));
+}
+
+TEST(ServedTeacher, BatchIsFloat32WhateverTheServedDtype) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const int64_t copies = DeviceToHostCopies();
+    const OnlineBatch b = BuildOnlineBatch(HandMadeRequests(dtype, at::kCPU), at::kCPU);
+    EXPECT_EQ(DeviceToHostCopies(), copies);
+    ExpectHandMadeBatch(b);
+    // On the CPU the host layouts are the batch's own tensors (no copy).
+    EXPECT_TRUE(b.host_loss_mask.is_same(b.loss_mask));
+    EXPECT_TRUE(b.host_teacher_index.is_same(b.teacher_index));
+  }
+  // Device indices are refused by name (the check reads the host layout).
+  const OnlineBatch b = BuildOnlineBatch(HandMadeRequests(at::kFloat, at::kCPU));
+  EXPECT_THROW(TeacherRowsAt(b, b.loss_mask.to(at::kMeta)), Error);
+}
+
+// A method context whose drafters load like the target (its dtype, on its device), as the CLI
+// loads them; models kept in `loaded`.
+MethodContext PlacedContext(LoadedTarget& target, std::map<std::string, LoadedTarget>& loaded) {
+  MethodContext context;
+  context.target = &target;
+  context.dtype = target.model->dtype();
+  const at::ScalarType dtype = target.model->dtype();
+  const at::Device device = target.model->device();
+  context.load_model = [&loaded, dtype, device](const std::string& name) -> LoadedTarget& {
+    auto it = loaded.find(name);
+    if (it == loaded.end()) it = loaded.emplace(name, LoadModel(name, dtype, "", device)).first;
+    return it->second;
+  };
+  return context;
+}
+
+void ExpectFloat32On(const std::vector<std::pair<std::string, at::Tensor>>& params,
+                     const at::Device& device, const std::string& what) {
+  ASSERT_FALSE(params.empty()) << what;
+  for (const auto& [name, p] : params) {
+    EXPECT_EQ(p.device(), device) << what << " " << name;
+    EXPECT_EQ(p.scalar_type(), at::kFloat) << what << " " << name;
+    EXPECT_TRUE(p.requires_grad()) << what << " " << name;
+  }
+}
+
+// The served drafter's dtype of an OSD decoder.
+at::ScalarType ServedDtype(Decoder& decoder) {
+  Drafter& drafter = dynamic_cast<SpeculativeDecoder&>(decoder).drafter();
+  if (auto* sps = dynamic_cast<SpsDrafter*>(&drafter)) return sps->model().dtype();
+  if (auto* eagle = dynamic_cast<Eagle3Drafter*>(&drafter)) return eagle->head().placement().dtype;
+  return dynamic_cast<SpecBlockDrafter&>(drafter).model().dtype();
+}
+
+// A bfloat16 target on the ATen path (forced on the CPU, as a GPU runs it): every online
+// student trains in float32 on the target's device while the served drafter stays bfloat16.
+TEST(ServedTeacher, StudentsTrainInFloat32OnTheTargetDeviceWithABfloat16Target) {
+  at::set_num_threads(1);
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget target = LoadModel("stories260K", at::kBFloat16);
+  ASSERT_EQ(target.model->forward_path(), ForwardPath::kAten);
+  const at::Device device = target.model->device();
+  std::map<std::string, LoadedTarget> loaded;
+  for (const auto& [method, knobs] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"sps+osd", {{"osd_interval", 2}}},
+           {"eagle3+osd", {{"osd_interval", 2}}},
+           {"specblock+osd", {{"osd_interval", 2}, {"adapt_tokens", 64}}}}) {
+    StreamRun run = ServeIn(target, PlacedContext(target, loaded), method, knobs, 4);
+    const auto& osd = dynamic_cast<const OsdAdapter&>(*run.adapter);
+    EXPECT_EQ(osd.stats().updates, 2) << method;
+    ASSERT_EQ(osd.stats().losses.size(), 2u) << method;
+    for (double l : osd.stats().losses) EXPECT_TRUE(std::isfinite(l)) << method;
+    ExpectFloat32On(osd.student().Parameters(), device, method);
+    EXPECT_EQ(ServedDtype(*run.decoder), at::kBFloat16) << method;
+  }
+  StreamRun run =
+      ServeIn(target, PlacedContext(target, loaded), "specblock+bandit", FastBanditKnobs(), 4);
+  const auto& bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*run.adapter);
+  EXPECT_GE(bandit.stats().events, 1);
+  ExpectFloat32On(bandit.trained().named_parameters(), device, "specblock+bandit");
+  EXPECT_EQ(ServedDtype(*run.decoder), at::kBFloat16);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+}
+
+TEST(ServedTeacherCuda, BatchOnCudaEqualsTheCpuBatch) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  const at::Device cuda("cuda");
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const std::vector<ServedRequest> requests = HandMadeRequests(dtype, cuda);
+    const int64_t copies = DeviceToHostCopies();
+    const OnlineBatch b = BuildOnlineBatch(requests, cuda);
+    EXPECT_EQ(DeviceToHostCopies(), copies) << "building the batch copies nothing back";
+    EXPECT_EQ(b.device(), cuda);
+    ExpectHandMadeBatch(b);
+  }
+}
+
+// The largest |a - b| over two parameter lists of the same names.
+double MaxParamDiff(const std::vector<std::pair<std::string, at::Tensor>>& a,
+                    const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    diff = std::max(
+        diff, (a[i].second.detach().cpu() - b[i].second.detach().cpu()).abs().max().item<double>());
+  }
+  return diff;
+}
+
+// stories260K in float32 on the CPU (row path) and on cuda (ATen path), drafters placed alike.
+struct CpuAndCuda {
+  LoadedTarget cpu = LoadModel("stories260K", at::kFloat);
+  LoadedTarget cuda = LoadModel("stories260K", at::kFloat, "", at::Device("cuda"));
+  std::map<std::string, LoadedTarget> cpu_loaded, cuda_loaded;
+  StreamRun ServeOnCpu(const std::string& method, const nlohmann::json& knobs, int requests) {
+    return ServeIn(cpu, PlacedContext(cpu, cpu_loaded), method, knobs, requests);
+  }
+  StreamRun ServeOnCuda(const std::string& method, const nlohmann::json& knobs, int requests) {
+    return ServeIn(cuda, PlacedContext(cuda, cuda_loaded), method, knobs, requests);
+  }
+};
+
+// One OSD update over the same served requests on the CPU (row path) and on cuda (float32
+// target): the students' parameters agree within lr / 4 (AdamW's first step moves a parameter
+// by about lr whatever its gradient's size, so a sign decided by rounding would differ by 2 lr),
+// the first loss to 1e-4 relative; the update makes no counted device-to-host copy (the losses
+// are read afterwards, one copy), and the students live on cuda in float32.
+TEST(OnlineUpdateCuda, OsdUpdateOnCudaMatchesCpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const at::Device cuda("cuda");
+  CpuAndCuda both;
+  for (const auto& [method, knobs] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"sps+osd", {{"osd_interval", 1000}}},
+           {"eagle3+osd", {{"osd_interval", 1000}}},
+           {"specblock+osd", {{"osd_interval", 1000}, {"adapt_tokens", 64}}}}) {
+    SCOPED_TRACE(method);
+    StreamRun on_cpu = both.ServeOnCpu(method, knobs, 3);
+    StreamRun on_cuda = both.ServeOnCuda(method, knobs, 3);
+    auto& cpu_osd =
+        dynamic_cast<OsdAdapter&>(*dynamic_cast<SpeculativeDecoder&>(*on_cpu.decoder).adapter());
+    auto& cuda_osd =
+        dynamic_cast<OsdAdapter&>(*dynamic_cast<SpeculativeDecoder&>(*on_cuda.decoder).adapter());
+    ExpectFloat32On(cuda_osd.student().Parameters(), cuda, method);
+    cpu_osd.Update();
+    const int64_t copies = DeviceToHostCopies();
+    cuda_osd.Update();
+    EXPECT_EQ(DeviceToHostCopies() - copies, 0) << "counted device-to-host copies in an update";
+    ASSERT_EQ(cuda_osd.stats().updates, 1);
+    EXPECT_EQ(DeviceToHostCopies() - copies, 1) << "reading the losses: one copy";
+    ASSERT_EQ(cpu_osd.stats().supervised_positions, cuda_osd.stats().supervised_positions)
+        << "the two streams recorded different corrections: no update to compare";
+    const double lr = 3e-4;  // osd_lr's default
+    EXPECT_LE(MaxParamDiff(cpu_osd.student().Parameters(), cuda_osd.student().Parameters()),
+              lr / 4);
+    ASSERT_EQ(cuda_osd.stats().losses.size(), 1u);
+    EXPECT_NEAR(cuda_osd.stats().losses[0], cpu_osd.stats().losses[0],
+                1e-4 * std::abs(cpu_osd.stats().losses[0]));
+  }
+}
+
+// One bandit event (the cold start's first, head-only, drawn from the fixed seed) on the CPU and
+// on cuda over the same stream: θ_train on cuda in float32 and equal to the CPU's within lr / 4.
+TEST(OnlineUpdateCuda, BanditEventOnCudaMatchesCpu) {
+  SPECBED_SKIP_WITHOUT_CUDA();
+  at::set_num_threads(1);
+  const at::Device cuda("cuda");
+  CpuAndCuda both;
+  StreamRun on_cpu = both.ServeOnCpu("specblock+bandit", FastBanditKnobs(), 2);
+  StreamRun on_cuda = both.ServeOnCuda("specblock+bandit", FastBanditKnobs(), 2);
+  const auto& cpu_bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*on_cpu.adapter);
+  const auto& cuda_bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*on_cuda.adapter);
+  ASSERT_EQ(cpu_bandit.stats().events, 1);
+  ASSERT_EQ(cuda_bandit.stats().events, 1);
+  ExpectFloat32On(cuda_bandit.trained().named_parameters(), cuda, "specblock+bandit");
+  const double lr = 1e-4;  // the bandit's lr default
+  EXPECT_LE(MaxParamDiff(cpu_bandit.trained().named_parameters(),
+                         cuda_bandit.trained().named_parameters()),
+            lr / 4);
 }
 
 }  // namespace
