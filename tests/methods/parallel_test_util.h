@@ -1,7 +1,8 @@
 // Shared helpers for the parallel draft/verify decoders' tests (pearl_test, specbranch_test):
 // the stories260K fixture with every story prompt, exact match with AR, loop invariants, and an
 // exact chi-square test of the output distribution over a top-k-restricted sample space (with
-// its verdict for the real rule and for the negative control, and the one both tests run).
+// its verdict for the real rule and for the negative control, and the one both tests run), and
+// the T = 1 run that checks the ATen path's one device walk per step.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/common/draft_ledger.h"
+#include "methods/pearl/parallel_decoder.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed {
@@ -212,6 +214,41 @@ inline double TopThreeChiSquareP(Decoder& decoder) {
     decoder.Generate(prompt, Config(target, 1.0, 4, seed, 3), cache, r);
     return r.generation.tokens;
   });
+}
+
+// T = 1 with `decoder` on the ATen path `target`: story prompts 0..2 (40 tokens), each decoded
+// again by `again` (built like `decoder`; may be it) to the same tokens, then prompt 1 in a cache
+// that ends first (stopped for the context). Every answer makes one device walk per step
+// (ParallelDecoder::device_walks) and keeps the invariants; no verify rows come to the host.
+// Adds the accepted draft tokens and the rollback events to `accepted`, `rollbacks`.
+inline void ExpectOneDeviceWalkPerStep(ParallelDecoder& decoder, ParallelDecoder& again,
+                                       LoadedTarget& target, const std::string& name,
+                                       int64_t& accepted, int64_t& rollbacks) {
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& prompt = Shared().prompts[i == 3 ? 1 : i];
+    const bool short_cache = i == 3;
+    const GenerationConfig g = Config(target, 1.0, short_cache ? 400 : 40, 20 + i);
+    KvCache cache = short_cache
+                        ? target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30)
+                        : CacheFor(*target.model, prompt, 40, decoder);
+    DecodeResult a, b;
+    const int64_t walks = decoder.device_walks();
+    decoder.Generate(prompt, g, cache, a);
+    const std::string where = name + " aten T=1 answer " + std::to_string(i);
+    EXPECT_EQ(decoder.device_walks() - walks, static_cast<int64_t>(a.steps.size())) << where;
+    ExpectInvariants(a, where);
+    if (short_cache) {
+      EXPECT_EQ(a.generation.stop_reason, StopReason::kMaxContext) << where;
+    } else {
+      again.Generate(prompt, g, cache, b);
+      EXPECT_EQ(a.generation.tokens, b.generation.tokens) << where;
+    }
+    for (const StepStats& s : a.steps) {
+      accepted += s.n_accepted;
+      rollbacks += s.n_rollback_events;
+    }
+  }
+  EXPECT_EQ(decoder.verify_row_copies(), 0) << name;
 }
 
 }  // namespace parallel_test

@@ -220,31 +220,7 @@ TEST(Pearl, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
   options.target_threads = 1;
   PearlDecoder pearl(*target.model, target.tokenizer.get(), draft.model, options);
   int64_t accepted = 0, rollbacks = 0;
-  for (size_t i = 0; i < 3; ++i) {
-    const auto& prompt = Shared().prompts[i];
-    const GenerationConfig g = parallel_test::Config(target, 1.0, 40, 20 + i);
-    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 40, pearl);
-    DecodeResult a, b;
-    const int64_t walks = pearl.device_walks();
-    pearl.Generate(prompt, g, cache, a);
-    EXPECT_EQ(pearl.device_walks() - walks, static_cast<int64_t>(a.steps.size()));
-    parallel_test::ExpectInvariants(a, "pearl aten T=1");
-    pearl.Generate(prompt, g, cache, b);
-    EXPECT_EQ(a.generation.tokens, b.generation.tokens);
-    for (const StepStats& s : a.steps) {
-      accepted += s.n_accepted;
-      rollbacks += s.n_rollback_events;
-    }
-  }
-  {  // a cache that ends first: R and the chunk cut to the context, stopped for it
-    const auto& prompt = Shared().prompts[1];
-    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30);
-    DecodeResult r;
-    pearl.Generate(prompt, parallel_test::Config(target, 1.0, 400, 9), cache, r);
-    EXPECT_EQ(r.generation.stop_reason, StopReason::kMaxContext);
-    parallel_test::ExpectInvariants(r, "pearl aten T=1 context limit");
-  }
-  EXPECT_EQ(pearl.verify_row_copies(), 0);
+  parallel_test::ExpectOneDeviceWalkPerStep(pearl, pearl, target, "pearl", accepted, rollbacks);
   EXPECT_GT(accepted, 0);
   EXPECT_GT(rollbacks, 0);
   auto rows = MakePearl(3);

@@ -146,29 +146,9 @@ TEST(SpecBranch, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
                             std::make_unique<RandomHradPolicy>(5), FeatureLayers(), options);
   SpecBranchDecoder again(*target.model, target.tokenizer.get(), draft.model,
                           std::make_unique<RandomHradPolicy>(5), FeatureLayers(), options);
-  int64_t accepted = 0;
-  for (size_t i = 0; i < 3; ++i) {
-    const auto& prompt = Shared().prompts[i];
-    const GenerationConfig g = parallel_test::Config(target, 1.0, 40, 30 + i);
-    KvCache cache = parallel_test::CacheFor(*target.model, prompt, 40, decoder);
-    DecodeResult a, b;
-    const int64_t walks = decoder.device_walks();
-    decoder.Generate(prompt, g, cache, a);
-    EXPECT_EQ(decoder.device_walks() - walks, static_cast<int64_t>(a.steps.size()));
-    parallel_test::ExpectInvariants(a, "specbranch aten T=1");
-    again.Generate(prompt, g, cache, b);
-    EXPECT_EQ(a.generation.tokens, b.generation.tokens);
-    for (const StepStats& s : a.steps) accepted += s.n_accepted;
-  }
-  {  // a cache that ends first: R and the branches cut to the context, stopped for it
-    const auto& prompt = Shared().prompts[1];
-    KvCache cache = target.model->NewCache(1, static_cast<int64_t>(prompt.size()) + 30);
-    DecodeResult r;
-    decoder.Generate(prompt, parallel_test::Config(target, 1.0, 400, 9), cache, r);
-    EXPECT_EQ(r.generation.stop_reason, StopReason::kMaxContext);
-    parallel_test::ExpectInvariants(r, "specbranch aten T=1 context limit");
-  }
-  EXPECT_EQ(decoder.verify_row_copies(), 0);
+  int64_t accepted = 0, rollbacks = 0;
+  parallel_test::ExpectOneDeviceWalkPerStep(decoder, again, target, "specbranch", accepted,
+                                            rollbacks);
   EXPECT_GT(accepted, 0);
   EXPECT_GT(decoder.counters().branches, decoder.counters().branch_points);
   EXPECT_GT(decoder.counters().rollbacks, 0);
