@@ -147,7 +147,12 @@ void ParallelDecoder::SettleOnDevice(ParallelAnswer& answer, const std::vector<i
   const int64_t n = n_r + siblings;
   // The tree: R as a chain from the root, the candidates as children of R's last node (the slot
   // after R). draft_probs row s = the distribution the children of slot s were drawn from: R's
-  // rows, then q for every sibling (i.i.d. draws); rows after n_r are never read.
+  // rows, then q for every sibling (i.i.d. draws); rows after n_r are never read. The walk
+  // (tree_rrs): per slot, child c accepted iff u q(c) < r(c), r = p then norm(max(r - q, 0))
+  // after each rejection, the correction drawn from r. With one child per slot this is the host
+  // rule (AcceptAtSlot, k = 1); with k i.i.d. siblings it is recursive rejection sampling, whose
+  // output is p: after a rejection the rest is the standard rule against the residual r with
+  // proposals independent of the rejected ones (README "Acceptance on the device").
   tree_.token.assign(r.begin(), r.end());
   tree_.token.insert(tree_.token.end(), candidates, candidates + siblings);
   tree_.parent.resize(static_cast<size_t>(n));
