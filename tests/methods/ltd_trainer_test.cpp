@@ -68,6 +68,26 @@ LtdTrainConfig SmallConfig(const std::string& tables) {
   return c;
 }
 
+// The policies in `dir` loaded into `ltd` (top_k 10, max_depth 12) with stories260K on `device`
+// decode the first `n_prompts` story prompts token-identically to AR (48 tokens each).
+void ExpectPoliciesMatchAr(const std::string& dir, const at::Device& device, size_t n_prompts) {
+  LoadedTarget target = LoadModel("stories260K", at::kFloat, "", device);
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  MethodContext context;
+  context.target = &target;
+  context.device = device;
+  context.load_model = [](const std::string& n) -> LoadedTarget& { Fail("unexpected ", n); };
+  std::unique_ptr<Decoder> decoder =
+      registry.Build("ltd", context, {{"policy", dir}, {"top_k", 10}, {"max_depth", 12}});
+  const auto prompts = LoadDataset("stories", {});
+  for (size_t i = 0; i < n_prompts; ++i) {
+    const testing_util::StoryRun run =
+        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
+    EXPECT_EQ(run.spec.generation.tokens, run.ar.tokens) << "prompt " << i;
+  }
+}
+
 TEST(LtdTrainer, SimulatedModeIsReproducibleAndItsPoliciesRunExactly) {
   at::set_num_threads(1);
   const std::string root = ::testing::TempDir() + "/ltd_trainer_repro";
@@ -93,20 +113,7 @@ TEST(LtdTrainer, SimulatedModeIsReproducibleAndItsPoliciesRunExactly) {
   const LtdTrainResult again = TrainLtd(c, root + "/a", false);
   EXPECT_TRUE(again.finished);
 
-  LoadedTarget target = LoadModel("stories260K", at::kFloat);
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context;
-  context.target = &target;
-  context.load_model = [](const std::string& n) -> LoadedTarget& { Fail("unexpected ", n); };
-  std::unique_ptr<Decoder> decoder =
-      registry.Build("ltd", context, {{"policy", root + "/a"}, {"top_k", 10}, {"max_depth", 12}});
-  const auto prompts = LoadDataset("stories", {});
-  for (size_t i = 0; i < 4; ++i) {
-    const testing_util::StoryRun run =
-        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
-    EXPECT_EQ(run.spec.generation.tokens, run.ar.tokens) << "prompt " << i;
-  }
+  ExpectPoliciesMatchAr(root + "/a", at::kCPU, 4);
 }
 
 TEST(LtdTrainer, SizeStageLearnsWhatTheTablesFavour) {
@@ -155,21 +162,7 @@ TEST(LtdTrainerCuda, SimulatedRunOnCudaWritesPoliciesThatStayLossless) {
   const LtdTrainResult r = TrainLtd(c, root + "/out", false);
   ASSERT_TRUE(r.finished);
 
-  LoadedTarget target = LoadModel("stories260K", at::kFloat, "", at::Device(at::kCUDA));
-  MethodRegistry registry;
-  RegisterBuiltinMethods(registry);
-  MethodContext context;
-  context.target = &target;
-  context.device = target.model->device();
-  context.load_model = [](const std::string& n) -> LoadedTarget& { Fail("unexpected ", n); };
-  std::unique_ptr<Decoder> decoder =
-      registry.Build("ltd", context, {{"policy", root + "/out"}, {"top_k", 10}, {"max_depth", 12}});
-  const auto prompts = LoadDataset("stories", {});
-  for (size_t i = 0; i < 2; ++i) {
-    const testing_util::StoryRun run =
-        testing_util::RunStoryPrompt(target, *decoder, prompts[i], {48, /*extra_cache=*/-1, 0});
-    EXPECT_EQ(run.spec.generation.tokens, run.ar.tokens) << "prompt " << i;
-  }
+  ExpectPoliciesMatchAr(root + "/out", at::Device(at::kCUDA), 2);
 }
 
 }  // namespace
