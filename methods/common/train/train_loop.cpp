@@ -320,6 +320,34 @@ void CheckParamsOn(const std::vector<std::pair<std::string, at::Tensor>>& params
   }
 }
 
+// The files of a run in OUT: its train state and log database, and whether a state is kept.
+struct RunDir {
+  std::string state_path, db_path;
+  bool have_state = false;
+};
+
+// Creates OUT/work, discards the run in OUT on --restart, and checks that a kept run has the
+// same `settings` (and that --resume finds one).
+RunDir PrepareRunDir(const std::string& out_dir, const TrainLoopOptions& options,
+                     const ojson& settings, const std::string& who) {
+  const std::string work = out_dir + "/work";
+  RunDir dir{work + "/train_state.safetensors", out_dir + "/train_log.db"};
+  fs::create_directories(work);
+  WriteFileAtomically(work + "/.gitignore", "# scratch of specbed train\n*\n");
+  if (options.restart) {
+    fs::remove(dir.state_path);
+    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(dir.db_path + suffix);
+    fs::remove(out_dir + "/train_summary.json");
+  }
+  dir.have_state = PathExists(dir.state_path);
+  SPECBED_CHECK(dir.have_state || !options.resume, who, ": --resume given but '", out_dir,
+                "' holds no train state (", dir.state_path, ")");
+  if (dir.have_state) {
+    CheckSameSettings(ReadStateSettings(dir.state_path, who), settings, "'" + out_dir + "'");
+  }
+  return dir;
+}
+
 }  // namespace
 
 TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const ojson& task_settings,
@@ -332,22 +360,9 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
   const ojson optim_settings = OptimSettings(optim);
   for (const auto& [key, value] : optim_settings.items()) settings[key] = value;
 
-  const std::string work = out_dir + "/work";
-  const std::string state_path = work + "/train_state.safetensors";
-  const std::string db_path = out_dir + "/train_log.db";
-  fs::create_directories(work);
-  WriteFileAtomically(work + "/.gitignore", "# scratch of specbed train\n*\n");
-  if (options.restart) {
-    fs::remove(state_path);
-    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db_path + suffix);
-    fs::remove(out_dir + "/train_summary.json");
-  }
-  const bool have_state = PathExists(state_path);
-  SPECBED_CHECK(have_state || !options.resume, who, ": --resume given but '", out_dir,
-                "' holds no train state (", state_path, ")");
-  if (have_state) {
-    CheckSameSettings(ReadStateSettings(state_path, who), settings, "'" + out_dir + "'");
-  }
+  const RunDir dir = PrepareRunDir(out_dir, options, settings, who);
+  const std::string& state_path = dir.state_path;
+  const bool have_state = dir.have_state;
 
   std::vector<std::pair<std::string, at::Tensor>> params = task.Parameters();
   CheckParamsOn(params, device, who);
@@ -360,7 +375,7 @@ TrainLoopResult RunTrainLoop(TrainTask& task, const OptimConfig& optim, const oj
   TrainState st;
   if (have_state) LoadState(state_path, opt, order, st);
 
-  auto store = ResultsStore::Open(db_path);
+  auto store = ResultsStore::Open(dir.db_path);
   TrainRunRecord run;
   run.train_key = Hex64(Fnv1a64(settings.dump().data(), settings.dump().size()));
   run.task = who;
