@@ -35,6 +35,27 @@ at::Tensor TruncateTopKTopP(const at::Tensor& probs, const SamplingParams& param
   return at::zeros_like(probs).scatter_(-1, order, kept);
 }
 
+// The tree's draft distributions as [1, n + 1, V] float32 on `device`: the drafter's device rows in
+// place, or its host rows uploaded (one host-to-device copy).
+at::Tensor DraftProbsOn(const DraftTree& tree, int64_t vocab, const at::Device& device) {
+  const int64_t n = tree.size();
+  SPECBED_CHECK(tree.has_draft_probs() && tree.vocab == vocab,
+                "sampled verification needs the draft distributions [n+1, ", vocab, "]");
+  if (tree.draft_probs_device != nullptr) {
+    const at::Tensor& rows = *tree.draft_probs_device;
+    SPECBED_CHECK(rows.dim() == 2 && rows.size(0) >= n + 1 && rows.size(1) == vocab &&
+                      rows.scalar_type() == at::kFloat && rows.device() == device &&
+                      rows.is_contiguous(),
+                  "sampled verification: the drafter's device distributions are ", rows.sizes(),
+                  " ", rows.scalar_type(), " on ", rows.device(), ", expected contiguous float32 [",
+                  n + 1, "+, ", vocab, "] on ", device);
+    return rows.narrow(0, 0, n + 1).view({1, n + 1, vocab});
+  }
+  const at::Tensor rows =
+      at::from_blob(const_cast<float*>(tree.draft_probs.data()), {1, n + 1, vocab}, at::kFloat);
+  return device.is_cpu() ? rows : rows.to(device);
+}
+
 }  // namespace
 
 at::Tensor CopyToHost(const at::Tensor& t) {
@@ -49,12 +70,33 @@ int64_t DeviceToHostCopies() {
 
 at::Tensor SamplingProbs(const at::Tensor& logits, const SamplingParams& params) {
   SPECBED_CHECK(logits.dim() == 2, "SamplingProbs: logits must be [rows, V], got ", logits.sizes());
-  const at::Tensor x = logits.to(at::kFloat);
+  const at::Tensor out = at::empty(logits.sizes(), logits.options().dtype(at::kFloat));
+  SamplingProbsInto(logits, params, at::empty_like(out), out);
+  return out;
+}
+
+void SamplingProbsInto(const at::Tensor& logits, const SamplingParams& params,
+                       const at::Tensor& scratch, const at::Tensor& out) {
+  SPECBED_CHECK(logits.dim() == 2 && out.sizes() == logits.sizes() &&
+                    scratch.sizes() == logits.sizes() && out.scalar_type() == at::kFloat &&
+                    scratch.scalar_type() == at::kFloat,
+                "SamplingProbsInto: logits ", logits.sizes(), ", scratch ", scratch.sizes(),
+                " and out ", out.sizes(), " must all be [rows, V] (scratch and out float32)");
   if (params.greedy()) {
-    return at::zeros_like(x).scatter_(-1, x.argmax(-1, /*keepdim=*/true), 1.0);
+    out.zero_().scatter_(-1, logits.argmax(-1, /*keepdim=*/true), 1.0);
+    return;
   }
-  const at::Tensor probs = at::softmax(x.div(params.temperature), -1);
-  return TruncateTopKTopP(probs, params);
+  // x * (1 / T) in float32, as Sampler::Distribution. The factor is a CPU scalar tensor written in
+  // place (a Scalar operand would be wrapped in a fresh tensor and cast: two allocations per call);
+  // one per thread (PEARL's draft thread samples beside the verifier); read at launch time.
+  static thread_local const at::Tensor inv_temperature = at::empty({}, at::kFloat);
+  *inv_temperature.data_ptr<float>() = static_cast<float>(1.0 / params.temperature);
+  scratch.copy_(logits);  // float32 (the model's dtype may be bfloat16 / float16)
+  scratch.mul_(inv_temperature);
+  at::Tensor dest = out;  // a handle: the out= overload takes a non-const reference
+  at::_softmax_out(dest, scratch, /*dim=*/-1, /*half_to_float=*/false);
+  const bool truncates = (params.top_k > 0 && params.top_k < logits.size(-1)) || params.top_p < 1.0;
+  if (truncates) out.copy_(TruncateTopKTopP(out, params));
 }
 
 void DeviceVerifier::Reserve(int64_t n, int64_t vocab, const at::Device& device) {
@@ -71,6 +113,11 @@ void DeviceVerifier::Reserve(int64_t n, int64_t vocab, const at::Device& device)
   }
   if (vocab > 0 && (grow || !residual_device_.defined() || residual_device_.numel() < vocab)) {
     residual_device_ = at::empty({vocab}, at::TensorOptions(at::kFloat).device(device));
+  }
+  if (vocab > 0 && (grow || !probs_.defined() || probs_.numel() < (n + 1) * vocab)) {
+    const int64_t elements = std::max<int64_t>(n + 1, 16) * vocab;
+    probs_ = at::empty({elements}, at::TensorOptions(at::kFloat).device(device));
+    scratch_ = at::empty({elements}, at::TensorOptions(at::kFloat).device(device));
   }
 }
 
@@ -118,15 +165,13 @@ void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logi
   for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler.rng());
   const at::Tensor uniforms =
       uniforms_device_.narrow(0, 0, n + 1).copy_(uniforms_host_.narrow(0, 0, n + 1));
-  at::Tensor q;  // the rejection modes' draft distributions, uploaded (host -> device)
+  at::Tensor q;  // the rejection modes' draft distributions
   if (n > 0 && (mode == kSampledRejection || mode == kSampledRejectionTargetResidual)) {
-    SPECBED_CHECK(tree.has_draft_probs() && tree.vocab == vocab,
-                  "sampled verification needs the draft distributions [n+1, ", vocab, "]");
-    const at::Tensor rows =
-        at::from_blob(const_cast<float*>(tree.draft_probs.data()), {1, n + 1, vocab}, at::kFloat);
-    q = device.is_cpu() ? rows : rows.to(device);
+    q = DraftProbsOn(tree, vocab, device);
   }
-  const at::Tensor probs = SamplingProbs(logits.view({n + 1, vocab}), sampler.params());
+  const at::Tensor probs = probs_.narrow(0, 0, (n + 1) * vocab).view({n + 1, vocab});
+  SamplingProbsInto(logits.view({n + 1, vocab}), sampler.params(),
+                    scratch_.narrow(0, 0, (n + 1) * vocab).view({n + 1, vocab}), probs);
   const at::Tensor result = result_device_.narrow(0, 0, n + 2);
   SampledTreeVerify(probs.view({1, n + 1, vocab}), q, in.narrow(0, 0, n).view({1, n}),
                     in.narrow(0, n, n).view({1, n}), uniforms.view({1, n + 1}), mode,
@@ -146,6 +191,53 @@ int32_t DeviceVerifier::SampleToken(const at::Tensor& logits, Sampler& sampler) 
     AcceptSampled(empty_tree_, row, kSampledFollow, sampler, verdict);
   }
   return verdict.bonus;
+}
+
+void DeviceDraftSampler::Begin(int64_t n, int64_t vocab, const at::Device& device,
+                               std::mt19937_64& rng) {
+  SPECBED_CHECK(n >= 1 && vocab >= 1, "DeviceDraftSampler: a chain of ", n, " tokens over ", vocab,
+                " ids (expected >= 1 each)");
+  const bool grow =
+      !probs_.defined() || probs_.device() != device || vocab != vocab_ || probs_.size(0) < n + 1;
+  if (grow) {
+    const int64_t rows = std::max<int64_t>(n + 1, 16);
+    const at::TensorOptions on_device = at::TensorOptions().device(device);
+    probs_ = at::empty({rows, vocab}, on_device.dtype(at::kFloat));
+    scratch_ = at::empty({rows, vocab}, on_device.dtype(at::kFloat));
+    uniforms_host_ = at::empty({rows}, at::kDouble);
+    uniforms_ = at::empty({rows}, on_device.dtype(at::kDouble));
+    tokens_ = at::empty({rows}, on_device.dtype(at::kInt));
+    counts_ = at::empty({rows}, on_device.dtype(at::kInt));
+    empty_ = at::empty({rows, 0}, on_device.dtype(at::kInt));
+  }
+  n_ = n;
+  vocab_ = vocab;
+  double* u = uniforms_host_.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) u[i] = Uniform01(rng);
+  uniforms_.narrow(0, 0, n).copy_(uniforms_host_.narrow(0, 0, n));
+  probs_.narrow(0, n, 1).zero_();
+}
+
+void DeviceDraftSampler::Sample(const at::Tensor& logits, const SamplingParams& params,
+                                int64_t first, const at::Tensor& ids) {
+  const int64_t r = logits.size(0);
+  SPECBED_CHECK(logits.dim() == 2 && logits.size(1) == vocab_ && first >= 0 && first + r <= n_,
+                "DeviceDraftSampler::Sample: logits ", logits.sizes(), " for rows [", first, ", ",
+                first + r, ") of a chain of ", n_, " over ", vocab_, " ids");
+  const at::Tensor probs = probs_.narrow(0, first, r);
+  const at::Tensor scratch = scratch_.narrow(0, 0, r);
+  SamplingProbsInto(logits, params, scratch, probs);
+  // r independent draws: the walk of r empty trees (sample_follow draws the bonus from row 0).
+  const at::Tensor none = empty_.narrow(0, 0, r);
+  const at::Tensor tokens = tokens_.narrow(0, first, r);
+  SampledTreeVerify(probs.view({r, 1, vocab_}), at::Tensor(), none, none,
+                    uniforms_.narrow(0, first, r).view({r, 1}), kSampledFollow, scratch, none,
+                    counts_.narrow(0, 0, r), tokens);
+  if (ids.defined()) ids.copy_(tokens);
+}
+
+at::Tensor DeviceDraftSampler::TokensToHost() const {
+  return CopyToHost(tokens_.narrow(0, 0, n_));
 }
 
 }  // namespace specbed

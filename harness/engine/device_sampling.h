@@ -4,15 +4,20 @@
 // (SamplingProbs); the walk over the draft tree is one kernels/ launch (GreedyTreeVerify at
 // T = 0, SampledTreeVerify at T > 0: the CUDA kernels on a GPU, the CPU references on a CPU);
 // uniforms are drawn on the host from the Sampler's generator and uploaded with the tree; one
-// small copy comes back per step (accepted nodes, their count, the bonus token).
+// small copy comes back per step (accepted nodes, their count, the bonus token). The drafters'
+// sampled chains draw on the device too (DeviceDraftSampler) and leave their distributions there.
 // Checked by: tests/engine/device_sampling_test.cpp (SamplingProbs equals Sampler::Distribution
-// row by row; chi-square losslessness of every rule through DeviceVerifier with the negative
-// controls failing; one device-to-host copy per call), tests/methods/aten_path_test.cpp.
+// row by row, SamplingProbsInto allocates nothing at T > 0 without truncation; DeviceDraftSampler
+// draws the host sampler's tokens; device draft rows give the host rows' verdict; chi-square
+// losslessness of every rule through DeviceVerifier with the negative controls failing; one
+// device-to-host copy per call), tests/engine/speculative_test.cpp (a warm sampled SpS step on
+// the ATen path allocates nothing), tests/methods/aten_path_test.cpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <random>
 
 #include "harness/engine/method.h"
 #include "harness/engine/sampler.h"
@@ -31,6 +36,41 @@ int64_t DeviceToHostCopies();
 //   logits: [rows, V] float32 / bfloat16 / float16, any device
 //   returns float32 [rows, V] on the same device
 at::Tensor SamplingProbs(const at::Tensor& logits, const SamplingParams& params);
+// SamplingProbs written into `out` through `scratch` (both float32 [rows, V], contiguous, on the
+// logits' device): at T > 0 without top-k / top-p no storage is allocated (the truncation sorts
+// into temporaries; greedy params allocate the argmax).
+void SamplingProbsInto(const at::Tensor& logits, const SamplingParams& params,
+                       const at::Tensor& scratch, const at::Tensor& out);
+
+// Drafting by sampling on the device (SpS's and the draft LM's sampled chains on the ATen path,
+// DFlash's sampled chain): the draft distributions stay in this sampler's buffer on the device
+// (DraftTree::draft_probs_device points at it) and each token is drawn there by the
+// kernels/sampled_verify inverse-CDF draw (SampleFromProbs' rule), with uniforms drawn on the
+// host from the drafter's generator — one per token, in the order of the host path — and uploaded
+// once per chain. Buffers grow, never shrink: once warm a chain at T > 0 without top-k / top-p
+// allocates no storage.
+class DeviceDraftSampler {
+ public:
+  // Starts a chain of n >= 1 tokens over `vocab` on `device`: n uniforms from `rng` go up in one
+  // host-to-device copy; probs row n (the last node's, which has no children) is zeroed.
+  void Begin(int64_t n, int64_t vocab, const at::Device& device, std::mt19937_64& rng);
+  // Chain rows [first, first + r): probs() rows get SamplingProbs(logits, params) and a token is
+  // drawn from each with uniforms [first, first + r); the tokens are also written to `ids` when
+  // it is given (the next forward's input).
+  //   logits: [r, V] float32 / bfloat16 / float16 on the device
+  //   ids:    int64 [r] on the device, or undefined
+  void Sample(const at::Tensor& logits, const SamplingParams& params, int64_t first,
+              const at::Tensor& ids = at::Tensor());
+  // float32 [>= n + 1, V] on the device: rows [0, n] are the chain's draft distributions (row s =
+  // what token s was drawn from, row n zero), for DraftTree::draft_probs_device.
+  const at::Tensor& probs() const { return probs_; }
+  // The chain's n tokens on the host (int32 [n]): the chain's one device-to-host copy.
+  at::Tensor TokensToHost() const;
+
+ private:
+  int64_t n_ = 0, vocab_ = 0;
+  at::Tensor probs_, scratch_, uniforms_host_, uniforms_, tokens_, counts_, empty_;
+};
 
 // Acceptance and sampling on the logits' device with reusable staging buffers (grown, never
 // shrunk). Fills verdict.path and verdict.bonus only (the caller derives verdict.tokens).
@@ -40,8 +80,9 @@ class DeviceVerifier {
   //   logits: [n + 1, V] float32 on the device; tree: host, n = tree.size()
   void AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict);
   // T > 0 under `mode` (kernels/kernel_status.h kSampled*): the target's distributions from
-  // SamplingProbs, the drafter's tree.draft_probs uploaded in the rejection modes, n + 1 uniforms
-  // from sampler.rng().
+  // SamplingProbsInto (reused buffers), the drafter's distributions in the rejection modes
+  // (tree.draft_probs_device read in place, or tree.draft_probs uploaded), n + 1 uniforms from
+  // sampler.rng().
   //   logits: [n + 1, V] float32 / bfloat16 / float16 on the device
   void AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
                      Sampler& sampler, Verdict& verdict);
@@ -57,7 +98,8 @@ class DeviceVerifier {
   void Reserve(int64_t n, int64_t vocab, const at::Device& device);
 
   at::Tensor int_host_, in_device_, result_device_;
-  at::Tensor uniforms_host_, uniforms_device_, draft_probs_device_, residual_device_;
+  // probs_, scratch_: the target's sampling distributions [rows, V] (SamplingProbsInto).
+  at::Tensor uniforms_host_, uniforms_device_, residual_device_, probs_, scratch_;
   DraftTree empty_tree_;
 };
 

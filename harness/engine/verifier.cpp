@@ -91,6 +91,14 @@ void CheckSamplingRule(const DraftTree& tree, VerifyRule rule, int64_t vocab) {
   }
 }
 
+// Row 0 of the tree's draft distributions on the host: tree.draft_probs, or the drafter's device
+// rows copied once into `keep` (a drafter on the ATen path serving a target on the row path).
+const float* HostDraftProbs(const DraftTree& tree, at::Tensor& keep) {
+  if (tree.draft_probs_device == nullptr) return tree.draft_probs.data();
+  keep = CopyToHost(tree.draft_probs_device->narrow(0, 0, tree.size() + 1)).contiguous();
+  return keep.data_ptr<float>();
+}
+
 // The SampledTreeVerify mode of a sampling rule under the test fault (negative controls).
 int32_t SampledMode(VerifyRule rule, VerifierFault fault) {
   if (fault == VerifierFault::kGreedyAcceptance) return kSampledFollowArgmax;
@@ -128,6 +136,9 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
   }
 
   CheckSamplingRule(tree, rule, vocab);
+  at::Tensor q_keep;
+  const bool rejection = rule == VerifyRule::kChainRs || rule == VerifyRule::kTreeRrs;
+  const float* q_rows = rejection && n > 0 ? HostDraftProbs(tree, q_keep) : nullptr;
   AcceptScratch& s = Scratch();
   ChildrenLists(tree, s.first_child, s.next_sibling);
   std::mt19937_64& rng = sampler.rng();
@@ -163,7 +174,7 @@ void AcceptTree(const DraftTree& tree, const float* logits, int64_t vocab, Verif
       }
       next = child;
     } else {
-      const float* q = tree.DraftProbsRow(slot);
+      const float* q = q_rows + slot * vocab;
       if (fault == VerifierFault::kTargetAsResidual) s.p_target = s.p;
       for (; child >= 0; child = s.next_sibling[child]) {
         const float u = static_cast<float>(Uniform01(rng));

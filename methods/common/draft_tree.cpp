@@ -29,6 +29,7 @@ void DraftTree::Clear() {
   depth.clear();
   draft_logp.clear();
   draft_probs.clear();
+  draft_probs_device = nullptr;
   vocab = 0;
 }
 
@@ -84,6 +85,14 @@ void DraftTree::ValidateStructure(int64_t vocab_size) const {
       SPECBED_CHECK(draft_logp[i] <= 0.f, "draft tree: draft_logp[", i, "] = ", draft_logp[i],
                     " is not a log-probability (expected <= 0)");
     }
+  }
+  if (draft_probs_device != nullptr) {
+    SPECBED_CHECK(draft_probs.empty(),
+                  "draft tree: both draft_probs (host) and "
+                  "draft_probs_device are set, expected one form of the draft distributions");
+    SPECBED_CHECK(vocab == vocab_size, "draft tree: draft_probs_device rows have ", vocab,
+                  " entries (vocab), expected the vocabulary size ", vocab_size);
+    return;
   }
   if (draft_probs.empty()) {
     SPECBED_CHECK(vocab == 0, "draft tree: vocab = ", vocab,

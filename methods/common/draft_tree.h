@@ -12,13 +12,19 @@
 // - A chain is a tree with parent[i] = i - 1.
 // - Optional per-node draft log-probabilities (draft_logp[i] = log q(token[i] | parent path))
 //   and optional per-slot draft distributions (draft_probs row s = the distribution over
-//   vocabulary the children of slot s were sampled from), needed by the rejection verifiers.
+//   vocabulary the children of slot s were sampled from), needed by the rejection verifiers:
+//   on the host (draft_probs) or, from a drafter on the ATen path, left on the target's device
+//   (draft_probs_device).
 // Checked by: tests/methods/draft_tree_test.cpp.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <vector>
+
+namespace at {
+class Tensor;  // specbed_draft builds without LibTorch; draft_probs_device is read by ATen code
+}  // namespace at
 
 namespace specbed {
 
@@ -33,16 +39,24 @@ struct DraftTree {
   // Row-major [n + 1, vocab] float32 probabilities (rows sum to 1), or empty. Row s is the
   // draft distribution at slot s (0 = root).
   std::vector<float> draft_probs;
-  int64_t vocab = 0;  // row length of draft_probs (0 when draft_probs is empty)
+  int64_t vocab = 0;  // row length of the draft distributions (0 when there are none)
+  // The same distributions left on the device by a drafter on the ATen path (no host copy): the
+  // drafter's own float32 [>= n + 1, vocab] buffer on the target's device, whose rows [0, n + 1)
+  // are this tree's (row s as draft_probs), or nullptr. When set, draft_probs is empty. Owned by
+  // the drafter and valid until its next Draft or Begin; read through LibTorch by the verifier
+  // (DeviceVerifier::AcceptSampled, which checks its device, dtype and shape; AcceptTree copies it
+  // to the host once).
+  const at::Tensor* draft_probs_device = nullptr;
 
   int64_t size() const { return static_cast<int64_t>(token.size()); }
   bool empty() const { return token.empty(); }
   int32_t max_depth() const;
-  bool has_draft_probs() const { return !draft_probs.empty(); }
+  bool has_draft_probs() const { return !draft_probs.empty() || draft_probs_device != nullptr; }
   // True when every node's parent is the previous node.
   bool IsChain() const;
 
-  // Removes every node and the draft distributions (vocab = 0); keeps capacity (a drafter
+  // Removes every node and the draft distributions (vocab = 0, draft_probs_device = nullptr);
+  // keeps capacity (a drafter
   // reuses one tree per step without allocating).
   void Clear();
   // Appends a node below `parent_index` (-1 = root); returns its index. `logp` is stored only
@@ -63,8 +77,9 @@ struct DraftTree {
   // vocab_size] with non-negative entries and rows of slots that have children summing to 1
   // within 1e-2). O(n + n * vocab): a check for tests and debugging, not for the decode loop.
   void Validate(int64_t vocab_size) const;
-  // The O(n) part of Validate (everything but the draft_probs values): cheap enough for the
-  // decode loop, which runs it on every drafted tree.
+  // The O(n) part of Validate (everything but the draft_probs values; of draft_probs_device only
+  // that it comes alone, with vocab = vocab_size): cheap enough for the decode loop, which runs
+  // it on every drafted tree. Validate reads no device values either.
   void ValidateStructure(int64_t vocab_size) const;
 };
 

@@ -101,8 +101,11 @@ void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
     }
     return;
   }
-  // The host pass; off the CPU one download of the rows (the sampler and chain_rs read full
-  // distributions on the host).
+  if (!greedy && head_->placement().aten) {
+    SampleChainOnDevice(rows, depth, tree);
+    return;
+  }
+  // The host pass (the row loops; greedy on the CPU ATen path reads the rows in place).
   const at::Tensor host = rows.is_cpu() ? rows.contiguous() : rows.cpu();
   if (!greedy) {
     tree.vocab = vocab_;
@@ -121,6 +124,17 @@ void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
     }
     tree.AddNode(token, static_cast<int32_t>(d) - 2);
   }
+}
+
+void DflashDrafter::SampleChainOnDevice(const at::Tensor& rows, int64_t depth, DraftTree& tree) {
+  draws_.Begin(depth, vocab_, rows.device(), sampler_->rng());
+  draws_.Sample(rows, sampler_->params(), 0);  // one draw per row, the rows kept on the device
+  const at::Tensor ids = draws_.TokensToHost();
+  for (int64_t d = 1; d <= depth; ++d) {
+    tree.AddNode(ids.data_ptr<int32_t>()[d - 1], static_cast<int32_t>(d) - 2);
+  }
+  tree.vocab = vocab_;
+  tree.draft_probs_device = &draws_.probs();
 }
 
 void DflashDrafter::TopKPerDepth(int64_t depth, int64_t k) {

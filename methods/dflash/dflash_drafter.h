@@ -16,7 +16,9 @@
 // - DFlash (Chen et al., "DFlash: Block Diffusion for Flash Speculative Decoding"): a chain of
 //   the per-row argmax at T = 0; at T > 0 each row is sampled from its own distribution (case
 //   sampling settings) and recorded as the draft distribution, so chain rejection sampling is
-//   lossless (a draft token may be drawn from any distribution known to the verifier).
+//   lossless (a draft token may be drawn from any distribution known to the verifier). On the
+//   ATen path the rows are sampled on the device (DeviceDraftSampler: one copy of the depth ids
+//   back; the distributions stay there as DraftTree::draft_probs_device).
 // - DDTree ("Diffusion Draft Tree"): the best-first tree over the per-depth top-K marginals to a
 //   node budget (BestFirstTreeBuilder: the top-budget prefixes by summed log-prob, the optimal
 //   prefix-closed tree under the draft's own factorised probabilities), log-softmax without
@@ -29,13 +31,15 @@
 // verifier) are queued and appended at the next Draft.
 // Checked by: tests/methods/dflash_drafter_test.cpp (exact match with AR at T = 0 for the chain
 // and DDTree; T = 1 distribution tests on a tiny target; the budget is respected) and
-// tests/methods/jetspec_test.cpp (JetSpec and blocks larger than the head's with causal heads).
+// tests/methods/jetspec_test.cpp (JetSpec and blocks larger than the head's with causal heads),
+// tests/methods/aten_path_test.cpp (the ATen path; DFlash at T = 1 there).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/method.h"
 #include "methods/common/tree_builders.h"
 #include "methods/dflash/dflash_head.h"
@@ -87,6 +91,9 @@ class DflashDrafter : public Drafter {
   // The drafted rows 1..depth of the block: chain tokens (argmax or sampled, with their draft
   // distributions) or the per-depth top-k (tokens_, logp_).
   void DraftChain(int64_t depth, DraftTree& tree);
+  // The chain at T > 0 on the ATen path: rows [depth, V] (the head's dtype, on its device)
+  // sampled there; their distributions stay in draws_ (tree.draft_probs_device).
+  void SampleChainOnDevice(const at::Tensor& rows, int64_t depth, DraftTree& tree);
   void TopKPerDepth(int64_t depth, int64_t k);
 
   std::unique_ptr<DflashHead> head_;
@@ -97,6 +104,7 @@ class DflashDrafter : public Drafter {
   // Queued context feature rows, chunks of [n_i, n_layers * H] in the target's dtype and device.
   std::vector<at::Tensor> pending_;
   std::unique_ptr<Sampler> sampler_;
+  DeviceDraftSampler draws_;  // the sampled chain on the ATen path
   std::vector<float> probs_, logp_;
   std::vector<int32_t> tokens_, order_;
   BestFirstTreeBuilder best_first_;

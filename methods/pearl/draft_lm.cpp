@@ -9,7 +9,7 @@
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
 #include "kernels/cpu/references.h"
-#include "methods/common/greedy_chain.h"
+#include "methods/common/draft_chain.h"
 
 namespace specbed {
 
@@ -27,6 +27,7 @@ void DraftLm::Begin(const std::vector<int32_t>& prompt, const SamplingParams& sa
   sampler_ = std::make_unique<Sampler>(sampling, seed);
   cached_.clear();
   forwards_ = 0;
+  host_copies_ = 0;
   // The prompt without its last token: Draft feeds at least one token to get logits.
   if (prompt.size() > 1) {
     const int64_t n = static_cast<int64_t>(prompt.size()) - 1;
@@ -63,12 +64,12 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
   ++forwards_;
   cached_.insert(cached_.end(), context.begin() + keep, context.end());
   const bool greedy = sampler_->params().greedy();
-  if (greedy && !confidence && !keep_logits && !next &&
+  if (n > 0 && !confidence && !keep_logits && !next &&
       model_->forward_path() == ForwardPath::kAten) {
-    DraftArgmaxOnDevice(fwd, n, out);
+    DraftChainOnDevice(fwd, n, out);
     return;
   }
-  at::Tensor host = CopyToHost(fwd.logits);  // the CPU: the buffer; a device: one copy per token
+  at::Tensor host = ToHost(fwd.logits);  // the CPU: the buffer; a device: one copy per token
   if (!greedy) out.q.resize(static_cast<size_t>(n * vocab));
   for (int64_t i = 0; i < n; ++i) {
     const float* logits = host.data_ptr<float>();
@@ -88,7 +89,7 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
     if (i + 1 < n || next) {
       ids[0] = token;
       fwd = model_->Forward(ids_.narrow(1, 0, 1), cache_, options);
-      host = CopyToHost(fwd.logits);
+      host = ToHost(fwd.logits);
       ++forwards_;
       cached_.push_back(token);
     }
@@ -99,12 +100,29 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
   }
 }
 
-void DraftLm::DraftArgmaxOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out) {
-  const at::Tensor host = GreedyChainOnDevice(*model_, cache_, std::move(fwd), n, drafted_);
+void DraftLm::DraftChainOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out) {
+  const bool greedy = sampler_->params().greedy();
+  if (greedy) {
+    const at::Tensor host = GreedyChainOnDevice(*model_, cache_, std::move(fwd), n, drafted_);
+    const int64_t* ids = host.data_ptr<int64_t>();
+    out.tokens.assign(ids, ids + n);
+  } else {
+    const at::Tensor host =
+        SampledChainOnDevice(*model_, cache_, std::move(fwd), n, *sampler_, draws_, drafted_);
+    const int32_t* ids = host.data_ptr<int32_t>();
+    out.tokens.assign(ids, ids + n);
+    // The chunk's distributions for the host bookkeeping of R (one copy of [n, V]).
+    const at::Tensor q = ToHost(draws_.probs().narrow(0, 0, n)).contiguous();
+    out.q.assign(q.data_ptr<float>(), q.data_ptr<float>() + q.numel());
+  }
   forwards_ += n - 1;
-  const int64_t* ids = host.data_ptr<int64_t>();
-  out.tokens.assign(ids, ids + n);
+  if (!model_->device().is_cpu()) ++host_copies_;  // the chain's ids
   cached_.insert(cached_.end(), out.tokens.begin(), out.tokens.end() - 1);
+}
+
+at::Tensor DraftLm::ToHost(const at::Tensor& t) {
+  if (!t.device().is_cpu()) ++host_copies_;
+  return CopyToHost(t);
 }
 
 float SoftmaxProb(const float* logits, int64_t vocab, int32_t token) {

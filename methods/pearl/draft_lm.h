@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/sampler.h"
 #include "models/llama_model.h"
 
@@ -49,13 +50,17 @@ class DraftLm {
   // the logits after the last drafted token (n = 0 with `next`: the logits after `context`).
   // With `stop_below` > 0 (needs `confidence`), drafting stops right after the first token whose
   // confidence is below it (that token is kept in `out`, not fed; no next_logits then).
-  // At T = 0 with only the tokens asked for, on the ATen path, each argmax feeds the next forward
-  // on the model's device and the n ids come to the host in one copy (no [V] row per token).
+  // With only the tokens asked for, on the ATen path, each token (the argmax at T = 0, a draw at
+  // T > 0) feeds the next forward on the model's device and the n ids come to the host in one
+  // copy, at T > 0 with the chunk's [n, V] distributions in a second (no [V] row per token).
   void Draft(const std::vector<int32_t>& context, int64_t n, bool confidence, DraftChunk& out,
              bool keep_logits = false, bool next = false, float stop_below = -1.f);
   // Tokens whose KV the cache holds (a prefix of the last drafted context + its draft).
   const std::vector<int32_t>& cached() const { return cached_; }
   int64_t forwards() const { return forwards_; }
+  // Device-to-host copies this draft LM made in the sequence (0 on the CPU): its share of
+  // DeviceToHostCopies(), which PEARL's two threads both add to.
+  int64_t host_copies() const { return host_copies_; }
   const LlamaModel& model() const { return *model_; }
   LlamaModel& mutable_model() { return *model_; }
   KvCache& cache() { return cache_; }
@@ -66,12 +71,16 @@ class DraftLm {
   KvCache cache_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<int32_t> cached_;
-  // T = 0, ATen path: the chunk's argmax ids on the model's device (DraftArgmaxOnDevice).
-  void DraftArgmaxOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out);
+  // Tokens only, ATen path: the chunk drafted on the model's device (draft_chain.h).
+  void DraftChainOnDevice(ForwardOutput fwd, int64_t n, DraftChunk& out);
+  // CopyToHost, counted in host_copies_.
+  at::Tensor ToHost(const at::Tensor& t);
 
   std::vector<float> probs_;
   at::Tensor ids_, drafted_;
+  DeviceDraftSampler draws_;  // T > 0 on the ATen path
   int64_t forwards_ = 0;
+  int64_t host_copies_ = 0;
 };
 
 // Temperature-1 probability of `token` under `logits` (a softmax entry).

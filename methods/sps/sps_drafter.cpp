@@ -5,7 +5,7 @@
 
 #include "harness/base/error.h"
 #include "harness/engine/verifier.h"
-#include "methods/common/greedy_chain.h"
+#include "methods/common/draft_chain.h"
 
 namespace specbed {
 
@@ -48,21 +48,21 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   SPECBED_CHECK(base_len_ + n_pending + gamma - 1 <= cache_.max_len(),
                 "SpS drafter: context full (", cache_.max_len(), " positions)");
   const bool greedy = sampler_->params().greedy();
-  if (!greedy) {
-    tree.vocab = vocab;
-    tree.draft_probs.assign(static_cast<size_t>((gamma + 1) * vocab), 0.f);
-  }
   if (ids_.size(1) < n_pending) ids_ = at::empty({1, n_pending + 8}, at::kLong);
   int64_t* ids = ids_.data_ptr<int64_t>();
   for (int64_t i = 0; i < n_pending; ++i) ids[i] = pending_[i];
   ForwardOptions options;  // logits of the last position
   ForwardOutput out = draft_->Forward(ids_.narrow(1, 0, n_pending), cache_, options);
   fed_ = n_pending;
-  if (greedy && draft_->forward_path() == ForwardPath::kAten) {
-    DraftGreedyOnDevice(out, gamma, tree);
+  if (draft_->forward_path() == ForwardPath::kAten) {
+    greedy ? DraftGreedyOnDevice(out, gamma, tree) : DraftSampledOnDevice(out, gamma, tree);
     return;
   }
-  at::Tensor host = CopyToHost(out.logits);  // the CPU: the buffer; a device: one copy per token
+  if (!greedy) {
+    tree.vocab = vocab;
+    tree.draft_probs.assign(static_cast<size_t>((gamma + 1) * vocab), 0.f);
+  }
+  at::Tensor host = out.logits;  // the row path: the CPU buffer, read in place
   for (int64_t i = 0; i < gamma; ++i) {
     const float* logits = host.data_ptr<float>();
     int32_t token;
@@ -78,7 +78,7 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     if (i + 1 < gamma) {
       ids[0] = token;
       out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
-      host = CopyToHost(out.logits);
+      host = out.logits;
     }
   }
 }
@@ -88,6 +88,15 @@ void SpsDrafter::DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree
   const int64_t* t = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < gamma; ++i)
     tree.AddNode(static_cast<int32_t>(t[i]), static_cast<int32_t>(i) - 1);
+}
+
+void SpsDrafter::DraftSampledOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree) {
+  const at::Tensor ids =
+      SampledChainOnDevice(*draft_, cache_, std::move(out), gamma, *sampler_, draws_, device_ids_);
+  const int32_t* t = ids.data_ptr<int32_t>();
+  for (int64_t i = 0; i < gamma; ++i) tree.AddNode(t[i], static_cast<int32_t>(i) - 1);
+  tree.vocab = draft_->config().vocab_size;
+  tree.draft_probs_device = &draws_.probs();
 }
 
 void SpsDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {

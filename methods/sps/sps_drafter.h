@@ -7,18 +7,21 @@
 // The draft model keeps its own KV cache in step with the committed tokens: after a verdict it
 // truncates to committed + root + accepted; when the whole chain was accepted, the last draft
 // token (never fed to the draft model) is fed together with the new root at the next step.
-// On the ATen forward path (every non-CPU device, or forced on the CPU) greedy drafting keeps the
-// ids on the draft model's device: each argmax feeds the next forward there and the chain comes
-// back in one copy. Sampling (T > 0) still reads each draft row on the host.
+// On the ATen forward path (every non-CPU device, or forced on the CPU) drafting stays on the
+// draft model's device (methods/common/draft_chain.h): each token (the argmax, or a draw at
+// T > 0) feeds the next forward there, the chain's ids come back in one copy, and at T > 0 the
+// draft distributions stay on the device for the verifier (DraftTree::draft_probs_device).
 // Checked by: tests/engine/speculative_test.cpp (exact match with AR at T = 0 on stories260K;
 // drafter cache = fresh forward over the committed tokens), tests/methods/aten_path_test.cpp
-// (the ATen path).
+// (the ATen path; SpS's T = 1 chi-square on it), tests/engine/device_sampling_test.cpp
+// (SpsSampledChainOnTheAtenPath*).
 #pragma once
 
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/method.h"
 #include "models/llama_model.h"
 
@@ -46,6 +49,8 @@ class SpsDrafter : public Drafter {
   // Greedy chain on the draft model's device (the ATen path): `out` holds the logits after the
   // pending tokens.
   void DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree);
+  // The same at T > 0: the distributions stay in draws_ (tree.draft_probs_device).
+  void DraftSampledOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree);
 
   std::shared_ptr<LlamaModel> draft_;
   KvCache cache_;
@@ -54,8 +59,9 @@ class SpsDrafter : public Drafter {
   int64_t base_len_ = 0;          // draft cache length before this step's tokens
   int64_t fed_ = 0;               // pending tokens fed this step
   std::vector<float> probs_;
-  at::Tensor ids_;         // [1, capacity] int64 input buffer
-  at::Tensor device_ids_;  // [capacity] int64 on the draft model's device (greedy, ATen path)
+  at::Tensor ids_;            // [1, capacity] int64 input buffer
+  at::Tensor device_ids_;     // [capacity] int64 on the draft model's device (ATen path)
+  DeviceDraftSampler draws_;  // T > 0 on the ATen path: the chain's distributions and draws
 };
 
 }  // namespace specbed

@@ -13,11 +13,8 @@
 //   the draft tree with compaction, and a steady decode step making no device-to-host copy.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
-#include <torch/version.h>
 
-#include <atomic>
 #include <cstdlib>
 
 #include "harness/base/error.h"
@@ -26,6 +23,7 @@
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
 #include "models/model_registry.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -220,36 +218,6 @@ TEST(AtenForward, ForwardPathSelection) {
   EXPECT_EQ(cache.device(), at::Device(at::kCPU));
 }
 
-// Counts tensor storage allocations on the CPU while installed.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  c10::DataPtr allocate(size_t n) override {
-    ++count_;
-    return base_->allocate(n);
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#else
-  c10::DataPtr allocate(size_t n) const override {
-    ++count_;
-    return base_->allocate(n);
-  }
-#endif
-  c10::DeleterFnPtr raw_deleter() const override {
-    return base_->raw_deleter();
-  }
-  int64_t count() const {
-    return count_.load();
-  }
-
- private:
-  c10::Allocator* base_;
-  mutable std::atomic<int64_t> count_{0};
-};
-
 // A steady decode step of the ATen path (AR: one token appended, the last logits read on the
 // host) allocates no storage once warm: every activation lives in a preallocated buffer sized
 // for the cache's max_len. Greedy verification of a draft chain on the CPU makes no
@@ -266,17 +234,20 @@ TEST(AtenForward, SteadyDecodeStepAllocatesNothing) {
     step_id[0] = Argmax(out.logits[0][0]);
     out = model.Forward(step, cache);
   }
-  c10::Allocator* base = c10::GetCPUAllocator();
-  CountingAllocator counting(base);
-  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  int64_t allocations = 0;
   const int64_t copies_before = DeviceToHostCopies();
-  for (int i = 0; i < 32; ++i) {
-    const float* row = out.logits.data_ptr<float>();
-    step_id[0] = static_cast<int32_t>(std::max_element(row, row + model.config().vocab_size) - row);
-    out = model.Forward(step, cache);
+  {
+    testing_util::ScopedAllocationCount counting;
+    for (int i = 0; i < 32; ++i) {
+      const float* row = out.logits.data_ptr<float>();
+      step_id[0] =
+          static_cast<int32_t>(std::max_element(row, row + model.config().vocab_size) - row);
+      out = model.Forward(step, cache);
+    }
+    allocations = counting.count();
+    at::empty({4});  // the counter sees a fresh tensor (so 0 above is a real reading)
+    EXPECT_EQ(counting.count(), allocations + 1);
   }
-  const int64_t allocations = counting.count();
-  c10::SetCPUAllocator(base, /*priority=*/101);
   EXPECT_EQ(allocations, 0) << "storage allocations in 32 steady decode steps";
   EXPECT_EQ(DeviceToHostCopies() - copies_before, 0);
 }

@@ -14,7 +14,10 @@
 #include "harness/base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/sampler.h"
+#include "harness/engine/verifier.h"
 #include "kernels/kernel_status.h"
+#include "methods/common/tree_builders.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed {
@@ -83,6 +86,125 @@ TEST(DeviceVerifier, SampledRejectionNeedsTheDraftDistributions) {
   // Uniform target and draft: every drafted token is accepted (u * 1/8 < 1/8 for u < 1).
   device.AcceptSampled(tree, logits, kSampledRejection, sampler, verdict);
   EXPECT_EQ(verdict.path, (std::vector<int32_t>{0}));
+}
+
+TEST(SamplingProbs, IntoBuffersEqualsSamplingProbsAndAllocatesNothingWithoutTruncation) {
+  at::manual_seed(3);
+  const at::Tensor logits = at::randn({5, 40}) * 2.0;
+  const at::Tensor out = at::empty({5, 40}), scratch = at::empty({5, 40});
+  for (const SamplingParams& p : {Params(1.0), Params(0.6), Params(1.0, 4), Params(0.8, 0, 0.7)}) {
+    SamplingProbsInto(logits, p, scratch, out);
+    EXPECT_TRUE(at::allclose(out, SamplingProbs(logits, p), 0.0, 1e-7)) << p.temperature;
+  }
+  SamplingProbsInto(logits.to(at::kBFloat16), Params(0.9), scratch, out);
+  EXPECT_TRUE(at::allclose(out, SamplingProbs(logits.to(at::kBFloat16), Params(0.9)), 0.0, 1e-7));
+  testing_util::ScopedAllocationCount counting;
+  for (int i = 0; i < 4; ++i) SamplingProbsInto(logits, Params(0.7), scratch, out);
+  EXPECT_EQ(counting.count(), 0) << "temperature only: no storage allocated";
+  EXPECT_THROW(SamplingProbsInto(logits, Params(1.0), scratch.narrow(0, 0, 4), out), Error);
+}
+
+// Chain rows drawn one at a time (feeding `ids`, as a draft chain does) and a block drawn at once
+// both draw the tokens SampleFromProbs draws from the same seed, from the host sampler's
+// distributions, which they keep (row n zero).
+TEST(DeviceDraftSampler, DrawsTheHostSamplersTokensAndKeepsTheirDistributions) {
+  at::manual_seed(5);
+  const int64_t n = 6, vocab = 48;
+  const at::Tensor logits = at::randn({n, vocab}) * 1.5;
+  for (const SamplingParams& p : {Params(1.0), Params(0.7, 6), Params(1.2, 0, 0.8)}) {
+    for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+      Sampler host(p, seed), chain_side(p, seed), block_side(p, seed);
+      std::vector<float> row;
+      std::vector<int32_t> want;
+      DeviceDraftSampler chain, block;
+      chain.Begin(n, vocab, at::kCPU, chain_side.rng());
+      block.Begin(n, vocab, at::kCPU, block_side.rng());
+      const at::Tensor ids = at::empty({n}, at::kLong);
+      for (int64_t i = 0; i < n; ++i) {
+        host.Distribution(logits[i].data_ptr<float>(), vocab, row);
+        want.push_back(SampleFromProbs(row.data(), vocab, host.rng()));
+        chain.Sample(logits.narrow(0, i, 1), p, i, ids.narrow(0, i, 1));
+        EXPECT_LE((chain.probs()[i] - at::tensor(row)).abs().max().item<float>(), 1e-6f);
+      }
+      block.Sample(logits, p, 0);
+      const at::Tensor a = chain.TokensToHost(), b = block.TokensToHost();
+      EXPECT_EQ(std::vector<int32_t>(a.data_ptr<int32_t>(), a.data_ptr<int32_t>() + n), want)
+          << "seed " << seed << " T " << p.temperature;
+      EXPECT_TRUE(at::equal(a, b));
+      EXPECT_TRUE(at::equal(ids, a.to(at::kLong)));
+      EXPECT_EQ(chain.probs()[n].abs().sum().item<float>(), 0.f);
+      EXPECT_TRUE(at::equal(chain.probs().narrow(0, 0, n + 1), block.probs().narrow(0, 0, n + 1)));
+    }
+  }
+  DeviceDraftSampler sampler;
+  Sampler s(Params(1.0), 1);
+  sampler.Begin(2, vocab, at::kCPU, s.rng());
+  EXPECT_THROW(sampler.Sample(logits.narrow(0, 0, 3), Params(1.0), 0), Error);  // past row n
+  EXPECT_THROW(sampler.Begin(0, vocab, at::kCPU, s.rng()), Error);
+}
+
+// The tree's rows as a device tensor with spare rows (a drafter's buffer), host rows cleared.
+DraftTree WithDeviceRows(const DraftTree& host_tree, at::Tensor& rows) {
+  const int64_t n = host_tree.size(), vocab = host_tree.vocab;
+  rows = at::zeros({n + 3, vocab});
+  rows.narrow(0, 0, n + 1)
+      .copy_(at::from_blob(const_cast<float*>(host_tree.draft_probs.data()), {n + 1, vocab},
+                           at::kFloat));
+  DraftTree tree = host_tree;
+  tree.draft_probs.clear();
+  tree.draft_probs_device = &rows;
+  return tree;
+}
+
+TEST(DeviceVerifier, DraftRowsLeftOnTheDeviceGiveTheVerdictOfTheSameRowsOnTheHost) {
+  const int64_t vocab = 12;
+  at::manual_seed(9);
+  RandomTreeOptions options;
+  options.with_draft_probs = true;
+  options.duplicate_sibling_prob = 0.3;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    const DraftTree host_tree = RandomTree(7, vocab, seed, options);
+    at::Tensor rows;
+    const DraftTree device_tree = WithDeviceRows(host_tree, rows);
+    EXPECT_TRUE(device_tree.has_draft_probs());
+    device_tree.ValidateStructure(vocab);
+    const at::Tensor logits = at::randn({8, vocab});
+    Sampler a(Params(1.0), seed), b(Params(1.0), seed), c(Params(1.0), seed), d(Params(1.0), seed);
+    Verdict va, vb, vc, vd;
+    DeviceVerifier device;
+    device.AcceptSampled(host_tree, logits, kSampledRejection, a, va);
+    device.AcceptSampled(device_tree, logits, kSampledRejection, b, vb);
+    EXPECT_EQ(va.path, vb.path) << "seed " << seed;
+    EXPECT_EQ(va.bonus, vb.bonus) << "seed " << seed;
+    AcceptTree(host_tree, logits.data_ptr<float>(), vocab, VerifyRule::kTreeRrs, c, vc);
+    AcceptTree(device_tree, logits.data_ptr<float>(), vocab, VerifyRule::kTreeRrs, d, vd);
+    EXPECT_EQ(vc.path, vd.path) << "seed " << seed;
+    EXPECT_EQ(vc.bonus, vd.bonus) << "seed " << seed;
+  }
+}
+
+TEST(DeviceVerifier, RefusesDeviceDraftRowsOfTheWrongShapeOrTwoForms) {
+  RandomTreeOptions options;
+  options.with_draft_probs = true;
+  const DraftTree host_tree = RandomTree(3, 8, 1, options);
+  at::Tensor rows;
+  DraftTree tree = WithDeviceRows(host_tree, rows);
+  const at::Tensor logits = at::zeros({4, 8});
+  Sampler sampler(Params(1.0), 1);
+  Verdict verdict;
+  DeviceVerifier device;
+  at::Tensor narrow = at::zeros({4, 7});  // a row length other than the vocabulary
+  tree.draft_probs_device = &narrow;
+  EXPECT_THROW(device.AcceptSampled(tree, logits, kSampledRejection, sampler, verdict), Error);
+  at::Tensor doubles = rows.to(at::kDouble);
+  tree.draft_probs_device = &doubles;
+  EXPECT_THROW(device.AcceptSampled(tree, logits, kSampledRejection, sampler, verdict), Error);
+  tree.draft_probs_device = &rows;
+  tree.draft_probs = host_tree.draft_probs;  // both forms: which one is meant?
+  EXPECT_THROW(tree.ValidateStructure(8), Error);
+  tree.Clear();
+  EXPECT_EQ(tree.draft_probs_device, nullptr);
+  EXPECT_FALSE(tree.has_draft_probs());
 }
 
 }  // namespace

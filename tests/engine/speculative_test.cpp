@@ -5,12 +5,15 @@
 // after compaction equals a fresh forward over the committed tokens (target and SpS drafter),
 // the counters add up (sum of emitted = output length - 1, the first token coming from prefill)
 // and the phase times add up to the decode time; SpS at T = 1 on a tiny pair matches the target's
-// exact 4-token distribution (chi-square, with negative controls).
+// exact 4-token distribution (chi-square, with negative controls); SpS at T > 0 on the ATen path
+// keeps its draft distributions on the device, draws the row path's tokens, and a warm step
+// allocates no tensor storage.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <optional>
 #include <random>
 
 #include "datasets/dataset.h"
@@ -23,6 +26,7 @@
 #include "methods/sps/sps_drafter.h"
 #include "metrics/metrics.h"
 #include "reports/summary.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/common/test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -309,6 +313,65 @@ TEST(Speculative, SpsSamplingIsSeededAndValid) {
   int64_t accepted = 0;
   for (const auto& s : a.steps) accepted += s.n_accepted;
   EXPECT_GT(accepted, 0);
+}
+
+// SpS at T > 0 on the ATen path (forced on the CPU) drafts on the draft model's device: the tree
+// carries its distributions as draft_probs_device (no host rows), the tokens and distributions
+// are the row path's from the same seed (one uniform per token, the same inverse CDF), and once
+// warm a step (draft chain + chain_rs verify on the device) allocates no tensor storage.
+TEST(Speculative, SpsSampledDraftsStayOnTheDeviceOnTheAtenPath) {
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  LoadedTarget aten_draft = LoadModel("stories260K-draft", at::kFloat);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  LoadedTarget row_draft = LoadModel("stories260K-draft", at::kFloat);
+  ASSERT_EQ(aten_draft.model->forward_path(), ForwardPath::kAten);
+  std::vector<int32_t> committed = Shared().prompts[2];
+  const int32_t root = committed.back();
+  SpsDrafter rows(row_draft.model), aten(aten_draft.model);
+  DraftBegin begin;
+  committed.pop_back();
+  begin.prompt = &committed;
+  begin.root = root;
+  begin.sampling = testing_util::Temperature(1.0);
+  begin.seed = 11;
+  begin.max_len = 256;
+  rows.Begin(begin);
+  aten.Begin(begin);
+  KvCache cache = target.model->NewCache(1, 256);
+  target.model->Forward(testing_util::Ids(committed), cache);
+  committed.push_back(root);
+  TreeVerifier verifier(*target.model);
+  Sampler sampler(begin.sampling, 3);
+  DraftTree a, b;
+  Verdict verdict;
+  int64_t allocations = -1, accepted = 0;
+  for (int step = 0; step < 12; ++step) {
+    DraftStep draft_step;
+    draft_step.root = committed.back();
+    draft_step.committed = &committed;
+    draft_step.budget = {4, 4};
+    a.Clear();
+    b.Clear();
+    rows.Draft(draft_step, a);
+    std::optional<testing_util::ScopedAllocationCount> counting;
+    if (step == 11) counting.emplace();  // the last step, warm
+    aten.Draft(draft_step, b);
+    verifier.Verify(draft_step.root, b, VerifyRule::kChainRs, sampler, cache, {}, verdict);
+    if (counting) allocations = counting->count();
+    counting.reset();
+    ASSERT_EQ(a.token, b.token) << "step " << step;
+    ASSERT_TRUE(b.draft_probs.empty());
+    ASSERT_NE(b.draft_probs_device, nullptr);
+    const at::Tensor host_rows = at::from_blob(a.draft_probs.data(), {5, a.vocab}, at::kFloat);
+    EXPECT_LE((b.draft_probs_device->narrow(0, 0, 5) - host_rows).abs().max().item<float>(), 1e-5f);
+    rows.Accept(a, verdict);
+    aten.Accept(b, verdict);
+    committed.insert(committed.end(), verdict.tokens.begin(), verdict.tokens.end());
+    accepted += verdict.n_accepted();
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_EQ(allocations, 0) << "storage allocations in a warm sampled SpS step";
 }
 
 std::shared_ptr<LlamaModel> TinyModel(uint64_t seed, double sharpen) {

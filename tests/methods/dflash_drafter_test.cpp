@@ -13,6 +13,9 @@
 //   controls: the check fails (p < 1e-4) under greedy acceptance and, for the chain, under a
 //   correction drawn from the target instead of the residual (VerifierFault);
 // - a head for another vocabulary or target layers beyond the target fail clearly.
+// The head follows the target's path (TargetHeadPlacement): ctest AtenPath.DdtreeChiSquare reruns
+// the T = 1 test with SPECBED_FORWARD=aten, where the chain samples on the device
+// (DeviceDraftSampler) and the verifier reads its distributions there.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
@@ -93,7 +96,9 @@ TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
     o.budget = 5;
     o.argmax_drafts = argmax;
     auto drafter = std::make_unique<DflashDrafter>(
-        std::make_unique<DflashHead>(ckpt.config, ckpt.tensors, w.tok_embeddings, w.lm_head), o);
+        std::make_unique<DflashHead>(ckpt.config, ckpt.tensors, w.tok_embeddings, w.lm_head,
+                                     TargetHeadPlacement(*tiny.target)),
+        o);
     SpeculativeOptions so;
     so.budget = {5, 5};
     so.sampling_rule = tree || argmax ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;

@@ -2,7 +2,8 @@
 // serialised sides, several chunk lengths), lossless at T = 1 (exact chi-square, with a negative
 // control that accepts the next chunk's first token unverified), a rollback discards every token
 // drafted after the rejected position (trace), per-thread intra-op budgets, registry entry.
-// On the ATen path (forced on the CPU) at T = 1 every step is one device walk and no verify rows
+// On the ATen path (forced on the CPU) the draft LM's sampled chunk equals the row path's, and at
+// T = 1 every step is one device walk and no verify rows
 // come to the host. On a GPU a greedy step copies ids only, and at T = 1 PEARL and SpecBranch
 // copy one verdict per step on the target side (ParallelDecoderCuda). The overlap test is in
 // pearl_overlap_test.cpp (run serially). The chi-square test runs again on the ATen path as the
@@ -199,6 +200,33 @@ TEST(Pearl, DraftLmArgmaxChunkOnTheAtenPathMatchesTheRowPath) {
   EXPECT_EQ(rows.cached(), aten.cached());
 }
 
+// T > 0: the ATen path's chunk (drawn on the model's device, the distributions copied back in
+// one piece) is the row path's from the same seed: tokens, distributions and cached context.
+TEST(Pearl, DraftLmSampledChunkOnTheAtenPathMatchesTheRowPath) {
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget aten_model = LoadModel("stories260K-draft", at::kFloat);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  DraftLm rows(Shared().draft.model), aten(aten_model.model);
+  const std::vector<int32_t>& prompt = Shared().prompts[2];
+  const SamplingParams sampled = parallel_test::Config(Shared().target, 1.0, 8).sampling;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    rows.Begin(prompt, sampled, seed, 512);
+    aten.Begin(prompt, sampled, seed, 512);
+    DraftChunk a, b;
+    std::vector<int32_t> context = prompt;
+    for (int chunk = 0; chunk < 3; ++chunk) {
+      rows.Draft(context, 5, false, a);
+      aten.Draft(context, 5, false, b);
+      ASSERT_EQ(a.tokens.size(), 5u);
+      EXPECT_EQ(a.tokens, b.tokens) << "seed " << seed << " chunk " << chunk;
+      ASSERT_EQ(a.q.size(), b.q.size());
+      for (size_t i = 0; i < a.q.size(); ++i) ASSERT_NEAR(a.q[i], b.q[i], 1e-5f) << i;
+      EXPECT_EQ(rows.cached(), aten.cached());
+      context.insert(context.end(), a.tokens.begin(), a.tokens.begin() + 2);  // two accepted
+    }
+  }
+}
+
 // The stories260K target and draft on the ATen forward path (forced on the CPU), on `device`.
 std::pair<LoadedTarget, LoadedTarget> AtenPair(at::Device device = at::kCPU) {
   SetCpuForwardPathOverride(ForwardPath::kAten);
@@ -242,7 +270,7 @@ int64_t TargetSideCopiesAtT1(ParallelDecoder& decoder, LoadedTarget& target, con
   const int64_t before = DeviceToHostCopies();
   decoder.Generate(prompt, parallel_test::Config(target, 1.0, 48, 3), cache, r);
   const int64_t copies = DeviceToHostCopies() - before;
-  const int64_t draft_copies = decoder.draft().forwards() - 1;  // Begin's prefill: no logits
+  const int64_t draft_copies = decoder.draft().host_copies();
   std::printf("%s T=1 on %s: %zu steps, %lld copies (%lld draft side)\n", name,
               target.model->device().str().c_str(), r.steps.size(), static_cast<long long>(copies),
               static_cast<long long>(draft_copies));
