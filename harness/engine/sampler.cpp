@@ -73,6 +73,13 @@ void Sampler::Distribution(const float* logits, int64_t vocab, std::vector<float
   for (int64_t i = 0; i < keep; ++i) probs[order[i]] = static_cast<float>(probs[order[i]] / kept);
 }
 
+int32_t Sampler::DraftToken(const float* logits, int64_t vocab, float* q_row) {
+  if (params_.greedy()) return Argmax(logits, vocab);
+  Distribution(logits, vocab, probs_);
+  std::copy(probs_.begin(), probs_.end(), q_row);
+  return SampleFromProbs(q_row, vocab, rng_);
+}
+
 int32_t Sampler::Sample(const float* logits, int64_t vocab) {
   if (params_.greedy()) return Argmax(logits, vocab);
   Distribution(logits, vocab, probs_);

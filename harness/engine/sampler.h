@@ -31,6 +31,10 @@ class Sampler {
   int32_t Sample(const float* logits, int64_t vocab);
   // The distribution Sample draws from (after temperature/top-k/top-p), into probs[0..vocab).
   void Distribution(const float* logits, int64_t vocab, std::vector<float>& probs) const;
+  // A drafter's token from logits[0..vocab) on the host: Sample's token, and at T > 0 the
+  // distribution it was drawn from is also written to q_row[0..vocab) (what a rejection verifier
+  // needs of the draft). q_row is not touched at T = 0 (it may be null then).
+  int32_t DraftToken(const float* logits, int64_t vocab, float* q_row);
 
   std::mt19937_64& rng() { return rng_; }
   const SamplingParams& params() const { return params_; }

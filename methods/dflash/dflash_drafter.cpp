@@ -113,15 +113,8 @@ void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
   }
   for (int64_t d = 1; d <= depth; ++d) {
     const float* logits = host.data_ptr<float>() + (d - 1) * vocab_;
-    int32_t token;
-    if (greedy) {
-      token = Argmax(logits, vocab_);
-    } else {
-      sampler_->Distribution(logits, vocab_, probs_);
-      float* row = tree.DraftProbsRow(d - 1);
-      std::copy(probs_.begin(), probs_.end(), row);
-      token = SampleFromProbs(row, vocab_, sampler_->rng());
-    }
+    const int32_t token = greedy ? Argmax(logits, vocab_)
+                                 : sampler_->DraftToken(logits, vocab_, tree.DraftProbsRow(d - 1));
     tree.AddNode(token, static_cast<int32_t>(d) - 2);
   }
 }

@@ -105,7 +105,7 @@ class DflashDrafter : public Drafter {
   std::vector<at::Tensor> pending_;
   std::unique_ptr<Sampler> sampler_;
   DeviceDraftSampler draws_;  // the sampled chain on the ATen path
-  std::vector<float> probs_, logp_;
+  std::vector<float> logp_;
   std::vector<int32_t> tokens_, order_;
   BestFirstTreeBuilder best_first_;
   GroupExpandTreeBuilder group_expand_;

@@ -73,15 +73,8 @@ void DraftLm::Draft(const std::vector<int32_t>& context, int64_t n, bool confide
   if (!greedy) out.q.resize(static_cast<size_t>(n * vocab));
   for (int64_t i = 0; i < n; ++i) {
     const float* logits = host.data_ptr<float>();
-    int32_t token;
-    if (greedy) {
-      token = Argmax(logits, vocab);
-    } else {
-      sampler_->Distribution(logits, vocab, probs_);
-      float* row = out.q.data() + i * vocab;
-      std::copy(probs_.begin(), probs_.end(), row);
-      token = SampleFromProbs(row, vocab, sampler_->rng());
-    }
+    const int32_t token =
+        sampler_->DraftToken(logits, vocab, greedy ? nullptr : out.q.data() + i * vocab);
     out.tokens.push_back(token);
     if (confidence) out.conf.push_back(SoftmaxProb(logits, vocab, token));
     if (keep_logits) out.logits.insert(out.logits.end(), logits, logits + vocab);

@@ -76,7 +76,6 @@ class DraftLm {
   // CopyToHost, counted in host_copies_.
   at::Tensor ToHost(const at::Tensor& t);
 
-  std::vector<float> probs_;
   at::Tensor ids_, drafted_;
   DeviceDraftSampler draws_;  // T > 0 on the ATen path
   int64_t forwards_ = 0;

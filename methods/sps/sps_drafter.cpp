@@ -64,16 +64,8 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   }
   at::Tensor host = out.logits;  // the row path: the CPU buffer, read in place
   for (int64_t i = 0; i < gamma; ++i) {
-    const float* logits = host.data_ptr<float>();
-    int32_t token;
-    if (greedy) {
-      token = Argmax(logits, vocab);
-    } else {
-      sampler_->Distribution(logits, vocab, probs_);
-      float* row = tree.DraftProbsRow(i);
-      std::copy(probs_.begin(), probs_.end(), row);
-      token = SampleFromProbs(row, vocab, sampler_->rng());
-    }
+    const int32_t token = sampler_->DraftToken(host.data_ptr<float>(), vocab,
+                                               greedy ? nullptr : tree.DraftProbsRow(i));
     tree.AddNode(token, static_cast<int32_t>(i) - 1);
     if (i + 1 < gamma) {
       ids[0] = token;

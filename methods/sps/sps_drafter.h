@@ -58,10 +58,9 @@ class SpsDrafter : public Drafter {
   std::vector<int32_t> pending_;  // committed tokens not yet in the draft cache (ends with root)
   int64_t base_len_ = 0;          // draft cache length before this step's tokens
   int64_t fed_ = 0;               // pending tokens fed this step
-  std::vector<float> probs_;
-  at::Tensor ids_;            // [1, capacity] int64 input buffer
-  at::Tensor device_ids_;     // [capacity] int64 on the draft model's device (ATen path)
-  DeviceDraftSampler draws_;  // T > 0 on the ATen path: the chain's distributions and draws
+  at::Tensor ids_;                // [1, capacity] int64 input buffer
+  at::Tensor device_ids_;         // [capacity] int64 on the draft model's device (ATen path)
+  DeviceDraftSampler draws_;      // T > 0 on the ATen path: the chain's distributions and draws
 };
 
 }  // namespace specbed

@@ -1,8 +1,10 @@
-// Tests of the token sampler: greedy ties, top-k / top-p support, seeding, and a chi-square test
-// of temperature sampling against softmax(logits / T).
+// Tests of the token sampler: greedy ties, top-k / top-p support, seeding, a chi-square test of
+// temperature sampling against softmax(logits / T), and DraftToken (Sample's token plus the
+// distribution it was drawn from).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "harness/base/error.h"
 #include "harness/engine/sampler.h"
@@ -69,6 +71,21 @@ TEST(Sampler, TemperatureSamplingMatchesSoftmaxChiSquare) {
     chi2 += (counts[i] - e) * (counts[i] - e) / e;
   }
   EXPECT_LT(chi2, 29.88);
+}
+
+TEST(Sampler, DraftTokenIsSamplesTokenAndRecordsItsDistribution) {
+  const std::vector<float> logits = {0.3f, 2.0f, -1.0f, 1.5f, 0.0f, 1.9f};
+  for (const SamplingParams& p : {SamplingParams{1.0}, SamplingParams{0.7, 0.9, 3}}) {
+    Sampler drafter(p, 17), reference(p, 17);
+    std::vector<float> q(logits.size()), want;
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_EQ(drafter.DraftToken(logits.data(), 6, q.data()), reference.Sample(logits.data(), 6));
+      reference.Distribution(logits.data(), 6, want);
+      ASSERT_EQ(q, want);
+    }
+  }
+  Sampler greedy(SamplingParams{}, 1);
+  EXPECT_EQ(greedy.DraftToken(logits.data(), 6, nullptr), 1);  // the argmax; q untouched (null)
 }
 
 TEST(Sampler, ImpossibleParametersAreRejected) {
