@@ -55,22 +55,24 @@ void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   ForwardOutput out = draft_->Forward(ids_.narrow(1, 0, n_pending), cache_, options);
   fed_ = n_pending;
   if (draft_->forward_path() == ForwardPath::kAten) {
-    greedy ? DraftGreedyOnDevice(out, gamma, tree) : DraftSampledOnDevice(out, gamma, tree);
+    if (greedy) {
+      DraftGreedyOnDevice(out, gamma, tree);
+    } else {
+      DraftSampledOnDevice(out, gamma, tree);
+    }
     return;
   }
   if (!greedy) {
     tree.vocab = vocab;
     tree.draft_probs.assign(static_cast<size_t>((gamma + 1) * vocab), 0.f);
   }
-  at::Tensor host = out.logits;  // the row path: the CPU buffer, read in place
-  for (int64_t i = 0; i < gamma; ++i) {
-    const int32_t token = sampler_->DraftToken(host.data_ptr<float>(), vocab,
+  for (int64_t i = 0; i < gamma; ++i) {  // the row path: the CPU logits, read in place
+    const int32_t token = sampler_->DraftToken(out.logits.data_ptr<float>(), vocab,
                                                greedy ? nullptr : tree.DraftProbsRow(i));
     tree.AddNode(token, static_cast<int32_t>(i) - 1);
     if (i + 1 < gamma) {
       ids[0] = token;
       out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
-      host = out.logits;
     }
   }
 }
