@@ -2,7 +2,6 @@
 #include "models/llama_forward_aten.h"
 
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,9 +14,6 @@
 
 namespace specbed {
 namespace {
-
-constexpr bool kHaveSdpa = TORCH_VERSION_MAJOR > 2 ||
-                           (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5);
 
 // The first elements of a contiguous buffer, viewed as `shape`.
 at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape) {
@@ -80,7 +76,7 @@ AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
   const char* attention = std::getenv("SPECBED_ATTENTION");
-  use_sdpa_ = kHaveSdpa && device_.is_cuda() &&
+  use_sdpa_ = device_.is_cuda() &&
               !(attention != nullptr && std::strcmp(attention, "bmm") == 0);
   EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
   EnsureRope(256);
@@ -265,7 +261,6 @@ void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s
   const int64_t hd = s.head_dim, bk = s.batch * s.kv_heads, S = s.n_slots;
   at::Tensor q5 = Take(q_, {s.batch, s.kv_heads, s.group, s.n_tokens, hd});
   at::Tensor rows5 = Take(attn_rows_, {s.batch, s.n_tokens, s.kv_heads, s.group, hd});
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   if (use_sdpa_) {
     at::Tensor o = at::scaled_dot_product_attention(
         q5.view({s.batch, s.heads, s.n_tokens, hd}), k, v, mask_view_.unsqueeze(1),
@@ -273,7 +268,6 @@ void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s
     rows5.view({s.batch, s.n_tokens, s.heads, hd}).copy_(o.transpose(1, 2));
     return;
   }
-#endif
   const at::Tensor k3 = k.reshape({bk, S, hd}).transpose(1, 2);  // a view: S, hd are dense
   const at::Tensor v3 = v.reshape({bk, S, hd});
   for (int64_t t0 = 0; t0 < s.n_tokens; t0 += s.chunk) {

@@ -40,7 +40,7 @@ struct RunInfo {
   std::string started_at;                                // RFC 3339 UTC
   std::string specbed_version, git_commit, build_flags;  // build identity
   std::string host, cpu, gpu;                            // hardware ("" gpu = none)
-  std::string library_versions_json;                     // {"torch":"1.13.0","sqlite":"3.40.1",...}
+  std::string library_versions_json;                     // {"torch":"2.11.0","sqlite":"3.40.1",...}
   std::string config_json;                               // full resolved config of the run
   std::string repro_command;                             // command line that reproduces the run
 };

@@ -346,7 +346,7 @@ void RunBench(const BenchOptions& o) {
   PrintSyncCost(device);
   int64_t run_id = -1, n_stored = 0;
   std::unique_ptr<ResultsStore> store = OpenBenchStore(o, run_id);
-  std::printf("BLAS: OpenBLAS core %s\n", BlasCoreDescription().c_str());
+  std::printf("BLAS: %s\n", BlasCoreDescription().c_str());
   std::printf("GEMV: %s, used for <= %lld rows (fp32) / <= %lld rows (bf16)\n",
               GemvIsaName().c_str(), static_cast<long long>(GemvMaxRows(at::kFloat)),
               static_cast<long long>(GemvMaxRows(at::kBFloat16)));

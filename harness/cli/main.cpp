@@ -16,6 +16,7 @@
 #include "harness/base/locale_pin.h"
 #include "harness/base/names.h"
 #include "harness/cli/commands.h"
+#include "harness/runner/environment.h"
 
 int main(int argc, char** argv) {
   // Numbers read "1234.5" in every table, CSV, JSON and plot whatever a linked library did to the
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
       "Main job: scripts/quickstart (= specbed run configs/quickstart.json, then specbed report "
       "results/quickstart.db -o reports/out/quickstart; README.md)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "specbed 0.1.0");
+  app.set_version_flag("--version", specbed::BuildInfoLine());
   specbed::cli::AddGenerateCommand(app);
   specbed::cli::AddRunCommand(app);
   specbed::cli::AddTokenizeCommand(app);

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <torch/version.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -196,17 +198,41 @@ double RooflineFraction(int64_t weight_bytes, double bandwidth_gb_s, double forw
   return ideal_ms / forward_ms;
 }
 
-std::string BlasCoreName() {
+namespace {
+
+// The value after `key` in LibTorch's build configuration (at::show_config()), up to the next
+// comma or line end; "" when absent.
+std::string TorchConfigValue(const std::string& key) {
+  const std::string config = at::show_config();
+  const size_t at = config.find(key);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size();
+  const size_t end = config.find_first_of(",\n", begin);
+  return config.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// OpenBLAS's core name when OpenBLAS is loaded, else nullptr.
+const char* OpenBlasCoreName() {
   using CharFn = char* (*)();
   auto fn = reinterpret_cast<CharFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (fn == nullptr) return "unknown";
-  const char* name = fn();
-  return name != nullptr ? std::string(name) : "unknown";
+  return fn != nullptr ? fn() : nullptr;
+}
+
+}  // namespace
+
+std::string BlasCoreName() {
+  if (const char* name = OpenBlasCoreName()) return name;
+  const std::string blas = TorchConfigValue("BLAS_INFO="), isa = TorchConfigValue("CPU capability usage: ");
+  if (blas.empty()) return "unknown";
+  return isa.empty() ? blas : StrCat(blas, "/", isa);
 }
 
 std::string BlasCoreDescription() {
+  if (OpenBlasCoreName() == nullptr) {
+    return StrCat(BlasCoreName(), " (LibTorch ", TORCH_VERSION, "'s BLAS_INFO and CPU capability)");
+  }
   const char* env = std::getenv("OPENBLAS_CORETYPE");
-  std::string out = BlasCoreName();
+  std::string out = StrCat("OpenBLAS core ", BlasCoreName());
   out += StrCat(" (OPENBLAS_CORETYPE=", env != nullptr && *env != '\0' ? env : "unset");
   using CharFn = char* (*)();
   auto config = reinterpret_cast<CharFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));

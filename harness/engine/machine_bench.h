@@ -64,11 +64,13 @@ int64_t DecodeWeightBytes(const LlamaModel& model);
 // (weight_bytes / bandwidth) / forward time: 1.0 = the step runs at the memory roofline.
 double RooflineFraction(int64_t weight_bytes, double bandwidth_gb_s, double forward_ms);
 
-// The OpenBLAS core in use, e.g. "Zen (OPENBLAS_CORETYPE unset; OpenBLAS 0.3.21 ...)", from
-// openblas_get_corename / openblas_get_config looked up with dlsym in the loaded libraries
-// ("unknown" when OpenBLAS is not loaded or does not export them).
+// The BLAS behind ATen's CPU GEMMs. With OpenBLAS loaded (a LibTorch built against it): its core,
+// "OpenBLAS core Zen (OPENBLAS_CORETYPE=unset; OpenBLAS 0.3.21 ...)", from openblas_get_corename /
+// openblas_get_config looked up with dlsym. Otherwise (PyPI's LibTorch: MKL, statically linked)
+// LibTorch's build configuration: "mkl/AVX512 (LibTorch 2.11.0's BLAS_INFO and CPU capability)".
 std::string BlasCoreDescription();
-// Just the core name ("Haswell", "Zen", ... or "unknown").
+// Just the name: the OpenBLAS core ("Haswell", "Zen"), else "<BLAS_INFO>/<CPU capability>"
+// ("mkl/AVX512"), else "unknown".
 std::string BlasCoreName();
 
 }  // namespace specbed

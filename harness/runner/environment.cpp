@@ -50,6 +50,12 @@ RunInfo CurrentEnvironment() {
   return info;
 }
 
+std::string BuildInfoLine() {
+  return std::string("specbed ") + SPECBED_VERSION + " (commit " + SPECBED_GIT_COMMIT + "; " +
+         SPECBED_BUILD_FLAGS + "; LibTorch " + TORCH_VERSION + " loaded, CUDA available: " +
+         (at::globalContext().hasCUDA() ? "yes" : "no") + ")";
+}
+
 std::string ReproCommand(int argc, char** argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) {

@@ -58,7 +58,6 @@ at::Tensor EntryToTensor(const SafetensorsEntry& entry, at::ScalarType dtype,
   at::Tensor raw = at::empty(entry.shape, at::TensorOptions().dtype(stored));
   if (entry.nbytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.nbytes);
   if (stored == dtype) return raw;
-  if (stored == at::kHalf) raw = raw.to(at::kFloat);  // no CPU fp16 kernels in LibTorch 1.13
   return raw.to(dtype).contiguous();
 }
 

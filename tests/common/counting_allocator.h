@@ -6,7 +6,6 @@
 #pragma once
 
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 
 #include <atomic>
 #include <cstdint>
@@ -19,7 +18,6 @@ namespace testing_util {
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t n) override {
     ++count_;
     return base_->allocate(n);
@@ -27,12 +25,6 @@ class CountingAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-#else
-  c10::DataPtr allocate(size_t n) const override {
-    ++count_;
-    return base_->allocate(n);
-  }
-#endif
   c10::DeleterFnPtr raw_deleter() const override {
     return base_->raw_deleter();
   }

@@ -24,7 +24,7 @@ inline RunInfo TypicalRunInfo(const std::string& config_json, const std::string&
   r.build_flags = "Release -O3";
   r.host = "testhost";
   r.cpu = "Some CPU @ 3GHz (16 cores)";
-  r.library_versions_json = R"({"torch":"1.13.0","sqlite":"3.40.1"})";
+  r.library_versions_json = R"({"torch":"2.11.0","sqlite":"3.40.1"})";
   r.config_json = config_json;
   r.repro_command = repro_command;
   return r;
