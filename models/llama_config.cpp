@@ -1,11 +1,12 @@
-// Hugging Face config.json parsing/writing for Llama / Qwen2 / Qwen3, validation, parameter
-// count and RoPE inverse frequencies (incl. `linear` and `llama3` scaling).
+// Hugging Face config.json parsing/writing for Llama / Qwen2 / Qwen3 / Mistral, validation,
+// parameter count and RoPE inverse frequencies (incl. `linear` and `llama3` scaling).
 // Defaults for absent fields follow the transformers config classes (LlamaConfig, Qwen2Config,
-// Qwen3Config): see models/checkpoint/README.md.
+// Qwen3Config, MistralConfig): see models/checkpoint/README.md.
 // Checked by: tests/models/config_test.cpp (real configs, defaults, every error, hand-computed
 // RoPE frequencies, parameter counts of published models) and tests/models/hf_checkpoint_test.cpp.
 #include "models/llama_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -21,7 +22,7 @@ namespace {
 using namespace config_fields;  // GetInt, GetDouble, ...: the typed, source-naming readers
 using nlohmann::json;
 
-enum class Family { kLlama, kQwen2, kQwen3 };
+enum class Family { kLlama, kQwen2, kQwen3, kMistral };
 
 struct FamilyInfo {
   Family family;
@@ -33,6 +34,7 @@ constexpr FamilyInfo kFamilies[] = {
     {Family::kLlama, "llama", "LlamaForCausalLM"},
     {Family::kQwen2, "qwen2", "Qwen2ForCausalLM"},
     {Family::kQwen3, "qwen3", "Qwen3ForCausalLM"},
+    {Family::kMistral, "mistral", "MistralForCausalLM"},
 };
 
 const FamilyInfo* FamilyByModelType(const std::string& model_type) {
@@ -85,6 +87,17 @@ RopeScaling ParseRopeScaling(const json& j, const std::string& field, const std:
 }
 
 }  // namespace
+
+// Mistral's "sliding_window": null = none; absent = MistralConfig's default 4096. A query attends
+// to the W latest positions only, so full attention (SpecBed's) is the same function while a
+// sequence holds at most W tokens: the context (max_seq_len) is capped at W.
+static void ReadMistralWindow(const json& j, const std::string& source, LlamaConfig& c) {
+  const bool is_null = j.contains("sliding_window") && j["sliding_window"].is_null();
+  c.sliding_window = is_null ? 0 : GetInt(j, "sliding_window", source, 4096);
+  SPECBED_CHECK(is_null || c.sliding_window > 0, source,
+                ": sliding_window must be positive or null, got ", c.sliding_window);
+  if (c.sliding_window > 0) c.max_seq_len = std::min(c.max_seq_len, c.sliding_window);
+}
 
 // The fields of ParseHfConfig; nlohmann type errors escape (see ParseHfConfig).
 // The model family from model_type and/or architectures[0]; both must agree when both are given.
@@ -140,8 +153,10 @@ static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source)
   }
   c.hidden_dim = GetInt(j, "intermediate_size", source);
   c.vocab_size = GetInt(j, "vocab_size", source);
-  c.max_seq_len =
-      GetInt(j, "max_position_embeddings", source, family.family == Family::kLlama ? 2048 : 32768);
+  const int64_t default_positions = family.family == Family::kLlama     ? 2048
+                                    : family.family == Family::kMistral ? 131072
+                                                                        : 32768;
+  c.max_seq_len = GetInt(j, "max_position_embeddings", source, default_positions);
   c.norm_eps = GetDouble(j, "rms_norm_eps", source, 1e-6);
   c.tie_embeddings = GetBool(j, "tie_word_embeddings", source, false);
 
@@ -150,9 +165,10 @@ static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source)
                 "\" is not supported (expected \"silu\")");
   switch (family.family) {
     case Family::kLlama:
+    case Family::kMistral:
       SPECBED_CHECK(!GetBool(j, "attention_bias", source, false), source,
-                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for "
-                    "llama");
+                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for ",
+                    family.model_type);
       SPECBED_CHECK(!GetBool(j, "mlp_bias", source, false), source,
                     ": mlp_bias = true is not supported");
       break;
@@ -166,10 +182,11 @@ static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source)
                     "qwen3");
       break;
   }
-  if (family.family != Family::kLlama) {
+  if (family.family == Family::kQwen2 || family.family == Family::kQwen3) {
     SPECBED_CHECK(!GetBool(j, "use_sliding_window", source, false), source,
                   ": use_sliding_window = true is not supported (full causal attention only)");
   }
+  if (family.family == Family::kMistral) ReadMistralWindow(j, source, c);
 
   c.rope_theta = GetDouble(j, "rope_theta", source, 10000.0);
   if (Has(j, "rope_scaling")) {
@@ -222,7 +239,7 @@ LlamaConfig ParseHfConfig(const json& j, const std::string& source) {
 
 void LlamaConfig::Validate(const std::string& source) const {
   const std::vector<std::string> known = {"llama2c", "LlamaForCausalLM", "Qwen2ForCausalLM",
-                                          "Qwen3ForCausalLM"};
+                                          "Qwen3ForCausalLM", "MistralForCausalLM"};
   bool known_arch = false;
   for (const auto& k : known) known_arch = known_arch || k == architecture;
   if (!known_arch) {
@@ -282,6 +299,13 @@ void LlamaConfig::Validate(const std::string& source) const {
                   ": rope_scaling.original_max_position_embeddings must be positive, got ",
                   rope_scaling.original_max_position_embeddings);
   }
+  SPECBED_CHECK(sliding_window >= 0, source, ": sliding_window must be positive or 0 (none), got ",
+                sliding_window);
+  SPECBED_CHECK(sliding_window == 0 || max_seq_len <= sliding_window, source,
+                ": max_position_embeddings (max_seq_len) ", max_seq_len, " exceeds sliding_window ",
+                sliding_window,
+                ": SpecBed attends to every earlier position, which equals the "
+                "windowed attention only up to the window");
   SPECBED_CHECK(bos_token_id == -1 || (bos_token_id >= 0 && bos_token_id < vocab_size), source,
                 ": bos_token_id ", bos_token_id, " is outside the vocabulary [0, ", vocab_size,
                 ")");
@@ -298,6 +322,7 @@ nlohmann::json LlamaConfig::ToHfJson() const {
   Family family = Family::kLlama;
   if (architecture == "Qwen2ForCausalLM") family = Family::kQwen2;
   if (architecture == "Qwen3ForCausalLM") family = Family::kQwen3;
+  if (architecture == "MistralForCausalLM") family = Family::kMistral;
   const FamilyInfo& info = kFamilies[static_cast<int>(family)];
   SPECBED_CHECK(qkv_bias == (family == Family::kQwen2), "config of architecture ", architecture,
                 ": qkv_bias = ", qkv_bias, " cannot be expressed in a ", info.model_type,
@@ -305,6 +330,9 @@ nlohmann::json LlamaConfig::ToHfJson() const {
   SPECBED_CHECK(qk_norm == (family == Family::kQwen3), "config of architecture ", architecture,
                 ": qk_norm = ", qk_norm, " cannot be expressed in a ", info.model_type,
                 " config.json (only qwen3 has q/k norms, always)");
+  SPECBED_CHECK(sliding_window == 0 || family == Family::kMistral, "config of architecture ",
+                architecture, ": sliding_window = ", sliding_window, " cannot be expressed in a ",
+                info.model_type, " config.json (only mistral has one)");
   json j = json::object();
   j["architectures"] = json::array({info.architecture});
   j["model_type"] = info.model_type;
@@ -321,8 +349,11 @@ nlohmann::json LlamaConfig::ToHfJson() const {
   j["tie_word_embeddings"] = tie_embeddings;
   j["hidden_act"] = "silu";
   if (family != Family::kQwen2) j["attention_bias"] = false;
-  if (family == Family::kLlama) j["mlp_bias"] = false;
-  if (family != Family::kLlama) j["use_sliding_window"] = false;
+  if (family == Family::kLlama || family == Family::kMistral) j["mlp_bias"] = false;
+  if (family == Family::kQwen2 || family == Family::kQwen3) j["use_sliding_window"] = false;
+  if (family == Family::kMistral) {
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+  }
   switch (rope_scaling.type) {
     case RopeScalingType::kNone:
       j["rope_scaling"] = nullptr;

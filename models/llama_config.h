@@ -1,6 +1,7 @@
 // Architecture description of one Llama-family decoder: llama2.c checkpoints (stories260K),
-// Llama-2/3 (incl. `llama3` rope scaling), Qwen2 (q/k/v bias) and Qwen3 (q/k RMSNorm, explicit
-// head_dim). Parsed from Hugging Face config.json or from a llama2.c header.
+// Llama-2/3 (incl. `llama3` rope scaling), Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm, explicit
+// head_dim) and Mistral (Llama's math; a sliding window caps the context). Parsed from Hugging
+// Face config.json or from a llama2.c header.
 // Checked by: tests/models/hf_checkpoint_test.cpp (round trips), tests/models/config_test.cpp.
 #pragma once
 
@@ -32,7 +33,7 @@ constexpr int64_t kMaxConfigVocab = int64_t{1} << 24;
 constexpr int64_t kMaxConfigPositions = int64_t{1} << 26;
 
 struct LlamaConfig {
-  // "llama2c", "LlamaForCausalLM", "Qwen2ForCausalLM" or "Qwen3ForCausalLM".
+  // "llama2c", "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM" or "MistralForCausalLM".
   std::string architecture = "LlamaForCausalLM";
   int64_t dim = 0;         // hidden_size
   int64_t n_layers = 0;    // num_hidden_layers
@@ -41,7 +42,11 @@ struct LlamaConfig {
   int64_t head_dim = 0;    // explicit in Qwen3 configs, else dim / n_heads
   int64_t hidden_dim = 0;  // intermediate_size (SwiGLU inner width)
   int64_t vocab_size = 0;
-  int64_t max_seq_len = 0;  // max_position_embeddings
+  int64_t max_seq_len = 0;  // max_position_embeddings (capped at sliding_window when set)
+  // Mistral's attention window W (0 = none): a query attends to the W latest positions. SpecBed
+  // attends to every earlier position, which is the same function while a sequence holds at most W
+  // tokens, so ParseHfConfig caps max_seq_len at W (every cache and run respects max_seq_len).
+  int64_t sliding_window = 0;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;       // rms_norm_eps
   bool tie_embeddings = false;  // lm_head shares tok_embeddings
@@ -79,7 +84,7 @@ struct LlamaConfig {
 };
 
 // Parses a Hugging Face config.json object. `source` (usually the file path) is named in errors.
-// Supports model_type llama / qwen2 / qwen3 (and their *ForCausalLM architectures).
+// Supports model_type llama / qwen2 / qwen3 / mistral (and their *ForCausalLM architectures).
 LlamaConfig ParseHfConfig(const nlohmann::json& json, const std::string& source);
 
 // Inverse RoPE frequencies for `config` (head_dim/2 values, llama3/linear scaling applied).

@@ -351,7 +351,13 @@ LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
 LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
 
 KvCache LlamaModel::NewCache(int64_t batch, int64_t max_len) const {
-  return KvCache(config_, batch, max_len > 0 ? max_len : config_.max_seq_len, dtype_, device_);
+  const int64_t len = max_len > 0 ? max_len : config_.max_seq_len;
+  // Full attention equals a Mistral window of W positions only while a sequence holds <= W tokens.
+  SPECBED_CHECK(config_.sliding_window == 0 || len <= config_.sliding_window, "NewCache: ", len,
+                " positions exceed the model's sliding_window ", config_.sliding_window,
+                " (SpecBed attends to every earlier position, which equals the windowed attention "
+                "only up to the window)");
+  return KvCache(config_, batch, len, dtype_, device_);
 }
 
 void LlamaModel::EnsureCapacity(int64_t n_rows, int64_t n_slots) {

@@ -104,7 +104,7 @@ class LlamaModel {
                         const ForwardOptions& options = {});
 
   // A cache for `batch` sequences of up to `max_len` positions (default: config.max_seq_len),
-  // on the model's device.
+  // on the model's device. More positions than a Mistral config's sliding_window are refused.
   KvCache NewCache(int64_t batch, int64_t max_len = -1) const;
 
   const LlamaConfig& config() const { return config_; }

@@ -1,7 +1,8 @@
 // Tests of the engine forward (models/llama_model.*) against the independent plain-loop
 // reference (models/reference_forward.*): the real stories260K checkpoint with pinned greedy
-// tokens, and random Llama-3 / Qwen2 / Qwen3 checkpoints written in HF format (single file and
-// sharded, fp32 and bf16). Also KV-cache, mask, position and compaction invariants.
+// tokens, and random Llama-3 / Qwen2 / Qwen3 / Mistral checkpoints written in HF format (single
+// file and sharded, fp32 and bf16). Also KV-cache, mask, position and compaction invariants, and
+// Mistral's sliding window capping the cache.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -163,7 +164,8 @@ struct FamilyCase {
 std::vector<FamilyCase> Families() {
   return {{"llama3", testing_util::SmallLlama3Config()},
           {"qwen2", testing_util::SmallQwen2Config()},
-          {"qwen3", testing_util::SmallQwen3Config()}};
+          {"qwen3", testing_util::SmallQwen3Config()},
+          {"mistral", testing_util::SmallMistralConfig()}};
 }
 
 std::vector<int32_t> RandomTokens(int64_t vocab, int n, uint64_t seed) {
@@ -387,6 +389,22 @@ TEST(LlamaModel, BadInputsFailClearly) {
   EXPECT_THROW(model.Forward(Ids({1, 2, 3, 4, 5}), cache), Error);  // exceeds the cache
   KvCache batch2 = model.NewCache(2, 4);
   EXPECT_THROW(model.Forward(Ids({1}), batch2), Error);  // batch mismatch
+}
+
+// Full attention is Mistral's windowed attention only up to the window (96 positions here).
+TEST(LlamaModel, MistralCacheStopsAtTheSlidingWindow) {
+  const LlamaConfig config = testing_util::SmallMistralConfig();
+  LlamaModel model(config, RandomLlamaWeights(config, 3));
+  EXPECT_EQ(model.NewCache(1).max_len(), 96);
+  EXPECT_EQ(model.NewCache(1, 96).max_len(), 96);
+  try {
+    model.NewCache(1, 97);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("97 positions exceed the model's sliding_window 96"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

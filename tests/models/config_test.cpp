@@ -1,5 +1,6 @@
 // Tests for models/llama_config.{h,cpp}: parsing published config.json files (Llama-3.1-8B,
-// Qwen2.5-0.5B-Instruct, Qwen3-0.6B), HF defaults, every malformed-config error, ToHfJson round
+// Qwen2.5-0.5B-Instruct, Qwen3-0.6B, Mistral-7B v0.1 and v0.3), HF defaults, Mistral's sliding
+// window, every malformed-config error, ToHfJson round
 // trip, parameter counts of published models, RoPE inverse frequencies computed by hand.
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@ namespace {
 using nlohmann::json;
 using testing_util::SmallLlama2cConfig;
 using testing_util::SmallLlama3Config;
+using testing_util::SmallMistralConfig;
 using testing_util::SmallQwen2Config;
 using testing_util::SmallQwen3Config;
 
@@ -112,6 +114,55 @@ constexpr const char* kQwen3_06B = R"({
   "vocab_size": 151936
 })";
 
+// config.json of mistralai/Mistral-7B-v0.3: no sliding window (null).
+constexpr const char* kMistral7B_v03 = R"({
+  "architectures": ["MistralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.42.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32768
+})";
+
+// config.json of mistralai/Mistral-7B-v0.1: a 4096-position sliding window in a 32768 context.
+constexpr const char* kMistral7B_v01 = R"({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
 // The smallest accepted llama config: only the required fields.
 json MinimalLlama() {
   return {{"model_type", "llama"},    {"hidden_size", 64},        {"num_hidden_layers", 2},
@@ -148,7 +199,7 @@ auto Fields(const LlamaConfig& c) {
       c.vocab_size, c.max_seq_len, c.rope_theta, c.norm_eps, c.tie_embeddings, c.qkv_bias,
       c.qk_norm, c.rope_interleaved, s.type, s.factor, llama3 ? s.low_freq_factor : 0.0,
       llama3 ? s.high_freq_factor : 0.0, llama3 ? s.original_max_position_embeddings : int64_t{0},
-      c.bos_token_id, c.eos_token_ids, c.torch_dtype);
+      c.bos_token_id, c.eos_token_ids, c.torch_dtype, c.sliding_window);
 }
 
 // A published checkpoint's config: `shape` with `n_layers` layers, bfloat16 weights and the given
@@ -181,13 +232,21 @@ TEST(HfConfig, ParsesPublishedConfigs) {
   LlamaConfig qwen3 = Published("Qwen3ForCausalLM", {1024, 16, 8, 128, 3072, 151936, 40960}, 28,
                                 1e6, 1e-6, true, 151643, {151645});
   qwen3.qk_norm = true;
+  // Mistral-7B v0.3 (no window) and v0.1 (window 4096: the context is capped there).
+  const LlamaConfig mistral03 = Published(
+      "MistralForCausalLM", {4096, 32, 8, 128, 14336, 32768, 32768}, 32, 1e6, 1e-5, false, 1, {2});
+  LlamaConfig mistral01 = Published("MistralForCausalLM", {4096, 32, 8, 128, 14336, 32000, 4096},
+                                    32, 10000.0, 1e-5, false, 1, {2});
+  mistral01.sliding_window = 4096;
   const struct {
     const char* text;
     const LlamaConfig& expected;
     int64_t parameters;
   } cases[] = {{kLlama31_8B, llama31, 8030261248LL},
                {kQwen25_05B, qwen25, 494032768LL},
-               {kQwen3_06B, qwen3, 596049920LL}};
+               {kQwen3_06B, qwen3, 596049920LL},
+               {kMistral7B_v03, mistral03, 7248023552LL},
+               {kMistral7B_v01, mistral01, 7241732096LL}};
   for (const auto& [text, expected, parameters] : cases) {
     SCOPED_TRACE(expected.architecture);
     const LlamaConfig c = ParseHfConfig(json::parse(text), "config.json");
@@ -227,6 +286,35 @@ TEST(HfConfig, DefaultsFollowTransformersConfigClasses) {
   EXPECT_EQ(q2.architecture, "Qwen2ForCausalLM");
   EXPECT_TRUE(q2.qkv_bias);
   EXPECT_EQ(q2.n_kv_heads, 4);
+}
+
+// MistralConfig: an absent sliding_window is 4096 (its default), null is none; the window caps the
+// context; no q/k/v bias or q/k norm (Llama's math).
+TEST(HfConfig, MistralSlidingWindowCapsTheContext) {
+  json j = MinimalLlama();
+  j["model_type"] = "mistral";
+  LlamaConfig c = ParseHfConfig(j, "mistral.json");
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.max_seq_len, 4096);  // min(131072 (MistralConfig default), the window)
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  j["sliding_window"] = nullptr;
+  c = ParseHfConfig(j, "mistral.json");
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.max_seq_len, 131072);
+  j["max_position_embeddings"] = 512;
+  j["sliding_window"] = 1024;  // a window wider than the context never slides
+  c = ParseHfConfig(j, "mistral.json");
+  EXPECT_EQ(c.sliding_window, 1024);
+  EXPECT_EQ(c.max_seq_len, 512);
+  j["sliding_window"] = 0;
+  ExpectParseFails(j, {"cfg.json", "sliding_window must be positive or null, got 0"});
+  j["sliding_window"] = 100;
+  j["attention_bias"] = true;
+  ExpectParseFails(j, {"attention_bias = true", "not supported for mistral"});
+  // A Qwen2 config's sliding_window (use_sliding_window: false) is not Mistral's: ignored.
+  EXPECT_EQ(ParseHfConfig(json::parse(kQwen25_05B), "qwen2.json").sliding_window, 0);
 }
 
 TEST(HfConfig, AcceptsLinearScalingAndLegacyTypeKeyAndRopeParameters) {
@@ -269,9 +357,9 @@ TEST(HfConfigErrors, WrongFieldTypes) {
 
 TEST(HfConfigErrors, UnknownOrMismatchedFamily) {
   ExpectFieldFails("model_type", "qwen",
-                   {"unknown model_type 'qwen'", "did you mean", "llama, qwen2, qwen3"});
-  ExpectFieldFails("architectures", {"MistralForCausalLM"},
-                   {"unknown architecture 'MistralForCausalLM'"});
+                   {"unknown model_type 'qwen'", "did you mean", "llama, qwen2, qwen3, mistral"});
+  ExpectFieldFails("architectures", {"GemmaForCausalLM"},
+                   {"unknown architecture 'GemmaForCausalLM'"});
   ExpectFieldFails("architectures", {"Qwen2ForCausalLM"},
                    {"model_type \"llama\" does not match", "Qwen2ForCausalLM"});
   json j = MinimalLlama();
@@ -314,8 +402,10 @@ TEST(HfConfig, ToHfJsonRoundTripsEveryFamily) {
   linear.rope_scaling.type = RopeScalingType::kLinear;
   linear.rope_scaling.factor = 2.5;
   linear.eos_token_ids = {};
-  for (const LlamaConfig& c :
-       {SmallLlama3Config(), SmallQwen2Config(), SmallQwen3Config(), linear}) {
+  LlamaConfig windowless = SmallMistralConfig();
+  windowless.sliding_window = 0;
+  for (const LlamaConfig& c : {SmallLlama3Config(), SmallQwen2Config(), SmallQwen3Config(),
+                               SmallMistralConfig(), windowless, linear}) {
     const json j = c.ToHfJson();
     SCOPED_TRACE(j.dump());
     // Through text, as written to disk.
@@ -327,6 +417,11 @@ TEST(HfConfig, ToHfJsonRoundTripsEveryFamily) {
   EXPECT_EQ(q3["architectures"][0], "Qwen3ForCausalLM");
   EXPECT_EQ(q3["head_dim"], 16);
   EXPECT_EQ(SmallLlama3Config().ToHfJson()["rope_scaling"]["rope_type"], "llama3");
+  const json m = SmallMistralConfig().ToHfJson();
+  EXPECT_EQ(m["model_type"], "mistral");
+  EXPECT_EQ(m["sliding_window"], 96);
+  EXPECT_FALSE(m.contains("use_sliding_window"));
+  EXPECT_TRUE(windowless.ToHfJson()["sliding_window"].is_null());
 }
 
 TEST(HfConfig, ToHfJsonRejectsWhatHfCannotExpress) {
@@ -338,6 +433,14 @@ TEST(HfConfig, ToHfJsonRejectsWhatHfCannotExpress) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("qkv_bias"), std::string::npos) << e.what();
+  }
+  c = SmallLlama3Config();
+  c.sliding_window = 256;
+  try {
+    c.ToHfJson();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only mistral has one"), std::string::npos) << e.what();
   }
 }
 
@@ -365,6 +468,16 @@ TEST(HfConfig, ValidateNamesSourceAndField) {
   c = SmallLlama3Config();
   c.rope_scaling.high_freq_factor = c.rope_scaling.low_freq_factor;
   EXPECT_THROW(c.Validate("src"), Error);
+  c = SmallMistralConfig();
+  c.max_seq_len = 200;  // past the window, full attention is not Mistral's
+  try {
+    c.Validate("src");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seq_len) 200 exceeds sliding_window 96"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfConfig, ParameterCountOfSmallConfigs) {

@@ -33,6 +33,7 @@ using nlohmann::json;
 using testing::ExpectError;
 using testing_util::ScratchDir;
 using testing_util::SmallLlama3Config;
+using testing_util::SmallMistralConfig;
 using testing_util::SmallQwen2Config;
 using testing_util::SmallQwen3Config;
 using testing_util::TestName;
@@ -46,6 +47,7 @@ void WriteText(const std::string& path, const std::string& text) {
 LlamaConfig ConfigByName(const std::string& name) {
   if (name == "llama3") return SmallLlama3Config();
   if (name == "qwen2") return SmallQwen2Config();
+  if (name == "mistral") return SmallMistralConfig();
   return SmallQwen3Config();
 }
 
@@ -109,15 +111,14 @@ TEST_P(HfRoundTrip, TensorsAndConfigComeBackExactly) {
   EXPECT_EQ(loaded.weights.lm_head.is_same(loaded.weights.tok_embeddings), config.tie_embeddings);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, HfRoundTrip,
-                         ::testing::Combine(::testing::Values("llama3", "qwen2", "qwen3"),
-                                            ::testing::Bool(),
-                                            ::testing::Values(at::kFloat, at::kBFloat16)),
-                         [](const ::testing::TestParamInfo<RoundTripParam>& info) {
-                           return std::get<0>(info.param) +
-                                  (std::get<1>(info.param) ? "_sharded_" : "_single_") +
-                                  (std::get<2>(info.param) == at::kFloat ? "fp32" : "bf16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllFamilies, HfRoundTrip,
+    ::testing::Combine(::testing::Values("llama3", "qwen2", "qwen3", "mistral"), ::testing::Bool(),
+                       ::testing::Values(at::kFloat, at::kBFloat16)),
+    [](const ::testing::TestParamInfo<RoundTripParam>& info) {
+      return std::get<0>(info.param) + (std::get<1>(info.param) ? "_sharded_" : "_single_") +
+             (std::get<2>(info.param) == at::kFloat ? "fp32" : "bf16");
+    });
 
 TEST(HfCheckpoint, Fp16StorageRoundsThroughHalf) {
   const LlamaConfig config = SmallQwen3Config();

@@ -98,6 +98,16 @@ inline LlamaConfig SmallQwen3Config() {
   return c;
 }
 
+// Mistral style: Llama's math (GQA, untied head) with a 96-position sliding window, which caps
+// the context (max_seq_len) at 96.
+inline LlamaConfig SmallMistralConfig() {
+  LlamaConfig c = SmallConfigOf("MistralForCausalLM", {48, 4, 2, 12, 64, 80, 96}, 1e-5,
+                                /*tie_embeddings=*/false, 1, {2});
+  c.rope_theta = 1000000.0;
+  c.sliding_window = 96;
+  return c;
+}
+
 // llama2.c style: interleaved RoPE pairing, plain multi-head attention, tied head.
 inline LlamaConfig SmallLlama2cConfig() {
   LlamaConfig c = SmallConfigOf("llama2c", {32, 4, 4, 8, 64, 64, 128}, 1e-5,

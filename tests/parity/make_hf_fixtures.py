@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Writes the Hugging Face transformers parity fixtures SpecBed's C++ test checks against.
 
-Run where transformers and PyTorch are installed (the GPU machine's python3; scripts/gpu_check
-runs it). For each of three tiny random models it writes OUT/<name>/ with
+Run where transformers and PyTorch are installed: the GPU machine's python3 (scripts/gpu_check
+runs it; bf16 logits on the GPU) or the project's .venv on any CPU (ctest's
+TransformersLive.LogitsAndIds runs it on every CI run through tests/parity/live_parity.sh; bf16
+logits on the CPU). A few seconds on a CPU. For each of four tiny random models it writes
+OUT/<name>/ with
   config.json, model.safetensors   (save_pretrained, float32)
   expected.json                    transformers' float32 logits of every prompt position, its
                                    bfloat16 last-position logits, and its greedy ids (generate,
@@ -11,9 +14,12 @@ The models cover what SpecBed's loader must get right:
   llama3  LlamaForCausalLM, GQA (8 q heads over 2 KV heads), llama3 rope scaling, untied head
   qwen2   Qwen2ForCausalLM, q/k/v biases, tied head
   qwen3   Qwen3ForCausalLM, q/k RMSNorm, explicit head_dim != hidden / heads, untied head
+  mistral MistralForCausalLM, Llama's math with a sliding window (64) wider than every sequence
+          here (<= 57 tokens), which SpecBed takes as its context cap; GQA 4 over 1, untied head
 Weights are drawn with a fixed seed at a scale (1/sqrt(fan_in), a sharpened head) that makes the
 logits far from flat, so greedy ids are not near-ties. Attention is "eager" in float32.
-Checked by: tests/models/hf_parity_test.cpp (reads the fixtures; skips while they are absent).
+Checked by: tests/models/hf_parity_test.cpp (reads the fixtures; skips while they are absent)
+and ctest's TransformersLive.LogitsAndIds (writes them into the build folder, runs it there).
 Usage: make_hf_fixtures.py OUT_DIR
 """
 import json
@@ -23,8 +29,8 @@ import sys
 
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 VOCAB = 256
 N_NEW = 16
@@ -52,8 +58,12 @@ def configs():
                         num_attention_heads=4, num_key_value_heads=2, head_dim=24,
                         tie_word_embeddings=False, rope_theta=1000000.0,
                         use_sliding_window=False, **common)
+    mistral = MistralConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=1,
+                            tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=64,
+                            **common)
     return [("llama3", LlamaForCausalLM, llama3), ("qwen2", Qwen2ForCausalLM, qwen2),
-            ("qwen3", Qwen3ForCausalLM, qwen3)]
+            ("qwen3", Qwen3ForCausalLM, qwen3), ("mistral", MistralForCausalLM, mistral)]
 
 
 def sharpen(model, seed):
