@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/base/clock.h"
 #include "harness/engine/method.h"
 #include "models/model_registry.h"
 
@@ -70,6 +71,10 @@ struct MethodContext {
   at::Device device = at::kCPU;  // the target's device: drafters run there too
   // Loads (cached across cases) a model by registry name or path, in `dtype` on `device`.
   std::function<LoadedTarget&(const std::string& name_or_path)> load_model;
+  // The clock timing-driven decisions read (the SpecBlock bandit's throughput reward); it must
+  // outlive the decoder. Null = the steady clock (WallClock); tests inject a cost model
+  // (harness/base/clock.h) so their outcome does not depend on the machine's load.
+  const Clock* clock = nullptr;
 };
 
 using MethodFactory =

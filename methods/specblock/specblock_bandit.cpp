@@ -101,11 +101,13 @@ bool RollbackTracker::AddWindow(double tau, bool updated, bool* is_best) {
 }
 
 SpecBlockBanditAdapter::SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDrafter& drafter,
-                                               BanditOptions options, std::string log_path)
+                                               BanditOptions options, std::string log_path,
+                                               const Clock* clock)
     : target_(target),
       drafter_(drafter),
       o_(options),
       log_path_(std::move(log_path)),
+      clock_(clock != nullptr ? *clock : WallClock()),
       policy_(options),
       rollback_(options.rollback_windows),
       reward_(options.per_category_reward) {
@@ -146,7 +148,7 @@ void SpecBlockBanditAdapter::BeginSequence(const DraftBegin& begin) {
   category_ = begin.category;
   served_.Begin(begin);
   q_steps_ = q_tokens_ = 0;
-  t_begin_ = NowMicros();
+  t_begin_ = clock_.Now();
 }
 
 void SpecBlockBanditAdapter::Observe(const DraftTree& tree, const Verdict& verdict) {
@@ -164,6 +166,7 @@ void SpecBlockBanditAdapter::Observe(const DraftTree& tree, const Verdict& verdi
 
 void SpecBlockBanditAdapter::Fire(BanditAction a) {
   const int64_t t0 = NowMicros();
+  const double c0 = clock_.Now();
   std::vector<ServedRequest>& buf = buffers_[static_cast<int>(a)];
   // The buffered queries (each its last max_tokens tokens), with the target as served.
   // Built on θ_train's device (the target's); the mask is read on its host layout (no copy).
@@ -209,14 +212,20 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
     drafter_.model().CopyFrom(*train_);  // θ_train -> θ_inf
   }
   buf.clear();
-  const double secs = (NowMicros() - t0) * 1e-6;
-  stats_.update_seconds += secs;
-  window_.update_seconds += secs;
-  pending_update_s_ += secs;
   ++stats_.events;
   ++window_.events;
-  if (a == BanditAction::kHead) ++window_.head_events;
-  if (a == BanditAction::kFull) ++window_.full_events;
+  if (a == BanditAction::kHead) {
+    ++stats_.head_events;
+    ++window_.head_events;
+  } else if (a == BanditAction::kFull) {
+    ++stats_.full_events;
+    ++window_.full_events;
+  }
+  // Read after the event is counted: a cost-model clock may charge the event by its kind.
+  const double secs = (NowMicros() - t0) * 1e-6;  // reported: wall time
+  stats_.update_seconds += secs;
+  window_.update_seconds += secs;
+  pending_update_s_ += clock_.Now() - c0;  // charged to the next query's reward: clock_
   policy_.OnEvent(a);
 }
 
@@ -268,7 +277,7 @@ void SpecBlockBanditAdapter::CloseWindow() {
 void SpecBlockBanditAdapter::EndSequence(const std::vector<int32_t>& committed,
                                          int64_t prompt_len) {
   // Throughput of this query (the previous event's update time charged to it).
-  const double secs = (NowMicros() - t_begin_) * 1e-6 + pending_update_s_;
+  const double secs = (clock_.Now() - t_begin_) + pending_update_s_;
   pending_update_s_ = 0;
   const double tokens = static_cast<double>(q_tokens_);
   const auto [reward_num, reward_den] = reward_.Add(category_, tokens, secs);

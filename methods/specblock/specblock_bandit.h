@@ -27,9 +27,15 @@
 // harmful update). `gating = false` is the paper's "- cost-aware bandit" ablation: never skip,
 // never blocked, every saturation fires (head/full routing by the estimates kept). Every update
 // runs inside the request that triggers it (charged to its decode time). θ_train and θ0 live on
-// the target's device in float32 (the served drafter keeps the target's dtype).
+// the target's device in float32 (the served drafter keeps the target's dtype). Time: the
+// reward's seconds (a query's time from BeginSequence to EndSequence, plus the previous event's
+// update time charged to the next query) are read from an injected Clock (harness/base/clock.h;
+// WallClock, the steady clock, unless given: production measures real throughput); the reported
+// update_seconds (stats and window log) are always wall time. Tests inject a cost model so that
+// the bandit's choices do not depend on the machine's load.
 // Checked by: tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds),
-// tests/methods/served_teacher_test.cpp (θ_train on the target's device; OnlineUpdateCuda).
+// tests/methods/served_teacher_test.cpp (θ_train on the target's device; OnlineUpdateCuda);
+// the adapter on a cost-model clock in SpecBlockAdapt.BanditUpdates* (deterministic).
 #pragma once
 
 #include <array>
@@ -41,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/base/clock.h"
 #include "harness/engine/method.h"
 #include "methods/common/served_teacher.h"
 #include "methods/common/train/train_loop.h"
@@ -136,25 +143,27 @@ class RollbackTracker {
 struct BanditWindow {
   int64_t queries = 0;
   double tau = 0;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;           // on the adapter's clock (what the reward saw)
   std::array<int64_t, 3> actions{};  // per query
   int64_t events = 0;
   int64_t head_events = 0, full_events = 0;
   int64_t rollbacks = 0;
-  double update_seconds = 0;
+  double update_seconds = 0;  // wall time
 };
 
 struct BanditStats {
   std::vector<BanditWindow> windows;
   int64_t events = 0, rollbacks = 0;
-  double update_seconds = 0;
+  int64_t head_events = 0, full_events = 0;  // counted before the clock reads the event's end
+  double update_seconds = 0;                 // wall time
 };
 
 class SpecBlockBanditAdapter : public Adapter {
  public:
-  // `drafter`: the served drafter (θ_inf); the adapter keeps θ_train and θ0 copies.
+  // `drafter`: the served drafter (θ_inf); the adapter keeps θ_train and θ0 copies. `clock`:
+  // the reward's time source (null = WallClock); it must outlive the adapter.
   SpecBlockBanditAdapter(LlamaModel& target, SpecBlockDrafter& drafter, BanditOptions options,
-                         std::string log_path = "");
+                         std::string log_path = "", const Clock* clock = nullptr);
   ~SpecBlockBanditAdapter() override;
 
   void BeginSequence(const DraftBegin& begin) override;
@@ -174,6 +183,7 @@ class SpecBlockBanditAdapter : public Adapter {
   SpecBlockDrafter& drafter_;
   BanditOptions o_;
   std::string log_path_;
+  const Clock& clock_;  // the reward's time
   std::unique_ptr<SpecBlockModel> train_, anchor_;
   std::unique_ptr<AdamWOptimizer> head_opt_, full_opt_;
   BanditPolicy policy_;
@@ -188,7 +198,7 @@ class SpecBlockBanditAdapter : public Adapter {
   double s_ = 0;
   std::string category_;
   int64_t position_ = 0, q_steps_ = 0, q_tokens_ = 0;
-  int64_t t_begin_ = 0;
+  double t_begin_ = 0;  // clock_ at BeginSequence
   // Reward history per query (QueryReward: numerator, denominator).
   QueryReward reward_;
   std::vector<std::pair<double, double>> history_;
@@ -199,7 +209,7 @@ class SpecBlockBanditAdapter : public Adapter {
   BanditAction trig_a_ = BanditAction::kSkip;
   double trig_s_ = 0, trig_base_ = 0, meas_tokens_ = 0, meas_seconds_ = 0;
   int64_t meas_left_ = 0;
-  double pending_update_s_ = 0;
+  double pending_update_s_ = 0;  // on clock_
   BanditWindow window_;
   int64_t win_steps_ = 0, win_tokens_ = 0;
   double win_seconds_ = 0;

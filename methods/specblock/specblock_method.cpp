@@ -169,8 +169,8 @@ std::unique_ptr<Decoder> MakeBanditDecoder(MethodContext& context, const nlohman
   o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
   o.kl_lambda = knobs.at("kl_lambda").get<double>();
   static_cast<SpeculativeDecoder*>(decoder.get())
-      ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(*context.target->model, *drafter, o,
-                                                            knobs.at("log").get<std::string>()));
+      ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(
+          *context.target->model, *drafter, o, knobs.at("log").get<std::string>(), context.clock));
   return decoder;
 }
 

@@ -1,7 +1,8 @@
 // Test helpers shared by the method tests: a MethodContext for one loaded target whose
 // load_model loads (and caches for the whole test binary) any other model by name, in float32;
 // stories260K with every method registered and such a context (and the errors of builds in it);
-// a built-in method's traits and default knobs; and the tiny draft-head shape
+// a built-in method's traits and default knobs; a cost-model clock for timing-driven decisions
+// (TargetForwardClock); and the tiny draft-head shape
 // (with a tiny random EAGLE-3 head) for the tiny random target of engine_test_util.h.
 // Checked by: tests/methods/eagle3_drafter_test.cpp, tests/methods/osd_test.cpp,
 // tests/methods/specblock_test.cpp, tests/methods/ltd_test.cpp, tests/methods/pearl_test.cpp,
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/base/clock.h"
 #include "harness/base/error.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
@@ -24,6 +26,15 @@
 
 namespace specbed {
 namespace testing_util {
+
+// A decision clock (harness/base/clock.h) for tests of timing-driven methods (the SpecBlock
+// bandit's throughput reward): 1 ms per forward of `target` (its prefill and each verify step,
+// LlamaModel::forward_calls), so the decisions do not depend on the machine's load. Drafter
+// forwards and online updates cost nothing in it. `target` must outlive the clock.
+inline CostModelClock TargetForwardClock(const LoadedTarget& target) {
+  return CostModelClock(
+      [&target] { return 1e-3 * static_cast<double>(target.model->forward_calls()); });
+}
 
 // target: the case's target (must outlive the context); dtype float32.
 inline MethodContext CachingContextFor(LoadedTarget& target) {

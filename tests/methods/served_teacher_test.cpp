@@ -210,7 +210,11 @@ TEST(ServedTeacher, OnlineUpdatesRunNoTeacherForward) {
     EXPECT_EQ(osd.stats().updates, 3) << method;
     EXPECT_EQ(run.forwards, run.expected) << method << ": teacher forwards during updates";
   }
-  const StreamRun run = Serve(target, "specblock+bandit", FastBanditKnobs(), 8);
+  // The bandit's head/full routing reads a cost model, not the wall clock (deterministic).
+  const CostModelClock clock = testing_util::TargetForwardClock(target);
+  MethodContext context = testing_util::CachingContextFor(target);
+  context.clock = &clock;
+  const StreamRun run = ServeIn(target, context, "specblock+bandit", FastBanditKnobs(), 8);
   const auto& bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*run.adapter);
   EXPECT_GE(bandit.stats().events, 2);
   EXPECT_EQ(run.forwards, run.expected) << "specblock+bandit: teacher forwards during events";

@@ -7,7 +7,10 @@
 //   fails (p < 1e-4): the negative control;
 // - real online updates (specblock+osd, and specblock+bandit with the bandit on and off) on a
 //   repeated prompt raise acceptance, change the served weights, stay token-identical to AR and
-//   charge their time to the triggering request's draft time;
+//   charge their time to the triggering request's draft time; the bandit's throughput reward
+//   reads a cost-model clock (target forwards and update events, WorkClock), so its choices, and
+//   the test's outcome, do not depend on the machine's load (deterministic: seeded,
+//   single-threaded);
 // - the drafter cache path equals the training layout (incremental == full);
 // - a bad checkpoint is refused naming the tensor / field; the registry knobs;
 // - the training loss goes down; the bandit's decision logic with fixed seeds.
@@ -586,18 +589,50 @@ TEST(SpecBlockBandit, NoRollbackWhenTauFallsWithoutAnUpdate) {
   EXPECT_TRUE(r.AddWindow(2.7, false, &best));
 }
 
+// The decision clock of RepeatedPromptTau (harness/base/clock.h): a cost model of the work done,
+// 1 ms per target forward (TargetForwardClock) plus, for a bandit adapter, 50 ms per head-only
+// and 180 ms per full update event: about the ratios measured on the 2-core CPU (a query of ~27
+// forwards ~45 ms, a head update ~0.09 s, a full one ~0.3 s), so updates cost what they cost in
+// production, but the same on every run whatever the machine's load.
+class WorkClock final : public Clock {
+ public:
+  explicit WorkClock(const LoadedTarget& target)
+      : forwards_(testing_util::TargetForwardClock(target)) {}
+  // The bandit whose events are charged (null: none). Its counters start at 0: switch only
+  // between two adapters' lifetimes.
+  void Charge(const SpecBlockBanditAdapter* bandit) { bandit_ = bandit; }
+  double Now() const override {
+    double s = forwards_.Now();
+    if (bandit_ != nullptr) {
+      s += 0.05 * static_cast<double>(bandit_->stats().head_events) +
+           0.18 * static_cast<double>(bandit_->stats().full_events);
+    }
+    return s;
+  }
+
+ private:
+  CostModelClock forwards_;
+  const SpecBlockBanditAdapter* bandit_ = nullptr;
+};
+
 // Serves one story prompt `repeats` times with `method`;
 // returns tau per request. Every output must equal AR's, and the decoder's per-step adaptation
-// time must stay inside draft time. `adapt_s` receives the summed adaptation time.
+// time must stay inside draft time. `adapt_s` receives the summed adaptation time. Timing-driven
+// decisions (the bandit's throughput reward) read WorkClock, not the wall clock: the outcome
+// does not depend on the machine's load.
 std::vector<double> RepeatedPromptTau(const std::string& method, const nlohmann::json& knobs,
                                       int repeats, Decoder** out, double* adapt_s,
                                       std::unique_ptr<Decoder>* keep) {
   static LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  static WorkClock clock(target);  // outlives every kept decoder
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   MethodContext context = CachingContextFor(target);
+  context.clock = &clock;
   *keep = registry.Build(method, context, knobs);
   *out = keep->get();
+  clock.Charge(dynamic_cast<const SpecBlockBanditAdapter*>(
+      dynamic_cast<SpeculativeDecoder&>(**out).adapter()));
   const auto prompts = LoadDataset("stories", {});
   const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", prompts[5].turns[0]}});
   GenerationConfig g;
@@ -711,9 +746,15 @@ TEST(SpecBlockBandit, WindowLogStartsAfreshPerCaseAndRefusesAnUnwritablePath) {
 // full queries fill separate buffers of 2 after a warm-up of 2 queries); with it on, the cold
 // start explores and post-event blocking holds some buffers back. Either way the served weights
 // change, acceptance on the repeated prompt rises, and the decoder's adaptation time covers the
-// adapter's own update clock. 4 AdamW steps per event: the buffer holds the rejected positions
-// only (a leaf whose children were pruned drafted nothing there), and 16 steps at lr 3e-4 overfit
-// those few rows (tau fell from 2.17 to 1.4 on this prompt); 4 steps raise it (2.17 -> 2.4-2.5).
+// adapter's own update time (wall clock). The reward reads WorkClock (RepeatedPromptTau), so
+// which action each query takes is the same on every run, whatever the machine's load: off fires
+// one full event, then head events only (tau 2.17 -> 2.63), on one full then one head event
+// (2.17 -> 2.52), for any update costs from 10/30 ms to 200/600 ms (head/full). With free
+// updates (target forwards only) the full event looks profitable, off fires a second one and
+// tau ends at 2.03: what the wall clock gave once with the other core busy. 4 AdamW steps per
+// event: the buffer holds the rejected positions only (a leaf whose children were pruned drafted
+// nothing there), and 16 steps at lr 3e-4 overfit those few rows (tau fell from 2.17 to 1.4 on this
+// prompt); 4 steps raise it (2.17 -> 2.4-2.5).
 TEST(SpecBlockAdapt, BanditUpdatesRaiseAcceptanceOnARepeatedPromptAndStayLossless) {
   at::set_num_threads(1);
   for (const std::string bandit : {"off", "on"}) {
