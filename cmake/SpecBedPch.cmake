@@ -53,6 +53,7 @@ function(specbed_use_torch_test_pch target)
       if(NOT TARGET specbed_torch_test_pch)
         specbed_add_pch_target(specbed_torch_test_pch ${TORCH_LIBRARIES}
                                GTest::gtest GTest::gmock)
+        target_compile_options(specbed_torch_test_pch PRIVATE ${SPECBED_TEST_OPT})
         target_precompile_headers(specbed_torch_test_pch PRIVATE
           "$<$<COMPILE_LANGUAGE:CXX>:<gtest/gtest.h$<ANGLE-R>>"
           "$<$<COMPILE_LANGUAGE:CXX>:<gmock/gmock.h$<ANGLE-R>>")

@@ -3,11 +3,19 @@
 # A binary that links a LibTorch library reuses the shared test PCH (cmake/SpecBedPch.cmake).
 # One GoogleTest binary; every TEST becomes a ctest test. Keep binaries that do not need LibTorch
 # free of it: each LibTorch process start costs ~0.4 s.
+# The environment of every test: SPECBED_HOME (the shipped files), and one ATen/OpenMP/MKL thread
+# unless the test sets its own width (PyPI's LibTorch defaults to every core, which under
+# `ctest -j 2` on two cores oversubscribes them; Debian's 1.13 defaulted to one thread here).
+set(SPECBED_TEST_ENV "SPECBED_HOME=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+
 function(specbed_add_test)
   cmake_parse_arguments(ARG "SERIAL" "NAME" "SOURCES;LIBS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
   specbed_use_torch_test_pch(${ARG_NAME} ${ARG_LIBS})
+  # Test code compiles at SPECBED_TEST_OPT (-O1 by default: ~35% less compile time than -O3, and
+  # the work a test times or repeats runs in the libraries, which keep the build type's flags).
+  target_compile_options(${ARG_NAME} PRIVATE ${SPECBED_TEST_OPT})
   target_compile_definitions(${ARG_NAME} PRIVATE
     SPECBED_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     SPECBED_TEST_TMPDIR="${CMAKE_BINARY_DIR}/test_tmp")
@@ -16,5 +24,5 @@ function(specbed_add_test)
     set(serial RUN_SERIAL TRUE)
   endif()
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 120
-    PROPERTIES ENVIRONMENT "SPECBED_HOME=${PROJECT_SOURCE_DIR}" ${serial})
+    PROPERTIES ENVIRONMENT "${SPECBED_TEST_ENV}" ${serial})
 endfunction()

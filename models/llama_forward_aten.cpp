@@ -76,8 +76,7 @@ AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
   const char* attention = std::getenv("SPECBED_ATTENTION");
-  use_sdpa_ = device_.is_cuda() &&
-              !(attention != nullptr && std::strcmp(attention, "bmm") == 0);
+  use_sdpa_ = device_.is_cuda() && !(attention != nullptr && std::strcmp(attention, "bmm") == 0);
   EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
   EnsureRope(256);
 }

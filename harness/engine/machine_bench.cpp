@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
-#include <torch/version.h>
 #include <dlfcn.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -222,7 +222,8 @@ const char* OpenBlasCoreName() {
 
 std::string BlasCoreName() {
   if (const char* name = OpenBlasCoreName()) return name;
-  const std::string blas = TorchConfigValue("BLAS_INFO="), isa = TorchConfigValue("CPU capability usage: ");
+  const std::string blas = TorchConfigValue("BLAS_INFO="),
+                    isa = TorchConfigValue("CPU capability usage: ");
   if (blas.empty()) return "unknown";
   return isa.empty() ? blas : StrCat(blas, "/", isa);
 }

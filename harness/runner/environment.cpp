@@ -52,8 +52,8 @@ RunInfo CurrentEnvironment() {
 
 std::string BuildInfoLine() {
   return std::string("specbed ") + SPECBED_VERSION + " (commit " + SPECBED_GIT_COMMIT + "; " +
-         SPECBED_BUILD_FLAGS + "; LibTorch " + TORCH_VERSION + " loaded, CUDA available: " +
-         (at::globalContext().hasCUDA() ? "yes" : "no") + ")";
+         SPECBED_BUILD_FLAGS + "; LibTorch " + TORCH_VERSION +
+         " loaded, CUDA available: " + (at::globalContext().hasCUDA() ? "yes" : "no") + ")";
 }
 
 std::string ReproCommand(int argc, char** argv) {

@@ -40,6 +40,9 @@ SideThread::~SideThread() {
 }
 
 void SideThread::Loop() {
+  // LibTorch 2.x sets a thread's width lazily, from the process-wide default, on the thread's first
+  // get_num_threads / parallel call, which would overwrite a width set before it: take that first.
+  at::get_num_threads();
   at::set_num_threads(threads_);
   ScopedSideStream stream(device_);
   std::unique_lock<std::mutex> lock(mu_);

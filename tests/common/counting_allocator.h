@@ -25,12 +25,8 @@ class CountingAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return base_->raw_deleter();
-  }
-  int64_t count() const {
-    return count_.load();
-  }
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  int64_t count() const { return count_.load(); }
 
  private:
   c10::Allocator* base_;
