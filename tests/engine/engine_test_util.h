@@ -104,76 +104,130 @@ inline std::shared_ptr<LlamaModel> TinyRandomTarget(uint64_t seed, double lm_hea
   return std::make_shared<LlamaModel>(c, w);
 }
 
-// Chi-square p-value of the distribution of the `n_tokens` tokens `decoder` generates at T = 1
-// from `prompt` on `target` (a tiny vocabulary: vocab^n_tokens cells) over `draws` generations
-// with seeds seed0 + i, against the target's exact distribution (each cell's probability is the
-// product of the target's next-token probabilities along it). Cells with an expected count below
-// 5 are pooled into one; a count in a cell of (numerically) zero probability gives p = 0. Adds
-// the accepted draft tokens to *accepted. With a lossless decoder the p-value is uniform, so a
-// check p > 1e-4 fails falsely with probability 1e-4 (deterministic for fixed seeds).
-inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder,
-                               const std::vector<int32_t>& prompt, int n_tokens, int draws,
-                               uint64_t seed0, int64_t* accepted) {
-  const int64_t vocab = target.config().vocab_size;
-  int64_t n_cells = 1;
-  for (int i = 0; i < n_tokens; ++i) n_cells *= vocab;
-  EXPECT_LE(n_cells, 4096) << "TinyOutputPValue needs a tiny vocabulary";
+// The distribution of the `n_tokens` tokens a decoder generates at T = 1 from `prompt` on
+// `target` (a tiny vocabulary: vocab^n_tokens cells), drawn generation by generation with seeds
+// seed0 + i, against the target's exact distribution (each cell's probability is the product of
+// the target's next-token probabilities along it). PValue(): chi-square over the draws so far;
+// cells with an expected count below 5 are pooled into one; a count in a cell of (numerically)
+// zero probability gives p = 0.
+class TinyOutputSample {
+ public:
+  TinyOutputSample(LlamaModel& target, const std::vector<int32_t>& prompt, int n_tokens,
+                   uint64_t seed0)
+      : target_(target), prompt_(prompt), n_tokens_(n_tokens), seed0_(seed0) {
+    const int64_t vocab = target.config().vocab_size;
+    int64_t n_cells = 1;
+    for (int i = 0; i < n_tokens; ++i) n_cells *= vocab;
+    EXPECT_LE(n_cells, 4096) << "TinyOutputPValue needs a tiny vocabulary";
+    expected_.assign(n_cells, 0);
+    counts_.assign(n_cells, 0);
+    std::vector<int32_t> ids = prompt;
+    Fill(ids, 0, 0, 1.0);
+  }
+
+  // Draws generations until `total` have been drawn; adds accepted draft tokens to *accepted.
+  // False when a generation had the wrong length (a test failure is recorded).
+  bool DrawUpTo(Decoder& decoder, int total, int64_t* accepted) {
+    KvCache cache = target_.NewCache(1, static_cast<int64_t>(prompt_.size()) + n_tokens_ + 17);
+    const int64_t vocab = target_.config().vocab_size;
+    for (; draws_ < total; ++draws_) {
+      GenerationConfig g;
+      g.sampling.temperature = 1.0;
+      g.seed = seed0_ + static_cast<uint64_t>(draws_);
+      g.stop.max_new_tokens = n_tokens_;
+      g.stop.stop_on_eos = false;
+      DecodeResult r;
+      decoder.Generate(prompt_, g, cache, r);
+      EXPECT_EQ(r.generation.tokens.size(), static_cast<size_t>(n_tokens_));
+      if (r.generation.tokens.size() != static_cast<size_t>(n_tokens_)) return false;
+      int64_t cell = 0;
+      for (int32_t t : r.generation.tokens) cell = cell * vocab + t;
+      counts_[cell] += 1;
+      for (const StepStats& s : r.steps) *accepted += s.n_accepted;
+    }
+    return true;
+  }
+
+  // `check_cells`: a failure is recorded unless more than 4 cells were compared (the early looks
+  // of TinyFaultPValue pass false: too few cells there just means looking later).
+  double PValue(bool check_cells = true) const {
+    double chi2 = 0, pooled_count = 0, pooled_expected = 0;
+    int cells = 0;
+    for (size_t i = 0; i < expected_.size(); ++i) {
+      const double e = expected_[i] * draws_;
+      if (e < 1e-9 && counts_[i] > 0) return 0.0;  // an impossible output
+      if (e >= 5) {
+        chi2 += (counts_[i] - e) * (counts_[i] - e) / e;
+        ++cells;
+      } else {
+        pooled_count += counts_[i];
+        pooled_expected += e;
+      }
+    }
+    if (pooled_expected >= 1) {
+      chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+      ++cells;
+    }
+    if (check_cells) EXPECT_GT(cells, 4);
+    if (cells <= 4) return 1.0;
+    return ChiSquareSf(chi2, cells - 1);
+  }
+
+ private:
   // Exact cell probabilities, depth first over prefixes.
-  std::vector<double> expected(n_cells, 0);
-  const int64_t max_len = static_cast<int64_t>(prompt.size()) + n_tokens + 1;
-  std::vector<int32_t> ids = prompt;
-  auto fill = [&](auto&& self, int depth, int64_t cell, double prob) -> void {
-    if (depth == n_tokens) {
-      expected[cell] = prob;
+  void Fill(std::vector<int32_t>& ids, int depth, int64_t cell, double prob) {
+    if (depth == n_tokens_) {
+      expected_[cell] = prob;
       return;
     }
-    KvCache cache = target.NewCache(1, max_len);
-    const at::Tensor p = at::softmax(target.Forward(Ids(ids), cache).logits.reshape({-1}), 0)
+    const int64_t vocab = target_.config().vocab_size;
+    KvCache cache = target_.NewCache(1, static_cast<int64_t>(prompt_.size()) + n_tokens_ + 1);
+    const at::Tensor p = at::softmax(target_.Forward(Ids(ids), cache).logits.reshape({-1}), 0)
                              .to(at::kDouble)
                              .contiguous();
     for (int64_t v = 0; v < vocab; ++v) {
       ids.push_back(static_cast<int32_t>(v));
-      self(self, depth + 1, cell * vocab + v, prob * p.data_ptr<double>()[v]);
+      Fill(ids, depth + 1, cell * vocab + v, prob * p.data_ptr<double>()[v]);
       ids.pop_back();
     }
-  };
-  fill(fill, 0, 0, 1.0);
-  std::vector<double> counts(n_cells, 0);
-  KvCache cache = target.NewCache(1, max_len + 16);
-  for (int i = 0; i < draws; ++i) {
-    GenerationConfig g;
-    g.sampling.temperature = 1.0;
-    g.seed = seed0 + static_cast<uint64_t>(i);
-    g.stop.max_new_tokens = n_tokens;
-    g.stop.stop_on_eos = false;
-    DecodeResult r;
-    decoder.Generate(prompt, g, cache, r);
-    EXPECT_EQ(r.generation.tokens.size(), static_cast<size_t>(n_tokens));
-    if (r.generation.tokens.size() != static_cast<size_t>(n_tokens)) return 0.0;
-    int64_t cell = 0;
-    for (int32_t t : r.generation.tokens) cell = cell * vocab + t;
-    counts[cell] += 1;
-    for (const StepStats& s : r.steps) *accepted += s.n_accepted;
   }
-  double chi2 = 0, pooled_count = 0, pooled_expected = 0;
-  int cells = 0;
-  for (int64_t i = 0; i < n_cells; ++i) {
-    const double e = expected[i] * draws;
-    if (e < 1e-9 && counts[i] > 0) return 0.0;  // an impossible output
-    if (e >= 5) {
-      chi2 += (counts[i] - e) * (counts[i] - e) / e;
-      ++cells;
-    } else {
-      pooled_count += counts[i];
-      pooled_expected += e;
-    }
+
+  LlamaModel& target_;
+  std::vector<int32_t> prompt_;
+  int n_tokens_;
+  uint64_t seed0_;
+  int draws_ = 0;
+  std::vector<double> expected_, counts_;
+};
+
+// Chi-square p-value of `draws` generations (TinyOutputSample). With a lossless decoder the
+// p-value is uniform, so a check p > 1e-4 fails falsely with probability 1e-4 (deterministic for
+// fixed seeds).
+inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder,
+                               const std::vector<int32_t>& prompt, int n_tokens, int draws,
+                               uint64_t seed0, int64_t* accepted) {
+  TinyOutputSample sample(target, prompt, n_tokens, seed0);
+  if (!sample.DrawUpTo(decoder, draws, accepted)) return 0.0;
+  return sample.PValue();
+}
+
+// The p-value a negative control checks (expected < 1e-4 under an injected fault): the same
+// draws as TinyOutputPValue, looked at after draws/8, draws/4 and draws/2, stopping at the first
+// look whose p-value is below 2.5e-5; else the p-value of all `draws`. A gross fault is caught
+// after an eighth of the draws (the chi-square tests' cost is mostly their controls). Power is
+// kept: a fault the full draw detects is still detected. A no-op "fault" would pass the control
+// with probability <= 3 x 2.5e-5 + 1e-4 (was 1e-4); the lossless checks are unchanged.
+inline double TinyFaultPValue(LlamaModel& target, Decoder& decoder,
+                              const std::vector<int32_t>& prompt, int n_tokens, int draws,
+                              uint64_t seed0, int64_t* accepted) {
+  TinyOutputSample sample(target, prompt, n_tokens, seed0);
+  for (int look : {draws / 8, draws / 4, draws / 2}) {
+    if (!sample.DrawUpTo(decoder, look, accepted)) return 0.0;
+    const double p = sample.PValue(/*check_cells=*/false);
+    if (p < 2.5e-5) return p;
   }
-  if (pooled_expected >= 1) {
-    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
-    ++cells;
-  }
-  EXPECT_GT(cells, 4);
-  return ChiSquareSf(chi2, cells - 1);
+  if (!sample.DrawUpTo(decoder, draws, accepted)) return 0.0;
+  return sample.PValue();
 }
 
 }  // namespace testing_util

@@ -404,7 +404,7 @@ TEST(Speculative, SpsIsLosslessAtTemperatureOneOnATinyPair) {
          {VerifierFault::kGreedyAcceptance, VerifierFault::kTargetAsResidual}) {
       ScopedVerifierFault inject(fault);
       int64_t ignored = 0;
-      EXPECT_LT(testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &ignored), 1e-4)
+      EXPECT_LT(testing_util::TinyFaultPValue(*target, sps, {1, 3}, 4, 40000, 90, &ignored), 1e-4)
           << "fault " << static_cast<int>(fault);
     }
   }

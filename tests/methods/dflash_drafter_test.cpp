@@ -114,7 +114,7 @@ TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
     for (VerifierFault fault : faults) {
       ScopedVerifierFault inject(fault);
       int64_t ignored = 0;
-      EXPECT_LT(testing_util::TinyOutputPValue(*tiny.target, decoder, &ignored), 1e-4)
+      EXPECT_LT(testing_util::TinyFaultPValue(*tiny.target, decoder, &ignored), 1e-4)
           << "variant " << variant << " fault " << static_cast<int>(fault);
     }
   }

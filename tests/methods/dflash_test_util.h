@@ -135,6 +135,11 @@ inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder, int64_t* ac
                                int draws = 30000) {
   return TinyOutputPValue(target, decoder, {1, 3}, 3, draws, 777, accepted);
 }
+// The negative controls' form of the same draws (TinyFaultPValue, engine_test_util.h).
+inline double TinyFaultPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted,
+                              int draws = 30000) {
+  return TinyFaultPValue(target, decoder, {1, 3}, 3, draws, 777, accepted);
+}
 
 }  // namespace testing_util
 }  // namespace specbed

@@ -258,7 +258,7 @@ TEST(Jetspec, LosslessAtTemperatureOne) {
     for (VerifierFault fault : faults) {
       ScopedVerifierFault inject(fault);
       int64_t ignored = 0;
-      EXPECT_LT(testing_util::TinyOutputPValue(*tiny.target, *decoder, &ignored), 1e-4)
+      EXPECT_LT(testing_util::TinyFaultPValue(*tiny.target, *decoder, &ignored), 1e-4)
           << "fault " << static_cast<int>(fault);
     }
   }

@@ -112,7 +112,7 @@ inline void ExpectLosslessAtTemperatureOne(std::unique_ptr<Drafter> drafter, int
   EXPECT_GT(accepted, 40000 / 4);
   ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
   int64_t ignored = 0;
-  EXPECT_LT(TinyOutputPValue(*target, decoder, prompt, 4, 40000, 90, &ignored), 1e-4);
+  EXPECT_LT(TinyFaultPValue(*target, decoder, prompt, 4, 40000, 90, &ignored), 1e-4);
 }
 
 }  // namespace specbed::testing_util

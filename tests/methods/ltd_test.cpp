@@ -304,7 +304,7 @@ TEST(Ltd, LosslessAtTemperatureOne) {
   EXPECT_GT(accepted, 40000 / 8);  // drafts are accepted often enough to matter
   ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
   int64_t ignored = 0;
-  EXPECT_LT(testing_util::TinyOutputPValue(*target, decoder, {1, 3}, 3, 40000, 1000, &ignored),
+  EXPECT_LT(testing_util::TinyFaultPValue(*target, decoder, {1, 3}, 3, 40000, 1000, &ignored),
             1e-4);
 }
 
