@@ -129,6 +129,35 @@ static const FamilyInfo& DetectFamily(const json& j, const std::string& source) 
   return by_type != nullptr ? *by_type : *by_arch;
 }
 
+// The fields only some families have: biases and q/k norms, sliding windows.
+static void ReadFamilyFields(const json& j, const std::string& source, const FamilyInfo& family,
+                             LlamaConfig& c) {
+  switch (family.family) {
+    case Family::kLlama:
+    case Family::kMistral:
+      SPECBED_CHECK(!GetBool(j, "attention_bias", source, false), source,
+                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for ",
+                    family.model_type);
+      SPECBED_CHECK(!GetBool(j, "mlp_bias", source, false), source,
+                    ": mlp_bias = true is not supported");
+      break;
+    case Family::kQwen2:
+      c.qkv_bias = true;
+      break;
+    case Family::kQwen3:
+      c.qk_norm = true;
+      SPECBED_CHECK(!GetBool(j, "attention_bias", source, false), source,
+                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for "
+                    "qwen3");
+      break;
+  }
+  if (family.family == Family::kQwen2 || family.family == Family::kQwen3) {
+    SPECBED_CHECK(!GetBool(j, "use_sliding_window", source, false), source,
+                  ": use_sliding_window = true is not supported (full causal attention only)");
+  }
+  if (family.family == Family::kMistral) ReadMistralWindow(j, source, c);
+}
+
 static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source) {
   SPECBED_CHECK(j.is_object(), source, ": config must be a JSON object, got ", j.type_name());
 
@@ -163,30 +192,7 @@ static LlamaConfig ParseHfConfigFields(const json& j, const std::string& source)
   const std::string act = GetString(j, "hidden_act", source, "silu");
   SPECBED_CHECK(act == "silu", source, ": hidden_act \"", act,
                 "\" is not supported (expected \"silu\")");
-  switch (family.family) {
-    case Family::kLlama:
-    case Family::kMistral:
-      SPECBED_CHECK(!GetBool(j, "attention_bias", source, false), source,
-                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for ",
-                    family.model_type);
-      SPECBED_CHECK(!GetBool(j, "mlp_bias", source, false), source,
-                    ": mlp_bias = true is not supported");
-      break;
-    case Family::kQwen2:
-      c.qkv_bias = true;
-      break;
-    case Family::kQwen3:
-      c.qk_norm = true;
-      SPECBED_CHECK(!GetBool(j, "attention_bias", source, false), source,
-                    ": attention_bias = true (bias on q/k/v/o projections) is not supported for "
-                    "qwen3");
-      break;
-  }
-  if (family.family == Family::kQwen2 || family.family == Family::kQwen3) {
-    SPECBED_CHECK(!GetBool(j, "use_sliding_window", source, false), source,
-                  ": use_sliding_window = true is not supported (full causal attention only)");
-  }
-  if (family.family == Family::kMistral) ReadMistralWindow(j, source, c);
+  ReadFamilyFields(j, source, family, c);
 
   c.rope_theta = GetDouble(j, "rope_theta", source, 10000.0);
   if (Has(j, "rope_scaling")) {

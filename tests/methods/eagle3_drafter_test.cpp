@@ -207,8 +207,7 @@ TEST(Eagle3Drafter, LosslessAtTemperatureOneWithSampleFollow) {
   // Negative control: greedy acceptance fails the same check.
   ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
   int64_t ignored = 0;
-  EXPECT_LT(testing_util::TinyFaultPValue(target, decoder, {1, 3}, 3, 40000, 1000, &ignored),
-            1e-4);
+  EXPECT_LT(testing_util::TinyFaultPValue(target, decoder, {1, 3}, 3, 40000, 1000, &ignored), 1e-4);
 }
 
 TEST(Eagle3Drafter, RegistryKnobsAndHeadChecks) {
