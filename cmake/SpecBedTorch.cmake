@@ -6,11 +6,15 @@
 #      or a CMAKE_PREFIX_PATH entry holding Torch/ or share/cmake/Torch/ (torch.utils.cmake_prefix_path);
 #   2. the project's own environment, .venv/ (scripts/deps.sh installs PyPI's torch 2.11.0 there);
 #   3. the torch package of `python3` (pip install torch), through torch.utils.cmake_prefix_path.
-# CPU build (SPECBED_CUDA=OFF): the imported target specbed_torch, i.e. libtorch_cpu + libc10 and the
-# headers. A CUDA wheel's CMake package is not run, so no CUDA toolkit is needed, and no CPU
-# process loads libtorch_cuda (~0.13 s of start and ~350 MB of memory less per test process).
-# CUDA build (SPECBED_CUDA=ON): find_package(Torch) with its CUDA setup and TORCH_LIBRARIES.
-# Checked by: every build (CI's CPU build and scripts/check_cuda_build's CUDA build of the same tree).
+# Every library links the imported target specbed_torch (TORCH_LIBRARIES), i.e. libtorch_cpu +
+# libc10 and the headers, in both builds: a CUDA wheel's CMake package is not needed for them, and
+# no CPU process loads libtorch_cuda (~0.13-0.3 s of start and ~350 MB of memory less per test
+# process).
+# CUDA build (SPECBED_CUDA=ON): find_package(Torch) with its CUDA setup as well; its libraries
+# (SPECBED_TORCH_CUDA_LIBRARIES) go to the CUDA backend alone, which specbed_link_cuda() links into
+# the CLI and the test binaries holding *Cuda tests. So the CUDA build is the CPU build plus the
+# .cu kernels, one glue file and those links.
+# Checked by: every build (CI builds with SPECBED_CUDA=ON; scripts/check_cuda_build checks the links).
 set(_specbed_torch_dir "")
 if(DEFINED Torch_DIR AND EXISTS "${Torch_DIR}/TorchConfig.cmake")
   set(_specbed_torch_dir "${Torch_DIR}")
@@ -82,6 +86,18 @@ if(SPECBED_TORCH_VERSION VERSION_LESS 2.5)
                       ">= 2.5 (scripts/deps.sh installs 2.11.0, the GPU machines' version)")
 endif()
 
+# Every library and test links the CPU half: libtorch_cpu + libc10 and the headers.
+set(_specbed_libs "${SPECBED_TORCH_ROOT}/lib/libtorch_cpu.so" "${SPECBED_TORCH_ROOT}/lib/libc10.so")
+foreach(_lib IN LISTS _specbed_libs)
+  if(NOT EXISTS "${_lib}")
+    message(FATAL_ERROR "LibTorch at ${SPECBED_TORCH_ROOT}: ${_lib} is missing")
+  endif()
+endforeach()
+add_library(specbed_torch INTERFACE IMPORTED)
+set_target_properties(specbed_torch PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${SPECBED_TORCH_INCLUDE_DIRS}"
+  INTERFACE_LINK_LIBRARIES "${_specbed_libs}")
+
 if(SPECBED_CUDA)
   # LibTorch's CMake package ignores CMAKE_CUDA_ARCHITECTURES and adds -gencode flags for
   # TORCH_CUDA_ARCH_LIST to CMAKE_CUDA_FLAGS, by default every architecture it supports (11 in
@@ -92,18 +108,24 @@ if(SPECBED_CUDA)
     string(REGEX REPLACE "([0-9])$" ".\\1" TORCH_CUDA_ARCH_LIST "${CMAKE_CUDA_ARCHITECTURES}")
   endif()
   find_package(Torch REQUIRED)
-else()
-  set(_specbed_libs "${SPECBED_TORCH_ROOT}/lib/libtorch_cpu.so" "${SPECBED_TORCH_ROOT}/lib/libc10.so")
-  foreach(_lib IN LISTS _specbed_libs)
-    if(NOT EXISTS "${_lib}")
-      message(FATAL_ERROR "LibTorch at ${SPECBED_TORCH_ROOT}: ${_lib} is missing")
-    endif()
-  endforeach()
-  add_library(specbed_torch INTERFACE IMPORTED)
-  set_target_properties(specbed_torch PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${SPECBED_TORCH_INCLUDE_DIRS}"
-    INTERFACE_LINK_LIBRARIES "${_specbed_libs}")
-  set(TORCH_LIBRARIES specbed_torch)
+  if(NOT (TARGET torch_cuda OR TARGET c10_cuda OR CAFFE2_USE_CUDA))
+    message(FATAL_ERROR "SPECBED_CUDA=ON needs a CUDA build of LibTorch; the one at "
+                        "${SPECBED_TORCH_ROOT} has no CUDA backend (PyPI's torch 2.11.0 is "
+                        "+cu130: scripts/deps.sh)")
+  endif()
+  # Only the CUDA backend (specbed_cuda, kernels/CMakeLists.txt) links these (libtorch_cuda,
+  # libc10_cuda, the CUDA runtime), and only binaries that link it load them.
+  set(SPECBED_TORCH_CUDA_LIBRARIES ${TORCH_LIBRARIES})
 endif()
+set(TORCH_LIBRARIES specbed_torch)
+
+# specbed_link_cuda(<target>): with SPECBED_CUDA=ON, <target> (an executable) gets SpecBed's CUDA
+# kernels and LibTorch's CUDA backend (the object library specbed_cuda, kernels/cuda_backend.h);
+# a no-op otherwise.
+function(specbed_link_cuda target)
+  if(TARGET specbed_cuda)
+    target_link_libraries(${target} PRIVATE specbed_cuda)
+  endif()
+endfunction()
 message(STATUS "LibTorch ${SPECBED_TORCH_VERSION} at ${SPECBED_TORCH_ROOT}"
                " (${CMAKE_CURRENT_LIST_FILE}; CUDA: ${SPECBED_CUDA})")

@@ -40,14 +40,12 @@ void GreedyTreeVerify(const at::Tensor& logits, const at::Tensor& tokens, const 
                           n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>()));
     return;
   }
-#ifdef SPECBED_HAVE_CUDA_TORCH
   CudaLaunchScope scope(logits);
   CheckKernelStatus(kKernel, device,
-                    gpu::GreedyTreeVerify(
+                    scope.kernels().greedy_tree_verify(
                         logits.data_ptr<float>(), tokens.data_ptr<int32_t>(),
                         parent.data_ptr<int32_t>(), batch, n, vocab, accepted.data_ptr<int32_t>(),
                         n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>(), scope.stream()));
-#endif
 }
 
 }  // namespace specbed

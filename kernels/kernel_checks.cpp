@@ -7,10 +7,8 @@
 #include <sstream>
 
 #include "harness/base/error.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_status.h"
-#ifdef SPECBED_HAVE_CUDA_TORCH
-#include "kernels/cuda/launchers.h"
-#endif
 
 namespace specbed {
 namespace kernel_detail {
@@ -101,13 +99,11 @@ void CheckTensor(const char* kernel, const char* name, const at::Tensor& t,
 KernelDevice DeviceOf(const char* kernel, const char* name, const at::Tensor& t) {
   if (t.device().is_cpu()) return KernelDevice::kCpu;
   if (t.device().is_cuda()) {
-#ifdef SPECBED_HAVE_CUDA_TORCH
-    return KernelDevice::kCuda;
-#else
+    if (CudaKernels() != nullptr) return KernelDevice::kCuda;
     Fail(kernel, ": ", name, " is on ", t.device().str(),
          " but SpecBed was built without CUDA (configure with the 'cuda' preset, "
-         "SPECBED_CUDA=ON, and a CUDA build of LibTorch); pass CPU tensors");
-#endif
+         "SPECBED_CUDA=ON, and a CUDA build of LibTorch; the binary must link specbed_cuda); "
+         "pass CPU tensors");
   }
   Fail(kernel, ": ", name, " is on ", t.device().str(),
        "; only CPU and CUDA tensors are supported");
@@ -139,15 +135,38 @@ void CheckTreeParents(const char* kernel, const char* name, const at::Tensor& pa
 
 void CheckKernelStatus(const char* kernel, KernelDevice device, int status) {
   if (status == kKernelOk) return;
-#ifdef SPECBED_HAVE_CUDA_TORCH
-  if (device == KernelDevice::kCuda) {
-    Fail(kernel, ": CUDA launch failed: ", gpu::KernelStatusString(status), " (status ", status,
-         ")");
+  if (device == KernelDevice::kCuda && CudaKernels() != nullptr) {
+    Fail(kernel, ": CUDA launch failed: ", CudaKernels()->status_string(status), " (status ",
+         status, ")");
   }
-#endif
   Fail(kernel, ": ", device == KernelDevice::kCpu ? "CPU reference" : "kernel",
        " rejected its inputs (status ", status,
        "): an index input is outside its documented range");
+}
+
+namespace {
+const CudaKernelTable* g_cuda_kernels = nullptr;  // constant-initialized before any registrar
+}  // namespace
+
+const CudaKernelTable* CudaKernels() {
+  return g_cuda_kernels;
+}
+
+void RegisterCudaKernels(const CudaKernelTable* table) {
+  g_cuda_kernels = table;
+}
+
+CudaLaunchScope::CudaLaunchScope(const at::Tensor& t) : kernels_(CudaKernels()) {
+  SPECBED_CHECK(kernels_ != nullptr,
+                "CudaLaunchScope: no CUDA kernels in this binary (link "
+                "specbed_cuda, SPECBED_CUDA=ON)");
+  device_ = t.device().index();
+  previous_device_ = kernels_->exchange_device(device_);
+  stream_ = kernels_->current_stream(device_);
+}
+
+CudaLaunchScope::~CudaLaunchScope() {
+  if (device_ != previous_device_) kernels_->exchange_device(previous_device_);
 }
 
 }  // namespace kernel_detail

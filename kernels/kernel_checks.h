@@ -23,9 +23,9 @@ void CheckTensor(const char* kernel, const char* name, const at::Tensor& t,
                  std::initializer_list<at::ScalarType> dtypes, std::initializer_list<int64_t> shape,
                  const char* shape_doc);
 
-// The device `t` (argument `name`) lives on: CPU, or CUDA when SpecBed was built with a CUDA
-// LibTorch (SPECBED_HAVE_CUDA_TORCH). Throws for CUDA tensors in other builds and for any other
-// device.
+// The device `t` (argument `name`) lives on: CPU, or CUDA when this binary has the CUDA kernels
+// (kernels/cuda_backend.h: linked with specbed_cuda, SPECBED_CUDA=ON). Throws for CUDA tensors in
+// other binaries and for any other device.
 KernelDevice DeviceOf(const char* kernel, const char* name, const at::Tensor& t);
 
 // Throws unless `t` (argument `name`) is on the same device as `ref` (argument `ref_name`).

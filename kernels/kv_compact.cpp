@@ -40,16 +40,14 @@ void CompactKvCache(const at::Tensor& storage, int64_t committed_len, const at::
                                          row_bytes, committed_len, ip, keep));
     return;
   }
-#ifdef SPECBED_HAVE_CUDA_TORCH
   CudaLaunchScope scope(storage);
   const at::Tensor device_indices = indices.device() == storage.device()
                                         ? indices
                                         : indices.to(storage.device(), /*non_blocking=*/false);
-  CheckKernelStatus(
-      kKernel, device,
-      gpu::CompactKvRows(storage.data_ptr(), n_outer, batch, n_heads, max_len, row_bytes,
-                         committed_len, device_indices.data_ptr<int64_t>(), keep, scope.stream()));
-#endif
+  CheckKernelStatus(kKernel, device,
+                    scope.kernels().compact_kv_rows(
+                        storage.data_ptr(), n_outer, batch, n_heads, max_len, row_bytes,
+                        committed_len, device_indices.data_ptr<int64_t>(), keep, scope.stream()));
 }
 
 }  // namespace specbed

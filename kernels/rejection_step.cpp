@@ -38,13 +38,11 @@ void TreeRejectionStep(const at::Tensor& p, const at::Tensor& q, const at::Tenso
                                u.data_ptr<float>(), batch, vocab, acc));
     return;
   }
-#ifdef SPECBED_HAVE_CUDA_TORCH
   CudaLaunchScope scope(p);
-  CheckKernelStatus(
-      kKernel, device,
-      gpu::TreeRejectionStep(p.data_ptr<float>(), q.data_ptr<float>(), token.data_ptr<int32_t>(),
-                             u.data_ptr<float>(), batch, vocab, acc, scope.stream()));
-#endif
+  CheckKernelStatus(kKernel, device,
+                    scope.kernels().tree_rejection_step(
+                        p.data_ptr<float>(), q.data_ptr<float>(), token.data_ptr<int32_t>(),
+                        u.data_ptr<float>(), batch, vocab, acc, scope.stream()));
 }
 
 }  // namespace specbed

@@ -71,15 +71,13 @@ void SampledTreeVerify(const at::Tensor& probs, const at::Tensor& draft_probs,
                                n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>()));
     return;
   }
-#ifdef SPECBED_HAVE_CUDA_TORCH
   CudaLaunchScope scope(probs);
   CheckKernelStatus(kKernel, device,
-                    gpu::SampledTreeVerify(
+                    scope.kernels().sampled_tree_verify(
                         probs.data_ptr<float>(), q, tokens.data_ptr<int32_t>(),
                         parent.data_ptr<int32_t>(), u.data_ptr<double>(), batch, n, vocab, mode,
                         residual.data_ptr<float>(), accepted.data_ptr<int32_t>(),
                         n_accepted.data_ptr<int32_t>(), bonus.data_ptr<int32_t>(), scope.stream()));
-#endif
 }
 
 }  // namespace specbed

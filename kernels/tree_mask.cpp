@@ -23,12 +23,11 @@ void BuildTreeMask(const at::Tensor& parent, int64_t prefix_len, const at::Tenso
                                          mask.data_ptr<bool>()));
     return;
   }
-#ifdef SPECBED_HAVE_CUDA_TORCH
   CudaLaunchScope scope(parent);
-  CheckKernelStatus(kKernel, device,
-                    gpu::BuildTreeMask(parent.data_ptr<int32_t>(), batch, n, prefix_len,
-                                       mask.data_ptr<bool>(), scope.stream()));
-#endif
+  CheckKernelStatus(
+      kKernel, device,
+      scope.kernels().build_tree_mask(parent.data_ptr<int32_t>(), batch, n, prefix_len,
+                                      mask.data_ptr<bool>(), scope.stream()));
 }
 
 }  // namespace specbed

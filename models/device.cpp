@@ -7,9 +7,7 @@
 #include <cctype>
 
 #include "harness/base/error.h"
-#ifdef SPECBED_HAVE_CUDA_TORCH
-#include "kernels/cuda_glue.h"
-#endif
+#include "kernels/cuda_backend.h"
 
 namespace specbed {
 
@@ -47,12 +45,8 @@ void CheckDeviceAvailable(const at::Device& device, const std::string& context) 
 
 void SynchronizeDevice(const at::Device& device) {
   if (device.is_cpu()) return;
-#ifdef SPECBED_HAVE_CUDA_TORCH
-  if (device.is_cuda()) {
-    kernel_detail::SynchronizeCurrentStream(device.has_index() ? device.index() : -1);
-    return;
-  }
-#endif
+  // The device's current stream through LibTorch's device-guard interface (CUDA's is registered
+  // by libc10_cuda; a CPU-only binary never holds a CUDA tensor to wait for).
   const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
   const at::Device concrete =
       device.has_index() ? device : at::Device(device.type(), impl->getDevice().index());
@@ -72,12 +66,9 @@ ScopedSideStream::~ScopedSideStream() {
 }
 
 std::string DescribeCudaDevices() {
-#ifdef SPECBED_HAVE_CUDA_TORCH
-  if (!at::globalContext().hasCUDA()) return "";
-  return kernel_detail::DescribeCudaDevices();
-#else
-  return "";
-#endif
+  const kernel_detail::CudaKernelTable* cuda = kernel_detail::CudaKernels();
+  if (cuda == nullptr || !at::globalContext().hasCUDA()) return "";
+  return cuda->describe_devices();
 }
 
 }  // namespace specbed

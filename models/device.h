@@ -63,7 +63,8 @@ class ScopedSideStream {
 };
 
 // One line per visible CUDA device ("NVIDIA H100 80GB HBM3, compute capability 9.0, driver
-// 13.0, CUDA runtime 13.0"), "" when there is none or this build has no CUDA LibTorch.
+// 13.0, CUDA runtime 13.0"), "" when there is none or this binary has no CUDA kernels
+// (kernels/cuda_backend.h: only binaries linking specbed_cuda have them).
 std::string DescribeCudaDevices();
 
 }  // namespace specbed

@@ -3,7 +3,9 @@
 // when it runs, the device is printed once per process. Use the macros at the top of a TEST body:
 //   SPECBED_SKIP_WITHOUT_CUDA();          ATen on a CUDA device
 //   SPECBED_SKIP_WITHOUT_CUDA_KERNELS();  SpecBed's CUDA kernels (kernels/cuda) too
-// The including test binary must link specbed_models (DescribeCudaDevices).
+// The including test binary must link specbed_models (DescribeCudaDevices); with SPECBED_CUDA=ON
+// it links specbed_cuda, the CUDA kernels, because its sources hold *Cuda tests
+// (cmake/SpecBedTest.cmake).
 // Checked by: tests/kernels/kernel_test.cpp (the *Cuda tests); tests/common/cuda_gate_test.cpp.
 #pragma once
 
@@ -14,6 +16,7 @@
 #include <iostream>
 #include <string>
 
+#include "kernels/cuda_backend.h"
 #include "models/device.h"
 #include "tests/common/cuda_gate.h"
 
@@ -24,9 +27,7 @@ inline CudaGateDecision CudaTestGate(bool need_kernels) {
   CudaProbe probe;
   probe.cuda_available =
       at::globalContext().hasCUDA() && c10::impl::getDeviceGuardImpl(at::kCUDA)->deviceCount() > 0;
-#ifdef SPECBED_HAVE_CUDA_TORCH
-  probe.kernels_built = true;
-#endif
+  probe.kernels_built = kernel_detail::CudaKernels() != nullptr;
   if (probe.cuda_available) {
     probe.devices = DescribeCudaDevices();
     if (probe.devices.empty()) {

@@ -1,0 +1,71 @@
+// The CUDA backend of the kernel wrappers (see kernels/cuda_backend.h): the table of raw
+// launchers and the LibTorch CUDA glue (device switch, current stream, device description),
+// registered at static initialization. Compiled only with SPECBED_CUDA=ON, into the object
+// library specbed_cuda (with the CUDA LibTorch's flags and libraries), and linked into the CLI and
+// the test binaries holding *Cuda tests. The one translation unit that touches LibTorch's CUDA API.
+// Checked by: tests/kernels/kernel_test.cpp (the *Cuda tests launch through it on a GPU);
+// scripts/check_cuda_build (compiles and links it).
+#include "kernels/cuda_backend.h"
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+namespace specbed {
+namespace kernel_detail {
+namespace {
+
+int ExchangeDevice(int device) {
+  const int previous = c10::cuda::current_device();
+  if (device != previous) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  return previous;
+}
+
+void* CurrentStream(int device) {
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+}
+
+std::string VersionString(int v) {  // CUDA encodes 13.0 as 13000
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string DescribeDevices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return "";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    if (!out.empty()) out += "; ";
+    out += std::string(prop.name) + ", compute capability " + std::to_string(prop.major) + "." +
+           std::to_string(prop.minor) + ", driver " + VersionString(driver) + ", CUDA runtime " +
+           VersionString(runtime);
+  }
+  return out;
+}
+
+CudaKernelTable MakeTable() {
+  CudaKernelTable table;
+  table.build_tree_mask = &gpu::BuildTreeMask;
+  table.greedy_tree_verify = &gpu::GreedyTreeVerify;
+  table.compact_kv_rows = &gpu::CompactKvRows;
+  table.tree_rejection_step = &gpu::TreeRejectionStep;
+  table.sampled_tree_verify = &gpu::SampledTreeVerify;
+  table.status_string = &gpu::KernelStatusString;
+  table.exchange_device = &ExchangeDevice;
+  table.current_stream = &CurrentStream;
+  table.describe_devices = &DescribeDevices;
+  return table;
+}
+
+const CudaKernelTable kTable = MakeTable();
+
+// Registers kTable when the binary starts (an object library's objects are always linked).
+const bool kRegistered = (RegisterCudaKernels(&kTable), true);
+
+}  // namespace
+}  // namespace kernel_detail
+}  // namespace specbed
