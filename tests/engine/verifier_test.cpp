@@ -11,7 +11,8 @@
 // seed; the seeds are fixed, so the outcome is deterministic. A deliberately wrong acceptor fails
 // the same test (PowerCheck), which shows the test can fail. The same tests run on the ATen
 // path's acceptance (DeviceVerifierLossless: the kernels/ walk), with its two negative-control
-// modes failing them.
+// modes failing them (FaultPValue: looked at after an eighth, a quarter and half of the draws, so
+// a gross fault stops early).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -115,60 +116,116 @@ void AcceptEverything(const DraftTree& tree, const float* logits, int64_t vocab,
   verdict.tokens.push_back(verdict.bonus);
 }
 
-// Chi-square p-value of the 3-token output distribution for one rule/shape/sampling.
+// The 3-token outputs of repeated draft/verify steps for one rule/shape/sampling, and their
+// chi-square p-value against the product of the target's transformed conditionals.
+class OutputSample {
+ public:
+  OutputSample(VerifyRule rule, DraftShape shape, SamplingParams params, uint64_t seed,
+               Acceptor accept)
+      : rule_(rule),
+        shape_(shape),
+        params_(params),
+        accept_(accept),
+        sampler_(params, seed),
+        draft_rng_(seed ^ 0x5bd1e995ULL),
+        counts_(64, 0) {}
+
+  // Draws outputs until `total` have been drawn.
+  void DrawUpTo(int total) {
+    for (; draws_ < total; ++draws_) {
+      std::vector<int32_t> out;
+      int32_t root = kStart;
+      while (static_cast<int>(out.size()) < kOutputLen) {
+        MakeDraft(shape_, root, draft_rng_, tree_);
+        logits_.resize((tree_.size() + 1) * kVocab);
+        for (int64_t slot = 0; slot <= tree_.size(); ++slot) {
+          const int32_t tok = slot == 0 ? root : tree_.token[slot - 1];
+          std::copy(kTargetLogits[tok], kTargetLogits[tok] + kVocab,
+                    logits_.begin() + slot * kVocab);
+        }
+        accept_(tree_, logits_.data(), kVocab, rule_, sampler_, verdict_);
+        // Invariant: the accepted nodes form a path from the root.
+        for (size_t j = 0; j < verdict_.path.size(); ++j) {
+          EXPECT_EQ(tree_.parent[verdict_.path[j]], j == 0 ? -1 : verdict_.path[j - 1]);
+        }
+        for (int32_t t : verdict_.tokens) out.push_back(t);
+        root = verdict_.tokens.back();
+      }
+      counts_[out[0] * 16 + out[1] * 4 + out[2]]++;
+    }
+  }
+
+  double PValue() const {
+    const std::vector<double> expected = Expected();
+    double chi2 = 0;
+    int cells = 0;
+    for (int i = 0; i < 64; ++i) {
+      if (expected[i] <= 0) {
+        if (counts_[i] != 0) return 0.0;  // an impossible output was produced
+        continue;
+      }
+      const double e = expected[i] * draws_;
+      chi2 += (counts_[i] - e) * (counts_[i] - e) / e;
+      ++cells;
+    }
+    return ChiSquareSf(chi2, cells - 1);
+  }
+
+ private:
+  static constexpr int32_t kStart = 2;
+
+  // Product of the target's transformed conditionals.
+  std::vector<double> Expected() const {
+    std::vector<double> expected(64, 0.0);
+    std::vector<float> p1, p2, p3;
+    Sampler dist(params_, 0);
+    dist.Distribution(kTargetLogits[kStart], kVocab, p1);
+    for (int a = 0; a < kVocab; ++a) {
+      dist.Distribution(kTargetLogits[a], kVocab, p2);
+      for (int b = 0; b < kVocab; ++b) {
+        dist.Distribution(kTargetLogits[b], kVocab, p3);
+        for (int c = 0; c < kVocab; ++c) expected[a * 16 + b * 4 + c] = p1[a] * p2[b] * p3[c];
+      }
+    }
+    return expected;
+  }
+
+  VerifyRule rule_;
+  DraftShape shape_;
+  SamplingParams params_;
+  Acceptor accept_;
+  Sampler sampler_;
+  std::mt19937_64 draft_rng_;
+  std::vector<int64_t> counts_;
+  int draws_ = 0;
+  DraftTree tree_;
+  Verdict verdict_;
+  std::vector<float> logits_;
+};
+
+// Chi-square p-value of the 3-token output distribution over kDraws draws.
 double LosslessnessPValue(VerifyRule rule, DraftShape shape, SamplingParams params, uint64_t seed,
                           Acceptor accept = &AcceptTree) {
-  Sampler sampler(params, seed);
-  std::mt19937_64 draft_rng(seed ^ 0x5bd1e995ULL);
-  std::vector<int64_t> counts(64, 0);
-  DraftTree tree;
-  Verdict verdict;
-  std::vector<float> logits;
-  const int32_t start = 2;
-  for (int draw = 0; draw < kDraws; ++draw) {
-    std::vector<int32_t> out;
-    int32_t root = start;
-    while (static_cast<int>(out.size()) < kOutputLen) {
-      MakeDraft(shape, root, draft_rng, tree);
-      logits.resize((tree.size() + 1) * kVocab);
-      for (int64_t slot = 0; slot <= tree.size(); ++slot) {
-        const int32_t tok = slot == 0 ? root : tree.token[slot - 1];
-        std::copy(kTargetLogits[tok], kTargetLogits[tok] + kVocab, logits.begin() + slot * kVocab);
-      }
-      accept(tree, logits.data(), kVocab, rule, sampler, verdict);
-      // Invariant: the accepted nodes form a path from the root.
-      for (size_t j = 0; j < verdict.path.size(); ++j) {
-        EXPECT_EQ(tree.parent[verdict.path[j]], j == 0 ? -1 : verdict.path[j - 1]);
-      }
-      for (int32_t t : verdict.tokens) out.push_back(t);
-      root = verdict.tokens.back();
-    }
-    counts[out[0] * 16 + out[1] * 4 + out[2]]++;
+  OutputSample sample(rule, shape, params, seed, accept);
+  sample.DrawUpTo(kDraws);
+  return sample.PValue();
+}
+
+// The p-value a negative control checks against `threshold`: the same draws, looked at after
+// kDraws/8, /4 and /2, stopping at the first look whose p-value is below threshold / 10; else
+// the p-value of all kDraws. A gross fault is caught after an eighth of the draws; a fault the
+// full draw detects is still detected; a no-op "fault" would pass the control with probability
+// <= 3 x threshold / 10 + threshold.
+double FaultPValue(VerifyRule rule, DraftShape shape, SamplingParams params, uint64_t seed,
+                   double threshold, Acceptor accept = &AcceptTree) {
+  OutputSample sample(rule, shape, params, seed, accept);
+  for (int look : {kDraws / 8, kDraws / 4, kDraws / 2}) {
+    sample.DrawUpTo(look);
+    const double p = sample.PValue();
+    if (p < threshold / 10) return p;
   }
-  // Expected: product of the target's transformed conditionals.
-  std::vector<double> expected(64, 0.0);
-  std::vector<float> p1, p2, p3;
-  Sampler dist(params, 0);
-  dist.Distribution(kTargetLogits[start], kVocab, p1);
-  for (int a = 0; a < kVocab; ++a) {
-    dist.Distribution(kTargetLogits[a], kVocab, p2);
-    for (int b = 0; b < kVocab; ++b) {
-      dist.Distribution(kTargetLogits[b], kVocab, p3);
-      for (int c = 0; c < kVocab; ++c) expected[a * 16 + b * 4 + c] = p1[a] * p2[b] * p3[c];
-    }
-  }
-  double chi2 = 0;
-  int cells = 0;
-  for (int i = 0; i < 64; ++i) {
-    if (expected[i] <= 0) {
-      if (counts[i] != 0) return 0.0;  // an impossible output was produced
-      continue;
-    }
-    const double e = expected[i] * kDraws;
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  return ChiSquareSf(chi2, cells - 1);
+  sample.DrawUpTo(kDraws);
+  return sample.PValue();
 }
 
 constexpr double kAlpha = 1e-4;
@@ -211,13 +268,13 @@ TEST(DeviceVerifierLossless, EveryRuleOnTheWalkKernel) {
 TEST(DeviceVerifierLossless, NegativeControlsFailTheSameTest) {
   {
     ScopedVerifierFault fault(VerifierFault::kTargetAsResidual);
-    EXPECT_LT(LosslessnessPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 21,
-                                 &AcceptOnDevice),
+    EXPECT_LT(FaultPValue(VerifyRule::kChainRs, DraftShape::kChain, Temperature(1.0), 21, 1e-12,
+                          &AcceptOnDevice),
               1e-12);
   }
   ScopedVerifierFault fault(VerifierFault::kGreedyAcceptance);
-  EXPECT_LT(LosslessnessPValue(VerifyRule::kSampleFollow, DraftShape::kArbitraryTree,
-                               Temperature(1.0), 24, &AcceptOnDevice),
+  EXPECT_LT(FaultPValue(VerifyRule::kSampleFollow, DraftShape::kArbitraryTree, Temperature(1.0), 24,
+                        1e-12, &AcceptOnDevice),
             1e-12);
 }
 

@@ -246,7 +246,7 @@ struct Trace {
   std::vector<std::vector<int32_t>> outputs;
 };
 Trace RunMethod(LoadedTarget& target, const std::string& method, const nlohmann::json& knobs,
-                size_t n_prompts, int64_t max_new) {
+                size_t n_prompts, int64_t max_new, testing_util::ArAnswers* ar_answers = nullptr) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   MethodContext context = testing_util::CachingContextFor(target);
@@ -255,7 +255,7 @@ Trace RunMethod(LoadedTarget& target, const std::string& method, const nlohmann:
   Trace trace;
   for (size_t i = 0; i < n_prompts; ++i) {
     const testing_util::StoryRun run = testing_util::RunStoryPrompt(
-        target, *decoder, prompts[i], {max_new, 0, i, /*cache_rows=*/512});
+        target, *decoder, prompts[i], {max_new, 0, i, /*cache_rows=*/512}, ar_answers);
     const DecodeResult& r = run.spec;
     EXPECT_EQ(r.generation.tokens, run.ar.tokens)
         << method << " on " << target.spec.name << " prompt " << i;
@@ -272,14 +272,15 @@ TEST(StoriesTwin, EveryMethodMatchesArAndEveryDrafterTwinDraftsLikeItsOriginal) 
   LoadedTarget twin = LoadModel("stories260K-twin", at::kFloat);
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
+  testing_util::ArAnswers ar_answers;  // AR on each target and prompt, computed once
   for (const std::string& name : registry.Names()) {
     if (!registry.Info(name).traits.speculative) continue;
     SCOPED_TRACE(name);
     // Default knobs: "auto" drafters pick stories260K-* on one target and stories260K-twin-* on
     // the other. Online-training methods (OSD) update the drafter at the end of a request, so
     // later requests still draft the same on both only up to float rounding of the update.
-    const Trace a = RunMethod(small, name, nlohmann::json::object(), 3, 48);
-    const Trace b = RunMethod(twin, name, nlohmann::json::object(), 3, 48);
+    const Trace a = RunMethod(small, name, nlohmann::json::object(), 3, 48, &ar_answers);
+    const Trace b = RunMethod(twin, name, nlohmann::json::object(), 3, 48, &ar_answers);
     EXPECT_EQ(a.outputs, b.outputs);
     // SpecBranch's H-RAD predictor reads target hidden states, and the twin's (16 layers, width
     // 512) are not stories260K's: each target has its own predictor, so the steps differ. Likewise
