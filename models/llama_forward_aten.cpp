@@ -2,8 +2,10 @@
 #include "models/llama_forward_aten.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,17 +17,52 @@
 namespace specbed {
 namespace {
 
-// The first elements of a contiguous buffer, viewed as `shape`.
+// The views below are made with one as_strided call each, with the sizes, strides and offset
+// that view / narrow / permute would give: those dispatch through two or three operators per
+// view, most of a tiny model's step.
+
+// The first elements of a contiguous buffer, viewed as `shape` (buffer.view({-1}).narrow(0, 0,
+// n).view(shape): contiguous strides).
 at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape) {
+  std::array<int64_t, 8> strides;
+  SPECBED_CHECK(shape.size() <= strides.size() && buffer.is_contiguous(), "AtenForward: a view of ",
+                shape.size(), " dims (internal error)");
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = n;
+    n *= shape[i];
+  }
   SPECBED_CHECK(n <= buffer.numel(), "AtenForward: buffer of ", buffer.numel(),
                 " elements viewed as ", shape, " (internal error)");
-  return buffer.view({-1}).narrow(0, 0, n).view(shape);
+  return buffer.as_strided(shape, at::IntArrayRef(strides.data(), shape.size()));
+}
+
+// x.narrow(dim, start, length).
+at::Tensor Narrow(const at::Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  if (dim < 0) dim += x.dim();
+  at::DimVector sizes(x.sizes().begin(), x.sizes().end());
+  sizes[dim] = length;
+  return x.as_strided(sizes, x.strides(), x.storage_offset() + start * x.stride(dim));
 }
 
 at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
-  return buffer.narrow(0, 0, n);
+  return Narrow(buffer, 0, 0, n);
+}
+
+// Slots [first, first + n) of layer l's keys (kv = 0) or values (kv = 1) in the cache storage
+// [n_layers, 2, batch, kv_heads, max_len, head_dim] (contiguous): [batch, kv_heads, n, head_dim]
+// (cache.keys(l).narrow(2, first, n)), or with `token_major` [batch, n, kv_heads, head_dim]
+// (that .permute({0, 2, 1, 3}): where the new rows are written).
+at::Tensor CacheSlots(const KvCache& cache, int64_t l, int kv, int64_t first, int64_t n,
+                      bool token_major) {
+  const at::Tensor& storage = cache.storage();
+  const int64_t b = storage.size(2), h = storage.size(3), len = storage.size(4),
+                hd = storage.size(5);
+  const int64_t offset = storage.storage_offset() + (l * 2 + kv) * storage.stride(1) + first * hd;
+  if (token_major) {
+    return storage.as_strided({b, n, h, hd}, {h * len * hd, hd, len * hd, 1}, offset);
+  }
+  return storage.as_strided({b, h, n, hd}, {h * len * hd, len * hd, hd, 1}, offset);
 }
 
 // ATen's out= overloads take an lvalue: a view made for the call lives through it.
@@ -39,8 +76,14 @@ at::Tensor FloatCopy(const at::Tensor& t) {
 
 // x[..., 2 * half] split into its RoPE pairs: (first, second) halves or interleaved lanes.
 std::pair<at::Tensor, at::Tensor> RopePairs(const at::Tensor& x, int64_t half, bool interleaved) {
-  if (interleaved) return {x.slice(-1, 0, 2 * half, 2), x.slice(-1, 1, 2 * half, 2)};
-  return {x.narrow(-1, 0, half), x.narrow(-1, half, half)};
+  if (!interleaved) return {Narrow(x, -1, 0, half), Narrow(x, -1, half, half)};
+  // x.slice(-1, lane, 2 * half, 2): every other element from `lane`.
+  at::DimVector sizes(x.sizes().begin(), x.sizes().end());
+  at::DimVector strides(x.strides().begin(), x.strides().end());
+  sizes.back() = half;
+  strides.back() *= 2;
+  const int64_t offset = x.storage_offset(), lane = x.stride(-1);
+  return {x.as_strided(sizes, strides, offset), x.as_strided(sizes, strides, offset + lane)};
 }
 
 }  // namespace
@@ -151,7 +194,7 @@ void AtenForward::EnsureRope(int64_t max_position) {
 
 void AtenForward::RmsNorm(const at::Tensor& x, const at::Tensor& w_f, at::Tensor out) {
   const at::IntArrayRef shape = x.sizes();
-  std::vector<int64_t> ms_shape(shape.begin(), shape.end());
+  at::DimVector ms_shape(shape.begin(), shape.end());
   ms_shape.back() = 1;
   at::Tensor xf = x;
   if (dtype_ != at::kFloat) xf = Take(norm_in_f_, shape).copy_(x);
@@ -186,22 +229,25 @@ void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
 void AtenForward::PrepareRope(const ForwardOptions& options, const Step& s) {
   const int64_t half = config_.head_dim / 2;
   if (!options.positions.defined()) {  // positions past + t: a view of the table
-    cos_view_ = rope_cos_.narrow(0, s.past, s.n_tokens).view({1, s.n_tokens, 1, half});
-    sin_view_ = rope_sin_.narrow(0, s.past, s.n_tokens).view({1, s.n_tokens, 1, half});
+    cos_view_ = rope_cos_.as_strided({1, s.n_tokens, 1, half}, {s.n_tokens * half, half, half, 1},
+                                     s.past * half);
+    sin_view_ = rope_sin_.as_strided({1, s.n_tokens, 1, half}, {s.n_tokens * half, half, half, 1},
+                                     s.past * half);
     return;
   }
   at::Tensor pos = options.positions.reshape({s.rows});
   if (pos.device() != device_) pos = Rows(positions_, s.rows).copy_(pos);
   at::index_select_out(Out(Rows(cos_sel_, s.rows)), rope_cos_, 0, pos);
   at::index_select_out(Out(Rows(sin_sel_, s.rows)), rope_sin_, 0, pos);
-  cos_view_ = Rows(cos_sel_, s.rows).view({s.batch, s.n_tokens, 1, half});
-  sin_view_ = Rows(sin_sel_, s.rows).view({s.batch, s.n_tokens, 1, half});
+  cos_view_ = Take(cos_sel_, {s.batch, s.n_tokens, 1, half});
+  sin_view_ = Take(sin_sel_, {s.batch, s.n_tokens, 1, half});
 }
 
 void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
   if (!options.mask.defined()) {  // causal: -inf where slot s > past + t
     mask_view_ = Take(mask_add_, {1, s.n_tokens, s.n_slots});
     at::triu_out(mask_view_, Take(neg_inf_, {1, s.n_tokens, s.n_slots}), s.past + 1);
+    mask5_ = Take(mask_add_, {1, 1, 1, s.n_tokens, s.n_slots});
     return;
   }
   at::Tensor allowed = options.mask;
@@ -211,6 +257,7 @@ void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
   mask_view_ = Take(mask_add_, {s.batch, s.n_tokens, s.n_slots});
   mask_view_.copy_(Take(neg_inf_, {s.batch, s.n_tokens, s.n_slots}));
   mask_view_.masked_fill_(allowed, zero_);
+  mask5_ = Take(mask_add_, {s.batch, 1, 1, s.n_tokens, s.n_slots});
 }
 
 // dst = RoPE(src) at this step's positions; src, dst: [batch, T, heads, head_dim].
@@ -239,19 +286,23 @@ void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
   } else {
     at::mm_out(qkv, xn, wqkv_t_[l]);
   }
-  at::Tensor q_src = qkv.narrow(1, 0, q_width).view({s.batch, s.n_tokens, s.heads, hd});
-  at::Tensor k_src = qkv.narrow(1, q_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
+  at::Tensor q_src = Narrow(qkv, 1, 0, q_width).view({s.batch, s.n_tokens, s.heads, hd});
+  at::Tensor k_src = Narrow(qkv, 1, q_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
   at::Tensor v_src =
-      qkv.narrow(1, q_width + kv_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
+      Narrow(qkv, 1, q_width + kv_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
   if (q_norm_f_[l].defined()) RmsNorm(q_src, q_norm_f_[l], q_src);
   if (k_norm_f_[l].defined()) RmsNorm(k_src, k_norm_f_[l], k_src);
-  // q into [batch, kv_heads, group, T, hd] (head h = kv_head * group + g); k, v into the cache.
-  at::Tensor q = Take(q_, {s.batch, s.heads, s.n_tokens, hd});
-  Rotate(q_src, q.permute({0, 2, 1, 3}), s);
-  at::Tensor k_all = cache.keys(l), v_all = cache.values(l);  // [B, KVH, max_len, hd]
-  Rotate(k_src, k_all.narrow(2, s.past, s.n_tokens).permute({0, 2, 1, 3}), s);
-  v_all.narrow(2, s.past, s.n_tokens).permute({0, 2, 1, 3}).copy_(v_src);
-  Attend(k_all.narrow(2, 0, s.n_slots), v_all.narrow(2, 0, s.n_slots), s);
+  // q into [batch, kv_heads, group, T, hd] (head h = kv_head * group + g), written through its
+  // [batch, T, heads, hd] permutation (Take(q_, {batch, heads, T, hd}).permute({0, 2, 1, 3}));
+  // k, v into the cache.
+  const int64_t tokens_hd = s.n_tokens * hd;
+  Rotate(q_src,
+         q_.as_strided({s.batch, s.n_tokens, s.heads, hd}, {s.heads * tokens_hd, hd, tokens_hd, 1}),
+         s);
+  Rotate(k_src, CacheSlots(cache, l, 0, s.past, s.n_tokens, /*token_major=*/true), s);
+  CacheSlots(cache, l, 1, s.past, s.n_tokens, /*token_major=*/true).copy_(v_src);
+  Attend(CacheSlots(cache, l, 0, 0, s.n_slots, /*token_major=*/false),
+         CacheSlots(cache, l, 1, 0, s.n_slots, /*token_major=*/false), s);
   x.addmm_(Rows(attn_rows_, s.rows), wo_t_[l]);
 }
 
@@ -278,8 +329,8 @@ void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s
     at::Tensor scores = Take(scores_, {bk, s.group * tc, S});
     at::bmm_out(scores, qc.view({bk, s.group * tc, hd}), k3);
     scores.mul_(scale_);
-    scores.view({s.batch, s.kv_heads, s.group, tc, S})
-        .add_(mask_view_.narrow(1, t0, tc).unsqueeze(1).unsqueeze(1));
+    Take(scores_, {s.batch, s.kv_heads, s.group, tc, S})
+        .add_(tc == s.n_tokens ? mask5_ : Narrow(mask_view_, 1, t0, tc).unsqueeze(1).unsqueeze(1));
     at::Tensor probs = Take(probs_, {bk, s.group * tc, S});
     at::_softmax_out(probs, scores, -1, /*half_to_float=*/false);
     probs.nan_to_num_(0.0);  // a fully masked row attends to nothing: zeros, as the row kernels
@@ -301,8 +352,8 @@ void AtenForward::Mlp(int64_t l, const Step& s) {
   x.addmm_(act, w_down_t_[l]);
 }
 
-void AtenForward::Logits(LogitsMode mode, const Step& s, ForwardOutput& out) {
-  if (mode == LogitsMode::kNone) return;
+at::Tensor AtenForward::Logits(LogitsMode mode, const Step& s) {
+  if (mode == LogitsMode::kNone) return at::Tensor();
   const bool all = mode == LogitsMode::kAll;
   const int64_t n_out = all ? s.rows : s.batch;
   at::Tensor x = Rows(x_, s.rows);
@@ -316,11 +367,17 @@ void AtenForward::Logits(LogitsMode mode, const Step& s, ForwardOutput& out) {
     at::mm_out(Out(Rows(logits_lowp_, n_out)), head_in, lm_head_t_);
     logits.copy_(Rows(logits_lowp_, n_out));
   }
-  out.logits = logits.view({s.batch, all ? s.n_tokens : 1, config_.vocab_size});
+  return logits;
 }
 
 ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
                                const ForwardOptions& options) {
+  // Every op below reads the weights and writes this object's buffers and the cache through out=
+  // and in-place ops, which autograd cannot differentiate anyway: dispatch below the autograd and
+  // view-tracking layers, whose bookkeeping (view metadata per view, version bumps) is most of a
+  // tiny model's step. Unlike InferenceMode this makes ordinary tensors (the hidden-state clones),
+  // and the returned logits view is made after the guard, as an ordinary view of its buffer.
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
   Step s;
   s.batch = tokens.size(0);
   s.n_tokens = tokens.size(1);
@@ -364,7 +421,12 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
     Mlp(l, s);
     capture(l + 1);
   }
-  Logits(options.logits, s, out);
+  const at::Tensor logits = Logits(options.logits, s);
+  below_autograd.reset();
+  if (logits.defined()) {
+    const int64_t per_sequence = options.logits == LogitsMode::kAll ? s.n_tokens : 1;
+    out.logits = logits.view({s.batch, per_sequence, config_.vocab_size});
+  }
   return out;
 }
 

@@ -12,7 +12,10 @@
 //
 // Every activation lives in a buffer preallocated for the largest batch * T (and the cache's
 // max_len) seen, so a steady decode step allocates only tensor views; attention scores larger
-// than kAttentionScoreBudget elements are computed in query chunks (long prefills).
+// than kAttentionScoreBudget elements are computed in query chunks (long prefills). Per-op
+// overhead, which dominates small models: Run dispatches below the autograd and view-tracking
+// layers (at::AutoDispatchBelowADInplaceOrView: out= and in-place ops into buffers are never
+// differentiated; no inference tensors are made), and each view is one as_strided call.
 // Checked by: tests/engine/aten_forward_test.cpp (against the row kernels on the CPU: logits
 // within 1e-4 in float32 and identical greedy ids on stories260K, its twin and random Llama-3 /
 // Qwen2 / Qwen3 checkpoints, causal and tree masks, hidden states; no allocation in a steady
@@ -62,7 +65,8 @@ class AtenForward {
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
   void Mlp(int64_t layer, const Step& s);
-  void Logits(LogitsMode mode, const Step& s, ForwardOutput& out);
+  // The logits rows (float32 [batch or rows, vocab]); undefined for kNone.
+  at::Tensor Logits(LogitsMode mode, const Step& s);
 
   LlamaConfig config_;
   LlamaWeights weights_;
@@ -96,6 +100,7 @@ class AtenForward {
   bool use_sdpa_ = false;
   at::Tensor cos_view_, sin_view_;  // this step's [batch or 1, T, 1, half] RoPE rows
   at::Tensor mask_view_;            // this step's additive mask [batch or 1, T, S]
+  at::Tensor mask5_;                // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
 };
 
 }  // namespace specbed
