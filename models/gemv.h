@@ -9,67 +9,82 @@
 // while 4 tokens stayed ~17 ms. A decode step is memory-bound (every weight is read once), so a
 // streaming dot-product kernel reaches the memory roofline whatever BLAS does.
 //
-// Numerics: each out[r, j] is one 8-lane float32 chain over i (FMA where the CPU has it), a fixed
-// horizontal sum, then + bias, then + the old out value, rounded once to the storage type. The
-// result does not depend on the row count or on how output features are split across threads.
+// Kernels: compiled once per instruction set (models/gemv_kernels.inc, one gemv_isa_*.cpp each)
+// and picked at run time by the CPU, per weight dtype:
+//   float32   x86-64-v4 (AVX-512, 16 lanes) > x86-64-v3 (AVX2 + FMA, 8 lanes) > generic
+//   bfloat16  avx512bf16 (vdpbf16ps: bf16 weights x bf16 activations, fp32 accumulation) >
+//             x86-64-v4 > x86-64-v3 > generic (these widen bf16 to fp32)
+//   float16   x86-64-v4 (vcvtph2ps zmm) > x86-64-v3 (F16C) > generic (software conversion)
+// SetGemvIsa, the environment variable SPECBED_GEMV_ISA and `specbed bench --gemv-isa` cap the
+// choice (e.g. x86-64-v3 = the kernels SpecBed ran before the AVX-512 ones) for A/B runs.
 //
-// Checked by: tests/models/gemv_test.cpp (against at::mm for random and odd shapes, fp32 and
-// bf16, with/without bias and accumulation; LlamaModel 1-token forward vs multi-row forward).
+// Numerics: each out[r, j] is a fixed-order sum of float32 lane partials over i (8 or 16 lanes;
+// FMA where the ISA has it; with vdpbf16ps each lane adds two exact bf16 products per step), a
+// fixed horizontal sum, then + bias, then + the old out value, rounded once to the storage type.
+// The result depends on the kernel (so runs record it: GemvKernelName) but never on the row count
+// or on how output features are split across threads, so a 1-row decode step and an n-row verify
+// through the same kernel give the same bits per row.
+//
+// Checked by: tests/models/gemv_test.cpp (every kernel this CPU supports against at::mm for
+// random and odd shapes, fp32, bf16 and fp16, with/without bias and accumulation; row-count and
+// thread independence; LlamaModel 1-token forward vs multi-row forward).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace specbed {
 
-// Largest number of activation rows for which LlamaModel::Forward uses GemvRows instead of ATen.
-// Measured with `specbed bench -t random-35m -c 64 --verify-widths 1,2,3,4,6,8 --gemv-max-rows
-// 0|8` (2-core AMD EPYC Zen 4 VM shared with other builds, so +-20% noise; 1 thread; OpenBLAS
-// 0.3.21 with OPENBLAS_CORETYPE=Haswell; forward ms for n = 1/2/3/4/6/8 rows):
-//   fp32  ATen 23.6/24.1/29.4/22.0/26.9/25.8   GEMV  8.9/11.6/14.6/18.0/25.9/32.0
-//   bf16  ATen 10.5/13.5/13.8/13.9/14.4/14.7   GEMV  6.2/ 7.7/10.8/13.8/20.7/25.9
-// (an earlier bf16 ATen run: 9.5/9.5/9.6/9.8/9.0/6.6). A quieter fp32 run, n = 1/4 rows, ATen
-// vs GEMV: random-35m 22.7/16.0 vs 5.6/13.3 ms (OPENBLAS_CORETYPE=Haswell: 16.3/15.5 vs
-// 8.5/12.6); a width-512 16-layer shape 13.4/23.6 vs 8.2/17.8 (Haswell: 18.9/18.5 vs 8.4/19.0).
-// stories260K-twin (width 512, 16 layers, the cost-twin target), n = 1/2/3/4 rows, ATen vs GEMV:
-//   fp32  default core 14.0/18.7/22.4/20.7 vs 8.0/11.6/15.6/17.7; Haswell 18.6/19.5/25.2/18.8 vs
-//         8.2/11.8/15.8/18.5
-//   bf16  default core  7.5/ 8.1/ 8.6/ 9.4 vs 5.4/ 8.5/ 8.7/ 9.7; Haswell  7.3/ 7.7/ 8.2/ 8.9 vs
-//         5.0/ 8.2/ 8.8/ 9.6
-// GEMV wins at 1-3 rows in fp32 and ties or wins at 4 (OpenBLAS's small-M sgemm is far from the
-// memory roofline); in bf16 only the 1-row step wins (oneDNN's AVX512-BF16 kernels are well
-// blocked beyond that).
-//
-// With the software prefetch (8 KiB ahead in each weight row, gemv.cpp) the multi-row kernel
-// overlaps DRAM streaming with its FMAs; before it, 4 rows out of cache ran at ~12 GFMA/s against
-// ~40 in cache. stories260K-twin, 1 thread, context 64, default core (2026-11-24, `specbed bench
-// --verify-widths ... --gemv-max-rows 0|8|16`): fp32 n = 1/2/3/4/6/8 rows 6.9/7.0/7.5/7.9 ms
-// (4 rows = 1.15x one row) and 6/8 rows 12.0/15.1 ms with GEMV vs 21.5/22.4 ms through BLAS;
-// 12/16 rows 22.9/30.0 vs ~33 (a tie, so BLAS from 9 rows on). bf16 n = 1/2/4/8: GEMV
-// 5.0/5.4/8.6/12.6 ms vs oneDNN (from 2 rows) 4.6/8.0/9.4/12.3.
-inline constexpr int64_t kGemvMaxRowsFloat = 8;
-inline constexpr int64_t kGemvMaxRowsBFloat16 = 4;
+// Largest number of activation rows for which LlamaModel::Forward uses GemvRows instead of ATen
+// (MKL sgemm / oneDNN through LibTorch). Re-measured for the per-ISA kernels on this 2-core AMD
+// EPYC Zen 4 VM (AVX-512 + AVX512_BF16), stories260K-twin, 1 thread, context 64, weights in 2 MiB
+// pages, forward ms for n = 1/2/4/8/12/16 rows (`specbed bench -t stories260K-twin --dtype
+// float32,bfloat16,float16 -c 64 -n 16 -r 5 --verify-widths 1,2,3,4,5,6,8,12,16 --gemv-max-rows
+// 0|16`, 2026-12-02; results/bench_cpu_vector_width.md):
+//   fp32  ATen 16.5/25.4/26.6/29.7/35.6/42.6    GEMV (x86-64-v4)   8.2/ 7.9/11.3/24.0/31.5/41.6
+//   bf16  ATen 11.8/12.5/17.0/19.5/25.6/30.6    GEMV (avx512bf16)  4.3/ 5.3/10.0/17.1/24.7/34.8
+//   fp16  ATen  7.2/14.0/28.2/56.6/86.4/116.6   GEMV (x86-64-v4)   5.2/ 9.1/15.3/33.9/47.3/73.8
+// GEMV wins through 12 rows in fp32 and bf16 (ties at 16) and at every width in fp16 (ATen's CPU
+// fp16 GEMM is slow). Before the per-ISA kernels (8-lane kernels reading 8 weight rows side by
+// side, 4 KiB pages) the thresholds were 8 (fp32) and 4 (bf16): results/bench_gemv_rows_cpu.md.
+inline constexpr int64_t kGemvMaxRowsFloat = 12;
+inline constexpr int64_t kGemvMaxRowsBFloat16 = 12;
+inline constexpr int64_t kGemvMaxRowsHalf = 64;
 
-// The row threshold in use for `dtype` (kFloat or kBFloat16): the constants above unless
+// The row threshold in use for `dtype` (kFloat, kBFloat16 or kHalf): the constants above unless
 // overridden by SetGemvMaxRows.
 int64_t GemvMaxRows(at::ScalarType dtype);
-// Overrides the threshold for both dtypes (0 = always ATen/BLAS, for A/B measurements); a
+// Overrides the threshold for every dtype (0 = always ATen/BLAS, for A/B measurements); a
 // negative value restores the defaults. Process-wide; not thread-safe against running forwards.
 void SetGemvMaxRows(int64_t max_rows);
 
 // out[r, j] = (accumulate ? out[r, j] : 0) + (bias defined ? bias[j] : 0)
 //             + sum_i x[r, i] * weight[j, i]
-// x:      [rows, in] contiguous, same dtype as weight (any rows >= 0; fastest for rows <= 4).
-// weight: [out_features, in] contiguous, float32 or bfloat16.
+// x:      [rows, in] contiguous, same dtype as weight (any rows >= 0; up to 8 rows share one
+//         pass over the weights).
+// weight: [out_features, in] contiguous, float32, bfloat16 or float16.
 // bias:   [out_features] contiguous, weight's dtype, or undefined.
 // out:    [rows, out_features] contiguous, weight's dtype; must not overlap x or weight.
 // Parallel over output features with at::parallel_for (at::get_num_threads threads).
 void GemvRows(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
               const at::Tensor& out, bool accumulate);
 
-// The instruction set GemvRows runs on this CPU: "x86-64-v3" (AVX2 + FMA) or "generic".
+// The kernel GemvRows runs for `dtype` weights (kFloat, kBFloat16 or kHalf): "avx512bf16",
+// "x86-64-v4", "x86-64-v3" or "generic".
+std::string GemvKernelName(at::ScalarType dtype);
+// All three at once, e.g. "fp32 x86-64-v4, bf16 avx512bf16, fp16 x86-64-v4".
 std::string GemvIsaName();
+// The instruction sets this CPU (and OS) supports, best first, "generic" last.
+std::vector<std::string> SupportedGemvIsas();
+// Caps the kernels at instruction set `name` ("auto" = the best this CPU has, or one of
+// SupportedGemvIsas()); `context` names the input in the error for an unknown or unsupported
+// name. Process-wide; not thread-safe against running forwards. Without a call the cap is the
+// environment variable SPECBED_GEMV_ISA (same names), read at the first GEMV, else "auto".
+void SetGemvIsa(const std::string& name, const std::string& context);
+// Fails as SetGemvIsa would for `name`, without changing the cap.
+void ValidateGemvIsa(const std::string& name, const std::string& context);
 
 }  // namespace specbed

@@ -35,6 +35,7 @@
 #include "models/kv_cache.h"
 #include "models/llama_config.h"
 #include "models/llama_weights.h"
+#include "models/weight_arena.h"
 
 namespace specbed {
 
@@ -115,6 +116,9 @@ class LlamaModel {
   ForwardPath forward_path() const { return path_; }
   // Forward calls since construction (tests count the target forwards a method makes).
   int64_t forward_calls() const { return forward_calls_; }
+  // The streamed matrices' huge-page arena (models/weight_arena.h); bytes == 0 when the weights
+  // stayed where they were loaded (ATen path, SPECBED_HUGE_PAGES=0).
+  const WeightArenaStats& weight_arena() const { return weight_arena_; }
 
  private:
   ForwardOutput ForwardRows(const at::Tensor& tokens, KvCache& cache,
@@ -129,6 +133,7 @@ class LlamaModel {
   at::Device device_ = at::kCPU;
   ForwardPath path_ = ForwardPath::kRowKernels;
   int64_t forward_calls_ = 0;
+  WeightArenaStats weight_arena_;
   std::unique_ptr<AtenForward> aten_;  // the ATen path's buffers (kAten only)
   // Transposed weight views ([in, out]) so that out = in @ w_t.
   std::vector<at::Tensor> wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_;

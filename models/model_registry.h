@@ -47,7 +47,7 @@ struct LoadedTarget {
   ChatTemplate chat_template = ChatTemplate::kRaw;
 };
 
-// Loads weights as `dtype` (kFloat or kBFloat16; kHalf off the CPU) onto `device` (checked with
+// Loads weights as `dtype` (kFloat, kBFloat16 or kHalf) onto `device` (checked with
 // CheckDeviceAvailable first). `chat_template_override` ("" = model default).
 LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
                        const std::string& chat_template_override = "",

@@ -374,6 +374,13 @@ GROUP BY st.case_id, pos.i;
 ALTER TABLE steps ADD COLUMN n_trimmed INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE steps ADD COLUMN t_draft_prefill_us REAL NOT NULL DEFAULT -1;
 )sql",
+    // 10 -> 11: the CPU kernels a bench row ran (models/gemv.h kernel, '' = not recorded) and the
+    // bytes of its streamed weights in huge pages (models/weight_arena.h; -1 = not recorded).
+    R"sql(
+ALTER TABLE bench ADD COLUMN gemv_kernel TEXT NOT NULL DEFAULT '';
+ALTER TABLE bench ADD COLUMN huge_page_bytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE bench_verify ADD COLUMN gemv_kernel TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
               "one migration per schema version step");
@@ -1100,15 +1107,16 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
       &insert_bench_,
       "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
       "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
-      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core) VALUES (?1, ?2, ?3, "
-      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
+      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core, gemv_kernel, "
+      "huge_page_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+      "?16, ?17, ?18, ?19, ?20)");
   WriteRowsOfRun(run_id, "bench", [&] {
     for (const BenchRecord& r : rows) {
       ResetOnExit reset(s);
       BindAll(s, 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens,
               r.reps, r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
               r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s,
-              r.roofline_fraction, r.blas_core);
+              r.roofline_fraction, r.blas_core, r.gemv_kernel, r.huge_page_bytes);
       const int rc = sqlite3_step(s);
       if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
     }
@@ -1118,13 +1126,14 @@ void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& ro
 void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerifyRecord>& rows) {
   OwnedStmt s(Prepare(
       "INSERT INTO bench_verify(run_id, model, dtype, threads, batch_size, context_len, n_query, "
-      "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-      "?7, ?8, ?9, ?10, ?11, ?12)"));
+      "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core, gemv_kernel) VALUES (?1, ?2, ?3, "
+      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
   WriteRowsOfRun(run_id, "bench_verify", [&] {
     for (const BenchVerifyRecord& r : rows) {
       ResetOnExit reset(s.get());
       BindAll(s.get(), 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len,
-              r.n_query, r.reps, r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core);
+              r.n_query, r.reps, r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core,
+              r.gemv_kernel);
       const int rc = sqlite3_step(s.get());
       if (rc != SQLITE_DONE)
         FailSqlite(rc, StrCat("writing a bench_verify row for '", r.model, "'"));
@@ -1239,10 +1248,11 @@ std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
   const char* v5_columns = schema_version_ >= 5
                                ? "weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core"
                                : "-1, NULL, NULL, ''";
+  const char* v11_columns = schema_version_ >= 11 ? ", gemv_kernel, huge_page_bytes" : ", '', -1";
   OwnedStmt s(Prepare(
       StrCat("SELECT model, dtype, threads, batch_size, context_len, n_tokens, reps, tokens_per_s, "
              "tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, n_params, ",
-             v5_columns, " FROM bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id")
+             v5_columns, v11_columns, " FROM bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id")
           .c_str()));
   BindInt(s.get(), 1, run_id);
   std::vector<BenchRecord> out;
@@ -1251,7 +1261,7 @@ std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
     ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens, r.reps,
             r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
             r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s, r.roofline_fraction,
-            r.blas_core);
+            r.blas_core, r.gemv_kernel, r.huge_page_bytes);
     out.push_back(std::move(r));
   });
   return out;
@@ -1261,15 +1271,17 @@ std::vector<BenchVerifyRecord> ResultsStore::LoadBenchVerify(int64_t run_id) con
   std::vector<BenchVerifyRecord> out;
   if (schema_version_ < 5) return out;
   op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(
-      "SELECT model, dtype, threads, batch_size, context_len, n_query, reps, forward_ms, "
-      "ratio_to_one, gemv_max_rows, blas_core FROM bench_verify WHERE ?1 < 0 OR run_id = ?1 "
-      "ORDER BY bench_verify_id"));
+  OwnedStmt s(Prepare(StrCat("SELECT model, dtype, threads, batch_size, context_len, n_query, "
+                             "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core, ",
+                             schema_version_ >= 11 ? "gemv_kernel" : "''",
+                             " FROM bench_verify WHERE ?1 < 0 OR run_id = ?1 "
+                             "ORDER BY bench_verify_id")
+                          .c_str()));
   BindInt(s.get(), 1, run_id);
   ForEachRow(s.get(), "loading bench_verify rows", [&](sqlite3_stmt* q) {
     BenchVerifyRecord r;
     ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_query, r.reps,
-            r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core);
+            r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core, r.gemv_kernel);
     out.push_back(std::move(r));
   });
   return out;

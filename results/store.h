@@ -32,8 +32,10 @@ namespace specbed {
 // Version 7 added the views case_baseline, answer_speedup and case_summary (summary's point
 // estimates in SQL; no table changes). Version 8 limited case_baseline to the same machine.
 // Version 9 added vLLM's metric names: case_summary.acceptance_rate / mean_acceptance_length and
-// the view position_acceptance (no table changes).
-inline constexpr int kResultsSchemaVersion = 10;
+// the view position_acceptance (no table changes). Version 10 added steps.n_trimmed and
+// t_draft_prefill_us. Version 11 added bench.gemv_kernel / huge_page_bytes and
+// bench_verify.gemv_kernel (the CPU kernels a bench row ran).
+inline constexpr int kResultsSchemaVersion = 11;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -144,6 +146,11 @@ struct BenchRecord {
   // roofline (batch 1; for batch > 1 the same bytes serve `batch` tokens per step).
   double roofline_fraction = std::numeric_limits<double>::quiet_NaN();
   std::string blas_core;  // OpenBLAS core type in use, e.g. "Haswell (OPENBLAS_CORETYPE=Haswell)"
+  // Schema v11 ('' / -1 before): the GEMV kernel of the row's dtype (models/gemv.h, e.g.
+  // "avx512bf16"; "" off the CPU row kernels) and the bytes of its streamed weights that the
+  // kernel backed with huge pages (models/weight_arena.h; 0 = none, -1 = not packed or unknown).
+  std::string gemv_kernel;
+  int64_t huge_page_bytes = -1;
 };
 
 // Schema v5: one point of `specbed bench --verify-widths`: the forward time of `n_query` new
@@ -155,6 +162,7 @@ struct BenchVerifyRecord {
   double ratio_to_one = 0;    // forward_ms / forward_ms at n_query = 1 (same model/dtype/threads)
   int64_t gemv_max_rows = 0;  // models/gemv.h threshold in effect (0 = ATen/BLAS only)
   std::string blas_core;
+  std::string gemv_kernel;  // schema v11 ('' before): as BenchRecord::gemv_kernel
 };
 
 // Schema v5: the machine's memory bandwidth, STREAM-style (double arrays much larger than the

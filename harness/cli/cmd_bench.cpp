@@ -32,6 +32,7 @@
 #include "models/device.h"
 #include "models/gemv.h"
 #include "models/model_registry.h"
+#include "models/weight_arena.h"
 #include "results/store.h"
 
 namespace specbed::cli {
@@ -55,6 +56,8 @@ struct BenchOptions {
   std::vector<int64_t> verify_widths;                         // empty = no verify-width curve
   int64_t bandwidth_mib = kDefaultBandwidthArrayBytes >> 20;  // per array; 0 = skip
   int64_t gemv_max_rows = -1;            // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
+  std::vector<std::string> gemv_isas;    // A/B caps (models/gemv.h); empty = SPECBED_GEMV_ISA/auto
+  std::vector<std::string> huge_pages;   // on | off (models/weight_arena.h); empty = environment
   bool quiet = false;                    // no progress display on stderr
   std::string device = "cpu";            // cpu | cuda | cuda:N
   std::string forward = "auto";          // auto | rows | aten (models/llama_model.h ForwardPath)
@@ -126,6 +129,7 @@ void ValidateBench(const BenchOptions& o) {
   for (int t : o.threads) SPECBED_CHECK(t >= 1, "bench: --threads must be >= 1, got ", t);
   SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
                 o.bandwidth_mib);
+  for (const auto& isa : o.gemv_isas) ValidateGemvIsa(isa, "bench --gemv-isa");
   std::vector<std::string> bad;
   for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
   for (int64_t b : o.batches) {
@@ -200,7 +204,9 @@ std::map<int, double> MeasureBandwidths(const BenchOptions& o, const at::Device&
   std::vector<int> counts = {1};
   for (int t : o.threads)
     if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
-  std::printf("\n| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
+  std::printf("\nSTREAM arrays in %s (as the CPU row kernels' weights: SPECBED_HUGE_PAGES)\n",
+              WeightHugePagesEnabled() ? "2 MiB pages" : "default (4 KiB) pages");
+  std::printf("| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
   for (int t : counts) {
     const MemoryBandwidth bw = MeasureMemoryBandwidth(t, o.bandwidth_mib << 20);
@@ -273,6 +279,10 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
   row.n_params = model.config().ParameterCount();
   row.weight_bytes = DecodeWeightBytes(model);
   row.blas_core = BlasCoreName();
+  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kRowKernels) {
+    row.gemv_kernel = GemvKernelName(model.dtype());
+  }
+  if (model.weight_arena().bytes > 0) row.huge_page_bytes = model.weight_arena().huge_page_bytes;
   const auto bw = bandwidths.find(threads);
   if (bw != bandwidths.end()) {
     row.bandwidth_gb_s = bw->second;
@@ -285,13 +295,14 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
 void PrintRow(const BenchRecord& row) {
   std::printf(
       "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f | %.1f | "
-      "%.2f |\n",
+      "%.2f | %s | %s |\n",
       row.model.c_str(), row.dtype.c_str(), static_cast<int>(row.threads),
       static_cast<long long>(row.batch_size), static_cast<long long>(row.context_len),
       static_cast<long long>(row.n_tokens), row.tokens_per_s, row.tokens_per_s_std, row.ms_per_step,
       row.forward_ms_per_step, row.other_ms_per_step,
       100.0 * row.other_ms_per_step / row.ms_per_step, row.weight_bytes * 1e-6,
-      row.roofline_fraction);
+      row.roofline_fraction, row.gemv_kernel.empty() ? "-" : row.gemv_kernel.c_str(),
+      row.huge_page_bytes < 0 ? "-" : Fixed1(row.huge_page_bytes * 1e-6).c_str());
   std::fflush(stdout);
 }
 
@@ -309,7 +320,8 @@ std::vector<BenchVerifyRecord> MeasureVerifyRows(const BenchOptions& o, LlamaMod
                       /*forward_ms=*/0,
                       /*ratio_to_one=*/0,
                       /*gemv_max_rows=*/GemvMaxRows(model.dtype()),
-                      /*blas_core=*/row.blas_core};
+                      /*blas_core=*/row.blas_core,
+                      /*gemv_kernel=*/row.gemv_kernel};
   std::vector<BenchVerifyRecord> recs;
   for (const VerifyWidthPoint& p :
        MeasureVerifyWidthCurve(model, row.context_len, o.verify_widths, o.reps)) {
@@ -334,6 +346,58 @@ void PrintVerifyTable(const std::vector<BenchVerifyRecord>& rows) {
   }
 }
 
+// A list option's settings, or one empty setting ("leave the process default") when not given.
+std::vector<std::string> Settings(const std::vector<std::string>& given) {
+  return given.empty() ? std::vector<std::string>{""} : given;
+}
+
+// Where measured rows go: the store (as soon as each is measured), the progress display and the
+// verify-width rows printed at the end.
+struct BenchSink {
+  ResultsStore* store = nullptr;
+  int64_t run_id = -1, n_stored = 0;
+  ProgressBar* progress = nullptr;
+  std::vector<BenchVerifyRecord> verify_rows;
+};
+
+// Every threads x batch x context row of one loaded target (and its verify-width curves).
+void MeasureTarget(const BenchOptions& o, LoadedTarget& target,
+                   const std::map<int, double>& bandwidths, BenchSink& sink) {
+  for (int threads : o.threads) {
+    at::set_num_threads(threads);
+    for (int64_t batch : o.batches) {
+      for (int64_t context : o.contexts) {
+        const BenchRecord row = MeasureRow(o, target, threads, batch, context, bandwidths);
+        PrintRow(row);
+        if (sink.store) {
+          sink.store->WriteBench(sink.run_id, {row});
+          ++sink.n_stored;
+        }
+        if (sink.progress) {
+          sink.progress->Advance(
+              1, StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch, " ctx=", context,
+                        ": ", Fixed1(row.tokens_per_s), " tok/s"));
+        }
+        if (o.verify_widths.empty() || batch != 1) continue;
+        const std::vector<BenchVerifyRecord> recs = MeasureVerifyRows(o, *target.model, row);
+        if (sink.store) sink.store->WriteBenchVerify(sink.run_id, recs);
+        sink.verify_rows.insert(sink.verify_rows.end(), recs.begin(), recs.end());
+      }
+    }
+  }
+}
+
+void PrintKernelLine() {
+  std::printf("BLAS: %s\n", BlasCoreDescription().c_str());
+  std::printf(
+      "GEMV: %s (CPU supports %s); used for <= %lld rows (fp32) / <= %lld (bf16) / <= %lld "
+      "(fp16)\n",
+      GemvIsaName().c_str(), Join(SupportedGemvIsas(), ", ").c_str(),
+      static_cast<long long>(GemvMaxRows(at::kFloat)),
+      static_cast<long long>(GemvMaxRows(at::kBFloat16)),
+      static_cast<long long>(GemvMaxRows(at::kHalf)));
+}
+
 void RunBench(const BenchOptions& o) {
   if (!o.lookup_contexts.empty()) {
     RunLookupBench(o.models.front(), o.lookup_contexts, o.lookup_steps);
@@ -344,62 +408,47 @@ void RunBench(const BenchOptions& o) {
   SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
   const at::Device device = ParseDevice(o.device, "bench --device");
   PrintSyncCost(device);
-  int64_t run_id = -1, n_stored = 0;
-  std::unique_ptr<ResultsStore> store = OpenBenchStore(o, run_id);
-  std::printf("BLAS: %s\n", BlasCoreDescription().c_str());
-  std::printf("GEMV: %s, used for <= %lld rows (fp32) / <= %lld rows (bf16)\n",
-              GemvIsaName().c_str(), static_cast<long long>(GemvMaxRows(at::kFloat)),
-              static_cast<long long>(GemvMaxRows(at::kBFloat16)));
-  const std::map<int, double> bandwidths = MeasureBandwidths(o, device, store.get(), run_id);
-
-  std::vector<BenchVerifyRecord> verify_rows;
+  BenchSink sink;
+  std::unique_ptr<ResultsStore> store = OpenBenchStore(o, sink.run_id);
+  sink.store = store.get();
+  PrintKernelLine();
+  const std::map<int, double> bandwidths = MeasureBandwidths(o, device, store.get(), sink.run_id);
   std::printf(
       "\n| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
-      "other ms | other %% | weight MB | roofline |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "other ms | other %% | weight MB | roofline | GEMV | huge-page MB |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
   // Progress on stderr (the table goes to stdout): one unit per measured combination.
   std::unique_ptr<ProgressBar> progress;
   if (!o.quiet) {
     progress = std::make_unique<ProgressBar>(
         "bench",
-        static_cast<int64_t>(o.models.size() * o.dtypes.size() * o.threads.size() *
-                             o.batches.size() * o.contexts.size()),
+        static_cast<int64_t>(o.models.size() * o.dtypes.size() * Settings(o.huge_pages).size() *
+                             Settings(o.gemv_isas).size() * o.threads.size() * o.batches.size() *
+                             o.contexts.size()),
         "row");
+    sink.progress = progress.get();
   }
+  // The weights are packed (or not) when a model loads, so --huge-pages reloads it; --gemv-isa
+  // only switches kernels.
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
-      LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
-      for (int threads : o.threads) {
-        at::set_num_threads(threads);
-        for (int64_t batch : o.batches) {
-          for (int64_t context : o.contexts) {
-            const BenchRecord row = MeasureRow(o, target, threads, batch, context, bandwidths);
-            PrintRow(row);
-            if (store) {
-              store->WriteBench(run_id, {row});
-              ++n_stored;
-            }
-            if (progress) {
-              progress->Advance(1,
-                                StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch,
-                                       " ctx=", context, ": ", Fixed1(row.tokens_per_s), " tok/s"));
-            }
-            if (o.verify_widths.empty() || batch != 1) continue;
-            const std::vector<BenchVerifyRecord> recs = MeasureVerifyRows(o, *target.model, row);
-            if (store) store->WriteBenchVerify(run_id, recs);
-            verify_rows.insert(verify_rows.end(), recs.begin(), recs.end());
-          }
+      for (const std::string& pages : Settings(o.huge_pages)) {
+        if (!pages.empty()) SetWeightHugePages(pages == "on");
+        LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
+        for (const std::string& isa : Settings(o.gemv_isas)) {
+          if (!isa.empty()) SetGemvIsa(isa, "bench --gemv-isa");
+          MeasureTarget(o, target, bandwidths, sink);
         }
       }
     }
   }
   if (progress) progress->Finish();
-  PrintVerifyTable(verify_rows);
+  PrintVerifyTable(sink.verify_rows);
   std::fflush(stdout);
   if (store) {
     std::fprintf(stderr, "specbed bench: %lld rows, %zu verify-width rows -> %s (run %lld)\n",
-                 static_cast<long long>(n_stored), verify_rows.size(), o.output.c_str(),
-                 static_cast<long long>(run_id));
+                 static_cast<long long>(sink.n_stored), sink.verify_rows.size(), o.output.c_str(),
+                 static_cast<long long>(sink.run_id));
   }
 }
 
@@ -413,7 +462,7 @@ void AddBenchCommand(CLI::App& app) {
                    ->delimiter(',')
                    ->capture_default_str(),
                {"-m", "--model"});
-  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16 (float16: GPU only)")
+  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16, float16")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--device", o->device, "Device: cpu, cuda or cuda:N")->capture_default_str();
@@ -448,6 +497,16 @@ void AddBenchCommand(CLI::App& app) {
                   "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
                   "-1 = the defaults of models/gemv.h)")
       ->capture_default_str();
+  cmd->add_option("--gemv-isa", o->gemv_isas,
+                  "A/B: cap the CPU GEMV kernels at these instruction sets, each measured in turn "
+                  "(auto, avx512bf16, x86-64-v4, x86-64-v3, generic; default: SPECBED_GEMV_ISA or "
+                  "auto)")
+      ->delimiter(',');
+  cmd->add_option("--huge-pages", o->huge_pages,
+                  "A/B: CPU row-kernel weights in 2 MiB pages, on and/or off, each measured in "
+                  "turn (default: SPECBED_HUGE_PAGES or on)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--lookup-contexts", o->lookup_contexts,
                   "Instead of the model rows: the host cost of a step of the lookup drafters "
                   "(ngram, suffix) after these context lengths of text the first -t model "

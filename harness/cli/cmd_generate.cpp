@@ -102,8 +102,7 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("-s,--seed", o->gen.seed, "Sampling seed")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dtype", o->dtype,
-                  "Weights/activations dtype: float32 or bfloat16 (float16: GPU only)")
+  cmd->add_option("--dtype", o->dtype, "Weights/activations dtype: float32, bfloat16 or float16")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "Device: cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads")

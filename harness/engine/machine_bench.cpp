@@ -16,6 +16,7 @@
 #include "harness/base/error.h"
 #include "harness/base/timer.h"
 #include "models/device.h"
+#include "models/weight_arena.h"
 
 namespace specbed {
 namespace {
@@ -61,10 +62,18 @@ MemoryBandwidth MeasureMemoryBandwidth(int threads, int64_t array_bytes, int rep
   SPECBED_CHECK(reps >= 1, "MeasureMemoryBandwidth: reps must be >= 1, got ", reps);
   ThreadScope scope(threads);
   const int64_t n = array_bytes / static_cast<int64_t>(sizeof(double));
-  std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
-  double* ap = a.get();
-  double* bp = b.get();
-  double* cp = c.get();
+  // In 2 MiB pages when the weights are (models/weight_arena.h), so the roofline compares like
+  // with like; else plain heap arrays.
+  std::shared_ptr<char> a, b, c;
+  for (std::shared_ptr<char>* array : {&a, &b, &c}) {
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(double));
+    *array = WeightHugePagesEnabled()
+                 ? HugePageBuffer(bytes)
+                 : std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>());
+  }
+  double* ap = reinterpret_cast<double*>(a.get());
+  double* bp = reinterpret_cast<double*>(b.get());
+  double* cp = reinterpret_cast<double*>(c.get());
   ForChunks(n, threads, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       ap[i] = 1.0;

@@ -239,8 +239,7 @@ void CheckRunConfig(const RunConfig& c, const std::string& source) {
                 c.threads);
   SPECBED_CHECK(c.warmup >= 0, source, ": warmup must be >= 0, got ", c.warmup);
   SPECBED_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16", source,
-                ": dtype must be \"float32\", \"bfloat16\" or \"float16\" (GPU only), got \"",
-                c.dtype, "\"");
+                ": dtype must be \"float32\", \"bfloat16\" or \"float16\", got \"", c.dtype, "\"");
   SPECBED_CHECK(IsDeviceName(c.device), source,
                 ": device must be \"cpu\", \"cuda\" or \"cuda:N\", got \"", c.device, "\"");
   SPECBED_CHECK(c.timing == kTimingAuto || c.timing == kTimingPaired || c.timing == kTimingPerCase,

@@ -21,6 +21,7 @@
 #include "methods/method_registry.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
+#include "models/gemv.h"
 #include "models/llama_config.h"
 
 namespace specbed {
@@ -294,6 +295,12 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
       {"memory_bandwidth_gb_s", bandwidth_gb_s},
       {"memory_bandwidth_kind", model.device().is_cpu() ? "stream_triad" : "device_copy"},
       {"blas_core", BlasCoreName()}};
+  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kRowKernels) {
+    // The CPU row kernels' GEMV (models/gemv.h) and how much of the weights sit in huge pages.
+    case_json["machine"]["gemv_kernel"] = GemvKernelName(model.dtype());
+    case_json["machine"]["weight_huge_page_bytes"] =
+        model.weight_arena().bytes > 0 ? model.weight_arena().huge_page_bytes : -1;
+  }
   record.config_json = case_json.dump();
   record.timing_mode = c.timing;
   return record;

@@ -41,8 +41,9 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   if (!needs_grad && rows > 0 && rows <= kServeGemvMaxRows && x.device().is_cpu() &&
       w.device().is_cpu() && x.scalar_type() == w.scalar_type() &&
-      (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.dim() == 2 &&
-      w.is_contiguous()) {
+      (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
+       w.scalar_type() == at::kHalf) &&
+      w.dim() == 2 && w.is_contiguous()) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
     const at::Tensor out = at::empty({rows, w.size(0)}, w.options());

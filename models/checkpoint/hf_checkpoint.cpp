@@ -134,8 +134,9 @@ std::map<std::string, std::vector<int64_t>> ExpectedHfTensorShapes(const LlamaCo
 }
 
 HfModel ReadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
-  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "reading checkpoint '", dir,
-                "': dtype must be Float or BFloat16, got ", DtypeName(dtype));
+  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+                "reading checkpoint '", dir, "': dtype must be Float, BFloat16 or Half, got ",
+                DtypeName(dtype));
   SPECBED_CHECK(PathExists(dir), "checkpoint directory '", dir, "' does not exist");
   const std::string config_path = dir + "/" + kConfigFile;
   SPECBED_CHECK(PathExists(config_path), "checkpoint directory '", dir, "' has no ", kConfigFile);
@@ -213,8 +214,9 @@ LlamaWeights WeightsFromHfTensors(const LlamaConfig& config,
                 ShapeString(expected.at(embed_name)), ")");
   const at::ScalarType dtype = embed_it->second.scalar_type();
   const at::Device device = embed_it->second.device();
-  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, source, ": tensor '", embed_name,
-                "' has dtype ", DtypeName(dtype), ", expected Float or BFloat16");
+  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf, source,
+                ": tensor '", embed_name, "' has dtype ", DtypeName(dtype),
+                ", expected Float, BFloat16 or Half");
 
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);
@@ -369,8 +371,8 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
 std::map<std::string, at::Tensor> RandomHfTensors(const LlamaConfig& config, uint64_t seed,
                                                   at::ScalarType dtype) {
   config.Validate("RandomHfTensors config");
-  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
-                "RandomHfTensors: dtype must be Float or BFloat16, got ", DtypeName(dtype));
+  SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+                "RandomHfTensors: dtype must be Float, BFloat16 or Half, got ", DtypeName(dtype));
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, shape] : ExpectedHfTensorShapes(config)) {
     at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));

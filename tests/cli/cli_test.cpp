@@ -886,6 +886,35 @@ TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
   EXPECT_DOUBLE_EQ(rows[0].bandwidth_gb_s, bw[0].triad_gb_s);
 }
 
+// --gemv-isa measures each kernel cap in turn and records which kernel ran; an unknown cap, on the
+// command line or in SPECBED_GEMV_ISA, fails naming it before anything is measured.
+TEST(CliBench, GemvIsaRowsRecordTheKernelAndBadNamesFail) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  ProcResult r = RunSpecbed({"bench", "-n", "4", "-r", "1", "--bandwidth-mib", "0", "--gemv-isa",
+                             "generic,auto", "--huge-pages", "off", "-o", db},
+                            dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(ContainsAll(r.out, {"GEMV: fp32 ", "| GEMV | huge-page MB |", " | generic | - |"}));
+  auto store = OpenReadOnly(db);
+  const std::vector<BenchRecord> rows = store->LoadBench();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].gemv_kernel, "generic");
+  EXPECT_FALSE(rows[1].gemv_kernel.empty());
+  EXPECT_EQ(rows[0].huge_page_bytes, -1);  // --huge-pages off: not packed
+  r = RunSpecbed({"bench", "-n", "4", "--gemv-isa", "avx9000", "-o", ""}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "bench --gemv-isa: unknown GEMV instruction set 'avx9000'"))
+      << Describe(r);
+  setenv("SPECBED_GEMV_ISA", "avx9000", 1);
+  r = RunSpecbed({"bench", "-n", "4", "-r", "1", "--bandwidth-mib", "0", "-o", ""}, dir);
+  unsetenv("SPECBED_GEMV_ISA");
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(
+      Contains(r.err, "environment variable SPECBED_GEMV_ISA: unknown GEMV instruction set"))
+      << Describe(r);
+}
+
 // Every combination is validated before the first measurement: a context that cannot fit fails
 // at once, naming it, and nothing is measured (no bench rows, no measurement lines).
 TEST(CliBench, ImpossibleContextFailsBeforeMeasuringAnything) {

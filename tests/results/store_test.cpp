@@ -177,6 +177,8 @@ TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   row.bandwidth_gb_s = 21.5;
   row.roofline_fraction = 0.78;
   row.blas_core = "Haswell";
+  row.gemv_kernel = "avx512bf16";
+  row.huge_page_bytes = int64_t{186} << 20;
   BenchRecord unmeasured = row;  // --bandwidth-mib 0: NaN round-trips
   unmeasured.bandwidth_gb_s = std::numeric_limits<double>::quiet_NaN();
   unmeasured.roofline_fraction = std::numeric_limits<double>::quiet_NaN();
@@ -186,6 +188,7 @@ TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   v.reps = 5;
   v.gemv_max_rows = 4;
   v.blas_core = "Zen";
+  v.gemv_kernel = "x86-64-v4";
   BenchBandwidthRecord b;
   b.threads = 2;
   b.array_bytes = int64_t{256} << 20;
@@ -212,6 +215,8 @@ TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   EXPECT_DOUBLE_EQ(bench[0].bandwidth_gb_s, 21.5);
   EXPECT_DOUBLE_EQ(bench[0].roofline_fraction, 0.78);
   EXPECT_EQ(bench[0].blas_core, "Haswell");
+  EXPECT_EQ(bench[0].gemv_kernel, "avx512bf16");
+  EXPECT_EQ(bench[0].huge_page_bytes, int64_t{186} << 20);
   EXPECT_TRUE(std::isnan(bench[1].bandwidth_gb_s));
   EXPECT_TRUE(std::isnan(bench[1].roofline_fraction));
   const auto verify = store->LoadBenchVerify();
@@ -223,6 +228,7 @@ TEST(ResultsStore, RoundTripsBenchV4RooflineVerifyAndBandwidthRows) {
   EXPECT_DOUBLE_EQ(verify[1].ratio_to_one, 1.5);
   EXPECT_EQ(verify[1].gemv_max_rows, 4);
   EXPECT_EQ(verify[1].blas_core, "Zen");
+  EXPECT_EQ(verify[1].gemv_kernel, "x86-64-v4");
   const auto bw = store->LoadBenchBandwidth(run_id);
   ASSERT_EQ(bw.size(), 1u);
   EXPECT_EQ(bw[0].array_bytes, int64_t{256} << 20);
