@@ -10,24 +10,33 @@
 namespace specbed::gemv {
 
 // The x86-64 levels by their defining features (clang 14 does not know the level names; every CPU
-// with AVX2, FMA and BMI2 also has the level's F16C, LZCNT and MOVBE).
+// with AVX2, FMA and BMI2 also has the level's F16C, LZCNT and MOVBE), read once: TableOf runs
+// on every GemvRows call.
 bool CpuHas(Isa isa) {
 #if defined(SPECBED_GEMV_X86)
-  __builtin_cpu_init();
-  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
-  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                  __builtin_cpu_supports("avx512cd");
+  struct Levels {
+    bool v3, v4, bf16;
+  };
+  static const Levels levels = [] {
+    __builtin_cpu_init();
+    Levels l{};
+    l.v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    l.v4 = l.v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
+    l.bf16 = l.v4 && __builtin_cpu_supports("avx512bf16");
+    return l;
+  }();
   switch (isa) {
     case Isa::kGeneric:
       return true;
     case Isa::kAvx2:
-      return v3;
+      return levels.v3;
     case Isa::kAvx512:
-      return v4;
+      return levels.v4;
     case Isa::kAvx512Bf16:
-      return v4 && __builtin_cpu_supports("avx512bf16");
+      return levels.bf16;
   }
   return false;
 #else
