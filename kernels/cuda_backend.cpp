@@ -54,6 +54,10 @@ CudaKernelTable MakeTable() {
   table.compact_kv_rows = &gpu::CompactKvRows;
   table.tree_rejection_step = &gpu::TreeRejectionStep;
   table.sampled_tree_verify = &gpu::SampledTreeVerify;
+  table.rms_norm_rows = &gpu::RmsNormRows;
+  table.silu_mul_rows = &gpu::SiluMulRows;
+  table.rope_kv_write = &gpu::RopeKvWrite;
+  table.tree_attention = &gpu::TreeAttention;
   table.status_string = &gpu::KernelStatusString;
   table.exchange_device = &ExchangeDevice;
   table.current_stream = &CurrentStream;

@@ -27,6 +27,10 @@ struct CudaKernelTable {
   decltype(&gpu::CompactKvRows) compact_kv_rows = nullptr;
   decltype(&gpu::TreeRejectionStep) tree_rejection_step = nullptr;
   decltype(&gpu::SampledTreeVerify) sampled_tree_verify = nullptr;
+  decltype(&gpu::RmsNormRows) rms_norm_rows = nullptr;
+  decltype(&gpu::SiluMulRows) silu_mul_rows = nullptr;
+  decltype(&gpu::RopeKvWrite) rope_kv_write = nullptr;
+  decltype(&gpu::TreeAttention) tree_attention = nullptr;
   decltype(&gpu::KernelStatusString) status_string = nullptr;
   // Makes CUDA device `device` current; returns the previously current device.
   int (*exchange_device)(int device) = nullptr;

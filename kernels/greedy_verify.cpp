@@ -12,6 +12,7 @@ void GreedyTreeVerify(const at::Tensor& logits, const at::Tensor& tokens, const 
                       const at::Tensor& bonus) {
   using namespace kernel_detail;
   constexpr const char* kKernel = "GreedyTreeVerify";
+  SPECBED_RECORD_KERNEL("greedy_tree_verify", logits, tokens, parent, accepted);
   CheckTensor(kKernel, "logits", logits, {at::kFloat}, {-1, -1, -1}, "[B, n + 1, V]");
   const int64_t batch = logits.size(0), n = logits.size(1) - 1, vocab = logits.size(2);
   SPECBED_CHECK(n >= 0 && vocab >= 1, kKernel, ": logits [", batch, ", ", n + 1, ", ", vocab,

@@ -6,8 +6,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include "harness/base/error.h"
 #include "kernels/cpu/references.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernel_checks.h"
+
+// Announces a wrapper call to the op recorder (models/op_trace.h) as "specbed::<name>" with its
+// tensor arguments: one launching op per call. Costs one thread-local check when nothing records.
+#define SPECBED_RECORD_KERNEL(name, ...) \
+  RECORD_FUNCTION("specbed::" name, std::vector<c10::IValue>({__VA_ARGS__}))

@@ -9,6 +9,7 @@ namespace specbed {
 void CompactKvCache(const at::Tensor& storage, int64_t committed_len, const at::Tensor& indices) {
   using namespace kernel_detail;
   constexpr const char* kKernel = "CompactKvCache";
+  SPECBED_RECORD_KERNEL("compact_kv_cache", storage, committed_len, indices);
   CheckTensor(kKernel, "storage", storage, {at::kFloat, at::kBFloat16, at::kHalf},
               {-1, 2, -1, -1, -1, -1}, "[n_layers, 2, B, H, max_len, D]");
   const int64_t n_outer = storage.size(0) * 2, batch = storage.size(2), n_heads = storage.size(3),

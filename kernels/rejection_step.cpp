@@ -10,6 +10,7 @@ void TreeRejectionStep(const at::Tensor& p, const at::Tensor& q, const at::Tenso
                        const at::Tensor& u, const at::Tensor& accepted) {
   using namespace kernel_detail;
   constexpr const char* kKernel = "TreeRejectionStep";
+  SPECBED_RECORD_KERNEL("tree_rejection_step", p, q, token, u, accepted);
   CheckTensor(kKernel, "p", p, {at::kFloat}, {-1, -1}, "[B, V]");
   const int64_t batch = p.size(0), vocab = p.size(1);
   SPECBED_CHECK(vocab >= 1, kKernel, ": p needs V >= 1 (got [", batch, ", ", vocab, "])");

@@ -57,6 +57,7 @@ void SampledTreeVerify(const at::Tensor& probs, const at::Tensor& draft_probs,
                        int32_t mode, const at::Tensor& residual, const at::Tensor& accepted,
                        const at::Tensor& n_accepted, const at::Tensor& bonus) {
   using namespace kernel_detail;
+  SPECBED_RECORD_KERNEL("sampled_tree_verify", probs, draft_probs, tokens, parent, u, accepted);
   CheckArguments(probs, draft_probs, tokens, parent, u, mode, residual, accepted, n_accepted,
                  bonus);
   const int64_t batch = probs.size(0), n = probs.size(1) - 1, vocab = probs.size(2);

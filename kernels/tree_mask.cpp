@@ -9,6 +9,7 @@ namespace specbed {
 void BuildTreeMask(const at::Tensor& parent, int64_t prefix_len, const at::Tensor& mask) {
   using namespace kernel_detail;
   constexpr const char* kKernel = "BuildTreeMask";
+  SPECBED_RECORD_KERNEL("build_tree_mask", parent, prefix_len, mask);
   CheckTensor(kKernel, "parent", parent, {at::kInt}, {-1, -1}, "[B, n]");
   const int64_t batch = parent.size(0), n = parent.size(1);
   SPECBED_CHECK(prefix_len >= 0, kKernel, ": prefix_len must be >= 0 (got ", prefix_len, ")");

@@ -13,6 +13,9 @@
 #include <optional>
 
 #include "harness/base/error.h"
+#include "kernels/decoder_op_args.h"
+#include "kernels/decoder_ops.h"
+#include "models/op_trace.h"
 
 namespace specbed {
 namespace {
@@ -74,18 +77,6 @@ at::Tensor FloatCopy(const at::Tensor& t) {
   return t.defined() ? t.to(at::kFloat).contiguous() : t;
 }
 
-// x[..., 2 * half] split into its RoPE pairs: (first, second) halves or interleaved lanes.
-std::pair<at::Tensor, at::Tensor> RopePairs(const at::Tensor& x, int64_t half, bool interleaved) {
-  if (!interleaved) return {Narrow(x, -1, 0, half), Narrow(x, -1, half, half)};
-  // x.slice(-1, lane, 2 * half, 2): every other element from `lane`.
-  at::DimVector sizes(x.sizes().begin(), x.sizes().end());
-  at::DimVector strides(x.strides().begin(), x.strides().end());
-  sizes.back() = half;
-  strides.back() *= 2;
-  const int64_t offset = x.storage_offset(), lane = x.stride(-1);
-  return {x.as_strided(sizes, strides, offset), x.as_strided(sizes, strides, offset + lane)};
-}
-
 }  // namespace
 
 // The shapes of one Run.
@@ -93,6 +84,7 @@ struct AtenForward::Step {
   int64_t batch, n_tokens, past, n_slots, rows, max_len;
   int64_t heads, kv_heads, group, head_dim;
   int64_t chunk;  // query tokens per attention chunk
+  bool fused;     // attention through FusedTreeAttention (TakesTreeBits)
 };
 
 AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
@@ -109,29 +101,32 @@ AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
     k_norm_f_.push_back(FloatCopy(layer.k_norm));
   }
   final_norm_f_ = FloatCopy(weights_.final_norm);
-  const auto f32 = at::TensorOptions(at::kFloat).device(device_);
-  dim_f_ = at::full({}, static_cast<double>(config_.dim), f32);
-  head_dim_f_ = at::full({}, static_cast<double>(config_.head_dim), f32);
-  eps_f_ = at::full({}, config_.norm_eps, f32);
   scale_ = at::full({}, 1.0 / std::sqrt(static_cast<double>(config_.head_dim)),
                     at::TensorOptions(dtype).device(device_));
   zero_ = at::zeros({}, at::TensorOptions(dtype).device(device_));
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
-  const char* attention = std::getenv("SPECBED_ATTENTION");
-  use_sdpa_ = device_.is_cuda() && !(attention != nullptr && std::strcmp(attention, "bmm") == 0);
+  attention_ = ResolveAttentionKind(device_);
+  // Causal rows of FusedTreeAttention: row t sees new rows 0..t (bits 0..t; row 63: all 64).
+  std::vector<int64_t> causal(kTreeAttentionMaxTokens);
+  for (int64_t t = 0; t < kTreeAttentionMaxTokens; ++t) {
+    causal[t] = static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
+  }
+  causal_bits_ = at::tensor(causal, at::kLong).to(device_);
   EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
   EnsureRope(256);
 }
 
 void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask_elems) {
   const auto opts = at::TensorOptions(dtype_).device(device_);
-  const auto f32 = at::TensorOptions(at::kFloat).device(device_);
   if (rows > row_capacity_) {
     const int64_t cap = std::max(rows, 2 * row_capacity_);
     const LlamaConfig& c = config_;
     ids_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     positions_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    slots_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    kv_len_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    tree_bits_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     x_ = at::empty({cap, c.dim}, opts);
     xn_ = at::empty({cap, c.dim}, opts);
     qkv_ = at::empty({cap, c.qkv_dim()}, opts);
@@ -142,14 +137,7 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
     q_chunk_ = at::empty({cap * c.q_dim()}, opts);
     attn_out_ = at::empty({cap * c.q_dim()}, opts);
     attn_rows_ = at::empty({cap, c.q_dim()}, opts);
-    const int64_t widest = std::max(c.dim, c.q_dim());
-    norm_in_f_ = at::empty({cap * widest}, f32);
-    norm_tmp_f_ = at::empty({cap * widest}, f32);
-    norm_ms_f_ = at::empty({cap * c.n_heads}, f32);
-    rope_tmp_f_ = at::empty({cap * c.q_dim()}, f32);
-    cos_sel_ = at::empty({cap, c.head_dim / 2}, f32);
-    sin_sel_ = at::empty({cap, c.head_dim / 2}, f32);
-    logits_ = at::empty({cap, c.vocab_size}, f32);
+    logits_ = at::empty({cap, c.vocab_size}, at::TensorOptions(at::kFloat).device(device_));
     if (dtype_ != at::kFloat) logits_lowp_ = at::empty({cap, c.vocab_size}, opts);
     row_capacity_ = cap;
   }
@@ -192,27 +180,6 @@ void AtenForward::EnsureRope(int64_t max_position) {
   rope_capacity_ = cap;
 }
 
-void AtenForward::RmsNorm(const at::Tensor& x, const at::Tensor& w_f, at::Tensor out) {
-  const at::IntArrayRef shape = x.sizes();
-  at::DimVector ms_shape(shape.begin(), shape.end());
-  ms_shape.back() = 1;
-  at::Tensor xf = x;
-  if (dtype_ != at::kFloat) xf = Take(norm_in_f_, shape).copy_(x);
-  at::Tensor tmp = Take(norm_tmp_f_, shape);
-  at::Tensor ms = Take(norm_ms_f_, ms_shape);
-  // Constants as 0-dim tensors: a Scalar argument would allocate a wrapped tensor per op.
-  const at::Tensor& width = shape.back() == config_.dim ? dim_f_ : head_dim_f_;
-  at::mul_out(tmp, xf, xf);
-  at::sum_out(ms, tmp, {-1}, /*keepdim=*/true);
-  ms.div_(width).add_(eps_f_).rsqrt_();
-  if (dtype_ == at::kFloat) {
-    at::mul_out(out, xf, ms).mul_(w_f);
-  } else {
-    at::mul_out(tmp, xf, ms).mul_(w_f);
-    out.copy_(tmp);
-  }
-}
-
 void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
   at::Tensor ids = tokens.reshape({s.rows});
   if (ids.device().is_cpu()) {  // host ids: checked here, as the row kernels do
@@ -226,24 +193,39 @@ void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
   at::index_select_out(Out(Rows(x_, s.rows)), weights_.tok_embeddings, 0, ids);
 }
 
-void AtenForward::PrepareRope(const ForwardOptions& options, const Step& s) {
-  const int64_t half = config_.head_dim / 2;
-  if (!options.positions.defined()) {  // positions past + t: a view of the table
-    cos_view_ = rope_cos_.as_strided({1, s.n_tokens, 1, half}, {s.n_tokens * half, half, half, 1},
-                                     s.past * half);
-    sin_view_ = rope_sin_.as_strided({1, s.n_tokens, 1, half}, {s.n_tokens * half, half, half, 1},
-                                     s.past * half);
-    return;
+// slots_ rows = past + t for every sequence (where the new rows go in the cache); positions_ =
+// the explicit positions on the device, else the slots.
+void AtenForward::PreparePositions(const ForwardOptions& options, const Step& s) {
+  at::arange_out(Out(Take(slots_, {s.n_tokens})), s.past, s.n_slots, 1);
+  if (s.batch > 1) {
+    Narrow(Take(slots_, {s.batch, s.n_tokens}), 0, 1, s.batch - 1)
+        .copy_(Take(slots_, {1, s.n_tokens}).expand({s.batch - 1, s.n_tokens}));
   }
-  at::Tensor pos = options.positions.reshape({s.rows});
-  if (pos.device() != device_) pos = Rows(positions_, s.rows).copy_(pos);
-  at::index_select_out(Out(Rows(cos_sel_, s.rows)), rope_cos_, 0, pos);
-  at::index_select_out(Out(Rows(sin_sel_, s.rows)), rope_sin_, 0, pos);
-  cos_view_ = Take(cos_sel_, {s.batch, s.n_tokens, 1, half});
-  sin_view_ = Take(sin_sel_, {s.batch, s.n_tokens, 1, half});
+  positions_view_ = Rows(slots_, s.rows);
+  if (!options.positions.defined()) return;
+  positions_view_ = Rows(positions_, s.rows).copy_(options.positions.reshape({s.rows}));
+}
+
+bool AtenForward::TakesTreeBits(int64_t n_tokens) const {
+  return attention_ == AttentionKind::kFused && n_tokens <= kTreeAttentionMaxTokens &&
+         config_.head_dim <= 256;
 }
 
 void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
+  if (s.fused) {  // FusedTreeAttention: the cached length and a bitmask over the new rows
+    kv_len_view_ = Rows(kv_len_, s.batch).fill_(s.past);
+    if (!options.tree_bits.defined()) {
+      tree_bits_view_ = Take(causal_bits_, {1, s.n_tokens});
+      return;
+    }
+    tree_bits_view_ = options.tree_bits;
+    if (tree_bits_view_.device() != device_ || !tree_bits_view_.is_contiguous()) {
+      tree_bits_view_ = Take(tree_bits_, options.tree_bits.sizes()).copy_(options.tree_bits);
+    }
+    return;
+  }
+  SPECBED_CHECK(!options.tree_bits.defined(),
+                "AtenForward: tree_bits without the fused attention (internal error)");
   if (!options.mask.defined()) {  // causal: -inf where slot s > past + t
     mask_view_ = Take(mask_add_, {1, s.n_tokens, s.n_slots});
     at::triu_out(mask_view_, Take(neg_inf_, {1, s.n_tokens, s.n_slots}), s.past + 1);
@@ -260,49 +242,29 @@ void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
   mask5_ = Take(mask_add_, {s.batch, 1, 1, s.n_tokens, s.n_slots});
 }
 
-// dst = RoPE(src) at this step's positions; src, dst: [batch, T, heads, head_dim].
-void AtenForward::Rotate(const at::Tensor& src, const at::Tensor& dst, const Step& s) {
-  const int64_t half = config_.head_dim / 2;
-  const bool interleaved = config_.rope_interleaved;
-  // float32 models read src and write dst directly; others compute in float32 scratch (the
-  // norms' input scratch is free here) and round once.
-  const bool f32 = dtype_ == at::kFloat;
-  const at::Tensor src_f = f32 ? src : Take(norm_in_f_, src.sizes()).copy_(src);
-  auto [x0, x1] = RopePairs(src_f, half, interleaved);
-  at::Tensor out = f32 ? dst : Take(rope_tmp_f_, dst.sizes());
-  auto [o0, o1] = RopePairs(out, half, interleaved);
-  at::mul_out(o0, x0, cos_view_).addcmul_(x1, sin_view_, -1);  // x0 cos - x1 sin
-  at::mul_out(o1, x1, cos_view_).addcmul_(x0, sin_view_, 1);   // x1 cos + x0 sin
-  if (!out.is_same(dst)) dst.copy_(out);
-}
-
 void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
   const LlamaLayerWeights& w = weights_.layers[l];
-  const int64_t hd = s.head_dim, q_width = s.heads * hd, kv_width = s.kv_heads * hd;
+  const int64_t hd = s.head_dim;
   at::Tensor x = Rows(x_, s.rows), xn = Rows(xn_, s.rows), qkv = Rows(qkv_, s.rows);
-  RmsNorm(x, attn_norm_f_[l], xn);
+  FusedRmsNorm(x, attn_norm_f_[l], config_.norm_eps, xn);
   if (w.bqkv.defined()) {
     at::addmm_out(qkv, w.bqkv, xn, wqkv_t_[l]);
   } else {
     at::mm_out(qkv, xn, wqkv_t_[l]);
   }
-  at::Tensor q_src = Narrow(qkv, 1, 0, q_width).view({s.batch, s.n_tokens, s.heads, hd});
-  at::Tensor k_src = Narrow(qkv, 1, q_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
-  at::Tensor v_src =
-      Narrow(qkv, 1, q_width + kv_width, kv_width).view({s.batch, s.n_tokens, s.kv_heads, hd});
-  if (q_norm_f_[l].defined()) RmsNorm(q_src, q_norm_f_[l], q_src);
-  if (k_norm_f_[l].defined()) RmsNorm(k_src, k_norm_f_[l], k_src);
-  // q into [batch, kv_heads, group, T, hd] (head h = kv_head * group + g), written through its
-  // [batch, T, heads, hd] permutation (Take(q_, {batch, heads, T, hd}).permute({0, 2, 1, 3}));
-  // k, v into the cache.
-  const int64_t tokens_hd = s.n_tokens * hd;
-  Rotate(q_src,
-         q_.as_strided({s.batch, s.n_tokens, s.heads, hd}, {s.heads * tokens_hd, hd, tokens_hd, 1}),
-         s);
-  Rotate(k_src, CacheSlots(cache, l, 0, s.past, s.n_tokens, /*token_major=*/true), s);
-  CacheSlots(cache, l, 1, s.past, s.n_tokens, /*token_major=*/true).copy_(v_src);
-  Attend(CacheSlots(cache, l, 0, 0, s.n_slots, /*token_major=*/false),
-         CacheSlots(cache, l, 1, 0, s.n_slots, /*token_major=*/false), s);
+  // q (RoPE, Qwen3's q norm) into [batch, kv_heads, group, T, hd] = [batch, heads, T, hd] (head
+  // h = kv_head * group + g); k (RoPE, k norm) and v into the cache at the slots.
+  FusedRopeKvWrite(qkv, positions_view_, Rows(slots_, s.rows), rope_cos_, rope_sin_, q_norm_f_[l],
+                   k_norm_f_[l], config_.norm_eps, config_.rope_interleaved,
+                   Take(q_, {s.batch, s.heads, s.n_tokens, hd}), cache.storage(), l);
+  if (s.fused) {
+    FusedTreeAttention(Take(q_, {s.batch, s.heads, s.n_tokens, hd}), cache.storage(), l,
+                       kv_len_view_, tree_bits_view_, 1.0 / std::sqrt(static_cast<double>(hd)),
+                       Take(attn_rows_, {s.batch, s.n_tokens, s.heads, hd}));
+  } else {
+    Attend(CacheSlots(cache, l, 0, 0, s.n_slots, /*token_major=*/false),
+           CacheSlots(cache, l, 1, 0, s.n_slots, /*token_major=*/false), s);
+  }
   x.addmm_(Rows(attn_rows_, s.rows), wo_t_[l]);
 }
 
@@ -311,7 +273,7 @@ void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s
   const int64_t hd = s.head_dim, bk = s.batch * s.kv_heads, S = s.n_slots;
   at::Tensor q5 = Take(q_, {s.batch, s.kv_heads, s.group, s.n_tokens, hd});
   at::Tensor rows5 = Take(attn_rows_, {s.batch, s.n_tokens, s.kv_heads, s.group, hd});
-  if (use_sdpa_) {
+  if (attention_ == AttentionKind::kSdpa) {
     at::Tensor o = at::scaled_dot_product_attention(
         q5.view({s.batch, s.heads, s.n_tokens, hd}), k, v, mask_view_.unsqueeze(1),
         /*dropout_p=*/0.0, /*is_causal=*/false, /*scale=*/std::nullopt, /*enable_gqa=*/true);
@@ -342,13 +304,11 @@ void AtenForward::Attend(const at::Tensor& k, const at::Tensor& v, const Step& s
 }
 
 void AtenForward::Mlp(int64_t l, const Step& s) {
-  const int64_t hidden = config_.hidden_dim;
   at::Tensor x = Rows(x_, s.rows), xn = Rows(xn_, s.rows), gate_up = Rows(gate_up_, s.rows),
              act = Rows(act_, s.rows);
-  RmsNorm(x, ffn_norm_f_[l], xn);
+  FusedRmsNorm(x, ffn_norm_f_[l], config_.norm_eps, xn);
   at::mm_out(gate_up, xn, w_gate_up_t_[l]);
-  at::silu_out(act, gate_up.narrow(1, 0, hidden));
-  act.mul_(gate_up.narrow(1, hidden, hidden));
+  FusedSiluMul(gate_up, act);
   x.addmm_(act, w_down_t_[l]);
 }
 
@@ -357,9 +317,12 @@ at::Tensor AtenForward::Logits(LogitsMode mode, const Step& s) {
   const bool all = mode == LogitsMode::kAll;
   const int64_t n_out = all ? s.rows : s.batch;
   at::Tensor x = Rows(x_, s.rows);
-  at::Tensor last = all ? x : x.view({s.batch, s.n_tokens, config_.dim}).select(1, s.n_tokens - 1);
+  // The last token of each sequence: x.view({batch, T, dim}).select(1, T - 1).
+  const at::Tensor last = all ? x
+                              : x.as_strided({s.batch, config_.dim}, {s.n_tokens * config_.dim, 1},
+                                             x.storage_offset() + (s.n_tokens - 1) * config_.dim);
   at::Tensor head_in = Rows(head_in_, n_out);
-  RmsNorm(last, final_norm_f_, head_in);
+  FusedRmsNorm(last, final_norm_f_, config_.norm_eps, head_in);
   at::Tensor logits = Rows(logits_, n_out);
   if (dtype_ == at::kFloat) {
     at::mm_out(logits, head_in, lm_head_t_);
@@ -368,6 +331,16 @@ at::Tensor AtenForward::Logits(LogitsMode mode, const Step& s) {
     logits.copy_(Rows(logits_lowp_, n_out));
   }
   return logits;
+}
+
+AttentionKind ResolveAttentionKind(const at::Device& device) {
+  const char* env = std::getenv("SPECBED_ATTENTION");
+  const std::string name = env == nullptr ? "" : env;
+  if (name.empty()) return device.is_cuda() ? AttentionKind::kSdpa : AttentionKind::kFused;
+  if (name == "fused") return AttentionKind::kFused;
+  if (name == "bmm") return AttentionKind::kBmm;
+  if (name == "sdpa") return device.is_cuda() ? AttentionKind::kSdpa : AttentionKind::kBmm;
+  throw Error(StrCat("SPECBED_ATTENTION=", name, ": expected fused, sdpa or bmm"));
 }
 
 ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
@@ -389,6 +362,7 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   s.kv_heads = config_.n_kv_heads;
   s.group = s.heads / s.kv_heads;
   s.head_dim = config_.head_dim;
+  s.fused = TakesTreeBits(s.n_tokens) && !options.mask.defined();
   // Scores for up to the cache's max_len slots, so a growing context does not regrow them.
   const int64_t per_token = s.batch * s.heads * s.max_len;
   s.chunk = std::max<int64_t>(1, std::min(s.n_tokens, kAttentionScoreBudget / per_token));
@@ -414,13 +388,15 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   };
   Embed(tokens, s);
   capture(0);
-  PrepareRope(options, s);
+  PreparePositions(options, s);
   PrepareMask(options, s);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
+    MarkOpTrace("layer");
     AttentionLayer(l, cache, s);
     Mlp(l, s);
     capture(l + 1);
   }
+  MarkOpTrace("layers_end");
   const at::Tensor logits = Logits(options.logits, s);
   below_autograd.reset();
   if (logits.defined()) {

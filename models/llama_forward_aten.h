@@ -1,14 +1,19 @@
 // The ATen forward path of LlamaModel (ForwardPath::kAten): the decoder as batched ATen ops on
 // any LibTorch device, behind LlamaModel::Forward's contract (llama_model.h).
 //
-// Per layer: RMSNorm (float32 math, one rounding), the fused qkv GEMM (+ bias), q/k RMSNorm
-// (Qwen3), RoPE by position-indexed cos/sin rows written straight into the KV cache slots
-// [past, past + T) (k) and into a [batch, kv_heads, group, T, head_dim] query buffer (q), so
-// grouped-query attention is one batched GEMM per side with no repeat of K/V; the causal or tree
-// mask is added as -inf; softmax; the wo GEMM accumulates into the residual; RMSNorm; the fused
-// gate/up GEMM; SiLU * up; the down GEMM accumulates. With LibTorch >= 2.5 on CUDA, attention goes
-// through at::scaled_dot_product_attention (grouped-query, explicit mask) instead
-// (SPECBED_ATTENTION=bmm keeps the batched GEMMs).
+// Per layer (issue 45 counts these as launching ops; `specbed bench --count-ops` prints them):
+// RMSNorm (kernels/decoder_ops.h FusedRmsNorm: float32 math, one rounding), the fused qkv GEMM
+// (+ bias), FusedRopeKvWrite (Qwen3's q/k norms, RoPE at the device-held positions, k and v
+// written into the KV cache at the device-held slots, q into a [batch, kv_heads, group, T,
+// head_dim] query buffer, so grouped-query attention is one batched GEMM per side with no repeat
+// of K/V); the causal or tree mask is added as -inf; softmax; the wo GEMM accumulates into the
+// residual; RMSNorm; the fused gate/up GEMM; FusedSiluMul; the down GEMM accumulates. Attention
+// (SPECBED_ATTENTION, AttentionKind): `fused` (the CPU default) runs FusedTreeAttention for steps
+// of <= 64 new tokens (the cached length on the device, the tree as a bitmask over the new rows,
+// no [T, S] mask) and batched GEMMs above; `sdpa` (the CUDA default until a GPU run proves the
+// fused kernel) at::scaled_dot_product_attention (grouped-query, explicit mask; LibTorch >= 2.5);
+// `bmm` the batched GEMMs with the mask added as -inf. The ops of a step are marked per layer
+// for the op recorder (models/op_trace.h).
 //
 // Every activation lives in a buffer preallocated for the largest batch * T (and the cache's
 // max_len) seen, so a steady decode step allocates only tensor views; attention scores larger
@@ -34,6 +39,11 @@
 
 namespace specbed {
 
+// How the ATen path attends (SPECBED_ATTENTION = fused | sdpa | bmm; unset: fused on the CPU,
+// sdpa on CUDA; sdpa on the CPU means bmm). Any other value throws naming the variable.
+enum class AttentionKind { kFused, kSdpa, kBmm };
+AttentionKind ResolveAttentionKind(const at::Device& device);
+
 // RoPE tables shared by both forward paths: float32 CPU [n_positions, inv_freq.size()] of
 // cos / sin(position * inv_freq[i]), each angle computed in double.
 void FillRopeTables(const std::vector<double>& inv_freq, int64_t n_positions, at::Tensor& cos,
@@ -50,18 +60,18 @@ class AtenForward {
 
   // LlamaModel::Forward's contract; the arguments were checked by the caller.
   ForwardOutput Run(const at::Tensor& tokens, KvCache& cache, const ForwardOptions& options);
+  // Whether a step of n_tokens new tokens runs FusedTreeAttention, i.e. takes
+  // ForwardOptions::tree_bits (else LlamaModel::Forward turns them into a mask).
+  bool TakesTreeBits(int64_t n_tokens) const;
 
  private:
   struct Step;  // the shapes of one Run
 
   void EnsureCapacity(int64_t rows, int64_t batch_heads_tokens, int64_t max_slots);
   void EnsureRope(int64_t max_position);
-  // out = x / rms(x) * w over the last dim; x, out: [..., d] of the model dtype; w_f: float [d].
-  void RmsNorm(const at::Tensor& x, const at::Tensor& w_f, at::Tensor out);
   void Embed(const at::Tensor& tokens, const Step& s);
-  void PrepareRope(const ForwardOptions& options, const Step& s);
+  void PreparePositions(const ForwardOptions& options, const Step& s);
   void PrepareMask(const ForwardOptions& options, const Step& s);
-  void Rotate(const at::Tensor& src, const at::Tensor& dst, const Step& s);
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
   void Mlp(int64_t layer, const Step& s);
@@ -77,19 +87,17 @@ class AtenForward {
   // Norm weights as float32 (the norms compute in float32).
   std::vector<at::Tensor> attn_norm_f_, ffn_norm_f_, q_norm_f_, k_norm_f_;
   at::Tensor final_norm_f_;
-  // 0-dim constants (an ATen Scalar argument allocates a wrapped tensor on every call).
-  at::Tensor dim_f_, head_dim_f_, eps_f_;  // float32
-  at::Tensor scale_, zero_;                // model dtype: 1 / sqrt(head_dim), 0
+  // 0-dim constants of the model dtype (an ATen Scalar argument allocates a wrapped tensor on
+  // every call): 1 / sqrt(head_dim), 0.
+  at::Tensor scale_, zero_;
 
   // Preallocated buffers (model dtype unless noted), grown, never shrunk.
   int64_t row_capacity_ = 0, score_capacity_ = 0, mask_capacity_ = 0;
   at::Tensor ids_;        // int64 [rows] (device copy of the tokens)
-  at::Tensor positions_;  // int64 [rows] (device copy of the positions)
+  at::Tensor positions_;  // int64 [rows] (device copy of explicit positions)
+  at::Tensor slots_;      // int64 [rows] (the cache slots of the new rows: past + t)
   at::Tensor x_, xn_, qkv_, gate_up_, act_, head_in_;
   at::Tensor q_, q_chunk_, attn_out_, attn_rows_;  // [rows * q_dim] each
-  at::Tensor norm_in_f_, norm_tmp_f_, norm_ms_f_;  // float scratch of the norms
-  at::Tensor rope_tmp_f_;                          // float scratch of RoPE (non-float models)
-  at::Tensor cos_sel_, sin_sel_;                   // float [rows, head_dim / 2]
   at::Tensor scores_, probs_;                      // [score elements]
   at::Tensor mask_add_, neg_inf_;                  // additive mask [mask elements]; all -inf
   at::Tensor mask_bool_;                           // bool [mask elements] (device copy)
@@ -97,10 +105,14 @@ class AtenForward {
   at::Tensor rope_cos_, rope_sin_;                 // float [rope_capacity_, head_dim / 2]
   int64_t rope_capacity_ = 0;
   std::vector<double> inv_freq_;
-  bool use_sdpa_ = false;
-  at::Tensor cos_view_, sin_view_;  // this step's [batch or 1, T, 1, half] RoPE rows
-  at::Tensor mask_view_;            // this step's additive mask [batch or 1, T, S]
-  at::Tensor mask5_;                // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
+  AttentionKind attention_ = AttentionKind::kFused;
+  at::Tensor kv_len_;       // int64 [batch]: the cached length before this step (fused)
+  at::Tensor tree_bits_;    // int64 [rows]: device copy of ForwardOptions::tree_bits
+  at::Tensor causal_bits_;  // int64 [64]: row t's causal bits
+  at::Tensor kv_len_view_, tree_bits_view_;  // this step's
+  at::Tensor positions_view_;                // this step's RoPE positions, int64 [rows]
+  at::Tensor mask_view_;                     // this step's additive mask [batch or 1, T, S]
+  at::Tensor mask5_;  // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
 };
 
 }  // namespace specbed

@@ -433,10 +433,53 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
     SPECBED_CHECK(l >= 0 && l <= config_.n_layers, "Forward: hidden layer ", l,
                   " outside [0, n_layers=", config_.n_layers, "]");
   }
-  ForwardOutput out =
-      aten_ ? aten_->Run(tokens, cache, options) : ForwardRows(tokens, cache, options);
+  ForwardOutput out;
+  if (options.tree_bits.defined()) {
+    SPECBED_CHECK(!options.mask.defined(), "Forward: give mask or tree_bits, not both");
+    SPECBED_CHECK(options.tree_bits.sizes() == tokens.sizes() &&
+                      options.tree_bits.scalar_type() == at::kLong && n_tokens <= 64,
+                  "Forward: tree_bits must be int64 [batch, T] like tokens, T <= 64");
+    if (!TakesTreeBits(n_tokens)) {  // the mask they stand for
+      ForwardOptions with_mask = options;
+      with_mask.tree_bits = at::Tensor();
+      with_mask.mask = TreeBitsMask(options.tree_bits, cache.length());
+      out = aten_ ? aten_->Run(tokens, cache, with_mask) : ForwardRows(tokens, cache, with_mask);
+      cache.Advance(n_tokens);
+      return out;
+    }
+  }
+  out = aten_ ? aten_->Run(tokens, cache, options) : ForwardRows(tokens, cache, options);
   cache.Advance(n_tokens);
   return out;
+}
+
+bool LlamaModel::TakesTreeBits(int64_t n_tokens) const {
+  return aten_ != nullptr && aten_->TakesTreeBits(n_tokens);
+}
+
+void TreeBitsOf(const int32_t* parent, int64_t n, int64_t* out) {
+  SPECBED_CHECK(n + 1 <= 64, "TreeBitsOf: ", n + 1, " verify rows do not fit 64 bits");
+  out[0] = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    SPECBED_CHECK(parent[i] >= -1 && parent[i] < i, "TreeBitsOf: parent[", i, "] = ", parent[i],
+                  " outside [-1, ", i, ")");
+    const auto bits = static_cast<uint64_t>(out[parent[i] + 1]) | (uint64_t{1} << (i + 1));
+    out[i + 1] = static_cast<int64_t>(bits);
+  }
+}
+
+at::Tensor TreeBitsMask(const at::Tensor& tree_bits, int64_t past) {
+  const at::Tensor bits = tree_bits.cpu().contiguous();
+  const int64_t batch = bits.size(0), n = bits.size(1);
+  at::Tensor mask = at::zeros({batch, n, past + n}, at::kBool);
+  const int64_t* b = bits.data_ptr<int64_t>();
+  bool* m = mask.data_ptr<bool>();
+  for (int64_t r = 0; r < batch * n; ++r) {
+    bool* row = m + r * (past + n);
+    std::fill(row, row + past, true);
+    for (int64_t j = 0; j < n; ++j) row[past + j] = ((static_cast<uint64_t>(b[r]) >> j) & 1) != 0;
+  }
+  return mask;
 }
 
 // The RoPE table rows a step needs: `fallback` (past + n_tokens) or one past the largest of the

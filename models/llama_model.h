@@ -68,7 +68,7 @@ struct ForwardOptions {
   // Undefined: cache.length() + t.
   at::Tensor positions;
   // [batch, T, cache.length() + T] bool, on the CPU or the model's device, true = query t may
-  // attend to slot s. Undefined: causal.
+  // attend to slot s. Undefined: causal (or tree_bits).
   at::Tensor mask;
   // Hidden states to return: 0 = embedding output, l (1..n_layers) = output of decoder layer l,
   // always BEFORE the final norm. This equals Hugging Face's `hidden_states[l]` for
@@ -78,7 +78,19 @@ struct ForwardOptions {
   // reference reads HF's post-norm one (the published heads' ids stop below L-1).
   std::vector<int64_t> hidden_layers;
   LogitsMode logits = LogitsMode::kLast;
+  // Instead of `mask` when every cached slot is visible and T <= 64 (a draft tree): int64
+  // [batch, T] on the CPU or the model's device, bit j of row t set = query t may attend to new
+  // token j (TreeBitsOf). The ATen path's fused attention reads them on the device (no [T, S]
+  // mask); every other path gets the mask they stand for.
+  at::Tensor tree_bits;
 };
+
+// The tree_bits of a draft tree's verify rows: row 0 is the root (bit 0), row i + 1 node i
+// (its parent's row's bits and bit i + 1). parent: [n], -1 = child of the root, parent[i] < i;
+// out: [n + 1] (n + 1 <= 64).
+void TreeBitsOf(const int32_t* parent, int64_t n, int64_t* out);
+// The bool mask [batch, T, past + T] that tree_bits [batch, T] (CPU or device) stand for.
+at::Tensor TreeBitsMask(const at::Tensor& tree_bits, int64_t past);
 
 struct ForwardOutput {
   // float32 [batch, T, vocab] (kAll) or [batch, 1, vocab] (kLast) on the model's device;
@@ -114,6 +126,10 @@ class LlamaModel {
   at::Device device() const { return device_; }
   // The resolved path (never kAuto).
   ForwardPath forward_path() const { return path_; }
+  // Whether a forward of n_tokens new tokens reads ForwardOptions::tree_bits as they are (the
+  // ATen path's fused attention); otherwise Forward turns them into a mask (allocated per call:
+  // give such a model the mask instead).
+  bool TakesTreeBits(int64_t n_tokens) const;
   // Forward calls since construction (tests count the target forwards a method makes).
   int64_t forward_calls() const { return forward_calls_; }
   // The streamed matrices' huge-page arena (models/weight_arena.h); bytes == 0 when the weights

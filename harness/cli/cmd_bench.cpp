@@ -9,7 +9,8 @@
 // interrupted bench keeps its rows. Every combination (context + tokens and verify widths within
 // each model's max_seq_len, batch >= 1, context >= 0, known dtypes) is validated before the first
 // measurement. A progress display (one unit per measured row) goes to stderr unless -q.
-// --lookup-contexts measures the lookup drafters' step cost instead (bench_lookup.h).
+// --lookup-contexts measures the lookup drafters' step cost instead (bench_lookup.h); --count-ops
+// counts the ATen ops of a decode and a verify step (bench_ops.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -25,6 +26,7 @@
 #include "harness/base/progress.h"
 #include "harness/base/timer.h"
 #include "harness/cli/bench_lookup.h"
+#include "harness/cli/bench_ops.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/sampler.h"
@@ -62,6 +64,7 @@ struct BenchOptions {
   std::string device = "cpu";            // cpu | cuda | cuda:N
   std::string forward = "auto";          // auto | rows | aten (models/llama_model.h ForwardPath)
   std::vector<int64_t> lookup_contexts;  // non-empty: the lookup drafters' cost instead
+  bool count_ops = false;                // the ATen ops per step instead (bench_ops.h)
   int64_t lookup_steps = 256;
 };
 
@@ -403,6 +406,13 @@ void RunBench(const BenchOptions& o) {
     RunLookupBench(o.models.front(), o.lookup_contexts, o.lookup_steps);
     return;
   }
+  if (o.count_ops) {
+    OpCountOptions ops{o.models, o.dtypes, o.device, {}, o.verify_widths};
+    for (int64_t c : o.contexts) ops.contexts.push_back(std::max<int64_t>(1, c));
+    if (ops.widths.empty()) ops.widths = {2, 4, 8, 16, 32, 64};
+    RunOpCountBench(ops);
+    return;
+  }
   ValidateBench(o);
   SetGemvMaxRows(o.gemv_max_rows);
   SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
@@ -512,6 +522,12 @@ void AddBenchCommand(CLI::App& app) {
                   "(ngram, suffix) after these context lengths of text the first -t model "
                   "samples, e.g. 64,256,1024,4096")
       ->delimiter(',');
+  cmd->add_flag("--count-ops", o->count_ops,
+                "Instead of timing: the ATen ops of one decode step and of one verify step per "
+                "--verify-widths entry >= 2 (default 2,4,...,64) after each context (>= 1) and "
+                "37 tokens later: launching ops, per layer, views, allocations, device-to-host "
+                "copies, and whether the two steps' traces are identical (CUDA-graph "
+                "capturable). Forces the ATen forward path");
   cmd->add_option("--lookup-steps", o->lookup_steps, "Steps timed per --lookup-contexts row")
       ->capture_default_str();
   OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->quiet, "No progress display on stderr"),

@@ -229,6 +229,20 @@ void TreeVerifier::SetSyntheticAcceptance(std::vector<double> acceptance, uint64
   synthetic_rng_.seed(seed);
 }
 
+// The ancestor mask [1, n + 1, committed + n + 1] of the verify rows (kernels/tree_mask), in a
+// reused buffer.
+void TreeVerifier::BuildMask(const DraftTree& tree, int64_t committed, ForwardOptions& options) {
+  const int64_t n = tree.size(), n_slots = n + 1;
+  const int64_t mask_numel = n_slots * (committed + n_slots);
+  if (!mask_buf_.defined() || mask_buf_.numel() < mask_numel) {
+    mask_buf_ = at::empty({std::max<int64_t>(mask_numel, 4096)}, at::kBool);
+  }
+  std::copy(tree.parent.begin(), tree.parent.end(), parent_buf_.data_ptr<int32_t>());
+  at::Tensor mask = mask_buf_.narrow(0, 0, mask_numel).view({1, n_slots, committed + n_slots});
+  BuildTreeMask(parent_buf_.narrow(0, 0, n).view({1, n}), committed, mask);
+  options.mask = mask;
+}
+
 void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
                           KvCache& cache, const std::vector<int64_t>& hidden_layers,
                           Verdict& verdict) {
@@ -246,6 +260,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
     positions_buf_ = at::empty({cap}, at::kLong);
     parent_buf_ = at::empty({cap}, at::kInt);
     keep_buf_ = at::empty({cap}, at::kLong);
+    bits_buf_ = at::empty({cap}, at::kLong);
   }
   int64_t* tok = tokens_buf_.data_ptr<int64_t>();
   tok[0] = root;
@@ -259,14 +274,12 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
     pos[0] = committed;
     for (int64_t i = 0; i < n; ++i) pos[i + 1] = committed + tree.depth[i];
     options.positions = positions_buf_.narrow(0, 0, n_slots).view({1, n_slots});
-    const int64_t mask_numel = n_slots * (committed + n_slots);
-    if (!mask_buf_.defined() || mask_buf_.numel() < mask_numel) {
-      mask_buf_ = at::empty({std::max<int64_t>(mask_numel, 4096)}, at::kBool);
+    if (target_.TakesTreeBits(n_slots)) {  // a bitmask over the new rows, no [T, S] mask
+      TreeBitsOf(tree.parent.data(), n, bits_buf_.data_ptr<int64_t>());
+      options.tree_bits = bits_buf_.narrow(0, 0, n_slots).view({1, n_slots});
+    } else {
+      BuildMask(tree, committed, options);
     }
-    std::copy(tree.parent.begin(), tree.parent.end(), parent_buf_.data_ptr<int32_t>());
-    at::Tensor mask = mask_buf_.narrow(0, 0, mask_numel).view({1, n_slots, committed + n_slots});
-    BuildTreeMask(parent_buf_.narrow(0, 0, n).view({1, n}), committed, mask);
-    options.mask = mask;
   }
   ForwardOutput out =
       target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);

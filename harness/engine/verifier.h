@@ -91,9 +91,11 @@ class TreeVerifier {
   DeviceVerifier& device() { return device_; }
 
  private:
+  void BuildMask(const DraftTree& tree, int64_t committed, ForwardOptions& options);
+
   LlamaModel& target_;
   // Reused buffers (grown, never shrunk): no data allocation per step once warm.
-  at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_;
+  at::Tensor tokens_buf_, positions_buf_, parent_buf_, mask_buf_, keep_buf_, bits_buf_;
   DeviceVerifier device_;  // the ATen path's acceptance
   std::vector<int64_t> positions_;
   std::vector<double> synthetic_;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/decoder_op_args.h"
 #include "kernels/kernel_status.h"
 
 namespace specbed {
@@ -55,6 +56,20 @@ int SampledTreeVerify(const float* probs, const float* draft_probs, const int32_
                       const int32_t* parent, const double* u, int64_t batch, int64_t n,
                       int64_t vocab, int32_t mode, float* residual, int32_t* accepted,
                       int32_t* n_accepted, int32_t* bonus);
+
+// The fused decoder-layer ops (kernels/decoder_ops.h); `element` is a kElement* code.
+// x, out: `rows` rows of `d` elements, row r at x + r * x_stride and out + r * out_stride
+// (elements; out may be x); w: float32 [d]. out = x / sqrt(mean(x^2) + eps) * w.
+int RmsNormRows(const void* x, int64_t x_stride, const float* w, void* out, int64_t out_stride,
+                int64_t rows, int64_t d, float eps, int32_t element);
+// gate_up: [rows, 2 * hidden] ([gate | up] per row); act: out [rows, hidden] = silu(gate) * up.
+int SiluMulRows(const void* gate_up, void* act, int64_t rows, int64_t hidden, int32_t element);
+// RoPE (with the optional q/k norm) of q into q_out and of k into the cache, v into the cache
+// (decoder_op_args.h RopeKvWriteArgs).
+int RopeKvWrite(const RopeKvWriteArgs& args);
+// Attention of T <= 64 new query rows over the cached slots and a bitmask over the new ones
+// (decoder_op_args.h TreeAttentionArgs).
+int TreeAttention(const TreeAttentionArgs& args);
 
 }  // namespace cpu
 }  // namespace specbed

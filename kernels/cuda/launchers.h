@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "kernels/decoder_op_args.h"
 #include "kernels/kernel_status.h"
 
 namespace specbed {
@@ -97,6 +98,18 @@ int SampledTreeVerify(const float* probs, const float* draft_probs, const int32_
                       int32_t* n_accepted, int32_t* bonus, void* stream);
 
 // Human-readable name of a status returned above (cudaGetErrorString for CUDA codes).
+// The fused decoder-layer ops (kernels/decoder_ops.h; contracts in kernels/cpu/references.h).
+// RmsNormRows: one block per row. SiluMulRows: grid-stride over the elements. RopeKvWrite: one
+// block per (row, head) of q, k and v, one thread per RoPE pair.
+int RmsNormRows(const void* x, int64_t x_stride, const float* w, void* out, int64_t out_stride,
+                int64_t rows, int64_t d, float eps, int32_t element, void* stream);
+int SiluMulRows(const void* gate_up, void* act, int64_t rows, int64_t hidden, int32_t element,
+                void* stream);
+int RopeKvWrite(const RopeKvWriteArgs& args, void* stream);
+// TreeAttention: one block per (b, h, t), a warp per key in turn with an online softmax per
+// warp, merged at the end (no split over the keys yet).
+int TreeAttention(const TreeAttentionArgs& args, void* stream);
+
 const char* KernelStatusString(int status);
 
 }  // namespace gpu

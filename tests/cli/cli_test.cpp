@@ -942,6 +942,22 @@ TEST(CliBench, LookupCostTable) {
   EXPECT_TRUE(Contains(r.err, "--lookup-contexts: context lengths must be >= 1, got 0"));
 }
 
+// bench --count-ops: one row per step (decode, then a verify per width >= 2) with the launching
+// ops per layer of the fused ATen path, no allocation, and the trace comparison at the second
+// context; the decode step's ops by name.
+TEST(CliBench, CountOpsTable) {
+  const std::string dir = TestDir();
+  const ProcResult r = RunSpecbed(
+      {"bench", "--count-ops", "-t", "stories260K", "-c", "16", "--verify-widths", "1,8"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const std::string row : {"| ops | stories260K | float32 | decode | 1 | 16 | 53 | 9.0 | 8 | ",
+                                "| ops | stories260K | float32 | verify | 8 | 16 | ",
+                                "| no (53): op ", "specbed::rope_kv_write x5;"}) {
+    EXPECT_TRUE(Contains(r.out, row)) << row << "\n" << r.out;
+  }
+  EXPECT_FALSE(Contains(r.out, "| verify | 1 |")) << r.out;  // width 1 is the decode row
+}
+
 TEST(CliBench, BadVerifyWidthsAndBandwidthFailClearly) {
   const std::string dir = TestDir();
   for (const std::vector<std::string>& args : {std::vector<std::string>{"--verify-widths", "0"},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_check's plumbing without a GPU: `--shrink` on the CPU build BUILD_DIR (its
-# specbed), every step that can run here (probe, the GPU gate's config on the CPU, the twin at
+# specbed), every step that can run here (probe, the attention diagnosis' five settings, the op
+# counts per step, the GPU gate's config on the CPU, the twin at
 # width x4 with its bench and AR, SpS, EAGLE-3, eagle3+svip and LTD on a padded head, BlockPilot
 # on the padded DFlash head, Medusa on padded heads, PEARL on the draft twin, SpecBranch with the
 # padded H-RAD, eagle3+specdecpp with the padded classifier and ngram at T = 0 and T = 1); the build (done), the ctest step (this is ctest) and the
@@ -18,8 +19,8 @@ OUT=$out BUILD=$build SKIP_BUILD=1 SKIP_TESTS=1 SKIP_MATRIX=1 BUDGET_S=600 TWIN_
   scripts/gpu_check --shrink >"$out/stdout" 2>&1 || { cat "$out/stdout"; fail "exit status $?"; }
 md=$out/gpu_check.md
 [ -s "$md" ] || fail "no $md"
-for row in "| probe | passed" "| build | skipped (SKIP_BUILD=1)" "| gate | passed" \
-  "| twin | passed" "| t1 | passed"; do
+for row in "| probe | passed" "| build | skipped (SKIP_BUILD=1)" "| attention | passed" \
+  "| ops | passed" "| gate | passed" "| twin | passed" "| t1 | passed"; do
   grep -qF "$row" "$md" || { cat "$md"; fail "no row '$row'"; }
 done
 for db in gpu_gate.db twin8b.db; do [ -s "$out/$db" ] || fail "no $db"; done
@@ -36,6 +37,11 @@ grep -q "specbranch(.*predictor=.*twin8b-hrad" "$out/summary" || fail "no SpecBr
 grep -q "eagle3+specdecpp(classifier=.*twin8b-ltd-baselines" "$out/summary" ||
   fail "no SpecDec++ case on the classifier twin"
 [ "$(grep -c ' stories  1 ' "$out/summary")" -ge 2 ] || fail "no T = 1 cases in twin8b.db"
+# The attention diagnosis has a row per setting; the op counts a decode row and verify rows.
+[ "$(grep -cE '^\| (default|TORCH_CUDNN_SDPA_[A-Z_]+=1|SPECBED_ATTENTION=(bmm|fused)) \|' "$md")" = 5 ] ||
+  fail "the attention diagnosis lacks a setting"
+grep -qE '^\| ops \| .*twin8b \| float32 \| decode \| 1 \| 128 \| [0-9]+ \| 9\.0 \|' "$md" ||
+  fail "no decode row of 9 launching ops per layer"
 rc=0
 scripts/gpu_check --bogus >/dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "an unknown argument gave exit $rc, expected 2"

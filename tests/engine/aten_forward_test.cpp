@@ -22,8 +22,9 @@
 #include "kernels/tree_mask.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"
+#include "models/llama_forward_aten.h"
 #include "models/model_registry.h"
-#include "tests/common/counting_allocator.h"
+#include "models/op_trace.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -122,9 +123,10 @@ TEST(AtenForward, MatchesRowKernelsOnLlama3Qwen2Qwen3) {
 }
 
 // A draft tree after a committed prefix: root, two branches (nodes 0 and 1), node 2 below 0 and
-// node 3 below 2; verified with the tree mask and depth positions, then the accepted path
-// {0, 2, 3} compacted; the next step agrees too.
-void ExpectTreeStepAgrees(at::Device device) {
+// node 3 below 2; verified with the tree mask and depth positions (the ATen path with the tree's
+// bits instead when `bits`: its fused attention), then the accepted path {0, 2, 3} compacted; the
+// next step agrees too.
+void ExpectTreeStepAgrees(at::Device device, bool bits = false) {
   LlamaModel rows = SharpRandom(testing_util::SmallLlama3Config(), 11);
   LlamaModel aten = WithPath(rows, ForwardPath::kAten, device);
   const std::vector<int32_t> prompt = {1, 8, 20, 44, 7};
@@ -149,6 +151,14 @@ void ExpectTreeStepAgrees(at::Device device) {
   const at::Tensor tokens = Ids({9, 30, 31, 32, 33});
   ForwardOutput orow = rows.Forward(tokens, cr, options);
   const at::Tensor lr = orow.logits.clone();
+  if (bits) {
+    at::Tensor tree_bits = at::empty({1, n + 1}, at::kLong);
+    TreeBitsOf(parent.data(), n, tree_bits.data_ptr<int64_t>());
+    EXPECT_TRUE(at::equal(TreeBitsMask(tree_bits, p), mask));  // the mask they stand for
+    EXPECT_EQ(aten.TakesTreeBits(n + 1), ResolveAttentionKind(device) == AttentionKind::kFused);
+    options.mask = at::Tensor();
+    options.tree_bits = tree_bits;
+  }
   ForwardOutput oaten = aten.Forward(tokens, ca, options);
   EXPECT_LT(MaxDiff(lr, oaten.logits), 1e-4);
   for (size_t i = 0; i < 2; ++i) EXPECT_LT(MaxDiff(orow.hidden[i], oaten.hidden[i]), 1e-4);
@@ -162,6 +172,7 @@ void ExpectTreeStepAgrees(at::Device device) {
 
 TEST(AtenForward, TreeMaskPositionsAndCompactionMatchRowKernels) {
   ExpectTreeStepAgrees(at::kCPU);
+  ExpectTreeStepAgrees(at::kCPU, /*bits=*/true);
 }
 
 TEST(AtenForward, BatchOfTwoMatchesRowKernels) {
@@ -237,7 +248,7 @@ TEST(AtenForward, SteadyDecodeStepAllocatesNothing) {
   int64_t allocations = 0;
   const int64_t copies_before = DeviceToHostCopies();
   {
-    testing_util::ScopedAllocationCount counting;
+    AllocationCount counting;
     for (int i = 0; i < 32; ++i) {
       const float* row = out.logits.data_ptr<float>();
       step_id[0] =
@@ -348,6 +359,7 @@ TEST(AtenForwardCuda, MatchesRowKernelsOnLlama3Qwen2Qwen3) {
 TEST(AtenForwardCuda, TreeMaskPositionsAndCompactionMatchRowKernels) {
   SPECBED_SKIP_WITHOUT_CUDA();
   ExpectTreeStepAgrees(at::Device(at::kCUDA, 0));
+  ExpectTreeStepAgrees(at::Device(at::kCUDA, 0), /*bits=*/true);
 }
 
 // A steady decode step with ids already on the GPU copies nothing to the host.

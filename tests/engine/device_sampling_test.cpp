@@ -17,7 +17,7 @@
 #include "harness/engine/verifier.h"
 #include "kernels/kernel_status.h"
 #include "methods/common/tree_builders.h"
-#include "tests/common/counting_allocator.h"
+#include "models/op_trace.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed {
@@ -98,7 +98,7 @@ TEST(SamplingProbs, IntoBuffersEqualsSamplingProbsAndAllocatesNothingWithoutTrun
   }
   SamplingProbsInto(logits.to(at::kBFloat16), Params(0.9), scratch, out);
   EXPECT_TRUE(at::allclose(out, SamplingProbs(logits.to(at::kBFloat16), Params(0.9)), 0.0, 1e-7));
-  testing_util::ScopedAllocationCount counting;
+  AllocationCount counting;
   for (int i = 0; i < 4; ++i) SamplingProbsInto(logits, Params(0.7), scratch, out);
   EXPECT_EQ(counting.count(), 0) << "temperature only: no storage allocated";
   EXPECT_THROW(SamplingProbsInto(logits, Params(1.0), scratch.narrow(0, 0, 4), out), Error);

@@ -168,7 +168,9 @@ class TinyOutputSample {
       chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
       ++cells;
     }
-    if (check_cells) EXPECT_GT(cells, 4);
+    if (check_cells) {
+      EXPECT_GT(cells, 4);
+    }
     if (cells <= 4) return 1.0;
     return ChiSquareSf(chi2, cells - 1);
   }

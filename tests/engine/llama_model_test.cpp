@@ -374,8 +374,9 @@ TEST(LlamaModel, HiddenStatesFollowHfIndexing) {
       h * at::rsqrt(h.pow(2).mean(-1, true) + config.norm_eps) * model.weights().final_norm;
   const at::Tensor logits = at::matmul(normed, model.weights().lm_head.t());
   EXPECT_LT((logits - out.logits[0]).abs().max().item<double>(), 1e-4);
-  EXPECT_THROW(model.Forward(Ids({1}), cache, ForwardOptions{{}, {}, {config.n_layers + 1}}),
-               Error);
+  ForwardOptions past_the_last;
+  past_the_last.hidden_layers = {config.n_layers + 1};
+  EXPECT_THROW(model.Forward(Ids({1}), cache, past_the_last), Error);
 }
 
 TEST(LlamaModel, BatchedForwardEqualsSeparateRuns) {

@@ -25,8 +25,8 @@
 #include "methods/method_registry.h"
 #include "methods/sps/sps_drafter.h"
 #include "metrics/metrics.h"
+#include "models/op_trace.h"
 #include "reports/summary.h"
-#include "tests/common/counting_allocator.h"
 #include "tests/common/test_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -354,7 +354,7 @@ TEST(Speculative, SpsSampledDraftsStayOnTheDeviceOnTheAtenPath) {
     a.Clear();
     b.Clear();
     rows.Draft(draft_step, a);
-    std::optional<testing_util::ScopedAllocationCount> counting;
+    std::optional<AllocationCount> counting;
     if (step == 11) counting.emplace();  // the last step, warm
     aten.Draft(draft_step, b);
     verifier.Verify(draft_step.root, b, VerifyRule::kChainRs, sampler, cache, {}, verdict);
