@@ -25,6 +25,28 @@ void* CurrentStream(int device) {
   return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
 }
 
+void* NewEvent() {
+  cudaEvent_t event = nullptr;
+  const cudaError_t status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  TORCH_CHECK(status == cudaSuccess, "cudaEventCreate: ", cudaGetErrorString(status));
+  return event;
+}
+
+void RecordEvent(void* event, int device) {
+  const cudaError_t status = cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                             static_cast<cudaStream_t>(CurrentStream(device)));
+  TORCH_CHECK(status == cudaSuccess, "cudaEventRecord: ", cudaGetErrorString(status));
+}
+
+void WaitEvent(void* event) {
+  const cudaError_t status = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+  TORCH_CHECK(status == cudaSuccess, "cudaEventSynchronize: ", cudaGetErrorString(status));
+}
+
+void DestroyEvent(void* event) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 std::string VersionString(int v) {  // CUDA encodes 13.0 as 13000
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
@@ -52,6 +74,7 @@ CudaKernelTable MakeTable() {
   table.build_tree_mask = &gpu::BuildTreeMask;
   table.greedy_tree_verify = &gpu::GreedyTreeVerify;
   table.compact_kv_rows = &gpu::CompactKvRows;
+  table.compact_kv_to_path = &gpu::CompactKvToPath;
   table.tree_rejection_step = &gpu::TreeRejectionStep;
   table.sampled_tree_verify = &gpu::SampledTreeVerify;
   table.rms_norm_rows = &gpu::RmsNormRows;
@@ -62,6 +85,10 @@ CudaKernelTable MakeTable() {
   table.exchange_device = &ExchangeDevice;
   table.current_stream = &CurrentStream;
   table.describe_devices = &DescribeDevices;
+  table.new_event = &NewEvent;
+  table.record_event = &RecordEvent;
+  table.wait_event = &WaitEvent;
+  table.destroy_event = &DestroyEvent;
   return table;
 }
 

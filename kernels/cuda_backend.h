@@ -25,6 +25,7 @@ struct CudaKernelTable {
   decltype(&gpu::BuildTreeMask) build_tree_mask = nullptr;
   decltype(&gpu::GreedyTreeVerify) greedy_tree_verify = nullptr;
   decltype(&gpu::CompactKvRows) compact_kv_rows = nullptr;
+  decltype(&gpu::CompactKvToPath) compact_kv_to_path = nullptr;
   decltype(&gpu::TreeRejectionStep) tree_rejection_step = nullptr;
   decltype(&gpu::SampledTreeVerify) sampled_tree_verify = nullptr;
   decltype(&gpu::RmsNormRows) rms_norm_rows = nullptr;
@@ -38,6 +39,12 @@ struct CudaKernelTable {
   void* (*current_stream)(int device) = nullptr;
   // One line per visible CUDA device: name, compute capability, driver and runtime versions.
   std::string (*describe_devices)() = nullptr;
+  // CUDA events without timing (kernels/step_staging.h): make one, record it on the current
+  // stream of `device`, wait on the host until it has happened, free it.
+  void* (*new_event)() = nullptr;
+  void (*record_event)(void* event, int device) = nullptr;
+  void (*wait_event)(void* event) = nullptr;
+  void (*destroy_event)(void* event) = nullptr;
 };
 
 // The registered table, or nullptr in a binary that does not link specbed_cuda.

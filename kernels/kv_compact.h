@@ -22,4 +22,17 @@ namespace specbed {
 // (CUDA builds only; otherwise specbed::Error).
 void CompactKvCache(const at::Tensor& storage, int64_t committed_len, const at::Tensor& indices);
 
+// The compaction of a verify step from its verdict where the walk left it (kernels/greedy_verify.h,
+// sampled_verify.h): for each sequence b, accepted node accepted[b][j] (j < n_accepted[b]) moves
+// from slot root_slot[b] + 1 + node to root_slot[b] + 1 + j, in place, every layer, K/V and head.
+// No host indices and no scalar that depends on the context: a step's trace stays the same.
+//   storage:    as CompactKvCache (row bytes a multiple of 4)
+//   root_slot:  int32 [B], the committed length before the root
+//   accepted:   int32 [B, n], node indices increasing, -1 padded; n_accepted: int32 [B] in [0, n]
+// All on storage's device. Device data is checked on the host only for CPU tensors (the CUDA
+// kernel skips a move out of range). The caller sets the cache's length (KvCache::Truncate to
+// root_slot + 1 + n_accepted, which it knows from the verdict it copied back).
+void CompactKvCacheToPath(const at::Tensor& storage, const at::Tensor& root_slot,
+                          const at::Tensor& accepted, const at::Tensor& n_accepted);
+
 }  // namespace specbed

@@ -107,12 +107,6 @@ AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
   attention_ = ResolveAttentionKind(device_);
-  // Causal rows of FusedTreeAttention: row t sees new rows 0..t (bits 0..t; row 63: all 64).
-  std::vector<int64_t> causal(kTreeAttentionMaxTokens);
-  for (int64_t t = 0; t < kTreeAttentionMaxTokens; ++t) {
-    causal[t] = static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
-  }
-  causal_bits_ = at::tensor(causal, at::kLong).to(device_);
   EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
   EnsureRope(256);
 }
@@ -124,9 +118,8 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
     const LlamaConfig& c = config_;
     ids_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     positions_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
-    slots_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
-    kv_len_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     tree_bits_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
+    staging_.Reserve(3 * cap + cap, device_);
     x_ = at::empty({cap, c.dim}, opts);
     xn_ = at::empty({cap, c.dim}, opts);
     qkv_ = at::empty({cap, c.qkv_dim()}, opts);
@@ -193,17 +186,39 @@ void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
   at::index_select_out(Out(Rows(x_, s.rows)), weights_.tok_embeddings, 0, ids);
 }
 
-// slots_ rows = past + t for every sequence (where the new rows go in the cache); positions_ =
-// the explicit positions on the device, else the slots.
-void AtenForward::PreparePositions(const ForwardOptions& options, const Step& s) {
-  at::arange_out(Out(Take(slots_, {s.n_tokens})), s.past, s.n_slots, 1);
-  if (s.batch > 1) {
-    Narrow(Take(slots_, {s.batch, s.n_tokens}), 0, 1, s.batch - 1)
-        .copy_(Take(slots_, {1, s.n_tokens}).expand({s.batch - 1, s.n_tokens}));
+// The step's small inputs in one host block and one copy to the device (kernels/step_staging.h),
+// laid out [slots (rows) | positions (rows) | tree bits (rows) | kv_len (batch)]: slot past + t
+// of each sequence's new row t; the positions (explicit ones from the host, else the slots); the
+// fused attention's bits (the host's tree bits, else causal); the cached length. Explicit
+// positions or bits already on the device are copied there instead (one op each).
+void AtenForward::StageStepInputs(const ForwardOptions& options, const Step& s) {
+  const int64_t rows = s.rows, n = 3 * rows + s.batch;
+  int64_t* h = staging_.Host(n);
+  int64_t *slot = h, *pos = h + rows, *bits = h + 2 * rows, *kv_len = h + 3 * rows;
+  for (int64_t r = 0; r < rows; ++r) slot[r] = s.past + r % s.n_tokens;
+  const bool host_positions = options.positions.defined() && options.positions.device().is_cpu();
+  const at::Tensor given_positions = host_positions ? options.positions.contiguous() : at::Tensor();
+  const int64_t* given = host_positions ? given_positions.data_ptr<int64_t>() : slot;
+  std::copy(given, given + rows, pos);
+  const bool host_bits = options.tree_bits.defined() && options.tree_bits.device().is_cpu();
+  const at::Tensor given_bits = host_bits ? options.tree_bits.contiguous() : at::Tensor();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % s.n_tokens;
+    bits[r] = host_bits ? given_bits.data_ptr<int64_t>()[r]
+                        : static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
   }
-  positions_view_ = Rows(slots_, s.rows);
-  if (!options.positions.defined()) return;
-  positions_view_ = Rows(positions_, s.rows).copy_(options.positions.reshape({s.rows}));
+  std::fill(kv_len, kv_len + s.batch, s.past);
+  const at::Tensor block = staging_.Upload(n);
+  slots_view_ = Narrow(block, 0, 0, rows);
+  positions_view_ = Narrow(block, 0, rows, rows);
+  tree_bits_view_ = Narrow(block, 0, 2 * rows, rows).view({s.batch, s.n_tokens});
+  kv_len_view_ = Narrow(block, 0, 3 * rows, s.batch);
+  if (options.positions.defined() && !host_positions) {
+    positions_view_ = Rows(positions_, rows).copy_(options.positions.reshape({rows}));
+  }
+  if (options.tree_bits.defined() && !host_bits) {
+    tree_bits_view_ = Take(tree_bits_, {s.batch, s.n_tokens}).copy_(options.tree_bits);
+  }
 }
 
 bool AtenForward::TakesTreeBits(int64_t n_tokens) const {
@@ -212,18 +227,7 @@ bool AtenForward::TakesTreeBits(int64_t n_tokens) const {
 }
 
 void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
-  if (s.fused) {  // FusedTreeAttention: the cached length and a bitmask over the new rows
-    kv_len_view_ = Rows(kv_len_, s.batch).fill_(s.past);
-    if (!options.tree_bits.defined()) {
-      tree_bits_view_ = Take(causal_bits_, {1, s.n_tokens});
-      return;
-    }
-    tree_bits_view_ = options.tree_bits;
-    if (tree_bits_view_.device() != device_ || !tree_bits_view_.is_contiguous()) {
-      tree_bits_view_ = Take(tree_bits_, options.tree_bits.sizes()).copy_(options.tree_bits);
-    }
-    return;
-  }
+  if (s.fused) return;  // FusedTreeAttention reads the staged kv_len and tree bits
   SPECBED_CHECK(!options.tree_bits.defined(),
                 "AtenForward: tree_bits without the fused attention (internal error)");
   if (!options.mask.defined()) {  // causal: -inf where slot s > past + t
@@ -254,7 +258,7 @@ void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
   }
   // q (RoPE, Qwen3's q norm) into [batch, kv_heads, group, T, hd] = [batch, heads, T, hd] (head
   // h = kv_head * group + g); k (RoPE, k norm) and v into the cache at the slots.
-  FusedRopeKvWrite(qkv, positions_view_, Rows(slots_, s.rows), rope_cos_, rope_sin_, q_norm_f_[l],
+  FusedRopeKvWrite(qkv, positions_view_, slots_view_, rope_cos_, rope_sin_, q_norm_f_[l],
                    k_norm_f_[l], config_.norm_eps, config_.rope_interleaved,
                    Take(q_, {s.batch, s.heads, s.n_tokens, hd}), cache.storage(), l);
   if (s.fused) {
@@ -388,7 +392,7 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   };
   Embed(tokens, s);
   capture(0);
-  PreparePositions(options, s);
+  StageStepInputs(options, s);
   PrepareMask(options, s);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     MarkOpTrace("layer");

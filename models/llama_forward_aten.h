@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/step_staging.h"
 #include "models/kv_cache.h"
 #include "models/llama_config.h"
 #include "models/llama_model.h"
@@ -70,7 +71,7 @@ class AtenForward {
   void EnsureCapacity(int64_t rows, int64_t batch_heads_tokens, int64_t max_slots);
   void EnsureRope(int64_t max_position);
   void Embed(const at::Tensor& tokens, const Step& s);
-  void PreparePositions(const ForwardOptions& options, const Step& s);
+  void StageStepInputs(const ForwardOptions& options, const Step& s);
   void PrepareMask(const ForwardOptions& options, const Step& s);
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
@@ -94,8 +95,9 @@ class AtenForward {
   // Preallocated buffers (model dtype unless noted), grown, never shrunk.
   int64_t row_capacity_ = 0, score_capacity_ = 0, mask_capacity_ = 0;
   at::Tensor ids_;        // int64 [rows] (device copy of the tokens)
-  at::Tensor positions_;  // int64 [rows] (device copy of explicit positions)
-  at::Tensor slots_;      // int64 [rows] (the cache slots of the new rows: past + t)
+  at::Tensor positions_;  // int64 [rows] (copy of explicit positions already on the device)
+  at::Tensor tree_bits_;  // int64 [rows] (copy of tree bits already on the device)
+  StepStaging staging_;   // slots, positions, tree bits and kv_len: one upload per step
   at::Tensor x_, xn_, qkv_, gate_up_, act_, head_in_;
   at::Tensor q_, q_chunk_, attn_out_, attn_rows_;  // [rows * q_dim] each
   at::Tensor scores_, probs_;                      // [score elements]
@@ -106,13 +108,11 @@ class AtenForward {
   int64_t rope_capacity_ = 0;
   std::vector<double> inv_freq_;
   AttentionKind attention_ = AttentionKind::kFused;
-  at::Tensor kv_len_;       // int64 [batch]: the cached length before this step (fused)
-  at::Tensor tree_bits_;    // int64 [rows]: device copy of ForwardOptions::tree_bits
-  at::Tensor causal_bits_;  // int64 [64]: row t's causal bits
-  at::Tensor kv_len_view_, tree_bits_view_;  // this step's
-  at::Tensor positions_view_;                // this step's RoPE positions, int64 [rows]
-  at::Tensor mask_view_;                     // this step's additive mask [batch or 1, T, S]
-  at::Tensor mask5_;  // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
+  // This step's inputs on the device (views of the staged block, StageStepInputs): int64
+  // slots [rows], RoPE positions [rows], tree bits [batch, T], cached length [batch].
+  at::Tensor slots_view_, positions_view_, tree_bits_view_, kv_len_view_;
+  at::Tensor mask_view_;  // this step's additive mask [batch or 1, T, S]
+  at::Tensor mask5_;      // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
 };
 
 }  // namespace specbed

@@ -9,6 +9,7 @@
 
 #include "harness/base/error.h"
 #include "kernels/greedy_verify.h"
+#include "kernels/kv_compact.h"
 #include "kernels/sampled_verify.h"
 
 namespace specbed {
@@ -121,15 +122,24 @@ void DeviceVerifier::Reserve(int64_t n, int64_t vocab, const at::Device& device)
   }
 }
 
-at::Tensor DeviceVerifier::UploadTree(const DraftTree& tree) {
+at::Tensor DeviceVerifier::UploadTree(const DraftTree& tree, int64_t committed) {
   const int64_t n = tree.size();
   int32_t* host = int_host_.data_ptr<int32_t>();
   std::copy(tree.token.begin(), tree.token.end(), host);
   std::copy(tree.parent.begin(), tree.parent.end(), host + n);
-  return in_device_.narrow(0, 0, 2 * n).copy_(int_host_.narrow(0, 0, 2 * n));
+  host[2 * n] = static_cast<int32_t>(committed);
+  return in_device_.narrow(0, 0, 2 * n + 1).copy_(int_host_.narrow(0, 0, 2 * n + 1));
 }
 
-void DeviceVerifier::DownloadVerdict(int64_t n, Verdict& verdict) {
+void DeviceVerifier::CompactOnDevice(int64_t n, const at::Tensor& in,
+                                     const CompactAfterWalk& compact) {
+  if (compact.cache == nullptr) return;
+  const at::Tensor result = result_device_.narrow(0, 0, n + 2);
+  CompactKvCacheToPath(compact.cache->storage(), in.narrow(0, 2 * n, 1),
+                       result.narrow(0, 0, n).view({1, n}), result.narrow(0, n, 1));
+}
+
+void DeviceVerifier::DownloadVerdict(int64_t n, Verdict& verdict, const CompactAfterWalk& compact) {
   // The step's one device-to-host copy, into the staging buffer the tree came from (its upload
   // was synchronous, so it is free again): no allocation, no pointer into a temporary.
   const at::Tensor result = result_device_.narrow(0, 0, n + 2);
@@ -141,26 +151,29 @@ void DeviceVerifier::DownloadVerdict(int64_t n, Verdict& verdict) {
   const int32_t* r = host.data_ptr<int32_t>();
   verdict.path.assign(r, r + r[n]);
   verdict.bonus = r[n + 1];
+  if (compact.cache != nullptr) compact.cache->Truncate(compact.committed + 1 + r[n]);
 }
 
-void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logits,
-                                  Verdict& verdict) {
+void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,
+                                  const CompactAfterWalk& compact) {
   const int64_t n = tree.size();
   Reserve(n, 0, logits.device());
-  const at::Tensor in = UploadTree(tree);
+  const at::Tensor in = UploadTree(tree, compact.committed);
   const at::Tensor result = result_device_.narrow(0, 0, n + 2);
   GreedyTreeVerify(logits.view({1, n + 1, logits.size(-1)}), in.narrow(0, 0, n).view({1, n}),
                    in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
                    result.narrow(0, n, 1), result.narrow(0, n + 1, 1));
-  DownloadVerdict(n, verdict);
+  CompactOnDevice(n, in, compact);
+  DownloadVerdict(n, verdict, compact);
 }
 
 void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
-                                   Sampler& sampler, Verdict& verdict) {
+                                   Sampler& sampler, Verdict& verdict,
+                                   const CompactAfterWalk& compact) {
   const int64_t n = tree.size(), vocab = logits.size(-1);
   const at::Device device = logits.device();
   Reserve(n, vocab, device);
-  const at::Tensor in = UploadTree(tree);
+  const at::Tensor in = UploadTree(tree, compact.committed);
   double* u = uniforms_host_.data_ptr<double>();
   for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler.rng());
   const at::Tensor uniforms =
@@ -178,7 +191,8 @@ void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logi
                     residual_device_.narrow(0, 0, vocab).view({1, vocab}),
                     result.narrow(0, 0, n).view({1, n}), result.narrow(0, n, 1),
                     result.narrow(0, n + 1, 1));
-  DownloadVerdict(n, verdict);
+  CompactOnDevice(n, in, compact);
+  DownloadVerdict(n, verdict, compact);
 }
 
 int32_t DeviceVerifier::SampleToken(const at::Tensor& logits, Sampler& sampler) {

@@ -21,6 +21,7 @@
 
 #include "harness/engine/method.h"
 #include "harness/engine/sampler.h"
+#include "models/kv_cache.h"
 
 namespace specbed {
 
@@ -74,27 +75,41 @@ class DeviceDraftSampler {
 
 // Acceptance and sampling on the logits' device with reusable staging buffers (grown, never
 // shrunk). Fills verdict.path and verdict.bonus only (the caller derives verdict.tokens).
+//
+// With a CompactAfterWalk the verify step's KV compaction runs on the device too, from the
+// verdict the walk left there (kernels/kv_compact.h CompactKvCacheToPath; the committed length
+// travels in the tree's upload), before the one copy back; the cache's length is then set to
+// committed + 1 + the path's length. Then no op of the step depends on the context length.
+struct CompactAfterWalk {
+  KvCache* cache = nullptr;  // null: no compaction
+  int64_t committed = 0;     // the cache's length before the root
+};
+
 class DeviceVerifier {
  public:
   // T = 0: the target argmax walk (kernels/greedy_verify.h).
   //   logits: [n + 1, V] float32 on the device; tree: host, n = tree.size()
-  void AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict);
+  void AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,
+                    const CompactAfterWalk& compact = {});
   // T > 0 under `mode` (kernels/kernel_status.h kSampled*): the target's distributions from
   // SamplingProbsInto (reused buffers), the drafter's distributions in the rejection modes
   // (tree.draft_probs_device read in place, or tree.draft_probs uploaded), n + 1 uniforms from
   // sampler.rng().
   //   logits: [n + 1, V] float32 / bfloat16 / float16 on the device
   void AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
-                     Sampler& sampler, Verdict& verdict);
+                     Sampler& sampler, Verdict& verdict, const CompactAfterWalk& compact = {});
   // One token from the target at `logits` ([..., V], its last row): the argmax at T = 0, else a
   // draw from SamplingProbs with one uniform from sampler.rng() (the walk of an empty tree).
   int32_t SampleToken(const at::Tensor& logits, Sampler& sampler);
 
  private:
-  // Uploads tokens then parents into in_device_[0 .. 2n) and returns it.
-  at::Tensor UploadTree(const DraftTree& tree);
-  // Copies result_device_[0 .. n + 2) = [accepted | count | bonus] back (the step's one copy).
-  void DownloadVerdict(int64_t n, Verdict& verdict);
+  // Uploads tokens, parents and the committed length into in_device_[0 .. 2n + 1) and returns it.
+  at::Tensor UploadTree(const DraftTree& tree, int64_t committed);
+  // The walk's compaction (CompactAfterWalk) on the device, before the copy back.
+  void CompactOnDevice(int64_t n, const at::Tensor& in, const CompactAfterWalk& compact);
+  // Copies result_device_[0 .. n + 2) = [accepted | count | bonus] back (the step's one copy),
+  // then sets a compacted cache's length.
+  void DownloadVerdict(int64_t n, Verdict& verdict, const CompactAfterWalk& compact = {});
   void Reserve(int64_t n, int64_t vocab, const at::Device& device);
 
   at::Tensor int_host_, in_device_, result_device_;

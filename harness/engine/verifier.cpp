@@ -287,13 +287,15 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   // runs through the kernels/ walks on the logits' device; the row kernels' CPU logits are read
   // in place.
   const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
-  if (target_.forward_path() == ForwardPath::kAten && synthetic_.empty()) {
+  const bool on_device = target_.forward_path() == ForwardPath::kAten && synthetic_.empty();
+  if (on_device) {  // the walk and the compaction on the device, one copy back
+    const CompactAfterWalk compact{&cache, committed};
     if (greedy) {
-      device_.AcceptGreedy(tree, out.logits, verdict);
+      device_.AcceptGreedy(tree, out.logits, verdict, compact);
     } else {
       CheckSamplingRule(tree, rule, vocab);
       device_.AcceptSampled(tree, out.logits, SampledMode(rule, VerifierFaultForTesting()), sampler,
-                            verdict);
+                            verdict, compact);
     }
     Finish(tree, verdict);
   } else {
@@ -309,7 +311,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   }
 
   verdict.logits = out.logits.reshape({n_slots, vocab});
-  CompactToPath(verdict.path, committed, keep_buf_, cache);
+  if (!on_device) CompactToPath(verdict.path, committed, keep_buf_, cache);
   verdict.hidden.clear();
   if (!hidden_layers.empty()) {
     std::vector<int64_t> slots{0};

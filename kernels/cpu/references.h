@@ -40,6 +40,14 @@ int GreedyTreeVerify(const float* logits, const int32_t* tokens, const int32_t* 
 int CompactKvRows(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads, int64_t max_len,
                   int64_t row_bytes, int64_t committed_len, const int64_t* indices, int64_t keep);
 
+// The compaction after a verify step, from the verdict where the walk left it (no host indices):
+// for each sequence b, accepted node accepted[b][j] (j < n_accepted[b]; nodes increasing) moves
+// from slot root_slot[b] + 1 + node to root_slot[b] + 1 + j. root_slot: [batch] int32 (the
+// committed length before the root); accepted: [batch, n] int32; n_accepted: [batch] int32.
+int CompactKvToPath(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads, int64_t max_len,
+                    int64_t row_bytes, const int32_t* root_slot, const int32_t* accepted, int64_t n,
+                    const int32_t* n_accepted);
+
 // p: [batch, vocab] float32 in/out; q: [batch, vocab] float32; token: [batch] int32 in
 // [0, vocab); u: [batch] float32 in [0, 1); accepted: out [batch] uint8. Accepts iff
 // u * q[token] < p[token]; on rejection p <- max(p - q, 0) renormalized (double sum), unchanged

@@ -64,6 +64,10 @@ int CompactKvRows(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads
 //   accepted: out [batch] uint8 (0/1)
 // Accepts iff u * q[token] < p[token]. On rejection p <- max(p - q, 0) / sum(max(p - q, 0))
 // (the sum accumulated in double), or p unchanged if that sum is 0. One block per sequence.
+int CompactKvToPath(void* storage, int64_t n_outer, int64_t batch, int64_t n_heads, int64_t max_len,
+                    int64_t row_bytes, const int32_t* root_slot, const int32_t* accepted, int64_t n,
+                    const int32_t* n_accepted, void* stream);
+
 int TreeRejectionStep(float* p, const float* q, const int32_t* token, const float* u, int64_t batch,
                       int64_t vocab, uint8_t* accepted, void* stream);
 

@@ -3,13 +3,15 @@
 // identity), the pinned launching-op counts of a decode and a verify step on stories260K (5
 // layers; the fused decoder ops of kernels/decoder_ops.h count one each: 9 per layer), no
 // allocation and no
-// device-to-host copy in a warm step on the CPU, and trace identity: the same step at the same
-// context records the same ops, shapes, pointers and scalars; at another context it does not yet
-// (the first difference is pinned: the host-side slot scalar; the static step program removes it).
+// device-to-host copy in a warm step on the CPU, and trace identity: a decode step and verify steps
+// record the same ops, shapes, pointers and scalars at two context lengths (the step's inputs
+// arrive through one staged upload, the verify compaction reads the verdict on the device), with
+// the batched-GEMM attention's host-built mask as the negative control.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "harness/base/error.h"
@@ -85,19 +87,29 @@ TEST(StepOps, DecodeAndVerifyCountsOnStories260K) {
     EXPECT_EQ(s.counts.host_reads, 0);
   }
   const StepOps decode = TraceDecodeStep(model, 16, 53);
-  // Embedding, the slots, the cached length, final norm, lm_head, and the greedy sampler (a
-  // no-op cast, the walk kernel, the verdict copy).
-  EXPECT_EQ(decode.outside_layers(), 8);
+  // Embedding, the staged inputs' upload, final norm, lm_head, and the greedy sampler (a no-op
+  // cast, the tree's upload, the walk kernel).
+  EXPECT_EQ(decode.outside_layers(), 7);
+  const StepOps verify = TraceVerifyStep(model, 7, 16, 53);
+  EXPECT_EQ(verify.counts.by_name.at("specbed::compact_kv_cache_to_path"), 1);
 }
 
-TEST(StepOps, TraceIdentityAtOneContextNotYetAcrossContexts) {
+// The CPU proof that a step could be captured once and replayed at any context length: a decode
+// step and verify steps of several widths record the same ops, shapes, data pointers and scalars
+// 21 tokens apart. Negative control: the batched-GEMM attention (SPECBED_ATTENTION=bmm) attends
+// over a [T, S] mask whose shape follows the context, and the check names that view.
+TEST(StepOps, TraceIdentityAcrossContextLengths) {
   at::set_num_threads(1);
   LlamaModel model = AtenStories260K();
-  EXPECT_EQ(TraceDecodeStep(model, 20, 20).difference, "");
-  EXPECT_EQ(TraceVerifyStep(model, 7, 20, 20).difference, "");
-  const std::string decode = TraceDecodeStep(model, 20, 41).difference;
-  EXPECT_NE(decode.find("aten::arange.start_out(20, 21, 1"), std::string::npos) << decode;
-  EXPECT_NE(TraceVerifyStep(model, 7, 20, 41).difference, "");
+  EXPECT_EQ(TraceDecodeStep(model, 20, 41).difference, "");
+  for (int64_t nodes : {1, 7, 63}) {
+    EXPECT_EQ(TraceVerifyStep(model, nodes, 20, 41).difference, "") << nodes << " nodes";
+  }
+  setenv("SPECBED_ATTENTION", "bmm", 1);
+  LlamaModel bmm = AtenStories260K();
+  unsetenv("SPECBED_ATTENTION");
+  const std::string diff = TraceDecodeStep(bmm, 20, 41).difference;
+  EXPECT_NE(diff.find("[1, 1, 21]"), std::string::npos) << diff;  // the mask over 21 slots
 }
 
 TEST(StepOps, RefusesTheRowKernelsAndContextsThatDoNotFit) {

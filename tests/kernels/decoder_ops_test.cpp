@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/base/error.h"
 #include "kernels/decoder_ops.h"
+#include "kernels/step_staging.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/common/test_util.h"
 
@@ -325,6 +327,24 @@ TEST(DecoderOps, TreeAttentionRejectsWhatBreaksItsContract) {
   c = MakeAttentionCase(at::kFloat, false, 3);
   c.q = at::randn({c.batch, c.heads, 65, c.hd});
   EXPECT_NE(ErrorOf([&] { RunAttention(c); }).find("T <= 64 (got 65)"), std::string::npos);
+}
+
+// One host block, one fixed device buffer: every upload lands at the same address (what a
+// captured step reads), with the values of the latest host block.
+TEST(StepStaging, UploadsIntoOneFixedDeviceBuffer) {
+  StepStaging staging;
+  staging.Reserve(8, at::kCPU);
+  int64_t* h = staging.Host(3);
+  h[0] = 1, h[1] = 2, h[2] = 3;
+  const at::Tensor a = staging.Upload(3);
+  EXPECT_TRUE(at::equal(a, at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong)));
+  h = staging.Host(3);
+  h[0] = 7;
+  const at::Tensor b = staging.Upload(3);
+  EXPECT_EQ(a.data_ptr(), b.data_ptr());
+  EXPECT_EQ(b[0].item<int64_t>(), 7);
+  EXPECT_NE(b.data_ptr(), static_cast<void*>(h));  // a copy, not the host block itself
+  EXPECT_THROW(staging.Host(1 << 20), Error);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -540,6 +540,70 @@ TEST(KvCompact, CpuMatchesIndexSelectOnGrid) {
   });
 }
 
+// A verify step's verdict per sequence (root slot, accepted nodes increasing, -1 padded, count)
+// and what CompactKvCacheToPath must leave: each sequence compacted as CompactKvCache would with
+// its own committed length and kept slots.
+struct PathCompactCase {
+  at::Tensor storage, root_slot, accepted, n_accepted, expected;
+};
+PathCompactCase RandomPathCompactCase(std::mt19937_64& rng, int64_t batch, int64_t n) {
+  PathCompactCase c;
+  const int64_t max_len = 12 + n + 1;
+  c.storage = at::randn({2, 2, batch, 3, max_len, 8});
+  c.expected = c.storage.clone();
+  std::vector<int32_t> root(batch), accepted(batch * n, -1), count(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    root[b] = static_cast<int32_t>(Uniform(rng, 0, 12));
+    std::vector<int64_t> keep{root[b]};
+    for (int64_t node = 0; node < n; ++node) {
+      if (rng() % 3 == 0) continue;
+      accepted[b * n + count[b]++] = static_cast<int32_t>(node);
+      keep.push_back(root[b] + 1 + node);
+    }
+    const at::Tensor idx = at::tensor(keep, at::kLong).view({1, -1});
+    c.expected.narrow(2, b, 1).copy_(NaiveCompact(c.storage.narrow(2, b, 1), root[b], idx));
+  }
+  c.root_slot = at::tensor(root, at::kInt);
+  c.accepted = at::tensor(accepted, at::kInt).view({batch, n});
+  c.n_accepted = at::tensor(count, at::kInt);
+  return c;
+}
+
+TEST(KvCompact, ToPathEqualsCompactionOfTheKeptSlots) {
+  std::mt19937_64 rng(55);
+  at::manual_seed(55);
+  for (int64_t batch : kBatches) {
+    for (int64_t n : {0, 1, 7, 63}) {
+      SCOPED_TRACE(Where(batch, n, 0, 0));
+      PathCompactCase c = RandomPathCompactCase(rng, batch, n);
+      CompactKvCacheToPath(c.storage, c.root_slot, c.accepted, c.n_accepted);
+      EXPECT_TRUE(at::equal(c.storage, c.expected));
+    }
+  }
+}
+
+TEST(KvCompact, ToPathRejectsABrokenVerdict) {
+  std::mt19937_64 rng(56);
+  PathCompactCase c = RandomPathCompactCase(rng, 1, 7);
+  c.n_accepted[0] = 8;
+  EXPECT_NE(ErrorOf([&] {
+              CompactKvCacheToPath(c.storage, c.root_slot, c.accepted, c.n_accepted);
+            }).find("a verdict breaks the contract"),
+            std::string::npos);
+  c = RandomPathCompactCase(rng, 1, 7);
+  c.accepted[0][0] = 5;
+  c.accepted[0][1] = 5;
+  c.n_accepted[0] = 2;
+  EXPECT_NE(ErrorOf([&] {
+              CompactKvCacheToPath(c.storage, c.root_slot, c.accepted, c.n_accepted);
+            }).find("increasing"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              CompactKvCacheToPath(c.storage, c.root_slot.to(at::kLong), c.accepted, c.n_accepted);
+            }).find("root_slot"),
+            std::string::npos);
+}
+
 TEST(KvCompact, OverlappingMovesKeepOrder) {
   // Rows 3, 4, 5, 6 move to 2, 3, 4, 5: each destination is the previous j's source, which must
   // be read before it is overwritten (a parallel-over-j implementation would race here).
@@ -916,6 +980,20 @@ TEST(KvCompactCuda, MatchesCpuReferenceOnGrid) {
     CompactKvCache(gpu, c.committed, idx);
     EXPECT_TRUE(at::equal(gpu.cpu(), c.storage));
   });
+}
+
+TEST(KvCompactCuda, ToPathMatchesCpuReference) {
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
+  std::mt19937_64 rng(57);
+  for (int64_t batch : kBatches) {
+    for (int64_t n : {0, 7, 63}) {
+      PathCompactCase c = RandomPathCompactCase(rng, batch, n);
+      at::Tensor gpu = c.storage.to(at::kCUDA);
+      CompactKvCacheToPath(gpu, c.root_slot.to(at::kCUDA), c.accepted.to(at::kCUDA),
+                           c.n_accepted.to(at::kCUDA));
+      EXPECT_TRUE(at::equal(gpu.cpu(), c.expected));
+    }
+  }
 }
 
 TEST(RejectionStepCuda, MatchesCpuReference) {
