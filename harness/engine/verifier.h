@@ -1,10 +1,12 @@
 // The one verifier every speculative method uses.
 //
 // TreeVerifier::Verify runs the target once over [root, node 0 .. node n-1] appended after the
-// committed cache (tree positions from depths, the ancestor mask from kernels/tree_mask; a chain
-// uses the plain causal path), chooses the accepted path with the rule, samples the bonus /
-// correction token, and compacts the target KV cache to committed + root + accepted path
-// (kernels/kv_compact). AcceptTree is the rule alone over given target logits, so the sampling
+// committed cache (tree positions from depths; the tree as 64-bit rows over the new tokens,
+// ForwardOptions::tree_bits, where the target takes them, else the ancestor mask from
+// kernels/tree_mask; a chain uses the plain causal path), chooses the accepted path with the
+// rule, samples the bonus / correction token, and compacts the target KV cache to committed +
+// root + accepted path (kernels/kv_compact; on the ATen path on the device from the walk's
+// verdict, before the step's one copy back). AcceptTree is the rule alone over given target logits, so the sampling
 // rules can be tested statistically without a model.
 //
 // Rules (method.h VerifyRule). Greedy follows the target argmax (kernels/greedy_verify). The
