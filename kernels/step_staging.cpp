@@ -12,7 +12,10 @@ StepStaging::~StepStaging() {
 }
 
 void StepStaging::Reserve(int64_t n, const at::Device& device) {
-  if (host_.defined() && host_.numel() >= n && device_.device() == device) return;
+  // "cuda" without an index means the current device: the buffer's own device then matches.
+  const bool same_device = device_.defined() && device_.device().type() == device.type() &&
+                           (!device.has_index() || device_.device().index() == device.index());
+  if (host_.defined() && host_.numel() >= n && same_device) return;
   const int64_t cap = std::max<int64_t>(n, host_.defined() ? 2 * host_.numel() : 256);
   if (pending_) Host(0);  // the old host block may still be read by a copy in flight
   const bool cuda = device.is_cuda();
@@ -25,7 +28,7 @@ void StepStaging::Reserve(int64_t n, const at::Device& device) {
                   "CUDA backend)");
     event_ = cuda_kernels->new_event();
   }
-  device_index_ = cuda ? device.index() : -1;
+  device_index_ = cuda ? device_.device().index() : -1;  // the buffer's actual device
 }
 
 int64_t* StepStaging::Host(int64_t n) {

@@ -21,10 +21,11 @@
 // overhead, which dominates small models: Run dispatches below the autograd and view-tracking
 // layers (at::AutoDispatchBelowADInplaceOrView: out= and in-place ops into buffers are never
 // differentiated; no inference tensors are made), and each view is one as_strided call.
-// Checked by: tests/engine/aten_forward_test.cpp (against the row kernels on the CPU: logits
-// within 1e-4 in float32 and identical greedy ids on stories260K, its twin and random Llama-3 /
-// Qwen2 / Qwen3 checkpoints, causal and tree masks, hidden states; no allocation in a steady
-// decode step).
+// Checked by: tests/engine/step_ops_test.cpp (9 launching ops per layer, trace identity of a step
+// across context lengths), tests/engine/aten_forward_test.cpp (against the row kernels on the CPU:
+// logits within 1e-4 in float32 and identical greedy ids on stories260K, its twin and random
+// Llama-3 / Qwen2 / Qwen3 checkpoints, causal and tree masks, hidden states; no allocation in a
+// steady decode step).
 #pragma once
 
 #include <ATen/core/Tensor.h>

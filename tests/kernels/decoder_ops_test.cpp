@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -349,6 +350,22 @@ TEST(StepStaging, UploadsIntoOneFixedDeviceBuffer) {
 
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels vs. the CPU references
+
+// Pinned host block, asynchronous copies: a host block rewritten right after an upload (Host
+// waits for the copy in flight) never changes what the earlier upload delivered.
+TEST(StepStagingCuda, AsyncUploadsKeepTheirValues) {
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
+  StepStaging staging;
+  staging.Reserve(1 << 16, at::Device(at::kCUDA));
+  at::Tensor sums = at::zeros({2}, at::TensorOptions(at::kLong).device(at::kCUDA));
+  for (int64_t value : {3, 5}) {
+    int64_t* h = staging.Host(1 << 16);
+    std::fill(h, h + (1 << 16), value);
+    sums[value == 3 ? 0 : 1] = staging.Upload(1 << 16).sum();  // enqueued behind the copy
+  }
+  EXPECT_EQ(sums[0].item<int64_t>(), 3 * (1 << 16));
+  EXPECT_EQ(sums[1].item<int64_t>(), 5 * (1 << 16));
+}
 
 TEST(DecoderOpsCuda, MatchCpuReferences) {
   SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
