@@ -29,8 +29,10 @@ MedusaDrafter::MedusaDrafter(LlamaModel& target, MedusaHead head, const MedusaOp
                 c.vocab_size, ")");
   SPECBED_CHECK(options.top_k >= 1 && options.top_k <= c.vocab_size, "medusa: top_k ",
                 options.top_k, " outside [1, ", c.vocab_size, "]");
+  // The heads in the target's dtype (issue 45): with a real 128k vocabulary each head's lm_head is
+  // as large as the target's, and four float32 heads would read ~60% of a bf16 target's bytes.
   const at::Device device = target.weights().final_norm.device();
-  for (auto& [name, t] : head_.tensors) t = t.to(device, at::kFloat).contiguous();
+  for (auto& [name, t] : head_.tensors) t = t.to(device, target.dtype()).contiguous();
   norm_weight_ = target.weights().final_norm.to(at::kFloat);
   for (int64_t k = 0; k < head_.config.num_heads; ++k) head_rows_.push_back(k);
 }
@@ -44,7 +46,7 @@ void MedusaDrafter::KeepLastHidden(const at::Tensor& hidden) {
                 "medusa drafter: expected the target's last hidden states [1, S, dim]");
   const at::Tensor x = hidden.select(1, hidden.size(1) - 1).to(at::kFloat);  // [1, dim]
   const at::Tensor rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + target_.config().norm_eps);
-  normed_ = x * rms * norm_weight_;
+  normed_ = (x * rms * norm_weight_).to(target_.dtype());  // float32 math, the heads' dtype
 }
 
 void MedusaDrafter::Begin(const DraftBegin& begin) {

@@ -122,10 +122,11 @@ MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head)
 
 at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden) {
   const MedusaConfig& c = head.config;
+  const at::ScalarType dtype = head.tensors.at(MedusaLmHeadName(0, c.num_layers)).scalar_type();
   SPECBED_CHECK(
-      hidden.dim() == 2 && hidden.size(1) == c.hidden_size && hidden.scalar_type() == at::kFloat,
-      "MedusaLogits: hidden must be float32 [N, ", c.hidden_size, "], got ", hidden.sizes(), " ",
-      hidden.scalar_type());
+      hidden.dim() == 2 && hidden.size(1) == c.hidden_size && hidden.scalar_type() == dtype,
+      "MedusaLogits: hidden must be ", c10::toString(dtype), " [N, ", c.hidden_size,
+      "] (the heads' dtype), got ", hidden.sizes(), " ", hidden.scalar_type());
   std::vector<at::Tensor> out;
   out.reserve(c.num_heads);
   for (int64_t k = 0; k < c.num_heads; ++k) {
@@ -136,7 +137,7 @@ at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden) {
     }
     out.push_back(at::linear(h, head.tensors.at(MedusaLmHeadName(k, c.num_layers))));
   }
-  return at::stack(out);
+  return at::stack(out).to(at::kFloat);  // a no-op for float32 heads
 }
 
 }  // namespace specbed

@@ -60,8 +60,9 @@ void WriteMedusaCheckpoint(const std::string& dir, const MedusaHead& head,
 // lm_head a copy of the target's `lm_head` (float32 [vocab, dim], any device -> CPU).
 MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head);
 
-// Logits of every head: hidden float32 [N, dim] (the target's final-normed last hidden states,
-// on the head tensors' device) -> float32 [K, N, vocab]. Differentiable in head.tensors.
+// Logits of every head: hidden [N, dim] of the heads' dtype (the target's final-normed last hidden
+// states, on the head tensors' device) -> float32 [K, N, vocab] (computed in the heads' dtype,
+// then widened). Differentiable in head.tensors.
 at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden);
 
 }  // namespace specbed

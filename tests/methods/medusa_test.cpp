@@ -99,6 +99,24 @@ TEST(MedusaHead, PublishedLayoutLoadsAndComputesThePublishedForward) {
   for (const auto& [name, t] : head.tensors) EXPECT_TRUE(at::equal(back.tensors.at(name), t));
 }
 
+// Heads cast to a bf16 target's dtype compute the float32 heads' logits within bf16 rounding, as
+// float32, and refuse a hidden state of another dtype naming it.
+TEST(MedusaHead, HeadsInTheTargetDtypeGiveFloat32Logits) {
+  const std::string dir = testing_util::ScratchDir("medusa_bf16");
+  WritePublished(dir, 2, 2, PublishedTensors(2, 8, 11));
+  const MedusaHead head = ReadMedusaCheckpoint(dir, 8, 11);
+  MedusaHead low = head;
+  for (auto& [name, t] : low.tensors) t = t.to(at::kBFloat16);
+  at::manual_seed(4);
+  const at::Tensor h = at::randn({3, 8});
+  const at::Tensor want = MedusaLogits(head, h);
+  const at::Tensor got = MedusaLogits(low, h.to(at::kBFloat16));
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(got, want, 0.05, 0.05)) << (got - want).abs().max();
+  EXPECT_NE(ErrorOf([&] { MedusaLogits(low, h); }).find("hidden must be BFloat16"),
+            std::string::npos);
+}
+
 TEST(MedusaHead, WrongShapeMissingHeadOrExtraTensorIsRefusedNamingIt) {
   const std::string dir = testing_util::ScratchDir("medusa_refusals");
   auto tensors = PublishedTensors(2, 8, 11);
