@@ -43,6 +43,25 @@ void CheckOptionalNorm(const char* kernel, const char* name, const at::Tensor& w
   CheckSameDevice(kernel, name, w, "qkv", ref);
 }
 
+// One layer of a KvCache's storage [n_layers, 2, B, KVH, max_len, hd] (checked): its shape and
+// the addresses of its keys and values.
+struct LayerCache {
+  int64_t batch, kv_heads, max_len, hd;
+  char* k;
+  char* v;
+};
+LayerCache CheckLayerCache(const char* kernel, const at::Tensor& cache, int64_t layer) {
+  CheckTensor(kernel, "cache", cache, {at::kFloat, at::kBFloat16, at::kHalf},
+              {-1, 2, -1, -1, -1, -1}, "[n_layers, 2, B, KVH, max_len, hd]");
+  SPECBED_CHECK(layer >= 0 && layer < cache.size(0), kernel, ": layer ", layer, " outside [0, ",
+                cache.size(0), ")");
+  LayerCache c{cache.size(2), cache.size(3), cache.size(4), cache.size(5), nullptr, nullptr};
+  const int64_t half_bytes = c.batch * c.kv_heads * c.max_len * c.hd * cache.element_size();
+  c.k = static_cast<char*>(cache.data_ptr()) + layer * 2 * half_bytes;
+  c.v = c.k + half_bytes;
+  return c;
+}
+
 }  // namespace
 
 void FusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& out) {
@@ -99,12 +118,8 @@ void FusedRopeKvWrite(const at::Tensor& qkv, const at::Tensor& positions, const 
                       const at::Tensor& q_out, const at::Tensor& cache, int64_t layer) {
   constexpr const char* kKernel = "FusedRopeKvWrite";
   SPECBED_RECORD_KERNEL("rope_kv_write", qkv, positions, slots, q_out, cache, layer);
-  CheckTensor(kKernel, "cache", cache, {at::kFloat, at::kBFloat16, at::kHalf},
-              {-1, 2, -1, -1, -1, -1}, "[n_layers, 2, B, KVH, max_len, hd]");
-  const int64_t batch = cache.size(2), kv_heads = cache.size(3), max_len = cache.size(4),
-                hd = cache.size(5);
-  SPECBED_CHECK(layer >= 0 && layer < cache.size(0), kKernel, ": layer ", layer, " outside [0, ",
-                cache.size(0), ")");
+  const LayerCache lc = CheckLayerCache(kKernel, cache, layer);
+  const int64_t batch = lc.batch, kv_heads = lc.kv_heads, max_len = lc.max_len, hd = lc.hd;
   SPECBED_CHECK(hd % 2 == 0 && hd <= 1024, kKernel, ": head_dim ", hd, " must be even and <= 1024");
   CheckTensor(kKernel, "q_out", q_out, {cache.scalar_type()}, {batch, -1, -1, hd}, "[B, H, T, hd]");
   const int64_t heads = q_out.size(1), tokens = q_out.size(2), rows = batch * tokens;
@@ -124,7 +139,6 @@ void FusedRopeKvWrite(const at::Tensor& qkv, const at::Tensor& positions, const 
                                 {"cache", &cache}}) {
     CheckSameDevice(kKernel, name, *t, "qkv", qkv);
   }
-  const int64_t layer_elems = 2 * batch * kv_heads * max_len * hd;
   RopeKvWriteArgs a;
   a.qkv = qkv.data_ptr();
   a.positions = positions.data_ptr<int64_t>();
@@ -134,8 +148,8 @@ void FusedRopeKvWrite(const at::Tensor& qkv, const at::Tensor& positions, const 
   a.q_norm = q_norm.defined() ? q_norm.data_ptr<float>() : nullptr;
   a.k_norm = k_norm.defined() ? k_norm.data_ptr<float>() : nullptr;
   a.q_out = q_out.data_ptr();
-  a.k_cache = static_cast<char*>(cache.data_ptr()) + layer * layer_elems * cache.element_size();
-  a.v_cache = static_cast<char*>(a.k_cache) + layer_elems / 2 * cache.element_size();
+  a.k_cache = lc.k;
+  a.v_cache = lc.v;
   a.batch = batch;
   a.tokens = tokens;
   a.heads = heads;
@@ -163,12 +177,8 @@ void FusedTreeAttention(const at::Tensor& q, const at::Tensor& cache, int64_t la
                         const at::Tensor& out) {
   constexpr const char* kKernel = "FusedTreeAttention";
   SPECBED_RECORD_KERNEL("tree_attention", q, cache, layer, kv_len, tree_bits, out);
-  CheckTensor(kKernel, "cache", cache, {at::kFloat, at::kBFloat16, at::kHalf},
-              {-1, 2, -1, -1, -1, -1}, "[n_layers, 2, B, KVH, max_len, hd]");
-  const int64_t batch = cache.size(2), kv_heads = cache.size(3), max_len = cache.size(4),
-                hd = cache.size(5);
-  SPECBED_CHECK(layer >= 0 && layer < cache.size(0), kKernel, ": layer ", layer, " outside [0, ",
-                cache.size(0), ")");
+  const LayerCache lc = CheckLayerCache(kKernel, cache, layer);
+  const int64_t batch = lc.batch, kv_heads = lc.kv_heads, max_len = lc.max_len, hd = lc.hd;
   CheckTensor(kKernel, "q", q, {cache.scalar_type()}, {batch, -1, -1, hd}, "[B, H, T, hd]");
   const int64_t heads = q.size(1), tokens = q.size(2);
   SPECBED_CHECK(hd <= 256 && heads % kv_heads == 0 && tokens <= kTreeAttentionMaxTokens, kKernel,
@@ -186,12 +196,10 @@ void FusedTreeAttention(const at::Tensor& q, const at::Tensor& cache, int64_t la
                                 {"out", &out}}) {
     CheckSameDevice(kKernel, name, *t, "q", q);
   }
-  const int64_t layer_elems = 2 * batch * kv_heads * max_len * hd;
   TreeAttentionArgs a;
   a.q = q.data_ptr();
-  a.k_cache =
-      static_cast<const char*>(cache.data_ptr()) + layer * layer_elems * cache.element_size();
-  a.v_cache = static_cast<const char*>(a.k_cache) + layer_elems / 2 * cache.element_size();
+  a.k_cache = lc.k;
+  a.v_cache = lc.v;
   a.kv_len = kv_len.data_ptr<int64_t>();
   a.tree_bits = tree_bits.data_ptr<int64_t>();
   a.out = out.data_ptr();

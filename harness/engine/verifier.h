@@ -6,8 +6,8 @@
 // kernels/tree_mask; a chain uses the plain causal path), chooses the accepted path with the
 // rule, samples the bonus / correction token, and compacts the target KV cache to committed +
 // root + accepted path (kernels/kv_compact; on the ATen path on the device from the walk's
-// verdict, before the step's one copy back). AcceptTree is the rule alone over given target logits, so the sampling
-// rules can be tested statistically without a model.
+// verdict, before the step's one copy back). AcceptTree is the rule alone over given target logits,
+// so the sampling rules can be tested statistically without a model.
 //
 // Rules (method.h VerifyRule). Greedy follows the target argmax (kernels/greedy_verify). The
 // sampling rules are lossless: the committed tokens are distributed exactly as sampling the
