@@ -7,9 +7,13 @@
 // scripts/check_cuda_build (compiles and links it).
 #include "kernels/cuda_backend.h"
 
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <optional>
 
 namespace specbed {
 namespace kernel_detail {
@@ -45,6 +49,51 @@ void WaitEvent(void* event) {
 
 void DestroyEvent(void* event) {
   cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+// A step's graph and, while it is being captured, the side stream made current (a capture cannot
+// run on the default stream).
+struct CapturedGraph {
+  at::cuda::CUDAGraph graph;
+  std::optional<c10::cuda::CUDAStreamGuard> side_stream;
+};
+
+// One memory pool for every step graph: their temporaries never outlive a replay, and the
+// graphs run one at a time on one stream.
+auto SharedGraphPool() {
+  static const auto pool = at::cuda::graph_pool_handle();
+  return pool;
+}
+
+void* NewGraph() {
+  return new CapturedGraph();
+}
+
+void BeginCapture(void* graph, int device) {
+  auto* g = static_cast<CapturedGraph*>(graph);
+  const c10::DeviceIndex index =
+      device < 0 ? c10::cuda::current_device() : static_cast<c10::DeviceIndex>(device);
+  g->side_stream.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index));
+  g->graph.capture_begin(SharedGraphPool());
+}
+
+void EndCapture(void* graph) {
+  auto* g = static_cast<CapturedGraph*>(graph);
+  try {
+    g->graph.capture_end();
+  } catch (...) {
+    g->side_stream.reset();
+    throw;
+  }
+  g->side_stream.reset();
+}
+
+void ReplayGraph(void* graph) {
+  static_cast<CapturedGraph*>(graph)->graph.replay();
+}
+
+void DestroyGraph(void* graph) {
+  delete static_cast<CapturedGraph*>(graph);
 }
 
 std::string VersionString(int v) {  // CUDA encodes 13.0 as 13000
@@ -89,6 +138,11 @@ CudaKernelTable MakeTable() {
   table.record_event = &RecordEvent;
   table.wait_event = &WaitEvent;
   table.destroy_event = &DestroyEvent;
+  table.new_graph = &NewGraph;
+  table.begin_capture = &BeginCapture;
+  table.end_capture = &EndCapture;
+  table.replay_graph = &ReplayGraph;
+  table.destroy_graph = &DestroyGraph;
   return table;
 }
 

@@ -45,6 +45,15 @@ struct CudaKernelTable {
   void (*record_event)(void* event, int device) = nullptr;
   void (*wait_event)(void* event) = nullptr;
   void (*destroy_event)(void* event) = nullptr;
+  // CUDA graphs (kernels/step_graph.h): make one; begin capturing the ops LibTorch and the
+  // launchers issue on `device` (-1: the current one) on a side stream made current, in the
+  // process-wide graph memory pool; end the capture (restoring the stream) and instantiate;
+  // replay on the current stream; free.
+  void* (*new_graph)() = nullptr;
+  void (*begin_capture)(void* graph, int device) = nullptr;
+  void (*end_capture)(void* graph) = nullptr;
+  void (*replay_graph)(void* graph) = nullptr;
+  void (*destroy_graph)(void* graph) = nullptr;
 };
 
 // The registered table, or nullptr in a binary that does not link specbed_cuda.

@@ -85,6 +85,7 @@ struct AtenForward::Step {
   int64_t heads, kv_heads, group, head_dim;
   int64_t chunk;  // query tokens per attention chunk
   bool fused;     // attention through FusedTreeAttention (TakesTreeBits)
+  bool replay;    // through a StepGraph (ReplaysSteps)
 };
 
 AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
@@ -106,8 +107,12 @@ AtenForward::AtenForward(const LlamaConfig& config, const LlamaWeights& weights,
   zero_ = at::zeros({}, at::TensorOptions(dtype).device(device_));
   lm_head_t_ = weights_.lm_head.t();
   inv_freq_ = RopeInverseFrequencies(config_);
-  attention_ = ResolveAttentionKind(device_);
-  EnsureCapacity(16, 16 * config_.n_heads * 256, 256);
+  graph_mode_ = ResolveGraphMode();
+  attention_ = ResolveAttentionKind(device_, graph_mode_);
+  // Captured steps: rows for the largest bucket from the start, so no graph is recaptured when
+  // a wider step first comes (a regrowth moves every buffer a captured step reads).
+  const int64_t rows = graph_mode_ == GraphMode::kOn ? kMaxGraphTokens : 16;
+  EnsureCapacity(rows, 16 * config_.n_heads * 256, 256);
   EnsureRope(256);
 }
 
@@ -119,7 +124,8 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
     ids_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     positions_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     tree_bits_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
-    staging_.Reserve(3 * cap + cap, device_);
+    staging_.Reserve(4 * cap + cap, device_);
+    hidden_.clear();
     x_ = at::empty({cap, c.dim}, opts);
     xn_ = at::empty({cap, c.dim}, opts);
     qkv_ = at::empty({cap, c.qkv_dim()}, opts);
@@ -133,6 +139,7 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
     logits_ = at::empty({cap, c.vocab_size}, at::TensorOptions(at::kFloat).device(device_));
     if (dtype_ != at::kFloat) logits_lowp_ = at::empty({cap, c.vocab_size}, opts);
     row_capacity_ = cap;
+    ++buffer_generation_;
   }
   if (score_elems > score_capacity_) {
     score_capacity_ = std::max(score_elems, 2 * score_capacity_);
@@ -171,30 +178,48 @@ void AtenForward::EnsureRope(int64_t max_position) {
   rope_cos_ = cos.to(device_);
   rope_sin_ = sin.to(device_);
   rope_capacity_ = cap;
+  ++buffer_generation_;
 }
 
-void AtenForward::Embed(const at::Tensor& tokens, const Step& s) {
-  at::Tensor ids = tokens.reshape({s.rows});
-  if (ids.device().is_cpu()) {  // host ids: checked here, as the row kernels do
-    const int64_t* p = ids.data_ptr<int64_t>();
-    for (int64_t i = 0; i < s.rows; ++i) {
-      SPECBED_CHECK(p[i] >= 0 && p[i] < config_.vocab_size, "Forward: token id ", p[i],
-                    " outside the vocabulary [0, ", config_.vocab_size, ")");
-    }
+void AtenForward::EnsureHidden(size_t count) {
+  while (hidden_.size() < count) {
+    hidden_.push_back(
+        at::empty({row_capacity_, config_.dim}, at::TensorOptions(dtype_).device(device_)));
   }
-  if (ids.device() != device_) ids = Rows(ids_, s.rows).copy_(ids);
-  at::index_select_out(Out(Rows(x_, s.rows)), weights_.tok_embeddings, 0, ids);
+}
+
+// Host ids are checked here, as the row kernels do.
+void AtenForward::CheckHostIds(const at::Tensor& tokens, const Step& s) const {
+  if (!tokens.device().is_cpu()) return;
+  const at::Tensor ids = tokens.reshape({s.rows}).contiguous();
+  const int64_t* p = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < s.rows; ++i) {
+    SPECBED_CHECK(p[i] >= 0 && p[i] < config_.vocab_size, "Forward: token id ", p[i],
+                  " outside the vocabulary [0, ", config_.vocab_size, ")");
+  }
+}
+
+void AtenForward::Embed(const Step& s) {
+  at::index_select_out(Out(Rows(x_, s.rows)), weights_.tok_embeddings, 0, ids_view_);
 }
 
 // The step's small inputs in one host block and one copy to the device (kernels/step_staging.h),
-// laid out [slots (rows) | positions (rows) | tree bits (rows) | kv_len (batch)]: slot past + t
-// of each sequence's new row t; the positions (explicit ones from the host, else the slots); the
-// fused attention's bits (the host's tree bits, else causal); the cached length. Explicit
-// positions or bits already on the device are copied there instead (one op each).
-void AtenForward::StageStepInputs(const ForwardOptions& options, const Step& s) {
-  const int64_t rows = s.rows, n = 3 * rows + s.batch;
+// laid out [ids (rows) | slots (rows) | positions (rows) | tree bits (rows) | kv_len (batch)]:
+// the host's token ids; slot past + t of each sequence's new row t; the positions (explicit ones
+// from the host, else the slots); the fused attention's bits (the host's tree bits, else causal);
+// the cached length. Inputs already on the device are read in place, or, for a captured step
+// (fixed addresses), copied into this object's buffers (one op each).
+void AtenForward::StageStepInputs(const at::Tensor& tokens, const ForwardOptions& options,
+                                  const Step& s) {
+  const int64_t rows = s.rows, n = 4 * rows + s.batch;
   int64_t* h = staging_.Host(n);
-  int64_t *slot = h, *pos = h + rows, *bits = h + 2 * rows, *kv_len = h + 3 * rows;
+  int64_t *ids = h, *slot = h + rows, *pos = h + 2 * rows, *bits = h + 3 * rows,
+          *kv_len = h + 4 * rows;
+  const bool host_ids = tokens.device().is_cpu();
+  if (host_ids) {
+    const at::Tensor given_ids = tokens.reshape({rows}).contiguous();
+    std::copy(given_ids.data_ptr<int64_t>(), given_ids.data_ptr<int64_t>() + rows, ids);
+  }
   for (int64_t r = 0; r < rows; ++r) slot[r] = s.past + r % s.n_tokens;
   const bool host_positions = options.positions.defined() && options.positions.device().is_cpu();
   const at::Tensor given_positions = host_positions ? options.positions.contiguous() : at::Tensor();
@@ -209,16 +234,26 @@ void AtenForward::StageStepInputs(const ForwardOptions& options, const Step& s) 
   }
   std::fill(kv_len, kv_len + s.batch, s.past);
   const at::Tensor block = staging_.Upload(n);
-  slots_view_ = Narrow(block, 0, 0, rows);
-  positions_view_ = Narrow(block, 0, rows, rows);
-  tree_bits_view_ = Narrow(block, 0, 2 * rows, rows).view({s.batch, s.n_tokens});
-  kv_len_view_ = Narrow(block, 0, 3 * rows, s.batch);
+  ids_view_ = Narrow(block, 0, 0, rows);
+  slots_view_ = Narrow(block, 0, rows, rows);
+  positions_view_ = Narrow(block, 0, 2 * rows, rows);
+  tree_bits_view_ = Narrow(block, 0, 3 * rows, rows).view({s.batch, s.n_tokens});
+  kv_len_view_ = Narrow(block, 0, 4 * rows, s.batch);
+  if (!host_ids) {
+    ids_view_ = tokens.reshape({rows});
+    if (s.replay) ids_view_ = Rows(ids_, rows).copy_(ids_view_);
+  }
   if (options.positions.defined() && !host_positions) {
     positions_view_ = Rows(positions_, rows).copy_(options.positions.reshape({rows}));
   }
   if (options.tree_bits.defined() && !host_bits) {
     tree_bits_view_ = Take(tree_bits_, {s.batch, s.n_tokens}).copy_(options.tree_bits);
   }
+}
+
+bool AtenForward::ReplaysSteps(int64_t n_tokens) const {
+  return graph_mode_ == GraphMode::kOn && TakesTreeBits(n_tokens) &&
+         StepBucket(n_tokens) == n_tokens;
 }
 
 bool AtenForward::TakesTreeBits(int64_t n_tokens) const {
@@ -337,14 +372,77 @@ at::Tensor AtenForward::Logits(LogitsMode mode, const Step& s) {
   return logits;
 }
 
-AttentionKind ResolveAttentionKind(const at::Device& device) {
+AttentionKind ResolveAttentionKind(const at::Device& device, GraphMode graphs) {
   const char* env = std::getenv("SPECBED_ATTENTION");
   const std::string name = env == nullptr ? "" : env;
-  if (name.empty()) return device.is_cuda() ? AttentionKind::kSdpa : AttentionKind::kFused;
+  const bool graphed = graphs == GraphMode::kOn;
+  if (name.empty()) {
+    return device.is_cuda() && !graphed ? AttentionKind::kSdpa : AttentionKind::kFused;
+  }
   if (name == "fused") return AttentionKind::kFused;
+  SPECBED_CHECK(!graphed || (name != "bmm" && name != "sdpa"), "SPECBED_ATTENTION=", name,
+                " with SPECBED_GRAPHS=on: captured steps need the fused attention (set ",
+                "SPECBED_ATTENTION=fused or leave it unset)");
   if (name == "bmm") return AttentionKind::kBmm;
   if (name == "sdpa") return device.is_cuda() ? AttentionKind::kSdpa : AttentionKind::kBmm;
   throw Error(StrCat("SPECBED_ATTENTION=", name, ": expected fused, sdpa or bmm"));
+}
+
+void AtenForward::Program(KvCache& cache, const ForwardOptions& options, const Step& s,
+                          ForwardOutput* out) {
+  auto keep_hidden = [&](int64_t index) {
+    for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
+      if (options.hidden_layers[i] != index) continue;
+      if (s.replay) {
+        Rows(hidden_[i], s.rows).copy_(Rows(x_, s.rows));
+      } else {
+        out->hidden.resize(options.hidden_layers.size());
+        out->hidden[i] = Rows(x_, s.rows).clone().view({s.batch, s.n_tokens, config_.dim});
+      }
+    }
+  };
+  Embed(s);
+  keep_hidden(0);
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    MarkOpTrace("layer");
+    AttentionLayer(l, cache, s);
+    Mlp(l, s);
+    keep_hidden(l + 1);
+  }
+  MarkOpTrace("layers_end");
+  Logits(options.logits, s);
+}
+
+// The key holds everything the captured ops bake in: the shapes, the outputs asked for, and the
+// addresses of the cache and of each input view (a staged block view, or a buffer a device input
+// was copied into); this object's own buffers move only when they grow (buffer_generation_).
+void AtenForward::ReplayProgram(KvCache& cache, const ForwardOptions& options, const Step& s,
+                                ForwardOutput& out) {
+  EnsureHidden(options.hidden_layers.size());
+  std::vector<int64_t> key = {s.batch, s.n_tokens, static_cast<int64_t>(options.logits),
+                              buffer_generation_};
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
+           &cache.storage(), &ids_view_, &slots_view_, &positions_view_, &tree_bits_view_,
+           &kv_len_view_}) {
+    key.push_back(reinterpret_cast<int64_t>(t->data_ptr()));
+  }
+  key.insert(key.end(), options.hidden_layers.begin(), options.hidden_layers.end());
+  std::unique_ptr<StepGraph>& graph = graphs_[key];
+  if (graph == nullptr) {
+    if (graphs_.size() > kMaxGraphs) {
+      graph_stats_.dropped += static_cast<int64_t>(graphs_.size()) - 1;
+      graphs_.clear();
+      return ReplayProgram(cache, options, s, out);
+    }
+    graph = std::make_unique<StepGraph>();
+  }
+  graph->Run(
+      device_, [&] { Program(cache, options, s, nullptr); },
+      s.n_tokens == 1 ? "a decode step" : "a verify step", graph_stats_);
+  out.hidden.clear();
+  for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
+    out.hidden.push_back(Rows(hidden_[i], s.rows).clone().view({s.batch, s.n_tokens, config_.dim}));
+  }
 }
 
 ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
@@ -367,6 +465,7 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   s.group = s.heads / s.kv_heads;
   s.head_dim = config_.head_dim;
   s.fused = TakesTreeBits(s.n_tokens) && !options.mask.defined();
+  s.replay = s.fused && ReplaysSteps(s.n_tokens);
   // Scores for up to the cache's max_len slots, so a growing context does not regrow them.
   const int64_t per_token = s.batch * s.heads * s.max_len;
   s.chunk = std::max<int64_t>(1, std::min(s.n_tokens, kAttentionScoreBudget / per_token));
@@ -382,26 +481,19 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   }
   EnsureRope(std::max(max_position, s.max_len));
 
-  ForwardOutput out;
-  auto capture = [&](int64_t index) {
-    for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
-      if (options.hidden_layers[i] != index) continue;
-      out.hidden.resize(options.hidden_layers.size());
-      out.hidden[i] = Rows(x_, s.rows).clone().view({s.batch, s.n_tokens, config_.dim});
-    }
-  };
-  Embed(tokens, s);
-  capture(0);
-  StageStepInputs(options, s);
+  CheckHostIds(tokens, s);
+  StageStepInputs(tokens, options, s);
   PrepareMask(options, s);
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    MarkOpTrace("layer");
-    AttentionLayer(l, cache, s);
-    Mlp(l, s);
-    capture(l + 1);
+  ForwardOutput out;
+  if (s.replay) {
+    ReplayProgram(cache, options, s, out);
+  } else {
+    Program(cache, options, s, &out);
   }
-  MarkOpTrace("layers_end");
-  const at::Tensor logits = Logits(options.logits, s);
+  const at::Tensor logits =
+      options.logits == LogitsMode::kNone
+          ? at::Tensor()
+          : Rows(logits_, options.logits == LogitsMode::kAll ? s.rows : s.batch);
   below_autograd.reset();
   if (logits.defined()) {
     const int64_t per_sequence = options.logits == LogitsMode::kAll ? s.n_tokens : 1;

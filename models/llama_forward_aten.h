@@ -31,8 +31,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
+#include "kernels/step_graph.h"
 #include "kernels/step_staging.h"
 #include "models/kv_cache.h"
 #include "models/llama_config.h"
@@ -41,10 +44,12 @@
 
 namespace specbed {
 
-// How the ATen path attends (SPECBED_ATTENTION = fused | sdpa | bmm; unset: fused on the CPU,
-// sdpa on CUDA; sdpa on the CPU means bmm). Any other value throws naming the variable.
+// How the ATen path attends (SPECBED_ATTENTION = fused | sdpa | bmm; unset: fused on the CPU
+// and wherever `graphs` is on, sdpa on CUDA; sdpa on the CPU means bmm). Any other value throws
+// naming the variable, as does sdpa or bmm with graphs on (a captured step needs the fused
+// attention: the others bake the context length in).
 enum class AttentionKind { kFused, kSdpa, kBmm };
-AttentionKind ResolveAttentionKind(const at::Device& device);
+AttentionKind ResolveAttentionKind(const at::Device& device, GraphMode graphs = GraphMode::kOff);
 
 // RoPE tables shared by both forward paths: float32 CPU [n_positions, inv_freq.size()] of
 // cos / sin(position * inv_freq[i]), each angle computed in double.
@@ -65,14 +70,30 @@ class AtenForward {
   // Whether a step of n_tokens new tokens runs FusedTreeAttention, i.e. takes
   // ForwardOptions::tree_bits (else LlamaModel::Forward turns them into a mask).
   bool TakesTreeBits(int64_t n_tokens) const;
+  // Whether a step of n_tokens new tokens replays a captured step program (SPECBED_GRAPHS=on,
+  // the fused attention, n_tokens a StepBucket width); the verifier pads its rows up to one.
+  bool ReplaysSteps(int64_t n_tokens) const;
+  GraphMode graph_mode() const { return graph_mode_; }
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
  private:
   struct Step;  // the shapes of one Run
+  // The most step graphs one model keeps (buckets x caches x output sets); past it all are
+  // released and recaptured as steps come.
+  static constexpr size_t kMaxGraphs = 64;
 
   void EnsureCapacity(int64_t rows, int64_t batch_heads_tokens, int64_t max_slots);
   void EnsureRope(int64_t max_position);
-  void Embed(const at::Tensor& tokens, const Step& s);
-  void StageStepInputs(const ForwardOptions& options, const Step& s);
+  void CheckHostIds(const at::Tensor& tokens, const Step& s) const;
+  void Embed(const Step& s);
+  void StageStepInputs(const at::Tensor& tokens, const ForwardOptions& options, const Step& s);
+  // The step after its inputs are staged: embedding, layers, logits; hidden states are cloned
+  // into `out` (eager) or copied into hidden_ (a captured program: fixed outputs).
+  void Program(KvCache& cache, const ForwardOptions& options, const Step& s, ForwardOutput* out);
+  // Program through the StepGraph of this shape and these buffer addresses.
+  void ReplayProgram(KvCache& cache, const ForwardOptions& options, const Step& s,
+                     ForwardOutput& out);
+  void EnsureHidden(size_t count);
   void PrepareMask(const ForwardOptions& options, const Step& s);
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
@@ -95,10 +116,10 @@ class AtenForward {
 
   // Preallocated buffers (model dtype unless noted), grown, never shrunk.
   int64_t row_capacity_ = 0, score_capacity_ = 0, mask_capacity_ = 0;
-  at::Tensor ids_;        // int64 [rows] (device copy of the tokens)
+  at::Tensor ids_;        // int64 [rows] (copy of device tokens, for a captured step)
   at::Tensor positions_;  // int64 [rows] (copy of explicit positions already on the device)
   at::Tensor tree_bits_;  // int64 [rows] (copy of tree bits already on the device)
-  StepStaging staging_;   // slots, positions, tree bits and kv_len: one upload per step
+  StepStaging staging_;   // ids, slots, positions, tree bits, kv_len: one upload per step
   at::Tensor x_, xn_, qkv_, gate_up_, act_, head_in_;
   at::Tensor q_, q_chunk_, attn_out_, attn_rows_;  // [rows * q_dim] each
   at::Tensor scores_, probs_;                      // [score elements]
@@ -110,10 +131,20 @@ class AtenForward {
   std::vector<double> inv_freq_;
   AttentionKind attention_ = AttentionKind::kFused;
   // This step's inputs on the device (views of the staged block, StageStepInputs): int64
-  // slots [rows], RoPE positions [rows], tree bits [batch, T], cached length [batch].
-  at::Tensor slots_view_, positions_view_, tree_bits_view_, kv_len_view_;
+  // token ids [rows], slots [rows], RoPE positions [rows], tree bits [batch, T], cached length
+  // [batch].
+  at::Tensor ids_view_, slots_view_, positions_view_, tree_bits_view_, kv_len_view_;
   at::Tensor mask_view_;  // this step's additive mask [batch or 1, T, S]
   at::Tensor mask5_;      // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
+
+  // Captured steps (kernels/step_graph.h): keyed by the step's shape, outputs and every buffer
+  // address the program reads or writes; buffer_generation_ counts regrowths of the row buffers
+  // and RoPE tables (each moves what a captured step reads; it never reads scores or masks).
+  GraphMode graph_mode_ = GraphMode::kOff;
+  GraphStats graph_stats_;
+  std::map<std::vector<int64_t>, std::unique_ptr<StepGraph>> graphs_;
+  int64_t buffer_generation_ = 0;
+  std::vector<at::Tensor> hidden_;  // model dtype [row capacity, dim] per requested layer
 };
 
 }  // namespace specbed

@@ -457,6 +457,18 @@ bool LlamaModel::TakesTreeBits(int64_t n_tokens) const {
   return aten_ != nullptr && aten_->TakesTreeBits(n_tokens);
 }
 
+bool LlamaModel::ReplaysSteps(int64_t n_tokens) const {
+  return aten_ != nullptr && aten_->ReplaysSteps(n_tokens);
+}
+
+GraphMode LlamaModel::graph_mode() const {
+  return aten_ != nullptr ? aten_->graph_mode() : GraphMode::kOff;
+}
+
+GraphStats LlamaModel::graph_stats() const {
+  return aten_ != nullptr ? aten_->graph_stats() : GraphStats{};
+}
+
 void TreeBitsOf(const int32_t* parent, int64_t n, int64_t* out) {
   SPECBED_CHECK(n + 1 <= 64, "TreeBitsOf: ", n + 1, " verify rows do not fit 64 bits");
   out[0] = 1;

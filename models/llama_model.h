@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/step_graph.h"
 #include "models/kv_cache.h"
 #include "models/llama_config.h"
 #include "models/llama_weights.h"
@@ -130,6 +131,14 @@ class LlamaModel {
   // ATen path's fused attention); otherwise Forward turns them into a mask (allocated per call:
   // give such a model the mask instead).
   bool TakesTreeBits(int64_t n_tokens) const;
+  // Whether a forward of n_tokens new tokens replays a captured step (the ATen path with
+  // SPECBED_GRAPHS=on: kernels/step_graph.h); the verifier pads a verify step to
+  // StepBucket(n) rows when ReplaysSteps(StepBucket(n)). Off on the row kernels.
+  bool ReplaysSteps(int64_t n_tokens) const;
+  // SPECBED_GRAPHS as this model resolved it (kOff on the row kernels) and what its captured
+  // steps did so far (zeros when off).
+  GraphMode graph_mode() const;
+  GraphStats graph_stats() const;
   // Forward calls since construction (tests count the target forwards a method makes).
   int64_t forward_calls() const { return forward_calls_; }
   // The streamed matrices' huge-page arena (models/weight_arena.h); bytes == 0 when the weights

@@ -251,7 +251,8 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
                 " tokens exceed ", target.spec.name, "'s max_seq_len ", model.config().max_seq_len);
   KvCache cache = model.NewCache(batch, max_len);
   const at::Tensor ids = RandomContext(target, batch, prefill);
-  DecodeOnce(model, cache, ids, std::min<int64_t>(o.tokens, 16));  // warmup
+  DecodeOnce(model, cache, ids, std::min<int64_t>(o.tokens, 16));  // warmup (and graph capture)
+  const int64_t captures_before = model.graph_stats().captures;
   std::vector<double> tps;
   double total = 0, forward = 0;
   for (int64_t r = 0; r < o.reps; ++r) {
@@ -267,6 +268,12 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
   // A forward path other than the device's default is part of the row's name.
   row.model = target.spec.name;
   if (model.device().is_cpu() && model.forward_path() == ForwardPath::kAten) row.model += " [aten]";
+  if (model.graph_mode() == GraphMode::kOn) row.model += " [graphs]";  // SPECBED_GRAPHS=on
+  if (model.graph_stats().captures != captures_before) {  // a capture inside the timed reps
+    std::fprintf(stderr, "bench: WARNING: %lld CUDA graph capture(s) inside the timed reps of %s\n",
+                 static_cast<long long>(model.graph_stats().captures - captures_before),
+                 row.model.c_str());
+  }
   row.dtype = DtypeName(model.dtype());
   row.threads = threads;
   row.batch_size = batch;

@@ -109,6 +109,8 @@ void DeviceVerifier::Reserve(int64_t n, int64_t vocab, const at::Device& device)
     int_host_ = at::empty({cap}, at::kInt);
     in_device_ = at::empty({cap}, on_device.dtype(at::kInt));
     result_device_ = at::empty({cap}, on_device.dtype(at::kInt));
+    path_slots_ = at::zeros({cap + 1}, on_device.dtype(at::kInt));  // [0] stays 0: the root
+    one_ = at::ones({}, on_device.dtype(at::kInt));
     uniforms_host_ = at::empty({cap}, at::kDouble);
     uniforms_device_ = at::empty({cap}, on_device.dtype(at::kDouble));
   }
@@ -152,6 +154,15 @@ void DeviceVerifier::DownloadVerdict(int64_t n, Verdict& verdict, const CompactA
   verdict.path.assign(r, r + r[n]);
   verdict.bonus = r[n + 1];
   if (compact.cache != nullptr) compact.cache->Truncate(compact.committed + 1 + r[n]);
+}
+
+at::Tensor DeviceVerifier::PathSlots(int64_t n, int64_t k) {
+  SPECBED_CHECK(path_slots_.defined() && n + 1 <= path_slots_.numel() && k >= 0 && k <= n,
+                "DeviceVerifier::PathSlots: a walk of ", n, " nodes with ", k,
+                " accepted must come first");
+  at::Tensor rows = path_slots_.narrow(0, 1, n);
+  at::add_out(rows, result_device_.narrow(0, 0, n), one_);  // -1 pads become row 0
+  return path_slots_.narrow(0, 0, k + 1);
 }
 
 void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,

@@ -101,6 +101,10 @@ class DeviceVerifier {
   // One token from the target at `logits` ([..., V], its last row): the argmax at T = 0, else a
   // draw from SamplingProbs with one uniform from sampler.rng() (the walk of an empty tree).
   int32_t SampleToken(const at::Tensor& logits, Sampler& sampler);
+  // After a walk of a tree of n nodes that accepted k: the committed rows of the verify step as
+  // int32 [k + 1] on the device (row 0 = the root, then 1 + each accepted node), from the
+  // walk's verdict still on the device (no upload): what the hidden states are gathered by.
+  at::Tensor PathSlots(int64_t n, int64_t k);
 
  private:
   // Uploads tokens, parents and the committed length into in_device_[0 .. 2n + 1) and returns it.
@@ -113,6 +117,7 @@ class DeviceVerifier {
   void Reserve(int64_t n, int64_t vocab, const at::Device& device);
 
   at::Tensor int_host_, in_device_, result_device_;
+  at::Tensor path_slots_, one_;  // int32 [cap + 1] (PathSlots), 1 (0-dim)
   // probs_, scratch_: the target's sampling distributions [rows, V] (SamplingProbsInto).
   at::Tensor uniforms_host_, uniforms_device_, residual_device_, probs_, scratch_;
   DraftTree empty_tree_;

@@ -229,6 +229,62 @@ void TreeVerifier::SetSyntheticAcceptance(std::vector<double> acceptance, uint64
   synthetic_rng_.seed(seed);
 }
 
+// The hidden states at the committed rows (root + accepted path). After a device walk (`walked`
+// = the tree's size) the row indices come from the walk's verdict on the device; otherwise from
+// the host path (the row kernels: CPU tensors).
+void TreeVerifier::GatherHidden(const std::vector<at::Tensor>& hidden, Verdict& verdict,
+                                int64_t walked) {
+  verdict.hidden.clear();
+  if (hidden.empty()) return;
+  const int64_t k = static_cast<int64_t>(verdict.path.size());
+  at::Tensor index;
+  if (walked >= 0) {
+    index = device_.PathSlots(walked, k);
+  } else {
+    index = keep_buf_.narrow(0, 0, k + 1);
+    int64_t* slots = index.data_ptr<int64_t>();
+    slots[0] = 0;
+    for (int64_t j = 0; j < k; ++j) slots[j + 1] = verdict.path[j] + 1;
+    if (!hidden[0].device().is_cpu()) index = index.to(hidden[0].device());  // synthetic
+  }
+  for (const at::Tensor& h : hidden) verdict.hidden.push_back(h.index_select(1, index));
+}
+
+int64_t TreeVerifier::PaddedWidth(int64_t n_slots, int64_t room) const {
+  const int64_t bucket = StepBucket(n_slots);
+  return bucket <= room && target_.ReplaysSteps(bucket) ? bucket : n_slots;
+}
+
+// Pad rows (width > n + 1; a captured step's fixed width): token 0 at the root's position,
+// attending to the committed cache, the root and itself. No walk ever sees them (the walks take
+// the tree's n nodes and rows [0, n] of the logits), so they are never accepted, draw no uniform
+// and are dropped by the compaction.
+at::Tensor TreeVerifier::StageRows(int32_t root, const DraftTree& tree, int64_t committed,
+                                   int64_t width, ForwardOptions& options) {
+  const int64_t n = tree.size(), n_slots = n + 1;
+  int64_t* tok = tokens_buf_.data_ptr<int64_t>();
+  tok[0] = root;
+  for (int64_t i = 0; i < n; ++i) tok[i + 1] = tree.token[i];
+  std::fill(tok + n_slots, tok + width, 0);
+  if (!tree.IsChain()) {  // a chain (and its pad rows after it) is the plain causal step
+    int64_t* pos = positions_buf_.data_ptr<int64_t>();
+    pos[0] = committed;
+    for (int64_t i = 0; i < n; ++i) pos[i + 1] = committed + tree.depth[i];
+    std::fill(pos + n_slots, pos + width, committed);
+    options.positions = positions_buf_.narrow(0, 0, width).view({1, width});
+    if (target_.TakesTreeBits(width)) {  // a bitmask over the new rows, no [T, S] mask
+      int64_t* bits = bits_buf_.data_ptr<int64_t>();
+      TreeBitsOf(tree.parent.data(), n, bits);
+      for (int64_t r = n_slots; r < width; ++r)
+        bits[r] = 1 | static_cast<int64_t>(uint64_t{1} << r);
+      options.tree_bits = bits_buf_.narrow(0, 0, width).view({1, width});
+    } else {
+      BuildMask(tree, committed, options);  // width == n + 1: padding needs the bits
+    }
+  }
+  return tokens_buf_.narrow(0, 0, width).view({1, width});
+}
+
 // The ancestor mask [1, n + 1, committed + n + 1] of the verify rows (kernels/tree_mask), in a
 // reused buffer.
 void TreeVerifier::BuildMask(const DraftTree& tree, int64_t committed, ForwardOptions& options) {
@@ -253,36 +309,22 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
                 " slots do not fit after ", committed, " committed positions (context ",
                 cache.max_len(), ")");
   const int64_t vocab = target_.config().vocab_size;
+  const int64_t width = PaddedWidth(n_slots, cache.max_len() - committed);
   // Grow reusable buffers.
-  if (!tokens_buf_.defined() || tokens_buf_.numel() < n_slots) {
-    const int64_t cap = std::max<int64_t>(n_slots, 64);
+  if (!tokens_buf_.defined() || tokens_buf_.numel() < width) {
+    const int64_t cap = std::max<int64_t>(width, 64);
     tokens_buf_ = at::empty({cap}, at::kLong);
     positions_buf_ = at::empty({cap}, at::kLong);
     parent_buf_ = at::empty({cap}, at::kInt);
     keep_buf_ = at::empty({cap}, at::kLong);
     bits_buf_ = at::empty({cap}, at::kLong);
   }
-  int64_t* tok = tokens_buf_.data_ptr<int64_t>();
-  tok[0] = root;
-  for (int64_t i = 0; i < n; ++i) tok[i + 1] = tree.token[i];
-
   ForwardOptions options;
   options.logits = LogitsMode::kAll;
   options.hidden_layers = hidden_layers;
-  if (!tree.IsChain()) {
-    int64_t* pos = positions_buf_.data_ptr<int64_t>();
-    pos[0] = committed;
-    for (int64_t i = 0; i < n; ++i) pos[i + 1] = committed + tree.depth[i];
-    options.positions = positions_buf_.narrow(0, 0, n_slots).view({1, n_slots});
-    if (target_.TakesTreeBits(n_slots)) {  // a bitmask over the new rows, no [T, S] mask
-      TreeBitsOf(tree.parent.data(), n, bits_buf_.data_ptr<int64_t>());
-      options.tree_bits = bits_buf_.narrow(0, 0, n_slots).view({1, n_slots});
-    } else {
-      BuildMask(tree, committed, options);
-    }
-  }
-  ForwardOutput out =
-      target_.Forward(tokens_buf_.narrow(0, 0, n_slots).view({1, n_slots}), cache, options);
+  const at::Tensor tokens = StageRows(root, tree, committed, width, options);
+  ForwardOutput out = target_.Forward(tokens, cache, options);
+  if (width > n_slots) out.logits = out.logits.narrow(1, 0, n_slots);  // the pad rows' dropped
   // On the ATen path (every device; forced on the CPU in tests) acceptance, greedy or sampled,
   // runs through the kernels/ walks on the logits' device; the row kernels' CPU logits are read
   // in place.
@@ -312,14 +354,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
 
   verdict.logits = out.logits.reshape({n_slots, vocab});
   if (!on_device) CompactToPath(verdict.path, committed, keep_buf_, cache);
-  verdict.hidden.clear();
-  if (!hidden_layers.empty()) {
-    std::vector<int64_t> slots{0};
-    for (int32_t node : verdict.path) slots.push_back(node + 1);
-    at::Tensor index = at::tensor(slots, at::kLong);
-    if (!out.hidden.empty()) index = index.to(out.hidden[0].device());
-    for (const at::Tensor& h : out.hidden) verdict.hidden.push_back(h.index_select(1, index));
-  }
+  GatherHidden(out.hidden, verdict, on_device ? n : -1);
 }
 
 }  // namespace specbed

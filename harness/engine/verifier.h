@@ -1,6 +1,7 @@
 // The one verifier every speculative method uses.
 //
-// TreeVerifier::Verify runs the target once over [root, node 0 .. node n-1] appended after the
+// TreeVerifier::Verify runs the target once over [root, node 0 .. node n-1] (padded up to the
+// target's captured step width when it replays steps: kernels/step_graph.h) appended after the
 // committed cache (tree positions from depths; the tree as 64-bit rows over the new tokens,
 // ForwardOptions::tree_bits, where the target takes them, else the ancestor mask from
 // kernels/tree_mask; a chain uses the plain causal path), chooses the accepted path with the
@@ -93,6 +94,14 @@ class TreeVerifier {
   DeviceVerifier& device() { return device_; }
 
  private:
+  // The rows the target runs: n + 1, or StepBucket(n + 1) when the target replays steps of
+  // that width and `room` (free cache slots) holds them.
+  int64_t PaddedWidth(int64_t n_slots, int64_t room) const;
+  void GatherHidden(const std::vector<at::Tensor>& hidden, Verdict& verdict, int64_t walked);
+  // Writes the verify rows' tokens (root, nodes, pad rows) and, for a tree, their positions and
+  // tree bits (or mask) into the reused buffers; returns the tokens [1, width].
+  at::Tensor StageRows(int32_t root, const DraftTree& tree, int64_t committed, int64_t width,
+                       ForwardOptions& options);
   void BuildMask(const DraftTree& tree, int64_t committed, ForwardOptions& options);
 
   LlamaModel& target_;

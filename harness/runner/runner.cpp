@@ -262,8 +262,30 @@ void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<Step
 // The case row as stored: the resolved config, the method's traits and drafter, and what the
 // target costs (a cost twin's label, the weight bytes a decode step reads) with the machine's
 // measured memory bandwidth, from which reports state AR's roofline fraction.
+// What the target's captured steps (kernels/step_graph.h) did between two snapshots.
+nlohmann::json GraphStatsJson(const GraphStats& from, const GraphStats& to) {
+  return {{"eager_warmups", to.eager_warmups - from.eager_warmups},
+          {"captures", to.captures - from.captures},
+          {"replays", to.replays - from.replays},
+          {"capture_s", to.capture_s - from.capture_s}};
+}
+
+// The target's engine settings, and its captured steps in the warm-up and in the timed prompts
+// (a capture inside a timed prompt is inside its decode time: nonzero timed captures say so).
+struct CaseGraphStats {
+  GraphStats start, after_warmup, end;
+};
+
+nlohmann::json EngineJson(const LlamaModel& model, const CaseGraphStats& graphs) {
+  return {{"forward_path", ForwardPathName(model.forward_path())},
+          {"graphs", GraphModeName(model.graph_mode())},
+          {"graphs_warmup", GraphStatsJson(graphs.start, graphs.after_warmup)},
+          {"graphs_timed", GraphStatsJson(graphs.after_warmup, graphs.end)}};
+}
+
 CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
-                           const LlamaModel& model, double bandwidth_gb_s) {
+                           const LlamaModel& model, double bandwidth_gb_s,
+                           const CaseGraphStats& graphs) {
   CaseRecord record;
   record.case_key = c.Key();
   record.target = c.target;
@@ -301,6 +323,7 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
     case_json["machine"]["weight_huge_page_bytes"] =
         model.weight_arena().bytes > 0 ? model.weight_arena().huge_page_bytes : -1;
   }
+  case_json["engine"] = EngineJson(model, graphs);
   record.config_json = case_json.dump();
   record.timing_mode = c.timing;
   return record;
@@ -508,6 +531,15 @@ MethodContext Runner::ContextFor(const CaseConfig& c, LoadedTarget& target) {
   return context;
 }
 
+// Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every
+// answer (the order alternates by answer index), so a shared machine's drift hits both.
+std::unique_ptr<Decoder> PairedArDecoder(const MethodRegistry& methods, MethodContext& context,
+                                         bool paired) {
+  if (!paired) return nullptr;
+  return methods.Build(kArMethodName, context,
+                       methods.ResolveKnobs(kArMethodName, nlohmann::json::object()));
+}
+
 void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
                      const std::vector<Prompt>& prompts, int64_t warmup, int64_t run_id,
                      const std::string& note, ProgressBar* progress) {
@@ -517,14 +549,8 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   const MethodInfo& method_info = methods.Info(c.method.name);
   MethodContext method_context = ContextFor(c, target);
   std::unique_ptr<Decoder> decoder = methods.Build(c.method.name, method_context, c.method.knobs);
-  // Paired timing: AR on the same prompt ids, seed and threads, timed back to back with every
-  // answer (the order alternates by answer index), so a shared machine's drift hits both.
   const bool paired = c.timing == kTimingPaired;
-  std::unique_ptr<Decoder> paired_ar;
-  if (paired) {
-    paired_ar = methods.Build(kArMethodName, method_context,
-                              methods.ResolveKnobs(kArMethodName, nlohmann::json::object()));
-  }
+  std::unique_ptr<Decoder> paired_ar = PairedArDecoder(methods, method_context, paired);
   const GenerationConfig gen = GenerationConfigFor(c, target, method_info);
   // The paired AR run records no margins (none are stored for it; they cost AR time).
   GenerationConfig paired_gen = gen;
@@ -541,10 +567,13 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   DecodeResult result, paired_result;
 
   const int64_t case_start = NowMicros();
+  CaseGraphStats graphs;
+  graphs.start = model.graph_stats();
   if (!prompts.empty()) {
     RunWarmup(c, target, prompts[0], warmup, gen, *decoder, paired_ar.get(), ensure_cache, result,
               paired_result);
   }
+  graphs.after_warmup = model.graph_stats();
 
   // Every turn of every prompt.
   std::vector<SampleRecord> samples;
@@ -583,8 +612,9 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
       if (progress) progress->Advance(1, note);
     }
   }
-  CaseRecord record = BuildCaseRecord(c, method_info, model,
-                                      MemoryBandwidthGbs(static_cast<int>(c.threads), c.device));
+  graphs.end = model.graph_stats();
+  CaseRecord record = BuildCaseRecord(
+      c, method_info, model, MemoryBandwidthGbs(static_cast<int>(c.threads), c.device), graphs);
   record.wall_s = (NowMicros() - case_start) * 1e-6;
   store_.WriteCase(run_id, record, samples, steps);
 }

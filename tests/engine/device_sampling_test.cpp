@@ -183,6 +183,40 @@ TEST(DeviceVerifier, DraftRowsLeftOnTheDeviceGiveTheVerdictOfTheSameRowsOnTheHos
   }
 }
 
+// The rows hidden states are gathered by after a walk come from the verdict on the device: the
+// root's row, then 1 + each accepted node, for greedy and sampled walks of random trees.
+TEST(DeviceVerifier, PathSlotsAreTheRootAndTheAcceptedRows) {
+  const int64_t vocab = 6;
+  RandomTreeOptions options;
+  options.with_draft_probs = true;
+  int64_t accepted_somewhere = 0;
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    const DraftTree tree = RandomTree(9, vocab, seed, options);
+    at::manual_seed(seed);
+    const at::Tensor logits = at::randn({10, vocab}) * 3;
+    Sampler sampler(Params(seed % 2 == 0 ? 0.0 : 1.0), seed);
+    Verdict verdict;
+    DeviceVerifier device;
+    if (seed % 2 == 0) {
+      device.AcceptGreedy(tree, logits, verdict);
+    } else {
+      device.AcceptSampled(tree, logits, kSampledRejection, sampler, verdict);
+    }
+    const int64_t k = static_cast<int64_t>(verdict.path.size());
+    accepted_somewhere += k;
+    std::vector<int32_t> expected = {0};
+    for (int32_t node : verdict.path) expected.push_back(node + 1);
+    const at::Tensor slots = device.PathSlots(tree.size(), k);
+    ASSERT_EQ(slots.scalar_type(), at::kInt);
+    EXPECT_EQ(std::vector<int32_t>(slots.data_ptr<int32_t>(), slots.data_ptr<int32_t>() + k + 1),
+              expected)
+        << "seed " << seed;
+  }
+  EXPECT_GT(accepted_somewhere, 0);  // some walk went past the root
+  DeviceVerifier fresh;
+  EXPECT_THROW(fresh.PathSlots(3, 1), Error);
+}
+
 TEST(DeviceVerifier, RefusesDeviceDraftRowsOfTheWrongShapeOrTwoForms) {
   RandomTreeOptions options;
   options.with_draft_probs = true;

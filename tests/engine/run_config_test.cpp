@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "harness/base/error.h"
@@ -130,6 +131,34 @@ TEST(Runner, RunsCasesOnceAndResumes) {
       EXPECT_EQ(s.output_hash.size(), 16u);
     }
   }
+}
+
+// Every case records its target's engine settings and what its captured steps did in the warm-up
+// and in the timed prompts (kernels/step_graph.h): on the ATen path with SPECBED_GRAPHS=on the
+// AR decode step is captured during the warm-up and only replayed while timed.
+TEST(Runner, RecordsTheEngineAndItsCapturedSteps) {
+  const std::string db = std::string(SPECBED_TEST_TMPDIR) + "/runner_engine.db";
+  std::filesystem::remove(db);
+  setenv("SPECBED_FORWARD", "aten", 1);
+  setenv("SPECBED_GRAPHS", "on", 1);
+  const RunConfig c = ParseRunConfig(Json::parse(R"({"datasets":[{"name":"stories","limit":2}],
+      "max_new_tokens":12,"warmup":1})"),
+                                     "cfg.json");
+  auto store = ResultsStore::Open(db);
+  RunnerOptions options;
+  options.show_progress = false;
+  Runner runner(*store, options);
+  runner.Run(c);
+  unsetenv("SPECBED_FORWARD");
+  unsetenv("SPECBED_GRAPHS");
+  const auto cases = store->ListCases();
+  ASSERT_EQ(cases.size(), 1u);
+  const Json engine = Json::parse(cases[0].record.config_json).at("engine");
+  EXPECT_EQ(engine.at("forward_path"), "aten") << engine;
+  EXPECT_EQ(engine.at("graphs"), "on") << engine;
+  EXPECT_EQ(engine.at("graphs_warmup").at("captures"), 1) << engine;
+  EXPECT_EQ(engine.at("graphs_timed").at("captures"), 0) << engine;
+  EXPECT_GE(engine.at("graphs_timed").at("replays").get<int64_t>(), 2 * 10) << engine;
 }
 
 TEST(Runner, UnknownNamesFailBeforeAnythingRuns) {

@@ -1,0 +1,246 @@
+// Captured step programs (issue 45, step 4; kernels/step_graph.h): the SPECBED_GRAPHS knob, the
+// warm-up / capture / replay sequence and its counters, and that graphs change no result: AR
+// decode logits with graphs on equal graphs off bit for bit, and a verify step padded up to its
+// bucket gives the unpadded step's verdict (greedy, tree_rrs with draft distributions,
+// sample_follow, chains and trees of 1 to 63 nodes, three context lengths), the same logits
+// (float32, 1e-5), draws the same uniforms and leaves a cache from which the next step's logits
+// are the same. On a GPU (StepGraphCuda) replayed CUDA graphs equal eager steps bit for bit.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "harness/base/error.h"
+#include "harness/engine/verifier.h"
+#include "kernels/step_graph.h"
+#include "methods/common/tree_builders.h"
+#include "models/llama_forward_aten.h"
+#include "tests/common/cuda_test_util.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace specbed {
+namespace {
+
+// SPECBED_GRAPHS set to `value` (nullptr: unset) for its lifetime.
+class ScopedGraphsEnv {
+ public:
+  explicit ScopedGraphsEnv(const char* value) {
+    if (value == nullptr) {
+      unsetenv("SPECBED_GRAPHS");
+    } else {
+      setenv("SPECBED_GRAPHS", value, 1);
+    }
+  }
+  ~ScopedGraphsEnv() { unsetenv("SPECBED_GRAPHS"); }
+};
+
+// stories260K on the ATen path on `device`, with graphs on or off.
+LlamaModel AtenStories260K(bool graphs, const at::Device& device = at::kCPU) {
+  const LlamaModel& m = testing_util::Stories260KModel();
+  ModelOptions options;
+  options.forward_path = ForwardPath::kAten;
+  ScopedGraphsEnv env(graphs ? "on" : "off");
+  return LlamaModel(m.config(), m.weights().To(m.dtype(), device), options);
+}
+
+at::Tensor Ids(const std::vector<int64_t>& ids) {
+  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
+}
+
+TEST(StepGraph, KnobIsOnOrOffAndBucketsArePowersOfTwo) {
+  {
+    ScopedGraphsEnv env(nullptr);
+    EXPECT_EQ(ResolveGraphMode(), GraphMode::kOff);
+  }
+  {
+    ScopedGraphsEnv env("on");
+    EXPECT_EQ(ResolveGraphMode(), GraphMode::kOn);
+  }
+  {
+    ScopedGraphsEnv env("yes");
+    try {
+      ResolveGraphMode();
+      FAIL() << "SPECBED_GRAPHS=yes accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("SPECBED_GRAPHS=yes: expected on or off"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(StepBucket(1), 1);
+  EXPECT_EQ(StepBucket(2), 2);
+  EXPECT_EQ(StepBucket(3), 4);
+  EXPECT_EQ(StepBucket(33), 64);
+  EXPECT_EQ(StepBucket(64), 64);
+  EXPECT_EQ(StepBucket(65), 65);  // eager above the largest bucket
+  EXPECT_THROW(StepBucket(0), Error);
+  // A captured step needs the fused attention: the other kinds are refused with graphs on.
+  setenv("SPECBED_ATTENTION", "bmm", 1);
+  EXPECT_THROW(ResolveAttentionKind(at::kCPU, GraphMode::kOn), Error);
+  EXPECT_EQ(ResolveAttentionKind(at::kCPU, GraphMode::kOff), AttentionKind::kBmm);
+  unsetenv("SPECBED_ATTENTION");
+  EXPECT_EQ(ResolveAttentionKind(at::Device(at::kCUDA), GraphMode::kOn), AttentionKind::kFused);
+  EXPECT_EQ(ResolveAttentionKind(at::Device(at::kCUDA), GraphMode::kOff), AttentionKind::kSdpa);
+}
+
+TEST(StepGraph, WarmsUpThenCapturesThenReplays) {
+  StepGraph graph;
+  GraphStats stats;
+  int runs = 0;
+  for (int i = 0; i < 4; ++i)
+    graph.Run(
+        at::kCPU, [&] { ++runs; }, "a test step", stats);
+  EXPECT_EQ(runs, 4);  // the CPU captures nothing: every call runs the program
+  EXPECT_TRUE(graph.captured());
+  EXPECT_EQ(stats.eager_warmups, 1);
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.replays, 3);
+}
+
+// Greedy AR through both models; every step's logits compared bit for bit.
+void ExpectDecodeEqual(LlamaModel& on, LlamaModel& off, int64_t steps) {
+  KvCache cache_on = on.NewCache(1, 128), cache_off = off.NewCache(1, 128);
+  const at::Tensor prompt = Ids({1, 403, 261, 376, 298});  // 5 tokens: not a bucket, eager
+  at::Tensor a = on.Forward(prompt.to(on.device()), cache_on).logits;
+  at::Tensor b = off.Forward(prompt.to(off.device()), cache_off).logits;
+  for (int64_t i = 0; i < steps; ++i) {
+    ASSERT_TRUE(at::equal(a.cpu(), b.cpu())) << "step " << i;
+    const int64_t next = b.argmax(-1).item<int64_t>();
+    a = on.Forward(Ids({next}).to(on.device()), cache_on).logits;
+    b = off.Forward(Ids({next}).to(off.device()), cache_off).logits;
+  }
+}
+
+TEST(StepGraph, DecodeWithGraphsEqualsEagerBitForBit) {
+  at::set_num_threads(1);
+  LlamaModel on = AtenStories260K(true), off = AtenStories260K(false);
+  EXPECT_EQ(on.graph_mode(), GraphMode::kOn);
+  EXPECT_TRUE(on.ReplaysSteps(1));
+  EXPECT_FALSE(off.ReplaysSteps(1));
+  EXPECT_FALSE(on.ReplaysSteps(3));  // not a bucket width
+  ExpectDecodeEqual(on, off, 30);
+  const GraphStats stats = on.graph_stats();
+  EXPECT_EQ(stats.eager_warmups, 1);
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.replays, 29);
+  EXPECT_EQ(off.graph_stats().replays, 0);
+}
+
+struct VerifyCase {
+  VerifyRule rule;
+  double temperature;
+};
+
+// max |a - b| <= 1e-5 of b's scale (at least 1): float32 GEMMs of another row count may sum in
+// another order.
+void ExpectClose(const at::Tensor& a, const at::Tensor& b) {
+  const float scale = std::max(1.0f, b.abs().max().item<float>());
+  EXPECT_LE((a - b).abs().max().item<float>(), 1e-5f * scale);
+}
+
+// The padded verify (graphs on) against the unpadded one (graphs off) on the same tree, cache
+// contents and sampler seed.
+void ExpectSameVerdict(LlamaModel& on, LlamaModel& off, KvCache& cache_on, KvCache& cache_off,
+                       const DraftTree& tree, const VerifyCase& c, uint64_t seed) {
+  const int64_t committed = cache_on.length();
+  TreeVerifier verifier_on(on), verifier_off(off);
+  Sampler sampler_on(testing_util::Temperature(c.temperature), seed);
+  Sampler sampler_off(testing_util::Temperature(c.temperature), seed);
+  Verdict v_on, v_off;
+  const int32_t root = 7;
+  verifier_on.Verify(root, tree, c.rule, sampler_on, cache_on, {1}, v_on);
+  verifier_off.Verify(root, tree, c.rule, sampler_off, cache_off, {1}, v_off);
+  ASSERT_EQ(v_on.path, v_off.path);
+  ASSERT_EQ(v_on.bonus, v_off.bonus);
+  ASSERT_EQ(v_on.logits.sizes(), v_off.logits.sizes());
+  ExpectClose(v_on.logits, v_off.logits);
+  ASSERT_EQ(v_on.hidden.size(), 1u);
+  ExpectClose(v_on.hidden[0], v_off.hidden[0]);
+  EXPECT_EQ(sampler_on.rng()(), sampler_off.rng()()) << "a pad row drew a uniform";
+  ASSERT_EQ(cache_on.length(), cache_off.length());
+  // The compacted caches: the next step's logits agree.
+  const at::Tensor next = Ids({v_off.bonus});
+  const at::Tensor a = on.Forward(next, cache_on).logits, b = off.Forward(next, cache_off).logits;
+  ExpectClose(a, b);
+  cache_on.Truncate(committed);
+  cache_off.Truncate(committed);
+}
+
+TEST(StepGraph, PaddedVerifyGivesTheUnpaddedVerdict) {
+  at::set_num_threads(1);
+  LlamaModel on = AtenStories260K(true), off = AtenStories260K(false);
+  const int64_t vocab = on.config().vocab_size;
+  at::manual_seed(45);
+  const std::vector<VerifyCase> cases = {
+      {VerifyRule::kGreedy, 0.0}, {VerifyRule::kTreeRrs, 1.0}, {VerifyRule::kSampleFollow, 0.8}};
+  uint64_t seed = 0;
+  for (int64_t committed : {9, 40, 100}) {
+    KvCache cache_on = on.NewCache(1, 256), cache_off = off.NewCache(1, 256);
+    const at::Tensor prompt = at::randint(1, vocab, {1, committed}, at::kLong);
+    on.Forward(prompt, cache_on);
+    off.Forward(prompt, cache_off);
+    for (int64_t n : {1, 2, 6, 9, 20, 40, 63}) {
+      for (bool chain : {false, true}) {
+        for (const VerifyCase& c : cases) {
+          RandomTreeOptions options;
+          options.chain = chain;
+          options.with_draft_probs = true;
+          const DraftTree tree = RandomTree(n, vocab, ++seed, options);
+          SCOPED_TRACE(::testing::Message()
+                       << "committed " << committed << ", " << n << (chain ? " chain" : " tree")
+                       << ", rule " << static_cast<int>(c.rule));
+          ExpectSameVerdict(on, off, cache_on, cache_off, tree, c, seed);
+        }
+      }
+    }
+  }
+  // Widths 2..64 fall into 6 buckets; each was captured once per cache, then replayed.
+  const GraphStats stats = on.graph_stats();
+  EXPECT_GT(stats.captures, 0);
+  EXPECT_LE(stats.captures, 3 * 7);
+  EXPECT_GT(stats.replays, 3 * stats.captures);
+  EXPECT_EQ(off.graph_stats().replays, 0);
+}
+
+TEST(StepGraph, NoPaddingWhereTheCacheHasNoRoomForTheBucket) {
+  at::set_num_threads(1);
+  LlamaModel on = AtenStories260K(true), off = AtenStories260K(false);
+  at::manual_seed(46);
+  const int64_t vocab = on.config().vocab_size, max_len = 48;
+  KvCache cache_on = on.NewCache(1, max_len), cache_off = off.NewCache(1, max_len);
+  const at::Tensor prompt = at::randint(1, vocab, {1, max_len - 10}, at::kLong);
+  on.Forward(prompt, cache_on);
+  off.Forward(prompt, cache_off);
+  const DraftTree tree = RandomTree(8, vocab, 3);  // 9 rows: bucket 16 > the 10 free slots
+  ExpectSameVerdict(on, off, cache_on, cache_off, tree, {VerifyRule::kGreedy, 0.0}, 3);
+  EXPECT_EQ(on.graph_stats().replays + on.graph_stats().eager_warmups, 1);  // the 1-token step
+}
+
+TEST(StepGraphCuda, ReplayedGraphsEqualEagerStepsBitForBit) {
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
+  setenv("SPECBED_ATTENTION", "fused", 1);  // graphs on picks it anyway; off must match
+  LlamaModel on = AtenStories260K(true, at::kCUDA), off = AtenStories260K(false, at::kCUDA);
+  unsetenv("SPECBED_ATTENTION");
+  ExpectDecodeEqual(on, off, 30);
+  EXPECT_EQ(on.graph_stats().captures, 1);
+  const int64_t vocab = on.config().vocab_size;
+  KvCache cache_on = on.NewCache(1, 256), cache_off = off.NewCache(1, 256);
+  at::manual_seed(47);
+  const at::Tensor prompt = at::randint(1, vocab, {1, 40}, at::kLong).to(at::kCUDA);
+  on.Forward(prompt, cache_on);
+  off.Forward(prompt, cache_off);
+  RandomTreeOptions options;
+  options.with_draft_probs = true;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    const DraftTree tree = RandomTree(5 + 4 * static_cast<int64_t>(seed), vocab, seed, options);
+    ExpectSameVerdict(on, off, cache_on, cache_off, tree, {VerifyRule::kTreeRrs, 1.0}, seed);
+  }
+  EXPECT_GT(on.graph_stats().captures, 1);
+}
+
+}  // namespace
+}  // namespace specbed
