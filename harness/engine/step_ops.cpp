@@ -104,10 +104,12 @@ StepOps TraceDecodeStep(LlamaModel& model, int64_t context_a, int64_t context_b)
 
 StepOps TraceVerifyStep(LlamaModel& model, int64_t n_nodes, int64_t context_a, int64_t context_b) {
   SPECBED_CHECK(n_nodes >= 1, "op counts: a verify step needs >= 1 node, got ", n_nodes);
-  CheckTraceable(model, n_nodes + 1, context_a, context_b);
+  // Room for the rows the verifier runs: padded up to the bucket when the model replays steps.
+  const int64_t width = StepBucket(n_nodes + 1);
+  CheckTraceable(model, width, context_a, context_b);
   const int64_t vocab = model.config().vocab_size;
   std::mt19937_64 rng(7);
-  KvCache cache = model.NewCache(1, std::max(context_a, context_b) + n_nodes + 1);
+  KvCache cache = model.NewCache(1, std::max(context_a, context_b) + width);
   const at::Tensor context_ids = RandomIds(std::max(context_a, context_b), vocab, rng);
   DraftTree tree;
   for (int32_t i = 0; i < n_nodes; ++i) {

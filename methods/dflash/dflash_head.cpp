@@ -491,6 +491,10 @@ void DflashHead::ForwardAten(const int32_t* block_tokens, int64_t n, int64_t sta
   const at::Tensor pos =
       at::arange(start_position, start_position + n, at::TensorOptions(at::kLong).device(device));
   const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
+  // The block's keys and values go into the context buffers right after the context (slots the
+  // next AppendContext overwrites), so attention reads one view of [context | block]: no
+  // per-layer copy of the whole context.
+  if (ctx + n > context_capacity_) GrowContext(std::max(ctx + n, 2 * context_capacity_));
   at::Tensor h = embedding_.index_select(0, tok);
   for (const Layer& layer : layers_) {
     const at::Tensor qkv = at::mm(RmsNormRowsAten(h, layer.input_norm, eps), layer.wqkv_t);
@@ -501,8 +505,10 @@ void DflashHead::ForwardAten(const int32_t* block_tokens, int64_t n, int64_t sta
         RmsNormRowsAten(qkv.narrow(1, q_dim, kv_dim).view({n, n_kv, hd}), layer.k_norm, eps), cos,
         sin);
     const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({n, n_kv, hd});
-    const at::Tensor keys = at::cat({layer.k_ctx_t.narrow(1, 0, ctx), k.transpose(0, 1)}, 1);
-    const at::Tensor values = at::cat({layer.v_ctx_t.narrow(1, 0, ctx), v.transpose(0, 1)}, 1);
+    layer.k_ctx_t.narrow(1, ctx, n).copy_(k.transpose(0, 1));
+    layer.v_ctx_t.narrow(1, ctx, n).copy_(v.transpose(0, 1));
+    const at::Tensor keys = layer.k_ctx_t.narrow(1, 0, ctx + n);
+    const at::Tensor values = layer.v_ctx_t.narrow(1, 0, ctx + n);
     const at::Tensor attn = MaskedGqaAttentionAten(
         q, keys, values, BlockAllowed(n, start_position, layer.window), scale);
     h = h + at::mm(attn, layer.wo_t);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/base/error.h"
+#include "harness/engine/step_ops.h"
 #include "harness/engine/verifier.h"
 #include "kernels/step_graph.h"
 #include "methods/common/tree_builders.h"
@@ -128,6 +129,18 @@ TEST(StepGraph, DecodeWithGraphsEqualsEagerBitForBit) {
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.replays, 29);
   EXPECT_EQ(off.graph_stats().replays, 0);
+}
+
+// With graphs on, a verify step padded to its bucket records the same ops, shapes and pointers at
+// two context lengths (what the capture bakes in), as a decode step does.
+TEST(StepGraph, PaddedStepsKeepTraceIdentity) {
+  at::set_num_threads(1);
+  LlamaModel on = AtenStories260K(true);
+  EXPECT_EQ(TraceDecodeStep(on, 20, 41).difference, "");
+  for (int64_t nodes : {2, 12, 40}) {  // 3, 13 and 41 rows: buckets 4, 16 and 64
+    EXPECT_EQ(TraceVerifyStep(on, nodes, 20, 41).difference, "") << nodes << " nodes";
+  }
+  EXPECT_GT(on.graph_stats().replays, 0);
 }
 
 struct VerifyCase {

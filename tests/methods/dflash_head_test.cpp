@@ -29,6 +29,7 @@
 #include "methods/dflash/dflash_config.h"
 #include "methods/dflash/dflash_head.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/op_trace.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/methods/head_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -822,6 +823,27 @@ TEST(DflashHeadAten, MatchesTheRowsInBfloat16WithSlidingWindows) {
   EXPECT_LT(
       testing_util::RelativeL2(RunDflashBlock(config, tensors, embedding, lm_head, aten), rows),
       3e-2);
+}
+
+// A block forward on the ATen path writes the block's keys and values after the context in the
+// context buffers and attends over one view of them: no op copies the context.
+TEST(DflashHeadAten, BlockForwardDoesNotCopyTheContext) {
+  const DflashConfig config = WindowedConfig();
+  const TensorMap tensors = RandomDflashTensors(config, 11);
+  HeadPlacement aten;
+  aten.aten = true;
+  DflashHead head(config, tensors, at::randn({config.vocab_size, config.hidden_size}),
+                  at::randn({config.vocab_size, config.hidden_size}), aten);
+  head.AppendContext(at::randn({40, config.fc_in_dim()}));
+  DflashHeadOutput out;
+  OpTrace trace;
+  head.ForwardFromBonus(7, 6, out);
+  trace.Stop();
+  const OpCounts counts = CountOps(trace.ops());
+  // Two per layer: the rotate-half RoPE of the block's q and k (dim -1). Concatenating the
+  // context's keys and values with the block's made two more per layer.
+  EXPECT_EQ(counts.by_name.at("aten::cat"), 2 * config.n_layers);
+  EXPECT_GT(counts.by_name.count("aten::copy_"), 0u);  // the block rows, per layer
 }
 
 TEST(DflashHeadAtenCuda, MatchesTheRowsOnTheGpu) {
