@@ -286,6 +286,8 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
   return summary;
 }
 
+void AppendTimedCaptureNotes(const std::vector<CostCase>& cases, std::vector<std::string>& notes);
+
 std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
   std::vector<std::string> notes;
   std::set<std::string> labelled;
@@ -327,7 +329,26 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
         Fixed(cost.bandwidth_gb_s, 2), " GB/s, ", cost.bandwidth_kind,
         "); speedups are over this baseline."));
   }
+  AppendTimedCaptureNotes(cases, notes);
   return notes;
+}
+
+// A case whose timed prompts captured CUDA graphs (config_json.engine.graphs_timed, written by
+// the runner): their decode time includes the captures.
+void AppendTimedCaptureNotes(const std::vector<CostCase>& cases, std::vector<std::string>& notes) {
+  for (const CostCase& c : cases) {
+    const Json config = Json::parse(c.record->config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) continue;
+    const Json timed = config.value("/engine/graphs_timed"_json_pointer, Json::object());
+    const int64_t captures = timed.value("captures", int64_t{0});
+    if (captures <= 0) continue;
+    notes.push_back(StrCat("case ", c.case_id, " (", c.record->method, "): ", captures,
+                           " CUDA graph capture", captures == 1 ? "" : "s", " (",
+                           Fixed(timed.value("capture_s", 0.0), 3),
+                           " s) fell inside the timed prompts (a step width first seen after the "
+                           "warm-up); the case's decode time includes ",
+                           captures == 1 ? "it." : "them."));
+  }
 }
 
 // The speedup columns' definitions in `scope` (one paragraph, newline-terminated).

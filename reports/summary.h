@@ -79,8 +79,9 @@ inline constexpr double kCacheResidentWeightBytes = 32e6;
 
 // "X is the cost twin of Y: ..." once per twin target, a WARNING once per target whose weights
 // are under kCacheResidentWeightBytes, and per AR case its decode throughput as a
-// fraction of the memory roofline (weight bytes per token x tok/s / measured bandwidth). Cases
-// without the recorded fields (older databases) give no notes.
+// fraction of the memory roofline (weight bytes per token x tok/s / measured bandwidth); per case
+// whose timed prompts captured CUDA graphs (config_json.engine.graphs_timed), how many and how
+// long. Cases without the recorded fields (older databases) give no notes.
 std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases);
 
 // Method knobs in short form: {"k":4,"tree":"static"} -> "k=4,tree=static"; "" for none.

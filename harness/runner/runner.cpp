@@ -498,15 +498,23 @@ void SetPairedAr(const GenerationResult& ar, bool ar_first, SampleRecord& s) {
   s.paired_ar_first = ar_first ? 1 : 0;
 }
 
-void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const Prompt& first, int64_t warmup,
-               const GenerationConfig& gen, Decoder& decoder, Decoder* paired_ar,
+// The warm-up generations of the first prompt. The cache is sized for the longest first turn of
+// the case from the start: captured steps (kernels/step_graph.h) bake in its address, so a cache
+// remade for a longer prompt would be recaptured inside the timed prompts.
+void RunWarmup(const CaseConfig& c, const LoadedTarget& target, const std::vector<Prompt>& prompts,
+               int64_t warmup, const GenerationConfig& gen, Decoder& decoder, Decoder* paired_ar,
                const std::function<KvCache&(size_t)>& cache_for, DecodeResult& result,
                DecodeResult& paired_result) {
-  std::vector<ChatMessage> messages = StartConversation(c);
-  messages.push_back({"user", first.turns[0]});
-  const auto ids = BuildPromptIds(target, messages);
+  auto first_turn_ids = [&](const Prompt& prompt) {
+    std::vector<ChatMessage> messages = StartConversation(c);
+    messages.push_back({"user", prompt.turns[0]});
+    return BuildPromptIds(target, messages);
+  };
+  const auto ids = first_turn_ids(prompts[0]);
+  size_t longest = ids.size();
+  for (const Prompt& prompt : prompts) longest = std::max(longest, first_turn_ids(prompt).size());
   for (int64_t w = 0; w < warmup; ++w) {
-    KvCache& cache = cache_for(ids.size());
+    KvCache& cache = cache_for(longest);
     GenerationConfig warm = gen;
     warm.seed = PromptSeed(c.seed, -1, static_cast<int32_t>(w));
     warm.adapt = false;  // online adapters learn from the measured requests only
@@ -570,7 +578,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   CaseGraphStats graphs;
   graphs.start = model.graph_stats();
   if (!prompts.empty()) {
-    RunWarmup(c, target, prompts[0], warmup, gen, *decoder, paired_ar.get(), ensure_cache, result,
+    RunWarmup(c, target, prompts, warmup, gen, *decoder, paired_ar.get(), ensure_cache, result,
               paired_result);
   }
   graphs.after_warmup = model.graph_stats();

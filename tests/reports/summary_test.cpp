@@ -374,6 +374,27 @@ TEST(Summary, RooflineNoteNamesTheMeasuredBandwidth) {
   EXPECT_EQ(note_for(Json::object()), "");
 }
 
+// Captures that fell inside a case's timed prompts are named (they are in its decode time); none
+// in the warm-up alone, or no engine record (older databases), give no note.
+TEST(Summary, NotesCudaGraphCapturesInsideTimedPrompts) {
+  auto notes_for = [](const Json& engine) {
+    CaseRecord record;
+    record.target = "stories260K-twin";
+    record.method = "eagle3";
+    record.config_json = Json{{"engine", engine}}.dump();
+    return CostRegimeNotes({{4, &record, 50.0}});
+  };
+  const std::vector<std::string> timed =
+      notes_for({{"graphs_warmup", {{"captures", 5}}},
+                 {"graphs_timed", {{"captures", 2}, {"capture_s", 0.25}}}});
+  ASSERT_EQ(timed.size(), 1u);
+  EXPECT_CONTAINS(timed[0],
+                  "case 4 (eagle3): 2 CUDA graph captures (0.250 s) fell inside the timed");
+  EXPECT_TRUE(notes_for({{"graphs_warmup", {{"captures", 5}}}, {"graphs_timed", {{"captures", 0}}}})
+                  .empty());
+  EXPECT_TRUE(notes_for(Json::object()).empty());
+}
+
 // A target whose weights stay in cache (stories260K: ~1 MB) gets one warning that speculation
 // cannot pay on it; a memory-bound one (the twin's ~190 MB) none.
 TEST(Summary, WarnsWhenTheTargetIsTooSmallForSpeculation) {
