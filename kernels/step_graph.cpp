@@ -26,10 +26,10 @@ const char* GraphModeName(GraphMode mode) {
 
 int64_t StepBucket(int64_t n) {
   SPECBED_CHECK(n >= 1, "StepBucket: a step of ", n, " tokens");
-  if (n > kMaxGraphTokens) return n;
-  int64_t width = 1;
-  while (width < n) width *= 2;
-  return width;
+  for (int64_t width : kStepBuckets) {
+    if (width >= n) return width;
+  }
+  return n;
 }
 
 StepGraph::~StepGraph() {

@@ -9,8 +9,8 @@
 // is a different graph, never a replay into the wrong memory.
 // Knob: SPECBED_GRAPHS = on | off (unset: off on every device until a GPU run proves replay =
 // eager; anything else is an error naming the variable). Widths: a step of n <= 64 new tokens
-// is padded up to StepBucket(n) (1, 2, 4, ..., 64) by the verifier, so at most 7 graphs serve
-// every decode and verify step of a model and cache.
+// is padded up to StepBucket(n) (kStepBuckets) by the verifier, so at most 10 graphs serve every
+// decode and verify step of a model, cache and set of outputs.
 // Checked by: tests/engine/step_graph_test.cpp (graphs on = off: logits, verdicts bit for bit on
 // random trees at three context lengths, counters; the knob's parsing; StepGraphCuda on a GPU:
 // replay = eager bit for bit).
@@ -28,10 +28,14 @@ enum class GraphMode { kOff, kOn };
 GraphMode ResolveGraphMode();
 const char* GraphModeName(GraphMode mode);
 
-// The padded width of a step of n >= 1 new tokens: the next power of two up to 64 (1 stays 1);
-// n itself above 64 (such steps run eagerly).
-int64_t StepBucket(int64_t n);
+// The widths a step is padded to: powers of two, with 12, 24 and 48 between the larger ones so
+// that no step pays more than a third of its rows in padding above 8 (a 33-row DDTree step runs
+// 48 rows, not 64).
+inline constexpr int64_t kStepBuckets[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};
 inline constexpr int64_t kMaxGraphTokens = 64;
+// The padded width of a step of n >= 1 new tokens: the smallest bucket >= n; n itself above 64
+// (such steps run eagerly).
+int64_t StepBucket(int64_t n);
 
 // What the captured steps of a model did (printed by bench, recorded with every case).
 struct GraphStats {
