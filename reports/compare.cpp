@@ -41,11 +41,13 @@ struct Group {
 std::string GroupKey(const CaseRecord& c, const std::string& match) {
   if (match == "key") {
     // Repeats of one configuration differ only by their "repeat" index: pool them. What the
-    // runner measured beside the configuration (the target's cost, the machine's bandwidth) is
-    // not part of it.
+    // runner recorded beside the configuration (the target's cost, the machine's bandwidth, the
+    // engine's settings and capture counts) is not part of it.
     json config = json::parse(c.config_json, nullptr, /*allow_exceptions=*/false);
     if (!config.is_object() || !config.contains("repeat")) return c.case_key;
-    for (const char* measured : {"repeat", "target_info", "machine"}) config.erase(measured);
+    for (const char* measured : {"repeat", "target_info", "machine", "engine"}) {
+      config.erase(measured);
+    }
     const std::string text = config.dump();
     return Hex64(Fnv1a64(text.data(), text.size()));
   }
@@ -101,6 +103,10 @@ std::map<std::string, std::string> Settings(const CaseRecord& c) {
   json config = json::parse(c.config_json, nullptr, false);
   if (config.is_object()) {
     for (const char* measured : {"repeat", "target_info", "machine"}) config.erase(measured);
+    if (config.contains("engine") && config["engine"].is_object()) {  // its settings only
+      config["engine"].erase("graphs_warmup");
+      config["engine"].erase("graphs_timed");
+    }
     std::map<std::string, std::string> from_config;
     FlattenSettings(config, "config", from_config);
     for (auto& [k, v] : from_config) s.emplace(k, v);

@@ -5,6 +5,8 @@
 // asked. Deterministic (fixed bootstrap seed): false-failure rate 0.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -25,8 +27,11 @@ using testing::TestRun;
 // AR and a speculative case at T = 0 and T = 1 on 8 prompts. The method's decode time per prompt
 // is `method_scale` x AR's (with a small per-prompt wobble); each prompt takes 4 steps emitting
 // `emit` tokens each.
+// `engine`: when given, each case's config_json is a sweep case's ({"repeat": 0, method, T})
+// with this engine block (what the runner records beside the configuration) if non-null.
 void WriteDb(const std::string& path, double method_scale, int64_t emit_t0, int64_t emit_t1,
-             bool with_t1 = true, int64_t threads = 1, const std::string& knobs = "") {
+             bool with_t1 = true, int64_t threads = 1, const std::string& knobs = "",
+             const nlohmann::json* engine = nullptr) {
   auto store = ResultsStore::Open(path);
   const int64_t run = store->BeginRun(TestRun());
   for (double t : {0.0, 1.0}) {
@@ -51,6 +56,13 @@ void WriteDb(const std::string& path, double method_scale, int64_t emit_t0, int6
     CaseRecord spec_case = TestCase("spec" + key_suffix, "fake", t);
     ar_case.threads = spec_case.threads = threads;
     if (!knobs.empty()) spec_case.method_knobs_json = knobs;
+    if (engine != nullptr) {
+      for (CaseRecord* c : {&ar_case, &spec_case}) {
+        nlohmann::json config = {{"repeat", 0}, {"method", c->method}, {"temperature", t}};
+        if (!engine->is_null()) config["engine"] = *engine;
+        c->config_json = config.dump();
+      }
+    }
     store->WriteCase(run, ar_case, ar, {});
     store->WriteCase(run, spec_case, spec, steps);
   }
@@ -158,6 +170,22 @@ TEST(Compare, UnmatchedCasesNameTheSettingsThatDiffer) {
   const std::string table = FormatCompareTable(r);
   EXPECT_NE(table.find("differs in: threads 1 → 2"), std::string::npos) << table;
   EXPECT_NE(CompareJson(r).find("unmatched_baseline_diffs"), std::string::npos);
+}
+
+// The engine block the runner records with every case (forward path, graphs, capture counts) is
+// not part of a case's identity: a baseline written before it matches a candidate that has it.
+TEST(Compare, TheRecordedEngineIsNotPartOfTheMatch) {
+  const std::string a = FreshDbPath("cmp_engine_a"), b = FreshDbPath("cmp_engine_b");
+  const nlohmann::json none;
+  const nlohmann::json engine = {{"forward_path", "rows"},
+                                 {"graphs", "off"},
+                                 {"graphs_timed", {{"captures", 0}, {"replays", 0}}}};
+  WriteDb(a, 0.5, 3, 3, true, 1, "", &none);
+  WriteDb(b, 0.5, 3, 3, true, 1, "", &engine);
+  const CompareResult r = Compare(a, b);
+  EXPECT_FALSE(r.regressed) << FormatCompareTable(r);
+  EXPECT_TRUE(r.unmatched_baseline.empty());
+  EXPECT_EQ(r.rows.size(), 4u);
 }
 
 // --match workload pairs cases whose knobs differ: the row shows both sides' knobs.
