@@ -1,9 +1,11 @@
 // The CUDA backend of the kernel wrappers (see kernels/cuda_backend.h): the table of raw
-// launchers and the LibTorch CUDA glue (device switch, current stream, device description),
-// registered at static initialization. Compiled only with SPECBED_CUDA=ON, into the object
-// library specbed_cuda (with the CUDA LibTorch's flags and libraries), and linked into the CLI and
-// the test binaries holding *Cuda tests. The one translation unit that touches LibTorch's CUDA API.
-// Checked by: tests/kernels/kernel_test.cpp (the *Cuda tests launch through it on a GPU);
+// launchers and the LibTorch CUDA glue (device switch, current stream, device description, events,
+// CUDA graph capture and replay for kernels/step_graph.h), registered at static initialization.
+// Compiled only with SPECBED_CUDA=ON, into the object library specbed_cuda (with the CUDA
+// LibTorch's flags and libraries), and linked into the CLI and the test binaries holding *Cuda
+// tests. The one translation unit that touches LibTorch's CUDA API.
+// Checked by: tests/kernels/kernel_test.cpp (the *Cuda tests launch through it on a GPU),
+// tests/engine/step_graph_test.cpp (StepGraphCuda: replayed graphs = eager steps);
 // scripts/check_cuda_build (compiles and links it).
 #include "kernels/cuda_backend.h"
 
