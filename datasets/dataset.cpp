@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 #include "datasets/dataset.h"
 #include "datasets/dataset_internal.h"
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
 
 namespace specbed {
 namespace internal {

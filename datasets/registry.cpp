@@ -5,11 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
+#include "base/names.h"
+#include "base/paths.h"
 #include "datasets/dataset.h"
 #include "datasets/dataset_internal.h"
-#include "harness/base/error.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
 
 namespace specbed {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernel_status.h"
 

@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/cpu/references.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernel_checks.h"

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/cuda_backend.h"
 
 namespace specbed {

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "models/drafter_catalog.h"
 
 namespace specbed {

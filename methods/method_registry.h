@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/clock.h"
+#include "base/clock.h"
 #include "harness/engine/method.h"
 #include "models/model_registry.h"
 
@@ -73,7 +73,7 @@ struct MethodContext {
   std::function<LoadedTarget&(const std::string& name_or_path)> load_model;
   // The clock timing-driven decisions read (the SpecBlock bandit's throughput reward); it must
   // outlive the decoder. Null = the steady clock (WallClock); tests inject a cost model
-  // (harness/base/clock.h) so their outcome does not depend on the machine's load.
+  // (base/clock.h) so their outcome does not depend on the machine's load.
   const Clock* clock = nullptr;
 };
 

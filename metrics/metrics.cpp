@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {
@@ -239,17 +239,26 @@ bool SameWorkload(const CaseRecord& a, const CaseRecord& b) {
   return true;
 }
 
+bool IsArBaseline(const CaseRecord& c) {
+  if (!c.method_traits_json.empty()) {
+    const nlohmann::json traits = nlohmann::json::parse(c.method_traits_json, nullptr, false);
+    if (traits.is_object() && traits.contains("speculative") && traits["speculative"].is_boolean())
+      return !traits["speculative"].get<bool>();
+  }
+  return c.method == kArMethod;
+}
+
 BaselineMatch FindArBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
                              const BaselinePolicy& policy) {
   BaselineMatch out;
   SPECBED_CHECK(i < cases.size(), "FindArBaseline: case index ", i, " out of range (", cases.size(),
                 " cases)");
   const ResultsStore::CaseRow& c = cases[i];
-  if (c.record.method == kArMethod) return out;
+  if (IsArBaseline(c.record)) return out;
   int64_t same_machine = -1, other_machine = -1;
   for (size_t j = 0; j < cases.size(); ++j) {
     const ResultsStore::CaseRow& b = cases[j];
-    if (j == i || b.record.method != kArMethod || !SameWorkload(b.record, c.record)) continue;
+    if (j == i || !IsArBaseline(b.record) || !SameWorkload(b.record, c.record)) continue;
     if (b.run_id == c.run_id) return {static_cast<int64_t>(j), true, true, -1};
     int64_t& slot = b.machine == c.machine ? same_machine : other_machine;
     if (slot < 0) slot = static_cast<int64_t>(j);

@@ -36,6 +36,11 @@ double GeometricMean(const std::vector<double>& values);
 // The method name of the autoregressive baseline.
 inline constexpr const char* kArMethod = "ar";
 
+// Whether a case is the autoregressive baseline: its stored traits say it does not speculate
+// (method_traits_json "speculative": false), or, for a case stored without traits (schema v1),
+// its method is kArMethod. Reports and metrics ask this, not the method's name.
+bool IsArBaseline(const CaseRecord& c);
+
 // Depth of a step's draft as used by the metrics: draft_depth, or n_drafted when it was not
 // recorded (-1, rows from schema v1: a chain is assumed).
 int64_t StepDraftDepth(const StepRecord& step);

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 
 namespace specbed::config_fields {
 

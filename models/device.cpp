@@ -6,7 +6,7 @@
 
 #include <cctype>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/cuda_backend.h"
 
 namespace specbed {

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "harness/base/timer.h"
+#include "base/timer.h"
 
 namespace specbed {
 

@@ -1,8 +1,8 @@
 // Named drafters (see drafter_catalog.h).
 #include "models/drafter_catalog.h"
 
-#include "harness/base/error.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/paths.h"
 #include "models/twin/stories_twin.h"
 
 namespace specbed {

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "models/gemv_kernels.h"
 
 namespace specbed {

@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/kv_compact.h"
 
 namespace specbed {

@@ -11,9 +11,9 @@
 #include <string>
 #include <tuple>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
 #include "models/config_fields.h"
 
 namespace specbed {

@@ -12,7 +12,7 @@
 #include <limits>
 #include <optional>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/decoder_op_args.h"
 #include "kernels/decoder_ops.h"
 #include "models/op_trace.h"

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/gemv.h"
 #include "models/half_bits.h"
 #include "models/llama_forward_aten.h"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/checkpoint/hf_checkpoint.h"
 
 namespace specbed {

@@ -3,11 +3,11 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
+#include "base/paths.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/device.h"

@@ -9,7 +9,7 @@
 #include <array>
 #include <sstream>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <utility>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/tensor_util.h"
 
 namespace specbed {

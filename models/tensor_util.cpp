@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

@@ -11,9 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/names.h"
+#include "metrics/metrics.h"
 #include "reports/format.h"
 #include "reports/summary.h"
 #include "results/store.h"
@@ -31,6 +32,7 @@ struct Group {
   std::string label;
   CaseRecord record;  // of the first case (the configuration's settings)
   std::string method;
+  bool ar_baseline = false;  // metrics IsArBaseline
   double temperature = 0;
   int64_t repeats = 0;
   int64_t emitted = 0, steps = 0;
@@ -155,6 +157,7 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
     g.label = CaseLabel(c);
     if (g.repeats == 0) g.record = c;
     g.method = c.method;
+    g.ar_baseline = IsArBaseline(c);
     g.temperature = c.temperature;
     ++g.repeats;
     const std::vector<SampleRecord> samples = store->LoadSamples(cases[i].case_id);
@@ -162,8 +165,7 @@ std::map<std::string, Group> LoadGroups(const std::string& path, const std::stri
       g.emitted += st.n_emitted;
       ++g.steps;
     }
-    const bool is_ar = c.method == "ar";
-    if (is_ar) {
+    if (g.ar_baseline) {
       for (const SampleRecord& s : samples) {
         const double v =
             scope == SpeedupScope::kEndToEnd
@@ -249,7 +251,7 @@ void CompareSpeed(const Group& b, const Group& c, const CompareOptions& o, Compa
   std::sort(stats.begin(), stats.end());
   row.speed_ratio_ci.lo = SortedQuantile(stats, (1.0 - o.bootstrap.level) / 2);
   row.speed_ratio_ci.hi = SortedQuantile(stats, (1.0 + o.bootstrap.level) / 2);
-  const bool gated = row.method == "ar" ? o.gate_absolute_speed : o.gate_speed;
+  const bool gated = row.ar_baseline ? o.gate_absolute_speed : o.gate_speed;
   row.speed_regressed = gated && row.speed_ratio_ci.hi < 1.0 - o.speedup_threshold;
 }
 
@@ -259,6 +261,7 @@ CompareRow CompareGroups(const Group& b, const Group& c, const CompareOptions& o
   row.label = b.label;
   row.candidate_label = c.label;
   row.method = b.method;
+  row.ar_baseline = b.ar_baseline;
   row.temperature = b.temperature;
   row.baseline_repeats = b.repeats;
   row.candidate_repeats = c.repeats;
@@ -268,7 +271,7 @@ CompareRow CompareGroups(const Group& b, const Group& c, const CompareOptions& o
     row.tau_regressed = !(row.tau_candidate >= row.tau_baseline - options.tau_tolerance);
   }
   CompareSpeed(b, c, options, row);
-  if (row.method == "ar" && !options.gate_absolute_speed && row.note.empty()) {
+  if (row.ar_baseline && !options.gate_absolute_speed && row.note.empty()) {
     row.note = "absolute tok/s: reported, not gated";
   }
   return row;
@@ -296,8 +299,8 @@ CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t c
                            const CompareOptions& options) {
   const Group a = CaseGroup(db_path, case_a, options);
   const Group b = CaseGroup(db_path, case_b, options);
-  SPECBED_CHECK((a.method == "ar") == (b.method == "ar"), "compare --cases: case ", case_a, " (",
-                a.label, ") and case ", case_b, " (", b.label,
+  SPECBED_CHECK(a.ar_baseline == b.ar_baseline, "compare --cases: case ", case_a, " (", a.label,
+                ") and case ", case_b, " (", b.label,
                 ") must both be speculative (their speedups over AR are compared) or both AR "
                 "(tok/s); a method's speedup over AR is in `specbed summary`");
   CompareResult result;
@@ -385,7 +388,7 @@ std::string FormatCompareTable(const CompareResult& r) {
     if (std::isfinite(x.speed_ratio_ci.lo)) {
       ratio += " [" + Fixed(x.speed_ratio_ci.lo, 3) + ", " + Fixed(x.speed_ratio_ci.hi, 3) + "]";
     }
-    const bool ar = x.method == "ar";
+    const bool ar = x.ar_baseline;
     // With --match workload the two sides may differ in knobs: show both.
     const std::string label = x.candidate_label.empty() || x.candidate_label == x.label
                                   ? x.label

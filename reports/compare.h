@@ -41,9 +41,10 @@ struct CompareOptions {
 
 struct CompareRow {
   std::string label;  // method(knobs) target dataset T seed, of the baseline case
-  std::string
-      candidate_label;  // the same of the candidate (differs in knobs with --match workload)
-  std::string method;   // method name
+  // The same of the candidate (differs in knobs with --match workload).
+  std::string candidate_label;
+  std::string method;        // method name
+  bool ar_baseline = false;  // the AR baseline (metrics IsArBaseline): absolute tok/s, no τ
   double temperature = 0;
   int64_t n_prompts = 0;  // prompts both sides answered (speed statistic units)
   int64_t baseline_repeats = 0, candidate_repeats = 0;

@@ -10,8 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
+#include "reports/record_json.h"
 
 namespace specbed {
 namespace {
@@ -107,59 +108,21 @@ Json Number(double v) {
   return std::isfinite(v) ? Json(v) : Json(nullptr);
 }
 
+// A stored sample or step with its case_id and run_id (a step also with its prompt and turn),
+// every field of its table as a key (reports/record_json.h).
 Json SampleJson(const SummaryRow& r, const SampleRecord& s) {
-  return {{"case_id", r.row.case_id},
-          {"run_id", r.row.run_id},
-          {"prompt_id", s.prompt_id},
-          {"turn", s.turn},
-          {"category", s.category},
-          {"n_prompt_tokens", s.n_prompt_tokens},
-          {"n_output_tokens", s.n_output_tokens},
-          {"prefill_ms", Number(s.prefill_ms)},
-          {"decode_ms", Number(s.decode_ms)},
-          {"n_steps", s.n_steps},
-          {"stop_reason", s.stop_reason},
-          {"output_hash", s.output_hash},
-          {"output_text", s.output_text},
-          {"output_ids", s.output_ids_json},
-          {"token_margins", s.token_margins_json},
-          {"paired_ar_decode_ms", Number(s.paired_ar_decode_ms)},
-          {"paired_ar_prefill_ms", Number(s.paired_ar_prefill_ms)},
-          {"paired_ar_output_tokens",
-           s.has_paired_ar() ? Json(s.paired_ar_output_tokens) : Json(nullptr)},
-          {"paired_ar_first", s.paired_ar_first >= 0 ? Json(s.paired_ar_first) : Json(nullptr)}};
-}
-
-// -1 ("not recorded") as null.
-Json Recorded(int64_t v) {
-  return v >= 0 ? Json(v) : Json(nullptr);
-}
-Json RecordedUs(double v) {
-  return v >= 0 ? Number(v) : Json(nullptr);
+  Json j = {{"case_id", r.row.case_id}, {"run_id", r.row.run_id}};
+  AppendRecordJson(s, SampleFields(), j);
+  return j;
 }
 
 Json StepJson(const SummaryRow& r, const StepRecord& s) {
-  return {{"case_id", r.row.case_id},
-          {"run_id", r.row.run_id},
-          {"prompt_id", s.prompt_id},
-          {"turn", s.turn},
-          {"step_idx", s.step_idx},
-          {"n_drafted", s.n_drafted},
-          {"n_accepted", s.n_accepted},
-          {"n_emitted", s.n_emitted},
-          {"t_draft_us", Number(s.t_draft_us)},
-          {"t_verify_us", Number(s.t_verify_us)},
-          {"t_other_us", Number(s.t_other_us)},
-          {"t_adapt_us", Number(s.t_adapt_us)},
-          {"draft_depth", Recorded(s.draft_depth)},
-          {"n_rollback_events", s.n_rollback_events},
-          {"t_draft_busy_us", RecordedUs(s.t_draft_busy_us)},
-          {"t_verify_busy_us", RecordedUs(s.t_verify_busy_us)},
-          {"n_target_forwards", Recorded(s.n_target_forwards)},
-          {"n_rolled_back", Recorded(s.n_rolled_back)},
-          {"n_draft_generated", Recorded(s.n_draft_generated)},
-          {"n_trimmed", Recorded(s.n_trimmed)},
-          {"t_draft_prefill_us", RecordedUs(s.t_draft_prefill_us)}};
+  Json j = {{"case_id", r.row.case_id},
+            {"run_id", r.row.run_id},
+            {"prompt_id", s.prompt_id},
+            {"turn", s.turn}};
+  AppendRecordJson(s, StepFields(), j);
+  return j;
 }
 
 // One row per (case, draft position): SpecBed's r_i and α_i, vLLM's per-position acceptance rate

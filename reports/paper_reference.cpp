@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 
 namespace specbed {
 namespace {

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "reports/format.h"
 #include "reports/report.h"
 #include "reports/summary.h"

@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/locale_pin.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/locale_pin.h"
+#include "base/mapped_file.h"
 #include "reports/summary.h"
 
 namespace specbed {
@@ -981,7 +981,7 @@ std::string RunGnuplot(const std::string& program, const std::string& dir,
     return out + "'";
   };
   const std::string log = dir + "/gnuplot.log";
-  // gnuplot runs in the C.UTF-8 locale whatever the user's (harness/base/locale_pin.h): the scripts
+  // gnuplot runs in the C.UTF-8 locale whatever the user's (base/locale_pin.h): the scripts
   // say `set encoding utf8`, which in the C locale warns "iconv failed to convert degree sign" once
   // per plot, and its messages stay untranslated so that GnuplotWarnings finds them.
   const std::string command = "cd " + sh(dir) + " && " + ChildLocaleShellPrefix() + "exec " +

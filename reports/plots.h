@@ -62,7 +62,7 @@ std::string GnuplotProgram(const std::string& requested);
 std::string FindExecutable(const std::string& program);
 
 // Feeds `script` to `program` (through popen, working directory `dir`, output to
-// DIR/gnuplot.log, locale LC_ALL=C.UTF-8 with LANGUAGE unset: harness/base/locale_pin.h). Returns
+// DIR/gnuplot.log, locale LC_ALL=C.UTF-8 with LANGUAGE unset: base/locale_pin.h). Returns
 // "" on success, otherwise what went wrong (with the log's tail).
 std::string RunGnuplot(const std::string& program, const std::string& dir,
                        const std::string& script);

@@ -23,10 +23,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
+#include "base/paths.h"
+#include "metrics/metrics.h"
 #include "metrics/vllm_metrics.h"
 #include "reports/plots.h"
 #include "reports/report_writers.h"
@@ -422,7 +423,7 @@ ReportData LoadReportData(const std::string& db_path, SpeedupScope scope,
     c.samples = store->LoadSamples(row.case_id);
     c.steps = store->LoadSteps(row.case_id);
     c.metrics = ComputeCaseMetrics(c.samples, c.steps);
-    c.is_ar = row.record.method == "ar";
+    c.is_ar = IsArBaseline(row.record);
     c.row = std::move(row);
     const auto key = std::make_pair(c.row.record.target, c.row.record.dataset);
     auto it = group_index.find(key);

@@ -5,8 +5,8 @@
 // headless-browser render of index.html), tests/reports/headline_test.cpp (section order).
 #include "reports/report_writers.h"
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "reports/format.h"
 
 namespace specbed {

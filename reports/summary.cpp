@@ -3,6 +3,7 @@
 // Checked by: tests/reports/summary_test.cpp and tests/cli/summary_cli_test.cpp.
 #include "reports/summary.h"
 #include "reports/format.h"
+#include "reports/record_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "metrics/vllm_metrics.h"
 #include "reports/report.h"
 
@@ -264,7 +265,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
     SummaryRow row;
     row.row = c;
     row.metrics = ComputeCaseMetrics(samples_of(c.case_id), steps_of(c.case_id));
-    row.is_baseline = c.record.method == kArMethod;
+    row.is_baseline = IsArBaseline(c.record);
     const std::string label =
         StrCat("case ", c.case_id, " (", MethodLabel(c.record), ", run ", c.run_id, ")");
     cost_cases.push_back({c.case_id, &c.record, row.metrics.decode_tokens_per_s});
@@ -315,7 +316,7 @@ std::vector<std::string> CostRegimeNotes(const std::vector<CostCase>& cases) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const CostCase& c = cases[i];
     const TargetCost& cost = costs[i];
-    if (c.record->method != kArMethod || cost.weight_bytes <= 0 || cost.bandwidth_gb_s <= 0 ||
+    if (!IsArBaseline(*c.record) || cost.weight_bytes <= 0 || cost.bandwidth_gb_s <= 0 ||
         !std::isfinite(c.decode_tokens_per_s)) {
       continue;
     }
@@ -722,31 +723,20 @@ OrderedJson StoredJson(const std::string& text) {
   return j.is_discarded() ? OrderedJson(text) : j;
 }
 
-// Identity and configuration of a case.
+// Identity and configuration of a case: the case fields with a summary key (record_schema.h;
+// JSON text parsed), the short knob label after the knobs.
 void AddConfigJson(const SummaryRow& r, OrderedJson& j) {
   const CaseRecord& c = r.row.record;
   j["case_id"] = r.row.case_id;
   j["run_id"] = r.row.run_id;
-  j["case_key"] = c.case_key;
-  j["method"] = c.method;
-  j["knobs"] = StoredJson(c.method_knobs_json);
-  j["knobs_short"] = KnobsShort(c.method_knobs_json);
-  j["method_traits"] = StoredJson(c.method_traits_json);
-  j["drafter"] = c.drafter;
-  j["target"] = c.target;
-  j["dataset"] = c.dataset;
-  j["categories"] = c.categories;
-  j["prompt_limit"] = c.prompt_limit;
-  j["temperature"] = NumberJson(c.temperature);
-  j["top_p"] = NumberJson(c.top_p);
-  j["top_k"] = c.top_k;
-  j["seed"] = c.seed;
-  j["max_new_tokens"] = c.max_new_tokens;
-  j["batch_size"] = c.batch_size;
-  j["threads"] = c.threads;
-  j["dtype"] = c.dtype;
-  j["device"] = c.device;
-  j["timing_mode"] = c.timing_mode;
+  for (const Field<CaseRecord>& f : CaseFields()) {
+    if (f.summary == nullptr) continue;
+    const std::string name = f.name;
+    const bool json_text = name.size() > 5 && name.compare(name.size() - 5, 5, "_json") == 0;
+    OrderedJson value = FieldJson(c, f);
+    j[f.summary] = json_text ? StoredJson(value.get<std::string>()) : std::move(value);
+    if (name == "method_knobs_json") j["knobs_short"] = KnobsShort(c.method_knobs_json);
+  }
 }
 
 // Throughput, step metrics, vLLM's names and per-position acceptance of a case.

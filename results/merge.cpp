@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

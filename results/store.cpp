@@ -18,372 +18,19 @@
 #include <type_traits>
 #include <utility>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
+#include "base/timer.h"
+#include "results/record_schema.h"
+#include "results/schema_sql.h"
+#include "results/sql_rows.h"
 
 namespace specbed {
+
+using namespace sql_rows;  // NOLINT(build/namespaces): the store's own helpers
+
 namespace {
-
-// Schema version 1. Keep every column documented in results/README.md (a test checks it).
-// REAL columns are nullable only so that NaN (which SQLite stores as NULL) round-trips.
-constexpr const char* kSchemaV1 = R"sql(
-CREATE TABLE meta (
-  key   TEXT PRIMARY KEY NOT NULL,
-  value TEXT NOT NULL
-) STRICT;
-
-CREATE TABLE runs (
-  run_id                INTEGER PRIMARY KEY,
-  started_at            TEXT NOT NULL,
-  specbed_version       TEXT NOT NULL,
-  git_commit            TEXT NOT NULL,
-  build_flags           TEXT NOT NULL,
-  host                  TEXT NOT NULL,
-  cpu                   TEXT NOT NULL,
-  gpu                   TEXT NOT NULL,
-  library_versions_json TEXT NOT NULL,
-  config_json           TEXT NOT NULL,
-  repro_command         TEXT NOT NULL
-) STRICT;
-
-CREATE TABLE cases (
-  case_id           INTEGER PRIMARY KEY,
-  run_id            INTEGER NOT NULL REFERENCES runs(run_id),
-  case_key          TEXT NOT NULL,
-  target            TEXT NOT NULL,
-  method            TEXT NOT NULL,
-  method_knobs_json TEXT NOT NULL,
-  dataset           TEXT NOT NULL,
-  categories        TEXT NOT NULL,
-  prompt_limit      INTEGER NOT NULL,
-  temperature       REAL,
-  top_p             REAL,
-  top_k             INTEGER NOT NULL,
-  seed              INTEGER NOT NULL,
-  max_new_tokens    INTEGER NOT NULL,
-  batch_size        INTEGER NOT NULL,
-  threads           INTEGER NOT NULL,
-  dtype             TEXT NOT NULL,
-  device            TEXT NOT NULL,
-  config_json       TEXT NOT NULL,
-  wall_s            REAL,
-  n_samples         INTEGER NOT NULL,
-  n_steps           INTEGER NOT NULL,
-  completed_at      TEXT NOT NULL
-) STRICT;
-CREATE UNIQUE INDEX cases_by_key ON cases(case_key);
-CREATE INDEX cases_by_run ON cases(run_id);
-
-CREATE TABLE samples (
-  sample_id       INTEGER PRIMARY KEY,
-  case_id         INTEGER NOT NULL REFERENCES cases(case_id),
-  prompt_id       TEXT NOT NULL,
-  turn            INTEGER NOT NULL,
-  category        TEXT NOT NULL,
-  n_prompt_tokens INTEGER NOT NULL,
-  n_output_tokens INTEGER NOT NULL,
-  prefill_ms      REAL,
-  decode_ms       REAL,
-  n_steps         INTEGER NOT NULL,
-  stop_reason     TEXT NOT NULL,
-  output_hash     TEXT NOT NULL,
-  output_text     TEXT NOT NULL,
-  output_ids_json TEXT NOT NULL
-) STRICT;
-CREATE UNIQUE INDEX samples_by_case ON samples(case_id, prompt_id, turn);
-
-CREATE TABLE steps (
-  step_id     INTEGER PRIMARY KEY,
-  case_id     INTEGER NOT NULL REFERENCES cases(case_id),
-  sample_id   INTEGER NOT NULL REFERENCES samples(sample_id),
-  step_idx    INTEGER NOT NULL,
-  n_drafted   INTEGER NOT NULL,
-  n_accepted  INTEGER NOT NULL,
-  n_emitted   INTEGER NOT NULL,
-  t_draft_us  REAL,
-  t_verify_us REAL,
-  t_other_us  REAL
-) STRICT;
-CREATE UNIQUE INDEX steps_by_sample ON steps(sample_id, step_idx);
-CREATE INDEX steps_by_case ON steps(case_id);
-
-CREATE TABLE bench (
-  bench_id            INTEGER PRIMARY KEY,
-  run_id              INTEGER NOT NULL REFERENCES runs(run_id),
-  model               TEXT NOT NULL,
-  dtype               TEXT NOT NULL,
-  threads             INTEGER NOT NULL,
-  batch_size          INTEGER NOT NULL,
-  context_len         INTEGER NOT NULL,
-  n_tokens            INTEGER NOT NULL,
-  reps                INTEGER NOT NULL,
-  tokens_per_s        REAL,
-  tokens_per_s_std    REAL,
-  ms_per_step         REAL,
-  forward_ms_per_step REAL,
-  other_ms_per_step   REAL,
-  n_params            INTEGER NOT NULL
-) STRICT;
-CREATE INDEX bench_by_run ON bench(run_id);
-
-CREATE VIEW steps_v AS
-  SELECT st.*, s.prompt_id, s.turn FROM steps st JOIN samples s USING (sample_id);
-
-CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER cases_no_update BEFORE UPDATE ON cases
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER cases_no_delete BEFORE DELETE ON cases
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER samples_no_update BEFORE UPDATE ON samples
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER samples_no_delete BEFORE DELETE ON samples
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER steps_no_update BEFORE UPDATE ON steps
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER steps_no_delete BEFORE DELETE ON steps
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER bench_no_update BEFORE UPDATE ON bench
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER bench_no_delete BEFORE DELETE ON bench
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-)sql";
-
-// Schema migrations: kMigrations[v - 1] upgrades version v to v + 1. A new database is created by
-// running kSchemaV1 and then every migration, so new and migrated files have the same schema.
-// Migrations may only add tables/columns/indexes (stored results are never rewritten); added
-// columns carry defaults that mean "not recorded" for the rows written before.
-constexpr const char* kMigrations[] = {
-    // 1 -> 2: losslessness diagnostics, tree depth and rollback events, method identity.
-    R"sql(
-ALTER TABLE samples ADD COLUMN token_margins_json TEXT NOT NULL DEFAULT '';
-ALTER TABLE steps ADD COLUMN draft_depth INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN n_rollback_events INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE cases ADD COLUMN method_traits_json TEXT NOT NULL DEFAULT '';
-ALTER TABLE cases ADD COLUMN drafter TEXT NOT NULL DEFAULT '';
-)sql",
-    // 2 -> 3: online-adaptation time per step (OSD), drafter training logs (loss curves).
-    // Training logs are bookkeeping, not results: a resumed training run replaces the rows past
-    // its last checkpoint, so these tables carry no append-only triggers.
-    R"sql(
-ALTER TABLE steps ADD COLUMN t_adapt_us REAL NOT NULL DEFAULT 0;
-CREATE TABLE train_runs (
-  train_id INTEGER PRIMARY KEY,
-  train_key TEXT NOT NULL UNIQUE,
-  task TEXT NOT NULL,
-  out_dir TEXT NOT NULL,
-  settings_json TEXT NOT NULL,
-  started_at TEXT NOT NULL,
-  finished_at TEXT NOT NULL DEFAULT '',
-  summary_json TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE train_log (
-  train_id INTEGER NOT NULL REFERENCES train_runs(train_id),
-  step INTEGER NOT NULL CHECK (step >= 1),
-  loss REAL,
-  lr REAL NOT NULL,
-  grad_norm REAL,
-  elapsed_s REAL NOT NULL,
-  PRIMARY KEY (train_id, step)
-);
-CREATE TABLE train_eval (
-  train_id INTEGER NOT NULL REFERENCES train_runs(train_id),
-  step INTEGER NOT NULL CHECK (step >= 0),
-  val_loss REAL,
-  acceptance_proxy REAL,
-  metrics_json TEXT NOT NULL DEFAULT '{}',
-  PRIMARY KEY (train_id, step)
-);
-)sql",
-    // 3 -> 4: paired timing (the AR run timed back to back with each answer) and the case's
-    // timing mode. The paired columns are NULL for samples timed per case.
-    R"sql(
-ALTER TABLE cases ADD COLUMN timing_mode TEXT NOT NULL DEFAULT '';
-ALTER TABLE samples ADD COLUMN paired_ar_decode_ms REAL;
-ALTER TABLE samples ADD COLUMN paired_ar_output_tokens INTEGER;
-ALTER TABLE samples ADD COLUMN paired_ar_first INTEGER;
-)sql",
-    // 4 -> 5: `specbed bench` memory roofline columns, verify-width curve and STREAM bandwidth.
-    R"sql(
-ALTER TABLE bench ADD COLUMN weight_bytes INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE bench ADD COLUMN bandwidth_gb_s REAL;
-ALTER TABLE bench ADD COLUMN roofline_fraction REAL;
-ALTER TABLE bench ADD COLUMN blas_core TEXT NOT NULL DEFAULT '';
-CREATE TABLE bench_verify (
-  bench_verify_id INTEGER PRIMARY KEY,
-  run_id          INTEGER NOT NULL REFERENCES runs(run_id),
-  model           TEXT NOT NULL,
-  dtype           TEXT NOT NULL,
-  threads         INTEGER NOT NULL,
-  batch_size      INTEGER NOT NULL,
-  context_len     INTEGER NOT NULL,
-  n_query         INTEGER NOT NULL,
-  reps            INTEGER NOT NULL,
-  forward_ms      REAL,
-  ratio_to_one    REAL,
-  gemv_max_rows   INTEGER NOT NULL,
-  blas_core       TEXT NOT NULL
-) STRICT;
-CREATE INDEX bench_verify_by_run ON bench_verify(run_id);
-CREATE TABLE bench_bandwidth (
-  bandwidth_id INTEGER PRIMARY KEY,
-  run_id       INTEGER NOT NULL REFERENCES runs(run_id),
-  threads      INTEGER NOT NULL,
-  array_bytes  INTEGER NOT NULL,
-  reps         INTEGER NOT NULL,
-  copy_gb_s    REAL,
-  triad_gb_s   REAL
-) STRICT;
-CREATE INDEX bench_bandwidth_by_run ON bench_bandwidth(run_id);
-CREATE TRIGGER bench_verify_no_update BEFORE UPDATE ON bench_verify
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER bench_verify_no_delete BEFORE DELETE ON bench_verify
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER bench_bandwidth_no_update BEFORE UPDATE ON bench_bandwidth
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-CREATE TRIGGER bench_bandwidth_no_delete BEFORE DELETE ON bench_bandwidth
-  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;
-)sql",
-    // 5 -> 6: parallel draft/verify decoders (PEARL, SpecBranch): per-side busy time, target
-    // forwards, rollback tokens (spec definition, discarded parallel work included) and the draft
-    // tokens generated per step (-1 = not recorded: rows written before); the paired AR run's
-    // prefill time (end-to-end speedups; NULL before).
-    R"sql(
-ALTER TABLE steps ADD COLUMN t_draft_busy_us REAL NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN t_verify_busy_us REAL NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN n_target_forwards INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN n_rolled_back INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN n_draft_generated INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE samples ADD COLUMN paired_ar_prefill_ms REAL;
-)sql",
-    // 6 -> 7: read-only views with the point estimates of `specbed summary` (decode scope): each
-    // case's AR baseline (metrics FindArBaseline / SameWorkload), the per-answer speedup terms
-    // (paired AR run when recorded, else the baseline's answer to the same prompt and turn), and
-    // per case decode tok/s, τ and the speedup (geometric mean of the terms, and the ratio of
-    // totals). Intervals stay in `specbed summary` / `specbed export`.
-    R"sql(
--- The same-run match first: other runs' case ids are offset by 2^62 inside min() (SQLite does not
--- let a subquery's ORDER BY name the outer row).
-CREATE VIEW case_baseline AS
-SELECT m.case_id,
-       (SELECT min(CASE WHEN a.run_id = m.run_id THEN a.case_id
-                        ELSE a.case_id + 4611686018427387904 END) % 4611686018427387904
-        FROM cases a
-        WHERE a.method = 'ar' AND a.case_id <> m.case_id AND a.target = m.target
-          AND a.dataset = m.dataset AND a.categories = m.categories
-          AND a.prompt_limit = m.prompt_limit AND a.temperature = m.temperature
-          AND a.top_p = m.top_p AND a.top_k = m.top_k AND a.seed = m.seed
-          AND a.max_new_tokens = m.max_new_tokens AND a.batch_size = m.batch_size
-          AND a.dtype = m.dtype AND a.device = m.device AND a.threads = m.threads
-          AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt'))) AS baseline_case_id
-FROM cases m WHERE m.method <> 'ar';
-CREATE VIEW answer_speedup AS
-WITH terms AS (
-  SELECT s.case_id, s.prompt_id, s.turn, s.paired_ar_output_tokens IS NOT NULL AS paired,
-         max(s.n_output_tokens - 1, 0) AS method_tokens, s.decode_ms AS method_ms,
-         CASE WHEN s.paired_ar_output_tokens IS NOT NULL
-              THEN max(s.paired_ar_output_tokens - 1, 0) ELSE max(a.n_output_tokens - 1, 0)
-         END AS ar_tokens,
-         CASE WHEN s.paired_ar_output_tokens IS NOT NULL THEN s.paired_ar_decode_ms
-              ELSE a.decode_ms END AS ar_ms
-  FROM samples s JOIN cases c ON c.case_id = s.case_id AND c.method <> 'ar'
-  LEFT JOIN case_baseline b ON b.case_id = s.case_id
-  LEFT JOIN samples a ON s.paired_ar_output_tokens IS NULL AND a.case_id = b.baseline_case_id
-                     AND a.prompt_id = s.prompt_id AND a.turn = s.turn)
-SELECT case_id, prompt_id, turn, paired, method_tokens, method_ms, ar_tokens, ar_ms,
-       (method_tokens * 1.0 / method_ms) / (ar_tokens * 1.0 / ar_ms) AS ratio
-FROM terms
-WHERE method_ms > 0 AND ar_ms > 0 AND method_tokens > 0 AND ar_tokens > 0;
-CREATE VIEW case_summary AS
-SELECT c.case_id, c.run_id, c.method, c.method_knobs_json, c.target, c.dataset, c.temperature,
-       (SELECT sum(max(n_output_tokens - 1, 0)) * 1000.0 / nullif(sum(decode_ms), 0)
-        FROM samples WHERE case_id = c.case_id) AS decode_tok_per_s,
-       (SELECT sum(n_emitted) * 1.0 / nullif(count(*), 0) FROM steps WHERE case_id = c.case_id)
-         AS tau,
-       b.baseline_case_id,
-       (SELECT exp(avg(ln(ratio))) FROM answer_speedup WHERE case_id = c.case_id) AS speedup,
-       (SELECT (sum(method_tokens) * 1.0 / sum(method_ms)) / (sum(ar_tokens) * 1.0 / sum(ar_ms))
-        FROM answer_speedup WHERE case_id = c.case_id) AS speedup_total_ratio,
-       (SELECT count(*) FROM answer_speedup WHERE case_id = c.case_id) AS n_matched
-FROM cases c LEFT JOIN case_baseline b ON b.case_id = c.case_id;
-)sql",
-    // 7 -> 8: case_baseline follows metrics BaselinePolicy's default: an AR case of the same run,
-    // else of another run on the same machine (runs.host / cpu / gpu); never one measured on
-    // another machine (`--cross-machine-baseline` asks for that in summary / report / export).
-    // Sharded sweeps run each shard's AR with its method cases (ShardCases), so none is needed.
-    R"sql(
-DROP VIEW case_baseline;
-CREATE VIEW case_baseline AS
-SELECT m.case_id,
-       (SELECT min(CASE WHEN a.run_id = m.run_id THEN a.case_id
-                        ELSE a.case_id + 4611686018427387904 END) % 4611686018427387904
-        FROM cases a
-        WHERE a.method = 'ar' AND a.case_id <> m.case_id AND a.target = m.target
-          AND a.dataset = m.dataset AND a.categories = m.categories
-          AND a.prompt_limit = m.prompt_limit AND a.temperature = m.temperature
-          AND a.top_p = m.top_p AND a.top_k = m.top_k AND a.seed = m.seed
-          AND a.max_new_tokens = m.max_new_tokens AND a.batch_size = m.batch_size
-          AND a.dtype = m.dtype AND a.device = m.device AND a.threads = m.threads
-          AND (a.run_id = m.run_id
-               OR (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs WHERE run_id = a.run_id)
-                  IS (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs WHERE run_id = m.run_id))
-          AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.stop_strings') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.stop_strings')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.chat_template') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.chat_template')) AND (json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt') IS NULL OR json_extract(CASE WHEN json_valid(a.config_json) THEN a.config_json END, '$.system_prompt') = json_extract(CASE WHEN json_valid(m.config_json) THEN m.config_json END, '$.system_prompt'))) AS baseline_case_id
-FROM cases m WHERE m.method <> 'ar';
-)sql",
-    // 8 -> 9: vLLM's metric names beside SpecBed's (metrics/vllm_metrics.h): case_summary gains
-    // acceptance_rate (accepted / drafted tokens) and mean_acceptance_length (1 + accepted /
-    // steps); position_acceptance has one row per case and draft position with r, alpha and
-    // vLLM's per_position_acceptance_rate (steps accepted up to the position / all steps).
-    R"sql(
-DROP VIEW case_summary;
-CREATE VIEW case_summary AS
-SELECT c.case_id, c.run_id, c.method, c.method_knobs_json, c.target, c.dataset, c.temperature,
-       (SELECT sum(max(n_output_tokens - 1, 0)) * 1000.0 / nullif(sum(decode_ms), 0)
-        FROM samples WHERE case_id = c.case_id) AS decode_tok_per_s,
-       (SELECT sum(n_emitted) * 1.0 / nullif(count(*), 0) FROM steps WHERE case_id = c.case_id)
-         AS tau,
-       b.baseline_case_id,
-       (SELECT exp(avg(ln(ratio))) FROM answer_speedup WHERE case_id = c.case_id) AS speedup,
-       (SELECT (sum(method_tokens) * 1.0 / sum(method_ms)) / (sum(ar_tokens) * 1.0 / sum(ar_ms))
-        FROM answer_speedup WHERE case_id = c.case_id) AS speedup_total_ratio,
-       (SELECT count(*) FROM answer_speedup WHERE case_id = c.case_id) AS n_matched,
-       (SELECT sum(n_accepted) * 1.0 / nullif(sum(n_drafted), 0) FROM steps
-        WHERE case_id = c.case_id) AS acceptance_rate,
-       (SELECT 1 + sum(n_accepted) * 1.0 / nullif(count(*), 0) FROM steps
-        WHERE case_id = c.case_id) AS mean_acceptance_length
-FROM cases c LEFT JOIN case_baseline b ON b.case_id = c.case_id;
-CREATE VIEW position_acceptance AS
-WITH RECURSIVE pos(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM pos WHERE i < 1024),
-st AS (SELECT case_id, n_accepted AS a,
-              CASE WHEN draft_depth < 0 THEN n_drafted ELSE draft_depth END AS d FROM steps)
-SELECT st.case_id, pos.i AS position,
-       sum(st.a >= pos.i) * 1.0 / count(*) AS r,
-       sum(st.a >= pos.i) * 1.0 / nullif(sum(st.a >= pos.i - 1), 0) AS alpha,
-       sum(st.a >= pos.i) * 1.0 / (SELECT count(*) FROM steps x WHERE x.case_id = st.case_id)
-         AS per_position_acceptance_rate
-FROM st JOIN pos ON pos.i <= st.d
-GROUP BY st.case_id, pos.i;
-)sql",
-    // 9 -> 10: the rollback rate's trimmed positions (parallel decoders) and the drafter prefill
-    // phase (its catch-up over the prompt) per step; -1 = not recorded (rows written before).
-    R"sql(
-ALTER TABLE steps ADD COLUMN n_trimmed INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE steps ADD COLUMN t_draft_prefill_us REAL NOT NULL DEFAULT -1;
-)sql",
-    // 10 -> 11: the CPU kernels a bench row ran (models/gemv.h kernel, '' = not recorded) and the
-    // bytes of its streamed weights in huge pages (models/weight_arena.h; -1 = not recorded).
-    R"sql(
-ALTER TABLE bench ADD COLUMN gemv_kernel TEXT NOT NULL DEFAULT '';
-ALTER TABLE bench ADD COLUMN huge_page_bytes INTEGER NOT NULL DEFAULT -1;
-ALTER TABLE bench_verify ADD COLUMN gemv_kernel TEXT NOT NULL DEFAULT '';
-)sql",
-};
-static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion - 1,
-              "one migration per schema version step");
 
 constexpr const char* kFormatName = "specbed_results";
 
@@ -399,49 +46,6 @@ bool Contains(const std::vector<std::string>& values, const std::string& v) {
   for (const auto& x : values)
     if (x == v) return true;
   return false;
-}
-
-// Resets a statement when the scope ends, so that no statement keeps a read transaction open.
-class ResetOnExit {
- public:
-  explicit ResetOnExit(sqlite3_stmt* stmt) : stmt_(stmt) {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  ~ResetOnExit() { sqlite3_reset(stmt_); }
-  ResetOnExit(const ResetOnExit&) = delete;
-  ResetOnExit& operator=(const ResetOnExit&) = delete;
-
- private:
-  sqlite3_stmt* stmt_;
-};
-
-// Owns a statement that is used once.
-class OwnedStmt {
- public:
-  explicit OwnedStmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~OwnedStmt() { sqlite3_finalize(stmt_); }
-  OwnedStmt(const OwnedStmt&) = delete;
-  OwnedStmt& operator=(const OwnedStmt&) = delete;
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_;
-};
-
-std::string ColText(sqlite3_stmt* s, int i) {
-  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, i));
-  const int n = sqlite3_column_bytes(s, i);
-  return p ? std::string(p, static_cast<size_t>(n)) : std::string();
-}
-
-double ColReal(sqlite3_stmt* s, int i) {
-  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::numeric_limits<double>::quiet_NaN();
-  return sqlite3_column_double(s, i);
-}
-
-int64_t ColInt(sqlite3_stmt* s, int i) {
-  return sqlite3_column_int64(s, i);
 }
 
 std::string DirName(const std::string& path) {
@@ -477,6 +81,26 @@ std::string DescribeOpenFailure(const std::string& path, sqlite3* db) {
 
 }  // namespace
 
+void CreateResultsDatabaseAtVersion(const std::string& path, int version) {
+  SPECBED_CHECK(version >= 1 && version <= kResultsSchemaVersion, "results database '", path,
+                "': cannot create schema version ", version, " (1..", kResultsSchemaVersion, ")");
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  std::string sql = kSchemaV1;
+  for (int v = 1; v < version; ++v) sql += MigrationSql(v);
+  sql += StrCat("INSERT INTO meta(key, value) VALUES ('format', '", kFormatName,
+                "'), ('schema_version', '", version, "'); PRAGMA user_version = ", version, ";");
+  char* error = nullptr;
+  const int exec_rc =
+      rc == SQLITE_OK ? sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) : rc;
+  const std::string message = error ? error : (db ? sqlite3_errmsg(db) : "out of memory");
+  sqlite3_free(error);
+  sqlite3_close(db);
+  SPECBED_CHECK(exec_rc == SQLITE_OK, "results database '", path, "': creating schema version ",
+                version, " failed: ", message);
+}
+
 std::string SqliteLibraryVersion() {
   return sqlite3_libversion();
 }
@@ -485,8 +109,8 @@ ResultsStore::ResultsStore(const std::string& path, const StoreOptions& options)
     : path_(path), options_(options) {}
 
 ResultsStore::~ResultsStore() {
-  for (sqlite3_stmt* s : {insert_run_, insert_case_, insert_sample_, insert_step_, insert_bench_,
-                          find_case_, find_run_}) {
+  for (sqlite3_stmt* s :
+       {insert_run_, insert_case_, insert_sample_, insert_step_, find_case_, find_run_}) {
     sqlite3_finalize(s);
   }
   if (db_ != nullptr) {
@@ -740,7 +364,7 @@ void ResultsStore::Init() {
 void ResultsStore::InitSchema() {
   Exec(kSchemaV1, "creating the schema");
   for (int v = 1; v < kResultsSchemaVersion; ++v) {
-    Exec(kMigrations[v - 1], StrCat("creating the schema (version ", v, " -> ", v + 1, ")"));
+    Exec(MigrationSql(v).c_str(), StrCat("creating the schema (version ", v, " -> ", v + 1, ")"));
   }
   OwnedStmt s(Prepare("INSERT INTO meta(key, value) VALUES (?1, ?2)"));
   const std::vector<std::pair<std::string, std::string>> rows = {
@@ -768,7 +392,7 @@ void ResultsStore::MigrateSchema(int from_version) {
                 from_version, ", which this build of specbed cannot migrate to ",
                 kResultsSchemaVersion);
   for (int v = from_version; v < kResultsSchemaVersion; ++v) {
-    Exec(kMigrations[v - 1],
+    Exec(MigrationSql(v).c_str(),
          StrCat("migrating results database '", path_, "' from schema version ", v, " to ", v + 1));
   }
   Exec(StrCat("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '",
@@ -819,83 +443,14 @@ void ResultsStore::ForEachRow(sqlite3_stmt* s, const std::string& what,
   if (rc != SQLITE_DONE) FailSqlite(rc, what);
 }
 
-namespace {
-
-// Binding helpers; all strings are bound without copying (they outlive the step).
-void BindText(sqlite3_stmt* s, int i, const std::string& v) {
-  sqlite3_bind_text64(s, i, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
-}
-void BindInt(sqlite3_stmt* s, int i, int64_t v) {
-  sqlite3_bind_int64(s, i, v);
-}
-void BindReal(sqlite3_stmt* s, int i, double v) {
-  if (std::isnan(v)) {
-    sqlite3_bind_null(s, i);
-  } else {
-    sqlite3_bind_double(s, i, v);
-  }
-}
-
-// Binds `values` to parameters first, first + 1, ... in order: integers as INTEGER, floating
-// point as REAL (NaN as NULL), strings as TEXT (not copied).
-template <typename... T>
-void BindAll(sqlite3_stmt* s, int first, const T&... values) {
-  int i = first;
-  auto bind = [&](const auto& v) {
-    using V = std::decay_t<decltype(v)>;
-    if constexpr (std::is_integral_v<V>) {
-      BindInt(s, i++, static_cast<int64_t>(v));
-    } else if constexpr (std::is_floating_point_v<V>) {
-      BindReal(s, i++, static_cast<double>(v));
-    } else {
-      BindText(s, i++, v);
-    }
-  };
-  (bind(values), ...);
-}
-
-// Reads columns first, first + 1, ... into `fields` in order: integers as INTEGER, floating
-// point as REAL (NULL as NaN), strings as TEXT.
-template <typename... T>
-void ReadAll(sqlite3_stmt* s, int first, T&... fields) {
-  int i = first;
-  auto read = [&](auto& field) {
-    using V = std::decay_t<decltype(field)>;
-    if constexpr (std::is_integral_v<V>) {
-      field = static_cast<V>(ColInt(s, i++));
-    } else if constexpr (std::is_floating_point_v<V>) {
-      field = static_cast<V>(ColReal(s, i++));
-    } else {
-      field = ColText(s, i++);
-    }
-  };
-  (read(fields), ...);
-}
-
-int64_t SeedToInt(uint64_t seed) {
-  int64_t out;
-  std::memcpy(&out, &seed, sizeof(out));
-  return out;
-}
-uint64_t IntToSeed(int64_t v) {
-  uint64_t out;
-  std::memcpy(&out, &v, sizeof(out));
-  return out;
-}
-
-}  // namespace
-
 int64_t ResultsStore::BeginRun(const RunInfo& run) {
   CheckWritable();
-  sqlite3_stmt* s = Cached(&insert_run_,
-                           "INSERT INTO runs(started_at, specbed_version, git_commit, build_flags, "
-                           "host, cpu, gpu, library_versions_json, config_json, repro_command) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  static const std::string kSql = InsertSql("runs", {}, RunFields());
+  sqlite3_stmt* s = Cached(&insert_run_, kSql.c_str());
   int64_t run_id = 0;
   InTransaction("starting a run", [&] {
     ResetOnExit reset(s);
-    BindAll(s, 1, run.started_at, run.specbed_version, run.git_commit, run.build_flags, run.host,
-            run.cpu, run.gpu, run.library_versions_json, run.config_json, run.repro_command);
+    BindFields(s, 1, run, RunFields());
     const int rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) FailSqlite(rc, "writing the runs row");
     run_id = sqlite3_last_insert_rowid(db_);
@@ -994,20 +549,13 @@ void ResultsStore::CheckRunExists(int64_t run_id, const std::string& what) const
 
 int64_t ResultsStore::InsertCase(int64_t run_id, const CaseRecord& c, size_t n_samples,
                                  size_t n_steps) {
-  sqlite3_stmt* s = Cached(
-      &insert_case_,
-      "INSERT INTO cases(run_id, case_key, target, method, method_knobs_json, dataset, "
-      "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, batch_size, "
-      "threads, dtype, device, config_json, wall_s, n_samples, n_steps, completed_at, "
-      "method_traits_json, drafter, timing_mode) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23, ?24, ?25)");
+  static const std::string kSql =
+      InsertSql("cases", {"run_id", "n_samples", "n_steps", "completed_at"}, CaseFields());
+  sqlite3_stmt* s = Cached(&insert_case_, kSql.c_str());
   ResetOnExit reset(s);
   const std::string completed = NowRfc3339();
-  BindAll(s, 1, run_id, c.case_key, c.target, c.method, c.method_knobs_json, c.dataset,
-          c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k, SeedToInt(c.seed),
-          c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device, c.config_json, c.wall_s,
-          n_samples, n_steps, completed, c.method_traits_json, c.drafter, c.timing_mode);
+  BindAll(s, 1, run_id, n_samples, n_steps, completed);
+  BindFields(s, 5, c, CaseFields());
   const int rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing case '", c.case_key, "'"));
   return sqlite3_last_insert_rowid(db_);
@@ -1015,25 +563,13 @@ int64_t ResultsStore::InsertCase(int64_t run_id, const CaseRecord& c, size_t n_s
 
 std::map<std::pair<std::string, int32_t>, int64_t> ResultsStore::InsertSamples(
     int64_t case_id, const CaseRecord& c, const std::vector<SampleRecord>& samples) {
-  sqlite3_stmt* s = Cached(
-      &insert_sample_,
-      "INSERT INTO samples(case_id, prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
-      "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, output_text, output_ids_json, "
-      "token_margins_json, paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first, "
-      "paired_ar_prefill_ms) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
+  static const std::string kSql = InsertSql("samples", {"case_id"}, SampleFields());
+  sqlite3_stmt* s = Cached(&insert_sample_, kSql.c_str());
   std::map<std::pair<std::string, int32_t>, int64_t> sample_ids;
   for (const SampleRecord& sample : samples) {
     ResetOnExit reset(s);
-    BindAll(s, 1, case_id, sample.prompt_id, sample.turn, sample.category, sample.n_prompt_tokens,
-            sample.n_output_tokens, sample.prefill_ms, sample.decode_ms, sample.n_steps,
-            sample.stop_reason, sample.output_hash, sample.output_text, sample.output_ids_json,
-            sample.token_margins_json);
-    if (sample.has_paired_ar()) {
-      BindAll(s, 15, sample.paired_ar_decode_ms, sample.paired_ar_output_tokens,
-              sample.paired_ar_first);
-      if (std::isfinite(sample.paired_ar_prefill_ms)) BindReal(s, 18, sample.paired_ar_prefill_ms);
-    }  // else NULL (bindings are cleared)
+    BindInt(s, 1, case_id);
+    BindFields(s, 2, sample, SampleFields());
     const int rc = sqlite3_step(s);
     if ((rc & 0xff) == SQLITE_CONSTRAINT) {
       Fail("results database '", path_, "': case '", c.case_key, "' has two samples for prompt '",
@@ -1051,14 +587,8 @@ std::map<std::pair<std::string, int32_t>, int64_t> ResultsStore::InsertSamples(
 void ResultsStore::InsertSteps(
     int64_t case_id, const CaseRecord& c, const std::vector<StepRecord>& steps,
     const std::map<std::pair<std::string, int32_t>, int64_t>& sample_ids) {
-  sqlite3_stmt* s =
-      Cached(&insert_step_,
-             "INSERT INTO steps(case_id, sample_id, step_idx, n_drafted, n_accepted, n_emitted, "
-             "t_draft_us, t_verify_us, t_other_us, draft_depth, n_rollback_events, t_adapt_us, "
-             "t_draft_busy_us, t_verify_busy_us, n_target_forwards, n_rolled_back, "
-             "n_draft_generated, n_trimmed, t_draft_prefill_us) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-             "?18, ?19)");
+  static const std::string kSql = InsertSql("steps", {"case_id", "sample_id"}, StepFields());
+  sqlite3_stmt* s = Cached(&insert_step_, kSql.c_str());
   // Steps usually come grouped by sample: remember the last lookup.
   const std::pair<std::string, int32_t>* last_key = nullptr;
   int64_t sample_id = 0;
@@ -1075,11 +605,8 @@ void ResultsStore::InsertSteps(
       sample_id = it->second;
     }
     ResetOnExit reset(s);
-    BindAll(s, 1, case_id, sample_id, step.step_idx, step.n_drafted, step.n_accepted,
-            step.n_emitted, step.t_draft_us, step.t_verify_us, step.t_other_us, step.draft_depth,
-            step.n_rollback_events, step.t_adapt_us, step.t_draft_busy_us, step.t_verify_busy_us,
-            step.n_target_forwards, step.n_rolled_back, step.n_draft_generated, step.n_trimmed,
-            step.t_draft_prefill_us);
+    BindAll(s, 1, case_id, sample_id);
+    BindFields(s, 3, step, StepFields());
     const int rc = sqlite3_step(s);
     if ((rc & 0xff) == SQLITE_CONSTRAINT) {
       Fail("results database '", path_, "': case '", c.case_key, "' has two steps with step_idx ",
@@ -1102,83 +629,46 @@ void ResultsStore::WriteRowsOfRun(int64_t run_id, const std::string& table,
   });
 }
 
-void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
-  sqlite3_stmt* s = Cached(
-      &insert_bench_,
-      "INSERT INTO bench(run_id, model, dtype, threads, batch_size, context_len, n_tokens, reps, "
-      "tokens_per_s, tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, "
-      "n_params, weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core, gemv_kernel, "
-      "huge_page_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-      "?16, ?17, ?18, ?19, ?20)");
-  WriteRowsOfRun(run_id, "bench", [&] {
-    for (const BenchRecord& r : rows) {
-      ResetOnExit reset(s);
-      BindAll(s, 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens,
-              r.reps, r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
-              r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s,
-              r.roofline_fraction, r.blas_core, r.gemv_kernel, r.huge_page_bytes);
-      const int rc = sqlite3_step(s);
-      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing the bench row for '", r.model, "'"));
+template <typename R>
+void ResultsStore::WriteRunRows(int64_t run_id, const char* table,
+                                const std::vector<Field<R>>& fields, const std::vector<R>& rows) {
+  OwnedStmt s(Prepare(InsertSql(table, {"run_id"}, fields).c_str()));
+  WriteRowsOfRun(run_id, table, [&] {
+    for (const R& r : rows) {
+      ResetOnExit reset(s.get());
+      BindInt(s.get(), 1, run_id);
+      BindFields(s.get(), 2, r, fields);
+      const int rc = sqlite3_step(s.get());
+      if (rc != SQLITE_DONE) FailSqlite(rc, StrCat("writing a ", table, " row"));
     }
   });
 }
 
+void ResultsStore::WriteBench(int64_t run_id, const std::vector<BenchRecord>& rows) {
+  WriteRunRows(run_id, "bench", BenchFields(), rows);
+}
+
 void ResultsStore::WriteBenchVerify(int64_t run_id, const std::vector<BenchVerifyRecord>& rows) {
-  OwnedStmt s(Prepare(
-      "INSERT INTO bench_verify(run_id, model, dtype, threads, batch_size, context_len, n_query, "
-      "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core, gemv_kernel) VALUES (?1, ?2, ?3, "
-      "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
-  WriteRowsOfRun(run_id, "bench_verify", [&] {
-    for (const BenchVerifyRecord& r : rows) {
-      ResetOnExit reset(s.get());
-      BindAll(s.get(), 1, run_id, r.model, r.dtype, r.threads, r.batch_size, r.context_len,
-              r.n_query, r.reps, r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core,
-              r.gemv_kernel);
-      const int rc = sqlite3_step(s.get());
-      if (rc != SQLITE_DONE)
-        FailSqlite(rc, StrCat("writing a bench_verify row for '", r.model, "'"));
-    }
-  });
+  WriteRunRows(run_id, "bench_verify", BenchVerifyFields(), rows);
 }
 
 void ResultsStore::WriteBenchBandwidth(int64_t run_id,
                                        const std::vector<BenchBandwidthRecord>& rows) {
-  OwnedStmt s(Prepare(
-      "INSERT INTO bench_bandwidth(run_id, threads, array_bytes, reps, copy_gb_s, triad_gb_s) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
-  WriteRowsOfRun(run_id, "bench_bandwidth", [&] {
-    for (const BenchBandwidthRecord& r : rows) {
-      ResetOnExit reset(s.get());
-      BindAll(s.get(), 1, run_id, r.threads, r.array_bytes, r.reps, r.copy_gb_s, r.triad_gb_s);
-      const int rc = sqlite3_step(s.get());
-      if (rc != SQLITE_DONE) FailSqlite(rc, "writing a bench_bandwidth row");
-    }
-  });
+  WriteRunRows(run_id, "bench_bandwidth", BenchBandwidthFields(), rows);
 }
 
 std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
   op_start_us_ = NowMicros();
-  // Files of schema v1 (opened read-only) lack the v2 columns: read their defaults.
-  const char* v2_columns = schema_version_ >= 2 ? "method_traits_json, drafter" : "'', ''";
-  const char* v4_columns = schema_version_ >= 4 ? ", timing_mode" : ", ''";
-  OwnedStmt s(Prepare(
-      StrCat("SELECT case_id, run_id, case_key, target, method, method_knobs_json, dataset, "
-             "categories, prompt_limit, temperature, top_p, top_k, seed, max_new_tokens, "
-             "batch_size, threads, dtype, device, config_json, wall_s, n_samples, ",
-             v2_columns, v4_columns,
-             ", (SELECT host || ' / ' || cpu || ' / ' || gpu FROM runs r "
-             "WHERE r.run_id = cases.run_id) FROM cases ORDER BY case_id")
-          .c_str()));
+  OwnedStmt s(
+      Prepare(StrCat("SELECT case_id, run_id, n_samples, (SELECT host || ' / ' || cpu || "
+                     "' / ' || gpu FROM runs r WHERE r.run_id = cases.run_id), ",
+                     ColumnList(CaseFields(), schema_version_), " FROM cases ORDER BY case_id")
+                  .c_str()));
   std::vector<CaseRow> out;
   ForEachRow(s.get(), "listing cases", [&](sqlite3_stmt* q) {
     CaseRow row{};
-    CaseRecord& c = row.record;
-    int64_t seed = 0;
-    ReadAll(q, 0, row.case_id, row.run_id, c.case_key, c.target, c.method, c.method_knobs_json,
-            c.dataset, c.categories, c.prompt_limit, c.temperature, c.top_p, c.top_k, seed,
-            c.max_new_tokens, c.batch_size, c.threads, c.dtype, c.device, c.config_json, c.wall_s,
-            row.n_samples, c.method_traits_json, c.drafter, c.timing_mode, row.machine);
-    c.seed = IntToSeed(seed);
+    ReadAll(q, 0, row.case_id, row.run_id, row.n_samples, row.machine);
+    ReadFields(q, 4, schema_version_, row.record, CaseFields());
     out.push_back(std::move(row));
   });
   return out;
@@ -1186,28 +676,14 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
 
 std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
   op_start_us_ = NowMicros();
-  const char* v2_columns = schema_version_ >= 2 ? "token_margins_json" : "''";
-  const char* v4_columns = schema_version_ >= 4
-                               ? ", paired_ar_decode_ms, paired_ar_output_tokens, paired_ar_first"
-                               : ", NULL, NULL, NULL";
-  const char* v6_columns = schema_version_ >= 6 ? ", paired_ar_prefill_ms" : ", NULL";
-  OwnedStmt s(Prepare(StrCat("SELECT prompt_id, turn, category, n_prompt_tokens, n_output_tokens, "
-                             "prefill_ms, decode_ms, n_steps, stop_reason, output_hash, "
-                             "output_text, output_ids_json, ",
-                             v2_columns, v4_columns, v6_columns,
+  OwnedStmt s(Prepare(StrCat("SELECT ", ColumnList(SampleFields(), schema_version_),
                              " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
                           .c_str()));
   BindInt(s.get(), 1, case_id);
   std::vector<SampleRecord> out;
   ForEachRow(s.get(), StrCat("loading the samples of case ", case_id), [&](sqlite3_stmt* q) {
     SampleRecord r;
-    ReadAll(q, 0, r.prompt_id, r.turn, r.category, r.n_prompt_tokens, r.n_output_tokens,
-            r.prefill_ms, r.decode_ms, r.n_steps, r.stop_reason, r.output_hash, r.output_text,
-            r.output_ids_json, r.token_margins_json);
-    if (sqlite3_column_type(q, 14) != SQLITE_NULL) {
-      ReadAll(q, 13, r.paired_ar_decode_ms, r.paired_ar_output_tokens, r.paired_ar_first);
-      if (sqlite3_column_type(q, 16) != SQLITE_NULL) r.paired_ar_prefill_ms = ColReal(q, 16);
-    }
+    ReadFields(q, 0, schema_version_, r, SampleFields());
     out.push_back(std::move(r));
   });
   return out;
@@ -1215,18 +691,8 @@ std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
 
 std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
   op_start_us_ = NowMicros();
-  const char* v2_columns = schema_version_ >= 2 ? "st.draft_depth, st.n_rollback_events" : "-1, 0";
-  const char* v3_columns = schema_version_ >= 3 ? ", st.t_adapt_us" : ", 0";
-  const char* v6_columns = schema_version_ >= 6
-                               ? ", st.t_draft_busy_us, st.t_verify_busy_us, st.n_target_forwards, "
-                                 "st.n_rolled_back, st.n_draft_generated"
-                               : ", -1, -1, -1, -1, -1";
-  const char* v10_columns =
-      schema_version_ >= 10 ? ", st.n_trimmed, st.t_draft_prefill_us" : ", -1, -1";
-  OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, st.step_idx, st.n_drafted, "
-                             "st.n_accepted, st.n_emitted, st.t_draft_us, st.t_verify_us, "
-                             "st.t_other_us, ",
-                             v2_columns, v3_columns, v6_columns, v10_columns,
+  OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, ",
+                             ColumnList(StepFields(), schema_version_, "st."),
                              " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
                              "st.case_id = ?1 ORDER BY st.step_id")
                           .c_str()));
@@ -1234,73 +700,42 @@ std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
   std::vector<StepRecord> out;
   ForEachRow(s.get(), StrCat("loading the steps of case ", case_id), [&](sqlite3_stmt* q) {
     StepRecord r;
-    ReadAll(q, 0, r.prompt_id, r.turn, r.step_idx, r.n_drafted, r.n_accepted, r.n_emitted,
-            r.t_draft_us, r.t_verify_us, r.t_other_us, r.draft_depth, r.n_rollback_events,
-            r.t_adapt_us, r.t_draft_busy_us, r.t_verify_busy_us, r.n_target_forwards,
-            r.n_rolled_back, r.n_draft_generated, r.n_trimmed, r.t_draft_prefill_us);
+    ReadAll(q, 0, r.prompt_id, r.turn);
+    ReadFields(q, 2, schema_version_, r, StepFields());
+    out.push_back(std::move(r));
+  });
+  return out;
+}
+
+template <typename R>
+std::vector<R> ResultsStore::LoadRunRows(const char* table, const char* id_column,
+                                         const std::vector<Field<R>>& fields, int table_since,
+                                         int64_t run_id) const {
+  std::vector<R> out;
+  if (schema_version_ < table_since) return out;
+  op_start_us_ = NowMicros();
+  OwnedStmt s(Prepare(StrCat("SELECT ", ColumnList(fields, schema_version_), " FROM ", table,
+                             " WHERE ?1 < 0 OR run_id = ?1 ORDER BY ", id_column)
+                          .c_str()));
+  BindInt(s.get(), 1, run_id);
+  ForEachRow(s.get(), StrCat("loading ", table, " rows"), [&](sqlite3_stmt* q) {
+    R r;
+    ReadFields(q, 0, schema_version_, r, fields);
     out.push_back(std::move(r));
   });
   return out;
 }
 
 std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
-  op_start_us_ = NowMicros();
-  const char* v5_columns = schema_version_ >= 5
-                               ? "weight_bytes, bandwidth_gb_s, roofline_fraction, blas_core"
-                               : "-1, NULL, NULL, ''";
-  const char* v11_columns = schema_version_ >= 11 ? ", gemv_kernel, huge_page_bytes" : ", '', -1";
-  OwnedStmt s(Prepare(
-      StrCat("SELECT model, dtype, threads, batch_size, context_len, n_tokens, reps, tokens_per_s, "
-             "tokens_per_s_std, ms_per_step, forward_ms_per_step, other_ms_per_step, n_params, ",
-             v5_columns, v11_columns, " FROM bench WHERE ?1 < 0 OR run_id = ?1 ORDER BY bench_id")
-          .c_str()));
-  BindInt(s.get(), 1, run_id);
-  std::vector<BenchRecord> out;
-  ForEachRow(s.get(), "loading bench rows", [&](sqlite3_stmt* q) {
-    BenchRecord r;
-    ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_tokens, r.reps,
-            r.tokens_per_s, r.tokens_per_s_std, r.ms_per_step, r.forward_ms_per_step,
-            r.other_ms_per_step, r.n_params, r.weight_bytes, r.bandwidth_gb_s, r.roofline_fraction,
-            r.blas_core, r.gemv_kernel, r.huge_page_bytes);
-    out.push_back(std::move(r));
-  });
-  return out;
+  return LoadRunRows("bench", "bench_id", BenchFields(), 1, run_id);
 }
 
 std::vector<BenchVerifyRecord> ResultsStore::LoadBenchVerify(int64_t run_id) const {
-  std::vector<BenchVerifyRecord> out;
-  if (schema_version_ < 5) return out;
-  op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(StrCat("SELECT model, dtype, threads, batch_size, context_len, n_query, "
-                             "reps, forward_ms, ratio_to_one, gemv_max_rows, blas_core, ",
-                             schema_version_ >= 11 ? "gemv_kernel" : "''",
-                             " FROM bench_verify WHERE ?1 < 0 OR run_id = ?1 "
-                             "ORDER BY bench_verify_id")
-                          .c_str()));
-  BindInt(s.get(), 1, run_id);
-  ForEachRow(s.get(), "loading bench_verify rows", [&](sqlite3_stmt* q) {
-    BenchVerifyRecord r;
-    ReadAll(q, 0, r.model, r.dtype, r.threads, r.batch_size, r.context_len, r.n_query, r.reps,
-            r.forward_ms, r.ratio_to_one, r.gemv_max_rows, r.blas_core, r.gemv_kernel);
-    out.push_back(std::move(r));
-  });
-  return out;
+  return LoadRunRows("bench_verify", "bench_verify_id", BenchVerifyFields(), 5, run_id);
 }
 
 std::vector<BenchBandwidthRecord> ResultsStore::LoadBenchBandwidth(int64_t run_id) const {
-  std::vector<BenchBandwidthRecord> out;
-  if (schema_version_ < 5) return out;
-  op_start_us_ = NowMicros();
-  OwnedStmt s(
-      Prepare("SELECT threads, array_bytes, reps, copy_gb_s, triad_gb_s FROM bench_bandwidth "
-              "WHERE ?1 < 0 OR run_id = ?1 ORDER BY bandwidth_id"));
-  BindInt(s.get(), 1, run_id);
-  ForEachRow(s.get(), "loading bench_bandwidth rows", [&](sqlite3_stmt* q) {
-    BenchBandwidthRecord r;
-    ReadAll(q, 0, r.threads, r.array_bytes, r.reps, r.copy_gb_s, r.triad_gb_s);
-    out.push_back(std::move(r));
-  });
-  return out;
+  return LoadRunRows("bench_bandwidth", "bandwidth_id", BenchBandwidthFields(), 5, run_id);
 }
 
 int64_t ResultsStore::CountRows(const std::string& table) const {
@@ -1314,15 +749,14 @@ int64_t ResultsStore::CountRows(const std::string& table) const {
 
 std::vector<ResultsStore::RunRow> ResultsStore::ListRuns() const {
   op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(
-      "SELECT run_id, started_at, specbed_version, git_commit, build_flags, host, cpu, gpu, "
-      "library_versions_json, config_json, repro_command FROM runs ORDER BY run_id"));
+  OwnedStmt s(Prepare(StrCat("SELECT run_id, ", ColumnList(RunFields(), schema_version_),
+                             " FROM runs ORDER BY run_id")
+                          .c_str()));
   std::vector<RunRow> out;
   ForEachRow(s.get(), "listing runs", [&](sqlite3_stmt* q) {
     RunRow r;
-    RunInfo& i = r.info;
-    ReadAll(q, 0, r.run_id, i.started_at, i.specbed_version, i.git_commit, i.build_flags, i.host,
-            i.cpu, i.gpu, i.library_versions_json, i.config_json, i.repro_command);
+    r.run_id = ColInt(q, 0);
+    ReadFields(q, 1, schema_version_, r.info, RunFields());
     out.push_back(std::move(r));
   });
   return out;
@@ -1333,149 +767,6 @@ std::vector<int64_t> ResultsStore::ListRunIds() const {
   OwnedStmt s(Prepare("SELECT run_id FROM runs ORDER BY run_id"));
   std::vector<int64_t> out;
   ForEachRow(s.get(), "listing runs", [&](sqlite3_stmt* q) { out.push_back(ColInt(q, 0)); });
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Drafter training logs (schema v3).
-
-namespace {
-
-void StepOnce(sqlite3_stmt* s, const std::function<void(int)>& on_error) {
-  const int rc = sqlite3_step(s);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) on_error(rc);
-}
-
-}  // namespace
-
-int64_t ResultsStore::BeginTrainRun(const TrainRunRecord& run) {
-  CheckWritable();
-  SPECBED_CHECK(schema_version_ >= 3, "results database '", path_, "' has schema version ",
-                schema_version_, "; training logs need version 3 (open it read-write to migrate)");
-  SPECBED_CHECK(!run.train_key.empty() && !run.task.empty(), "results database '", path_,
-                "': a training run needs a train_key and a task");
-  int64_t id = -1;
-  InTransaction("starting a training run", [&] {
-    {
-      OwnedStmt s(Prepare("SELECT train_id FROM train_runs WHERE train_key = ?1"));
-      BindText(s.get(), 1, run.train_key);
-      ForEachRow(s.get(), "looking up a training run", [&](sqlite3_stmt* q) { id = ColInt(q, 0); });
-    }
-    if (id >= 0) return;
-    OwnedStmt s(
-        Prepare("INSERT INTO train_runs(train_key, task, out_dir, settings_json, started_at, "
-                "finished_at, summary_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
-    // Bound without a copy: the strings must live until the step.
-    const std::string started = run.started_at.empty() ? NowRfc3339() : run.started_at;
-    BindAll(s.get(), 1, run.train_key, run.task, run.out_dir, run.settings_json, started,
-            run.finished_at, run.summary_json);
-    StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "inserting a training run"); });
-    id = sqlite3_last_insert_rowid(db_);
-  });
-  return id;
-}
-
-void ResultsStore::TruncateTrainRun(int64_t train_id, int64_t last_step) {
-  CheckWritable();
-  InTransaction("truncating a training log", [&] {
-    for (const char* sql : {"DELETE FROM train_log WHERE train_id = ?1 AND step > ?2",
-                            "DELETE FROM train_eval WHERE train_id = ?1 AND step > ?2",
-                            "UPDATE train_runs SET finished_at = '', summary_json = '' WHERE "
-                            "train_id = ?1 AND ?2 = ?2"}) {
-      OwnedStmt s(Prepare(sql));
-      BindAll(s.get(), 1, train_id, last_step);
-      StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "truncating a training log"); });
-    }
-  });
-}
-
-void ResultsStore::AppendTrainLog(int64_t train_id, const std::vector<TrainLogRow>& log,
-                                  const std::vector<TrainEvalRow>& evals) {
-  CheckWritable();
-  if (log.empty() && evals.empty()) return;
-  InTransaction("writing a training log", [&] {
-    OwnedStmt s(
-        Prepare("INSERT INTO train_log(train_id, step, loss, lr, grad_norm, elapsed_s) "
-                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
-    for (const TrainLogRow& r : log) {
-      ResetOnExit reset(s.get());
-      BindAll(s.get(), 1, train_id, r.step, r.loss, r.lr, r.grad_norm, r.elapsed_s);
-      StepOnce(s.get(), [&](int rc) {
-        if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-          Fail("results database '", path_, "': training run ", train_id,
-               " already has a log row for step ", r.step, " (or the run does not exist)");
-        }
-        FailSqlite(rc, "writing a training log row");
-      });
-    }
-    OwnedStmt e(
-        Prepare("INSERT OR REPLACE INTO train_eval(train_id, step, val_loss, "
-                "acceptance_proxy, metrics_json) VALUES (?1, ?2, ?3, ?4, ?5)"));
-    for (const TrainEvalRow& r : evals) {
-      ResetOnExit reset(e.get());
-      BindAll(e.get(), 1, train_id, r.step, r.val_loss, r.acceptance_proxy, r.metrics_json);
-      StepOnce(e.get(), [&](int rc) { FailSqlite(rc, "writing a training evaluation"); });
-    }
-  });
-}
-
-void ResultsStore::FinishTrainRun(int64_t train_id, const std::string& summary_json) {
-  CheckWritable();
-  InTransaction("finishing a training run", [&] {
-    OwnedStmt s(
-        Prepare("UPDATE train_runs SET finished_at = ?2, summary_json = ?3 WHERE train_id = ?1"));
-    const std::string now = NowRfc3339();
-    BindAll(s.get(), 1, train_id, now, summary_json);
-    StepOnce(s.get(), [&](int rc) { FailSqlite(rc, "finishing a training run"); });
-  });
-}
-
-std::vector<ResultsStore::TrainRunRow> ResultsStore::ListTrainRuns() const {
-  op_start_us_ = NowMicros();
-  std::vector<TrainRunRow> out;
-  if (schema_version_ < 3) return out;
-  OwnedStmt s(
-      Prepare("SELECT train_id, train_key, task, out_dir, settings_json, started_at, "
-              "finished_at, summary_json FROM train_runs ORDER BY train_id"));
-  ForEachRow(s.get(), "listing training runs", [&](sqlite3_stmt* q) {
-    TrainRunRow r;
-    TrainRunRecord& t = r.record;
-    ReadAll(q, 0, r.train_id, t.train_key, t.task, t.out_dir, t.settings_json, t.started_at,
-            t.finished_at, t.summary_json);
-    out.push_back(std::move(r));
-  });
-  return out;
-}
-
-std::vector<TrainLogRow> ResultsStore::LoadTrainLog(int64_t train_id) const {
-  op_start_us_ = NowMicros();
-  std::vector<TrainLogRow> out;
-  if (schema_version_ < 3) return out;
-  OwnedStmt s(
-      Prepare("SELECT step, loss, lr, grad_norm, elapsed_s FROM train_log WHERE "
-              "train_id = ?1 ORDER BY step"));
-  BindInt(s.get(), 1, train_id);
-  ForEachRow(s.get(), "loading a training log", [&](sqlite3_stmt* q) {
-    TrainLogRow r;
-    ReadAll(q, 0, r.step, r.loss, r.lr, r.grad_norm, r.elapsed_s);
-    out.push_back(r);
-  });
-  return out;
-}
-
-std::vector<TrainEvalRow> ResultsStore::LoadTrainEval(int64_t train_id) const {
-  op_start_us_ = NowMicros();
-  std::vector<TrainEvalRow> out;
-  if (schema_version_ < 3) return out;
-  OwnedStmt s(
-      Prepare("SELECT step, val_loss, acceptance_proxy, metrics_json FROM train_eval "
-              "WHERE train_id = ?1 ORDER BY step"));
-  BindInt(s.get(), 1, train_id);
-  ForEachRow(s.get(), "loading training evaluations", [&](sqlite3_stmt* q) {
-    TrainEvalRow r;
-    ReadAll(q, 0, r.step, r.val_loss, r.acceptance_proxy, r.metrics_json);
-    out.push_back(std::move(r));
-  });
   return out;
 }
 

@@ -15,10 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "base/step_counters.h"
+
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace specbed {
+
+template <typename Record>
+struct Field;  // results/record_schema.h
 
 // Version 2 added samples.token_margins_json, steps.draft_depth / n_rollback_events and
 // cases.method_traits_json / drafter (see results/README.md, "Schema history").
@@ -97,39 +102,20 @@ struct SampleRecord {
   bool has_paired_ar() const { return paired_ar_output_tokens >= 0; }
 };
 
-// One verify step of a speculative method (none for autoregressive decoding). (prompt_id, turn)
-// must name a sample of the same case.
-struct StepRecord {
+// One verify step of a speculative method (none for autoregressive decoding): the decoder's
+// counters and phase times (base/step_counters.h, each documented there and in
+// results/README.md) with the answer it belongs to. (prompt_id, turn) must name a sample of the
+// same case. n_drafted = drafted nodes offered to the verifier (the root excluded); n_accepted =
+// draft tokens kept (<= draft_depth); n_emitted = tokens appended (accepted + bonus/correction,
+// cut by stop conditions). A new StepRecord starts every field whose rule is "not recorded = -1"
+// (record_schema.h: draft_depth, the busy times, n_target_forwards, n_rolled_back,
+// n_draft_generated, n_trimmed, t_draft_prefill_us) at -1: what a row written before that field
+// reads back as (metrics then leave it out, or assume a chain for draft_depth).
+struct StepRecord : StepCounters {
+  StepRecord();
   std::string prompt_id;
   int32_t turn = 0;
   int64_t step_idx = 0;
-  // n_drafted = drafted nodes offered to the verifier (tree nodes for trees, the root = last
-  // accepted token excluded); n_accepted = draft tokens kept (<= draft depth); n_emitted = tokens
-  // appended to the output (accepted + bonus/correction, cut by stop conditions).
-  int64_t n_drafted = 0, n_accepted = 0, n_emitted = 0;
-  double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
-  // Schema v2. Depth of the deepest drafted node (= n_drafted for a chain; 0 <= depth <=
-  // n_drafted). -1 = not recorded (rows migrated from v1): metrics then assume a chain.
-  int64_t draft_depth = -1;
-  int64_t n_rollback_events = 0;  // method-specific rollback events (e.g. discarded branches)
-  // Schema v3. Online adaptation (e.g. an OSD drafter update) run inside this step, microseconds;
-  // already included in t_draft_us (the drafter's cost). 0 for rows before v3.
-  double t_adapt_us = 0;
-  // Schema v6 (parallel draft/verify decoders; rows before v6 read back as -1 = not recorded).
-  // Per-side busy time (= t_draft_us / t_verify_us for sequential decoders; larger, and then
-  // summing to more than the wall time, when drafting overlapped verification).
-  double t_draft_busy_us = -1, t_verify_busy_us = -1;
-  int64_t n_target_forwards = -1;  // target forwards (verification passes) in this step
-  // Rollback tokens (specs/specbranch.md 1.4): draft tokens discarded because a draft token was
-  // rejected, counting discarded parallel work; divided by Σ n_draft_generated = rollback rate.
-  int64_t n_rolled_back = -1;
-  int64_t n_draft_generated = -1;  // draft tokens generated this step (offered or not)
-  // Schema v10 (-1 = not recorded: rows written before). Draft positions the draft side discarded
-  // itself (SpecBranch's posterior trimming, a chunk cut at the context limit): waste in the
-  // rollback rate beside n_rolled_back. The drafter's catch-up over the prompt (Begin + Prefill),
-  // microseconds, on the first step of an answer (0 on the others); included in t_draft_us.
-  int64_t n_trimmed = -1;
-  double t_draft_prefill_us = -1;
 };
 
 // One row of `specbed bench` (autoregressive decode speed).
@@ -283,6 +269,17 @@ class ResultsStore {
   // (rolled back on any error); errors name the database and `table`.
   void WriteRowsOfRun(int64_t run_id, const std::string& table,
                       const std::function<void()>& write_rows);
+  // The rows of a table keyed by run (bench*) or training run, through their field tables.
+  template <typename R>
+  void WriteRunRows(int64_t run_id, const char* table, const std::vector<Field<R>>& fields,
+                    const std::vector<R>& rows);
+  template <typename R>
+  std::vector<R> LoadRunRows(const char* table, const char* id_column,
+                             const std::vector<Field<R>>& fields, int table_since,
+                             int64_t run_id) const;
+  template <typename R>
+  std::vector<R> LoadTrainRows(const char* table, const std::vector<Field<R>>& fields,
+                               int64_t train_id) const;
   ResultsStore(const std::string& path, const StoreOptions& options);
   void Init();
   void InitSchema();
@@ -322,10 +319,14 @@ class ResultsStore {
   mutable sqlite3_stmt* insert_case_ = nullptr;
   mutable sqlite3_stmt* insert_sample_ = nullptr;
   mutable sqlite3_stmt* insert_step_ = nullptr;
-  mutable sqlite3_stmt* insert_bench_ = nullptr;
   mutable sqlite3_stmt* find_case_ = nullptr;
   mutable sqlite3_stmt* find_run_ = nullptr;
 };
+
+// Creates a database at `path` laid out exactly as schema `version` (1..kResultsSchemaVersion) laid
+// it out: the first schema and the migrations up to `version`, its meta rows and user_version, no
+// results. For the tests that open every earlier version (tests/results/record_schema_test.cpp).
+void CreateResultsDatabaseAtVersion(const std::string& path, int version);
 
 // Version of the linked SQLite library ("3.40.1"), for RunInfo::library_versions_json.
 std::string SqliteLibraryVersion();

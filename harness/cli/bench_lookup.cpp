@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "harness/runner/runner.h"
 #include "methods/ngram/ngram_drafter.h"
 #include "methods/suffix/suffix_drafter.h"

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "harness/engine/step_ops.h"
 #include "models/device.h"
 #include "models/model_registry.h"

@@ -21,10 +21,10 @@
 #include <memory>
 #include <random>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/names.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "harness/cli/bench_lookup.h"
 #include "harness/cli/bench_ops.h"
 #include "harness/cli/commands.h"

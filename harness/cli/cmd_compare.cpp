@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/compare.h"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <memory>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/export.h"

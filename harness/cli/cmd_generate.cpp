@@ -6,8 +6,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "harness/base/json_read.h"
-#include "harness/base/knob_ranges.h"
+#include "base/json_read.h"
+#include "base/knob_ranges.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/error.h"
+#include "base/names.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/names.h"
 #include "harness/cli/commands.h"
 #include "methods/method_registry.h"
 #include "models/drafter_catalog.h"

@@ -11,8 +11,8 @@
 #include <memory>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "methods/ltd/ltd_adaptation_probe.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/cli/commands.h"
 #include "results/merge.h"
 #include "results/store.h"

@@ -14,7 +14,7 @@
 #include <regex>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/cli/commands.h"
 #include "harness/runner/environment.h"
 #include "harness/runner/sweep.h"

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "reports/summary.h"

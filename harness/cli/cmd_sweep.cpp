@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <memory>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
 #include "harness/cli/commands.h"
 #include "harness/runner/environment.h"
 #include "harness/runner/runner.h"

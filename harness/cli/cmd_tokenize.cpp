@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
+#include "base/error.h"
+#include "base/json_read.h"
 #include "harness/cli/commands.h"
 #include "models/model_registry.h"
 #include "models/tokenizer/tokenizer.h"

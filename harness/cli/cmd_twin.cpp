@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "harness/cli/commands.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/specbranch/hrad.h"

@@ -3,7 +3,7 @@
 // message says which input and what was expected); CLI11's codes (>= 100) for usage errors. An
 // unknown option is named with the nearest option of its (innermost) subcommand ("--modle": did
 // you mean '--target'?; an old spelling is named by its new one). The process locale is pinned to
-// "C" first (harness/base/locale_pin.h), so no output depends on the user's locale. Checked by:
+// "C" first (base/locale_pin.h), so no output depends on the user's locale. Checked by:
 // tests/cli/cli_test.cpp (CliFlags.*), tests/reports/locale_test.cpp (the locale pin), and CI's
 // empty-environment run of the CLI tests (.ci/run).
 #include <c10/util/Exception.h>
@@ -12,15 +12,15 @@
 #include <cstdio>
 #include <map>
 
-#include "harness/base/error.h"
-#include "harness/base/locale_pin.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/locale_pin.h"
+#include "base/names.h"
 #include "harness/cli/commands.h"
 #include "harness/runner/environment.h"
 
 int main(int argc, char** argv) {
   // Numbers read "1234.5" in every table, CSV, JSON and plot whatever a linked library did to the
-  // locale; child tools get C.UTF-8 (harness/base/locale_pin.h).
+  // locale; child tools get C.UTF-8 (base/locale_pin.h).
   specbed::PinProcessLocale();
   specbed::cli::SetCommandLine(argc, argv);
   CLI::App app{

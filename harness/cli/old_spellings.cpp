@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <map>
 
-#include "harness/base/names.h"
+#include "base/names.h"
 #include "harness/cli/commands.h"
 
 namespace specbed::cli {

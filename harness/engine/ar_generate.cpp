@@ -3,8 +3,8 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "harness/engine/device_sampling.h"
 #include "models/device.h"
 

@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/greedy_verify.h"
 #include "kernels/kv_compact.h"
 #include "kernels/sampled_verify.h"

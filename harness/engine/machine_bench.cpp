@@ -13,8 +13,8 @@
 #include <memory>
 #include <random>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "models/device.h"
 #include "models/weight_arena.h"
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/step_counters.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/engine/sampler.h"
 #include "methods/common/draft_tree.h"
@@ -192,40 +193,9 @@ class Adapter {
   virtual void EndSequence(const std::vector<int32_t>& committed, int64_t prompt_len) {}
 };
 
-// Counters and phase times of one verify step (filled by the decoder loop, never by a method).
-struct StepStats {
-  int64_t n_drafted = 0;    // drafted nodes (root excluded)
-  int64_t n_accepted = 0;   // accepted draft tokens (path length)
-  int64_t n_emitted = 0;    // tokens appended to the output this step (<= n_accepted + 1; fewer
-                            // only when a stop rule fired inside the step)
-  int64_t draft_depth = 0;  // deepest drafted node
-  int64_t n_rollback_events = 0;
-  double t_draft_us = 0, t_verify_us = 0, t_other_us = 0;
-  double t_adapt_us = 0;  // online adaptation run in this step (included in t_draft_us)
-  // Per-side busy time: how long each side computed in this step. For a sequential decoder these
-  // equal t_draft_us / t_verify_us. A decoder that overlaps drafting with verification (PEARL,
-  // SpecBranch) still makes t_draft + t_verify + t_other tile the step's wall time (t_verify = the
-  // target side's critical path, t_draft = draft time NOT hidden behind it), and reports here
-  // what each side really computed, so busy_draft + busy_verify > wall when they overlapped.
-  double t_draft_busy_us = 0, t_verify_busy_us = 0;
-  int64_t n_target_forwards = 1;  // target forwards run in this step (verification passes)
-  // Rollback tokens (specs/specbranch.md 1.4, 5): draft tokens discarded because a draft token
-  // was rejected -- the rejected token, every token drafted after it, and tokens drafted
-  // concurrently that assumed it (parallel work); not the siblings a tree or branch selection
-  // drops. Divided by n_drafted (every drafted token, discarded parallel work included) it gives
-  // the rollback rate.
-  int64_t n_rolled_back = 0;
-  // Draft tokens the drafter generated in this step, whether offered to the verifier or not (=
-  // n_drafted for a sequential decoder; a parallel decoder also drafts the next chunk). A parallel
-  // decoder counts each drafted position once (methods/common/draft_ledger.h).
-  int64_t n_draft_generated = 0;
-  // Draft positions the draft side discarded itself, with no target rejection (SpecBranch's
-  // posterior H-RAD trimming, a chunk cut at the context limit); waste in the rollback rate.
-  int64_t n_trimmed = 0;
-  // The drafter's catch-up over the prompt (Drafter::Begin + Prefill), first step only; already
-  // included in t_draft_us (speedups do not change), reported beside T_D% as its own phase.
-  double t_draft_prefill_us = 0;
-};
+// Counters and phase times of one verify step (filled by the decoder loop, never by a method):
+// base/step_counters.h, shared with the stored StepRecord.
+using StepStats = StepCounters;
 
 // One generation with its per-step records.
 struct DecodeResult {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "models/device.h"
 
 namespace specbed {

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
+#include "base/enum_names.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -10,8 +10,8 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
+#include "base/enum_names.h"
+#include "base/error.h"
 #include "kernels/cpu/references.h"
 #include "kernels/kernel_status.h"
 #include "kernels/tree_mask.h"

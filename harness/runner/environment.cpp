@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "harness/base/timer.h"
+#include "base/timer.h"
 #include "models/device.h"
 #include "specbed_build_info.h"  // generated: SPECBED_GIT_COMMIT, SPECBED_VERSION, SPECBED_BUILD_FLAGS
 

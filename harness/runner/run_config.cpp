@@ -5,12 +5,12 @@
 #include <set>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/knob_ranges.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/knob_ranges.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 #include "harness/engine/stop_rules.h"
 
 namespace specbed {

@@ -9,13 +9,13 @@
 #include <set>
 #include <sstream>
 
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/method_registry.h"
@@ -234,27 +234,11 @@ SampleRecord ToSampleRecord(const Prompt& prompt, size_t turn, size_t n_prompt_t
 void AppendStepRecords(const Prompt& prompt, size_t turn, const std::vector<StepStats>& stats,
                        std::vector<StepRecord>& steps) {
   for (size_t k = 0; k < stats.size(); ++k) {
-    const StepStats& st = stats[k];
     StepRecord step;
+    static_cast<StepCounters&>(step) = stats[k];
     step.prompt_id = prompt.id;
     step.turn = static_cast<int32_t>(turn);
     step.step_idx = static_cast<int64_t>(k);
-    step.n_drafted = st.n_drafted;
-    step.n_accepted = st.n_accepted;
-    step.n_emitted = st.n_emitted;
-    step.draft_depth = st.draft_depth;
-    step.n_rollback_events = st.n_rollback_events;
-    step.t_draft_us = st.t_draft_us;
-    step.t_verify_us = st.t_verify_us;
-    step.t_other_us = st.t_other_us;
-    step.t_adapt_us = st.t_adapt_us;
-    step.t_draft_busy_us = st.t_draft_busy_us;
-    step.t_verify_busy_us = st.t_verify_busy_us;
-    step.n_target_forwards = st.n_target_forwards;
-    step.n_rolled_back = st.n_rolled_back;
-    step.n_draft_generated = st.n_draft_generated;
-    step.n_trimmed = st.n_trimmed;
-    step.t_draft_prefill_us = st.t_draft_prefill_us;
     steps.push_back(std::move(step));
   }
 }

@@ -25,7 +25,7 @@ namespace specbed {
 
 class MethodRegistry;  // methods/method_registry.h
 struct MethodContext;  // methods/method_registry.h
-class ProgressBar;     // harness/base/progress.h
+class ProgressBar;     // base/progress.h
 
 // Builds the prompt ids for a conversation with the model's chat template.
 std::vector<int32_t> BuildPromptIds(const LoadedTarget& target,

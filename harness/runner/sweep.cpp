@@ -8,9 +8,9 @@
 #include <memory>
 #include <set>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/names.h"
 
 namespace specbed {
 namespace {

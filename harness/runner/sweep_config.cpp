@@ -12,10 +12,10 @@
 #include <filesystem>
 #include <set>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
+#include "base/paths.h"
 
 namespace specbed {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <utility>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_method.h"
 #include "models/checkpoint/head_checkpoint.h"

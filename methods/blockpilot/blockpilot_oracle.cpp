@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "results/store.h"
 
 namespace specbed {

@@ -9,10 +9,10 @@
 #include <cmath>
 #include <limits>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
+#include "base/enum_names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/config_fields.h"

@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <map>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/mapped_file.h"
+#include "base/timer.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/method.h"
 
 namespace specbed {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

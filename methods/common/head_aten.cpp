@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/head_kernels.h"
 #include "models/llama_model.h"
 #include "models/tensor_util.h"

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/names.h"
+#include "base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/llama_config.h"
 

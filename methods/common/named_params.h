@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

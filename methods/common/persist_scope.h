@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

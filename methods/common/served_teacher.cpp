@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <random>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

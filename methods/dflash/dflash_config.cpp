@@ -9,9 +9,9 @@
 #include <cmath>
 #include <string>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
 #include "methods/common/head_config.h"
 #include "models/config_fields.h"
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <numeric>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

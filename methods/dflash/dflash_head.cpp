@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/head_aten.h"
 #include "methods/common/head_kernels.h"
 #include "methods/dflash/dflash_checkpoint.h"

@@ -10,9 +10,9 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/names.h"
+#include "base/paths.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_checkpoint.h"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <random>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
 #include "methods/dflash/dflash_checkpoint.h"

@@ -18,10 +18,10 @@
 #include <set>
 #include <utility>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 #include "methods/common/head_config.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"

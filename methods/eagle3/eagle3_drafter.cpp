@@ -10,7 +10,7 @@
 #include <functional>
 #include <limits>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

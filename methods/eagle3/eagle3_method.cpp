@@ -6,8 +6,8 @@
 // tests/methods/eagle3_drafter_test.cpp.
 #include "methods/eagle3/eagle3_method.h"
 
-#include "harness/base/error.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/paths.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
 #include "methods/eagle3/eagle3_checkpoint.h"

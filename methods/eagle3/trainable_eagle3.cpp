@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
 #include "methods/eagle3/eagle3_checkpoint.h"

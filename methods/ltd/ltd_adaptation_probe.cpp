@@ -9,8 +9,8 @@
 #include <limits>
 #include <set>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/runner/runner.h"
 #include "methods/common/json_fields.h"
 #include "methods/ltd/ltd_method.h"

@@ -12,11 +12,11 @@
 #include <numeric>
 #include <random>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/paths.h"
-#include "harness/base/progress.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/paths.h"
+#include "base/progress.h"
 #include "methods/common/json_fields.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/ltd/ltd_classifiers.h"

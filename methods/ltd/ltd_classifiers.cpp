@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
+#include "base/enum_names.h"
+#include "base/error.h"
+#include "base/json_read.h"
 #include "methods/common/json_fields.h"
 #include "methods/ltd/ltd_policy.h"
 #include "models/checkpoint/head_checkpoint.h"

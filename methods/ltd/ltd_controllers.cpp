@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 
 namespace specbed {
 

@@ -7,8 +7,8 @@
 #include <functional>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/paths.h"
 #include "methods/common/registration_util.h"
 #include "methods/eagle3/eagle3_method.h"
 #include "methods/ltd/ltd_classifiers.h"

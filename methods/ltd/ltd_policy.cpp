@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
+#include "base/error.h"
+#include "base/json_read.h"
 #include "methods/common/json_fields.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"

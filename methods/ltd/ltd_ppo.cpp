@@ -11,9 +11,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
 #include "methods/common/json_fields.h"
 #include "models/checkpoint/safetensors.h"
 

@@ -15,14 +15,14 @@
 #include <random>
 #include <sstream>
 
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/paths.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/paths.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/common/json_fields.h"

@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/logits_rows.h"
 
 namespace specbed {

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/checkpoint/head_checkpoint.h"
 
 namespace specbed {

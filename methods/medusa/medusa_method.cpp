@@ -4,8 +4,8 @@
 // Checked by: tests/methods/medusa_test.cpp.
 #include <algorithm>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "methods/common/registration_util.h"
 #include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -1,7 +1,7 @@
 // Registration of `ngram`: prompt lookup decoding (NgramDrafter) on the default
 // SpeculativeDecoder; `sample_follow` at T > 0 (the drafts are point masses, so it is lossless).
 // Checked by: tests/methods/ngram_test.cpp.
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/ngram/ngram_drafter.h"

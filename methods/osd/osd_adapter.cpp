@@ -7,10 +7,10 @@
 
 #include <algorithm>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
-#include "harness/base/names.h"
-#include "harness/base/timer.h"
+#include "base/enum_names.h"
+#include "base/error.h"
+#include "base/names.h"
+#include "base/timer.h"
 #include "harness/engine/device_sampling.h"
 #include "models/device.h"
 

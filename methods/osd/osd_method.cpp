@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
 #include "methods/common/train/trainable_llama.h"

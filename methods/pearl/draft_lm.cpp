@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/verifier.h"
 #include "kernels/cpu/references.h"
 #include "methods/common/draft_chain.h"

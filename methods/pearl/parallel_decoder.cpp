@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/speculative_decoder.h"
 #include "kernels/kernel_status.h"

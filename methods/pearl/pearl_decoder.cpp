@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/device.h"
 
 namespace specbed {

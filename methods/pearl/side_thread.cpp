@@ -3,8 +3,8 @@
 
 #include <ATen/Parallel.h>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "models/device.h"
 
 namespace specbed {

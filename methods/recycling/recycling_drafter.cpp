@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/logits_rows.h"
 
 namespace specbed {

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/enum_names.h"
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/enum_names.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "methods/specblock/specblock_drafter.h"
 #include "methods/specblock/specblock_model.h"
 #include "methods/specblock/specblock_trainer.h"

@@ -29,7 +29,7 @@
 // runs inside the request that triggers it (charged to its decode time). θ_train and θ0 live on
 // the target's device in float32 (the served drafter keeps the target's dtype). Time: the
 // reward's seconds (a query's time from BeginSequence to EndSequence, plus the previous event's
-// update time charged to the next query) are read from an injected Clock (harness/base/clock.h;
+// update time charged to the next query) are read from an injected Clock (base/clock.h;
 // WallClock, the steady clock, unless given: production measures real throughput); the reported
 // update_seconds (stats and window log) are always wall time. Tests inject a cost model so that
 // the bandit's choices do not depend on the machine's load.
@@ -47,7 +47,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/base/clock.h"
+#include "base/clock.h"
 #include "harness/engine/method.h"
 #include "methods/common/served_teacher.h"
 #include "methods/common/train/train_loop.h"

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/train/param_device.h"
 #include "methods/specblock/specblock_trainer.h"
 

@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
 #include "methods/method_registry.h"

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/named_params.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
+#include "base/error.h"
+#include "base/json_read.h"
 #include "methods/common/host_features.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"

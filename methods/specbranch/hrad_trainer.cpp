@@ -10,8 +10,8 @@
 #include <fstream>
 #include <random>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "harness/engine/sampler.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/verifier.h"
 #include "models/device.h"
 

@@ -1,7 +1,7 @@
 // Registration of `specbranch` (SpecBranchDecoder, specbranch_decoder.h) with its ablations as
 // knobs: branch = false (w/o branch: H-RAD + sequential SD), hrad = false (w/o H-RAD).
 // Checked by: tests/methods/specbranch_test.cpp.
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/registration_util.h"
 #include "methods/method_registry.h"
 #include "methods/pearl/speed_ratio.h"

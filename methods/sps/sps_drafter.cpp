@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/verifier.h"
 #include "methods/common/draft_chain.h"
 

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <queue>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

@@ -1,7 +1,7 @@
 // SuffixTrie (see suffix_trie.h).
 #include "methods/suffix/suffix_trie.h"
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

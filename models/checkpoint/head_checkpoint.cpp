@@ -8,12 +8,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
+#include "base/paths.h"
 #include "models/tensor_util.h"
 
 namespace specbed {

@@ -15,11 +15,11 @@
 #include <set>
 #include <utility>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/tensor_util.h"

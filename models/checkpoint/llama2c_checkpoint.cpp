@@ -5,8 +5,8 @@
 
 #include <cstring>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "models/checkpoint/llama2c_header.h"
 #include "models/tensor_util.h"
 

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/names.h"
 
 namespace specbed {
 namespace {

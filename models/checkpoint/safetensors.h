@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/mapped_file.h"
+#include "base/mapped_file.h"
 
 namespace specbed {
 

@@ -7,9 +7,9 @@
 #include <optional>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 
 namespace specbed {

@@ -14,7 +14,7 @@
 
 #include <utf8proc.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

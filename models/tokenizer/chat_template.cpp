@@ -3,8 +3,8 @@
 // tests/tokenizer/chat_template_test.cpp.
 #include "models/tokenizer/chat_template.h"
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 
 namespace specbed {
 namespace {

@@ -8,8 +8,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace specbed {

@@ -6,7 +6,7 @@
 
 #include <pcre2.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -7,8 +7,8 @@
 
 #include <fstream>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 
 namespace specbed {
 

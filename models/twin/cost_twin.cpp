@@ -7,8 +7,8 @@
 #include <regex>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/llama2c_checkpoint.h"
 #include "models/checkpoint/safetensors.h"

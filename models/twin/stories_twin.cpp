@@ -10,10 +10,10 @@
 #include <mutex>
 #include <optional>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/mapped_file.h"
+#include "base/paths.h"
 
 namespace specbed {
 namespace {

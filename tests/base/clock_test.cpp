@@ -1,6 +1,6 @@
-// Tests for the decision clocks (harness/base/clock.h): the wall clock is the steady clock and
+// Tests for the decision clocks (base/clock.h): the wall clock is the steady clock and
 // never goes back; a ManualClock moves only by hand; a CostModelClock reads its cost model.
-#include "harness/base/clock.h"
+#include "base/clock.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
-// Tests for harness/base/json_read.h: the one JSON reader names the file, the line and the field
+// Tests for base/json_read.h: the one JSON reader names the file, the line and the field
 // for every failure (syntax, number overflow, duplicate keys, excessive nesting, type errors), and
 // JSON output escapes invalid UTF-8 instead of throwing.
-#include "harness/base/json_read.h"
+#include "base/json_read.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 namespace {

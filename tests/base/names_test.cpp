@@ -1,9 +1,9 @@
-// Tests for harness/base: name suggestions, unknown-name errors, hashing.
+// Tests for base: name suggestions, unknown-name errors, hashing.
 #include <gtest/gtest.h>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/names.h"
 
 namespace specbed {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <string>
 
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
+#include "base/progress.h"
+#include "base/timer.h"
 
 namespace specbed {
 namespace {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "results/store.h"
 #include "tests/cli/cli_test_util.h"
 

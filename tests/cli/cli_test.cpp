@@ -25,8 +25,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/error.h"
 #include "gtest/gtest.h"
-#include "harness/base/error.h"
 #include "results/store.h"
 #include "tests/cli/cli_store_util.h"
 #include "tests/cli/cli_test_util.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "results/store.h"
 #include "tests/cli/cli_store_util.h"
 #include "tests/cli/cli_test_util.h"

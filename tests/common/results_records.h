@@ -76,7 +76,13 @@ inline void PairWithAr(SampleRecord& s, double decode_ms, int64_t output_tokens,
 // Verify step `step_idx` of the answer to `prompt_id` (turn 0), with its token counts.
 inline StepRecord ChainStep(const std::string& prompt_id, int64_t step_idx, int64_t drafted,
                             int64_t accepted, int64_t emitted) {
-  return StepRecord{prompt_id, /*turn=*/0, step_idx, drafted, accepted, emitted};
+  StepRecord st;
+  st.prompt_id = prompt_id;
+  st.step_idx = step_idx;
+  st.n_drafted = drafted;
+  st.n_accepted = accepted;
+  st.n_emitted = emitted;
+  return st;
 }
 
 // The decode speed of a `specbed bench` row: tokens per second and their std over the

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 // Expects `needle` in (or not in) `haystack`; a failure prints the haystack.
 #define EXPECT_CONTAINS(haystack, needle) \

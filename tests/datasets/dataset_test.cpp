@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/paths.h"
 #include "tests/common/test_util.h"
 
 namespace specbed {

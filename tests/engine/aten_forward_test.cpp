@@ -17,7 +17,7 @@
 
 #include <cstdlib>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/verifier.h"
 #include "kernels/tree_mask.h"
 #include "models/checkpoint/llama2c_checkpoint.h"

@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/sampler.h"
 #include "harness/engine/verifier.h"

@@ -1,7 +1,7 @@
 // Tests of AR generation and the shared stop rules on the real stories260K model.
 #include <gtest/gtest.h>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
 #include "models/model_registry.h"

@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/reference_forward.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/models/model_test_util.h"

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/llama_weights.h"
 #include "tests/models/model_test_util.h"
 

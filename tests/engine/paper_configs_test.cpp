@@ -20,10 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "reports/paper_reference.h"

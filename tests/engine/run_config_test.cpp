@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/runner/run_config.h"
 #include "harness/runner/runner.h"
 

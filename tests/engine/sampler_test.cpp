@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/sampler.h"
 
 namespace specbed {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/step_ops.h"
 #include "harness/engine/verifier.h"
 #include "kernels/step_graph.h"

@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/step_ops.h"
 #include "models/op_trace.h"
 #include "tests/engine/engine_test_util.h"

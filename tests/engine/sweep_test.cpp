@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 #include "harness/runner/sweep.h"
 #include "methods/method_registry.h"
 #include "tests/common/test_util.h"

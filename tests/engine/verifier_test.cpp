@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/verifier.h"
 #include "kernels/kernel_status.h"

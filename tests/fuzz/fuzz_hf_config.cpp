@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "harness/base/json_read.h"
+#include "base/json_read.h"
 #include "models/llama_config.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -1,11 +1,11 @@
-// libFuzzer target: the one JSON reader (harness/base/json_read.h) on arbitrary bytes: it either
+// libFuzzer target: the one JSON reader (base/json_read.h) on arbitrary bytes: it either
 // returns a document that re-serializes and re-parses to the same value, or fails as
 // specbed::Error; output of any string is valid UTF-8 after DumpJsonForOutput.
 // Checked by: scripts/fuzz (corpus tests/fuzz/corpus/fuzz_json).
 #include <cstdlib>
 #include <string_view>
 
-#include "harness/base/json_read.h"
+#include "base/json_read.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "harness/base/json_read.h"
+#include "base/json_read.h"
 #include "harness/runner/sweep_config.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed::fuzz {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/decoder_ops.h"
 #include "kernels/step_staging.h"
 #include "tests/common/cuda_test_util.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/sampler.h"
 #include "kernels/cpu/references.h"
 #include "kernels/greedy_verify.h"

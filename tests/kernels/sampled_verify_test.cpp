@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "kernels/kernel_status.h"
 #include "kernels/sampled_verify.h"
 #include "tests/common/cuda_test_util.h"

@@ -23,9 +23,9 @@
 #include <set>
 #include <tuple>
 
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/blockpilot/blockpilot_labels.h"

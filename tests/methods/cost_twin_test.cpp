@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/runner/runner.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"

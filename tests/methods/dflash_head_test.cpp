@@ -22,9 +22,9 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_config.h"
 #include "methods/dflash/dflash_head.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/train/regen.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_head.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/draft_ledger.h"
 #include "metrics/metrics.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/draft_tree.h"
 #include "methods/common/tree_builders.h"
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/eagle3/eagle3_head.h"

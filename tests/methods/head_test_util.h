@@ -24,8 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "methods/common/head_aten.h"
 #include "methods/dflash/dflash_config.h"
 #include "methods/eagle3/eagle3_config.h"

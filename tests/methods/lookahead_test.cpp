@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/lookahead/lookahead_drafter.h"
 #include "methods/method_registry.h"

@@ -18,8 +18,8 @@
 #include <cmath>
 #include <set>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/ltd/ltd_classifier_trainer.h"

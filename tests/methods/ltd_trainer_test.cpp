@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/ltd/ltd_policy.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/rank_template.h"
 #include "methods/common/train/regen.h"

@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/clock.h"
-#include "harness/base/error.h"
+#include "base/clock.h"
+#include "base/error.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"
@@ -27,7 +27,7 @@
 namespace specbed {
 namespace testing_util {
 
-// A decision clock (harness/base/clock.h) for tests of timing-driven methods (the SpecBlock
+// A decision clock (base/clock.h) for tests of timing-driven methods (the SpecBlock
 // bandit's throughput reward): 1 ms per forward of `target` (its prefill and each verify step,
 // LlamaModel::forward_calls), so the decisions do not depend on the machine's load. Drafter
 // forwards and online updates cost nothing in it. `target` must outlive the clock.

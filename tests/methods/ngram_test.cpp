@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"

@@ -12,8 +12,8 @@
 #include <cmath>
 #include <map>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/method_registry.h"

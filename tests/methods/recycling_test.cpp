@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/logits_rows.h"
 #include "methods/method_registry.h"

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"

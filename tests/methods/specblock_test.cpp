@@ -24,8 +24,8 @@
 #include <fstream>
 #include <map>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
@@ -589,7 +589,7 @@ TEST(SpecBlockBandit, NoRollbackWhenTauFallsWithoutAnUpdate) {
   EXPECT_TRUE(r.AddWindow(2.7, false, &best));
 }
 
-// The decision clock of RepeatedPromptTau (harness/base/clock.h): a cost model of the work done,
+// The decision clock of RepeatedPromptTau (base/clock.h): a cost model of the work done,
 // 1 ms per target forward (TargetForwardClock) plus, for a bandit adapter, 50 ms per head-only
 // and 180 ms per full update event: about the ratios measured on the 2-core CPU (a query of ~27
 // forwards ~45 ms, a head update ~0.09 s, a full one ~0.3 s), so updates cost what they cost in

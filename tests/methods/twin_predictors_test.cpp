@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/paths.h"
+#include "base/error.h"
+#include "base/paths.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/specbranch/hrad.h"
 #include "models/twin/cost_twin.h"

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/llama_config.h"
 #include "tests/models/model_test_util.h"
 

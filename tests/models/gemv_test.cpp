@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/half_bits.h"
 #include "models/llama_model.h"
 #include "models/llama_weights.h"

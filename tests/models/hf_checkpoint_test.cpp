@@ -18,8 +18,8 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/llama_weights.h"

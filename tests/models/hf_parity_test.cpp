@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/paths.h"
+#include "base/paths.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/llama_model.h"
 #include "tests/common/cuda_test_util.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/reference_forward.h"
 #include "tests/models/model_test_util.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "reports/compare.h"
 #include "tests/reports/synthetic_db.h"
 

@@ -2,7 +2,8 @@
 // (tests/reports/synthetic_db.h: 5 cases in 2 runs, one tree case that diverges from AR, one case
 // without a baseline): the cases CSV has one row per case and every cell equals the number of
 // `summary --json` at the column's dotted path (intervals as .lo/.hi, JSON-text columns equal as
-// JSON), CSV quoting, the samples and steps tables (row counts = stored rows), the JSON forms,
+// JSON), CSV quoting, the samples and steps tables (row counts = stored rows; the header = every
+// field of results/record_schema.h), the JSON forms,
 // and the errors for unknown formats and tables.
 #include <gtest/gtest.h>
 
@@ -14,9 +15,10 @@
 #include <sqlite3.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "metrics/vllm_metrics.h"
 #include "reports/export.h"
+#include "results/record_schema.h"
 #include "tests/reports/synthetic_db.h"
 
 namespace specbed {
@@ -152,7 +154,7 @@ TEST(Export, SamplesStepsJsonAndErrors) {
   EXPECT_EQ(samples.size(), 1 + n_samples);
   EXPECT_EQ(samples[0][0], "case_id");
   // "once upon a time" has no comma; output ids "[1,2,3]" do: quoted and read back whole.
-  const auto ids_col = std::find(samples[0].begin(), samples[0].end(), "output_ids");
+  const auto ids_col = std::find(samples[0].begin(), samples[0].end(), "output_ids_json");
   ASSERT_NE(ids_col, samples[0].end());
   EXPECT_EQ(samples[1][ids_col - samples[0].begin()].front(), '[');
   const auto steps = ParseCsv(ExportResults(summary, ExportTable::kSteps, ExportFormat::kCsv));
@@ -161,6 +163,19 @@ TEST(Export, SamplesStepsJsonAndErrors) {
       Json::parse(ExportResults(summary, ExportTable::kSteps, ExportFormat::kJson));
   ASSERT_EQ(steps_json.size(), n_steps);
   EXPECT_TRUE(steps_json[0].contains("n_accepted"));
+  // Every field of the one record schema reaches the export under its column's name (and
+  // nothing else does): the CSV header is the ids then the field table, in order.
+  std::vector<std::string> sample_header = {"case_id", "run_id"};
+  for (const auto& f : SampleFields()) sample_header.push_back(f.name);
+  EXPECT_EQ(samples[0], sample_header);
+  std::vector<std::string> step_header = {"case_id", "run_id", "prompt_id", "turn"};
+  for (const auto& f : StepFields()) step_header.push_back(f.name);
+  EXPECT_EQ(steps[0], step_header);
+  // Every case field with a summary key is in each case of the summary document.
+  const Json summary_doc = Json::parse(SummaryJson(summary));
+  for (const auto& f : CaseFields()) {
+    if (f.summary != nullptr) EXPECT_TRUE(summary_doc["cases"][0].contains(f.summary)) << f.name;
+  }
   const Json cases_json =
       Json::parse(ExportResults(summary, ExportTable::kCases, ExportFormat::kJson));
   EXPECT_EQ(cases_json, Json::parse(SummaryJson(summary)));

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "tests/common/test_util.h"

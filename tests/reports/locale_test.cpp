@@ -1,5 +1,5 @@
 // Tests that nothing `specbed report`, `summary` and `export` write depends on the user's locale
-// (harness/base/locale_pin.h): gnuplot runs with LC_ALL=C.UTF-8 and LANGUAGE unset whatever the
+// (base/locale_pin.h): gnuplot runs with LC_ALL=C.UTF-8 and LANGUAGE unset whatever the
 // test process's environment says (a fake gnuplot reports its locale); the real gnuplot, started
 // from a C-locale environment (LC_ALL=C, as on a fresh Debian without LANG), gives no warning on
 // every figure of the paper database (`set encoding utf8` warns "iconv failed to convert degree
@@ -19,9 +19,9 @@
 #include <regex>
 #include <string>
 
-#include "harness/base/error.h"
-#include "harness/base/locale_pin.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/locale_pin.h"
+#include "base/mapped_file.h"
 #include "reports/export.h"
 #include "reports/format.h"
 #include "reports/plots.h"

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 #include "metrics/metrics.h"
 #include "tests/common/test_util.h"
@@ -521,6 +521,24 @@ TEST(Metrics, ExactMatchFindsFirstDivergenceAndArMargin) {
   EXPECT_TRUE(std::isnan(ParseMarginsJson("[1.5,null]", "x")[1]));
   EXPECT_CONTAINS(ErrorOf([] { ParseTokenIdsJson("[1,2.5]", "ids of p"); }),
                   "ids of p: element 1 is 2.5");
+}
+
+// The baseline is known by its stored traits, not its name: a non-speculative method under
+// another name is the baseline, a speculative one named "ar" is not; without traits (schema v1)
+// the name decides.
+TEST(Metrics, TheArBaselineIsKnownByItsStoredTraits) {
+  CaseRecord c = TestCase("k", "ar", 0);
+  c.method_traits_json = "";
+  EXPECT_TRUE(IsArBaseline(c));
+  c.method = "plain-decode";
+  EXPECT_FALSE(IsArBaseline(c));
+  c.method_traits_json = R"({"speculative":false,"lossless":true})";
+  EXPECT_TRUE(IsArBaseline(c));
+  c.method = "ar";
+  c.method_traits_json = R"({"speculative":true})";
+  EXPECT_FALSE(IsArBaseline(c));
+  c.method_traits_json = "not json";  // unreadable traits: the name decides
+  EXPECT_TRUE(IsArBaseline(c));
 }
 
 TEST(Metrics, ArBaselinePrefersTheSameRunThenAnyRun) {

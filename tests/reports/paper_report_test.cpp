@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/locale_pin.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/locale_pin.h"
+#include "base/mapped_file.h"
 #include "reports/paper_reference.h"
 #include "reports/plots.h"
 #include "reports/report.h"
@@ -465,7 +465,7 @@ std::string Shell(const std::string& command) {
   return out;
 }
 
-// Chromium in the C.UTF-8 locale whatever the test's (harness/base/locale_pin.h).
+// Chromium in the C.UTF-8 locale whatever the test's (base/locale_pin.h).
 std::string Chromium(const std::string& profile, const std::string& args) {
   return Shell(ChildLocaleShellPrefix() +
                "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "

@@ -14,7 +14,7 @@
 #include <regex>
 #include <string>
 
-#include "harness/base/mapped_file.h"
+#include "base/mapped_file.h"
 #include "reports/report.h"
 
 namespace specbed {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "reports/summary.h"
 #include "tests/common/test_util.h"
 #include "tests/reports/synthetic_db.h"

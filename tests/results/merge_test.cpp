@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "results/merge.h"
 #include "results/store.h"
 #include "tests/common/results_records.h"

@@ -23,8 +23,9 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
+#include "results/record_schema.h"
 #include "results/store.h"
 #include "tests/common/results_records.h"
 #include "tests/common/test_util.h"
@@ -853,8 +854,8 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
-  EXPECT_EQ(TableColumns(fresh, "steps").size(),
-            20u);  // v6: busy times, forwards, rollback; v10: trimmed, drafter prefill
+  // Every step field (results/record_schema.h) and the three keys step_id, case_id, sample_id.
+  EXPECT_EQ(TableColumns(fresh, "steps").size(), StepFields().size() + 3);
 }
 
 TEST(ResultsStore, ReadOnlyStoreRefusesWritesAndMissingFiles) {

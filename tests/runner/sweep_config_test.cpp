@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "harness/runner/sweep_config.h"
 #include "tests/common/test_util.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer/chat_template.h"
 
 namespace specbed {

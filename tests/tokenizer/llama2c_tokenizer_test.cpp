@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_util.h"
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
 #include "methods/common/train/regen.h"

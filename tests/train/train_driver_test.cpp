@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/train/regen.h"
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_loop.h"

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
 #include "harness/engine/ar_generate.h"
 #include "methods/common/train/draft_lm_trainer.h"
 #include "methods/common/train/trainable_llama.h"

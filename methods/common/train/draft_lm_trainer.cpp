@@ -16,12 +16,12 @@
 #include <random>
 #include <sstream>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/json_read.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/json_read.h"
+#include "base/mapped_file.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "harness/engine/ar_generate.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"

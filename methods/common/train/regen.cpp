@@ -11,12 +11,12 @@
 #include <map>
 #include <memory>
 
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/mapped_file.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "datasets/dataset.h"
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/environment.h"
 #include "harness/runner/runner.h"

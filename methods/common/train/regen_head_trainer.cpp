@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "harness/base/error.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/timer.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
 #include "models/device.h"

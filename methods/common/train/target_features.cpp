@@ -14,11 +14,11 @@
 #include <filesystem>
 #include <type_traits>
 
-#include "harness/base/error.h"
-#include "harness/base/mapped_file.h"
-#include "harness/base/names.h"
-#include "harness/base/progress.h"
-#include "harness/base/timer.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
+#include "base/names.h"
+#include "base/progress.h"
+#include "base/timer.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_util.h"
 #include "models/model_registry.h"

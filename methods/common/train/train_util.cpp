@@ -9,8 +9,8 @@
 #include <fstream>
 #include <vector>
 
-#include "harness/base/error.h"
-#include "harness/base/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 
 namespace specbed {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "harness/base/mapped_file.h"  // WriteFileAtomically
+#include "base/mapped_file.h"  // WriteFileAtomically
 #include "models/llama_model.h"
 
 namespace specbed {

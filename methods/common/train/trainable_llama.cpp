@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "harness/base/error.h"
-#include "harness/base/names.h"
+#include "base/error.h"
+#include "base/names.h"
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
 #include "models/checkpoint/hf_checkpoint.h"

@@ -1,5 +1,5 @@
 // Progress display (TTY bar or periodic plain lines).
-#include "harness/base/progress.h"
+#include "base/progress.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 
-#include "harness/base/timer.h"
+#include "base/timer.h"
 
 namespace specbed {
 namespace {

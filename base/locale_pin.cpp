@@ -1,6 +1,6 @@
 // Locale pinning (see locale_pin.h).
 // Checked by: tests/reports/locale_test.cpp.
-#include "harness/base/locale_pin.h"
+#include "base/locale_pin.h"
 
 #include <clocale>
 #include <locale>

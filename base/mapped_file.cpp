@@ -1,5 +1,5 @@
 // Read-only file mapping (POSIX mmap) and whole-file reads.
-#include "harness/base/mapped_file.h"
+#include "base/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -1,5 +1,5 @@
 // Run-time location of SpecBed's shipped files.
-#include "harness/base/paths.h"
+#include "base/paths.h"
 
 #include <cstdlib>
 

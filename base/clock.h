@@ -10,7 +10,7 @@
 #include <functional>
 #include <utility>
 
-#include "harness/base/timer.h"
+#include "base/timer.h"
 
 namespace specbed {
 

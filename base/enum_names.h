@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/base/names.h"
+#include "base/names.h"
 
 namespace specbed {
 

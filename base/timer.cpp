@@ -1,5 +1,5 @@
 // Wall-clock formatting.
-#include "harness/base/timer.h"
+#include "base/timer.h"
 
 #include <ctime>
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -1,13 +1,13 @@
 // The JSON reader (see json_read.h): a SAX handler builds the document so that duplicate keys,
 // overflowing numbers and excessive nesting are caught with their position and JSON pointer.
-#include "harness/base/json_read.h"
+#include "base/json_read.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <iterator>
 #include <vector>
 
-#include "harness/base/mapped_file.h"
+#include "base/mapped_file.h"
 
 namespace specbed {
 

@@ -1,10 +1,10 @@
 // Name lookup helpers: edit distance, nearest match, the standard "unknown name" error.
-#include "harness/base/names.h"
+#include "base/names.h"
 
 #include <algorithm>
 #include <cctype>
 
-#include "harness/base/error.h"
+#include "base/error.h"
 
 namespace specbed {
 

@@ -1,5 +1,5 @@
 // FNV-1a 64-bit hashing helpers.
-#include "harness/base/hash.h"
+#include "base/hash.h"
 
 #include <cstdio>
 
