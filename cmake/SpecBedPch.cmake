@@ -12,7 +12,7 @@ option(SPECBED_PCH "Precompile the LibTorch (and GoogleTest) headers shared by L
 
 # The libraries that link LibTorch; a test that links one of them reuses the test PCH.
 set(SPECBED_TORCH_LIBS specbed_kernels specbed_models specbed_engine specbed_methods
-    specbed_trainers specbed_train specbed_runner)
+    specbed_trainers specbed_train specbed_train_core specbed_runner)
 
 set(_specbed_pch_torch_headers
     "$<$<COMPILE_LANGUAGE:CXX>:<ATen/ATen.h$<ANGLE-R>>"

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 
 namespace specbed {
@@ -282,13 +283,17 @@ double SortedQuantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
+constexpr EnumName<SpeedupScope> kSpeedupScopeNames[] = {{SpeedupScope::kDecode, "decode"},
+                                                         {SpeedupScope::kEndToEnd, "end_to_end"}};
+
 const char* SpeedupScopeName(SpeedupScope scope) {
-  return scope == SpeedupScope::kEndToEnd ? "end_to_end" : "decode";
+  return EnumNameOf(kSpeedupScopeNames, scope);
 }
 
 SpeedupScope ParseSpeedupScope(const std::string& name, const std::string& context) {
-  if (name == "decode") return SpeedupScope::kDecode;
-  if (name == "end_to_end" || name == "e2e") return SpeedupScope::kEndToEnd;
+  if (const std::optional<SpeedupScope> scope = EnumValueOf(kSpeedupScopeNames, name))
+    return *scope;
+  if (name == "e2e") return SpeedupScope::kEndToEnd;  // the short spelling
   Fail(context, ": unknown speedup scope '", name,
        "' (expected 'decode' or 'end_to_end' / 'e2e': prefill included)");
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "models/gemv.h"
 #include "models/half_bits.h"
@@ -280,23 +281,16 @@ namespace {
 std::atomic<int> g_cpu_path_override{static_cast<int>(ForwardPath::kAuto)};
 }  // namespace
 
+constexpr EnumName<ForwardPath> kForwardPathNames[] = {
+    {ForwardPath::kAuto, "auto"}, {ForwardPath::kRowKernels, "rows"}, {ForwardPath::kAten, "aten"}};
+
 ForwardPath ParseForwardPath(const std::string& name, const std::string& context) {
-  for (ForwardPath p : {ForwardPath::kAuto, ForwardPath::kRowKernels, ForwardPath::kAten}) {
-    if (name == ForwardPathName(p)) return p;
-  }
+  if (const std::optional<ForwardPath> path = EnumValueOf(kForwardPathNames, name)) return *path;
   Fail(context, ": unknown forward path '", name, "' (expected auto, rows or aten)");
 }
 
 const char* ForwardPathName(ForwardPath path) {
-  switch (path) {
-    case ForwardPath::kAuto:
-      return "auto";
-    case ForwardPath::kRowKernels:
-      return "rows";
-    case ForwardPath::kAten:
-      return "aten";
-  }
-  return "?";
+  return EnumNameOf(kForwardPathNames, path);
 }
 
 void SetCpuForwardPathOverride(ForwardPath path) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "base/names.h"
 #include "reports/record_json.h"
@@ -148,17 +149,24 @@ std::vector<Json> PositionRows(const Json& cases) {
 
 }  // namespace
 
+namespace {
+constexpr EnumName<ExportFormat> kExportFormatNames[] = {{ExportFormat::kCsv, "csv"},
+                                                         {ExportFormat::kJson, "json"}};
+constexpr EnumName<ExportTable> kExportTableNames[] = {{ExportTable::kCases, "cases"},
+                                                       {ExportTable::kPositions, "positions"},
+                                                       {ExportTable::kSamples, "samples"},
+                                                       {ExportTable::kSteps, "steps"}};
+}  // namespace
+
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag) {
-  if (text == "csv") return ExportFormat::kCsv;
-  if (text == "json") return ExportFormat::kJson;
+  if (const std::optional<ExportFormat> format = EnumValueOf(kExportFormatNames, text)) {
+    return *format;
+  }
   Fail(flag, ": unknown export format '", text, "' (expected csv or json)");
 }
 
 ExportTable ParseExportTable(const std::string& text, const std::string& flag) {
-  if (text == "cases") return ExportTable::kCases;
-  if (text == "samples") return ExportTable::kSamples;
-  if (text == "steps") return ExportTable::kSteps;
-  if (text == "positions") return ExportTable::kPositions;
+  if (const std::optional<ExportTable> table = EnumValueOf(kExportTableNames, text)) return *table;
   Fail(flag, ": unknown table '", text, "' (expected cases, positions, samples or steps)");
 }
 

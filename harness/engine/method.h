@@ -4,8 +4,8 @@
 //   Drafter     proposes a draft tree below the root (the last committed token) each step and is
 //               told the verdict (accepted path + bonus token) to roll its own state forward.
 //   Controller  (optional) chooses the draft budget per prompt or per step (BlockPilot), and may
-//               steer a tree drafter inside a step through the draft hooks (LTD: stop growing
-//               between expansion rounds, pick how many nodes are verified).
+//               steer a tree drafter inside a step through its draft hooks (draft_hooks.h; LTD:
+//               stop growing between expansion rounds, pick how many nodes are verified).
 //   Adapter     (optional) learns online from verifier feedback (OSD, the cost-aware bandit).
 //   Decoder     the generation loop. The default is SpeculativeDecoder (speculative_decoder.h:
 //               prefill -> repeat(draft, verify, accept) -> stop rules identical to AR); AR is
@@ -31,6 +31,8 @@
 #include "methods/common/draft_tree.h"
 
 namespace specbed {
+
+class DraftHooks;  // harness/engine/draft_hooks.h
 
 // How a sampling (T > 0) verification accepts draft tokens. At T = 0 every rule is greedy.
 enum class VerifyRule {
@@ -94,43 +96,9 @@ struct DraftStep {
   const std::vector<int32_t>* committed = nullptr;
   DraftBudget budget;
   int64_t step_index = 0;
-  // The decoder's Controller (nullptr = none): a drafter that supports the draft hooks
-  // (Controller::ContinueDrafting / VerifySize) calls them while it drafts this step, so their
-  // cost is draft time.
-  Controller* controller = nullptr;
-};
-
-// Draft hook 1 (depth, LTD's pi_D): the state after one expansion round of a top-k tree drafter
-// (EAGLE-3). Pointers are valid only during the call.
-struct DraftRoundInfo {
-  int64_t rounds = 0;      // expansion rounds done after the first layer (tree layers - 1), >= 1
-  int64_t max_rounds = 0;  // the most rounds this step may run (budget depth - 1)
-  int64_t top_k = 0;       // beam width W (= children per expanded node)
-  // Cumulative draft log-probs (root to node) of every child the latest round generated,
-  // row-major [expanded nodes (best first), top_k]: W^2 values when the beam is full.
-  const float* child_scores = nullptr;
-  int64_t n_child_scores = 0;
-  // Cumulative log-probs of the beam kept for the next round (the W best children, best first).
-  const float* beam_scores = nullptr;
-  int64_t n_beam = 0;
-  // Entropy (nats) of the draft distribution below the best node of the latest expanded layer.
-  double best_entropy = 0;
-  int64_t context_len = 0;  // L: committed tokens (prompt + generated, root included)
-  // The drafter's hidden state at that best node, float32 host [hidden_size]; only when the
-  // controller asks for it (Controller::WantsDraftHidden), else nullptr / 0.
-  const float* best_hidden = nullptr;
-  int64_t hidden_size = 0;
-};
-
-// Draft hook 2 (size, LTD's pi_V): every candidate of the finished tree, before reranking.
-struct DraftTreeInfo {
-  int64_t rounds = 0;  // expansion rounds run (tree layers - 1)
-  int64_t top_k = 0;
-  // Cumulative log-probs of all candidates in generation order (layer 1, then W^2 per round).
-  const float* scores = nullptr;
-  int64_t n_scores = 0;
-  int64_t budget_nodes = 0;  // the step's node budget (the most nodes that may be verified)
-  int64_t context_len = 0;
+  // The draft hooks of the decoder's Controller (nullptr = none; draft_hooks.h): a drafter that
+  // supports them (EAGLE-3) calls them while it drafts this step, so their cost is draft time.
+  DraftHooks* hooks = nullptr;
 };
 
 class Drafter {
@@ -166,15 +134,9 @@ class Controller {
   // KV cache is sized for it before prefill, so a raised budget is never clipped by the cache).
   virtual int64_t MaxNodes(const DraftBudget& base) const { return base.nodes; }
 
-  // Draft hooks, called by drafters that support them (EAGLE-3) through DraftStep::controller:
-  // ContinueDrafting after every expansion round while more rounds are allowed (false = stop
-  // growing the tree now); VerifySize once after the last round, before reranking: the number of
-  // drafted nodes (root excluded) the target verifies, clipped by the drafter to [1, candidates]
-  // and to the step budget.
-  virtual bool ContinueDrafting(const DraftRoundInfo& info) { return true; }
-  virtual int64_t VerifySize(const DraftTreeInfo& info) { return info.budget_nodes; }
-  // Whether ContinueDrafting reads DraftRoundInfo::best_hidden (a host copy per round).
-  virtual bool WantsDraftHidden() const { return false; }
+  // The hooks a tree drafter calls inside a step (draft_hooks.h: LTD's depth and size policies
+  // and the baselines it is compared with); nullptr = none.
+  virtual DraftHooks* draft_hooks() { return nullptr; }
   // After every verify step (after Drafter::Accept), with the step's tree and verdict; its cost
   // is draft time.
   virtual void AfterStep(const DraftTree& tree, const Verdict& verdict) {}
@@ -212,6 +174,11 @@ class Decoder {
   // The most draft nodes one verify step may add to the target cache beyond the committed tokens
   // (0 for AR). Callers size the cache with CacheLengthFor (speculative_decoder.h).
   virtual int64_t MaxDraftNodes() const { return 0; }
+  // The rule this decoder verifies with at T > 0, as built for its case's knobs: a VerifyRule
+  // name or the decoder's own rule; "" = no verification (AR). Every method uses greedy at T = 0.
+  // The runner stores it as the case's sampling_verifier trait (the registry's trait is the
+  // default knobs' rule, which tests hold equal to this).
+  virtual std::string SamplingVerifier() const { return ""; }
 };
 
 // Autoregressive decoding (GenerateAr) as a Decoder.

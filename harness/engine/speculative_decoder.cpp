@@ -13,24 +13,39 @@ namespace specbed {
 
 namespace {
 
-// Device-synchronized clock readings of one step: t0 draft start, t1 verify start, t2 verify
-// end, t3 accept end, t4 bookkeeping end; `prev_end` = the previous step's t4 (or the end of
-// prefill for the first step, whose drafter Begin time `begin_ns` counts as draft time).
-struct StepClock {
-  int64_t prev_end = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0;
-};
+// The phases of one step on the device-synchronized clock, lap by lap: each Lap(phase) charges
+// the time since the previous lap to `phase`, so draft + verify + other tile the step and the
+// loop never does clock arithmetic. The first lap starts at the previous step's end (or the end of
+// prefill: the loop overhead between steps is "other"). Accepting (Drafter::Accept, the adapter
+// and controller hooks) is draft time; committing the tokens is "other".
+class StepPhases {
+ public:
+  enum Phase { kDraft, kVerify, kOther };
+  StepPhases(const at::Device& device, int64_t start_ns) : device_(device), last_ns_(start_ns) {}
+  void Lap(Phase phase) {
+    const int64_t now = DeviceNowNanos(device_);
+    ns_[phase] += now - last_ns_;
+    last_ns_ = now;
+  }
+  int64_t end_ns() const { return last_ns_; }
+  // The step's phase times; on the first step the drafter's Begin (`begin_ns`, part of the first
+  // "other" lap) moves to draft time and its prefill part is reported beside it.
+  void SetStepTimes(bool first, int64_t begin_ns, int64_t drafter_prefill_ns,
+                    StepStats& stats) const {
+    const int64_t moved = first ? begin_ns : 0;
+    stats.t_draft_us = (ns_[kDraft] + moved) * 1e-3;
+    stats.t_verify_us = ns_[kVerify] * 1e-3;
+    stats.t_other_us = (ns_[kOther] - moved) * 1e-3;
+    stats.t_draft_prefill_us = first ? drafter_prefill_ns * 1e-3 : 0.0;
+    stats.t_draft_busy_us = stats.t_draft_us;
+    stats.t_verify_busy_us = stats.t_verify_us;
+  }
 
-// Phase times of a step from its clock readings: draft + verify + other add up to decode time.
-void SetStepTimes(const StepClock& t, bool first, int64_t begin_ns, int64_t drafter_prefill_ns,
-                  StepStats& stats) {
-  stats.t_draft_us = ((t.t1 - t.t0) + (t.t3 - t.t2) + (first ? begin_ns : 0)) * 1e-3;
-  stats.t_verify_us = (t.t2 - t.t1) * 1e-3;
-  stats.t_draft_prefill_us = first ? drafter_prefill_ns * 1e-3 : 0.0;
-  // Other: this step's bookkeeping plus the loop overhead since the previous step ended.
-  stats.t_other_us = ((t.t4 - t.t3) + (t.t0 - t.prev_end) - (first ? begin_ns : 0)) * 1e-3;
-  stats.t_draft_busy_us = stats.t_draft_us;
-  stats.t_verify_busy_us = stats.t_verify_us;
-}
+ private:
+  at::Device device_;
+  int64_t last_ns_;
+  int64_t ns_[3] = {0, 0, 0};
+};
 
 // Pushes the verdict's tokens until a stop rule fires; returns how many were emitted.
 int64_t CommitTokens(const std::vector<int32_t>& tokens, std::vector<int32_t>& committed,
@@ -49,7 +64,7 @@ int64_t CommitTokens(const std::vector<int32_t>& tokens, std::vector<int32_t>& c
 int32_t DraftWithinBudget(Drafter& drafter, Controller* controller, DraftStep& step,
                           DraftBudget& budget, int64_t free, int64_t left, int64_t vocab,
                           DraftTree& tree) {
-  step.controller = controller;
+  step.hooks = controller != nullptr ? controller->draft_hooks() : nullptr;
   if (controller) controller->BeforeStep(step, budget);
   step.budget.nodes = std::min(budget.nodes, free);
   step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
@@ -235,9 +250,8 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
       stop.StopForContext();
       break;
     }
-    StepClock clock;
-    clock.prev_end = t_prev_end;
-    clock.t0 = DeviceNowNanos(target_.device());
+    StepPhases phases(target_.device(), t_prev_end);
+    phases.Lap(StepPhases::kOther);  // the loop since the previous step ended
     DraftStep step;
     step.root = root;
     step.committed = &committed_;
@@ -245,20 +259,20 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
     const int64_t left = config.stop.max_new_tokens - static_cast<int64_t>(stop.tokens().size());
     const int32_t draft_depth =
         DraftWithinBudget(*drafter_, controller_.get(), step, budget, free, left, vocab, tree_);
-    clock.t1 = DeviceNowNanos(target_.device());
+    phases.Lap(StepPhases::kDraft);
     verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
-    clock.t2 = DeviceNowNanos(target_.device());
+    phases.Lap(StepPhases::kVerify);
     drafter_->Accept(tree_, verdict_);
     if (adapter) adapter->Observe(tree_, verdict_);
     if (controller_) controller_->AfterStep(tree_, verdict_);
-    clock.t3 = DeviceNowNanos(target_.device());
+    phases.Lap(StepPhases::kDraft);
 
     StepStats stats = CountStep(tree_, verdict_, draft_depth, drafter_->GeneratedLastStep());
     stats.n_emitted = CommitTokens(verdict_.tokens, committed_, stop);
     root = verdict_.tokens.back();
-    clock.t4 = DeviceNowNanos(target_.device());
-    SetStepTimes(clock, step_index == 0, begun.all_ns, begun.drafter_prefill_ns, stats);
-    t_prev_end = clock.t4;
+    phases.Lap(StepPhases::kOther);
+    phases.SetStepTimes(step_index == 0, begun.all_ns, begun.drafter_prefill_ns, stats);
+    t_prev_end = phases.end_ns();
     result.steps.push_back(stats);
     ++step_index;
     ++gen.n_steps;

@@ -43,6 +43,7 @@ class SpeculativeDecoder : public Decoder {
                 DecodeResult& result) override;
   // The default budget's nodes, or the installed Controller's MaxNodes when larger.
   int64_t MaxDraftNodes() const override;
+  std::string SamplingVerifier() const override { return VerifyRuleName(options_.sampling_rule); }
 
   Drafter& drafter() { return *drafter_; }
   // Installs (or replaces) the online Adapter; takes effect at the next Generate.

@@ -267,17 +267,15 @@ nlohmann::json EngineJson(const LlamaModel& model, const CaseGraphStats& graphs)
           {"graphs_timed", GraphStatsJson(graphs.after_warmup, graphs.end)}};
 }
 
-CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodInfo& method_info,
-                           const LlamaModel& model, double bandwidth_gb_s,
-                           const CaseGraphStats& graphs) {
+CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodTraits& traits, const LlamaModel& model,
+                           double bandwidth_gb_s, const CaseGraphStats& graphs) {
   CaseRecord record;
   record.case_key = c.Key();
   record.target = c.target;
   record.method = c.method.name;
   record.method_knobs_json = c.method.knobs.dump();
-  record.method_traits_json = method_info.traits.ToJson().dump();
-  if (!method_info.traits.drafter_knob.empty())
-    record.drafter = c.method.knobs.value(method_info.traits.drafter_knob, "");
+  record.method_traits_json = traits.ToJson().dump();
+  if (!traits.drafter_knob.empty()) record.drafter = c.method.knobs.value(traits.drafter_knob, "");
   record.dataset = c.dataset.name;
   std::string cats;
   for (size_t k = 0; k < c.dataset.categories.size(); ++k)
@@ -605,8 +603,10 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
     }
   }
   graphs.end = model.graph_stats();
+  MethodTraits traits = method_info.traits;  // as built for these knobs: the decoder's rule
+  traits.sampling_verifier = decoder->SamplingVerifier();
   CaseRecord record = BuildCaseRecord(
-      c, method_info, model, MemoryBandwidthGbs(static_cast<int>(c.threads), c.device), graphs);
+      c, traits, model, MemoryBandwidthGbs(static_cast<int>(c.threads), c.device), graphs);
   record.wall_s = (NowMicros() - case_start) * 1e-6;
   store_.WriteCase(run_id, record, samples, steps);
 }

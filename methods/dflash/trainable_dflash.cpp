@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
@@ -181,23 +182,19 @@ at::Tensor TrainableDflash::Forward(const at::Tensor& features, const at::Tensor
   return at::matmul(out, lm_head_.t()).view({n, a, b, c.vocab_size});
 }
 
+constexpr EnumName<DflashLossKind> kDflashLossNames[] = {
+    {DflashLossKind::kCrossEntropy, "ce"},
+    {DflashLossKind::kForwardKl, "forward_kl"},
+    {DflashLossKind::kReverseKl, "reverse_kl"}};
+
 DflashLossKind ParseDflashLossKind(const std::string& name) {
-  if (name == "ce") return DflashLossKind::kCrossEntropy;
-  if (name == "forward_kl") return DflashLossKind::kForwardKl;
-  if (name == "reverse_kl") return DflashLossKind::kReverseKl;
-  Fail("unknown DFlash loss '", name, "'; expected one of: ce, forward_kl, reverse_kl");
+  if (const std::optional<DflashLossKind> kind = EnumValueOf(kDflashLossNames, name)) return *kind;
+  Fail("unknown DFlash loss '", name,
+       "'; expected one of: ", Join(EnumNames(kDflashLossNames), ", "));
 }
 
 const char* DflashLossKindName(DflashLossKind kind) {
-  switch (kind) {
-    case DflashLossKind::kCrossEntropy:
-      return "ce";
-    case DflashLossKind::kForwardKl:
-      return "forward_kl";
-    case DflashLossKind::kReverseKl:
-      return "reverse_kl";
-  }
-  return "?";
+  return EnumNameOf(kDflashLossNames, kind);
 }
 
 DflashLossResult DflashBlockLoss(const at::Tensor& logits, const at::Tensor& tokens,

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "harness/engine/draft_hooks.h"
 
 namespace specbed {
 
@@ -138,7 +139,7 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   bo.budget = nodes;
   step_ = &step;
   layer_limit_ = std::min(depth, nodes);
-  if (step.controller != nullptr) best_entropy_ = Entropy(root_logits_[0]);
+  if (step.hooks != nullptr) best_entropy_ = Entropy(root_logits_[0]);
   try {
     builder_.Build(*this, bo, tree);
   } catch (...) {
@@ -192,7 +193,7 @@ double Eagle3Drafter::Entropy(const float* row) const {
 
 bool Eagle3Drafter::ContinueGrowing(const std::vector<float>& scores, int64_t layer_begin,
                                     int64_t layer) {
-  if (step_ == nullptr || step_->controller == nullptr) return true;
+  if (step_ == nullptr || step_->hooks == nullptr) return true;
   const int64_t n = static_cast<int64_t>(scores.size()) - layer_begin;
   const int64_t w = std::min<int64_t>(options_.top_k, n);
   beam_scores_.assign(scores.begin() + layer_begin, scores.end());
@@ -208,16 +209,16 @@ bool Eagle3Drafter::ContinueGrowing(const std::vector<float>& scores, int64_t la
   info.n_beam = w;
   info.best_entropy = best_entropy_;
   info.context_len = static_cast<int64_t>(step_->committed ? step_->committed->size() : 0);
-  if (step_->controller->WantsDraftHidden()) {
+  if (step_->hooks->WantsDraftHidden()) {
     info.best_hidden = best_hidden_.data();
     info.hidden_size = static_cast<int64_t>(best_hidden_.size());
   }
-  return step_->controller->ContinueDrafting(info);
+  return step_->hooks->ContinueDrafting(info);
 }
 
 int64_t Eagle3Drafter::KeepBudget(const std::vector<float>& scores, int64_t layers,
                                   int64_t budget) {
-  if (step_ == nullptr || step_->controller == nullptr) return budget;
+  if (step_ == nullptr || step_->hooks == nullptr) return budget;
   DraftTreeInfo info;
   info.rounds = layers - 1;
   info.top_k = options_.top_k;
@@ -225,7 +226,7 @@ int64_t Eagle3Drafter::KeepBudget(const std::vector<float>& scores, int64_t laye
   info.n_scores = static_cast<int64_t>(scores.size());
   info.budget_nodes = budget;
   info.context_len = static_cast<int64_t>(step_->committed ? step_->committed->size() : 0);
-  return step_->controller->VerifySize(info);
+  return step_->hooks->VerifySize(info);
 }
 
 void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_t>& frontier,
@@ -267,9 +268,9 @@ void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_
   node_hidden_.index_copy_(0, rows.narrow(0, n, n), out_.hidden);
   for (int64_t i = 0; i < n; ++i) candidate_slot_[frontier[i]] = cache_len + i;
   TopKRows(out_.logits, k, tokens.data(), logp.data());
-  if (step_ == nullptr || step_->controller == nullptr) return;
+  if (step_ == nullptr || step_->hooks == nullptr) return;
   best_entropy_ = Entropy(out_.logits[0]);
-  if (step_->controller->WantsDraftHidden()) {
+  if (step_->hooks->WantsDraftHidden()) {
     const at::Tensor row = out_.hidden[0].to(at::kFloat).cpu().contiguous();
     best_hidden_.assign(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
   }

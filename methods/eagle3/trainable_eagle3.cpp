@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
@@ -179,13 +180,15 @@ std::vector<at::Tensor> TrainableEagle3::Forward(const at::Tensor& aux, const at
   return logits;
 }
 
+constexpr EnumName<TttLossNorm> kTttLossNormNames[] = {{TttLossNorm::kCounted, "counted"},
+                                                       {TttLossNorm::kAllPositions, "all"}};
+
 const char* TttLossNormName(TttLossNorm norm) {
-  return norm == TttLossNorm::kAllPositions ? "all" : "counted";
+  return EnumNameOf(kTttLossNormNames, norm);
 }
 
 TttLossNorm ParseTttLossNorm(const std::string& name) {
-  if (name == "counted") return TttLossNorm::kCounted;
-  if (name == "all") return TttLossNorm::kAllPositions;
+  if (const std::optional<TttLossNorm> norm = EnumValueOf(kTttLossNormNames, name)) return *norm;
   Fail("eagle3: unknown TTT loss normalisation '", name,
        "' (expected 'counted': per step by its counted positions, or 'all': by every position "
        "of the batch, as the EAGLE-3 reference)");

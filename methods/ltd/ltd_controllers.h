@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "harness/engine/draft_hooks.h"
 #include "harness/engine/method.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_policy.h"
@@ -40,8 +41,9 @@ struct LtdControllerStats {
 
 // Common part: fixed maximum rounds and node budget; the step budget asks the drafter for
 // max_rounds + 1 layers and max_nodes nodes.
-class TreeShapeController : public Controller {
+class TreeShapeController : public Controller, public DraftHooks {
  public:
+  DraftHooks* draft_hooks() override { return this; }
   TreeShapeController(int64_t max_rounds, int64_t max_nodes)
       : max_rounds_(max_rounds), max_nodes_(max_nodes) {}
   void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;

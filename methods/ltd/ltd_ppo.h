@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "methods/common/train/train_loop.h"
+#include "methods/common/train/optimizer.h"
 
 namespace specbed {
 

@@ -35,7 +35,7 @@
 
 #include "harness/engine/method.h"
 #include "methods/common/served_teacher.h"
-#include "methods/common/train/train_loop.h"
+#include "methods/common/train/optimizer.h"
 
 namespace specbed {
 

@@ -63,6 +63,8 @@ class PearlDecoder : public ParallelDecoder {
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma; }
+  // Chain rejection sampling of each chunk (the first token of the next chunk tested the same way).
+  std::string SamplingVerifier() const override { return "chain_rs"; }
 
   void SetTrace(PearlTrace* trace) { trace_ = trace; }
 

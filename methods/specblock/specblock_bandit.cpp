@@ -14,8 +14,8 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "methods/specblock/specblock_drafter.h"
+#include "methods/specblock/specblock_loss.h"
 #include "methods/specblock/specblock_model.h"
-#include "methods/specblock/specblock_trainer.h"
 
 namespace specbed {
 

@@ -50,7 +50,7 @@
 #include "base/clock.h"
 #include "harness/engine/method.h"
 #include "methods/common/served_teacher.h"
-#include "methods/common/train/train_loop.h"
+#include "methods/common/train/optimizer.h"
 #include "models/llama_model.h"
 
 namespace specbed {

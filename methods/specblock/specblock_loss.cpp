@@ -1,6 +1,8 @@
-// SpecBlock training loss and the single-position logits used by online adaptation (see
-// specblock_trainer.h).
+// SpecBlock's training loss and the single-position logits used by online adaptation (see
+// specblock_loss.h).
 // Checked by: tests/methods/specblock_test.cpp.
+#include "methods/specblock/specblock_loss.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -8,7 +10,6 @@
 
 #include "base/error.h"
 #include "methods/common/train/param_device.h"
-#include "methods/specblock/specblock_trainer.h"
 
 namespace specbed {
 namespace {

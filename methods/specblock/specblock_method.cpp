@@ -13,7 +13,7 @@
 #include "methods/osd/osd_adapter.h"
 #include "methods/specblock/specblock_bandit.h"
 #include "methods/specblock/specblock_drafter.h"
-#include "methods/specblock/specblock_trainer.h"
+#include "methods/specblock/specblock_loss.h"
 #include "models/drafter_catalog.h"
 
 namespace specbed {

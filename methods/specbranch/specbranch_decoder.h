@@ -68,6 +68,8 @@ class SpecBranchDecoder : public ParallelDecoder {
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
   int64_t MaxDraftNodes() const override { return options_.gamma_max; }
+  // Chain rejection sampling of R, then recursive rejection sampling over the branch candidates.
+  std::string SamplingVerifier() const override { return "chain_rs+branch_rrs"; }
   const SpecBranchCounters& counters() const { return counters_; }
 
  private:

@@ -155,5 +155,20 @@ TEST(DrafterFirstStep, EverySampleFollowMethodDraftsTheSameTreeAtTemperatureOne)
   EXPECT_NE(sampled.token, greedy.token);
 }
 
+// One source for the T > 0 rule: every method's decoder, built with its default knobs, verifies
+// with the rule its registration states, and the decoder (which the runner records) follows the
+// knobs where the rule does: dflash with argmax drafts (point masses) uses sample_follow.
+TEST(DrafterFirstStep, EveryDecoderVerifiesWithTheRuleItsRegistrationStates) {
+  for (const std::string& method : Shared().registry.Names()) {
+    EXPECT_EQ(Shared().Build(method)->SamplingVerifier(),
+              Shared().registry.Info(method).traits.sampling_verifier)
+        << method;
+  }
+  MethodContext context = testing_util::CachingContextFor(Shared().target);
+  const auto argmax = Shared().registry.Build("dflash", context, {{"draft_sampling", "argmax"}});
+  EXPECT_EQ(argmax->SamplingVerifier(), "sample_follow");
+  EXPECT_EQ(Shared().Build("dflash")->SamplingVerifier(), "chain_rs");
+}
+
 }  // namespace
 }  // namespace specbed
