@@ -28,7 +28,7 @@ struct DraftRoundInfo {
   double best_entropy = 0;
   int64_t context_len = 0;  // L: committed tokens (prompt + generated, root included)
   // The drafter's hidden state at that best node, float32 host [hidden_size]; only when the
-  // controller asks for it (Controller::WantsDraftHidden), else nullptr / 0.
+  // hooks ask for it (DraftHooks::WantsDraftHidden), else nullptr / 0.
   const float* best_hidden = nullptr;
   int64_t hidden_size = 0;
 };

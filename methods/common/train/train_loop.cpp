@@ -21,7 +21,6 @@
 #include "base/paths.h"
 #include "base/progress.h"
 #include "base/timer.h"
-#include "methods/common/json_fields.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
