@@ -54,4 +54,18 @@ E ParseEnumName(const EnumName<E> (&table)[N], const std::string& name, const st
   FailUnknownName(kind, name, EnumNames(table), context);
 }
 
+// Defines the name function and the parser of enum E from its rows ({E::kA, "a"}, ...):
+//   const char* NameFn(E value);                                    // "?" off the table
+//   E ParseFn(const std::string& name, const std::string& context); // unknown: FailUnknownName
+// The parser's error names `kind` ("verification rule") and lists the known names.
+#define SPECBED_ENUM_NAMES(E, kind, NameFn, ParseFn, ...)          \
+  const char* NameFn(E value) {                                    \
+    static constexpr EnumName<E> kTable[] = {__VA_ARGS__};         \
+    return EnumNameOf(kTable, value);                              \
+  }                                                                \
+  E ParseFn(const std::string& name, const std::string& context) { \
+    static constexpr EnumName<E> kTable[] = {__VA_ARGS__};         \
+    return ParseEnumName(kTable, name, kind, context);             \
+  }
+
 }  // namespace specbed

@@ -131,14 +131,14 @@ void FusedRopeKvWrite(const at::Tensor& qkv, const at::Tensor& positions, const 
   CheckTensor(kKernel, "sin", sin, {at::kFloat}, {cos.size(0), hd / 2}, "[P, hd / 2]");
   CheckOptionalNorm(kKernel, "q_norm", q_norm, hd, qkv);
   CheckOptionalNorm(kKernel, "k_norm", k_norm, hd, qkv);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"positions", &positions},
-                                {"slots", &slots},
-                                {"cos", &cos},
-                                {"sin", &sin},
-                                {"q_out", &q_out},
-                                {"cache", &cache}}) {
-    CheckSameDevice(kKernel, name, *t, "qkv", qkv);
-  }
+  CheckSameDevices(kKernel,
+                   {{"positions", positions},
+                    {"slots", slots},
+                    {"cos", cos},
+                    {"sin", sin},
+                    {"q_out", q_out},
+                    {"cache", cache}},
+                   "qkv", qkv);
   RopeKvWriteArgs a;
   a.qkv = qkv.data_ptr();
   a.positions = positions.data_ptr<int64_t>();
@@ -190,12 +190,9 @@ void FusedTreeAttention(const at::Tensor& q, const at::Tensor& cache, int64_t la
   CheckTensor(kKernel, "tree_bits", tree_bits, {at::kLong}, {-1, tokens}, "[B or 1, T]");
   SPECBED_CHECK(tree_bits.size(0) == batch || tree_bits.size(0) == 1, kKernel, ": tree_bits has ",
                 tree_bits.size(0), " rows; expected B = ", batch, " or 1");
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"cache", &cache},
-                                {"kv_len", &kv_len},
-                                {"tree_bits", &tree_bits},
-                                {"out", &out}}) {
-    CheckSameDevice(kKernel, name, *t, "q", q);
-  }
+  CheckSameDevices(kKernel,
+                   {{"cache", cache}, {"kv_len", kv_len}, {"tree_bits", tree_bits}, {"out", out}},
+                   "q", q);
   TreeAttentionArgs a;
   a.q = q.data_ptr();
   a.k_cache = lc.k;

@@ -23,11 +23,13 @@ void GreedyTreeVerify(const at::Tensor& logits, const at::Tensor& tokens, const 
   CheckTensor(kKernel, "n_accepted", n_accepted, {at::kInt}, {batch}, "[B]");
   CheckTensor(kKernel, "bonus", bonus, {at::kInt}, {batch}, "[B]");
   const KernelDevice device = DeviceOf(kKernel, "logits", logits);
-  CheckSameDevice(kKernel, "tokens", tokens, "logits", logits);
-  CheckSameDevice(kKernel, "parent", parent, "logits", logits);
-  CheckSameDevice(kKernel, "accepted", accepted, "logits", logits);
-  CheckSameDevice(kKernel, "n_accepted", n_accepted, "logits", logits);
-  CheckSameDevice(kKernel, "bonus", bonus, "logits", logits);
+  CheckSameDevices(kKernel,
+                   {{"tokens", tokens},
+                    {"parent", parent},
+                    {"accepted", accepted},
+                    {"n_accepted", n_accepted},
+                    {"bonus", bonus}},
+                   "logits", logits);
   if (device == KernelDevice::kCpu) {
     // Parent values are checked for host tensors only: reading a device tensor's values would
     // cost a device-to-host copy per verify step. The walk stays in bounds for any parent values

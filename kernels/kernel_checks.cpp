@@ -115,6 +115,11 @@ void CheckSameDevice(const char* kernel, const char* name, const at::Tensor& t,
                 " but ", ref_name, " is on ", ref.device().str(), "; they must share a device");
 }
 
+void CheckSameDevices(const char* kernel, std::initializer_list<NamedTensor> tensors,
+                      const char* ref_name, const at::Tensor& ref) {
+  for (const NamedTensor& t : tensors) CheckSameDevice(kernel, t.name, t.tensor, ref_name, ref);
+}
+
 at::Tensor HostView(const at::Tensor& t) {
   return t.device().is_cpu() ? t : t.cpu();
 }

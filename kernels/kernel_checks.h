@@ -32,6 +32,16 @@ KernelDevice DeviceOf(const char* kernel, const char* name, const at::Tensor& t)
 void CheckSameDevice(const char* kernel, const char* name, const at::Tensor& t,
                      const char* ref_name, const at::Tensor& ref);
 
+// One named tensor argument of a kernel, for the checks that take several.
+struct NamedTensor {
+  const char* name;
+  const at::Tensor& tensor;
+};
+
+// CheckSameDevice for each of `tensors` against `ref` (argument `ref_name`).
+void CheckSameDevices(const char* kernel, std::initializer_list<NamedTensor> tensors,
+                      const char* ref_name, const at::Tensor& ref);
+
 // `t` itself when it is on the CPU, otherwise a CPU copy (one small synchronous transfer, for
 // validating index inputs of CUDA launches).
 at::Tensor HostView(const at::Tensor& t);

@@ -66,11 +66,9 @@ void CompactKvCacheToPath(const at::Tensor& storage, const at::Tensor& root_slot
   CheckTensor(kKernel, "root_slot", root_slot, {at::kInt}, {batch}, "[B]");
   CheckTensor(kKernel, "accepted", accepted, {at::kInt}, {batch, -1}, "[B, n]");
   CheckTensor(kKernel, "n_accepted", n_accepted, {at::kInt}, {batch}, "[B]");
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"root_slot", &root_slot},
-                                {"accepted", &accepted},
-                                {"n_accepted", &n_accepted}}) {
-    CheckSameDevice(kKernel, name, *t, "storage", storage);
-  }
+  CheckSameDevices(kKernel,
+                   {{"root_slot", root_slot}, {"accepted", accepted}, {"n_accepted", n_accepted}},
+                   "storage", storage);
   const int64_t n = accepted.size(1);
   const KernelDevice device = DeviceOf(kKernel, "storage", storage);
   if (device == KernelDevice::kCpu) {

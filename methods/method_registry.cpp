@@ -5,7 +5,8 @@
 
 #include "base/error.h"
 #include "base/names.h"
-#include "models/drafter_catalog.h"
+#include "base/paths.h"
+#include "methods/drafter_catalog.h"
 
 namespace specbed {
 
@@ -99,8 +100,11 @@ nlohmann::json MethodRegistry::ResolveKnobsFor(const std::string& name, const nl
     if (k.drafter_family.empty()) continue;
     const nlohmann::json& v = resolved[k.name];
     if (v.is_string() && v.get<std::string>() == kAutoDrafter) {
-      resolved[k.name] = DefaultDrafterName(k.drafter_family, target,
-                                            "method '" + name + "', knob '" + k.name + "'");
+      const NamedDrafter* d = DefaultDrafter(k.drafter_family, target);
+      resolved[k.name] = d != nullptr
+                             ? d->name
+                             : DefaultDrafterName(k.drafter_family, target,
+                                                  "method '" + name + "', knob '" + k.name + "'");
     }
   }
   return resolved;
@@ -114,23 +118,62 @@ std::unique_ptr<Decoder> MethodRegistry::Build(const std::string& name, MethodCo
   return info.factory(context, ResolveKnobsFor(name, knobs, context.target->spec.name));
 }
 
+void MethodRegistry::AddDrafter(NamedDrafter drafter) {
+  for (const NamedDrafter& d : drafters_) {
+    SPECBED_CHECK(d.name != drafter.name || d.target != drafter.target, "drafter '", drafter.name,
+                  "' declared twice for target '", drafter.target, "'");
+  }
+  SPECBED_CHECK(drafter.shipped.empty() != !drafter.twin.has_value(), "drafter '", drafter.name,
+                "' must be either a shipped folder or a cost twin");
+  drafters_.push_back(std::move(drafter));
+}
+
+void MethodRegistry::AddShippedDrafter(const std::string& family, const std::string& description,
+                                       TwinDrafterSpec twin) {
+  if (twin.folder.empty()) twin.folder = family;
+  const std::string name = "stories260K-" + family;
+  AddDrafter({name, family, "stories260K", description, "models/stories260K/" + twin.folder, {}});
+  const std::string shape = twin.width_factor == kStoriesTwinWidthFactor
+                                ? "width x" + std::to_string(twin.width_factor) + ", the target's"
+                                : "width x" + std::to_string(twin.width_factor);
+  AddDrafter({"stories260K-twin-" + family, family, "stories260K-twin",
+              "cost twin of " + name + " (" + shape + ")", "", twin});
+}
+
+void MethodRegistry::AddTwinPadRules(const std::vector<TwinPadRule>& rules) {
+  twin_pad_rules_.insert(twin_pad_rules_.end(), rules.begin(), rules.end());
+}
+
+void MethodRegistry::AddTwinWriter(TwinWriter writer) {
+  twin_writers_.push_back(std::move(writer));
+}
+
+std::string MethodRegistry::DrafterDir(const NamedDrafter& drafter) const {
+  return drafter.twin ? StoriesTwinDrafter(*drafter.twin, twin_pad_rules_)
+                      : HomePath(drafter.shipped);
+}
+
+const NamedDrafter* MethodRegistry::DefaultDrafter(const std::string& family,
+                                                   const std::string& target) const {
+  for (const NamedDrafter& d : drafters_) {
+    if (d.family == family && d.target == target) return &d;
+  }
+  return nullptr;
+}
+
 void RegisterBuiltinMethods(MethodRegistry& registry) {
-  RegisterArMethod(registry);
-  RegisterSpsMethod(registry);
-  RegisterEagle3Method(registry);
-  RegisterOsdMethods(registry);
-  RegisterDflashMethods(registry);  // after sps and eagle3: derives from their entries
-  RegisterJetspecMethods(registry);
-  RegisterBlockpilotMethods(registry);
-  RegisterPearlMethod(registry);
-  RegisterSpecBranchMethod(registry);
-  RegisterSpecBlockMethods(registry);  // specblock, specblock+osd, specblock+bandit
-  RegisterLtdMethods(registry);        // ltd, eagle3+{ddd,svip,gammatune,disco,specdecpp,c2t}
-  RegisterNgramMethod(registry);
-  RegisterSuffixMethod(registry);
-  RegisterLookaheadMethod(registry);
-  RegisterRecyclingMethod(registry);
-  RegisterMedusaMethod(registry);
+#define SPECBED_REGISTER(Folder) Register##Folder##Methods(registry);
+  SPECBED_METHOD_FOLDERS(SPECBED_REGISTER)
+#undef SPECBED_REGISTER
+}
+
+const MethodRegistry& BuiltinMethodRegistry() {
+  static const MethodRegistry registry = [] {
+    MethodRegistry r;
+    RegisterBuiltinMethods(r);
+    return r;
+  }();
+  return registry;
 }
 
 }  // namespace specbed

@@ -1,15 +1,19 @@
 // Registry of decoding methods: name -> description, traits, knobs (with defaults and ranges) and
 // a factory that assembles the method's Decoder (harness/engine/method.h) for one case.
-// Registration is explicit (RegisterBuiltinMethods, called by the runner and the CLI) — no
-// static-initialization magic. Unknown names fail with the list of known ones and the nearest
-// match; unknown knobs, wrong types and out-of-range values fail naming the method and knob.
-// The runner branches on traits, never on method names.
-// Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*), tests/cli/cli_test.cpp
+// Registration is explicit (RegisterBuiltinMethods, called by the runner and the CLI, walks the
+// folder list in methods/builtin_methods.h) — no static-initialization magic. A method also
+// declares here what it ships: its named drafters (shipped heads and their cost twins), padding
+// rules for its drafter's own tensors, and twin writers for learned parts outside the HF layout.
+// Unknown names fail with the list of known ones and the nearest match; unknown knobs, wrong types
+// and out-of-range values fail naming the method and knob. The runner branches on traits, never on
+// method names. Checked by: tests/engine/speculative_test.cpp (MethodRegistry.*),
+// tests/cli/cli_test.cpp
 // (`specbed list methods`).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +22,9 @@
 
 #include "base/clock.h"
 #include "harness/engine/method.h"
+#include "methods/builtin_methods.h"
 #include "models/model_registry.h"
+#include "models/twin/stories_twin.h"
 
 namespace specbed {
 
@@ -42,9 +48,9 @@ struct MethodKnob {
   double min = 1, max = 0;
   // String knobs: allowed values (empty = any).
   std::vector<std::string> choices;
-  // Drafter knobs: the drafter family (models/drafter_catalog.h: "draft", "eagle3", "dflash",
-  // "jetspec", "blockpilot"); the value "auto" resolves to the target's shipped drafter of this
-  // family (ResolveKnobsFor). "" = not a drafter knob.
+  // Drafter knobs: the drafter family (methods/drafter_catalog.h: "draft", "eagle3", "dflash",
+  // "jetspec", "blockpilot", ...); the value "auto" resolves to the target's shipped drafter of
+  // this family (ResolveKnobsFor). "" = not a drafter knob.
   std::string drafter_family;
 };
 
@@ -93,6 +99,22 @@ struct MethodInfo {
   std::function<void(const nlohmann::json& knobs)> validate;
 };
 
+// A drafter SpecBed ships or builds, by name; declared by the method that reads it
+// (methods/drafter_catalog.h resolves the names).
+struct NamedDrafter {
+  std::string name;         // e.g. "stories260K-twin-eagle3"
+  std::string family;       // MethodKnob::drafter_family
+  std::string target;       // the registry target it belongs to
+  std::string description;  // one line
+  std::string shipped;      // its folder under SpecBed's home ("models/stories260K/eagle3"), or
+  std::optional<TwinDrafterSpec> twin;  // the cost twin of a shipped folder, built on first use
+};
+
+// Writes the cost twin of a small learned part outside the HF layout (H-RAD, LTD's classifiers)
+// at width factor `width_factor` of what it reads, when `source` is one; returns whether it was.
+using TwinWriter =
+    std::function<bool(const std::string& source, const std::string& output, int64_t width_factor)>;
+
 class MethodRegistry {
  public:
   // Adds a method; a duplicate name or a missing factory is an error.
@@ -112,29 +134,41 @@ class MethodRegistry {
   std::unique_ptr<Decoder> Build(const std::string& name, MethodContext& context,
                                  const nlohmann::json& knobs) const;
 
+  // What the methods ship. A drafter whose (name, target) is declared already is an error.
+  void AddDrafter(NamedDrafter drafter);
+  // The stories260K drafter of `family` shipped in models/stories260K/<twin.folder> ("<family>"
+  // when empty) as "stories260K-<family>", and its cost twin "stories260K-twin-<family>" for
+  // stories260K-twin, padded as `twin` says.
+  void AddShippedDrafter(const std::string& family, const std::string& description,
+                         TwinDrafterSpec twin = {});
+  // Padding rules for the tensors of a method's own drafter (models/twin/cost_twin.h).
+  void AddTwinPadRules(const std::vector<TwinPadRule>& rules);
+  void AddTwinWriter(TwinWriter writer);
+  const std::vector<NamedDrafter>& Drafters() const { return drafters_; }
+  const std::vector<TwinPadRule>& TwinPadRules() const { return twin_pad_rules_; }
+  const std::vector<TwinWriter>& TwinWriters() const { return twin_writers_; }
+  // The checkpoint directory of a declared drafter (building its cost twin on first use).
+  std::string DrafterDir(const NamedDrafter& drafter) const;
+  // The declared drafter of `family` for registry target `target`, or null.
+  const NamedDrafter* DefaultDrafter(const std::string& family, const std::string& target) const;
+
  private:
   std::vector<MethodInfo> methods_;
+  std::vector<NamedDrafter> drafters_;
+  std::vector<TwinPadRule> twin_pad_rules_;
+  std::vector<TwinWriter> twin_writers_;
 };
 
-// Registers every built-in method (`specbed list methods`), in that order.
+// Registers every built-in method (`specbed list methods`), in that order: the
+// Register<Folder>Methods of every folder in SPECBED_METHOD_FOLDERS (methods/builtin_methods.h).
 void RegisterBuiltinMethods(MethodRegistry& registry);
 
-// Per-method registration functions (one per methods/<name>/ folder).
-void RegisterArMethod(MethodRegistry& registry);
-void RegisterSpsMethod(MethodRegistry& registry);
-void RegisterEagle3Method(MethodRegistry& registry);
-void RegisterOsdMethods(MethodRegistry& registry);         // sps+osd, eagle3+osd
-void RegisterDflashMethods(MethodRegistry& registry);      // dflash, ddtree
-void RegisterJetspecMethods(MethodRegistry& registry);     // jetspec
-void RegisterBlockpilotMethods(MethodRegistry& registry);  // dflash+blockpilot
-void RegisterPearlMethod(MethodRegistry& registry);        // pearl
-void RegisterSpecBranchMethod(MethodRegistry& registry);   // specbranch
-void RegisterSpecBlockMethods(MethodRegistry& registry);   // specblock, +osd, +bandit
-void RegisterLtdMethods(MethodRegistry& registry);         // ltd, eagle3+{ddd,svip,gammatune}
-void RegisterNgramMethod(MethodRegistry& registry);        // ngram
-void RegisterSuffixMethod(MethodRegistry& registry);       // suffix
-void RegisterLookaheadMethod(MethodRegistry& registry);    // lookahead
-void RegisterRecyclingMethod(MethodRegistry& registry);    // recycling
-void RegisterMedusaMethod(MethodRegistry& registry);       // medusa
+// The built-in registry, built once per process (RegisterBuiltinMethods); the drafter catalogue
+// (methods/drafter_catalog.h) reads its drafters.
+const MethodRegistry& BuiltinMethodRegistry();
+
+#define SPECBED_DECLARE_REGISTER(Folder) void Register##Folder##Methods(MethodRegistry& registry);
+SPECBED_METHOD_FOLDERS(SPECBED_DECLARE_REGISTER)
+#undef SPECBED_DECLARE_REGISTER
 
 }  // namespace specbed

@@ -88,6 +88,21 @@ RopeScaling ParseRopeScaling(const json& j, const std::string& field, const std:
 
 }  // namespace
 
+void CheckAttentionShape(const std::string& source, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, double rope_theta, double rms_norm_eps,
+                         bool llama2c_names) {
+  auto alias = [&](const char* name) { return llama2c_names ? StrCat(" (", name, ")") : ""; };
+  SPECBED_CHECK(n_heads % n_kv_heads == 0, source, ": num_attention_heads", alias("n_heads"), " ",
+                n_heads, " is not a multiple of num_key_value_heads", alias("n_kv_heads"), " ",
+                n_kv_heads);
+  SPECBED_CHECK(head_dim % 2 == 0, source, ": head_dim ", head_dim,
+                " must be even (RoPE rotates pairs)");
+  SPECBED_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
+                ": rope_theta must be positive, got ", rope_theta);
+  SPECBED_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source, ": rms_norm_eps",
+                alias("norm_eps"), " must be positive, got ", rms_norm_eps);
+}
+
 // Mistral's "sliding_window": null = none; absent = MistralConfig's default 4096. A query attends
 // to the W latest positions only, so full attention (SpecBed's) is the same function while a
 // sequence holds at most W tokens: the context (max_seq_len) is capped at W.
@@ -282,14 +297,8 @@ void LlamaConfig::Validate(const std::string& source) const {
     SPECBED_CHECK(value <= cap, source, ": ", name, " = ", value, " exceeds SpecBed's limit of ",
                   cap, " (far above any published model; the config is corrupt)");
   }
-  SPECBED_CHECK(n_heads % n_kv_heads == 0, source, ": num_attention_heads (n_heads) ", n_heads,
-                " is not a multiple of num_key_value_heads (n_kv_heads) ", n_kv_heads);
-  SPECBED_CHECK(head_dim % 2 == 0, source, ": head_dim ", head_dim,
-                " must be even (RoPE rotates pairs)");
-  SPECBED_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
-                ": rope_theta must be positive, got ", rope_theta);
-  SPECBED_CHECK(std::isfinite(norm_eps) && norm_eps > 0, source,
-                ": rms_norm_eps (norm_eps) must be positive, got ", norm_eps);
+  CheckAttentionShape(source, n_heads, n_kv_heads, head_dim, rope_theta, norm_eps,
+                      /*llama2c_names=*/true);
   if (rope_scaling.type != RopeScalingType::kNone) {
     SPECBED_CHECK(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0, source,
                   ": rope_scaling.factor must be positive, got ", rope_scaling.factor);

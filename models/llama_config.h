@@ -13,6 +13,14 @@
 
 namespace specbed {
 
+// The attention-shape checks every Llama-style config shares (the target's LlamaConfig, the
+// EAGLE-3 head's): heads a multiple of KV heads, an even head_dim (RoPE rotates pairs), finite
+// positive rope_theta and rms_norm_eps. Errors name `source` and the HF field (with
+// `llama2c_names`, also llama2.c's: "num_attention_heads (n_heads)").
+void CheckAttentionShape(const std::string& source, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, double rope_theta, double rms_norm_eps,
+                         bool llama2c_names = false);
+
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
 
 struct RopeScaling {

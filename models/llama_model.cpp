@@ -281,17 +281,9 @@ namespace {
 std::atomic<int> g_cpu_path_override{static_cast<int>(ForwardPath::kAuto)};
 }  // namespace
 
-constexpr EnumName<ForwardPath> kForwardPathNames[] = {
-    {ForwardPath::kAuto, "auto"}, {ForwardPath::kRowKernels, "rows"}, {ForwardPath::kAten, "aten"}};
-
-ForwardPath ParseForwardPath(const std::string& name, const std::string& context) {
-  if (const std::optional<ForwardPath> path = EnumValueOf(kForwardPathNames, name)) return *path;
-  Fail(context, ": unknown forward path '", name, "' (expected auto, rows or aten)");
-}
-
-const char* ForwardPathName(ForwardPath path) {
-  return EnumNameOf(kForwardPathNames, path);
-}
+SPECBED_ENUM_NAMES(ForwardPath, "forward path", ForwardPathName, ParseForwardPath,
+                   {ForwardPath::kAuto, "auto"}, {ForwardPath::kRowKernels, "rows"},
+                   {ForwardPath::kAten, "aten"})
 
 void SetCpuForwardPathOverride(ForwardPath path) {
   g_cpu_path_override.store(static_cast<int>(path), std::memory_order_relaxed);

@@ -16,52 +16,44 @@
 namespace specbed {
 namespace {
 
-ModelSpec Stories260K() {
+// A model of the stories260K family: its llama2.c tokenizer (tok512.bin) and raw prompts.
+ModelSpec StoriesSpec(const std::string& name, const std::string& format, const std::string& path,
+                      const std::string& description) {
   ModelSpec s;
-  s.name = "stories260K";
-  s.format = "llama2c";
-  s.path = HomePath("models/stories260K/stories260K.bin");
+  s.name = name;
+  s.format = format;
+  s.path = path;
   s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
   s.chat_template = "raw";
-  s.description =
-      "Karpathy's TinyStories 260K-parameter llama2.c model (real, pretrained), vocab 512";
+  s.description = description;
   return s;
+}
+
+ModelSpec Stories260K() {
+  return StoriesSpec(
+      "stories260K", "llama2c", HomePath("models/stories260K/stories260K.bin"),
+      "Karpathy's TinyStories 260K-parameter llama2.c model (real, pretrained), vocab 512");
 }
 
 // The default SpS draft for stories260K: trained by `specbed train draft-lm` (see its
 // PROVENANCE.md); an HF directory sharing stories260K's llama2.c tokenizer.
 ModelSpec Stories260KDraft() {
-  ModelSpec s;
-  s.name = "stories260K-draft";
-  s.format = "hf";
-  s.path = HomePath("models/stories260K/draft");
-  s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
-  s.chat_template = "raw";
-  s.description = "draft LM distilled from stories260K for speculative sampling, vocab 512";
-  return s;
+  return StoriesSpec("stories260K-draft", "hf", HomePath("models/stories260K/draft"),
+                     "draft LM distilled from stories260K for speculative sampling, vocab 512");
 }
 
 // The cost twin of stories260K (models/twin/stories_twin.h): stories260K's exact function at the
 // cost of a 512-wide, 16-layer model, built on first use into the cache.
 ModelSpec Stories260KTwin() {
-  ModelSpec s;
-  s.name = "stories260K-twin";
-  s.format = "hf";
-  s.path = StoriesTwin().target;
-  s.tokenizer_path = HomePath("models/stories260K/tok512.bin");
-  s.chat_template = "raw";
-  s.description =
-      "cost twin of stories260K: its exact function (same ids, logits within 1e-4) at the cost "
-      "of a width-512, 16-layer model (~47M parameters); built on first use";
-  return s;
+  return StoriesSpec("stories260K-twin", "hf", StoriesTwinTarget(),
+                     "cost twin of stories260K: its exact function (same ids, logits within 1e-4) "
+                     "at the cost of a width-512, 16-layer model (~47M parameters); built on "
+                     "first use");
 }
 
 ModelSpec Stories260KTwinDraft() {
-  ModelSpec s = Stories260KDraft();
-  s.name = "stories260K-twin-draft";
-  s.path = StoriesTwin().draft;
-  s.description = "cost twin of stories260K-draft (width x4) for SpS on stories260K-twin";
-  return s;
+  return StoriesSpec("stories260K-twin-draft", "hf", StoriesTwinDrafter(StoriesTwinDraftLm(), {}),
+                     "cost twin of stories260K-draft (width x4) for SpS on stories260K-twin");
 }
 
 ModelSpec Random35M() {
@@ -97,19 +89,30 @@ std::string GuessChatTemplate(const LlamaConfig& config) {
   return "raw";
 }
 
+// The registry, in `specbed list models` order (a spec is built only when its name is asked for:
+// the twins build on first use).
+const std::vector<std::pair<std::string, ModelSpec (*)()>>& BuiltinModels() {
+  static const std::vector<std::pair<std::string, ModelSpec (*)()>> models = {
+      {"stories260K", &Stories260K},
+      {"stories260K-draft", &Stories260KDraft},
+      {"stories260K-twin", &Stories260KTwin},
+      {"stories260K-twin-draft", &Stories260KTwinDraft},
+      {"random-35m", &Random35M}};
+  return models;
+}
+
 }  // namespace
 
 std::vector<std::string> BuiltinModelNames() {
-  return {"stories260K", "stories260K-draft", "stories260K-twin", "stories260K-twin-draft",
-          "random-35m"};
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : BuiltinModels()) names.push_back(name);
+  return names;
 }
 
 ModelSpec ResolveModel(const std::string& name_or_path) {
-  if (name_or_path == "stories260K") return Stories260K();
-  if (name_or_path == "stories260K-draft") return Stories260KDraft();
-  if (name_or_path == "random-35m") return Random35M();
-  if (name_or_path == "stories260K-twin") return Stories260KTwin();
-  if (name_or_path == "stories260K-twin-draft") return Stories260KTwinDraft();
+  for (const auto& [name, spec] : BuiltinModels()) {
+    if (name == name_or_path) return spec();
+  }
   if (PathExists(name_or_path)) {
     ModelSpec s;
     s.name = name_or_path;

@@ -166,6 +166,11 @@ std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data);
 ReportTable BuildCaseTable(const ReportGroup& group);
 // The bench table (constant configuration columns already hidden).
 ReportTable BuildBenchTable(const std::vector<BenchRow>& bench);
+// Provenance: one column per run (start, version, commit, flags, host, cpu, gpu, libraries,
+// command, config).
+ReportTable RunsTable(const std::vector<ReportRun>& runs);
+// The conventions list of a report whose speedups are in `scope` (its first line says which).
+std::vector<std::string> ConventionsFor(SpeedupScope scope);
 
 // True when a case is flagged as using synthetic acceptance (not a real measurement): its
 // config_json or method knobs carry the key "synthetic_acceptance" (at any depth) with a value

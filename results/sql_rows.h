@@ -175,6 +175,17 @@ void BindFields(sqlite3_stmt* s, int first, const R& r, const std::vector<Field<
 // Reads the fields a file of schema `version` has from column `first` on (ColumnList's order);
 // the others keep the record's defaults (their "not recorded" values).
 template <typename R>
+void ReadFields(sqlite3_stmt* s, int first, int version, R& r, const std::vector<Field<R>>& fields);
+
+// A record read through `fields` from column `first` on (ReadFields into a default R).
+template <typename R>
+R ReadRecord(sqlite3_stmt* s, int first, int version, const std::vector<Field<R>>& fields) {
+  R r;
+  ReadFields(s, first, version, r, fields);
+  return r;
+}
+
+template <typename R>
 void ReadFields(sqlite3_stmt* s, int first, int version, R& r,
                 const std::vector<Field<R>>& fields) {
   int i = first;

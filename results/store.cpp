@@ -674,68 +674,68 @@ std::vector<ResultsStore::CaseRow> ResultsStore::ListCases() const {
   return out;
 }
 
-std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
+void ResultsStore::QueryRows(const std::string& select, int64_t key, const std::string& what,
+                             const std::function<void(sqlite3_stmt*)>& row) const {
   op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(StrCat("SELECT ", ColumnList(SampleFields(), schema_version_),
-                             " FROM samples WHERE case_id = ?1 ORDER BY sample_id")
-                          .c_str()));
-  BindInt(s.get(), 1, case_id);
+  OwnedStmt s(Prepare(select.c_str()));
+  BindInt(s.get(), 1, key);
+  ForEachRow(s.get(), "loading " + what, row);
+}
+
+std::vector<SampleRecord> ResultsStore::LoadSamples(int64_t case_id) const {
   std::vector<SampleRecord> out;
-  ForEachRow(s.get(), StrCat("loading the samples of case ", case_id), [&](sqlite3_stmt* q) {
-    SampleRecord r;
-    ReadFields(q, 0, schema_version_, r, SampleFields());
-    out.push_back(std::move(r));
-  });
+  QueryRows(StrCat("SELECT ", ColumnList(SampleFields(), schema_version_),
+                   " FROM samples WHERE case_id = ?1 ORDER BY sample_id"),
+            case_id, StrCat("the samples of case ", case_id), [&](sqlite3_stmt* q) {
+              out.push_back(ReadRecord(q, 0, schema_version_, SampleFields()));
+            });
   return out;
 }
 
 std::vector<StepRecord> ResultsStore::LoadSteps(int64_t case_id) const {
-  op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(StrCat("SELECT s.prompt_id, s.turn, ",
-                             ColumnList(StepFields(), schema_version_, "st."),
-                             " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
-                             "st.case_id = ?1 ORDER BY st.step_id")
-                          .c_str()));
-  BindInt(s.get(), 1, case_id);
   std::vector<StepRecord> out;
-  ForEachRow(s.get(), StrCat("loading the steps of case ", case_id), [&](sqlite3_stmt* q) {
-    StepRecord r;
-    ReadAll(q, 0, r.prompt_id, r.turn);
-    ReadFields(q, 2, schema_version_, r, StepFields());
-    out.push_back(std::move(r));
-  });
+  QueryRows(StrCat("SELECT s.prompt_id, s.turn, ", ColumnList(StepFields(), schema_version_, "st."),
+                   " FROM steps st JOIN samples s ON s.sample_id = st.sample_id WHERE "
+                   "st.case_id = ?1 ORDER BY st.step_id"),
+            case_id, StrCat("the steps of case ", case_id), [&](sqlite3_stmt* q) {
+              StepRecord r = ReadRecord(q, 2, schema_version_, StepFields());
+              ReadAll(q, 0, r.prompt_id, r.turn);
+              out.push_back(std::move(r));
+            });
   return out;
 }
 
 template <typename R>
-std::vector<R> ResultsStore::LoadRunRows(const char* table, const char* id_column,
-                                         const std::vector<Field<R>>& fields, int table_since,
-                                         int64_t run_id) const {
+std::vector<R> ResultsStore::LoadKeyedRows(const char* table, const char* key_column,
+                                           const char* order_column,
+                                           const std::vector<Field<R>>& fields, int table_since,
+                                           int64_t key) const {
   std::vector<R> out;
   if (schema_version_ < table_since) return out;
-  op_start_us_ = NowMicros();
-  OwnedStmt s(Prepare(StrCat("SELECT ", ColumnList(fields, schema_version_), " FROM ", table,
-                             " WHERE ?1 < 0 OR run_id = ?1 ORDER BY ", id_column)
-                          .c_str()));
-  BindInt(s.get(), 1, run_id);
-  ForEachRow(s.get(), StrCat("loading ", table, " rows"), [&](sqlite3_stmt* q) {
-    R r;
-    ReadFields(q, 0, schema_version_, r, fields);
-    out.push_back(std::move(r));
-  });
+  QueryRows(StrCat("SELECT ", ColumnList(fields, schema_version_), " FROM ", table,
+                   " WHERE ?1 < 0 OR ", key_column, " = ?1 ORDER BY ", order_column),
+            key, StrCat(table, " rows"),
+            [&](sqlite3_stmt* q) { out.push_back(ReadRecord(q, 0, schema_version_, fields)); });
   return out;
 }
+template std::vector<TrainLogRow> ResultsStore::LoadKeyedRows(
+    const char*, const char*, const char*, const std::vector<Field<TrainLogRow>>&, int,
+    int64_t) const;
+template std::vector<TrainEvalRow> ResultsStore::LoadKeyedRows(
+    const char*, const char*, const char*, const std::vector<Field<TrainEvalRow>>&, int,
+    int64_t) const;
 
 std::vector<BenchRecord> ResultsStore::LoadBench(int64_t run_id) const {
-  return LoadRunRows("bench", "bench_id", BenchFields(), 1, run_id);
+  return LoadKeyedRows("bench", "run_id", "bench_id", BenchFields(), 1, run_id);
 }
 
 std::vector<BenchVerifyRecord> ResultsStore::LoadBenchVerify(int64_t run_id) const {
-  return LoadRunRows("bench_verify", "bench_verify_id", BenchVerifyFields(), 5, run_id);
+  return LoadKeyedRows("bench_verify", "run_id", "bench_verify_id", BenchVerifyFields(), 5, run_id);
 }
 
 std::vector<BenchBandwidthRecord> ResultsStore::LoadBenchBandwidth(int64_t run_id) const {
-  return LoadRunRows("bench_bandwidth", "bandwidth_id", BenchBandwidthFields(), 5, run_id);
+  return LoadKeyedRows("bench_bandwidth", "run_id", "bandwidth_id", BenchBandwidthFields(), 5,
+                       run_id);
 }
 
 int64_t ResultsStore::CountRows(const std::string& table) const {

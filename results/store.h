@@ -273,13 +273,17 @@ class ResultsStore {
   template <typename R>
   void WriteRunRows(int64_t run_id, const char* table, const std::vector<Field<R>>& fields,
                     const std::vector<R>& rows);
+  // The rows of `table` whose `key_column` is `key` (every row for a negative key), ordered by
+  // `order_column`, through their field tables; none from a file older than `table_since`.
+  // Instantiated in store.cpp for the bench and training-run tables.
   template <typename R>
-  std::vector<R> LoadRunRows(const char* table, const char* id_column,
-                             const std::vector<Field<R>>& fields, int table_since,
-                             int64_t run_id) const;
-  template <typename R>
-  std::vector<R> LoadTrainRows(const char* table, const std::vector<Field<R>>& fields,
-                               int64_t train_id) const;
+  std::vector<R> LoadKeyedRows(const char* table, const char* key_column, const char* order_column,
+                               const std::vector<Field<R>>& fields, int table_since,
+                               int64_t key) const;
+  // Runs `select` with ?1 bound to `key` as a read operation, calling `row` on each row; an SQLite
+  // error fails naming "loading <what>".
+  void QueryRows(const std::string& select, int64_t key, const std::string& what,
+                 const std::function<void(sqlite3_stmt*)>& row) const;
   ResultsStore(const std::string& path, const StoreOptions& options);
   void Init();
   void InitSchema();

@@ -119,30 +119,12 @@ std::vector<ResultsStore::TrainRunRow> ResultsStore::ListTrainRuns() const {
   return out;
 }
 
-template <typename R>
-std::vector<R> ResultsStore::LoadTrainRows(const char* table, const std::vector<Field<R>>& fields,
-                                           int64_t train_id) const {
-  op_start_us_ = NowMicros();
-  std::vector<R> out;
-  if (schema_version_ < 3) return out;
-  OwnedStmt s(Prepare(StrCat("SELECT ", ColumnList(fields, schema_version_), " FROM ", table,
-                             " WHERE train_id = ?1 ORDER BY step")
-                          .c_str()));
-  BindInt(s.get(), 1, train_id);
-  ForEachRow(s.get(), StrCat("loading ", table, " rows"), [&](sqlite3_stmt* q) {
-    R r;
-    ReadFields(q, 0, schema_version_, r, fields);
-    out.push_back(std::move(r));
-  });
-  return out;
-}
-
 std::vector<TrainLogRow> ResultsStore::LoadTrainLog(int64_t train_id) const {
-  return LoadTrainRows("train_log", TrainLogFields(), train_id);
+  return LoadKeyedRows("train_log", "train_id", "step", TrainLogFields(), 3, train_id);
 }
 
 std::vector<TrainEvalRow> ResultsStore::LoadTrainEval(int64_t train_id) const {
-  return LoadTrainRows("train_eval", TrainEvalFields(), train_id);
+  return LoadKeyedRows("train_eval", "train_id", "step", TrainEvalFields(), 3, train_id);
 }
 
 }  // namespace specbed

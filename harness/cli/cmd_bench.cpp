@@ -479,56 +479,45 @@ void AddBenchCommand(CLI::App& app) {
                    ->delimiter(',')
                    ->capture_default_str(),
                {"-m", "--model"});
-  cmd->add_option("--dtype", o->dtypes, "Dtypes: float32, bfloat16, float16")
-      ->delimiter(',')
-      ->capture_default_str();
+  AddListFlags(cmd, {{"--dtype", o->dtypes, "Dtypes: float32, bfloat16, float16"}});
   cmd->add_option("--device", o->device, "Device: cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--forward", o->forward,
                   "Forward path: auto (row kernels on the CPU, ATen elsewhere), rows, aten")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "rows", "aten"}));
-  cmd->add_option("--threads", o->threads, "Thread counts")->delimiter(',')->capture_default_str();
-  cmd->add_option("-b,--batch", o->batches, "Batch sizes (>= 1)")
-      ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("-c,--context", o->contexts, "Context lengths already in the KV cache")
-      ->delimiter(',')
-      ->capture_default_str();
+  AddListFlags(cmd, {{"--threads", o->threads, "Thread counts"},
+                     {"-b,--batch", o->batches, "Batch sizes (>= 1)"},
+                     {"-c,--context", o->contexts, "Context lengths already in the KV cache"}});
   OldSpellings(cmd,
                cmd->add_option("-n,--max-new-tokens", o->tokens, "Decode steps per measurement")
                    ->capture_default_str(),
                {"--tokens"});
-  cmd->add_option("-r,--reps", o->reps, "Repetitions (after one warmup)")->capture_default_str();
-  cmd->add_option("-o,--output", o->output, "Results database (\"\" = do not store)")
-      ->capture_default_str();
-  cmd->add_option("--verify-widths", o->verify_widths,
-                  "Verify-width curve: forward time of n new tokens (each >= 1) after each "
-                  "context, median of --reps, and its ratio to n = 1 (batch 1 rows only), e.g. "
-                  "1,2,4,8,16,32,64")
-      ->delimiter(',');
-  cmd->add_option("--bandwidth-mib", o->bandwidth_mib,
-                  "STREAM copy/triad array size in MiB (three arrays; 0 = skip the bandwidth and "
-                  "roofline)")
-      ->capture_default_str();
-  cmd->add_option("--gemv-max-rows", o->gemv_max_rows,
-                  "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; "
-                  "-1 = the defaults of models/gemv.h)")
-      ->capture_default_str();
-  cmd->add_option("--gemv-isa", o->gemv_isas,
-                  "A/B: cap the CPU GEMV kernels at these instruction sets, each measured in turn "
-                  "(auto, avx512bf16, x86-64-v4, x86-64-v3, generic; default: SPECBED_GEMV_ISA or "
-                  "auto)")
-      ->delimiter(',');
+  AddShownFlags(cmd, {{"-r,--reps", o->reps, "Repetitions (after one warmup)"},
+                      {"-o,--output", o->output, "Results database (\"\" = do not store)"}});
+  AddListFlags(cmd, {{"--verify-widths", o->verify_widths,
+                      "Verify-width curve: forward time of n new tokens (each >= 1) after each "
+                      "context, median of --reps, and its ratio to n = 1 (batch 1 rows only), "
+                      "e.g. 1,2,4,8,16,32,64"}});
+  AddShownFlags(
+      cmd, {{"--bandwidth-mib", o->bandwidth_mib,
+             "STREAM copy/triad array size in MiB (three arrays; 0 = skip the bandwidth and "
+             "roofline)"},
+            {"--gemv-max-rows", o->gemv_max_rows,
+             "A/B: use SpecBed's GEMV for forwards of <= this many rows (0 = ATen/BLAS only; -1 = "
+             "the defaults of models/gemv.h)"}});
+  AddListFlags(cmd, {{"--gemv-isa", o->gemv_isas,
+                      "A/B: cap the CPU GEMV kernels at these instruction sets, each measured in "
+                      "turn (auto, avx512bf16, x86-64-v4, x86-64-v3, generic; default: "
+                      "SPECBED_GEMV_ISA or auto)"}});
   cmd->add_option("--huge-pages", o->huge_pages,
                   "A/B: CPU row-kernel weights in 2 MiB pages, on and/or off, each measured in "
                   "turn (default: SPECBED_HUGE_PAGES or on)")
       ->delimiter(',')
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--lookup-contexts", o->lookup_contexts,
-                  "Instead of the model rows: the host cost of a step of the lookup drafters "
-                  "(ngram, suffix) after these context lengths of text the first -t model "
-                  "samples, e.g. 64,256,1024,4096")
-      ->delimiter(',');
+  AddListFlags(cmd, {{"--lookup-contexts", o->lookup_contexts,
+                      "Instead of the model rows: the host cost of a step of the lookup drafters "
+                      "(ngram, suffix) after these context lengths of text the first -t model "
+                      "samples, e.g. 64,256,1024,4096"}});
   cmd->add_flag("--count-ops", o->count_ops,
                 "Instead of timing: the ATen ops of one decode step and of one verify step per "
                 "--verify-widths entry >= 2 (default 2,4,...,64) after each context (>= 1) and "

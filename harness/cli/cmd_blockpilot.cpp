@@ -111,27 +111,18 @@ void AddLabel(CLI::App* parent) {
   AddOutputFlag(cmd, o->out, "Output label file (.safetensors); its directory is created");
   cmd->add_option("--drafter", c.drafter, "DFlash checkpoint directory")->required();
   AddTargetFlags(cmd, c.target, c.dtype);
-  cmd->add_option("--prompts", c.prompts,
-                  "'bos' (prompts sampled from the target after BOS), a dataset name or a "
-                  ".jsonl/.json prompt file; never the evaluation prompts")
-      ->capture_default_str();
-  cmd->add_option("--n-prompts", c.n_prompts, "bos mode: number of prompts")->capture_default_str();
-  cmd->add_option("--prompt-tokens", c.prompt_tokens,
-                  "bos mode: tokens sampled after BOS per prompt (T = 1)")
-      ->capture_default_str();
-  cmd->add_option("--dataset-categories", c.categories,
-                  "Dataset mode: only these categories (comma-separated)")
-      ->delimiter(',');
-  cmd->add_option("--limit", c.limit, "Dataset mode: first N prompts (-1 = all)")
-      ->capture_default_str();
-  cmd->add_option("--radius", c.radius, "Candidates B-radius..B+radius (those < 2 dropped)")
-      ->capture_default_str();
-  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)")
-      ->capture_default_str();
-  cmd->add_option("--timing-repeats", c.timing_repeats,
-                  "Timed decodes per prompt and candidate (throughput: the fastest)")
-      ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed of the bos prompts")->capture_default_str();
+  AddShownFlags(cmd, {{"--prompts", c.prompts,
+                       "'bos' (prompts sampled from the target after BOS), a dataset name or a "
+                       ".jsonl/.json prompt file; never the evaluation prompts"},
+                      {"--n-prompts", c.n_prompts, "bos mode: number of prompts"},
+                      {"--prompt-tokens", c.prompt_tokens,
+                       "bos mode: tokens sampled after BOS per prompt (T = 1)"}});
+  AddDatasetFilterFlags(cmd, c.categories, c.limit);
+  AddShownFlags(cmd, {{"--radius", c.radius, "Candidates B-radius..B+radius (those < 2 dropped)"},
+                      {"-n,--max-new-tokens", c.max_new_tokens, "Tokens per decode (greedy)"},
+                      {"--timing-repeats", c.timing_repeats,
+                       "Timed decodes per prompt and candidate (throughput: the fastest)"},
+                      {"--seed", c.seed, "Seed of the bos prompts"}});
   AddThreadsFlag(cmd, c.threads);
   AddPartialEveryFlag(cmd, o->run.partial_every_s);
   cmd->add_option("--stop-after", o->run.stop_after,
@@ -156,11 +147,9 @@ void AddTrain(CLI::App* parent) {
   cmd->add_option("--input", c.input, "Predictor input: probs, logits or log_probs")
       ->check(CLI::IsMember({"probs", "logits", "log_probs"}))
       ->capture_default_str();
-  cmd->add_option("--hidden", c.hidden, "Hidden width")->capture_default_str();
-  cmd->add_option("--layers", c.layers, "Linear layers (1 = linear classifier)")
-      ->capture_default_str();
-  cmd->add_option("--holdout", c.holdout, "Share of prompts held out (the last ones)")
-      ->capture_default_str();
+  AddShownFlags(cmd, {{"--hidden", c.hidden, "Hidden width"},
+                      {"--layers", c.layers, "Linear layers (1 = linear classifier)"},
+                      {"--holdout", c.holdout, "Share of prompts held out (the last ones)"}});
   AddOptimFlags(cmd, c.optim, o->run);
 }
 

@@ -8,8 +8,8 @@
 #include "base/names.h"
 #include "datasets/dataset.h"
 #include "harness/cli/commands.h"
+#include "methods/drafter_catalog.h"
 #include "methods/method_registry.h"
-#include "models/drafter_catalog.h"
 #include "models/model_registry.h"
 #include "models/tokenizer/chat_template.h"
 

@@ -52,31 +52,20 @@ void AddRegenCommand(CLI::App& app) {
       "safetensors file (tokens, offsets, prompt_lengths + provenance); resumable");
   AddOutputFlag(cmd, o->out, "Output file, e.g. data/regen/stories.regen.safetensors");
   AddTargetFlags(cmd, c.target, c.dtype);
-  cmd->add_option("--device", c.device, "Target device: cpu, cuda or cuda:N")
-      ->capture_default_str();
-  cmd->add_option("--prompts", c.prompts,
-                  "'bos' (unconditional), a dataset name (specbed list datasets) or a "
-                  ".jsonl/.json prompt file")
-      ->capture_default_str();
-  cmd->add_option("--dataset-categories", c.categories,
-                  "Only prompts of these categories (comma-separated; dataset prompts)")
-      ->delimiter(',');
-  cmd->add_option("--limit", c.limit, "First N prompts after the category filter (-1 = all)")
-      ->capture_default_str();
-  cmd->add_option("--n-per-prompt", c.n_per_prompt, "Samples per dataset prompt")
-      ->capture_default_str();
-  cmd->add_option("--n-sequences", c.n_sequences,
-                  "Sequences to generate with --prompts bos (an error with dataset prompts)")
-      ->capture_default_str();
-  cmd->add_option("-n,--max-new-tokens", c.max_new_tokens, "Response length cap")
-      ->capture_default_str();
-  cmd->add_option("--temperature", c.sampling.temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", c.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", c.sampling.top_p, "Top-p / nucleus mass (1 = off)")
-      ->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed (each sequence's own seed derives from it)")
-      ->capture_default_str();
+  AddShownFlags(cmd, {{"--device", c.device, "Target device: cpu, cuda or cuda:N"},
+                      {"--prompts", c.prompts,
+                       "'bos' (unconditional), a dataset name (specbed list datasets) or a "
+                       ".jsonl/.json prompt file"}});
+  AddDatasetFilterFlags(cmd, c.categories, c.limit);
+  AddShownFlags(cmd,
+                {{"--n-per-prompt", c.n_per_prompt, "Samples per dataset prompt"},
+                 {"--n-sequences", c.n_sequences,
+                  "Sequences to generate with --prompts bos (an error with dataset prompts)"},
+                 {"-n,--max-new-tokens", c.max_new_tokens, "Response length cap"},
+                 {"--temperature", c.sampling.temperature, "Sampling temperature (0 = greedy)"},
+                 {"--top-k", c.sampling.top_k, "Top-k (0 = off)"},
+                 {"--top-p", c.sampling.top_p, "Top-p / nucleus mass (1 = off)"},
+                 {"--seed", c.seed, "Seed (each sequence's own seed derives from it)"}});
   cmd->add_flag("--no-stop-at-eos", o->no_stop_at_eos,
                 "Always generate --max-new-tokens tokens (default: stop at EOS, kept in the data)");
   AddThreadsFlag(cmd, c.threads);

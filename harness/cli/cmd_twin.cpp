@@ -6,19 +6,18 @@
 //                                                                      writes (HF layout)
 //   specbed twin models/stories260K/hrad -o DIR --width-factor 8   H-RAD, SpecDec++ (or an LTD
 //                                                                      baseline set): zero input
-//                                                                      columns
+//                                                                      columns (the twin writers
+//                                                                      the methods declare)
 //   specbed twin --builtin                 builds (or finds) the cached stories260K-twin set
 // Checked by: tests/cli/twin_cli_test.cpp (shapes, drafters, errors, labels).
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <string>
 
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "harness/cli/commands.h"
-#include "methods/ltd/ltd_classifiers.h"
-#include "methods/specbranch/hrad.h"
+#include "methods/method_registry.h"
 #include "models/model_registry.h"
 #include "models/twin/cost_twin.h"
 #include "models/twin/stories_twin.h"
@@ -34,36 +33,19 @@ struct TwinOptions {
   bool builtin = false;
 };
 
-// The small learned parts outside the HF layout that read hidden states, padded at the width
-// factor of what they read (H-RAD: the target; SpecDec++: the EAGLE-3 head, the target's width);
-// an LTD baseline set (disco/, specdecpp/, c2t/) is written as a set. Returns false for any
-// other source.
+// The small learned parts outside the HF layout that read hidden states (H-RAD, LTD's
+// classifiers), padded at the width factor of what they read by the twin writer their method
+// declares. Returns false when no writer takes the source.
 bool TwinLearnedPart(const TwinOptions& o) {
-  namespace fs = std::filesystem;
   const TwinShape& shape = o.shape;
   const int64_t f = shape.target_width_factor > 0 ? shape.target_width_factor : shape.width_factor;
-  auto format_of = [](const std::string& dir) -> std::string {
-    if (!PathExists(dir + "/config.json")) return "";
-    return nlohmann::json::parse(ReadFileToString(dir + "/config.json")).value("format", "");
-  };
-  const std::string format = format_of(o.source);
-  if (format == "specbed-hrad") {
-    const HradCheckpoint twin = HradTwin(LoadHradCheckpoint(o.source), f);
-    WriteHradCheckpoint(o.output, twin.config, twin.tensors);
-  } else if (format == "specbed-ltd-classifier") {
-    WriteLtdClassifier(o.output, LtdClassifierTwin(LoadLtdClassifier(o.source), f));
-  } else if (format.empty() && format_of(o.source + "/specdecpp") == "specbed-ltd-classifier") {
-    for (const char* kind : {"disco", "specdecpp", "c2t"}) {
-      const std::string dir = o.source + "/" + kind;
-      if (!fs::exists(dir)) continue;
-      WriteLtdClassifier(o.output + "/" + kind, LtdClassifierTwin(LoadLtdClassifier(dir), f));
-    }
-  } else {
-    return false;
+  for (const TwinWriter& write : BuiltinMethodRegistry().TwinWriters()) {
+    if (!write(o.source, o.output, f)) continue;
+    std::printf("%s at width factor %lld (exact: zero input columns) -> %s\n", o.source.c_str(),
+                static_cast<long long>(f), o.output.c_str());
+    return true;
   }
-  std::printf("%s at width factor %lld (exact: zero input columns) -> %s\n", o.source.c_str(),
-              static_cast<long long>(f), o.output.c_str());
-  return true;
+  return false;
 }
 
 // The TwinShape flags (--width-factor, ..., --ffn): each shows its default and takes [min, max].
@@ -98,12 +80,12 @@ void AddShapeFlags(CLI::App* cmd, TwinShape& s) {
 
 void RunTwin(const TwinOptions& o) {
   if (o.builtin) {
-    const StoriesTwinPaths& p = StoriesTwin();
-    std::printf(
-        "stories260K-twin set: %s\n  target  %s\n  draft   %s\n  eagle3  %s\n"
-        "  dflash  %s\n  jetspec %s\n",
-        p.root.c_str(), p.target.c_str(), p.draft.c_str(), p.eagle3.c_str(), p.dflash.c_str(),
-        p.jetspec.c_str());
+    std::printf("stories260K-twin set: %s\n  %-10s %s\n", StoriesTwinRoot().c_str(), "target",
+                StoriesTwinTarget().c_str());
+    const MethodRegistry& methods = BuiltinMethodRegistry();
+    for (const NamedDrafter& d : methods.Drafters()) {
+      if (d.twin) std::printf("  %-10s %s\n", d.family.c_str(), methods.DrafterDir(d).c_str());
+    }
     return;
   }
   SPECBED_CHECK(!o.source.empty() && !o.output.empty(),
@@ -131,7 +113,8 @@ void RunTwin(const TwinOptions& o) {
     if (of.empty()) of = spec.name;
   }
   if (of.empty()) of = o.source;
-  const HfCheckpointFiles twin = PadToCostTwin(files, o.shape, of, where);
+  const HfCheckpointFiles twin =
+      PadToCostTwin(files, o.shape, of, where, BuiltinMethodRegistry().TwinPadRules());
   WriteCheckpointFiles(
       o.output, twin,
       o.store_dtype == "bfloat16" ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32);

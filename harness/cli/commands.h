@@ -10,37 +10,17 @@
 #include <utility>
 #include <vector>
 
+#include "base/cli_options.h"
+
 namespace specbed::cli {
 
 // argc/argv of the process, for the reproduce command stored with every run.
 void SetCommandLine(int argc, char** argv);
 std::string CommandLine();
 
-// Old flag spellings kept for one release (issue 18): every name in `old_names` ("--out", "-m")
-// becomes a hidden option (group "", so not in --help) of `cmd` that hands its arguments to
-// `option` as it is parsed, so `option`'s variable, delimiter, checks, required/excludes/needs all
-// apply unchanged; each use prints one note to stderr naming the new spelling. Call it once
-// `option` has its final arity. Returns `option`.
-CLI::Option* OldSpellings(CLI::App* cmd, CLI::Option* option,
-                          const std::vector<std::string>& old_names);
-// The new spelling ("-o/--output") when `option` is an old spelling made by OldSpellings, else "".
-std::string NewSpellingOf(const CLI::Option* option);
-
 // Writes `text` to stdout as it is (a table, JSON, a script).
 inline void WriteToStdout(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
-}
-
-// Adds subcommand `name` (described by `help`) to `parent` with a fresh `Options` that its flags
-// fill and a callback that calls run(options) once they are parsed; returns both. Presets go on
-// the options before the flags that show their default are added.
-template <class Options>
-std::pair<CLI::App*, Options*> AddSubcommand(CLI::App* parent, const std::string& name,
-                                             void (*run)(const Options&), const std::string& help) {
-  auto options = std::make_shared<Options>();
-  CLI::App* cmd = parent->add_subcommand(name, help);
-  cmd->callback([options, run] { run(*options); });
-  return {cmd, options.get()};
 }
 
 void AddGenerateCommand(CLI::App& app);

@@ -19,22 +19,9 @@
 
 namespace specbed {
 
-namespace {
-constexpr EnumName<VerifyRule> kVerifyRuleNames[] = {{VerifyRule::kGreedy, "greedy"},
-                                                     {VerifyRule::kChainRs, "chain_rs"},
-                                                     {VerifyRule::kTreeRrs, "tree_rrs"},
-                                                     {VerifyRule::kSampleFollow, "sample_follow"}};
-}  // namespace
-
-const char* VerifyRuleName(VerifyRule rule) {
-  return EnumNameOf(kVerifyRuleNames, rule);
-}
-
-VerifyRule ParseVerifyRule(const std::string& name, const std::string& context) {
-  if (const std::optional<VerifyRule> rule = EnumValueOf(kVerifyRuleNames, name)) return *rule;
-  Fail(context, ": unknown verification rule '", name,
-       "' (expected one of: greedy, chain_rs, tree_rrs, sample_follow)");
-}
+SPECBED_ENUM_NAMES(VerifyRule, "verification rule", VerifyRuleName, ParseVerifyRule,
+                   {VerifyRule::kGreedy, "greedy"}, {VerifyRule::kChainRs, "chain_rs"},
+                   {VerifyRule::kTreeRrs, "tree_rrs"}, {VerifyRule::kSampleFollow, "sample_follow"})
 
 namespace {
 

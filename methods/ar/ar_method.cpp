@@ -6,7 +6,7 @@
 
 namespace specbed {
 
-void RegisterArMethod(MethodRegistry& registry) {
+void RegisterArMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "ar", "autoregressive decoding with the target alone (the baseline of every speedup)", "",
       MethodTraits(), {});  // not speculative, lossless, batch 1

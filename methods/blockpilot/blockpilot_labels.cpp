@@ -24,6 +24,7 @@
 #include "harness/runner/runner.h"
 #include "methods/blockpilot/blockpilot_method.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
+#include "methods/common/train/regen.h"
 #include "methods/common/train/train_util.h"
 #include "models/checkpoint/safetensors.h"
 #include "models/model_registry.h"
@@ -59,44 +60,31 @@ void CheckConfig(const BlockPilotLabelConfig& c) {
   }
 }
 
-struct PromptSet {
-  std::string kind;  // "bos" | "dataset" | "file"
-  std::vector<std::vector<int32_t>> ids;
-};
-
-PromptSet BuildPrompts(const BlockPilotLabelConfig& c, const LoadedTarget& target) {
-  PromptSet set;
-  LlamaModel& model = *target.model;
-  if (c.prompts == "bos") {
-    set.kind = "bos";
-    int32_t bos = static_cast<int32_t>(model.config().bos_token_id);
-    if (bos < 0 && target.tokenizer) bos = target.tokenizer->bos_id();
-    SPECBED_CHECK(bos >= 0, "blockpilot label: target '", c.target, "' has no BOS token; ",
-                  "--prompts bos needs one (use a dataset instead)");
-    GenerationConfig gen;
-    gen.sampling.temperature = 1.0;
-    gen.stop.max_new_tokens = c.prompt_tokens;
-    gen.stop.stop_on_eos = false;  // fixed-length prompts
-    KvCache cache = model.NewCache(1, c.prompt_tokens + 2);
-    for (int64_t i = 0; i < c.n_prompts; ++i) {
-      std::vector<int32_t> ids{bos};
-      if (c.prompt_tokens > 0) {
-        gen.seed = DeriveSeed(c.seed, static_cast<uint64_t>(i), kPromptSalt);
-        const GenerationResult r = GenerateAr(model, nullptr, ids, gen, cache);
-        ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
-      }
-      set.ids.push_back(std::move(ids));
-    }
-    return set;
+TrainingPromptSet BuildPrompts(const BlockPilotLabelConfig& c, const LoadedTarget& target) {
+  if (c.prompts != "bos") {
+    DatasetFilter filter;
+    filter.limit = c.limit;
+    filter.categories = c.categories;
+    return DatasetPromptSet(c.prompts, filter, target, "blockpilot label");
   }
-  set.kind = DatasetRegistry::Builtin().Has(c.prompts) ? "dataset" : "file";
-  DatasetFilter filter;
-  filter.limit = c.limit;
-  filter.categories = c.categories;
-  const std::vector<Prompt> prompts = LoadDataset(c.prompts, filter);
-  SPECBED_CHECK(!prompts.empty(), "blockpilot label: --prompts '", c.prompts,
-                "' selects no prompts");
-  for (const Prompt& p : prompts) set.ids.push_back(BuildPromptIds(target, {{"user", p.turns[0]}}));
+  TrainingPromptSet set;
+  set.kind = "bos";
+  LlamaModel& model = *target.model;
+  const int32_t bos = TargetBosId(target, "blockpilot label");
+  GenerationConfig gen;
+  gen.sampling.temperature = 1.0;
+  gen.stop.max_new_tokens = c.prompt_tokens;
+  gen.stop.stop_on_eos = false;  // fixed-length prompts
+  KvCache cache = model.NewCache(1, c.prompt_tokens + 2);
+  for (int64_t i = 0; i < c.n_prompts; ++i) {
+    std::vector<int32_t> ids{bos};
+    if (c.prompt_tokens > 0) {
+      gen.seed = DeriveSeed(c.seed, static_cast<uint64_t>(i), kPromptSalt);
+      const GenerationResult r = GenerateAr(model, nullptr, ids, gen, cache);
+      ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
+    }
+    set.ids.push_back(std::move(ids));
+  }
   return set;
 }
 
@@ -136,7 +124,7 @@ ojson Identity(const ojson& p) {
 }
 
 ojson BaseProvenance(const BlockPilotLabelConfig& c, const LoadedTarget& target,
-                     const PromptSet& prompts, int64_t trained_block_size,
+                     const TrainingPromptSet& prompts, int64_t trained_block_size,
                      const std::vector<int64_t>& candidates) {
   const LlamaConfig& tc = target.model->config();
   ojson p;
@@ -406,7 +394,7 @@ std::vector<int64_t> LabelCandidates(const BlockPilotLabelConfig& c, int64_t tra
   return candidates;
 }
 
-void CheckPromptLengths(const BlockPilotLabelConfig& c, const PromptSet& prompts,
+void CheckPromptLengths(const BlockPilotLabelConfig& c, const TrainingPromptSet& prompts,
                         const LlamaConfig& tc) {
   for (size_t i = 0; i < prompts.ids.size(); ++i) {
     SPECBED_CHECK(static_cast<int64_t>(prompts.ids[i].size()) < tc.max_seq_len - 1,
@@ -548,8 +536,9 @@ void StampProvenance(BlockPilotLabels& labels, const LabelProgress& progress, in
 // Labels the prompts from progress.next_prompt on, writing OUT.partial every partial_every_s
 // seconds and OUT at the end (result.finished); stops early after options.stop_after prompts.
 void LabelPrompts(const BlockPilotLabelConfig& c, const BlockPilotLabelRunOptions& options,
-                  const PromptSet& prompts, LabelDecoder& decoder, const std::string& out_path,
-                  LabelProgress progress, BlockPilotLabelResult& result) {
+                  const TrainingPromptSet& prompts, LabelDecoder& decoder,
+                  const std::string& out_path, LabelProgress progress,
+                  BlockPilotLabelResult& result) {
   BlockPilotLabels& labels = result.labels;
   const std::string partial = out_path + ".partial";
   const int64_t n_total = static_cast<int64_t>(prompts.ids.size());
@@ -615,7 +604,7 @@ BlockPilotLabelResult LabelBlockPilot(const BlockPilotLabelConfig& c, const std:
   LabelDecoder decoder(c, target);
   const int64_t trained = decoder.trained_block_size();
   const std::vector<int64_t> candidates = LabelCandidates(c, trained);
-  const PromptSet prompts = BuildPrompts(c, target);
+  const TrainingPromptSet prompts = BuildPrompts(c, target);
   CheckPromptLengths(c, prompts, target.model->config());
   if (options.verbose && prompts.kind != "bos") {
     std::fprintf(stderr,

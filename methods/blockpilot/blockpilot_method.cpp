@@ -11,8 +11,8 @@
 #include "base/mapped_file.h"
 #include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_method.h"
+#include "methods/drafter_catalog.h"
 #include "models/checkpoint/head_checkpoint.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -128,6 +128,16 @@ void CheckKnobs(const nlohmann::json& knobs) {
 }  // namespace
 
 void RegisterBlockpilotMethods(MethodRegistry& registry) {
+  // The predictor reads the target's logits, which the twin reproduces: both targets share it.
+  for (const char* target : {"stories260K", "stories260K-twin"}) {
+    registry.AddDrafter({"stories260K-blockpilot",
+                         "blockpilot",
+                         target,
+                         "BlockPilot block-size predictor for stories260K-dflash (the twin's "
+                         "logits are stories260K's)",
+                         "models/stories260K/blockpilot",
+                         {}});
+  }
   MethodInfo info = DescribeMethod(
       kMethod,
       "BlockPilot: an MLP over the target's last-prompt-position distribution picks the DFlash "

@@ -13,6 +13,8 @@
 #include "base/error.h"
 #include "base/json_read.h"
 #include "base/names.h"
+#include "methods/common/head_config.h"
+#include "methods/common/json_fields.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/config_fields.h"
@@ -36,19 +38,11 @@ std::vector<int64_t> LayerWidths(const BlockPilotConfig& c) {
   return w;
 }
 
-constexpr EnumName<BlockPilotInput> kInputNames[] = {{BlockPilotInput::kProbs, "probs"},
-                                                     {BlockPilotInput::kLogits, "logits"},
-                                                     {BlockPilotInput::kLogProbs, "log_probs"}};
-
 }  // namespace
 
-const char* BlockPilotInputName(BlockPilotInput input) {
-  return EnumNameOf(kInputNames, input);
-}
-
-BlockPilotInput ParseBlockPilotInput(const std::string& name, const std::string& context) {
-  return ParseEnumName(kInputNames, name, "BlockPilot input", context);
-}
+SPECBED_ENUM_NAMES(BlockPilotInput, "BlockPilot input", BlockPilotInputName, ParseBlockPilotInput,
+                   {BlockPilotInput::kProbs, "probs"}, {BlockPilotInput::kLogits, "logits"},
+                   {BlockPilotInput::kLogProbs, "log_probs"})
 
 std::vector<int64_t> BlockPilotCandidates(int64_t trained_block_size, int64_t radius) {
   SPECBED_CHECK(trained_block_size >= 2, "BlockPilot: the drafter's block size must be >= 2, got ",
@@ -143,13 +137,9 @@ ojson BlockPilotConfigToJson(const BlockPilotConfig& c) {
   ojson j;
   j["format"] = kFormat;
   j["format_version"] = kFormatVersion;
-  j["vocab_size"] = c.vocab_size;
-  j["trained_block_size"] = c.trained_block_size;
-  j["radius"] = c.radius;
-  j["candidates"] = c.candidates;
+  SPECBED_JSON_PUT(j, c, vocab_size, trained_block_size, radius, candidates);
   j["input"] = BlockPilotInputName(c.input);
-  j["hidden_size"] = c.hidden_size;
-  j["num_layers"] = c.num_layers;
+  SPECBED_JSON_PUT(j, c, hidden_size, num_layers);
   j["activation"] = kActivation;
   j["training"] = c.training;
   j["evaluation"] = c.evaluation;
@@ -202,26 +192,20 @@ std::map<std::string, at::Tensor> RandomBlockPilotTensors(const BlockPilotConfig
   config.Validate("RandomBlockPilotTensors config");
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, shape] : ExpectedBlockPilotShapes(config)) {
-    at::Tensor t = at::zeros(shape, at::TensorOptions().dtype(at::kFloat));
-    if (shape.size() == 2) {
-      const double stddev = 1.0 / std::sqrt(3.0 * static_cast<double>(shape[1]));
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0, stddev);
-    }
-    tensors[name] = t;
+    tensors[name] = shape.size() == 2
+                        ? SeededNormalTensor(shape, seed, name,
+                                             1.0 / std::sqrt(3.0 * static_cast<double>(shape[1])))
+                        : at::zeros(shape, at::kFloat);
   }
   return tensors;
 }
 
 BlockPilotCheckpoint LoadBlockPilotCheckpoint(const std::string& dir) {
-  const std::string where = "BlockPilot predictor '" + dir + "'";
-  const HeadConfigFile config_file = ReadHeadConfig(dir, where);
-  BlockPilotCheckpoint ckpt;
-  ckpt.source = dir;
-  ckpt.config = ParseBlockPilotConfig(config_file.config, config_file.path);
-  HeadTensors stored = ReadHeadTensors(dir, where, " (see methods/blockpilot/README.md)");
-  ckpt.tensors = std::move(stored.tensors);
-  ValidateBlockPilotTensors(ckpt.config, ckpt.tensors,
-                            where + " (" + Join(stored.files, ", ") + ")");
+  BlockPilotCheckpoint ckpt = ReadHeadCheckpointAs<BlockPilotCheckpoint>(
+      dir, "BlockPilot predictor", " (see methods/blockpilot/README.md)", ParseBlockPilotConfig,
+      [](const BlockPilotConfig& config, const std::map<std::string, at::Tensor>& tensors,
+         const std::string& where,
+         const auto& /*origin*/) { ValidateBlockPilotTensors(config, tensors, where); });
   for (auto& [name, t] : ckpt.tensors) t = t.to(at::kFloat).contiguous();
   return ckpt;
 }

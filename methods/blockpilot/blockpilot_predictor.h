@@ -87,6 +87,7 @@ struct BlockPilotCheckpoint {
   BlockPilotConfig config;
   std::map<std::string, at::Tensor> tensors;  // float32 contiguous CPU
   std::string source;                         // the directory
+  nlohmann::json recipe;                      // config.json's specbed_recipe (null when absent)
 };
 // Reads `dir`/config.json and `dir`/model.safetensors. Errors name the file (and tensor) and
 // what was expected.

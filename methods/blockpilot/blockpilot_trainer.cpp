@@ -15,6 +15,7 @@
 #include "base/mapped_file.h"
 #include "base/timer.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
+#include "methods/common/json_fields.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
@@ -301,11 +302,7 @@ BlockPilotTrainResult TrainBlockPilot(const BlockPilotTrainConfig& config,
   ojson settings;
   settings["labels_fingerprint"] = LabelsFingerprint(labels);
   settings["n_prompts"] = n;
-  settings["criterion"] = config.criterion;
-  settings["input"] = config.input;
-  settings["hidden"] = config.hidden;
-  settings["layers"] = config.layers;
-  settings["holdout"] = config.holdout;
+  SPECBED_JSON_PUT(settings, config, criterion, input, hidden, layers, holdout);
   const ojson optim = OptimSettings(config.optim);
   for (const auto& [key, value] : optim.items()) settings[key] = value;
 

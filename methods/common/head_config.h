@@ -99,6 +99,13 @@ void WriteTokenFieldsJson(const HeadConfig& c, const LlamaConfig& layer,
   j["torch_dtype"] = c.torch_dtype;
 }
 
+// Names tensor `name` of the input `source` in errors: "SOURCE, tensor 'NAME'" (the default of
+// the heads' tensor checks when no per-tensor origin is known).
+using TensorWhere = std::function<std::string(const std::string& name)>;
+inline TensorWhere TensorOf(const std::string& source) {
+  return [source](const std::string& name) { return source + ", tensor '" + name + "'"; };
+}
+
 // Reads the head checkpoint directory `dir` (config.json + safetensors; `what` = "EAGLE-3" names it
 // in errors, `hint` says how to convert a pickle-only head): the config through
 // parse(json, path), the recipe, the tensors (names through `rename`) checked by
@@ -121,7 +128,7 @@ Checkpoint ReadHeadCheckpointAs(const std::string& dir, const std::string& what,
 }
 
 // Writes a head checkpoint: `config` with torch_dtype set from `float_dtype`, through
-// to_json(config), after validate(config, tensors, where).
+// to_json(config), after validate(config, tensors, where, TensorOf(where)).
 template <typename Config, typename ToJson, typename Validate>
 void WriteHeadCheckpointAs(const std::string& dir, const std::string& what, const Config& config,
                            const std::map<std::string, at::Tensor>& tensors,
@@ -130,7 +137,7 @@ void WriteHeadCheckpointAs(const std::string& dir, const std::string& what, cons
   const std::string where = "writing " + what + " checkpoint '" + dir + "'";
   Config stored = config;
   stored.torch_dtype = HeadTorchDtype(float_dtype, where);
-  validate(config, tensors, where);
+  validate(config, tensors, where, TensorOf(where));
   WriteHeadCheckpoint(dir, to_json(stored), recipe, tensors, float_dtype, where);
 }
 

@@ -1,6 +1,6 @@
 // Row kernels shared by the drafter heads' CPU forwards (methods/eagle3/eagle3_head.cpp,
-// methods/dflash/dflash_head.cpp): RMSNorm of one row, a dot product, and the growth of a RoPE
-// cos/sin table. Header-only, no LibTorch.
+// methods/dflash/dflash_head.cpp): RMSNorm of one row, SwiGLU of rows, a dot product, and the
+// growth of a RoPE cos/sin table. Header-only, no LibTorch.
 // Checked by: tests/methods/eagle3_head_test.cpp and tests/methods/dflash_head_test.cpp (each head
 // against a plain-loop reference).
 #pragma once
@@ -22,6 +22,17 @@ void RmsNormRow(const T* x, const float* w, float* out, int64_t dim, float eps) 
   }
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
   for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(x[i]) * inv * w[i];
+}
+
+// SwiGLU of `rows` rows: act[i, f] = silu(gate[i, f]) * up[i, f], where row i of `gate_up` is
+// [gate (inter) | up (inter)] and row i of `act` has `inter` floats.
+inline void SwiGluRows(const float* gate_up, float* act, int64_t rows, int64_t inter) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* gate = gate_up + i * 2 * inter;
+    const float* up = gate + inter;
+    float* a = act + i * inter;
+    for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
+  }
 }
 
 inline float Dot(const float* a, const float* b, int64_t n) {

@@ -217,12 +217,17 @@ void CheckTopKMarginals(const char* what, const float* logp, const int32_t* toke
 
 }  // namespace
 
-void BestFirstTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
-                                 int64_t budget, DraftTree& tree) {
-  CheckTopKMarginals("best-first tree", logp, tokens, D, K, budget);
+void MarginalTreeBuilder::BeginBuild(const char* what, const float* logp, const int32_t* tokens,
+                                     int64_t D, int64_t K, int64_t budget, DraftTree& tree) {
+  CheckTopKMarginals(what, logp, tokens, D, K, budget);
   tree.Clear();
   node_scores_.clear();
   node_ranks_.clear();
+}
+
+void BestFirstTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                                 int64_t budget, DraftTree& tree) {
+  BeginBuild("best-first tree", logp, tokens, D, K, budget, tree);
   heap_.clear();
   if (budget == 0) return;
 
@@ -265,10 +270,7 @@ void BuildBestFirstTree(const float* logp, const int32_t* tokens, int64_t D, int
 
 void GroupExpandTreeBuilder::Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K,
                                    int64_t budget, DraftTree& tree) {
-  CheckTopKMarginals("group-expand tree", logp, tokens, D, K, budget);
-  tree.Clear();
-  node_scores_.clear();
-  node_ranks_.clear();
+  BeginBuild("group-expand tree", logp, tokens, D, K, budget, tree);
   heap_.clear();
   expanded_ = 0;
   if (budget == 0) return;

@@ -142,6 +142,24 @@ void BuildBeamTree(TopKExpander& expander, const BeamTreeOptions& options, Draft
 // ---------------------------------------------------------------------------------------------
 // DDTree best-first tree.
 
+// What the builders over per-depth top-K marginals (DDTree best-first, JetSpec group expansion)
+// share: the input contract of Build and the per-node records of the last Build.
+class MarginalTreeBuilder {
+ public:
+  // After Build: [n] cumulative log-prob and rank (column in the [D, K] inputs) of each node.
+  const std::vector<float>& node_scores() const { return node_scores_; }
+  const std::vector<int32_t>& node_ranks() const { return node_ranks_; }
+
+ protected:
+  // Checks the [D, K] marginals and the budget (errors name `what`), clears `tree` and the
+  // per-node records.
+  void BeginBuild(const char* what, const float* logp, const int32_t* tokens, int64_t D, int64_t K,
+                  int64_t budget, DraftTree& tree);
+
+  std::vector<float> node_scores_;
+  std::vector<int32_t> node_ranks_;
+};
+
 // DDTree tree from per-depth top-K marginals:
 //   A node at depth d (1..D) picks one of the K tokens of depth d; its score is the sum of the
 //   per-depth log-probs along its path (added root to leaf). The tree is grown best-first with a
@@ -158,7 +176,7 @@ void BuildBeamTree(TopKExpander& expander, const BeamTreeOptions& options, Draft
 //   prefixes in that order (the top-budget prefixes by score), and they are popped in it.
 // Output: node order = pop order (non-increasing score; parents before children), draft_logp =
 //   per-node log-prob (logp[d-1][rank]), no draft_probs.
-class BestFirstTreeBuilder {
+class BestFirstTreeBuilder : public MarginalTreeBuilder {
  public:
   // logp: [D, K] row-major float32 log-probs of the top-K tokens at each depth, each row sorted
   //   in non-increasing order, all <= 0 (not NaN); tokens: [D, K] int32 token ids (>= 0).
@@ -166,10 +184,6 @@ class BestFirstTreeBuilder {
   // specbed::Error on bad arguments.
   void Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K, int64_t budget,
              DraftTree& tree);
-
-  // After Build: [n] cumulative log-prob and rank (column in the [D, K] inputs) of each node.
-  const std::vector<float>& node_scores() const { return node_scores_; }
-  const std::vector<int32_t>& node_ranks() const { return node_ranks_; }
 
  private:
   struct Entry {
@@ -179,8 +193,6 @@ class BestFirstTreeBuilder {
     int32_t rank;
   };
   std::vector<Entry> heap_;
-  std::vector<float> node_scores_;
-  std::vector<int32_t> node_ranks_;
 };
 
 // One-shot convenience (allocates a builder).
@@ -211,7 +223,7 @@ void BuildBestFirstTree(const float* logp, const int32_t* tokens, int64_t D, int
 // Output: node order = creation order (parents before children; each group contiguous, in rank
 //   order), draft_logp = per-node log-prob (logp[d-1][rank]), no draft_probs.
 // Budget = drafted nodes, root excluded (the repo's budget counts the root: pass budget - 1).
-class GroupExpandTreeBuilder {
+class GroupExpandTreeBuilder : public MarginalTreeBuilder {
  public:
   // logp: [D, K] row-major float32 log-probs of the top-K tokens at each depth, each row sorted
   //   in non-increasing order, all <= 0 (not NaN); tokens: [D, K] int32 token ids (>= 0).
@@ -220,9 +232,6 @@ class GroupExpandTreeBuilder {
   void Build(const float* logp, const int32_t* tokens, int64_t D, int64_t K, int64_t budget,
              DraftTree& tree);
 
-  // After Build: [n] cumulative log-prob and rank (column in the [D, K] inputs) of each node.
-  const std::vector<float>& node_scores() const { return node_scores_; }
-  const std::vector<int32_t>& node_ranks() const { return node_ranks_; }
   // After Build: the number of nodes popped and expanded (root included; nodes at depth D are
   // never expanded).
   int64_t expanded() const { return expanded_; }
@@ -233,8 +242,6 @@ class GroupExpandTreeBuilder {
     int32_t node;  // -1 = root
   };
   std::vector<Entry> heap_;
-  std::vector<float> node_scores_;
-  std::vector<int32_t> node_ranks_;
   int64_t expanded_ = 0;
 };
 

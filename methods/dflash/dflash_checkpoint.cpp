@@ -25,11 +25,14 @@ namespace {
 
 using nlohmann::json;
 
+}  // namespace
+
 // Checks `tensors` against `config`; `where(name)` names the input holding tensor `name`, and
 // `source` the whole set (for missing tensors).
-void CheckTensors(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
-                  const std::string& source,
-                  const std::function<std::string(const std::string&)>& where) {
+void ValidateDflashTensors(const DflashConfig& config,
+                           const std::map<std::string, at::Tensor>& tensors,
+                           const std::string& source, const TensorWhere& where_given) {
+  const TensorWhere where = where_given ? where_given : TensorOf(source);
   config.Validate(source);
   const auto expected = ExpectedDflashTensorShapes(config);
   CheckNoUnexpectedTensor(expected, tensors, "a DFlash draft", where, /*list_expected=*/false);
@@ -40,8 +43,6 @@ void CheckTensors(const DflashConfig& config, const std::map<std::string, at::Te
     CheckWeightTensor(it->second, shape, where(name));
   }
 }
-
-}  // namespace
 
 std::string DflashLayerTensorName(int64_t layer, const char* suffix) {
   return "layers." + std::to_string(layer) + "." + suffix;
@@ -69,16 +70,9 @@ std::map<std::string, std::vector<int64_t>> ExpectedDflashTensorShapes(const Dfl
   return shapes;
 }
 
-void ValidateDflashTensors(const DflashConfig& config,
-                           const std::map<std::string, at::Tensor>& tensors,
-                           const std::string& source) {
-  CheckTensors(config, tensors, source,
-               [&](const std::string& name) { return source + ", tensor '" + name + "'"; });
-}
-
 DflashCheckpoint LoadDflashCheckpoint(const std::string& dir) {
   return ReadHeadCheckpointAs<DflashCheckpoint>(dir, "DFlash", " (see methods/dflash/README.md)",
-                                                ParseDflashConfig, CheckTensors);
+                                                ParseDflashConfig, ValidateDflashTensors);
 }
 
 void WriteDflashCheckpoint(const std::string& dir, const DflashConfig& config,
@@ -92,13 +86,8 @@ std::map<std::string, at::Tensor> RandomDflashTensors(const DflashConfig& config
   config.Validate("RandomDflashTensors config");
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, shape] : ExpectedDflashTensorShapes(config)) {
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    if (EndsWith(name, "norm.weight")) {
-      t.fill_(1.0f);
-    } else {
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0, 0.02);
-    }
-    tensors[name] = t;
+    tensors[name] = EndsWith(name, "norm.weight") ? at::ones(shape, at::kFloat)
+                                                  : SeededNormalTensor(shape, seed, name, 0.02);
   }
   return tensors;
 }

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "methods/common/head_config.h"
 #include "methods/dflash/dflash_config.h"
 #include "models/checkpoint/safetensors.h"
 
@@ -65,10 +66,11 @@ struct DflashCheckpoint {
 DflashCheckpoint LoadDflashCheckpoint(const std::string& dir);
 
 // Checks `tensors` (canonical names, any float dtype/device) against `config`: every expected
-// name present, no other name, shapes, float dtypes. Errors name `source` and the tensor.
+// name present, no other name, shapes, float dtypes. Errors name `source` and the tensor
+// (`where(name)`, default TensorOf(source), names the input holding it).
 void ValidateDflashTensors(const DflashConfig& config,
                            const std::map<std::string, at::Tensor>& tensors,
-                           const std::string& source);
+                           const std::string& source, const TensorWhere& where = {});
 
 // Writes `dir`/config.json (DflashConfigToJson with torch_dtype of `float_dtype`, plus
 // "specbed_recipe": recipe when not null) and `dir`/model.safetensors in the published layout,

@@ -380,14 +380,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
     const float* post = layer.post_norm.data_ptr<float>();
     for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, post, xp + i * h, h, eps);
     at::mm_out(gate_up_, x_, layer.w_gate_up_t);
-    const float* gu = gate_up_.data_ptr<float>();
-    float* ap = act_.data_ptr<float>();
-    for (int64_t i = 0; i < b; ++i) {
-      const float* gate = gu + i * 2 * inter;
-      const float* up = gate + inter;
-      float* a = ap + i * inter;
-      for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
-    }
+    SwiGluRows(gate_up_.data_ptr<float>(), act_.data_ptr<float>(), b, inter);
     h_.addmm_(act_, layer.w_down_t);
   }
 

@@ -17,8 +17,8 @@
 #include "methods/common/registration_util.h"
 #include "methods/dflash/dflash_checkpoint.h"
 #include "methods/dflash/dflash_drafter.h"
+#include "methods/drafter_catalog.h"
 #include "methods/method_registry.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -124,6 +124,7 @@ MethodKnob TreeBlockSizeKnob() {
 }
 
 void RegisterDflashMethods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("dflash", "DFlash block head trained on stories260K");
   const MethodKnob drafter{
       "drafter",
       "auto",

@@ -19,16 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/dflash/trainable_dflash.h"
 
 namespace specbed {
 
-struct DflashTrainConfig {
-  std::string variant = "dflash";      // "dflash" | "jetspec": names the task and the defaults
-  std::string target = "stories260K";  // registry name or path; teacher dtype `dtype`
-  std::string dtype = "float32";
-  std::string data;  // `specbed regen` file (required)
+struct DflashTrainConfig : RegenHeadTrainConfig {
+  std::string variant = "dflash";  // "dflash" | "jetspec": names the task and the defaults
   bool causal = false;
   int64_t block_size = 16;  // B
   int64_t layers = 2;       // draft decoder layers
@@ -39,14 +37,9 @@ struct DflashTrainConfig {
   int64_t intermediate = 0;
   // 0-based target decoder layers whose outputs are fused; empty = DefaultDflashTargetLayers.
   std::vector<int64_t> target_layers;
-  int64_t mask_token = 0;                 // target vocabulary row used as MASK
-  int64_t anchors = 16;                   // random anchors (blocks) per sequence per step
-  DflashLossOptions loss;                 // kind, gamma, temperature
-  int64_t max_len = 256;                  // training sequences are cropped to this many tokens
-  int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
-  std::string features = "online";        // "online" | "disk" (target_features.h)
-  std::string feature_dtype = "float32";  // disk cache storage
-  OptimConfig optim;                      // defaults: DefaultDflashOptim()
+  int64_t mask_token = 0;  // target vocabulary row used as MASK
+  int64_t anchors = 16;    // random anchors (blocks) per sequence per step
+  DflashLossOptions loss;  // kind, gamma, temperature
 };
 
 // The defaults of a variant: "dflash" (bidirectional, ce, gamma 7) or "jetspec" (causal,
@@ -56,12 +49,8 @@ DflashTrainConfig DefaultDflashTrainConfig(const std::string& variant);
 // 1000 steps (SpecForge's DFlash recipe scaled to a ~100K-parameter head).
 OptimConfig DefaultDflashOptim();
 
-struct DflashTrainResult {
-  TrainLoopResult loop;
-  int64_t head_parameters = 0;
-  int64_t target_parameters = 0;
+struct DflashTrainResult : RegenHeadTrainResult {
   std::vector<int64_t> target_layers;
-  double data_seconds = 0;
 };
 
 // Trains (or resumes) into out_dir: config.json + model.safetensors (published DFlash layout,

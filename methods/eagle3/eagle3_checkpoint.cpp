@@ -51,11 +51,14 @@ bool IsVocabMapName(const std::string& name) {
   return name == kEagle3D2t || name == kEagle3T2d;
 }
 
+}  // namespace
+
 // Checks `tensors` against `config`; `where(name)` names the input holding tensor `name`, and
 // `source` the whole set (for missing tensors).
-void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
-                  const std::string& source,
-                  const std::function<std::string(const std::string&)>& where) {
+void ValidateEagle3Tensors(const Eagle3Config& config,
+                           const std::map<std::string, at::Tensor>& tensors,
+                           const std::string& source, const TensorWhere& where_given) {
+  const TensorWhere where = where_given ? where_given : TensorOf(source);
   config.Validate(source);
   const auto expected = ExpectedEagle3TensorShapes(config, /*with_embedding=*/true);
   CheckNoUnexpectedTensor(expected, tensors, "an EAGLE-3 head", where, /*list_expected=*/true);
@@ -117,6 +120,8 @@ void CheckTensors(const Eagle3Config& config, const std::map<std::string, at::Te
   }
 }
 
+namespace {
+
 // d2t / t2d of a sorted list of distinct target ids.
 DraftVocabMap VocabMapFromUsed(const std::vector<int64_t>& used, int64_t vocab_size) {
   const int64_t vd = static_cast<int64_t>(used.size());
@@ -157,18 +162,11 @@ std::map<std::string, std::vector<int64_t>> ExpectedEagle3TensorShapes(const Eag
   return shapes;
 }
 
-void ValidateEagle3Tensors(const Eagle3Config& config,
-                           const std::map<std::string, at::Tensor>& tensors,
-                           const std::string& source) {
-  CheckTensors(config, tensors, source,
-               [&](const std::string& name) { return source + ", tensor '" + name + "'"; });
-}
-
 Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir) {
   Eagle3Checkpoint ckpt = ReadHeadCheckpointAs<Eagle3Checkpoint>(
       dir, "EAGLE-3",
       ", with the recipe in methods/eagle3/README.md (\"Converting a pytorch_model.bin head\")",
-      ParseEagle3Config, CheckTensors, CanonicalName);
+      ParseEagle3Config, ValidateEagle3Tensors, CanonicalName);
   if (ckpt.tensors.count(kEagle3D2t) == 0) {  // identity map (draft vocab == target vocab)
     std::vector<int64_t> used(ckpt.config.vocab_size);
     std::iota(used.begin(), used.end(), 0);
@@ -192,13 +190,8 @@ std::map<std::string, at::Tensor> RandomEagle3Tensors(const Eagle3Config& config
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, shape] : ExpectedEagle3TensorShapes(config, with_embedding)) {
     if (IsVocabMapName(name)) continue;
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    if (EndsWith(name, "norm.weight")) {
-      t.fill_(1.0f);
-    } else {
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0, 0.02);
-    }
-    tensors[name] = t;
+    tensors[name] = EndsWith(name, "norm.weight") ? at::ones(shape, at::kFloat)
+                                                  : SeededNormalTensor(shape, seed, name, 0.02);
   }
   // Draft vocabulary: a seeded partial Fisher-Yates draw of Vd target ids, sorted.
   const int64_t v = config.vocab_size, vd = config.draft_vocab_size;

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "methods/common/head_config.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "models/checkpoint/safetensors.h"
 
@@ -75,10 +76,11 @@ Eagle3Checkpoint LoadEagle3Checkpoint(const std::string& dir);
 
 // Checks `tensors` (canonical names; float tensors of any float dtype; d2t int64, t2d bool;
 // embed_tokens.weight optional; d2t / t2d optional only when Vd == V) against `config`:
-// names, shapes, dtypes and the vocabulary-map consistency. Errors name `source` and the tensor.
+// names, shapes, dtypes and the vocabulary-map consistency. Errors name `source` and the tensor
+// (`where(name)`, default TensorOf(source), names the input holding it).
 void ValidateEagle3Tensors(const Eagle3Config& config,
                            const std::map<std::string, at::Tensor>& tensors,
-                           const std::string& source);
+                           const std::string& source, const TensorWhere& where = {});
 
 // Writes `dir`/config.json (Eagle3ConfigToJson with torch_dtype of `float_dtype`, plus
 // "specbed_recipe": recipe when not null) and `dir`/model.safetensors in the published layout:

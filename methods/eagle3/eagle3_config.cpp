@@ -43,14 +43,7 @@ void Eagle3Config::Validate(const std::string& source) const {
   }
   SPECBED_CHECK(draft_vocab_size <= vocab_size, source, ": draft_vocab_size ", draft_vocab_size,
                 " is larger than vocab_size ", vocab_size);
-  SPECBED_CHECK(n_heads % n_kv_heads == 0, source, ": num_attention_heads ", n_heads,
-                " is not a multiple of num_key_value_heads ", n_kv_heads);
-  SPECBED_CHECK(head_dim % 2 == 0, source, ": head_dim ", head_dim,
-                " must be even (RoPE rotates pairs)");
-  SPECBED_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
-                ": rope_theta must be positive, got ", rope_theta);
-  SPECBED_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source,
-                ": rms_norm_eps must be positive, got ", rms_norm_eps);
+  CheckAttentionShape(source, n_heads, n_kv_heads, head_dim, rope_theta, rms_norm_eps);
   SPECBED_CHECK(
       aux_layer_ids.empty() || static_cast<int64_t>(aux_layer_ids.size()) == kEagle3AuxLayers,
       source, ": eagle_aux_hidden_state_layer_ids must list exactly ", kEagle3AuxLayers,

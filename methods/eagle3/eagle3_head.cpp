@@ -322,14 +322,7 @@ void Eagle3Head::MlpAndLogits(int64_t n, at::Tensor& hid, at::Tensor& logits) {
   at::Tensor gate_up = Rows(gate_up_, n);
   at::mm_out(gate_up, hn, w_gate_up_t_);
   at::Tensor act = Rows(act_, n);
-  const float* gu = gate_up.data_ptr<float>();
-  float* ap = act.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float* gate = gu + i * 2 * inter;
-    const float* up = gate + inter;
-    float* a = ap + i * inter;
-    for (int64_t f = 0; f < inter; ++f) a[f] = gate[f] / (1.0f + std::exp(-gate[f])) * up[f];
-  }
+  SwiGluRows(gate_up.data_ptr<float>(), act.data_ptr<float>(), n, inter);
   hid.addmm_(act, w_down_t_);  // h += down(silu(gate(post_ln(h))) * up(post_ln(h)))
   const float* fin = final_norm_.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, fin, hnp + i * h, h, eps);

@@ -10,19 +10,15 @@
 #include "base/paths.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
+#include "methods/drafter_catalog.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/method_registry.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 
 std::string ResolveEagle3Head(const std::string& name_or_path) {
-  if (IsNamedDrafter(name_or_path, "eagle3")) return ResolveDrafterDir(name_or_path);
-  SPECBED_CHECK(PathExists(name_or_path), "eagle3: head '", name_or_path,
-                "' is neither a known head (stories260K-eagle3, stories260K-twin-eagle3) nor an "
-                "existing directory");
-  return name_or_path;
+  return ResolveDrafterOrDir(name_or_path, "eagle3", "eagle3: head");
 }
 
 Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const LoadedTarget& target) {
@@ -50,7 +46,8 @@ Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const Loaded
   return ckpt;
 }
 
-void RegisterEagle3Method(MethodRegistry& registry) {
+void RegisterEagle3Methods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("eagle3", "EAGLE-3 head trained on stories260K");
   MethodInfo info = DescribeMethod(
       "eagle3",
       "EAGLE-3: a one-layer head on fused low/mid/high target features drafts a dynamic top-k "

@@ -16,15 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "methods/common/train/regen.h"
+#include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 
 namespace specbed {
 
-struct Eagle3TrainConfig {
-  std::string target = "stories260K";  // registry name or path; teacher dtype `dtype`
-  std::string dtype = "float32";
-  std::string data;  // `specbed regen` file (required)
+struct Eagle3TrainConfig : RegenHeadTrainConfig {
   // Target layers fused by the head (HF hidden_states numbering); empty = the EAGLE-3 default
   // {2, L/2, L-3}.
   std::vector<int64_t> aux_layers;
@@ -34,24 +32,15 @@ struct Eagle3TrainConfig {
   // Per-step loss normalisation (trainable_eagle3.h): "counted" (default; the shipped heads) or
   // "all" (the EAGLE-3 reference).
   std::string ttt_loss_norm = "counted";
-  int64_t max_len = 256;                  // training sequences are cropped to this many tokens
-  int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
-  std::string features = "online";        // "online" | "disk" (target_features.h)
-  std::string feature_dtype = "float32";  // disk cache storage: float32 | bfloat16 | float16
-  OptimConfig optim;                      // defaults set by DefaultEagle3Optim()
 };
 
 // EAGLE-3's recipe scaled to small targets: AdamW beta (0.9, 0.95), no weight decay, grad clip
 // 0.5, warmup + cosine; lr 3e-3, batch 16, 800 steps.
 OptimConfig DefaultEagle3Optim();
 
-struct Eagle3TrainResult {
-  TrainLoopResult loop;
-  int64_t head_parameters = 0;
-  int64_t target_parameters = 0;
+struct Eagle3TrainResult : RegenHeadTrainResult {
   std::vector<int64_t> aux_layers;
   double draft_vocab_coverage = 0;  // share of training response tokens inside the draft vocab
-  double data_seconds = 0;          // loading the data / building the disk cache
 };
 
 // The draft vocabulary of a reduced-vocabulary head trained on `data`: the `draft_vocab` (clipped

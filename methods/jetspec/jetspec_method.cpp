@@ -10,6 +10,7 @@
 namespace specbed {
 
 void RegisterJetspecMethods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("jetspec", "JetSpec causal block head trained on stories260K");
   RegisterDflashFamilyMethod(
       registry,
       DescribeMethod(

@@ -8,7 +8,7 @@
 
 namespace specbed {
 
-void RegisterLookaheadMethod(MethodRegistry& registry) {
+void RegisterLookaheadMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "lookahead",
       "lookahead decoding: a Jacobi window of W columns x N-1 levels generates n-grams into a "

@@ -208,11 +208,10 @@ LtdClassifierCheckpoint Fit(LtdClassifierConfig config, const LabelledRows& trai
   std::vector<std::pair<std::string, at::Tensor>> params;
   std::vector<bool> decay;
   for (const auto& [name, shape] : ExpectedLtdClassifierShapes(ck.config)) {
-    at::Tensor t = at::zeros(shape, at::kFloat);
-    if (shape.size() == 2) {
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(s.seed, name), 0.0,
-                       1.0 / std::sqrt(static_cast<double>(shape[1])));
-    }
+    at::Tensor t = shape.size() == 2
+                       ? SeededNormalTensor(shape, s.seed, name,
+                                            1.0 / std::sqrt(static_cast<double>(shape[1])))
+                       : at::zeros(shape, at::kFloat);
     t.set_requires_grad(true);
     ck.tensors[name] = t;
     params.emplace_back(name, t);

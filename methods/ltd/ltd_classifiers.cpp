@@ -19,20 +19,9 @@
 namespace specbed {
 namespace cf = config_fields;
 
-namespace {
-constexpr EnumName<LtdClassifierKind> kKindNames[] = {{LtdClassifierKind::kDisco, "disco"},
-                                                      {LtdClassifierKind::kSpecDec, "specdecpp"},
-                                                      {LtdClassifierKind::kC2t, "c2t"}};
-}  // namespace
-
-const char* LtdClassifierKindName(LtdClassifierKind kind) {
-  return EnumNameOf(kKindNames, kind);
-}
-
-LtdClassifierKind ParseLtdClassifierKind(const std::string& name, const std::string& source) {
-  if (const std::optional<LtdClassifierKind> kind = EnumValueOf(kKindNames, name)) return *kind;
-  Fail(source, ": classifier kind must be \"disco\", \"specdecpp\" or \"c2t\", got \"", name, "\"");
-}
+SPECBED_ENUM_NAMES(LtdClassifierKind, "classifier kind", LtdClassifierKindName,
+                   ParseLtdClassifierKind, {LtdClassifierKind::kDisco, "disco"},
+                   {LtdClassifierKind::kSpecDec, "specdecpp"}, {LtdClassifierKind::kC2t, "c2t"})
 
 void LtdClassifierConfig::Validate(const std::string& source) const {
   SPECBED_CHECK(top_k >= 1 && top_k <= 64, source, ": top_k must be in [1, 64], got ", top_k);
@@ -122,13 +111,9 @@ void ValidateTensors(const LtdClassifierConfig& c, const std::map<std::string, a
 }  // namespace
 
 LtdClassifierCheckpoint LoadLtdClassifier(const std::string& dir) {
-  const std::string where = "LTD baseline classifier '" + dir + "'";
-  const HeadConfigFile file = ReadHeadConfig(dir, where);
-  LtdClassifierCheckpoint ckpt;
-  ckpt.config = ParseLtdClassifierConfig(file.config, file.path);
-  ckpt.tensors = ReadLtdTensors(dir, where, ExpectedLtdClassifierShapes(ckpt.config),
-                                TensorDetail(ckpt.config));
-  return ckpt;
+  return LoadLtdCheckpointAs<LtdClassifierCheckpoint>(dir, "LTD baseline classifier",
+                                                      ParseLtdClassifierConfig,
+                                                      ExpectedLtdClassifierShapes, TensorDetail);
 }
 
 void WriteLtdClassifier(const std::string& dir, const LtdClassifierCheckpoint& checkpoint) {

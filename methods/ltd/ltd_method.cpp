@@ -10,11 +10,11 @@
 #include "base/error.h"
 #include "base/paths.h"
 #include "methods/common/registration_util.h"
+#include "methods/drafter_catalog.h"
 #include "methods/eagle3/eagle3_method.h"
 #include "methods/ltd/ltd_classifiers.h"
 #include "methods/ltd/ltd_controllers.h"
 #include "methods/ltd/ltd_policy.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 
@@ -46,11 +46,7 @@ std::unique_ptr<SpeculativeDecoder> MakeLtdEagle3Decoder(MethodContext& context,
 }
 
 std::string ResolveLtdPolicyDir(const std::string& name_or_path) {
-  if (IsNamedDrafter(name_or_path, "ltd")) return ResolveDrafterDir(name_or_path);
-  SPECBED_CHECK(PathExists(name_or_path), "ltd: policy '", name_or_path,
-                "' is neither a known policy pair (stories260K-twin-ltd) nor an existing "
-                "directory");
-  return name_or_path;
+  return ResolveDrafterOrDir(name_or_path, "ltd", "ltd: policy");
 }
 
 namespace {
@@ -344,6 +340,56 @@ void RegisterC2t(MethodRegistry& registry) {
   registry.Register(std::move(info));
 }
 
+// The policy pair is trained on the twin's measured costs and reads draft scores only, so
+// stories260K runs the twin's pair too (untuned for its costs); the classifiers of the paper's
+// table read the head's hidden states (SpecDec++), so each target has its own set.
+void DeclareLtdDrafters(MethodRegistry& registry) {
+  for (const char* target : {"stories260K-twin", "stories260K"}) {
+    const bool twin = std::string(target) == "stories260K-twin";
+    registry.AddDrafter({"stories260K-twin-ltd",
+                         "ltd",
+                         target,
+                         twin ? "LTD depth + size policies for stories260K-twin + "
+                                "stories260K-twin-eagle3"
+                              : "the twin's LTD policies (trained on the twin's costs; "
+                                "stories260K's observations are the twin's, so they run there "
+                                "too, untuned for its costs)",
+                         "models/stories260K/ltd-twin",
+                         {}});
+  }
+  registry.AddDrafter({"stories260K-ltd-baselines",
+                       "ltd-baselines",
+                       "stories260K",
+                       "Disco, SpecDec++ and C2T classifiers for stories260K + stories260K-eagle3",
+                       "models/stories260K/ltd-baselines",
+                       {}});
+  registry.AddDrafter(
+      {"stories260K-twin-ltd-baselines",
+       "ltd-baselines",
+       "stories260K-twin",
+       "Disco, SpecDec++ and C2T classifiers for stories260K-twin + stories260K-twin-eagle3",
+       "models/stories260K/ltd-baselines-twin",
+       {}});
+  // `specbed twin` of one classifier, or of a set (disco/, specdecpp/, c2t/): zero input columns
+  // at the width factor of what they read (SpecDec++: the EAGLE-3 head, the target's width).
+  registry.AddTwinWriter([](const std::string& source, const std::string& output, int64_t f) {
+    if (CheckpointFormatOf(source) == "specbed-ltd-classifier") {
+      WriteLtdClassifier(output, LtdClassifierTwin(LoadLtdClassifier(source), f));
+      return true;
+    }
+    if (!CheckpointFormatOf(source).empty() ||
+        CheckpointFormatOf(source + "/specdecpp") != "specbed-ltd-classifier") {
+      return false;
+    }
+    for (const char* kind : {"disco", "specdecpp", "c2t"}) {
+      const std::string dir = source + "/" + kind;
+      if (!PathExists(dir)) continue;
+      WriteLtdClassifier(output + "/" + kind, LtdClassifierTwin(LoadLtdClassifier(dir), f));
+    }
+    return true;
+  });
+}
+
 }  // namespace
 
 std::unique_ptr<SpeculativeDecoder> MakeLtdDecoder(MethodContext& context,
@@ -368,15 +414,11 @@ std::unique_ptr<SpeculativeDecoder> MakeLtdDecoder(MethodContext& context,
 }
 
 std::string ResolveLtdClassifierDir(const std::string& name_or_path) {
-  if (IsNamedDrafter(name_or_path, "ltd-baselines")) return ResolveDrafterDir(name_or_path);
-  SPECBED_CHECK(PathExists(name_or_path), "knob 'classifier': '", name_or_path,
-                "' is neither a known classifier set (stories260K-ltd-baselines, "
-                "stories260K-twin-ltd-baselines) nor an "
-                "existing directory");
-  return name_or_path;
+  return ResolveDrafterOrDir(name_or_path, "ltd-baselines", "knob 'classifier':");
 }
 
 void RegisterLtdMethods(MethodRegistry& registry) {
+  DeclareLtdDrafters(registry);
   RegisterLtd(registry);
   RegisterDdd(registry);
   RegisterSvip(registry);

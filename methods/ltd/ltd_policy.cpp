@@ -150,15 +150,13 @@ std::map<std::string, std::vector<int64_t>> ExpectedLtdPolicyShapes(const LtdPol
 std::map<std::string, at::Tensor> RandomLtdPolicyTensors(const LtdPolicyConfig& c, uint64_t seed) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, shape] : ExpectedLtdPolicyShapes(c)) {
-    at::Tensor t = at::zeros(shape, at::TensorOptions().dtype(at::kFloat));
-    if (shape.size() == 2) {
-      double gain = std::sqrt(2.0);
-      if (name == "actor_out.weight") gain = 0.01;
-      if (name == "critic_out.weight") gain = 1.0;
-      FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0,
-                       gain / std::sqrt(static_cast<double>(shape[1])));
-    }
-    tensors[name] = t;
+    double gain = std::sqrt(2.0);
+    if (name == "actor_out.weight") gain = 0.01;
+    if (name == "critic_out.weight") gain = 1.0;
+    tensors[name] =
+        shape.size() == 2
+            ? SeededNormalTensor(shape, seed, name, gain / std::sqrt(static_cast<double>(shape[1])))
+            : at::zeros(shape, at::kFloat);
   }
   return tensors;
 }
@@ -190,13 +188,9 @@ constexpr const char* kPolicyTensorNames =
 }  // namespace
 
 LtdPolicyCheckpoint LoadLtdPolicy(const std::string& dir) {
-  const std::string where = "LTD policy '" + dir + "'";
-  const HeadConfigFile file = ReadHeadConfig(dir, where);
-  LtdPolicyCheckpoint ckpt;
-  ckpt.config = ParseLtdPolicyConfig(file.config, file.path);
-  ckpt.tensors =
-      ReadLtdTensors(dir, where, ExpectedLtdPolicyShapes(ckpt.config), kPolicyTensorNames);
-  return ckpt;
+  return LoadLtdCheckpointAs<LtdPolicyCheckpoint>(
+      dir, "LTD policy", ParseLtdPolicyConfig, ExpectedLtdPolicyShapes,
+      [](const LtdPolicyConfig&) { return std::string(kPolicyTensorNames); });
 }
 
 void WriteLtdPolicy(const std::string& dir, const LtdPolicyConfig& config,

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/checkpoint/head_checkpoint.h"
+
 namespace specbed {
 
 enum class LtdPolicyKind { kDepth, kSize };
@@ -88,6 +90,19 @@ void WriteLtdPolicy(const std::string& dir, const LtdPolicyConfig& config,
 std::map<std::string, at::Tensor> ReadLtdTensors(
     const std::string& dir, const std::string& where,
     const std::map<std::string, std::vector<int64_t>>& shapes, const std::string& detail);
+// An LTD checkpoint directory (`what` = "LTD policy" names it in errors): config.json through
+// parse(json, path) into ckpt.config, then the tensors checked against shapes_of(config) with
+// detail_of(config).
+template <typename Checkpoint, typename Parse, typename Shapes, typename Detail>
+Checkpoint LoadLtdCheckpointAs(const std::string& dir, const std::string& what, Parse parse,
+                               Shapes shapes_of, Detail detail_of) {
+  const std::string where = what + " '" + dir + "'";
+  const HeadConfigFile file = ReadHeadConfig(dir, where);
+  Checkpoint ckpt;
+  ckpt.config = parse(file.config, file.path);
+  ckpt.tensors = ReadLtdTensors(dir, where, shapes_of(ckpt.config), detail_of(ckpt.config));
+  return ckpt;
+}
 void WriteLtdCheckpoint(const std::string& dir, nlohmann::ordered_json config_json,
                         const std::map<std::string, at::Tensor>& tensors,
                         const std::map<std::string, std::vector<int64_t>>& shapes,

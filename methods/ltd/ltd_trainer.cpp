@@ -26,11 +26,11 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
 #include "methods/common/json_fields.h"
+#include "methods/drafter_catalog.h"
 #include "methods/ltd/ltd_controllers.h"
 #include "methods/ltd/ltd_method.h"
 #include "methods/ltd/ltd_policy.h"
 #include "models/device.h"
-#include "models/drafter_catalog.h"
 #include "models/model_registry.h"
 #include "results/store.h"
 

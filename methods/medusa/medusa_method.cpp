@@ -7,19 +7,15 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "methods/common/registration_util.h"
+#include "methods/drafter_catalog.h"
 #include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 namespace {
 
 std::string ResolveMedusaHead(const std::string& name_or_path) {
-  if (IsNamedDrafter(name_or_path, "medusa")) return ResolveDrafterDir(name_or_path);
-  SPECBED_CHECK(PathExists(name_or_path), "medusa: head '", name_or_path,
-                "' is neither a known head (stories260K-medusa, stories260K-twin-medusa) nor an "
-                "existing directory");
-  return name_or_path;
+  return ResolveDrafterOrDir(name_or_path, "medusa", "medusa: head");
 }
 
 MedusaOptions OptionsOf(const nlohmann::json& knobs) {
@@ -32,7 +28,14 @@ MedusaOptions OptionsOf(const nlohmann::json& knobs) {
 
 }  // namespace
 
-void RegisterMedusaMethod(MethodRegistry& registry) {
+void RegisterMedusaMethods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("medusa", "Medusa-1 heads (4) trained on stories260K",
+                             {"medusa", kStoriesTwinWidthFactor, "medusa_lm_head.safetensors"});
+  // The published Medusa layout: residual blocks "{k}.{j}.linear.weight/bias" over the hidden
+  // width, lm_heads "{k}.{L}.weight" [vocab, hidden].
+  registry.AddTwinPadRules({{".*\\.linear\\.weight", {TwinAxis::kHidden, TwinAxis::kHidden}},
+                            {".*\\.linear\\.bias", {TwinAxis::kHidden}},
+                            {"[0-9]+\\.[0-9]+\\.weight", {TwinAxis::kKeep, TwinAxis::kHidden}}});
   MethodInfo info = DescribeMethod(
       "medusa",
       "Medusa-1: K residual heads on the target's last hidden state predict tokens t+2..t+K+1; "

@@ -11,31 +11,22 @@
 #include <cstdint>
 #include <string>
 
+#include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/train_loop.h"
 
 namespace specbed {
 
-struct MedusaTrainConfig {
-  std::string target = "stories260K";     // registry name or path (float32 teacher)
-  std::string data;                       // `specbed regen` file (required)
-  int64_t num_heads = 4;                  // K (Medusa: 5 for 7B; 4 here by default)
-  int64_t num_layers = 1;                 // residual blocks per head (Medusa-1: 1)
-  double decay = 0.8;                     // loss weight decay^k of head k (Medusa: 0.8)
-  int64_t max_len = 256;                  // training sequences are cropped to this many tokens
-  int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
-  std::string features = "online";        // "online" | "disk" (target_features.h)
-  std::string feature_dtype = "float32";  // disk cache storage: float32 | bfloat16 | float16
-  OptimConfig optim;                      // defaults set by DefaultMedusaOptim()
+struct MedusaTrainConfig : RegenHeadTrainConfig {
+  int64_t num_heads = 4;   // K (Medusa: 5 for 7B; 4 here by default)
+  int64_t num_layers = 1;  // residual blocks per head (Medusa-1: 1)
+  double decay = 0.8;      // loss weight decay^k of head k (Medusa: 0.8)
 };
 
 // AdamW lr 1e-3 (Medusa-1's), beta (0.9, 0.999), no weight decay, grad clip 1, warmup 40 +
 // cosine; batch 16, 800 steps.
 OptimConfig DefaultMedusaOptim();
 
-struct MedusaTrainResult {
-  TrainLoopResult loop;
-  int64_t head_parameters = 0;
-};
+using MedusaTrainResult = RegenHeadTrainResult;
 
 // Trains (or resumes) into out_dir: config.json + medusa_lm_head.safetensors (the published
 // layout, float32, recipe under "specbed_recipe"), train_log.db, train_summary.json, work/.

@@ -8,7 +8,7 @@
 
 namespace specbed {
 
-void RegisterNgramMethod(MethodRegistry& registry) {
+void RegisterNgramMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "ngram",
       "prompt lookup: drafts the tokens that followed the last earlier occurrence of the "

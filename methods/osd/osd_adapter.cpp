@@ -16,19 +16,9 @@
 
 namespace specbed {
 
-namespace {
-constexpr EnumName<Divergence> kDivergenceNames[] = {{Divergence::kForwardKl, "forward_kl"},
-                                                     {Divergence::kReverseKl, "reverse_kl"},
-                                                     {Divergence::kJsd, "jsd"}};
-}  // namespace
-
-const char* DivergenceName(Divergence d) {
-  return EnumNameOf(kDivergenceNames, d);
-}
-
-Divergence ParseDivergence(const std::string& name, const std::string& context) {
-  return ParseEnumName(kDivergenceNames, name, context + " divergence");
-}
+SPECBED_ENUM_NAMES(Divergence, "divergence", DivergenceName, ParseDivergence,
+                   {Divergence::kForwardKl, "forward_kl"}, {Divergence::kReverseKl, "reverse_kl"},
+                   {Divergence::kJsd, "jsd"})
 
 at::Tensor DivergenceLoss(const at::Tensor& teacher_logits, const at::Tensor& student_logits,
                           Divergence divergence) {

@@ -8,7 +8,7 @@
 
 namespace specbed {
 
-void RegisterPearlMethod(MethodRegistry& registry) {
+void RegisterPearlMethods(MethodRegistry& registry) {
   std::vector<MethodKnob> knobs = {
       {"gamma",
        4,

@@ -7,7 +7,7 @@
 
 namespace specbed {
 
-void RegisterRecyclingMethod(MethodRegistry& registry) {
+void RegisterRecyclingMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "recycling",
       "Token Recycling: an adjacency matrix of every token's top-k successors, refreshed from "

@@ -9,12 +9,12 @@
 #include "base/mapped_file.h"
 #include "harness/engine/speculative_decoder.h"
 #include "methods/common/registration_util.h"
+#include "methods/drafter_catalog.h"
 #include "methods/method_registry.h"
 #include "methods/osd/osd_adapter.h"
 #include "methods/specblock/specblock_bandit.h"
 #include "methods/specblock/specblock_drafter.h"
 #include "methods/specblock/specblock_loss.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 namespace {
@@ -81,11 +81,7 @@ MethodInfo SpecBlockInfo(std::string name, std::string description, uint32_t fla
 }  // namespace
 
 std::string ResolveSpecBlockDrafter(const std::string& name_or_path) {
-  if (IsNamedDrafter(name_or_path, "specblock")) return ResolveDrafterDir(name_or_path);
-  SPECBED_CHECK(PathExists(name_or_path), "specblock: drafter '", name_or_path,
-                "' is neither a known drafter (stories260K-specblock, "
-                "stories260K-twin-specblock) nor an existing directory");
-  return name_or_path;
+  return ResolveDrafterOrDir(name_or_path, "specblock", "specblock: drafter");
 }
 
 std::vector<MethodKnob> SpecBlockKnobs() {
@@ -174,9 +170,34 @@ std::unique_ptr<Decoder> MakeBanditDecoder(MethodContext& context, const nlohman
   return decoder;
 }
 
+// Cost-twin padding of a SpecBlock drafter's own tensors: W_cond over fused target features,
+// W_fuse over [c ; e ; q] and W_shift over [x_k ; x_{k-1}] (blocks of hidden_size), the K
+// position queries, the three input norms, and the rank head over [h ; psi(p)].
+std::vector<TwinPadRule> SpecBlockTwinPadRules() {
+  using A = TwinAxis;
+  const std::pair<const char*, std::vector<A>> by_suffix[] = {
+      {"cond.weight", {A::kHidden, A::kTargetHidden}},
+      {"fuse.weight", {A::kHidden, A::kHidden}},
+      {"queries", {A::kKeep, A::kHidden}},
+      {"rank_head.fc1.weight", {A::kKeep, A::kHiddenThenRest}},
+      {"rank_head.fc1.bias", {A::kKeep}},
+      {"rank_head.fc2.weight", {A::kKeep, A::kKeep}},
+      {"rank_head.fc2.bias", {A::kKeep}},
+  };
+  std::vector<TwinPadRule> rules;
+  for (const auto& [suffix, axes] : by_suffix) rules.push_back({TwinSuffixPattern(suffix), axes});
+  for (const char* norm : {"norm_c.weight", "norm_e.weight", "norm_q.weight"}) {
+    rules.push_back({TwinSuffixPattern(norm), {A::kHidden}, true});
+  }
+  rules.push_back({"shift\\..*\\.weight", {A::kHidden, A::kHidden}});
+  return rules;
+}
+
 }  // namespace
 
 void RegisterSpecBlockMethods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("specblock", "SpecBlock block drafter trained on stories260K");
+  registry.AddTwinPadRules(SpecBlockTwinPadRules());
   {
     MethodInfo info = SpecBlockInfo(
         "specblock",

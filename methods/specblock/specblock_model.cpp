@@ -12,6 +12,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "methods/common/json_fields.h"
 #include "methods/common/named_params.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
@@ -87,16 +88,11 @@ ojson SpecBlockConfig::ToJson() const {
   j["num_attention_heads"] = n_heads;
   j["num_key_value_heads"] = n_kv_heads;
   j["head_dim"] = head_dim;
-  j["target_hidden_size"] = target_hidden_size;
-  j["vocab_size"] = vocab_size;
-  j["draft_vocab_size"] = draft_vocab_size;
-  j["block_size"] = block_size;
+  SPECBED_JSON_PUT(j, *this, target_hidden_size, vocab_size, draft_vocab_size, block_size);
   j["num_hidden_layers"] = n_layers;
   j["num_shifts"] = n_shifts;
   j["rank_hidden_size"] = rank_hidden;
-  j["rms_norm_eps"] = rms_norm_eps;
-  j["rope_theta"] = rope_theta;
-  j["max_position_embeddings"] = max_position_embeddings;
+  SPECBED_JSON_PUT(j, *this, rms_norm_eps, rope_theta, max_position_embeddings);
   j["aux_hidden_state_layer_ids"] = aux_layer_ids;
   j["torch_dtype"] = "float32";
   return j;

@@ -22,17 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/train_loop.h"
 #include "methods/specblock/specblock_loss.h"
 #include "methods/specblock/specblock_model.h"
 
 namespace specbed {
 
-struct SpecBlockTrainConfig {
-  std::string target = "stories260K";
-  std::string dtype = "float32";
-  std::string data;
-  std::vector<int64_t> aux_layers;  // empty = EAGLE-3 default {2, L/2, L-3}
+struct SpecBlockTrainConfig : RegenHeadTrainConfig {
+  SpecBlockTrainConfig() { max_len = 128; }  // the shipped drafter's crop
+  std::vector<int64_t> aux_layers;           // empty = EAGLE-3 default {2, L/2, L-3}
   int64_t draft_vocab = 32000;
   int64_t block_size = 4;
   int64_t layers = 2;
@@ -44,11 +43,6 @@ struct SpecBlockTrainConfig {
   int64_t rank_warmup = -1;
   bool valid_prefix = true;
   double slot_norm_floor = 1.0;
-  int64_t max_len = 128;
-  int64_t n_eval = 32;
-  std::string features = "online";
-  std::string feature_dtype = "float32";
-  OptimConfig optim;
 };
 
 OptimConfig DefaultSpecBlockOptim();

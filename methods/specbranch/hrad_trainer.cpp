@@ -13,11 +13,12 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "harness/engine/sampler.h"
+#include "methods/common/json_fields.h"
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
+#include "methods/drafter_catalog.h"
 #include "methods/pearl/draft_lm.h"
 #include "methods/specbranch/hrad.h"
-#include "models/drafter_catalog.h"
 #include "models/model_registry.h"
 
 namespace specbed {
@@ -266,13 +267,8 @@ HradTrainResult TrainHrad(const HradTrainConfig& c, const std::string& out_dir,
   settings["drafter"] = drafter;
   settings["gamma"] = c.gamma;
   settings["feature_layers"] = hc.feature_layers;
-  settings["n_sequences"] = c.n_sequences;
-  settings["n_eval_sequences"] = c.n_eval_sequences;
-  settings["seq_len"] = c.seq_len;
-  settings["temperature"] = c.temperature;
-  settings["data_seed"] = c.data_seed;
-  settings["dropout"] = c.dropout;
-  settings["label_smoothing"] = c.label_smoothing;
+  SPECBED_JSON_PUT(settings, c, n_sequences, n_eval_sequences, seq_len, temperature, data_seed,
+                   dropout, label_smoothing);
   hc.training = TrainRecipe(settings, c.optim, "specbed train hrad");
   hc.training["labels"] =
       "greedy draft of gamma tokens vs the target's greedy verification at every position of "

@@ -3,14 +3,43 @@
 // Checked by: tests/methods/specbranch_test.cpp.
 #include "base/error.h"
 #include "methods/common/registration_util.h"
+#include "methods/drafter_catalog.h"
 #include "methods/method_registry.h"
 #include "methods/pearl/speed_ratio.h"
+#include "methods/specbranch/hrad.h"
 #include "methods/specbranch/specbranch_decoder.h"
-#include "models/drafter_catalog.h"
 
 namespace specbed {
 
-void RegisterSpecBranchMethod(MethodRegistry& registry) {
+namespace {
+
+// `specbed twin` of an H-RAD predictor: its input columns padded at the target's width factor.
+bool WriteHradTwin(const std::string& source, const std::string& output, int64_t width_factor) {
+  if (CheckpointFormatOf(source) != "specbed-hrad") return false;
+  const HradCheckpoint twin = HradTwin(LoadHradCheckpoint(source), width_factor);
+  WriteHradCheckpoint(output, twin.config, twin.tensors);
+  return true;
+}
+
+// The shipped H-RAD predictors (it reads target hidden states, so the twin has its own; `specbed
+// twin` pads it).
+void DeclareHradDrafters(MethodRegistry& registry) {
+  registry.AddDrafter({"stories260K-hrad",
+                       "hrad",
+                       "stories260K",
+                       "SpecBranch H-RAD predictor for stories260K + stories260K-draft",
+                       "models/stories260K/hrad",
+                       {}});
+  registry.AddDrafter({"stories260K-twin-hrad",
+                       "hrad",
+                       "stories260K-twin",
+                       "SpecBranch H-RAD predictor for stories260K-twin + stories260K-twin-draft",
+                       "models/stories260K/hrad-twin",
+                       {}});
+  registry.AddTwinWriter(WriteHradTwin);
+}
+
+std::vector<MethodKnob> SpecBranchKnobs() {
   std::vector<MethodKnob> knobs = {
       {"gamma_max",
        4,
@@ -40,6 +69,59 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
        "hrad"},
   };
   for (MethodKnob& k : SideThreadKnobs()) knobs.push_back(std::move(k));
+  return knobs;
+}
+
+// The predictor the knobs name, checked against the knob feature_layers.
+HradCheckpoint LoadKnobPredictor(const nlohmann::json& knobs, std::string* dir_out = nullptr) {
+  const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
+  HradCheckpoint ckpt = LoadHradCheckpoint(dir);
+  SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
+                "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
+                " layers but the knob feature_layers is ", knobs.at("feature_layers"));
+  if (dir_out != nullptr) *dir_out = dir;
+  return ckpt;
+}
+
+std::unique_ptr<Decoder> MakeSpecBranch(MethodContext& context, const nlohmann::json& knobs) {
+  LoadedTarget& draft = LoadDraftLm(context, knobs, "specbranch");
+  const LlamaConfig& t = context.target->model->config();
+  SpecBranchOptions options;
+  options.draft_threads = knobs.at("draft_threads").get<int>();
+  options.target_threads = knobs.at("target_threads").get<int>();
+  options.gamma_max = ResolveChunkKnob(
+      knobs.at("gamma_max").get<int64_t>(), "specbranch", "gamma_max", *context.target->model,
+      *draft.model, ParallelDecoder::TargetThreads(options.target_threads, options.draft_threads),
+      options.draft_threads, 64);
+  options.k_max = knobs.at("k_max").get<int64_t>();
+  options.epsilon = knobs.at("epsilon").get<double>();
+  options.branch = knobs.at("branch").get<int>() != 0;
+  options.hrad = knobs.at("hrad").get<int>() != 0;
+  std::unique_ptr<HradPolicy> policy;
+  std::vector<int64_t> layers;
+  if (options.hrad) {
+    std::string dir;
+    HradCheckpoint ckpt = LoadKnobPredictor(knobs, &dir);
+    // A cost twin's predictor (HradTwin) reads the original layers: the twin's feature depth.
+    const int64_t trained = ckpt.config.target_layers;
+    SPECBED_CHECK(
+        ckpt.config.target_dim == t.dim && (trained == t.n_layers || trained == t.FeatureDepth()),
+        "specbranch: predictor '", dir, "' was trained for a target of width ",
+        ckpt.config.target_dim, " and ", trained, " layers, but the target '",
+        context.target->spec.name, "' has ", t.dim, " and ", t.n_layers, " (feature depth ",
+        t.FeatureDepth(), ")");
+    layers = ckpt.config.Layers();
+    policy = std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors);
+  }
+  return std::make_unique<SpecBranchDecoder>(*context.target->model,
+                                             context.target->tokenizer.get(), draft.model,
+                                             std::move(policy), layers, options);
+}
+
+}  // namespace
+
+void RegisterSpecBranchMethods(MethodRegistry& registry) {
+  DeclareHradDrafters(registry);
   MethodInfo info = DescribeMethod(
       "specbranch",
       "SpecBranch: H-RAD (3-class MLP on target features + draft confidence) sets draft lengths "
@@ -51,53 +133,11 @@ void RegisterSpecBranchMethod(MethodRegistry& registry) {
       SpeculativeTraits("chain_rs+branch_rrs",
                         kTraitDraftProbs | kTraitTargetHidden | kTraitOverlapsVerification,
                         "drafter"),
-      std::move(knobs));
+      SpecBranchKnobs());
   info.validate = [](const nlohmann::json& knobs) {
-    if (knobs.at("hrad").get<int>() == 0) return;
-    const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
-    const HradCheckpoint ckpt = LoadHradCheckpoint(dir);
-    SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
-                  "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
-                  " layers but the knob feature_layers is ", knobs.at("feature_layers"));
+    if (knobs.at("hrad").get<int>() != 0) LoadKnobPredictor(knobs);
   };
-  info.factory = [](MethodContext& context,
-                    const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    LoadedTarget& draft = LoadDraftLm(context, knobs, "specbranch");
-    const LlamaConfig& t = context.target->model->config();
-    SpecBranchOptions options;
-    options.draft_threads = knobs.at("draft_threads").get<int>();
-    options.target_threads = knobs.at("target_threads").get<int>();
-    options.gamma_max = ResolveChunkKnob(
-        knobs.at("gamma_max").get<int64_t>(), "specbranch", "gamma_max", *context.target->model,
-        *draft.model, ParallelDecoder::TargetThreads(options.target_threads, options.draft_threads),
-        options.draft_threads, 64);
-    options.k_max = knobs.at("k_max").get<int64_t>();
-    options.epsilon = knobs.at("epsilon").get<double>();
-    options.branch = knobs.at("branch").get<int>() != 0;
-    options.hrad = knobs.at("hrad").get<int>() != 0;
-    std::unique_ptr<HradPolicy> policy;
-    std::vector<int64_t> layers;
-    if (options.hrad) {
-      const std::string dir = ResolveDrafterDir(knobs.at("predictor").get<std::string>());
-      HradCheckpoint ckpt = LoadHradCheckpoint(dir);
-      // A cost twin's predictor (HradTwin) reads the original layers: the twin's feature depth.
-      const int64_t trained = ckpt.config.target_layers;
-      SPECBED_CHECK(
-          ckpt.config.target_dim == t.dim && (trained == t.n_layers || trained == t.FeatureDepth()),
-          "specbranch: predictor '", dir, "' was trained for a target of width ",
-          ckpt.config.target_dim, " and ", trained, " layers, but the target '",
-          context.target->spec.name, "' has ", t.dim, " and ", t.n_layers, " (feature depth ",
-          t.FeatureDepth(), ")");
-      SPECBED_CHECK(ckpt.config.feature_layers == knobs.at("feature_layers").get<int64_t>(),
-                    "specbranch: predictor '", dir, "' reads K = ", ckpt.config.feature_layers,
-                    " layers but the knob feature_layers is ", knobs.at("feature_layers"));
-      layers = ckpt.config.Layers();
-      policy = std::make_unique<HradPredictor>(ckpt.config, ckpt.tensors);
-    }
-    return std::make_unique<SpecBranchDecoder>(*context.target->model,
-                                               context.target->tokenizer.get(), draft.model,
-                                               std::move(policy), layers, options);
-  };
+  info.factory = MakeSpecBranch;
   registry.Register(std::move(info));
 }
 

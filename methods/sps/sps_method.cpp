@@ -18,7 +18,10 @@ SpeculativeOptions SpsOptions(int64_t gamma) {
   return options;
 }
 
-void RegisterSpsMethod(MethodRegistry& registry) {
+void RegisterSpsMethods(MethodRegistry& registry) {
+  registry.AddShippedDrafter("draft",
+                             "SpS draft LM distilled from stories260K (2 layers, width 48)",
+                             StoriesTwinDraftLm());
   MethodInfo info = DescribeMethod(
       "sps",
       "classic speculative sampling: a small draft LM proposes gamma tokens, chain rejection "

@@ -7,7 +7,7 @@
 
 namespace specbed {
 
-void RegisterSuffixMethod(MethodRegistry& registry) {
+void RegisterSuffixMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "suffix",
       "suffix decoding: counted substring tries over the request and over earlier outputs; "

@@ -14,6 +14,7 @@
 #include "base/mapped_file.h"
 #include "base/names.h"
 #include "base/paths.h"
+#include "models/checkpoint/hf_checkpoint.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -189,6 +190,13 @@ void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_j
 
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name) {
   return Mix64(seed ^ Fnv1a64(name.data(), name.size()));
+}
+
+at::Tensor SeededNormalTensor(const std::vector<int64_t>& shape, uint64_t seed,
+                              const std::string& name, double stddev) {
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  FillSeededNormal(t.data_ptr<float>(), t.numel(), TensorNameSeed(seed, name), 0.0, stddev);
+  return t;
 }
 
 void CheckNamedTensorShapes(const std::map<std::string, std::vector<int64_t>>& expected,

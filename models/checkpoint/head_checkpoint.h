@@ -97,4 +97,9 @@ void CheckWeightTensor(const at::Tensor& t, const std::vector<int64_t>& shape,
 // Seed of a tensor's random init: splitmix64 of seed ^ FNV-1a(name).
 uint64_t TensorNameSeed(uint64_t seed, const std::string& name);
 
+// A float32 CPU tensor of `shape` drawn from N(0, stddev^2) with TensorNameSeed(seed, name): the
+// same values for the same name whatever else the checkpoint holds (random heads, fresh training).
+at::Tensor SeededNormalTensor(const std::vector<int64_t>& shape, uint64_t seed,
+                              const std::string& name, double stddev);
+
 }  // namespace specbed

@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <queue>
 #include <string_view>
 #include <unordered_map>
 
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "models/tokenizer/pair_merge.h"
 
 namespace specbed {
 
@@ -121,7 +121,7 @@ std::string NfcNormalize(std::string_view text) {
   return out;
 }
 
-class BpeTokenizer : public Tokenizer {
+class BpeTokenizer : public TokenTableTokenizer {
  public:
   explicit BpeTokenizer(BpeConfig config);
 
@@ -133,15 +133,6 @@ class BpeTokenizer : public Tokenizer {
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && kinds_[id] == Kind::kSpecial;
   }
-  std::string TokenText(int32_t id) const override {
-    CheckId(id);
-    return texts_[id];
-  }
-  std::optional<int32_t> TokenToId(const std::string& token_text) const override {
-    auto it = text_to_id_.find(token_text);
-    if (it == text_to_id_.end()) return std::nullopt;
-    return it->second;
-  }
   std::string kind() const override { return "bpe"; }
 
  private:
@@ -151,7 +142,7 @@ class BpeTokenizer : public Tokenizer {
     int32_t merged_id;
   };
 
-  void CheckId(int32_t id) const {
+  void CheckId(int32_t id) const override {
     SPECBED_CHECK(id >= 0 && id < vocab_size() && kinds_[id] != Kind::kNone, source_, ": token id ",
                   id, " is not a token (vocab size ", vocab_size(), ")");
   }
@@ -162,11 +153,9 @@ class BpeTokenizer : public Tokenizer {
   void ApplyMerges(std::string_view piece, std::vector<int32_t>* out) const;
 
   std::string source_;
-  std::vector<Kind> kinds_;         // by id
-  std::vector<std::string> texts_;  // by id: stored vocab text or added-token content
-  std::vector<std::string> bytes_;  // by id: decoded bytes
-  std::unordered_map<std::string, int32_t> vocab_;       // model vocab, stored form
-  std::unordered_map<std::string, int32_t> text_to_id_;  // vocab + added-token contents
+  std::vector<Kind> kinds_;                         // by id
+  std::vector<std::string> bytes_;                  // by id: decoded bytes
+  std::unordered_map<std::string, int32_t> vocab_;  // model vocab, stored form
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t byte_ids_[256];
   std::vector<std::string> byte_symbols_;  // byte -> its unicode symbol (UTF-8)
@@ -446,49 +435,19 @@ void BpeTokenizer::EncodePreToken(std::string_view piece, std::vector<int32_t>* 
 }
 
 void BpeTokenizer::ApplyMerges(std::string_view piece, std::vector<int32_t>* out) const {
-  // Symbols in a doubly linked list; a min-heap of candidate merges keyed by (rank, position).
   // Merging the lowest rank first, leftmost on ties, equals GPT-2's "merge all occurrences of the
-  // best pair" for well-formed merge lists. Stale heap entries are skipped when popped.
-  const int n = static_cast<int>(piece.size());
-  std::vector<int32_t> ids(n);
-  std::vector<int> prev(n), next(n);
-  for (int i = 0; i < n; ++i) {
+  // best pair" for well-formed merge lists.
+  std::vector<int32_t> ids(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i)
     ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
-    prev[i] = i - 1;
-    next[i] = i + 1 < n ? i + 1 : -1;
-  }
-  struct Candidate {
-    int32_t rank;
-    int left, right;
-    int32_t left_id, right_id, merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  auto push_pair = [&](int left) {
-    if (left < 0) return;
-    const int right = next[left];
-    if (right < 0) return;
-    auto it = merges_.find(PairKey(ids[left], ids[right]));
-    if (it == merges_.end()) return;
-    heap.push({it->second.rank, left, right, ids[left], ids[right], it->second.merged_id});
-  };
-  for (int i = 0; i + 1 < n; ++i) push_pair(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    if (ids[c.left] != c.left_id || next[c.left] != c.right || ids[c.right] != c.right_id) {
-      continue;  // stale
-    }
-    ids[c.left] = c.merged_id;
-    ids[c.right] = -1;
-    next[c.left] = next[c.right];
-    if (next[c.left] >= 0) prev[next[c.left]] = c.left;
-    push_pair(prev[c.left]);
-    push_pair(c.left);
-  }
-  for (int i = 0; i >= 0; i = next[i]) out->push_back(ids[i]);
+  const std::vector<int32_t> merged =
+      MergeAdjacentPairs(std::move(ids), [&](int32_t left, int32_t right) {
+        auto it = merges_.find(PairKey(left, right));
+        if (it == merges_.end()) return std::optional<PairMerge>();
+        return std::optional<PairMerge>(
+            PairMerge{static_cast<double>(it->second.rank), it->second.merged_id});
+      });
+  out->insert(out->end(), merged.begin(), merged.end());
 }
 
 std::string BpeTokenizer::DecodeNext(int32_t prev_id, int32_t id, bool skip_special) const {

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <queue>
 #include <unordered_map>
 
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "models/tokenizer/pair_merge.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace specbed {
@@ -19,41 +19,30 @@ constexpr int32_t kBosId = 1;
 constexpr int32_t kEosId = 2;
 constexpr int32_t kMaxTokenLength = 1 << 16;  // sanity bound on max_token_length
 
-class Llama2cTokenizer : public Tokenizer {
+class Llama2cTokenizer : public TokenTableTokenizer {
  public:
   Llama2cTokenizer(const std::string& path, int32_t vocab_size);
 
   std::vector<int32_t> Encode(const std::string& text, const EncodeOptions& options) const override;
   std::string DecodeNext(int32_t prev_id, int32_t id, bool skip_special) const override;
-  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
+  int32_t vocab_size() const override { return static_cast<int32_t>(texts_.size()); }
   int32_t bos_id() const override { return kBosId; }
   std::vector<int32_t> eos_ids() const override { return {kEosId}; }
   bool IsSpecial(int32_t id) const override { return id >= 0 && id <= kEosId && id < vocab_size(); }
-  std::string TokenText(int32_t id) const override {
-    CheckId(id);
-    return pieces_[id];
-  }
-  std::optional<int32_t> TokenToId(const std::string& token_text) const override {
-    auto it = piece_to_id_.find(token_text);
-    if (it == piece_to_id_.end()) return std::nullopt;
-    return it->second;
-  }
   std::string kind() const override { return "llama2c"; }
 
  private:
-  void CheckId(int32_t id) const {
+  void CheckId(int32_t id) const override {
     SPECBED_CHECK(id >= 0 && id < vocab_size(), path_, ": token id ", id,
                   " out of range (vocab size ", vocab_size(), ")");
   }
   int32_t Lookup(const std::string& piece) const {
-    auto it = piece_to_id_.find(piece);
-    return it == piece_to_id_.end() ? -1 : it->second;
+    auto it = text_to_id_.find(piece);
+    return it == text_to_id_.end() ? -1 : it->second;
   }
 
   std::string path_;
-  std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::unordered_map<std::string, int32_t> piece_to_id_;  // first id wins on duplicates
   int32_t byte_ids_[256];
   std::vector<int> decoded_byte_;  // by id: the byte of a <0xXX> piece, else -1
 };
@@ -80,7 +69,7 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int32_t vocab_size) 
                 "]; not a llama2.c tokenizer.bin?");
   // Each token takes at least 8 bytes: do not trust vocab_size for the reservation.
   const size_t plausible = std::min<size_t>(vocab_size, size / 8);
-  pieces_.reserve(plausible);
+  texts_.reserve(plausible);
   scores_.reserve(plausible);
   for (int32_t i = 0; i < vocab_size; ++i) {
     const int32_t score_bits = read_i32("score", i);
@@ -93,10 +82,10 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int32_t vocab_size) 
     SPECBED_CHECK(offset + static_cast<size_t>(len) <= size, path,
                   ": truncated llama2.c tokenizer file (", size, " bytes): token ", i, " needs ",
                   len, " bytes at byte ", offset, "; expected ", vocab_size, " tokens");
-    pieces_.emplace_back(reinterpret_cast<const char*>(data + offset), len);
+    texts_.emplace_back(reinterpret_cast<const char*>(data + offset), len);
     scores_.push_back(score);
     offset += len;
-    piece_to_id_.emplace(pieces_.back(), i);
+    text_to_id_.emplace(texts_.back(), i);
   }
   SPECBED_CHECK(offset == size, path, ": ", size - offset, " bytes left after ", vocab_size,
                 " tokens; the file holds more tokens than the model's vocab size ", vocab_size,
@@ -142,55 +131,27 @@ std::vector<int32_t> Llama2cTokenizer::Encode(const std::string& text,
     i += n;
   }
 
-  // Merge the best-scoring adjacent pair whose concatenation is a vocab piece until none is left.
-  const int n = static_cast<int>(ids.size());
-  std::vector<int> next(n), prev(n);
-  for (int k = 0; k < n; ++k) {
-    prev[k] = k - 1;
-    next[k] = k + 1 < n ? k + 1 : -1;
-  }
-  struct Candidate {
-    float score;
-    int left, right;
-    int32_t left_id, right_id, merged_id;
-    bool operator<(const Candidate& o) const {  // max-heap: higher score, then smaller position
-      return score != o.score ? score < o.score : left > o.left;
-    }
-  };
-  std::priority_queue<Candidate> heap;
-  auto push_pair = [&](int left) {
-    if (left < 0 || next[left] < 0) return;
-    const int right = next[left];
-    const int32_t merged = Lookup(pieces_[ids[left]] + pieces_[ids[right]]);
-    // run.c starts its best-score search at -1e10, so lower-scored pieces never merge.
-    if (merged < 0 || !(scores_[merged] > -1e10f)) return;
-    heap.push({scores_[merged], left, right, ids[left], ids[right], merged});
-  };
-  for (int k = 0; k + 1 < n; ++k) push_pair(k);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    if (ids[c.left] != c.left_id || next[c.left] != c.right || ids[c.right] != c.right_id) continue;
-    ids[c.left] = c.merged_id;
-    ids[c.right] = -1;
-    next[c.left] = next[c.right];
-    if (next[c.left] >= 0) prev[next[c.left]] = c.left;
-    push_pair(prev[c.left]);
-    push_pair(c.left);
-  }
-
+  // Merge the best-scoring adjacent pair whose concatenation is a vocab piece until none is left
+  // (highest score first: priority -score).
+  const std::vector<int32_t> merged =
+      MergeAdjacentPairs(std::move(ids), [&](int32_t left, int32_t right) {
+        const int32_t id = Lookup(texts_[left] + texts_[right]);
+        // run.c starts its best-score search at -1e10, so lower-scored pieces never merge.
+        if (id < 0 || !(scores_[id] > -1e10f)) return std::optional<PairMerge>();
+        return std::optional<PairMerge>(PairMerge{-static_cast<double>(scores_[id]), id});
+      });
   std::vector<int32_t> out;
-  out.reserve(n + 1);
+  out.reserve(merged.size() + 1);
   if (options.add_bos) out.push_back(kBosId);
-  for (int k = n > 0 ? 0 : -1; k >= 0; k = next[k]) out.push_back(ids[k]);
+  out.insert(out.end(), merged.begin(), merged.end());
   return out;
 }
 
 std::string Llama2cTokenizer::DecodeNext(int32_t prev_id, int32_t id, bool skip_special) const {
   CheckId(id);
-  if (IsSpecial(id)) return skip_special ? "" : pieces_[id];
+  if (IsSpecial(id)) return skip_special ? "" : texts_[id];
   if (decoded_byte_[id] >= 0) return std::string(1, static_cast<char>(decoded_byte_[id]));
-  const std::string& piece = pieces_[id];
+  const std::string& piece = texts_[id];
   if (prev_id == kBosId && !piece.empty() && piece[0] == ' ') return piece.substr(1);
   return piece;
 }

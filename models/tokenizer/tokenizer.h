@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace specbed {
@@ -52,6 +53,28 @@ class Tokenizer {
   // Inverse of TokenText (also finds added tokens by content).
   virtual std::optional<int32_t> TokenToId(const std::string& token_text) const = 0;
   virtual std::string kind() const = 0;  // "llama2c" or "bpe"
+};
+
+// A tokenizer whose vocabulary is a table of token texts by id (llama2.c's pieces; byte-level
+// BPE's stored vocab texts and added-token contents): TokenText and TokenToId over that table.
+class TokenTableTokenizer : public Tokenizer {
+ public:
+  std::string TokenText(int32_t id) const override {
+    CheckId(id);
+    return texts_[id];
+  }
+  std::optional<int32_t> TokenToId(const std::string& token_text) const override {
+    auto it = text_to_id_.find(token_text);
+    if (it == text_to_id_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ protected:
+  // Throws specbed::Error naming the tokenizer's file unless `id` names a token.
+  virtual void CheckId(int32_t id) const = 0;
+
+  std::vector<std::string> texts_;                       // by id
+  std::unordered_map<std::string, int32_t> text_to_id_;  // text -> id
 };
 
 // llama2.c tokenizer.bin holding exactly `vocab_size` tokens (the model checkpoint's vocab size).

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstring>
 #include <regex>
 #include <vector>
 
@@ -23,77 +24,50 @@ bool EndsWithName(const std::string& name, const std::string& suffix) {
   return name == suffix || EndsWith(name, "." + suffix);
 }
 
-// What one tensor axis is, for padding.
-enum class Axis {
-  kKeep,            // unchanged (vocabulary, per-head norms)
-  kHidden,          // k blocks of hidden_size
-  kTargetHidden,    // k blocks of the target's hidden size (fused target features)
-  kQHeads,          // num_attention_heads * head_dim
-  kKvHeads,         // num_key_value_heads * head_dim
-  kFfn,             // intermediate_size
-  kHiddenThenRest,  // hidden_size (an RMS-normalised input: scaled by sqrt(d/D)), then extra
-                    // columns kept as they are (SpecBlock's rank head input [h ; psi(p)])
-};
+using Axis = TwinAxis;
 
-struct Rule {
-  const char* suffix;
-  std::vector<Axis> axes;
-  bool hidden_norm = false;  // an RMSNorm weight over the hidden width (scaled by sqrt(d/D))
-};
-
-// Ordered: the first matching suffix wins (q_norm / k_norm before the generic norm rule).
-const std::vector<Rule>& Rules() {
-  static const std::vector<Rule> rules = {
-      {"embed_tokens.weight", {Axis::kKeep, Axis::kHidden}},
-      {"lm_head.weight", {Axis::kKeep, Axis::kHidden}},
-      {"q_proj.weight", {Axis::kQHeads, Axis::kHidden}},
-      {"k_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
-      {"v_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
-      {"q_proj.bias", {Axis::kQHeads}},
-      {"k_proj.bias", {Axis::kKvHeads}},
-      {"v_proj.bias", {Axis::kKvHeads}},
-      {"o_proj.weight", {Axis::kHidden, Axis::kQHeads}},
-      {"gate_proj.weight", {Axis::kFfn, Axis::kHidden}},
-      {"up_proj.weight", {Axis::kFfn, Axis::kHidden}},
-      {"down_proj.weight", {Axis::kHidden, Axis::kFfn}},
-      {"fc.weight", {Axis::kHidden, Axis::kTargetHidden}},
-      {"q_norm.weight", {Axis::kKeep}},
-      {"k_norm.weight", {Axis::kKeep}},
-      // SpecBlock drafters (methods/specblock): W_cond over fused target features, W_fuse over
-      // [c ; e ; q] and W_shift over [x_k ; x_{k-1}] (blocks of hidden_size), the K position
-      // queries, the three input norms, and the rank head over [h ; psi(p)].
-      {"cond.weight", {Axis::kHidden, Axis::kTargetHidden}},
-      {"fuse.weight", {Axis::kHidden, Axis::kHidden}},
-      {"queries", {Axis::kKeep, Axis::kHidden}},
-      {"norm_c.weight", {Axis::kHidden}, true},
-      {"norm_e.weight", {Axis::kHidden}, true},
-      {"norm_q.weight", {Axis::kHidden}, true},
-      {"rank_head.fc1.weight", {Axis::kKeep, Axis::kHiddenThenRest}},
-      {"rank_head.fc1.bias", {Axis::kKeep}},
-      {"rank_head.fc2.weight", {Axis::kKeep, Axis::kKeep}},
-      {"rank_head.fc2.bias", {Axis::kKeep}},
-  };
+// The generic rules, by suffix after a dot; ordered: the first match wins (q_norm / k_norm before
+// the generic norm rule, which comes after the methods' rules).
+const std::vector<TwinPadRule>& GenericRules() {
+  static const std::vector<TwinPadRule> rules = [] {
+    const std::pair<const char*, std::vector<Axis>> by_suffix[] = {
+        {"embed_tokens.weight", {Axis::kKeep, Axis::kHidden}},
+        {"lm_head.weight", {Axis::kKeep, Axis::kHidden}},
+        {"q_proj.weight", {Axis::kQHeads, Axis::kHidden}},
+        {"k_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
+        {"v_proj.weight", {Axis::kKvHeads, Axis::kHidden}},
+        {"q_proj.bias", {Axis::kQHeads}},
+        {"k_proj.bias", {Axis::kKvHeads}},
+        {"v_proj.bias", {Axis::kKvHeads}},
+        {"o_proj.weight", {Axis::kHidden, Axis::kQHeads}},
+        {"gate_proj.weight", {Axis::kFfn, Axis::kHidden}},
+        {"up_proj.weight", {Axis::kFfn, Axis::kHidden}},
+        {"down_proj.weight", {Axis::kHidden, Axis::kFfn}},
+        {"fc.weight", {Axis::kHidden, Axis::kTargetHidden}},
+        {"q_norm.weight", {Axis::kKeep}},
+        {"k_norm.weight", {Axis::kKeep}},
+    };
+    std::vector<TwinPadRule> out;
+    for (const auto& [suffix, axes] : by_suffix) out.push_back({TwinSuffixPattern(suffix), axes});
+    return out;
+  }();
   return rules;
 }
 
-const Rule* FindRule(const std::string& name) {
-  for (const Rule& r : Rules()) {
-    if (EndsWithName(name, r.suffix)) return &r;
+// Any other 1-d "...norm.weight" (input_layernorm, post_attention_layernorm, hidden_norm,
+// model.norm, norm) is an RMSNorm over the hidden width.
+const TwinPadRule& HiddenNormRule() {
+  static const TwinPadRule rule{".*norm\\.weight", {Axis::kHidden}, true};
+  return rule;
+}
+
+const TwinPadRule* FindRule(const std::string& name, const std::vector<TwinPadRule>& method_rules) {
+  for (const auto* rules : {&GenericRules(), &method_rules}) {
+    for (const TwinPadRule& r : *rules) {
+      if (std::regex_match(name, std::regex(r.pattern))) return &r;
+    }
   }
-  // Medusa heads (methods/medusa): residual blocks "{k}.{j}.linear.weight/bias" over the
-  // hidden width, lm_heads "{k}.{L}.weight" [vocab, hidden].
-  static const Rule medusa_block{"linear.weight", {Axis::kHidden, Axis::kHidden}};
-  static const Rule medusa_bias{"linear.bias", {Axis::kHidden}};
-  static const Rule medusa_lm_head{"{k}.{L}.weight", {Axis::kKeep, Axis::kHidden}};
-  if (EndsWith(name, ".linear.weight")) return &medusa_block;
-  if (EndsWith(name, ".linear.bias")) return &medusa_bias;
-  if (std::regex_match(name, std::regex("[0-9]+\\.[0-9]+\\.weight"))) return &medusa_lm_head;
-  static const Rule shift{"shift.*.weight", {Axis::kHidden, Axis::kHidden}};
-  if (name.rfind("shift.", 0) == 0 && EndsWith(name, ".weight")) return &shift;
-  // Any other 1-d "...norm.weight" (input_layernorm, post_attention_layernorm, hidden_norm,
-  // model.norm, norm) is an RMSNorm over the hidden width.
-  static const Rule hidden_norm{"norm.weight", {Axis::kHidden}, true};
-  if (EndsWith(name, "norm.weight")) return &hidden_norm;
+  if (std::regex_match(name, std::regex(HiddenNormRule().pattern))) return &HiddenNormRule();
   return nullptr;
 }
 
@@ -290,6 +264,7 @@ struct TwinPadding {
   std::map<Axis, Widths> widths;
   double q_scale, norm_scale;
   const std::string& source;
+  const std::vector<TwinPadRule>& method_rules;
 };
 
 // The rank head's [hidden | rest] axis: the hidden columns padded and scaled by sqrt(d/D) (it
@@ -307,11 +282,13 @@ at::Tensor PadHiddenThenRest(const at::Tensor& t, int64_t a, const TwinPadding& 
 
 // One floating-point tensor of the original, padded axis by axis under its rule.
 at::Tensor PadTwinTensor(const std::string& name, const at::Tensor& t, const TwinPadding& p) {
-  const Rule* rule = FindRule(name);
-  SPECBED_CHECK(
-      rule != nullptr, p.source, ": no cost-twin padding rule for tensor '", name, "' (shape [",
-      t.sizes(), "]); known: *_proj.weight/bias, embed_tokens, lm_head, ",
-      "fc, *norm.weight, Medusa's *.linear.* and {k}.{L}.weight (models/twin/cost_twin.cpp)");
+  const TwinPadRule* rule = FindRule(name, p.method_rules);
+  SPECBED_CHECK(rule != nullptr, p.source, ": no cost-twin padding rule for tensor '", name,
+                "' (shape [", t.sizes(),
+                "]); known: *_proj.weight/bias, embed_tokens, lm_head, fc, *norm.weight "
+                "(models/twin/cost_twin.cpp) and the ",
+                p.method_rules.size(),
+                " rules the methods declare (MethodRegistry::AddTwinPadRules)");
   SPECBED_CHECK(t.dim() == static_cast<int64_t>(rule->axes.size()), p.source, ": tensor '", name,
                 "' has ", t.dim(), " dims, its rule expects ", rule->axes.size());
   at::Tensor padded = t.to(at::kFloat);
@@ -385,8 +362,18 @@ at::Tensor PadInputBlocks(const at::Tensor& weight, int64_t block, int64_t padde
   return PadAxis(weight, 1, {block, padded, true}, "weight", "PadInputBlocks");
 }
 
+std::string TwinSuffixPattern(const std::string& suffix) {
+  std::string escaped;
+  for (char c : suffix) {
+    if (std::strchr(".[]{}()*+?^$|\\", c) != nullptr) escaped += '\\';
+    escaped += c;
+  }
+  return "(.*\\.)?" + escaped;
+}
+
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
-                                const std::string& of, const std::string& source) {
+                                const std::string& of, const std::string& source,
+                                const std::vector<TwinPadRule>& method_rules) {
   const int64_t f = shape.width_factor;
   const int64_t tf = shape.target_width_factor > 0 ? shape.target_width_factor : f;
   SPECBED_CHECK(f >= 1 && f <= 64 && tf >= 1 && tf <= 64, source,
@@ -417,7 +404,8 @@ HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& sh
        {Axis::kFfn, {o.ffn, ffn_new, false}}},
       std::sqrt(static_cast<double>(heads.hd_new) / heads.hd_old),
       std::sqrt(1.0 / static_cast<double>(f)),
-      source};
+      source,
+      method_rules};
   HfCheckpointFiles out;
   for (const auto& [name, t] : in.tensors) {
     if (EndsWith(name, "rotary_emb.inv_freq")) continue;

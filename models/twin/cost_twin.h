@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,33 @@ namespace specbed {
 
 // Key of the recipe in config.json.
 inline constexpr const char* kTwinRecipeKey = "specbed_twin";
+
+// What one tensor axis is, for padding.
+enum class TwinAxis {
+  kKeep,            // unchanged (vocabulary, per-head norms)
+  kHidden,          // k blocks of hidden_size
+  kTargetHidden,    // k blocks of the target's hidden size (fused target features)
+  kQHeads,          // num_attention_heads * head_dim
+  kKvHeads,         // num_key_value_heads * head_dim
+  kFfn,             // intermediate_size
+  kHiddenThenRest,  // hidden_size (an RMS-normalised input: scaled by sqrt(d/D)), then extra
+                    // columns kept as they are (SpecBlock's rank head input [h ; psi(p)])
+};
+
+// How the tensors of one name are padded. The generic rules (the Llama / HF names every drafter
+// shares) live in cost_twin.cpp; a method whose drafter has tensors of its own declares rules for
+// them with its registration (MethodRegistry::AddTwinPadRules), and every twin SpecBed builds
+// pads with all of them.
+struct TwinPadRule {
+  // An ECMAScript regular expression matched against the whole HF name (TwinSuffixPattern for
+  // "this suffix after a dot").
+  std::string pattern;
+  std::vector<TwinAxis> axes;  // one per tensor dimension
+  bool hidden_norm = false;    // an RMSNorm weight over the hidden width (scaled by sqrt(d/D))
+};
+
+// The pattern of the names that are `suffix` or end with "." + `suffix`.
+std::string TwinSuffixPattern(const std::string& suffix);
 
 struct TwinShape {
   // Multiplies hidden size, heads, KV heads and FFN width (>= 1). Powers of 4 keep RMSNorm
@@ -91,11 +119,13 @@ HfCheckpointFiles ReadCheckpointFiles(const std::string& dir);
 HfCheckpointFiles Llama2cAsHf(const std::string& path);
 
 // Pads `in` to `shape` (see the file comment). `of` names the original in the recipe and label
-// ("stories260K"); `source` names `in` in errors. Throws specbed::Error for a factor < 1, a depth
-// below the original, a float tensor no rule covers (naming it), or a tensor whose shape does not
-// fit the config it claims.
+// ("stories260K"); `source` names `in` in errors; `method_rules` are tried after the generic
+// rules (the rules methods declare). Throws specbed::Error for a factor < 1, a depth below the
+// original, a float tensor no rule covers (naming it), or a tensor whose shape does not fit the
+// config it claims.
 HfCheckpointFiles PadToCostTwin(const HfCheckpointFiles& in, const TwinShape& shape,
-                                const std::string& of, const std::string& source);
+                                const std::string& of, const std::string& source,
+                                const std::vector<TwinPadRule>& method_rules = {});
 
 // Writes `files` as `dir`/config.json + `dir`/model.safetensors, floats stored as `float_dtype`
 // (kF32, kBF16 or kF16; config.json's torch_dtype says which). Creates `dir`.

@@ -7,8 +7,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <mutex>
-#include <optional>
+#include <set>
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -20,59 +21,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct DrafterSource {
-  const char* family;  // folder under models/stories260K and in the twin set
-  int64_t width_factor;
-  const char* tensor_file = "model.safetensors";  // the shipped weights (Medusa's published name)
-};
+// Bumped whenever the padding, the recipe or a padding rule (generic or a method's) changes, so
+// old caches are rebuilt.
+constexpr int kTwinRecipeVersion = 2;
 
-// The shipped drafters and the width factor of each twin (target factor: kStoriesTwinWidthFactor).
-constexpr DrafterSource kDrafters[] = {
-    {"draft", kStoriesTwinDraftWidthFactor},
-    {"eagle3", kStoriesTwinWidthFactor},
-    {"dflash", kStoriesTwinWidthFactor},
-    {"jetspec", kStoriesTwinWidthFactor},
-    {"specblock", kStoriesTwinWidthFactor},
-    {"medusa", kStoriesTwinWidthFactor, "medusa_lm_head.safetensors"},
-};
-
-// Bumped whenever the padding or the recipe changes, so old caches are rebuilt.
-constexpr int kTwinRecipeVersion = 1;
-
-std::string SourceFolder(const std::string& family) {
-  return HomePath("models/stories260K/" + family);
+std::string SourceFolder(const std::string& folder) {
+  return HomePath("models/stories260K/" + folder);
 }
 
-// Hash of everything a twin set is built from: the source files' bytes, the shape and the recipe
-// version.
-std::string SourceFingerprint() {
+std::string StoriesBin() {
+  return HomePath("models/stories260K/stories260K.bin");
+}
+
+// Hash of everything one piece is built from: the source files' bytes, `shape` (the numbers the
+// padding reads) and the recipe version.
+std::string Fingerprint(const std::vector<std::string>& files, const std::vector<int64_t>& shape) {
   uint64_t h = Fnv1a64(&kTwinRecipeVersion, sizeof(kTwinRecipeVersion));
-  const int64_t shape[] = {kStoriesTwinWidthFactor, kStoriesTwinDepth,
-                           kStoriesTwinDraftWidthFactor};
-  h = Fnv1a64(shape, sizeof(shape), h);
-  std::vector<std::string> files = {HomePath("models/stories260K/stories260K.bin")};
-  for (const DrafterSource& d : kDrafters) {
-    files.push_back(SourceFolder(d.family) + "/config.json");
-    files.push_back(SourceFolder(d.family) + "/" + d.tensor_file);
-  }
+  h = Fnv1a64(shape.data(), shape.size() * sizeof(int64_t), h);
   for (const std::string& f : files) {
     auto mapped = MappedFile::Open(f);
     h = Fnv1a64(mapped->data(), mapped->size(), h);
   }
   return Hex64(h);
-}
-
-StoriesTwinPaths PathsUnder(const std::string& root) {
-  StoriesTwinPaths p;
-  p.root = root;
-  p.target = root + "/target";
-  p.draft = root + "/draft";
-  p.eagle3 = root + "/eagle3";
-  p.dflash = root + "/dflash";
-  p.jetspec = root + "/jetspec";
-  p.specblock = root + "/specblock";
-  p.medusa = root + "/medusa";
-  return p;
 }
 
 // Holds an exclusive flock on `path` for its lifetime.
@@ -105,39 +75,32 @@ std::string SpecBedCacheDir() {
   return dir;
 }
 
-StoriesTwinPaths BuildStoriesTwin(const std::string& root) {
-  const StoriesTwinPaths p = PathsUnder(root);
-  TwinShape target_shape;
-  target_shape.width_factor = kStoriesTwinWidthFactor;
-  target_shape.depth = kStoriesTwinDepth;
-  const std::string source = HomePath("models/stories260K/stories260K.bin");
-  WriteCheckpointFiles(p.target,
-                       PadToCostTwin(Llama2cAsHf(source), target_shape, "stories260K", source));
-  for (const DrafterSource& d : kDrafters) {
-    TwinShape shape;
-    shape.width_factor = d.width_factor;
-    shape.target_width_factor = kStoriesTwinWidthFactor;
-    const std::string dir = SourceFolder(d.family);
-    HfCheckpointFiles files = ReadCheckpointFiles(dir);
-    // The drafter's own recipe (how it was trained) stays; the twin recipe says what it pads.
-    const std::string of = std::string("stories260K-") + d.family;
-    WriteCheckpointFiles(root + "/" + d.family, PadToCostTwin(files, shape, of, dir));
-  }
-  return p;
+TwinDrafterSpec StoriesTwinDraftLm() {
+  return {"draft", kStoriesTwinDraftWidthFactor};
 }
 
-const StoriesTwinPaths& StoriesTwin() {
+std::string StoriesTwinRoot() {
+  return SpecBedCacheDir() + "/twins/stories260K-twin";
+}
+
+namespace {
+
+// `root`/`piece`, built by `build` (into a temporary folder, renamed into place) unless its
+// FINGERPRINT file holds fingerprint_of(); checked once per piece and process, under the cache's
+// file lock.
+std::string CachedPiece(const std::string& piece,
+                        const std::function<std::string()>& fingerprint_of,
+                        const std::function<void(const std::string& dir)>& build) {
   static std::mutex mutex;
-  static std::optional<StoriesTwinPaths> paths;
+  static std::set<std::string> checked;  // pieces found current in this process
   std::lock_guard<std::mutex> guard(mutex);
-  if (paths) return *paths;
-  const std::string fingerprint = SourceFingerprint();
-  const std::string twins = SpecBedCacheDir() + "/twins";
-  const std::string root = twins + "/stories260K-twin";
-  const std::string stamp = root + "/FINGERPRINT";
+  const std::string root = StoriesTwinRoot(), dir = root + "/" + piece;
+  if (checked.count(dir) != 0) return dir;
+  const std::string fingerprint = fingerprint_of();
+  const std::string stamp = dir + "/FINGERPRINT";
   std::error_code ec;
-  fs::create_directories(twins, ec);
-  SPECBED_CHECK(!ec, "cannot create the cost-twin cache folder '", twins, "': ", ec.message(),
+  fs::create_directories(root, ec);
+  SPECBED_CHECK(!ec, "cannot create the cost-twin cache folder '", root, "': ", ec.message(),
                 " (set SPECBED_CACHE to a writable folder)");
   auto current = [&] {
     if (!PathExists(stamp)) return false;
@@ -146,23 +109,53 @@ const StoriesTwinPaths& StoriesTwin() {
     return s == fingerprint;
   };
   if (!current()) {
-    FileLock lock(twins + "/.lock");
+    FileLock lock(root + "/.lock");
     if (!current()) {  // nobody built it while we waited
-      const std::string tmp = root + ".tmp." + std::to_string(::getpid());
+      const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
       fs::remove_all(tmp, ec);
-      BuildStoriesTwin(tmp);
+      build(tmp);
       WriteFileAtomically(tmp + "/FINGERPRINT", fingerprint + "\n");
+      fs::remove_all(dir, ec);
+      fs::rename(tmp, dir, ec);
+      SPECBED_CHECK(!ec, "cannot move the cost twin into '", dir, "': ", ec.message());
       WriteFileAtomically(
-          tmp + "/README.md",
+          root + "/README.md",
           "Cost twin of stories260K and its shipped drafters, built by SpecBed on first use\n"
           "(models/twin/stories_twin.h). Safe to delete: it is rebuilt when needed.\n");
-      fs::remove_all(root, ec);
-      fs::rename(tmp, root, ec);
-      SPECBED_CHECK(!ec, "cannot move the cost twin into '", root, "': ", ec.message());
     }
   }
-  paths = PathsUnder(root);
-  return *paths;
+  checked.insert(dir);
+  return dir;
+}
+
+}  // namespace
+
+std::string StoriesTwinTarget() {
+  const std::vector<int64_t> shape = {kStoriesTwinWidthFactor, kStoriesTwinDepth};
+  auto fingerprint = [&] { return Fingerprint({StoriesBin()}, shape); };
+  return CachedPiece("target", fingerprint, [&](const std::string& dir) {
+    TwinShape target_shape;
+    target_shape.width_factor = kStoriesTwinWidthFactor;
+    target_shape.depth = kStoriesTwinDepth;
+    WriteCheckpointFiles(
+        dir, PadToCostTwin(Llama2cAsHf(StoriesBin()), target_shape, "stories260K", StoriesBin()));
+  });
+}
+
+std::string StoriesTwinDrafter(const TwinDrafterSpec& spec,
+                               const std::vector<TwinPadRule>& method_rules) {
+  const std::string source = SourceFolder(spec.folder);
+  const std::vector<std::string> files = {source + "/config.json", source + "/" + spec.tensor_file};
+  const std::vector<int64_t> shape = {spec.width_factor, kStoriesTwinWidthFactor};
+  auto fingerprint = [&] { return Fingerprint(files, shape); };
+  return CachedPiece(spec.folder, fingerprint, [&](const std::string& dir) {
+    TwinShape twin_shape;
+    twin_shape.width_factor = spec.width_factor;
+    twin_shape.target_width_factor = kStoriesTwinWidthFactor;
+    // The drafter's own recipe (how it was trained) stays; the twin recipe says what it pads.
+    WriteCheckpointFiles(dir, PadToCostTwin(ReadCheckpointFiles(source), twin_shape,
+                                            "stories260K-" + spec.folder, source, method_rules));
+  });
 }
 
 }  // namespace specbed

@@ -1,10 +1,10 @@
 // The built-in cost twin of stories260K and of its shipped drafters ("stories260K-twin",
-// "stories260K-twin-draft", "-eagle3", "-dflash", "-jetspec", "-specblock", "-medusa"): built on
-// first use in a few seconds into the cache ($SPECBED_CACHE, else $SPECBED_HOME/.cache; outside
-// git) and reused while the sources and the recipe are unchanged (a fingerprint of both is checked
-// on every first use in a process). Concurrent builders (sweep shards, parallel tests) take a file
-// lock; a build is written to a temporary folder and renamed into place, so a half-built twin is
-// never read.
+// "stories260K-twin-draft", and the "stories260K-twin-<family>" drafters the methods declare):
+// each piece built on first use in a few seconds into the cache ($SPECBED_CACHE, else
+// $SPECBED_HOME/.cache; outside git) and reused while its sources and the recipe are unchanged
+// (a fingerprint of both is checked on every first use in a process). Concurrent builders (sweep
+// shards, parallel tests) take a file lock; a build is written to a temporary folder and renamed
+// into place, so a half-built twin is never read.
 //
 // The shape (measured with `specbed bench`, 1 thread, on the 2-core development machines; see
 // results/bench_issue12_twin_cpu.md):
@@ -27,6 +27,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "models/twin/cost_twin.h"
 
@@ -36,26 +37,33 @@ inline constexpr int64_t kStoriesTwinWidthFactor = 8;
 inline constexpr int64_t kStoriesTwinDepth = 16;
 inline constexpr int64_t kStoriesTwinDraftWidthFactor = 4;
 
-struct StoriesTwinPaths {
-  std::string root;       // the twin set's folder in the cache
-  std::string target;     // HF checkpoint directories:
-  std::string draft;      //   SpS draft LM
-  std::string eagle3;     //   EAGLE-3 head
-  std::string dflash;     //   DFlash head
-  std::string jetspec;    //   JetSpec head
-  std::string specblock;  // SpecBlock drafter
-  std::string medusa;     // Medusa heads
+// One drafter of the twin set: the cost twin of the shipped drafter models/stories260K/<folder>.
+// The method that reads it declares it with its registration (MethodRegistry::AddShippedDrafter);
+// the SpS draft LM is also a registry model (models/model_registry.h: stories260K-twin-draft).
+struct TwinDrafterSpec {
+  std::string folder;                              // under models/stories260K, and in the set
+  int64_t width_factor = kStoriesTwinWidthFactor;  // its own width factor
+  std::string tensor_file = "model.safetensors";   // the shipped weights (Medusa's published name
+                                                   // is medusa_lm_head.safetensors)
 };
+
+// The SpS draft LM's twin: models/stories260K/draft padded x4.
+TwinDrafterSpec StoriesTwinDraftLm();
 
 // The cache root: $SPECBED_CACHE when set, else SpecBedHome() + "/.cache".
 std::string SpecBedCacheDir();
 
-// Builds the twin set into `root` (overwriting): the target from models/stories260K/stories260K.bin
-// and each shipped drafter from models/stories260K/<draft|eagle3|dflash|jetspec>.
-StoriesTwinPaths BuildStoriesTwin(const std::string& root);
+// The twin set's folder in the cache (each piece below it is built on first use).
+std::string StoriesTwinRoot();
 
-// The cached twin set, built on first use (thread- and process-safe). Throws specbed::Error
-// naming the cache folder when it cannot be written.
-const StoriesTwinPaths& StoriesTwin();
+// The twin target's HF checkpoint directory (StoriesTwinRoot()/target), built on first use from
+// models/stories260K/stories260K.bin (thread- and process-safe). Throws specbed::Error naming the
+// cache folder when it cannot be written.
+std::string StoriesTwinTarget();
+
+// The twin of one drafter (StoriesTwinRoot()/<folder>), built on first use with the generic
+// padding rules and `method_rules` (the rules the methods declare), as StoriesTwinTarget.
+std::string StoriesTwinDrafter(const TwinDrafterSpec& spec,
+                               const std::vector<TwinPadRule>& method_rules);
 
 }  // namespace specbed

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/cli/commands.h"
+#include "base/cli_options.h"
 
 namespace specbed::cli {
 namespace {

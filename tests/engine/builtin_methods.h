@@ -1,4 +1,4 @@
-// The built-in method registry (RegisterBuiltinMethods), built once per test binary, for the tests
+// The built-in method registry (BuiltinMethodRegistry), built once per process, for the tests
 // that expand sweeps or check configs and method names against it (header only).
 // Checked by: tests/engine/sweep_test.cpp
 #pragma once
@@ -8,12 +8,7 @@
 namespace specbed::testing {
 
 inline const MethodRegistry& BuiltinMethods() {
-  static const MethodRegistry registry = [] {
-    MethodRegistry r;
-    RegisterBuiltinMethods(r);
-    return r;
-  }();
-  return registry;
+  return BuiltinMethodRegistry();
 }
 
 }  // namespace specbed::testing

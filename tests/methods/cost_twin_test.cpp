@@ -1,4 +1,4 @@
-// Cost twins (models/twin/cost_twin.h, models/twin/stories_twin.h, models/drafter_catalog.h):
+// Cost twins (models/twin/cost_twin.h, models/twin/stories_twin.h, methods/drafter_catalog.h):
 // - the padding rules on small random checkpoints of each family (width factors 4 and 3, identity
 //   layers): logits equal the original's, original hidden states are kept and padding stays zero;
 // - refusals: a tensor with no rule, a depth below the original, padding a twin again;
@@ -22,10 +22,10 @@
 #include "base/error.h"
 #include "datasets/dataset.h"
 #include "harness/runner/runner.h"
+#include "methods/drafter_catalog.h"
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/method_registry.h"
 #include "models/checkpoint/hf_checkpoint.h"
-#include "models/drafter_catalog.h"
 #include "models/llama_model.h"
 #include "models/twin/cost_twin.h"
 #include "models/twin/stories_twin.h"

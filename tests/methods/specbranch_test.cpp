@@ -14,10 +14,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "methods/drafter_catalog.h"
 #include "methods/method_registry.h"
 #include "methods/specbranch/hrad_trainer.h"
 #include "methods/specbranch/specbranch_decoder.h"
-#include "models/drafter_catalog.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/parallel_test_util.h"
 #include "tests/models/model_test_util.h"

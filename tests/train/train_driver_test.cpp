@@ -122,7 +122,7 @@ TEST(TrainDriverTest, DeviceIsCheckedFirstAndBatchesArePlaced) {
   spec.who = "probe";
   spec.target = "no-such-target";
   spec.data = dir + "/none.regen.safetensors";
-  spec.device = "cuda:7";
+  spec.optim.device = "cuda:7";
   try {
     RegenHeadDriver bad(spec, dir + "/out", {});
     FAIL() << "expected an error";
@@ -143,7 +143,7 @@ TEST(TrainDriverTest, DeviceIsCheckedFirstAndBatchesArePlaced) {
   EXPECT_TRUE(meta.tokens.is_meta() && meta.lengths.is_meta() && meta.loss_mask.is_meta());
   EXPECT_EQ(meta.tokens.sizes(), host.tokens.sizes());
   spec.target = "stories260K";
-  spec.device = "cpu";
+  spec.optim.device = "cpu";
   spec.max_len = 16;
   spec.n_eval = 1;
   WriteRegenData(spec.data, data);

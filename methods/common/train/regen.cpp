@@ -57,32 +57,16 @@ void CheckConfig(const RegenConfig& c) {
   }
 }
 
-struct PromptSet {
-  std::string kind;  // "bos" | "dataset" | "file"
-  std::vector<std::vector<int32_t>> ids;
-};
-
-PromptSet BuildPrompts(const RegenConfig& c, const LoadedTarget& target) {
-  PromptSet set;
-  if (c.prompts == "bos") {
-    set.kind = "bos";
-    int32_t bos = static_cast<int32_t>(target.model->config().bos_token_id);
-    if (bos < 0 && target.tokenizer) bos = target.tokenizer->bos_id();
-    SPECBED_CHECK(bos >= 0, "regen: target '", c.target, "' has no BOS token; --prompts bos ",
-                  "needs one (use a dataset instead)");
-    set.ids.assign(c.n_sequences, std::vector<int32_t>{bos});
-    return set;
+TrainingPromptSet BuildPrompts(const RegenConfig& c, const LoadedTarget& target) {
+  if (c.prompts != "bos") {
+    DatasetFilter filter;
+    filter.limit = c.limit;
+    filter.categories = c.categories;
+    return DatasetPromptSet(c.prompts, filter, target, "regen");
   }
-  set.kind = DatasetRegistry::Builtin().Has(c.prompts) ? "dataset" : "file";
-  DatasetFilter filter;
-  filter.limit = c.limit;
-  filter.categories = c.categories;
-  const std::vector<Prompt> prompts = LoadDataset(c.prompts, filter);
-  SPECBED_CHECK(!prompts.empty(), "regen: --prompts '", c.prompts, "' selects no prompts");
-  for (const Prompt& p : prompts) {
-    // Multi-turn sets: the first user turn (the later turns need the target's own earlier answer).
-    set.ids.push_back(BuildPromptIds(target, {{"user", p.turns.front()}}));
-  }
+  TrainingPromptSet set;
+  set.kind = "bos";
+  set.ids.assign(c.n_sequences, std::vector<int32_t>{TargetBosId(target, "regen")});
   return set;
 }
 
@@ -96,8 +80,8 @@ ojson Identity(const ojson& provenance) {
   return id;
 }
 
-ojson BaseProvenance(const RegenConfig& c, const LoadedTarget& target, const PromptSet& prompts,
-                     const std::vector<int32_t>& eos_ids) {
+ojson BaseProvenance(const RegenConfig& c, const LoadedTarget& target,
+                     const TrainingPromptSet& prompts, const std::vector<int32_t>& eos_ids) {
   const LlamaConfig& tc = target.model->config();
   ojson p;
   p["format"] = kRegenFormat;
@@ -160,7 +144,7 @@ ojson WithStats(const ojson& base, const RegenData& data,
 
 // Loads `partial` when it holds a prefix of this run (same identity and prompts); else returns
 // false (the caller starts afresh).
-bool LoadPartial(const std::string& partial, const ojson& base, const PromptSet& prompts,
+bool LoadPartial(const std::string& partial, const ojson& base, const TrainingPromptSet& prompts,
                  int64_t n_per_prompt, int64_t vocab, bool verbose, RegenData* data,
                  std::map<std::string, int64_t>* stops, double* wall) {
   if (partial.empty() || !PathExists(partial)) return false;
@@ -212,7 +196,7 @@ RegenRunResult Run(const RegenConfig& c, const std::string& partial,
       LoadModel(c.target, ParseDtype(c.dtype), "", ParseDevice(c.device, "regen --device"));
   LlamaModel& model = *target.model;
   const LlamaConfig& tc = model.config();
-  const PromptSet prompts = BuildPrompts(c, target);
+  const TrainingPromptSet prompts = BuildPrompts(c, target);
   const int64_t n_total = static_cast<int64_t>(prompts.ids.size()) * c.n_per_prompt;
 
   GenerationConfig gen;
@@ -301,6 +285,24 @@ RegenRunResult Run(const RegenConfig& c, const std::string& partial,
 }
 
 }  // namespace
+
+int32_t TargetBosId(const LoadedTarget& target, const std::string& who) {
+  int32_t bos = static_cast<int32_t>(target.model->config().bos_token_id);
+  if (bos < 0 && target.tokenizer) bos = target.tokenizer->bos_id();
+  SPECBED_CHECK(bos >= 0, who, ": target '", target.spec.name, "' has no BOS token; --prompts bos ",
+                "needs one (use a dataset instead)");
+  return bos;
+}
+
+TrainingPromptSet DatasetPromptSet(const std::string& prompts, const DatasetFilter& filter,
+                                   const LoadedTarget& target, const std::string& who) {
+  TrainingPromptSet set;
+  set.kind = DatasetRegistry::Builtin().Has(prompts) ? "dataset" : "file";
+  const std::vector<Prompt> loaded = LoadDataset(prompts, filter);
+  SPECBED_CHECK(!loaded.empty(), who, ": --prompts '", prompts, "' selects no prompts");
+  for (const Prompt& p : loaded) set.ids.push_back(BuildPromptIds(target, {{"user", p.turns[0]}}));
+  return set;
+}
 
 RegenSequence RegenData::sequence(int64_t i) const {
   RegenSequence s;

@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "datasets/dataset.h"
 #include "harness/engine/sampler.h"
+#include "models/model_registry.h"
 
 namespace specbed {
 
@@ -118,5 +120,22 @@ void WriteRegenData(const std::string& path, const RegenData& data);
 // Reads and validates a file written by WriteRegenData (see ValidateRegenData; vocab_size > 0
 // also checks every token id). Errors name `path` and what is wrong.
 RegenData LoadRegenData(const std::string& path, int64_t vocab_size = -1);
+
+// The prompts a training-data job runs (`specbed regen`, `specbed blockpilot label`): kind "bos"
+// (the caller fills the BOS-started sequences), "dataset" or "file"; one token-id prompt each.
+struct TrainingPromptSet {
+  std::string kind;
+  std::vector<std::vector<int32_t>> ids;
+};
+
+// The target's BOS id (its config's, else its tokenizer's); fails naming `who` and the target
+// when it has none ("--prompts bos needs one").
+int32_t TargetBosId(const LoadedTarget& target, const std::string& who);
+
+// The first user turn of each prompt of dataset or prompt file `prompts` (through `filter`),
+// in the target's chat template (the later turns need the target's own earlier answer); fails
+// naming `who` when nothing is selected.
+TrainingPromptSet DatasetPromptSet(const std::string& prompts, const DatasetFilter& filter,
+                                   const LoadedTarget& target, const std::string& who);
 
 }  // namespace specbed

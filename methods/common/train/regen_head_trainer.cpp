@@ -18,12 +18,21 @@ namespace specbed {
 
 using ojson = nlohmann::ordered_json;
 
+RegenHeadSpec RegenHeadSpecOf(const RegenHeadTrainConfig& c, const std::string& who,
+                              const std::string& dtype) {
+  RegenHeadSpec s;
+  static_cast<RegenHeadTrainConfig&>(s) = c;
+  s.who = who;
+  s.dtype = dtype;
+  return s;
+}
+
 RegenHeadDriver::RegenHeadDriver(RegenHeadSpec spec, std::string out_dir, TrainLoopOptions options)
     : spec_(std::move(spec)), out_dir_(std::move(out_dir)), options_(options) {
   const std::string& who = spec_.who;
-  device_ = ParseDevice(spec_.device, who + " --device");
+  device_ = ParseDevice(spec_.optim.device, who + " --device");
   CheckDeviceAvailable(device_, who + " --device");
-  at::set_num_threads(spec_.threads);
+  at::set_num_threads(spec_.optim.threads);
   started_us_ = NowMicros();
   target_ = LoadModel(spec_.target, spec_.dtype.empty() ? at::kFloat : ParseDtype(spec_.dtype), "",
                       device_);
@@ -77,7 +86,7 @@ TrainLoopResult RegenHeadDriver::Run(RegenHeadTask& task, ojson settings,
 
 void RegenHeadDriver::WriteSummary(const TrainLoopResult& loop, const ojson& extra,
                                    const std::string& proxy_key) const {
-  WriteTrainSummary(out_dir_, recipe_, extra, loop, proxy_key, spec_.threads);
+  WriteTrainSummary(out_dir_, recipe_, extra, loop, proxy_key, spec_.optim.threads);
 }
 
 RegenHeadTask::RegenHeadTask(const RegenHeadDriver& driver, TargetFeatureSource& features,

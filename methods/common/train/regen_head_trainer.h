@@ -6,8 +6,8 @@
 // recipe every such drafter records (TrainRecipe + "features" + "data" provenance) and writes
 // train_summary.json. A trainer configures it with its model and loss: a RegenHeadTask, whose
 // Batch() gives the padded rows and their target features and HeldOutBatches() the evaluation
-// rows. The flags these trainers share (-o, --data, -t, --dtype, --max-len, --n-eval, --features,
-// --feature-dtype) are the fields of RegenHeadSpec.
+// rows. The fields these trainers' configs share (and so their flags -o, --data, -t, --dtype,
+// --max-len, --n-eval, --features, --feature-dtype) are RegenHeadTrainConfig.
 // Checked by: tests/train/train_driver_test.cpp (the driver on a tiny task), and through the
 // trainers: tests/methods/eagle3_train_test.cpp, dflash_train_test.cpp, medusa_test.cpp,
 // specblock_test.cpp.
@@ -27,38 +27,39 @@
 
 namespace specbed {
 
-// What the driver needs of a trainer's config.
-struct RegenHeadSpec {
-  std::string who;                  // task name: messages, "specbed train <who>" in the recipe
-  std::string target;               // registry name or path
-  std::string dtype;                // teacher dtype; "" = float32, left out of the run identity
-  std::string data;                 // `specbed regen` file
-  int64_t max_len = 0;              // training sequences are cropped to this many tokens
-  int64_t n_eval = 0;               // held-out sequences (the last ones of the data)
-  std::string features = "online";  // "online" | "disk"
-  std::string feature_dtype = "float32";
-  bool check_context = true;  // fail when max_len exceeds the target's context
-  int threads = 1;
-  std::string device = "cpu";  // OptimConfig::device: where the target, features and model run
+// The fields every trainer on a `specbed regen` file shares: the base of their configs (EAGLE-3,
+// Medusa, DFlash / JetSpec, SpecBlock) and of their flags (-t, --dtype, --data, --max-len,
+// --n-eval, --features, --feature-dtype and the loop's; methods/common/train/train_flags.h).
+struct RegenHeadTrainConfig {
+  std::string target = "stories260K";     // registry name or path; teacher dtype `dtype`
+  std::string dtype = "float32";          // teacher dtype (Medusa's teacher is float32: no flag)
+  std::string data;                       // `specbed regen` file (required)
+  int64_t max_len = 256;                  // training sequences are cropped to this many tokens
+  int64_t n_eval = 32;                    // held-out sequences (the last ones of the data)
+  std::string features = "online";        // "online" | "disk" (target_features.h)
+  std::string feature_dtype = "float32";  // disk cache storage: float32 | bfloat16 | float16
+  OptimConfig optim;                      // defaults: the trainer's Default*Optim()
 };
 
-// The spec of a trainer config `c` with the usual field names (target, data, max_len, n_eval,
-// features, feature_dtype, optim.threads).
-template <class Config>
-RegenHeadSpec RegenHeadSpecOf(const Config& c, const std::string& who, const std::string& dtype) {
-  RegenHeadSpec s;
-  s.who = who;
-  s.target = c.target;
-  s.dtype = dtype;
-  s.data = c.data;
-  s.max_len = c.max_len;
-  s.n_eval = c.n_eval;
-  s.features = c.features;
-  s.feature_dtype = c.feature_dtype;
-  s.threads = c.optim.threads;
-  s.device = c.optim.device;
-  return s;
-}
+// What the driver needs: a trainer's config fields, with dtype "" = float32 (left out of the run
+// identity), the task name and whether max_len is checked against the target's context.
+struct RegenHeadSpec : RegenHeadTrainConfig {
+  std::string who;            // task name: messages, "specbed train <who>" in the recipe
+  bool check_context = true;  // fail when max_len exceeds the target's context
+};
+
+// What those trainers return: the loop's result and the sizes and data time they report.
+struct RegenHeadTrainResult {
+  TrainLoopResult loop;
+  int64_t head_parameters = 0;
+  int64_t target_parameters = 0;
+  double data_seconds = 0;  // loading the data / building the disk feature cache
+};
+
+// The driver's spec of trainer config `c`, named `who`, with teacher dtype `dtype` ("" =
+// float32, left out of the run identity).
+RegenHeadSpec RegenHeadSpecOf(const RegenHeadTrainConfig& c, const std::string& who,
+                              const std::string& dtype);
 
 class RegenHeadTask;
 

@@ -1,11 +1,11 @@
-// Old flag spellings kept as hidden aliases for one release (OldSpellings, commands.h; issue 18).
-// Checked by: tests/cli/old_spellings_test.cpp and tests/cli/cli_test.cpp (CliFlags.*).
+// Command-line pieces below the CLI (see cli_options.h).
+#include "base/cli_options.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <map>
 
 #include "base/names.h"
-#include "harness/cli/commands.h"
 
 namespace specbed::cli {
 namespace {
@@ -74,6 +74,47 @@ CLI::Option* OldSpellings(CLI::App* cmd, CLI::Option* option,
 std::string NewSpellingOf(const CLI::Option* option) {
   const auto it = AliasRegistry().find(option);
   return it == AliasRegistry().end() ? "" : it->second;
+}
+
+void AddShownFlags(CLI::App* cmd, std::initializer_list<ShownFlag> flags) {
+  for (const ShownFlag& f : flags) f.add(cmd)->capture_default_str();
+}
+
+void AddListFlags(CLI::App* cmd, std::initializer_list<ShownFlag> flags) {
+  for (const ShownFlag& f : flags) f.add(cmd)->delimiter(',')->capture_default_str();
+}
+
+void AddOutputFlag(CLI::App* cmd, std::string& out, const std::string& help) {
+  OldSpellings(cmd, cmd->add_option("-o,--output", out, help)->required(), {"--out"});
+}
+
+void AddTargetFlag(CLI::App* cmd, std::string& target) {
+  OldSpellings(
+      cmd,
+      cmd->add_option("-t,--target", target, "Target model (name or path)")->capture_default_str(),
+      {"--model"});
+}
+
+void AddTargetFlags(CLI::App* cmd, std::string& target, std::string& dtype) {
+  AddTargetFlag(cmd, target);
+  cmd->add_option("--dtype", dtype, "Target dtype: float32, bfloat16")->capture_default_str();
+}
+
+void AddThreadsFlag(CLI::App* cmd, int& threads) {
+  cmd->add_option("--threads", threads, "CPU threads")->capture_default_str();
+}
+
+void AddQuietFlag(CLI::App* cmd, bool& verbose) {
+  OldSpellings(cmd,
+               cmd->add_flag_callback(
+                   "-q,--quiet", [&verbose] { verbose = false; }, "No progress bar"),
+               {"--no-progress"});
+}
+
+void AddPartialEveryFlag(CLI::App* cmd, double& seconds) {
+  cmd->add_option("--partial-every", seconds,
+                  "Seconds between progress writes to OUT.partial (resume point)")
+      ->capture_default_str();
 }
 
 }  // namespace specbed::cli
