@@ -3,7 +3,7 @@
 // (leftmost on ties) into its merged token until no pair merges. The symbols sit in a doubly
 // linked list and a min-heap holds the candidate merges keyed by (priority, position); entries a
 // merge made stale are skipped when popped, so a piece of n symbols costs O(n log n).
-// Checked by: tests/tokenizer/llama2c_tokenizer_test.cpp, tests/tokenizer/bpe_tokenizer_test.cpp.
+// Checked by: tests/tokenizer/llama2c_tokenizer_test.cpp, tests/tokenizer/hf_tokenizer_test.cpp.
 #pragma once
 
 #include <cstdint>
