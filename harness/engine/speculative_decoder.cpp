@@ -101,8 +101,9 @@ StepStats CountStep(const DraftTree& tree, const Verdict& verdict, int32_t draft
   stats.draft_depth = draft_depth;
   stats.n_target_forwards = 1;
   stats.n_draft_generated = generated >= 0 ? generated : stats.n_drafted;
-  // A rejection discards the drafted positions below the accepted path (depth - accepted).
-  stats.n_rolled_back = stats.n_accepted < draft_depth ? draft_depth - stats.n_accepted : 0;
+  // Node units, as n_draft_generated: every verified node not kept (a chain: the rejected one and
+  // every one after it; a tree: also the branches off the accepted path).
+  stats.n_rolled_back = stats.n_drafted - stats.n_accepted;
   return stats;
 }
 

@@ -114,39 +114,41 @@ bool SvipController::ContinueDrafting(const DraftRoundInfo& info) {
   return AcceptanceBound(info.best_entropy) >= 0.5;
 }
 
-GammatuneController::GammatuneController(int64_t nodes, double initial, double gamma_min,
-                                         double gamma_max, double eta)
-    : TreeShapeController(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(gamma_max)) - 1),
-                          nodes),
+GammatuneController::GammatuneController(int64_t nodes, int64_t initial, int64_t min_rounds,
+                                         int64_t max_rounds, double eta, int64_t grow)
+    : TreeShapeController(max_rounds, nodes),
       initial_(initial),
-      gamma_min_(gamma_min),
-      gamma_max_(gamma_max),
+      min_rounds_(min_rounds),
       eta_(eta),
-      gamma_(initial) {
-  SPECBED_CHECK(
-      gamma_min >= 1 && gamma_min <= initial && initial <= gamma_max && eta > 0 && eta <= 1,
-      "gammatune: need 1 <= gamma_min <= depth <= gamma_max and 0 < eta <= 1 (got ", gamma_min,
-      ", ", initial, ", ", gamma_max, ", ", eta, ")");
-}
-
-int64_t GammatuneController::Rounds() const {
-  return std::clamp<int64_t>(std::llround(gamma_) - 1, 1, max_rounds_);
+      grow_(grow) {
+  SPECBED_CHECK(1 <= min_rounds && min_rounds <= initial && initial <= max_rounds && eta > 0 &&
+                    eta <= 1 && grow >= 0,
+                "gammatune: need 1 <= gamma_min <= depth <= gamma_max, 0 < eta <= 1 and grow >= 0 "
+                "(got ",
+                min_rounds, ", ", initial, ", ", max_rounds, ", ", eta, ", ", grow, ")");
 }
 
 void GammatuneController::BeginSequence(const DraftBegin& begin, DraftBudget& budget) {
   gamma_ = initial_;
-  budget.depth = Rounds() + 1;
-  budget.nodes = max_nodes_;
+  smoothed_ = static_cast<double>(initial_);
+  BeforeStep(DraftStep(), budget);
 }
 
 void GammatuneController::BeforeStep(const DraftStep& step, DraftBudget& budget) {
-  budget.depth = Rounds() + 1;
+  budget.depth = gamma_ + 1;
   budget.nodes = max_nodes_;
 }
 
 void GammatuneController::AfterStep(const DraftTree& tree, const Verdict& verdict) {
-  gamma_ = std::clamp((1 - eta_) * gamma_ + eta_ * static_cast<double>(verdict.n_accepted()),
-                      gamma_min_, gamma_max_);
+  const int64_t accepted = verdict.n_accepted();
+  if (grow_ > 0 && accepted >= gamma_ + 1) {  // the whole drafted depth was taken: deepen
+    gamma_ = std::min(gamma_ + grow_, max_rounds_);
+    return;
+  }
+  smoothed_ = std::clamp((1 - eta_) * smoothed_ + eta_ * static_cast<double>(accepted),
+                         static_cast<double>(min_rounds_), static_cast<double>(max_rounds_));
+  gamma_ = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(smoothed_ - 1e-9)), min_rounds_,
+                               max_rounds_);
 }
 
 ClassifierDepthController::ClassifierDepthController(std::shared_ptr<LtdClassifier> classifier,

@@ -9,8 +9,9 @@
 //   summed beam path probabilities falls below a threshold (-0.3).
 // - SvipController (Zhang et al. 2024c): stop when the entropy of the best node's draft
 //   distribution implies a low acceptance bound (entropy factor 0.15, minimum entropy 0.3).
-// - GammatuneController (Gautam et al. 2025): per-sequence depth gamma, updated after every step
-//   by gamma <- clip((1 - eta) gamma + eta * accepted, gamma_min, gamma_max).
+// - GammatuneController (Gautam et al. 2025): per-sequence depth gamma (rounds) with a switching
+//   rule: grow by `grow` rounds after a fully accepted tree, else follow the smoothed count of
+//   accepted drafts, s <- clip((1 - eta) s + eta * accepted, gamma_min, gamma_max).
 // - ClassifierDepthController: Disco / SpecDec++ (ltd_classifiers.h): stop once the classifier's
 //   estimate that the accepted path reaches the deepest layer falls below a threshold.
 // - C2tController: C2T: verify as many candidates as the classifier keeps (estimate >= threshold),
@@ -119,21 +120,26 @@ class SvipController : public TreeShapeController {
 
 class GammatuneController : public TreeShapeController {
  public:
-  // gamma is a tree depth, in the unit of the accepted-draft count it is updated with (a tree of
-  // depth d = d - 1 expansion rounds); it starts at `initial` each sequence; bounds [gamma_min,
-  // gamma_max]; rate eta.
-  GammatuneController(int64_t nodes, double initial, double gamma_min, double gamma_max,
-                      double eta);
+  // gamma = expansion rounds (EAGLE's depth, the unit of the other baselines' D and of the LTD
+  // paper's bounds), starting at `initial` each sequence, in [min_rounds, max_rounds]. After a
+  // step whose whole drafted depth (gamma + 1) was accepted, gamma grows by `grow` and the
+  // smoothed count stays; after a rejection the smoothed count follows the accepted drafts,
+  // s <- clip((1 - eta) s + eta accepted), and gamma = ceil(s). grow = 0: smoothing alone.
+  GammatuneController(int64_t nodes, int64_t initial, int64_t min_rounds, int64_t max_rounds,
+                      double eta, int64_t grow);
   void BeginSequence(const DraftBegin& begin, DraftBudget& budget) override;
   void BeforeStep(const DraftStep& step, DraftBudget& budget) override;
   void AfterStep(const DraftTree& tree, const Verdict& verdict) override;
-  double gamma() const { return gamma_; }
-  // Rounds of the next step: round(gamma) - 1 clipped to [1, max_rounds].
-  int64_t Rounds() const;
+  // Rounds of the next step.
+  int64_t gamma() const { return gamma_; }
+  double smoothed() const { return smoothed_; }
 
  private:
-  double initial_, gamma_min_, gamma_max_, eta_;
-  double gamma_ = 0;
+  int64_t initial_, min_rounds_;
+  double eta_;
+  int64_t grow_;
+  int64_t gamma_ = 0;
+  double smoothed_ = 0;
 };
 
 // Disco (beam probabilities, entropy, round) or SpecDec++ (the drafter's hidden state at the best

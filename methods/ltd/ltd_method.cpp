@@ -236,14 +236,21 @@ void RegisterSvip(MethodRegistry& registry) {
 void RegisterGammatune(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "eagle3+gammatune",
-      "EAGLE-3 with Gammatune: the depth follows a smoothed count of accepted drafts",
+      "EAGLE-3 with Gammatune: the depth deepens after a fully accepted tree and otherwise "
+      "follows a smoothed count of accepted drafts",
       "Gautam et al. 2025, Gammatune (settings of LTD, App. A.1)", Eagle3LikeTraits(),
       {
           HeadKnob(),
           {"top_k", 10, "beam width W (children per expanded node)", 1, 64},
-          {"depth", 8, "default tree depth: gamma starts here; gamma in [depth / 2, 1.5 depth]", 2,
-           20},
-          {"eta", 0.2, "adaptation rate", 0.001, 1},
+          {"depth", 8,
+           "expansion rounds gamma starts at (the other baselines' D); gamma in [depth / 2, "
+           "1.5 depth]",
+           2, 20},
+          {"eta", 0.2, "adaptation rate of the smoothed accepted count", 0.001, 1},
+          {"grow", 2,
+           "rounds added after a fully accepted tree (the switching rule's growth branch); 0 = "
+           "smoothing alone",
+           0, 8},
           {"total_tokens", 61, "tree size incl. the root (LTD: V = 60 drafts verified)", 2, 1025},
       });
   info.validate = [](const nlohmann::json& knobs) {
@@ -251,12 +258,13 @@ void RegisterGammatune(MethodRegistry& registry) {
   };
   info.factory = [](MethodContext& context,
                     const nlohmann::json& knobs) -> std::unique_ptr<Decoder> {
-    // gamma is a tree depth, the unit of the accepted-draft count it follows: 8 (= EAGLE's 7
-    // rounds + 1) by default, bounds 4 and 12 as the LTD paper sets them.
-    const double d = static_cast<double>(knobs.at("depth").get<int64_t>());
+    // gamma in rounds, as D of the other baselines: 8 by default, bounds 4 and 12 as the LTD
+    // paper sets them (1/2 and 3/2 of the default depth).
+    const int64_t d = knobs.at("depth").get<int64_t>();
     const int64_t nodes = knobs.at("total_tokens").get<int64_t>() - 1;
-    auto c = std::make_unique<GammatuneController>(nodes, d, 0.5 * d, 1.5 * d,
-                                                   knobs.at("eta").get<double>());
+    auto c = std::make_unique<GammatuneController>(nodes, d, std::max<int64_t>(1, d / 2), d * 3 / 2,
+                                                   knobs.at("eta").get<double>(),
+                                                   knobs.at("grow").get<int64_t>());
     const int64_t rounds = c->max_rounds();
     return DecoderFromKnobs(context, knobs, rounds, nodes, std::move(c));
   };

@@ -7,7 +7,8 @@
 
 namespace specbed {
 
-NgramDrafter::NgramDrafter(const NgramOptions& options) : index_(options.min_n, options.max_n) {}
+NgramDrafter::NgramDrafter(const NgramOptions& options)
+    : index_(options.min_n, options.max_n), rule_(options.rule) {}
 
 void NgramDrafter::Begin(const DraftBegin& begin) {
   SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(), "ngram drafter: empty prompt");
@@ -24,7 +25,7 @@ void NgramDrafter::Draft(const DraftStep& step, DraftTree& tree) {
                 index_.tokens().size(), ")");
   for (size_t i = index_.tokens().size(); i < committed.size(); ++i) index_.Push(committed[i]);
   draft_.clear();
-  last_match_n_ = index_.Lookup(std::min(step.budget.nodes, step.budget.depth), draft_);
+  last_match_n_ = index_.Lookup(std::min(step.budget.nodes, step.budget.depth), draft_, rule_);
   for (size_t i = 0; i < draft_.size(); ++i) {
     tree.AddNode(draft_[i], static_cast<int32_t>(i) - 1);
   }

@@ -1,6 +1,7 @@
-// The `ngram` drafter (prompt lookup decoding, Saxena 2023; llama.cpp's ngram-simple): each step
-// drafts, as a chain, the tokens that followed the most recent earlier occurrence of the
-// context's last n tokens (n = max_n down to min_n) in the prompt and the generated text. No
+// The `ngram` drafter (prompt lookup decoding, Saxena 2023; Spec-Bench's PLD; llama.cpp's
+// ngram-simple): each step drafts, as a chain, the tokens that followed an earlier occurrence of
+// the context's last n tokens (n = max_n down to min_n) in the prompt and the generated text —
+// the earliest with a full continuation by default (the reference code), the latest as a knob. No
 // model: the draft is a point mass, so `sample_follow` verification is lossless at T > 0.
 // Checked by: tests/methods/ngram_test.cpp.
 #pragma once
@@ -15,7 +16,8 @@ namespace specbed {
 
 struct NgramOptions {
   int64_t min_n = 1;  // shortest suffix n-gram looked up
-  int64_t max_n = 2;  // longest (tried first)
+  int64_t max_n = 3;  // longest (tried first)
+  NgramLookupRule rule;
 };
 
 class NgramDrafter final : public Drafter {
@@ -33,6 +35,7 @@ class NgramDrafter final : public Drafter {
 
  private:
   NgramIndex index_;
+  NgramLookupRule rule_;
   std::vector<int32_t> draft_;
   int64_t last_match_n_ = 0;
 };

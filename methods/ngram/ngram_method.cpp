@@ -11,8 +11,9 @@ namespace specbed {
 void RegisterNgramMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "ngram",
-      "prompt lookup: drafts the tokens that followed the last earlier occurrence of the "
-      "context's final n-gram (prompt + generated text); no drafter model",
+      "prompt lookup: drafts the tokens that followed an earlier occurrence of the context's "
+      "final n-gram (prompt + generated text; the earliest with a full continuation, as the "
+      "reference code and Spec-Bench's PLD); no drafter model",
       "Saxena 2023, prompt-lookup-decoding (github.com/apoorvumang/prompt-lookup-decoding)",
       SampleFollowTraits(/*tree=*/false),
       {
@@ -22,8 +23,26 @@ void RegisterNgramMethods(MethodRegistry& registry) {
            1,
            64,
            {}},
-          {"max_ngram", 2, "longest suffix n-gram looked up, tried first", 1, 16, {}},
+          {"max_ngram",
+           3,
+           "longest suffix n-gram looked up, tried first (Spec-Bench: 3)",
+           1,
+           16,
+           {}},
           {"min_ngram", 1, "shortest suffix n-gram looked up", 1, 16, {}},
+          {"occurrence",
+           "earliest",
+           "which earlier occurrence drafts: earliest (the reference code, Spec-Bench) or latest",
+           1,
+           0,
+           {"earliest", "latest"}},
+          {"full_continuation",
+           1,
+           "1 = only an occurrence followed by draft_length tokens counts (the reference); 0 = a "
+           "shorter continuation drafts what there is (Hugging Face)",
+           0,
+           1,
+           {}},
       });
   info.validate = [](const nlohmann::json& knobs) {
     const int64_t lo = knobs.at("min_ngram").get<int64_t>();
@@ -34,6 +53,9 @@ void RegisterNgramMethods(MethodRegistry& registry) {
     NgramOptions ngram;
     ngram.min_n = knobs.at("min_ngram").get<int64_t>();
     ngram.max_n = knobs.at("max_ngram").get<int64_t>();
+    ngram.rule.occurrence =
+        ParseNgramOccurrence(knobs.at("occurrence").get<std::string>(), "ngram knob occurrence");
+    ngram.rule.full_continuation = knobs.at("full_continuation").get<int>() != 0;
     const int64_t length = knobs.at("draft_length").get<int64_t>();
     return SampleFollowDecoder(context, std::make_unique<NgramDrafter>(ngram), {length, length});
   };

@@ -60,33 +60,26 @@ void SpecBranchDecoder::PickCandidates(const std::vector<float>& qb, int32_t bp_
       1, static_cast<int64_t>(std::floor(static_cast<double>(options_.k_max) * (1.0 - conf_b))));
   if (greedy) {
     candidates = TopK(qb.data(), vocab, k);  // bp_token (a greedy draw) is the first
-  } else if (AcceptsOnDevice(greedy)) {
-    // Accepted on the device by tree_rrs: k i.i.d. draws from q_b (repeats allowed), one shared
-    // proposal row (README "Acceptance on the device").
+  } else {
+    // T > 0, every path: k i.i.d. draws from q_b (repeats allowed), accepted by recursive
+    // rejection sampling with q_b as every candidate's proposal (README "Acceptance on the
+    // device"). The host rule (AcceptAtSlot) reads one proposal row per candidate, the device
+    // walk one shared row.
     draft_.sampler().Distribution(qb.data(), vocab, dist_);
-    cand_q.assign(dist_.begin(), dist_.end());
     for (int64_t i = 0; i < k; ++i) {
       candidates.push_back((i == 0 && bp_token >= 0)
                                ? bp_token
                                : SampleFromProbs(dist_.data(), vocab, draft_.sampler().rng()));
     }
-  } else {
-    draft_.sampler().Distribution(qb.data(), vocab, dist_);
-    for (int64_t i = 0; i < k; ++i) {
-      double mass = 0;
-      for (float v : dist_) mass += v;
-      if (!(mass > 0)) break;
-      for (float& v : dist_) v = static_cast<float>(v / mass);
-      cand_q.insert(cand_q.end(), dist_.begin(), dist_.end());
-      const int32_t c = (i == 0 && bp_token >= 0)
-                            ? bp_token
-                            : SampleFromProbs(dist_.data(), vocab, draft_.sampler().rng());
-      candidates.push_back(c);
-      dist_[c] = 0.f;  // without replacement
-    }
+    const int64_t rows = AcceptsOnDevice(greedy) ? 1 : k;
+    for (int64_t i = 0; i < rows; ++i) cand_q.insert(cand_q.end(), dist_.begin(), dist_.end());
   }
   ++counters_.branch_points;
   counters_.branches += static_cast<int64_t>(candidates.size());
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    counters_.repeated_candidates += std::find(candidates.begin(), candidates.begin() + i,
+                                               candidates[i]) != candidates.begin() + i;
+  }
 }
 
 int SpecBranchDecoder::Classify(const std::vector<float>& z) {

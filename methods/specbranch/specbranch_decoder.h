@@ -11,9 +11,9 @@
 //     gamma_max.
 //   [BRANCH step, two threads] target: forward [pend] + R (+ the last K layers' hidden states),
 //     chain acceptance of R. Draft: k = max(1, floor(k_max * (1 - conf_b))) candidates at the
-//     branch point (T = 0: top-k of q_b; T > 0: sampled from q_b without replacement, candidate i
-//     from q_b with the earlier candidates removed and renormalised; a token the draft already
-//     drew at that position is the first candidate), each extended into a branch
+//     branch point (T = 0: top-k of q_b; T > 0: k i.i.d. draws from q_b on every path, repeats
+//     allowed; a token the draft already drew at that position is the first candidate), each
+//     extended into a branch
 //     of L_br = gamma_max positions (candidate included).
 //   [join] R[n] rejected -> ROLLBACK: commit R[:n] + correction, drop all branches, DRAFT stage
 //     next. R accepted -> branch selection at the branch point with the multi-candidate rule
@@ -56,6 +56,9 @@ struct SpecBranchOptions {
 struct SpecBranchCounters {
   int64_t hrad_calls = 0, class_count[3] = {0, 0, 0};
   int64_t branch_points = 0, branches = 0, rollbacks = 0, draft_stages = 0;
+  // Candidates equal to an earlier one of their branch point (T > 0 draws are i.i.d. on every
+  // path, so repeats happen; a draw without replacement would never repeat).
+  int64_t repeated_candidates = 0;
 };
 
 class SpecBranchDecoder : public ParallelDecoder {
@@ -83,8 +86,9 @@ class SpecBranchDecoder : public ParallelDecoder {
   // candidate included) on the side thread.
   void StartBranches(const ParallelAnswer& answer, int64_t lb, DraftClock& clock);
   // The branch point's candidates from the draft logits `qb` [vocab] (the already drawn
-  // `bp_token`, when >= 0, first): T = 0 the top-k, T > 0 k draws without replacement with each
-  // draw's proposal row appended to `cand_q`; k = floor(k_max (1 - top-1 prob)) >= 1.
+  // `bp_token`, when >= 0, first): T = 0 the top-k, T > 0 k i.i.d. draws on every path, with
+  // q_b in `cand_q` (a row per candidate on the host path, one on the device walk);
+  // k = floor(k_max (1 - top-1 prob)) >= 1.
   void PickCandidates(const std::vector<float>& qb, int32_t bp_token, bool greedy,
                       std::vector<int32_t>& candidates, std::vector<float>& cand_q);
   // The join: rollback, an ordinary bonus token (no branches), or branch selection.

@@ -11,18 +11,6 @@
 namespace specbed {
 namespace {
 
-// The node of the longest suffix of `context` (1..max_len tokens) with a continuation in `trie`.
-int32_t LongestMatch(const SuffixTrie& trie, const std::vector<int32_t>& context, int64_t max_len,
-                     int64_t& length) {
-  const int64_t n = static_cast<int64_t>(context.size());
-  for (length = std::min(max_len, n); length >= 1; --length) {
-    const int32_t node = trie.Find(context.data() + (n - length), length);
-    if (node != SuffixTrie::kNone && trie.continuations(node) > 0) return node;
-  }
-  length = 0;
-  return SuffixTrie::kNone;
-}
-
 struct Candidate {
   double prob;
   int32_t node;    // trie node
@@ -40,16 +28,12 @@ void PushChildren(const SuffixTrie& trie, int32_t node, double prob, int32_t par
   }
 }
 
-}  // namespace
-
-SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
-                                    int64_t max_nodes, int64_t max_depth, double spec_factor,
-                                    double min_prob) {
+// The best-first tree below trie node `match` (the context's last `match_length` tokens): at
+// most `limit` nodes, at most max_depth deep, none below min_prob.
+SuffixSpeculation GrowTree(const SuffixTrie& trie, int32_t match, int64_t match_length,
+                           int64_t limit, int64_t max_depth, double min_prob) {
   SuffixSpeculation spec;
-  const int32_t match = LongestMatch(trie, context, trie.max_depth() - 1, spec.match_length);
-  if (match == SuffixTrie::kNone) return spec;
-  const int64_t limit = std::min<int64_t>(
-      max_nodes, static_cast<int64_t>(spec_factor * static_cast<double>(spec.match_length)));
+  spec.match_length = match_length;
   std::priority_queue<Candidate> queue;
   PushChildren(trie, match, 1.0, -1, 0, queue);
   while (!queue.empty() && static_cast<int64_t>(spec.tokens.size()) < limit) {
@@ -64,6 +48,31 @@ SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<in
     if (c.depth < max_depth) PushChildren(trie, c.node, c.prob, index, c.depth, queue);
   }
   return spec;
+}
+
+}  // namespace
+
+SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
+                                    int64_t max_nodes, int64_t max_depth, double spec_factor,
+                                    double min_prob, bool longest_only) {
+  const int64_t n = static_cast<int64_t>(context.size());
+  // The matched lengths with a continuation, shortest first.
+  std::vector<std::pair<int64_t, int32_t>> matches;
+  for (int64_t length = 1; length <= std::min(trie.max_depth() - 1, n); ++length) {
+    const int32_t node = trie.Find(context.data() + (n - length), length);
+    if (node == SuffixTrie::kNone) break;  // no longer suffix occurred either
+    if (trie.continuations(node) > 0) matches.emplace_back(length, node);
+  }
+  if (longest_only && !matches.empty()) matches.erase(matches.begin(), matches.end() - 1);
+  SuffixSpeculation best;
+  for (const auto& [length, node] : matches) {
+    const int64_t limit = std::min<int64_t>(
+        max_nodes, static_cast<int64_t>(spec_factor * static_cast<double>(length)));
+    SuffixSpeculation spec = GrowTree(trie, node, length, limit, max_depth, min_prob);
+    // Ties go to the longer match (more context agrees with it).
+    if (!spec.tokens.empty() && spec.score >= best.score) best = std::move(spec);
+  }
+  return best;
 }
 
 std::shared_ptr<SuffixGlobalStore> RunSuffixStore(const std::string& run_key, int64_t max_depth) {
@@ -130,12 +139,14 @@ void SuffixDrafter::SyncRequest(const std::vector<int32_t>& committed) {
 void SuffixDrafter::Draft(const DraftStep& step, DraftTree& tree) {
   SyncRequest(*step.committed);
   const int64_t nodes = step.budget.nodes, depth = step.budget.depth;
-  SuffixSpeculation best = SpeculateFromTrie(request_, sequence_, nodes, depth,
-                                             options_.spec_factor, options_.min_token_prob);
+  SuffixSpeculation best =
+      SpeculateFromTrie(request_, sequence_, nodes, depth, options_.spec_factor,
+                        options_.min_token_prob, options_.longest_match_only);
   last_source_ = best.tokens.empty() ? 0 : 1;
   if (options_.scope != SuffixScope::kNone) {
-    SuffixSpeculation global = SpeculateFromTrie(global_->trie, sequence_, nodes, depth,
-                                                 options_.spec_factor, options_.min_token_prob);
+    SuffixSpeculation global =
+        SpeculateFromTrie(global_->trie, sequence_, nodes, depth, options_.spec_factor,
+                          options_.min_token_prob, options_.longest_match_only);
     if (global.score > best.score) {
       best = std::move(global);
       last_source_ = 2;

@@ -1,12 +1,13 @@
 // The `suffix` drafter (suffix decoding, Oliaro et al., NeurIPS 2025; vLLM / ArcticInference
 // `suffix`): two counted substring tries, one over the current request (prompt + output so far)
-// and one global over the outputs of earlier requests (its scope a knob). Each step matches the
-// longest context suffix (up to max_depth tokens) that was followed by something in a trie and
-// grows a speculation tree from there, best first by the product of the continuations' empirical
-// frequencies, at most spec_factor x (match length) nodes, none below min_token_prob. The tree
-// with the higher expected accepted length (sum of its nodes' path probabilities) of the two
-// tries is drafted. The drafts are deterministic, so `sample_follow` verification is lossless.
-// Checked by: tests/methods/suffix_test.cpp.
+// and one global over the outputs of earlier requests (its scope a knob). Each step scores, for
+// every length of context suffix (up to max_depth - 1 tokens) that was followed by something in
+// a trie, the speculation tree grown from it, best first by the product of the continuations'
+// empirical frequencies, at most spec_factor x (match length) nodes, none below min_token_prob;
+// the tree with the highest expected accepted length (sum of its nodes' path probabilities) over
+// every match length and both tries is drafted (as the reference implementation does). The drafts
+// are deterministic, so `sample_follow` verification is lossless. Checked by:
+// tests/methods/suffix_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +28,10 @@ namespace specbed {
 using SuffixScope = PersistScope;
 
 struct SuffixOptions {
-  int64_t max_depth = 24;       // longest suffix matched, and the tries' depth
-  double spec_factor = 1.0;     // tree nodes <= spec_factor x match length
-  double min_token_prob = 0.1;  // a node's path probability must reach this
+  int64_t max_depth = 24;           // longest suffix matched, and the tries' depth
+  double spec_factor = 1.0;         // tree nodes <= spec_factor x match length
+  double min_token_prob = 0.1;      // a node's path probability must reach this
+  bool longest_match_only = false;  // true: grow a tree from the longest match only (the old rule)
   SuffixScope scope = SuffixScope::kDataset;
   std::string run_key;  // kRun: the target's name (outputs of other targets never mix)
 };
@@ -54,13 +56,15 @@ struct SuffixSpeculation {
   int64_t match_length = 0;
 };
 
-// Matches the longest suffix of `context` (at most trie.max_depth() - 1 tokens, so one more level
-// can follow) that was followed by a token in `trie`, and grows the best-first tree from it:
-// at most min(max_nodes, spec_factor x match length) nodes, at most max_depth deep, none with a
-// path probability below min_prob. Empty when nothing matches.
+// For every suffix of `context` of 1 .. trie.max_depth() - 1 tokens that was followed by a token
+// in `trie`, grows the best-first tree from it: at most min(max_nodes, spec_factor x match
+// length) nodes, at most max_depth deep (and at most trie.max_depth() - match length: the trie
+// holds nothing deeper), none with a path probability below min_prob. Returns the tree with the
+// highest score (ties: the longer match). Empty when nothing matches. `longest_only`: only the
+// longest matched suffix grows a tree (SpecBed's rule before 2026-12-03; knob match_lengths).
 SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<int32_t>& context,
                                     int64_t max_nodes, int64_t max_depth, double spec_factor,
-                                    double min_prob);
+                                    double min_prob, bool longest_only = false);
 
 class SuffixDrafter final : public Drafter {
  public:

@@ -11,7 +11,7 @@ void RegisterSuffixMethods(MethodRegistry& registry) {
   MethodInfo info = DescribeMethod(
       "suffix",
       "suffix decoding: counted substring tries over the request and over earlier outputs; "
-      "drafts a frequency-scored tree from the longest matched suffix; no drafter model",
+      "drafts the best frequency-scored tree over every matched suffix length; no drafter model",
       "Oliaro et al., SuffixDecoding (NeurIPS 2025, arXiv:2411.04975)",
       SampleFollowTraits(/*tree=*/true),
       {
@@ -29,6 +29,13 @@ void RegisterSuffixMethods(MethodRegistry& registry) {
            0,
            1,
            {}},
+          {"match_lengths",
+           "all",
+           "all = a tree from every matched suffix length, the best kept (the reference); "
+           "longest = from the longest match only (SpecBed before 2026-12-03)",
+           1,
+           0,
+           {"all", "longest"}},
           PersistScopeKnob("the global trie: the outputs it holds", /*with_run=*/true),
       });
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
@@ -36,6 +43,7 @@ void RegisterSuffixMethods(MethodRegistry& registry) {
     suffix.max_depth = knobs.at("max_depth").get<int64_t>();
     suffix.spec_factor = knobs.at("spec_factor").get<double>();
     suffix.min_token_prob = knobs.at("min_token_prob").get<double>();
+    suffix.longest_match_only = knobs.at("match_lengths").get<std::string>() == "longest";
     suffix.scope = ParsePersistScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
     suffix.run_key = context.target->spec.name;
     const int64_t nodes = knobs.at("max_spec_tokens").get<int64_t>();

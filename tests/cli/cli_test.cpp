@@ -933,9 +933,13 @@ TEST(CliBench, LookupCostTable) {
   const std::string dir = TestDir();
   ProcResult r = RunSpecbed({"bench", "--lookup-contexts", "16,64", "--lookup-steps", "8"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  for (const std::string row : {"| ngram (defaults) | 16 |", "| ngram (defaults) | 64 |",
-                                "| suffix (scope none) | 16 |", "| suffix (scope none) | 64 |"}) {
-    EXPECT_TRUE(Contains(r.out, row)) << row << "\n" << r.out;
+  for (const std::string text : {"sampled", "repeated"}) {
+    for (const std::string drafter : {"ngram (defaults)", "suffix (scope none)"}) {
+      for (const std::string context : {"16", "64"}) {
+        const std::string row = "| " + drafter + " | " + text + " | " + context + " |";
+        EXPECT_TRUE(Contains(r.out, row)) << row << "\n" << r.out;
+      }
+    }
   }
   r = RunSpecbed({"bench", "--lookup-contexts", "0"}, dir);
   EXPECT_EQ(r.exit_code, 1) << Describe(r);

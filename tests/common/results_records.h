@@ -118,9 +118,13 @@ inline BenchRecord BenchRow(const std::string& model, const std::string& dtype, 
 // thread, batch 1, one repetition, ATen/BLAS only).
 inline BenchVerifyRecord VerifyPoint(const std::string& model, int64_t context_len, int64_t n_query,
                                      double forward_ms, double ratio_to_one) {
-  return BenchVerifyRecord{
-      model,      /*dtype=*/"", /*threads=*/1, /*batch_size=*/1,    context_len,     n_query,
-      /*reps=*/1, forward_ms,   ratio_to_one,  /*gemv_max_rows=*/0, /*blas_core=*/""};
+  BenchVerifyRecord r;
+  r.model = model;
+  r.context_len = context_len;
+  r.n_query = n_query;
+  r.forward_ms = forward_ms;
+  r.ratio_to_one = ratio_to_one;
+  return r;  // dtype '', 1 thread, batch 1, 1 rep, no GEMV threshold, blas_core and kernel ''
 }
 
 }  // namespace specbed::testing

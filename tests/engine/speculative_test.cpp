@@ -212,6 +212,7 @@ TEST(Speculative, RandomTreeDrafterMatchesArAndCompactsKv) {
   auto& prompts = Shared().prompts;
   const int64_t max_new = 80;
   double total_emitted = 0, total_steps = 0;
+  int64_t wider_than_deep = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const GenerationConfig g = Config(target, 0.0, max_new);
     KvCache cache = CacheFor(*target.model, prompts[i], max_new);
@@ -230,7 +231,14 @@ TEST(Speculative, RandomTreeDrafterMatchesArAndCompactsKv) {
     const std::string where = "random tree prompt " + std::to_string(i);
     ASSERT_EQ(spec.generation.tokens, ar.tokens) << where;
     ExpectInvariants(spec, where);
-    for (const auto& s : spec.steps) total_emitted += s.n_emitted;
+    for (const auto& s : spec.steps) {
+      total_emitted += s.n_emitted;
+      // Rollback in node units, as n_draft_generated: every verified node not kept (the
+      // branches off the accepted path too, so not depth - accepted).
+      EXPECT_EQ(s.n_rolled_back, s.n_drafted - s.n_accepted) << where;
+      EXPECT_EQ(s.n_draft_generated, s.n_drafted) << where;
+      wider_than_deep += s.n_drafted > s.draft_depth;
+    }
     total_steps += static_cast<double>(spec.steps.size());
     if (i < 4) {
       // The cache holds prompt + every generated token but the last (the pending root), up to
@@ -241,6 +249,7 @@ TEST(Speculative, RandomTreeDrafterMatchesArAndCompactsKv) {
     }
   }
   EXPECT_GT(total_emitted / total_steps, 2.0);  // the oracle branch is really accepted
+  EXPECT_GT(wider_than_deep, 0);                // real trees: node and depth units differ
 }
 
 TEST(Speculative, SpsDrafterCacheMatchesFreshDraftForward) {

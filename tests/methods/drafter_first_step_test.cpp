@@ -15,6 +15,10 @@
 //   needs a drafter-sensitive rule and test (as sps, dflash, pearl, specbranch and blockpilot
 //   have: chain_rs with a negative control that corrupts the draft distribution). Control: dflash
 //   (chain_rs, samples its chain at T = 1) drafts another chain at T = 1 than at T = 0.
+// - The drafter-sensitive T > 0 test of those methods: a correct sample_follow decode draws once
+//   per committed token, as AR, so at T = 1 every registered sample_follow method (default knobs,
+//   shipped drafters) is token-identical to AR for the same seed on story and Spec-Bench prompts,
+//   with drafts accepted; the control (greedy acceptance of the drafts) breaks it.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -29,6 +33,7 @@
 #include "harness/runner/runner.h"
 #include "methods/method_registry.h"
 #include "models/model_registry.h"
+#include "tests/methods/lookup_test_util.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/story_test_util.h"
 
@@ -153,6 +158,44 @@ TEST(DrafterFirstStep, EverySampleFollowMethodDraftsTheSameTreeAtTemperatureOne)
   const auto [greedy, sampled] = TreesAtZeroAndOne("dflash");  // the control: it samples
   ASSERT_GT(greedy.size(), 4);
   EXPECT_NE(sampled.token, greedy.token);
+}
+
+// At T = 1 every sample_follow method is AR for the same seed: its drafts decide how many
+// tokens a step commits, never which. 6 story and 2 Spec-Bench prompts x 48 tokens each.
+TEST(DrafterFirstStep, EverySampleFollowMethodIsArForTheSameSeedAtTemperatureOne) {
+  at::set_num_threads(1);
+  LoadedTarget& target = Shared().target;
+  std::vector<std::vector<int32_t>> ids = testing_util::StoryIds(target);
+  ids.resize(6);
+  const auto spec_bench = testing_util::LookupSpecBenchIds(target);
+  ids.insert(ids.end(), spec_bench.begin(), spec_bench.begin() + 2);
+  int64_t checked = 0;
+  for (const std::string& method : Shared().registry.Names()) {
+    std::unique_ptr<Decoder> decoder = Shared().Build(method);
+    if (decoder->SamplingVerifier() != "sample_follow") continue;
+    SCOPED_TRACE(method);
+    EXPECT_GT(testing_util::ExpectArTokens(*decoder, target, ids, 48, 1.0, 11), 0);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);  // eagle3, ddtree, jetspec, specblock, ltd, ngram, suffix, ...
+  // Control: greedy acceptance commits drafts the target did not sample.
+  ScopedVerifierFault inject(VerifierFault::kGreedyAcceptance);
+  std::unique_ptr<Decoder> eagle3 = Shared().Build("eagle3");
+  int64_t differing = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    GenerationConfig g;
+    g.sampling.temperature = 1.0;
+    g.seed = 11 + i;
+    g.stop = StopConfigFor(target, 48, {});
+    KvCache ar_cache = target.model->NewCache(1, target.model->config().max_seq_len);
+    const auto reference =
+        GenerateAr(*target.model, target.tokenizer.get(), ids[i], g, ar_cache).tokens;
+    KvCache cache = target.model->NewCache(1, target.model->config().max_seq_len);
+    DecodeResult r;
+    eagle3->Generate(ids[i], g, cache, r);
+    differing += r.generation.tokens != reference;
+  }
+  EXPECT_GT(differing, 0);
 }
 
 // One source for the T > 0 rule: every method's decoder, built with its default knobs, verifies

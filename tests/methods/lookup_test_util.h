@@ -19,13 +19,17 @@
 
 namespace specbed::testing_util {
 
-// Decodes `ids` with `decoder` and with AR (greedy, `max_tokens` tokens): every output must equal
+// Decodes `ids` with `decoder` and with AR (`max_tokens` tokens at `temperature`, the same seed
+// for both: at T > 0 a sample_follow decode draws once per token, as AR): every output must equal
 // AR's. Returns the accepted draft tokens.
 inline int64_t ExpectArTokens(Decoder& decoder, LoadedTarget& target,
-                              const std::vector<std::vector<int32_t>>& ids, int64_t max_tokens) {
+                              const std::vector<std::vector<int32_t>>& ids, int64_t max_tokens,
+                              double temperature = 0.0, uint64_t seed = 0) {
   int64_t accepted = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     GenerationConfig g;
+    g.sampling.temperature = temperature;
+    g.seed = seed + i;
     g.stop = StopConfigFor(target, max_tokens, {});
     KvCache ar_cache = target.model->NewCache(1, target.model->config().max_seq_len);
     const auto reference =

@@ -185,26 +185,44 @@ TEST(LtdControllers, BaselineDecisions) {
   EXPECT_NEAR(svip.AcceptanceBound(0.0), 1 - std::sqrt(0.045), 1e-12);
   EXPECT_TRUE(svip.ContinueDrafting(Round(3, unsure, 1.6)));
   EXPECT_FALSE(svip.ContinueDrafting(Round(3, unsure, 1.7)));
-  // Gammatune: gamma <- clip(0.8 gamma + 0.2 accepted, 4, 12), gamma a tree depth (rounds =
-  // round(gamma) - 1): a fully accepted tree of depth 8 keeps gamma at 8 (it grew by one before).
-  GammatuneController gt(60, 8, 4, 12, 0.2);
+  // Gammatune, gamma in rounds (tree depth gamma + 1), in [4, 12] from 8: a fully accepted tree
+  // deepens it by `grow` (2) up to 12 and leaves the smoothed count; a rejection sets the smoothed
+  // count s <- 0.8 s + 0.2 accepted and gamma = ceil(s), down to 4. It both deepens and shrinks.
+  GammatuneController gt(60, 8, 4, 12, 0.2, 2);
   gt.BeginSequence(DraftBegin(), b);
-  EXPECT_EQ(b.depth, 8);
-  EXPECT_EQ(gt.max_rounds(), 11);  // tree depth 12
-  Verdict full;
-  full.path = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int i = 0; i < 5; ++i) gt.AfterStep(DraftTree(), full);
-  EXPECT_DOUBLE_EQ(gt.gamma(), 8.0);
+  EXPECT_EQ(b.depth, 9);  // 8 rounds, as the other baselines' D = 8
+  EXPECT_EQ(gt.max_rounds(), 12);
+  auto accepted = [](int n) {
+    Verdict v;
+    for (int i = 0; i < n; ++i) v.path.push_back(i);
+    return v;
+  };
+  gt.AfterStep(DraftTree(), accepted(9));  // all 9 drafted levels taken
+  EXPECT_EQ(gt.gamma(), 10);
+  EXPECT_DOUBLE_EQ(gt.smoothed(), 8.0);
+  gt.AfterStep(DraftTree(), accepted(11));
+  EXPECT_EQ(gt.gamma(), 12);
+  gt.AfterStep(DraftTree(), accepted(13));
+  EXPECT_EQ(gt.gamma(), 12);  // the ceiling
   gt.BeforeStep(DraftStep(), b);
-  EXPECT_EQ(b.depth, 8);
-  Verdict v;
-  v.path = {0, 1};  // 2 accepted
-  gt.AfterStep(DraftTree(), v);
-  EXPECT_DOUBLE_EQ(gt.gamma(), 0.8 * 8 + 0.2 * 2);
-  for (int i = 0; i < 50; ++i) gt.AfterStep(DraftTree(), v);
-  EXPECT_DOUBLE_EQ(gt.gamma(), 4.0);
-  gt.BeforeStep(DraftStep(), b);
-  EXPECT_EQ(b.depth, 4);
+  EXPECT_EQ(b.depth, 13);
+  gt.AfterStep(DraftTree(), accepted(6));  // a rejection: back to the smoothed count
+  EXPECT_DOUBLE_EQ(gt.smoothed(), 0.8 * 8 + 0.2 * 6);
+  EXPECT_EQ(gt.gamma(), 8);  // ceil(7.6)
+  for (int i = 0; i < 50; ++i) gt.AfterStep(DraftTree(), accepted(2));
+  EXPECT_DOUBLE_EQ(gt.smoothed(), 4.0);
+  EXPECT_EQ(gt.gamma(), 4);                // the floor
+  gt.AfterStep(DraftTree(), accepted(5));  // a full tree of 4 rounds deepens again
+  EXPECT_EQ(gt.gamma(), 6);
+  gt.BeginSequence(DraftBegin(), b);  // each sequence starts at depth
+  EXPECT_EQ(gt.gamma(), 8);
+  // grow = 0 is the LTD appendix's smoothing alone: a full tree moves gamma by eta only.
+  GammatuneController smooth(60, 8, 4, 12, 0.2, 0);
+  smooth.BeginSequence(DraftBegin(), b);
+  smooth.AfterStep(DraftTree(), accepted(9));
+  EXPECT_DOUBLE_EQ(smooth.smoothed(), 0.8 * 8 + 0.2 * 9);
+  EXPECT_EQ(smooth.gamma(), 9);
+  EXPECT_THROW(GammatuneController(60, 8, 4, 12, 0.2, -1), Error);
   // LTD without policies: static depth and size.
   LtdController fixed(nullptr, nullptr, 12, 3, 7, 0);
   EXPECT_TRUE(fixed.ContinueDrafting(Round(2, unsure, 0)));

@@ -1,7 +1,8 @@
 // SpecBranch (methods/specbranch): token-identical to AR at T = 0 on every story prompt (full
 // method with a pseudo-random H-RAD policy that visits every class, the shipped predictor when
 // present, w/o branch, w/o H-RAD, serialised sides); lossless at T = 1 (exact chi-square over the
-// top-3 sample space), and the same test fails when branch selection accepts the first branch;
+// top-3 sample space; the candidates are i.i.d. draws, repeats seen, as on the device walk), and
+// the same test fails when branch selection accepts the first branch;
 // the H-RAD MLP against a plain loop and its checkpoint round trip; registry entry. On the ATen
 // path (forced on the CPU) at T = 1 every step is one device walk and no verify rows come to the
 // host; the chi-square test runs again there as the ctest entry AtenPath.SpecBranchChiSquare
@@ -123,6 +124,8 @@ TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
     auto decoder = Make(options, 11);
     const double p = parallel_test::TopThreeChiSquareP(*decoder);
     EXPECT_GT(decoder->counters().branches, decoder->counters().branch_points);
+    // The candidates are i.i.d. draws on the row path as on the device walk: repeats happen.
+    EXPECT_GT(decoder->counters().repeated_candidates, 0);
     parallel_test::ExpectChiSquareVerdict("specbranch", p, broken,
                                           broken ? "accept first branch" : "multi-candidate rule",
                                           "accepting the first branch must fail the test");
@@ -151,6 +154,7 @@ TEST(SpecBranch, AtenPathAtTemperatureOneAcceptsOnTheDevice) {
                                             rollbacks);
   EXPECT_GT(accepted, 0);
   EXPECT_GT(decoder.counters().branches, decoder.counters().branch_points);
+  EXPECT_GT(decoder.counters().repeated_candidates, 0);  // i.i.d., as on the row path
   EXPECT_GT(decoder.counters().rollbacks, 0);
 }
 

@@ -93,6 +93,36 @@ TEST(SuffixSpeculation, LongestMatchFrequencyOrderAndLimits) {
   EXPECT_TRUE(SpeculateFromTrie(trie, {42}, 16, 8, 4.0, 0.0).tokens.empty());  // no match
 }
 
+// Repeats longer than the trie: the longest match (23 tokens in a depth-24 trie) leaves one level
+// below it, so drafting only from it would draft one token where the text repeats for 40. Every
+// match length is scored: length 12 drafts 12 (= min(spec_factor x 12, 24 - 12)), the best.
+TEST(SuffixSpeculation, ScoresEveryMatchLengthWhenRepeatsOutgrowTheTrie) {
+  std::vector<int32_t> text;
+  for (int32_t t = 100; t < 140; ++t) text.push_back(t);
+  for (int32_t t = 100; t < 130; ++t) text.push_back(t);  // the second copy, 30 tokens in
+  SuffixTrie trie(24);
+  for (int32_t t : text) trie.Append(t);
+  SuffixSpeculation s = SpeculateFromTrie(trie, text, 16, 64, 1.0, 0.1);
+  EXPECT_EQ(s.match_length, 12);
+  std::vector<int32_t> expected;
+  for (int32_t t = 130; t < 140; ++t) expected.push_back(t);
+  expected.push_back(100);
+  expected.push_back(101);
+  EXPECT_EQ(s.tokens, expected);
+  for (size_t i = 0; i < s.parents.size(); ++i) EXPECT_EQ(s.parents[i], static_cast<int>(i) - 1);
+  EXPECT_NEAR(s.score, 12.0, 1e-12);
+  // The old rule (the control): the longest match, 23 tokens, leaves one level below it.
+  s = SpeculateFromTrie(trie, text, 16, 64, 1.0, 0.1, /*longest_only=*/true);
+  EXPECT_EQ(s.match_length, 23);
+  EXPECT_EQ(s.tokens, (std::vector<int32_t>{130}));
+  // A trie deep enough: the step budget (16 nodes) is the cap, reached from a 16-token match on.
+  SuffixTrie deep(64);
+  for (int32_t t : text) deep.Append(t);
+  s = SpeculateFromTrie(deep, text, 16, 64, 1.0, 0.1);
+  EXPECT_EQ(s.tokens.size(), 16u);
+  EXPECT_GE(s.match_length, 16);
+}
+
 // Drives a SuffixDrafter through one request: Begin with `prompt`, then commits `output` in one
 // step. Returns what the drafter drafts next from prompt + output.
 std::vector<int32_t> DraftAfter(SuffixDrafter& drafter, const std::vector<int32_t>& prompt,
