@@ -12,8 +12,9 @@
 //   distribution, and chain_rs with a point mass accepts x with probability p(x) and otherwise
 //   resamples from p without x: sample_follow itself. The test checks the premise for every
 //   registered sample_follow method; a method that starts sampling its children fails here and
-//   needs a drafter-sensitive rule and test (as sps, dflash, pearl, specbranch and blockpilot
-//   have: chain_rs with a negative control that corrupts the draft distribution). Control: dflash
+//   needs a drafter-sensitive rule (chain_rs, as sps, dflash, pearl, specbranch and blockpilot
+//   use) and a test whose negative control corrupts the draft distribution (still owed for most
+//   of them: issue 47, item 9). Control: dflash
 //   (chain_rs, samples its chain at T = 1) drafts another chain at T = 1 than at T = 0.
 // - The drafter-sensitive T > 0 test of those methods: a correct sample_follow decode draws once
 //   per committed token, as AR, so at T = 1 every registered sample_follow method (default knobs,
