@@ -176,7 +176,7 @@ void SiluMul(const T* gate_up, T* act, int64_t n_rows, int64_t hidden) {
   }
 }
 
-at::Tensor Rows(const at::Tensor& buffer, int64_t n) {
+at::Tensor LeadingRows(const at::Tensor& buffer, int64_t n) {
   return buffer.narrow(0, 0, n);
 }
 
@@ -265,9 +265,9 @@ at::Tensor LogitsRows(const HeadBuffers& h, int64_t batch, int64_t n_tokens, boo
     }
   }
   const bool low_precision = h.x.scalar_type() != at::kFloat;
-  at::Tensor logits = Rows(h.logits, n_out);
-  at::Tensor head_out = low_precision ? Rows(h.logits_lowp, n_out) : logits;
-  RowsLinear(Rows(h.head_in, n_out), h.lm_head, {}, h.lm_head_t, head_out,
+  at::Tensor logits = LeadingRows(h.logits, n_out);
+  at::Tensor head_out = low_precision ? LeadingRows(h.logits_lowp, n_out) : logits;
+  RowsLinear(LeadingRows(h.head_in, n_out), h.lm_head, {}, h.lm_head_t, head_out,
              n_out <= GemvMaxRows(h.x.scalar_type()), /*accumulate=*/false);
   if (low_precision) logits.copy_(head_out);
   return logits.view({batch, all ? n_tokens : 1, vocab});
@@ -520,8 +520,9 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
     const float eps = static_cast<float>(config_.norm_eps);
     // Few rows: SpecBed's own matrix-vector kernel (models/gemv.h); otherwise ATen's GEMM.
     const bool use_gemv = rows <= GemvMaxRows(dtype_);
-    at::Tensor x = Rows(x_, rows), xn = Rows(xn_, rows), qkv = Rows(qkv_, rows),
-               attn = Rows(attn_, rows), gate_up = Rows(gate_up_, rows), act = Rows(act_, rows);
+    at::Tensor x = LeadingRows(x_, rows), xn = LeadingRows(xn_, rows),
+               qkv = LeadingRows(qkv_, rows), attn = LeadingRows(attn_, rows),
+               gate_up = LeadingRows(gate_up_, rows), act = LeadingRows(act_, rows);
     T* xp = x.data_ptr<T>();
     T* xnp = xn.data_ptr<T>();
     EmbedRows(weights_.tok_embeddings.data_ptr<T>(), tokens.data_ptr<int64_t>(), rows, dim,

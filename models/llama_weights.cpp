@@ -8,17 +8,9 @@
 
 #include "base/error.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/tensor_util.h"
 
 namespace specbed {
-namespace {
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-}  // namespace
 
 LlamaWeights LlamaWeights::To(at::ScalarType dtype, at::Device device) const {
   SPECBED_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,

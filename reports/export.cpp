@@ -2,7 +2,6 @@
 // Checked by: tests/reports/export_test.cpp.
 #include "reports/export.h"
 
-#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -103,10 +102,6 @@ std::string Csv(const std::vector<Json>& rows) {
     s << "\n";
   }
   return s.str();
-}
-
-Json Number(double v) {
-  return std::isfinite(v) ? Json(v) : Json(nullptr);
 }
 
 // A stored sample or step with its case_id and run_id (a step also with its prompt and turn),

@@ -259,6 +259,22 @@ void DeviceDraftSampler::Sample(const at::Tensor& logits, const SamplingParams& 
                     uniforms_.narrow(0, first, r).view({r, 1}), kSampledFollow, scratch, none,
                     counts_.narrow(0, 0, r), tokens);
   if (ids.defined()) ids.copy_(tokens);
+  if (DraftFaultForTesting() != DraftFault::kNone) InjectDraftFault(logits, first);
+}
+
+void DeviceDraftSampler::InjectDraftFault(const at::Tensor& logits, int64_t first) {
+  const int64_t r = logits.size(0);
+  const at::Tensor rows = probs_.narrow(0, first, r);
+  if (DraftFaultForTesting() == DraftFault::kUntemperedQ) {
+    rows.copy_(at::softmax(logits.to(at::kFloat), -1));
+    return;
+  }
+  // kStaleQRow: each row gets the true row of the draw before it (as Sampler::DraftToken: the
+  // first row of a chain gets the previous chain's last).
+  const at::Tensor truth = rows.clone();
+  if (stale_row_.defined() && stale_row_.size(1) == vocab_) rows.narrow(0, 0, 1).copy_(stale_row_);
+  if (r > 1) rows.narrow(0, 1, r - 1).copy_(truth.narrow(0, 0, r - 1));
+  stale_row_ = truth.narrow(0, r - 1, 1);
 }
 
 at::Tensor DeviceDraftSampler::TokensToHost() const {

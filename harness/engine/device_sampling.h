@@ -69,8 +69,12 @@ class DeviceDraftSampler {
   at::Tensor TokensToHost() const;
 
  private:
+  // DraftFault (tests): rows [first, first + r) of probs() rewritten after the draws.
+  void InjectDraftFault(const at::Tensor& logits, int64_t first);
+
   int64_t n_ = 0, vocab_ = 0;
   at::Tensor probs_, scratch_, uniforms_host_, uniforms_, tokens_, counts_, empty_;
+  at::Tensor stale_row_;  // DraftFault::kStaleQRow: the last row's true distribution
 };
 
 // Acceptance and sampling on the logits' device with reusable staging buffers (grown, never

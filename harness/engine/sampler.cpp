@@ -2,12 +2,26 @@
 #include "harness/engine/sampler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
 #include "base/error.h"
 
 namespace specbed {
+namespace {
+
+std::atomic<int> g_draft_fault{static_cast<int>(DraftFault::kNone)};
+
+}  // namespace
+
+void SetDraftFaultForTesting(DraftFault fault) {
+  g_draft_fault.store(static_cast<int>(fault), std::memory_order_relaxed);
+}
+
+DraftFault DraftFaultForTesting() {
+  return static_cast<DraftFault>(g_draft_fault.load(std::memory_order_relaxed));
+}
 
 void ValidateSamplingParams(const SamplingParams& p) {
   SPECBED_CHECK(p.temperature >= 0.0 && std::isfinite(p.temperature),
@@ -76,8 +90,19 @@ void Sampler::Distribution(const float* logits, int64_t vocab, std::vector<float
 int32_t Sampler::DraftToken(const float* logits, int64_t vocab, float* q_row) {
   if (params_.greedy()) return Argmax(logits, vocab);
   Distribution(logits, vocab, probs_);
-  std::copy(probs_.begin(), probs_.end(), q_row);
-  return SampleFromProbs(q_row, vocab, rng_);
+  const int32_t token = SampleFromProbs(probs_.data(), vocab, rng_);
+  const DraftFault fault = DraftFaultForTesting();
+  if (fault == DraftFault::kStaleQRow) {
+    std::copy(last_q_.size() == probs_.size() ? last_q_.begin() : probs_.begin(),
+              last_q_.size() == probs_.size() ? last_q_.end() : probs_.end(), q_row);
+    last_q_ = probs_;
+  } else if (fault == DraftFault::kUntemperedQ) {
+    Sampler(SamplingParams{1.0, 1.0, 0}, 0).Distribution(logits, vocab, last_q_);
+    std::copy(last_q_.begin(), last_q_.end(), q_row);
+  } else {
+    std::copy(probs_.begin(), probs_.end(), q_row);
+  }
+  return token;
 }
 
 int32_t Sampler::Sample(const float* logits, int64_t vocab) {

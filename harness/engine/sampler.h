@@ -43,7 +43,34 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> probs_;
+  std::vector<float> last_q_;  // DraftFault::kStaleQRow only: the previous DraftToken's row
   std::vector<int32_t> order_;
+};
+
+// Deliberately wrong draft distributions: the drafter-side negative controls of the
+// rejection-sampling losslessness tests (chain_rs / tree_rrs need each drafted token to come from
+// the q row reported for it). Injected where every drafter reports q: Sampler::DraftToken (host)
+// and DeviceDraftSampler::Sample (ATen path). Process-wide; never set outside tests.
+enum class DraftFault {
+  kNone,
+  // q row s holds the distribution of the draw before it (the previous slot's; the first slot
+  // gets the previous chain's last), while the token is drawn from its own.
+  kStaleQRow,
+  // q is reported without the sampling transform (softmax of the raw logits: no temperature, no
+  // top-k / top-p) while the token is drawn from the transformed distribution. A no-op at T = 1
+  // without truncation: its tests run at T != 1.
+  kUntemperedQ,
+};
+void SetDraftFaultForTesting(DraftFault fault);
+DraftFault DraftFaultForTesting();
+
+// Sets a draft fault for its lifetime (tests).
+class ScopedDraftFault {
+ public:
+  explicit ScopedDraftFault(DraftFault fault) { SetDraftFaultForTesting(fault); }
+  ~ScopedDraftFault() { SetDraftFaultForTesting(DraftFault::kNone); }
+  ScopedDraftFault(const ScopedDraftFault&) = delete;
+  ScopedDraftFault& operator=(const ScopedDraftFault&) = delete;
 };
 
 // Index of the largest value (lowest index on ties).

@@ -114,7 +114,7 @@ std::string DrafterFingerprint(const std::string& dir) {
 }
 
 // The settings that determine the rows (compared when resuming).
-ojson Identity(const ojson& p) {
+ojson LabelsIdentity(const ojson& p) {
   ojson id;
   for (const char* key : {"format_version", "target", "drafter", "prompts", "radius", "candidates",
                           "max_new_tokens", "timing_repeats", "decoding"}) {
@@ -171,7 +171,7 @@ bool LoadMatching(const std::string& path, const ojson& base, BlockPilotLabels* 
                   std::string* why) {
   try {
     BlockPilotLabels l = LoadBlockPilotLabels(path);
-    if (Identity(l.provenance) != Identity(base)) {
+    if (LabelsIdentity(l.provenance) != LabelsIdentity(base)) {
       *why = "it was made with other settings";
       return false;
     }

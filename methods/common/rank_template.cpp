@@ -2,6 +2,7 @@
 #include "methods/common/rank_template.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <queue>
 #include <tuple>
@@ -31,6 +32,30 @@ std::vector<TemplateNode> BuildRankTemplate(int64_t nodes, int64_t top_k, int64_
       frontier.emplace(cost + 1, depth + 1, found++, self, 0);
     if (rank + 1 < top_k) frontier.emplace(cost + 1, depth, found++, parent, rank + 1);
   }
+  return out;
+}
+
+std::vector<TemplateNode> TokenRecyclingPaperTemplate(int64_t nodes) {
+  SPECBED_CHECK(nodes >= 1, "Token Recycling template: nodes (", nodes, ") must be >= 1");
+  // The published tree as child counts: one entry per node in breadth-first order (the root
+  // first); a node's children are its parent's candidates of rank 0 .. count - 1.
+  static constexpr int32_t kChildren[] = {
+      8,                                                                          // root
+      8, 4, 3, 2, 1, 1, 1, 1,                                                     // depth 1
+      8, 3, 2, 1, 1, 1, 1, 1, 2, 1, 0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 0,              // depth 2
+      5, 2, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0,  // depth 3
+      3, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0,                                // depth 4
+      2, 0, 0, 1, 0, 0, 0, 0,                                                     // depth 5
+  };
+  std::vector<TemplateNode> out;
+  std::vector<int32_t> depth_of = {0};  // per breadth-first node, the root included
+  for (size_t node = 0; node < std::size(kChildren); ++node) {
+    for (int32_t rank = 0; rank < kChildren[node]; ++rank) {
+      out.push_back({static_cast<int32_t>(node) - 1, rank, depth_of[node] + 1});
+      depth_of.push_back(depth_of[node] + 1);
+    }
+  }
+  if (static_cast<int64_t>(out.size()) > nodes) out.resize(static_cast<size_t>(nodes));
   return out;
 }
 

@@ -1,9 +1,9 @@
 // Static draft-tree templates over ranks: a node is "the r-th best candidate below my parent",
 // the shape Token Recycling (successors from an adjacency matrix) and Medusa (head k's top-r at
-// depth k + 1) draft from. Built from a geometric prior, or parsed from Medusa's published
-// "medusa choices" format (a list of rank paths).
-// Checked by: tests/methods/recycling_test.cpp (prior template), tests/methods/medusa_test.cpp
-// (choices parsing and refusals).
+// depth k + 1) draft from. Built from a geometric prior, parsed from Medusa's published
+// "medusa choices" format (a list of rank paths), or Token Recycling's published tree.
+// Checked by: tests/methods/recycling_test.cpp (prior and published templates),
+// tests/methods/medusa_test.cpp (choices parsing and refusals).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,12 @@ struct TemplateNode {
 // the one found first. Parents precede their children. Fewer nodes when the depth bound leaves
 // fewer paths. nodes >= 1, top_k >= 1, max_depth >= 0.
 std::vector<TemplateNode> BuildRankTemplate(int64_t nodes, int64_t top_k, int64_t max_depth = 0);
+
+// Token Recycling's static tree (Luo et al., ACL 2025, Figure 5): 80 nodes, 6 deep (8, 21, 25,
+// 15, 8 and 3 nodes per depth), ranks below 8, the root's children its top 8. Breadth-first
+// (parents precede children; a node's children are ranks 0, 1, ...); the first `nodes` of it
+// when nodes < 80.
+std::vector<TemplateNode> TokenRecyclingPaperTemplate(int64_t nodes = 80);
 
 // A template from rank paths in Medusa's "medusa choices" format, e.g. "[[0], [0, 0], [1]]" (JSON):
 // every path non-empty, ranks in [0, top_k), at most `max_depth` long, no path twice, every

@@ -24,9 +24,9 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr uint64_t kInitSalt = 0x64666c736e696e69ULL;    // "dflsnini"
-constexpr uint64_t kAnchorSalt = 0x64666c73616e6368ULL;  // "dflsanch"
-constexpr uint64_t kEvalSalt = 0x64666c736576616cULL;    // "dflseval"
+constexpr uint64_t kDflashInitSalt = 0x64666c736e696e69ULL;  // "dflsnini"
+constexpr uint64_t kAnchorSalt = 0x64666c73616e6368ULL;      // "dflsanch"
+constexpr uint64_t kEvalSalt = 0x64666c736576616cULL;        // "dflseval"
 
 class DflashTrainTask : public RegenHeadTask {
  public:
@@ -233,7 +233,7 @@ DflashTrainResult TrainDflash(const DflashTrainConfig& config, const std::string
   const DflashConfig hc = DflashHeadConfig(config, tc, driver.target_name());
   result.target_layers = hc.target_layer_ids;
   const std::map<std::string, at::Tensor> init =
-      RandomDflashTensors(hc, DeriveSeed(config.optim.seed, 0, kInitSalt));
+      RandomDflashTensors(hc, DeriveSeed(config.optim.seed, 0, kDflashInitSalt));
   const LlamaWeights& w = driver.teacher().weights();
   TrainableDflash head(hc, init, w.tok_embeddings, w.lm_head);  // on the CPU
   head.To(driver.device());

@@ -26,7 +26,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr uint64_t kInitSalt = 0x65616733696e6974ULL;  // "eag3init"
+constexpr uint64_t kEagle3InitSalt = 0x65616733696e6974ULL;  // "eag3init"
 
 class Eagle3TrainTask : public RegenHeadTask {
  public:
@@ -172,7 +172,7 @@ Eagle3TrainResult TrainEagle3(const Eagle3TrainConfig& config, const std::string
                             &result.draft_vocab_coverage);
   const Eagle3Config hc = Eagle3HeadConfig(tc, vd, result.aux_layers, driver.target_name());
   std::map<std::string, at::Tensor> init =
-      RandomEagle3Tensors(hc, DeriveSeed(config.optim.seed, 0, kInitSalt));
+      RandomEagle3Tensors(hc, DeriveSeed(config.optim.seed, 0, kEagle3InitSalt));
   init[kEagle3D2t] = vocab.d2t;
   init[kEagle3T2d] = vocab.t2d;
   TrainableEagle3 head(hc, init, driver.teacher().weights().tok_embeddings);  // on the CPU

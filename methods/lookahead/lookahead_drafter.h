@@ -2,13 +2,15 @@
 // two branches below the root.
 //   verification branch: up to G (N-1)-token continuations from the n-gram pool whose key is the
 //     root (the last committed token), merged into a trie; these are the draft candidates.
-//   lookahead branch: a window of W columns over N-1 Jacobi levels. Level-1 tokens form a chain
-//     from the root (column j at depth j + 1); column j's levels 2..N-1 hang below its level-1
-//     node (level l at depth j + l). With the tree mask this is exactly the paper's lookahead
-//     mask: a token sees the root, level 1 left of its column and its own column's lower levels.
+//   lookahead branch: a window of W columns over N-1 Jacobi levels. With the reference layout
+//     (LookaheadLayout) level 1 is a chain of W-1 tokens from the root, column 0's levels
+//     2..N-1 hang below the root and column c's below chain token c-1; with own_column level 1
+//     is a chain of W tokens and column j's upper levels hang below its own level-1 token. With
+//     the tree mask either is the paper's lookahead mask: a token sees the root, the chain up to
+//     where its column hangs and its own column's lower levels.
 // After the forward, the target's argmax at each column's top level is that column's next Jacobi
-// token R[j]; the n-gram (level 1..N-1 of column j, R[j]) enters the pool under level-1's token,
-// and the window moves up one level (level l <- level l + 1, level N-1 <- R).
+// token R[j]; the n-gram (the token the column hangs from, its upper levels, R[j]) enters the
+// pool under its first token, and the window moves up one level.
 // The drafts are deterministic given the past, so `sample_follow` is lossless at T > 0; the
 // lookahead branch is offered to the verifier too (a level-1 token equal to the target's choice
 // is accepted like any node; the paper only verifies the pool's candidates).
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,11 +27,25 @@
 
 namespace specbed {
 
+// Where the window's columns hang (README "The window's layout").
+enum class LookaheadLayout {
+  // hao-ai-lab/LookaheadDecoding: a chain of W-1 level-1 tokens from the root; column 0's N-2
+  // upper levels hang below the root, column c's below chain node c-1, so column c's n-gram is
+  // keyed on the token before it (the real last token for column 0).
+  kReference,
+  // Every column's N-2 upper levels hang below its own level-1 node (a chain of W tokens); no
+  // n-gram is keyed on the real last token. SpecBed's layout before issue 47.
+  kOwnColumn,
+};
+const char* LookaheadLayoutName(LookaheadLayout layout);
+LookaheadLayout ParseLookaheadLayout(const std::string& name, const std::string& context);
+
 struct LookaheadOptions {
   int64_t window = 7;             // W: Jacobi window width (Spec-Bench: 7)
   int64_t level = 5;              // N: n-gram size; the window keeps N-1 levels (Spec-Bench: 5)
   int64_t guess = 7;              // G: most pool candidates verified per step (Spec-Bench: 7)
-  bool pool_from_prompt = false;  // also seed the pool with the prompt's N-grams
+  bool pool_from_prompt = false;  // the prompt's N-grams, then every committed token's, in the pool
+  LookaheadLayout layout = LookaheadLayout::kReference;
 };
 
 // Nodes and depth one full step needs: W (N-1) + G (N-1) nodes, depth max(W + N - 2, N - 1).
@@ -62,7 +79,8 @@ class LookaheadDrafter final : public Drafter {
   // Pool candidates first (a trie, depth-clipped), then as many window columns as the remaining
   // budget holds (none when not even one fits).
   void Draft(const DraftStep& step, DraftTree& tree) override;
-  // Reads R from Verdict::logits (one top-1 per placed column), grows the pool, moves the window.
+  // Reads R from Verdict::logits (one top-1 per placed column), grows the pool, moves the window;
+  // with pool_from_prompt also adds the N-gram ending at each committed token (the reference).
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
   const NgramPool& pool() const { return pool_; }
@@ -73,11 +91,18 @@ class LookaheadDrafter final : public Drafter {
  private:
   void AddCandidates(int32_t root, int64_t max_nodes, int64_t max_depth, DraftTree& tree);
   void AddWindow(int64_t columns, DraftTree& tree);
+  // How many window columns fit `nodes` more nodes and a depth budget of `depth`.
+  int64_t ColumnsThatFit(int64_t nodes, int64_t depth) const;
+  void AddWindowNgrams();  // each placed column's N-gram into the pool
+  void MoveWindow();       // one Jacobi level up: the lowest level leaves, R enters on top
+  void AddCommittedNgrams(const std::vector<int32_t>& tokens);
 
   LookaheadOptions options_;
   NgramPool pool_;
   std::vector<std::vector<int32_t>> levels_;  // [N-1][W]
   std::mt19937_64 rng_;
+  int32_t root_ = 0;                // the last tree's root (column 0's key, kReference)
+  std::vector<int32_t> history_;    // pool_from_prompt: the last N-1 committed tokens
   int64_t placed_columns_ = 0;      // window columns in the last tree
   std::vector<int32_t> level1_;     // scratch: each placed column's level-1 node
   std::vector<int64_t> top_slots_;  // verify slot of each placed column's top level

@@ -21,7 +21,21 @@ void RegisterLookaheadMethods(MethodRegistry& registry) {
           {"window", 7, "W: Jacobi window columns (Spec-Bench: 7)", 1, 32, {}},
           {"level", 5, "N: n-gram size, the window keeps N-1 levels (Spec-Bench: 5)", 2, 16, {}},
           {"guess", 7, "G: most pool n-grams verified per step (Spec-Bench: 7)", 0, 32, {}},
-          {"pool_from_prompt", false, "also seed the pool with the prompt's N-grams", 1, 0, {}},
+          {"pool_from_prompt",
+           false,
+           "also put the prompt's N-grams and then every committed token's in the pool (the "
+           "reference's POOL_FROM_PROMPT)",
+           1,
+           0,
+           {}},
+          {"layout",
+           "reference",
+           "where window columns hang: reference (column 0 below the root, column c below chain "
+           "token c-1: n-grams keyed on the token before the column) or own_column (below the "
+           "column's own level-1 token)",
+           1,
+           0,
+           {"reference", "own_column"}},
       });
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     LookaheadOptions lookahead;
@@ -29,6 +43,8 @@ void RegisterLookaheadMethods(MethodRegistry& registry) {
     lookahead.level = knobs.at("level").get<int64_t>();
     lookahead.guess = knobs.at("guess").get<int64_t>();
     lookahead.pool_from_prompt = knobs.at("pool_from_prompt").get<bool>();
+    lookahead.layout =
+        ParseLookaheadLayout(knobs.at("layout").get<std::string>(), "lookahead knob layout");
     return SampleFollowDecoder(context, std::make_unique<LookaheadDrafter>(lookahead),
                                LookaheadBudget(lookahead));
   };

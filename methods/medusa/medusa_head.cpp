@@ -3,11 +3,14 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include <set>
 #include <vector>
 
 #include "base/error.h"
 #include "models/checkpoint/head_checkpoint.h"
+#include "models/checkpoint/hf_checkpoint.h"
 
 namespace specbed {
 namespace {
@@ -101,7 +104,7 @@ void WriteMedusaCheckpoint(const std::string& dir, const MedusaHead& head,
                       "Medusa checkpoint '" + dir + "'", kMedusaTensorFile);
 }
 
-MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head) {
+MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head, uint64_t seed) {
   SPECBED_CHECK(config.num_heads >= 1 && config.num_layers >= 1,
                 "Medusa: num_heads and num_layers must be >= 1");
   MedusaHead head;
@@ -112,8 +115,14 @@ MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head)
   const int64_t d = head.config.hidden_size;
   for (int64_t k = 0; k < config.num_heads; ++k) {
     for (int64_t j = 0; j < config.num_layers; ++j) {
+      // Medusa-1: the block's W starts at zero (so each head starts as the target's lm_head);
+      // its bias keeps nn.Linear's default, uniform in +-1/sqrt(d).
       head.tensors[MedusaBlockWeightName(k, j)] = at::zeros({d, d});
-      head.tensors[MedusaBlockBiasName(k, j)] = at::zeros({d});
+      at::Tensor bias = at::empty({d}, at::kFloat);
+      const std::string name = MedusaBlockBiasName(k, j);
+      FillSeededUniform(bias.data_ptr<float>(), d, TensorNameSeed(seed, name),
+                        1.0 / std::sqrt(static_cast<double>(d)));
+      head.tensors[name] = bias;
     }
     head.tensors[MedusaLmHeadName(k, config.num_layers)] = base.clone();
   }

@@ -56,9 +56,11 @@ MedusaHead ReadMedusaCheckpoint(const std::string& dir, int64_t target_dim = 0,
 void WriteMedusaCheckpoint(const std::string& dir, const MedusaHead& head,
                            const nlohmann::json& recipe = nullptr);
 
-// Medusa-1's initialisation: every block's W and b zero (a block starts as the identity), every
-// lm_head a copy of the target's `lm_head` (float32 [vocab, dim], any device -> CPU).
-MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head);
+// Medusa-1's initialisation: every block's W zero and its b nn.Linear's default (uniform in
+// +-1/sqrt(dim), seeded by `seed` and the tensor's name: TensorNameSeed), so a block starts as
+// h + SiLU(b); every lm_head a copy of the target's `lm_head` (float32 [vocab, dim], any device
+// -> CPU).
+MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head, uint64_t seed);
 
 // Logits of every head: hidden [N, dim] of the heads' dtype (the target's final-normed last hidden
 // states, on the head tensors' device) -> float32 [K, N, vocab] (computed in the heads' dtype,

@@ -14,11 +14,14 @@
 #include "methods/common/train/regen_head_trainer.h"
 #include "methods/common/train/target_features.h"
 #include "methods/common/train/train_driver.h"
+#include "methods/common/train/train_util.h"
 #include "methods/medusa/medusa_head.h"
 #include "models/model_registry.h"
 
 namespace specbed {
 namespace {
+
+constexpr uint64_t kMedusaInitSalt = 0x6d647361696e6974ULL;  // "mdsainit"
 
 using ojson = nlohmann::ordered_json;
 
@@ -165,7 +168,8 @@ MedusaTrainResult TrainMedusa(const MedusaTrainConfig& config, const std::string
   RegenHeadDriver driver(RegenHeadSpecOf(config, "medusa", ""), out_dir, options);
   const LlamaConfig& tc = driver.target_config();
   MedusaHead head = InitMedusaHead(MedusaHeadsConfig(config, tc, driver.target_name()),
-                                   driver.teacher().weights().lm_head);
+                                   driver.teacher().weights().lm_head,
+                                   DeriveSeed(config.optim.seed, 0, kMedusaInitSalt));
   MedusaTrainResult result;
   // The heads are made on the CPU; placed on the training device as float32 leaves.
   for (auto& [name, t] : head.tensors) {

@@ -3,10 +3,31 @@
 
 #include <algorithm>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "methods/common/logits_rows.h"
 
 namespace specbed {
+
+SPECBED_ENUM_NAMES(RecyclingTemplate, "recycling template", RecyclingTemplateName,
+                   ParseRecyclingTemplate, {RecyclingTemplate::kPaper, "paper"},
+                   {RecyclingTemplate::kGeometric, "geometric"})
+
+namespace {
+
+std::vector<TemplateNode> TemplateFor(const RecyclingOptions& options) {
+  if (options.tree_template == RecyclingTemplate::kGeometric) {
+    return BuildRankTemplate(options.tree_nodes, options.top_k);
+  }
+  SPECBED_CHECK(options.top_k >= 8 && options.tree_nodes <= 80,
+                "recycling: the paper's template needs top_k >= 8 (its ranks go to 7) and "
+                "tree_nodes <= 80 (its size), got top_k ",
+                options.top_k, " and tree_nodes ", options.tree_nodes,
+                " (template = geometric takes any)");
+  return TokenRecyclingPaperTemplate(options.tree_nodes);
+}
+
+}  // namespace
 
 void AdjacencyMatrix::Resize(int64_t vocab, int64_t k) {
   vocab_ = vocab;
@@ -46,7 +67,7 @@ void AdjacencyMatrix::Clear() {
 }
 
 RecyclingDrafter::RecyclingDrafter(const RecyclingOptions& options)
-    : options_(options), template_(BuildRankTemplate(options.tree_nodes, options.top_k)) {}
+    : options_(options), template_(TemplateFor(options)) {}
 
 void RecyclingDrafter::Begin(const DraftBegin& begin) {
   SPECBED_CHECK(begin.prompt != nullptr && !begin.prompt->empty(),

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "harness/engine/method.h"
@@ -39,9 +40,18 @@ class AdjacencyMatrix {
   std::vector<int32_t> log_values_;  // their old values, k per row
 };
 
+// The static template a step walks (README "The template").
+enum class RecyclingTemplate {
+  kPaper,      // the paper's published tree (Figure 5): 80 nodes, 6 deep, ranks below 8
+  kGeometric,  // the tree_nodes most likely rank paths under a geometric prior (BuildRankTemplate)
+};
+const char* RecyclingTemplateName(RecyclingTemplate kind);
+RecyclingTemplate ParseRecyclingTemplate(const std::string& name, const std::string& context);
+
 struct RecyclingOptions {
   int64_t top_k = 8;        // successors kept per token (the paper's k)
-  int64_t tree_nodes = 80;  // nodes of the static template (the paper's tree: about 80)
+  int64_t tree_nodes = 80;  // template nodes (kPaper: its first tree_nodes, at most 80)
+  RecyclingTemplate tree_template = RecyclingTemplate::kPaper;
   // kDataset: M carries over from one request to the next (the paper's hot start); kNone: M
   // starts empty for every request.
   PersistScope scope = PersistScope::kDataset;

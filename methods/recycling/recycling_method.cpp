@@ -17,10 +17,17 @@ void RegisterRecyclingMethods(MethodRegistry& registry) {
       {
           {"tree_nodes",
            80,
-           "nodes of the static template tree (the paper's: about 80)",
+           "nodes of the static template tree (paper: its first tree_nodes, at most 80)",
            1,
            256,
            {}},
+          {"template",
+           "paper",
+           "the static tree: paper (the published 80-node tree, 6 deep; needs top_k >= 8) or "
+           "geometric (the tree_nodes most likely rank paths under a 2^-(rank+1) prior)",
+           1,
+           0,
+           {"paper", "geometric"}},
           {"top_k", 8, "successors kept per token in the matrix (the paper's k: 8)", 1, 32, {}},
           PersistScopeKnob("the adjacency matrix: what it keeps"),
       });
@@ -28,6 +35,8 @@ void RegisterRecyclingMethods(MethodRegistry& registry) {
     RecyclingOptions recycling;
     recycling.tree_nodes = knobs.at("tree_nodes").get<int64_t>();
     recycling.top_k = knobs.at("top_k").get<int64_t>();
+    recycling.tree_template =
+        ParseRecyclingTemplate(knobs.at("template").get<std::string>(), "recycling knob template");
     recycling.scope =
         ParsePersistScope(knobs.at("scope").get<std::string>(), "recycling knob scope");
     const int64_t nodes = recycling.tree_nodes;  // the template is never deeper than its size

@@ -25,8 +25,8 @@ namespace specbed {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-constexpr uint64_t kInitSalt = 0x7370626c6b696e69ULL;   // "spblkini"
-constexpr uint64_t kSplitSalt = 0x7370626c6b73706cULL;  // "spblkspl"
+constexpr uint64_t kSpecBlockInitSalt = 0x7370626c6b696e69ULL;  // "spblkini"
+constexpr uint64_t kSplitSalt = 0x7370626c6b73706cULL;          // "spblkspl"
 
 }  // namespace
 
@@ -219,7 +219,7 @@ SpecBlockTrainResult TrainSpecBlock(const SpecBlockTrainConfig& config, const st
                             &result.draft_vocab_coverage);
   const SpecBlockConfig c = SpecBlockDrafterConfig(config, tc, vd, aux, driver.target_name());
   std::map<std::string, at::Tensor> init =
-      RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kInitSalt));
+      RandomSpecBlockTensors(c, DeriveSeed(config.optim.seed, 0, kSpecBlockInitSalt));
   init["d2t"] = vocab.d2t;
   init["t2d"] = vocab.t2d;
   HeadPlacement placement;  // float32 leaves on the training device (the default: the CPU)

@@ -20,8 +20,6 @@
 namespace specbed {
 namespace {
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kPickleFile = "pytorch_model.bin";
 
 // Copies a stored tensor out of the mapping; F16 / BF16 / F64 become float32, integer and bool
@@ -89,8 +87,8 @@ HeadConfigFile ReadHeadConfig(const std::string& dir, const std::string& where) 
   SPECBED_CHECK(std::filesystem::is_directory(dir), where,
                 ": not a directory (expected a directory with config.json and model.safetensors)");
   HeadConfigFile f;
-  f.path = dir + "/" + kConfigFile;
-  SPECBED_CHECK(PathExists(f.path), where, ": missing ", kConfigFile);
+  f.path = dir + "/" + kHfConfigFile;
+  SPECBED_CHECK(PathExists(f.path), where, ": missing ", kHfConfigFile);
   f.config = ReadJsonFile(f.path);
   if (f.config.is_object() && f.config.contains(kHeadRecipeKey)) {
     f.recipe = f.config[kHeadRecipeKey];
@@ -102,8 +100,8 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
                             const std::string& conversion_hint,
                             const std::function<std::string(const std::string&)>& rename) {
   HeadTensors out;
-  if (PathExists(dir + "/" + kSingleFile)) {
-    out.files.push_back(dir + "/" + kSingleFile);
+  if (PathExists(dir + "/" + kHfSingleFile)) {
+    out.files.push_back(dir + "/" + kHfSingleFile);
   } else {
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
       if (e.is_regular_file() && e.path().extension() == ".safetensors") {
@@ -117,7 +115,7 @@ HeadTensors ReadHeadTensors(const std::string& dir, const std::string& where,
                   "; SpecBed never reads pickled PyTorch files. Convert it to model.safetensors "
                   "once, offline",
                   conversion_hint);
-    Fail(where, ": no ", kSingleFile, " (or other *.safetensors file)");
+    Fail(where, ": no ", kHfSingleFile, " (or other *.safetensors file)");
   }
   for (const auto& path : out.files) {
     auto file = SafetensorsFile::Open(path);
@@ -171,7 +169,7 @@ void WriteHeadCheckpoint(const std::string& dir, nlohmann::ordered_json config_j
   } catch (const std::filesystem::filesystem_error& e) {
     Fail("cannot create checkpoint directory '", dir, "': ", e.what());
   }
-  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+  WriteFileAtomically(dir + "/" + kHfConfigFile, config_json.dump(2) + "\n");
 
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, t] : tensors) {

@@ -29,8 +29,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 std::string DtypeName(at::ScalarType dtype) {
@@ -138,19 +136,19 @@ HfModel ReadHfCheckpoint(const std::string& dir, at::ScalarType dtype) {
                 "reading checkpoint '", dir, "': dtype must be Float, BFloat16 or Half, got ",
                 DtypeName(dtype));
   SPECBED_CHECK(PathExists(dir), "checkpoint directory '", dir, "' does not exist");
-  const std::string config_path = dir + "/" + kConfigFile;
-  SPECBED_CHECK(PathExists(config_path), "checkpoint directory '", dir, "' has no ", kConfigFile);
+  const std::string config_path = dir + "/" + kHfConfigFile;
+  SPECBED_CHECK(PathExists(config_path), "checkpoint directory '", dir, "' has no ", kHfConfigFile);
   HfModel model;
   model.config = ParseHfConfig(ReadJsonFile(config_path), config_path);
 
-  const std::string single = dir + "/" + kSingleFile;
+  const std::string single = dir + "/" + kHfSingleFile;
   const std::string index = dir + "/" + kIndexFile;
   if (PathExists(single)) {
     auto file = SafetensorsFile::Open(single);
-    AddEntries(*file, dtype, nullptr, kSingleFile, &model.tensors);
+    AddEntries(*file, dtype, nullptr, kHfSingleFile, &model.tensors);
     return model;
   }
-  SPECBED_CHECK(PathExists(index), "checkpoint directory '", dir, "' has neither ", kSingleFile,
+  SPECBED_CHECK(PathExists(index), "checkpoint directory '", dir, "' has neither ", kHfSingleFile,
                 " nor ", kIndexFile);
   const json index_json = ReadJsonFile(index);
   SPECBED_CHECK(index_json.is_object() && index_json.contains("weight_map") &&
@@ -315,7 +313,7 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
   } catch (const std::filesystem::filesystem_error& e) {
     Fail("cannot create checkpoint directory '", dir, "': ", e.what());
   }
-  WriteFileAtomically(dir + "/" + kConfigFile, config_json.dump(2) + "\n");
+  WriteFileAtomically(dir + "/" + kHfConfigFile, config_json.dump(2) + "\n");
 
   std::vector<std::pair<std::string, at::Tensor>> stored_tensors;
   for (const auto& [name, t] : tensors) {
@@ -330,7 +328,7 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
                                  static_cast<size_t>(t.numel()) * t.element_size()};
   };
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  const std::string single = dir + "/" + kSingleFile;
+  const std::string single = dir + "/" + kHfSingleFile;
   const std::string index = dir + "/" + kIndexFile;
 
   if (max_shard_bytes == 0) {
@@ -387,6 +385,13 @@ std::map<std::string, at::Tensor> RandomHfTensors(const LlamaConfig& config, uin
 
 void FillSeededNormal(float* out, int64_t n, uint64_t key, double mean, double stddev) {
   FillNormalImpl(out, n, key, mean, stddev);
+}
+
+void FillSeededUniform(float* out, int64_t n, uint64_t key, double bound) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t a = Mix64(key + static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ULL);
+    out[i] = static_cast<float>(bound * (2.0 * static_cast<double>(a >> 11) * 0x1.0p-53 - 1.0));
+  }
 }
 
 }  // namespace specbed

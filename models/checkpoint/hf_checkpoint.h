@@ -17,6 +17,10 @@
 
 namespace specbed {
 
+// The Hugging Face layout's file names (model and head checkpoints alike).
+inline constexpr const char* kHfConfigFile = "config.json";
+inline constexpr const char* kHfSingleFile = "model.safetensors";
+
 // A checkpoint as stored: config plus tensors under their HF names, each a contiguous CPU tensor
 // of one dtype (float32 or bfloat16) in the stored shape.
 struct HfModel {
@@ -66,6 +70,9 @@ void WriteHfCheckpoint(const std::string& dir, const LlamaConfig& config,
 // `key` (splitmix64), so the values depend only on (key, i) — not on threads, LibTorch's RNG or
 // its version. Used for every seeded random init (HF tensors, EAGLE-3 heads).
 void FillSeededNormal(float* out, int64_t n, uint64_t key, double mean, double stddev);
+// out[i] uniform in [-bound, bound) from the same counter-based uniforms (PyTorch nn.Linear's
+// default bias init is bound = 1 / sqrt(fan_in)).
+void FillSeededUniform(float* out, int64_t n, uint64_t key, double bound);
 
 // Random HF-named tensors for `config` (CPU, `dtype` kFloat or kBFloat16): normal(0, 0.02) for
 // embeddings/projections/head, 1 + 0.1*normal for RMSNorm weights (incl. q/k norms),

@@ -111,7 +111,7 @@ std::vector<int32_t> Llama2cTokenizer::Encode(const std::string& text,
   ids.reserve(text.size() + 1);
   if (!text.empty()) {
     const int32_t space = Lookup(" ");
-    ids.push_back(space >= 0 ? space : byte_ids_[' ']);
+    ids.push_back(space >= 0 ? space : byte_ids_[static_cast<unsigned char>(' ')]);
   }
   // UTF-8: group a lead byte with up to 3 continuation bytes (run.c's rule, no validation).
   size_t i = 0;

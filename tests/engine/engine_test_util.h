@@ -104,17 +104,21 @@ inline std::shared_ptr<LlamaModel> TinyRandomTarget(uint64_t seed, double lm_hea
   return std::make_shared<LlamaModel>(c, w);
 }
 
-// The distribution of the `n_tokens` tokens a decoder generates at T = 1 from `prompt` on
-// `target` (a tiny vocabulary: vocab^n_tokens cells), drawn generation by generation with seeds
-// seed0 + i, against the target's exact distribution (each cell's probability is the product of
-// the target's next-token probabilities along it). PValue(): chi-square over the draws so far;
-// cells with an expected count below 5 are pooled into one; a count in a cell of (numerically)
-// zero probability gives p = 0.
+// The distribution of the `n_tokens` tokens a decoder generates at `temperature` (default 1)
+// from `prompt` on `target` (a tiny vocabulary: vocab^n_tokens cells), drawn generation by
+// generation with seeds seed0 + i, against the target's exact distribution (each cell's
+// probability is the product of the target's tempered next-token probabilities along it). PValue():
+// chi-square over the draws so far; cells with an expected count below 5 are pooled into one; a
+// count in a cell of (numerically) zero probability gives p = 0.
 class TinyOutputSample {
  public:
   TinyOutputSample(LlamaModel& target, const std::vector<int32_t>& prompt, int n_tokens,
-                   uint64_t seed0)
-      : target_(target), prompt_(prompt), n_tokens_(n_tokens), seed0_(seed0) {
+                   uint64_t seed0, double temperature = 1.0)
+      : target_(target),
+        prompt_(prompt),
+        n_tokens_(n_tokens),
+        seed0_(seed0),
+        temperature_(temperature) {
     const int64_t vocab = target.config().vocab_size;
     int64_t n_cells = 1;
     for (int i = 0; i < n_tokens; ++i) n_cells *= vocab;
@@ -132,7 +136,7 @@ class TinyOutputSample {
     const int64_t vocab = target_.config().vocab_size;
     for (; draws_ < total; ++draws_) {
       GenerationConfig g;
-      g.sampling.temperature = 1.0;
+      g.sampling.temperature = temperature_;
       g.seed = seed0_ + static_cast<uint64_t>(draws_);
       g.stop.max_new_tokens = n_tokens_;
       g.stop.stop_on_eos = false;
@@ -184,9 +188,8 @@ class TinyOutputSample {
     }
     const int64_t vocab = target_.config().vocab_size;
     KvCache cache = target_.NewCache(1, static_cast<int64_t>(prompt_.size()) + n_tokens_ + 1);
-    const at::Tensor p = at::softmax(target_.Forward(Ids(ids), cache).logits.reshape({-1}), 0)
-                             .to(at::kDouble)
-                             .contiguous();
+    const at::Tensor logits = target_.Forward(Ids(ids), cache).logits.reshape({-1});
+    const at::Tensor p = at::softmax(logits / temperature_, 0).to(at::kDouble).contiguous();
     for (int64_t v = 0; v < vocab; ++v) {
       ids.push_back(static_cast<int32_t>(v));
       Fill(ids, depth + 1, cell * vocab + v, prob * p.data_ptr<double>()[v]);
@@ -198,6 +201,7 @@ class TinyOutputSample {
   std::vector<int32_t> prompt_;
   int n_tokens_;
   uint64_t seed0_;
+  double temperature_;
   int draws_ = 0;
   std::vector<double> expected_, counts_;
 };
@@ -207,8 +211,8 @@ class TinyOutputSample {
 // fixed seeds).
 inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder,
                                const std::vector<int32_t>& prompt, int n_tokens, int draws,
-                               uint64_t seed0, int64_t* accepted) {
-  TinyOutputSample sample(target, prompt, n_tokens, seed0);
+                               uint64_t seed0, int64_t* accepted, double temperature = 1.0) {
+  TinyOutputSample sample(target, prompt, n_tokens, seed0, temperature);
   if (!sample.DrawUpTo(decoder, draws, accepted)) return 0.0;
   return sample.PValue();
 }
@@ -221,8 +225,8 @@ inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder,
 // with probability <= 3 x 2.5e-5 + 1e-4 (was 1e-4); the lossless checks are unchanged.
 inline double TinyFaultPValue(LlamaModel& target, Decoder& decoder,
                               const std::vector<int32_t>& prompt, int n_tokens, int draws,
-                              uint64_t seed0, int64_t* accepted) {
-  TinyOutputSample sample(target, prompt, n_tokens, seed0);
+                              uint64_t seed0, int64_t* accepted, double temperature = 1.0) {
+  TinyOutputSample sample(target, prompt, n_tokens, seed0, temperature);
   for (int look : {draws / 8, draws / 4, draws / 2}) {
     if (!sample.DrawUpTo(decoder, look, accepted)) return 0.0;
     const double p = sample.PValue(/*check_cells=*/false);
@@ -230,6 +234,24 @@ inline double TinyFaultPValue(LlamaModel& target, Decoder& decoder,
   }
   if (!sample.DrawUpTo(decoder, draws, accepted)) return 0.0;
   return sample.PValue();
+}
+
+// The drafter-side negative controls of a rejection-sampling decoder's TinyOutputPValue check
+// (the same draws at `temperature`): under each DraftFault (harness/engine/sampler.h: a stale q
+// row; q without the temperature, checked at T != 1 only, where it is a bug) TinyFaultPValue is
+// below 1e-4.
+inline void ExpectDraftFaultsFail(LlamaModel& target, Decoder& decoder,
+                                  const std::vector<int32_t>& prompt, int n_tokens, int draws,
+                                  uint64_t seed0, double temperature) {
+  for (DraftFault fault : {DraftFault::kStaleQRow, DraftFault::kUntemperedQ}) {
+    if (fault == DraftFault::kUntemperedQ && temperature == 1.0) continue;
+    ScopedDraftFault inject(fault);
+    int64_t ignored = 0;
+    EXPECT_LT(
+        TinyFaultPValue(target, decoder, prompt, n_tokens, draws, seed0, &ignored, temperature),
+        1e-4)
+        << "draft fault " << static_cast<int>(fault) << " at T = " << temperature;
+  }
 }
 
 }  // namespace testing_util

@@ -387,35 +387,41 @@ std::shared_ptr<LlamaModel> TinyModel(uint64_t seed, double sharpen) {
   return testing_util::TinyRandomTarget(seed, sharpen);
 }
 
-// SpS end to end at T = 1 on a tiny target with a tiny random draft LM (vocabulary 4): the
-// distribution of 4 generated tokens (256 cells) over 40000 seeded generations matches the
-// target's exact distribution for gamma 2 and 3. Four tokens take one or two verification steps,
-// so the draft-probability rows must line up with the chain's slots and the draft cache must be
-// truncated correctly after a rejection for the second step to be right. Chi-square with cells
-// of expected count < 5 pooled, reject at p < 1e-4 (false-failure rate about 1e-4 per check, 2
-// checks; seeds fixed). Negative controls: greedy acceptance and a correction drawn from the
-// target instead of the residual (VerifierFault) each fail the same check.
+// SpS end to end on a tiny target with a tiny random draft LM (vocabulary 4): the distribution
+// of 4 generated tokens (256 cells) over 40000 seeded generations matches the target's exact
+// distribution for gamma 2 at T = 1 and gamma 3 at T = 1.4 (both sides tempered). Four tokens
+// take one or two verification steps, so the draft-probability rows must line up with the
+// chain's slots and the draft cache must be truncated correctly after a rejection for the second
+// step to be right. Chi-square with cells of expected count < 5 pooled, reject at p < 1e-4
+// (false-failure rate about 1e-4 per check, 2 checks; seeds fixed). Negative controls, each
+// failing the same check: greedy acceptance and a correction drawn from the target instead of the
+// residual (VerifierFault); a stale q row and, at T = 1.4, q without the temperature (DraftFault,
+// the drafter's side; sps+osd drafts with the same SpsDrafter).
 TEST(Speculative, SpsIsLosslessAtTemperatureOneOnATinyPair) {
   at::set_num_threads(1);
   std::shared_ptr<LlamaModel> target = TinyModel(21, 60.0);
   std::shared_ptr<LlamaModel> draft = TinyModel(33, 25.0);
-  for (int64_t gamma : {2, 3}) {
-    SCOPED_TRACE("gamma " + std::to_string(gamma));
+  for (auto [gamma, temperature] : {std::pair<int64_t, double>{2, 1.0}, {3, 1.4}}) {
+    SCOPED_TRACE("gamma " + std::to_string(gamma) + " T " + std::to_string(temperature));
     SpeculativeOptions options;
     options.budget = {gamma, gamma};
     options.sampling_rule = VerifyRule::kChainRs;
     SpeculativeDecoder sps(*target, nullptr, std::make_unique<SpsDrafter>(draft), options);
     int64_t accepted = 0;
-    const double p = testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &accepted);
+    const double p =
+        testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &accepted, temperature);
     EXPECT_GT(p, 1e-4);
     EXPECT_GT(accepted, 40000 / 4);  // drafts are accepted often enough to matter
     for (VerifierFault fault :
          {VerifierFault::kGreedyAcceptance, VerifierFault::kTargetAsResidual}) {
       ScopedVerifierFault inject(fault);
       int64_t ignored = 0;
-      EXPECT_LT(testing_util::TinyFaultPValue(*target, sps, {1, 3}, 4, 40000, 90, &ignored), 1e-4)
+      EXPECT_LT(
+          testing_util::TinyFaultPValue(*target, sps, {1, 3}, 4, 40000, 90, &ignored, temperature),
+          1e-4)
           << "fault " << static_cast<int>(fault);
     }
+    testing_util::ExpectDraftFaultsFail(*target, sps, {1, 3}, 4, 40000, 90, temperature);
   }
 }
 

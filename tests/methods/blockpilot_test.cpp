@@ -27,13 +27,17 @@
 #include "base/mapped_file.h"
 #include "datasets/dataset.h"
 #include "harness/engine/speculative_decoder.h"
+#include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
 #include "methods/blockpilot/blockpilot_labels.h"
 #include "methods/blockpilot/blockpilot_method.h"
 #include "methods/blockpilot/blockpilot_oracle.h"
 #include "methods/blockpilot/blockpilot_predictor.h"
 #include "methods/blockpilot/blockpilot_trainer.h"
+#include "methods/common/head_aten.h"
 #include "methods/dflash/dflash_checkpoint.h"
+#include "methods/dflash/dflash_drafter.h"
+#include "methods/dflash/dflash_head.h"
 #include "methods/method_registry.h"
 #include "models/checkpoint/safetensors.h"
 #include "results/store.h"
@@ -625,6 +629,53 @@ TEST(BlockPilotMethod, ControllerAppliesPredictionAndMatchesAr) {
   EXPECT_GT(counts.accepted, 0);
   EXPECT_GT(counts.none_accepted, 0);
   EXPECT_GT(counts.partial, 0);
+}
+
+// BlockPilot at T = 0.7 on the tiny DFlash pair (vocabulary 4; head block size 6): a predictor
+// forced to block size 4 (candidates 4..8) shrinks the chain to 3 drafted tokens, and the 4
+// generated tokens (256 cells) over 20000 seeded generations follow the target's tempered
+// distribution (chi-square, p > 1e-4: false-failure rate ~1e-4; seeds fixed). Negative controls
+// failing the same check: the correction drawn from the target (VerifierFault), a stale q row and
+// q without the temperature (DraftFault, the drafter's side).
+TEST(BlockPilotMethod, LosslessAtTemperaturePoint7AtItsBlockSize) {
+  at::set_num_threads(1);
+  testing_util::TinyDflashTarget tiny =
+      testing_util::MakeTinyDflashTarget(/*causal_head=*/false, "blockpilot_tiny_head");
+  const BlockPilotCheckpoint pilot =
+      LoadBlockPilotCheckpoint(WriteStoriesPredictor(4, 4, 2, 6, "blockpilot_tiny_pred"));
+  const DflashCheckpoint head = LoadDflashCheckpoint(tiny.head_dir);
+  const LlamaWeights& w = tiny.target->weights();
+  DflashDraftOptions o;
+  o.kind = DflashTreeKind::kChain;
+  o.budget = 5;
+  auto drafter = std::make_unique<DflashDrafter>(
+      std::make_unique<DflashHead>(head.config, head.tensors, w.tok_embeddings, w.lm_head,
+                                   TargetHeadPlacement(*tiny.target)),
+      o);
+  DflashDrafter* chain = drafter.get();
+  SpeculativeOptions so;
+  so.budget = {5, 5};
+  so.sampling_rule = VerifyRule::kChainRs;
+  SpeculativeDecoder decoder(*tiny.target, nullptr, std::move(drafter), so);
+  auto* controller = new BlockPilotController(
+      std::make_shared<BlockPilotPredictor>(pilot.config, pilot.tensors), chain);
+  decoder.SetController(std::unique_ptr<Controller>(controller));
+  constexpr double kT = 0.7;
+  int64_t accepted = 0;
+  EXPECT_GT(
+      testing_util::TinyOutputPValue(*tiny.target, decoder, {1, 3}, 4, 20000, 555, &accepted, kT),
+      1e-4);
+  EXPECT_EQ(controller->last_block_size(), 4);
+  EXPECT_EQ(chain->block_size(), 4);
+  EXPECT_GT(accepted, 2000);  // drafts are taken often enough to matter
+  {
+    ScopedVerifierFault inject(VerifierFault::kTargetAsResidual);
+    int64_t ignored = 0;
+    EXPECT_LT(
+        testing_util::TinyFaultPValue(*tiny.target, decoder, {1, 3}, 4, 20000, 555, &ignored, kT),
+        1e-4);
+  }
+  testing_util::ExpectDraftFaultsFail(*tiny.target, decoder, {1, 3}, 4, 20000, 555, kT);
 }
 
 TEST(BlockPilotMethod, MismatchErrors) {

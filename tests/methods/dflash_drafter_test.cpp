@@ -80,44 +80,62 @@ TEST(DflashDrafter, ChainAndTreeMatchArOnStoryPrompts) {
   }
 }
 
-TEST(DflashDrafter, LosslessAtTemperatureOneForChainAndTree) {
+// The three ways DFlash drafts at T > 0 on the tiny pair (vocabulary 4, 3 tokens: 64 cells,
+// 30000 seeded generations, chi-square p > 1e-4), each with negative controls that fail the same
+// check: greedy acceptance (VerifierFault); for the sampled chain also the correction drawn from
+// the target instead of the residual, and the drafter's side (a stale q row, q without the
+// temperature: DraftFault).
+enum class DflashT1Variant { kSampledChain, kBestFirstTree, kArgmaxChain };
+
+void ExpectDflashVariantLossless(DflashT1Variant variant) {
   at::set_num_threads(1);
   testing_util::TinyDflashTarget tiny = testing_util::MakeTinyDflashTarget();
-  // Chain with sampled drafts (chain_rs), best-first tree, chain with argmax drafts (the
-  // reference's draft_sampling "argmax", sample_follow).
-  for (int variant : {0, 1, 2}) {
-    const bool tree = variant == 1;
-    const bool argmax = variant == 2;
-    const DflashCheckpoint ckpt = LoadDflashCheckpoint(tiny.head_dir);
-    const LlamaWeights& w = tiny.target->weights();
-    DflashDraftOptions o;
-    o.kind = tree ? DflashTreeKind::kBestFirst : DflashTreeKind::kChain;
-    o.top_k = 2;
-    o.budget = 5;
-    o.argmax_drafts = argmax;
-    auto drafter = std::make_unique<DflashDrafter>(
-        std::make_unique<DflashHead>(ckpt.config, ckpt.tensors, w.tok_embeddings, w.lm_head,
-                                     TargetHeadPlacement(*tiny.target)),
-        o);
-    SpeculativeOptions so;
-    so.budget = {5, 5};
-    so.sampling_rule = tree || argmax ? VerifyRule::kSampleFollow : VerifyRule::kChainRs;
-    SpeculativeDecoder decoder(*tiny.target, nullptr, std::move(drafter), so);
-    int64_t accepted = 0;
-    const double p = testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted);
-    EXPECT_GT(p, 1e-4) << "variant " << variant;
-    EXPECT_GT(accepted, 1000) << "variant " << variant;  // drafts are taken often enough
-    // Negative controls: the same check fails under a wrong acceptance rule (greedy acceptance;
-    // for the chain, also the correction drawn from the target instead of the residual).
-    std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
-    if (variant == 0) faults.push_back(VerifierFault::kTargetAsResidual);
-    for (VerifierFault fault : faults) {
-      ScopedVerifierFault inject(fault);
-      int64_t ignored = 0;
-      EXPECT_LT(testing_util::TinyFaultPValue(*tiny.target, decoder, &ignored), 1e-4)
-          << "variant " << variant << " fault " << static_cast<int>(fault);
-    }
+  const bool chain_rs = variant == DflashT1Variant::kSampledChain;
+  // The sampled chain (chain_rs) at T = 1.4: the tempering of both sides checked.
+  const double temperature = chain_rs ? 1.4 : 1.0;
+  const DflashCheckpoint ckpt = LoadDflashCheckpoint(tiny.head_dir);
+  const LlamaWeights& w = tiny.target->weights();
+  DflashDraftOptions o;
+  o.kind = variant == DflashT1Variant::kBestFirstTree ? DflashTreeKind::kBestFirst
+                                                      : DflashTreeKind::kChain;
+  o.top_k = 2;
+  o.budget = 5;
+  o.argmax_drafts = variant == DflashT1Variant::kArgmaxChain;
+  auto drafter = std::make_unique<DflashDrafter>(
+      std::make_unique<DflashHead>(ckpt.config, ckpt.tensors, w.tok_embeddings, w.lm_head,
+                                   TargetHeadPlacement(*tiny.target)),
+      o);
+  SpeculativeOptions so;
+  so.budget = {5, 5};
+  so.sampling_rule = chain_rs ? VerifyRule::kChainRs : VerifyRule::kSampleFollow;
+  SpeculativeDecoder decoder(*tiny.target, nullptr, std::move(drafter), so);
+  int64_t accepted = 0;
+  EXPECT_GT(testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted, 30000, temperature),
+            1e-4);
+  EXPECT_GT(accepted, 1000);  // drafts are taken often enough
+  std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
+  if (chain_rs) faults.push_back(VerifierFault::kTargetAsResidual);
+  for (VerifierFault fault : faults) {
+    ScopedVerifierFault inject(fault);
+    int64_t ignored = 0;
+    EXPECT_LT(testing_util::TinyFaultPValue(*tiny.target, decoder, &ignored, 30000, temperature),
+              1e-4)
+        << "fault " << static_cast<int>(fault);
   }
+  if (chain_rs) testing_util::ExpectDraftFaultsFail(*tiny.target, decoder, temperature);
+}
+
+TEST(DflashDrafter, SampledChainLosslessAtTemperatureOnePointFour) {
+  ExpectDflashVariantLossless(DflashT1Variant::kSampledChain);
+}
+
+TEST(DflashDrafter, BestFirstTreeLosslessAtTemperatureOne) {
+  ExpectDflashVariantLossless(DflashT1Variant::kBestFirstTree);
+}
+
+// The reference's draft_sampling "argmax": greedy rows, sample-then-follow.
+TEST(DflashDrafter, ArgmaxChainLosslessAtTemperatureOne) {
+  ExpectDflashVariantLossless(DflashT1Variant::kArgmaxChain);
 }
 
 TEST(DflashDrafter, MismatchedHeadsFailClearly) {

@@ -127,18 +127,23 @@ inline TinyDflashTarget MakeTinyDflashTarget(bool causal_head = false,
   return t;
 }
 
-// Chi-square p-value of the distribution of the 3 tokens `decoder` generates at T = 1 from the
-// prompt {1, 3} on `target` (vocabulary 4: 64 cells) over `draws` generations with seeds
-// 777 + i, against the target's exact distribution (engine_test_util.h). Adds the accepted draft
-// tokens to *accepted.
+// Chi-square p-value of the distribution of the 3 tokens `decoder` generates at `temperature`
+// from the prompt {1, 3} on `target` (vocabulary 4: 64 cells) over `draws` generations with
+// seeds 777 + i, against the target's exact distribution (engine_test_util.h). Adds the accepted
+// draft tokens to *accepted.
 inline double TinyOutputPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted,
-                               int draws = 30000) {
-  return TinyOutputPValue(target, decoder, {1, 3}, 3, draws, 777, accepted);
+                               int draws = 30000, double temperature = 1.0) {
+  return TinyOutputPValue(target, decoder, {1, 3}, 3, draws, 777, accepted, temperature);
 }
 // The negative controls' form of the same draws (TinyFaultPValue, engine_test_util.h).
 inline double TinyFaultPValue(LlamaModel& target, Decoder& decoder, int64_t* accepted,
-                              int draws = 30000) {
-  return TinyFaultPValue(target, decoder, {1, 3}, 3, draws, 777, accepted);
+                              int draws = 30000, double temperature = 1.0) {
+  return TinyFaultPValue(target, decoder, {1, 3}, 3, draws, 777, accepted, temperature);
+}
+// The drafter-side controls of the same check (ExpectDraftFaultsFail, engine_test_util.h).
+inline void ExpectDraftFaultsFail(LlamaModel& target, Decoder& decoder, double temperature,
+                                  int draws = 30000) {
+  ExpectDraftFaultsFail(target, decoder, {1, 3}, 3, draws, 777, temperature);
 }
 
 }  // namespace testing_util

@@ -13,9 +13,11 @@
 //   resamples from p without x: sample_follow itself. The test checks the premise for every
 //   registered sample_follow method; a method that starts sampling its children fails here and
 //   needs a drafter-sensitive rule (chain_rs, as sps, dflash, pearl, specbranch and blockpilot
-//   use) and a test whose negative control corrupts the draft distribution (still owed for most
-//   of them: issue 47, item 9). Control: dflash
-//   (chain_rs, samples its chain at T = 1) drafts another chain at T = 1 than at T = 0.
+//   use) and a test whose negative control corrupts the draft distribution, as theirs do (a stale
+//   q row, q without the temperature: DraftFault in Speculative.SpsIsLossless...,
+//   DflashDrafter.SampledChain..., Pearl/SpecBranch.LosslessAtTemperatureOnePointFive...,
+//   BlockPilotMethod.LosslessAtTemperaturePoint7...). Control: dflash (chain_rs, samples its
+//   chain at T = 1) drafts another chain at T = 1 than at T = 0.
 // - The drafter-sensitive T > 0 test of those methods: a correct sample_follow decode draws once
 //   per committed token, as AR, so at T = 1 every registered sample_follow method (default knobs,
 //   shipped drafters) is token-identical to AR for the same seed on story and Spec-Bench prompts,

@@ -101,6 +101,26 @@ TEST(MedusaHead, PublishedLayoutLoadsAndComputesThePublishedForward) {
 
 // Heads cast to a bf16 target's dtype compute the float32 heads' logits within bf16 rounding, as
 // float32, and refuse a hidden state of another dtype naming it.
+// Medusa-1's initialisation: every block's W zero, its bias nn.Linear's default (uniform in
+// +-1/sqrt(dim), not all zero; seeded: the same seed gives the same values, another seed others),
+// every lm_head the target's.
+TEST(MedusaHead, InitZeroesTheBlockWeightOnly) {
+  const at::Tensor lm_head = at::randn({32, 16});
+  MedusaConfig mc;
+  mc.num_heads = 2;
+  const MedusaHead a = InitMedusaHead(mc, lm_head, 7), b = InitMedusaHead(mc, lm_head, 7),
+                   c = InitMedusaHead(mc, lm_head, 8);
+  for (int64_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(a.tensors.at(MedusaBlockWeightName(k, 0)).abs().max().item<float>(), 0.f);
+    const at::Tensor bias = a.tensors.at(MedusaBlockBiasName(k, 0));
+    EXPECT_GT(bias.abs().max().item<float>(), 0.f);
+    EXPECT_LE(bias.abs().max().item<float>(), 0.25f);  // 1 / sqrt(16)
+    EXPECT_TRUE(at::equal(bias, b.tensors.at(MedusaBlockBiasName(k, 0))));
+    EXPECT_FALSE(at::equal(bias, c.tensors.at(MedusaBlockBiasName(k, 0))));
+    EXPECT_TRUE(at::equal(a.tensors.at(MedusaLmHeadName(k, 1)), lm_head));
+  }
+}
+
 TEST(MedusaHead, HeadsInTheTargetDtypeGiveFloat32Logits) {
   const std::string dir = testing_util::ScratchDir("medusa_bf16");
   WritePublished(dir, 2, 2, PublishedTensors(2, 8, 11));
@@ -216,8 +236,8 @@ TEST(Medusa, LosslessAtTemperatureOne) {
   o.tree_nodes = 6;
   o.top_k = 2;
   testing_util::ExpectLosslessAtTemperatureOne(
-      std::make_unique<MedusaDrafter>(*target, InitMedusaHead(mc, target->weights().lm_head), o), 6,
-      target);
+      std::make_unique<MedusaDrafter>(*target, InitMedusaHead(mc, target->weights().lm_head, 5), o),
+      6, target);
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ inline void ExpectSameAsAr(Decoder& decoder, double temperature, int64_t max_new
 // says `control_failure`); the real rule must pass it (p > 1e-3).
 inline void ExpectChiSquareVerdict(const std::string& method, double p, bool broken,
                                    const std::string& rule, const std::string& control_failure) {
-  std::printf("%s T=1 chi-square p = %g (%s)\n", method.c_str(), p, rule.c_str());
+  std::printf("%s chi-square p = %g (%s)\n", method.c_str(), p, rule.c_str());
   if (broken) {
     EXPECT_LT(p, 1e-6) << control_failure;
   } else {
@@ -203,17 +203,36 @@ inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double tempera
   return testing_util::ChiSquareSf(chi2, std::max(bins - 1, 1));
 }
 
-// ChiSquarePValue of `decoder` at T = 1 with top-k 3 over its first 4 tokens after story prompt
-// 3 (12000 seeded generations of 4 tokens on one cache).
-inline double TopThreeChiSquareP(Decoder& decoder) {
+// ChiSquarePValue of `decoder` at `temperature` (1 by default) with top-k 3 over its first 4
+// tokens after story prompt 3 (`samples` seeded generations of 4 tokens on one cache; 12000 by
+// default).
+inline double TopThreeChiSquareP(Decoder& decoder, int64_t samples = 12000,
+                                 double temperature = 1.0) {
   LoadedTarget& target = Shared().target;
   const auto& prompt = Shared().prompts[3];
   KvCache cache = CacheFor(*target.model, prompt, 4, decoder);
-  return ChiSquarePValue(prompt, 1.0, 3, 4, 12000, [&](uint64_t seed) {
+  return ChiSquarePValue(prompt, temperature, 3, 4, samples, [&](uint64_t seed) {
     DecodeResult r;
-    decoder.Generate(prompt, Config(target, 1.0, 4, seed, 3), cache, r);
+    decoder.Generate(prompt, Config(target, temperature, 4, seed, 3), cache, r);
     return r.generation.tokens;
   });
+}
+
+// The drafter's side of a rejection-sampling decoder at T = 1.5 (top-k 3): TopThreeChiSquareP
+// passes (p > 1e-3), and under each DraftFault (harness/engine/sampler.h: a stale q row; q without
+// the temperature and top-k its tokens are drawn under) it fails (p < 1e-6) on two thirds of the
+// generations (8000: a control that fails on fewer draws fails on more).
+inline void ExpectDraftSideChecks(Decoder& decoder, const std::string& method) {
+  constexpr double kT = 1.5;
+  ExpectChiSquareVerdict(method, TopThreeChiSquareP(decoder, 12000, kT), /*broken=*/false,
+                         "T = 1.5", "");
+  for (DraftFault fault : {DraftFault::kStaleQRow, DraftFault::kUntemperedQ}) {
+    ScopedDraftFault inject(fault);
+    ExpectChiSquareVerdict(
+        method, TopThreeChiSquareP(decoder, 8000, kT), /*broken=*/true,
+        fault == DraftFault::kStaleQRow ? "T = 1.5, stale q row" : "T = 1.5, untempered q",
+        "a wrong draft distribution must fail the test");
+  }
 }
 
 // T = 1 with `decoder` on the ATen path `target`: story prompts 0..2 (40 tokens), each decoded

@@ -143,6 +143,12 @@ TEST(Pearl, LosslessAtTemperatureOneAndNegativeControlFails) {
   }
 }
 
+// The drafter's side at T = 1.5 (ExpectDraftSideChecks): row path only; the ATen path's draft
+// distributions (DeviceDraftSampler) are checked by AtenPath.SpsChiSquare.
+TEST(Pearl, LosslessAtTemperatureOnePointFiveAndDraftFaultsFail) {
+  parallel_test::ExpectDraftSideChecks(*MakePearl(2, /*parallel=*/true), "pearl");
+}
+
 TEST(Pearl, SeededAtTemperatureOne) {
   LoadedTarget& target = Shared().target;
   auto pearl = MakePearl(4);

@@ -78,6 +78,35 @@ TEST(RankTemplate, MostLikelyRankPathsParentsFirst) {
   for (const TemplateNode& n : shallow) EXPECT_LE(n.depth, 2);
 }
 
+// The paper's published tree (Figure 5) as the default template: 80 nodes, 8 / 21 / 25 / 15 / 8 /
+// 3 per depth, the root's children its top 8, every node's children ranks 0, 1, ... in order,
+// parents first; a smaller tree_nodes takes a breadth-first prefix; top_k < 8 is refused.
+TEST(RankTemplate, TokenRecyclingPaperTreeAsPublished) {
+  const std::vector<TemplateNode> t = TokenRecyclingPaperTemplate();
+  ASSERT_EQ(t.size(), 80u);
+  std::vector<int> per_depth(7, 0);
+  std::vector<int32_t> next_rank(t.size() + 1, 0);  // per parent (+1: the root)
+  for (size_t i = 0; i < t.size(); ++i) {
+    ++per_depth[t[i].depth];
+    EXPECT_LT(t[i].parent, static_cast<int32_t>(i));
+    EXPECT_EQ(t[i].depth, t[i].parent < 0 ? 1 : t[t[i].parent].depth + 1);
+    EXPECT_EQ(t[i].rank, next_rank[t[i].parent + 1]++) << "node " << i;
+    if (i > 0) {
+      EXPECT_GE(t[i].depth, t[i - 1].depth);  // breadth-first
+    }
+  }
+  EXPECT_EQ(per_depth, (std::vector<int>{0, 8, 21, 25, 15, 8, 3}));
+  EXPECT_EQ(next_rank[0], 8);
+  const std::vector<TemplateNode> prefix = TokenRecyclingPaperTemplate(12);
+  ASSERT_EQ(prefix.size(), 12u);
+  for (size_t i = 0; i < prefix.size(); ++i) EXPECT_EQ(prefix[i].parent, t[i].parent);
+  RecyclingOptions o;
+  o.top_k = 4;
+  EXPECT_THROW(RecyclingDrafter{o}, Error);
+  o.tree_template = RecyclingTemplate::kGeometric;
+  EXPECT_NO_THROW(RecyclingDrafter{o});
+}
+
 TEST(AdjacencyMatrix, UndoRestoresTheRequestsWrites) {
   AdjacencyMatrix m;
   m.Resize(4, 2);
@@ -110,6 +139,7 @@ TEST(RecyclingDrafter, DraftsThroughTheMatrixAndLearnsFromEverySlot) {
   RecyclingOptions o;
   o.top_k = 2;
   o.tree_nodes = 3;  // template: (root, rank 0), (root, rank 1), (node 0, rank 0)
+  o.tree_template = RecyclingTemplate::kGeometric;
   RecyclingDrafter d(o);
   const std::vector<int32_t> prompt = {5, 1};
   at::Tensor prefill;
@@ -195,7 +225,8 @@ TEST(Recycling, MatchesArOnEveryStoryPromptAndOnSpecBench) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   EXPECT_TRUE(registry.Info("recycling").traits.tree);
-  testing_util::ExpectMatchesArOnStoriesAndSpecBench("recycling");
+  testing_util::ExpectMatchesArOnStoriesAndSpecBench(
+      "recycling", {nlohmann::json::object(), {{"template", "geometric"}}});
 }
 
 // At T = 1 (sample_follow over deterministic trees) the output is the target's distribution;
@@ -205,6 +236,7 @@ TEST(Recycling, LosslessAtTemperatureOne) {
   RecyclingOptions o;
   o.top_k = 2;
   o.tree_nodes = 6;
+  o.tree_template = RecyclingTemplate::kGeometric;
   testing_util::ExpectLosslessAtTemperatureOne(std::make_unique<RecyclingDrafter>(o), 6);
 }
 

@@ -132,6 +132,15 @@ TEST(SpecBranch, LosslessAtTemperatureOneAndAcceptFirstBranchFails) {
   }
 }
 
+// The drafter's side at T = 1.5 (ExpectDraftSideChecks): row path only; the ATen path's draft
+// distributions (DeviceDraftSampler) are checked by AtenPath.SpsChiSquare.
+TEST(SpecBranch, LosslessAtTemperatureOnePointFiveAndDraftFaultsFail) {
+  SpecBranchOptions options;
+  options.gamma_max = 2;
+  options.k_max = 6;
+  parallel_test::ExpectDraftSideChecks(*Make(options, 11), "specbranch");
+}
+
 // T = 1 on the ATen path (forced on the CPU): every step's acceptance (R, then the branch
 // point's i.i.d. candidates or the bonus) is one DeviceVerifier walk where the logits are; no
 // [n + 1, V] verify rows come to the host; seeded; branches are spawned and kept.

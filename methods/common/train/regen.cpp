@@ -71,7 +71,7 @@ TrainingPromptSet BuildPrompts(const RegenConfig& c, const LoadedTarget& target)
 }
 
 // Everything that determines the sequences (compared when resuming from a partial file).
-ojson Identity(const ojson& provenance) {
+ojson RegenIdentity(const ojson& provenance) {
   ojson id;
   for (const char* key : {"format_version", "target", "prompts", "sampling", "seed",
                           "max_new_tokens", "stop_at_eos"}) {
@@ -152,7 +152,7 @@ bool LoadPartial(const std::string& partial, const ojson& base, const TrainingPr
   try {
     RegenData d = LoadRegenData(partial, vocab);
     const ojson& p = d.provenance;
-    if (Identity(p) != Identity(base)) {
+    if (RegenIdentity(p) != RegenIdentity(base)) {
       why = "it was made with other settings";
     } else if (d.size() > static_cast<int64_t>(prompts.ids.size()) * n_per_prompt) {
       why = "it holds more sequences than this run makes";
