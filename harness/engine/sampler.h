@@ -64,14 +64,17 @@ enum class DraftFault {
 void SetDraftFaultForTesting(DraftFault fault);
 DraftFault DraftFaultForTesting();
 
-// Sets a draft fault for its lifetime (tests).
-class ScopedDraftFault {
+// Sets a test fault through `Set` for its lifetime and Fault::kNone after it (tests): the draft
+// faults here, the verifier faults (ScopedVerifierFault, verifier.h).
+template <typename Fault, void (*Set)(Fault)>
+class ScopedFault {
  public:
-  explicit ScopedDraftFault(DraftFault fault) { SetDraftFaultForTesting(fault); }
-  ~ScopedDraftFault() { SetDraftFaultForTesting(DraftFault::kNone); }
-  ScopedDraftFault(const ScopedDraftFault&) = delete;
-  ScopedDraftFault& operator=(const ScopedDraftFault&) = delete;
+  explicit ScopedFault(Fault fault) { Set(fault); }
+  ~ScopedFault() { Set(Fault::kNone); }
+  ScopedFault(const ScopedFault&) = delete;
+  ScopedFault& operator=(const ScopedFault&) = delete;
 };
+using ScopedDraftFault = ScopedFault<DraftFault, &SetDraftFaultForTesting>;
 
 // Index of the largest value (lowest index on ties).
 int32_t Argmax(const float* values, int64_t n);

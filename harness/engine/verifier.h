@@ -33,6 +33,7 @@
 
 #include "harness/engine/device_sampling.h"
 #include "harness/engine/method.h"
+#include "harness/engine/sampler.h"
 #include "models/llama_model.h"
 
 namespace specbed {
@@ -67,13 +68,7 @@ void SetVerifierFaultForTesting(VerifierFault fault);
 VerifierFault VerifierFaultForTesting();
 
 // Sets a fault for its lifetime (tests).
-class ScopedVerifierFault {
- public:
-  explicit ScopedVerifierFault(VerifierFault fault) { SetVerifierFaultForTesting(fault); }
-  ~ScopedVerifierFault() { SetVerifierFaultForTesting(VerifierFault::kNone); }
-  ScopedVerifierFault(const ScopedVerifierFault&) = delete;
-  ScopedVerifierFault& operator=(const ScopedVerifierFault&) = delete;
-};
+using ScopedVerifierFault = ScopedFault<VerifierFault, &SetVerifierFaultForTesting>;
 
 class TreeVerifier {
  public:
