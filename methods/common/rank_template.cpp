@@ -35,6 +35,44 @@ std::vector<TemplateNode> BuildRankTemplate(int64_t nodes, int64_t top_k, int64_
   return out;
 }
 
+std::vector<TemplateNode> BuildCalibratedRankTemplate(
+    int64_t nodes, const std::vector<std::vector<double>>& accuracy) {
+  SPECBED_CHECK(nodes >= 1 && !accuracy.empty(), "calibrated rank template: nodes (", nodes,
+                ") must be >= 1 and the accuracy table non-empty");
+  // Per depth, the ranks by accuracy (descending, stable): a popped node offers its first child
+  // and its next sibling in that order, so every path is found in order of decreasing weight.
+  std::vector<std::vector<int32_t>> order(accuracy.size());
+  for (size_t d = 0; d < accuracy.size(); ++d) {
+    SPECBED_CHECK(!accuracy[d].empty(), "calibrated rank template: depth ", d + 1, " has no rank");
+    for (size_t r = 0; r < accuracy[d].size(); ++r) order[d].push_back(static_cast<int32_t>(r));
+    std::stable_sort(order[d].begin(), order[d].end(),
+                     [&](int32_t a, int32_t b) { return accuracy[d][a] > accuracy[d][b]; });
+  }
+  // (weight, -depth, -discovery order, parent, position in its depth's order): max-heap.
+  using Candidate = std::tuple<double, int32_t, int64_t, int32_t, int32_t>;
+  std::priority_queue<Candidate> frontier;
+  int64_t found = 0;
+  auto offer = [&](double parent_weight, int32_t depth, int32_t parent, int32_t position) {
+    const double w = parent_weight * accuracy[depth - 1][order[depth - 1][position]];
+    frontier.emplace(w, -depth, -(found++), parent, position);
+  };
+  offer(1.0, 1, -1, 0);
+  std::vector<TemplateNode> out;
+  std::vector<double> weight;
+  while (static_cast<int64_t>(out.size()) < nodes && !frontier.empty()) {
+    const auto [w, neg_depth, neg_order, parent, position] = frontier.top();
+    frontier.pop();
+    const int32_t depth = -neg_depth, self = static_cast<int32_t>(out.size());
+    out.push_back({parent, order[depth - 1][position], depth});
+    weight.push_back(w);
+    if (depth < static_cast<int32_t>(accuracy.size())) offer(w, depth + 1, self, 0);
+    if (position + 1 < static_cast<int32_t>(order[depth - 1].size())) {
+      offer(parent < 0 ? 1.0 : weight[parent], depth, parent, position + 1);
+    }
+  }
+  return out;
+}
+
 std::vector<TemplateNode> TokenRecyclingPaperTemplate(int64_t nodes) {
   SPECBED_CHECK(nodes >= 1, "Token Recycling template: nodes (", nodes, ") must be >= 1");
   // The published tree as child counts: one entry per node in breadth-first order (the root

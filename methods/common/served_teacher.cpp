@@ -32,7 +32,7 @@ ServedRequest ServedTeacher::Finish(const std::vector<int32_t>& committed,
                                     int64_t max_tokens) const {
   ServedRequest r;
   const int64_t n = static_cast<int64_t>(committed.size());
-  const int64_t first = std::max<int64_t>(0, n - max_tokens);
+  const int64_t first = max_tokens == 0 ? 0 : std::max<int64_t>(0, n - max_tokens);
   r.tokens.assign(committed.begin() + first, committed.end());
   for (size_t i = 0; i < positions_.size(); ++i) {
     const int64_t p = positions_[i];

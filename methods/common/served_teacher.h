@@ -22,7 +22,7 @@ namespace specbed {
 
 // One served request as an update sees it.
 struct ServedRequest {
-  std::vector<int32_t> tokens;      // the committed tokens kept (the last max_tokens)
+  std::vector<int32_t> tokens;      // the committed tokens kept (all, or the last max_tokens)
   std::vector<int64_t> supervised;  // indices p into `tokens` (p >= 1) of supervised tokens
   std::vector<at::Tensor> teacher;  // per supervised index: the target's logits row [V]
   // The target's hidden states at tokens[j] (requested layers concatenated): [tokens.size(), F],
@@ -40,8 +40,10 @@ class ServedTeacher {
   // `supervise`, the logits row (Verdict::logits) of the slot the step's bonus was sampled at,
   // for committed index `bonus_index`. Device copies only (no host synchronisation).
   void Observe(const Verdict& verdict, bool supervise, int64_t bonus_index);
-  // The request for an update: the last `max_tokens` of `committed` with the supervised indices
-  // inside them (p - 1 kept too) and their rows.
+  // The request for an update: `committed` whole (max_tokens 0, the default of every online
+  // adapter: the student attends over the context the request was served with), or its last
+  // `max_tokens` (a cost cap: the context before the cut is then not seen), with the supervised
+  // indices inside them (p - 1 kept too) and their rows.
   ServedRequest Finish(const std::vector<int32_t>& committed, int64_t max_tokens) const;
 
  private:

@@ -4,24 +4,41 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "methods/common/logits_rows.h"
 
 namespace specbed {
 
-std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, int64_t num_heads,
+SPECBED_ENUM_NAMES(MedusaTree, "medusa tree", MedusaTreeName, ParseMedusaTree,
+                   {MedusaTree::kAuto, "auto"}, {MedusaTree::kCalibrated, "calibrated"},
+                   {MedusaTree::kPrior, "prior"})
+
+std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, const MedusaConfig& heads,
                                          const std::string& context) {
-  if (options.choices.empty()) {
-    return BuildRankTemplate(options.tree_nodes, options.top_k, num_heads);
+  if (!options.choices.empty()) {
+    return ParseRankChoices(options.choices, options.top_k, heads.num_heads, context);
   }
-  return ParseRankChoices(options.choices, options.top_k, num_heads, context);
+  const bool calibrated = !heads.rank_accuracy.empty();
+  SPECBED_CHECK(options.tree != MedusaTree::kCalibrated || calibrated,
+                "medusa: tree 'calibrated' needs heads whose config.json holds "
+                "specbed_calibration (written by `specbed train medusa`); these heads have none "
+                "(use tree 'prior', or paste a published tree into choices)");
+  if (options.tree == MedusaTree::kPrior || !calibrated) {
+    return BuildRankTemplate(options.tree_nodes, options.top_k, heads.num_heads);
+  }
+  std::vector<std::vector<double>> accuracy = heads.rank_accuracy;  // ranks below top_k only
+  for (auto& row : accuracy) row.resize(std::min<size_t>(row.size(), options.top_k));
+  return BuildCalibratedRankTemplate(options.tree_nodes, accuracy);
 }
 
 MedusaDrafter::MedusaDrafter(LlamaModel& target, MedusaHead head, const MedusaOptions& options)
     : target_(target),
       head_(std::move(head)),
       options_(options),
-      template_(MedusaTemplate(options, head_.config.num_heads, "medusa knob choices")) {
+      template_(MedusaTemplate(options, head_.config, "medusa knob choices")) {
   const LlamaConfig& c = target.config();
   SPECBED_CHECK(head_.config.hidden_size == c.dim && head_.config.vocab_size == c.vocab_size,
                 "medusa: the heads (hidden ", head_.config.hidden_size, ", vocab ",

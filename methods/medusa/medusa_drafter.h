@@ -22,14 +22,25 @@
 
 namespace specbed {
 
+enum class MedusaTree {
+  kAuto,        // calibrated when the heads carry a calibration, else prior
+  kCalibrated,  // Medusa's: the most likely paths under the heads' measured rank accuracies
+  kPrior,       // the most likely paths under a geometric prior over ranks
+};
+const char* MedusaTreeName(MedusaTree t);
+// "auto" | "calibrated" | "prior"; errors name `context`.
+MedusaTree ParseMedusaTree(const std::string& name, const std::string& context);
+
 struct MedusaOptions {
-  int64_t tree_nodes = 16;  // nodes of the prior template (ignored when `choices` is given)
+  int64_t tree_nodes = 16;  // nodes of the template (ignored when `choices` is given)
   int64_t top_k = 10;       // candidates read from each head (Medusa: 10)
-  std::string choices;  // "" = the prior template; else Medusa choices JSON ([[0], [0, 0], ...])
+  MedusaTree tree = MedusaTree::kAuto;
+  std::string choices;  // "" = the `tree` template; else Medusa choices JSON ([[0], [0, 0], ...])
 };
 
-// The template `options` describe for `num_heads` heads (errors name `context`).
-std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, int64_t num_heads,
+// The template `options` describe for heads of config `heads` (its num_heads and calibration;
+// errors name `context`).
+std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, const MedusaConfig& heads,
                                          const std::string& context);
 
 class MedusaDrafter final : public Drafter {

@@ -44,6 +44,40 @@ std::string MedusaLmHeadName(int64_t head, int64_t num_layers) {
   return std::to_string(head) + "." + std::to_string(num_layers) + ".weight";
 }
 
+namespace {
+
+constexpr char kCalibrationKey[] = "specbed_calibration";
+
+// config.json's "specbed_calibration": {"head_rank_accuracy": K rows of top_k values}.
+std::vector<std::vector<double>> ReadCalibration(const nlohmann::json& config,
+                                                 const MedusaConfig& c, const std::string& where) {
+  const nlohmann::json& cal = config[kCalibrationKey];
+  const std::string what = where + ": \"" + kCalibrationKey + "\".head_rank_accuracy";
+  SPECBED_CHECK(cal.is_object() && cal.contains("head_rank_accuracy") &&
+                    cal["head_rank_accuracy"].is_array() &&
+                    static_cast<int64_t>(cal["head_rank_accuracy"].size()) == c.num_heads,
+                what, " must be an array of medusa_num_heads (", c.num_heads, ") rows");
+  std::vector<std::vector<double>> out;
+  for (const nlohmann::json& row : cal["head_rank_accuracy"]) {
+    SPECBED_CHECK(
+        row.is_array() && !row.empty() && (out.empty() || row.size() == out.front().size()), what,
+        ": every row must be a non-empty array of the same length");
+    std::vector<double> values;
+    double sum = 0;
+    for (const nlohmann::json& v : row) {
+      SPECBED_CHECK(v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1, what,
+                    ": values must be numbers in [0, 1], got ", v.dump());
+      values.push_back(v.get<double>());
+      sum += values.back();
+    }
+    SPECBED_CHECK(sum <= 1 + 1e-9, what, ": a row sums to ", sum, " (> 1)");
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+}  // namespace
+
 MedusaHead ReadMedusaCheckpoint(const std::string& dir, int64_t target_dim, int64_t target_vocab) {
   const std::string where = "Medusa checkpoint '" + dir + "'";
   const HeadConfigFile file = ReadHeadConfig(dir, where);
@@ -55,6 +89,8 @@ MedusaHead ReadMedusaCheckpoint(const std::string& dir, int64_t target_dim, int6
       file.config["base_model_name_or_path"].is_string()) {
     c.base_model = file.config["base_model_name_or_path"].get<std::string>();
   }
+  if (file.config.contains(kCalibrationKey))
+    c.rank_accuracy = ReadCalibration(file.config, c, where);
   HeadTensors read =
       ReadHeadTensors(dir, where,
                       "(torch.load the medusa_lm_head.pt state dict and save_file it as "
@@ -100,6 +136,13 @@ void WriteMedusaCheckpoint(const std::string& dir, const MedusaHead& head,
   config["hidden_size"] = c.hidden_size;
   config["vocab_size"] = c.vocab_size;
   config["torch_dtype"] = "float32";
+  if (!c.rank_accuracy.empty()) {
+    config[kCalibrationKey] = {
+        {"head_rank_accuracy", c.rank_accuracy},
+        {"meaning",
+         "head_rank_accuracy[k][r]: held-out frequency with which the label (token t + k + 2) is "
+         "head k's r-th candidate (specbed train medusa); the medusa method's calibrated tree"}};
+  }
   WriteHeadCheckpoint(dir, config, recipe, head.tensors, SafetensorsDtype::kF32,
                       "Medusa checkpoint '" + dir + "'", kMedusaTensorFile);
 }

@@ -22,6 +22,8 @@
 namespace specbed {
 
 inline constexpr char kMedusaTensorFile[] = "medusa_lm_head.safetensors";
+// Candidates per head the trainer's calibration measures (Medusa's top_k).
+inline constexpr int64_t kMedusaCalibrationTopK = 10;
 
 struct MedusaConfig {
   int64_t num_heads = 4;    // medusa_num_heads (K)
@@ -33,6 +35,11 @@ struct MedusaConfig {
   // rms_norm_eps, ...), written beside the Medusa fields so that the cost-twin padder
   // (models/twin) can widen the heads like any HF checkpoint; not needed to read them.
   nlohmann::ordered_json base_fields = nlohmann::ordered_json::object();
+  // The sparse tree's calibration, config.json's "specbed_calibration" (written by `specbed
+  // train medusa` from its held-out rows; empty when absent): rank_accuracy[k][r] = how often the
+  // label is head k's r-th candidate. K rows of equal length, values in [0, 1], each row's sum
+  // <= 1.
+  std::vector<std::vector<double>> rank_accuracy;
 };
 
 // Published tensor names of head `head`.

@@ -22,6 +22,7 @@ MedusaOptions OptionsOf(const nlohmann::json& knobs) {
   MedusaOptions o;
   o.tree_nodes = knobs.at("tree_nodes").get<int64_t>();
   o.top_k = knobs.at("top_k").get<int64_t>();
+  o.tree = ParseMedusaTree(knobs.at("tree").get<std::string>(), "medusa knob tree");
   o.choices = knobs.at("choices").get<std::string>();
   return o;
 }
@@ -45,10 +46,18 @@ void RegisterMedusaMethods(MethodRegistry& registry) {
       {
           {"tree_nodes",
            16,
-           "nodes of the prior sparse tree (most likely rank paths; ignored when choices is set)",
+           "nodes of the sparse tree (the most likely rank paths; ignored when choices is set)",
            1,
            256,
            {}},
+          {"tree",
+           "auto",
+           "calibrated = Medusa's: paths ranked by the heads' measured per-rank accuracies "
+           "(config.json's specbed_calibration); prior = a geometric prior over ranks; auto = "
+           "calibrated when the heads carry a calibration, else prior",
+           1,
+           0,
+           {"auto", "calibrated", "prior"}},
           {"top_k", 10, "candidates read from each head (Medusa: 10)", 1, 64, {}},
           {"choices",
            "",
@@ -69,7 +78,11 @@ void RegisterMedusaMethods(MethodRegistry& registry) {
   info.validate = [](const nlohmann::json& knobs) {
     ResolveMedusaHead(knobs.at("head").get<std::string>());
     const MedusaOptions o = OptionsOf(knobs);
-    if (!o.choices.empty()) MedusaTemplate(o, /*num_heads=*/64, "medusa knob choices");
+    if (!o.choices.empty()) {
+      MedusaConfig any_heads;
+      any_heads.num_heads = 64;
+      MedusaTemplate(o, any_heads, "medusa knob choices");
+    }
   };
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
     const LlamaConfig& t = context.target->model->config();

@@ -59,6 +59,39 @@ class MedusaTrainTask : public RegenHeadTask {
     return heads.ChainMetrics(config_.decay, "head");
   }
 
+  // Per head k, the held-out frequency with which the label (token t + k + 2) is head k's r-th
+  // candidate, r < top_k: the per-head accuracies Medusa's sparse-tree search is calibrated on.
+  std::vector<std::vector<double>> RankAccuracy(int64_t top_k) {
+    at::NoGradGuard no_grad;
+    const int64_t heads = head_.config.num_heads;
+    at::Tensor hits = at::zeros({heads, top_k}, at::kDouble);
+    std::vector<double> count(heads, 0);
+    for (const std::vector<int64_t>& rows : HeldOutBatches()) {
+      const HeadLogits h = Forward(rows);
+      for (int64_t k = 0; k < heads; ++k) {
+        at::Tensor lk, labels, mask;
+        if (!HeadSlice(h, k, lk, labels, mask)) continue;
+        // The label's rank: how many candidates score above it.
+        const at::Tensor label_logit = lk.gather(-1, labels.unsqueeze(-1));
+        const at::Tensor rank = (lk > label_logit).sum(-1);  // [B, n]
+        const at::Tensor kept = mask.to(at::kBool) & (rank < top_k);
+        hits[k] += at::bincount(rank.masked_select(kept), {}, top_k).to(at::kCPU, at::kDouble);
+        count[k] += mask.sum().item<double>();
+      }
+    }
+    std::vector<std::vector<double>> out(heads, std::vector<double>(top_k, 0));
+    for (int64_t k = 0; k < heads; ++k) {
+      for (int64_t r = 0; r < top_k && count[k] > 0; ++r)
+        out[k][r] = hits[k][r].item<double>() / count[k];
+    }
+    return out;
+  }
+
+  // Sets the heads' calibration (written with them by WriteDrafter).
+  void SetCalibration(std::vector<std::vector<double>> rank_accuracy) {
+    head_.config.rank_accuracy = std::move(rank_accuracy);
+  }
+
   void WriteDrafter(const std::string& out_dir) const override {
     MedusaHead copy;
     copy.config = head_.config;
@@ -67,32 +100,52 @@ class MedusaTrainTask : public RegenHeadTask {
   }
 
  private:
-  HeadsLoss Compute(const std::vector<int64_t>& rows) {
+  // Every head's logits over a batch of rows.
+  struct HeadLogits {
+    SequenceBatch batch;
+    at::Tensor logits;  // [K, B * T, V]
+    int64_t b = 0, t = 0;
+  };
+  HeadLogits Forward(const std::vector<int64_t>& rows) {
     TargetFeatures f;
-    const SequenceBatch batch = Batch(rows, &f);
+    HeadLogits out;
+    out.batch = Batch(rows, &f);
     at::Tensor normed;
     {
       at::NoGradGuard no_grad;
       const at::Tensor& h = f.hidden;  // [B, T, dim], pre-norm
       normed = h * at::rsqrt(h.pow(2).mean(-1, true) + norm_eps_) * norm_weight_;
     }
-    const int64_t b = normed.size(0), t = normed.size(1), d = normed.size(2);
-    const at::Tensor logits = MedusaLogits(head_, normed.view({b * t, d}));  // [K, B*T, V]
-    const int64_t vocab = logits.size(2);
+    out.b = normed.size(0);
+    out.t = normed.size(1);
+    out.logits = MedusaLogits(head_, normed.view({out.b * out.t, normed.size(2)}));
+    return out;
+  }
+  // Head k's logits [B, n, V], labels (token t + k + 2) and mask [B, n] at the n positions whose
+  // label is in the batch; false when there are none.
+  static bool HeadSlice(const HeadLogits& h, int64_t k, at::Tensor& lk, at::Tensor& labels,
+                        at::Tensor& mask) {
+    const int64_t n = h.t - k - 2;
+    if (n <= 0) return false;
+    lk = h.logits[k].view({h.b, h.t, h.logits.size(2)}).narrow(1, 0, n);
+    labels = h.batch.tokens.narrow(1, k + 2, n);
+    mask = h.batch.loss_mask.narrow(1, k + 1, n);
+    return true;
+  }
+
+  HeadsLoss Compute(const std::vector<int64_t>& rows) {
+    const HeadLogits h = Forward(rows);
     HeadsLoss out;
-    out.loss = at::zeros({}, normed.options());
+    out.loss = at::zeros({}, h.logits.options());
     double weight = 1;
     for (int64_t k = 0; k < head_.config.num_heads; ++k, weight *= config_.decay) {
-      const int64_t n = t - k - 2;  // positions whose token t + k + 2 is in the batch
-      if (n <= 0) {
+      at::Tensor lk, labels, mask;
+      if (!HeadSlice(h, k, lk, labels, mask)) {
         out.head_loss.push_back(0);
         out.head_top1.push_back(0);
         out.head_count.push_back(0);
         continue;
       }
-      const at::Tensor lk = logits[k].view({b, t, vocab}).narrow(1, 0, n);
-      const at::Tensor labels = batch.tokens.narrow(1, k + 2, n);
-      const at::Tensor mask = batch.loss_mask.narrow(1, k + 1, n);
       const at::Tensor nll = -at::log_softmax(lk, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1);
       const double count = mask.sum().item<double>();
       const at::Tensor head_loss = (nll * mask).sum() / std::max(count, 1.0);
@@ -186,6 +239,10 @@ MedusaTrainResult TrainMedusa(const MedusaTrainConfig& config, const std::string
   MedusaTrainTask task(config, driver, features, head);
   result.loop = driver.Run(task, settings, config.optim);
   if (result.loop.finished) {
+    // The sparse tree's calibration (Medusa's per-head top-k accuracies) on the held-out rows,
+    // written into the heads' config.json (`specbed_calibration`).
+    task.SetCalibration(task.RankAccuracy(kMedusaCalibrationTopK));
+    task.WriteDrafter(out_dir);
     driver.WriteSummary(result.loop, {{"head_parameters", result.head_parameters}},
                         "eval_top1_head0");
     if (options.verbose) ReportMedusa(result, out_dir);

@@ -4,8 +4,12 @@
 // from the target's final-normed last hidden state at t, cross-entropy weighted decay^k (the
 // paper: 0.8^k); the heads start as Medusa-1 does (blocks = identity, lm_heads = the target's).
 // The last n_eval sequences are held out; evaluation reports each head's top-1 and top-k
-// accuracy. Knobs and recorded choices: methods/medusa/README.md.
-// Checked by: tests/methods/medusa_test.cpp (loss goes down, the written heads load and draft).
+// accuracy, and the finished heads are written with their calibration (per head, how often the
+// held-out label is its r-th candidate, r < kMedusaCalibrationTopK: config.json's
+// specbed_calibration, the medusa method's calibrated tree). Knobs and recorded choices:
+// methods/medusa/README.md.
+// Checked by: tests/methods/medusa_test.cpp (loss goes down, the written heads load, carry their
+// calibration and draft).
 #pragma once
 
 #include <cstdint>

@@ -60,9 +60,10 @@ OsdAdapter::OsdAdapter(std::unique_ptr<OsdStudent> student, OsdOptions options)
   SPECBED_CHECK(!params.empty(), "osd: the student has no parameters");
   device_ = params.front().second.device();
   SPECBED_CHECK(options_.interval >= 1 && options_.steps >= 1 && options_.lr > 0 &&
-                    options_.grad_clip >= 0 && options_.max_tokens >= 2,
-                "osd: need interval >= 1, steps >= 1, lr > 0, grad_clip >= 0 and max_tokens >= 2 "
-                "(got ",
+                    options_.grad_clip >= 0 &&
+                    (options_.max_tokens == 0 || options_.max_tokens >= 2),
+                "osd: need interval >= 1, steps >= 1, lr > 0, grad_clip >= 0 and max_tokens 0 "
+                "(the whole request) or >= 2 (got ",
                 options_.interval, ", ", options_.steps, ", ", options_.lr, ", ",
                 options_.grad_clip, ", ", options_.max_tokens, ")");
 }
@@ -109,7 +110,10 @@ void OsdAdapter::Update() {
   const int64_t t0 = NowMicros();
   const OsdBatch batch = BuildOnlineBatch(buffer_, device_);
   int64_t supervised = 0;
-  for (const ServedRequest& r : buffer_) supervised += static_cast<int64_t>(r.supervised.size());
+  for (const ServedRequest& r : buffer_) {
+    supervised += static_cast<int64_t>(r.supervised.size());
+    stats_.context_tokens += static_cast<int64_t>(r.tokens.size());
+  }
   for (int64_t s = 0; s < options_.steps; ++s) {
     const at::Tensor loss = student_->Loss(batch, options_.divergence);
     // Kept on the device; read when stats() is asked (no device-to-host copy in the update).

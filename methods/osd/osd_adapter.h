@@ -78,7 +78,10 @@ struct OsdOptions {
   double lr = 3e-4;      // constant learning rate (OSD: 1e-4 for a 160M draft)
   double grad_clip = 0;  // 0 = off (OSD: off)
   Divergence divergence = Divergence::kForwardKl;
-  int64_t max_tokens = 512;  // a buffered request keeps at most its last max_tokens tokens
+  // A buffered request keeps its last max_tokens tokens; 0 = the whole request (the student
+  // attends over the context it was served with). A cap is a cost knob: the context before the
+  // cut is then not seen (RoPE is relative, so the kept tail's positions do not matter).
+  int64_t max_tokens = 0;
   // Which committed tokens are supervised: false (knob "rejected", default) = the bonus of a step
   // whose drafted children at that slot were all rejected; true ("round_end", the OSD reference
   // code's `wrong_token_ids`) = the last token of every step, including the bonus after a fully
@@ -91,6 +94,7 @@ struct OsdStats {
   int64_t requests = 0;
   int64_t updates = 0;
   int64_t supervised_positions = 0;  // summed over updates
+  int64_t context_tokens = 0;        // tokens the students attended over, summed over updates
   double update_seconds = 0;         // summed wall time of the updates
   std::vector<double> losses;        // loss before each update's first step
 };

@@ -135,9 +135,10 @@ std::vector<MethodKnob> OsdKnobs() {
        0,
        {"forward_kl", "reverse_kl", "jsd"}},
       {"osd_max_tokens",
-       512,
-       "a buffered request keeps its last osd_max_tokens tokens",
-       2,
+       0,
+       "a buffered request keeps its last osd_max_tokens tokens (0 = the whole request, the "
+       "context it was served with; a cap saves update time and drops the context before it)",
+       0,
        65536,
        {}},
       {"osd_supervise",

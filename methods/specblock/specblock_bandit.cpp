@@ -168,21 +168,22 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
   const int64_t t0 = NowMicros();
   const double c0 = clock_.Now();
   std::vector<ServedRequest>& buf = buffers_[static_cast<int>(a)];
-  // The buffered queries (each its last max_tokens tokens), with the target as served.
+  // The buffered queries (whole, or each its last max_tokens tokens), with the target as served.
   // Built on θ_train's device (the target's); the mask is read on its host layout (no copy).
   const OnlineBatch batch = BuildOnlineBatch(buf, train_->device());
+  for (const ServedRequest& r : buf) stats_.context_tokens += static_cast<int64_t>(r.tokens.size());
   if (batch.host_loss_mask.sum().item<double>() > 0) {
     const at::Tensor& aux = batch.features;
     const at::Tensor& tokens = batch.tokens;
     // Every block-1 slot that drafts a rejected position (SpecBlockSlotsDrafting), found on the
-    // host; the slot and label indices go up in one host-to-device copy each.
-    SpecBlockSlotRows rows =
+    // host (SpecBlockSlotLogits plans its context split there); the gathered slot and label
+    // indices go up in one host-to-device copy each.
+    const SpecBlockSlotRows rows =
         SpecBlockSlotsDrafting(batch.host_loss_mask, train_->config().block_size);
-    const at::Tensor seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
-    rows.slot = rows.slot.to(batch.device());
+    const at::Tensor& seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
     const at::Tensor labels = tokens.reshape(-1).index_select(0, (seq + 1).to(batch.device()));
-    at::Tensor anchor_logits;
-    {
+    at::Tensor anchor_logits;  // θ0's, for the KL anchor (not needed by OSD's objective)
+    if (!o_.osd_objective) {
       at::NoGradGuard no_grad;
       anchor_logits = SpecBlockSlotLogits(*anchor_, aux, tokens, rows, true);
     }
@@ -192,17 +193,20 @@ void SpecBlockBanditAdapter::Fire(BanditAction a) {
     for (int64_t step = 0; step < o_.steps; ++step) {
       at::Tensor rank_rows;
       const at::Tensor logits =
-          SpecBlockSlotLogits(*train_, aux, tokens, rows, a == BanditAction::kHead, &rank_rows);
+          SpecBlockSlotLogits(*train_, aux, tokens, rows, a == BanditAction::kHead,
+                              o_.osd_objective ? nullptr : &rank_rows);
       const at::Tensor log_q = at::log_softmax(logits, -1);
       const at::Tensor fkl = (teacher_rows.exp() * (teacher_rows - log_q)).sum(-1).mean();
-      const at::Tensor anchor_lp = at::log_softmax(anchor_logits, -1);
-      const at::Tensor kl0 = (log_q.exp() * (log_q - anchor_lp)).sum(-1).mean();
-      const at::Tensor buckets = SpecBlockBucketLabels(logits, labels, *train_);
-      const at::Tensor rce = at::cross_entropy_loss(rank_rows, buckets);
-      const at::Tensor loss = fkl + rce + o_.kl_lambda * kl0;
+      at::Tensor loss = fkl;
+      if (!o_.osd_objective) {
+        const at::Tensor anchor_lp = at::log_softmax(anchor_logits, -1);
+        const at::Tensor kl0 = (log_q.exp() * (log_q - anchor_lp)).sum(-1).mean();
+        const at::Tensor buckets = SpecBlockBucketLabels(logits, labels, *train_);
+        loss = loss + at::cross_entropy_loss(rank_rows, buckets) + o_.kl_lambda * kl0;
+      }
       loss.backward();
       // Head-only: the trunk ran without gradients; the full optimiser covers everything.
-      opt.Step(o_.lr, 0.5);
+      opt.Step(o_.lr, o_.osd_objective ? 0.0 : 0.5);
       if (a == BanditAction::kHead) {
         for (const auto& [name, p] : train_->named_parameters()) {
           if (p.grad().defined()) p.mutable_grad() = at::Tensor();

@@ -11,29 +11,30 @@
 // interval still open): `steps` AdamW steps on forward KL(target || draft) at the buffered
 // positions (the target as served: its logits and hidden states kept while the query ran,
 // methods/common/served_teacher.h; no teacher forward) + rank-head CE + kl_lambda · KL(p_train ||
-// p_theta0), then the served drafter takes the new weights and a measurement interval of `interval`
-// queries opens. When it closes: delta = throughput over the interval (update time included) -
-// throughput over the `interval` queries before the event (or the warm-up's), and v[a] <- (1 -
-// alpha) v[a] + alpha delta / s_trig unless s_trig < s_min. Windows of `interval` queries track
-// tau; three consecutive falls revert the served and trained drafter to the last good snapshot (the
-// best-tau window's weights) and reset the values. Cold start: the first `cold_start` events pick
-// head or full (never skip, unless s < s_min): with probability eps (linear eps_start -> eps_end
-// over the cold start) uniformly, else the one with fewer samples, then the larger estimate. After
-// it: argmax of s·v, skip when both <= 0, except that with probability `explore` a query with s >=
-// s_min probes head or full uniformly, so exploration never dies (the paper stops exploring after
-// the cold start; skip was then absorbing: a skipped query never updates a value). A rollback
-// resets the values and reopens the cold start. A rollback needs an update to undo: the falling
-// windows must follow a training event (a fall with no event in it is a workload change, not a
-// harmful update). `gating = false` is the paper's "- cost-aware bandit" ablation: never skip,
-// never blocked, every saturation fires (head/full routing by the estimates kept). Every update
-// runs inside the request that triggers it (charged to its decode time). θ_train and θ0 live on
-// the target's device in float32 (the served drafter keeps the target's dtype). Time: the
-// reward's seconds (a query's time from BeginSequence to EndSequence, plus the previous event's
-// update time charged to the next query) are read from an injected Clock (base/clock.h;
-// WallClock, the steady clock, unless given: production measures real throughput); the reported
-// update_seconds (stats and window log) are always wall time. Tests inject a cost model so that
-// the bandit's choices do not depend on the machine's load.
-// Checked by: tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds),
+// p_theta0) (or, with osd_objective, forward KL alone: specblock+osd's loss), on the whole served
+// queries unless max_tokens caps them, then the served drafter takes the new weights and a
+// measurement interval of `interval` queries opens. When it closes: delta = throughput over the
+// interval (update time included) - throughput over the `interval` queries before the event (or the
+// warm-up's), and v[a] <- (1 - alpha) v[a] + alpha delta / s_trig unless s_trig < s_min. Windows of
+// `interval` queries track tau; three consecutive falls revert the served and trained drafter to
+// the last good snapshot (the best-tau window's weights) and reset the values. Cold start: the
+// first `cold_start` events pick head or full (never skip, unless s < s_min): with probability eps
+// (linear eps_start -> eps_end over the cold start) uniformly, else the one with fewer samples,
+// then the larger estimate. After it: argmax of s·v, skip when both <= 0, except that with
+// probability `explore` a query with s >= s_min probes head or full uniformly, so exploration never
+// dies (the paper stops exploring after the cold start; skip was then absorbing: a skipped query
+// never updates a value). A rollback resets the values and reopens the cold start. A rollback needs
+// an update to undo: the falling windows must follow a training event (a fall with no event in it
+// is a workload change, not a harmful update). `gating = false` is the paper's "- cost-aware
+// bandit" ablation: never skip, never blocked, every saturation fires (head/full routing by the
+// estimates kept). Every update runs inside the request that triggers it (charged to its decode
+// time). θ_train and θ0 live on the target's device in float32 (the served drafter keeps the
+// target's dtype). Time: the reward's seconds (a query's time from BeginSequence to EndSequence,
+// plus the previous event's update time charged to the next query) are read from an injected Clock
+// (base/clock.h; WallClock, the steady clock, unless given: production measures real throughput);
+// the reported update_seconds (stats and window log) are always wall time. Tests inject a cost
+// model so that the bandit's choices do not depend on the machine's load. Checked by:
+// tests/methods/specblock_test.cpp (BanditPolicy decisions with fixed seeds),
 // tests/methods/served_teacher_test.cpp (θ_train on the target's device; OnlineUpdateCuda);
 // the adapter on a cost-model clock in SpecBlockAdapt.BanditUpdates* (deterministic).
 #pragma once
@@ -75,7 +76,10 @@ struct BanditOptions {
   int64_t rollback_windows = 3;
   int64_t steps = 1;  // AdamW steps per event
   double lr = 1e-4;
-  int64_t max_tokens = 512;
+  int64_t max_tokens = 0;  // as OsdOptions::max_tokens: 0 = the whole served request
+  // An event's loss: false = forward KL + rank-head CE + kl_lambda KL anchor, gradients clipped
+  // at 0.5 (spec §5.4); true = OSD's update (forward KL only, unclipped; specblock+osd's loss).
+  bool osd_objective = false;
   bool gating = true;
   // The reward of a query: its tokens/s over the mean tokens/s of the earlier queries of its
   // prompt category (true), or raw tokens/s (false, the spec's [R]; the change of an interval
@@ -156,6 +160,7 @@ struct BanditStats {
   int64_t events = 0, rollbacks = 0;
   int64_t head_events = 0, full_events = 0;  // counted before the clock reads the event's end
   double update_seconds = 0;                 // wall time
+  int64_t context_tokens = 0;                // tokens θ_train attended over, summed over events
 };
 
 class SpecBlockBanditAdapter : public Adapter {

@@ -39,24 +39,50 @@ at::Tensor PrefixMask(const at::Tensor& first, const at::Tensor& hit) {
 
 namespace {
 
-// Trunk output [B, T - 1, K, d] of the block-1 training layout: start i is the root at token
-// index i + 1 (condition: target features at i), slot k drafts token i + 2 + k; every start sees
-// all K slots of earlier starts and the slots <= k of its own block (the served cache layout).
-at::Tensor Block1Hidden(const SpecBlockModel& model, const at::Tensor& aux,
-                        const at::Tensor& tokens, bool detach_trunk) {
-  const int64_t b = tokens.size(0), t = tokens.size(1), k = model.config().block_size;
-  const int64_t n1 = t - 1;
-  const at::Tensor i = at::arange(n1, tokens.options());  // int64, on the tokens' device
-  const at::Tensor kk = at::arange(k, tokens.options());
-  const at::Tensor pos = (i.unsqueeze(1) + 1 + kk.unsqueeze(0)).reshape({1, -1}).expand({b, -1});
-  const at::Tensor qi = i.repeat_interleave(k), qk = kk.repeat({n1});
-  const at::Tensor mask =
+// The block-1 training layout of starts [a, e) after `c` cached rows: start i is the root at
+// token index i + 1 (condition: target features at i), slot k drafts token i + 2 + k at RoPE
+// position i + 1 + k; every start sees every cached row, all K slots of earlier starts and the
+// slots <= k of its own block (the served cache layout). Index tensors like `like` (int64, its
+// device).
+struct StartsLayout {
+  at::Tensor positions;  // int64 [1, R], R = (e - a) * K
+  at::Tensor mask;       // bool [1, R, c + R]
+};
+StartsLayout MakeStartsLayout(int64_t a, int64_t e, int64_t k, int64_t c, const at::Tensor& like) {
+  const at::TensorOptions index = like.options();
+  const at::Tensor i = at::arange(a, e, index), kk = at::arange(k, index);
+  const at::Tensor qi = i.repeat_interleave(k), qk = kk.repeat({e - a});
+  const at::Tensor own =
       (qi.unsqueeze(1) > qi.unsqueeze(0)) |
       ((qi.unsqueeze(1) == qi.unsqueeze(0)) & (qk.unsqueeze(1) >= qk.unsqueeze(0)));
+  StartsLayout l;
+  l.positions = (i.unsqueeze(1) + 1 + kk.unsqueeze(0)).reshape({1, -1});
+  l.mask =
+      (c > 0 ? at::cat({at::ones({own.size(0), c}, own.options()), own}, 1) : own).unsqueeze(0);
+  return l;
+}
+
+// Trunk output [B, T - 1, K, d] of the block-1 layout over every start of every row.
+at::Tensor Block1Hidden(const SpecBlockModel& model, const at::Tensor& aux,
+                        const at::Tensor& tokens, bool detach_trunk) {
+  const int64_t b = tokens.size(0), n1 = tokens.size(1) - 1;
+  const StartsLayout l = MakeStartsLayout(0, n1, model.config().block_size, 0, tokens);
   std::unique_ptr<at::NoGradGuard> guard;
   if (detach_trunk) guard = std::make_unique<at::NoGradGuard>();
-  return model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true), pos,
-                     mask.unsqueeze(0).expand({b, -1, -1}), nullptr, nullptr);
+  return model.Trunk(model.Fuse(aux.narrow(1, 0, n1), tokens.narrow(1, 1, n1), true),
+                     l.positions.expand({b, -1}), l.mask.expand({b, -1, -1}), nullptr, nullptr);
+}
+
+// Trunk output [1, e - a, K, d] of the starts [a, e) of batch row `bi`, after `past` (the keys
+// and values of starts [0, a); null when a = 0); `present` receives this pass's.
+at::Tensor StartsHidden(const SpecBlockModel& model, const at::Tensor& aux,
+                        const at::Tensor& tokens, int64_t bi, int64_t a, int64_t e,
+                        const SpecBlockKv* past, SpecBlockKv* present) {
+  const int64_t k = model.config().block_size, n = e - a;
+  const StartsLayout l = MakeStartsLayout(a, e, k, past != nullptr ? a * k : 0, tokens);
+  const at::Tensor h0 = model.Fuse(aux.narrow(0, bi, 1).narrow(1, a, n),
+                                   tokens.narrow(0, bi, 1).narrow(1, a + 1, n), true);
+  return model.Trunk(h0, l.positions, l.mask, past, present);
 }
 
 }  // namespace
@@ -101,8 +127,42 @@ SpecBlockSlotRows SpecBlockSlotsDrafting(const at::Tensor& loss_mask, int64_t bl
 at::Tensor SpecBlockSlotLogits(const SpecBlockModel& model, const at::Tensor& aux,
                                const at::Tensor& tokens, const SpecBlockSlotRows& rows,
                                bool detach_trunk, at::Tensor* rank_logits) {
-  const at::Tensor h = Block1Hidden(model, aux, tokens, detach_trunk);
-  const at::Tensor hs = h.reshape({-1, h.size(-1)}).index_select(0, rows.slot);  // [N, d]
+  SPECBED_CHECK(rows.slot.is_cpu() && rows.slot.scalar_type() == at::kLong,
+                "specblock: slot rows must be int64 on the CPU");
+  const int64_t k = model.config().block_size, n1 = tokens.size(1) - 1;
+  const at::Tensor slot = rows.slot.contiguous();
+  const int64_t* s = slot.data_ptr<int64_t>();
+  const int64_t n = slot.numel();
+  std::unique_ptr<at::NoGradGuard> guard;
+  if (detach_trunk) guard = std::make_unique<at::NoGradGuard>();
+  std::vector<at::Tensor> spans;  // per request with slots: [(e - a) * K, d]
+  std::vector<int64_t> gather(n);
+  int64_t offset = 0;
+  for (int64_t j = 0; j < n;) {
+    const int64_t bi = s[j] / (n1 * k);
+    int64_t a = n1, e = 0, end = j;
+    for (; end < n && s[end] / (n1 * k) == bi; ++end) {
+      const int64_t start = (s[end] / k) % n1;
+      a = std::min(a, start);
+      e = std::max(e, start + 1);
+    }
+    SpecBlockKv context;
+    if (a > 0) {
+      at::NoGradGuard no_grad;
+      StartsHidden(model, aux, tokens, bi, 0, a, nullptr, &context);
+    }
+    const at::Tensor h =
+        StartsHidden(model, aux, tokens, bi, a, e, a > 0 ? &context : nullptr, nullptr);
+    for (int64_t m = j; m < end; ++m) gather[m] = offset + s[m] % (n1 * k) - a * k;
+    spans.push_back(h.reshape({-1, h.size(-1)}));
+    offset += spans.back().size(0);
+    j = end;
+  }
+  guard.reset();
+  const at::Tensor all =
+      spans.empty() ? at::zeros({0, model.config().hidden_size}, aux.options().dtype(at::kFloat))
+                    : at::cat(spans, 0);
+  const at::Tensor hs = all.index_select(0, at::tensor(gather, at::kLong).to(all.device()));
   const at::Tensor logits = model.Logits(hs);
   if (rank_logits != nullptr) *rank_logits = model.RankLogits(hs, logits);
   return logits;

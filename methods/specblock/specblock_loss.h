@@ -55,7 +55,8 @@ at::Tensor SpecBlockNextTokenLogits(const SpecBlockModel& model, const at::Tenso
 // is the earliest root). At a rejection after a accepted tokens (a < K) the served tree drafted
 // it at slot a of the root's first block, so that slot is always among them.
 struct SpecBlockSlotRows {
-  at::Tensor slot;  // int64 [N]: flat index into the [B, T - 1, K] block-1 slot layout
+  at::Tensor slot;  // int64 [N] on the CPU: flat index into the [B, T - 1, K] block-1 slot layout,
+                    // ascending in b (SpecBlockSlotsDrafting's order)
   at::Tensor seq;   // int64 [N]: flat index b * T + r of the supervised row (teacher logits row;
                     // the label is token r + 1)
 };
@@ -66,7 +67,13 @@ SpecBlockSlotRows SpecBlockSlotsDrafting(const at::Tensor& loss_mask, int64_t bl
 // Draft logits [N, Vd] float32 of `rows.slot` in the block-1 training layout over aux float32
 // [B, T, 3 Ht] and tokens int64 [B, T] (differentiable unless `detach_trunk`: then the trunk runs
 // without gradients and only the final norm, lm_head and rank head train). `rank_logits`
-// (optional) receives the rank head's [N, 4] logits at the same slots.
+// (optional) receives the rank head's [N, 4] logits at the same slots. Each request sees its whole
+// served context at the cost of its supervised span: the starts before the first one its slots
+// need run once without gradients and serve as cached keys and values (the drafter's served
+// cache layout, so the logits equal a forward over every start), the starts from there to the
+// last one needed carry the gradients (truncated at the context: it trains the span, not the
+// context's keys). rows.slot on the CPU (the split is planned on the host; one host-to-device
+// copy of the gathered indices).
 at::Tensor SpecBlockSlotLogits(const SpecBlockModel& model, const at::Tensor& aux,
                                const at::Tensor& tokens, const SpecBlockSlotRows& rows,
                                bool detach_trunk, at::Tensor* rank_logits = nullptr);

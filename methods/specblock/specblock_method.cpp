@@ -34,11 +34,11 @@ class SpecBlockOsdStudent : public OsdStudent {
   // request keeps its last adapt_tokens tokens (OsdOptions::max_tokens), as the bandit does.
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     SPECBED_CHECK(batch.features.defined(), "specblock+osd: the served hidden states are missing");
-    // The slot rows are found on the host; only the slot indices go up (one host-to-device copy).
-    SpecBlockSlotRows rows =
+    // The slot rows are found on the host; only the gathered indices go up (one host-to-device
+    // copy, in SpecBlockSlotLogits).
+    const SpecBlockSlotRows rows =
         SpecBlockSlotsDrafting(batch.host_loss_mask, model_.config().block_size);
-    const at::Tensor seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
-    rows.slot = rows.slot.to(batch.device());
+    const at::Tensor& seq = rows.seq;  // host: TeacherRowsAtFlat checks it there
     const at::Tensor student =
         SpecBlockSlotLogits(model_, batch.features, batch.tokens, rows, false);
     const at::Tensor teacher = TeacherRowsAtFlat(batch, seq).index_select(-1, model_.draft_ids());
@@ -57,9 +57,11 @@ class SpecBlockOsdStudent : public OsdStudent {
 // time quadratically (8 requests of ~450 tokens: several GB and tens of seconds on a CPU).
 MethodKnob AdaptTokensKnob() {
   return {"adapt_tokens",
-          512,
-          "an online update trains on the last adapt_tokens tokens of each buffered request",
-          8,
+          0,
+          "an online update trains on the last adapt_tokens tokens of each buffered request (0 = "
+          "the whole request, the context it was served with; a cap saves update time and drops "
+          "the context before it)",
+          0,
           1 << 20,
           {}};
 }
@@ -74,8 +76,69 @@ MethodInfo SpecBlockInfo(std::string name, std::string description, uint32_t fla
   info.validate = [](const nlohmann::json& knobs) {
     ResolveSpecBlockDrafter(knobs.at("drafter").get<std::string>());
     ParseBranching(knobs.at("branching").get<std::string>(), "specblock knob 'branching'");
+    if (knobs.contains("adapt_tokens")) {
+      const int64_t cap = knobs.at("adapt_tokens").get<int64_t>();
+      SPECBED_CHECK(cap == 0 || cap >= 8,
+                    "specblock knob 'adapt_tokens' must be 0 (the whole "
+                    "request) or >= 8, got ",
+                    cap);
+    }
   };
   return info;
+}
+
+// The knobs specblock+bandit adds to the family's.
+std::vector<MethodKnob> BanditKnobs() {
+  return {
+      {"bandit",
+       "on",
+       "on = the cost-aware bandit; off = the paper's '- cost-aware bandit' "
+       "ablation (every saturated buffer fires, never skips)",
+       1,
+       0,
+       {"on", "off"}},
+      {"warmup", 10, "queries that only measure (paper: 10)", 0, 100000, {}},
+
+      {"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}},
+      {"explore",
+       0.10,
+       "after the cold start, probability that a query probes head/full "
+       "(exploration never dies; 0 = the paper: argmax only)",
+       0,
+       1,
+       {}},
+      {"reward",
+       "category",
+       "a query's reward: category = tokens/s over the mean of earlier queries "
+       "of its prompt category (a change of prompt mix is no gain or loss); "
+       "tps = raw tokens/s (the spec's [R])",
+       1,
+       0,
+       {"category", "tps"}},
+      {"buffer", 8, "queries per buffer before it fires", 1, 10000, {}},
+
+      {"interval", 8, "queries per measurement interval / window", 1, 10000, {}},
+
+      {"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}},
+      {"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}},
+      {"steps", 1, "AdamW steps per training event", 1, 1000, {}},
+      {"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}},
+      {"objective",
+       "bandit",
+       "an event's loss: bandit = forward KL + rank-head CE + kl_lambda KL "
+       "anchor, clipped at 0.5 (spec 5.4); osd = forward KL only, unclipped "
+       "(specblock+osd's update, so the two differ only in when they train)",
+       1,
+       0,
+       {"bandit", "osd"}},
+      {"log",
+       "",
+       "one JSON line per window to this file (truncated when the case starts)",
+       1,
+       0,
+       {}},
+      AdaptTokensKnob(),
+  };
 }
 
 }  // namespace
@@ -164,6 +227,7 @@ std::unique_ptr<Decoder> MakeBanditDecoder(MethodContext& context, const nlohman
   o.steps = knobs.at("steps").get<int64_t>();
   o.max_tokens = knobs.at("adapt_tokens").get<int64_t>();
   o.kl_lambda = knobs.at("kl_lambda").get<double>();
+  o.osd_objective = knobs.at("objective").get<std::string>() == "osd";
   static_cast<SpeculativeDecoder*>(decoder.get())
       ->SetAdapter(std::make_unique<SpecBlockBanditAdapter>(
           *context.target->model, *drafter, o, knobs.at("log").get<std::string>(), context.clock));
@@ -244,46 +308,7 @@ void RegisterSpecBlockMethods(MethodRegistry& registry) {
         "SpecBlock with the cost-aware bandit: per query skip / head-only / full update chosen "
         "from measured throughput gains (KL anchor, rollback)",
         kTraitTrainsOnline);
-    info.knobs.push_back({"bandit",
-                          "on",
-                          "on = the cost-aware bandit; off = the paper's '- cost-aware bandit' "
-                          "ablation (every saturated buffer fires, never skips)",
-                          1,
-                          0,
-                          {"on", "off"}});
-    info.knobs.push_back({"warmup", 10, "queries that only measure (paper: 10)", 0, 100000, {}});
-    info.knobs.push_back(
-        {"cold_start", 8, "events with forced exploration (paper: 8)", 0, 1000, {}});
-    info.knobs.push_back({"explore",
-                          0.10,
-                          "after the cold start, probability that a query probes head/full "
-                          "(exploration never dies; 0 = the paper: argmax only)",
-                          0,
-                          1,
-                          {}});
-    info.knobs.push_back({"reward",
-                          "category",
-                          "a query's reward: category = tokens/s over the mean of earlier queries "
-                          "of its prompt category (a change of prompt mix is no gain or loss); "
-                          "tps = raw tokens/s (the spec's [R])",
-                          1,
-                          0,
-                          {"category", "tps"}});
-    info.knobs.push_back({"buffer", 8, "queries per buffer before it fires", 1, 10000, {}});
-    info.knobs.push_back(
-        {"interval", 8, "queries per measurement interval / window", 1, 10000, {}});
-    info.knobs.push_back(
-        {"s_min", 5.0, "smallest trigger signal that updates a value", 0, 1e9, {}});
-    info.knobs.push_back({"lr", 1e-4, "AdamW learning rate of an update", 1e-9, 1.0, {}});
-    info.knobs.push_back({"steps", 1, "AdamW steps per training event", 1, 1000, {}});
-    info.knobs.push_back({"kl_lambda", 0.01, "weight of KL(p_train || p_theta0)", 0, 100, {}});
-    info.knobs.push_back({"log",
-                          "",
-                          "one JSON line per window to this file (truncated when the case starts)",
-                          1,
-                          0,
-                          {}});
-    info.knobs.push_back(AdaptTokensKnob());
+    for (MethodKnob& k : BanditKnobs()) info.knobs.push_back(std::move(k));
     info.factory = MakeBanditDecoder;
     registry.Register(std::move(info));
   }

@@ -427,7 +427,7 @@ TEST(CliList, ListsModelsMethodsDatasetsTemplates) {
   EXPECT_FALSE(Contains(r.out, "drafter = \"\"")) << r.out;
   EXPECT_TRUE(Contains(r.out, "chatml"));
   // Knob ranges read as written in a config: integers in full, no exponent notation.
-  EXPECT_TRUE(Contains(r.out, "adapt_tokens = 512 [8, 1048576]"));
+  EXPECT_TRUE(Contains(r.out, "adapt_tokens = 0 [0, 1048576]"));
   EXPECT_FALSE(Contains(r.out, "e+0")) << "a knob range printed in exponent notation";
 
   const ProcResult m = RunSpecbed({"list", "models"}, dir);

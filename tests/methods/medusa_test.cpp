@@ -1,14 +1,17 @@
 // The `medusa` method (Medusa-1 heads, methods/medusa/): the published layout (a file written here
 // with Medusa's own tensor names loads and computes the published forward; a wrong shape, a
 // missing head or an extra tensor is refused naming the tensor; round trip), sparse trees from
-// Medusa's choices format, `specbed train medusa` (loss goes down, resume is exact, the written
-// heads load and draft), token identity with AR at T = 0 on every story prompt and on Spec-Bench
+// Medusa's choices format and calibrated from per-rank accuracies (the heads' config.json
+// calibration round trip, `tree` auto / calibrated / prior, refusals), `specbed train medusa`
+// (loss goes down, resume is exact, the written heads load, carry their calibration and draft),
+// token identity with AR at T = 0 on every story prompt and on Spec-Bench
 // prompts with the shipped heads (drafts accepted), and the T = 1 chi-square test with a negative
 // control.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -182,6 +185,81 @@ TEST(RankChoices, MedusaFormatParsesSortsAndRefusesBadTrees) {
   EXPECT_NE(err("[[]]").find("not a non-empty list"), std::string::npos);
 }
 
+// Medusa's calibrated tree: paths by the product of per-depth rank accuracies. A hand example
+// (ties: the shallower path first), ranks reordered where a lower rank is more accurate, and the
+// geometric prior's accuracies give exactly BuildRankTemplate's tree.
+TEST(RankChoices, CalibratedTreeTakesTheMostLikelyPaths) {
+  const auto t = BuildCalibratedRankTemplate(4, {{0.6, 0.3}, {0.5, 0.1}});
+  ASSERT_EQ(t.size(), 4u);  // [0] 0.6, [1] 0.3, [0, 0] 0.3 (deeper: after [1]), [1, 0] 0.15
+  EXPECT_EQ(t[0].parent, -1);
+  EXPECT_EQ(t[0].rank, 0);
+  EXPECT_EQ(t[1].parent, -1);
+  EXPECT_EQ(t[1].rank, 1);
+  EXPECT_EQ(t[2].parent, 0);
+  EXPECT_EQ(t[2].depth, 2);
+  EXPECT_EQ(t[3].parent, 1);
+  EXPECT_EQ(t[3].rank, 0);
+  const auto swapped = BuildCalibratedRankTemplate(2, {{0.1, 0.4, 0.2}});
+  EXPECT_EQ(swapped[0].rank, 1);
+  EXPECT_EQ(swapped[1].rank, 2);
+  std::vector<double> geometric;
+  for (int r = 0; r < 6; ++r) geometric.push_back(std::ldexp(1.0, -(r + 1)));
+  const auto calibrated = BuildCalibratedRankTemplate(40, {geometric, geometric, geometric});
+  const auto prior = BuildRankTemplate(40, 6, 3);
+  ASSERT_EQ(calibrated.size(), prior.size());
+  for (size_t i = 0; i < prior.size(); ++i) {
+    EXPECT_EQ(calibrated[i].parent, prior[i].parent) << i;
+    EXPECT_EQ(calibrated[i].rank, prior[i].rank) << i;
+    EXPECT_EQ(calibrated[i].depth, prior[i].depth) << i;
+  }
+}
+
+// The heads' calibration: written with them and read back; `tree` auto takes it (calibrated) and
+// falls back to the prior without one; calibrated without one, and a malformed calibration, are
+// refused naming what is wrong.
+TEST(MedusaHead, CalibrationRoundTripsAndChoosesTheTree) {
+  const std::string dir = testing_util::ScratchDir("medusa_calibration");
+  WritePublished(dir, 2, 2, PublishedTensors(2, 8, 11));
+  MedusaHead head = ReadMedusaCheckpoint(dir);
+  EXPECT_TRUE(head.config.rank_accuracy.empty());
+  MedusaOptions o;
+  o.tree_nodes = 3;
+  o.top_k = 2;
+  const auto prior = MedusaTemplate(o, head.config, "test");
+  o.tree = MedusaTree::kCalibrated;
+  EXPECT_NE(ErrorOf([&] { MedusaTemplate(o, head.config, "test"); }).find("specbed_calibration"),
+            std::string::npos);
+  // Heads whose first candidates are nearly always right: the chain of top-1s comes first.
+  head.config.rank_accuracy = {{0.9, 0.05, 0.01}, {0.9, 0.05, 0.0}};
+  WriteMedusaCheckpoint(dir + "_cal", head);
+  const MedusaHead back = ReadMedusaCheckpoint(dir + "_cal");
+  EXPECT_EQ(back.config.rank_accuracy, head.config.rank_accuracy);
+  o.tree = MedusaTree::kAuto;
+  const auto calibrated = MedusaTemplate(o, back.config, "test");
+  ASSERT_EQ(calibrated.size(), 3u);  // [0] 0.9, [0, 0] 0.81, [1] 0.05 (above [0, 1] 0.045)
+  EXPECT_EQ(calibrated[1].depth, 2);
+  EXPECT_EQ(calibrated[2].rank, 1);
+  EXPECT_EQ(calibrated[2].depth, 1);
+  EXPECT_EQ(prior[1].depth, 1);  // the prior: [0] 1/2, then [1] 1/4 before [0, 0] 1/4
+  o.tree = MedusaTree::kPrior;
+  EXPECT_EQ(MedusaTemplate(o, back.config, "test")[1].depth, 1);
+
+  auto refusal = [&](const std::string& calibration) {
+    std::ofstream(dir + "/config.json")
+        << "{\"medusa_num_heads\": 2, \"medusa_num_layers\": 1, \"specbed_calibration\": "
+        << calibration << "}\n";
+    return ErrorOf([&] { ReadMedusaCheckpoint(dir); });
+  };
+  EXPECT_NE(refusal("{\"head_rank_accuracy\": [[0.5]]}").find("medusa_num_heads (2) rows"),
+            std::string::npos);
+  EXPECT_NE(refusal("{\"head_rank_accuracy\": [[0.8, 0.3], [0.1, 0.1]]}").find("sums to 1.1"),
+            std::string::npos);
+  EXPECT_NE(refusal("{\"head_rank_accuracy\": [[0.5], [0.1, 0.1]]}").find("same length"),
+            std::string::npos);
+  EXPECT_NE(refusal("{\"head_rank_accuracy\": [[-0.5], [0.1]]}").find("in [0, 1]"),
+            std::string::npos);
+}
+
 TEST(MedusaTrainer, LossGoesDownResumesExactlyAndTheHeadsDraft) {
   at::set_num_threads(1);
   const std::string dir = testing_util::ScratchDir("medusa_trainer");
@@ -192,6 +270,14 @@ TEST(MedusaTrainer, LossGoesDownResumesExactlyAndTheHeadsDraft) {
   ASSERT_NO_FATAL_FAILURE(testing_util::ExpectSmokeTrainsAndResumes(
       TrainMedusa, testing_util::WriteSmokeRegenData(dir), c, dir + "/", "medusa", &full));
   EXPECT_TRUE(fs::exists(dir + "/full/medusa_lm_head.safetensors"));
+  // The written heads carry their calibration: rank 0 of head k is its held-out top-1.
+  const MedusaHead trained = ReadMedusaCheckpoint(dir + "/full");
+  ASSERT_EQ(trained.config.rank_accuracy.size(), 3u);
+  const nlohmann::json top1 = full.loop.eval.extra["head_top1"];
+  for (int64_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(trained.config.rank_accuracy[k].size(), static_cast<size_t>(kMedusaCalibrationTopK));
+    EXPECT_NEAR(trained.config.rank_accuracy[k][0], top1[k].get<double>(), 1e-9) << k;
+  }
   const TrainLoopOptions quiet = testing_util::QuietLoop();
   EXPECT_THROW(
       {
@@ -218,10 +304,12 @@ TEST(Medusa, MatchesArOnEveryStoryPromptAndOnSpecBench) {
   EXPECT_TRUE(info.traits.tree && info.traits.needs_drafter && info.traits.needs_target_hidden);
   const nlohmann::json orphan = registry.ResolveKnobs("medusa", {{"choices", "[[0, 0]]"}});
   EXPECT_THROW(info.validate(orphan), Error);  // refused before any case runs
-  // The shipped heads with the prior tree, and a tree in Medusa's choices format.
+  // The shipped heads with their calibrated tree (tree auto), the prior tree, and a tree in
+  // Medusa's choices format.
   testing_util::ExpectMatchesArOnStoriesAndSpecBench(
-      "medusa",
-      {nlohmann::json::object(), {{"choices", "[[0], [0, 0], [1], [0, 1], [0, 0, 0], [2]]"}}});
+      "medusa", {nlohmann::json::object(),
+                 {{"tree", "prior"}},
+                 {{"choices", "[[0], [0, 0], [1], [0, 1], [0, 0, 0], [2]]"}}});
 }
 
 // At T = 1 (sample_follow over deterministic trees) the output is the target's distribution;

@@ -2,8 +2,12 @@
 // (methods/common/served_teacher.h):
 // - the record of one hand-made request (prompt hidden states, two verify steps with their
 //   committed slots and logits) gives the batch layout the students read: features at the right
-//   positions (the last token's row zero), the supervised rows and their teacher logits, the crop
-//   to the last max_tokens tokens;
+//   positions (the last token's row zero), the supervised rows and their teacher logits, the whole
+//   request (max_tokens 0) or the crop to the last max_tokens tokens;
+// - by default the students see the whole served request (sps+osd, specblock+osd: as many tokens
+//   as with no cap; a cap keeps that many per request);
+// - the bandit's objective `osd` is specblock+osd's loss (the rank head stays as stored; the
+//   default objective moves it);
 // - OSD (sps+osd, eagle3+osd, specblock+osd) and the SpecBlock bandit make the same number of
 //   teacher forwards per update event: none. Every target forward of a served stream is a
 //   prefill or a verify step, updates included;
@@ -80,6 +84,11 @@ TEST(ServedTeacher, KeepsTheServedRowsInTheBatchLayout) {
     EXPECT_EQ(whole.features[j][2].item<float>(), 10.f * j + 1) << j;  // layer 1
   }
   EXPECT_EQ(whole.features[6].abs().sum().item<float>(), 0.f);  // never forwarded
+
+  const ServedRequest all = served.Finish(committed, 0);  // 0: the whole request
+  EXPECT_EQ(all.tokens, committed);
+  EXPECT_EQ(all.supervised, whole.supervised);
+  EXPECT_TRUE(all.features.equal(whole.features));
 
   const ServedRequest tail = served.Finish(committed, 4);  // tokens 3..6
   EXPECT_EQ(tail.tokens, std::vector<int32_t>({8, 9, 10, 11}));
@@ -174,13 +183,18 @@ struct StreamRun {
   std::unique_ptr<Decoder> decoder;
 };
 
-StreamRun ServeIn(LoadedTarget& target, MethodContext context, const std::string& method,
-                  const nlohmann::json& knobs, int requests) {
+// The decoder of `method` with its adapter, before any request.
+StreamRun BuildRun(MethodContext context, const std::string& method, const nlohmann::json& knobs) {
   MethodRegistry registry;
   RegisterBuiltinMethods(registry);
   StreamRun run;
   run.decoder = registry.Build(method, context, knobs);
   run.adapter = dynamic_cast<SpeculativeDecoder&>(*run.decoder).adapter();
+  return run;
+}
+
+// Serves the first `requests` story prompts (32 tokens each) in order, counting target forwards.
+void ServeRequests(LoadedTarget& target, StreamRun& run, int requests) {
   const auto prompts = LoadDataset("stories", {});
   const int64_t before = target.model->forward_calls();
   for (int i = 0; i < requests; ++i) {
@@ -190,6 +204,12 @@ StreamRun ServeIn(LoadedTarget& target, MethodContext context, const std::string
     for (const StepStats& s : r.steps) run.expected += s.n_target_forwards;
   }
   run.forwards = target.model->forward_calls() - before;
+}
+
+StreamRun ServeIn(LoadedTarget& target, MethodContext context, const std::string& method,
+                  const nlohmann::json& knobs, int requests) {
+  StreamRun run = BuildRun(std::move(context), method, knobs);
+  ServeRequests(target, run, requests);
   return run;
 }
 
@@ -218,6 +238,61 @@ TEST(ServedTeacher, OnlineUpdatesRunNoTeacherForward) {
   const auto& bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*run.adapter);
   EXPECT_GE(bandit.stats().events, 2);
   EXPECT_EQ(run.forwards, run.expected) << "specblock+bandit: teacher forwards during events";
+}
+
+// The students attend over the context each request was served with unless a cap is asked for
+// (a default crop would train on a tail the drafter never served alone): by default an update
+// sees as many tokens as with an unbounded cap, and a cap of 16 keeps 16 per request.
+TEST(ServedTeacher, StudentsSeeTheWholeServedRequestByDefault) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  for (const auto& [method, cap] : std::vector<std::pair<std::string, std::string>>{
+           {"sps+osd", "osd_max_tokens"}, {"specblock+osd", "adapt_tokens"}}) {
+    auto context_tokens = [&](const nlohmann::json& knobs) {
+      const StreamRun run = Serve(target, method, knobs, 4);
+      const auto& osd = dynamic_cast<const OsdAdapter&>(*run.adapter);
+      EXPECT_GE(osd.stats().updates, 1) << method;
+      return osd.stats().context_tokens;
+    };
+    const int64_t by_default = context_tokens({{"osd_interval", 2}});
+    EXPECT_EQ(by_default, context_tokens({{"osd_interval", 2}, {cap, 1 << 16}})) << method;
+    const int64_t capped = context_tokens({{"osd_interval", 2}, {cap, 16}});
+    EXPECT_GT(capped, 0) << method;
+    EXPECT_EQ(capped % 16, 0) << method;
+    EXPECT_GT(by_default, capped / 16 * 40) << method;  // every request is > 40 tokens
+  }
+}
+
+// The bandit's `objective`: osd trains with specblock+osd's loss (forward KL only), so the rank
+// head, which only the bandit objective's rank-head CE reaches, is left as stored; the default
+// objective moves it.
+TEST(ServedTeacher, BanditObjectiveOsdLeavesTheRankHead) {
+  at::set_num_threads(1);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  const CostModelClock clock = testing_util::TargetForwardClock(target);
+  MethodContext context = testing_util::CachingContextFor(target);
+  context.clock = &clock;
+  auto rank_change = [&](const std::string& objective) {
+    nlohmann::json knobs = FastBanditKnobs();
+    knobs["objective"] = objective;
+    knobs["lr"] = 1e-2;
+    StreamRun run = BuildRun(context, "specblock+bandit", knobs);
+    const auto& bandit = dynamic_cast<const SpecBlockBanditAdapter&>(*run.adapter);
+    std::map<std::string, at::Tensor> stored;  // θ_train's rank head before any event
+    for (const auto& [name, p] : bandit.trained().named_parameters()) {
+      if (name.rfind("rank_head.", 0) == 0) stored[name] = p.detach().clone();
+    }
+    EXPECT_EQ(stored.size(), 4u);
+    ServeRequests(target, run, 4);
+    EXPECT_GE(bandit.stats().events, 1) << objective;
+    double change = 0;
+    for (const auto& [name, p] : bandit.trained().named_parameters()) {
+      if (stored.count(name)) change += (p.detach() - stored[name]).abs().sum().item<double>();
+    }
+    return change;
+  };
+  EXPECT_EQ(rank_change("osd"), 0.0);
+  EXPECT_GT(rank_change("bandit"), 0.0);
 }
 
 // Two hand-made served requests whose hidden states and logits rows are in `dtype` on `device`

@@ -11,7 +11,9 @@
 //   reads a cost-model clock (target forwards and update events, WorkClock), so its choices, and
 //   the test's outcome, do not depend on the machine's load (deterministic: seeded,
 //   single-threaded);
-// - the drafter cache path equals the training layout (incremental == full);
+// - the drafter cache path equals the training layout (incremental == full), and the online slot
+//   logits of a request supervised late (its earlier starts as cached keys/values, no gradient)
+//   equal one forward over every start, on a batch of two (dropping the cache fails it);
 // - a bad checkpoint is refused naming the tensor / field; the registry knobs;
 // - the training loss goes down; the bandit's decision logic with fixed seeds.
 #include <ATen/ATen.h>
@@ -676,6 +678,52 @@ TEST(SpecBlockAdapt, SlotsDraftingATokenAreEveryBlockOneSlotThatReachesIt) {
   };
   EXPECT_EQ(vec(rows.slot), (std::vector<int64_t>{0, 16, 13, 10, 7}));
   EXPECT_EQ(vec(rows.seq), (std::vector<int64_t>{1, 5, 5, 5, 5}));
+}
+
+// The online slot logits see each request's whole context: a request whose slots start late runs
+// its earlier starts once without gradients as cached keys/values, and its rows equal those of a
+// single forward over every start (a request supervised from its first root), on a batch of two
+// requests; the late span still carries gradients into the trunk.
+TEST(SpecBlockAdapt, SlotLogitsSeeTheWholeContextThroughTheCachedStarts) {
+  at::set_num_threads(1);
+  TinySetup tiny = MakeTiny();
+  SpecBlockModel model(tiny.config, tiny.tensors, tiny.target->weights().tok_embeddings, true);
+  const std::vector<int32_t> seq = {1, 3, 0, 2, 2, 1, 0, 3, 1, 2};
+  const int64_t t = static_cast<int64_t>(seq.size());
+  KvCache cache = tiny.target->NewCache(1, t);
+  ForwardOptions fo;
+  fo.hidden_layers = tiny.config.aux_layer_ids;
+  ForwardOutput out = tiny.target->Forward(testing_util::Ids(seq), cache, fo);
+  std::vector<at::Tensor> hidden;
+  for (const at::Tensor& h : out.hidden) hidden.push_back(h.clone());
+  const at::Tensor aux = at::cat(hidden, -1).to(at::kFloat).expand({2, t, -1}).contiguous();
+  const at::Tensor tokens = testing_util::Ids(seq).to(at::kLong).expand({2, t}).contiguous();
+  auto rows_at = [&](std::vector<std::vector<int64_t>> supervised) {
+    at::Tensor mask = at::zeros({2, t}, at::kFloat);
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t r : supervised[b]) mask[b][r] = 1;
+    }
+    return SpecBlockSlotsDrafting(mask, tiny.config.block_size);
+  };
+  const SpecBlockSlotRows late = rows_at({{7}, {8}});         // starts 5..7: the context split
+  const SpecBlockSlotRows whole = rows_at({{1, 7}, {1, 8}});  // start 0: one forward
+  const at::Tensor late_logits = SpecBlockSlotLogits(model, aux, tokens, late, false);
+  at::Tensor whole_logits;
+  {
+    at::NoGradGuard no_grad;
+    whole_logits = SpecBlockSlotLogits(model, aux, tokens, whole, false);
+  }
+  // whole's rows: request 0 {r 1: 1 slot, r 7: K}, request 1 {r 1: 1, r 8: K}.
+  const int64_t k = tiny.config.block_size;
+  ASSERT_EQ(late_logits.size(0), 2 * k);
+  const at::Tensor expect =
+      at::cat({whole_logits.narrow(0, 1, k), whole_logits.narrow(0, 2 + k, k)});
+  EXPECT_TRUE(at::allclose(late_logits.detach(), expect, 1e-5, 1e-5))
+      << (late_logits.detach() - expect).abs().max().item<float>();
+  late_logits.logsumexp(-1).sum().backward();
+  const at::Tensor& q = model.Param("layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.grad().defined());
+  EXPECT_GT(q.grad().abs().sum().item<double>(), 0);
 }
 
 // Without adaptation nothing carries over between requests: the same prompt gives the same trees.
