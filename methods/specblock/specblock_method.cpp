@@ -31,7 +31,7 @@ class SpecBlockOsdStudent : public OsdStudent {
   }
   // Divergence at the corrected positions between the target (as served) and every block-1
   // slot that drafts them (SpecBlockSlotsDrafting; restricted to the draft vocabulary). Each
-  // request keeps its last adapt_tokens tokens (OsdOptions::max_tokens), as the bandit does.
+  // request is whole unless adapt_tokens caps it (OsdOptions::max_tokens), as for the bandit.
   at::Tensor Loss(const OsdBatch& batch, Divergence divergence) override {
     SPECBED_CHECK(batch.features.defined(), "specblock+osd: the served hidden states are missing");
     // The slot rows are found on the host; only the gathered indices go up (one host-to-device
@@ -52,9 +52,10 @@ class SpecBlockOsdStudent : public OsdStudent {
   SpecBlockModel model_;
 };
 
-// An online update trains on the last adapt_tokens tokens of each buffered request: the
-// training layout's attention is dense over (tokens x K)^2, so long requests cost memory and
-// time quadratically (8 requests of ~450 tokens: several GB and tens of seconds on a CPU).
+// An online update trains on each buffered request whole (0), or on its last adapt_tokens
+// tokens: a cost cap that drops the context before the cut (SpecBlockSlotLogits runs the
+// context once without gradients, so the whole request costs its supervised span plus one
+// no-grad pass).
 MethodKnob AdaptTokensKnob() {
   return {"adapt_tokens",
           0,
