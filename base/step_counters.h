@@ -42,6 +42,17 @@ struct StepCounters {
   // The drafter's catch-up over the prompt (Drafter::Begin + Prefill), first step only; already
   // included in t_draft_us (speedups do not change), reported beside T_D% as its own phase.
   double t_draft_prefill_us = 0;
+  // Schema v12 (issue 45, step 6), -1 = not measured (decoders that do not, rows before v12):
+  // the phases' device time (CUDA timing events around each phase, read once per step; on the
+  // CPU the host clock, whose ops are synchronous: then equal to the t_*_us above). The drafter's
+  // Begin, which the first step's t_draft_us includes, is not part of its device time.
+  double t_draft_device_us = -1, t_verify_device_us = -1, t_other_device_us = -1;
+  // Engine counters of the step (kernels/engine_counters.h): launching dispatcher calls and host
+  // reads (only under SPECBED_COUNT_OPS=on), captured-step replays and captures (every model of
+  // the process), copies host -> device and device -> host at the engine's transfer points (and
+  // any cross-device copy while ops are counted).
+  int64_t n_launches = -1, n_host_reads = -1, n_graph_replays = -1, n_graph_captures = -1;
+  int64_t n_h2d_copies = -1, n_d2h_copies = -1;
 };
 
 }  // namespace specbed

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/engine_counters.h"
 
 namespace specbed {
 
@@ -75,6 +76,7 @@ void StepGraph::Run(const at::Device& device, const std::function<void()>& progr
     const auto start = std::chrono::steady_clock::now();
     Capture(device, program, what);
     captured_ = true;
+    engine_counters_detail::AddCapture();
     ++stats.captures;
     ++stats.replays;
     stats.capture_s +=
@@ -82,6 +84,7 @@ void StepGraph::Run(const at::Device& device, const std::function<void()>& progr
     return;
   }
   ++stats.replays;
+  engine_counters_detail::AddReplay();
   if (graph_ != nullptr) {
     CudaKernels()->replay_graph(graph_);
   } else {

@@ -1,6 +1,7 @@
 // Host staging of a step's inputs (see kernels/step_staging.h).
 #include "kernels/step_staging.h"
 
+#include "kernels/engine_counters.h"
 #include "kernels/kernel_wrapper.h"
 
 namespace specbed {
@@ -43,6 +44,7 @@ int64_t* StepStaging::Host(int64_t n) {
 
 at::Tensor StepStaging::Upload(int64_t n) {
   at::Tensor dst = device_.narrow(0, 0, n);
+  const TransferScope transfer(Transfer::kHostToDevice);
   dst.copy_(host_.narrow(0, 0, n), /*non_blocking=*/device_index_ >= 0);
   if (device_index_ >= 0) {
     CudaKernels()->record_event(event_, device_index_);

@@ -123,7 +123,44 @@ struct RecordedStepSums {
   double busy_draft_us = 0, busy_verify_us = 0;
   int64_t busy_steps = 0;
   int64_t rollback_steps = 0, trimmed_steps = 0, prefill_steps = 0;
+  // v12: engine counters and device time, and how many steps recorded each.
+  int64_t launches = 0, replays = 0, h2d = 0, d2h = 0;
+  int64_t launch_steps = 0, counter_steps = 0, device_steps = 0;
+  double device_us = 0, device_wall_us = 0;  // the phases' device time, their wall time
 };
+
+void AddEngineStep(const StepRecord& st, RecordedStepSums& r) {
+  if (st.n_launches >= 0) {
+    r.launches += st.n_launches;
+    ++r.launch_steps;
+  }
+  if (st.n_graph_replays >= 0 && st.n_h2d_copies >= 0 && st.n_d2h_copies >= 0) {
+    r.replays += st.n_graph_replays;
+    r.h2d += st.n_h2d_copies;
+    r.d2h += st.n_d2h_copies;
+    ++r.counter_steps;
+  }
+  if (st.t_draft_device_us >= 0 && st.t_verify_device_us >= 0 && st.t_other_device_us >= 0) {
+    r.device_us += st.t_draft_device_us + st.t_verify_device_us + st.t_other_device_us;
+    r.device_wall_us += st.t_draft_us + st.t_verify_us + st.t_other_us;
+    ++r.device_steps;
+  }
+}
+
+// Per-step means of the engine counters and the device-time share (every step recorded them).
+void FinishEngineRates(const RecordedStepSums& r, CaseMetrics& m) {
+  if (m.n_steps == 0) return;
+  const double n = static_cast<double>(m.n_steps);
+  if (r.launch_steps == m.n_steps) m.launches_per_step = static_cast<double>(r.launches) / n;
+  if (r.counter_steps == m.n_steps) {
+    m.replays_per_step = static_cast<double>(r.replays) / n;
+    m.h2d_per_step = static_cast<double>(r.h2d) / n;
+    m.d2h_per_step = static_cast<double>(r.d2h) / n;
+  }
+  if (r.device_steps == m.n_steps && r.device_wall_us > 0) {
+    m.device_time_fraction = r.device_us / r.device_wall_us;
+  }
+}
 
 void AddStep(const StepRecord& st, CaseMetrics& m, RecordedStepSums& r) {
   ++m.n_steps;
@@ -149,6 +186,7 @@ void AddStep(const StepRecord& st, CaseMetrics& m, RecordedStepSums& r) {
     ++r.prefill_steps;
   }
   if (st.n_target_forwards >= 0) m.target_forwards += st.n_target_forwards;
+  AddEngineStep(st, r);
   if (st.t_draft_busy_us >= 0 && st.t_verify_busy_us >= 0) {
     r.busy_draft_us += st.t_draft_busy_us;
     r.busy_verify_us += st.t_verify_busy_us;
@@ -177,6 +215,7 @@ void FinishRecordedRates(const RecordedStepSums& r, CaseMetrics& m) {
   if (r.prefill_steps == m.n_steps && m.n_steps > 0 && m.decode_ms > 0) {
     m.draft_prefill_fraction = m.draft_prefill_ms / m.decode_ms;
   }
+  FinishEngineRates(r, m);
 }
 
 // τ, phase shares and per-step costs, per-position acceptance.

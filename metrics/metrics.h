@@ -110,6 +110,12 @@ struct CaseMetrics {
   // share of decode time, shown beside T_D% (NaN unless every step recorded it).
   double draft_prefill_ms = 0;
   double draft_prefill_fraction = kNoValue;
+  // Added with schema v12 (issue 45, step 6; NaN unless every step recorded them): per verify
+  // step, the engine's launching calls (only under SPECBED_COUNT_OPS=on), captured-step replays,
+  // copies host -> device and device -> host; and the phases' device time over their wall time.
+  double launches_per_step = kNoValue, replays_per_step = kNoValue;
+  double h2d_per_step = kNoValue, d2h_per_step = kNoValue;
+  double device_time_fraction = kNoValue;
 };
 
 CaseMetrics ComputeCaseMetrics(const std::vector<SampleRecord>& samples,

@@ -2,6 +2,7 @@
 #include "models/device.h"
 
 #include <ATen/Context.h>
+#include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cctype>
@@ -51,6 +52,49 @@ void SynchronizeDevice(const at::Device& device) {
   const at::Device concrete =
       device.has_index() ? device : at::Device(device.type(), impl->getDevice().index());
   impl->synchronizeStream(impl->getStream(concrete));
+}
+
+struct DeviceMarks::Events {
+  std::vector<std::unique_ptr<c10::Event>> marks;
+};
+
+DeviceMarks::DeviceMarks(const at::Device& device)
+    : device_(device), events_(std::make_unique<Events>()) {}
+
+DeviceMarks::~DeviceMarks() = default;
+
+void DeviceMarks::KeepLast() {
+  if (n_ <= 1) return;
+  if (IsAsyncDevice(device_)) {
+    std::swap(events_->marks[0], events_->marks[static_cast<size_t>(n_ - 1)]);
+  } else {
+    host_ns_[0] = host_ns_[static_cast<size_t>(n_ - 1)];
+  }
+  n_ = 1;
+}
+
+void DeviceMarks::Mark() {
+  const size_t i = static_cast<size_t>(n_++);
+  if (!IsAsyncDevice(device_)) {
+    if (host_ns_.size() <= i) host_ns_.resize(i + 1);
+    host_ns_[i] = NowNanos();
+    return;
+  }
+  auto& marks = events_->marks;
+  if (marks.size() <= i) {
+    marks.push_back(std::make_unique<c10::Event>(device_.type(), c10::EventFlag::BACKEND_DEFAULT));
+  }
+  const auto* impl = c10::impl::getDeviceGuardImpl(device_.type());
+  const at::Device concrete =
+      device_.has_index() ? device_ : at::Device(device_.type(), impl->getDevice().index());
+  marks[i]->record(impl->getStream(concrete));
+}
+
+double DeviceMarks::ElapsedUs(int64_t i) const {
+  SPECBED_CHECK(i >= 1 && i < n_, "DeviceMarks: no interval ", i, " (", n_, " marks)");
+  const size_t k = static_cast<size_t>(i);
+  if (!IsAsyncDevice(device_)) return (host_ns_[k] - host_ns_[k - 1]) * 1e-3;
+  return events_->marks[k - 1]->elapsedTime(*events_->marks[k]) * 1e3;  // ms -> us
 }
 
 ScopedSideStream::ScopedSideStream(const at::Device& device) : device_(device) {

@@ -2,17 +2,21 @@
 // before anything runs, and synchronizing it at phase boundaries so a wall clock read after the
 // sync includes the device work queued before it. Written against c10's device-guard interface,
 // so this file needs no CUDA headers and works with any LibTorch backend.
-// Checked by: tests/engine/aten_forward_test.cpp (parsing, "cuda" refused on a CPU-only build
-// naming the device, CPU sync is a no-op), tests/cli/cli_test.cpp (--device cuda exits 1),
-// tests/methods/pearl_test.cpp (a side thread's stream; on a GPU, PearlCuda).
+// Checked by: tests/engine/speculative_test.cpp (DeviceMarks on the CPU: marks tile the host
+// clock; the per-phase device time of every step), tests/engine/aten_forward_test.cpp (parsing,
+// "cuda" refused on a CPU-only build naming the device, CPU sync is a no-op),
+// tests/cli/cli_test.cpp (--device cuda exits 1), tests/methods/pearl_test.cpp (a side thread's
+// stream; on a GPU, PearlCuda).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/timer.h"
 
@@ -44,6 +48,38 @@ inline int64_t DeviceNowNanos(const at::Device& device) {
   if (IsAsyncDevice(device)) SynchronizeDevice(device);
   return NowNanos();
 }
+
+// Device time between marks on `device`'s current stream (issue 45, step 6: the phases' device
+// time beside their synced wall time). On a device each mark records a timing event (c10::Event,
+// the backend's default flags: timing on), read once the work before it has completed (after a
+// SynchronizeDevice); on the CPU, whose ops run synchronously on the host, a mark reads the host
+// clock, which is the device's. The events are made once and reused: marking allocates nothing
+// after the first step.
+class DeviceMarks {
+ public:
+  explicit DeviceMarks(const at::Device& device);
+  ~DeviceMarks();
+  DeviceMarks(const DeviceMarks&) = delete;
+  DeviceMarks& operator=(const DeviceMarks&) = delete;
+
+  // Forgets every mark (the events stay for reuse).
+  void Clear() { n_ = 0; }
+  // Keeps only the last mark, as mark 0 (a step starts where the previous one ended); none
+  // before the first Mark().
+  void KeepLast();
+  void Mark();
+  int64_t size() const { return n_; }
+  // Microseconds from mark i - 1 to mark i (1 <= i < size()); the work before mark i must have
+  // completed (a SynchronizeDevice after it).
+  double ElapsedUs(int64_t i) const;
+
+ private:
+  struct Events;  // c10::Event per mark (a device), else unused
+  at::Device device_;
+  std::unique_ptr<Events> events_;
+  std::vector<int64_t> host_ns_;  // the CPU's marks
+  int64_t n_ = 0;
+};
 
 // Gives the calling thread its own stream on `device` while it lives: a stream from the backend's
 // pool becomes the thread's current stream (CUDA streams are per thread), so work that two host

@@ -413,6 +413,16 @@ void AtenForward::Program(KvCache& cache, const ForwardOptions& options, const S
   Logits(options.logits, s);
 }
 
+StepGraph& AtenForward::GraphFor(const std::vector<int64_t>& key) {
+  auto found = graphs_.find(key);
+  if (found != graphs_.end()) return *found->second;
+  if (graphs_.size() >= kMaxGraphs) {  // release them all; steps recapture as they come
+    graph_stats_.dropped += static_cast<int64_t>(graphs_.size());
+    graphs_.clear();
+  }
+  return *(graphs_[key] = std::make_unique<StepGraph>());
+}
+
 // The key holds everything the captured ops bake in: the shapes, the outputs asked for, and the
 // addresses of the cache and of each input view (a staged block view, or a buffer a device input
 // was copied into); this object's own buffers move only when they grow (buffer_generation_).
@@ -427,22 +437,90 @@ void AtenForward::ReplayProgram(KvCache& cache, const ForwardOptions& options, c
     key.push_back(reinterpret_cast<int64_t>(t->data_ptr()));
   }
   key.insert(key.end(), options.hidden_layers.begin(), options.hidden_layers.end());
-  std::unique_ptr<StepGraph>& graph = graphs_[key];
-  if (graph == nullptr) {
-    if (graphs_.size() > kMaxGraphs) {
-      graph_stats_.dropped += static_cast<int64_t>(graphs_.size()) - 1;
-      graphs_.clear();
-      return ReplayProgram(cache, options, s, out);
-    }
-    graph = std::make_unique<StepGraph>();
-  }
-  graph->Run(
+  GraphFor(key).Run(
       device_, [&] { Program(cache, options, s, nullptr); },
       s.n_tokens == 1 ? "a decode step" : "a verify step", graph_stats_);
   out.hidden.clear();
   for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
     out.hidden.push_back(Rows(hidden_[i], s.rows).clone().view({s.batch, s.n_tokens, config_.dim}));
   }
+}
+
+int64_t AtenForward::ScoresPerToken(const Step& s) {
+  return s.batch * s.heads * s.max_len;
+}
+
+AtenForward::Step AtenForward::StepOf(int64_t batch, int64_t n_tokens, int64_t past,
+                                      int64_t max_len) const {
+  Step s;
+  s.batch = batch;
+  s.n_tokens = n_tokens;
+  s.past = past;
+  s.n_slots = past + n_tokens;
+  s.rows = batch * n_tokens;
+  s.max_len = max_len;
+  s.heads = config_.n_heads;
+  s.kv_heads = config_.n_kv_heads;
+  s.group = s.heads / s.kv_heads;
+  s.head_dim = config_.head_dim;
+  // Scores for up to the cache's max_len slots, so a growing context does not regrow them.
+  s.chunk = std::max<int64_t>(1, std::min(n_tokens, kAttentionScoreBudget / ScoresPerToken(s)));
+  s.fused = s.replay = false;
+  return s;
+}
+
+// One upload holds the inner steps' [slot | position | tree bits | cached length] (4 values
+// each); the program points the step's input views at step i's four before running it, so the
+// captured chain reads each step's inputs from its own fixed addresses.
+void AtenForward::RunChain(const at::Tensor& first, KvCache& cache, int64_t n,
+                           const at::Tensor& ids, const ChainPick& pick,
+                           const std::vector<int64_t>& pick_key) {
+  SPECBED_CHECK(ChainsSteps(n) && cache.batch() == 1, "RunChain: a chain of ", n,
+                " tokens needs captured steps, batch 1 and n in [2, ", kMaxGraphTokens + 1, "]");
+  SPECBED_CHECK(first.defined() && first.data_ptr() == logits_.data_ptr() && ids.numel() >= n &&
+                    ids.scalar_type() == at::kLong && ids.device() == device_,
+                "RunChain: the first logits must be the last Run's (LogitsMode::kLast) and ids "
+                "int64 [>= ",
+                n, "] on ", device_.str());
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
+  const int64_t past = cache.length(), steps = n - 1;
+  SPECBED_CHECK(past + steps <= cache.max_len(), "context length ", past + steps,
+                " exceeds the KV cache (", cache.max_len(), " positions)");
+  Step s = StepOf(1, 1, past, cache.max_len());
+  s.fused = s.replay = true;
+  EnsureCapacity(s.rows, s.chunk * ScoresPerToken(s), s.rows * s.max_len);
+  EnsureRope(s.max_len);
+  int64_t* h = staging_.Host(4 * steps);
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t values[4] = {past + i, past + i, 1, past + i};  // slot, position, bits, length
+    std::copy(values, values + 4, h + 4 * i);
+  }
+  const at::Tensor block = staging_.Upload(4 * steps);
+  const at::Tensor logits = Rows(logits_, 1);
+  ForwardOptions options;  // the last (only) row's logits, no hidden states
+  auto program = [&] {
+    for (int64_t i = 0; i < n; ++i) {
+      pick(i, logits, Narrow(ids, 0, i, 1));
+      if (i + 1 == n) break;
+      s.past = past + i;
+      s.n_slots = s.past + 1;
+      ids_view_ = Narrow(ids, 0, i, 1);
+      slots_view_ = Narrow(block, 0, 4 * i, 1);
+      positions_view_ = Narrow(block, 0, 4 * i + 1, 1);
+      tree_bits_view_ = Narrow(block, 0, 4 * i + 2, 1).view({1, 1});
+      kv_len_view_ = Narrow(block, 0, 4 * i + 3, 1);
+      Program(cache, options, s, nullptr);
+    }
+  };
+  std::vector<int64_t> key = {-1,
+                              n,
+                              buffer_generation_,
+                              reinterpret_cast<int64_t>(cache.storage().data_ptr()),
+                              reinterpret_cast<int64_t>(block.data_ptr()),
+                              reinterpret_cast<int64_t>(ids.data_ptr())};
+  key.insert(key.end(), pick_key.begin(), pick_key.end());
+  StepGraph& graph = GraphFor(key);
+  graph.Run(device_, program, "a draft chain", graph_stats_);
 }
 
 ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
@@ -453,23 +531,10 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   // tiny model's step. Unlike InferenceMode this makes ordinary tensors (the hidden-state clones),
   // and the returned logits view is made after the guard, as an ordinary view of its buffer.
   std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
-  Step s;
-  s.batch = tokens.size(0);
-  s.n_tokens = tokens.size(1);
-  s.past = cache.length();
-  s.n_slots = s.past + s.n_tokens;
-  s.rows = s.batch * s.n_tokens;
-  s.max_len = cache.max_len();
-  s.heads = config_.n_heads;
-  s.kv_heads = config_.n_kv_heads;
-  s.group = s.heads / s.kv_heads;
-  s.head_dim = config_.head_dim;
+  Step s = StepOf(tokens.size(0), tokens.size(1), cache.length(), cache.max_len());
   s.fused = TakesTreeBits(s.n_tokens) && !options.mask.defined();
   s.replay = s.fused && ReplaysSteps(s.n_tokens);
-  // Scores for up to the cache's max_len slots, so a growing context does not regrow them.
-  const int64_t per_token = s.batch * s.heads * s.max_len;
-  s.chunk = std::max<int64_t>(1, std::min(s.n_tokens, kAttentionScoreBudget / per_token));
-  EnsureCapacity(s.rows, s.chunk * per_token, s.rows * s.max_len);
+  EnsureCapacity(s.rows, s.chunk * ScoresPerToken(s), s.rows * s.max_len);
   int64_t max_position = s.n_slots;
   if (options.positions.defined() && options.positions.device().is_cpu()) {
     const at::Tensor pos = options.positions.contiguous();

@@ -73,6 +73,20 @@ class AtenForward {
   // Whether a step of n_tokens new tokens replays a captured step program (SPECBED_GRAPHS=on,
   // the fused attention, n_tokens a StepBucket width); the verifier pads its rows up to one.
   bool ReplaysSteps(int64_t n_tokens) const;
+  // The draft chain as one step program (issue 45, step 5): `pick`(0) chooses token 0 from the
+  // logits the last Run left (`first`: a view of this object's logits buffer, LogitsMode::kLast,
+  // batch 1), then for i = 1 .. n - 1 a width-1 step over token i - 1 and `pick`(i) on its
+  // logits. The n - 1 steps' slots, positions and cached lengths go up in one staged copy, token
+  // ids never leave the device (`ids`: int64 [n] on the device, written by `pick`), and the whole
+  // chain is one StepGraph keyed by n, the buffers and `pick_key` (what `pick` bakes in: its
+  // buffers' addresses, its parameters). Needs ChainsSteps(n); the caller advances the cache.
+  void RunChain(const at::Tensor& first, KvCache& cache, int64_t n, const at::Tensor& ids,
+                const ChainPick& pick, const std::vector<int64_t>& pick_key);
+  // Whether RunChain takes a chain of n tokens: captured steps on (width 1 replays) and n - 1
+  // steps within the staging block.
+  bool ChainsSteps(int64_t n) const {
+    return ReplaysSteps(1) && n >= 2 && n - 1 <= kMaxGraphTokens;
+  }
   GraphMode graph_mode() const { return graph_mode_; }
   const GraphStats& graph_stats() const { return graph_stats_; }
 
@@ -87,6 +101,11 @@ class AtenForward {
   void CheckHostIds(const at::Tensor& tokens, const Step& s) const;
   void Embed(const Step& s);
   void StageStepInputs(const at::Tensor& tokens, const ForwardOptions& options, const Step& s);
+  // The shapes of a step of n_tokens per sequence after `past` cached ones (fused and replay
+  // left false: the caller decides them).
+  Step StepOf(int64_t batch, int64_t n_tokens, int64_t past, int64_t max_len) const;
+  // Attention-score elements one query token needs (every cached slot of every head).
+  static int64_t ScoresPerToken(const Step& s);
   // The step after its inputs are staged: embedding, layers, logits; hidden states are cloned
   // into `out` (eager) or copied into hidden_ (a captured program: fixed outputs).
   void Program(KvCache& cache, const ForwardOptions& options, const Step& s, ForwardOutput* out);
@@ -94,6 +113,8 @@ class AtenForward {
   void ReplayProgram(KvCache& cache, const ForwardOptions& options, const Step& s,
                      ForwardOutput& out);
   void EnsureHidden(size_t count);
+  // The StepGraph of `key` (made when new; all released first when kMaxGraphs are held).
+  StepGraph& GraphFor(const std::vector<int64_t>& key);
   void PrepareMask(const ForwardOptions& options, const Step& s);
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);

@@ -447,6 +447,22 @@ bool LlamaModel::ReplaysSteps(int64_t n_tokens) const {
   return aten_ != nullptr && aten_->ReplaysSteps(n_tokens);
 }
 
+bool LlamaModel::ChainsSteps(int64_t n) const {
+  return aten_ != nullptr && aten_->ChainsSteps(n);
+}
+
+void LlamaModel::DecodeChain(const at::Tensor& first, KvCache& cache, int64_t n,
+                             const at::Tensor& ids, const ChainPick& pick,
+                             const std::vector<int64_t>& pick_key) {
+  SPECBED_CHECK(ChainsSteps(n), "DecodeChain: this model does not chain ", n,
+                " tokens (captured steps off, or n outside [2, 65])");
+  SPECBED_CHECK(cache.device() == device_ && cache.batch() == 1,
+                "DecodeChain: the cache must be this model's, batch 1");
+  aten_->RunChain(first, cache, n, ids, pick, pick_key);
+  cache.Advance(n - 1);
+  forward_calls_ += n - 1;
+}
+
 GraphMode LlamaModel::graph_mode() const {
   return aten_ != nullptr ? aten_->graph_mode() : GraphMode::kOff;
 }

@@ -28,6 +28,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +104,10 @@ struct ForwardOutput {
   std::vector<at::Tensor> hidden;
 };
 
+// A draft chain's choice of token i (LlamaModel::DecodeChain): from `logits` (float32 [1, V] on
+// the model's device) write the token id into `id` (int64 [1] on the device), on the device.
+using ChainPick = std::function<void(int64_t i, const at::Tensor& logits, const at::Tensor& id)>;
+
 class LlamaModel {
  public:
   // `weights` all of one dtype and on one device; they become the model's dtype and device.
@@ -135,6 +141,15 @@ class LlamaModel {
   // SPECBED_GRAPHS=on: kernels/step_graph.h); the verifier pads a verify step to
   // StepBucket(n) rows when ReplaysSteps(StepBucket(n)). Off on the row kernels.
   bool ReplaysSteps(int64_t n_tokens) const;
+  // The draft chain of n tokens after the last Forward (whose LogitsMode::kLast logits are
+  // `first`) as one captured step program: pick(0) on `first`, then n - 1 width-1 forwards, each
+  // over the token the previous pick wrote into `ids` (int64 [>= n] on the device) and followed by
+  // pick(i) on its logits; the cache advances by n - 1 (the last token is not fed). `pick_key`
+  // names what `pick` bakes into a graph (its buffers' addresses and parameters). Only where
+  // ChainsSteps(n) (AtenForward::RunChain); otherwise call Forward per token.
+  bool ChainsSteps(int64_t n) const;
+  void DecodeChain(const at::Tensor& first, KvCache& cache, int64_t n, const at::Tensor& ids,
+                   const ChainPick& pick, const std::vector<int64_t>& pick_key);
   // SPECBED_GRAPHS as this model resolved it (kOff on the row kernels) and what its captured
   // steps did so far (zeros when off).
   GraphMode graph_mode() const;

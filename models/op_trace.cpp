@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <sstream>
 
 #include "base/error.h"
+#include "kernels/engine_counters.h"
 
 namespace specbed {
 namespace {
@@ -80,6 +82,14 @@ bool StartsWithAny(std::string_view name, std::initializer_list<std::string_view
   return false;
 }
 
+thread_local int count_depth = 0;  // nesting seen by OpCounting's global callback
+
+std::unique_ptr<at::ObserverContext> OnCountStart(const at::RecordFunction& fn);
+
+void OnCountEnd(const at::RecordFunction&, at::ObserverContext*) {
+  --count_depth;
+}
+
 }  // namespace
 
 void MarkOpTrace(const char* marker) {
@@ -121,6 +131,55 @@ void OpTrace::Stop() {
   at::removeCallback(handle_);
   active_trace = nullptr;
   active_ = false;
+}
+
+namespace {
+
+// A cross-device copy_ (at any depth) not made inside an announced transfer.
+void CountStrayCopy(const at::RecordFunction& fn) {
+  if (TransferScope::Active() || std::string_view(fn.name()) != "aten::copy_") return;
+  const auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return;
+  const at::Tensor& dst = inputs[0].toTensor();
+  const at::Tensor& src = inputs[1].toTensor();
+  if (!dst.defined() || !src.defined() || dst.device() == src.device()) return;
+  engine_counters_detail::AddCopy(src.device().is_cpu() ? Transfer::kHostToDevice
+                                                        : Transfer::kDeviceToHost);
+}
+
+std::unique_ptr<at::ObserverContext> OnCountStart(const at::RecordFunction& fn) {
+  CountStrayCopy(fn);
+  if (count_depth++ != 0) return nullptr;
+  std::string name = fn.name();
+  const char* overload = fn.overload_name();
+  if (overload != nullptr && overload[0] != '\0') name += std::string(".") + overload;
+  if (IsHostReadOp(name)) engine_counters_detail::AddHostReads(1);
+  if (!IsMetadataOp(name)) engine_counters_detail::AddLaunches(1);
+  return nullptr;
+}
+
+}  // namespace
+
+bool ResolveCountOps() {
+  const char* env = std::getenv("SPECBED_COUNT_OPS");
+  const std::string value = env == nullptr ? "" : env;
+  if (value.empty() || value == "off") return false;
+  if (value == "on") return true;
+  throw Error(StrCat("SPECBED_COUNT_OPS=", value, ": expected on or off"));
+}
+
+OpCounting::OpCounting(bool force) {
+  if (!force && !ResolveCountOps()) return;
+  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(OnCountStart, OnCountEnd)
+                                      .needsInputs(true)
+                                      .scopes({at::RecordScope::FUNCTION}));
+  engine_counters_detail::SetOpCounting(true);
+}
+
+OpCounting::~OpCounting() {
+  if (handle_ == 0) return;
+  at::removeCallback(handle_);
+  engine_counters_detail::SetOpCounting(false);
 }
 
 OpCounts CountOps(const std::vector<OpRecord>& ops) {

@@ -8,8 +8,10 @@
 // thread-local callbacks; ops called from inside another op are that op's business). SpecBed's
 // fused kernels (kernels/*.h) announce themselves with RECORD_FUNCTION ("specbed::<name>"), so
 // they count as one launching op each. AllocationCount counts CPU tensor storage allocations.
+// OpCounting feeds the per-step counters of kernels/engine_counters.h.
 // Checked by: tests/engine/step_ops_test.cpp (counts per decode / verify step on stories260K,
-// trace identity and its negative control, the view and host-read classification).
+// trace identity and its negative control, the view and host-read classification; OpCounting's
+// launches equal OpTrace's, a stray copy counted).
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -93,6 +95,26 @@ std::string TraceDifference(const std::vector<OpRecord>& a, const std::vector<Op
 
 // One op as text: name(sizes@pointer-offset, scalar, ...), pointers shown relative to `base`.
 std::string OpToString(const OpRecord& op);
+
+// SPECBED_COUNT_OPS: "on" | "off" | unset (= off); anything else throws naming the variable.
+bool ResolveCountOps();
+
+// While alive (and SPECBED_COUNT_OPS=on, or `force`), counts into the process's engine counters
+// (kernels/engine_counters.h) the launching top-level dispatcher calls of every thread, their host
+// reads, and cross-device copies made outside an announced transfer. A global at::RecordFunction
+// callback, so every op of the process pays for it: the runner turns it on for a case only when
+// asked, and records that it did. Nests.
+class OpCounting {
+ public:
+  explicit OpCounting(bool force = false);
+  ~OpCounting();
+  OpCounting(const OpCounting&) = delete;
+  OpCounting& operator=(const OpCounting&) = delete;
+  bool active() const { return handle_ != 0; }
+
+ private:
+  uint64_t handle_ = 0;
+};
 
 // Counts CPU tensor storage allocations while alive (it wraps the current CPU allocator at the
 // highest priority and restores the previous one on destruction). One at a time per process.

@@ -131,6 +131,18 @@ std::string KnobsShort(const std::string& knobs_json) {
   return out;
 }
 
+std::string EngineNote(const std::string& label, const CaseRecord& record, const CaseMetrics& m) {
+  const bool counted = std::isfinite(m.launches_per_step);
+  if (!std::isfinite(m.replays_per_step) || (!counted && record.device == "cpu")) return "";
+  return StrCat(label, ": per verify step ",
+                counted ? Fixed(m.launches_per_step, 1) + " launching calls, " : std::string(),
+                Fixed(m.replays_per_step, 2), " captured-step replays, ", Fixed(m.h2d_per_step, 2),
+                " host-to-device and ", Fixed(m.d2h_per_step, 2),
+                " device-to-host copies; device time ",
+                std::isfinite(m.device_time_fraction) ? Fixed(m.device_time_fraction, 2) : "—",
+                " of the steps' wall time.");
+}
+
 namespace {
 
 // The AR baseline of cases[i] (FindArBaseline): speedup and exact match in `row`, and why there
@@ -275,6 +287,8 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
                               "pattern): system overhead only, not a real measurement.");
     }
     if (!row.is_baseline) AttachBaseline(cases, i, options, label, samples_of, row, summary.notes);
+    const std::string engine = EngineNote(label, c.record, row.metrics);
+    if (!engine.empty()) summary.notes.push_back(engine);
     summary.rows.push_back(std::move(row));
   }
   if (!options.category.empty() && !categories_seen.empty()) {
@@ -778,6 +792,11 @@ void AddMetricsJson(const CaseMetrics& m, OrderedJson& j) {
   j["draft_busy_us_per_step"] = NumberJson(m.draft_busy_us_per_step);
   j["verify_busy_us_per_step"] = NumberJson(m.verify_busy_us_per_step);
   j["rollback_events_per_step"] = NumberJson(m.rollback_events_per_step);
+  j["launches_per_step"] = NumberJson(m.launches_per_step);
+  j["graph_replays_per_step"] = NumberJson(m.replays_per_step);
+  j["h2d_copies_per_step"] = NumberJson(m.h2d_per_step);
+  j["d2h_copies_per_step"] = NumberJson(m.d2h_per_step);
+  j["device_time_fraction"] = NumberJson(m.device_time_fraction);
   Json r_list = Json::array(), alpha_list = Json::array();
   for (double v : m.positions.r) r_list.push_back(NumberJson(v));
   for (double v : m.positions.alpha) alpha_list.push_back(NumberJson(v));

@@ -68,6 +68,12 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options =
 
 // One case for CostRegimeNotes: its record (config_json "target_info" / "machine", written by the
 // runner) and its decode throughput.
+// The engine's per-step counters of a case that counted its launches (SPECBED_COUNT_OPS=on) or
+// ran off the CPU (schema v12 steps; "" otherwise: older rows, AR, a CPU case without op counts):
+// "<label>: per verify step N launching calls, R captured-step replays, a host-to-device and b
+// device-to-host copies; device time F of the steps' wall time."
+std::string EngineNote(const std::string& label, const CaseRecord& record, const CaseMetrics& m);
+
 struct CostCase {
   int64_t case_id = 0;
   const CaseRecord* record = nullptr;

@@ -147,6 +147,15 @@ const std::vector<Field<StepRecord>>& StepFields() {
       {"n_draft_generated", &R::n_draft_generated, 6, kMinusOne, "tokens"},
       {"n_trimmed", &R::n_trimmed, 10, kMinusOne, "tokens"},
       {"t_draft_prefill_us", &R::t_draft_prefill_us, 10, kMinusOne, "us"},
+      {"t_draft_device_us", &R::t_draft_device_us, 12, kMinusOne, "us"},
+      {"t_verify_device_us", &R::t_verify_device_us, 12, kMinusOne, "us"},
+      {"t_other_device_us", &R::t_other_device_us, 12, kMinusOne, "us"},
+      {"n_launches", &R::n_launches, 12, kMinusOne},
+      {"n_host_reads", &R::n_host_reads, 12, kMinusOne},
+      {"n_graph_replays", &R::n_graph_replays, 12, kMinusOne},
+      {"n_graph_captures", &R::n_graph_captures, 12, kMinusOne},
+      {"n_h2d_copies", &R::n_h2d_copies, 12, kMinusOne},
+      {"n_d2h_copies", &R::n_d2h_copies, 12, kMinusOne},
   };
   return kFields;
 }

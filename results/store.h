@@ -39,8 +39,10 @@ struct Field;  // results/record_schema.h
 // Version 9 added vLLM's metric names: case_summary.acceptance_rate / mean_acceptance_length and
 // the view position_acceptance (no table changes). Version 10 added steps.n_trimmed and
 // t_draft_prefill_us. Version 11 added bench.gemv_kernel / huge_page_bytes and
-// bench_verify.gemv_kernel (the CPU kernels a bench row ran).
-inline constexpr int kResultsSchemaVersion = 11;
+// bench_verify.gemv_kernel (the CPU kernels a bench row ran). Version 12 added the steps' device
+// time per phase and engine counters (launches, host reads, graph replays / captures, copies each
+// way; base/step_counters.h).
+inline constexpr int kResultsSchemaVersion = 12;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -60,6 +61,7 @@ struct BenchOptions {
   int64_t gemv_max_rows = -1;            // -1 = models/gemv.h defaults; 0 = ATen/BLAS only
   std::vector<std::string> gemv_isas;    // A/B caps (models/gemv.h); empty = SPECBED_GEMV_ISA/auto
   std::vector<std::string> huge_pages;   // on | off (models/weight_arena.h); empty = environment
+  std::vector<std::string> graphs;       // on | off (SPECBED_GRAPHS); empty = environment
   bool quiet = false;                    // no progress display on stderr
   std::string device = "cpu";            // cpu | cuda | cuda:N
   std::string forward = "auto";          // auto | rows | aten (models/llama_model.h ForwardPath)
@@ -133,6 +135,9 @@ void ValidateBench(const BenchOptions& o) {
   SPECBED_CHECK(o.bandwidth_mib >= 0, "bench: --bandwidth-mib must be >= 0 (0 = skip), got ",
                 o.bandwidth_mib);
   for (const auto& isa : o.gemv_isas) ValidateGemvIsa(isa, "bench --gemv-isa");
+  SPECBED_CHECK(o.graphs.empty() || o.forward == "aten" || ParseDevice(o.device, "bench").is_cuda(),
+                "bench --graphs: captured steps run on the ATen forward path: add --forward aten "
+                "on the CPU (the row kernels capture nothing)");
   std::vector<std::string> bad;
   for (const auto& d : o.dtypes) ParseDtype(d);  // an unknown dtype fails naming it
   for (int64_t b : o.batches) {
@@ -440,21 +445,24 @@ void RunBench(const BenchOptions& o) {
     progress = std::make_unique<ProgressBar>(
         "bench",
         static_cast<int64_t>(o.models.size() * o.dtypes.size() * Settings(o.huge_pages).size() *
-                             Settings(o.gemv_isas).size() * o.threads.size() * o.batches.size() *
-                             o.contexts.size()),
+                             Settings(o.graphs).size() * Settings(o.gemv_isas).size() *
+                             o.threads.size() * o.batches.size() * o.contexts.size()),
         "row");
     sink.progress = progress.get();
   }
-  // The weights are packed (or not) when a model loads, so --huge-pages reloads it; --gemv-isa
-  // only switches kernels.
+  // The weights are packed (or not) and the captured steps set up when a model loads, so
+  // --huge-pages and --graphs reload it; --gemv-isa only switches kernels.
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       for (const std::string& pages : Settings(o.huge_pages)) {
         if (!pages.empty()) SetWeightHugePages(pages == "on");
-        LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
-        for (const std::string& isa : Settings(o.gemv_isas)) {
-          if (!isa.empty()) SetGemvIsa(isa, "bench --gemv-isa");
-          MeasureTarget(o, target, bandwidths, sink);
+        for (const std::string& graphs : Settings(o.graphs)) {
+          if (!graphs.empty()) setenv("SPECBED_GRAPHS", graphs.c_str(), 1);  // read at load
+          LoadedTarget target = LoadModel(model_name, ParseDtype(dtype_name), "", device);
+          for (const std::string& isa : Settings(o.gemv_isas)) {
+            if (!isa.empty()) SetGemvIsa(isa, "bench --gemv-isa");
+            MeasureTarget(o, target, bandwidths, sink);
+          }
         }
       }
     }
@@ -512,6 +520,12 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--huge-pages", o->huge_pages,
                   "A/B: CPU row-kernel weights in 2 MiB pages, on and/or off, each measured in "
                   "turn (default: SPECBED_HUGE_PAGES or on)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--graphs", o->graphs,
+                  "A/B: captured step programs (SPECBED_GRAPHS; CUDA graphs on a GPU, the same "
+                  "programs run eagerly on the CPU) on and/or off, each measured in turn with its "
+                  "verify-width curve; needs the ATen path (default: SPECBED_GRAPHS or off)")
       ->delimiter(',')
       ->check(CLI::IsMember({"on", "off"}));
   AddListFlags(cmd, {{"--lookup-contexts", o->lookup_contexts,

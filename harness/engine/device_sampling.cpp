@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include <ATen/ATen.h>
 
 #include "base/error.h"
+#include "kernels/engine_counters.h"
 #include "kernels/greedy_verify.h"
 #include "kernels/kv_compact.h"
 #include "kernels/sampled_verify.h"
@@ -54,12 +56,14 @@ at::Tensor DraftProbsOn(const DraftTree& tree, int64_t vocab, const at::Device& 
   }
   const at::Tensor rows =
       at::from_blob(const_cast<float*>(tree.draft_probs.data()), {1, n + 1, vocab}, at::kFloat);
+  const TransferScope transfer(Transfer::kHostToDevice);  // host draft distributions
   return device.is_cpu() ? rows : rows.to(device);
 }
 
 }  // namespace
 
 at::Tensor CopyToHost(const at::Tensor& t) {
+  const TransferScope transfer(Transfer::kDeviceToHost);  // counted on the CPU too
   if (t.device().is_cpu()) return t;
   g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
   return t.cpu();
@@ -130,6 +134,7 @@ at::Tensor DeviceVerifier::UploadTree(const DraftTree& tree, int64_t committed) 
   std::copy(tree.token.begin(), tree.token.end(), host);
   std::copy(tree.parent.begin(), tree.parent.end(), host + n);
   host[2 * n] = static_cast<int32_t>(committed);
+  const TransferScope transfer(Transfer::kHostToDevice);
   return in_device_.narrow(0, 0, 2 * n + 1).copy_(int_host_.narrow(0, 0, 2 * n + 1));
 }
 
@@ -145,6 +150,7 @@ void DeviceVerifier::DownloadVerdict(int64_t n, Verdict& verdict, const CompactA
   // The step's one device-to-host copy, into the staging buffer the tree came from (its upload
   // was synchronous, so it is free again): no allocation, no pointer into a temporary.
   const at::Tensor result = result_device_.narrow(0, 0, n + 2);
+  const TransferScope transfer(Transfer::kDeviceToHost);  // counted on the CPU too
   at::Tensor host = result;
   if (!result.device().is_cpu()) {
     host = int_host_.narrow(0, 0, n + 2).copy_(result);
@@ -187,8 +193,10 @@ void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logi
   const at::Tensor in = UploadTree(tree, compact.committed);
   double* u = uniforms_host_.data_ptr<double>();
   for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler.rng());
-  const at::Tensor uniforms =
-      uniforms_device_.narrow(0, 0, n + 1).copy_(uniforms_host_.narrow(0, 0, n + 1));
+  const at::Tensor uniforms = [&] {
+    const TransferScope transfer(Transfer::kHostToDevice);
+    return uniforms_device_.narrow(0, 0, n + 1).copy_(uniforms_host_.narrow(0, 0, n + 1));
+  }();
   at::Tensor q;  // the rejection modes' draft distributions
   if (n > 0 && (mode == kSampledRejection || mode == kSampledRejectionTargetResidual)) {
     q = DraftProbsOn(tree, vocab, device);
@@ -239,6 +247,7 @@ void DeviceDraftSampler::Begin(int64_t n, int64_t vocab, const at::Device& devic
   vocab_ = vocab;
   double* u = uniforms_host_.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) u[i] = Uniform01(rng);
+  const TransferScope transfer(Transfer::kHostToDevice);
   uniforms_.narrow(0, 0, n).copy_(uniforms_host_.narrow(0, 0, n));
   probs_.narrow(0, n, 1).zero_();
 }
@@ -275,6 +284,19 @@ void DeviceDraftSampler::InjectDraftFault(const at::Tensor& logits, int64_t firs
   if (stale_row_.defined() && stale_row_.size(1) == vocab_) rows.narrow(0, 0, 1).copy_(stale_row_);
   if (r > 1) rows.narrow(0, 1, r - 1).copy_(truth.narrow(0, 0, r - 1));
   stale_row_ = truth.narrow(0, r - 1, 1);
+}
+
+std::vector<int64_t> DeviceDraftSampler::GraphKey(const SamplingParams& params) const {
+  std::vector<int64_t> key = {1, params.top_k, vocab_};  // 1: the sampled pick
+  for (double x : {params.temperature, params.top_p}) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &x, sizeof(bits));
+    key.push_back(bits);
+  }
+  for (const at::Tensor* t : {&probs_, &scratch_, &uniforms_, &tokens_, &counts_, &empty_}) {
+    key.push_back(reinterpret_cast<int64_t>(t->data_ptr()));
+  }
+  return key;
 }
 
 at::Tensor DeviceDraftSampler::TokensToHost() const {

@@ -67,6 +67,9 @@ class DeviceDraftSampler {
   const at::Tensor& probs() const { return probs_; }
   // The chain's n tokens on the host (int32 [n]): the chain's one device-to-host copy.
   at::Tensor TokensToHost() const;
+  // What a captured chain of Sample calls bakes in (LlamaModel::DecodeChain's pick_key): the
+  // buffers' addresses and `params`.
+  std::vector<int64_t> GraphKey(const SamplingParams& params) const;
 
  private:
   // DraftFault (tests): rows [first, first + r) of probs() rewritten after the draws.

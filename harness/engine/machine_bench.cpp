@@ -153,7 +153,16 @@ std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t
       p[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
     return ids;
   };
-  KvCache cache = model.NewCache(1, prefill + max_n);
+  // With captured steps on, a verify of n tokens runs the padded width the verifier would run
+  // (StepBucket(n) rows where the cache has room; kernels/step_graph.h), after two warm-ups (the
+  // eager run and the capture).
+  const bool graphs = model.graph_mode() == GraphMode::kOn;
+  const int64_t room = graphs ? StepBucket(max_n) : max_n;
+  KvCache cache = model.NewCache(1, std::min(prefill + room, model.config().max_seq_len));
+  auto rows_for = [&](int64_t n) {
+    const int64_t bucket = StepBucket(n);
+    return model.ReplaysSteps(bucket) && prefill + bucket <= cache.max_len() ? bucket : n;
+  };
   ForwardOptions no_logits;
   no_logits.logits = LogitsMode::kNone;
   model.Forward(random_ids(prefill), cache, no_logits);
@@ -161,13 +170,14 @@ std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t
   all.logits = LogitsMode::kAll;
   std::vector<VerifyWidthPoint> out;
   for (int64_t n : ns) {
-    const at::Tensor ids = random_ids(n);
+    const at::Tensor ids = random_ids(rows_for(n));
     std::vector<double> ms;
-    for (int64_t r = 0; r <= reps; ++r) {  // r = 0: warmup
+    const int64_t warmups = graphs ? 2 : 1;
+    for (int64_t r = 0; r < warmups + reps; ++r) {
       cache.Truncate(prefill);
       const int64_t t0 = DeviceNowNanos(model.device());
       model.Forward(ids, cache, all);
-      if (r > 0) ms.push_back((DeviceNowNanos(model.device()) - t0) * 1e-6);
+      if (r >= warmups) ms.push_back((DeviceNowNanos(model.device()) - t0) * 1e-6);
     }
     cache.Truncate(prefill);
     VerifyWidthPoint p;

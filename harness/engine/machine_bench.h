@@ -51,6 +51,8 @@ struct VerifyWidthPoint {
 // Forward time of n new tokens (one sequence, all logits, as a verifier computes them) appended
 // after `context` cached tokens (random ids, seeded), for every n in `widths` (each >= 1; n = 1
 // is measured too when missing, for the ratio), median of `reps` timed runs after one warmup.
+// With captured steps on (SPECBED_GRAPHS=on) n tokens run as the verifier runs them: padded to
+// StepBucket(n) rows where the cache has room, after two warm-ups (eager, capture).
 // Uses the model's current thread count; the cache is truncated back to `context` between runs.
 std::vector<VerifyWidthPoint> MeasureVerifyWidthCurve(LlamaModel& model, int64_t context,
                                                       const std::vector<int64_t>& widths,

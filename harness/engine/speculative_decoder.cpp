@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "kernels/engine_counters.h"
 #include "models/device.h"
 
 namespace specbed {
@@ -17,19 +18,32 @@ namespace {
 // the time since the previous lap to `phase`, so draft + verify + other tile the step and the
 // loop never does clock arithmetic. The first lap starts at the previous step's end (or the end of
 // prefill: the loop overhead between steps is "other"). Accepting (Drafter::Accept, the adapter
-// and controller hooks) is draft time; committing the tokens is "other".
+// and controller hooks) is draft time; committing the tokens is "other". Beside the synced clock
+// each lap marks the device's stream (`marks`: timing events, read once per step after the last
+// lap's sync) for the phases' device time, and the step's engine counters are the difference of
+// two readings (kernels/engine_counters.h).
 class StepPhases {
  public:
   enum Phase { kDraft, kVerify, kOther };
-  StepPhases(const at::Device& device, int64_t start_ns) : device_(device), last_ns_(start_ns) {}
+  static constexpr int kMaxLaps = 8;
+  StepPhases(const at::Device& device, int64_t start_ns, DeviceMarks& marks)
+      : device_(device), last_ns_(start_ns), marks_(marks), counters_(ReadEngineCounters()) {
+    if (marks_.size() == 0) {
+      marks_.Mark();  // a generation's first step: its device time starts here
+    } else {
+      marks_.KeepLast();
+    }
+  }
   void Lap(Phase phase) {
+    marks_.Mark();
+    lap_phase_[std::min<int64_t>(marks_.size() - 1, kMaxLaps - 1)] = phase;
     const int64_t now = DeviceNowNanos(device_);
     ns_[phase] += now - last_ns_;
     last_ns_ = now;
   }
   int64_t end_ns() const { return last_ns_; }
-  // The step's phase times; on the first step the drafter's Begin (`begin_ns`, part of the first
-  // "other" lap) moves to draft time and its prefill part is reported beside it.
+  // The step's phase times and counters; on the first step the drafter's Begin (`begin_ns`, part
+  // of the first "other" lap) moves to draft time and its prefill part is reported beside it.
   void SetStepTimes(bool first, int64_t begin_ns, int64_t drafter_prefill_ns,
                     StepStats& stats) const {
     const int64_t moved = first ? begin_ns : 0;
@@ -39,12 +53,29 @@ class StepPhases {
     stats.t_draft_prefill_us = first ? drafter_prefill_ns * 1e-3 : 0.0;
     stats.t_draft_busy_us = stats.t_draft_us;
     stats.t_verify_busy_us = stats.t_verify_us;
+    double device_us[3] = {0, 0, 0};
+    for (int64_t i = 1; i < marks_.size() && i < kMaxLaps; ++i) {
+      device_us[lap_phase_[i]] += marks_.ElapsedUs(i);
+    }
+    stats.t_draft_device_us = device_us[kDraft];
+    stats.t_verify_device_us = device_us[kVerify];
+    stats.t_other_device_us = device_us[kOther];
+    const EngineCounters d = ReadEngineCounters().Since(counters_);
+    stats.n_launches = d.launches;
+    stats.n_host_reads = d.host_reads;
+    stats.n_graph_replays = d.replays;
+    stats.n_graph_captures = d.captures;
+    stats.n_h2d_copies = d.h2d;
+    stats.n_d2h_copies = d.d2h;
   }
 
  private:
   at::Device device_;
   int64_t last_ns_;
   int64_t ns_[3] = {0, 0, 0};
+  DeviceMarks& marks_;
+  EngineCounters counters_;  // at the step's start
+  Phase lap_phase_[kMaxLaps] = {};
 };
 
 // Pushes the verdict's tokens until a stop rule fires; returns how many were emitted.
@@ -169,7 +200,8 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, const Tokenizer* toke
       options_(options),
       controller_(std::move(controller)),
       adapter_(std::move(adapter)),
-      verifier_(target) {
+      verifier_(target),
+      marks_(target.device()) {
   SPECBED_CHECK(drafter_ != nullptr, "speculative decoder needs a drafter");
   SPECBED_CHECK(options_.budget.nodes >= 0 && options_.budget.depth >= 0,
                 "draft budget must be >= 0 (nodes ", options_.budget.nodes, ", depth ",
@@ -245,13 +277,14 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
   // End of the previous step; the first step's "other" starts at the end of prefill (minus the
   // drafter's Begin, which is draft time), so draft + verify + other add up to decode time.
   int64_t t_prev_end = t_prefill_end;
+  marks_.Clear();
   while (!stop.stopped()) {
     const int64_t free = cache.max_len() - cache.length() - 1;  // slots after the root
     if (free < 0) {
       stop.StopForContext();
       break;
     }
-    StepPhases phases(target_.device(), t_prev_end);
+    StepPhases phases(target_.device(), t_prev_end, marks_);
     phases.Lap(StepPhases::kOther);  // the loop since the previous step ended
     DraftStep step;
     step.root = root;

@@ -25,6 +25,7 @@
 
 #include "harness/engine/method.h"
 #include "harness/engine/verifier.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -78,6 +79,7 @@ class SpeculativeDecoder : public Decoder {
   DraftTree tree_;
   Verdict verdict_;
   std::vector<int32_t> committed_;
+  DeviceMarks marks_;  // the phases' device-time marks (reused across steps)
 };
 
 // Length of a target KV cache that holds a prompt of `prompt_len` tokens, `max_new_tokens`

@@ -23,6 +23,7 @@
 #include "models/device.h"
 #include "models/gemv.h"
 #include "models/llama_config.h"
+#include "models/op_trace.h"
 
 namespace specbed {
 
@@ -263,6 +264,7 @@ struct CaseGraphStats {
 nlohmann::json EngineJson(const LlamaModel& model, const CaseGraphStats& graphs) {
   return {{"forward_path", ForwardPathName(model.forward_path())},
           {"graphs", GraphModeName(model.graph_mode())},
+          {"count_ops", ResolveCountOps() ? "on" : "off"},
           {"graphs_warmup", GraphStatsJson(graphs.start, graphs.after_warmup)},
           {"graphs_timed", GraphStatsJson(graphs.after_warmup, graphs.end)}};
 }
@@ -309,6 +311,13 @@ CaseRecord BuildCaseRecord(const CaseConfig& c, const MethodTraits& traits, cons
   record.config_json = case_json.dump();
   record.timing_mode = c.timing;
   return record;
+}
+
+// The method's traits as built for a case's knobs: the decoder's sampling rule.
+MethodTraits BuiltTraits(const MethodInfo& info, const Decoder& decoder) {
+  MethodTraits traits = info.traits;
+  traits.sampling_verifier = decoder.SamplingVerifier();
+  return traits;
 }
 
 // Progress labels: "case 3/12" is followed by target, method and only the knobs that differ
@@ -557,6 +566,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
   DecodeResult result, paired_result;
 
   const int64_t case_start = NowMicros();
+  const OpCounting op_counting;  // SPECBED_COUNT_OPS=on: the steps' launches and host reads
   CaseGraphStats graphs;
   graphs.start = model.graph_stats();
   if (!prompts.empty()) {
@@ -603,8 +613,7 @@ void Runner::RunCase(const MethodRegistry& methods, const CaseConfig& c,
     }
   }
   graphs.end = model.graph_stats();
-  MethodTraits traits = method_info.traits;  // as built for these knobs: the decoder's rule
-  traits.sampling_verifier = decoder->SamplingVerifier();
+  const MethodTraits traits = BuiltTraits(method_info, *decoder);
   CaseRecord record = BuildCaseRecord(
       c, traits, model, MemoryBandwidthGbs(static_cast<int>(c.threads), c.device), graphs);
   record.wall_s = (NowMicros() - case_start) * 1e-6;

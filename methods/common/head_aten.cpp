@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "kernels/engine_counters.h"
 #include "methods/common/head_kernels.h"
 #include "models/llama_model.h"
 #include "models/tensor_util.h"
@@ -109,6 +110,7 @@ void HostStaging::Resize(int64_t n_int64, int64_t n_bytes) {
 }
 
 std::pair<at::Tensor, at::Tensor> HostStaging::Upload(const at::Device& device) {
+  const TransferScope transfer(Transfer::kHostToDevice);
   const at::Tensor host =
       at::from_blob(host_.data(), {8 * n_int64_ + n_bytes_}, at::TensorOptions(at::kByte));
   const at::Tensor staged = device.is_cpu() ? host : host.to(device);

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "harness/engine/verifier.h"
+#include "kernels/engine_counters.h"
 
 namespace specbed {
 namespace {
@@ -43,7 +44,8 @@ void TopkRows(const at::Tensor& logits, const std::vector<int64_t>& rows, int64_
   const int64_t m = static_cast<int64_t>(rows.size());
   out.resize(static_cast<size_t>(m * k));
   if (m == 0) return;
-  if (logits.device().is_cpu()) {
+  if (logits.device().is_cpu()) {  // counted as the device path's upload and download
+    const TransferScope upload(Transfer::kHostToDevice), download(Transfer::kDeviceToHost);
     std::vector<float> vals(static_cast<size_t>(k));
     const float* base = logits.data_ptr<float>();
     for (int64_t i = 0; i < m; ++i) {
@@ -51,7 +53,10 @@ void TopkRows(const at::Tensor& logits, const std::vector<int64_t>& rows, int64_
     }
     return;
   }
-  at::Tensor index = at::tensor(rows, at::kLong).to(logits.device(), /*non_blocking=*/true);
+  at::Tensor index = [&] {
+    const TransferScope upload(Transfer::kHostToDevice);
+    return at::tensor(rows, at::kLong).to(logits.device(), /*non_blocking=*/true);
+  }();
   at::Tensor picked = logits.index_select(0, index);
   at::Tensor ids = k == 1 ? picked.argmax(-1, /*keepdim=*/true)
                           : std::get<1>(picked.topk(k, -1, /*largest=*/true, /*sorted=*/true));

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "kernels/engine_counters.h"
 
 namespace specbed {
 
@@ -95,6 +96,7 @@ void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
   const bool greedy = sampler_->params().greedy() || options_.argmax_drafts;
   const at::Tensor rows = out_.logits.narrow(0, 1, depth);
   if (greedy && !rows.is_cpu()) {  // one download of the depth argmax ids
+    const TransferScope transfer(Transfer::kDeviceToHost);
     const at::Tensor ids = rows.argmax(-1).to(at::kInt).cpu();
     for (int64_t d = 1; d <= depth; ++d) {
       tree.AddNode(ids.data_ptr<int32_t>()[d - 1], static_cast<int32_t>(d) - 2);
@@ -106,6 +108,7 @@ void DflashDrafter::DraftChain(int64_t depth, DraftTree& tree) {
     return;
   }
   // The host pass (the row loops; greedy on the CPU ATen path reads the rows in place).
+  const TransferScope transfer(Transfer::kDeviceToHost);  // counted on the CPU too
   const at::Tensor host = rows.is_cpu() ? rows.contiguous() : rows.cpu();
   if (!greedy) {
     tree.vocab = vocab_;
@@ -134,6 +137,7 @@ void DflashDrafter::TopKPerDepth(int64_t depth, int64_t k) {
   logp_.resize(static_cast<size_t>(depth * k));
   tokens_.resize(static_cast<size_t>(depth * k));
   const at::Tensor rows = out_.logits.narrow(0, 1, depth);
+  const TransferScope transfer(Transfer::kDeviceToHost);  // counted on the CPU too
   if (!rows.is_cpu()) {  // one download of [depth, k] ids and log-probs
     DownloadTopKLogProbs(rows, k, at::Tensor(), tokens_.data(), logp_.data());
     return;

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "harness/engine/draft_hooks.h"
+#include "kernels/engine_counters.h"
 
 namespace specbed {
 
@@ -161,6 +162,9 @@ void Eagle3Drafter::EnsureNodeRows(int64_t rows) {
 }
 
 void Eagle3Drafter::TopKRows(const at::Tensor& logits, int64_t k, int32_t* tokens, float* logp) {
+  // A layer's top-k reaches the host: one download on a device, read in place on the CPU (counted
+  // there too, kernels/engine_counters.h).
+  const TransferScope transfer(Transfer::kDeviceToHost);
   const int64_t n = logits.size(0);
   if (logits.is_cpu()) {
     const at::Tensor rows = logits.contiguous();
@@ -271,6 +275,7 @@ void Eagle3Drafter::Expand(const DraftTree& candidates, const std::vector<int32_
   if (step_ == nullptr || step_->hooks == nullptr) return;
   best_entropy_ = Entropy(out_.logits[0]);
   if (step_->hooks->WantsDraftHidden()) {
+    const TransferScope transfer(Transfer::kDeviceToHost);
     const at::Tensor row = out_.hidden[0].to(at::kFloat).cpu().contiguous();
     best_hidden_.assign(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
   }

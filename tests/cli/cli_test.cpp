@@ -917,6 +917,31 @@ TEST(CliBench, GemvIsaRowsRecordTheKernelAndBadNamesFail) {
 
 // Every combination is validated before the first measurement: a context that cannot fit fails
 // at once, naming it, and nothing is measured (no bench rows, no measurement lines).
+// --graphs off,on measures the decode rows and the verify-width curve of each setting in one run
+// (the "[graphs]" rows replay captured steps); the row kernels capture nothing, so --graphs needs
+// --forward aten on the CPU and says so.
+TEST(CliBench, GraphsOffAndOnInOneRun) {
+  const std::string dir = TestDir();
+  const std::string db = dir + "/bench.db";
+  ProcResult r =
+      RunSpecbed({"bench", "-q", "-n", "4", "-r", "1", "--bandwidth-mib", "0", "--forward", "aten",
+                  "--graphs", "off,on", "--verify-widths", "1,3", "-o", db},
+                 dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(
+      ContainsAll(r.out, {"| stories260K [aten] |", "| stories260K [aten] [graphs] |",
+                          "| verify | stories260K [aten] [graphs] | float32 | 1 | 0 | 3 |"}))
+      << r.out;
+  auto store = OpenReadOnly(db);
+  const std::vector<BenchRecord> rows = store->LoadBench();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].model, "stories260K [aten] [graphs]");
+  r = RunSpecbed({"bench", "-q", "-n", "4", "--graphs", "on", "-o", ""}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "bench --graphs: captured steps run on the ATen forward path"))
+      << Describe(r);
+}
+
 TEST(CliBench, ImpossibleContextFailsBeforeMeasuringAnything) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bench.db";

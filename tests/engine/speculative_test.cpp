@@ -7,7 +7,7 @@
 // and the phase times add up to the decode time; SpS at T = 1 on a tiny pair matches the target's
 // exact 4-token distribution (chi-square, with negative controls); SpS at T > 0 on the ATen path
 // keeps its draft distributions on the device, draws the row path's tokens, and a warm step
-// allocates no tensor storage.
+// allocates no tensor storage; every step's device time per phase and engine counters.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -381,6 +381,61 @@ TEST(Speculative, SpsSampledDraftsStayOnTheDeviceOnTheAtenPath) {
   }
   EXPECT_GT(accepted, 0);
   EXPECT_EQ(allocations, 0) << "storage allocations in a warm sampled SpS step";
+}
+
+// Every step records its phases' device time and its engine counters (issue 45, step 6). On the
+// CPU a device mark reads the host clock, so each phase's device time equals its synced wall time
+// to a few microseconds (the first step's device time starts after the drafter's Begin, its wall
+// time at the end of prefill: there device time is at most wall time). Greedy SpS (gamma 4) on the ATen path with graphs off: the draft chain's 4
+// forwards upload their inputs once each, the verify step its forward's inputs and the tree (6);
+// the chain's tokens and the verdict come back (2). Launches and host reads are counted only
+// under OpCounting: then a step launches ops and reads nothing on the host.
+TEST(Speculative, StepsRecordDeviceTimeAndEngineCounters) {
+  at::set_num_threads(1);
+  SetCpuForwardPathOverride(ForwardPath::kAten);
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  LoadedTarget draft = LoadModel("stories260K-draft", at::kFloat);
+  SetCpuForwardPathOverride(ForwardPath::kAuto);
+  auto decoder = MakeSps(target, draft.model, 4);
+  const std::vector<int32_t>& prompt = Shared().prompts[1];
+  const GenerationConfig g = Config(target, 0.0, 40);
+  KvCache cache = CacheFor(*target.model, prompt, 40);
+  for (bool count_ops : {false, true}) {
+    std::optional<OpCounting> counting;
+    if (count_ops) counting.emplace(/*force=*/true);
+    DecodeResult r;
+    decoder->Generate(prompt, g, cache, r);
+    ASSERT_GT(r.steps.size(), 3u);
+    int64_t full_steps = 0;  // steps that drafted the whole chain
+    for (size_t i = 0; i < r.steps.size(); ++i) {
+      const StepStats& s = r.steps[i];
+      const std::string where = "step " + std::to_string(i);
+      EXPECT_NEAR(s.t_verify_device_us, s.t_verify_us, 5) << where;
+      if (i == 0) {  // device time starts after the drafter's Begin; wall time at prefill's end
+        EXPECT_LE(s.t_draft_device_us, s.t_draft_us + 5) << where;
+        EXPECT_LE(s.t_other_device_us, s.t_other_us + 5) << where;
+      } else {
+        EXPECT_NEAR(s.t_draft_device_us, s.t_draft_us, 5) << where;
+        EXPECT_NEAR(s.t_other_device_us, s.t_other_us, 5) << where;
+      }
+      EXPECT_GT(s.t_verify_device_us, 0) << where;
+      EXPECT_EQ(s.n_graph_replays, 0) << where;
+      EXPECT_EQ(s.n_graph_captures, 0) << where;
+      if (s.n_drafted == 4) {
+        ++full_steps;
+        EXPECT_EQ(s.n_h2d_copies, 6) << where;
+        EXPECT_EQ(s.n_d2h_copies, 2) << where;
+      }
+      if (count_ops) {
+        EXPECT_GT(s.n_launches, 50) << where;
+        EXPECT_EQ(s.n_host_reads, 0) << where;
+      } else {
+        EXPECT_EQ(s.n_launches, -1) << where;
+        EXPECT_EQ(s.n_host_reads, -1) << where;
+      }
+    }
+    EXPECT_GT(full_steps, 2);
+  }
 }
 
 std::shared_ptr<LlamaModel> TinyModel(uint64_t seed, double sharpen) {

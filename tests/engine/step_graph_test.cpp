@@ -4,7 +4,9 @@
 // bucket gives the unpadded step's verdict (greedy, tree_rrs with draft distributions,
 // sample_follow, chains and trees of 1 to 63 nodes, three context lengths), the same logits
 // (float32, 1e-5), draws the same uniforms and leaves a cache from which the next step's logits
-// are the same. On a GPU (StepGraphCuda) replayed CUDA graphs equal eager steps bit for bit.
+// are the same. A draft chain with graphs on is one captured program equal to the per-token loop
+// bit for bit (greedy and sampled, six context lengths from one capture), one replay, one upload
+// and one download. On a GPU (StepGraphCuda) replayed CUDA graphs equal eager steps bit for bit.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -15,9 +17,12 @@
 #include <vector>
 
 #include "base/error.h"
+#include "harness/engine/device_sampling.h"
 #include "harness/engine/step_ops.h"
 #include "harness/engine/verifier.h"
+#include "kernels/engine_counters.h"
 #include "kernels/step_graph.h"
+#include "methods/common/draft_chain.h"
 #include "methods/common/tree_builders.h"
 #include "models/llama_forward_aten.h"
 #include "tests/common/cuda_test_util.h"
@@ -234,6 +239,92 @@ TEST(StepGraph, NoPaddingWhereTheCacheHasNoRoomForTheBucket) {
   const DraftTree tree = RandomTree(8, vocab, 3);  // 9 rows: bucket 16 > the 10 free slots
   ExpectSameVerdict(on, off, cache_on, cache_off, tree, {VerifyRule::kGreedy, 0.0}, 3);
   EXPECT_EQ(on.graph_stats().replays + on.graph_stats().eager_warmups, 1);  // the 1-token step
+}
+
+// A draft model's chains of n tokens (methods/common/draft_chain.h: SpS's, PEARL's) through `on`
+// (graphs on: each chain one captured program) and `off` (the per-token loop), `rounds` chains
+// from one prompt, each followed by the forward of its last token as the next draft step feeds
+// it, so every chain starts at a longer context: tokens, draft distributions (sampled) and the
+// next logits equal bit for bit.
+void ExpectChainsEqual(LlamaModel& on, LlamaModel& off, bool sampled, int64_t n, int64_t rounds) {
+  const at::Device device = on.device();
+  KvCache cache_on = on.NewCache(1, 192), cache_off = off.NewCache(1, 192);
+  const at::Tensor prompt = Ids({1, 403, 261, 376, 298}).to(device);
+  ForwardOutput a = on.Forward(prompt, cache_on), b = off.Forward(prompt, cache_off);
+  SamplingParams params;
+  params.temperature = sampled ? 0.8 : 0.0;
+  params.top_k = sampled ? 50 : 0;
+  Sampler sampler_on(params, 7), sampler_off(params, 7);
+  DeviceDraftSampler draws_on, draws_off;
+  at::Tensor ids_on, ids_off;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const at::Tensor t_on =
+        sampled ? SampledChainOnDevice(on, cache_on, a, n, sampler_on, draws_on, ids_on)
+                : GreedyChainOnDevice(on, cache_on, a, n, ids_on);
+    const at::Tensor t_off =
+        sampled ? SampledChainOnDevice(off, cache_off, b, n, sampler_off, draws_off, ids_off)
+                : GreedyChainOnDevice(off, cache_off, b, n, ids_off);
+    ASSERT_TRUE(at::equal(t_on, t_off)) << "round " << round << ": " << t_on << " vs " << t_off;
+    if (sampled) {
+      ASSERT_TRUE(at::equal(draws_on.probs().narrow(0, 0, n + 1).cpu(),
+                            draws_off.probs().narrow(0, 0, n + 1).cpu()))
+          << "round " << round;
+    }
+    ASSERT_EQ(cache_on.length(), cache_off.length());
+    const int64_t last = t_on.to(at::kLong)[n - 1].item<int64_t>();
+    a = on.Forward(Ids({last}).to(device), cache_on);
+    b = off.Forward(Ids({last}).to(device), cache_off);
+    ASSERT_TRUE(at::equal(a.logits.cpu(), b.logits.cpu())) << "after round " << round;
+  }
+}
+
+TEST(StepGraph, DraftChainIsOneCapturedProgramEqualToTheLoop) {
+  at::set_num_threads(1);
+  for (bool sampled : {false, true}) {
+    LlamaModel on = AtenStories260K(true), off = AtenStories260K(false);
+    EXPECT_TRUE(on.ChainsSteps(5));
+    EXPECT_FALSE(off.ChainsSteps(5));
+    EXPECT_FALSE(on.ChainsSteps(1));
+    ExpectChainsEqual(on, off, sampled, 5, 6);
+    // One chain program (warm-up, capture, 4 replays at 4 more context lengths) and the width-1
+    // decode step the feeds replay: 2 captures, nothing recaptured as the context grew.
+    EXPECT_EQ(on.graph_stats().captures, 2) << (sampled ? "sampled" : "greedy");
+    EXPECT_EQ(off.graph_stats().replays, 0);
+  }
+}
+
+// The chain's counters (kernels/engine_counters.h): with graphs on a warm chain is one replay,
+// its steps' inputs one upload and its tokens one download; the per-token loop uploads per token.
+TEST(StepGraph, DraftChainIsOneReplayOneUploadAndOneDownload) {
+  at::set_num_threads(1);
+  for (bool graphs : {true, false}) {
+    LlamaModel model = AtenStories260K(graphs);
+    KvCache cache = model.NewCache(1, 128);
+    ForwardOutput out = model.Forward(Ids({1, 403, 261, 376}), cache);
+    at::Tensor ids;
+    EngineCounters d;
+    for (int round = 0; round < 3; ++round) {  // warm-up, capture, replay
+      const EngineCounters before = ReadEngineCounters();
+      const at::Tensor tokens = GreedyChainOnDevice(model, cache, out, 6, ids);
+      d = ReadEngineCounters().Since(before);
+      out = model.Forward(Ids({tokens[5].item<int64_t>()}), cache);
+    }
+    const char* mode = graphs ? "graphs on" : "graphs off";
+    EXPECT_EQ(d.replays, graphs ? 1 : 0) << mode;
+    EXPECT_EQ(d.captures, 0) << mode;
+    EXPECT_EQ(d.h2d, graphs ? 1 : 5) << mode;
+    EXPECT_EQ(d.d2h, 1) << mode;
+    EXPECT_EQ(d.launches, -1) << mode << ": launches are counted under OpCounting only";
+  }
+}
+
+TEST(StepGraphCuda, DraftChainGraphEqualsTheLoopBitForBit) {
+  SPECBED_SKIP_WITHOUT_CUDA_KERNELS();
+  for (bool sampled : {false, true}) {
+    LlamaModel on = AtenStories260K(true, at::kCUDA), off = AtenStories260K(false, at::kCUDA);
+    ExpectChainsEqual(on, off, sampled, 5, 6);
+    EXPECT_EQ(on.graph_stats().captures, 2);
+  }
 }
 
 TEST(StepGraphCuda, ReplayedGraphsEqualEagerStepsBitForBit) {

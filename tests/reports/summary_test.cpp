@@ -395,6 +395,47 @@ TEST(Summary, NotesCudaGraphCapturesInsideTimedPrompts) {
   EXPECT_TRUE(notes_for(Json::object()).empty());
 }
 
+// Schema v12 steps: the engine's per-step means and the device-time share, noted for a case that
+// counted its launches or ran on a GPU; none for a CPU case without op counts, nor when one step
+// did not record them (rows before v12 mixed in).
+TEST(Summary, NotesTheEngineCountersOfCasesThatCountedThem) {
+  std::vector<StepRecord> steps;
+  for (int64_t i = 0; i < 4; ++i) {
+    StepRecord st = testing::Step("p0", i, 4, 2, 3);  // 2000 + 1500 + 100 us of wall time
+    st.t_draft_device_us = 1000;
+    st.t_verify_device_us = 1400;
+    st.t_other_device_us = 200;
+    st.n_launches = 100 + i;  // mean 101.5
+    st.n_host_reads = 0;
+    st.n_graph_replays = 2;
+    st.n_graph_captures = 0;
+    st.n_h2d_copies = 3;
+    st.n_d2h_copies = i % 2;  // mean 0.5
+    steps.push_back(st);
+  }
+  const CaseMetrics m = ComputeCaseMetrics(testing::ArSamplesT0(), steps);
+  EXPECT_DOUBLE_EQ(m.launches_per_step, 101.5);
+  EXPECT_DOUBLE_EQ(m.replays_per_step, 2.0);
+  EXPECT_DOUBLE_EQ(m.h2d_per_step, 3.0);
+  EXPECT_DOUBLE_EQ(m.d2h_per_step, 0.5);
+  EXPECT_DOUBLE_EQ(m.device_time_fraction, 2600.0 / 3600.0);
+  CaseRecord record;
+  record.device = "cpu";
+  EXPECT_EQ(EngineNote("case 3 (sps)", record, m),
+            "case 3 (sps): per verify step 101.5 launching calls, 2.00 captured-step replays, "
+            "3.00 host-to-device and 0.50 device-to-host copies; device time 0.72 of the steps' "
+            "wall time.");
+  for (StepRecord& st : steps) st.n_launches = -1;  // SPECBED_COUNT_OPS off
+  const CaseMetrics uncounted = ComputeCaseMetrics(testing::ArSamplesT0(), steps);
+  EXPECT_EQ(EngineNote("case 3 (sps)", record, uncounted), "");
+  record.device = "cuda";
+  EXPECT_CONTAINS(EngineNote("case 3 (sps)", record, uncounted),
+                  "case 3 (sps): per verify step 2.00 captured-step replays, 3.00 host-to-device");
+  steps[1].n_h2d_copies = -1;  // one step from before v12
+  EXPECT_EQ(EngineNote("case 3 (sps)", record, ComputeCaseMetrics(testing::ArSamplesT0(), steps)),
+            "");
+}
+
 // A target whose weights stay in cache (stories260K: ~1 MB) gets one warning that speculation
 // cannot pay on it; a memory-bound one (the twin's ~190 MB) none.
 TEST(Summary, WarnsWhenTheTargetIsTooSmallForSpeculation) {
