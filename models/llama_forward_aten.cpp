@@ -477,11 +477,8 @@ void AtenForward::RunChain(const at::Tensor& first, KvCache& cache, int64_t n,
                            const std::vector<int64_t>& pick_key) {
   SPECBED_CHECK(ChainsSteps(n) && cache.batch() == 1, "RunChain: a chain of ", n,
                 " tokens needs captured steps, batch 1 and n in [2, ", kMaxGraphTokens + 1, "]");
-  SPECBED_CHECK(first.defined() && first.data_ptr() == logits_.data_ptr() && ids.numel() >= n &&
-                    ids.scalar_type() == at::kLong && ids.device() == device_,
-                "RunChain: the first logits must be the last Run's (LogitsMode::kLast) and ids "
-                "int64 [>= ",
-                n, "] on ", device_.str());
+  SPECBED_CHECK(ids.numel() >= n && ids.scalar_type() == at::kLong && ids.device() == device_,
+                "RunChain: ids must be int64 [>= ", n, "] on ", device_.str());
   std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
   const int64_t past = cache.length(), steps = n - 1;
   SPECBED_CHECK(past + steps <= cache.max_len(), "context length ", past + steps,
@@ -490,6 +487,10 @@ void AtenForward::RunChain(const at::Tensor& first, KvCache& cache, int64_t n,
   s.fused = s.replay = true;
   EnsureCapacity(s.rows, s.chunk * ScoresPerToken(s), s.rows * s.max_len);
   EnsureRope(s.max_len);
+  // Checked after the buffers are sized: a regrowth would have moved the logits `first` views.
+  SPECBED_CHECK(first.defined() && first.data_ptr() == logits_.data_ptr(),
+                "RunChain: the first logits must be the last Run's (LogitsMode::kLast) on this "
+                "cache");
   int64_t* h = staging_.Host(4 * steps);
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t values[4] = {past + i, past + i, 1, past + i};  // slot, position, bits, length

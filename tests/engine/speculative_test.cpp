@@ -386,10 +386,11 @@ TEST(Speculative, SpsSampledDraftsStayOnTheDeviceOnTheAtenPath) {
 // Every step records its phases' device time and its engine counters (issue 45, step 6). On the
 // CPU a device mark reads the host clock, so each phase's device time equals its synced wall time
 // to a few microseconds (the first step's device time starts after the drafter's Begin, its wall
-// time at the end of prefill: there device time is at most wall time). Greedy SpS (gamma 4) on the ATen path with graphs off: the draft chain's 4
-// forwards upload their inputs once each, the verify step its forward's inputs and the tree (6);
-// the chain's tokens and the verdict come back (2). Launches and host reads are counted only
-// under OpCounting: then a step launches ops and reads nothing on the host.
+// time at the end of prefill: there device time is at most wall time). Greedy SpS (gamma 4) on the
+// ATen path with graphs off: the draft chain's 4 forwards upload their inputs once each, the verify
+// step its forward's inputs and the tree (6); the chain's tokens and the verdict come back (2).
+// Launches and host reads are counted only under OpCounting: then a step launches ops and reads
+// nothing on the host.
 TEST(Speculative, StepsRecordDeviceTimeAndEngineCounters) {
   at::set_num_threads(1);
   SetCpuForwardPathOverride(ForwardPath::kAten);
