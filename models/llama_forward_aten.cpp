@@ -124,7 +124,7 @@ void AtenForward::EnsureCapacity(int64_t rows, int64_t score_elems, int64_t mask
     ids_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     positions_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
     tree_bits_ = at::empty({cap}, at::TensorOptions(at::kLong).device(device_));
-    staging_.Reserve(4 * cap + cap, device_);
+    staging_.Reserve(4 * cap + cap + MaxStagedExtra(cap), device_);
     hidden_.clear();
     x_ = at::empty({cap, c.dim}, opts);
     xn_ = at::empty({cap, c.dim}, opts);
@@ -204,14 +204,20 @@ void AtenForward::Embed(const Step& s) {
 }
 
 // The step's small inputs in one host block and one copy to the device (kernels/step_staging.h),
-// laid out [ids (rows) | slots (rows) | positions (rows) | tree bits (rows) | kv_len (batch)]:
+// laid out [ids (rows) | slots (rows) | positions (rows) | tree bits (rows) | kv_len (batch) |
+// the caller's staged_extra]:
 // the host's token ids; slot past + t of each sequence's new row t; the positions (explicit ones
 // from the host, else the slots); the fused attention's bits (the host's tree bits, else causal);
 // the cached length. Inputs already on the device are read in place, or, for a captured step
 // (fixed addresses), copied into this object's buffers (one op each).
 void AtenForward::StageStepInputs(const at::Tensor& tokens, const ForwardOptions& options,
                                   const Step& s) {
-  const int64_t rows = s.rows, n = 4 * rows + s.batch;
+  const int64_t rows = s.rows;
+  const int64_t extra = options.staged_extra.defined() ? options.staged_extra.numel() : 0;
+  SPECBED_CHECK(extra <= MaxStagedExtra(rows) && (extra == 0 || options.staged_extra.is_cpu()),
+                "Forward: staged_extra must be int64 on the CPU with at most ",
+                MaxStagedExtra(rows), " values for ", rows, " rows, got ", extra);
+  const int64_t n = 4 * rows + s.batch + extra;
   int64_t* h = staging_.Host(n);
   int64_t *ids = h, *slot = h + rows, *pos = h + 2 * rows, *bits = h + 3 * rows,
           *kv_len = h + 4 * rows;
@@ -233,7 +239,13 @@ void AtenForward::StageStepInputs(const at::Tensor& tokens, const ForwardOptions
                         : static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
   }
   std::fill(kv_len, kv_len + s.batch, s.past);
+  if (extra > 0) {
+    const at::Tensor given_extra = options.staged_extra.to(at::kLong).contiguous();
+    std::copy(given_extra.data_ptr<int64_t>(), given_extra.data_ptr<int64_t>() + extra,
+              kv_len + s.batch);
+  }
   const at::Tensor block = staging_.Upload(n);
+  extra_view_ = extra > 0 ? Narrow(block, 0, 4 * rows + s.batch, extra) : at::Tensor();
   ids_view_ = Narrow(block, 0, 0, rows);
   slots_view_ = Narrow(block, 0, rows, rows);
   positions_view_ = Narrow(block, 0, 2 * rows, rows);
@@ -551,6 +563,7 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   StageStepInputs(tokens, options, s);
   PrepareMask(options, s);
   ForwardOutput out;
+  out.staged_extra = extra_view_;
   if (s.replay) {
     ReplayProgram(cache, options, s, out);
   } else {

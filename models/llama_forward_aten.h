@@ -155,6 +155,9 @@ class AtenForward {
   // token ids [rows], slots [rows], RoPE positions [rows], tree bits [batch, T], cached length
   // [batch].
   at::Tensor ids_view_, slots_view_, positions_view_, tree_bits_view_, kv_len_view_;
+  at::Tensor extra_view_;  // ForwardOptions::staged_extra's device view (undefined: none)
+  // Room for staged_extra in the block of a step of `rows` rows.
+  static constexpr int64_t MaxStagedExtra(int64_t rows) { return 3 * rows + 2; }
   at::Tensor mask_view_;  // this step's additive mask [batch or 1, T, S]
   at::Tensor mask5_;      // mask_view_ as [batch or 1, 1, 1, T, S] (scores' layout)
 

@@ -23,7 +23,8 @@
 //   verification possible; hidden states of any layers can be returned for drafters.
 // Checked by: tests/engine/llama_model_test.cpp against models/reference_forward.h (plain loops
 // over the original unfused tensors), for llama2.c and HF Llama-3 / Qwen2 / Qwen3 checkpoints;
-// tests/engine/aten_forward_test.cpp (the ATen path against the row kernels).
+// tests/engine/aten_forward_test.cpp (the ATen path against the row kernels); staged_extra in
+// tests/engine/step_graph_test.cpp (StepGraph.VerifyStepIsOneUploadAndOneDownload).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -86,6 +87,11 @@ struct ForwardOptions {
   // token j (TreeBitsOf). The ATen path's fused attention reads them on the device (no [T, S]
   // mask); every other path gets the mask they stand for.
   at::Tensor tree_bits;
+  // int64 [m] on the CPU, m <= 3 * T + 2: values the caller needs on the device right after this
+  // step (the verifier's tree and uniforms), carried in the ATen path's one upload of the step's
+  // inputs (kernels/step_staging.h) instead of a copy of their own; ForwardOutput::staged_extra
+  // is their device view. Other paths ignore it.
+  at::Tensor staged_extra;
 };
 
 // The tree_bits of a draft tree's verify rows: row 0 is the root (bit 0), row i + 1 node i
@@ -102,6 +108,9 @@ struct ForwardOutput {
   at::Tensor logits;
   // One tensor per requested hidden layer: [batch, T, dim], model dtype and device, owned.
   std::vector<at::Tensor> hidden;
+  // ForwardOptions::staged_extra on the model's device (int64 [m], a view of the staged block:
+  // valid until the next Forward); undefined when none was given or the path does not stage.
+  at::Tensor staged_extra;
 };
 
 // A draft chain's choice of token i (LlamaModel::DecodeChain): from `logits` (float32 [1, V] on

@@ -138,6 +138,32 @@ at::Tensor DeviceVerifier::UploadTree(const DraftTree& tree, int64_t committed) 
   return in_device_.narrow(0, 0, 2 * n + 1).copy_(int_host_.narrow(0, 0, 2 * n + 1));
 }
 
+at::Tensor DeviceVerifier::StageTree(const DraftTree& tree, int64_t committed, Sampler* sampler) {
+  const int64_t n = tree.size(), size = 2 * n + 1 + (sampler != nullptr ? n + 1 : 0);
+  if (!staged_host_.defined() || staged_host_.numel() < size) {
+    staged_host_ = at::empty({std::max<int64_t>(size, 192)}, at::kLong);
+  }
+  int64_t* host = staged_host_.data_ptr<int64_t>();
+  std::copy(tree.token.begin(), tree.token.end(), host);
+  std::copy(tree.parent.begin(), tree.parent.end(), host + n);
+  host[2 * n] = committed;
+  if (sampler != nullptr) {
+    double* u = reinterpret_cast<double*>(host + 2 * n + 1);
+    for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler->rng());
+  }
+  return staged_host_.narrow(0, 0, size);
+}
+
+at::Tensor DeviceVerifier::TreeOnDevice(const DraftTree& tree, int64_t committed,
+                                        const at::Tensor& staged) {
+  if (!staged.defined()) return UploadTree(tree, committed);
+  const int64_t n = tree.size();
+  SPECBED_CHECK(staged.numel() >= 2 * n + 1 && staged.device() == in_device_.device(),
+                "DeviceVerifier: the staged tree has ", staged.numel(), " values on ",
+                staged.device(), ", expected >= ", 2 * n + 1, " on ", in_device_.device());
+  return in_device_.narrow(0, 0, 2 * n + 1).copy_(staged.narrow(0, 0, 2 * n + 1));
+}
+
 void DeviceVerifier::CompactOnDevice(int64_t n, const at::Tensor& in,
                                      const CompactAfterWalk& compact) {
   if (compact.cache == nullptr) return;
@@ -172,10 +198,10 @@ at::Tensor DeviceVerifier::PathSlots(int64_t n, int64_t k) {
 }
 
 void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,
-                                  const CompactAfterWalk& compact) {
+                                  const CompactAfterWalk& compact, const at::Tensor& staged) {
   const int64_t n = tree.size();
   Reserve(n, 0, logits.device());
-  const at::Tensor in = UploadTree(tree, compact.committed);
+  const at::Tensor in = TreeOnDevice(tree, compact.committed, staged);
   const at::Tensor result = result_device_.narrow(0, 0, n + 2);
   GreedyTreeVerify(logits.view({1, n + 1, logits.size(-1)}), in.narrow(0, 0, n).view({1, n}),
                    in.narrow(0, n, n).view({1, n}), result.narrow(0, 0, n).view({1, n}),
@@ -186,14 +212,22 @@ void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logit
 
 void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
                                    Sampler& sampler, Verdict& verdict,
-                                   const CompactAfterWalk& compact) {
+                                   const CompactAfterWalk& compact, const at::Tensor& staged) {
   const int64_t n = tree.size(), vocab = logits.size(-1);
   const at::Device device = logits.device();
   Reserve(n, vocab, device);
-  const at::Tensor in = UploadTree(tree, compact.committed);
-  double* u = uniforms_host_.data_ptr<double>();
-  for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler.rng());
+  const at::Tensor in = TreeOnDevice(tree, compact.committed, staged);
   const at::Tensor uniforms = [&] {
+    if (staged.defined()) {
+      SPECBED_CHECK(staged.numel() == 3 * n + 2,
+                    "DeviceVerifier: the staged tree has no "
+                    "uniforms (",
+                    staged.numel(), " values, expected ", 3 * n + 2, ")");
+      return uniforms_device_.narrow(0, 0, n + 1)
+          .copy_(staged.narrow(0, 2 * n + 1, n + 1).view(at::kDouble));
+    }
+    double* u = uniforms_host_.data_ptr<double>();
+    for (int64_t i = 0; i <= n; ++i) u[i] = Uniform01(sampler.rng());
     const TransferScope transfer(Transfer::kHostToDevice);
     return uniforms_device_.narrow(0, 0, n + 1).copy_(uniforms_host_.narrow(0, 0, n + 1));
   }();

@@ -96,15 +96,24 @@ class DeviceVerifier {
  public:
   // T = 0: the target argmax walk (kernels/greedy_verify.h).
   //   logits: [n + 1, V] float32 on the device; tree: host, n = tree.size()
+  //   staged: the tree (and at T > 0 its uniforms) already on the device, as StageTree laid
+  //     them out and the forward carried them (ForwardOutput::staged_extra); undefined = upload
+  //     them here (one more copy).
   void AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,
-                    const CompactAfterWalk& compact = {});
+                    const CompactAfterWalk& compact = {}, const at::Tensor& staged = {});
   // T > 0 under `mode` (kernels/kernel_status.h kSampled*): the target's distributions from
   // SamplingProbsInto (reused buffers), the drafter's distributions in the rejection modes
   // (tree.draft_probs_device read in place, or tree.draft_probs uploaded), n + 1 uniforms from
   // sampler.rng().
   //   logits: [n + 1, V] float32 / bfloat16 / float16 on the device
   void AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
-                     Sampler& sampler, Verdict& verdict, const CompactAfterWalk& compact = {});
+                     Sampler& sampler, Verdict& verdict, const CompactAfterWalk& compact = {},
+                     const at::Tensor& staged = {});
+  // The walk's inputs for the verify forward to carry (ForwardOptions::staged_extra): int64
+  // [2n + 1] = tokens, parents, committed length, then with `sampler` (T > 0) the n + 1
+  // uniforms drawn from sampler->rng() now (the draws AcceptSampled would make), as the bits of
+  // doubles: [3n + 2] in all. Written into a reused host buffer; returns its CPU view.
+  at::Tensor StageTree(const DraftTree& tree, int64_t committed, Sampler* sampler);
   // One token from the target at `logits` ([..., V], its last row): the argmax at T = 0, else a
   // draw from SamplingProbs with one uniform from sampler.rng() (the walk of an empty tree).
   int32_t SampleToken(const at::Tensor& logits, Sampler& sampler);
@@ -116,6 +125,9 @@ class DeviceVerifier {
  private:
   // Uploads tokens, parents and the committed length into in_device_[0 .. 2n + 1) and returns it.
   at::Tensor UploadTree(const DraftTree& tree, int64_t committed);
+  // The tree's walk inputs as int32 [2n + 1] on the device: from `staged` (StageTree's layout)
+  // when defined, else uploaded.
+  at::Tensor TreeOnDevice(const DraftTree& tree, int64_t committed, const at::Tensor& staged);
   // The walk's compaction (CompactAfterWalk) on the device, before the copy back.
   void CompactOnDevice(int64_t n, const at::Tensor& in, const CompactAfterWalk& compact);
   // Copies result_device_[0 .. n + 2) = [accepted | count | bonus] back (the step's one copy),
@@ -124,6 +136,7 @@ class DeviceVerifier {
   void Reserve(int64_t n, int64_t vocab, const at::Device& device);
 
   at::Tensor int_host_, in_device_, result_device_;
+  at::Tensor staged_host_;       // int64 [cap] CPU: StageTree's block
   at::Tensor path_slots_, one_;  // int32 [cap + 1] (PathSlots), 1 (0-dim)
   // probs_, scratch_: the target's sampling distributions [rows, V] (SamplingProbsInto).
   at::Tensor uniforms_host_, uniforms_device_, residual_device_, probs_, scratch_;

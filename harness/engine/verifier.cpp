@@ -306,25 +306,27 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
     keep_buf_ = at::empty({cap}, at::kLong);
     bits_buf_ = at::empty({cap}, at::kLong);
   }
+  // On the ATen path (every device; forced on the CPU in tests) acceptance, greedy or sampled,
+  // runs through the kernels/ walks on the logits' device, their inputs (tree, uniforms) carried
+  // in the forward's one upload; the row kernels' CPU logits are read in place.
+  const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
+  const bool on_device = target_.forward_path() == ForwardPath::kAten && synthetic_.empty();
+  if (on_device && !greedy) CheckSamplingRule(tree, rule, vocab);
   ForwardOptions options;
   options.logits = LogitsMode::kAll;
   options.hidden_layers = hidden_layers;
+  if (on_device)
+    options.staged_extra = device_.StageTree(tree, committed, greedy ? nullptr : &sampler);
   const at::Tensor tokens = StageRows(root, tree, committed, width, options);
   ForwardOutput out = target_.Forward(tokens, cache, options);
   if (width > n_slots) out.logits = out.logits.narrow(1, 0, n_slots);  // the pad rows' dropped
-  // On the ATen path (every device; forced on the CPU in tests) acceptance, greedy or sampled,
-  // runs through the kernels/ walks on the logits' device; the row kernels' CPU logits are read
-  // in place.
-  const bool greedy = sampler.params().greedy() || rule == VerifyRule::kGreedy;
-  const bool on_device = target_.forward_path() == ForwardPath::kAten && synthetic_.empty();
   if (on_device) {  // the walk and the compaction on the device, one copy back
     const CompactAfterWalk compact{&cache, committed};
     if (greedy) {
-      device_.AcceptGreedy(tree, out.logits, verdict, compact);
+      device_.AcceptGreedy(tree, out.logits, verdict, compact, out.staged_extra);
     } else {
-      CheckSamplingRule(tree, rule, vocab);
       device_.AcceptSampled(tree, out.logits, SampledMode(rule, VerifierFaultForTesting()), sampler,
-                            verdict, compact);
+                            verdict, compact, out.staged_extra);
     }
     Finish(tree, verdict);
   } else {

@@ -140,12 +140,41 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
     if (d >= 2 && d < layers && !expander.ContinueGrowing(candidate_scores_, layer_begin, d)) break;
   }
 
-  // Reranking: keep the `budget` best candidates under (score desc, depth asc, index asc).
+  Keep(std::clamp<int64_t>(expander.KeepBudget(candidate_scores_, layers_built_, options.budget),
+                           std::min<int64_t>(1, options.budget), options.budget),
+       tree);
+}
+
+void BeamTreeBuilder::BuildFromCandidates(const int32_t* tokens, const int32_t* parents,
+                                          const float* logp, const float* scores, int64_t n,
+                                          int64_t layers, int64_t budget, DraftTree& tree) {
+  SPECBED_CHECK(budget >= 0 && n >= 0 && layers >= 0,
+                "beam tree: budget, candidates and layers "
+                "must be >= 0 (got ",
+                budget, ", ", n, ", ", layers, ")");
+  candidates_.Clear();
+  candidate_scores_.assign(scores, scores + n);
+  candidate_to_node_.clear();
+  node_to_candidate_.clear();
+  node_scores_.clear();
+  tree.Clear();
+  layers_built_ = layers;
+  for (int64_t c = 0; c < n; ++c) {
+    SPECBED_CHECK(tokens[c] >= 0 && parents[c] >= -1 && parents[c] < c && logp[c] <= 0.f,
+                  "beam tree: candidate ", c, " has token ", tokens[c], ", parent ", parents[c],
+                  " and log-prob ", logp[c],
+                  " (expected a token >= 0, an earlier parent or -1, "
+                  "a log-prob <= 0)");
+    candidates_.AddNode(tokens[c], parents[c], logp[c]);
+  }
+  if (budget > 0) Keep(budget, tree);
+}
+
+void BeamTreeBuilder::Keep(int64_t wanted, DraftTree& tree) {
+  // Reranking: keep the `wanted` best candidates under (score desc, depth asc, index asc).
   const int64_t total = candidates_.size();
-  const int64_t wanted =
-      std::clamp<int64_t>(expander.KeepBudget(candidate_scores_, layers_built_, options.budget),
-                          std::min<int64_t>(1, options.budget), options.budget);
   const int64_t kept = std::min(wanted, total);
+  if (kept <= 0) return;
   order_.resize(static_cast<size_t>(total));
   std::iota(order_.begin(), order_.end(), 0);
   std::nth_element(order_.begin(), order_.begin() + (kept - 1), order_.end(),
@@ -169,9 +198,8 @@ void BeamTreeBuilder::Build(TopKExpander& expander, const BeamTreeOptions& optio
     const int32_t parent_node = parent_candidate < 0 ? -1 : candidate_to_node_[parent_candidate];
     // Ancestor closure (proof in tree_builders.h); parents come first in BFS order.
     SPECBED_CHECK(parent_candidate < 0 || parent_node >= 0,
-                  "beam tree: internal error: kept "
-                  "candidate ",
-                  c, " has pruned parent candidate ", parent_candidate);
+                  "beam tree: internal error: kept candidate ", c, " has pruned parent candidate ",
+                  parent_candidate);
     candidate_to_node_[c] =
         tree.AddNode(candidates_.token[c], parent_node, candidates_.draft_logp[c]);
     node_to_candidate_.push_back(c);

@@ -108,6 +108,15 @@ class BeamTreeBuilder {
   // output.
   void Build(TopKExpander& expander, const BeamTreeOptions& options, DraftTree& tree);
 
+  // The reranking alone, over candidates grown elsewhere (EAGLE-3's device frontier,
+  // methods/eagle3/eagle3_device_frontier.h): n candidates in candidate order (above) with
+  // target tokens, parent candidate indices (-1 = the root, else an earlier candidate), per-node
+  // log-probs (<= 0) and cumulative scores; `layers` = layers grown. Keeps min(budget, n) nodes
+  // exactly as Build does without growth hooks. Throws specbed::Error on a bad candidate.
+  void BuildFromCandidates(const int32_t* tokens, const int32_t* parents, const float* logp,
+                           const float* scores, int64_t n, int64_t layers, int64_t budget,
+                           DraftTree& tree);
+
   // After Build:
   // Every generated candidate, in candidate order (what the expander last saw plus the last
   // layer); draft_logp = per-node log-prob.
@@ -124,6 +133,9 @@ class BeamTreeBuilder {
   int64_t layers_built() const { return layers_built_; }
 
  private:
+  // Keeps the `wanted` (>= 1) best candidates into `tree` in the output order.
+  void Keep(int64_t wanted, DraftTree& tree);
+
   DraftTree candidates_;
   std::vector<float> candidate_scores_;
   std::vector<int32_t> candidate_to_node_;

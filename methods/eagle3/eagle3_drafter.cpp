@@ -94,14 +94,9 @@ void Eagle3Drafter::Accept(const DraftTree& tree, const Verdict& verdict) {
   QueueContext(verdict.hidden, 0, n, verdict.tokens.data());
 }
 
-void Eagle3Drafter::TopK(const float* row, int64_t k, int32_t* tokens, float* logp) {
-  // One pass: log-sum-exp (max-shifted, float expf) and the k best ids kept in a small sorted
-  // buffer (highest logit first; ties: smaller draft id first, so the result is deterministic).
-  float max_v = -std::numeric_limits<float>::infinity();
-  for (int64_t v = 0; v < vd_; ++v) max_v = std::max(max_v, row[v]);
-  float sum = 0;
-  for (int64_t v = 0; v < vd_; ++v) sum += std::exp(row[v] - max_v);
-  const float log_z = max_v + std::log(sum);
+void Eagle3Drafter::TopK(const float* row, float log_z, int64_t k, int32_t* tokens, float* logp) {
+  // One pass: the k best ids kept in a small sorted buffer (highest logit first; ties: smaller
+  // draft id first, so the result is deterministic).
   order_.resize(k);
   int64_t filled = 0;
   for (int64_t v = 0; v < vd_; ++v) {
@@ -138,18 +133,34 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
   bo.depth = depth;
   bo.top_k = options_.top_k;
   bo.budget = nodes;
-  step_ = &step;
   layer_limit_ = std::min(depth, nodes);
-  if (step.hooks != nullptr) best_entropy_ = Entropy(root_logits_[0]);
-  try {
-    builder_.Build(*this, bo, tree);
-  } catch (...) {
+  if (GrowsOnDevice(step)) {
+    device_frontier_.Grow(*head_, node_hidden_.narrow(0, 0, 1), root_logits_, context_len_,
+                          layer_limit_, options_.top_k, out_);
+    builder_.BuildFromCandidates(device_frontier_.tokens(), device_frontier_.parents(),
+                                 device_frontier_.logp(), device_frontier_.scores(),
+                                 device_frontier_.size(), layer_limit_, nodes, tree);
+  } else {
+    step_ = &step;
+    if (step.hooks != nullptr) best_entropy_ = Entropy(root_logits_[0]);
+    try {
+      builder_.Build(*this, bo, tree);
+    } catch (...) {
+      step_ = nullptr;
+      throw;
+    }
     step_ = nullptr;
-    throw;
   }
-  step_ = nullptr;
   generated_ = builder_.candidates().size();
   head_->TruncateCache(context_len_);
+}
+
+bool Eagle3Drafter::GrowsOnDevice(const DraftStep& step) const {
+  using Frontier = Eagle3DraftOptions::Frontier;
+  SPECBED_CHECK(options_.frontier != Frontier::kDevice || head_->placement().aten,
+                "eagle3: the device frontier needs the head on the ATen path (a GPU target, or "
+                "SPECBED_FORWARD=aten on the CPU); this head runs the row loops");
+  return options_.frontier != Frontier::kHost && head_->placement().aten && step.hooks == nullptr;
 }
 
 void Eagle3Drafter::EnsureNodeRows(int64_t rows) {
@@ -167,9 +178,12 @@ void Eagle3Drafter::TopKRows(const at::Tensor& logits, int64_t k, int32_t* token
   const TransferScope transfer(Transfer::kDeviceToHost);
   const int64_t n = logits.size(0);
   if (logits.is_cpu()) {
+    // log Z by ATen's logsumexp, as the device frontier computes it (equal trees on equal logits).
     const at::Tensor rows = logits.contiguous();
+    const at::Tensor log_z = at::logsumexp(rows, -1).contiguous();
     for (int64_t i = 0; i < n; ++i) {
-      TopK(rows.data_ptr<float>() + i * vd_, k, tokens + i * k, logp + i * k);
+      TopK(rows.data_ptr<float>() + i * vd_, log_z.data_ptr<float>()[i], k, tokens + i * k,
+           logp + i * k);
     }
     return;
   }

@@ -11,15 +11,19 @@
 // and the accepted path (target hidden states from the verifier) are queued and run at the next
 // Draft together with the first expansion.
 // Placement: the head's (its placement()); features and the tree's hidden states stay on the
-// head's device. Per tree layer one upload of the expansion's inputs (parent and node indices;
-// the head uploads tokens, positions and mask) and, off the CPU, one download of the layer's
-// top-k (target ids and log-probs, [rows, k]); on the CPU the top-k is a host pass over the rows.
-// Off the CPU, equal logits may rank in another order than the host pass (smaller id first).
+// head's device. With the head on the ATen path the tree grows on the device
+// (Eagle3DeviceFrontier: no host read until one download of every candidate per step); otherwise
+// (row loops, or a Controller's hooks) per tree layer one upload of the expansion's inputs
+// (parent and node indices; the head uploads tokens, positions and mask) and one download of the
+// layer's top-k (target ids and log-probs, [rows, k]; a host pass over the rows on the CPU).
+// Equal logits rank the smaller draft id first, except in the host path off the CPU (ATen's topk
+// order).
 // Checked by: tests/methods/eagle3_drafter_test.cpp (exact match with AR at T = 0 on stories260K
 // with the trained head; T = 1 distribution tests: 3 tokens on a tiny target, and the third
 // token with the shipped head, which depends on the tree's mask, positions and compaction, each
 // with a greedy-acceptance negative control); the tree builder alone against a brute-force
-// reimplementation in tests/methods/draft_tree_test.cpp; the head's forward against a plain-loop
+// reimplementation in tests/methods/draft_tree_test.cpp; the device frontier against the host path
+// (Eagle3DeviceFrontier.* in eagle3_drafter_test.cpp); the head's forward against a plain-loop
 // reference in tests/methods/eagle3_head_test.cpp.
 #pragma once
 
@@ -29,6 +33,7 @@
 
 #include "harness/engine/method.h"
 #include "methods/common/tree_builders.h"
+#include "methods/eagle3/eagle3_device_frontier.h"
 #include "methods/eagle3/eagle3_head.h"
 
 namespace specbed {
@@ -43,6 +48,13 @@ struct Eagle3DraftOptions {
   // draft tokens (Drafter::GeneratedLastStep), so the tree depth a Controller chose can be read
   // back from the steps table (LTD and its baselines); false = the offered nodes.
   bool report_generated = false;
+  // Where the tree grows: kHost = BeamTreeBuilder with a host top-k per layer (one download a
+  // layer off the CPU); kDevice = Eagle3DeviceFrontier (every layer on the head's device, one
+  // download a step; needs the head on the ATen path); kAuto = kDevice when the head is on the
+  // ATen path, else kHost. A Controller's draft hooks (LTD) read host scores after every layer,
+  // so a step with hooks always grows on the host.
+  enum class Frontier { kAuto, kHost, kDevice };
+  Frontier frontier = Frontier::kAuto;
 };
 
 class Eagle3Drafter : public Drafter, private TopKExpander {
@@ -75,10 +87,13 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   double Entropy(const float* row) const;
   // The same for float32 [vd_] on the head's device (one host sync off the CPU).
   double Entropy(const at::Tensor& row) const;
-  // Top-k of the log-softmax of draft logits `row` into (target ids, log-probs).
-  void TopK(const float* row, int64_t k, int32_t* tokens, float* logp);
+  // Top-k of the log-softmax of draft logits `row` (log-partition log_z) into (target ids,
+  // log-probs).
+  void TopK(const float* row, float log_z, int64_t k, int32_t* tokens, float* logp);
   // TopK of every row of float32 [n, vd_] logits on the head's device into [n, k] host arrays.
   void TopKRows(const at::Tensor& logits, int64_t k, int32_t* tokens, float* logp);
+  // True when this step's tree grows on the device (options_.frontier, the head, the hooks).
+  bool GrowsOnDevice(const DraftStep& step) const;
   // Room for the root and every candidate of a tree (rows like out_.hidden).
   void EnsureNodeRows(int64_t rows);
   // Appends the context rows of target positions [first, first + n) from hidden states `hidden`
@@ -95,6 +110,7 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   int64_t ht_ = 0, h_ = 0, vd_ = 0;
   Eagle3HeadOutput out_;
   BeamTreeBuilder builder_;
+  Eagle3DeviceFrontier device_frontier_;
   // Context rows waiting to be run: fused features (chunks of [n_i, 3 * Ht], target dtype and
   // device) and next tokens.
   std::vector<at::Tensor> pending_features_;

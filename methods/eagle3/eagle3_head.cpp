@@ -389,9 +389,6 @@ void Eagle3Head::AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn) {
 void Eagle3Head::ForwardAten(const at::Tensor& features, const int32_t* tokens,
                              const int64_t* positions, int64_t n, const uint8_t* mask,
                              int64_t max_position, Eagle3HeadOutput& out) {
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
-                q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
-  const double eps = config_.rms_norm_eps;
   const int64_t past = cache_length_, n_slots = past + n;
   const at::Device device = placement_.device;
   // One upload: tokens, positions, mask.
@@ -403,9 +400,44 @@ void Eagle3Head::ForwardAten(const at::Tensor& features, const int32_t* tokens,
   }
   if (mask != nullptr) std::memcpy(staging_.bytes(), mask, static_cast<size_t>(n * n_slots));
   const auto [ints_d, bytes_d] = staging_.Upload(device);
-  const at::Tensor tok = ints_d.narrow(0, 0, n), pos = ints_d.narrow(0, n, n);
   const at::Tensor allowed =
       mask != nullptr ? bytes_d.view({n, n_slots}).ne(0) : CausalAllowedAten(n, past, device);
+  RunRowsAten(features, ints_d.narrow(0, 0, n), ints_d.narrow(0, n, n), allowed, max_position, out);
+}
+
+void Eagle3Head::ForwardOnDevice(const at::Tensor& features, const at::Tensor& tokens,
+                                 const at::Tensor& positions, const at::Tensor& allowed,
+                                 int64_t max_position, Eagle3HeadOutput& out) {
+  const int64_t n = features.size(0), n_slots = cache_length_ + n;
+  const at::Device device = placement_.device;
+  SPECBED_CHECK(placement_.aten,
+                "Eagle3Head::ForwardOnDevice: the head runs the row loops (its "
+                "inputs live on the host); use Forward");
+  SPECBED_CHECK(n >= 1 && features.dim() == 2 && features.size(1) == config_.hidden_size,
+                "Eagle3Head::ForwardOnDevice: features must be [n >= 1, ", config_.hidden_size,
+                "], got ", ShapeString(features.sizes()));
+  SPECBED_CHECK(
+      tokens.dim() == 1 && tokens.size(0) == n && positions.dim() == 1 && positions.size(0) == n &&
+          tokens.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
+          tokens.device() == device && positions.device() == device,
+      "Eagle3Head::ForwardOnDevice: tokens and positions must be int64 [", n, "] on ", device);
+  SPECBED_CHECK(allowed.dim() == 2 && allowed.size(0) == n && allowed.size(1) == n_slots &&
+                    allowed.scalar_type() == at::kBool && allowed.device() == device,
+                "Eagle3Head::ForwardOnDevice: allowed must be bool [", n, ", ", n_slots, "] on ",
+                device, ", got ", ShapeString(allowed.sizes()));
+  SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::ForwardOnDevice: ", cache_length_,
+                " cached + ", n, " new rows exceed the cache capacity ", cache_capacity_);
+  RunRowsAten(features, tokens, positions, allowed, std::max(max_position, n_slots), out);
+}
+
+void Eagle3Head::RunRowsAten(const at::Tensor& features, const at::Tensor& tok,
+                             const at::Tensor& pos, const at::Tensor& allowed, int64_t max_position,
+                             Eagle3HeadOutput& out) {
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
+                q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const double eps = config_.rms_norm_eps;
+  const int64_t n = features.size(0), past = cache_length_, n_slots = past + n;
+  const at::Device device = placement_.device;
   rope_device_.Ensure(inv_freq_, max_position, device);
 
   const at::Tensor f = features.to(device, placement_.dtype);

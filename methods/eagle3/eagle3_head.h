@@ -20,7 +20,8 @@
 // positions and mask.
 // Checked by: tests/methods/eagle3_head_test.cpp (full causal sequence, incremental == full, tree
 // mask + positions, feature width H, all against a plain-loop reference over the unfused tensors;
-// the ATen path against the row path).
+// the ATen path against the row path); ForwardOnDevice through the device frontier, whose trees
+// equal the host path's (tests/methods/eagle3_drafter_test.cpp, Eagle3DeviceFrontier.*).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -88,6 +89,17 @@ class Eagle3Head {
   void Forward(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
                int64_t n, const uint8_t* mask, Eagle3HeadOutput& out);
 
+  // The ATen path with every input already on the head's device (no upload, no host read; the
+  // device frontier, methods/eagle3/eagle3_device_frontier.h), for rows fed the head's own hidden:
+  //   features   [n, H] head dtype, head device.
+  //   tokens     int64 [n] head device, target-vocabulary ids (not checked: no host read).
+  //   positions  int64 [n] head device, RoPE positions, each < max_position.
+  //   allowed    bool [n, cache_length() + n] head device (true = row i may attend to slot j).
+  // Appends the rows to the cache like Forward. Throws specbed::Error off the ATen path or for a
+  // bad shape, dtype or device.
+  void ForwardOnDevice(const at::Tensor& features, const at::Tensor& tokens,
+                       const at::Tensor& positions, const at::Tensor& allowed, int64_t max_position,
+                       Eagle3HeadOutput& out);
   // Target id of draft id d (d + d2t[d]); d in [0, Vd).
   int32_t DraftToTarget(int32_t d) const { return draft_to_target_[d]; }
   // True when target id t (in [0, V)) is in the draft vocabulary.
@@ -125,6 +137,9 @@ class Eagle3Head {
   void AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn);
   void ForwardAten(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
                    int64_t n, const uint8_t* mask, int64_t max_position, Eagle3HeadOutput& out);
+  // The ATen rows once the inputs are on the device (tok, pos int64 [n]; allowed bool [n, slots]).
+  void RunRowsAten(const at::Tensor& features, const at::Tensor& tok, const at::Tensor& pos,
+                   const at::Tensor& allowed, int64_t max_position, Eagle3HeadOutput& out);
 
   Eagle3Config config_;
   HeadPlacement placement_;

@@ -3,7 +3,8 @@
 // SamplingProbs equals Sampler::Distribution row by row (temperature, top-k, top-p, ties,
 // greedy, bfloat16 logits); DeviceVerifier::SampleToken draws the tokens the host Sampler draws
 // from the same seed (one uniform per token, the same inverse CDF); a sampled verify step reads
-// the draft distributions it needs and refuses a tree without them.
+// the draft distributions it needs and refuses a tree without them; the walk's inputs staged in
+// the forward's upload give the uploaded walk's verdict.
 // Randomness: fixed seeds (at::manual_seed, Sampler seeds); no statistical test here (the
 // chi-square losslessness of DeviceVerifier is in verifier_test.cpp).
 #include <ATen/ATen.h>
@@ -181,6 +182,40 @@ TEST(DeviceVerifier, DraftRowsLeftOnTheDeviceGiveTheVerdictOfTheSameRowsOnTheHos
     EXPECT_EQ(vc.path, vd.path) << "seed " << seed;
     EXPECT_EQ(vc.bonus, vd.bonus) << "seed " << seed;
   }
+}
+
+// The walk's inputs carried in the forward's upload (StageTree, ForwardOutput::staged_extra) give
+// the verdict the walk's own upload gives, with the same uniforms drawn (greedy, sample-follow
+// and rejection walks of random trees).
+TEST(DeviceVerifier, StagedTreeAndUniformsGiveTheUploadedVerdict) {
+  const int64_t vocab = 9;
+  RandomTreeOptions options;
+  options.with_draft_probs = true;
+  int64_t accepted = 0;
+  for (uint64_t seed = 0; seed < 45; ++seed) {
+    const DraftTree tree = RandomTree(1 + seed % 11, vocab, seed, options);
+    at::manual_seed(seed);
+    const at::Tensor logits = at::randn({tree.size() + 1, vocab}) * 2;
+    const double t = seed % 3 == 0 ? 0.0 : 1.0;
+    const int32_t mode = seed % 3 == 1 ? kSampledFollow : kSampledRejection;
+    Sampler a(Params(t), seed), b(Params(t), seed);
+    Verdict staged, uploaded;
+    DeviceVerifier with_staging, without;
+    const at::Tensor in = with_staging.StageTree(tree, 17, t == 0.0 ? nullptr : &a);
+    ASSERT_EQ(in.numel(), t == 0.0 ? 2 * tree.size() + 1 : 3 * tree.size() + 2);
+    if (t == 0.0) {
+      with_staging.AcceptGreedy(tree, logits, staged, {}, in.clone());
+      without.AcceptGreedy(tree, logits, uploaded);
+    } else {
+      with_staging.AcceptSampled(tree, logits, mode, a, staged, {}, in.clone());
+      without.AcceptSampled(tree, logits, mode, b, uploaded);
+    }
+    EXPECT_EQ(staged.path, uploaded.path) << "seed " << seed;
+    EXPECT_EQ(staged.bonus, uploaded.bonus) << "seed " << seed;
+    EXPECT_EQ(a.rng()(), b.rng()()) << "seed " << seed << ": another number of uniforms drawn";
+    accepted += static_cast<int64_t>(staged.path.size());
+  }
+  EXPECT_GT(accepted, 10);
 }
 
 // The rows hidden states are gathered by after a walk come from the verdict on the device: the

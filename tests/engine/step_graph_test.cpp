@@ -6,7 +6,8 @@
 // (float32, 1e-5), draws the same uniforms and leaves a cache from which the next step's logits
 // are the same. A draft chain with graphs on is one captured program equal to the per-token loop
 // bit for bit (greedy and sampled, six context lengths from one capture), one replay, one upload
-// and one download. On a GPU (StepGraphCuda) replayed CUDA graphs equal eager steps bit for bit.
+// and one download; a verify step (tree and uniforms in the forward's upload) one upload and one
+// download. On a GPU (StepGraphCuda) replayed CUDA graphs equal eager steps bit for bit.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -315,6 +316,35 @@ TEST(StepGraph, DraftChainIsOneReplayOneUploadAndOneDownload) {
     EXPECT_EQ(d.h2d, graphs ? 1 : 5) << mode;
     EXPECT_EQ(d.d2h, 1) << mode;
     EXPECT_EQ(d.launches, -1) << mode << ": launches are counted under OpCounting only";
+  }
+}
+
+// A verify step's copies (kernels/engine_counters.h): the tree and the uniforms ride in the
+// forward's one upload (ForwardOptions::staged_extra), the verdict comes back in one download,
+// greedy or sampled, graphs on or off.
+TEST(StepGraph, VerifyStepIsOneUploadAndOneDownload) {
+  at::set_num_threads(1);
+  for (bool graphs : {true, false}) {
+    LlamaModel model = AtenStories260K(graphs);
+    const int64_t vocab = model.config().vocab_size;
+    KvCache cache = model.NewCache(1, 256);
+    model.Forward(Ids({1, 403, 261, 376, 20}), cache);
+    TreeVerifier verifier(model);
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      const DraftTree tree = RandomTree(3 + 2 * static_cast<int64_t>(seed % 4), vocab, seed);
+      const double t = seed % 2 == 0 ? 0.0 : 1.0;
+      Sampler sampler(testing_util::Temperature(t), seed);
+      Verdict verdict;
+      const int64_t committed = cache.length();
+      const EngineCounters before = ReadEngineCounters();
+      verifier.Verify(7, tree, VerifyRule::kSampleFollow, sampler, cache, {1}, verdict);
+      const EngineCounters d = ReadEngineCounters().Since(before);
+      const std::string what = std::string(graphs ? "graphs on" : "graphs off") +
+                               ", T = " + std::to_string(t) + ", seed " + std::to_string(seed);
+      EXPECT_EQ(d.h2d, 1) << what;
+      EXPECT_EQ(d.d2h, 1) << what;
+      cache.Truncate(committed);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Tests for methods/common/draft_tree.* and tree_builders.*: DraftTree bookkeeping and
 // validation errors, PathTo, TreePositions, ChildrenLists, the chain builder, the EAGLE-2/3 beam
-// tree against a brute-force reimplementation on toy expanders (and its growth hooks), the DDTree
+// tree against a brute-force reimplementation on toy expanders (its growth hooks, and its reranking
+// alone over candidates grown elsewhere), the DDTree
 // best-first tree against brute-force enumeration of all prefixes, the JetSpec group-expansion tree
 // against hand examples and a heap-free reimplementation (and DDTree's top-budget optimality), and
 // RandomTree. No LibTorch.
@@ -501,6 +502,40 @@ TEST(BeamTree, BuilderIsReusable) {
   EXPECT_EQ(first.token, second.token);
   EXPECT_EQ(first.parent, second.parent);
   EXPECT_EQ(first.draft_logp, second.draft_logp);
+}
+
+// The reranking alone (EAGLE-3's device frontier grows the candidates elsewhere): the candidates
+// of a Build, handed back with their scores, give Build's tree at every budget (ties mode
+// included); a candidate whose parent is not earlier is an error naming it.
+TEST(BeamTree, BuildFromCandidatesKeepsWhatBuildKeeps) {
+  for (bool ties : {false, true}) {
+    for (int64_t budget : {1, 4, 17, 59, 400}) {
+      ToyExpander expander(ties);
+      BeamTreeBuilder grown, reranked;
+      DraftTree expected, tree;
+      grown.Build(expander, BeamTreeOptions{6, 4, budget}, expected);
+      const DraftTree& c = grown.candidates();
+      const std::vector<float> scores = grown.candidate_scores();
+      reranked.BuildFromCandidates(c.token.data(), c.parent.data(), c.draft_logp.data(),
+                                   scores.data(), c.size(), grown.layers_built(), budget, tree);
+      EXPECT_EQ(tree.token, expected.token) << "budget " << budget;
+      EXPECT_EQ(tree.parent, expected.parent) << "budget " << budget;
+      EXPECT_EQ(tree.draft_logp, expected.draft_logp) << "budget " << budget;
+      EXPECT_EQ(reranked.node_to_candidate(), grown.node_to_candidate());
+      EXPECT_EQ(reranked.layers_built(), grown.layers_built());
+    }
+  }
+  const int32_t tokens[] = {3, 4}, parents[] = {-1, 1};
+  const float logp[] = {-0.5f, -0.1f}, scores[] = {-0.5f, -0.6f};
+  BeamTreeBuilder builder;
+  DraftTree tree;
+  try {
+    builder.BuildFromCandidates(tokens, parents, logp, scores, 2, 2, 2, tree);
+    ADD_FAILURE() << "a candidate that is its own parent was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("candidate 1 has token 4, parent 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The growth hooks (LTD's depth and size policies): stopping after layer L and keeping K nodes

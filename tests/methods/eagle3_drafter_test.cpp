@@ -9,13 +9,19 @@
 // - the shipped head at T = 1 with a depth-3 tree: the third generated token's distribution
 //   matches the target's exact marginal (the token is decided at a tree node's slot in > 1/4 of
 //   draws), and greedy acceptance fails the same check;
-// - the registry builds `eagle3` with EAGLE's knobs and rejects a head for another vocabulary.
+// - the registry builds `eagle3` with EAGLE's knobs and rejects a head for another vocabulary;
+// - the device frontier (Eagle3DeviceFrontier, the head on the ATen path on the CPU) drafts the
+//   host path's tree bit for bit at every step of every story prompt (tokens, parents, log-prob
+//   bits) with one download and at most one upload per Draft (the host path: one download per
+//   layer), and the decode matches AR; it refuses a head on the row loops.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -24,11 +30,13 @@
 #include "harness/engine/speculative_decoder.h"
 #include "harness/engine/verifier.h"
 #include "harness/runner/runner.h"
+#include "kernels/engine_counters.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
 #include "methods/eagle3/eagle3_drafter.h"
 #include "methods/eagle3/eagle3_method.h"
 #include "methods/method_registry.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/llama_model.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/story_test_util.h"
@@ -234,6 +242,130 @@ TEST(Eagle3Drafter, RegistryKnobsAndHeadChecks) {
     EXPECT_THAT(e.what(), HasSubstr("vocab_size 4 but the target 'stories260K' has 512"));
   }
   EXPECT_THROW(s.registry.Build("eagle3", s.context, {{"head", dir + "/missing"}}), Error);
+}
+
+// Two EAGLE-3 drafters over the same head weights, one growing its tree on the host and one on
+// the device. Every Draft runs both and compares their trees; the decoder follows the device's.
+// Records the copies each side's Draft made (kernels/engine_counters.h).
+class FrontierTwin : public Drafter {
+ public:
+  FrontierTwin(std::unique_ptr<Eagle3Drafter> host, std::unique_ptr<Eagle3Drafter> device)
+      : host_(std::move(host)), device_(std::move(device)) {}
+
+  std::vector<int64_t> TargetHiddenLayers() const override { return host_->TargetHiddenLayers(); }
+  void Begin(const DraftBegin& begin) override {
+    host_->Begin(begin);
+    device_->Begin(begin);
+  }
+  void Prefill() override {
+    host_->Prefill();
+    device_->Prefill();
+  }
+  void Draft(const DraftStep& step, DraftTree& tree) override {
+    DraftTree host_tree;
+    const EngineCounters before = ReadEngineCounters();
+    host_->Draft(step, host_tree);
+    const EngineCounters middle = ReadEngineCounters();
+    device_->Draft(step, tree);
+    const EngineCounters host = middle.Since(before), device = ReadEngineCounters().Since(middle);
+    const Eagle3DraftOptions& o = host_->options();
+    layers.push_back(
+        std::min(std::min(o.depth, step.budget.depth), std::min(o.nodes, step.budget.nodes)));
+    host_downloads.push_back(host.d2h);
+    device_downloads.push_back(device.d2h);
+    device_uploads.push_back(device.h2d);
+    const bool same_logp = host_tree.draft_logp.size() == tree.draft_logp.size() &&
+                           std::memcmp(host_tree.draft_logp.data(), tree.draft_logp.data(),
+                                       tree.draft_logp.size() * sizeof(float)) == 0;
+    differing += host_tree.token != tree.token || host_tree.parent != tree.parent || !same_logp;
+    ++steps;
+  }
+  void Accept(const DraftTree& tree, const Verdict& verdict) override {
+    host_->Accept(tree, verdict);
+    device_->Accept(tree, verdict);
+  }
+
+  int64_t steps = 0, differing = 0;
+  // Per step: the tree layers the budget allowed and each side's copies.
+  std::vector<int64_t> layers, host_downloads, device_downloads, device_uploads;
+
+ private:
+  std::unique_ptr<Eagle3Drafter> host_, device_;
+};
+
+// The shipped stories260K head placed as `placement`.
+std::unique_ptr<Eagle3Drafter> ShippedEagle3(const LoadedTarget& target, Eagle3DraftOptions o,
+                                             const HeadPlacement& placement) {
+  const Eagle3Checkpoint ckpt = LoadEagle3HeadFor("stories260K-eagle3", target);
+  return std::make_unique<Eagle3Drafter>(
+      std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
+                                   target.model->weights().tok_embeddings, placement),
+      o);
+}
+
+// The ATen forward path on the CPU while alive.
+struct AtenPathOnCpu {
+  AtenPathOnCpu() { SetCpuForwardPathOverride(ForwardPath::kAten); }
+  ~AtenPathOnCpu() { SetCpuForwardPathOverride(ForwardPath::kAuto); }
+};
+
+TEST(Eagle3DeviceFrontier, DraftsTheHostTreeBitForBitWithOneDownloadPerStep) {
+  at::set_num_threads(1);
+  const AtenPathOnCpu aten;
+  LoadedTarget target = LoadModel("stories260K", at::kFloat);
+  ASSERT_EQ(target.model->forward_path(), ForwardPath::kAten);
+  const HeadPlacement placement = TargetHeadPlacement(*target.model);
+  ASSERT_TRUE(placement.aten);
+  for (const auto& [depth, top_k, nodes] :
+       std::vector<std::array<int64_t, 3>>{{8, 10, 59}, {4, 4, 8}, {5, 1, 5}, {3, 3, 30}}) {
+    const std::string what = "depth " + std::to_string(depth) + ", top_k " + std::to_string(top_k) +
+                             ", nodes " + std::to_string(nodes);
+    Eagle3DraftOptions o;
+    o.depth = depth;
+    o.top_k = top_k;
+    o.nodes = nodes;
+    o.frontier = Eagle3DraftOptions::Frontier::kHost;
+    std::unique_ptr<Eagle3Drafter> host = ShippedEagle3(target, o, placement);
+    o.frontier = Eagle3DraftOptions::Frontier::kDevice;
+    auto twin =
+        std::make_unique<FrontierTwin>(std::move(host), ShippedEagle3(target, o, placement));
+    FrontierTwin& seen = *twin;
+    SpeculativeOptions options;
+    options.budget.nodes = nodes;
+    options.budget.depth = depth;
+    options.sampling_rule = VerifyRule::kSampleFollow;
+    SpeculativeDecoder decoder(*target.model, target.tokenizer.get(), std::move(twin), options);
+    testing_util::StoryTotals totals;
+    ASSERT_NO_FATAL_FAILURE(testing_util::ExpectStoriesMatchAr(
+        target, decoder, what, [](const StepStats&) {}, &totals));
+    EXPECT_GT(totals.accepted, 0) << what;
+    EXPECT_GT(seen.steps, 100) << what;
+    EXPECT_EQ(seen.differing, 0) << what << ": steps whose device tree differs from the host's";
+    for (int64_t i = 0; i < seen.steps; ++i) {
+      ASSERT_EQ(seen.device_downloads[i], 1) << what << ", step " << i;
+      ASSERT_LE(seen.device_uploads[i], 1) << what << ", step " << i;
+      ASSERT_EQ(seen.host_downloads[i], seen.layers[i]) << what << ", step " << i;
+    }
+  }
+}
+
+TEST(Eagle3DeviceFrontier, RefusesAHeadOnTheRowLoops) {
+  at::set_num_threads(1);
+  testing_util::StoriesMethods s;
+  Eagle3DraftOptions o;
+  o.frontier = Eagle3DraftOptions::Frontier::kDevice;
+  SpeculativeOptions options;
+  options.budget.nodes = o.nodes;
+  options.budget.depth = o.depth;
+  SpeculativeDecoder decoder(*s.target.model, s.target.tokenizer.get(),
+                             ShippedEagle3(s.target, o, HeadPlacement{}), options);
+  const auto prompts = LoadDataset("stories", {});
+  try {
+    testing_util::RunStoryPrompt(s.target, decoder, prompts[0], {8, 0, 0});
+    ADD_FAILURE() << "the device frontier ran a row-loop head";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs the head on the ATen path"));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+// EAGLE-3's beam tree grown on the head's device (the GPU step's "static frontier"; the step
+// program is described in docs/ARCHITECTURE.md): every layer of
+// BeamTreeBuilder's expansion runs as device ops with no host read, and the candidates reach the
+// host in one copy per step, where BeamTreeBuilder::BuildFromCandidates keeps the budget.
+//
+// Per layer d >= 2, with k = top_k (every layer's frontier has exactly k nodes, so the shapes
+// depend only on (layers, k) and the context length):
+//   beam      = the k best candidates of layer d-1 by score (stable sort: equal scores keep the
+//               earlier candidate first, as BeamTreeBuilder's SelectBeam);
+//   head rows = k rows: feature = the output hidden of the row that produced the node (the
+//               root's for layer 2), token = the node's, position = context_len - 1 + (d - 1),
+//               allowed = the context, the node's ancestors' rows and its own (the parent row's
+//               tree mask gathered, then the identity), appended at cache rows
+//               [context_len + (d-2) k, context_len + (d-1) k);
+//   children  = per row, the k highest draft logits (stable sort: equal logits keep the smaller
+//               draft id first, as Eagle3Drafter's host TopK), log-prob = logit - logsumexp
+//               (clamped to <= 0), score = parent score + log-prob, target id via d2t.
+// Layer 1 is the root's k children from the root's logits. Candidate order is BeamTreeBuilder's
+// (layer, then frontier rank, then child rank), so on the same logits the tree equals the host
+// path's bit for bit.
+// Checked by: tests/methods/eagle3_drafter_test.cpp (Eagle3DeviceFrontier.*: trees equal to the
+// host path's step by step, one download per step, exact vs AR).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "methods/eagle3/eagle3_head.h"
+
+namespace specbed {
+
+class Eagle3DeviceFrontier {
+ public:
+  // Grows `layers` (>= 1) layers of `top_k` children per frontier node below the root.
+  //   head         on the ATen path; its cache holds the context_len context rows (root last).
+  //   root_hidden  [1, H] head dtype and device: the root row's output hidden.
+  //   root_logits  float32 [1, Vd] head device: the root row's draft logits.
+  //   out          the head's output rows (scratch; the last layer's rows on return).
+  // Leaves (layers - 1) * top_k tree rows in the head's cache (the caller truncates). One
+  // device-to-host copy (of every candidate) at the end.
+  void Grow(Eagle3Head& head, const at::Tensor& root_hidden, const at::Tensor& root_logits,
+            int64_t context_len, int64_t layers, int64_t top_k, Eagle3HeadOutput& out);
+
+  // After Grow: the top_k + (layers - 1) top_k^2 candidates in BeamTreeBuilder's candidate order:
+  // target token ids, parent candidate indices (-1 = the root), per-node log-probs, cumulative
+  // log-probs.
+  int64_t size() const { return size_; }
+  const int32_t* tokens() const { return host_.data_ptr<int32_t>(); }
+  const int32_t* parents() const { return tokens() + size_; }
+  const float* logp() const { return reinterpret_cast<const float*>(tokens() + 2 * size_); }
+  const float* scores() const { return reinterpret_cast<const float*>(tokens() + 3 * size_); }
+
+ private:
+  // Appends the top_k children of every row of `logits` (float32 [r, Vd]) at candidate `at`:
+  // parents int64 [r] (undefined = the root) with cumulative scores parent_scores float32 [r].
+  void AddChildren(const at::Tensor& logits, const at::Tensor& parents,
+                   const at::Tensor& parent_scores, int64_t at, int64_t k,
+                   const at::Tensor& draft_to_target);
+
+  // int32 [4, capacity] on the head's device: token, parent, log-prob bits, score bits.
+  at::Tensor packed_;
+  at::Tensor host_;  // int32 [4, size_] CPU, contiguous (after the download)
+  int64_t size_ = 0;
+};
+
+}  // namespace specbed
