@@ -151,6 +151,18 @@ ModelSpec ResolveModel(const std::string& name_or_path) {
   FailUnknownName("model", name_or_path, BuiltinModelNames());
 }
 
+int64_t ModelParameterCount(const ModelSpec& spec) {
+  try {
+    if (spec.format == "random") return spec.random_config.ParameterCount();
+    if (spec.format == "llama2c") return ReadLlama2cConfig(spec.path).ParameterCount();
+    const std::string config_path = spec.path + "/config.json";
+    if (spec.format != "hf" || !PathExists(config_path)) return -1;
+    return ParseHfConfig(ReadJsonFile(config_path), config_path).ParameterCount();
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
 std::shared_ptr<Tokenizer> LoadModelTokenizer(const ModelSpec& spec) {
   if (spec.tokenizer_path.empty()) return nullptr;
   int32_t vocab = -1;

@@ -7,7 +7,8 @@
 // stories260K and its draft: the same function at the cost of a larger model, built on first use;
 // models/twin/stories_twin.h).
 // Checked by: tests/cli/cli_test.cpp (unknown names, list), tests/methods/cost_twin_test.cpp
-// (the stories260K-twin names).
+// (the stories260K-twin names), tests/cli/sweep_cli_test.cpp (ModelParameterCount through the
+// CPU size warning).
 #pragma once
 
 #include <memory>
@@ -35,6 +36,11 @@ struct ModelSpec {
 std::vector<std::string> BuiltinModelNames();
 // Resolves a name or a path; unknown names fail listing the known ones.
 ModelSpec ResolveModel(const std::string& name_or_path);
+
+// The parameter count of a resolved model read from its config alone (no weights loaded): an HF
+// directory's config.json, a llama2.c header, a random shape; -1 when it cannot be read (a
+// missing or malformed file: loading reports that).
+int64_t ModelParameterCount(const ModelSpec& spec);
 
 // The tokenizer of a resolved model, or null when it has none. For llama2.c checkpoints the
 // vocabulary size comes from the checkpoint header.

@@ -60,13 +60,18 @@ std::string GroupKey(const CaseRecord& c, const std::string& match) {
   return k.str();
 }
 
+// "method(knobs)" and "target dataset T=t seed=s" of a case; its label is both.
+std::string MethodLabel(const CaseRecord& c) {
+  const std::string knobs = KnobsShort(c.method_knobs_json);
+  return knobs.empty() ? c.method : c.method + "(" + knobs + ")";
+}
+
+std::string WorkloadLabel(const CaseRecord& c) {
+  return StrCat(c.target, " ", c.dataset, " T=", General(c.temperature), " seed=", c.seed);
+}
+
 std::string CaseLabel(const CaseRecord& c) {
-  std::string knobs = KnobsShort(c.method_knobs_json);
-  std::ostringstream s;
-  s << c.method;
-  if (!knobs.empty()) s << '(' << knobs << ')';
-  s << ' ' << c.target << ' ' << c.dataset << " T=" << General(c.temperature) << " seed=" << c.seed;
-  return s.str();
+  return MethodLabel(c) + " " + WorkloadLabel(c);
 }
 
 // Flattens a JSON value into dotted settings ("knobs.k" -> "4").
@@ -271,7 +276,7 @@ CompareRow CompareGroups(const Group& b, const Group& c, const CompareOptions& o
     row.tau_regressed = !(row.tau_candidate >= row.tau_baseline - options.tau_tolerance);
   }
   CompareSpeed(b, c, options, row);
-  if (row.ar_baseline && !options.gate_absolute_speed && row.note.empty()) {
+  if (row.ar_baseline && options.gate_speed && !options.gate_absolute_speed && row.note.empty()) {
     row.note = "absolute tok/s: reported, not gated";
   }
   return row;
@@ -304,14 +309,19 @@ CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t c
                 ") must both be speculative (their speedups over AR are compared) or both AR "
                 "(tok/s); a method's speedup over AR is in `specbed summary`");
   CompareResult result;
+  result.case_path = db_path;
   result.baseline_path = StrCat(db_path, " case ", case_a);
   result.candidate_path = StrCat(db_path, " case ", case_b);
   result.options = options;
   result.options.match = "cases";
+  result.gated = options.gate_tau || options.gate_speed;
   CompareOptions within = options;
-  within.gate_absolute_speed = true;  // one database, one machine: AR tok/s compare
+  within.gate_absolute_speed = options.gate_speed;  // one database, one machine: AR tok/s compare
   result.rows.push_back(CompareGroups(a, b, within));
   result.regressed = result.rows[0].tau_regressed || result.rows[0].speed_regressed;
+  result.case_ids = {case_a, case_b};
+  result.case_methods = {MethodLabel(a.record), MethodLabel(b.record)};
+  result.case_workloads = {WorkloadLabel(a.record), WorkloadLabel(b.record)};
   return result;
 }
 
@@ -373,7 +383,86 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
   return result;
 }
 
+namespace {
+
+// `text` broken at ", " / "," / " " boundaries into lines of at most `width` columns, the first
+// starting with `first`, the others with `indent` (a word longer than a line stays whole).
+std::string Wrapped(const std::string& first, const std::string& text, const std::string& indent,
+                    size_t width = 120) {
+  std::string out = first;
+  size_t column = first.size();
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find_first_of(", ", i);
+    end = end == std::string::npos ? text.size() : end + 1;
+    const std::string piece = text.substr(i, end - i);
+    if (column + piece.size() > width && column > indent.size() && column > first.size()) {
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+      out += "\n" + indent;
+      column = indent.size();
+    }
+    out += piece;
+    column += piece.size();
+    i = end;
+  }
+  return out + "\n";
+}
+
+// B against A within one database (--cases): the two cases named on their own lines, then τ and
+// speed side by side and B/A with its CI read as faster / slower / tied; lines <= 120 columns.
+std::string FormatCaseComparison(const CompareResult& r) {
+  const CompareRow& x = r.rows[0];
+  const bool ar = x.ar_baseline;
+  std::ostringstream out;
+  out << "specbed compare: " << r.case_path << ", case " << r.case_ids[1] << " (B) against case "
+      << r.case_ids[0] << " (A)" << (r.gated ? ", gated as a regression check\n" : "\n");
+  for (int i = 0; i < 2; ++i) {
+    out << Wrapped(StrCat("  ", i == 0 ? "A" : "B", " = case ", r.case_ids[i], ": "),
+                   r.case_methods[i], "      ");
+    if (i == 0 || r.case_workloads[1] != r.case_workloads[0]) {
+      out << "      on " << r.case_workloads[i] << "\n";
+    }
+  }
+  const std::string unit = ar ? " tok/s" : "x";
+  const int digits = ar ? 1 : 3;
+  out << "\n       τ        " << (ar ? "decode tok/s" : "speedup over AR") << "\n";
+  out << "  A    " << Fixed(x.tau_baseline, 3) << "    " << Fixed(x.speed_baseline, digits) << unit
+      << "\n";
+  out << "  B    " << Fixed(x.tau_candidate, 3) << "    " << Fixed(x.speed_candidate, digits)
+      << unit << "\n";
+  std::string ratio = Fixed(x.speed_ratio, 3);
+  std::string reading = "no interval (under 2 prompts)";
+  if (std::isfinite(x.speed_ratio_ci.lo)) {
+    ratio += " [" + Fixed(x.speed_ratio_ci.lo, 3) + ", " + Fixed(x.speed_ratio_ci.hi, 3) + "]";
+    reading = x.speed_ratio_ci.lo > 1.0   ? "B faster"
+              : x.speed_ratio_ci.hi < 1.0 ? "B slower"
+                                          : "tied (the interval holds 1)";
+  }
+  const double delta_tau = x.tau_candidate - x.tau_baseline;
+  out << "  B/A  "
+      << (std::isfinite(delta_tau) ? (delta_tau >= 0 ? "+" : "") + Fixed(delta_tau, 3)
+                                   : std::string(kNone))
+      << "   " << ratio << "  " << reading << ", " << x.n_prompts << " prompts\n";
+  if (!x.note.empty()) out << "  note: " << x.note << "\n";
+  out << "\n"
+      << Wrapped("",
+                 StrCat("τ = tokens per verify step; ", ar ? "tok/s" : "speedup",
+                        " = geometric mean over prompts (", SpeedupScopeName(r.options.scope),
+                        " scope, as specbed summary); B/A [95% CI] = paired bootstrap over "
+                        "prompts and repeats."),
+                 "");
+  if (r.gated) {
+    out << (r.regressed ? "verdict: REGRESSION (B against A)\n" : "verdict: no regression\n");
+  } else {
+    out << "A report, not a gate (exit 0); --gate gates it like two databases.\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
 std::string FormatCompareTable(const CompareResult& r) {
+  if (r.options.match == "cases") return FormatCaseComparison(r);
   std::ostringstream out;
   out << "specbed compare: baseline " << r.baseline_path << ", candidate " << r.candidate_path
       << " (match by " << r.options.match << ")\n";

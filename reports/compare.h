@@ -70,6 +70,12 @@ struct CompareResult {
   // config.* of its resolved config), or "no unmatched candidate case of method M".
   std::vector<std::string> unmatched_baseline_diffs;
   bool regressed = false;  // any row regressed, or a baseline case has no match
+  bool gated = true;       // false: CompareCases without gates (a report, never a regression)
+  // CompareCases only: the database, the ids of A and B, their "method(knobs)" and their
+  // "target dataset T seed".
+  std::string case_path;
+  std::vector<int64_t> case_ids;
+  std::vector<std::string> case_methods, case_workloads;
 };
 
 // Throws specbed::Error for unreadable databases, a database without cases, an unknown match mode,
@@ -79,7 +85,9 @@ CompareResult CompareDatabases(const std::string& baseline_path, const std::stri
 
 // A vs B within one database: case `case_b` against case `case_a` (both speculative: the ratio of
 // their per-prompt speedups over their own AR, with the paired bootstrap CI; both AR: tok/s), τ
-// as above. Fails for a case id not in the database, or one AR and one speculative case.
+// as above; gated only when options.gate_tau / gate_speed ask (`compare --cases A,B --gate`), and
+// then AR tok/s too (one database, one machine). Fails for a case id not in the database, or one
+// AR and one speculative case.
 CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t case_b,
                            const CompareOptions& options);
 

@@ -1,12 +1,14 @@
 // Flags that several `specbed` subcommands share beyond base/cli_options.h (output, target,
 // threads, quiet, --partial-every) and methods/common/train/train_flags.h (the trainers' flags and
 // messages): the results-database argument and, for the commands that compute speedups (summary,
-// report, export, compare), the AR-baseline flags. Checked by: tests/cli/summary_cli_test.cpp,
-// tests/cli/compare_cli_test.cpp.
+// report, export, compare), the AR-baseline flags; the warning before a large target runs on the
+// CPU (run, sweep, generate, bench). Checked by: tests/cli/summary_cli_test.cpp,
+// tests/cli/compare_cli_test.cpp, tests/cli/sweep_cli_test.cpp (the warning).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "base/cli_options.h"
@@ -22,5 +24,13 @@ void AddResultsDbArg(CLI::App* cmd, std::string& db);
 // ("Speedups", "Speed").
 void AddBaselineFlags(CLI::App* cmd, bool& cross_machine, std::string& scope,
                       const std::string& what);
+
+// Targets above this many parameters warn before they run on the CPU (README "On a GPU machine").
+inline constexpr int64_t kCpuWarnParameters = 1'000'000'000;
+// Prints "specbed COMMAND: warning: target T has N B parameters and would run on the CPU ..." to
+// stderr when `device` is "cpu" and the target's config (read without loading weights) holds
+// more than kCpuWarnParameters; registry names (all small) and unreadable targets are skipped.
+void WarnLargeTargetOnCpu(const std::string& command, const std::string& target,
+                          const std::string& device);
 
 }  // namespace specbed::cli

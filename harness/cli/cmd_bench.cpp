@@ -28,6 +28,7 @@
 #include "base/timer.h"
 #include "harness/cli/bench_lookup.h"
 #include "harness/cli/bench_ops.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
 #include "harness/engine/sampler.h"
@@ -149,6 +150,7 @@ void ValidateBench(const BenchOptions& o) {
   int64_t max_width = 1;
   for (int64_t w : o.verify_widths) max_width = std::max(max_width, w);
   for (const auto& model_name : o.models) {
+    WarnLargeTargetOnCpu("bench", model_name, o.device);
     const LoadedTarget probe =
         LoadModel(model_name, ParseDtype(o.dtypes.front()), "", ParseDevice(o.device, "bench"));
     const int64_t max_seq = probe.model->config().max_seq_len;

@@ -8,6 +8,7 @@
 
 #include "base/json_read.h"
 #include "base/knob_ranges.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
 #include "harness/runner/runner.h"
@@ -32,6 +33,7 @@ struct GenerateOptions {
 
 void RunGenerate(const GenerateOptions& o) {
   at::set_num_threads(o.threads);
+  WarnLargeTargetOnCpu("generate", o.model, o.device);
   LoadedTarget target = LoadModel(o.model, ParseDtype(o.dtype), o.chat_template,
                                   ParseDevice(o.device, "generate --device"));
   const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", o.prompt}});

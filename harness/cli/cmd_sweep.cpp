@@ -1,16 +1,20 @@
-// `specbed sweep FILE [--shard i/N] [--output DB] [--dry-run] [--limit N]`: expands a sweep file
-// (harness/runner/sweep.h) into cases, prints the count and the notes on skipped combinations,
-// and runs this shard's cases into SQLite like `specbed run` (resumable: completed case keys are
-// skipped), with a progress line (cases done/total, ETA), and ends by printing the database's
-// summary table (specbed summary). RunSweepFile is shared with `run`.
+// `specbed sweep FILE [--shard i/N] [--output DB] [--device D] [--dtype T] [--dry-run] [--limit N]`
+// expands a sweep file (harness/runner/sweep.h) into cases, prints the count and the notes on
+// skipped combinations, and runs this shard's cases into SQLite like `specbed run` (resumable:
+// completed case keys are skipped), with a progress line (cases done/total, ETA), and ends by
+// printing the database's summary table (specbed summary). RunSweepFile and the flags are shared
+// with `run`; --device and
+// --dtype override the config's, and a target over 1 B parameters about to run on the CPU warns.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include "base/error.h"
 #include "base/json_read.h"
 #include "base/names.h"
+#include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "harness/runner/environment.h"
 #include "harness/runner/runner.h"
@@ -40,6 +44,16 @@ void ParseShard(const std::string& text, int64_t* index, int64_t* count) {
                 "--shard must be I/N with 0 <= I < N (e.g. 0/4), got '", text, "'");
 }
 
+// The large-target warning once per target of the CPU cases.
+void WarnLargeTargetsOnCpu(const std::string& command, const std::vector<CaseConfig>& cases) {
+  std::set<std::string> seen;
+  for (const CaseConfig& c : cases) {
+    if (seen.insert(c.target + "\n" + c.device).second) {
+      WarnLargeTargetOnCpu(command, c.target, c.device);
+    }
+  }
+}
+
 }  // namespace
 
 void RunSweepFile(const SweepFileOptions& o) {
@@ -54,6 +68,12 @@ void RunSweepFile(const SweepFileOptions& o) {
                  o.command.c_str(), o.config.c_str(), Join(config.base.targets, ", ").c_str());
   }
   if (!o.output.empty()) config.base.output = o.output;
+  if (!o.device.empty()) {
+    SPECBED_CHECK(IsDeviceName(o.device), "specbed ", o.command,
+                  ": --device must be cpu, cuda or cuda:N, got '", o.device, "'");
+    config.base.device = o.device;
+  }
+  if (!o.dtype.empty()) config.base.dtype = o.dtype;
   if (o.limit > 0) {
     for (auto& d : config.base.datasets) d.limit = o.limit;
   }
@@ -72,6 +92,7 @@ void RunSweepFile(const SweepFileOptions& o) {
   for (const std::string& note : expansion.notes) {
     std::fprintf(stderr, "specbed %s: %s\n", o.command.c_str(), note.c_str());
   }
+  WarnLargeTargetsOnCpu(o.command, cases);
   if (o.dry_run) {
     for (const CaseConfig& c : cases) std::printf("%s  %s\n", c.Key().c_str(), c.Label().c_str());
     return;
@@ -101,26 +122,36 @@ void RunSweepFile(const SweepFileOptions& o) {
   if (!o.no_summary) WriteToStdout(FormatSummaryTable(BuildSummary(config.base.output)));
 }
 
+void AddSweepFileFlags(CLI::App* cmd, SweepFileOptions* o) {
+  cmd->add_option("config", o->config, "Run or sweep config file (JSON; see configs/README.md)")
+      ->required();
+  cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
+  cmd->add_option("--device", o->device,
+                  "Where every case runs: cpu, cuda or cuda:N (overrides the config's \"device\")");
+  cmd->add_option("--dtype", o->dtype,
+                  "Weights/activations dtype: float32, bfloat16 or float16 (overrides the "
+                  "config's \"dtype\")")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
+  cmd->add_flag("--no-summary", o->no_summary,
+                "Do not print the summary table (specbed summary DB) at the end");
+  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
+               {"--no-progress"});
+}
+
 void AddSweepCommand(CLI::App& app) {
   auto [cmd, o] =
       AddSubcommand(&app, "sweep", RunSweepFile,
                     "Run a sweep file (a run config with knob lists/ranges, repeats, batch_sizes, "
                     "exclude/only), optionally one shard of it, into SQLite (resumable)");
   o->command = "sweep";
-  cmd->add_option("config", o->config, "Sweep or run config file (JSON; see configs/README.md)")
-      ->required();
   cmd->add_option("--shard", o->shard,
                   "Run only shard I of N (I/N, 0-based; a case goes to hash(case key) % N)");
-  cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
-  cmd->add_flag("--dry-run", o->dry_run, "List the cases (key and label) and exit");
-  cmd->add_flag("--no-summary", o->no_summary,
-                "Do not print the summary table (specbed summary DB) at the end");
-  cmd->add_option("--limit", o->limit, "Use only the first N prompts of every dataset")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Override max_new_tokens")
-      ->check(CLI::PositiveNumber);
-  OldSpellings(cmd, cmd->add_flag("-q,--quiet", o->no_progress, "Do not show progress on stderr"),
-               {"--no-progress"});
+  AddSweepFileFlags(cmd, o);
 }
 
 }  // namespace specbed::cli

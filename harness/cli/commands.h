@@ -46,11 +46,15 @@ void AddLtdCommand(CLI::App& app);
 struct SweepFileOptions {
   std::string command = "run";            // names the command in messages
   std::string config, output, shard;      // shard "I/N" ("" = all cases)
+  std::string device, dtype;              // "" = as in the config
   int64_t limit = 0, max_new_tokens = 0;  // 0 = as in the config
   bool dry_run = false, no_progress = false;
   bool no_summary = false;  // skip the summary table printed at the end
 };
 void RunSweepFile(const SweepFileOptions& options);
+// The flags `run` and `sweep` share (config, --output, --device, --dtype, --limit,
+// --max-new-tokens, --dry-run, --no-summary, --quiet).
+void AddSweepFileFlags(CLI::App* cmd, SweepFileOptions* o);
 
 // Exit status of `specbed compare` when the candidate regresses (1 = error, 0 = no regression).
 inline constexpr int kRegressionExitCode = 3;

@@ -88,9 +88,10 @@ TEST(CompareCli, SelfComparePassesAndALoweredBudgetFails) {
   EXPECT_NE(r.err.find("give two databases"), std::string::npos) << r.err;
 }
 
-// A vs B inside one database: SpS γ 1 (case 3) against γ 4 (case 2) on the same prompts loses τ
-// at T = 0 (exit 3) with the speed ratio's paired bootstrap interval; an AR case against a
-// speculative one, or a case id the database lacks, is an error.
+// A vs B inside one database: SpS γ 1 (case 3) against γ 4 (case 2) on the same prompts is a report
+// by default (exit 0, lines <= 120 columns); with --gate it loses τ at T = 0 (exit 3) with the
+// speed ratio's paired bootstrap interval; an AR case against a speculative one, a case id the
+// database lacks, or --gate without --cases is an error.
 TEST(CompareCli, TwoCasesOfOneDatabase) {
   const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/compare_cli_cases";
   fs::remove_all(dir);
@@ -105,12 +106,36 @@ TEST(CompareCli, TwoCasesOfOneDatabase) {
   // The progress line names a case by the knob that tells it apart, not by its knob JSON.
   EXPECT_NE(r.err.find("case 3/3 stories260K sps gamma=1 stories T=0"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("{\"gamma\""), std::string::npos) << r.err;
-  r = Specbed("compare " + dir + "/ab.db --cases 2,3 --speedup-threshold 0.5", dir);
+  // By default a report: exit 0, A and B named on their own lines, B/A with its interval read as
+  // faster / slower / tied, no line over 120 columns.
+  r = Specbed("compare " + dir + "/ab.db --cases 2,3", dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part :
+       {"case 3 (B) against case 2 (A)", "A = case 2: sps(drafter=stories260K-draft,gamma=4)",
+        "B = case 3: sps(drafter=stories260K-draft,gamma=1)", "on stories260K stories T=0 seed=0",
+        "B/A", "A report, not a gate (exit 0); --gate gates it"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+  EXPECT_TRUE(r.out.find("B faster") != std::string::npos ||
+              r.out.find("B slower") != std::string::npos ||
+              r.out.find("tied (the interval holds 1)") != std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("REGRESS"), std::string::npos) << r.out;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    size_t columns = 0;  // UTF-8 code points
+    for (unsigned char ch : line) columns += (ch & 0xC0) != 0x80;
+    EXPECT_LE(columns, 120u) << line;
+  }
+  // --gate: the regression check (τ lost at T = 0: exit 3), with the ratio's interval.
+  r = Specbed("compare " + dir + "/ab.db --cases 2,3 --gate --speedup-threshold 0.5", dir);
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
-  EXPECT_NE(r.out.find("ab.db case 2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("REGRESSED (τ"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" ["), std::string::npos) << r.out;    // the ratio's interval (6 prompts)
-  r = Specbed("compare " + dir + "/ab.db --cases 2,2", dir);  // a case against itself: no change
+  EXPECT_NE(r.out.find("verdict: REGRESSION (B against A)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ["), std::string::npos) << r.out;  // the ratio's interval (6 prompts)
+  r = Specbed("compare " + dir + "/ab.db " + dir + "/ab.db --gate", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--gate goes with --cases"), std::string::npos) << r.err;
+  r = Specbed("compare " + dir + "/ab.db --cases 2,2 --gate", dir);  // against itself: no change
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   r = Specbed("compare " + dir + "/ab.db --cases 1,2", dir);
   EXPECT_EQ(r.exit_code, 1);

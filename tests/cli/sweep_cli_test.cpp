@@ -2,8 +2,9 @@
 // real binary on stories260K (2 prompts, 8 new tokens): shards 0/2 and 1/2 merged equal one
 // unsharded run case for case; a sweep killed with SIGKILL mid-way resumes to every case exactly
 // once; merging twice adds nothing; `run` accepts sweep files; dry runs, the slurm script (its
-// #SBATCH quoting too) and the errors for bad shards, ranges, inputs and options. Databases are
-// read through results/store.h.
+// #SBATCH quoting too) and the errors for bad shards, ranges, inputs and options; --device and
+// --dtype overrides and the warning for a large target on the CPU. Databases are read through
+// results/store.h.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -259,6 +260,61 @@ TEST(CliSweep, BadShardsRangesAndInputsFailClearly) {
   }
   r = RunSpecbed({"merge", dir + "/out.db"}, dir);
   EXPECT_GE(r.exit_code, 100) << "a missing input is a usage error\n" << Describe(r);
+}
+
+// --device and --dtype override the config's (both are part of a case's key, so the keys change;
+// a bad device is an error naming the flag); a target of over 1 B parameters (an HF config.json of
+// a 7 B Llama shape, no weights: read without loading) warns when about to run on the CPU (run,
+// and generate before it loads), and not with --device cuda.
+TEST(CliSweep, DeviceAndDtypeOverrideTheConfigAndLargeCpuTargetsWarn) {
+  const std::string dir = TestDir();
+  const std::string sweep = WriteJson(dir, "small.json", SmallSweep(dir + "/small.db"));
+  const std::set<std::string> cpu = DryRunKeys(dir, sweep);
+  ASSERT_EQ(cpu.size(), 6u);
+  EXPECT_EQ(DryRunKeys(dir, sweep, {"--device", "cpu"}), cpu);
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--device", "cuda:1"}, {"--dtype", "bfloat16"}}) {
+    const std::set<std::string> other = DryRunKeys(dir, sweep, flags);
+    EXPECT_EQ(other.size(), 6u) << flags[0];
+    for (const std::string& key : other) EXPECT_EQ(cpu.count(key), 0u) << flags[0];
+  }
+  ProcResult r = RunSpecbed({"run", sweep, "--device", "gpu", "--dry-run"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--device must be cpu, cuda or cuda:N, got 'gpu'")) << r.err;
+  r = RunSpecbed({"sweep", sweep, "--dtype", "float64", "--dry-run"}, dir);
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--dtype")) << r.err;
+
+  fs::create_directories(dir + "/big");
+  WriteJson(dir + "/big", "config.json",
+            {{"architectures", {"LlamaForCausalLM"}},
+             {"model_type", "llama"},
+             {"hidden_size", 4096},
+             {"intermediate_size", 11008},
+             {"num_attention_heads", 32},
+             {"num_key_value_heads", 32},
+             {"num_hidden_layers", 32},
+             {"vocab_size", 32000},
+             {"max_position_embeddings", 4096},
+             {"rms_norm_eps", 1e-5},
+             {"tie_word_embeddings", false}});
+  Json cfg = SmallSweep(dir + "/big.db");
+  cfg["targets"] = {dir + "/big"};
+  cfg["methods"] = {"ar"};
+  const std::string big = WriteJson(dir, "big.json", cfg);
+  r = RunSpecbed({"run", big, "--dry-run"}, dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(
+      r.err, "warning: target " + dir + "/big has 6.74 B parameters and would run on the CPU"))
+      << r.err;
+  r = RunSpecbed({"run", big, "--dry-run", "--device", "cuda"}, dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(Contains(r.err, "would run on the CPU")) << r.err;
+  // generate warns before it loads (here the load then fails: the checkpoint has no weights).
+  r = RunSpecbed({"generate", "--target", dir + "/big", "-n", "1"}, dir);
+  EXPECT_NE(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "specbed generate: warning: target " + dir + "/big has 6.74 B"))
+      << r.err;
 }
 
 // A config's relative input paths resolve against the config file's folder (the dataset, a target

@@ -137,6 +137,9 @@ TEST(PaperConfigs, EverySweepParsesAndExpands) {
     // Relative to the sweep's folder or the SpecBed home: resolved on load (stored absolute).
     EXPECT_TRUE(fs::exists(sweep.paper["reference"].get<std::string>()));
 
+    // The papers' models run on a GPU: the sweep says so (`--device` overrides it).
+    EXPECT_EQ(sweep.base.device, "cuda");
+
     // Every dataset is a SpecBed dataset, so the sweep runs from a plain checkout.
     for (const DatasetSpec& d : sweep.base.datasets)
       EXPECT_TRUE(DatasetRegistry::Builtin().Has(d.name)) << "unknown dataset " << d.name;
