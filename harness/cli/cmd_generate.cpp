@@ -1,17 +1,26 @@
-// `specbed generate`: one prompt through AR decoding; prints the text and speed
-// (or, with --json, prompt ids, generated ids, text and timings for scripts).
+// `specbed generate`: one prompt through any registered method (AR by default; --method, --knob
+// KEY=VALUE); prints the text, speed and, for a speculative method, τ and acceptance (or, with
+// --json, prompt ids, generated ids, text, timings and the per-step drafted / accepted / emitted
+// counts for scripts).
+// Checked by: tests/cli/cli_test.cpp (generate's output and flags; every registered method on one
+// prompt, lossless ones token-identical to AR at T = 0).
 #include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "base/json_read.h"
 #include "base/knob_ranges.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/ar_generate.h"
+#include "harness/engine/speculative_decoder.h"
 #include "harness/runner/runner.h"
+#include "methods/method_registry.h"
 #include "models/device.h"
 #include "models/model_registry.h"
 
@@ -29,36 +38,110 @@ struct GenerateOptions {
   std::string chat_template;
   std::vector<std::string> stop;
   bool json = false;
+  std::string method = "ar";       // any registered method (specbed list methods)
+  std::vector<std::string> knobs;  // --knob KEY=VALUE, repeatable
 };
+
+// --knob KEY=VALUE pairs as a JSON object: VALUE parsed as JSON when it is one (numbers, true,
+// lists), else kept as a string (a head directory, "auto").
+nlohmann::json KnobsFromFlags(const std::vector<std::string>& pairs) {
+  nlohmann::json knobs = nlohmann::json::object();
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    SPECBED_CHECK(eq != std::string::npos && eq > 0,
+                  "generate --knob expects KEY=VALUE (e.g. --knob depth=7), got '", pair, "'");
+    const std::string value = pair.substr(eq + 1);
+    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    knobs[pair.substr(0, eq)] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+  }
+  return knobs;
+}
+
+// What a speculative decode's steps add up to (all zero for AR, which has no steps).
+struct StepTotals {
+  int64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
+  double tau() const { return steps > 0 ? static_cast<double>(emitted) / steps : 0.0; }
+  double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
+};
+
+StepTotals TotalsOf(const std::vector<StepStats>& steps) {
+  StepTotals t;
+  for (const StepStats& s : steps) {
+    ++t.steps;
+    t.drafted += s.n_drafted;
+    t.accepted += s.n_accepted;
+    t.emitted += s.n_emitted;
+  }
+  return t;
+}
+
+nlohmann::json GenerateJson(const GenerateOptions& o, const LoadedTarget& target,
+                            const nlohmann::json& knobs, const std::vector<int32_t>& ids,
+                            const DecodeResult& result, double decode_tps) {
+  const GenerationResult& r = result.generation;
+  nlohmann::json j = {{"model", target.spec.name},
+                      {"model_label", target.model->config().twin_label},
+                      {"method", o.method},
+                      {"knobs", knobs},
+                      {"prompt", o.prompt},
+                      {"prompt_ids", ids},
+                      {"generated_ids", r.tokens},
+                      {"text", r.text},
+                      {"stop_reason", StopReasonName(r.stop_reason)},
+                      {"timings",
+                       {{"prefill_ms", r.prefill_ms},
+                        {"decode_ms", r.decode_ms},
+                        {"forward_ms", r.forward_ms},
+                        {"decode_tokens_per_s", decode_tps}}}};
+  if (result.steps.empty()) return j;
+  const StepTotals t = TotalsOf(result.steps);
+  nlohmann::json per_step = nlohmann::json::array();
+  for (const StepStats& s : result.steps) {
+    per_step.push_back(
+        {{"drafted", s.n_drafted}, {"accepted", s.n_accepted}, {"emitted", s.n_emitted}});
+  }
+  j["speculation"] = {{"verify_steps", t.steps}, {"drafted", t.drafted},
+                      {"accepted", t.accepted},  {"emitted", t.emitted},
+                      {"tau", t.tau()},          {"acceptance_rate", t.acceptance()},
+                      {"per_step", per_step}};
+  return j;
+}
 
 void RunGenerate(const GenerateOptions& o) {
   at::set_num_threads(o.threads);
   WarnLargeTargetOnCpu("generate", o.model, o.device);
-  LoadedTarget target = LoadModel(o.model, ParseDtype(o.dtype), o.chat_template,
-                                  ParseDevice(o.device, "generate --device"));
+  MethodRegistry registry;
+  RegisterBuiltinMethods(registry);
+  const nlohmann::json knobs =
+      registry.ResolveKnobsFor(o.method, KnobsFromFlags(o.knobs), o.model);  // before loading
+  const at::ScalarType dtype = ParseDtype(o.dtype);
+  const at::Device device = ParseDevice(o.device, "generate --device");
+  LoadedTarget target = LoadModel(o.model, dtype, o.chat_template, device);
+  std::map<std::string, LoadedTarget> drafters;  // draft models the method loads
+  MethodContext context;
+  context.target = &target;
+  context.dtype = dtype;
+  context.device = device;
+  context.load_model = [&](const std::string& name) -> LoadedTarget& {
+    auto it = drafters.find(name);
+    if (it == drafters.end()) it = drafters.emplace(name, LoadModel(name, dtype, "", device)).first;
+    return it->second;
+  };
+  std::unique_ptr<Decoder> decoder = registry.Build(o.method, context, knobs);
   const std::vector<int32_t> ids = BuildPromptIds(target, {{"user", o.prompt}});
   GenerationConfig gen = o.gen;
   gen.stop = StopConfigFor(target, o.max_new_tokens, o.stop);
-  const int64_t max_len = std::min<int64_t>(
-      target.model->config().max_seq_len, static_cast<int64_t>(ids.size()) + o.max_new_tokens + 1);
-  KvCache cache = target.model->NewCache(1, max_len);
-  GenerationResult r = GenerateAr(*target.model, target.tokenizer.get(), ids, gen, cache);
+  KvCache cache = target.model->NewCache(
+      1,
+      CacheLengthFor(*target.model, static_cast<int64_t>(ids.size()), o.max_new_tokens, *decoder));
+  DecodeResult result;
+  decoder->Generate(ids, gen, cache, result);
+  const GenerationResult& r = result.generation;
   const double decode_tps =
       r.decode_ms > 0 ? (static_cast<double>(r.tokens.size()) - 1) / (r.decode_ms * 1e-3) : 0.0;
   if (o.json) {
-    nlohmann::json j = {{"model", target.spec.name},
-                        {"model_label", target.model->config().twin_label},
-                        {"prompt", o.prompt},
-                        {"prompt_ids", ids},
-                        {"generated_ids", r.tokens},
-                        {"text", r.text},
-                        {"stop_reason", StopReasonName(r.stop_reason)},
-                        {"timings",
-                         {{"prefill_ms", r.prefill_ms},
-                          {"decode_ms", r.decode_ms},
-                          {"forward_ms", r.forward_ms},
-                          {"decode_tokens_per_s", decode_tps}}}};
-    std::cout << DumpJsonForOutput(j) << std::endl;
+    std::cout << DumpJsonForOutput(GenerateJson(o, target, knobs, ids, result, decode_tps))
+              << std::endl;
     return;
   }
   std::cout << o.prompt << r.text << std::endl;
@@ -69,22 +152,34 @@ void RunGenerate(const GenerateOptions& o) {
                                : target.spec.name + ", " + label.substr(0, label.find(" ("));
   std::fprintf(
       stderr,
-      "\n[%s] %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",
-      name.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason), r.prefill_ms,
-      decode_tps);
+      "\n[%s] %s: %zu prompt tokens, %zu generated (%s); prefill %.2f ms; decode %.1f tokens/s\n",
+      name.c_str(), o.method.c_str(), ids.size(), r.tokens.size(), StopReasonName(r.stop_reason),
+      r.prefill_ms, decode_tps);
+  if (!result.steps.empty()) {
+    const StepTotals t = TotalsOf(result.steps);
+    std::fprintf(stderr,
+                 "%lld verify steps; acceptance length (τ) %.2f; acceptance %.1f%% (%lld of %lld "
+                 "drafted tokens)\n",
+                 static_cast<long long>(t.steps), t.tau(), 100 * t.acceptance(),
+                 static_cast<long long>(t.accepted), static_cast<long long>(t.drafted));
+  }
 }
 
 }  // namespace
 
 void AddGenerateCommand(CLI::App& app) {
-  auto [cmd, o] =
-      AddSubcommand(&app, "generate", RunGenerate, "Generate from one prompt with AR decoding");
+  auto [cmd, o] = AddSubcommand(&app, "generate", RunGenerate,
+                                "Generate from one prompt with any method (AR by default)");
   OldSpellings(
       cmd,
       cmd->add_option("--target", o->model, "Model name (specbed list models) or checkpoint path")
           ->capture_default_str(),
       {"-m", "--model"});
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty = BOS only)");
+  cmd->add_option("--method", o->method, "Method (specbed list methods)")->capture_default_str();
+  cmd->add_option("--knob", o->knobs,
+                  "A knob of the method as KEY=VALUE, repeatable (e.g. --knob depth=7 --knob "
+                  "head=DIR); the rest take their defaults for the target");
   OldSpellings(
       cmd,
       cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Maximum tokens to generate")

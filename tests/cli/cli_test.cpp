@@ -1,6 +1,7 @@
 // End-to-end tests of the `specbed` command-line tool (harness/cli): runs the real binary as a
 // child process (fork/exec, stdout/stderr captured, exit status, timeout) on the shipped
-// stories260K model and checks what a user relies on: generate/tokenize/list output, `run` writing
+// stories260K model and checks what a user relies on: generate/tokenize/list output (generate with
+// every registered method), `run` writing
 // complete cases to the results database and resuming without duplicates (also after SIGKILL),
 // clear errors for bad input, and `bench` rows. Databases are read through results/store.h.
 #include <fcntl.h>
@@ -297,6 +298,82 @@ TEST(CliGenerate, GreedyStoryIsTheModelsKnownContinuation) {
   // The plain output is the prompt followed by exactly the same text.
   EXPECT_EQ(r.out, "Once upon a time" + text + "\n");
   EXPECT_GT(doc["timings"]["decode_tokens_per_s"].get<double>(), 0.0);
+}
+
+// The registered methods as `specbed list methods` prints them: name -> lossless trait.
+std::map<std::string, bool> ListedMethods(const std::string& dir) {
+  const ProcResult r = RunSpecbed({"list", "methods"}, dir);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  std::map<std::string, bool> methods;
+  std::istringstream lines(r.out);
+  std::string line, name;
+  while (std::getline(lines, line)) {
+    if (line.size() > 3 && line.compare(0, 2, "  ") == 0 && line[2] != ' ') {
+      name = line.substr(2, line.find(' ', 2) - 2);
+      methods[name] = false;
+    } else if (!name.empty() && Contains(line, "traits: lossless=yes")) {
+      methods[name] = true;
+    }
+  }
+  return methods;
+}
+
+// One method on one prompt: every registered method runs through `generate --method` with its
+// default knobs on stories260K (T = 0, 12 tokens, --json); a lossless one gives AR's tokens, a
+// speculative one reports its verify steps whose emitted tokens add up to the generation, and τ /
+// acceptance consistent with them; --knob sets a knob (EAGLE-3's depth bounds every step's
+// accepted count); unknown methods, knobs and malformed pairs are errors naming them.
+TEST(CliGenerate, EveryRegisteredMethodOnOnePrompt) {
+  const std::string dir = TestDir();
+  const std::map<std::string, bool> methods = ListedMethods(dir);
+  ASSERT_GE(methods.size(), 15u);
+  auto generate = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"generate", "-p", "Once upon a time", "-n", "12", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunSpecbed(args, dir);
+  };
+  const ProcResult ar = generate({});
+  ASSERT_EQ(ar.exit_code, 0) << Describe(ar);
+  const Json ar_json = Json::parse(ar.out);
+  EXPECT_FALSE(ar_json.contains("speculation"));
+  for (const auto& [method, lossless] : methods) {
+    const ProcResult r = generate({"--method", method});
+    ASSERT_EQ(r.exit_code, 0) << method << Describe(r);
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(j.at("method"), method);
+    if (lossless) EXPECT_EQ(j.at("generated_ids"), ar_json.at("generated_ids")) << method;
+    if (method == "ar") continue;
+    ASSERT_TRUE(j.contains("speculation")) << method << "\n" << r.out;
+    const Json& spec = j.at("speculation");
+    int64_t emitted = 0, accepted = 0;
+    for (const Json& step : spec.at("per_step")) {
+      emitted += step.at("emitted").get<int64_t>();
+      accepted += step.at("accepted").get<int64_t>();
+    }
+    EXPECT_EQ(emitted + 1, static_cast<int64_t>(j.at("generated_ids").size())) << method;
+    EXPECT_EQ(spec.at("verify_steps"), spec.at("per_step").size()) << method;
+    EXPECT_EQ(spec.at("accepted"), accepted) << method;
+    EXPECT_NEAR(spec.at("tau").get<double>(),
+                static_cast<double>(emitted) / spec.at("verify_steps").get<double>(), 1e-9)
+        << method;
+  }
+  const ProcResult shallow =
+      generate({"--method", "eagle3", "--knob", "depth=1", "--knob", "top_k=2"});
+  ASSERT_EQ(shallow.exit_code, 0) << Describe(shallow);
+  const Json knobs = Json::parse(shallow.out).at("knobs");
+  EXPECT_EQ(knobs.at("depth"), 1);
+  EXPECT_EQ(knobs.at("top_k"), 2);
+  for (const Json& step : Json::parse(shallow.out).at("speculation").at("per_step")) {
+    EXPECT_LE(step.at("accepted").get<int64_t>(), 2);  // a tree of depth + 1 = 2 layers
+  }
+  for (const auto& [flags, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--method", "nosuch"}, "nosuch"},
+           {{"--method", "eagle3", "--knob", "nosuch=1"}, "nosuch"},
+           {{"--method", "eagle3", "--knob", "depth"}, "--knob expects KEY=VALUE"}}) {
+    const ProcResult r = generate(flags);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    EXPECT_TRUE(Contains(r.err, message)) << message << Describe(r);
+  }
 }
 
 TEST(CliGenerate, EmptyPromptGeneratesFromBos) {
