@@ -28,7 +28,8 @@ bool KeepAsText(const std::string& path) {
 // Lists left out of the cases CSV: per-position numbers (the `positions` table has them, one row
 // per case and position) and the divergences (per answer; in the JSON export).
 bool LeftOutOfCsv(const std::string& path) {
-  return path == "exact_match.divergences" ||
+  return path == "exact_match.divergences" || path == "vllm.num_accepted_tokens_per_pos" ||
+         path == "vllm.per_position_acceptance_rate" ||
          (path.rfind("acceptance.", 0) == 0 && path != "acceptance.max_depth");
 }
 
@@ -51,22 +52,6 @@ void Flatten(const Json& j, const std::string& path,
   } else {
     out.emplace_back(path, j);
   }
-}
-
-std::string CsvCell(const Json& v) {
-  std::string text;
-  if (v.is_null()) return "";
-  if (v.is_string()) {
-    text = v.get<std::string>();
-  } else if (v.is_boolean()) {
-    text = v.get<bool>() ? "true" : "false";
-  } else {
-    text = v.dump();  // numbers: shortest round-trip form, as in the JSON export
-  }
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string quoted = "\"";
-  for (char c : text) quoted += (c == '"') ? std::string("\"\"") : std::string(1, c);
-  return quoted + "\"";
 }
 
 // Rows of flattened objects -> CSV with the union of the columns in first-seen order.

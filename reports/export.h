@@ -32,4 +32,24 @@ ExportTable ParseExportTable(const std::string& text, const std::string& flag);
 // export, shortest round-trip form), "\n" line ends.
 std::string ExportResults(const Summary& summary, ExportTable table, ExportFormat format);
 
+// One CSV cell of a JSON value, the rule above (shared with `bench --format csv`): null = empty,
+// strings as they are, booleans true / false, numbers in their shortest round-trip form; quoted
+// (quotes doubled) when it holds a comma, quote or line break.
+template <typename JsonValue>
+std::string CsvCell(const JsonValue& v) {
+  std::string text;
+  if (v.is_null()) return "";
+  if (v.is_string()) {
+    text = v.template get<std::string>();
+  } else if (v.is_boolean()) {
+    text = v.template get<bool>() ? "true" : "false";
+  } else {
+    text = v.dump();
+  }
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += (c == '"') ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 }  // namespace specbed

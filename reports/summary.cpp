@@ -415,6 +415,11 @@ Cell Percent(double fraction) {
 Cell Text(std::string text) {
   return {std::move(text), kNoValue};
 }
+// A step counter; "—" for a case without steps (AR).
+Cell Count(int64_t n, const CaseMetrics& m) {
+  if (m.n_steps == 0) return Text(kNone);
+  return {std::to_string(n), static_cast<double>(n)};
+}
 
 bool Compared(const SummaryRow& r) {
   return !r.is_baseline && r.baseline_case_id >= 0;
@@ -477,6 +482,12 @@ const std::vector<SummaryColumn>& SummaryColumns() {
        [](const RowView& v) {
          return Percent(VllmCompatibleMetrics(v.r->metrics).acceptance_rate);
        }},
+      {"drafts", "drafts", true, false, true,
+       [](const RowView& v) { return Count(v.r->metrics.n_steps, v.r->metrics); }},
+      {"draft_tokens", "draft tokens", true, false, true,
+       [](const RowView& v) { return Count(v.r->metrics.drafted, v.r->metrics); }},
+      {"accepted", "accepted", true, false, true,
+       [](const RowView& v) { return Count(v.r->metrics.accepted, v.r->metrics); }},
       {"td", "T_D%", true, true, false,
        [](const RowView& v) { return Percent(v.r->metrics.draft_fraction); }},
       {"tdp", "D-prefill%", true, false, false,
@@ -530,13 +541,20 @@ const std::vector<SummaryColumn>& SummaryColumns() {
        [](const RowView& v) { return Text(Rates(v.r->metrics.positions.r)); }},
       {"alpha", "α_1..α_4", false, false, true,
        [](const RowView& v) { return Text(Rates(v.r->metrics.positions.alpha)); }},
+      {"pos", "accept@pos 0..3", false, false, true,
+       [](const RowView& v) {
+         return Text(Rates(VllmCompatibleMetrics(v.r->metrics).per_position_acceptance_rate));
+       }},
   };
   return kColumns;
 }
 
+// A column by its key or by its header as printed (whole, or its first word: "tok/s", "acc%",
+// "speedup" for "speedup [95% CI]").
 const SummaryColumn& ColumnByKey(const std::string& key) {
   for (const SummaryColumn& c : SummaryColumns()) {
-    if (key == c.key) return c;
+    const std::string header = c.header;
+    if (key == c.key || key == header || key == header.substr(0, header.find(' '))) return c;
   }
   Fail("summary: unknown column '", key, "' (columns: ", Join(SummaryColumnKeys(), ", "), ")");
 }
@@ -623,14 +641,13 @@ std::string AlignedTable(const std::vector<const SummaryColumn*>& columns,
 // The legend of the compact table: the shown columns only.
 std::string CompactLegend(const Summary& s) {
   return StrCat(
-      "τ = tokens per verify step (bonus included); acc% = accepted / drafted tokens (vLLM's "
-      "acceptance rate);\n",
-      "nodes/step = drafted nodes per step; T_D% = drafting share of decode time;\n",
-      "speedup = geometric mean over answers of decode tok/s / AR's, 95% CI = bootstrap over "
-      "prompts (",
-      s.bootstrap.n_resamples, " resamples;\n", "(n<5) = under ", kMinPromptsForInterval,
-      " prompts: no interval); p = paired AR timing; * = AR from another run;\n",
-      "exact = answers token-identical to AR (T = 0 only).\n",
+      "τ = acceptance length (τ, Spec-Bench #MAT): tokens per verify step (bonus included);\n"
+      "acc% = accepted / drafted tokens (vLLM's acceptance rate); nodes/step = drafted nodes per "
+      "step;\nT_D% = drafting share of decode time; speedup = geometric mean over answers of "
+      "decode tok/s / AR's;\n95% CI = bootstrap over prompts (",
+      s.bootstrap.n_resamples, " resamples; (n<5) = under ", kMinPromptsForInterval,
+      " prompts: no interval); p = paired AR timing;\n* = AR from another run; exact = answers "
+      "token-identical to AR (T = 0 only).\n",
       "More: --wide (every column, full knobs), --columns KEY,.. , --sort KEY[:asc|:desc].\n");
 }
 
@@ -638,7 +655,8 @@ std::string CompactLegend(const Summary& s) {
 std::string WideLegend(const Summary& s) {
   return StrCat(
       "n = answers (prompt x turn); tok/s = decode tokens (after the first) / decode time; "
-      "τ = tokens emitted per verify step (bonus token included);\n",
+      "τ = acceptance length (τ, Spec-Bench #MAT): tokens emitted per verify step (bonus token "
+      "included);\n",
       "acc% = accepted / drafted tokens (vLLM's acceptance rate); T_D% / other% = drafting / "
       "other time as a share of decode time; adapt% = online adaptation (OSD updates) and "
       "D-prefill% = the drafter's catch-up over the prompt, both part of T_D%;\nrollback% = "
@@ -656,8 +674,11 @@ std::string WideLegend(const Summary& s) {
       "exact = answers token-identical to AR (T = 0 only: at T > 0 a lossless method samples other "
       "tokens); div min/med = first divergence position (min / median); margin = smallest AR "
       "top-2 logit gap at a divergence;\n",
+      "drafts / draft tokens / accepted = vLLM's num_drafts (verify steps), num_draft_tokens, "
+      "num_accepted_tokens;\n",
       "r_i = P(accepted >= i | drafted >= i), α_i = P(accepted >= i | accepted >= i-1, drafted >= "
-      "i) at draft position i.\n");
+      "i) at draft position i (conditional);\naccept@pos 0..3 = vLLM's per-position acceptance "
+      "rate from position 0: steps accepted up to that position / all steps (unconditional).\n");
 }
 
 }  // namespace
@@ -805,6 +826,12 @@ void AddMetricsJson(const CaseMetrics& m, OrderedJson& j) {
   j["mean_acceptance_length"] = NumberJson(vllm.mean_acceptance_length);
   Json per_position = Json::array();
   for (double v : vllm.per_position_acceptance_rate) per_position.push_back(NumberJson(v));
+  // vLLM's raw counters under its own names (vllm/v1/spec_decode/metrics.py), position 0 first.
+  j["vllm"] = {{"num_drafts", m.n_steps},
+               {"num_draft_tokens", m.drafted},
+               {"num_accepted_tokens", m.accepted},
+               {"num_accepted_tokens_per_pos", m.positions.n_accepted},
+               {"per_position_acceptance_rate", per_position}};
   j["acceptance"] = {{"max_depth", m.positions.max_depth()},
                      {"r", r_list},
                      {"alpha", alpha_list},

@@ -182,6 +182,7 @@ const std::vector<Field<BenchRecord>>& BenchFields() {
       {"blas_core", &R::blas_core, 5},
       {"gemv_kernel", &R::gemv_kernel, 11},
       {"huge_page_bytes", &R::huge_page_bytes, 11, kMinusOne, "bytes"},
+      {"test", &R::test, 13},
   };
   return kFields;
 }

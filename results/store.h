@@ -41,8 +41,8 @@ struct Field;  // results/record_schema.h
 // t_draft_prefill_us. Version 11 added bench.gemv_kernel / huge_page_bytes and
 // bench_verify.gemv_kernel (the CPU kernels a bench row ran). Version 12 added the steps' device
 // time per phase and engine counters (launches, host reads, graph replays / captures, copies each
-// way; base/step_counters.h).
-inline constexpr int kResultsSchemaVersion = 12;
+// way; base/step_counters.h). Version 13 added bench.test (tg = decode, pp = prompt processing).
+inline constexpr int kResultsSchemaVersion = 13;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -139,6 +139,10 @@ struct BenchRecord {
   // kernel backed with huge pages (models/weight_arena.h; 0 = none, -1 = not packed or unknown).
   std::string gemv_kernel;
   int64_t huge_page_bytes = -1;
+  // Schema v13 ('' before = tg): "tg" = decode (n_tokens generated after context_len cached
+  // tokens; llama-bench's tgN) or "pp" = prompt processing (one forward of n_tokens into an empty
+  // cache per rep; ms_per_step = that forward; llama-bench's ppN).
+  std::string test = "tg";
 };
 
 // Schema v5: one point of `specbed bench --verify-widths`: the forward time of `n_query` new

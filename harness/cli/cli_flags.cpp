@@ -47,4 +47,18 @@ void WarnLargeTargetOnCpu(const std::string& command, const std::string& target,
                command.c_str(), target.c_str(), static_cast<double>(parameters) / 1e9);
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> KnobPairsFromFlags(
+    const std::vector<std::string>& pairs, const std::string& command) {
+  std::vector<std::pair<std::string, nlohmann::json>> knobs;
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    SPECBED_CHECK(eq != std::string::npos && eq > 0, command,
+                  " --knob expects KEY=VALUE (e.g. --knob depth=7), got '", pair, "'");
+    const std::string value = pair.substr(eq + 1);
+    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    knobs.emplace_back(pair.substr(0, eq), parsed.is_discarded() ? nlohmann::json(value) : parsed);
+  }
+  return knobs;
+}
+
 }  // namespace specbed::cli

@@ -2,14 +2,19 @@
 // threads, quiet, --partial-every) and methods/common/train/train_flags.h (the trainers' flags and
 // messages): the results-database argument and, for the commands that compute speedups (summary,
 // report, export, compare), the AR-baseline flags; the warning before a large target runs on the
-// CPU (run, sweep, generate, bench). Checked by: tests/cli/summary_cli_test.cpp,
-// tests/cli/compare_cli_test.cpp, tests/cli/sweep_cli_test.cpp (the warning).
+// CPU (run, sweep, generate, bench); --knob KEY=VALUE pairs (generate, run, sweep). Checked by:
+// tests/cli/summary_cli_test.cpp, tests/cli/compare_cli_test.cpp, tests/cli/sweep_cli_test.cpp (the
+// warning).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/cli_options.h"
 #include "methods/common/train/train_flags.h"
@@ -32,5 +37,10 @@ inline constexpr int64_t kCpuWarnParameters = 1'000'000'000;
 // more than kCpuWarnParameters; registry names (all small) and unreadable targets are skipped.
 void WarnLargeTargetOnCpu(const std::string& command, const std::string& target,
                           const std::string& device);
+
+// --knob KEY=VALUE pairs in order: VALUE parsed as JSON when it is one (numbers, true, lists),
+// else kept as a string (a head directory, "auto"); a pair without "=" fails naming `command`.
+std::vector<std::pair<std::string, nlohmann::json>> KnobPairsFromFlags(
+    const std::vector<std::string>& pairs, const std::string& command);
 
 }  // namespace specbed::cli

@@ -21,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "base/error.h"
 #include "base/names.h"
@@ -28,6 +30,7 @@
 #include "base/timer.h"
 #include "harness/cli/bench_lookup.h"
 #include "harness/cli/bench_ops.h"
+#include "harness/cli/bench_output.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
 #include "harness/engine/machine_bench.h"
@@ -69,6 +72,8 @@ struct BenchOptions {
   std::vector<int64_t> lookup_contexts;  // non-empty: the lookup drafters' cost instead
   bool count_ops = false;                // the ATen ops per step instead (bench_ops.h)
   int64_t lookup_steps = 256;
+  std::vector<int64_t> prompt_tokens = {64};  // pp rows (prompt processing); 0 = none
+  std::string format = "md";                  // md | csv | json (bench_output.h)
 };
 
 struct Timing {
@@ -113,14 +118,14 @@ Timing DecodeOnce(LlamaModel& model, KvCache& cache, const at::Tensor& context_i
 
 // The cost of one phase-boundary synchronization on `device` with nothing queued (what every
 // DeviceNowNanos adds to a step; 0 on the CPU), printed once per bench.
-void PrintSyncCost(const at::Device& device) {
+void PrintSyncCost(const at::Device& device, FILE* out) {
   constexpr int kCalls = 1000;
   SynchronizeDevice(device);
   const int64_t t0 = NowNanos();
   for (int i = 0; i < kCalls; ++i) DeviceNowNanos(device);
   const double us = (NowNanos() - t0) * 1e-3 / kCalls;
-  std::printf("phase-boundary sync on %s: %.2f us per call (idle device)\n",
-              DeviceName(device).c_str(), us);
+  std::fprintf(out, "phase-boundary sync on %s: %.2f us per call (idle device)\n",
+               DeviceName(device).c_str(), us);
 }
 
 // Every combination is checked before anything is measured: a context that cannot fit a model
@@ -154,6 +159,12 @@ void ValidateBench(const BenchOptions& o) {
     const LoadedTarget probe =
         LoadModel(model_name, ParseDtype(o.dtypes.front()), "", ParseDevice(o.device, "bench"));
     const int64_t max_seq = probe.model->config().max_seq_len;
+    for (int64_t p : o.prompt_tokens) {
+      if (p < 0 || p + 1 > max_seq) {
+        bad.push_back(StrCat(model_name, " --prompt-tokens ", p,
+                             " (must be >= 0 and + 1 <= ", "max_seq_len ", max_seq, ")"));
+      }
+    }
     for (int64_t context : o.contexts) {
       const int64_t prefill = std::max<int64_t>(1, context);
       if (prefill + o.tokens + 1 > max_seq) {
@@ -200,30 +211,30 @@ std::unique_ptr<ResultsStore> OpenBenchStore(const BenchOptions& o, int64_t& run
 // of --bandwidth-mib); on the CPU the STREAM triad at 1 thread and at every bench thread count
 // (rows of bench_bandwidth). Empty when --bandwidth-mib is 0.
 std::map<int, double> MeasureBandwidths(const BenchOptions& o, const at::Device& device,
-                                        ResultsStore* store, int64_t run_id) {
+                                        ResultsStore* store, int64_t run_id, FILE* out) {
   std::map<int, double> by_threads;
   if (o.bandwidth_mib <= 0) return by_threads;
   if (!device.is_cpu()) {
     const double gb_s = MeasureDeviceCopyBandwidth(device, o.bandwidth_mib << 20);
-    std::printf("\n| memory bandwidth | device | buffer MiB | copy GB/s (read + write) |\n");
-    std::printf("|---|---|---:|---:|\n| device copy (best of 10) | %s | %lld | %.1f |\n",
-                DeviceName(device).c_str(), static_cast<long long>(o.bandwidth_mib), gb_s);
+    std::fprintf(out, "\n| memory bandwidth | device | buffer MiB | copy GB/s (read + write) |\n");
+    std::fprintf(out, "|---|---|---:|---:|\n| device copy (best of 10) | %s | %lld | %.1f |\n",
+                 DeviceName(device).c_str(), static_cast<long long>(o.bandwidth_mib), gb_s);
     for (int t : o.threads) by_threads[t] = gb_s;
     return by_threads;
   }
   std::vector<int> counts = {1};
   for (int t : o.threads)
     if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
-  std::printf("\nSTREAM arrays in %s (as the CPU row kernels' weights: SPECBED_HUGE_PAGES)\n",
-              WeightHugePagesEnabled() ? "2 MiB pages" : "default (4 KiB) pages");
-  std::printf("| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::fprintf(out, "\nSTREAM arrays in %s (as the CPU row kernels' weights: SPECBED_HUGE_PAGES)\n",
+               WeightHugePagesEnabled() ? "2 MiB pages" : "default (4 KiB) pages");
+  std::fprintf(out, "| memory bandwidth | threads | array MiB | copy GB/s | triad GB/s |\n");
+  std::fprintf(out, "|---|---:|---:|---:|---:|\n");
   for (int t : counts) {
     const MemoryBandwidth bw = MeasureMemoryBandwidth(t, o.bandwidth_mib << 20);
     by_threads[t] = bw.triad_gb_s;
-    std::printf("| STREAM (best of %d) | %d | %lld | %.2f | %.2f |\n", bw.reps, t,
-                static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
-    std::fflush(stdout);
+    std::fprintf(out, "| STREAM (best of %d) | %d | %lld | %.2f | %.2f |\n", bw.reps, t,
+                 static_cast<long long>(o.bandwidth_mib), bw.copy_gb_s, bw.triad_gb_s);
+    std::fflush(out);
     if (store) {
       // threads, array_bytes, reps, copy_gb_s, triad_gb_s.
       const BenchBandwidthRecord rec{t, bw.array_bytes, bw.reps, bw.copy_gb_s, bw.triad_gb_s};
@@ -247,7 +258,67 @@ at::Tensor RandomContext(const LoadedTarget& target, int64_t batch, int64_t pref
   return ids;
 }
 
-// One row of the table: a warmup, then --reps decodes of --max-new-tokens after `context`.
+// The fields every row of `target` shares (name with its forward path, dtype, threads, batch,
+// sizes, the CPU kernels in use).
+BenchRecord RowFor(const BenchOptions& o, LoadedTarget& target, int threads, int64_t batch) {
+  LlamaModel& model = *target.model;
+  BenchRecord row;
+  // A forward path other than the device's default is part of the row's name.
+  row.model = target.spec.name;
+  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kAten) row.model += " [aten]";
+  if (model.graph_mode() == GraphMode::kOn) row.model += " [graphs]";  // SPECBED_GRAPHS=on
+  row.dtype = DtypeName(model.dtype());
+  row.threads = threads;
+  row.batch_size = batch;
+  row.reps = o.reps;
+  row.n_params = model.config().ParameterCount();
+  row.weight_bytes = DecodeWeightBytes(model);
+  row.blas_core = BlasCoreName();
+  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kRowKernels) {
+    row.gemv_kernel = GemvKernelName(model.dtype());
+  }
+  if (model.weight_arena().bytes > 0) row.huge_page_bytes = model.weight_arena().huge_page_bytes;
+  return row;
+}
+
+// Mean and sample standard deviation.
+std::pair<double, double> MeanStd(const std::vector<double>& v) {
+  double mean = 0, var = 0;
+  for (double x : v) mean += x / v.size();
+  for (double x : v) var += (x - mean) * (x - mean) / std::max<size_t>(1, v.size() - 1);
+  return {mean, std::sqrt(var)};
+}
+
+// A prompt-processing row (llama-bench's ppN): after a warmup, --reps forwards of `n_prompt`
+// random tokens per sequence into an emptied cache; tok/s = batch x n_prompt / forward time.
+BenchRecord MeasurePromptRow(const BenchOptions& o, LoadedTarget& target, int threads,
+                             int64_t batch, int64_t n_prompt) {
+  LlamaModel& model = *target.model;
+  KvCache cache = model.NewCache(batch, n_prompt + 1);
+  const at::Tensor ids = RandomContext(target, batch, n_prompt);
+  const at::Device device = model.device();
+  std::vector<double> tps;
+  double total_s = 0;
+  for (int64_t r = -1; r < o.reps; ++r) {  // r = -1: the warmup
+    cache.Truncate(0);
+    const int64_t start = DeviceNowNanos(device);
+    model.Forward(ids, cache);
+    const double s = (DeviceNowNanos(device) - start) * 1e-9;
+    if (r < 0) continue;
+    tps.push_back(batch * n_prompt / s);
+    total_s += s;
+  }
+  BenchRecord row = RowFor(o, target, threads, batch);
+  row.test = "pp";
+  row.n_tokens = n_prompt;
+  std::tie(row.tokens_per_s, row.tokens_per_s_std) = MeanStd(tps);
+  row.ms_per_step = row.forward_ms_per_step = total_s / o.reps * 1e3;
+  row.other_ms_per_step = 0;
+  return row;
+}
+
+// A decode row (llama-bench's tgN): a warmup, then --reps decodes of --max-new-tokens after
+// `context`.
 BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads, int64_t batch,
                        int64_t context, const std::map<int, double>& bandwidths) {
   LlamaModel& model = *target.model;
@@ -268,38 +339,20 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
     total += t.total_s;
     forward += t.forward_s;
   }
-  double mean = 0, var = 0;
-  for (double v : tps) mean += v / tps.size();
-  for (double v : tps) var += (v - mean) * (v - mean) / std::max<size_t>(1, tps.size() - 1);
-  BenchRecord row;
-  // A forward path other than the device's default is part of the row's name.
-  row.model = target.spec.name;
-  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kAten) row.model += " [aten]";
-  if (model.graph_mode() == GraphMode::kOn) row.model += " [graphs]";  // SPECBED_GRAPHS=on
+  BenchRecord row = RowFor(o, target, threads, batch);
   if (model.graph_stats().captures != captures_before) {  // a capture inside the timed reps
     std::fprintf(stderr, "bench: WARNING: %lld CUDA graph capture(s) inside the timed reps of %s\n",
                  static_cast<long long>(model.graph_stats().captures - captures_before),
                  row.model.c_str());
   }
-  row.dtype = DtypeName(model.dtype());
-  row.threads = threads;
-  row.batch_size = batch;
+  row.test = "tg";
   row.context_len = context;
   row.n_tokens = o.tokens;
-  row.reps = o.reps;
-  row.tokens_per_s = mean;
-  row.tokens_per_s_std = std::sqrt(var);
+  std::tie(row.tokens_per_s, row.tokens_per_s_std) = MeanStd(tps);
   const double steps = static_cast<double>(o.tokens * o.reps);
   row.ms_per_step = total / steps * 1e3;
   row.forward_ms_per_step = forward / steps * 1e3;
   row.other_ms_per_step = (total - forward) / steps * 1e3;
-  row.n_params = model.config().ParameterCount();
-  row.weight_bytes = DecodeWeightBytes(model);
-  row.blas_core = BlasCoreName();
-  if (model.device().is_cpu() && model.forward_path() == ForwardPath::kRowKernels) {
-    row.gemv_kernel = GemvKernelName(model.dtype());
-  }
-  if (model.weight_arena().bytes > 0) row.huge_page_bytes = model.weight_arena().huge_page_bytes;
   const auto bw = bandwidths.find(threads);
   if (bw != bandwidths.end()) {
     row.bandwidth_gb_s = bw->second;
@@ -307,20 +360,6 @@ BenchRecord MeasureRow(const BenchOptions& o, LoadedTarget& target, int threads,
         RooflineFraction(row.weight_bytes, row.bandwidth_gb_s, row.forward_ms_per_step);
   }
   return row;
-}
-
-void PrintRow(const BenchRecord& row) {
-  std::printf(
-      "| %s | %s | %d | %lld | %lld | %lld | %.1f | %.1f | %.4f | %.4f | %.4f | %.2f | %.1f | "
-      "%.2f | %s | %s |\n",
-      row.model.c_str(), row.dtype.c_str(), static_cast<int>(row.threads),
-      static_cast<long long>(row.batch_size), static_cast<long long>(row.context_len),
-      static_cast<long long>(row.n_tokens), row.tokens_per_s, row.tokens_per_s_std, row.ms_per_step,
-      row.forward_ms_per_step, row.other_ms_per_step,
-      100.0 * row.other_ms_per_step / row.ms_per_step, row.weight_bytes * 1e-6,
-      row.roofline_fraction, row.gemv_kernel.empty() ? "-" : row.gemv_kernel.c_str(),
-      row.huge_page_bytes < 0 ? "-" : Fixed1(row.huge_page_bytes * 1e-6).c_str());
-  std::fflush(stdout);
 }
 
 // The verify-width curve after `row`'s context (batch 1 rows only).
@@ -350,63 +389,61 @@ std::vector<BenchVerifyRecord> MeasureVerifyRows(const BenchOptions& o, LlamaMod
   return recs;
 }
 
-void PrintVerifyTable(const std::vector<BenchVerifyRecord>& rows) {
-  if (rows.empty()) return;
-  std::printf(
-      "\n| verify width | model | dtype | threads | context | n | forward ms (median) | × n=1 |\n");
-  std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
-  for (const BenchVerifyRecord& v : rows) {
-    std::printf("| verify | %s | %s | %lld | %lld | %lld | %.4f | %.2f |\n", v.model.c_str(),
-                v.dtype.c_str(), static_cast<long long>(v.threads),
-                static_cast<long long>(v.context_len), static_cast<long long>(v.n_query),
-                v.forward_ms, v.ratio_to_one);
-  }
-}
-
 // A list option's settings, or one empty setting ("leave the process default") when not given.
 std::vector<std::string> Settings(const std::vector<std::string>& given) {
   return given.empty() ? std::vector<std::string>{""} : given;
 }
 
-// Where measured rows go: the store (as soon as each is measured), the progress display and the
-// verify-width rows printed at the end.
+// Where measured rows go: the store (as soon as each is measured), the printer and the progress
+// display.
 struct BenchSink {
   ResultsStore* store = nullptr;
   int64_t run_id = -1, n_stored = 0;
   ProgressBar* progress = nullptr;
-  std::vector<BenchVerifyRecord> verify_rows;
+  BenchPrinter* printer = nullptr;
+  int64_t n_verify = 0;
+
+  void Add(const BenchRecord& row) {
+    printer->Row(row);
+    if (store) {
+      store->WriteBench(run_id, {row});
+      ++n_stored;
+    }
+    if (progress) {
+      progress->Advance(1, StrCat(row.model, " ", row.dtype, " t=", row.threads, " b=",
+                                  row.batch_size, " ", BenchTestName(row), " ctx=", row.context_len,
+                                  ": ", Fixed1(row.tokens_per_s), " tok/s"));
+    }
+  }
 };
 
-// Every threads x batch x context row of one loaded target (and its verify-width curves).
+// Every threads x batch row of one loaded target: its prompt-processing rows, then its decode rows
+// per context (with their verify-width curves).
 void MeasureTarget(const BenchOptions& o, LoadedTarget& target,
                    const std::map<int, double>& bandwidths, BenchSink& sink) {
   for (int threads : o.threads) {
     at::set_num_threads(threads);
     for (int64_t batch : o.batches) {
+      for (int64_t n_prompt : o.prompt_tokens) {
+        if (n_prompt > 0) sink.Add(MeasurePromptRow(o, target, threads, batch, n_prompt));
+      }
       for (int64_t context : o.contexts) {
         const BenchRecord row = MeasureRow(o, target, threads, batch, context, bandwidths);
-        PrintRow(row);
-        if (sink.store) {
-          sink.store->WriteBench(sink.run_id, {row});
-          ++sink.n_stored;
-        }
-        if (sink.progress) {
-          sink.progress->Advance(
-              1, StrCat(row.model, " ", row.dtype, " t=", threads, " b=", batch, " ctx=", context,
-                        ": ", Fixed1(row.tokens_per_s), " tok/s"));
-        }
+        sink.Add(row);
         if (o.verify_widths.empty() || batch != 1) continue;
         const std::vector<BenchVerifyRecord> recs = MeasureVerifyRows(o, *target.model, row);
         if (sink.store) sink.store->WriteBenchVerify(sink.run_id, recs);
-        sink.verify_rows.insert(sink.verify_rows.end(), recs.begin(), recs.end());
+        sink.printer->VerifyRows(recs);
+        sink.n_verify += static_cast<int64_t>(recs.size());
       }
     }
   }
 }
 
-void PrintKernelLine() {
-  std::printf("BLAS: %s\n", BlasCoreDescription().c_str());
-  std::printf(
+void PrintKernelLine(FILE* out) {
+  std::fprintf(out, "BLAS: %s\n", BlasCoreDescription().c_str());
+  std::fprintf(
+      out,
       "GEMV: %s (CPU supports %s); used for <= %lld rows (fp32) / <= %lld (bf16) / <= %lld "
       "(fp16)\n",
       GemvIsaName().c_str(), Join(SupportedGemvIsas(), ", ").c_str(),
@@ -415,45 +452,21 @@ void PrintKernelLine() {
       static_cast<long long>(GemvMaxRows(at::kHalf)));
 }
 
-void RunBench(const BenchOptions& o) {
-  if (!o.lookup_contexts.empty()) {
-    RunLookupBench(o.models.front(), o.lookup_contexts, o.lookup_steps);
-    return;
-  }
-  if (o.count_ops) {
-    OpCountOptions ops{o.models, o.dtypes, o.device, {}, o.verify_widths};
-    for (int64_t c : o.contexts) ops.contexts.push_back(std::max<int64_t>(1, c));
-    if (ops.widths.empty()) ops.widths = {2, 4, 8, 16, 32, 64};
-    RunOpCountBench(ops);
-    return;
-  }
-  ValidateBench(o);
-  SetGemvMaxRows(o.gemv_max_rows);
-  SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
-  const at::Device device = ParseDevice(o.device, "bench --device");
-  PrintSyncCost(device);
-  BenchSink sink;
-  std::unique_ptr<ResultsStore> store = OpenBenchStore(o, sink.run_id);
-  sink.store = store.get();
-  PrintKernelLine();
-  const std::map<int, double> bandwidths = MeasureBandwidths(o, device, store.get(), sink.run_id);
-  std::printf(
-      "\n| model | dtype | threads | batch | context | tokens | tok/s | ± | ms/step | forward ms | "
-      "other ms | other %% | weight MB | roofline | GEMV | huge-page MB |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
-  // Progress on stderr (the table goes to stdout): one unit per measured combination.
-  std::unique_ptr<ProgressBar> progress;
-  if (!o.quiet) {
-    progress = std::make_unique<ProgressBar>(
-        "bench",
-        static_cast<int64_t>(o.models.size() * o.dtypes.size() * Settings(o.huge_pages).size() *
-                             Settings(o.graphs).size() * Settings(o.gemv_isas).size() *
-                             o.threads.size() * o.batches.size() * o.contexts.size()),
-        "row");
-    sink.progress = progress.get();
-  }
-  // The weights are packed (or not) and the captured steps set up when a model loads, so
-  // --huge-pages and --graphs reload it; --gemv-isa only switches kernels.
+// Rows the bench will measure (one progress unit each).
+int64_t CountRows(const BenchOptions& o) {
+  int64_t per_batch = static_cast<int64_t>(o.contexts.size());
+  for (int64_t p : o.prompt_tokens) per_batch += p > 0;
+  return static_cast<int64_t>(o.models.size() * o.dtypes.size() * Settings(o.huge_pages).size() *
+                              Settings(o.graphs).size() * Settings(o.gemv_isas).size() *
+                              o.threads.size() * o.batches.size()) *
+         per_batch;
+}
+
+// Every model x dtype x huge-pages x graphs x GEMV-cap setting. The weights are packed (or not)
+// and the captured steps set up when a model loads, so --huge-pages and --graphs reload it;
+// --gemv-isa only switches kernels.
+void MeasureAll(const BenchOptions& o, const at::Device& device,
+                const std::map<int, double>& bandwidths, BenchSink& sink) {
   for (const auto& model_name : o.models) {
     for (const auto& dtype_name : o.dtypes) {
       for (const std::string& pages : Settings(o.huge_pages)) {
@@ -469,13 +482,47 @@ void RunBench(const BenchOptions& o) {
       }
     }
   }
+}
+
+void RunBench(const BenchOptions& o) {
+  if (!o.lookup_contexts.empty()) {
+    RunLookupBench(o.models.front(), o.lookup_contexts, o.lookup_steps);
+    return;
+  }
+  if (o.count_ops) {
+    OpCountOptions ops{o.models, o.dtypes, o.device, {}, o.verify_widths};
+    for (int64_t c : o.contexts) ops.contexts.push_back(std::max<int64_t>(1, c));
+    if (ops.widths.empty()) ops.widths = {2, 4, 8, 16, 32, 64};
+    RunOpCountBench(ops);
+    return;
+  }
+  BenchPrinter printer(ParseBenchFormat(o.format));
+  ValidateBench(o);
+  SetGemvMaxRows(o.gemv_max_rows);
+  SetCpuForwardPathOverride(ParseForwardPath(o.forward, "bench --forward"));
+  const at::Device device = ParseDevice(o.device, "bench --device");
+  printer.Build(BuildInfoLine());
+  PrintSyncCost(device, printer.notes());
+  BenchSink sink;
+  sink.printer = &printer;
+  std::unique_ptr<ResultsStore> store = OpenBenchStore(o, sink.run_id);
+  sink.store = store.get();
+  PrintKernelLine(printer.notes());
+  const std::map<int, double> bandwidths =
+      MeasureBandwidths(o, device, store.get(), sink.run_id, printer.notes());
+  // Progress on stderr (the table goes to stdout): one unit per measured row.
+  std::unique_ptr<ProgressBar> progress;
+  if (!o.quiet) {
+    progress = std::make_unique<ProgressBar>("bench", CountRows(o), "row");
+    sink.progress = progress.get();
+  }
+  MeasureAll(o, device, bandwidths, sink);
   if (progress) progress->Finish();
-  PrintVerifyTable(sink.verify_rows);
-  std::fflush(stdout);
+  printer.Finish();
   if (store) {
-    std::fprintf(stderr, "specbed bench: %lld rows, %zu verify-width rows -> %s (run %lld)\n",
-                 static_cast<long long>(sink.n_stored), sink.verify_rows.size(), o.output.c_str(),
-                 static_cast<long long>(sink.run_id));
+    std::fprintf(stderr, "specbed bench: %lld rows, %lld verify-width rows -> %s (run %lld)\n",
+                 static_cast<long long>(sink.n_stored), static_cast<long long>(sink.n_verify),
+                 o.output.c_str(), static_cast<long long>(sink.run_id));
   }
 }
 
@@ -502,6 +549,14 @@ void AddBenchCommand(CLI::App& app) {
                cmd->add_option("-n,--max-new-tokens", o->tokens, "Decode steps per measurement")
                    ->capture_default_str(),
                {"--tokens"});
+  AddListFlags(cmd, {{"-p,--prompt-tokens", o->prompt_tokens,
+                      "Prompt-processing rows (llama-bench's ppN): one forward of N random tokens "
+                      "into an empty cache per rep, per threads x batch (0 = none)"}});
+  cmd->add_option("--format", o->format,
+                  "stdout format: md (Markdown rows as measured), csv or json (the rows at the "
+                  "end; the notes around them go to stderr)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"md", "csv", "json"}));
   AddShownFlags(cmd, {{"-r,--reps", o->reps, "Repetitions (after one warmup)"},
                       {"-o,--output", o->output, "Results database (\"\" = do not store)"}});
   AddListFlags(cmd, {{"--verify-widths", o->verify_widths,

@@ -3,8 +3,10 @@
 // when the candidate regresses (τ lost at T = 0, speed confidently below the threshold, or a
 // baseline case without a match), 0 otherwise, 1 on errors. `specbed compare DB --cases A,B`
 // compares two cases of one database (B against A, same statistics) as a report (exit 0; lines
-// <= 120 columns); with --gate it gates like two databases.
-// Checked by: tests/cli/compare_cli_test.cpp (self-compare passes, a lowered budget fails).
+// <= 120 columns); with --gate it gates like two databases. Two `specbed bench` databases are
+// compared row by row instead (reports/bench_compare.h: A and B tok/s, B/A; exit 0).
+// Checked by: tests/cli/compare_cli_test.cpp (self-compare passes, a lowered budget fails; two
+// bench databases).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "base/error.h"
 #include "harness/cli/cli_flags.h"
 #include "harness/cli/commands.h"
+#include "reports/bench_compare.h"
 #include "reports/compare.h"
 
 namespace specbed::cli {
@@ -52,7 +55,23 @@ std::string WithinDatabase(const CompareCommandOptions& o) {
   return o.databases[0];
 }
 
+// Two `specbed bench` databases: their rows side by side (no gate). True when that ran.
+bool CompareBenchRuns(const CompareCommandOptions& o) {
+  if (!o.cases.empty()) return false;
+  const std::string a = Baseline(o), b = Candidate(o);
+  const bool a_bench = IsBenchDatabase(a), b_bench = IsBenchDatabase(b);
+  if (!a_bench && !b_bench) return false;
+  SPECBED_CHECK(a_bench && b_bench, "compare: '", a_bench ? a : b,
+                "' holds bench rows (specbed bench) and '", a_bench ? b : a,
+                "' does not: compare takes two run databases or two bench databases");
+  SPECBED_CHECK(!o.json && !o.gate, "compare: --json and --gate are for run databases, not for ",
+                "two bench databases");
+  WriteToStdout(FormatBenchComparison(CompareBenchDatabases(a, b)));
+  return true;
+}
+
 void RunCompare(const CompareCommandOptions& o) {
+  if (CompareBenchRuns(o)) return;
   CompareOptions options = o.options;
   // Two cases of one database are usually two methods: a report unless --gate asks for a gate.
   const bool gates = o.cases.empty() || o.gate;

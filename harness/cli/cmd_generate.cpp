@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -31,7 +33,7 @@ struct GenerateOptions {
   std::string model = "stories260K";
   std::string prompt;
   int64_t max_new_tokens = 128;
-  GenerationConfig gen;  // -t/--temperature, --top-p, --top-k, -s/--seed (stop: from the model)
+  GenerationConfig gen;  // -T/--temperature, --top-p, --top-k, -s/--seed (stop: from the model)
   std::string dtype = "float32";
   std::string device = "cpu";
   int threads = 1;
@@ -42,18 +44,10 @@ struct GenerateOptions {
   std::vector<std::string> knobs;  // --knob KEY=VALUE, repeatable
 };
 
-// --knob KEY=VALUE pairs as a JSON object: VALUE parsed as JSON when it is one (numbers, true,
-// lists), else kept as a string (a head directory, "auto").
+// --knob KEY=VALUE pairs as a JSON object (the last of a repeated key wins).
 nlohmann::json KnobsFromFlags(const std::vector<std::string>& pairs) {
   nlohmann::json knobs = nlohmann::json::object();
-  for (const std::string& pair : pairs) {
-    const size_t eq = pair.find('=');
-    SPECBED_CHECK(eq != std::string::npos && eq > 0,
-                  "generate --knob expects KEY=VALUE (e.g. --knob depth=7), got '", pair, "'");
-    const std::string value = pair.substr(eq + 1);
-    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    knobs[pair.substr(0, eq)] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
-  }
+  for (auto& [key, value] : KnobPairsFromFlags(pairs, "generate")) knobs[key] = value;
   return knobs;
 }
 
@@ -107,7 +101,26 @@ nlohmann::json GenerateJson(const GenerateOptions& o, const LoadedTarget& target
   return j;
 }
 
-void RunGenerate(const GenerateOptions& o) {
+// `generate -t 0.7` meant the temperature before -t became the target on every command: a -t
+// value that reads as a number and names no file is still taken as the temperature, with a note.
+GenerateOptions WithOldTemperatureSpelling(GenerateOptions o) {
+  char* end = nullptr;
+  const double value = std::strtod(o.model.c_str(), &end);
+  if (o.model.empty() || *end != '\0' || std::filesystem::exists(o.model)) return o;
+  std::fprintf(stderr,
+               "specbed generate: note: -t %s as the temperature is deprecated (-t is the target "
+               "on every command); use -T/--temperature %s\n",
+               o.model.c_str(), o.model.c_str());
+  SPECBED_CHECK(value >= 0 && value <= kMaxTemperature,
+                "generate -t (the old temperature): ", o.model, " is outside [0, ", kMaxTemperature,
+                "]");
+  o.gen.sampling.temperature = value;
+  o.model = GenerateOptions().model;
+  return o;
+}
+
+void RunGenerate(const GenerateOptions& given) {
+  const GenerateOptions o = WithOldTemperatureSpelling(given);
   at::set_num_threads(o.threads);
   WarnLargeTargetOnCpu("generate", o.model, o.device);
   MethodRegistry registry;
@@ -170,11 +183,11 @@ void RunGenerate(const GenerateOptions& o) {
 void AddGenerateCommand(CLI::App& app) {
   auto [cmd, o] = AddSubcommand(&app, "generate", RunGenerate,
                                 "Generate from one prompt with any method (AR by default)");
-  OldSpellings(
-      cmd,
-      cmd->add_option("--target", o->model, "Model name (specbed list models) or checkpoint path")
-          ->capture_default_str(),
-      {"-m", "--model"});
+  OldSpellings(cmd,
+               cmd->add_option("-t,--target", o->model,
+                               "Model name (specbed list models) or checkpoint path")
+                   ->capture_default_str(),
+               {"-m", "--model"});
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty = BOS only)");
   cmd->add_option("--method", o->method, "Method (specbed list methods)")->capture_default_str();
   cmd->add_option("--knob", o->knobs,
@@ -186,7 +199,7 @@ void AddGenerateCommand(CLI::App& app) {
           ->capture_default_str()
           ->check(CLI::Range(1, 1 << 20)),
       {"--tokens"});
-  cmd->add_option("-t,--temperature", o->gen.sampling.temperature,
+  cmd->add_option("-T,--temperature", o->gen.sampling.temperature,
                   "Sampling temperature (0 = greedy)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, kMaxTemperature));

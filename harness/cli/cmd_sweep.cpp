@@ -1,10 +1,11 @@
-// `specbed sweep FILE [--shard i/N] [--output DB] [--device D] [--dtype T] [--dry-run] [--limit N]`
+// `specbed sweep FILE [--shard i/N] [--output DB] [-t TARGET] [--knob K=V] [--device D] [--dtype T]
+// [--dry-run] [--limit N]`
 // expands a sweep file (harness/runner/sweep.h) into cases, prints the count and the notes on
 // skipped combinations, and runs this shard's cases into SQLite like `specbed run` (resumable:
 // completed case keys are skipped), with a progress line (cases done/total, ETA), and ends by
 // printing the database's summary table (specbed summary). RunSweepFile and the flags are shared
-// with `run`; --device and
-// --dtype override the config's, and a target over 1 B parameters about to run on the CPU warns.
+// with `run`; -t/--target, --knob, --device and --dtype override the config's, and a target over
+// 1 B parameters about to run on the CPU warns.
 // Checked by: tests/cli/sweep_cli_test.cpp.
 #include <cstdio>
 #include <filesystem>
@@ -59,8 +60,11 @@ void WarnLargeTargetsOnCpu(const std::string& command, const std::vector<CaseCon
 void RunSweepFile(const SweepFileOptions& o) {
   int64_t shard_index = 0, shard_count = 1;
   if (!o.shard.empty()) ParseShard(o.shard, &shard_index, &shard_count);
-  SweepConfig config = LoadSweepConfig(o.config);
-  if (!ReadJsonFile(o.config).contains("targets")) {
+  SweepOverrides overrides;
+  if (!o.target.empty()) overrides.targets = {o.target};
+  overrides.knobs = KnobPairsFromFlags(o.knobs, "specbed " + o.command);
+  SweepConfig config = LoadSweepConfig(o.config, overrides);
+  if (o.target.empty() && !ReadJsonFile(o.config).contains("targets")) {
     std::fprintf(stderr,
                  "specbed %s: warning: %s names no \"targets\": running on the default target %s, "
                  "which is too small for speculation to pay (its speedups say nothing about the "
@@ -126,6 +130,13 @@ void AddSweepFileFlags(CLI::App* cmd, SweepFileOptions* o) {
   cmd->add_option("config", o->config, "Run or sweep config file (JSON; see configs/README.md)")
       ->required();
   cmd->add_option("-o,--output", o->output, "Results database (overrides the config's \"output\")");
+  cmd->add_option(
+      "-t,--target", o->target,
+      "Run every case on this target (a name or a checkpoint directory) instead of "
+      "the config's \"targets\" (its exclude/only entries naming a target are dropped)");
+  cmd->add_option("--knob", o->knobs,
+                  "KEY=VALUE set in every method of the config that has knob KEY (repeatable; "
+                  "e.g. --knob head=DIR); VALUE is JSON when it parses (a list sweeps it)");
   cmd->add_option("--device", o->device,
                   "Where every case runs: cpu, cuda or cuda:N (overrides the config's \"device\")");
   cmd->add_option("--dtype", o->dtype,

@@ -47,12 +47,15 @@ struct SweepFileOptions {
   std::string command = "run";            // names the command in messages
   std::string config, output, shard;      // shard "I/N" ("" = all cases)
   std::string device, dtype;              // "" = as in the config
+  std::string target;                     // -t/--target: replaces the config's targets
+  std::vector<std::string> knobs;         // --knob KEY=VALUE: set in every method that has KEY
   int64_t limit = 0, max_new_tokens = 0;  // 0 = as in the config
   bool dry_run = false, no_progress = false;
   bool no_summary = false;  // skip the summary table printed at the end
 };
 void RunSweepFile(const SweepFileOptions& options);
-// The flags `run` and `sweep` share (config, --output, --device, --dtype, --limit,
+// The flags `run` and `sweep` share (config, --output, -t/--target, --knob, --device, --dtype,
+// --limit,
 // --max-new-tokens, --dry-run, --no-summary, --quiet).
 void AddSweepFileFlags(CLI::App* cmd, SweepFileOptions* o);
 

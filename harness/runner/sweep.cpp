@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "base/json_read.h"
 #include "base/names.h"
 
 namespace specbed {
@@ -24,6 +25,40 @@ std::vector<std::string> MatcherMethods(const Json& matcher) {
   if (m.is_string()) return {m.get<std::string>()};
   for (const auto& e : m) out.push_back(e.get<std::string>());
   return out;
+}
+
+// Drops the matchers that name a target (they were written for the file's own targets).
+void DropTargetMatchers(Json& config, const char* key) {
+  if (!config.contains(key) || !config[key].is_array()) return;
+  Json kept = Json::array();
+  for (const Json& m : config[key]) {
+    if (!m.is_object() || !m.contains("target")) kept.push_back(m);
+  }
+  config[key] = kept;
+}
+
+// Sets knob `key` in every method entry (a name or {"name", "knobs"}) whose method has it.
+void SetKnob(Json& config, const std::string& key, const Json& value, const std::string& path,
+             const MethodRegistry& registry) {
+  std::vector<std::string> names;
+  bool set = false;
+  if (!config.contains("methods")) config["methods"] = Json::array({"ar"});  // the default
+  SPECBED_CHECK(config["methods"].is_array(), path, ": \"methods\" must be a list");
+  for (Json& entry : config["methods"]) {
+    if (entry.is_string()) entry = Json{{"name", entry}, {"knobs", Json::object()}};
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
+    const std::string name = entry["name"].get<std::string>();
+    names.push_back(name);
+    if (!registry.Has(name)) continue;
+    const auto& knobs = registry.Info(name).knobs;
+    if (std::none_of(knobs.begin(), knobs.end(),
+                     [&](const MethodKnob& k) { return k.name == key; }))
+      continue;
+    entry["knobs"][key] = value;
+    set = true;
+  }
+  SPECBED_CHECK(set, "--knob ", key, ": no method of ", path, " has a knob '", key,
+                "' (its methods: ", Join(names, ", "), "; specbed list methods shows each one's)");
 }
 
 }  // namespace
@@ -51,6 +86,25 @@ void ResolveConfigPaths(Json& config, const std::string& config_path) {
 
 SweepConfig LoadSweepConfig(const std::string& path) {
   return LoadSweepConfig(path, BuiltinInputPathKnobs());
+}
+
+SweepConfig LoadSweepConfig(const std::string& path, const SweepOverrides& overrides) {
+  if (overrides.empty()) return LoadSweepConfig(path);
+  JsonParseOptions options;
+  options.expected = "a sweep config object";
+  Json json = ReadJsonFile(path, options);
+  ResolveConfigPaths(json, path);
+  if (!overrides.targets.empty()) {
+    json["targets"] = overrides.targets;
+    DropTargetMatchers(json, "exclude");
+    DropTargetMatchers(json, "only");
+  }
+  if (!overrides.knobs.empty()) {
+    MethodRegistry registry;
+    RegisterBuiltinMethods(registry);
+    for (const auto& [key, value] : overrides.knobs) SetKnob(json, key, value, path, registry);
+  }
+  return WithJsonContext(path, [&] { return ParseSweepConfig(json, path); });
 }
 
 namespace {

@@ -25,6 +25,19 @@ void ResolveConfigPaths(nlohmann::json& config, const std::string& config_path);
 // Reads, path-resolves (input-path knobs from the builtin methods) and parses a sweep file.
 SweepConfig LoadSweepConfig(const std::string& path);
 
+// Command-line overrides of a sweep file's methods and targets (run/sweep -t/--target and --knob),
+// applied to its JSON after path resolution (their paths stay relative to the working directory).
+struct SweepOverrides {
+  // Replaces "targets"; the `exclude` / `only` entries that name a target (written for the file's
+  // own targets) are dropped.
+  std::vector<std::string> targets;
+  // KEY -> VALUE set in every method entry whose method has knob KEY (a list value sweeps it);
+  // a key no method of the file has is an error naming the file and its methods.
+  std::vector<std::pair<std::string, nlohmann::json>> knobs;
+  bool empty() const { return targets.empty() && knobs.empty(); }
+};
+SweepConfig LoadSweepConfig(const std::string& path, const SweepOverrides& overrides);
+
 struct SweepExpansion {
   std::vector<CaseConfig> cases;   // deterministic order, knobs resolved, keys unique
   std::vector<std::string> notes;  // skipped / dropped combinations, one line each

@@ -67,8 +67,8 @@ Json SmallConfig(const std::string& db) {
 // ---------------------------------------------------------------------------------------------
 // generate
 
-// One flag vocabulary: -o/--output, -t/--target (--target in generate, whose -t is the
-// temperature), -q/--quiet, -n/--max-new-tokens, --heads, --kv-heads. The old spellings stay for
+// One flag vocabulary: -o/--output, -t/--target (generate's old -t TEMPERATURE still works with a
+// note), -q/--quiet, -n/--max-new-tokens, --heads, --kv-heads. The old spellings stay for
 // one release as hidden aliases (harness/cli/old_spellings.cpp): they work and print a note naming
 // the new spelling, and no --help shows them.
 
@@ -182,18 +182,18 @@ TEST(CliFlags, OldSpellingsGiveTheSameResults) {
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.out, "| stories260K |")) << Describe(r);
   // bench shows its progress on stderr (one unit per measured row), not with -q / --no-progress.
-  EXPECT_TRUE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "bench: 2/2 row")) << Describe(r);  // pp64 and tg4
   r = RunSpecbed({"bench", "-t", "stories260K", "-n", "4", "-r", "1", "-c", "0", "--bandwidth-mib",
                   "0", "-o", "", "-q"},
                  dir);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_FALSE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  EXPECT_FALSE(Contains(r.err, "bench: 2/2 row")) << Describe(r);
   r = RunSpecbed({"bench", "--model", "stories260K", "--tokens", "3", "-r", "1", "-c", "0",
                   "--bandwidth-mib", "0", "-o", "", "--no-progress"},
                  dir);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | 0 | 3 |")) << Describe(r);
-  EXPECT_FALSE(Contains(r.err, "bench: 1/1 row")) << Describe(r);
+  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | tg3 | 0 | 3 |")) << Describe(r);
+  EXPECT_FALSE(Contains(r.err, "bench: 2/2 row")) << Describe(r);
   // slurm --output-dir: the folder is created and the tasks write there.
   r = RunSpecbed(
       {"slurm", "configs/quickstart.json", "--shards", "2", "--output-dir", dir + "/old_shards"},
@@ -386,11 +386,38 @@ TEST(CliGenerate, EmptyPromptGeneratesFromBos) {
   EXPECT_FALSE(doc.value("text", "").empty());
 }
 
+// generate's -t is the target, as on every command; the old `-t TEMPERATURE` (a number naming no
+// file) still samples at that temperature, with a note naming -T/--temperature.
+TEST(CliGenerate, DashTIsTheTargetAndTheOldTemperatureSpellingStillWorks) {
+  const std::string dir = TestDir();
+  const auto ids = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"generate", "-p",    "Once upon a time", "-n", "12", "-s",
+                                     "3",        "--json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const ProcResult r = RunSpecbed(args, dir);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    return std::make_pair(ParseJsonOrFail(r)["generated_ids"], r.err);
+  };
+  const auto [target_ids, target_err] = ids({"-t", "stories260K", "-T", "2"});
+  const auto [new_ids, new_err] = ids({"--temperature", "2"});
+  const auto [old_ids, old_err] = ids({"-t", "2"});
+  const auto [greedy_ids, greedy_err] = ids({"-T", "0"});
+  EXPECT_EQ(target_ids, new_ids);
+  EXPECT_EQ(old_ids, new_ids) << "-t 2 did not sample at T = 2";
+  EXPECT_NE(greedy_ids, new_ids) << "the temperature changed nothing: the test cannot tell";
+  EXPECT_TRUE(Contains(old_err, "-t 2 as the temperature is deprecated")) << old_err;
+  EXPECT_TRUE(Contains(old_err, "-T/--temperature")) << old_err;
+  EXPECT_FALSE(Contains(target_err + new_err, "deprecated"));
+  const ProcResult r = RunSpecbed({"generate", "-t", "no-such-model", "-n", "2"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "no-such-model")) << r.err;
+}
+
 TEST(CliGenerate, SamplingIsReproducibleBySeed) {
   const std::string dir = TestDir();
   auto sample = [&](const std::string& seed) {
     const ProcResult r = RunSpecbed(
-        {"generate", "-p", "Once upon a time", "-n", "24", "-t", "1", "-s", seed, "--json"}, dir);
+        {"generate", "-p", "Once upon a time", "-n", "24", "-T", "1", "-s", seed, "--json"}, dir);
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
     return ParseJsonOrFail(r)["generated_ids"];
   };
@@ -794,7 +821,7 @@ TEST(CliErrors, ImpossibleKnobValues) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> usage_errors = {
       {{"generate", "--top-p", "1.5"}, "--top-p"},
       {{"generate", "-n", "0"}, "--max-new-tokens"},
-      {{"generate", "-t", "-1"}, "--temperature"}};
+      {{"generate", "-T", "-1"}, "--temperature"}};
   for (const auto& [args, option] : usage_errors) {
     const ProcResult r = RunSpecbed(args, dir);
     EXPECT_GE(r.exit_code, 100) << Describe(r);
@@ -880,24 +907,76 @@ TEST(CliErrors, LockedDatabaseFailsCleanlyThenSucceeds) {
 // ---------------------------------------------------------------------------------------------
 // bench
 
-TEST(CliBench, PrintsMarkdownRowAndStoresIt) {
+// The default bench: a build line, a prompt-processing row (pp64) and a decode row (tg32), each
+// printed as Markdown and stored.
+TEST(CliBench, PrintsMarkdownRowsAndStoresThem) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bench.db";
   const ProcResult r = RunSpecbed({"bench", "-n", "32", "-r", "1", "-o", db}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(Contains(r.out, "| model | dtype | threads | batch | context | tokens | tok/s |"));
-  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | 0 | 32 | "));
+  EXPECT_TRUE(Contains(r.out, "build: specbed ")) << r.out;
+  EXPECT_TRUE(
+      Contains(r.out, "| model | dtype | threads | batch | test | context | tokens | tok/s |"));
+  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | pp64 | 0 | 64 | ")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "| stories260K | float32 | 1 | 1 | tg32 | 0 | 32 | ")) << r.out;
   auto store = OpenReadOnly(db);
   const std::vector<BenchRecord> rows = store->LoadBench();
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].model, "stories260K");
-  EXPECT_EQ(rows[0].dtype, "float32");
-  EXPECT_EQ(rows[0].n_tokens, 32);
-  EXPECT_EQ(rows[0].reps, 1);
-  EXPECT_GT(rows[0].tokens_per_s, 0.0);
-  EXPECT_GT(rows[0].ms_per_step, 0.0);
-  EXPECT_GT(rows[0].n_params, 0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].test, "pp");
+  EXPECT_EQ(rows[0].n_tokens, 64);
+  EXPECT_EQ(rows[0].context_len, 0);
+  EXPECT_EQ(rows[1].test, "tg");
+  EXPECT_EQ(rows[1].n_tokens, 32);
+  for (const BenchRecord& row : rows) {
+    EXPECT_EQ(row.model, "stories260K");
+    EXPECT_EQ(row.dtype, "float32");
+    EXPECT_EQ(row.reps, 1);
+    EXPECT_GT(row.tokens_per_s, 0.0);
+    EXPECT_GT(row.ms_per_step, 0.0);
+    EXPECT_GT(row.n_params, 0);
+  }
+  // One forward of 64 tokens costs less than 64 decode steps: pp reads the weights once.
+  EXPECT_GT(rows[0].tokens_per_s, rows[1].tokens_per_s);
   EXPECT_EQ(store->CountRows("runs"), 1);
+}
+
+// --prompt-tokens sets the pp rows (0 = none, too long for the model = an error before anything
+// is measured); --format csv / json print the stored fields (the notes on stderr), md is the
+// default; an unknown format is a usage error.
+TEST(CliBench, PromptRowsFormatsAndBuildLine) {
+  const std::string dir = TestDir();
+  const std::vector<std::string> bench = {"bench",           "-q", "-n", "4", "-r", "1",
+                                          "--bandwidth-mib", "0",  "-o", ""};
+  const auto run = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = bench;
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunSpecbed(args, dir);
+  };
+  ProcResult r = run({"-p", "8,16", "--format", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << r.out;  // header, pp8, pp16, tg4
+  EXPECT_EQ(lines[0].rfind("model,dtype,threads,batch_size,context_len,n_tokens,", 0), 0u)
+      << lines[0];
+  EXPECT_TRUE(Contains(lines[0], ",test")) << lines[0];
+  EXPECT_TRUE(Contains(lines[1], ",pp") && Contains(lines[3], ",tg")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "BLAS:")) << "notes belong on stderr";
+  EXPECT_TRUE(Contains(r.err, "build: specbed ") && Contains(r.err, "BLAS:")) << r.err;
+  r = run({"-p", "0", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json doc = ParseJsonOrFail(r);
+  EXPECT_EQ(doc["build"].get<std::string>().rfind("specbed ", 0), 0u);
+  ASSERT_EQ(doc["rows"].size(), 1u);  // -p 0: no pp row
+  EXPECT_EQ(doc["rows"][0]["test"], "tg");
+  EXPECT_GT(doc["rows"][0]["tokens_per_s"].get<double>(), 0.0);
+  r = run({"-p", "100000"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--prompt-tokens 100000")) << r.err;
+  EXPECT_FALSE(Contains(r.out, "| stories260K |")) << r.out;
+  r = run({"--format", "xml"});
+  EXPECT_GE(r.exit_code, 100) << Describe(r);
 }
 
 TEST(CliBench, SigkillKeepsTheRowsMeasuredBeforeIt) {
@@ -905,7 +984,7 @@ TEST(CliBench, SigkillKeepsTheRowsMeasuredBeforeIt) {
   const std::string db = dir + "/bench.db";
   // 8 contexts x 3 reps of 256 tokens: seconds of work, each row stored as soon as measured.
   Child child({"bench", "-c", "0,8,16,24,32,40,48,56", "-n", "256", "-r", "3", "--bandwidth-mib",
-               "0", "-o", db},
+               "0", "-p", "0", "-o", db},
               dir);
   const int64_t at_kill = KillOnceStored(
       child, [&] { return CountRowsOrMinusOne(db, "bench"); }, std::numeric_limits<int64_t>::max(),
@@ -926,7 +1005,7 @@ TEST(CliBench, VerifyWidthsBandwidthAndRooflineArePrintedAndStored) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bench.db";
   const ProcResult r = RunSpecbed({"bench", "-n", "8", "-r", "2", "-c", "4", "--verify-widths",
-                                   "2,4", "--bandwidth-mib", "16", "-o", db},
+                                   "2,4", "--bandwidth-mib", "16", "-p", "0", "-o", db},
                                   dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(ContainsAll(
@@ -969,7 +1048,7 @@ TEST(CliBench, GemvIsaRowsRecordTheKernelAndBadNamesFail) {
   const std::string dir = TestDir();
   const std::string db = dir + "/bench.db";
   ProcResult r = RunSpecbed({"bench", "-n", "4", "-r", "1", "--bandwidth-mib", "0", "--gemv-isa",
-                             "generic,auto", "--huge-pages", "off", "-o", db},
+                             "generic,auto", "--huge-pages", "off", "-p", "0", "-o", db},
                             dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(ContainsAll(r.out, {"GEMV: fp32 ", "| GEMV | huge-page MB |", " | generic | - |"}));
@@ -1002,7 +1081,7 @@ TEST(CliBench, GraphsOffAndOnInOneRun) {
   const std::string db = dir + "/bench.db";
   ProcResult r =
       RunSpecbed({"bench", "-q", "-n", "4", "-r", "1", "--bandwidth-mib", "0", "--forward", "aten",
-                  "--graphs", "off,on", "--verify-widths", "1,3", "-o", db},
+                  "--graphs", "off,on", "--verify-widths", "1,3", "-p", "0", "-o", db},
                  dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(

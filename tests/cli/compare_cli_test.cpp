@@ -3,7 +3,7 @@
 // (gamma 1 instead of 4), matched by workload — fails on τ at T = 0 (exit 3), a candidate missing
 // a baseline case fails, and bad arguments exit 1. T = 0 is deterministic; the speed gate uses a
 // tolerant threshold so timing noise cannot flip these verdicts (false-failure rate ~0: the
-// speed interval would have to lie entirely below 0.5).
+// speed interval would have to lie entirely below 0.5). Two bench databases compare row by row.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -146,6 +146,38 @@ TEST(CompareCli, TwoCasesOfOneDatabase) {
   r = Specbed("compare " + dir + "/ab.db --cases 2", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("two case ids"), std::string::npos) << r.err;
+}
+
+// Two `specbed bench` databases (llama-bench's compare): rows matched on model, dtype, threads,
+// batch, test and context; A and B tok/s and B/A; rows of one side only named; a bench database
+// against a run database is an error naming both.
+TEST(CompareCli, TwoBenchDatabases) {
+  const std::string dir = std::string(SPECBED_TEST_TMPDIR) + "/compare_cli_bench";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string bench = "bench -q -r 1 -n 8 --bandwidth-mib 0 -p 16 ";
+  auto r = Specbed(bench + "-c 0 -o " + dir + "/a.db", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Specbed(bench + "-c 0,4 -o " + dir + "/b.db", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Specbed("compare " + dir + "/a.db " + dir + "/b.db", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part :
+       {"| model | dtype | threads | batch | test | context | A tok/s | B tok/s | B/A |",
+        "| stories260K | float32 | 1 | 1 | pp16 | 0 | ",
+        "| stories260K | float32 | 1 | 1 | tg8 | 0 | ",
+        "only in B: stories260K float32 t=1 b=1 tg8 ctx=4"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("only in A"), std::string::npos) << r.out;
+  const std::string config = WriteConfig(dir, "run", 4, /*with_sps=*/false);
+  r = Specbed("run --no-summary " + config, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Specbed("compare " + dir + "/a.db " + dir + "/run.db", dir);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("holds bench rows (specbed bench) and '" + dir + "/run.db' does not"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // (cmd_export.cpp): runs the real binary as a child process on the synthetic summary database of
 // tests/reports/synthetic_db.h and checks the table (the tree case whose outputs diverge from AR at
 // position 2 with margin 0.125, its speedup CI, r_i / alpha_i, the note for a baseline from another
-// run), --json, --run / --case, and the errors for a missing database, a non-SpecBed database and
-// unknown ids (exit status 1).
+// run), --json, --run / --case, --method / --temperature, and the errors for a missing database, a
+// non-SpecBed database and unknown ids (exit status 1).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -286,6 +286,63 @@ TEST(CliSummary, JsonRunAndCaseSelection) {
   EXPECT_TRUE(Contains(r.out, "2 cases"));
   EXPECT_TRUE(Contains(LineOf(r.out, 4), "fake max32"));  // the knob that differs: max new
   EXPECT_TRUE(Contains(LineOf(r.out, 3), "<no line"));
+}
+
+// --method / --temperature keep those rows; speedups stay against each case's own AR baseline
+// (the tree case keeps its 1.59); a method or temperature the database lacks is an error naming
+// those it holds.
+TEST(CliSummary, MethodAndTemperatureFilters) {
+  const std::string db = testing::FreshDbPath("cli_summary_filters");
+  testing::WriteSummaryDb(db);
+  const auto case_ids = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"summary", db, "--json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const ProcResult r = RunSpecbed(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<int64_t> ids;
+    const Json doc = Json::parse(r.out);
+    for (const Json& c : doc["cases"]) ids.push_back(c["case_id"].get<int64_t>());
+    return ids;
+  };
+  EXPECT_EQ(case_ids({}), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(case_ids({"--method", "tree,fake"}), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(case_ids({"--method", "ar", "--temperature", "1"}), (std::vector<int64_t>{2}));
+  EXPECT_EQ(case_ids({"--temperature", "0"}), (std::vector<int64_t>{1, 3, 4, 5}));
+  ProcResult r = RunSpecbed({"summary", db, "--method", "tree"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "1.59")) << r.out;  // still against case 1
+  EXPECT_FALSE(Contains(r.out, "(baseline)")) << r.out;
+  r = RunSpecbed({"summary", db, "--method", "eagle3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "--method eagle3")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "its methods: ar, fake, tree")) << r.err;
+  r = RunSpecbed({"summary", db, "--temperature", "0.5"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "its temperatures: 0, 1")) << r.err;
+}
+
+// --columns / --sort take a header as printed (tok/s, acc%, or its first word) as well as the
+// key; the wide table and --json carry vLLM's raw counters (num_drafts = verify steps, ...) and
+// its per-position acceptance from position 0.
+TEST(CliSummary, HeadersAsColumnKeysAndVllmCounters) {
+  const std::string db = testing::FreshDbPath("cli_summary_vllm");
+  testing::WriteSummaryDb(db);
+  ProcResult r =
+      RunSpecbed({"summary", db, "--columns", "case,tok/s,acc%,speedup", "--sort", "acc%"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "case  tok/s  acc%  speedup [95% CI]")) << r.out;
+  r = RunSpecbed({"summary", db, "--json", "--case", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json c = Json::parse(r.out)["cases"][0];
+  EXPECT_EQ(c["vllm"]["num_drafts"], c["n_steps"]);
+  EXPECT_EQ(c["vllm"]["num_draft_tokens"], c["drafted"]);
+  EXPECT_EQ(c["vllm"]["num_accepted_tokens"], c["accepted"]);
+  EXPECT_EQ(c["vllm"]["num_accepted_tokens_per_pos"], c["acceptance"]["n_accepted"]);
+  r = RunSpecbed({"summary", db, "--wide", "--case", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "draft tokens")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "accept@pos 0..3")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "acceptance length (τ, Spec-Bench #MAT)")) << r.out;
 }
 
 TEST(CliSummary, ClearErrorsForBadDatabasesAndIds) {

@@ -3,13 +3,15 @@
 // unsharded run case for case; a sweep killed with SIGKILL mid-way resumes to every case exactly
 // once; merging twice adds nothing; `run` accepts sweep files; dry runs, the slurm script (its
 // #SBATCH quoting too) and the errors for bad shards, ranges, inputs and options; --device and
-// --dtype overrides and the warning for a large target on the CPU. Databases are read through
+// --dtype overrides, -t/--target and --knob over a paper config, and the warning for a large
+// target on the CPU. Databases are read through
 // results/store.h.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -315,6 +317,48 @@ TEST(CliSweep, DeviceAndDtypeOverrideTheConfigAndLargeCpuTargetsWarn) {
   EXPECT_NE(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(Contains(r.err, "specbed generate: warning: target " + dir + "/big has 6.74 B"))
       << r.err;
+}
+
+// A paper's sweep on the user's own pair: -t replaces the config's targets (and drops the exclude
+// entries written for them), --knob sets a knob in every method that has it (a list sweeps it);
+// a knob no method has, or a pair without "=", is an error naming it.
+TEST(CliSweep, TargetAndKnobOverrideThePaperConfig) {
+  const std::string dir = TestDir();
+  const std::string paper = std::string(SPECBED_SOURCE_DIR) + "/configs/papers/eagle3.json";
+  const auto lines = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  };
+  ProcResult r =
+      RunSpecbed({"sweep", paper, "-t", "stories260K", "--knob", "head=my/head", "--dry-run"}, dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::vector<std::string> cases = lines(r.out);
+  EXPECT_EQ(cases.size(), 20u) << r.out;  // (ar + eagle3) x 5 datasets x 2 temperatures
+  int eagle3 = 0;
+  for (const std::string& c : cases) {
+    EXPECT_TRUE(Contains(c, "stories260K")) << c;
+    EXPECT_FALSE(Contains(c, "checkpoints/")) << c;
+    if (Contains(c, "eagle3")) {
+      ++eagle3;
+      EXPECT_TRUE(Contains(c, "my/head")) << c;
+    }
+  }
+  EXPECT_EQ(eagle3, 10);
+  EXPECT_FALSE(Contains(r.err, "matched no case")) << r.err;
+  r = RunSpecbed({"run", paper, "--target", "stories260K", "--knob", "head=my/head", "--knob",
+                  "depth=[3,5]", "--dry-run"},
+                 dir);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(lines(r.out).size(), 30u) << r.out;  // depth swept: 10 AR + 2 x 10 EAGLE-3
+  r = RunSpecbed({"sweep", paper, "--knob", "gamma=4", "--dry-run"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--knob gamma: no method of")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ar, eagle3")) << r.err;
+  r = RunSpecbed({"sweep", paper, "--knob", "depth", "--dry-run"}, dir);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "--knob expects KEY=VALUE")) << r.err;
 }
 
 // A config's relative input paths resolve against the config file's folder (the dataset, a target
