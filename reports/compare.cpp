@@ -61,7 +61,7 @@ std::string GroupKey(const CaseRecord& c, const std::string& match) {
 }
 
 // "method(knobs)" and "target dataset T=t seed=s" of a case; its label is both.
-std::string MethodLabel(const CaseRecord& c) {
+std::string CompareMethodLabel(const CaseRecord& c) {
   const std::string knobs = KnobsShort(c.method_knobs_json);
   return knobs.empty() ? c.method : c.method + "(" + knobs + ")";
 }
@@ -71,7 +71,7 @@ std::string WorkloadLabel(const CaseRecord& c) {
 }
 
 std::string CaseLabel(const CaseRecord& c) {
-  return MethodLabel(c) + " " + WorkloadLabel(c);
+  return CompareMethodLabel(c) + " " + WorkloadLabel(c);
 }
 
 // Flattens a JSON value into dotted settings ("knobs.k" -> "4").
@@ -320,7 +320,7 @@ CompareResult CompareCases(const std::string& db_path, int64_t case_a, int64_t c
   result.rows.push_back(CompareGroups(a, b, within));
   result.regressed = result.rows[0].tau_regressed || result.rows[0].speed_regressed;
   result.case_ids = {case_a, case_b};
-  result.case_methods = {MethodLabel(a.record), MethodLabel(b.record)};
+  result.case_methods = {CompareMethodLabel(a.record), CompareMethodLabel(b.record)};
   result.case_workloads = {WorkloadLabel(a.record), WorkloadLabel(b.record)};
   return result;
 }

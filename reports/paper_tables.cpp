@@ -141,6 +141,7 @@ std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t windo
         shown.push_back(c);
         const std::string label = StrCat("case ", c->row.case_id, " ", c->row.record.method);
         st.case_labels.push_back(label);
+        st.cases.push_back(c);
         st.tau.emplace_back();
         t.columns.push_back({"τ", true, false, label});
         t.columns.push_back({"Spd", true, false, label});

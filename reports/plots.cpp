@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include "base/error.h"
 #include "base/locale_pin.h"
 #include "base/mapped_file.h"
+#include "metrics/vllm_metrics.h"
 #include "reports/summary.h"
 
 namespace specbed {
@@ -31,15 +33,14 @@ namespace {
 
 // Image size: 960x540, taller when the key has more entries than fit beside a 540-pixel plot
 // (about 26 lines of the 11-point font), so that the key stays outside the plot and readable.
-std::string SizeFor(const std::string& plot) {
+int HeightFor(const std::string& plot) {
   int entries = 0;
   for (const char* what : {" title '", "columnheader("}) {
     for (size_t at = plot.find(what); at != std::string::npos; at = plot.find(what, at + 1)) {
       ++entries;
     }
   }
-  const int height = entries > 26 ? 540 + 18 * (entries - 26) : 540;
-  return StrCat("size 960,", height);
+  return entries > 26 ? 540 + 18 * (entries - 26) : 540;
 }
 
 // A gnuplot single-quoted string literal. Single quotes inside become double quotes rather than
@@ -79,10 +80,13 @@ std::string TemperatureLabel(double t) {
   return buf;
 }
 
-// Terminal setup, the plot command(s), and the same plot again as SVG.
-std::string Render(const std::string& name, const std::string& setup, const std::string& plot) {
+// Terminal setup, the plot command(s), and the same plot again as SVG; sets p's image size.
+std::string Render(Plot& p, const std::string& setup, const std::string& plot) {
   std::ostringstream s;
-  const std::string size = SizeFor(plot);
+  p.width = 960;
+  p.height = HeightFor(plot);
+  const std::string& name = p.name;
+  const std::string size = StrCat("size ", p.width, ",", p.height);
   s << "set encoding utf8\n"
     << "set terminal pngcairo " << size << " noenhanced font 'Sans,11'\n"
     << "set output " << Quote(name + ".png") << "\n"
@@ -105,15 +109,6 @@ std::string Header(const std::string& title, const std::string& xlabel, const st
   return s.str();
 }
 
-// Numeric/boolean knobs in short form, {"k":4,"drafter":"x"} -> "k=4" (string knobs name models,
-// which the tables show; dropped to keep axis labels short).
-std::string ShortKnobs(const std::string& json) {
-  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
-  if (!j.is_object()) return "";
-  for (auto it = j.begin(); it != j.end();) it = it->is_string() ? j.erase(it) : std::next(it);
-  return PlotLabel(KnobsShort(j.dump()));
-}
-
 std::string GroupName(const ReportGroup& g) {
   return g.target + " / " + g.dataset;
 }
@@ -122,10 +117,10 @@ std::string WithTemperature(const std::string& label, double t) {
   return PlotLabel(label) + " " + TemperatureLabel(t);
 }
 
-// `lc rgb '#rrggbb' pt N` of a case: its method's colour and its knob setting's marker.
+// `lc rgb '#rrggbb' pt N` of a case: its method's colour and marker (the same in every plot).
 std::string CaseStyle(const CaseReport& c) {
   return StrCat("lc rgb ", Quote(MethodColor(c.method_index)), " pt ",
-                SettingMarker(c.setting_index));
+                MethodMarker(c.method_index, c.setting_index));
 }
 
 // The colour as the integer gnuplot's `lc rgb variable` reads from a data column.
@@ -150,11 +145,13 @@ std::string MethodColor(int method_index) {
   return kPalette[((method_index % n) + n) % n];
 }
 
-int SettingMarker(int setting_index) {
-  // filled circle, square, triangle up, triangle down, diamond, pentagon, then open ones.
-  static const int kMarkers[] = {7, 5, 9, 11, 13, 15, 6, 4, 8, 10, 12, 14};
-  const int n = static_cast<int>(sizeof(kMarkers) / sizeof(kMarkers[0]));
-  return kMarkers[((setting_index % n) + n) % n];
+int MethodMarker(int method_index, int setting_index) {
+  // One shape per method (circle, square, triangle up, triangle down, diamond, pentagon), filled
+  // for its first knob setting and open for the next, alternating.
+  static const int kFilled[] = {7, 5, 9, 11, 13, 15};
+  const int n = static_cast<int>(sizeof(kFilled) / sizeof(kFilled[0]));
+  const int filled = kFilled[((method_index % n) + n) % n];
+  return setting_index % 2 == 0 ? filled : filled - 1;
 }
 
 std::vector<std::string> GnuplotWarnings(const std::string& text) {
@@ -215,27 +212,11 @@ Plot BuildHeadlinePlot(const HeadlineTable& table, int index) {
        << "     $" << p.name
        << " using 0:2:3:4 with yerrorbars lc rgb 'black' pt -1 lw 1.5 title '95% CI', \\\n"
        << "     1 with lines dt 2 lw 1.5 lc rgb 'gray30' title 'AR (1.0×)'";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  p.script = data.str() + Render(p, setup.str(), plot.str());
   return p;
 }
 
 namespace {
-
-// Marker of a temperature: filled circle at the lowest, filled triangle at the next, ... so the
-// temperatures differ in shape as well as in the legend text.
-int TemperatureMarker(const ReportGroup& group, double t) {
-  std::set<double> temps;
-  for (const CaseReport& c : group.cases) temps.insert(c.row.record.temperature);
-  static const int kMarkers[] = {7, 9, 5, 11, 13, 15};
-  const auto at = std::distance(temps.begin(), temps.find(t));
-  return kMarkers[at % (sizeof(kMarkers) / sizeof(kMarkers[0]))];
-}
-
-// `lc rgb '#rrggbb' pt N`: the case's method colour and its temperature's marker.
-std::string TemperatureStyle(const ReportGroup& group, const CaseReport& c) {
-  return StrCat("lc rgb ", Quote(MethodColor(c.method_index)), " pt ",
-                TemperatureMarker(group, c.row.record.temperature));
-}
 
 // True when every answer of every case stopped at max_new_tokens: the decode scatter would put
 // every point on one vertical line.
@@ -248,95 +229,203 @@ bool AllAnswersHitMaxTokens(const ReportGroup& group) {
   return true;
 }
 
+// At most this many data series (legend entries of cases) in one plot: more are split per
+// temperature and cut to the fastest (CaseFacets, ShownCases).
+constexpr size_t kMaxSeries = 8;
+
+// Best speedup first, AR cases before every speculative one, cases without a speedup last.
+bool FasterFirst(const CaseReport& x, const CaseReport& y) {
+  if (x.is_ar != y.is_ar) return x.is_ar;
+  const double u = x.speedup.geomean, v = y.speedup.geomean;
+  if (std::isfinite(u) != std::isfinite(v)) return std::isfinite(u);
+  return std::isfinite(u) && u > v;
+}
+
+// The cases (indices into group.cases, report order) a plot of one series per case shows out of
+// `eligible`: all of them when they are at most kMaxSeries, else the AR cases and the speculative
+// ones with the best speedup, kMaxSeries in all; then *note (not null) says so.
+std::vector<size_t> ShownCases(const ReportGroup& group, std::vector<size_t> eligible,
+                               std::string* note) {
+  if (eligible.size() <= kMaxSeries) return eligible;
+  std::stable_sort(eligible.begin(), eligible.end(),
+                   [&](size_t a, size_t b) { return FasterFirst(group.cases[a], group.cases[b]); });
+  const size_t total = eligible.size();
+  eligible.resize(kMaxSeries);
+  std::sort(eligible.begin(), eligible.end());
+  *note = StrCat(" Shown: ", kMaxSeries, " of ", total,
+                 " cases (AR and the best speedups); every case is in the tables.");
+  return eligible;
+}
+
+// One image of a per-case plot: its name suffix and title part ("" or "_t0" and " at T=0"), its
+// cases and what its caption adds (ShownCases).
+struct Facet {
+  std::string suffix, title;
+  std::vector<size_t> cases;
+  std::string note;
+};
+
+// The facets of a per-case plot over the cases `eligible` accepts: one when they fit kMaxSeries
+// or share one temperature, else one per temperature ("_tK", K = its rank), each cut by
+// ShownCases.
+std::vector<Facet> CaseFacets(const ReportGroup& group,
+                              const std::function<bool(const CaseReport&)>& eligible) {
+  std::vector<size_t> all;
+  std::set<double> temps;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    if (!eligible(group.cases[i])) continue;
+    all.push_back(i);
+    temps.insert(group.cases[i].row.record.temperature);
+  }
+  if (all.empty()) return {};
+  if (all.size() <= kMaxSeries || temps.size() < 2) {
+    Facet f;
+    f.cases = ShownCases(group, all, &f.note);
+    return {f};
+  }
+  std::vector<Facet> facets;
+  for (const double t : temps) {
+    Facet f;
+    f.suffix = StrCat("_t", facets.size());
+    f.title = " at " + TemperatureLabel(t);
+    std::vector<size_t> at_t;
+    for (size_t i : all) {
+      if (group.cases[i].row.record.temperature == t) at_t.push_back(i);
+    }
+    f.cases = ShownCases(group, at_t, &f.note);
+    facets.push_back(std::move(f));
+  }
+  return facets;
+}
+
+bool HasSpeedup(const CaseReport& c) {
+  return !c.is_ar && std::isfinite(c.speedup.geomean);
+}
+
 // (3a') Speedup vs. τ, one point per speculative case, with iso-cost lines: a method whose verify
 // step (drafting included) costs c AR steps reaches speedup τ / c.
 void SpeedupVsTauPlot(const ReportGroup& group, const std::vector<std::string>& labels,
                       const std::string& suffix, std::vector<Plot>& plots) {
-  Plot p;
-  p.name = "speedup_vs_tau_" + suffix;
-  p.title = "Speedup vs. τ — " + GroupName(group);
-  p.caption =
-      "One point per speculative case with an AR baseline: speedup vs. τ (tokens per verify "
-      "step). Dashed lines: speedup = τ / c for a step costing c AR steps (drafting included); a "
-      "point's position against them reads its step cost. Colour = method, marker = "
-      "temperature.";
-  std::ostringstream data, plot;
-  double max_tau = 1;
-  int n = 0;
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    const CaseReport& c = group.cases[i];
-    if (c.is_ar || !std::isfinite(c.speedup.geomean) || !std::isfinite(c.metrics.tau)) continue;
-    max_tau = std::max(max_tau, c.metrics.tau);
-    const std::string block = "$" + p.name + "_" + std::to_string(i);
-    data << block << " << EOD\n"
-         << Num(c.metrics.tau) << " " << Num(c.speedup.geomean) << "\nEOD\n";
-    plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with points "
-         << TemperatureStyle(group, c) << " ps 2 title "
-         << Quote(WithTemperature(labels[i], c.row.record.temperature));
-    ++n;
+  const auto facets = CaseFacets(
+      group, [](const CaseReport& c) { return HasSpeedup(c) && std::isfinite(c.metrics.tau); });
+  for (const Facet& f : facets) {
+    Plot p;
+    p.name = "speedup_vs_tau_" + suffix + f.suffix;
+    p.title = "Speedup vs. τ" + f.title + " — " + GroupName(group);
+    p.caption =
+        "One point per speculative case with an AR baseline: speedup vs. τ (tokens per verify "
+        "step). Dashed lines: speedup = τ / c for a step costing c AR steps (drafting included); "
+        "a point's position against them reads its step cost. Colour and marker = method." +
+        f.note;
+    std::ostringstream data, plot;
+    double max_tau = 1;
+    for (size_t k = 0; k < f.cases.size(); ++k) {
+      const size_t i = f.cases[k];
+      const CaseReport& c = group.cases[i];
+      max_tau = std::max(max_tau, c.metrics.tau);
+      const std::string block = "$" + p.name + "_" + std::to_string(i);
+      data << block << " << EOD\n"
+           << Num(c.metrics.tau) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+      plot << (k == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with points "
+           << CaseStyle(c) << " ps 2 title "
+           << Quote(WithTemperature(labels[i], c.row.record.temperature));
+    }
+    for (const double cost : {1.0, 1.5, 2.0, 3.0}) {
+      plot << ", \\\n     x / " << Num(cost) << " with lines dt 2 lc rgb 'gray60' title "
+           << Quote(StrCat("step = ", Num(cost), " AR steps"));
+    }
+    std::ostringstream setup;
+    setup << Header(p.title, "τ (tokens per verify step)", "speedup vs. AR (×)") << "set grid\n"
+          << "set xrange [1:" << Num(std::ceil(max_tau + 0.5)) << "]\nset yrange [0:*]\n";
+    p.script = data.str() + Render(p, setup.str(), plot.str());
+    plots.push_back(p);
   }
-  if (n == 0) return;
-  for (const double cost : {1.0, 1.5, 2.0, 3.0}) {
-    plot << ", \\\n     x / " << Num(cost) << " with lines dt 2 lc rgb 'gray60' title "
-         << Quote(StrCat("step = ", Num(cost), " AR steps"));
-  }
-  std::ostringstream setup;
-  setup << Header(p.title, "τ (tokens per verify step)", "speedup vs. AR (×)") << "set grid\n"
-        << "set xrange [1:" << Num(std::ceil(max_tau + 0.5)) << "]\nset yrange [0:*]\n";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
-  plots.push_back(p);
 }
 
 // Positions reached by fewer steps than this are left out of the acceptance plots (a rate over a
 // handful of steps is noise).
 constexpr int64_t kMinStepsPerPosition = 5;
 
-// (3c) Per-position acceptance r_i, one panel per temperature, positions reached by at least
-// kMinStepsPerPosition steps, the step count in each legend entry. A case none of whose
-// positions is reached that often (a lookup method that rarely drafts) is left out.
+// Positions of a case's acceptance curve: those reached by at least kMinStepsPerPosition steps.
+int64_t PlottedDepth(const PositionAcceptance& pos) {
+  int64_t depth = 0;
+  while (depth < pos.max_depth() && pos.n_reached[depth] >= kMinStepsPerPosition) ++depth;
+  return depth;
+}
+
+// (3c) Per-position acceptance at temperature `t` (panel number `facet`), positions reached by at
+// least kMinStepsPerPosition steps, the step count in each legend entry; a case none of whose
+// positions is reached that often (a lookup method that rarely drafts) is left out. Default:
+// vLLM's unconditional rate P(position i accepted) = steps accepting >= i / all steps, which
+// falls with i; `conditional`: r_i = the same steps / steps drafting >= i deep (name
+// acceptance_cond_...), which can rise where short drafts leave the deep positions to the steps
+// that were going well.
+void AcceptancePlot(const ReportGroup& group, const std::vector<std::string>& labels,
+                    const std::string& suffix, double t, int facet, bool conditional,
+                    std::vector<Plot>& plots) {
+  Plot p;
+  p.name = StrCat(conditional ? "acceptance_cond_" : "acceptance_", suffix, "_t", facet);
+  p.title = StrCat(
+      conditional ? "Conditional per-position acceptance r_i at " : "Per-position acceptance at ",
+      TemperatureLabel(t), " — ", GroupName(group));
+  std::vector<size_t> eligible;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    const CaseReport& c = group.cases[i];
+    if (c.row.record.temperature == t && PlottedDepth(c.metrics.positions) > 0) {
+      eligible.push_back(i);
+    }
+  }
+  std::string note;
+  const std::vector<size_t> shown = ShownCases(group, eligible, &note);
+  if (shown.empty()) return;
+  p.caption =
+      StrCat(conditional ? "Conditional on the draft reaching position i: r_i = steps accepting "
+                           "at least i draft tokens / steps drafting at least i deep"
+                         : "Unconditional (vLLM's per-position acceptance rate): P(position i "
+                           "accepted) = steps accepting at least i draft tokens / all verify steps",
+             ", at ", TemperatureLabel(t), "; positions reached by fewer than ",
+             kMinStepsPerPosition, " steps are left out; n = verify steps of the case.", note);
+  std::ostringstream data, plot;
+  int64_t max_depth = 0;
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const CaseReport& c = group.cases[shown[k]];
+    const PositionAcceptance& pos = c.metrics.positions;
+    const int64_t depth = PlottedDepth(pos);
+    const std::vector<double> vllm = VllmCompatibleMetrics(c.metrics).per_position_acceptance_rate;
+    const std::string block = "$" + p.name + "_" + std::to_string(shown[k]);
+    data << block << " << EOD\n";
+    for (int64_t i = 0; i < depth; ++i) {
+      data << i + 1 << " " << Num(conditional ? pos.r[i] : vllm[i]) << "\n";
+    }
+    data << "EOD\n";
+    max_depth = std::max(max_depth, depth);
+    plot << (k == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
+         << CaseStyle(c) << " title "
+         << Quote(StrCat(PlotLabel(labels[shown[k]]), " (n=", c.metrics.n_steps, ")"));
+  }
+  std::ostringstream setup;
+  setup << Header(p.title, "draft position i (tokens after the last accepted one)",
+                  conditional ? "r_i (accepted | drafted to position i)"
+                              : "P(position i accepted), all verify steps")
+        << "set grid xtics\n"
+        << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
+        << "set xtics 1\n"
+        << "set yrange [0:1.05]\n";
+  p.script = data.str() + Render(p, setup.str(), plot.str());
+  plots.push_back(p);
+}
+
+// (3c) Both acceptance plots per temperature: the unconditional one (the default), then r_i.
 void AcceptancePlots(const ReportGroup& group, const std::vector<std::string>& labels,
                      const std::string& suffix, std::vector<Plot>& plots) {
   std::set<double> temps;
   for (const CaseReport& c : group.cases) temps.insert(c.row.record.temperature);
   int facet = 0;
   for (const double t : temps) {
-    Plot p;
-    p.name = StrCat("acceptance_", suffix, "_t", facet++);
-    p.title = "Per-position acceptance r_i at " + TemperatureLabel(t) + " — " + GroupName(group);
-    p.caption = StrCat(
-        "r_i = steps accepting at least i draft tokens / steps drafting at least i deep, at ",
-        TemperatureLabel(t), "; positions reached by fewer than ", kMinStepsPerPosition,
-        " steps are left out; n = verify steps of the case.");
-    std::ostringstream data, plot;
-    int n = 0;
-    int64_t max_depth = 0;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      const PositionAcceptance& pos = c.metrics.positions;
-      if (c.row.record.temperature != t) continue;
-      int64_t depth = 0;  // positions this case shows: a case with none gets no (empty) data block
-      while (depth < pos.max_depth() && pos.n_reached[depth] >= kMinStepsPerPosition) ++depth;
-      if (depth == 0) continue;
-      const std::string block = "$" + p.name + "_" + std::to_string(i);
-      data << block << " << EOD\n";
-      for (int64_t k = 0; k < depth; ++k) data << k + 1 << " " << Num(pos.r[k]) << "\n";
-      data << "EOD\n";
-      max_depth = std::max(max_depth, depth);
-      plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
-           << CaseStyle(c) << " title "
-           << Quote(StrCat(PlotLabel(labels[i]), " (n=", c.metrics.n_steps, ")"));
-      ++n;
+    for (const bool conditional : {false, true}) {
+      AcceptancePlot(group, labels, suffix, t, facet, conditional, plots);
     }
-    if (n == 0 || max_depth == 0) continue;
-    std::ostringstream setup;
-    setup << Header(p.title, "draft position i (tokens after the last accepted one)",
-                    "r_i (acceptance rate at position i)")
-          << "set grid xtics\n"
-          << "set xrange [0.5:" << max_depth + 0.5 << "]\n"
-          << "set xtics 1\n"
-          << "set yrange [0:1.05]\n";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
-    plots.push_back(p);
+    ++facet;
   }
 }
 
@@ -364,14 +453,17 @@ void SpeedupPerCategoryPlot(const ReportGroup& group, const std::vector<std::str
   p.caption =
       "Speedup (geometric mean over the category's answers of method ÷ AR decode tok/s) per "
       "prompt category, one bar per speculative case.";
-  std::vector<size_t> shown;
+  std::vector<size_t> eligible;
+  for (size_t i = 0; i < group.cases.size(); ++i) {
+    if (!group.cases[i].is_ar && !group.cases[i].speedup.pairs.empty()) eligible.push_back(i);
+  }
+  std::string shown_note;
+  const std::vector<size_t> shown = ShownCases(group, eligible, &shown_note);
+  p.caption += shown_note;
   std::vector<std::map<std::string, double>> per_case;
   std::set<std::string> categories;
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    const CaseReport& c = group.cases[i];
-    if (c.is_ar || c.speedup.pairs.empty()) continue;
-    shown.push_back(i);
-    per_case.push_back(SpeedupPerCategory(c));
+  for (size_t i : shown) {
+    per_case.push_back(SpeedupPerCategory(group.cases[i]));
     for (const auto& [category, v] : per_case.back()) categories.insert(category);
   }
   if (shown.empty()) return;
@@ -408,7 +500,7 @@ void SpeedupPerCategoryPlot(const ReportGroup& group, const std::vector<std::str
                                            : " fs pattern 2 border -1");
   }
   plot << ", \\\n     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  p.script = data.str() + Render(p, setup.str(), plot.str());
   plots.push_back(p);
 }
 
@@ -443,138 +535,115 @@ void SpeedupPerAnswerPlot(const ReportGroup& group, const std::vector<std::strin
        << p.name << "_means using 1:2:(0.35):xtic(3) with xerrorbars pt 0 lw 3 lc rgb 'black', "
        << "\\\n     1 with lines dt 2 lc rgb 'gray40'";
   p.script = "$" + p.name + " << EOD\n" + data.str() + "EOD\n$" + p.name + "_means << EOD\n" +
-             means.str() + "EOD\n" + Render(p.name, setup.str(), plot.str());
+             means.str() + "EOD\n" + Render(p, setup.str(), plot.str());
   plots.push_back(p);
 }
 
-// (1) Decode tokens/s per case, clustered by temperature.
+// (1) Decode tokens/s per case: one bar per case (coloured by method), ordered by temperature
+// then report order (AR first), so the chart has one series however many cases there are.
 void DecodeSpeedPlot(const ReportGroup& group, const std::vector<std::string>& labels,
                      const std::string& suffix, std::vector<Plot>& plots) {
-  const std::string gname = GroupName(group);
-  std::vector<double> temps;
-  std::vector<std::string> series;
-  std::vector<const CaseReport*> series_case;  // the first case of each series (its style)
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    const double t = group.cases[i].row.record.temperature;
-    if (std::find(temps.begin(), temps.end(), t) == temps.end()) temps.push_back(t);
-    if (std::find(series.begin(), series.end(), PlotLabel(labels[i])) == series.end()) {
-      series.push_back(PlotLabel(labels[i]));
-      series_case.push_back(&group.cases[i]);
-    }
-  }
-  std::sort(temps.begin(), temps.end());
-  std::map<std::pair<double, std::string>, double> value;
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    value[{group.cases[i].row.record.temperature, PlotLabel(labels[i])}] =
-        group.cases[i].metrics.decode_tokens_per_s;
-  }
+  std::vector<size_t> order(group.cases.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return group.cases[a].row.record.temperature < group.cases[b].row.record.temperature;
+  });
   Plot p;
   p.name = "decode_speed_" + suffix;
-  p.title = "Decode throughput per case — " + gname;
+  p.title = "Decode throughput per case — " + GroupName(group);
   p.caption =
-      "Decode tokens/s (output tokens after the first / decode time) of every case, "
-      "grouped by sampling temperature.";
+      "Decode tokens/s (output tokens after the first / decode time) of every case, one bar per "
+      "case coloured by method, grouped by sampling temperature.";
   std::ostringstream data;
-  data << "$" << p.name << " << EOD\n" << DataString("temperature");
-  for (const auto& s : series) data << " " << DataString(s);
-  data << "\n";
-  for (double t : temps) {
-    data << DataString(TemperatureLabel(t));
-    for (const auto& s : series) {
-      const auto it = value.find({t, s});
-      data << " " << Num(it == value.end() ? kNoValue : it->second);
-    }
-    data << "\n";
+  data << "$" << p.name << " << EOD\n";
+  for (size_t i : order) {
+    const CaseReport& c = group.cases[i];
+    data << DataString(WithTemperature(labels[i], c.row.record.temperature)) << " "
+         << Num(c.metrics.decode_tokens_per_s) << " " << ColorInt(MethodColor(c.method_index))
+         << "\n";
   }
   data << "EOD\n";
-  std::ostringstream setup;
-  setup << Header(p.title, "sampling temperature T", "decode throughput (tokens/s)")
-        << "set style data histograms\n"
-        << "set style histogram clustered gap 1\n"
+  std::ostringstream setup, plot;
+  setup << Header(p.title, "case (method, knobs, temperature)", "decode throughput (tokens/s)")
         << "set style fill solid 0.85 border -1\n"
-        << "set yrange [0:*]\n";
-  std::ostringstream plot;
-  // One colour per method; a method's further knob settings are hatched.
-  for (size_t k = 0; k < series.size(); ++k) {
-    const CaseReport& c = *series_case[k];
-    plot << (k == 0 ? "plot $" + p.name : ", \\\n     ''") << " using " << k + 2
-         << (k == 0 ? ":xtic(1)" : "") << " title columnheader(" << k + 2 << ") lc rgb "
-         << Quote(MethodColor(c.method_index))
-         << (c.setting_index == 0
-                 ? std::string(" fs solid 0.85 border -1")
-                 : StrCat(" fs pattern ", 1 + (c.setting_index - 1) % 7, " border -1"));
-  }
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+        << "set boxwidth 0.6\n"
+        << "set xrange [-0.6:" << Num(static_cast<double>(order.size()) - 0.4) << "]\n"
+        << "set yrange [0:*]\n"
+        << "set offsets 0, 0, graph 0.08, 0\n"
+        << "set xtics rotate by 90 right\n"
+        << "set bmargin 14\n"
+        << "unset key\n";
+  plot << "plot $" << p.name << " using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable notitle";
+  p.script = data.str() + Render(p, setup.str(), plot.str());
   plots.push_back(p);
 }
 
-// (2) Decode time vs. decode tokens, one point per answer.
+// (2) Decode time vs. decode tokens, one point per answer, per facet (CaseFacets).
 void DecodeScatterPlot(const ReportGroup& group, const std::vector<std::string>& labels,
                        const std::string& suffix, std::vector<Plot>& plots) {
-  const std::string gname = GroupName(group);
-  Plot p;
-  p.name = "decode_scatter_" + suffix;
-  p.title = "Decode time vs. answer length — " + gname;
-  p.caption =
-      "One point per answer: tokens decoded after the first vs. decode time; the "
-      "slope is the time per token.";
-  std::ostringstream data, plot;
-  plot << "plot ";
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    const CaseReport& c = group.cases[i];
-    const std::string block = "$" + p.name + "_" + std::to_string(i);
-    data << block << " << EOD\n";
-    for (const SampleRecord& s : c.samples) {
-      data << DecodeTokens(s) << " " << Num(s.decode_ms) << "\n";
+  for (const Facet& f : CaseFacets(group, [](const CaseReport&) { return true; })) {
+    Plot p;
+    p.name = "decode_scatter_" + suffix + f.suffix;
+    p.title = "Decode time vs. answer length" + f.title + " — " + GroupName(group);
+    p.caption =
+        "One point per answer: tokens decoded after the first vs. decode time; the slope is the "
+        "time per token." +
+        f.note;
+    std::ostringstream data, plot;
+    for (size_t k = 0; k < f.cases.size(); ++k) {
+      const CaseReport& c = group.cases[f.cases[k]];
+      const std::string block = "$" + p.name + "_" + std::to_string(f.cases[k]);
+      data << block << " << EOD\n";
+      for (const SampleRecord& s : c.samples) {
+        data << DecodeTokens(s) << " " << Num(s.decode_ms) << "\n";
+      }
+      data << "EOD\n";
+      plot << (k == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with points "
+           << CaseStyle(c) << " ps 1.2 title "
+           << Quote(WithTemperature(labels[f.cases[k]], c.row.record.temperature));
     }
-    data << "EOD\n";
-    if (i > 0) plot << ", \\\n     ";
-    plot << block << " using 1:2 with points " << CaseStyle(c) << " ps 1.2 title "
-         << Quote(WithTemperature(labels[i], c.row.record.temperature));
+    std::ostringstream setup;
+    setup << Header(p.title, "decode tokens per answer (tokens)", "decode time per answer (ms)")
+          << "set grid xtics\n"
+          << "set offsets 0, graph 0.05, graph 0.08, 0\n"
+          << "set xrange [0:*]\nset yrange [0:*]\n";
+    p.script = data.str() + Render(p, setup.str(), plot.str());
+    plots.push_back(p);
   }
-  std::ostringstream setup;
-  setup << Header(p.title, "decode tokens per answer (tokens)", "decode time per answer (ms)")
-        << "set grid xtics\n"
-        << "set offsets 0, graph 0.05, graph 0.08, 0\n"
-        << "set xrange [0:*]\nset yrange [0:*]\n";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
-  plots.push_back(p);
 }
 
-// (3a) Speedup vs. T_D%, speculative cases with an AR baseline.
+// (3a) Speedup vs. T_D%, speculative cases with an AR baseline, per facet (CaseFacets).
 void SpeedupVsDraftPlot(const ReportGroup& group, const std::vector<std::string>& labels,
                         const std::string& suffix, std::vector<Plot>& plots) {
-  const std::string gname = GroupName(group);
-  Plot p;
-  p.name = "speedup_vs_draft_" + suffix;
-  p.title = "Speedup vs. drafting-time share — " + gname;
-  p.caption =
-      "Speculative cases with a matching AR case: speedup (geometric mean of per-prompt "
-      "AR/method decode-time ratios) vs. T_D (drafting time / decode time); colour = method, "
-      "marker = temperature.";
-  std::ostringstream data, plot;
-  int n = 0;
-  plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
-  for (size_t i = 0; i < group.cases.size(); ++i) {
-    const CaseReport& c = group.cases[i];
-    if (c.is_ar || !std::isfinite(c.speedup.geomean) || !std::isfinite(c.metrics.draft_fraction)) {
-      continue;
+  const auto facets = CaseFacets(group, [](const CaseReport& c) {
+    return HasSpeedup(c) && std::isfinite(c.metrics.draft_fraction);
+  });
+  for (const Facet& f : facets) {
+    Plot p;
+    p.name = "speedup_vs_draft_" + suffix + f.suffix;
+    p.title = "Speedup vs. drafting-time share" + f.title + " — " + GroupName(group);
+    p.caption =
+        "Speculative cases with a matching AR case: speedup (geometric mean of per-prompt "
+        "AR/method decode-time ratios) vs. T_D (drafting time / decode time); colour and marker = "
+        "method." +
+        f.note;
+    std::ostringstream data, plot;
+    plot << "plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)'";
+    for (size_t i : f.cases) {
+      const CaseReport& c = group.cases[i];
+      const std::string block = "$" + p.name + "_" + std::to_string(i);
+      data << block << " << EOD\n"
+           << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
+      plot << ", \\\n     " << block << " using 1:2 with points " << CaseStyle(c) << " ps 2 title "
+           << Quote(WithTemperature(labels[i], c.row.record.temperature));
     }
-    const std::string block = "$" + p.name + "_" + std::to_string(i);
-    data << block << " << EOD\n"
-         << Num(100.0 * c.metrics.draft_fraction) << " " << Num(c.speedup.geomean) << "\nEOD\n";
-    plot << ", \\\n     " << block << " using 1:2 with points " << TemperatureStyle(group, c)
-         << " ps 2 title " << Quote(WithTemperature(labels[i], c.row.record.temperature));
-    ++n;
-  }
-  if (n > 0) {
     std::ostringstream setup;
     setup << Header(p.title, "T_D: drafting time / decode time (%)",
                     "speedup vs. AR (×, geometric mean over prompts)")
           << "set grid xtics\n"
           << "set offsets 0, 0, graph 0.1, 0\n"
           << "set xrange [0:100]\nset yrange [0:*]\n";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    p.script = data.str() + Render(p, setup.str(), plot.str());
     plots.push_back(p);
   }
 }
@@ -613,7 +682,7 @@ void TauPlot(const ReportGroup& group, const std::vector<std::string>& labels,
     plot << "plot $" << p.name
          << " using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable title 'τ (tokens per verify "
             "step)'";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    p.script = data.str() + Render(p, setup.str(), plot.str());
     plots.push_back(p);
   }
 }
@@ -646,105 +715,148 @@ std::vector<Plot> BuildGroupPlots(const ReportGroup& group, const std::vector<st
 
 namespace {
 
-// (1) and (2): speedup and τ vs. budget (mean drafted nodes per verify step), one line per
-// (method, T) over its knob settings; the best speedup circled once per temperature.
-void BudgetFigures(const ReportGroup& group, const std::string& suffix, std::vector<Plot>& plots,
-                   const std::function<void(const std::string&)>& skip) {
-  const std::string gname = GroupName(group);
-  struct Point {
-    double budget, value;
-    size_t case_index;
-  };
-  std::vector<std::pair<std::string, double>> series_keys;
-  std::map<std::pair<std::string, double>, std::vector<size_t>> series_cases;
+// Mean drafted nodes per verify step of group.cases[i].
+double BudgetOf(const ReportGroup& group, size_t i) {
+  const CaseMetrics& m = group.cases[i].metrics;
+  return static_cast<double>(m.drafted) / static_cast<double>(m.n_steps);
+}
+
+// One line of the budget figures: a method at one temperature over its knob settings.
+struct BudgetSeries {
+  std::string method;
+  double temperature = 0;
+  int dash = 1;               // dash type: the method's temperatures in order
+  std::vector<size_t> cases;  // in budget order
+};
+
+// The lines of the budget figures: every (method, T) whose cases drafted at least two distinct
+// budgets (a line of one point says nothing about the budget), at most kMaxSeries of them (the
+// best speedups; *note then says so).
+std::vector<BudgetSeries> BudgetSeriesOf(const ReportGroup& group, std::string* note) {
+  std::map<std::pair<std::string, double>, BudgetSeries> by_key;
+  std::vector<std::pair<std::string, double>> keys;
   for (size_t i = 0; i < group.cases.size(); ++i) {
     const CaseReport& c = group.cases[i];
     if (c.is_ar || c.metrics.n_steps == 0) continue;
     const auto key = std::make_pair(c.row.record.method, c.row.record.temperature);
-    if (!series_cases.count(key)) series_keys.push_back(key);
-    series_cases[key].push_back(i);
+    if (!by_key.count(key)) keys.push_back(key);
+    by_key[key].cases.push_back(i);
   }
-  auto budget_of = [&](size_t i) {
-    const CaseMetrics& m = group.cases[i].metrics;
-    return static_cast<double>(m.drafted) / static_cast<double>(m.n_steps);
+  std::vector<BudgetSeries> out;
+  std::map<std::string, int> dashes;  // per method, temperatures seen so far
+  for (const auto& key : keys) {
+    BudgetSeries series = by_key[key];
+    series.method = key.first;
+    series.temperature = key.second;
+    series.dash = ++dashes[key.first];
+    std::set<std::string> budgets;
+    for (size_t i : series.cases) budgets.insert(Num(BudgetOf(group, i)));
+    if (budgets.size() < 2) continue;
+    std::stable_sort(series.cases.begin(), series.cases.end(),
+                     [&](size_t x, size_t y) { return BudgetOf(group, x) < BudgetOf(group, y); });
+    out.push_back(std::move(series));
+  }
+  auto best = [&](const BudgetSeries& s) {
+    double v = -1;
+    for (size_t i : s.cases) {
+      if (std::isfinite(group.cases[i].speedup.geomean)) {
+        v = std::max(v, group.cases[i].speedup.geomean);
+      }
+    }
+    return v;
   };
+  if (out.size() > kMaxSeries) {
+    const size_t total = out.size();
+    std::stable_sort(out.begin(), out.end(), [&](const BudgetSeries& x, const BudgetSeries& y) {
+      return best(x) > best(y);
+    });
+    out.resize(kMaxSeries);
+    *note = StrCat(" Shown: the ", kMaxSeries, " of ", total,
+                   " method lines with the best speedups; every case is in the tables.");
+  }
+  return out;
+}
 
-  // (1) and (2): speedup and τ vs. budget.
+// The speedup (or τ) vs. budget figure over `series`; false when no case has a value.
+bool BudgetFigure(const ReportGroup& group, const std::vector<BudgetSeries>& series, Plot& p,
+                  bool is_speedup) {
+  std::ostringstream data, plot, best;
+  int n = 0;
+  std::map<double, size_t> best_at;  // the best speedup of the lines' cases, per temperature
+  for (const BudgetSeries& line : series) {
+    std::ostringstream points;
+    for (size_t i : line.cases) {
+      const CaseReport& c = group.cases[i];
+      const double v = is_speedup ? c.speedup.geomean : c.metrics.tau;
+      if (std::isfinite(v)) points << Num(BudgetOf(group, i)) << " " << Num(v) << "\n";
+      auto it = best_at.find(line.temperature);
+      if (std::isfinite(c.speedup.geomean) &&
+          (it == best_at.end() || c.speedup.geomean > group.cases[it->second].speedup.geomean)) {
+        best_at[line.temperature] = i;
+      }
+    }
+    if (points.str().empty()) continue;
+    const std::string block = "$" + p.name + "_" + std::to_string(n);
+    data << block << " << EOD\n" << points.str() << "EOD\n";
+    const CaseReport& first = group.cases[line.cases.front()];
+    plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 pt "
+         << MethodMarker(first.method_index, 0) << " dt " << line.dash << " ps 1.3 lc rgb "
+         << Quote(MethodColor(first.method_index)) << " title "
+         << Quote(PlotLabel(line.method) + " " + TemperatureLabel(line.temperature));
+    ++n;
+  }
+  if (n == 0) return false;
+  for (const auto& [t, i] : best_at) {
+    const double v = is_speedup ? group.cases[i].speedup.geomean : group.cases[i].metrics.tau;
+    if (std::isfinite(v)) best << Num(BudgetOf(group, i)) << " " << Num(v) << "\n";
+  }
+  if (!best.str().empty()) {
+    data << "$" << p.name << "_best << EOD\n" << best.str() << "EOD\n";
+    plot << ", \\\n     $" << p.name
+         << "_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup "
+            "(per temperature)'";
+  }
+  if (is_speedup) plot << ", \\\n     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'";
+  std::ostringstream setup;
+  setup << Header(p.title, "draft budget (mean drafted nodes per verify step)",
+                  is_speedup ? "speedup vs. AR (×, geometric mean over prompts)"
+                             : "τ (tokens per verify step)")
+        << "set grid xtics\n"
+        << "set offsets 0, graph 0.05, graph 0.1, 0\n"
+        << "set xrange [0:*]\nset yrange [0:*]\n";
+  p.script = data.str() + Render(p, setup.str(), plot.str());
+  return true;
+}
+
+// (1) and (2): speedup and τ vs. budget (mean drafted nodes per verify step), one line per
+// (method, T) that ran at two budgets or more (BudgetSeriesOf); the best speedup of the lines'
+// cases circled once per temperature. Without such a line both are skipped with a note.
+void BudgetFigures(const ReportGroup& group, const std::string& suffix, std::vector<Plot>& plots,
+                   const std::function<void(const std::string&)>& skip) {
+  std::string note;
+  const std::vector<BudgetSeries> series = BudgetSeriesOf(group, &note);
   for (const bool is_speedup : {true, false}) {
     Plot p;
     p.name = (is_speedup ? "speedup_vs_budget_" : "tau_vs_budget_") + suffix;
-    p.title = std::string(is_speedup ? "Speedup" : "τ") + " vs. draft budget — " + gname;
+    p.title = std::string(is_speedup ? "Speedup" : "τ") + " vs. draft budget — " + GroupName(group);
     p.caption =
-        is_speedup ? "Speedup (geometric mean over prompts vs. AR) against the draft budget (mean "
-                     "drafted nodes per verify step), one line per method and temperature over its "
-                     "knob settings; circled: the best speedup of the group at each temperature."
-                   : "τ (tokens per verify step) against the draft budget (mean drafted nodes per "
-                     "verify step), one line per method and temperature; circled: the case with "
-                     "the best speedup at each temperature.";
-    std::ostringstream data, plot, best;
-    int n = 0;
-    for (const auto& key : series_keys) {
-      std::vector<Point> pts;
-      for (size_t i : series_cases[key]) {
-        const CaseReport& c = group.cases[i];
-        const double v = is_speedup ? c.speedup.geomean : c.metrics.tau;
-        if (std::isfinite(v)) pts.push_back({budget_of(i), v, i});
-      }
-      if (pts.empty()) continue;
-      std::stable_sort(pts.begin(), pts.end(),
-                       [](const Point& a, const Point& b) { return a.budget < b.budget; });
-      const std::string block = "$" + p.name + "_" + std::to_string(n);
-      data << block << " << EOD\n";
-      for (const Point& q : pts) data << Num(q.budget) << " " << Num(q.value) << "\n";
-      data << "EOD\n";
-      const CaseReport& first = group.cases[series_cases[key].front()];
-      int t_index = 0;  // dash type per temperature of the method
-      for (const auto& other : series_keys) {
-        if (other == key) break;
-        if (other.first == key.first) ++t_index;
-      }
-      plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 pt "
-           << SettingMarker(t_index) << " dt " << 1 + t_index << " ps 1.3 lc rgb "
-           << Quote(MethodColor(first.method_index)) << " title "
-           << Quote(PlotLabel(key.first) + " " + TemperatureLabel(key.second));
-      ++n;
-    }
-    // The best-speedup case of the group, once per temperature (not one circle per series).
-    std::map<double, size_t> best_at;
-    for (size_t i = 0; i < group.cases.size(); ++i) {
-      const CaseReport& c = group.cases[i];
-      if (c.is_ar || !std::isfinite(c.speedup.geomean) || c.metrics.n_steps == 0) continue;
-      const double t = c.row.record.temperature;
-      auto it = best_at.find(t);
-      if (it == best_at.end() || c.speedup.geomean > group.cases[it->second].speedup.geomean) {
-        best_at[t] = i;
-      }
-    }
-    for (const auto& [t, i] : best_at) {
-      const double v = is_speedup ? group.cases[i].speedup.geomean : group.cases[i].metrics.tau;
-      if (std::isfinite(v)) best << Num(budget_of(i)) << " " << Num(v) << "\n";
-    }
-    if (n == 0) {
+        (is_speedup ? "Speedup (geometric mean over prompts vs. AR) against the draft budget (mean "
+                      "drafted nodes per verify step), one line per method and temperature over "
+                      "its knob settings; circled: the best speedup at each temperature."
+                    : "τ (tokens per verify step) against the draft budget (mean drafted nodes per "
+                      "verify step), one line per method and temperature; circled: the case with "
+                      "the best speedup at each temperature.") +
+        note;
+    if (series.empty()) {
+      skip(p.title +
+           ": skipped (no method ran at two budgets or more: one point per method says nothing "
+           "about the budget; the tables give each case's nodes/step).");
+    } else if (!BudgetFigure(group, series, p, is_speedup)) {
       skip(StrCat(p.title, ": skipped (no speculative case with ",
                   is_speedup ? "a speedup over a matching AR case" : "a τ", ")."));
-      continue;
+    } else {
+      plots.push_back(p);
     }
-    if (!best.str().empty()) {
-      data << "$" << p.name << "_best << EOD\n" << best.str() << "EOD\n";
-      plot << ", \\\n     $" << p.name
-           << "_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup "
-              "(per temperature)'";
-    }
-    std::ostringstream setup;
-    setup << Header(p.title, "draft budget (mean drafted nodes per verify step)",
-                    is_speedup ? "speedup vs. AR (×, geometric mean over prompts)"
-                               : "τ (tokens per verify step)")
-          << "set grid xtics\n"
-          << "set offsets 0, graph 0.05, graph 0.1, 0\n"
-          << "set xrange [0:*]\nset yrange [0:*]\n";
-    if (is_speedup) plot << ", \\\n     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
-    plots.push_back(p);
   }
 }
 
@@ -767,8 +879,8 @@ void PhaseTimeFigure(const ReportGroup& group, const std::string& suffix, std::v
       std::string("Share of decode time per speculative case: drafting") +
       (any_adapt ? " (without adaptation), online adaptation (OSD updates)" : "") +
       ", the verify forward, other step work (sampling, acceptance, bookkeeping) and the "
-      "untimed rest. Bars are labelled #case id (the case column of the details table), method, "
-      "numeric knobs (cut at 24 characters) and T.";
+      "untimed rest. Bars are labelled #case id (the case column of the details table), the "
+      "case's short label and T.";
   if (cases.empty()) {
     skip(p.title + ": skipped (no speculative case with steps and decode time).");
   } else {
@@ -781,16 +893,10 @@ void PhaseTimeFigure(const ReportGroup& group, const std::string& suffix, std::v
       const double verify = 100.0 * m.verify_ms / m.decode_ms;
       const double other = 100.0 * m.other_ms / m.decode_ms;
       const double rest = std::max(0.0, 100.0 - draft - adapt - verify - other);
-      // Short label (case id, method, numeric knobs, T): long JSON labels do not fit under bars.
-      const CaseRecord& r = group.cases[i].row.record;
-      std::string knobs = ShortKnobs(r.method_knobs_json);
-      if (knobs.size() > 24) {  // cut at a UTF-8 character boundary
-        size_t cut = 23;
-        while (cut > 0 && (static_cast<unsigned char>(knobs[cut]) & 0xC0) == 0x80) --cut;
-        knobs = knobs.substr(0, cut) + "…";
-      }
-      data << DataString(StrCat("#", group.cases[i].row.case_id, " ", r.method, " ", knobs, " ",
-                                TemperatureLabel(r.temperature)))
+      // Case id, short label and T, written vertically under the bar (never overlapping).
+      const CaseReport& c = group.cases[i];
+      data << DataString(StrCat("#", c.row.case_id, " ", PlotLabel(c.label), " ",
+                                TemperatureLabel(c.row.record.temperature)))
            << " " << Num(draft) << " " << Num(adapt) << " " << Num(verify) << " " << Num(other)
            << " " << Num(rest) << "\n";
     }
@@ -802,11 +908,12 @@ void PhaseTimeFigure(const ReportGroup& group, const std::string& suffix, std::v
           << "set style fill solid 0.85 border -1\n"
           << "set boxwidth 0.6\n"
           << "set yrange [0:105]\n"
-          << "set xtics rotate by -30 font ',9'\n";
+          << "set xtics rotate by 90 right font ',9'\n"
+          << "set bmargin 14\n";
     plot << "plot $" << p.name << " using 2:xtic(1) title 'draft'";
     if (any_adapt) plot << ", '' using 3 title 'adapt'";
     plot << ", '' using 4 title 'verify', '' using 5 title 'other', '' using 6 title 'untimed'";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    p.script = data.str() + Render(p, setup.str(), plot.str());
     plots.push_back(p);
   }
 }
@@ -832,6 +939,21 @@ void TauVsTemperatureFigure(const ReportGroup& group, const std::vector<std::str
     if (!pts.count(k)) keys.push_back(k), key_case[k] = &c;
     pts[k].push_back({c.row.record.temperature, c.metrics.tau});
   }
+  if (keys.size() > kMaxSeries) {  // the configurations with the best speedups
+    std::map<std::string, double> best;
+    for (size_t i = 0; i < group.cases.size(); ++i) {
+      const double v = group.cases[i].speedup.geomean;
+      const std::string k = PlotLabel(labels[i]);
+      if (pts.count(k) && std::isfinite(v) && !(best.count(k) && best[k] >= v)) best[k] = v;
+    }
+    const size_t total = keys.size();
+    std::stable_sort(keys.begin(), keys.end(), [&](const std::string& x, const std::string& y) {
+      return (best.count(x) ? best[x] : -1.0) > (best.count(y) ? best[y] : -1.0);
+    });
+    keys.resize(kMaxSeries);
+    p.caption += StrCat(" Shown: the ", kMaxSeries, " of ", total,
+                        " configurations with the best speedups; every case is in the tables.");
+  }
   if (temps.size() < 2) {
     skip(p.title +
          StrCat(": skipped (", temps.empty() ? "no case with a τ" : "one temperature only", ")."));
@@ -854,7 +976,7 @@ void TauVsTemperatureFigure(const ReportGroup& group, const std::vector<std::str
           << XRangeFromData(*temps.begin(), *temps.rbegin(), 0.1)
           << "set offsets 0, 0, graph 0.1, 0\n"
           << "set yrange [0:*]\n";
-    p.script = data.str() + Render(p.name, setup.str(), plot.str());
+    p.script = data.str() + Render(p, setup.str(), plot.str());
     plots.push_back(p);
   }
 }
@@ -883,23 +1005,45 @@ Plot BuildStreamPlot(const StreamTable& table, int index) {
   p.caption =
       "τ (tokens per verify step) per window of consecutive answers, one line per case (the "
       "adaptation-over-the-stream table's τ columns).";
+  // At most kMaxSeries lines: the cases that adapted online first, then the best speedups.
+  std::vector<size_t> shown(table.tau.size());
+  for (size_t n = 0; n < shown.size(); ++n) shown[n] = n;
+  auto adapts = [&](size_t n) {
+    if (n >= table.cases.size()) return false;
+    for (const StepRecord& st : table.cases[n]->steps) {
+      if (st.t_adapt_us > 0) return true;
+    }
+    return false;
+  };
+  if (shown.size() > kMaxSeries && table.cases.size() == shown.size()) {
+    std::stable_sort(shown.begin(), shown.end(), [&](size_t a, size_t b) {
+      if (adapts(a) != adapts(b)) return adapts(a);
+      return FasterFirst(*table.cases[a], *table.cases[b]);
+    });
+    shown.resize(kMaxSeries);
+    std::sort(shown.begin(), shown.end());
+    p.caption += StrCat(" Shown: ", kMaxSeries, " of ", table.tau.size(),
+                        " cases (those that adapted, then the best speedups).");
+  }
   std::ostringstream data, plot;
-  for (size_t n = 0; n < table.tau.size(); ++n) {
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const size_t n = shown[k];
     const std::string block = "$" + p.name + "_" + std::to_string(n);
     data << block << " << EOD\n";
     for (size_t w = 0; w < table.tau[n].size(); ++w) {
       if (std::isfinite(table.tau[n][w])) data << w + 1 << " " << Num(table.tau[n][w]) << "\n";
     }
     data << "EOD\n";
-    plot << (n == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 pt "
-         << 5 + 2 * (n % 4) << " ps 1.1 title " << Quote(PlotLabel(table.case_labels[n]));
+    const std::string style = n < table.cases.size() ? CaseStyle(*table.cases[n]) : "pt 7";
+    plot << (k == 0 ? "plot " : ", \\\n     ") << block << " using 1:2 with linespoints lw 2 "
+         << style << " ps 1.1 title " << Quote(PlotLabel(table.case_labels[n]));
   }
   std::ostringstream setup;
   setup << Header(p.title, "window (consecutive answers)", "τ (tokens per verify step)")
         << "set grid\n"
         << "set offsets graph 0.02, graph 0.02, graph 0.1, 0\n"
         << "set yrange [0:*]\n";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  p.script = data.str() + Render(p, setup.str(), plot.str());
   return p;
 }
 
@@ -944,7 +1088,7 @@ std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench) {
         << "set grid xtics\n"
         << "set offsets graph 0.05, graph 0.05, 0, 0\n"
         << "set yrange [0:*]\n";
-  p.script = data.str() + Render(p.name, setup.str(), plot.str());
+  p.script = data.str() + Render(p, setup.str(), plot.str());
   return {p};
 }
 

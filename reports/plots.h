@@ -4,7 +4,9 @@
 // locale.
 // Checked by: tests/reports/report_test.cpp (plots exist, are PNGs, missing gnuplot is a warning),
 // tests/reports/headline_test.cpp (styles, headline chart, gnuplot warnings),
-// tests/reports/locale_test.cpp (gnuplot's locale; no warning from a C-locale environment).
+// tests/reports/locale_test.cpp (gnuplot's locale; no warning from a C-locale environment),
+// tests/reports/report_reading_test.cpp (at most 8 case series, one style per method, the
+// unconditional acceptance default).
 #pragma once
 
 #include <string>
@@ -19,6 +21,8 @@ struct Plot {
   std::string title;    // also the alt text
   std::string caption;  // one sentence under the image
   std::string script;   // gnuplot commands (self-contained; ends with `reset`)
+  // The image's size in pixels (both terminals), for the page's <img width height>.
+  int width = 960, height = 540;
 };
 
 // Plots of one (target, dataset) group: decode tokens/s per case grouped by temperature, decode
@@ -46,10 +50,12 @@ Plot BuildStreamPlot(const StreamTable& table, int index);
 // 95% CI whiskers and AR at 1.0× dashed; file name headline_speedup_INDEX. Cases without a
 // speedup are left out; nullopt-like empty name when none has one.
 Plot BuildHeadlinePlot(const HeadlineTable& table, int index);
-// The colour of method number `method_index` ("#rrggbb", a 20-colour palette, cycling) and the
-// gnuplot point type of knob setting number `setting_index` of a method (filled shapes first).
+// A case's style in every plot: the colour of method number `method_index` ("#rrggbb", a
+// 20-colour palette, cycling) and its gnuplot point type: one shape per method (six shapes,
+// cycling), filled for the method's knob setting number `setting_index` 0, 2, ... and open for
+// 1, 3, ...; (colour, shape) differs between the first 60 methods.
 std::string MethodColor(int method_index);
-int SettingMarker(int setting_index);
+int MethodMarker(int method_index, int setting_index);
 // gnuplot's warnings in its output (`text`): every line containing "warning:" (any case).
 std::vector<std::string> GnuplotWarnings(const std::string& text);
 

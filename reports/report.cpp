@@ -159,6 +159,8 @@ struct ReportSections {
   std::vector<Plot> stream_plots;
   std::vector<HeadlineTable> headlines;
   std::vector<Plot> headline_plots;  // one per headline; empty name: no chart
+  std::string setup;                 // SetupLine: the first screen's setup
+  ReportTable method_settings;       // MethodSettingsTable
   GroupSection bench;
   std::vector<std::string> conventions;
 };
@@ -270,6 +272,8 @@ ReportSections BuildSections(const ReportData& data, const std::vector<PaperRefe
       s.stream_plots.push_back(BuildStreamPlot(s.stream_tables[i], static_cast<int>(i + 1)));
   }
   s.headlines = BuildHeadlineTables(data);
+  s.setup = SetupLine(data);
+  s.method_settings = MethodSettingsTable(data);
   for (size_t i = 0; i < s.headlines.size(); ++i) {
     s.headline_plots.push_back(BuildHeadlinePlot(s.headlines[i], static_cast<int>(i + 1)));
   }
@@ -364,19 +368,36 @@ void AddFigures(const std::vector<Plot>& plots, const std::set<std::string>& plo
   }
 }
 
+// The headline's intro: how to read speedup, the tie rule and the paired tok/s.
+constexpr const char* kHeadlineIntro =
+    "Per target and temperature, every speculative case, best speedup first. speedup = the "
+    "geometric mean over answers of the per-answer ratio method decode tok/s ÷ AR decode tok/s "
+    "of the same prompt [95% bootstrap CI over prompts]. vs. leader = the paired ratio of the "
+    "case's per-answer speedups to the leader's over the answers both gave [95% bootstrap CI]: "
+    "**tied** when that interval holds 1 (n<5: too few prompts to tell). tok/s and AR tok/s = "
+    "total decode tokens ÷ total decode time over the same paired answers, so tok/s ÷ AR tok/s "
+    "is the ratio of totals (speedup Σ), which need not equal the geometric mean. τ = tokens per "
+    "verify step; T_D% = drafting share of decode time; exact match = answers identical to AR's "
+    "(Conventions at the end).";
+
+// The setup line, its mention of the method settings a link to them.
+ReportBlock SetupBlock(const std::string& setup) {
+  const std::string target = "Method settings";
+  const size_t at = setup.rfind(target);
+  const std::string text = at == std::string::npos
+                               ? setup
+                               : setup.substr(0, at) + "[" + target + "](#method-settings)" +
+                                     setup.substr(at + target.size());
+  ReportBlock b = ParagraphBlock(text, false, "", "setup");
+  b.html_id = "setup";
+  return b;
+}
+
 void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, Blocks* blocks) {
   if (s.headlines.empty()) return;
   blocks->push_back(HeadingBlock("Headline", 2, "headline"));
-  blocks->push_back(ParagraphBlock(
-      "Per target and temperature, every speculative case, best speedup first: speedup = "
-      "geometric mean over answers of method decode tok/s ÷ AR's, with its 95% bootstrap CI "
-      "over prompts; τ = tokens per verify step; T_D% = drafting share of decode time; exact "
-      "match = answers identical to AR's.",
-      false,
-      "Best speedup first. Speedup = geometric mean over answers of method ÷ AR decode tok/s "
-      "[95% bootstrap CI over prompts]; τ = tokens per verify step; T_D% = drafting share of "
-      "decode time; exact match = answers identical to AR's (Conventions at the end).",
-      "constants"));
+  if (!s.setup.empty()) blocks->push_back(SetupBlock(s.setup));
+  blocks->push_back(ParagraphBlock(kHeadlineIntro, false, "", "constants"));
   for (size_t i = 0; i < s.headlines.size(); ++i) {
     const HeadlineTable& h = s.headlines[i];
     blocks->push_back(HeadingBlock(h.title, 3));
@@ -385,6 +406,7 @@ void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, 
     const Plot& p = s.headline_plots[i];
     if (!p.name.empty() && plotted.count(p.name)) chart.figure = p;
     blocks->push_back(std::move(chart));
+    if (!h.case_notes.empty()) blocks->push_back(ListBlock(h.case_notes, true));
     if (h.slow_notes.empty()) continue;
     ReportBlock note = ListBlock(h.slow_notes, true);
     note.kind = ReportBlock::Kind::kNoteBox;
@@ -393,6 +415,17 @@ void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, 
     note.html_class = "slow-note";
     blocks->push_back(std::move(note));
   }
+}
+
+// Each speculative method configuration's knobs as run (the setup line links here).
+void AddMethodSettings(const ReportSections& s, Blocks* blocks) {
+  if (s.method_settings.rows.empty()) return;
+  blocks->push_back(HeadingBlock("Method settings", 2, "method-settings"));
+  blocks->push_back(ParagraphBlock(
+      "Every speculative method configuration with its knobs as the run resolved them (\"auto\" "
+      "drafters named) and its cases.",
+      true));
+  blocks->push_back(TableBlock(s.method_settings));
 }
 
 void AddPaperTables(const ReportSections& s, Blocks* blocks) {
@@ -485,6 +518,7 @@ ReportDocument BuildDocument(const ReportData& data, const ReportSections& s,
     blocks.push_back(HeadingBlock("Cost regime", 2, "cost-regime"));
     blocks.push_back(ListBlock(s.cost_notes, true));
   }
+  AddMethodSettings(s, &blocks);
   AddPaperTables(s, &blocks);
   AddComparisons(s, &blocks);
   AddStream(s, plotted, &blocks);

@@ -9,9 +9,12 @@
 // Checked by: tests/reports/report_test.cpp (synthetic databases with AR and a fake speculative
 // method, with and without gnuplot), tests/reports/paper_report_test.cpp (paper-layout tables,
 // LaTeX, figures, paper vs measured, synthetic banner, headless-browser rendering),
-// tests/reports/headline_test.cpp (short labels, headline tables, below-1x notes, section order).
+// tests/reports/headline_test.cpp (short labels, headline tables, below-1x notes, section order),
+// tests/reports/report_reading_test.cpp (ties, paired tok/s, setup line, notes, plots at 19
+// methods).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -159,8 +162,45 @@ struct HeadlineTable {
   // Said once above those notes: why a step can cost more than the tokens it saves (and, when the
   // database has no verify-width curve of the target, how to measure one). "" without notes.
   std::string slow_explanation;
+  // Notes on the table's cases (CaseNotes): adaptation that never ran, another target's asset.
+  std::vector<std::string> case_notes;
 };
 std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data);
+
+// A case against the leader of its headline table (the best speedup among the table's cases of
+// the same dataset): `ratio` = the geometric mean, over the answers both gave (matched by prompt
+// and turn), of the case's per-answer speedup ÷ the leader's (the paired B/A ratio of `specbed
+// compare --cases`), `ci` its percentile bootstrap interval over the shared prompts (NaN under
+// kMinPromptsForInterval prompts or without resamples). The case is tied with the leader when
+// the interval holds 1; under kMinPromptsForInterval shared prompts a tie is not decided.
+struct LeaderComparison {
+  double ratio = kNoValue;
+  Interval ci;
+  int64_t n_prompts = 0;  // prompts both answered
+  bool decided() const { return std::isfinite(ci.lo) && std::isfinite(ci.hi); }
+  bool tied() const { return decided() && ci.lo <= 1.0 && 1.0 <= ci.hi; }
+};
+LeaderComparison CompareWithLeader(const Speedup& leader, const Speedup& other,
+                                   const BootstrapOptions& bootstrap = {});
+
+// Decode tok/s over the answers a speedup is paired with (ratio of totals, in its scope): the
+// method's and their AR side's (the paired AR runs, or the AR case's same prompts). Their
+// quotient is the ratio of aggregate throughputs (speedup Σ), not the geometric-mean speedup.
+struct PairedSpeeds {
+  double method = kNoValue, ar = kNoValue;
+};
+PairedSpeeds PairedTokensPerS(const Speedup& s);
+
+// The report's setup line: target (and what a cost twin copies), device, dtype, threads,
+// prompts × new tokens, temperatures, and where each method's knobs are (with "CPU-sized
+// settings" when every case ran on the CPU); "" without cases.
+std::string SetupLine(const ReportData& data);
+// One row per speculative method configuration (short label): its knobs as run and its cases.
+ReportTable MethodSettingsTable(const ReportData& data);
+// Notes on a case: an online-adapting method (+osd, +bandit) none of whose steps recorded
+// adaptation time; a string knob of a cost-twin case that names the twin's original model
+// ("stories260K-blockpilot" for stories260K-twin) instead of the twin.
+std::vector<std::string> CaseNotes(const CaseReport& c);
 
 // The per-case table of one group (constant configuration columns already hidden).
 ReportTable BuildCaseTable(const ReportGroup& group);
@@ -211,6 +251,7 @@ struct StreamTable {
   ReportTable table;
   std::vector<std::string> case_notes;   // "case 3: specblock+osd budget=6 ..." per column group
   std::vector<std::string> case_labels;  // the column groups' labels ("case 3 specblock+osd")
+  std::vector<const CaseReport*> cases;  // the column groups' cases (their plot styles)
   std::vector<std::vector<double>> tau;  // [case][window] (NaN: no steps), for the τ plot
 };
 std::vector<StreamTable> BuildStreamTables(const ReportData& data, int64_t window);

@@ -404,68 +404,126 @@ std::string SlowCaseNote(const ReportData& data, const ReportGroup& group, const
 
 }  // namespace
 
-std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
-  std::vector<HeadlineTable> out;
-  std::vector<std::pair<std::string, double>> keys;
-  std::map<std::pair<std::string, double>,
-           std::vector<std::pair<const ReportGroup*, const CaseReport*>>>
-      cases;
+namespace {
+
+using HeadlineCase = std::pair<const ReportGroup*, const CaseReport*>;
+using HeadlineKey = std::pair<std::string, double>;  // (target, temperature)
+
+// The speculative cases per (target, temperature), in key order, each list best speedup first
+// (cases without a speedup last).
+std::vector<std::pair<HeadlineKey, std::vector<HeadlineCase>>> HeadlineCases(
+    const ReportData& data) {
+  std::map<HeadlineKey, std::vector<HeadlineCase>> cases;
   for (const ReportGroup& g : data.groups) {
     for (const CaseReport& c : g.cases) {
-      if (c.is_ar) continue;
-      const auto key = std::make_pair(g.target, c.row.record.temperature);
-      if (!cases.count(key)) keys.push_back(key);
-      cases[key].push_back({&g, &c});
+      if (!c.is_ar) cases[{g.target, c.row.record.temperature}].push_back({&g, &c});
     }
   }
-  std::stable_sort(keys.begin(), keys.end());
-  for (const auto& key : keys) {
-    auto& list = cases[key];
-    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+  std::vector<std::pair<HeadlineKey, std::vector<HeadlineCase>>> out(cases.begin(), cases.end());
+  for (auto& [key, list] : out) {
+    std::stable_sort(list.begin(), list.end(), [](const HeadlineCase& a, const HeadlineCase& b) {
       const double x = a.second->speedup.geomean, y = b.second->speedup.geomean;
       if (std::isfinite(x) != std::isfinite(y)) return std::isfinite(x);
       return std::isfinite(x) && x > y;
     });
+  }
+  return out;
+}
+
+// The leader of `c`'s dataset in a best-first list: its first case with a speedup; null if none.
+const CaseReport* LeaderOf(const std::vector<HeadlineCase>& list, const ReportGroup& g) {
+  for (const auto& [group, c] : list) {
+    if (group == &g && std::isfinite(c->speedup.geomean)) return c;
+  }
+  return nullptr;
+}
+
+// The "vs. leader" cell: "leader", "tied 0.99× [0.97, 1.02]", "slower 0.85× [0.80, 0.90]",
+// "0.97× n<5" (too few shared prompts to decide), "—" (no speedup or no shared answer).
+std::string VsLeaderCell(const CaseReport& c, const CaseReport* leader) {
+  if (leader == nullptr || !std::isfinite(c.speedup.geomean)) return kNone;
+  if (leader == &c) return "leader";
+  const LeaderComparison v = CompareWithLeader(leader->speedup, c.speedup);
+  if (v.n_prompts == 0) return kNone;
+  const std::string ratio = Fixed(v.ratio, 2) + "×";
+  if (!v.decided()) return ratio + " n<5";
+  const std::string ci = " [" + Fixed(v.ci.lo, 2) + ", " + Fixed(v.ci.hi, 2) + "]";
+  if (v.tied()) return "tied " + ratio + ci;
+  return (v.ratio < 1 ? "slower " : "faster ") + ratio + ci;
+}
+
+ReportTable HeadlineColumns() {
+  ReportTable t;
+  t.columns = {{"method", false, false},
+               {"dataset", false, true},
+               {"speedup [95% CI]", true, false},
+               {"vs. leader [95% CI]", true, false},
+               {"tok/s", true, false},
+               {"AR tok/s", true, false},
+               {"nodes/step", true, false},
+               {"τ", true, false},
+               {"acc%", true, false},
+               {"T_D%", true, false},
+               {"exact match", true, false},
+               {"case", true, false}};
+  return t;
+}
+
+std::vector<std::string> HeadlineRow(const ReportGroup& g, const CaseReport& c,
+                                     const CaseReport* leader) {
+  const std::string spd = std::isfinite(c.speedup.geomean)
+                              ? Fixed(c.speedup.geomean, 2) + "× " +
+                                    Interval2(c.speedup.geomean_ci, c.speedup.n_prompts)
+                              : std::string(kNone);
+  const PairedSpeeds speeds = PairedTokensPerS(c.speedup);
+  return {IsSyntheticCase(c.row.record) ? c.label + " [" + kSyntheticMarker + "]" : c.label,
+          g.dataset,
+          spd,
+          VsLeaderCell(c, leader),
+          Fixed(speeds.method, 1),
+          Fixed(speeds.ar, 1),
+          Fixed(c.metrics.drafted_per_step, 1),
+          Fixed(c.metrics.tau, 2),
+          Fixed(100.0 * VllmCompatibleMetrics(c.metrics).acceptance_rate, 1),
+          Fixed(100.0 * c.metrics.draft_fraction, 1),
+          ExactMatchCell(c.exact_match, c.row.record.temperature),
+          std::to_string(c.row.case_id)};
+}
+
+// Said once above a table's notes on cases below 1×.
+std::string SlowExplanation(const std::string& target, bool no_curve) {
+  std::string text =
+      "Speculation pays only when a step's τ tokens take less time than τ AR tokens (speedup "
+      "≈ τ ÷ the step's cost in AR-token times). Below 1× the drafting plus the wider verify "
+      "forward cost more than the tokens they save: the regime of a target whose forward is "
+      "cheap next to that work (a small model on a CPU; see Cost regime).";
+  if (no_curve) {
+    text += StrCat(" The database has no verify-width curve of ", target,
+                   ": `specbed bench --verify-widths` measures how a forward's cost grows with the "
+                   "tokens it verifies.");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
+  std::vector<HeadlineTable> out;
+  for (const auto& [key, list] : HeadlineCases(data)) {
     HeadlineTable h;
     h.target = key.first;
     h.temperature = key.second;
     h.title = StrCat(key.first, " · T=", General(key.second));
-    ReportTable& t = h.table;
-    t.columns = {
-        {"method", false, false}, {"dataset", false, true},     {"nodes/step", true, false},
-        {"τ", true, false},       {"acc%", true, false},        {"speedup [95% CI]", true, false},
-        {"T_D%", true, false},    {"exact match", true, false}, {"case", true, false}};
+    h.table = HeadlineColumns();
     bool no_curve = false;
     for (const auto& [g, c] : list) {
-      const std::string spd = std::isfinite(c->speedup.geomean)
-                                  ? Fixed(c->speedup.geomean, 2) + "× " +
-                                        Interval2(c->speedup.geomean_ci, c->speedup.n_prompts)
-                                  : std::string(kNone);
-      t.rows.push_back(
-          {IsSyntheticCase(c->row.record) ? c->label + " [" + kSyntheticMarker + "]" : c->label,
-           g->dataset, Fixed(c->metrics.drafted_per_step, 1), Fixed(c->metrics.tau, 2),
-           Fixed(100.0 * VllmCompatibleMetrics(c->metrics).acceptance_rate, 1), spd,
-           Fixed(100.0 * c->metrics.draft_fraction, 1),
-           ExactMatchCell(c->exact_match, c->row.record.temperature),
-           std::to_string(c->row.case_id)});
+      h.table.rows.push_back(HeadlineRow(*g, *c, LeaderOf(list, *g)));
       h.cases.push_back(c);
-      if (!(c->speedup.geomean < 1.0)) continue;
-      h.slow_notes.push_back(SlowCaseNote(data, *g, *c, &no_curve));
+      for (std::string& note : CaseNotes(*c)) h.case_notes.push_back(std::move(note));
+      if (c->speedup.geomean < 1.0) h.slow_notes.push_back(SlowCaseNote(data, *g, *c, &no_curve));
     }
-    if (!h.slow_notes.empty()) {
-      h.slow_explanation =
-          "Speculation pays only when a step's τ tokens take less time than τ AR tokens (speedup "
-          "≈ τ ÷ the step's cost in AR-token times). Below 1× the drafting plus the wider verify "
-          "forward cost more than the tokens they save: the regime of a target whose forward is "
-          "cheap next to that work (a small model on a CPU; see Cost regime).";
-      if (no_curve) {
-        h.slow_explanation +=
-            StrCat(" The database has no verify-width curve of ", h.target,
-                   ": `specbed bench --verify-widths` measures how a forward's cost grows with the "
-                   "tokens it verifies.");
-      }
-    }
-    t = HideConstantColumns(std::move(t));
+    if (!h.slow_notes.empty()) h.slow_explanation = SlowExplanation(h.target, no_curve);
+    h.table = HideConstantColumns(std::move(h.table));
     out.push_back(std::move(h));
   }
   return out;

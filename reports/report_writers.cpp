@@ -5,6 +5,9 @@
 // headless-browser render of index.html), tests/reports/headline_test.cpp (section order).
 #include "reports/report_writers.h"
 
+#include <algorithm>
+#include <regex>
+
 #include "base/error.h"
 #include "base/names.h"
 #include "reports/format.h"
@@ -33,11 +36,54 @@ std::string HtmlEscape(const std::string& s) {
       case '\'':
         out += "&#39;";
         break;
+      case '`':  // Markdown's code mark: never literal on the page (HtmlInline)
+        out += "&#96;";
+        break;
       default:
         out += c;
     }
   }
   return out;
+}
+
+// Escaped text with its Markdown links "[text](target)" as <a href="target">text</a>.
+std::string HtmlLinks(const std::string& escaped) {
+  static const std::regex kLink(R"(\[([^\]]+)\]\(([^()\s]+)\))");
+  return std::regex_replace(escaped, kLink, "<a href=\"$2\">$1</a>");
+}
+
+// `text` escaped (links as <a>), its **bold** spans as <strong> and an unpaired "**" as entities.
+std::string HtmlBold(const std::string& text) {
+  size_t pairs = 0;
+  for (size_t at = text.find("**"); at != std::string::npos; at = text.find("**", at + 2)) ++pairs;
+  std::string out;
+  bool bold = false;
+  size_t start = 0;
+  for (size_t at = text.find("**"); at != std::string::npos; at = text.find("**", start)) {
+    out += HtmlLinks(HtmlEscape(text.substr(start, at - start)));
+    out += pairs % 2 != 0 ? "&#42;&#42;" : (bold ? "</strong>" : "<strong>");
+    bold = !bold;
+    start = at + 2;
+  }
+  return out + HtmlLinks(HtmlEscape(text.substr(start)));
+}
+
+// Text for the page: escaped, and the Markdown the report's sentences share with report.md turned
+// into HTML: `code` -> <code>code</code>, **bold** -> <strong>bold</strong>; an unpaired backtick
+// or "**" is written as entities, so no Markdown syntax reaches the page.
+std::string HtmlInline(const std::string& s) {
+  const bool paired = std::count(s.begin(), s.end(), '`') % 2 == 0;
+  std::string out;
+  bool code = false;
+  size_t start = 0;
+  while (true) {
+    const size_t tick = paired ? s.find('`', start) : std::string::npos;
+    const std::string part = s.substr(start, tick == std::string::npos ? tick : tick - start);
+    out += code ? "<code>" + HtmlEscape(part) + "</code>" : HtmlBold(part);
+    if (tick == std::string::npos) return out;
+    code = !code;
+    start = tick + 1;
+  }
 }
 
 std::string MdCell(const std::string& s) {
@@ -106,7 +152,7 @@ std::string WholeTokens(const std::string& cell) {
   size_t start = 0;
   while (true) {
     const size_t comma = cell.find(", ", start);
-    out += "<span class=\"token\">" + HtmlEscape(cell.substr(start, comma - start)) + "</span>";
+    out += "<span class=\"token\">" + HtmlInline(cell.substr(start, comma - start)) + "</span>";
     if (comma == std::string::npos) return out;
     out += ", ";
     start = comma + 2;
@@ -119,8 +165,8 @@ std::string HtmlTable(const ReportTable& t) {
   if (!c.values.empty()) {
     s << "<p class=\"constants\">Same in every row: ";
     for (size_t i = 0; i < c.values.size(); ++i) {
-      s << (i ? " · " : "") << "<b>" << HtmlEscape(c.values[i].first) << "</b> "
-        << HtmlEscape(c.values[i].second);
+      s << (i ? " · " : "") << "<b>" << HtmlInline(c.values[i].first) << "</b> "
+        << HtmlInline(c.values[i].second);
     }
     s << "</p>\n";
   }
@@ -147,7 +193,7 @@ std::string HtmlTable(const ReportTable& t) {
   }
   s << "<tr>";
   for (const auto& col : t.columns) {
-    s << "<th" << (col.right_align ? " class=\"num\"" : "") << ">" << HtmlEscape(col.header)
+    s << "<th" << (col.right_align ? " class=\"num\"" : "") << ">" << HtmlInline(col.header)
       << "</th>";
   }
   s << "</tr></thead>\n<tbody>\n";
@@ -161,7 +207,7 @@ std::string HtmlTable(const ReportTable& t) {
       const bool titled = r < t.titles.size() && i < t.titles[r].size() && !t.titles[r][i].empty();
       s << "<td" << (t.columns[i].right_align ? " class=\"num\"" : "")
         << (titled ? " title=\"" + HtmlEscape(t.titles[r][i]) + "\"" : std::string()) << ">"
-        << (t.columns[i].whole_tokens ? WholeTokens(row[i]) : HtmlEscape(row[i])) << "</td>";
+        << (t.columns[i].whole_tokens ? WholeTokens(row[i]) : HtmlInline(row[i])) << "</td>";
     }
     s << "</tr>\n";
   }
@@ -182,7 +228,7 @@ tbody tr:nth-child(even) { background: #fafafa; }
 p.constants { font-size: 0.9em; color: #444; }
 code { background: #f3f3f3; padding: 0 .25em; }
 figure { margin: 1em 0; }
-figure img { max-width: 100%; border: 1px solid #ddd; }
+figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: 0.85em; color: #555; }
 .warning { background: #fff4e0; border: 1px solid #e0a040; padding: .5em; }
 .synthetic { background: #c62828; color: #fff; font-weight: bold; padding: .6em 1em;
@@ -198,10 +244,14 @@ details > summary > h2 { display: inline; }
 details.provenance td:first-child { white-space: nowrap; font-weight: bold; }
 details.provenance td { font-size: 0.85em; max-width: 40em; }
 .headline { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.headline-table { flex: 1 1 520px; }
+.headline-table { flex: 1 1 20em; max-width: 100%; min-width: 0; }
 .headline-table table { font-size: 0.85em; }
 .headline-table td:first-child { overflow-wrap: normal; min-width: 8em; }
-.headline-chart { flex: 1 1 380px; margin: 0; max-width: 720px; }
+.headline-table th:first-child, .headline-table td:first-child { position: sticky; left: 0;
+  background: #fff; z-index: 1; }
+.headline-chart { flex: 0 1 auto; margin: 0; max-width: 100%; }
+code { overflow-wrap: anywhere; }
+p.setup { background: #f6f6f6; border-left: 4px solid #888; padding: .3em .6em; }
 .slow-note { background: #f4f7ff; border: 1px solid #9ab; padding: .3em .8em; font-size: 0.9em; }
 )css";
 
@@ -325,6 +375,7 @@ void MarkdownWriter::Block(const ReportBlock& b) {
 void HtmlWriter::Header(const ReportDocument& doc) {
   images_.clear();
   out_ << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
        << "<title>SpecBed report — " << HtmlEscape(doc.db_path) << "</title>\n<style>" << kCss
        << "</style>\n</head>\n<body>\n"
        << "<h1>SpecBed report</h1>\n<p>Results database: <code>" << HtmlEscape(doc.db_path)
@@ -336,9 +387,11 @@ void HtmlWriter::Footer(const ReportDocument& /*doc*/) {
 }
 
 void HtmlWriter::Figure(const Plot& p, const std::string& css_class) {
+  // At its natural size (width and height attributes; CSS only shrinks it to a narrower page).
   out_ << "<figure" << Attribute("class", css_class) << "><img src=\"" << HtmlEscape(p.name)
-       << ".png\" alt=\"" << HtmlEscape(p.title) << "\"><figcaption>" << HtmlEscape(p.caption)
-       << " (<a href=\"" << HtmlEscape(p.name) << ".svg\">SVG</a>)</figcaption></figure>\n";
+       << ".png\" alt=\"" << HtmlEscape(p.title) << "\" width=\"" << p.width << "\" height=\""
+       << p.height << "\"><figcaption>" << HtmlInline(p.caption) << " (<a href=\""
+       << HtmlEscape(p.name) << ".svg\">SVG</a>)</figcaption></figure>\n";
   images_.push_back(p.name + ".png");
 }
 
@@ -346,22 +399,22 @@ void HtmlWriter::Block(const ReportBlock& b) {
   using Kind = ReportBlock::Kind;
   auto items = [&] {
     out_ << "<ul>\n";
-    for (const auto& item : b.items) out_ << "<li>" << HtmlEscape(item) << "</li>\n";
+    for (const auto& item : b.items) out_ << "<li>" << HtmlInline(item) << "</li>\n";
   };
   switch (b.kind) {
     case Kind::kHeading:
-      out_ << "<h" << b.level << Attribute("id", b.html_id) << ">" << HtmlEscape(b.text) << "</h"
+      out_ << "<h" << b.level << Attribute("id", b.html_id) << ">" << HtmlInline(b.text) << "</h"
            << b.level << ">\n";
       break;
     case Kind::kParagraph:
-      out_ << "<p" << Attribute("class", b.html_class) << ">"
-           << (b.html.empty() ? HtmlEscape(b.text) : b.html) << "</p>\n";
+      out_ << "<p" << Attribute("id", b.html_id) << Attribute("class", b.html_class) << ">"
+           << (b.html.empty() ? HtmlInline(b.text) : b.html) << "</p>\n";
       break;
     case Kind::kBanner:
-      out_ << "<p class=\"synthetic\" id=\"synthetic-banner\">" << HtmlEscape(b.text) << "</p>\n";
+      out_ << "<p class=\"synthetic\" id=\"synthetic-banner\">" << HtmlInline(b.text) << "</p>\n";
       break;
     case Kind::kWarning:
-      out_ << "<p class=\"warning\"><b>Warning:</b> " << HtmlEscape(b.text) << "</p>\n";
+      out_ << "<p class=\"warning\"><b>Warning:</b> " << HtmlInline(b.text) << "</p>\n";
       break;
     case Kind::kTable:
       out_ << HtmlTable(b.table);
@@ -373,14 +426,15 @@ void HtmlWriter::Block(const ReportBlock& b) {
     case Kind::kFigure:
       Figure(b.figure, "");
       break;
-    case Kind::kChartAndTable:  // the chart first when they wrap
-      out_ << "<div class=\"headline\">";
+    case Kind::kChartAndTable:  // the table first (method and speedup on a narrow screen)
+      out_ << "<div class=\"headline\"><div class=\"headline-table\">" << HtmlTable(b.table)
+           << "</div>\n";
       if (!b.figure.name.empty()) Figure(b.figure, "headline-chart");
-      out_ << "<div class=\"headline-table\">" << HtmlTable(b.table) << "</div>\n</div>\n";
+      out_ << "</div>\n";
       break;
     case Kind::kNoteBox:
       out_ << "<div" << Attribute("class", b.html_class) << "><b>" << HtmlEscape(b.title) << "</b> "
-           << HtmlEscape(b.text);
+           << HtmlInline(b.text);
       items();
       out_ << "</ul></div>\n";
       break;

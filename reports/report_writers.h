@@ -7,7 +7,8 @@
 // table, the collapsed provenance) the block says so, so each writer keeps its exact output.
 // Checked by: tests/reports/report_golden_test.cpp (report.md and tables.tex byte for byte),
 // tests/reports/report_test.cpp, tests/reports/paper_report_test.cpp (files, escaping, the
-// headless-browser render of index.html) and tests/reports/headline_test.cpp (section order).
+// headless-browser render of index.html), tests/reports/headline_test.cpp (section order) and
+// tests/reports/report_reading_test.cpp (viewport tag, no Markdown syntax, natural-size images).
 #pragma once
 
 #include <sstream>
@@ -21,15 +22,18 @@ namespace specbed {
 
 struct ReportBlock {
   enum class Kind {
-    kHeading,    // text at `level` (Markdown "##", HTML <h2 id=html_id>)
-    kParagraph,  // text; `html` (raw HTML) replaces the escaped text in HTML when not empty
-    kBanner,     // the synthetic-acceptance banner: text
-    kWarning,    // one report warning: text
-    kTable,      // table; also in tables.tex when latex_caption is not empty
-    kList,       // items (bullets)
-    kFigure,     // figure: a rendered plot (PNG, SVG link, caption)
-    // figure (no name: no chart) and table: side by side in HTML (the chart first), the table
-    // then a bare image in Markdown (the headline)
+    kHeading,  // text at `level` (Markdown "##", HTML <h2 id=html_id>)
+    // text (HTML: escaped, its `code`, **bold** and [links](#id) as elements); `html` (raw HTML)
+    // replaces it in HTML when not empty
+    kParagraph,
+    kBanner,   // the synthetic-acceptance banner: text
+    kWarning,  // one report warning: text
+    kTable,    // table; also in tables.tex when latex_caption is not empty
+    kList,     // items (bullets)
+    kFigure,   // figure: a rendered plot (PNG, SVG link, caption)
+    // table and figure (no name: no chart): side by side in HTML (the table first, the chart
+    // at its natural size beside or below it), the table then a bare image in Markdown (the
+    // headline)
     kChartAndTable,
     kNoteBox,     // `title` in bold, text, then items (HTML: a div of class html_class)
     kCollapsible  // heading `text` at `level` over `children` (HTML: <details>, collapsed)
@@ -38,7 +42,7 @@ struct ReportBlock {
   std::string text;
   std::string title;       // kNoteBox: its bold lead-in
   std::string html;        // kParagraph: raw HTML for index.html ("" = text, escaped)
-  std::string html_id;     // kHeading, kCollapsible: the element's id ("" = none)
+  std::string html_id;     // kHeading, kParagraph, kCollapsible: the element's id ("" = none)
   std::string html_class;  // kParagraph, kNoteBox, kCollapsible: the element's class
   int level = 2;
   bool md_escape = true;  // Markdown: text and items through MdCell (| and line breaks)

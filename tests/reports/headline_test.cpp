@@ -113,18 +113,27 @@ TEST(Headline, OneTablePerTargetAndTemperatureBestSpeedupFirst) {
   for (const auto& c : t.columns) headers.push_back(c.header);
   // The budget actually drafted (nodes/step) and vLLM's acceptance rate beside τ, so cases with
   // different budgets are not read as alike.
-  EXPECT_EQ(headers, (std::vector<std::string>{"method", "nodes/step", "τ", "acc%",
-                                               "speedup [95% CI]", "T_D%", "exact match", "case"}));
+  // Method and speedup first (the columns a narrow screen keeps), the paired comparison with the
+  // leader and the tok/s the speedup is paired with beside it.
+  EXPECT_EQ(headers, (std::vector<std::string>{"method", "speedup [95% CI]", "vs. leader [95% CI]",
+                                               "tok/s", "AR tok/s", "nodes/step", "τ", "acc%",
+                                               "T_D%", "exact match", "case"}));
   ASSERT_EQ(t.constants.size(), 1u);
   EXPECT_EQ(t.constants[0], (std::pair<std::string, std::string>{"dataset", "stories"}));
   EXPECT_EQ(t.rows[0][0], "fake");
-  EXPECT_EQ(t.rows[0][1], "4.0");
-  EXPECT_EQ(t.rows[0][2], "3.09");
-  EXPECT_EQ(t.rows[0][4], "2.00× n<5");  // 3 prompts: no interval
-  EXPECT_EQ(t.rows[0][5], "15.7");
-  EXPECT_EQ(t.rows[0][6], "3/3 (100.0%)");
+  EXPECT_EQ(t.rows[0][1], "2.00× n<5");  // 3 prompts: no interval
+  EXPECT_EQ(t.rows[0][2], "leader");
+  // 34 decode tokens in 140 ms vs. AR's 34 in 340 ms (the same answers): 242.9 vs. 100.0 tok/s.
+  EXPECT_EQ(t.rows[0][3], "242.9");
+  EXPECT_EQ(t.rows[0][4], "100.0");
+  EXPECT_EQ(t.rows[0][5], "4.0");
+  EXPECT_EQ(t.rows[0][6], "3.09");
+  EXPECT_EQ(t.rows[0][8], "15.7");
+  EXPECT_EQ(t.rows[0][9], "3/3 (100.0%)");
   EXPECT_EQ(t.rows[1][0], "slow");
-  EXPECT_EQ(t.rows[1][4], "0.50× n<5");
+  EXPECT_EQ(t.rows[1][1], "0.50× n<5");
+  // slow ÷ fake per answer: 0.25, 0.125, 0.5 -> geometric mean 0.25; 3 prompts: undecided.
+  EXPECT_EQ(t.rows[1][2], "0.25× n<5");
   // The note on the slow case: 680 ms / 11 steps = 61.818 ms per step vs. 10 ms per AR token;
   // 44 / 11 = 4 drafted per step -> verify width 5 -> ratio 1 + 4/7 * 2 = 2.14 on the curve.
   ASSERT_EQ(h[0].slow_notes.size(), 1u);
@@ -183,7 +192,8 @@ TEST(Plots, OneColourPerMethodOneMarkerPerSettingGnuplotWarnings) {
   std::set<std::string> colours;
   for (int i = 0; i < 20; ++i) colours.insert(MethodColor(i));
   EXPECT_EQ(colours.size(), 20u);
-  EXPECT_NE(SettingMarker(0), SettingMarker(1));
+  EXPECT_NE(MethodMarker(0, 0), MethodMarker(0, 1));  // a method's settings: filled, open
+  EXPECT_NE(MethodMarker(0, 0), MethodMarker(1, 0));  // methods: shapes
   const ReportData data = LoadReportData(WriteSlowDb("headline_styles", false));
   // Methods sorted: ar 0, fake 1, slow 2.
   for (const CaseReport& c : data.groups[0].cases) {

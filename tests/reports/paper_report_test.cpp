@@ -406,10 +406,13 @@ TEST(PaperReport, EveryFigureIsWritten) {
         "tau_vs_temperature_", "headline_speedup_"}) {
     for (const char* g : {"1", "2"}) expected.insert(std::string(stem) + g + ".png");
   }
-  // Per-position acceptance: one panel per temperature; per category only where the answers
+  // Per-position acceptance: one panel per temperature, unconditional (vLLM's) and conditional
+  // (r_i); per category only where the answers
   // carry several categories (group 2: two benchmarks; group 1 gets a note instead).
-  for (const char* facet : {"acceptance_1_t0", "acceptance_1_t1", "acceptance_2_t0",
-                            "acceptance_2_t1", "speedup_per_category_2"}) {
+  for (const char* facet :
+       {"acceptance_1_t0", "acceptance_1_t1", "acceptance_2_t0", "acceptance_2_t1",
+        "acceptance_cond_1_t0", "acceptance_cond_1_t1", "acceptance_cond_2_t0",
+        "acceptance_cond_2_t1", "speedup_per_category_2"}) {
     expected.insert(std::string(facet) + ".png");
   }
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
@@ -536,6 +539,8 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
     EXPECT_EQ((*it)[2], "540");
     ++loaded;
   }
+  // Each <img> states that natural size (width and height attributes).
+  EXPECT_EQ(std::regex_search(html, std::regex("<img src=\"[^\"]+\" alt=\"[^\"]*\">")), false);
   EXPECT_EQ(loaded, r.images.size());
   // And the files behind the DOM's <img> elements exist and are PNGs.
   for (const std::string& src : ImageSources(dom)) EXPECT_TRUE(IsPngFile(dir + "/" + src)) << src;
@@ -544,11 +549,13 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
   // Layout, measured in the rendered page (getBoundingClientRect, written into the DOM) as order
   // and position relative to other elements, not as pixel offsets that depend on the installed
   // fonts: (1) the only elements laid out above the headline table and its speedup chart are the
-  // page header (title, database line, synthetic banner) and the headline's own heading, intro
-  // and table title; (2) the chart comes first in reading order (left of the table, or above it
-  // when they wrap); (3) every other section heading, and the collapsed provenance, are laid out
-  // below both; (4) the provenance comes after every table and figure of the results; (5) with
-  // that, both start on the first screen (a 1280x900 window: its innerHeight, not a constant).
+  // page header (title, database line, synthetic banner) and the headline's own heading, setup
+  // line, intro and table title; (2) the table comes first in reading order (left of the chart,
+  // or above it when they wrap: method and speedup first on a narrow screen) and the chart is
+  // shown at its natural size (not squeezed); (3) every other section heading, and the collapsed
+  // provenance, are laid out below both; (4) the provenance comes after every table and figure
+  // of the results; (5) with that, the table starts on the first screen (a 1280x900 window: its
+  // innerHeight, not a constant), the natural-size chart beside or right after it.
   std::string layout = ReadFileToString(r.index_html);
   layout.insert(layout.rfind("</body>"),
                 "<script>window.addEventListener('load', function () {"
@@ -569,8 +576,9 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
                 "   + (e.className && !e.id ? '.' + e.className : ''));"
                 " }"
                 " set('above-headline', above.join(' '));"
-                " set('chart-first',"
-                "  box(chart).right <= box(table).left || box(chart).bottom <= box(table).top);"
+                " set('table-first',"
+                "  box(table).right <= box(chart).left || box(table).bottom <= box(chart).top);"
+                " set('chart-natural', Math.round(chart.width) === chart.naturalWidth);"
                 " let early = 0;"
                 " for (const h of document.querySelectorAll('h2')) {"
                 "  if (h.id !== 'headline' && top(h) <= last) ++early;"
@@ -582,7 +590,7 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
                 "top(provenance)) ++after;"
                 " }"
                 " set('results-after-provenance', after);"
-                " set('first-screen', top(table) < innerHeight && top(chart) < innerHeight);"
+                " set('first-screen', top(table) < innerHeight);"
                 " set('provenance-open', provenance.open); });</script>");
   const std::string layout_file = WriteText(dir + "/_layout_check.html", layout);
   const std::string layout_dom = Chromium(
@@ -595,11 +603,13 @@ TEST(PaperReport, HeadlessBrowserRendersPageAndEveryImage) {
     return std::regex_search(layout_dom, m, re) ? m[1].str() : std::string("(no attribute)");
   };
   ASSERT_EQ(attribute("layout"), "measured") << "headline table, chart or provenance missing";
-  EXPECT_EQ(attribute("above-headline"), "H1 P P#synthetic-banner H2#headline P.constants H3");
-  EXPECT_EQ(attribute("chart-first"), "true");
+  EXPECT_EQ(attribute("above-headline"),
+            "H1 P P#synthetic-banner H2#headline P#setup P.constants H3");
+  EXPECT_EQ(attribute("table-first"), "true");
+  EXPECT_EQ(attribute("chart-natural"), "true");
   EXPECT_EQ(attribute("sections-above-headline"), "0");
   EXPECT_EQ(attribute("results-after-provenance"), "0");
-  EXPECT_EQ(attribute("first-screen"), "true") << "headline table or chart below the first screen";
+  EXPECT_EQ(attribute("first-screen"), "true") << "headline table below the first screen";
   EXPECT_EQ(attribute("provenance-open"), "false");  // collapsed
 
   // No figure legend (or any other text gnuplot drew) contains '{' (raw JSON knobs): the SVGs'
@@ -706,6 +716,51 @@ TEST(PaperReport, LaysOutWithoutOverflowAt1280And1920) {
     EXPECT_EQ(attribute("knob-tokens-split"), "0") << px << " px: a knob token wraps";
   }
   fs::remove(check);
+}
+
+// At a phone's 390 px: the page does not scroll sideways and, in every headline table, the first
+// row's method and speedup cells lie inside the viewport (the table scrolls in its own box, its
+// method column sticky).
+TEST(PaperReport, NarrowScreenKeepsMethodAndSpeedupInView) {
+  if (FindExecutable("chromium").empty()) {
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+  }
+  const std::string dir = FreshDir("narrow");
+  const std::string work = FreshDir("narrow_work");
+  const ReportResult r = WritePaperReport(
+      "paper_narrow", dir, FindExecutable("gnuplot").empty() ? "no-gnuplot" : "gnuplot");
+  std::string html = ReadFileToString(r.index_html);
+  html.insert(
+      html.rfind("</body>"),
+      "<script>window.addEventListener('load', function () {"
+      " const set = (k, v) => document.body.setAttribute('data-' + k, String(v));"
+      " const width = document.documentElement.clientWidth;"
+      " let tables = 0, hidden = 0;"
+      " for (const t of document.querySelectorAll('.headline-table table')) {"
+      "  ++tables;"
+      "  const heads = Array.from(t.querySelectorAll('thead th'));"
+      "  const k = heads.findIndex((h) => h.textContent.startsWith('speedup'));"
+      "  const cells = t.querySelector('tbody tr').children;"
+      "  if (k < 0) { ++hidden; continue; }"
+      "  for (const c of [cells[0], cells[k]]) {"
+      "   const b = c.getBoundingClientRect();"
+      "   if (b.left < 0 || b.right > width + 1) ++hidden; } }"
+      " set('tables', tables); set('hidden', hidden);"
+      " set('page-wider', document.documentElement.scrollWidth > innerWidth); });</script>");
+  const std::string check = WriteText(dir + "/_narrow.html", html);
+  const std::string dom = Chromium(work + "/profile",
+                                   "--window-size=390,844 --virtual-time-budget=10000 --dump-dom "
+                                   "'file://" +
+                                       fs::absolute(check).string() + "'");
+  fs::remove(check);
+  auto attribute = [&](const std::string& name) {
+    std::smatch m;
+    const std::regex re("data-" + name + "=\"([^\"]*)\"");
+    return std::regex_search(dom, m, re) ? m[1].str() : std::string("(no attribute)");
+  };
+  EXPECT_EQ(attribute("tables"), "2");
+  EXPECT_EQ(attribute("hidden"), "0") << "a method or speedup cell outside the 390 px view";
+  EXPECT_EQ(attribute("page-wider"), "false");
 }
 
 }  // namespace

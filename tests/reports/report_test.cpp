@@ -190,7 +190,10 @@ TEST(ReportTables, CiOtherShareExactMatchAndCrossRunBaseline) {
   EXPECT_CONTAINS(md, "case 4 (fake, run 2) is compared with AR case 1 of another run");
   EXPECT_CONTAINS(md, "percentile bootstrap intervals over prompts");
   const std::string gp = ReadFileToString(dir + "/plots.gp");
-  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance r_i at T=0 — tiny / stories'");
+  // The default is vLLM's unconditional rate; r_i (conditional on the depth) is labelled so.
+  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance at T=0 — tiny / stories'");
+  EXPECT_CONTAINS(gp,
+                  "set title 'Conditional per-position acceptance r_i at T=0 — tiny / stories'");
   EXPECT_CONTAINS(gp, " (n=5)'");  // the case's verify steps in its legend entry
   // The tree case reaches positions 1..4 in 5, 5, 4, 1 steps: 1 and 2 reach the 5-step cutoff.
   EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");
@@ -213,7 +216,7 @@ TEST(WriteReport, AcceptancePlotLeavesOutCasesWithoutAPlottablePosition) {
   const ReportResult r =
       WriteReport(db, dir, QuietReportOptions(gnuplot ? "gnuplot" : "/nonexistent/gnuplot"));
   const std::string gp = ReadFileToString(dir + "/plots.gp");
-  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance r_i at T=0");
+  EXPECT_CONTAINS(gp, "set title 'Per-position acceptance at T=0");
   EXPECT_CONTAINS(gp, "\n1 0.8\n2 0.6\nEOD");  // the tree case is still there
   EXPECT_NOT_CONTAINS(gp, "<< EOD\nEOD");
   EXPECT_NOT_CONTAINS(gp, " (n=3)'");  // the sparse case's legend entry
@@ -250,12 +253,13 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
 
   // Every plot type, each embedded in both documents, each a real PNG with an SVG twin.
   // (No τ-vs-temperature figure: the speculative cases all ran at T=0.)
-  // (One category: no per-category plot; one temperature: one acceptance panel, "_t0".)
+  // (One category: no per-category plot; one temperature: one acceptance panel of each kind,
+  // "_t0"; every method ran at one budget: no budget plots, a note instead.)
   const std::set<std::string> expected = {
       "decode_speed_1.png",   "decode_scatter_1.png",     "speedup_vs_draft_1.png",
       "speedup_vs_tau_1.png", "speedup_per_answer_1.png", "tau_1.png",
-      "acceptance_1_t0.png",  "bench_speed.png",          "speedup_vs_budget_1.png",
-      "tau_vs_budget_1.png",  "phase_time_1.png",         "headline_speedup_1.png"};
+      "acceptance_1_t0.png",  "acceptance_cond_1_t0.png", "bench_speed.png",
+      "phase_time_1.png",     "headline_speedup_1.png"};
   EXPECT_EQ(std::set<std::string>(r.images.begin(), r.images.end()), expected);
   const std::vector<std::string> srcs = ImageSources(html);
   EXPECT_EQ(std::set<std::string>(srcs.begin(), srcs.end()), expected);
@@ -294,6 +298,9 @@ TEST(WriteReport, WritesTablesAndValidPlots) {
   EXPECT_NOT_CONTAINS(html, "<link ");   // no external stylesheet
   EXPECT_NOT_CONTAINS(html, "src=\"/");  // images by relative path
   EXPECT_CONTAINS(md, "has no AR case with the same workload");
+  EXPECT_CONTAINS(md,
+                  "Speedup vs. draft budget — tiny / stories: skipped (no method ran at two "
+                  "budgets or more");
 }
 
 TEST(WriteReport, ArOnlyDatabaseSkipsSpeculativePlots) {

@@ -55,27 +55,30 @@ reset
 
 # Decode throughput per case — /tmp/gpu_check.XkkvGq/twin8b / stories
 $decode_speed_1 << EOD
-"temperature" "ar" "ddtree" "jetspec" "specblock" "sps"
-"T=0" 24.1203 39.4976 54.8979 35.4613 NaN
-"T=1" 28.8106 NaN NaN NaN 19.2559
+"ar T=0" 24.1203 2062260
+"ddtree T=0" 39.4976 14034728
+"jetspec T=0" 54.8979 2924588
+"specblock T=0" 35.4613 16744206
+"ar T=1" 28.8106 2062260
+"sps T=1" 19.2559 9725885
 EOD
 set encoding utf8
 set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
 set output 'decode_speed_1.png'
 set title 'Decode throughput per case — /tmp/gpu_check.XkkvGq/twin8b / stories'
-set xlabel 'sampling temperature T'
+set xlabel 'case (method, knobs, temperature)'
 set ylabel 'decode throughput (tokens/s)'
 set grid ytics
 set key outside right top box
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
+set boxwidth 0.6
+set xrange [-0.6:5.6]
 set yrange [0:*]
-plot $decode_speed_1 using 2:xtic(1) title columnheader(2) lc rgb '#1f77b4' fs solid 0.85 border -1, \
-     '' using 3 title columnheader(3) lc rgb '#d62728' fs solid 0.85 border -1, \
-     '' using 4 title columnheader(4) lc rgb '#2ca02c' fs solid 0.85 border -1, \
-     '' using 5 title columnheader(5) lc rgb '#ff7f0e' fs solid 0.85 border -1, \
-     '' using 6 title columnheader(6) lc rgb '#9467bd' fs solid 0.85 border -1
+set offsets 0, 0, graph 0.08, 0
+set xtics rotate by 90 right
+set bmargin 14
+unset key
+plot $decode_speed_1 using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable notitle
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
 set output 'decode_speed_1.svg'
 replot
@@ -108,10 +111,10 @@ set offsets 0, 0, graph 0.1, 0
 set xrange [0:100]
 set yrange [0:*]
 plot 1 with lines dt 2 lc rgb 'gray40' title 'AR baseline (1.0×)', \
-     $speedup_vs_draft_1_1 using 1:2 with points lc rgb '#d62728' pt 7 ps 2 title 'ddtree T=0', \
-     $speedup_vs_draft_1_2 using 1:2 with points lc rgb '#2ca02c' pt 7 ps 2 title 'jetspec T=0', \
-     $speedup_vs_draft_1_3 using 1:2 with points lc rgb '#ff7f0e' pt 7 ps 2 title 'specblock T=0', \
-     $speedup_vs_draft_1_5 using 1:2 with points lc rgb '#9467bd' pt 9 ps 2 title 'sps T=1'
+     $speedup_vs_draft_1_1 using 1:2 with points lc rgb '#d62728' pt 5 ps 2 title 'ddtree T=0', \
+     $speedup_vs_draft_1_2 using 1:2 with points lc rgb '#2ca02c' pt 9 ps 2 title 'jetspec T=0', \
+     $speedup_vs_draft_1_3 using 1:2 with points lc rgb '#ff7f0e' pt 11 ps 2 title 'specblock T=0', \
+     $speedup_vs_draft_1_5 using 1:2 with points lc rgb '#9467bd' pt 13 ps 2 title 'sps T=1'
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
 set output 'speedup_vs_draft_1.svg'
 replot
@@ -142,10 +145,10 @@ set key outside right top box
 set grid
 set xrange [1:4]
 set yrange [0:*]
-plot $speedup_vs_tau_1_1 using 1:2 with points lc rgb '#d62728' pt 7 ps 2 title 'ddtree T=0', \
-     $speedup_vs_tau_1_2 using 1:2 with points lc rgb '#2ca02c' pt 7 ps 2 title 'jetspec T=0', \
-     $speedup_vs_tau_1_3 using 1:2 with points lc rgb '#ff7f0e' pt 7 ps 2 title 'specblock T=0', \
-     $speedup_vs_tau_1_5 using 1:2 with points lc rgb '#9467bd' pt 9 ps 2 title 'sps T=1', \
+plot $speedup_vs_tau_1_1 using 1:2 with points lc rgb '#d62728' pt 5 ps 2 title 'ddtree T=0', \
+     $speedup_vs_tau_1_2 using 1:2 with points lc rgb '#2ca02c' pt 9 ps 2 title 'jetspec T=0', \
+     $speedup_vs_tau_1_3 using 1:2 with points lc rgb '#ff7f0e' pt 11 ps 2 title 'specblock T=0', \
+     $speedup_vs_tau_1_5 using 1:2 with points lc rgb '#9467bd' pt 13 ps 2 title 'sps T=1', \
      x / 1 with lines dt 2 lc rgb 'gray60' title 'step = 1 AR steps', \
      x / 1.5 with lines dt 2 lc rgb 'gray60' title 'step = 1.5 AR steps', \
      x / 2 with lines dt 2 lc rgb 'gray60' title 'step = 2 AR steps', \
@@ -186,20 +189,64 @@ replot
 unset output
 reset
 
-# Per-position acceptance r_i at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories
+# Per-position acceptance at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories
 $acceptance_1_t0_1 << EOD
+1 0.990476
+2 0.714286
+3 0.266667
+4 0.0380952
+EOD
+$acceptance_1_t0_2 << EOD
+1 0.952381
+2 0.771429
+3 0.238095
+4 0.0666667
+EOD
+$acceptance_1_t0_3 << EOD
+1 0.61194
+2 0.380597
+3 0.171642
+4 0.0895522
+5 0.0447761
+6 0.0298507
+7 0.0223881
+8 0.00746269
+EOD
+set encoding utf8
+set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
+set output 'acceptance_1_t0.png'
+set title 'Per-position acceptance at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories'
+set xlabel 'draft position i (tokens after the last accepted one)'
+set ylabel 'P(position i accepted), all verify steps'
+set grid ytics
+set key outside right top box
+set grid xtics
+set xrange [0.5:8.5]
+set xtics 1
+set yrange [0:1.05]
+plot $acceptance_1_t0_1 using 1:2 with linespoints lw 2 lc rgb '#d62728' pt 5 title 'ddtree (n=105)', \
+     $acceptance_1_t0_2 using 1:2 with linespoints lw 2 lc rgb '#2ca02c' pt 9 title 'jetspec (n=105)', \
+     $acceptance_1_t0_3 using 1:2 with linespoints lw 2 lc rgb '#ff7f0e' pt 11 title 'specblock (n=134)'
+set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
+set output 'acceptance_1_t0.svg'
+replot
+unset output
+reset
+
+# Conditional per-position acceptance r_i at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories
+$acceptance_cond_1_t0_1 << EOD
 1 0.990476
 2 0.75
 3 0.666667
 4 0.363636
 EOD
-$acceptance_1_t0_2 << EOD
+$acceptance_cond_1_t0_2 << EOD
 1 0.952381
 2 0.778846
 3 0.462963
 4 0.538462
 EOD
-$acceptance_1_t0_3 << EOD
+$acceptance_cond_1_t0_3 << EOD
 1 0.845361
 2 0.573034
 3 0.2875
@@ -211,27 +258,53 @@ $acceptance_1_t0_3 << EOD
 EOD
 set encoding utf8
 set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
-set output 'acceptance_1_t0.png'
-set title 'Per-position acceptance r_i at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories'
+set output 'acceptance_cond_1_t0.png'
+set title 'Conditional per-position acceptance r_i at T=0 — /tmp/gpu_check.XkkvGq/twin8b / stories'
 set xlabel 'draft position i (tokens after the last accepted one)'
-set ylabel 'r_i (acceptance rate at position i)'
+set ylabel 'r_i (accepted | drafted to position i)'
 set grid ytics
 set key outside right top box
 set grid xtics
 set xrange [0.5:8.5]
 set xtics 1
 set yrange [0:1.05]
-plot $acceptance_1_t0_1 using 1:2 with linespoints lw 2 lc rgb '#d62728' pt 7 title 'ddtree (n=105)', \
-     $acceptance_1_t0_2 using 1:2 with linespoints lw 2 lc rgb '#2ca02c' pt 7 title 'jetspec (n=105)', \
-     $acceptance_1_t0_3 using 1:2 with linespoints lw 2 lc rgb '#ff7f0e' pt 7 title 'specblock (n=134)'
+plot $acceptance_cond_1_t0_1 using 1:2 with linespoints lw 2 lc rgb '#d62728' pt 5 title 'ddtree (n=105)', \
+     $acceptance_cond_1_t0_2 using 1:2 with linespoints lw 2 lc rgb '#2ca02c' pt 9 title 'jetspec (n=105)', \
+     $acceptance_cond_1_t0_3 using 1:2 with linespoints lw 2 lc rgb '#ff7f0e' pt 11 title 'specblock (n=134)'
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
-set output 'acceptance_1_t0.svg'
+set output 'acceptance_cond_1_t0.svg'
 replot
 unset output
 reset
 
-# Per-position acceptance r_i at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories
+# Per-position acceptance at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories
 $acceptance_1_t1_5 << EOD
+1 0.606299
+2 0.401575
+3 0.299213
+4 0.188976
+EOD
+set encoding utf8
+set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
+set output 'acceptance_1_t1.png'
+set title 'Per-position acceptance at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories'
+set xlabel 'draft position i (tokens after the last accepted one)'
+set ylabel 'P(position i accepted), all verify steps'
+set grid ytics
+set key outside right top box
+set grid xtics
+set xrange [0.5:4.5]
+set xtics 1
+set yrange [0:1.05]
+plot $acceptance_1_t1_5 using 1:2 with linespoints lw 2 lc rgb '#9467bd' pt 13 title 'sps (n=127)'
+set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
+set output 'acceptance_1_t1.svg'
+replot
+unset output
+reset
+
+# Conditional per-position acceptance r_i at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories
+$acceptance_cond_1_t1_5 << EOD
 1 0.606299
 2 0.41129
 3 0.311475
@@ -239,19 +312,19 @@ $acceptance_1_t1_5 << EOD
 EOD
 set encoding utf8
 set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
-set output 'acceptance_1_t1.png'
-set title 'Per-position acceptance r_i at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories'
+set output 'acceptance_cond_1_t1.png'
+set title 'Conditional per-position acceptance r_i at T=1 — /tmp/gpu_check.XkkvGq/twin8b / stories'
 set xlabel 'draft position i (tokens after the last accepted one)'
-set ylabel 'r_i (acceptance rate at position i)'
+set ylabel 'r_i (accepted | drafted to position i)'
 set grid ytics
 set key outside right top box
 set grid xtics
 set xrange [0.5:4.5]
 set xtics 1
 set yrange [0:1.05]
-plot $acceptance_1_t1_5 using 1:2 with linespoints lw 2 lc rgb '#9467bd' pt 7 title 'sps (n=127)'
+plot $acceptance_cond_1_t1_5 using 1:2 with linespoints lw 2 lc rgb '#9467bd' pt 13 title 'sps (n=127)'
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
-set output 'acceptance_1_t1.svg'
+set output 'acceptance_cond_1_t1.svg'
 replot
 unset output
 reset
@@ -336,93 +409,12 @@ replot
 unset output
 reset
 
-# Speedup vs. draft budget — /tmp/gpu_check.XkkvGq/twin8b / stories
-$speedup_vs_budget_1_0 << EOD
-32 1.73969
-EOD
-$speedup_vs_budget_1_1 << EOD
-30.7714 1.72768
-EOD
-$speedup_vs_budget_1_2 << EOD
-16.7761 1.51226
-EOD
-$speedup_vs_budget_1_3 << EOD
-3.87402 0.511226
-EOD
-$speedup_vs_budget_1_best << EOD
-32 1.73969
-3.87402 0.511226
-EOD
-set encoding utf8
-set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
-set output 'speedup_vs_budget_1.png'
-set title 'Speedup vs. draft budget — /tmp/gpu_check.XkkvGq/twin8b / stories'
-set xlabel 'draft budget (mean drafted nodes per verify step)'
-set ylabel 'speedup vs. AR (×, geometric mean over prompts)'
-set grid ytics
-set key outside right top box
-set grid xtics
-set offsets 0, graph 0.05, graph 0.1, 0
-set xrange [0:*]
-set yrange [0:*]
-plot $speedup_vs_budget_1_0 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#d62728' title 'ddtree T=0', \
-     $speedup_vs_budget_1_1 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#2ca02c' title 'jetspec T=0', \
-     $speedup_vs_budget_1_2 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#ff7f0e' title 'specblock T=0', \
-     $speedup_vs_budget_1_3 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#9467bd' title 'sps T=1', \
-     $speedup_vs_budget_1_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup (per temperature)', \
-     1 with lines dt 2 lc rgb 'gray40' title 'AR (1.0×)'
-set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
-set output 'speedup_vs_budget_1.svg'
-replot
-unset output
-reset
-
-# τ vs. draft budget — /tmp/gpu_check.XkkvGq/twin8b / stories
-$tau_vs_budget_1_0 << EOD
-32 3
-EOD
-$tau_vs_budget_1_1 << EOD
-30.7714 3
-EOD
-$tau_vs_budget_1_2 << EOD
-16.7761 2.35075
-EOD
-$tau_vs_budget_1_3 << EOD
-3.87402 2.48031
-EOD
-$tau_vs_budget_1_best << EOD
-32 3
-3.87402 2.48031
-EOD
-set encoding utf8
-set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
-set output 'tau_vs_budget_1.png'
-set title 'τ vs. draft budget — /tmp/gpu_check.XkkvGq/twin8b / stories'
-set xlabel 'draft budget (mean drafted nodes per verify step)'
-set ylabel 'τ (tokens per verify step)'
-set grid ytics
-set key outside right top box
-set grid xtics
-set offsets 0, graph 0.05, graph 0.1, 0
-set xrange [0:*]
-set yrange [0:*]
-plot $tau_vs_budget_1_0 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#d62728' title 'ddtree T=0', \
-     $tau_vs_budget_1_1 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#2ca02c' title 'jetspec T=0', \
-     $tau_vs_budget_1_2 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#ff7f0e' title 'specblock T=0', \
-     $tau_vs_budget_1_3 using 1:2 with linespoints lw 2 pt 7 dt 1 ps 1.3 lc rgb '#9467bd' title 'sps T=1', \
-     $tau_vs_budget_1_best using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb 'black' title 'best speedup (per temperature)'
-set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
-set output 'tau_vs_budget_1.svg'
-replot
-unset output
-reset
-
 # Decode time by phase — /tmp/gpu_check.XkkvGq/twin8b / stories
 $phase_time_1 << EOD
-"#2 ddtree block_size=0,budget=32,… T=0" 6.13691 0 93.8497 0.0131816 0.000187156
-"#4 jetspec block_size=0,budget=32,… T=0" 6.55946 0 93.4243 0.0159706 0.000222816
-"#3 specblock block_size=4,blocks=2,b… T=0" 12.0069 0 87.979 0.0139171 0.000148014
-"#6 sps gamma=4 T=1" 42.7611 0 57.2315 0.0073204 9.16522e-05
+"#2 ddtree T=0" 6.13691 0 93.8497 0.0131816 0.000187156
+"#4 jetspec T=0" 6.55946 0 93.4243 0.0159706 0.000222816
+"#3 specblock T=0" 12.0069 0 87.979 0.0139171 0.000148014
+"#6 sps T=1" 42.7611 0 57.2315 0.0073204 9.16522e-05
 EOD
 set encoding utf8
 set terminal pngcairo size 960,540 noenhanced font 'Sans,11'
@@ -437,7 +429,8 @@ set style histogram rowstacked
 set style fill solid 0.85 border -1
 set boxwidth 0.6
 set yrange [0:105]
-set xtics rotate by -30 font ',9'
+set xtics rotate by 90 right font ',9'
+set bmargin 14
 plot $phase_time_1 using 2:xtic(1) title 'draft', '' using 4 title 'verify', '' using 5 title 'other', '' using 6 title 'untimed'
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
 set output 'phase_time_1.svg'
@@ -470,10 +463,10 @@ set grid xtics
 set xrange [-0.05:1.05]
 set offsets 0, 0, graph 0.1, 0
 set yrange [0:*]
-plot $tau_vs_temperature_1_0 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#d62728' pt 7 title 'ddtree', \
-     $tau_vs_temperature_1_1 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#2ca02c' pt 7 title 'jetspec', \
-     $tau_vs_temperature_1_2 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#ff7f0e' pt 7 title 'specblock', \
-     $tau_vs_temperature_1_3 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#9467bd' pt 7 title 'sps'
+plot $tau_vs_temperature_1_0 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#d62728' pt 5 title 'ddtree', \
+     $tau_vs_temperature_1_1 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#2ca02c' pt 9 title 'jetspec', \
+     $tau_vs_temperature_1_2 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#ff7f0e' pt 11 title 'specblock', \
+     $tau_vs_temperature_1_3 using 1:2 with linespoints lw 2 ps 1.3 lc rgb '#9467bd' pt 13 title 'sps'
 set terminal svg size 960,540 noenhanced font 'Sans,11' background rgb 'white'
 set output 'tau_vs_temperature_1.svg'
 replot

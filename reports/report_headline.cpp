@@ -1,0 +1,279 @@
+// The headline's companions (see report.h): every case against the leader of its headline table,
+// paired over the answers both gave (CompareWithLeader: the tie rule), the tok/s of a speedup's own
+// answers and of their AR side (PairedTokensPerS), the setup line of the report's first screen
+// (SetupLine), the method settings table it links to (MethodSettingsTable) and the notes on cases
+// whose online adaptation never ran or whose knobs name another target's asset (CaseNotes).
+// Checked by: tests/reports/headline_test.cpp.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "base/names.h"
+#include "reports/format.h"
+#include "reports/report.h"
+#include "reports/summary.h"
+
+namespace specbed {
+namespace {
+
+namespace fs = std::filesystem;
+using report_format::General;
+
+// Per prompt: the sum of log(other's ratio / leader's ratio) over its shared turns, and their
+// count.
+struct PromptLogs {
+  double log_sum = 0;
+  int64_t n = 0;
+};
+
+std::vector<PromptLogs> SharedPromptLogs(const Speedup& leader, const Speedup& other) {
+  std::map<std::pair<std::string, int32_t>, double> leader_log;
+  for (const Speedup::Pair& p : leader.pairs)
+    leader_log[{p.prompt_id, p.turn}] = std::log(p.ratio());
+  std::vector<PromptLogs> prompts;
+  std::map<std::string, size_t> index_of;
+  for (const Speedup::Pair& p : other.pairs) {
+    const auto it = leader_log.find({p.prompt_id, p.turn});
+    if (it == leader_log.end()) continue;
+    const auto [at, inserted] = index_of.emplace(p.prompt_id, prompts.size());
+    if (inserted) prompts.emplace_back();
+    prompts[at->second].log_sum += std::log(p.ratio()) - it->second;
+    ++prompts[at->second].n;
+  }
+  return prompts;
+}
+
+// The percentile bootstrap interval of exp(mean log) over resampled prompts (metrics.h's
+// cluster bootstrap: SplitMix64 stream from the seed, multiply-shift index draw).
+Interval PromptBootstrap(const std::vector<PromptLogs>& prompts, const BootstrapOptions& options) {
+  uint64_t state = options.seed;
+  auto draw = [&] {
+    state += 0x9E3779B97F4A7C15ULL;
+    return static_cast<size_t>((static_cast<unsigned __int128>(Mix64(state)) * prompts.size()) >>
+                               64);
+  };
+  std::vector<double> stats;
+  stats.reserve(options.n_resamples);
+  for (int64_t r = 0; r < options.n_resamples; ++r) {
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const PromptLogs& p = prompts[draw()];
+      sum += p.log_sum;
+      n += p.n;
+    }
+    stats.push_back(std::exp(sum / static_cast<double>(n)));
+  }
+  std::sort(stats.begin(), stats.end());
+  const double tail = (1.0 - options.level) / 2.0;
+  return {SortedQuantile(stats, tail), SortedQuantile(stats, 1.0 - tail)};
+}
+
+// The part of a cost twin's label before its details: "cost twin of stories260K".
+std::string TwinLabel(const CaseRecord& r) {
+  const nlohmann::json j = nlohmann::json::parse(r.config_json, nullptr, false);
+  const nlohmann::json* label = nullptr;
+  if (j.is_object() && j.contains("target_info") && j["target_info"].is_object() &&
+      j["target_info"].contains("label") && j["target_info"]["label"].is_string()) {
+    label = &j["target_info"]["label"];
+  }
+  if (label == nullptr) return "";
+  const std::string text = label->get<std::string>();
+  return text.substr(0, text.find(" ("));
+}
+
+// The distinct values of `field` over every case, in first-seen order, joined by ", ".
+template <typename Field>
+std::string Distinct(const ReportData& data, Field field) {
+  std::vector<std::string> values;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      const std::string v = field(c);
+      if (!v.empty() && std::find(values.begin(), values.end(), v) == values.end()) {
+        values.push_back(v);
+      }
+    }
+  }
+  return Join(values, ", ");
+}
+
+std::string TargetWithTwin(const CaseReport& c) {
+  const std::string name = fs::path(c.row.record.target).filename().string();
+  const std::string twin = TwinLabel(c.row.record);
+  return twin.empty() ? name : StrCat(name, " (", twin, ")");
+}
+
+bool AllOnCpu(const ReportData& data) {
+  bool any = false;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      if (c.row.record.device.rfind("cpu", 0) != 0) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+// Online adaptation: the OSD variants and the SpecBlock bandit (their updates are charged to
+// StepRecord::t_adapt_us).
+bool AdaptsOnline(const CaseRecord& r) {
+  return r.method.find("+osd") != std::string::npos ||
+         r.method.find("+bandit") != std::string::npos;
+}
+
+// The original model of a cost-twin target ("stories260K" of "cost twin of stories260K"); "" for
+// other targets.
+std::string TwinOriginal(const CaseRecord& r) {
+  const std::string twin = TwinLabel(r);
+  const std::string twin_of = "cost twin of ";
+  return twin.rfind(twin_of, 0) == 0 ? twin.substr(twin_of.size()) : "";
+}
+
+// The original a cost twin's knob value names instead of the twin: a path component or name
+// "X" or "X-..." for the twin's original X that is not "TARGET" or "TARGET-..."; "" when none
+// (and for targets that are no cost twin: a drafter is another model by nature).
+std::string OtherTargetOf(const std::string& value, const CaseRecord& r) {
+  const std::string target = fs::path(r.target).filename().string();
+  const std::string original = TwinOriginal(r);
+  if (original.empty() || original == target) return "";
+  for (const fs::path& part : fs::path(value)) {
+    const std::string name = part.string();
+    if (name == target || name.rfind(target + "-", 0) == 0) return "";
+    if (name == original || name.rfind(original + "-", 0) == 0) return original;
+  }
+  return "";
+}
+
+// Every knob as "key=value" (strings unquoted), joined by ", " (the tokens a cell keeps whole).
+std::string KnobList(const std::string& json) {
+  const nlohmann::json knobs = nlohmann::json::parse(json, nullptr, false);
+  if (!knobs.is_object()) return "";
+  std::vector<std::string> parts;
+  for (auto it = knobs.begin(); it != knobs.end(); ++it) {
+    parts.push_back(it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
+  }
+  return Join(parts, ", ");
+}
+
+}  // namespace
+
+LeaderComparison CompareWithLeader(const Speedup& leader, const Speedup& other,
+                                   const BootstrapOptions& bootstrap) {
+  const std::vector<PromptLogs> prompts = SharedPromptLogs(leader, other);
+  LeaderComparison out;
+  out.n_prompts = static_cast<int64_t>(prompts.size());
+  if (prompts.empty()) return out;
+  double sum = 0;
+  int64_t n = 0;
+  for (const PromptLogs& p : prompts) {
+    sum += p.log_sum;
+    n += p.n;
+  }
+  out.ratio = std::exp(sum / static_cast<double>(n));
+  if (out.n_prompts >= kMinPromptsForInterval && bootstrap.n_resamples > 0) {
+    out.ci = PromptBootstrap(prompts, bootstrap);
+  }
+  return out;
+}
+
+PairedSpeeds PairedTokensPerS(const Speedup& s) {
+  double method_tokens = 0, method_ms = 0, ar_tokens = 0, ar_ms = 0;
+  for (const Speedup::Pair& p : s.pairs) {
+    method_tokens += static_cast<double>(p.method_tokens);
+    method_ms += p.method_ms;
+    ar_tokens += static_cast<double>(p.ar_tokens);
+    ar_ms += p.ar_ms;
+  }
+  PairedSpeeds out;
+  if (method_ms > 0) out.method = 1000.0 * method_tokens / method_ms;
+  if (ar_ms > 0) out.ar = 1000.0 * ar_tokens / ar_ms;
+  return out;
+}
+
+std::string SetupLine(const ReportData& data) {
+  int64_t prompts = 0;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) prompts = std::max(prompts, c.metrics.n_prompts);
+  }
+  if (data.groups.empty()) return "";
+  auto threads = [](const CaseReport& c) {
+    return StrCat(c.row.record.threads, c.row.record.threads == 1 ? " thread" : " threads");
+  };
+  std::string line = StrCat(
+      "Setup: target ", Distinct(data, TargetWithTwin), " · device ",
+      Distinct(data, [](const CaseReport& c) { return c.row.record.device; }), " · dtype ",
+      Distinct(data, [](const CaseReport& c) { return c.row.record.dtype; }), " · ",
+      Distinct(data, threads), " · ", prompts, " prompts × ",
+      Distinct(data,
+               [](const CaseReport& c) { return std::to_string(c.row.record.max_new_tokens); }),
+      " new tokens · T = ",
+      Distinct(data, [](const CaseReport& c) { return General(c.row.record.temperature); }));
+  if (AllOnCpu(data)) {
+    line +=
+        " · every method at small, CPU-sized settings (shallower drafts and smaller trees "
+        "than the papers'; each method's knobs: Method settings)";
+  } else {
+    line += " · each method's knobs: Method settings";
+  }
+  return line + ".";
+}
+
+ReportTable MethodSettingsTable(const ReportData& data) {
+  ReportTable t;
+  t.columns = {{"method", false, false}, {"knobs (as run)", false, false}, {"cases", false, false}};
+  t.columns[1].whole_tokens = true;
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::string, std::vector<std::string>>> rows;
+  for (const ReportGroup& g : data.groups) {
+    for (const CaseReport& c : g.cases) {
+      if (c.is_ar) continue;
+      const std::string knobs = KnobList(c.row.record.method_knobs_json);
+      auto [it, inserted] =
+          rows.emplace(c.label, std::make_pair(knobs, std::vector<std::string>{}));
+      if (inserted) order.push_back(c.label);
+      it->second.second.push_back(std::to_string(c.row.case_id));
+    }
+  }
+  for (const std::string& label : order) {
+    const auto& [knobs, cases] = rows[label];
+    t.rows.push_back({label, knobs.empty() ? "none" : knobs, Join(cases, ", ")});
+  }
+  return t;
+}
+
+std::vector<std::string> CaseNotes(const CaseReport& c) {
+  std::vector<std::string> notes;
+  const CaseRecord& r = c.row.record;
+  const std::string who = StrCat(c.label, " (case ", c.row.case_id, ")");
+  if (AdaptsOnline(r) && !c.steps.empty()) {
+    bool adapted = false;
+    for (const StepRecord& st : c.steps) adapted = adapted || st.t_adapt_us > 0;
+    if (!adapted) {
+      notes.push_back(StrCat(who,
+                             ": its online adaptation never ran in this run (no verify step "
+                             "recorded adaptation time), so it measured the static method."));
+    }
+  }
+  const nlohmann::json knobs = nlohmann::json::parse(r.method_knobs_json, nullptr, false);
+  if (!knobs.is_object()) return notes;
+  for (auto it = knobs.begin(); it != knobs.end(); ++it) {
+    if (!it->is_string()) continue;
+    const std::string other = OtherTargetOf(it->get<std::string>(), r);
+    if (other.empty()) continue;
+    notes.push_back(StrCat(who, ": knob ", it.key(), " = ", it->get<std::string>(),
+                           " is an asset named for ", other, " (the model this cost twin copies), ",
+                           "not for the case's target ", fs::path(r.target).filename().string(),
+                           "."));
+  }
+  return notes;
+}
+
+}  // namespace specbed
