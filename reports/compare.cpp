@@ -446,8 +446,9 @@ std::string FormatCaseComparison(const CompareResult& r) {
   if (!x.note.empty()) out << "  note: " << x.note << "\n";
   out << "\n"
       << Wrapped("",
-                 StrCat("τ = tokens per verify step; ", ar ? "tok/s" : "speedup",
-                        " = geometric mean over prompts (", SpeedupScopeName(r.options.scope),
+                 StrCat("τ = acceptance length (τ, Spec-Bench #MAT): tokens per verify step; ",
+                        ar ? "tok/s" : "speedup", " = geometric mean over prompts (",
+                        SpeedupScopeName(r.options.scope),
                         " scope, as specbed summary); B/A [95% CI] = paired bootstrap over "
                         "prompts and repeats."),
                  "");

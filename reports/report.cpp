@@ -368,16 +368,19 @@ void AddFigures(const std::vector<Plot>& plots, const std::set<std::string>& plo
   }
 }
 
-// The headline's intro: how to read speedup, the tie rule and the paired tok/s.
-constexpr const char* kHeadlineIntro =
-    "Per target and temperature, every speculative case, best speedup first. speedup = the "
+// How to read the headline (after its tables, so that on a phone the first screen reaches them):
+// speedup, the tie rule and the paired tok/s.
+constexpr const char* kHeadlineReading =
+    "How to read these tables: per target and temperature, every speculative case, best speedup "
+    "first. speedup = the "
     "geometric mean over answers of the per-answer ratio method decode tok/s ÷ AR decode tok/s "
     "of the same prompt [95% bootstrap CI over prompts]. vs. leader = the paired ratio of the "
     "case's per-answer speedups to the leader's over the answers both gave [95% bootstrap CI]: "
     "**tied** when that interval holds 1 (n<5: too few prompts to tell). tok/s and AR tok/s = "
     "total decode tokens ÷ total decode time over the same paired answers, so tok/s ÷ AR tok/s "
-    "is the ratio of totals (speedup Σ), which need not equal the geometric mean. τ = tokens per "
-    "verify step; T_D% = drafting share of decode time; exact match = answers identical to AR's "
+    "is the ratio of totals (speedup Σ), which need not equal the geometric mean. τ = acceptance "
+    "length (τ, Spec-Bench #MAT): tokens per verify step; T_D% = drafting share of decode time; "
+    "exact match = answers identical to AR's "
     "(Conventions at the end).";
 
 // The setup line, its mention of the method settings a link to them.
@@ -397,7 +400,6 @@ void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, 
   if (s.headlines.empty()) return;
   blocks->push_back(HeadingBlock("Headline", 2, "headline"));
   if (!s.setup.empty()) blocks->push_back(SetupBlock(s.setup));
-  blocks->push_back(ParagraphBlock(kHeadlineIntro, false, "", "constants"));
   for (size_t i = 0; i < s.headlines.size(); ++i) {
     const HeadlineTable& h = s.headlines[i];
     blocks->push_back(HeadingBlock(h.title, 3));
@@ -415,6 +417,7 @@ void AddHeadline(const ReportSections& s, const std::set<std::string>& plotted, 
     note.html_class = "slow-note";
     blocks->push_back(std::move(note));
   }
+  blocks->push_back(ParagraphBlock(kHeadlineReading, false, "", "constants"));
 }
 
 // Each speculative method configuration's knobs as run (the setup line links here).

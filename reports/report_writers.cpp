@@ -247,8 +247,12 @@ details.provenance td { font-size: 0.85em; max-width: 40em; }
 .headline-table { flex: 1 1 20em; max-width: 100%; min-width: 0; }
 .headline-table table { font-size: 0.85em; }
 .headline-table td:first-child { overflow-wrap: normal; min-width: 8em; }
+.headline-table table { border-collapse: separate; border-spacing: 0;
+  border-top: 1px solid #ccc; border-left: 1px solid #ccc; }
+.headline-table th, .headline-table td { border-width: 0 1px 1px 0; }
 .headline-table th:first-child, .headline-table td:first-child { position: sticky; left: 0;
   background: #fff; z-index: 1; }
+.headline-table tbody tr:nth-child(even) td:first-child { background: #fafafa; }
 .headline-chart { flex: 0 1 auto; margin: 0; max-width: 100%; }
 code { overflow-wrap: anywhere; }
 p.setup { background: #f6f6f6; border-left: 4px solid #888; padding: .3em .6em; }
