@@ -452,6 +452,28 @@ Speedup ComputeSpeedup(const std::vector<SampleRecord>& ar_samples,
   return out;
 }
 
+Interval GeomeanClusterInterval(const std::vector<LogCluster>& clusters,
+                                const BootstrapOptions& bootstrap) {
+  if (clusters.empty() || bootstrap.n_resamples <= 0) return {};
+  SPECBED_CHECK(bootstrap.level > 0 && bootstrap.level < 1, "bootstrap level ", bootstrap.level,
+                " must lie strictly between 0 and 1");
+  SplitMix64 rng(bootstrap.seed);
+  std::vector<double> stats;
+  stats.reserve(bootstrap.n_resamples);
+  for (int64_t b = 0; b < bootstrap.n_resamples; ++b) {
+    LogCluster sum;
+    for (size_t k = 0; k < clusters.size(); ++k) {
+      const LogCluster& c = clusters[rng.Index(clusters.size())];
+      sum.log_sum += c.log_sum;
+      sum.n += c.n;
+    }
+    stats.push_back(std::exp(sum.log_sum / static_cast<double>(sum.n)));
+  }
+  std::sort(stats.begin(), stats.end());
+  const double tail = (1.0 - bootstrap.level) / 2.0;
+  return {SortedQuantile(stats, tail), SortedQuantile(stats, 1.0 - tail)};
+}
+
 namespace {
 
 nlohmann::json ParseJsonArray(const std::string& json, const std::string& what) {

@@ -168,6 +168,18 @@ struct BootstrapOptions {
   double level = 0.95;
 };
 
+// One bootstrap cluster (a prompt) of a geometric mean over answers: the sum of the log ratios of
+// its answers and their count.
+struct LogCluster {
+  double log_sum = 0;
+  int64_t n = 0;
+};
+// The bootstrap interval (above) of exp(Σ log_sum / Σ n) over resampled clusters, with the same
+// random stream as the speedup intervals (the report's tie rule uses it); NaN with no clusters or
+// n_resamples == 0.
+Interval GeomeanClusterInterval(const std::vector<LogCluster>& clusters,
+                                const BootstrapOptions& bootstrap);
+
 // What a speedup's times and tokens cover. kDecode (the default): decode tokens (every generated
 // token but the first, which the prefill produces) over decode time; kEndToEnd: every generated
 // token over prefill + decode time (wall time of the answer, as Spec-Bench times it).

@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/hash.h"
 #include "base/names.h"
 #include "reports/format.h"
 #include "reports/report.h"
@@ -28,17 +27,12 @@ namespace fs = std::filesystem;
 using report_format::General;
 
 // Per prompt: the sum of log(other's ratio / leader's ratio) over its shared turns, and their
-// count.
-struct PromptLogs {
-  double log_sum = 0;
-  int64_t n = 0;
-};
-
-std::vector<PromptLogs> SharedPromptLogs(const Speedup& leader, const Speedup& other) {
+// count (the bootstrap clusters of the paired ratio).
+std::vector<LogCluster> SharedPromptLogs(const Speedup& leader, const Speedup& other) {
   std::map<std::pair<std::string, int32_t>, double> leader_log;
   for (const Speedup::Pair& p : leader.pairs)
     leader_log[{p.prompt_id, p.turn}] = std::log(p.ratio());
-  std::vector<PromptLogs> prompts;
+  std::vector<LogCluster> prompts;
   std::map<std::string, size_t> index_of;
   for (const Speedup::Pair& p : other.pairs) {
     const auto it = leader_log.find({p.prompt_id, p.turn});
@@ -49,32 +43,6 @@ std::vector<PromptLogs> SharedPromptLogs(const Speedup& leader, const Speedup& o
     ++prompts[at->second].n;
   }
   return prompts;
-}
-
-// The percentile bootstrap interval of exp(mean log) over resampled prompts (metrics.h's
-// cluster bootstrap: SplitMix64 stream from the seed, multiply-shift index draw).
-Interval PromptBootstrap(const std::vector<PromptLogs>& prompts, const BootstrapOptions& options) {
-  uint64_t state = options.seed;
-  auto draw = [&] {
-    state += 0x9E3779B97F4A7C15ULL;
-    return static_cast<size_t>((static_cast<unsigned __int128>(Mix64(state)) * prompts.size()) >>
-                               64);
-  };
-  std::vector<double> stats;
-  stats.reserve(options.n_resamples);
-  for (int64_t r = 0; r < options.n_resamples; ++r) {
-    double sum = 0;
-    int64_t n = 0;
-    for (size_t k = 0; k < prompts.size(); ++k) {
-      const PromptLogs& p = prompts[draw()];
-      sum += p.log_sum;
-      n += p.n;
-    }
-    stats.push_back(std::exp(sum / static_cast<double>(n)));
-  }
-  std::sort(stats.begin(), stats.end());
-  const double tail = (1.0 - options.level) / 2.0;
-  return {SortedQuantile(stats, tail), SortedQuantile(stats, 1.0 - tail)};
 }
 
 // The part of a cost twin's label before its details: "cost twin of stories260K".
@@ -167,19 +135,19 @@ std::string KnobList(const std::string& json) {
 
 LeaderComparison CompareWithLeader(const Speedup& leader, const Speedup& other,
                                    const BootstrapOptions& bootstrap) {
-  const std::vector<PromptLogs> prompts = SharedPromptLogs(leader, other);
+  const std::vector<LogCluster> prompts = SharedPromptLogs(leader, other);
   LeaderComparison out;
   out.n_prompts = static_cast<int64_t>(prompts.size());
   if (prompts.empty()) return out;
   double sum = 0;
   int64_t n = 0;
-  for (const PromptLogs& p : prompts) {
+  for (const LogCluster& p : prompts) {
     sum += p.log_sum;
     n += p.n;
   }
   out.ratio = std::exp(sum / static_cast<double>(n));
   if (out.n_prompts >= kMinPromptsForInterval && bootstrap.n_resamples > 0) {
-    out.ci = PromptBootstrap(prompts, bootstrap);
+    out.ci = GeomeanClusterInterval(prompts, bootstrap);
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/error.h"
 
@@ -362,6 +363,34 @@ TEST(Metrics, SortedQuantileInterpolatesLinearly) {
   EXPECT_NEAR(SortedQuantile({1, 2, 3, 4}, 0.025), 1.075, 1e-12);  // h = 3 x 0.025
   EXPECT_DOUBLE_EQ(SortedQuantile({7}, 0.975), 7.0);
   EXPECT_TRUE(std::isnan(SortedQuantile({}, 0.5)));
+}
+
+// GeomeanClusterInterval (the report's tie rule) is the speedup's own bootstrap: given a speedup's
+// per-prompt clusters it returns its geomean interval bit for bit (same stream, same draws).
+TEST(Metrics, GeomeanClusterIntervalEqualsTheSpeedupsOwnInterval) {
+  BootstrapOptions seeded;
+  seeded.seed = 777;
+  std::vector<SampleRecord> ar, method;  // 24 prompts, ratios spread over 1.2 .. 1.98
+  for (int i = 0; i < 24; ++i) {
+    const std::string id = "q" + std::to_string(i);
+    ar.push_back(
+        testing::Sample(id, 20, 1, 100.0 * (1.2 + 0.8 * ((i * 37) % 40) / 40.0), 19, "eos"));
+    method.push_back(testing::Sample(id, 20, 1, 100.0, 5, "eos"));
+  }
+  const Speedup s = ComputeSpeedup(ar, method, seeded);
+  std::map<std::string, LogCluster> by_prompt;
+  std::vector<std::string> order;
+  for (const Speedup::Pair& p : s.pairs) {
+    if (!by_prompt.count(p.prompt_id)) order.push_back(p.prompt_id);
+    by_prompt[p.prompt_id].log_sum += std::log(p.ratio());
+    ++by_prompt[p.prompt_id].n;
+  }
+  std::vector<LogCluster> clusters;
+  for (const std::string& id : order) clusters.push_back(by_prompt[id]);
+  const Interval ci = GeomeanClusterInterval(clusters, seeded);
+  EXPECT_EQ(ci.lo, s.geomean_ci.lo);
+  EXPECT_EQ(ci.hi, s.geomean_ci.hi);
+  EXPECT_TRUE(std::isnan(GeomeanClusterInterval({}, seeded).lo));
 }
 
 // The bootstrap uses a fixed seed, so every assertion below is deterministic (no false failures).
