@@ -198,9 +198,12 @@ std::string SetupLine(const ReportData& data);
 // One row per speculative method configuration (short label): its knobs as run and its cases.
 ReportTable MethodSettingsTable(const ReportData& data);
 // Notes on a case: an online-adapting method (+osd, +bandit) none of whose steps recorded
-// adaptation time; a string knob of a cost-twin case that names the twin's original model
-// ("stories260K-blockpilot" for stories260K-twin) instead of the twin.
-std::vector<std::string> CaseNotes(const CaseReport& c);
+// adaptation time, or whose every verify step drafted and accepted exactly what its static method
+// (the name before "+osd" / "+bandit", same group, temperature and seed: one of `group`'s cases)
+// did on the same prompts, so its adaptation never acted; a string knob of a cost-twin case that
+// names the twin's original model ("stories260K-blockpilot" for stories260K-twin) instead of the
+// twin.
+std::vector<std::string> CaseNotes(const CaseReport& c, const ReportGroup& group);
 
 // The per-case table of one group (constant configuration columns already hidden).
 ReportTable BuildCaseTable(const ReportGroup& group);

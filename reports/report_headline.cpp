@@ -2,7 +2,8 @@
 // paired over the answers both gave (CompareWithLeader: the tie rule), the tok/s of a speedup's own
 // answers and of their AR side (PairedTokensPerS), the setup line of the report's first screen
 // (SetupLine), the method settings table it links to (MethodSettingsTable) and the notes on cases
-// whose online adaptation never ran or whose knobs name another target's asset (CaseNotes).
+// whose online adaptation never ran or never acted (every step equal to its static method's) or
+// whose knobs name another target's asset (CaseNotes).
 // Checked by: tests/reports/headline_test.cpp.
 #include <algorithm>
 #include <cmath>
@@ -91,10 +92,52 @@ bool AllOnCpu(const ReportData& data) {
 }
 
 // Online adaptation: the OSD variants and the SpecBlock bandit (their updates are charged to
-// StepRecord::t_adapt_us).
-bool AdaptsOnline(const CaseRecord& r) {
-  return r.method.find("+osd") != std::string::npos ||
-         r.method.find("+bandit") != std::string::npos;
+// StepRecord::t_adapt_us). The static method they adapt: the name before "+osd" / "+bandit"
+// ("" for other methods).
+std::string StaticMethodOf(const CaseRecord& r) {
+  for (const char* suffix : {"+osd", "+bandit"}) {
+    const size_t at = r.method.find(suffix);
+    if (at != std::string::npos) return r.method.substr(0, at);
+  }
+  return "";
+}
+
+// Every verify step (prompt, turn, index) drafted and accepted the same counts in both cases.
+bool SameSteps(const std::vector<StepRecord>& a, const std::vector<StepRecord>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].prompt_id != b[i].prompt_id || a[i].turn != b[i].turn ||
+        a[i].step_idx != b[i].step_idx || a[i].n_drafted != b[i].n_drafted ||
+        a[i].n_accepted != b[i].n_accepted) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The note on an adapting case whose adaptation never ran (no adaptation time) or never acted
+// (its steps equal its static method's); "" otherwise.
+std::string AdaptationNote(const CaseReport& c, const ReportGroup& group, const std::string& who) {
+  const CaseRecord& r = c.row.record;
+  const std::string base = StaticMethodOf(r);
+  if (base.empty() || c.steps.empty()) return "";
+  bool ran = false;
+  for (const StepRecord& st : c.steps) ran = ran || st.t_adapt_us > 0;
+  if (!ran) {
+    return StrCat(who,
+                  ": its online adaptation never ran in this run (no verify step recorded "
+                  "adaptation time), so it measured the static method.");
+  }
+  for (const CaseReport& other : group.cases) {
+    const CaseRecord& o = other.row.record;
+    if (o.method != base || o.temperature != r.temperature || o.seed != r.seed) continue;
+    if (!SameSteps(c.steps, other.steps)) continue;
+    return StrCat(who, ": its online adaptation ran but never acted: every one of its ",
+                  c.steps.size(), " verify steps drafted and accepted exactly what ", base,
+                  " (case ", other.row.case_id,
+                  ") did on the same prompts, so its speed difference is the adaptation's cost.");
+  }
+  return "";
 }
 
 // The original model of a cost-twin target ("stories260K" of "cost twin of stories260K"); "" for
@@ -217,19 +260,12 @@ ReportTable MethodSettingsTable(const ReportData& data) {
   return t;
 }
 
-std::vector<std::string> CaseNotes(const CaseReport& c) {
+std::vector<std::string> CaseNotes(const CaseReport& c, const ReportGroup& group) {
   std::vector<std::string> notes;
   const CaseRecord& r = c.row.record;
   const std::string who = StrCat(c.label, " (case ", c.row.case_id, ")");
-  if (AdaptsOnline(r) && !c.steps.empty()) {
-    bool adapted = false;
-    for (const StepRecord& st : c.steps) adapted = adapted || st.t_adapt_us > 0;
-    if (!adapted) {
-      notes.push_back(StrCat(who,
-                             ": its online adaptation never ran in this run (no verify step "
-                             "recorded adaptation time), so it measured the static method."));
-    }
-  }
+  const std::string adaptation = AdaptationNote(c, group, who);
+  if (!adaptation.empty()) notes.push_back(adaptation);
   const nlohmann::json knobs = nlohmann::json::parse(r.method_knobs_json, nullptr, false);
   if (!knobs.is_object()) return notes;
   for (auto it = knobs.begin(); it != knobs.end(); ++it) {

@@ -519,7 +519,7 @@ std::vector<HeadlineTable> BuildHeadlineTables(const ReportData& data) {
     for (const auto& [g, c] : list) {
       h.table.rows.push_back(HeadlineRow(*g, *c, LeaderOf(list, *g)));
       h.cases.push_back(c);
-      for (std::string& note : CaseNotes(*c)) h.case_notes.push_back(std::move(note));
+      for (std::string& note : CaseNotes(*c, *g)) h.case_notes.push_back(std::move(note));
       if (c->speedup.geomean < 1.0) h.slow_notes.push_back(SlowCaseNote(data, *g, *c, &no_curve));
     }
     if (!h.slow_notes.empty()) h.slow_explanation = SlowExplanation(h.target, no_curve);

@@ -115,6 +115,15 @@ std::string WriteTwinDb(const std::string& name) {
       twin_case("bp", "dflash+blockpilot",
                 R"({"drafter":"stories260K-twin-dflash","predictor":"stories260K-blockpilot"})"),
       testing::FakeSamples(), testing::FakeSteps());
+  // eagle3+osd adapted (time recorded) but every step equals static eagle3's: it never acted.
+  // specblock+bandit adapted and one step accepted one token more than specblock: it acted.
+  store->WriteCase(run, twin_case("e3", "eagle3", R"({"depth":2})"), testing::FakeSamples(),
+                   testing::FakeSteps());
+  store->WriteCase(run, twin_case("sb", "specblock", "{}"), testing::FakeSamples(),
+                   testing::FakeSteps());
+  std::vector<StepRecord> acted = adapted;
+  acted.back().n_accepted += 1;
+  store->WriteCase(run, twin_case("sbb", "specblock+bandit", "{}"), testing::FakeSamples(), acted);
   return db;
 }
 
@@ -135,6 +144,10 @@ TEST(HeadlineSetup, SetupLineMethodSettingsAndCaseNotes) {
                   "predictor=stories260K-blockpilot | 4 |");
   EXPECT_CONTAINS(md, "sps+osd (case 2): its online adaptation never ran in this run");
   EXPECT_NOT_CONTAINS(md, "eagle3+osd (case 3): its online adaptation never ran");
+  EXPECT_CONTAINS(md,
+                  "eagle3+osd (case 3): its online adaptation ran but never acted: every one of "
+                  "its 11 verify steps drafted and accepted exactly what eagle3 (case 5) did");
+  EXPECT_NOT_CONTAINS(md, "specblock+bandit (case 7): its online adaptation");
   EXPECT_CONTAINS(md,
                   "dflash+blockpilot (case 4): knob predictor = stories260K-blockpilot is an asset "
                   "named for stories260K (the model this cost twin copies)");
