@@ -170,7 +170,7 @@ TEST(CliFlags, OldSpellingsGiveTheSameResults) {
     const ProcResult m = RunSpecbed(args, dir);
     ASSERT_EQ(m.exit_code, 0) << Describe(m);
     EXPECT_EQ(r.out, m.out);  // the same generation under either spelling
-    EXPECT_TRUE(Contains(m.err, "old spelling of '--target'")) << Describe(m);
+    EXPECT_TRUE(Contains(m.err, "old spelling of '-t/--target'")) << Describe(m);
   }
   for (const char* quiet : {"--quiet", "-q", "--no-progress"}) {
     r = RunSpecbed({"sweep", "configs/quickstart.json", "--dry-run", quiet}, dir);
@@ -246,7 +246,8 @@ TEST(CliFlags, UnknownOptionSuggestsTheNearest) {
   ProcResult r = RunSpecbed({"generate", "--modle", "stories260K", "-p", "x"}, dir);
   EXPECT_GE(r.exit_code, 100) << Describe(r);
   // The nearest name is an old spelling (--model): the hint names the new one.
-  EXPECT_TRUE(Contains(r.err, "unknown option '--modle'; did you mean '--target'?")) << Describe(r);
+  EXPECT_TRUE(Contains(r.err, "unknown option '--modle'; did you mean '-t/--target'?"))
+      << Describe(r);
   // Nested subcommands: the innermost one's options.
   r = RunSpecbed({"train", "eagle3", "-o", dir + "/x", "--data", "x", "--stepz", "3"}, dir);
   EXPECT_GE(r.exit_code, 100) << Describe(r);
@@ -341,7 +342,9 @@ TEST(CliGenerate, EveryRegisteredMethodOnOnePrompt) {
     ASSERT_EQ(r.exit_code, 0) << method << Describe(r);
     const Json j = Json::parse(r.out);
     EXPECT_EQ(j.at("method"), method);
-    if (lossless) EXPECT_EQ(j.at("generated_ids"), ar_json.at("generated_ids")) << method;
+    if (lossless) {
+      EXPECT_EQ(j.at("generated_ids"), ar_json.at("generated_ids")) << method;
+    }
     if (method == "ar") continue;
     ASSERT_TRUE(j.contains("speculation")) << method << "\n" << r.out;
     const Json& spec = j.at("speculation");

@@ -231,7 +231,9 @@ TEST(ReportPlots, NineteenMethodsAtMostEightSeriesNoOnePointBudgetOneStylePerMet
   const ReportResult r =
       WriteReport(Write19MethodDb("nineteen"), dir,
                   QuietReportOptions(gnuplot ? "gnuplot" : "/nonexistent/gnuplot"));
-  if (gnuplot) EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  if (gnuplot) {
+    EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  }
   const std::string gp = ReadFileToString(dir + "/plots.gp");
   const std::vector<std::string> commands = PlotCommands(gp);
   ASSERT_GT(commands.size(), 10u);
