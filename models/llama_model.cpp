@@ -37,18 +37,23 @@ inline float Load(const c10::Half* p, int64_t i) {
   return HalfBitsToFloat(p[i].x);
 }
 
+// out[:] = x[:] / rms(x[:]) * w for one row of `dim`. Not inlined into the row loop, so every
+// row runs the same compiled code whatever the row count (with the loop over rows visible, the
+// compiler vectorized across rows: the last row of a 3-row norm differed from the same row
+// normed alone by ~4e-6 in the logits, which broke batch-1 bit-identity of ragged steps).
+template <typename T>
+__attribute__((noinline)) void RmsNormRow(const T* row, const T* w, T* o, int64_t dim, float eps) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < dim; ++i) ss += Load(row, i) * Load(row, i);
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(Load(row, i) * inv * Load(w, i));
+}
+
 // out[n, :] = x[n, :] / rms(x[n, :]) * w, for rows [0, n_rows).
 template <typename T>
 void RmsNormRows(const T* x, const T* w, T* out, int64_t n_rows, int64_t dim, float eps) {
-  for (int64_t n = 0; n < n_rows; ++n) {
-    const T* row = x + n * dim;
-    float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < dim; ++i) ss += Load(row, i) * Load(row, i);
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    T* o = out + n * dim;
-    for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(Load(row, i) * inv * Load(w, i));
-  }
+  for (int64_t n = 0; n < n_rows; ++n) RmsNormRow(x + n * dim, w, out + n * dim, dim, eps);
 }
 
 // In-place per-head RMSNorm of `n_heads` vectors of `head_dim` starting at v (Qwen3 q/k norm).
@@ -89,75 +94,111 @@ inline float Dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-// The sizes every row kernel of one forward step shares: `n_tokens` new rows of each of `batch`
-// sequences after `past` cached slots, in a cache of `max_len` slots.
-struct RowsShape {
-  int64_t batch, n_tokens, n_heads, n_kv_heads, head_dim, past, max_len;
+}  // namespace
+
+// One sequence's rows in a row-kernel step: rows [row, row + n_tokens) of the step's buffers,
+// written at slots [past, past + n_tokens) of batch row `b` of `cache`.
+struct RowChunk {
+  const KvCache* cache;
+  int64_t b, row, n_tokens, past;
+  const int64_t* positions;  // [n_tokens] RoPE positions, or null (past + t)
+  const bool* mask;          // [n_tokens, past + n_tokens], or null (causal)
 };
 
-RowsShape StepShape(const LlamaConfig& c, int64_t batch, int64_t n_tokens, int64_t past,
-                    int64_t max_len) {
-  return {batch, n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, past, max_len};
+// Batch row `b` of a layer's keys (kv = 0) or values (kv = 1): [n_kv_heads, max_len, head_dim].
+template <typename T>
+static T* CacheRows(const RowChunk& ch, int64_t layer, int kv, int64_t n_kv_heads,
+                    int64_t head_dim) {
+  return static_cast<T*>(ch.cache->LayerData(layer, kv)) +
+         ch.b * n_kv_heads * ch.cache->max_len() * head_dim;
 }
 
-struct AttentionArgs : RowsShape {
-  const bool* mask;  // [batch, n_tokens, past + n_tokens] or nullptr (causal)
-  float* scores;     // [threads, >= past + n_tokens]
-  int64_t scores_stride;
+// Which rows of a step go through SpecBed's GEMV kernel (the leading gemv_rows) and which through
+// ATen's GEMM (each segment its own call, so a segment's rows get the bits the same call at batch
+// 1 gives them).
+struct RowPlan {
+  int64_t gemv_rows = 0;
+  std::vector<std::pair<int64_t, int64_t>> blas;  // (first row, rows)
 };
 
-// attn[b, t, h, :] = softmax(q . K^T * scale over allowed slots) @ V.
-// q: [batch*n_tokens, n_heads*head_dim]; k, v: [batch, n_kv_heads, max_len, head_dim].
+// One row-kernel forward: its chunks in buffer order, the plans of the layers' matrices and of
+// the lm_head, and which logits it returns.
+struct RowStep {
+  std::vector<RowChunk> chunks;
+  RowPlan body, head;
+  bool all_logits = false;
+  int64_t rows() const { return chunks.empty() ? 0 : chunks.back().row + chunks.back().n_tokens; }
+};
+
+namespace {
+
+// The head sizes every row kernel shares.
+struct HeadShape {
+  int64_t n_heads, n_kv_heads, head_dim;
+};
+
+// Attention over a step's chunks (RowStep: each chunk is one sequence's rows and cache).
+// attn[row, h, :] = softmax(q . K^T * scale over allowed slots) @ V, per row of every chunk;
+// q, attn: [rows, n_heads * head_dim]. One parallel loop over every (chunk, head, token) item;
+// each row is computed by the same code in the same order whatever its batch-mates.
 template <typename T>
-void Attention(const T* q, const T* k, const T* v, T* attn, const AttentionArgs& a) {
-  const int64_t n_slots = a.past + a.n_tokens;
-  const int64_t group = a.n_heads / a.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  const int64_t total = a.batch * a.n_heads * a.n_tokens;
-  const int64_t work_per_row = std::max<int64_t>(1, n_slots * a.head_dim);
-  const int64_t grain = std::max<int64_t>(1, 32768 / work_per_row);
-  at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
-    float* scores = a.scores + at::get_thread_num() * a.scores_stride;
-    std::vector<float> acc(a.head_dim);
+void Attention(const T* q, T* attn, const RowStep& step, int64_t layer, const HeadShape& s,
+               float* scores_base, int64_t scores_stride) {
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  std::vector<int64_t> work_begin(step.chunks.size() + 1, 0);
+  int64_t max_slots = 1;
+  for (size_t c = 0; c < step.chunks.size(); ++c) {
+    work_begin[c + 1] = work_begin[c] + s.n_heads * step.chunks[c].n_tokens;
+    max_slots = std::max(max_slots, step.chunks[c].past + step.chunks[c].n_tokens);
+  }
+  const int64_t grain = std::max<int64_t>(1, 32768 / (max_slots * s.head_dim));
+  at::parallel_for(0, work_begin.back(), grain, [&](int64_t begin, int64_t end) {
+    float* scores = scores_base + at::get_thread_num() * scores_stride;
+    std::vector<float> acc(s.head_dim);
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t t = r % a.n_tokens;
-      const int64_t h = (r / a.n_tokens) % a.n_heads;
-      const int64_t b = r / (a.n_tokens * a.n_heads);
-      const int64_t kvh = h / group;
-      const T* qrow = q + ((b * a.n_tokens + t) * a.n_heads + h) * a.head_dim;
-      const T* kbase = k + ((b * a.n_kv_heads + kvh) * a.max_len) * a.head_dim;
-      const T* vbase = v + ((b * a.n_kv_heads + kvh) * a.max_len) * a.head_dim;
-      const bool* mrow = a.mask ? a.mask + (b * a.n_tokens + t) * n_slots : nullptr;
-      const int64_t causal_end = a.past + t + 1;
+      const auto c =
+          std::upper_bound(work_begin.begin(), work_begin.end(), r) - work_begin.begin() - 1;
+      const RowChunk& ch = step.chunks[c];
+      const int64_t local = r - work_begin[c];
+      const int64_t t = local % ch.n_tokens, h = local / ch.n_tokens;
+      const int64_t n_slots = ch.past + ch.n_tokens, max_len = ch.cache->max_len();
+      const T* qrow = q + ((ch.row + t) * s.n_heads + h) * s.head_dim;
+      const T* kbase =
+          CacheRows<T>(ch, layer, 0, s.n_kv_heads, s.head_dim) + (h / group) * max_len * s.head_dim;
+      const T* vbase =
+          CacheRows<T>(ch, layer, 1, s.n_kv_heads, s.head_dim) + (h / group) * max_len * s.head_dim;
+      const bool* mrow = ch.mask ? ch.mask + t * n_slots : nullptr;
+      const int64_t causal_end = ch.past + t + 1;
       float max_score = -INFINITY;
-      for (int64_t s = 0; s < n_slots; ++s) {
-        const bool allowed = mrow ? mrow[s] : s < causal_end;
+      for (int64_t slot = 0; slot < n_slots; ++slot) {
+        const bool allowed = mrow ? mrow[slot] : slot < causal_end;
         if (!allowed) {
-          scores[s] = -INFINITY;
+          scores[slot] = -INFINITY;
           continue;
         }
-        const float sc = Dot(qrow, kbase + s * a.head_dim, a.head_dim) * scale;
-        scores[s] = sc;
+        const float sc = Dot(qrow, kbase + slot * s.head_dim, s.head_dim) * scale;
+        scores[slot] = sc;
         max_score = std::max(max_score, sc);
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      T* out = attn + ((b * a.n_tokens + t) * a.n_heads + h) * a.head_dim;
+      T* out = attn + ((ch.row + t) * s.n_heads + h) * s.head_dim;
       if (max_score == -INFINITY) {  // fully masked row: output zeros
-        for (int64_t i = 0; i < a.head_dim; ++i) out[i] = static_cast<T>(0.f);
+        for (int64_t i = 0; i < s.head_dim; ++i) out[i] = static_cast<T>(0.f);
         continue;
       }
       float denom = 0.f;
-      for (int64_t s = 0; s < n_slots; ++s) {
-        if (scores[s] == -INFINITY) continue;
-        const float p = std::exp(scores[s] - max_score);
+      for (int64_t slot = 0; slot < n_slots; ++slot) {
+        if (scores[slot] == -INFINITY) continue;
+        const float p = std::exp(scores[slot] - max_score);
         denom += p;
-        const T* vrow = vbase + s * a.head_dim;
+        const T* vrow = vbase + slot * s.head_dim;
         float* ap = acc.data();
 #pragma omp simd
-        for (int64_t i = 0; i < a.head_dim; ++i) ap[i] += p * Load(vrow, i);
+        for (int64_t i = 0; i < s.head_dim; ++i) ap[i] += p * Load(vrow, i);
       }
       const float inv = 1.0f / denom;
-      for (int64_t i = 0; i < a.head_dim; ++i) out[i] = static_cast<T>(acc[i] * inv);
+      for (int64_t i = 0; i < s.head_dim; ++i) out[i] = static_cast<T>(acc[i] * inv);
     }
   });
 }
@@ -191,36 +232,38 @@ void EmbedRows(const T* emb, const int64_t* ids, int64_t rows, int64_t dim, int6
   }
 }
 
-// One layer's q/k norm (Qwen3), RoPE, and the cache write of k and v at slots [past, past + T).
+// One layer's q/k norm (Qwen3), RoPE, and the cache write of k and v at the chunk's slots
+// [past, past + n_tokens).
 template <typename T>
-struct QkvToCacheArgs : RowsShape {
-  const int64_t* positions;  // [batch * T] or null (past + t)
+struct QkvToCacheArgs {
+  HeadShape shape;
   const float *cos_table, *sin_table;
   const T *q_norm, *k_norm;  // null when absent
   float eps;
   bool interleaved;
 };
 template <typename T>
-void QkvToCache(T* qkv, T* q, T* kcache, T* vcache, const QkvToCacheArgs<T>& a) {
-  const int64_t hd = a.head_dim, half = hd / 2, qkv_dim = (a.n_heads + 2 * a.n_kv_heads) * hd;
-  for (int64_t b = 0; b < a.batch; ++b) {
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-      const int64_t row = b * a.n_tokens + t;
-      const int64_t pos = a.positions ? a.positions[row] : a.past + t;
-      T* qsrc = qkv + row * qkv_dim;
-      T* ksrc = qsrc + a.n_heads * hd;
-      T* vsrc = ksrc + a.n_kv_heads * hd;
-      if (a.q_norm) HeadNorm(qsrc, a.q_norm, a.n_heads, hd, a.eps);
-      if (a.k_norm) HeadNorm(ksrc, a.k_norm, a.n_kv_heads, hd, a.eps);
-      const float* c = a.cos_table + pos * half;
-      const float* s = a.sin_table + pos * half;
-      Rope(qsrc, q + row * a.n_heads * hd, a.n_heads, hd, c, s, a.interleaved);
-      const int64_t slot = a.past + t;
-      for (int64_t h = 0; h < a.n_kv_heads; ++h) {
-        const int64_t at = ((b * a.n_kv_heads + h) * a.max_len + slot) * hd;
-        Rope(ksrc + h * hd, kcache + at, 1, hd, c, s, a.interleaved);
-        std::memcpy(vcache + at, vsrc + h * hd, hd * sizeof(T));
-      }
+void QkvToCache(T* qkv, T* q, const RowChunk& ch, int64_t layer, const QkvToCacheArgs<T>& a) {
+  const int64_t n_heads = a.shape.n_heads, n_kv = a.shape.n_kv_heads, hd = a.shape.head_dim;
+  const int64_t half = hd / 2, qkv_dim = (n_heads + 2 * n_kv) * hd, max_len = ch.cache->max_len();
+  T* kcache = CacheRows<T>(ch, layer, 0, n_kv, hd);
+  T* vcache = CacheRows<T>(ch, layer, 1, n_kv, hd);
+  for (int64_t t = 0; t < ch.n_tokens; ++t) {
+    const int64_t row = ch.row + t;
+    const int64_t pos = ch.positions ? ch.positions[t] : ch.past + t;
+    T* qsrc = qkv + row * qkv_dim;
+    T* ksrc = qsrc + n_heads * hd;
+    T* vsrc = ksrc + n_kv * hd;
+    if (a.q_norm) HeadNorm(qsrc, a.q_norm, n_heads, hd, a.eps);
+    if (a.k_norm) HeadNorm(ksrc, a.k_norm, n_kv, hd, a.eps);
+    const float* c = a.cos_table + pos * half;
+    const float* s = a.sin_table + pos * half;
+    Rope(qsrc, q + row * n_heads * hd, n_heads, hd, c, s, a.interleaved);
+    const int64_t slot = ch.past + t;
+    for (int64_t h = 0; h < n_kv; ++h) {
+      const int64_t at = (h * max_len + slot) * hd;
+      Rope(ksrc + h * hd, kcache + at, 1, hd, c, s, a.interleaved);
+      std::memcpy(vcache + at, vsrc + h * hd, hd * sizeof(T));
     }
   }
 }
@@ -240,37 +283,80 @@ void RowsLinear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& bia
   }
 }
 
+// RowsLinear over the rows of `plan`: the leading GEMV rows in one call, then each GEMM segment.
+void PlannedLinear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
+                   const at::Tensor& w_t, const at::Tensor& out, const RowPlan& plan,
+                   bool accumulate) {
+  if (plan.gemv_rows > 0) {
+    at::Tensor o = out.narrow(0, 0, plan.gemv_rows);
+    RowsLinear(in.narrow(0, 0, plan.gemv_rows), w, bias, w_t, o, true, accumulate);
+  }
+  for (const auto& [first, n] : plan.blas) {
+    at::Tensor o = out.narrow(0, first, n);
+    RowsLinear(in.narrow(0, first, n), w, bias, w_t, o, false, accumulate);
+  }
+}
+
+// The plan of `segments` rows each (in buffer order): by the total (one GEMV call up to
+// max_rows, else one GEMM), or batch-invariant (`per_segment`: a segment of <= max_rows rows
+// through GEMV, as alone; such segments must come first, the others each one GEMM call).
+RowPlan PlanRows(const std::vector<int64_t>& segments, int64_t max_rows, bool per_segment) {
+  RowPlan plan;
+  int64_t total = 0;
+  for (int64_t n : segments) total += n;
+  if (!per_segment) {
+    if (total <= max_rows) {
+      plan.gemv_rows = total;
+    } else {
+      plan.blas.push_back({0, total});
+    }
+    return plan;
+  }
+  int64_t row = 0;
+  for (int64_t n : segments) {
+    if (n <= max_rows) {
+      SPECBED_CHECK(plan.blas.empty(), "PlanRows: GEMV segments must come first");
+      plan.gemv_rows += n;
+    } else {
+      plan.blas.push_back({row, n});
+    }
+    row += n;
+  }
+  return plan;
+}
+
 // The model's buffers and weights the logits read.
 struct HeadBuffers {
   at::Tensor x, head_in, logits, logits_lowp;  // model-owned buffers (logits_lowp: bf16 only)
   at::Tensor final_norm, lm_head, lm_head_t;
 };
 
-// The logits of every row (`all`) or of each sequence's last row: the final RMSNorm of x into
-// head_in, then lm_head (through logits_lowp for a low-precision model) into the float32 logits
-// buffer; returns a view [batch, T or 1, vocab].
+// The logits of every row (step.all_logits) or of each chunk's last row: the final RMSNorm of x
+// into head_in, then lm_head (through logits_lowp for a low-precision model; step.head's plan)
+// into the float32 logits buffer; returns a view [rows or chunks, vocab].
 template <typename T>
-at::Tensor LogitsRows(const HeadBuffers& h, int64_t batch, int64_t n_tokens, bool all, float eps) {
-  const int64_t dim = h.final_norm.size(0), vocab = h.lm_head.size(0);
-  const int64_t n_out = all ? batch * n_tokens : batch;
+at::Tensor LogitsRows(const HeadBuffers& h, const RowStep& step, float eps) {
+  const int64_t dim = h.final_norm.size(0);
+  const int64_t n_out = step.all_logits ? step.rows() : static_cast<int64_t>(step.chunks.size());
   const T* xp = h.x.data_ptr<T>();
   T* head_in = h.head_in.data_ptr<T>();
   const T* final_norm = h.final_norm.data_ptr<T>();
-  if (all) {
+  if (step.all_logits) {
     RmsNormRows(xp, final_norm, head_in, n_out, dim, eps);
   } else {
-    for (int64_t b = 0; b < batch; ++b) {
-      RmsNormRows(xp + (b * n_tokens + n_tokens - 1) * dim, final_norm, head_in + b * dim, 1, dim,
+    for (size_t c = 0; c < step.chunks.size(); ++c) {
+      const RowChunk& ch = step.chunks[c];
+      RmsNormRows(xp + (ch.row + ch.n_tokens - 1) * dim, final_norm, head_in + c * dim, 1, dim,
                   eps);
     }
   }
   const bool low_precision = h.x.scalar_type() != at::kFloat;
   at::Tensor logits = LeadingRows(h.logits, n_out);
   at::Tensor head_out = low_precision ? LeadingRows(h.logits_lowp, n_out) : logits;
-  RowsLinear(LeadingRows(h.head_in, n_out), h.lm_head, {}, h.lm_head_t, head_out,
-             n_out <= GemvMaxRows(h.x.scalar_type()), /*accumulate=*/false);
+  PlannedLinear(LeadingRows(h.head_in, n_out), h.lm_head, {}, h.lm_head_t, head_out, step.head,
+                /*accumulate=*/false);
   if (low_precision) logits.copy_(head_out);
-  return logits.view({batch, all ? n_tokens : 1, vocab});
+  return logits;
 }
 
 }  // namespace
@@ -514,70 +600,199 @@ ForwardOutput LlamaModel::ForwardRows(const at::Tensor& tokens_in, KvCache& cach
       (tokens_in.device().is_cpu() ? tokens_in : tokens_in.cpu()).contiguous();
   const int64_t batch = tokens.size(0), n_tokens = tokens.size(1);
   const int64_t past = cache.length();
-  const int64_t rows = batch * n_tokens;
-  EnsureCapacity(rows, past + n_tokens);
   const at::Tensor positions =
       options.positions.defined() ? options.positions.contiguous() : at::Tensor();
-  EnsureRope(RopeRowsNeeded(positions, rows, past + n_tokens));
   const at::Tensor mask = options.mask.defined() ? options.mask.contiguous() : at::Tensor();
-
+  // The lockstep batch: one chunk per batch row of `cache`; GEMV or GEMM by the total rows.
+  RowStep step;
+  for (int64_t b = 0; b < batch; ++b) {
+    step.chunks.push_back(
+        {&cache, b, b * n_tokens, n_tokens, past,
+         positions.defined() ? positions.data_ptr<int64_t>() + b * n_tokens : nullptr,
+         mask.defined() ? mask.data_ptr<bool>() + b * n_tokens * (past + n_tokens) : nullptr});
+  }
+  const int64_t rows = batch * n_tokens, max_rows = GemvMaxRows(dtype_);
+  const bool all = options.logits == LogitsMode::kAll;
+  step.body = PlanRows({rows}, max_rows, false);
+  step.head = PlanRows({all ? rows : batch}, max_rows, false);
+  step.all_logits = all;
+  EnsureRope(RopeRowsNeeded(positions, rows, past + n_tokens));
   ForwardOutput out;
+  at::Tensor logits;
+  RunRows(tokens.data_ptr<int64_t>(), step, options.hidden_layers,
+          options.logits != LogitsMode::kNone ? &logits : nullptr, out.hidden);
+  for (at::Tensor& h : out.hidden) h = h.view({batch, n_tokens, config_.dim});
+  if (logits.defined()) out.logits = logits.view({batch, all ? n_tokens : 1, -1});
+  return out;
+}
+
+void LlamaModel::RunRows(const int64_t* ids, const RowStep& step,
+                         const std::vector<int64_t>& hidden_layers, at::Tensor* logits,
+                         std::vector<at::Tensor>& hidden) {
+  const int64_t rows = step.rows();
+  int64_t max_slots = 1;
+  for (const RowChunk& ch : step.chunks) max_slots = std::max(max_slots, ch.past + ch.n_tokens);
+  EnsureCapacity(rows, max_slots);
   auto capture = [&](int64_t index, const at::Tensor& x) {
-    for (size_t i = 0; i < options.hidden_layers.size(); ++i) {
-      if (options.hidden_layers[i] == index) {
-        out.hidden.resize(options.hidden_layers.size());
-        out.hidden[i] = x.clone().view({batch, n_tokens, config_.dim});
-      }
+    for (size_t i = 0; i < hidden_layers.size(); ++i) {
+      if (hidden_layers[i] != index) continue;
+      hidden.resize(hidden_layers.size());
+      hidden[i] = x.clone();
     }
   };
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype_, "LlamaModel::Forward", [&] {
     using T = scalar_t;
     const int64_t dim = config_.dim;
     const float eps = static_cast<float>(config_.norm_eps);
-    // Few rows: SpecBed's own matrix-vector kernel (models/gemv.h); otherwise ATen's GEMM.
-    const bool use_gemv = rows <= GemvMaxRows(dtype_);
     at::Tensor x = LeadingRows(x_, rows), xn = LeadingRows(xn_, rows),
                qkv = LeadingRows(qkv_, rows), attn = LeadingRows(attn_, rows),
                gate_up = LeadingRows(gate_up_, rows), act = LeadingRows(act_, rows);
     T* xp = x.data_ptr<T>();
     T* xnp = xn.data_ptr<T>();
-    EmbedRows(weights_.tok_embeddings.data_ptr<T>(), tokens.data_ptr<int64_t>(), rows, dim,
-              config_.vocab_size, xp);
+    EmbedRows(weights_.tok_embeddings.data_ptr<T>(), ids, rows, dim, config_.vocab_size, xp);
     capture(0, x);
-    const RowsShape shape = StepShape(config_, batch, n_tokens, past, cache.max_len());
-    QkvToCacheArgs<T> rope{shape,
-                           positions.defined() ? positions.data_ptr<int64_t>() : nullptr,
-                           rope_cos_.data_ptr<float>(),
-                           rope_sin_.data_ptr<float>(),
-                           nullptr,
-                           nullptr,
-                           eps,
-                           config_.rope_interleaved};
-    AttentionArgs args{shape, mask.defined() ? mask.data_ptr<bool>() : nullptr,
-                       scores_.data_ptr<float>(), slot_capacity_};
+    const HeadShape heads{config_.n_heads, config_.n_kv_heads, config_.head_dim};
+    QkvToCacheArgs<T> rope{
+        heads, rope_cos_.data_ptr<float>(), rope_sin_.data_ptr<float>(), nullptr, nullptr,
+        eps,   config_.rope_interleaved};
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       const LlamaLayerWeights& w = weights_.layers[l];
       RmsNormRows(xp, w.attn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      RowsLinear(xn, w.wqkv, w.bqkv, wqkv_t_[l], qkv, use_gemv, /*accumulate=*/false);
-      T* kcache = static_cast<T*>(cache.LayerData(l, 0));
-      T* vcache = static_cast<T*>(cache.LayerData(l, 1));
+      PlannedLinear(xn, w.wqkv, w.bqkv, wqkv_t_[l], qkv, step.body, /*accumulate=*/false);
       rope.q_norm = w.q_norm.defined() ? w.q_norm.data_ptr<T>() : nullptr;
       rope.k_norm = w.k_norm.defined() ? w.k_norm.data_ptr<T>() : nullptr;
-      QkvToCache(qkv.data_ptr<T>(), q_.data_ptr<T>(), kcache, vcache, rope);
-      Attention(q_.data_ptr<T>(), kcache, vcache, attn.data_ptr<T>(), args);
-      RowsLinear(attn, w.wo, {}, wo_t_[l], x, use_gemv, /*accumulate=*/true);
+      for (const RowChunk& ch : step.chunks)
+        QkvToCache(qkv.data_ptr<T>(), q_.data_ptr<T>(), ch, l, rope);
+      Attention(q_.data_ptr<T>(), attn.data_ptr<T>(), step, l, heads, scores_.data_ptr<float>(),
+                slot_capacity_);
+      PlannedLinear(attn, w.wo, {}, wo_t_[l], x, step.body, /*accumulate=*/true);
       RmsNormRows(xp, w.ffn_norm.data_ptr<T>(), xnp, rows, dim, eps);
-      RowsLinear(xn, w.w_gate_up, {}, w_gate_up_t_[l], gate_up, use_gemv, /*accumulate=*/false);
+      PlannedLinear(xn, w.w_gate_up, {}, w_gate_up_t_[l], gate_up, step.body, /*accumulate=*/false);
       SiluMul(gate_up.data_ptr<T>(), act.data_ptr<T>(), rows, config_.hidden_dim);
-      RowsLinear(act, w.w_down, {}, w_down_t_[l], x, use_gemv, /*accumulate=*/true);
+      PlannedLinear(act, w.w_down, {}, w_down_t_[l], x, step.body, /*accumulate=*/true);
       capture(l + 1, x);
     }
-    if (options.logits != LogitsMode::kNone) {
+    if (logits != nullptr) {
       const HeadBuffers head{
           x_, head_in_, logits_, logits_lowp_, weights_.final_norm, weights_.lm_head, lm_head_t_};
-      out.logits = LogitsRows<T>(head, batch, n_tokens, options.logits == LogitsMode::kAll, eps);
+      *logits = LogitsRows<T>(head, step, eps);
     }
   });
+}
+
+// A ragged chunk's arguments, checked against its cache (index c names it in errors).
+static void CheckChunk(const SeqChunk& ch, size_t c, const at::Device& device) {
+  SPECBED_CHECK(ch.cache != nullptr && ch.cache->defined(), "ForwardRagged: chunk ", c,
+                " has no cache");
+  SPECBED_CHECK(ch.cache->batch() == 1 && ch.cache->device() == device, "ForwardRagged: chunk ", c,
+                "'s cache must be batch 1 on ", device.str());
+  SPECBED_CHECK(ch.tokens.dim() == 2 && ch.tokens.size(0) == 1 && ch.tokens.size(1) >= 1 &&
+                    ch.tokens.scalar_type() == at::kLong && ch.tokens.device().is_cpu() &&
+                    ch.tokens.is_contiguous(),
+                "ForwardRagged: chunk ", c,
+                "'s tokens must be contiguous int64 [1, T >= 1] on the CPU");
+  const int64_t n = ch.tokens.size(1), slots = ch.cache->length() + n;
+  SPECBED_CHECK(slots <= ch.cache->max_len(), "ForwardRagged: chunk ", c, ": context length ",
+                slots, " exceeds its KV cache (", ch.cache->max_len(), " positions)");
+  SPECBED_CHECK(
+      !ch.positions.defined() ||
+          (ch.positions.sizes() == ch.tokens.sizes() && ch.positions.scalar_type() == at::kLong &&
+           ch.positions.device().is_cpu() && ch.positions.is_contiguous()),
+      "ForwardRagged: chunk ", c, "'s positions must be int64 [1, T] on the CPU");
+  SPECBED_CHECK(
+      !ch.mask.defined() || (ch.mask.dim() == 3 && ch.mask.size(0) == 1 && ch.mask.size(1) == n &&
+                             ch.mask.size(2) == slots && ch.mask.scalar_type() == at::kBool &&
+                             ch.mask.device().is_cpu() && ch.mask.is_contiguous()),
+      "ForwardRagged: chunk ", c, "'s mask must be bool [1, T, length + T] = [1, ", n, ", ", slots,
+      "]");
+}
+
+RaggedOutput LlamaModel::ForwardRagged(const std::vector<SeqChunk>& chunks,
+                                       const RaggedOptions& options) {
+  SPECBED_CHECK(!chunks.empty(), "ForwardRagged: no chunks");
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    CheckChunk(chunks[c], c, device_);
+    for (size_t d = 0; d < c; ++d) {
+      SPECBED_CHECK(chunks[d].cache != chunks[c].cache, "ForwardRagged: chunks ", d, " and ", c,
+                    " share a cache");
+    }
+  }
+  for (int64_t l : options.hidden_layers) {
+    SPECBED_CHECK(l >= 0 && l <= config_.n_layers, "ForwardRagged: hidden layer ", l,
+                  " outside [0, n_layers=", config_.n_layers, "]");
+  }
+  ++forward_calls_;
+  RaggedOutput out = aten_ ? RaggedAten(chunks, options) : RaggedRows(chunks, options);
+  for (const SeqChunk& ch : chunks) ch.cache->Advance(ch.tokens.size(1));
+  return out;
+}
+
+// The ATen path: one Forward per chunk (their logits copied out of the shared buffer).
+RaggedOutput LlamaModel::RaggedAten(const std::vector<SeqChunk>& chunks,
+                                    const RaggedOptions& options) {
+  RaggedOutput out;
+  for (const SeqChunk& ch : chunks) {
+    ForwardOptions fo;
+    fo.positions = ch.positions;
+    fo.mask = ch.mask;
+    fo.hidden_layers = options.hidden_layers;
+    fo.logits = options.logits;
+    ForwardOutput one = aten_->Run(ch.tokens, *ch.cache, fo);  // ForwardRagged advances
+    if (one.logits.defined()) out.logits.push_back(one.logits[0].clone());
+    out.hidden.push_back(std::move(one.hidden));
+  }
+  return out;
+}
+
+// The row kernels: chunks of <= GemvMaxRows rows first (one GEMV call over all of them), then the
+// longer ones, each its own GEMM call (batch_invariant), or one plan by the total rows.
+RaggedOutput LlamaModel::RaggedRows(const std::vector<SeqChunk>& chunks,
+                                    const RaggedOptions& options) {
+  const int64_t max_rows = GemvMaxRows(dtype_);
+  std::vector<size_t> order;  // buffer order: short chunks first, then long ones
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if ((chunks[c].tokens.size(1) > max_rows) == (pass == 1)) order.push_back(c);
+    }
+  }
+  RowStep step;
+  std::vector<int64_t> ids, segments, first_row(chunks.size());
+  int64_t needed_rope = 1;
+  for (size_t c : order) {
+    const SeqChunk& ch = chunks[c];
+    const int64_t n = ch.tokens.size(1), past = ch.cache->length();
+    first_row[c] = static_cast<int64_t>(ids.size());
+    step.chunks.push_back({ch.cache, 0, first_row[c], n, past,
+                           ch.positions.defined() ? ch.positions.data_ptr<int64_t>() : nullptr,
+                           ch.mask.defined() ? ch.mask.data_ptr<bool>() : nullptr});
+    const int64_t* t = ch.tokens.data_ptr<int64_t>();
+    ids.insert(ids.end(), t, t + n);
+    segments.push_back(n);
+    needed_rope = std::max(needed_rope, RopeRowsNeeded(ch.positions, n, past + n));
+  }
+  const bool all = options.logits == LogitsMode::kAll;
+  step.body = PlanRows(segments, max_rows, options.batch_invariant);
+  step.head =
+      all ? step.body
+          : PlanRows(std::vector<int64_t>(chunks.size(), 1), max_rows, options.batch_invariant);
+  step.all_logits = all;
+  EnsureRope(needed_rope);
+  at::Tensor logits;
+  std::vector<at::Tensor> hidden;
+  RunRows(ids.data(), step, options.hidden_layers,
+          options.logits != LogitsMode::kNone ? &logits : nullptr, hidden);
+  RaggedOutput out;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t n = chunks[c].tokens.size(1);
+    if (logits.defined()) {
+      const size_t at = std::find(order.begin(), order.end(), c) - order.begin();
+      out.logits.push_back(all ? logits.narrow(0, first_row[c], n)
+                               : logits.narrow(0, static_cast<int64_t>(at), 1));
+    }
+    std::vector<at::Tensor> mine;
+    for (const at::Tensor& h : hidden) mine.push_back(h.narrow(0, first_row[c], n).unsqueeze(0));
+    out.hidden.push_back(std::move(mine));
+  }
   return out;
 }
 

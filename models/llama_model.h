@@ -66,6 +66,7 @@ struct ModelOptions {
 };
 
 class AtenForward;
+struct RowStep;  // models/llama_model.cpp
 
 struct ForwardOptions {
   // [batch, T] int64, on the CPU or the model's device: RoPE position of each new token.
@@ -113,6 +114,35 @@ struct ForwardOutput {
   at::Tensor staged_extra;
 };
 
+// One sequence's part of LlamaModel::ForwardRagged: its own batch-1 cache (NewCache(1, ...)) and
+// the T tokens appended after cache->length() (the cache advances by T).
+struct SeqChunk {
+  KvCache* cache = nullptr;
+  at::Tensor tokens;     // int64 [1, T], CPU
+  at::Tensor positions;  // int64 [1, T], CPU; undefined: cache->length() + t
+  at::Tensor mask;       // bool [1, T, cache->length() + T], CPU; undefined: causal
+};
+
+struct RaggedOptions {
+  std::vector<int64_t> hidden_layers;    // as ForwardOptions::hidden_layers
+  LogitsMode logits = LogitsMode::kAll;  // kAll: every row; kLast: each chunk's last row
+  // The row kernels: each chunk's rows go through the matrix kernel batch 1 would give them
+  // (GEMV for a chunk of <= GemvMaxRows rows, all such chunks in one GEMV call; a longer chunk
+  // its own GEMM call), so every chunk's logits are bit-identical to its batch-1 Forward. false:
+  // GEMV or one GEMM by the step's total rows (faster past the threshold; rows may differ in the
+  // last bits from batch 1). Ignored off the row kernels.
+  bool batch_invariant = true;
+};
+
+struct RaggedOutput {
+  // Per chunk (in the order given): float32 logits [T, vocab] (kAll) or [1, vocab] (kLast) on
+  // the model's device, views of a model-owned buffer valid until the next forward; empty for
+  // kNone.
+  std::vector<at::Tensor> logits;
+  // Per chunk, one tensor per requested hidden layer: [1, T, dim], model dtype and device.
+  std::vector<std::vector<at::Tensor>> hidden;
+};
+
 // A draft chain's choice of token i (LlamaModel::DecodeChain): from `logits` (float32 [1, V] on
 // the model's device) write the token id into `id` (int64 [1] on the device), on the device.
 using ChainPick = std::function<void(int64_t i, const at::Tensor& logits, const at::Tensor& id)>;
@@ -131,6 +161,15 @@ class LlamaModel {
   // NewCache (same batch, on the model's device).
   ForwardOutput Forward(const at::Tensor& tokens, KvCache& cache,
                         const ForwardOptions& options = {});
+
+  // One forward over several sequences at once, each with its own cache, length and mask
+  // (continuous batching: harness/engine/batch_engine.h). The row kernels run one matrix pass
+  // per projection over every chunk's rows (the weights are read once for the whole batch) and
+  // attention per chunk against its own cache; a chunk's rows never see another chunk's. The
+  // ATen path runs the chunks one Forward each (correct, not yet batched). Caches must be
+  // distinct, batch 1 and on the model's device.
+  RaggedOutput ForwardRagged(const std::vector<SeqChunk>& chunks,
+                             const RaggedOptions& options = {});
 
   // A cache for `batch` sequences of up to `max_len` positions (default: config.max_seq_len),
   // on the model's device. More positions than a Mistral config's sliding_window are refused.
@@ -172,6 +211,12 @@ class LlamaModel {
  private:
   ForwardOutput ForwardRows(const at::Tensor& tokens, KvCache& cache,
                             const ForwardOptions& options);
+  RaggedOutput RaggedRows(const std::vector<SeqChunk>& chunks, const RaggedOptions& options);
+  RaggedOutput RaggedAten(const std::vector<SeqChunk>& chunks, const RaggedOptions& options);
+  // The row kernels over `step`'s chunks (token ids in buffer order): logits into *logits
+  // (null = none), hidden states [rows, dim] of `hidden_layers` into `hidden`.
+  void RunRows(const int64_t* ids, const RowStep& step, const std::vector<int64_t>& hidden_layers,
+               at::Tensor* logits, std::vector<at::Tensor>& hidden);
 
   void EnsureCapacity(int64_t n_rows, int64_t n_slots);
   void EnsureRope(int64_t max_position);

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "harness/engine/device_sampling.h"
+#include "harness/engine/method.h"
 #include "models/device.h"
 
 namespace specbed {
@@ -92,6 +93,68 @@ GenerationResult GenerateAr(LlamaModel& model, const Tokenizer* tokenizer,
   result.decode_ms = (t_end - t_prefill_end - margin_ns) * 1e-6;
   result.forward_ms = forward_ns * 1e-6;
   return result;
+}
+
+void ArDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                         KvCache& cache, DecodeResult& result) {
+  result.steps.clear();
+  result.generation = GenerateAr(model_, tokenizer_, prompt, config, cache);
+}
+
+void ArDecoder::Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                      KvCache& cache) {
+  SPECBED_CHECK(!prompt.empty(), "AR generation needs a non-empty prompt (add BOS)");
+  SPECBED_CHECK(cache.batch() == 1, "AR generation uses a batch-1 cache");
+  SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
+                " tokens does not fit the context (", cache.max_len(), " positions)");
+  sampler_.emplace(config.sampling, config.seed);
+  stop_.emplace(config.stop, tokenizer_, prompt.back());
+  cache_ = &cache;
+  cache.Truncate(0);
+  n_steps_ = 0;
+  if (!row_.defined()) row_ = at::empty({1, 1}, at::kLong);
+  at::Tensor prompt_ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
+  std::copy(prompt.begin(), prompt.end(), prompt_ids.data_ptr<int64_t>());
+  const ForwardOutput out = model_.Forward(prompt_ids, cache);
+  token_ = SampleNext(*sampler_, CopyToHost(out.logits), nullptr);
+  stop_->Push(token_);
+}
+
+bool ArDecoder::Plan(int64_t /*max_nodes*/, SeqChunk& chunk) {
+  if (cache_->length() >= cache_->max_len()) {
+    stop_->StopForContext();
+    return false;
+  }
+  row_.data_ptr<int64_t>()[0] = token_;
+  chunk = SeqChunk();
+  chunk.cache = cache_;
+  chunk.tokens = row_;
+  return true;
+}
+
+StepStats ArDecoder::Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& /*hidden*/) {
+  const int64_t t0 = NowNanos();
+  const at::Tensor host = CopyToHost(logits);
+  const size_t before = stop_->tokens().size();
+  token_ = sampler_->Sample(host.data_ptr<float>(), host.size(-1));
+  stop_->Push(token_);
+  ++n_steps_;
+  StepStats stats;
+  stats.n_emitted = static_cast<int64_t>(stop_->tokens().size() - before);
+  stats.n_target_forwards = 1;
+  stats.t_verify_us = (NowNanos() - t0) * 1e-3;
+  return stats;
+}
+
+double ArDecoder::Finish(DecodeResult& result) {
+  result.steps.clear();
+  GenerationResult& gen = result.generation;
+  gen = GenerationResult();
+  gen.tokens = stop_->tokens();
+  gen.text = stop_->text();
+  gen.stop_reason = stop_->reason();
+  gen.n_steps = n_steps_;
+  return 0;
 }
 
 }  // namespace specbed

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,9 +166,42 @@ struct DecodeResult {
   std::vector<StepStats> steps;  // empty for AR
 };
 
+// One request decoded step by step inside a batch (harness/engine/batch_engine.h): a decoder's
+// generation loop cut at the target forward, so that the sequences of a batch share one
+// LlamaModel::ForwardRagged per step. The decoder object holds one sequence at a time, so a batch
+// of B sequences uses B decoders of the method (each with its own drafter state).
+class SequenceStepper {
+ public:
+  virtual ~SequenceStepper() = default;
+  // Prefills `prompt` into `cache` (batch 1, reset here) with a batch-1 target forward, samples
+  // the first token and starts the method's parts for the sequence.
+  virtual void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                     KvCache& cache) = 0;
+  virtual bool stopped() const = 0;
+  // Plans the next step: a draft of at most `max_nodes` nodes (< 0: the method's own budget;
+  // 0: no draft, the plain AR step) and its verify rows as a chunk of the batch forward. False
+  // when the context is full (the sequence then stops).
+  virtual bool Plan(int64_t max_nodes, SeqChunk& chunk) = 0;
+  // Concludes the step from the chunk's rows of the batch forward (logits float32 [T, vocab];
+  // hidden [1, T, dim] per HiddenLayers entry): acceptance, KV compaction, the method's accept
+  // and the commit. Returns the step's counts, with t_draft_us / t_verify_us = this sequence's
+  // own drafting (Plan + accept) and acceptance time (the shared forward is the batch's).
+  virtual StepStats Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& hidden) = 0;
+  // Target layers whose hidden states Conclude needs (the same for every sequence of a method).
+  virtual std::vector<int64_t> HiddenLayers() const { return {}; }
+  // The tokens generated so far (the first comes from Start).
+  virtual const std::vector<int32_t>& generated() const = 0;
+  // Ends the sequence (an online adapter's end-of-sequence update) and fills `result`; returns the
+  // adapter's time in microseconds (it stalls the whole batch).
+  virtual double Finish(DecodeResult& result) = 0;
+};
+
 class Decoder {
  public:
   virtual ~Decoder() = default;
+  // This decoder as a SequenceStepper, or nullptr when it runs its own loop (PEARL, SpecBranch:
+  // their gain is hardware left idle by one request, so they cannot share a batch).
+  virtual SequenceStepper* stepper() { return nullptr; }
   // Generates from `prompt` (non-empty) with `cache` (the target's batch-1 cache; reset here).
   virtual void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                         KvCache& cache, DecodeResult& result) = 0;
@@ -181,16 +215,33 @@ class Decoder {
   virtual std::string SamplingVerifier() const { return ""; }
 };
 
-// Autoregressive decoding (GenerateAr) as a Decoder.
-class ArDecoder : public Decoder {
+// Autoregressive decoding (GenerateAr) as a Decoder, and as a SequenceStepper of one row a step
+// (prefill and sampling exactly as GenerateAr, so a batched AR answer equals the batch-1 one).
+class ArDecoder : public Decoder, public SequenceStepper {
  public:
   ArDecoder(LlamaModel& model, const Tokenizer* tokenizer) : model_(model), tokenizer_(tokenizer) {}
   void Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config, KvCache& cache,
                 DecodeResult& result) override;
 
+  SequenceStepper* stepper() override { return this; }
+  void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+             KvCache& cache) override;
+  bool stopped() const override { return stop_ && stop_->stopped(); }
+  bool Plan(int64_t max_nodes, SeqChunk& chunk) override;
+  StepStats Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& hidden) override;
+  const std::vector<int32_t>& generated() const override { return stop_->tokens(); }
+  double Finish(DecodeResult& result) override;
+
  private:
   LlamaModel& model_;
   const Tokenizer* tokenizer_;
+  // The sequence a stepper runs.
+  std::optional<Sampler> sampler_;
+  std::optional<StopChecker> stop_;
+  KvCache* cache_ = nullptr;
+  int32_t token_ = -1;
+  at::Tensor row_;  // int64 [1, 1]: the step's token
+  int64_t n_steps_ = 0;
 };
 
 }  // namespace specbed

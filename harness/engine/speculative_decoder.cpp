@@ -111,15 +111,16 @@ int32_t DraftWithinBudget(Drafter& drafter, Controller* controller, DraftStep& s
 
 // The adapter's end-of-sequence work (e.g. an OSD update): drafter cost of this request, added to
 // the last step.
-void EndAdapter(Adapter& adapter, const std::vector<int32_t>& committed, int64_t prompt_len,
-                const at::Device& device, std::vector<StepStats>& steps) {
+double EndAdapter(Adapter& adapter, const std::vector<int32_t>& committed, int64_t prompt_len,
+                  const at::Device& device, std::vector<StepStats>& steps) {
   const int64_t a0 = DeviceNowNanos(device);
   adapter.EndSequence(committed, prompt_len);
   const double adapt_us = (DeviceNowNanos(device) - a0) * 1e-3;
-  if (steps.empty()) return;
+  if (steps.empty()) return adapt_us;
   steps.back().t_draft_us += adapt_us;
   steps.back().t_adapt_us += adapt_us;
   steps.back().t_draft_busy_us += adapt_us;
+  return adapt_us;
 }
 
 // The counts of a verified step (its times are SetStepTimes'). `generated` = the drafter's
@@ -152,7 +153,7 @@ int32_t Prefill(LlamaModel& target, const std::vector<int32_t>& prompt,
 }
 
 // The answer's tokens, text, stop reason and prefill / decode times (device-synchronized clock
-// readings in ns).
+// readings in ns; the stepper's decode time spans its batch steps, co-running requests' included).
 void FinishGeneration(const StopChecker& stop, int64_t t_start, int64_t t_prefill_end,
                       int64_t t_end, GenerationResult& gen) {
   gen.tokens = stop.tokens();
@@ -170,12 +171,6 @@ void CheckPromptFits(const std::vector<int32_t>& prompt, const KvCache& cache) {
 }
 
 }  // namespace
-
-void ArDecoder::Generate(const std::vector<int32_t>& prompt, const GenerationConfig& config,
-                         KvCache& cache, DecodeResult& result) {
-  result.steps.clear();
-  result.generation = GenerateAr(model_, tokenizer_, prompt, config, cache);
-}
 
 int64_t CacheLengthFor(const LlamaModel& model, int64_t prompt_len, int64_t max_new_tokens,
                        const Decoder& decoder) {
@@ -240,82 +235,154 @@ SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const std::vector<
   return t;
 }
 
-void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
-                                  const GenerationConfig& config, KvCache& cache,
-                                  DecodeResult& result) {
+void SpeculativeDecoder::StartSequence(const std::vector<int32_t>& prompt,
+                                       const GenerationConfig& config, KvCache& cache) {
   CheckPromptFits(prompt, cache);
-  const int64_t vocab = target_.config().vocab_size;
-  GenerationResult& gen = result.generation;
-  gen = GenerationResult();
-  result.steps.clear();
-  Sampler sampler(config.sampling, config.seed);
-  StopChecker stop(config.stop, tokenizer_, prompt.back());
+  sampler_.emplace(config.sampling, config.seed);
+  stop_.emplace(config.stop, tokenizer_, prompt.back());
+  cache_ = &cache;
   cache.Truncate(0);
   verifier_.SetSyntheticAcceptance(config.synthetic_acceptance,
                                    DrafterSeed(config.seed ^ 0x73796e7468ULL));  // "synth"
-  const std::vector<int64_t> hidden_layers = drafter_->TargetHiddenLayers();
-  Adapter* adapter = config.adapt ? adapter_.get() : nullptr;  // warm-ups do not reach it
+  hidden_layers_ = drafter_->TargetHiddenLayers();
+  active_adapter_ = config.adapt ? adapter_.get() : nullptr;  // warm-ups do not reach it
+  prompt_len_ = static_cast<int64_t>(prompt.size());
+  max_new_tokens_ = config.stop.max_new_tokens;
+  step_index_ = 0;
 
   // Prefill (identical to AR).
-  const int64_t t_start = DeviceNowNanos(target_.device());
+  t_start_ = DeviceNowNanos(target_.device());
   ForwardOutput out;
   DeviceVerifier* on_device =
       target_.forward_path() == ForwardPath::kAten ? &verifier_.device() : nullptr;
-  int32_t root = Prefill(target_, prompt, hidden_layers, on_device, sampler, cache, out);
-  const int64_t t_prefill_end = DeviceNowNanos(target_.device());
-  stop.Push(root);
+  root_ = Prefill(target_, prompt, hidden_layers_, on_device, *sampler_, cache, out);
+  t_prefill_end_ = DeviceNowNanos(target_.device());
+  stop_->Push(root_);
 
   committed_.assign(prompt.begin(), prompt.end());
-  committed_.push_back(root);
-  BeginTimes begun;
-  DraftBudget budget = options_.budget;
-  if (!stop.stopped())
-    begun = BeginParts(prompt, root, out, config, cache.max_len(), budget, adapter);
+  committed_.push_back(root_);
+  begun_ = BeginTimes();
+  budget_ = options_.budget;
+  if (!stop_->stopped()) {
+    begun_ = BeginParts(prompt, root_, out, config, cache.max_len(), budget_, active_adapter_);
+  }
+}
 
+int32_t SpeculativeDecoder::DraftNext(int64_t free, int64_t node_cap) {
+  if (node_cap == 0) {  // the plain AR step: no drafter, no controller
+    tree_.Clear();
+    return 0;
+  }
+  DraftStep step;
+  step.root = root_;
+  step.committed = &committed_;
+  step.step_index = step_index_;
+  const int64_t left = max_new_tokens_ - static_cast<int64_t>(stop_->tokens().size());
+  return DraftWithinBudget(*drafter_, controller_.get(), step, budget_,
+                           node_cap > 0 ? std::min(free, node_cap) : free, left,
+                           target_.config().vocab_size, tree_);
+}
+
+void SpeculativeDecoder::AcceptVerdict() {
+  drafter_->Accept(tree_, verdict_);
+  if (active_adapter_) active_adapter_->Observe(tree_, verdict_);
+  if (controller_) controller_->AfterStep(tree_, verdict_);
+}
+
+StepStats SpeculativeDecoder::CommitStep(int32_t draft_depth) {
+  StepStats stats = CountStep(tree_, verdict_, draft_depth, drafter_->GeneratedLastStep());
+  stats.n_emitted = CommitTokens(verdict_.tokens, committed_, *stop_);
+  root_ = verdict_.tokens.back();
+  return stats;
+}
+
+double SpeculativeDecoder::EndSequence(std::vector<StepStats>& steps, DecodeResult& result) {
+  double adapt_us = 0;
+  if (active_adapter_) {
+    adapt_us = EndAdapter(*active_adapter_, committed_, prompt_len_, target_.device(), steps);
+  }
+  GenerationResult& gen = result.generation;
+  gen = GenerationResult();
+  FinishGeneration(*stop_, t_start_, t_prefill_end_, DeviceNowNanos(target_.device()), gen);
+  gen.n_steps = static_cast<int64_t>(steps.size());
+  return adapt_us;
+}
+
+void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
+                                  const GenerationConfig& config, KvCache& cache,
+                                  DecodeResult& result) {
+  StartSequence(prompt, config, cache);
+  result.steps.clear();
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
-  int64_t step_index = 0;
   // End of the previous step; the first step's "other" starts at the end of prefill (minus the
   // drafter's Begin, which is draft time), so draft + verify + other add up to decode time.
-  int64_t t_prev_end = t_prefill_end;
+  int64_t t_prev_end = t_prefill_end_;
   marks_.Clear();
-  while (!stop.stopped()) {
+  while (!stop_->stopped()) {
     const int64_t free = cache.max_len() - cache.length() - 1;  // slots after the root
     if (free < 0) {
-      stop.StopForContext();
+      stop_->StopForContext();
       break;
     }
     StepPhases phases(target_.device(), t_prev_end, marks_);
     phases.Lap(StepPhases::kOther);  // the loop since the previous step ended
-    DraftStep step;
-    step.root = root;
-    step.committed = &committed_;
-    step.step_index = step_index;
-    const int64_t left = config.stop.max_new_tokens - static_cast<int64_t>(stop.tokens().size());
-    const int32_t draft_depth =
-        DraftWithinBudget(*drafter_, controller_.get(), step, budget, free, left, vocab, tree_);
+    const int32_t draft_depth = DraftNext(free, -1);
     phases.Lap(StepPhases::kDraft);
-    verifier_.Verify(root, tree_, options_.sampling_rule, sampler, cache, hidden_layers, verdict_);
+    verifier_.Verify(root_, tree_, options_.sampling_rule, *sampler_, cache, hidden_layers_,
+                     verdict_);
     phases.Lap(StepPhases::kVerify);
-    drafter_->Accept(tree_, verdict_);
-    if (adapter) adapter->Observe(tree_, verdict_);
-    if (controller_) controller_->AfterStep(tree_, verdict_);
+    AcceptVerdict();
     phases.Lap(StepPhases::kDraft);
-
-    StepStats stats = CountStep(tree_, verdict_, draft_depth, drafter_->GeneratedLastStep());
-    stats.n_emitted = CommitTokens(verdict_.tokens, committed_, stop);
-    root = verdict_.tokens.back();
+    StepStats stats = CommitStep(draft_depth);
     phases.Lap(StepPhases::kOther);
-    phases.SetStepTimes(step_index == 0, begun.all_ns, begun.drafter_prefill_ns, stats);
+    phases.SetStepTimes(step_index_ == 0, begun_.all_ns, begun_.drafter_prefill_ns, stats);
     t_prev_end = phases.end_ns();
     result.steps.push_back(stats);
-    ++step_index;
-    ++gen.n_steps;
+    ++step_index_;
   }
-  if (adapter) {
-    EndAdapter(*adapter, committed_, static_cast<int64_t>(prompt.size()), target_.device(),
-               result.steps);
+  EndSequence(result.steps, result);
+}
+
+void SpeculativeDecoder::Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                               KvCache& cache) {
+  StartSequence(prompt, config, cache);
+  steps_.clear();
+}
+
+bool SpeculativeDecoder::Plan(int64_t max_nodes, SeqChunk& chunk) {
+  const int64_t free = cache_->max_len() - cache_->length() - 1;  // slots after the root
+  if (free < 0) {
+    stop_->StopForContext();
+    return false;
   }
-  FinishGeneration(stop, t_start, t_prefill_end, DeviceNowNanos(target_.device()), gen);
+  const int64_t t0 = NowNanos();
+  draft_depth_ = DraftNext(free, max_nodes);
+  plan_ns_ = NowNanos() - t0;
+  chunk = verifier_.StageChunk(root_, tree_, *cache_);
+  return true;
+}
+
+StepStats SpeculativeDecoder::Conclude(const at::Tensor& logits,
+                                       const std::vector<at::Tensor>& hidden) {
+  const int64_t t0 = NowNanos();
+  verifier_.Conclude(tree_, options_.sampling_rule, *sampler_, *cache_, logits, hidden, verdict_);
+  const int64_t t1 = NowNanos();
+  AcceptVerdict();
+  StepStats stats = CommitStep(draft_depth_);
+  stats.t_draft_us = (plan_ns_ + NowNanos() - t1) * 1e-3;
+  stats.t_verify_us = (t1 - t0) * 1e-3;
+  stats.t_draft_busy_us = stats.t_draft_us;
+  stats.t_verify_busy_us = stats.t_verify_us;
+  steps_.push_back(stats);
+  ++step_index_;
+  return stats;
+}
+
+double SpeculativeDecoder::Finish(DecodeResult& result) {
+  const double adapt_us = EndSequence(steps_, result);
+  result.steps = std::move(steps_);
+  steps_.clear();
+  return adapt_us;
 }
 
 }  // namespace specbed

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "harness/engine/method.h"
@@ -34,7 +35,7 @@ struct SpeculativeOptions {
   VerifyRule sampling_rule = VerifyRule::kChainRs;  // rule at T > 0 (greedy at T = 0)
 };
 
-class SpeculativeDecoder : public Decoder {
+class SpeculativeDecoder : public Decoder, public SequenceStepper {
  public:
   SpeculativeDecoder(LlamaModel& target, const Tokenizer* tokenizer,
                      std::unique_ptr<Drafter> drafter, SpeculativeOptions options,
@@ -45,6 +46,19 @@ class SpeculativeDecoder : public Decoder {
   // The default budget's nodes, or the installed Controller's MaxNodes when larger.
   int64_t MaxDraftNodes() const override;
   std::string SamplingVerifier() const override { return VerifyRuleName(options_.sampling_rule); }
+
+  // The batch engine's stepper (method.h): the same loop cut at the target forward; a plan of
+  // max_nodes = 0 skips the drafter and the controller (the plain AR step; the drafter still sees
+  // the verdict in Accept, so its state follows the committed tokens).
+  SequenceStepper* stepper() override { return this; }
+  void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+             KvCache& cache) override;
+  bool stopped() const override { return stop_ && stop_->stopped(); }
+  bool Plan(int64_t max_nodes, SeqChunk& chunk) override;
+  StepStats Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& hidden) override;
+  std::vector<int64_t> HiddenLayers() const override { return drafter_->TargetHiddenLayers(); }
+  const std::vector<int32_t>& generated() const override { return stop_->tokens(); }
+  double Finish(DecodeResult& result) override;
 
   Drafter& drafter() { return *drafter_; }
   // Installs (or replaces) the online Adapter; takes effect at the next Generate.
@@ -69,6 +83,21 @@ class SpeculativeDecoder : public Decoder {
                         const GenerationConfig& config, int64_t max_len, DraftBudget& budget,
                         Adapter* adapter);
 
+  // The steps of a sequence, shared by Generate and the stepper.
+  // Prefill, the first token (the first root) and the parts' starts.
+  void StartSequence(const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                     KvCache& cache);
+  // Drafts the step into tree_ within the budget, the `free` cache slots and node_cap (< 0: no
+  // cap; 0: an empty draft without calling the drafter); returns the draft's depth.
+  int32_t DraftNext(int64_t free, int64_t node_cap);
+  // The parts' accept of verdict_ (drafter, adapter, controller).
+  void AcceptVerdict();
+  // The step's counts, its tokens committed (until a stop rule fires) and the next root.
+  StepStats CommitStep(int32_t draft_depth);
+  // The adapter's end of sequence (added to the last of `steps`) and the generation result;
+  // returns the adapter's time (us).
+  double EndSequence(std::vector<StepStats>& steps, DecodeResult& result);
+
   LlamaModel& target_;
   const Tokenizer* tokenizer_;
   std::unique_ptr<Drafter> drafter_;
@@ -80,6 +109,18 @@ class SpeculativeDecoder : public Decoder {
   Verdict verdict_;
   std::vector<int32_t> committed_;
   DeviceMarks marks_;  // the phases' device-time marks (reused across steps)
+  // The sequence in progress.
+  std::optional<Sampler> sampler_;
+  std::optional<StopChecker> stop_;
+  KvCache* cache_ = nullptr;
+  Adapter* active_adapter_ = nullptr;  // null: no adapter, or a generation it must not learn from
+  std::vector<int64_t> hidden_layers_;
+  DraftBudget budget_;
+  BeginTimes begun_;
+  int32_t root_ = -1, draft_depth_ = 0;
+  int64_t step_index_ = 0, prompt_len_ = 0, max_new_tokens_ = 0;
+  int64_t t_start_ = 0, t_prefill_end_ = 0, plan_ns_ = 0;
+  std::vector<StepStats> steps_;  // the stepper's steps
 };
 
 // Length of a target KV cache that holds a prompt of `prompt_len` tokens, `max_new_tokens`

@@ -247,7 +247,7 @@ int64_t TreeVerifier::PaddedWidth(int64_t n_slots, int64_t room) const {
 // the tree's n nodes and rows [0, n] of the logits), so they are never accepted, draw no uniform
 // and are dropped by the compaction.
 at::Tensor TreeVerifier::StageRows(int32_t root, const DraftTree& tree, int64_t committed,
-                                   int64_t width, ForwardOptions& options) {
+                                   int64_t width, bool bits, ForwardOptions& options) {
   const int64_t n = tree.size(), n_slots = n + 1;
   int64_t* tok = tokens_buf_.data_ptr<int64_t>();
   tok[0] = root;
@@ -259,7 +259,7 @@ at::Tensor TreeVerifier::StageRows(int32_t root, const DraftTree& tree, int64_t 
     for (int64_t i = 0; i < n; ++i) pos[i + 1] = committed + tree.depth[i];
     std::fill(pos + n_slots, pos + width, committed);
     options.positions = positions_buf_.narrow(0, 0, width).view({1, width});
-    if (target_.TakesTreeBits(width)) {  // a bitmask over the new rows, no [T, S] mask
+    if (bits && target_.TakesTreeBits(width)) {  // a bitmask over the new rows, no [T, S] mask
       int64_t* bits = bits_buf_.data_ptr<int64_t>();
       TreeBitsOf(tree.parent.data(), n, bits);
       for (int64_t r = n_slots; r < width; ++r)
@@ -297,15 +297,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
                 cache.max_len(), ")");
   const int64_t vocab = target_.config().vocab_size;
   const int64_t width = PaddedWidth(n_slots, cache.max_len() - committed);
-  // Grow reusable buffers.
-  if (!tokens_buf_.defined() || tokens_buf_.numel() < width) {
-    const int64_t cap = std::max<int64_t>(width, 64);
-    tokens_buf_ = at::empty({cap}, at::kLong);
-    positions_buf_ = at::empty({cap}, at::kLong);
-    parent_buf_ = at::empty({cap}, at::kInt);
-    keep_buf_ = at::empty({cap}, at::kLong);
-    bits_buf_ = at::empty({cap}, at::kLong);
-  }
+  GrowBuffers(width);
   // On the ATen path (every device; forced on the CPU in tests) acceptance, greedy or sampled,
   // runs through the kernels/ walks on the logits' device, their inputs (tree, uniforms) carried
   // in the forward's one upload; the row kernels' CPU logits are read in place.
@@ -317,7 +309,7 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
   options.hidden_layers = hidden_layers;
   if (on_device)
     options.staged_extra = device_.StageTree(tree, committed, greedy ? nullptr : &sampler);
-  const at::Tensor tokens = StageRows(root, tree, committed, width, options);
+  const at::Tensor tokens = StageRows(root, tree, committed, width, /*bits=*/true, options);
   ForwardOutput out = target_.Forward(tokens, cache, options);
   if (width > n_slots) out.logits = out.logits.narrow(1, 0, n_slots);  // the pad rows' dropped
   if (on_device) {  // the walk and the compaction on the device, one copy back
@@ -329,21 +321,66 @@ void TreeVerifier::Verify(int32_t root, const DraftTree& tree, VerifyRule rule, 
                             verdict, compact, out.staged_extra);
     }
     Finish(tree, verdict);
+    verdict.logits = out.logits.reshape({n_slots, vocab});
+    GatherHidden(out.hidden, verdict, n);
   } else {
-    // The row kernels: the CPU logits buffer itself. Synthetic acceptance (a measurement aid)
-    // on a device: the verify rows copied to the host (docs/ARCHITECTURE.md, host syncs).
-    const at::Tensor logits = CopyToHost(out.logits);
-    if (synthetic_.empty()) {
-      AcceptTree(tree, logits.data_ptr<float>(), vocab, rule, sampler, verdict);
-    } else {
-      AcceptSynthetic(tree, logits.data_ptr<float>(), vocab, synthetic_, synthetic_rng_, sampler,
-                      verdict);
-    }
+    AcceptOnHost(tree, rule, sampler, cache, committed, out.logits.reshape({n_slots, vocab}),
+                 out.hidden, verdict);
   }
+}
 
-  verdict.logits = out.logits.reshape({n_slots, vocab});
-  if (!on_device) CompactToPath(verdict.path, committed, keep_buf_, cache);
-  GatherHidden(out.hidden, verdict, on_device ? n : -1);
+void TreeVerifier::GrowBuffers(int64_t width) {
+  if (tokens_buf_.defined() && tokens_buf_.numel() >= width) return;
+  const int64_t cap = std::max<int64_t>(width, 64);
+  tokens_buf_ = at::empty({cap}, at::kLong);
+  positions_buf_ = at::empty({cap}, at::kLong);
+  parent_buf_ = at::empty({cap}, at::kInt);
+  keep_buf_ = at::empty({cap}, at::kLong);
+  bits_buf_ = at::empty({cap}, at::kLong);
+}
+
+SeqChunk TreeVerifier::StageChunk(int32_t root, const DraftTree& tree, KvCache& cache) {
+  const int64_t n_slots = tree.size() + 1, committed = cache.length();
+  SPECBED_CHECK(committed + n_slots <= cache.max_len(), "verify: ", n_slots,
+                " slots do not fit after ", committed, " committed positions (context ",
+                cache.max_len(), ")");
+  GrowBuffers(n_slots);
+  ForwardOptions options;
+  SeqChunk chunk;
+  chunk.cache = &cache;
+  chunk.tokens = StageRows(root, tree, committed, n_slots, /*bits=*/false, options);
+  chunk.positions = options.positions;
+  chunk.mask = options.mask;
+  return chunk;
+}
+
+void TreeVerifier::Conclude(const DraftTree& tree, VerifyRule rule, Sampler& sampler,
+                            KvCache& cache, const at::Tensor& logits,
+                            const std::vector<at::Tensor>& hidden, Verdict& verdict) {
+  const int64_t n_slots = tree.size() + 1, vocab = target_.config().vocab_size;
+  SPECBED_CHECK(cache.length() >= n_slots && logits.dim() == 2 && logits.size(0) == n_slots &&
+                    logits.size(1) == vocab,
+                "verify: logits [", n_slots, ", ", vocab, "] expected after the forward");
+  GrowBuffers(n_slots);
+  AcceptOnHost(tree, rule, sampler, cache, cache.length() - n_slots, logits, hidden, verdict);
+}
+
+// The row kernels: the CPU logits buffer itself. Elsewhere (a ragged batch, or synthetic
+// acceptance on a device) the verify rows copied to the host (docs/ARCHITECTURE.md, host syncs).
+void TreeVerifier::AcceptOnHost(const DraftTree& tree, VerifyRule rule, Sampler& sampler,
+                                KvCache& cache, int64_t committed, const at::Tensor& logits,
+                                const std::vector<at::Tensor>& hidden, Verdict& verdict) {
+  const int64_t vocab = target_.config().vocab_size;
+  const at::Tensor host = CopyToHost(logits);
+  if (synthetic_.empty()) {
+    AcceptTree(tree, host.data_ptr<float>(), vocab, rule, sampler, verdict);
+  } else {
+    AcceptSynthetic(tree, host.data_ptr<float>(), vocab, synthetic_, synthetic_rng_, sampler,
+                    verdict);
+  }
+  verdict.logits = logits;
+  CompactToPath(verdict.path, committed, keep_buf_, cache);
+  GatherHidden(hidden, verdict, -1);
 }
 
 }  // namespace specbed

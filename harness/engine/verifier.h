@@ -84,6 +84,18 @@ class TreeVerifier {
   void Verify(int32_t root, const DraftTree& tree, VerifyRule rule, Sampler& sampler,
               KvCache& cache, const std::vector<int64_t>& hidden_layers, Verdict& verdict);
 
+  // Verify cut at the target forward, for a batch of sequences that share one
+  // LlamaModel::ForwardRagged (batch_engine.h). StageChunk: the verify rows of root + tree
+  // appended after `cache`'s committed tokens (tokens, and for a tree its positions and ancestor
+  // mask) as a chunk, in this verifier's buffers (valid until the next StageChunk).
+  SeqChunk StageChunk(int32_t root, const DraftTree& tree, KvCache& cache);
+  // Conclude: after the forward advanced `cache` by tree.size() + 1, accepts with `rule` from the
+  // chunk's `logits` (float32 [n + 1, vocab], any device; acceptance on the host), compacts the
+  // cache and fills `verdict` (hidden: the chunk's [1, n + 1, dim] states of the requested
+  // layers). Exactly what Verify does with the row kernels' logits.
+  void Conclude(const DraftTree& tree, VerifyRule rule, Sampler& sampler, KvCache& cache,
+                const at::Tensor& logits, const std::vector<at::Tensor>& hidden, Verdict& verdict);
+
   // Acceptance and sampling on the target's device (the ATen path), reusable by the decoder for
   // its first token.
   DeviceVerifier& device() { return device_; }
@@ -95,8 +107,15 @@ class TreeVerifier {
   void GatherHidden(const std::vector<at::Tensor>& hidden, Verdict& verdict, int64_t walked);
   // Writes the verify rows' tokens (root, nodes, pad rows) and, for a tree, their positions and
   // tree bits (or mask) into the reused buffers; returns the tokens [1, width].
+  // `bits`: a target that takes tree bits gets them instead of the mask.
   at::Tensor StageRows(int32_t root, const DraftTree& tree, int64_t committed, int64_t width,
-                       ForwardOptions& options);
+                       bool bits, ForwardOptions& options);
+  void GrowBuffers(int64_t width);
+  // Acceptance on the host from the verify rows' logits [n + 1, V] (any device), then the
+  // compaction to committed + root + path and the hidden states at the committed rows.
+  void AcceptOnHost(const DraftTree& tree, VerifyRule rule, Sampler& sampler, KvCache& cache,
+                    int64_t committed, const at::Tensor& logits,
+                    const std::vector<at::Tensor>& hidden, Verdict& verdict);
   void BuildMask(const DraftTree& tree, int64_t committed, ForwardOptions& options);
 
   LlamaModel& target_;

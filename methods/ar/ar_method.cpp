@@ -7,9 +7,11 @@
 namespace specbed {
 
 void RegisterArMethods(MethodRegistry& registry) {
+  MethodTraits traits;  // not speculative, lossless
+  traits.supports_batch = true;  // ArDecoder is a SequenceStepper (harness/engine/batch_engine.h)
   MethodInfo info = DescribeMethod(
       "ar", "autoregressive decoding with the target alone (the baseline of every speedup)", "",
-      MethodTraits(), {});  // not speculative, lossless, batch 1
+      traits, {});
   info.factory = [](MethodContext& context, const nlohmann::json&) -> std::unique_ptr<Decoder> {
     return std::make_unique<ArDecoder>(*context.target->model, context.target->tokenizer.get());
   };

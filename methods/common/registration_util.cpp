@@ -18,6 +18,9 @@ MethodTraits SpeculativeTraits(const std::string& verifier, uint32_t flags,
   t.needs_target_hidden = (flags & kTraitTargetHidden) != 0;
   t.trains_online = (flags & kTraitTrainsOnline) != 0;
   t.overlaps_verification = (flags & kTraitOverlapsVerification) != 0;
+  // Every method on SpeculativeDecoder runs in a batch (its stepper); one that overlaps drafting
+  // with verification runs its own loop (PEARL, SpecBranch: batch 1 only).
+  t.supports_batch = !t.overlaps_verification;
   t.sampling_verifier = verifier;
   t.drafter_knob = drafter_knob;
   return t;

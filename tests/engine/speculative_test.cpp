@@ -621,7 +621,8 @@ TEST(MethodRegistry, SpeculativeTraitsSetEachFlag) {
                                              "drafter");
   EXPECT_TRUE(all.tree && all.needs_drafter && all.needs_draft_probs && all.needs_target_hidden &&
               all.trains_online && all.overlaps_verification);
-  EXPECT_FALSE(all.supports_batch);
+  EXPECT_FALSE(all.supports_batch);  // overlapping verification: its own loop, batch 1
+  EXPECT_TRUE(plain.supports_batch);
   EXPECT_EQ(all.drafter_knob, "drafter");
   const MethodTraits tree_only = SpeculativeTraits("sample_follow", kTraitTree);
   EXPECT_TRUE(tree_only.tree);
