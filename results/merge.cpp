@@ -35,6 +35,7 @@ MergeSummary MergeResults(ResultsStore& out, const std::string& input_path) {
 
   MergeSummary summary;
   const std::vector<ResultsStore::CaseRow> cases = in->ListCases();
+  const std::vector<ResultsStore::ServeCellRow> serve_cells = in->ServeCells();
   for (const auto& run : in->ListRuns()) {
     const std::string identity = RunIdentity(run.info);
     const auto existing = out_runs.find(identity);
@@ -59,6 +60,16 @@ MergeSummary MergeResults(ResultsStore& out, const std::string& input_path) {
       ++summary.cases_copied;
       summary.samples_copied += static_cast<int64_t>(samples.size());
       summary.steps_copied += static_cast<int64_t>(steps.size());
+    }
+    for (const auto& cell : serve_cells) {
+      if (cell.run_id != run.run_id) continue;
+      if (out.HasServeCell(cell.record.cell_key)) {
+        ++summary.serve_cells_skipped;
+        continue;
+      }
+      out.AddServeCell(out_run(), cell.record, in->ServeRequests(cell.cell_id),
+                       in->ServeSteps(cell.cell_id));
+      ++summary.serve_cells_copied;
     }
     // Bench rows have no key: copy them only with a run that is new to the output.
     if (existing == out_runs.end()) {

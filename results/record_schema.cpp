@@ -252,14 +252,140 @@ const std::vector<Field<TrainEvalRow>>& TrainEvalFields() {
   return kFields;
 }
 
+const std::vector<Field<ServeCellRecord>>& ServeCellFields() {
+  using R = ServeCellRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"cell_key", &R::cell_key, 14},
+      {"target", &R::target, 14},
+      {"method", &R::method, 14},
+      {"method_knobs_json", &R::method_knobs_json, 14},
+      {"dataset", &R::dataset, 14},
+      {"mode", &R::mode, 14},
+      {"concurrency", &R::concurrency, 14},
+      {"rate", &R::rate, 14, kNever, "1/s"},
+      {"max_running", &R::max_running, 14},
+      {"schedule", &R::schedule, 14},
+      {"schedule_json", &R::schedule_json, 14},
+      {"n_requests", &R::n_requests, 14},
+      {"max_new_tokens", &R::max_new_tokens, 14, kNever, "tokens"},
+      {"temperature", &R::temperature, 14},
+      {"seed", &R::seed, 14},
+      {"dtype", &R::dtype, 14},
+      {"device", &R::device, 14},
+      {"threads", &R::threads, 14},
+      {"batch_invariant", &R::batch_invariant, 14},
+      {"config_json", &R::config_json, 14},
+      {"method_traits_json", &R::method_traits_json, 14},
+      {"makespan_ms", &R::makespan_ms, 14, kNever, "ms"},
+      {"wall_s", &R::wall_s, 14, kNever, "s"},
+  };
+  return kFields;
+}
+
+const std::vector<Field<ServeRequestRecord>>& ServeRequestFields() {
+  using R = ServeRequestRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"request_index", &R::request_index, 14},
+      {"prompt_id", &R::prompt_id, 14},
+      {"n_prompt_tokens", &R::n_prompt_tokens, 14, kNever, "tokens"},
+      {"n_output_tokens", &R::n_output_tokens, 14, kNever, "tokens"},
+      {"arrival_ms", &R::arrival_ms, 14, kNever, "ms"},
+      {"admitted_ms", &R::admitted_ms, 14, kNever, "ms"},
+      {"first_token_ms", &R::first_token_ms, 14, kNever, "ms"},
+      {"finish_ms", &R::finish_ms, 14, kNever, "ms"},
+      {"emits_json", &R::emits_json, 14},
+      {"n_steps", &R::n_steps, 14},
+      {"n_drafted", &R::n_drafted, 14, kNever, "tokens"},
+      {"n_accepted", &R::n_accepted, 14, kNever, "tokens"},
+      {"n_drafts", &R::n_drafts, 14},
+      {"stop_reason", &R::stop_reason, 14},
+      {"output_hash", &R::output_hash, 14},
+      {"output_ids_json", &R::output_ids_json, 14},
+      {"t_adapt_ms", &R::t_adapt_ms, 14, kNever, "ms"},
+  };
+  return kFields;
+}
+
+const std::vector<Field<ServeStepRecord>>& ServeStepFields() {
+  using R = ServeStepRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"step_index", &R::step_index, 14},
+      {"start_ms", &R::start_ms, 14, kNever, "ms"},
+      {"batch_size", &R::batch_size, 14},
+      {"n_admitted", &R::n_admitted, 14},
+      {"n_verify_tokens", &R::n_verify_tokens, 14, kNever, "tokens"},
+      {"n_drafted", &R::n_drafted, 14, kNever, "tokens"},
+      {"n_accepted", &R::n_accepted, 14, kNever, "tokens"},
+      {"n_emitted", &R::n_emitted, 14, kNever, "tokens"},
+      {"k_chosen", &R::k_chosen, 14, kNever, "tokens"},
+      {"t_prefill_ms", &R::t_prefill_ms, 14, kNever, "ms"},
+      {"t_draft_ms", &R::t_draft_ms, 14, kNever, "ms"},
+      {"t_verify_ms", &R::t_verify_ms, 14, kNever, "ms"},
+      {"t_other_ms", &R::t_other_ms, 14, kNever, "ms"},
+      {"t_adapt_ms", &R::t_adapt_ms, 14, kNever, "ms"},
+  };
+  return kFields;
+}
+
+// The append-only triggers of a generated table (as the tables of version 1 carry them).
+#define SPECBED_APPEND_ONLY(table)                                           \
+  "CREATE TRIGGER " table "_no_update BEFORE UPDATE ON " table               \
+  "\n  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;\n" \
+  "CREATE TRIGGER " table "_no_delete BEFORE DELETE ON " table               \
+  "\n  BEGIN SELECT RAISE(ABORT, 'specbed results are append-only'); END;\n"
+
+const char* const kServeCellKeysSql =
+    "cell_id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(run_id), "
+    "completed_at TEXT NOT NULL";
+const char* const kServeCellIndexSql =
+    "CREATE UNIQUE INDEX serve_cells_by_key ON serve_cells(cell_key);\n"
+    "CREATE INDEX serve_cells_by_run ON serve_cells(run_id);\n" SPECBED_APPEND_ONLY("serve_cells");
+const char* const kServeRequestKeysSql =
+    "serve_request_id INTEGER PRIMARY KEY, cell_id INTEGER NOT NULL REFERENCES "
+    "serve_cells(cell_id)";
+const char* const kServeRequestIndexSql =
+    "CREATE UNIQUE INDEX serve_requests_by_cell ON serve_requests(cell_id, "
+    "request_index);\n" SPECBED_APPEND_ONLY("serve_requests");
+const char* const kServeStepKeysSql =
+    "serve_step_id INTEGER PRIMARY KEY, cell_id INTEGER NOT NULL REFERENCES serve_cells(cell_id)";
+const char* const kServeStepIndexSql =
+    "CREATE UNIQUE INDEX serve_steps_by_cell ON serve_steps(cell_id, "
+    "step_index);\n" SPECBED_APPEND_ONLY("serve_steps");
+
+#undef SPECBED_APPEND_ONLY
+
 std::string AddedColumnsSql(int version) {
   SPECBED_CHECK(version >= kFirstGeneratedVersion, "AddedColumnsSql(", version,
                 "): versions before ", kFirstGeneratedVersion, " have hand-written migrations");
   std::string sql;
   ForEachRecordTable([&](const TableInfo& t, const auto& fields) {
-    AppendAddedColumns(t.table, fields, version, sql);
+    if (t.since < version) AppendAddedColumns(t.table, fields, version, sql);
   });
   return sql;
+}
+
+std::string CreatedTablesSql(int version) {
+  SPECBED_CHECK(version >= kFirstGeneratedVersion, "CreatedTablesSql(", version,
+                "): versions before ", kFirstGeneratedVersion, " have hand-written migrations");
+  std::string sql;
+  ForEachRecordTable([&](const TableInfo& t, const auto& fields) {
+    if (t.since != version) return;
+    sql += StrCat("CREATE TABLE ", t.table, " (\n  ", t.key_columns_sql);
+    for (const auto& f : fields) {
+      SPECBED_CHECK(f.since == version, "record_schema: ", t.table, ".", f.name, " has since ",
+                    f.since, " but its table was created by version ", version);
+      // REAL columns are nullable so that NaN (stored as NULL) round-trips, as in version 1.
+      const bool nullable =
+          f.not_recorded == NotRecorded::kNull || std::string(SqlType(f)) == "REAL";
+      sql += StrCat(",\n  ", f.name, " ", SqlType(f), nullable ? "" : " NOT NULL");
+    }
+    sql += StrCat("\n) STRICT;\n", t.after_create_sql);
+  });
+  return sql;
+}
+
+std::string GeneratedMigrationSql(int version) {
+  return CreatedTablesSql(version) + AddedColumnsSql(version);
 }
 
 }  // namespace specbed

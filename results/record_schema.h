@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "results/serve_records.h"
 #include "results/store.h"
 
 namespace specbed {
@@ -93,14 +94,32 @@ const std::vector<Field<BenchBandwidthRecord>>& BenchBandwidthFields();
 const std::vector<Field<TrainRunRecord>>& TrainRunFields();
 const std::vector<Field<TrainLogRow>>& TrainLogFields();
 const std::vector<Field<TrainEvalRow>>& TrainEvalFields();
+// Schema v14: `specbed serve` (results/serve_records.h).
+const std::vector<Field<ServeCellRecord>>& ServeCellFields();
+const std::vector<Field<ServeRequestRecord>>& ServeRequestFields();
+const std::vector<Field<ServeStepRecord>>& ServeStepFields();
 
 // One record kind's table: its SQL table, the version that created it, and the key / computed
-// columns beside the fields (for the schema test and the docs).
+// columns beside the fields (for the schema test and the docs). A table created by a generated
+// migration (since >= kFirstGeneratedVersion) also carries the DDL of those columns (written
+// before the fields' columns in its CREATE TABLE) and the statements that follow it (indexes,
+// append-only triggers); the tables of earlier versions keep their hand-written DDL.
 struct TableInfo {
   const char* table;
   int since;
   std::vector<std::string> other_columns;
+  const char* key_columns_sql = "";
+  const char* after_create_sql = "";
 };
+
+// The serve tables' key columns and what follows their CREATE TABLE (schema v14): unique cell
+// keys, one row per (cell, request_index) and per (cell, step_index), append-only triggers.
+extern const char* const kServeCellKeysSql;
+extern const char* const kServeCellIndexSql;
+extern const char* const kServeRequestKeysSql;
+extern const char* const kServeRequestIndexSql;
+extern const char* const kServeStepKeysSql;
+extern const char* const kServeStepIndexSql;
 
 // Calls `fn(const TableInfo&, const std::vector<Field<R>>&)` for every table, in schema order.
 template <typename Fn>
@@ -116,10 +135,34 @@ void ForEachRecordTable(Fn&& fn) {
   fn(TableInfo{"train_runs", 3, {"train_id"}}, TrainRunFields());
   fn(TableInfo{"train_log", 3, {"train_id"}}, TrainLogFields());
   fn(TableInfo{"train_eval", 3, {"train_id"}}, TrainEvalFields());
+  fn(TableInfo{"serve_cells",
+               14,
+               {"cell_id", "run_id", "completed_at"},
+               kServeCellKeysSql,
+               kServeCellIndexSql},
+     ServeCellFields());
+  fn(TableInfo{"serve_requests",
+               14,
+               {"serve_request_id", "cell_id"},
+               kServeRequestKeysSql,
+               kServeRequestIndexSql},
+     ServeRequestFields());
+  fn(
+      TableInfo{
+          "serve_steps", 14, {"serve_step_id", "cell_id"}, kServeStepKeysSql, kServeStepIndexSql},
+      ServeStepFields());
 }
 
-// "ALTER TABLE ... ADD COLUMN ..." for every field added by `version` (>= kFirstGeneratedVersion):
-// NOT NULL DEFAULT <the record's default> unless its rule is kNull. "" when none.
+// "ALTER TABLE ... ADD COLUMN ..." for every field added by `version` (>= kFirstGeneratedVersion)
+// to a table of an earlier version: NOT NULL DEFAULT <the record's default> unless its rule is
+// kNull. "" when none.
 std::string AddedColumnsSql(int version);
+// "CREATE TABLE ... STRICT" for every table created by `version` (>= kFirstGeneratedVersion): its
+// key columns, then one column per field (REAL columns and kNull fields nullable, the others NOT
+// NULL), then its indexes and triggers. "" when none.
+std::string CreatedTablesSql(int version);
+// The migration of version `version - 1` to `version` generated from the tables: the tables it
+// creates, then the columns it adds.
+std::string GeneratedMigrationSql(int version);
 
 }  // namespace specbed

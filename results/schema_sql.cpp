@@ -376,11 +376,11 @@ static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kFirstGeneratedVer
 
 const char* const kSchemaV1 = kSchemaV1Ddl;
 
-// The hand-written migration up to kFirstGeneratedVersion - 1, then the columns the field tables
-// add (record_schema.h).
+// The hand-written migration up to kFirstGeneratedVersion - 1, then the tables and columns the
+// field tables add (record_schema.h; version 14: the serve tables).
 std::string MigrationSql(int v) {
   if (v + 1 < kFirstGeneratedVersion) return kMigrations[v - 1];
-  return AddedColumnsSql(v + 1);
+  return GeneratedMigrationSql(v + 1);
 }
 
 }  // namespace specbed

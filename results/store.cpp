@@ -34,9 +34,10 @@ namespace {
 
 constexpr const char* kFormatName = "specbed_results";
 
-const std::vector<std::string> kTables = {"runs",       "cases",        "samples",         "steps",
-                                          "bench",      "bench_verify", "bench_bandwidth", "meta",
-                                          "train_runs", "train_log",    "train_eval"};
+const std::vector<std::string> kTables = {
+    "runs",         "cases",           "samples",        "steps",      "bench",
+    "bench_verify", "bench_bandwidth", "meta",           "train_runs", "train_log",
+    "train_eval",   "serve_cells",     "serve_requests", "serve_steps"};
 const std::vector<std::string> kDtypes = {"float32", "bfloat16", "float16"};
 const std::vector<std::string> kDevices = {"cpu", "cuda", "cuda:N"};
 const std::vector<std::string> kStopReasons = {"eos", "max_new_tokens", "stop_string",

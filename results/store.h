@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/step_counters.h"
+#include "results/serve_records.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -42,7 +43,9 @@ struct Field;  // results/record_schema.h
 // bench_verify.gemv_kernel (the CPU kernels a bench row ran). Version 12 added the steps' device
 // time per phase and engine counters (launches, host reads, graph replays / captures, copies each
 // way; base/step_counters.h). Version 13 added bench.test (tg = decode, pp = prompt processing).
-inline constexpr int kResultsSchemaVersion = 13;
+// Version 14 added the `specbed serve` tables serve_cells, serve_requests and serve_steps
+// (results/serve_records.h; generated from the field tables, CREATE TABLE on migration).
+inline constexpr int kResultsSchemaVersion = 14;
 
 // One invocation of `specbed run/sweep/bench`.
 struct RunInfo {
@@ -240,7 +243,7 @@ class ResultsStore {
   std::vector<BenchVerifyRecord> LoadBenchVerify(int64_t run_id = -1) const;  // none before v5
   std::vector<BenchBandwidthRecord> LoadBenchBandwidth(int64_t run_id = -1) const;
   // Row count of one of: runs, cases, samples, steps, bench, bench_verify, bench_bandwidth, meta,
-  // train_runs, train_log, train_eval.
+  // train_runs, train_log, train_eval, serve_cells, serve_requests, serve_steps.
   int64_t CountRows(const std::string& table) const;
   // Ids of all runs in order (convenience for reports and tests).
   std::vector<int64_t> ListRunIds() const;
@@ -266,6 +269,27 @@ class ResultsStore {
   std::vector<TrainRunRow> ListTrainRuns() const;
   std::vector<TrainLogRow> LoadTrainLog(int64_t train_id) const;
   std::vector<TrainEvalRow> LoadTrainEval(int64_t train_id) const;
+
+  // `specbed serve` (schema v14, results/serve_records.h). HasServeCell: whether a cell with the
+  // key is stored (false on an older file opened read-only). AddServeCell writes the cell with all
+  // its requests and steps in ONE transaction and returns its cell_id; a key already stored is an
+  // error naming it (nothing written), and so is any invalid row (checked before the write lock).
+  bool HasServeCell(const std::string& cell_key) const;
+  int64_t AddServeCell(int64_t run_id, const ServeCellRecord& cell,
+                       const std::vector<ServeRequestRecord>& requests,
+                       const std::vector<ServeStepRecord>& steps);
+  // Every stored cell in insertion order (none before v14), with its ids and its run's machine
+  // ("host / cpu / gpu", as CaseRow::machine); its requests (by request_index) and steps (by
+  // step_index).
+  struct ServeCellRow {
+    int64_t cell_id = 0, run_id = 0;
+    ServeCellRecord record;
+    std::string completed_at;  // RFC 3339 UTC time the cell was written
+    std::string machine;
+  };
+  std::vector<ServeCellRow> ServeCells() const;
+  std::vector<ServeRequestRecord> ServeRequests(int64_t cell_id) const;
+  std::vector<ServeStepRecord> ServeSteps(int64_t cell_id) const;
 
   int schema_version() const { return schema_version_; }
   const std::string& path() const { return path_; }
@@ -305,6 +329,11 @@ class ResultsStore {
   void ValidateCase(const CaseRecord& c, const std::vector<SampleRecord>& samples,
                     const std::vector<StepRecord>& steps) const;
   int64_t FindCase(const std::string& case_key) const;
+  // AddServeCell's checks (before the write lock) and its cell_id lookup (-1 if none).
+  void ValidateServeCell(const ServeCellRecord& cell,
+                         const std::vector<ServeRequestRecord>& requests,
+                         const std::vector<ServeStepRecord>& steps) const;
+  int64_t FindServeCell(const std::string& cell_key) const;
   void CheckRunExists(int64_t run_id, const std::string& what) const;
   int64_t InsertCase(int64_t run_id, const CaseRecord& c, size_t n_samples, size_t n_steps);
   std::map<std::pair<std::string, int32_t>, int64_t> InsertSamples(

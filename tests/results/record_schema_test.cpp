@@ -204,6 +204,14 @@ void WriteRowsAtVersion(const std::string& path, int version) {
     sql += InsertAtVersion("train_eval", "train_id", "1", Filled(TrainEvalFields()),
                            TrainEvalFields(), version);
   }
+  if (version >= 14) {
+    sql += InsertAtVersion("serve_cells", "cell_id, run_id, completed_at", "1, 1, 'now'",
+                           Filled(ServeCellFields()), ServeCellFields(), version);
+    sql += InsertAtVersion("serve_requests", "cell_id", "1", Filled(ServeRequestFields()),
+                           ServeRequestFields(), version);
+    sql += InsertAtVersion("serve_steps", "cell_id", "1", Filled(ServeStepFields()),
+                           ServeStepFields(), version);
+  }
   sql += "COMMIT;\n";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -288,6 +296,20 @@ TEST(RecordSchema, ColumnMigrationsAreGeneratedFromTheFieldTables) {
   // Versions up to kFirstGeneratedVersion - 1 keep their hand-written SQL.
   EXPECT_CONTAINS(ErrorOf([] { AddedColumnsSql(kFirstGeneratedVersion - 1); }),
                   "hand-written migrations");
+  EXPECT_CONTAINS(ErrorOf([] { CreatedTablesSql(kFirstGeneratedVersion - 1); }),
+                  "hand-written migrations");
+  // Version 14 creates the serve tables (with their keys, indexes and append-only triggers) and
+  // adds no column to them or to any other table; version 13 creates none.
+  const std::string v14 = GeneratedMigrationSql(14);
+  for (const char* table : {"serve_cells", "serve_requests", "serve_steps"}) {
+    EXPECT_CONTAINS(v14, StrCat("CREATE TABLE ", table, " ("));
+    EXPECT_CONTAINS(v14, StrCat("CREATE TRIGGER ", table, "_no_update"));
+    EXPECT_CONTAINS(v14, StrCat("CREATE TRIGGER ", table, "_no_delete"));
+  }
+  EXPECT_CONTAINS(v14, "CREATE UNIQUE INDEX serve_cells_by_key ON serve_cells(cell_key)");
+  EXPECT_EQ(AddedColumnsSql(14), "");
+  EXPECT_EQ(CreatedTablesSql(13), "");
+  EXPECT_CONTAINS(GeneratedMigrationSql(13), "ALTER TABLE bench ADD COLUMN test TEXT");
   // No field is newer than the build's schema version, so the next one adds nothing yet.
   EXPECT_EQ(AddedColumnsSql(std::max(kResultsSchemaVersion + 1, kFirstGeneratedVersion)), "");
 }

@@ -850,7 +850,7 @@ TEST(ResultsStore, MigratesSchemaV1ToCurrent) {
   ResultsStore::Open(fresh);
   for (const std::string table :
        {"meta", "runs", "cases", "samples", "steps", "bench", "bench_verify", "bench_bandwidth",
-        "train_runs", "train_log", "train_eval"}) {
+        "train_runs", "train_log", "train_eval", "serve_cells", "serve_requests", "serve_steps"}) {
     SCOPED_TRACE(table);
     EXPECT_EQ(TableColumns(path, table), TableColumns(fresh, table));
   }
@@ -885,7 +885,7 @@ TEST(ResultsStore, ReadmeDocumentsEveryColumn) {
   int n_columns = 0;
   for (const std::string table :
        {"meta", "runs", "cases", "samples", "steps", "bench", "bench_verify", "bench_bandwidth",
-        "train_runs", "train_log", "train_eval"}) {
+        "train_runs", "train_log", "train_eval", "serve_cells", "serve_requests", "serve_steps"}) {
     sqlite3_stmt* s = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr),
               SQLITE_OK);
