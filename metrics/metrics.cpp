@@ -11,6 +11,7 @@
 
 #include "base/enum_names.h"
 #include "base/error.h"
+#include "metrics/split_mix.h"
 
 namespace specbed {
 namespace {
@@ -25,26 +26,6 @@ nlohmann::json ConfigValue(const std::string& config_json, const char* key) {
   if (!j.is_object() || !j.contains(key)) return nullptr;
   return j.at(key);
 }
-
-// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fully specified generator, so bootstrap
-// intervals do not depend on the standard library's distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform index in [0, n) by multiply-shift (bias < n / 2^64, negligible).
-  size_t Index(size_t n) {
-    return static_cast<size_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
 
 }  // namespace
 
