@@ -91,10 +91,11 @@ ServeMetrics ComputeServeMetrics(const ServeCellRecord& cell,
                                  const std::vector<ServeStepRecord>& steps,
                                  const ServeSlo& slo = {});
 
-// A cell with its requests: the input of the crossover.
+// A cell with its rows (the crossover reads the cell and its requests).
 struct ServeCellData {
   ServeCellRecord cell;
   std::vector<ServeRequestRecord> requests;
+  std::vector<ServeStepRecord> steps;
 };
 
 // What the crossover compares. kThroughput: output tokens/s, estimated with Little's law as

@@ -1092,6 +1092,123 @@ std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench) {
   return {p};
 }
 
+namespace {
+
+// Per series of a serve group: per concurrency, the mean over seeds of `value(metrics)`.
+std::map<int64_t, double> ServeSeriesCurve(
+    const ServeGroup& group, const ServeSeries& series,
+    const std::function<double(const ServeMetrics&)>& value) {
+  std::map<int64_t, std::pair<double, int>> sums;
+  for (size_t i : series.cells) {
+    const double v = value(group.metrics[i]);
+    if (!std::isfinite(v)) continue;
+    auto& [sum, n] = sums[group.cells[i].cell.concurrency];
+    sum += v;
+    ++n;
+  }
+  std::map<int64_t, double> curve;
+  for (const auto& [c, sn] : sums) curve[c] = sn.first / sn.second;
+  return curve;
+}
+
+// A series' colour and marker (the caller draws AR dashed).
+std::string ServeSeriesStyle(const ServeSeries& s) {
+  return StrCat("lc rgb ", Quote(MethodColor(s.style_index)), " pt ",
+                MethodMarker(s.style_index, 0));
+}
+
+// The x axis of the serve plots: concurrency on a log2 scale over the tested grid.
+std::string ServeAxes(const std::string& title, const std::string& ylabel, int64_t max_c) {
+  return Header(title, "concurrency C (requests in flight, closed loop; log scale)", ylabel) +
+         StrCat("set logscale x 2\nset xrange [0.8:", Num(1.25 * static_cast<double>(max_c)),
+                "]\nset grid xtics\nset yrange [0:*]\n");
+}
+
+Plot ServeThroughputPlot(const ServeGroup& group, int index, int64_t max_c) {
+  Plot p;
+  p.name = StrCat("serve_throughput_", index);
+  p.title = "Output throughput vs. concurrency — " + group.title;
+  p.caption =
+      "Output tokens/s (all requests; Σ output tokens ÷ makespan, mean over seeds) per "
+      "concurrency, one line per method configuration, AR on the identical trace included; an "
+      "open circle marks a method's C* (where its Little's-law throughput is no more than 2% "
+      "above AR's).";
+  std::ostringstream data, plot;
+  bool titled_cstar = false;
+  for (size_t k = 0; k < group.series.size(); ++k) {
+    const ServeSeries& s = group.series[k];
+    const auto curve =
+        ServeSeriesCurve(group, s, [](const ServeMetrics& m) { return m.output_throughput; });
+    if (curve.empty()) continue;
+    const std::string block = StrCat("$", p.name, "_", k);
+    data << block << " << EOD\n";
+    for (const auto& [c, v] : curve) data << c << " " << Num(v) << "\n";
+    data << "EOD\n";
+    plot << (plot.tellp() == 0 ? "plot " : ", \\\n     ") << block
+         << " using 1:2 with linespoints lw 2 ps 1.1 " << ServeSeriesStyle(s)
+         << (s.is_ar ? " dt 2" : "") << " title " << Quote(PlotLabel(s.label));
+    const auto at = curve.find(static_cast<int64_t>(s.crossover.c_star));
+    if (s.is_ar || !std::isfinite(s.crossover.c_star) || at == curve.end()) continue;
+    data << block << "_cstar << EOD\n" << at->first << " " << Num(at->second) << "\nEOD\n";
+    plot << ", \\\n     " << block << "_cstar using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb "
+         << Quote(MethodColor(s.style_index))
+         << (titled_cstar ? " notitle" : " title 'C* (crossover)'");
+    titled_cstar = true;
+  }
+  if (plot.tellp() == 0) return {};
+  p.script =
+      data.str() + Render(p, ServeAxes(p.title, "output throughput (tokens/s)", max_c), plot.str());
+  return p;
+}
+
+Plot ServeTpotPlot(const ServeGroup& group, int index, int64_t max_c) {
+  Plot p;
+  p.name = StrCat("serve_tpot_", index);
+  p.title = "TPOT vs. concurrency — " + group.title;
+  p.caption =
+      "Time per output token after the first (p50 solid, p99 dashed; mean over seeds) per "
+      "concurrency, one colour per method configuration, AR included.";
+  std::ostringstream data, plot;
+  for (size_t k = 0; k < group.series.size(); ++k) {
+    const ServeSeries& s = group.series[k];
+    const auto p50 =
+        ServeSeriesCurve(group, s, [](const ServeMetrics& m) { return m.tpot_ms.p50; });
+    const auto p99 =
+        ServeSeriesCurve(group, s, [](const ServeMetrics& m) { return m.tpot_ms.p99; });
+    if (p50.empty()) continue;
+    const std::string block = StrCat("$", p.name, "_", k);
+    data << block << " << EOD\n";
+    for (const auto& [c, v] : p50) {
+      data << c << " " << Num(v) << " " << Num(p99.count(c) ? p99.at(c) : kNoValue) << "\n";
+    }
+    data << "EOD\n";
+    plot << (plot.tellp() == 0 ? "plot " : ", \\\n     ") << block
+         << " using 1:2 with linespoints lw 2 ps 1.1 " << ServeSeriesStyle(s) << " title "
+         << Quote(PlotLabel(s.label) + " p50") << ", \\\n     " << block
+         << " using 1:3 with linespoints lw 1.5 dt 2 ps 0.8 " << ServeSeriesStyle(s) << " title "
+         << Quote(PlotLabel(s.label) + " p99");
+  }
+  if (plot.tellp() == 0) return {};
+  p.script =
+      data.str() + Render(p, ServeAxes(p.title, "TPOT (ms per output token)", max_c), plot.str());
+  return p;
+}
+
+}  // namespace
+
+std::vector<Plot> BuildServePlots(const ServeGroup& group, int index) {
+  int64_t max_c = 0;
+  for (const ServeSeries& s : group.series) {
+    for (size_t i : s.cells) max_c = std::max(max_c, group.cells[i].cell.concurrency);
+  }
+  if (max_c == 0) return {};
+  std::vector<Plot> plots;
+  for (Plot p : {ServeThroughputPlot(group, index, max_c), ServeTpotPlot(group, index, max_c)}) {
+    if (!p.name.empty()) plots.push_back(std::move(p));
+  }
+  return plots;
+}
+
 std::string GnuplotProgram(const std::string& requested) {
   if (!requested.empty()) return requested;
   const char* env = std::getenv("SPECBED_GNUPLOT");

@@ -6,13 +6,14 @@
 // tests/reports/headline_test.cpp (styles, headline chart, gnuplot warnings),
 // tests/reports/locale_test.cpp (gnuplot's locale; no warning from a C-locale environment),
 // tests/reports/report_reading_test.cpp (at most 8 case series, one style per method, the
-// unconditional acceptance default).
+// unconditional acceptance default), tests/reports/serve_report_test.cpp (the serve plots).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "reports/report.h"
+#include "reports/serve_report.h"
 
 namespace specbed {
 
@@ -61,6 +62,12 @@ std::vector<std::string> GnuplotWarnings(const std::string& text);
 
 // AR decode tokens/s vs. context length from the bench table (none when it is empty).
 std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
+
+// The "Serving under load" plots of one serve group (file names end in `_index`): output tokens/s
+// vs. concurrency and p50 (solid) / p99 (dashed) TPOT vs. concurrency, one line per method
+// configuration with AR (closed-loop cells; the mean over seeds at each C), each method's C*
+// circled on the throughput plot. None when the group has no closed-loop cell.
+std::vector<Plot> BuildServePlots(const ServeGroup& group, int index);
 
 // The gnuplot program to use: `requested` if not empty, else $SPECBED_GNUPLOT, else "gnuplot".
 std::string GnuplotProgram(const std::string& requested);

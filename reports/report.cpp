@@ -31,6 +31,7 @@
 #include "metrics/vllm_metrics.h"
 #include "reports/plots.h"
 #include "reports/report_writers.h"
+#include "reports/serve_report.h"
 #include "reports/summary.h"
 
 namespace specbed {
@@ -147,6 +148,13 @@ struct GroupSection {
   std::vector<std::string> notes;
 };
 
+// One workload of `specbed serve` cells: its plots, C* table and cell table.
+struct ServeSection {
+  ServeGroup group;
+  std::vector<Plot> plots;
+  ReportTable crossover, cells;
+};
+
 // What the report shows, before its plots are rendered (BuildSections).
 struct ReportSections {
   std::vector<PaperTable> paper_tables;
@@ -163,6 +171,7 @@ struct ReportSections {
   ReportTable method_settings;       // MethodSettingsTable
   GroupSection bench;
   std::vector<std::string> conventions;
+  std::vector<ServeSection> serve;  // "Serving under load"; empty without serve cells
 };
 
 // Notes on the cases of `group` whose AR baseline is from another run or missing.
@@ -283,6 +292,15 @@ ReportSections BuildSections(const ReportData& data, const std::vector<PaperRefe
     s.bench.plots = BuildBenchPlots(data.bench);
   }
   s.conventions = ConventionsFor(options.scope);
+  std::vector<ServeGroup> serve = LoadServeGroups(data.db_path);
+  for (size_t i = 0; i < serve.size(); ++i) {
+    ServeSection section;
+    section.plots = BuildServePlots(serve[i], static_cast<int>(i + 1));
+    section.crossover = ServeCrossoverTable(serve[i]);
+    section.cells = ServeCellTable(serve[i]);
+    section.group = std::move(serve[i]);
+    s.serve.push_back(std::move(section));
+  }
   return s;
 }
 
@@ -297,6 +315,9 @@ std::vector<const Plot*> AllPlots(const ReportSections& s) {
   }
   for (const auto& p : s.bench.plots) all.push_back(&p);
   for (const auto& p : s.stream_plots) all.push_back(&p);
+  for (const auto& serve : s.serve) {
+    for (const auto& p : serve.plots) all.push_back(&p);
+  }
   return all;
 }
 
@@ -431,6 +452,32 @@ void AddMethodSettings(const ReportSections& s, Blocks* blocks) {
   blocks->push_back(TableBlock(s.method_settings));
 }
 
+// "Serving under load" (`specbed serve` cells): per workload the plots, C* per method with its
+// interval and the per-C ratios, every cell with its schedule, and how to read them.
+void AddServe(const ReportSections& s, const std::set<std::string>& plotted, Blocks* blocks) {
+  if (s.serve.empty()) return;
+  blocks->push_back(HeadingBlock("Serving under load", 2, "serving"));
+  for (const ServeSection& serve : s.serve) {
+    blocks->push_back(HeadingBlock(serve.group.title, 3));
+    AddFigures(serve.plots, plotted, blocks);
+    if (!serve.crossover.rows.empty()) {
+      blocks->push_back(ParagraphBlock(
+          "Crossover concurrency C* per method (vs. AR on the identical trace) and the ratio of "
+          "its throughput to AR's at each tested C [95% CI]; ≤ marks a crossed C.",
+          true));
+      blocks->push_back(TableBlock(serve.crossover));
+    }
+    blocks->push_back(ParagraphBlock(
+        "Every cell with its draft-length schedule: tok/s = output tokens ÷ makespan, latencies "
+        "in ms (TTFT includes queueing), τ = tokens per step per request, acc% = accepted ÷ "
+        "drafted.",
+        true));
+    blocks->push_back(TableBlock(serve.cells));
+    if (!serve.group.notes.empty()) blocks->push_back(ListBlock(serve.group.notes, true));
+  }
+  blocks->push_back(ParagraphBlock(kServeReading, false, "", "constants"));
+}
+
 void AddPaperTables(const ReportSections& s, Blocks* blocks) {
   if (s.paper_tables.empty()) return;
   blocks->push_back(HeadingBlock("Results (paper layout)", 2));
@@ -515,12 +562,15 @@ ReportDocument BuildDocument(const ReportData& data, const ReportSections& s,
     blocks.push_back(ParagraphBlock(w, true));
     blocks.back().kind = ReportBlock::Kind::kWarning;
   }
-  if (s.groups.empty()) blocks.push_back(ParagraphBlock("No cases recorded.", false));
+  if (s.groups.empty() && s.serve.empty()) {
+    blocks.push_back(ParagraphBlock("No cases recorded.", false));
+  }
   AddHeadline(s, plotted, &blocks);
   if (!s.cost_notes.empty()) {
     blocks.push_back(HeadingBlock("Cost regime", 2, "cost-regime"));
     blocks.push_back(ListBlock(s.cost_notes, true));
   }
+  AddServe(s, plotted, &blocks);
   AddMethodSettings(s, &blocks);
   AddPaperTables(s, &blocks);
   AddComparisons(s, &blocks);

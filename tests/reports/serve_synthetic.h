@@ -6,7 +6,7 @@
 // noise seeds are two independent runs of the same system. Output lengths depend on the trace
 // (seed, i) only, so AR and a method on the same seed serve the identical trace; without noise
 // the Little's-law throughput ratio of two cells is exactly their token-time ratio.
-// Checked by: tests/reports/serve_metrics_test.cpp.
+// Checked by: tests/reports/serve_metrics_test.cpp, tests/reports/serve_report_test.cpp.
 #pragma once
 
 #include <algorithm>
