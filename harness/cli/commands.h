@@ -37,6 +37,7 @@ void AddSweepCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
 void AddSlurmCommand(CLI::App& app);
 void AddCompareCommand(CLI::App& app);
+void AddServeCommand(CLI::App& app);
 void AddBlockpilotCommand(CLI::App& app);
 void AddTwinCommand(CLI::App& app);
 // `specbed ltd-adaptation` (cmd_ltd.cpp).

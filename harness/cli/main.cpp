@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   specbed::cli::AddMergeCommand(app);
   specbed::cli::AddSlurmCommand(app);
   specbed::cli::AddCompareCommand(app);
+  specbed::cli::AddServeCommand(app);
   specbed::cli::AddBlockpilotCommand(app);
   specbed::cli::AddTwinCommand(app);
   specbed::cli::AddLtdCommand(app);

@@ -94,8 +94,9 @@ std::map<int64_t, int64_t> ParseKByBatch(const nlohmann::json& table, const std:
       Fail(context, ": k_by_batch key \"", key, "\" is not a batch size (an integer >= 1)");
     }
     SPECBED_CHECK(b >= 1, context, ": k_by_batch key ", b, " must be a batch size >= 1");
-    SPECBED_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0, context,
-                  ": k_by_batch[\"", key, "\"] must be a draft length K >= 0, got ", value.dump());
+    SPECBED_CHECK(
+        value.is_number_integer() && value.get<int64_t>() >= -1, context, ": k_by_batch[\"", key,
+        "\"] must be a draft length K >= 0 (or -1: the method's own budget), got ", value.dump());
     k[b] = value.get<int64_t>();
   }
   return k;

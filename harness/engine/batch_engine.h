@@ -13,7 +13,7 @@
 //
 // With RaggedOptions::batch_invariant (the default) on the row kernels every sequence's tokens
 // are those of its batch-1 decode, at T = 0 and, with the same seeds, at T > 0.
-// Checked by: tests/engine/batch_engine_test.cpp (every batchable method at B = 2, 4, 8 token-
+// Checked by: tests/methods/batch_engine_test.cpp (every batchable method at B = 2, 4, 8 token-
 // identical to batch 1 on the story prompts, T = 0 and T > 0; a cache mixed up between sequences
 // fails it; K = 0 equals AR; the schedules).
 #pragma once
@@ -51,7 +51,8 @@ class DraftSchedule {
 
 // Parses a schedule: {"policy": "fixed"} (every sequence drafts its method's budget),
 // {"policy": "by_batch", "k_by_batch": {"B": K, ...}} (vLLM / TensorRT-LLM style: at batch size b
-// the K of the smallest key >= b; above the largest key K = 0), or
+// the K of the smallest key >= b, K = -1 = the method's own budget; above the largest key K = 0:
+// {"2": -1} speculates as the method does up to batch 2 and runs plain AR above), or
 // {"policy": "split", "tokens": N} (TETRIS style: N draft nodes per step split across the batch,
 // one node at a time to the sequence whose next node is likeliest to be accepted: acceptance
 // rate a_i^(k+1) for its k-th node, a_i an exponential average of its observed acceptance, 0.5 at

@@ -117,11 +117,18 @@ class Drafter {
   // empty). Rules that need draft distributions (chain_rs, tree_rrs) need tree.draft_probs.
   virtual void Draft(const DraftStep& step, DraftTree& tree) = 0;
   // The verdict of the step (path, bonus = the next root, target hidden states); the drafter
-  // rolls its state (e.g. its KV cache) forward to the committed tokens.
+  // rolls its state (e.g. its KV cache) forward to the committed tokens. A step may have had no
+  // Draft call (the batch engine's K = 0 steps, possibly several in a row, told late: see
+  // AcceptReadsLogits): `tree` is then empty and the verdict commits the bonus alone.
   virtual void Accept(const DraftTree& tree, const Verdict& verdict) = 0;
   // Draft tokens generated in the last Draft, offered to the verifier or not (a top-k tree
   // drafter generates every candidate it reranks); -1 = the offered nodes (tree.size()).
   virtual int64_t GeneratedLastStep() const { return -1; }
+  // Whether Accept reads Verdict::logits (a view of the target's output, valid only until the
+  // next forward). A drafter that does not gets the Accepts of the batch engine's K = 0 steps
+  // (no draft) deferred to its next drafted step, in order, so a sequence that never drafts
+  // again never pays for them (batch_engine.h).
+  virtual bool AcceptReadsLogits() const { return false; }
 };
 
 // Chooses the budget (optional part).

@@ -227,7 +227,9 @@ SpeculativeDecoder::BeginTimes SpeculativeDecoder::BeginParts(const std::vector<
   if (controller_) controller_->BeginSequence(begin, budget);
   const int64_t p0 = DeviceNowNanos(target_.device());
   drafter_->Begin(begin);
-  drafter_->Prefill();  // the drafter prefill phase: its catch-up over the prompt
+  // The drafter prefill phase (its catch-up over the prompt), timed apart; a stepper leaves it to
+  // the drafter's first Draft, so a sequence the batch never lets draft (K = 0) never pays it.
+  if (!stepping_) drafter_->Prefill();
   BeginTimes t;
   t.drafter_prefill_ns = DeviceNowNanos(target_.device()) - p0;
   if (adapter) adapter->BeginSequence(begin);
@@ -248,6 +250,8 @@ void SpeculativeDecoder::StartSequence(const std::vector<int32_t>& prompt,
   active_adapter_ = config.adapt ? adapter_.get() : nullptr;  // warm-ups do not reach it
   prompt_len_ = static_cast<int64_t>(prompt.size());
   max_new_tokens_ = config.stop.max_new_tokens;
+  deferred_.clear();
+  defer_accept_ = false;
   step_index_ = 0;
 
   // Prefill (identical to AR).
@@ -269,10 +273,12 @@ void SpeculativeDecoder::StartSequence(const std::vector<int32_t>& prompt,
 }
 
 int32_t SpeculativeDecoder::DraftNext(int64_t free, int64_t node_cap) {
+  defer_accept_ = node_cap == 0 && !drafter_->AcceptReadsLogits();
   if (node_cap == 0) {  // the plain AR step: no drafter, no controller
     tree_.Clear();
     return 0;
   }
+  FlushDeferred();
   DraftStep step;
   step.root = root_;
   step.committed = &committed_;
@@ -283,8 +289,19 @@ int32_t SpeculativeDecoder::DraftNext(int64_t free, int64_t node_cap) {
                            target_.config().vocab_size, tree_);
 }
 
+void SpeculativeDecoder::FlushDeferred() {
+  for (const Verdict& v : deferred_) drafter_->Accept(empty_tree_, v);
+  deferred_.clear();
+}
+
 void SpeculativeDecoder::AcceptVerdict() {
-  drafter_->Accept(tree_, verdict_);
+  if (defer_accept_) {  // a step without a draft: the drafter catches up when it drafts again
+    deferred_.push_back(verdict_);
+    deferred_.back().logits = at::Tensor();
+  } else {
+    FlushDeferred();
+    drafter_->Accept(tree_, verdict_);
+  }
   if (active_adapter_) active_adapter_->Observe(tree_, verdict_);
   if (controller_) controller_->AfterStep(tree_, verdict_);
 }
@@ -311,6 +328,7 @@ double SpeculativeDecoder::EndSequence(std::vector<StepStats>& steps, DecodeResu
 void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
                                   const GenerationConfig& config, KvCache& cache,
                                   DecodeResult& result) {
+  stepping_ = false;
   StartSequence(prompt, config, cache);
   result.steps.clear();
   result.steps.reserve(static_cast<size_t>(config.stop.max_new_tokens) + 1);
@@ -345,6 +363,7 @@ void SpeculativeDecoder::Generate(const std::vector<int32_t>& prompt,
 
 void SpeculativeDecoder::Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                                KvCache& cache) {
+  stepping_ = true;
   StartSequence(prompt, config, cache);
   steps_.clear();
 }

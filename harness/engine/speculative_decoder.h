@@ -90,8 +90,10 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   // Drafts the step into tree_ within the budget, the `free` cache slots and node_cap (< 0: no
   // cap; 0: an empty draft without calling the drafter); returns the draft's depth.
   int32_t DraftNext(int64_t free, int64_t node_cap);
-  // The parts' accept of verdict_ (drafter, adapter, controller).
+  // The parts' accept of verdict_ (drafter, adapter, controller); after a step without a draft
+  // the drafter's Accept is deferred (Drafter::AcceptReadsLogits) until FlushDeferred.
   void AcceptVerdict();
+  void FlushDeferred();
   // The step's counts, its tokens committed (until a stop rule fires) and the next root.
   StepStats CommitStep(int32_t draft_depth);
   // The adapter's end of sequence (added to the last of `steps`) and the generation result;
@@ -121,6 +123,11 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   int64_t step_index_ = 0, prompt_len_ = 0, max_new_tokens_ = 0;
   int64_t t_start_ = 0, t_prefill_end_ = 0, plan_ns_ = 0;
   std::vector<StepStats> steps_;  // the stepper's steps
+  // The verdicts of K = 0 steps the drafter has not yet been told (logits dropped), in order.
+  std::vector<Verdict> deferred_;
+  bool defer_accept_ = false;
+  bool stepping_ = false;  // the sequence runs as a stepper (Start), not in Generate
+  DraftTree empty_tree_;
 };
 
 // Length of a target KV cache that holds a prompt of `prompt_len` tokens, `max_new_tokens`

@@ -146,6 +146,8 @@ void LookaheadDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
     MoveWindow();
   }
   if (options_.pool_from_prompt) AddCommittedNgrams(verdict.tokens);
+  placed_columns_ = 0;  // an Accept without a Draft before it (a K = 0 step) placed no window
+  if (!verdict.tokens.empty()) root_ = verdict.tokens.back();
 }
 
 void LookaheadDrafter::AddWindowNgrams() {

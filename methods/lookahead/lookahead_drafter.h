@@ -82,6 +82,7 @@ class LookaheadDrafter final : public Drafter {
   // Reads R from Verdict::logits (one top-1 per placed column), grows the pool, moves the window;
   // with pool_from_prompt also adds the N-gram ending at each committed token (the reference).
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
+  bool AcceptReadsLogits() const override { return true; }  // learns from every slot
 
   const NgramPool& pool() const { return pool_; }
   // Jacobi level l (0-based, 0 = oldest) of the window: W tokens.

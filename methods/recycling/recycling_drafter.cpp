@@ -87,6 +87,7 @@ void RecyclingDrafter::Begin(const DraftBegin& begin) {
   have_previous_ = true;
   TopkRows(begin.last_logits.view({1, vocab}), {0}, options_.top_k, topk_);
   matrix_.SetRow(begin.prompt->back(), topk_.data());
+  root_ = begin.root;  // the first step's root (an Accept may come before any Draft: K = 0)
 }
 
 void RecyclingDrafter::Draft(const DraftStep& step, DraftTree& tree) {
@@ -122,6 +123,8 @@ void RecyclingDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
     const int32_t input = slot == 0 ? root_ : tree.token[slot - 1];
     matrix_.SetRow(input, topk_.data() + j * options_.top_k);
   }
+  // The next step's root, also when it has no Draft (K = 0).
+  if (!verdict.tokens.empty()) root_ = verdict.tokens.back();
 }
 
 }  // namespace specbed

@@ -73,6 +73,7 @@ class RecyclingDrafter final : public Drafter {
   // (Verdict::logits): drafted-but-rejected slots first, then the root and the accepted path, so
   // the committed context's rows win.
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
+  bool AcceptReadsLogits() const override { return true; }  // learns from every slot
 
   const AdjacencyMatrix& matrix() const { return matrix_; }
   const std::vector<TemplateNode>& tree_template() const { return template_; }

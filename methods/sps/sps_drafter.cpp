@@ -28,17 +28,22 @@ void SpsDrafter::Begin(const DraftBegin& begin) {
   }
   cache_.Truncate(0);
   sampler_ = std::make_unique<Sampler>(begin.sampling, begin.seed);
-  at::Tensor ids = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);
-  int64_t* p = ids.data_ptr<int64_t>();
-  for (size_t i = 0; i < prompt.size(); ++i) p[i] = prompt[i];
-  ForwardOptions options;
-  options.logits = LogitsMode::kNone;
-  draft_->Forward(ids, cache_, options);
+  prompt_ = at::empty({1, static_cast<int64_t>(prompt.size())}, at::kLong);  // for Prefill
+  std::copy(prompt.begin(), prompt.end(), prompt_.data_ptr<int64_t>());
   pending_.assign(1, begin.root);
   fed_ = 0;
 }
 
+void SpsDrafter::Prefill() {
+  if (!prompt_.defined()) return;
+  ForwardOptions options;
+  options.logits = LogitsMode::kNone;
+  draft_->Forward(prompt_, cache_, options);
+  prompt_ = at::Tensor();
+}
+
 void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  Prefill();  // the prompt, unless the decoder ran it already
   const int64_t gamma = std::min(step.budget.nodes, step.budget.depth);
   fed_ = 0;
   base_len_ = cache_.length();
@@ -106,6 +111,7 @@ void SpsDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
   } else {  // the last draft token was never fed to the draft model
     pending_.assign({tree.token[gamma - 1], verdict.bonus});
   }
+  fed_ = 0;  // an Accept without a Draft before it (a K = 0 step) drafted nothing
 }
 
 }  // namespace specbed

@@ -33,7 +33,9 @@ class SpsDrafter : public Drafter {
   // clipped near the end of the context). Its cache is sized like the target's (DraftBegin).
   explicit SpsDrafter(std::shared_ptr<LlamaModel> draft);
 
+  // Begin queues the prompt; Prefill (or the first Draft) runs the draft model over it.
   void Begin(const DraftBegin& begin) override;
+  void Prefill() override;
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
@@ -59,6 +61,7 @@ class SpsDrafter : public Drafter {
   int64_t base_len_ = 0;          // draft cache length before this step's tokens
   int64_t fed_ = 0;               // pending tokens fed this step
   at::Tensor ids_;                // [1, capacity] int64 input buffer
+  at::Tensor prompt_;             // [1, P] int64: the prompt until Prefill ran (else undefined)
   at::Tensor device_ids_;         // [capacity] int64 on the draft model's device (ATen path)
   DeviceDraftSampler draws_;      // T > 0 on the ATen path: the chain's distributions and draws
 };

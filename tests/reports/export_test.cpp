@@ -174,7 +174,9 @@ TEST(Export, SamplesStepsJsonAndErrors) {
   // Every case field with a summary key is in each case of the summary document.
   const Json summary_doc = Json::parse(SummaryJson(summary));
   for (const auto& f : CaseFields()) {
-    if (f.summary != nullptr) EXPECT_TRUE(summary_doc["cases"][0].contains(f.summary)) << f.name;
+    if (f.summary != nullptr) {
+      EXPECT_TRUE(summary_doc["cases"][0].contains(f.summary)) << f.name;
+    }
   }
   const Json cases_json =
       Json::parse(ExportResults(summary, ExportTable::kCases, ExportFormat::kJson));
