@@ -21,8 +21,8 @@
 // Methods that run their own loop (PEARL, SpecBranch: supports_batch = false) are refused at any
 // concurrency above 1 with an error naming them; at C = 1 they are refused too (serve them with
 // `specbed run`, whose batch-1 figures are theirs).
-// Checked by: tests/runner/serve_test.cpp (expansion, traces, a closed and an open cell end to end,
-// resume, refusals).
+// Checked by: tests/cli/serve_cli_test.cpp (a closed and an open loop end to end, answers equal
+// across C, resume, refusals).
 #pragma once
 
 #include <cstdint>
