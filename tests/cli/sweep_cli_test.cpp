@@ -229,8 +229,8 @@ TEST(CliSweep, RunAcceptsSweepFilesAndReportsSkippedBatches) {
   const std::string sweep = WriteJson(dir, "run.json", cfg);
   const ProcResult r = RunSpecbed({"run", sweep, "--quiet"}, dir);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(ContainsAll(r.err, {"skipped: method ar does not support batch > 1 (1 cases)",
-                                  "skipped: method sps does not support batch > 1 (2 cases)",
+  EXPECT_TRUE(ContainsAll(r.err, {"skipped: method ar at batch > 1 (1 cases)",
+                                  "skipped: method sps at batch > 1 (2 cases)",
                                   "3 cases (3 run, 0 already complete)"}));
   EXPECT_EQ(OpenReadOnly(dir + "/run.db")->CountRows("cases"), 3);
 }
