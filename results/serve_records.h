@@ -19,12 +19,12 @@ namespace specbed {
 struct ServeCellRecord {
   std::string cell_key;  // hash of the resolved cell config; unique among completed cells
   std::string target, method, method_knobs_json, dataset;
-  std::string mode;          // "closed" (fixed concurrency) | "open" (Poisson arrivals)
-  int64_t concurrency = 0;   // closed: C requests in flight; open: 0
-  double rate = 0;           // open: lambda, requests per second; closed: 0
-  int64_t max_running = 0;   // the most sequences in one batch step (closed: = C)
-  std::string schedule;      // the K policy's name: "fixed" | "by_batch" | "split"
-  std::string schedule_json; // the policy with its table, e.g. {"policy":"by_batch","k":{"1":4}}
+  std::string mode;           // "closed" (fixed concurrency) | "open" (Poisson arrivals)
+  int64_t concurrency = 0;    // closed: C requests in flight; open: 0
+  double rate = 0;            // open: lambda, requests per second; closed: 0
+  int64_t max_running = 0;    // the most sequences in one batch step (closed: = C)
+  std::string schedule;       // the K policy's name: "fixed" | "by_batch" | "split"
+  std::string schedule_json;  // the policy with its table, e.g. {"policy":"by_batch","k":{"1":4}}
   int64_t n_requests = 0, max_new_tokens = 0;
   double temperature = 0;
   uint64_t seed = 0;  // trace seed (prompt order, arrivals, per-request sampling seeds)
@@ -56,14 +56,14 @@ struct ServeRequestRecord {
   std::string stop_reason;
   std::string output_hash;      // hash of the generated token ids
   std::string output_ids_json;  // "[12,7,...]"
-  double t_adapt_ms = 0;  // online-adapter updates that stalled the batch while it ran
+  double t_adapt_ms = 0;        // online-adapter updates that stalled the batch while it ran
 };
 
 // One batch step of a cell: one target forward over every running sequence's rows (or, for the
 // requests admitted at this boundary, their prefills).
 struct ServeStepRecord {
   int64_t step_index = 0;
-  double start_ms = 0;  // when the step began
+  double start_ms = 0;          // when the step began
   int64_t batch_size = 0;       // running sequences in the batch forward
   int64_t n_admitted = 0;       // requests admitted (and prefilled) at this boundary
   int64_t n_verify_tokens = 0;  // rows of the batch forward (sum of 1 + drafted nodes)

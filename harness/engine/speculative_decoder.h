@@ -48,8 +48,9 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   std::string SamplingVerifier() const override { return VerifyRuleName(options_.sampling_rule); }
 
   // The batch engine's stepper (method.h): the same loop cut at the target forward; a plan of
-  // max_nodes = 0 skips the drafter and the controller (the plain AR step; the drafter still sees
-  // the verdict in Accept, so its state follows the committed tokens).
+  // max_nodes = 0 skips the drafter and the controller (the plain AR step; the drafter is told
+  // the verdict in Accept, deferred to its next drafted step unless AcceptReadsLogits, so its
+  // state follows the committed tokens).
   SequenceStepper* stepper() override { return this; }
   void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
              KvCache& cache) override;

@@ -7,7 +7,7 @@
 namespace specbed {
 
 void RegisterArMethods(MethodRegistry& registry) {
-  MethodTraits traits;  // not speculative, lossless
+  MethodTraits traits;           // not speculative, lossless
   traits.supports_batch = true;  // ArDecoder is a SequenceStepper (harness/engine/batch_engine.h)
   MethodInfo info = DescribeMethod(
       "ar", "autoregressive decoding with the target alone (the baseline of every speedup)", "",
