@@ -30,6 +30,19 @@ std::string DeviceName(const at::Device& device) {
   return device.has_index() ? "cuda:" + std::to_string(device.index()) : "cuda";
 }
 
+namespace {
+c10::DeviceIndex IndexOrCurrent(const at::Device& d) {
+  if (d.has_index() || d.is_cpu()) return d.index();
+  return c10::impl::hasDeviceGuardImpl(d.type())
+             ? c10::impl::getDeviceGuardImpl(d.type())->getDevice().index()
+             : 0;
+}
+}  // namespace
+
+bool SameDevice(const at::Device& a, const at::Device& b) {
+  return a.type() == b.type() && (a.is_cpu() || IndexOrCurrent(a) == IndexOrCurrent(b));
+}
+
 void CheckDeviceAvailable(const at::Device& device, const std::string& context) {
   if (device.is_cpu()) return;
   SPECBED_CHECK(device.is_cuda(), context, ": device '", device.str(), "' is not supported");

@@ -4,7 +4,7 @@
 // so this file needs no CUDA headers and works with any LibTorch backend.
 // Checked by: tests/engine/speculative_test.cpp (DeviceMarks on the CPU: marks tile the host
 // clock; the per-phase device time of every step), tests/engine/aten_forward_test.cpp (parsing,
-// "cuda" refused on a CPU-only build naming the device, CPU sync is a no-op),
+// SameDevice, "cuda" refused on a CPU-only build naming the device, CPU sync is a no-op),
 // tests/cli/cli_test.cpp (--device cuda exits 1), tests/methods/pearl_test.cpp (a side thread's
 // stream; on a GPU, PearlCuda).
 #pragma once
@@ -27,6 +27,11 @@ namespace specbed {
 at::Device ParseDevice(const std::string& name, const std::string& context);
 // The canonical name ParseDevice reads back: "cpu", "cuda", "cuda:1".
 std::string DeviceName(const at::Device& device);
+// True when `a` and `b` hold the same tensors: same type and the same index, an index-less device
+// ("cuda", as ParseDevice reads it) standing for the backend's current one (where tensors moved
+// `.to("cuda")` land; a tensor's own device always has its index, "cuda:0"). Compare a tensor's
+// device with a parsed one through this, never with ==.
+bool SameDevice(const at::Device& a, const at::Device& b);
 
 // Fails (specbed::Error naming `context` and the device) unless `device` can run tensors here:
 // the CPU always can; "cuda[:N]" needs a CUDA build of LibTorch and a visible device N.

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "kernels/decoder_op_args.h"
 #include "kernels/decoder_ops.h"
+#include "models/device.h"
 #include "models/op_trace.h"
 
 namespace specbed {
@@ -284,7 +285,7 @@ void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
     return;
   }
   at::Tensor allowed = options.mask;
-  if (allowed.device() != device_ || !allowed.is_contiguous()) {
+  if (!SameDevice(allowed.device(), device_) || !allowed.is_contiguous()) {
     allowed = Take(mask_bool_, allowed.sizes()).copy_(allowed);
   }
   mask_view_ = Take(mask_add_, {s.batch, s.n_tokens, s.n_slots});
@@ -489,8 +490,9 @@ void AtenForward::RunChain(const at::Tensor& first, KvCache& cache, int64_t n,
                            const std::vector<int64_t>& pick_key) {
   SPECBED_CHECK(ChainsSteps(n) && cache.batch() == 1, "RunChain: a chain of ", n,
                 " tokens needs captured steps, batch 1 and n in [2, ", kMaxGraphTokens + 1, "]");
-  SPECBED_CHECK(ids.numel() >= n && ids.scalar_type() == at::kLong && ids.device() == device_,
-                "RunChain: ids must be int64 [>= ", n, "] on ", device_.str());
+  SPECBED_CHECK(
+      ids.numel() >= n && ids.scalar_type() == at::kLong && SameDevice(ids.device(), device_),
+      "RunChain: ids must be int64 [>= ", n, "] on ", device_.str());
   std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
   const int64_t past = cache.length(), steps = n - 1;
   SPECBED_CHECK(past + steps <= cache.max_len(), "context length ", past + steps,

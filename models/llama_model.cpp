@@ -14,6 +14,7 @@
 
 #include "base/enum_names.h"
 #include "base/error.h"
+#include "models/device.h"
 #include "models/gemv.h"
 #include "models/half_bits.h"
 #include "models/llama_forward_aten.h"
@@ -484,8 +485,9 @@ ForwardOutput LlamaModel::Forward(const at::Tensor& tokens, KvCache& cache,
   SPECBED_CHECK(batch == cache.batch(), "Forward: tokens batch ", batch, " != cache batch ",
                 cache.batch());
   SPECBED_CHECK(n_tokens >= 1, "Forward: no tokens");
-  SPECBED_CHECK(cache.device() == device_, "Forward: the KV cache is on ", cache.device().str(),
-                ", the model on ", device_.str(), " (make caches with NewCache)");
+  SPECBED_CHECK(SameDevice(cache.device(), device_), "Forward: the KV cache is on ",
+                cache.device().str(), ", the model on ", device_.str(),
+                " (make caches with NewCache)");
   const int64_t n_slots = cache.length() + n_tokens;
   SPECBED_CHECK(n_slots <= cache.max_len(), "context length ", n_slots, " exceeds the KV cache (",
                 cache.max_len(), " positions)");
@@ -542,7 +544,7 @@ void LlamaModel::DecodeChain(const at::Tensor& first, KvCache& cache, int64_t n,
                              const std::vector<int64_t>& pick_key) {
   SPECBED_CHECK(ChainsSteps(n), "DecodeChain: this model does not chain ", n,
                 " tokens (captured steps off, or n outside [2, 65])");
-  SPECBED_CHECK(cache.device() == device_ && cache.batch() == 1,
+  SPECBED_CHECK(SameDevice(cache.device(), device_) && cache.batch() == 1,
                 "DecodeChain: the cache must be this model's, batch 1");
   aten_->RunChain(first, cache, n, ids, pick, pick_key);
   cache.Advance(n - 1);
@@ -684,8 +686,8 @@ void LlamaModel::RunRows(const int64_t* ids, const RowStep& step,
 static void CheckChunk(const SeqChunk& ch, size_t c, const at::Device& device) {
   SPECBED_CHECK(ch.cache != nullptr && ch.cache->defined(), "ForwardRagged: chunk ", c,
                 " has no cache");
-  SPECBED_CHECK(ch.cache->batch() == 1 && ch.cache->device() == device, "ForwardRagged: chunk ", c,
-                "'s cache must be batch 1 on ", device.str());
+  SPECBED_CHECK(ch.cache->batch() == 1 && SameDevice(ch.cache->device(), device),
+                "ForwardRagged: chunk ", c, "'s cache must be batch 1 on ", device.str());
   SPECBED_CHECK(ch.tokens.dim() == 2 && ch.tokens.size(0) == 1 && ch.tokens.size(1) >= 1 &&
                     ch.tokens.scalar_type() == at::kLong && ch.tokens.device().is_cpu() &&
                     ch.tokens.is_contiguous(),

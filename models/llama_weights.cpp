@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/device.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -55,7 +56,7 @@ void LlamaWeights::Validate(const LlamaConfig& c, const std::string& source) con
                   ShapeString(t.sizes()), ", expected ", ShapeString(shape));
     SPECBED_CHECK(t.scalar_type() == dtype, source, ": weight ", name, " has dtype ",
                   c10::toString(t.scalar_type()), ", expected ", c10::toString(dtype));
-    SPECBED_CHECK(t.device() == device, source, ": weight ", name, " is on ", t.device(),
+    SPECBED_CHECK(SameDevice(t.device(), device), source, ": weight ", name, " is on ", t.device(),
                   ", expected ", device);
   };
   auto check_absent = [&](const std::string& name, const at::Tensor& t, const char* why) {

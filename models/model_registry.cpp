@@ -204,7 +204,8 @@ LoadedTarget LoadModel(const std::string& name_or_path, at::ScalarType dtype,
                   out.spec.tokenizer_path, "' has ", out.tokenizer->vocab_size(),
                   " tokens but model '", out.spec.name, "' only ", config.vocab_size);
   }
-  if (weights.tok_embeddings.device() != device || weights.tok_embeddings.scalar_type() != dtype) {
+  if (!SameDevice(weights.tok_embeddings.device(), device) ||
+      weights.tok_embeddings.scalar_type() != dtype) {
     weights = weights.To(dtype, device);
   }
   out.model = std::make_shared<LlamaModel>(config, std::move(weights));

@@ -1147,8 +1147,9 @@ Plot ServeThroughputPlot(const ServeGroup& group, int index, int64_t max_c) {
     plot << (plot.tellp() == 0 ? "plot " : ", \\\n     ") << block
          << " using 1:2 with linespoints lw 2 ps 1.1 " << ServeSeriesStyle(s)
          << (s.is_ar ? " dt 2" : "") << " title " << Quote(PlotLabel(s.label));
+    if (s.is_ar || !std::isfinite(s.crossover.c_star)) continue;  // before the cast: NaN = none
     const auto at = curve.find(static_cast<int64_t>(s.crossover.c_star));
-    if (s.is_ar || !std::isfinite(s.crossover.c_star) || at == curve.end()) continue;
+    if (at == curve.end()) continue;
     data << block << "_cstar << EOD\n" << at->first << " " << Num(at->second) << "\nEOD\n";
     plot << ", \\\n     " << block << "_cstar using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb "
          << Quote(MethodColor(s.style_index))

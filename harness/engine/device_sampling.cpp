@@ -13,6 +13,7 @@
 #include "kernels/greedy_verify.h"
 #include "kernels/kv_compact.h"
 #include "kernels/sampled_verify.h"
+#include "models/device.h"
 
 namespace specbed {
 namespace {
@@ -47,7 +48,7 @@ at::Tensor DraftProbsOn(const DraftTree& tree, int64_t vocab, const at::Device& 
   if (tree.draft_probs_device != nullptr) {
     const at::Tensor& rows = *tree.draft_probs_device;
     SPECBED_CHECK(rows.dim() == 2 && rows.size(0) >= n + 1 && rows.size(1) == vocab &&
-                      rows.scalar_type() == at::kFloat && rows.device() == device &&
+                      rows.scalar_type() == at::kFloat && SameDevice(rows.device(), device) &&
                       rows.is_contiguous(),
                   "sampled verification: the drafter's device distributions are ", rows.sizes(),
                   " ", rows.scalar_type(), " on ", rows.device(), ", expected contiguous float32 [",
@@ -105,8 +106,8 @@ void SamplingProbsInto(const at::Tensor& logits, const SamplingParams& params,
 }
 
 void DeviceVerifier::Reserve(int64_t n, int64_t vocab, const at::Device& device) {
-  const bool grow =
-      !int_host_.defined() || int_host_.numel() < 2 * n + 2 || in_device_.device() != device;
+  const bool grow = !int_host_.defined() || int_host_.numel() < 2 * n + 2 ||
+                    !SameDevice(in_device_.device(), device);
   if (grow) {
     const int64_t cap = std::max<int64_t>(2 * n + 2, 128);
     const at::TensorOptions on_device = at::TensorOptions().device(device);
@@ -264,8 +265,8 @@ void DeviceDraftSampler::Begin(int64_t n, int64_t vocab, const at::Device& devic
                                std::mt19937_64& rng) {
   SPECBED_CHECK(n >= 1 && vocab >= 1, "DeviceDraftSampler: a chain of ", n, " tokens over ", vocab,
                 " ids (expected >= 1 each)");
-  const bool grow =
-      !probs_.defined() || probs_.device() != device || vocab != vocab_ || probs_.size(0) < n + 1;
+  const bool grow = !probs_.defined() || !SameDevice(probs_.device(), device) || vocab != vocab_ ||
+                    probs_.size(0) < n + 1;
   if (grow) {
     const int64_t rows = std::max<int64_t>(n + 1, 16);
     const at::TensorOptions on_device = at::TensorOptions().device(device);

@@ -19,6 +19,7 @@
 #include "methods/common/train/param_device.h"
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
+#include "models/device.h"
 
 namespace specbed {
 namespace {
@@ -69,7 +70,7 @@ class TrainableBlockPilot {
   // requires_grad, same values). Built on the CPU (the seeded init), then moved.
   void To(const at::Device& device) {
     for (auto& [name, t] : params_) {
-      if (t.device() == device) continue;
+      if (SameDevice(t.device(), device)) continue;
       t = t.detach().to(device);
       t.set_requires_grad(true);
     }

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 
+#include "models/device.h"
+
 namespace specbed {
 namespace {
 
 // The int64 staging buffer of a chain's ids on the model's device (grown, reused).
 void ReserveIds(const LlamaModel& model, int64_t n, at::Tensor& ids) {
-  if (!ids.defined() || ids.numel() < n || ids.device() != model.device()) {
+  if (!ids.defined() || ids.numel() < n || !SameDevice(ids.device(), model.device())) {
     ids = at::empty({std::max<int64_t>(n, 8)}, at::TensorOptions(at::kLong).device(model.device()));
   }
 }

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "kernels/engine_counters.h"
 #include "methods/common/head_kernels.h"
+#include "models/device.h"
 #include "models/llama_model.h"
 #include "models/tensor_util.h"
 
@@ -79,7 +80,7 @@ at::Tensor SwiGluAten(const at::Tensor& gate_up) {
 
 void DeviceRopeTable::Ensure(const std::vector<double>& inv_freq, int64_t max_position,
                              const at::Device& device) {
-  if (max_position <= host_capacity_ && cos_.defined() && cos_.device() == device) return;
+  if (max_position <= host_capacity_ && cos_.defined() && SameDevice(cos_.device(), device)) return;
   GrowRopeTable(inv_freq, max_position, host_cos_, host_sin_, host_capacity_);  // the row path's
   const int64_t half = static_cast<int64_t>(inv_freq.size());
   const auto f32 = at::TensorOptions(at::kFloat);

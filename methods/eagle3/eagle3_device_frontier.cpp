@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/engine_counters.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -38,7 +39,7 @@ void Eagle3DeviceFrontier::Grow(Eagle3Head& head, const at::Tensor& root_hidden,
                 ", ", k, ", ", context_len, ")");
   const at::Device device = root_logits.device();
   const int64_t total = k + (layers - 1) * k * k;
-  if (!packed_.defined() || packed_.size(1) < total || packed_.device() != device) {
+  if (!packed_.defined() || packed_.size(1) < total || !SameDevice(packed_.device(), device)) {
     packed_ = at::empty({4, total}, at::TensorOptions().dtype(at::kInt).device(device));
   }
   const at::Tensor& d2t = head.draft_to_target_tensor();

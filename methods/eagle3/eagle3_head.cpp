@@ -14,6 +14,7 @@
 #include "methods/common/head_aten.h"
 #include "methods/common/head_kernels.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
+#include "models/device.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -419,10 +420,10 @@ void Eagle3Head::ForwardOnDevice(const at::Tensor& features, const at::Tensor& t
   SPECBED_CHECK(
       tokens.dim() == 1 && tokens.size(0) == n && positions.dim() == 1 && positions.size(0) == n &&
           tokens.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
-          tokens.device() == device && positions.device() == device,
+          SameDevice(tokens.device(), device) && SameDevice(positions.device(), device),
       "Eagle3Head::ForwardOnDevice: tokens and positions must be int64 [", n, "] on ", device);
   SPECBED_CHECK(allowed.dim() == 2 && allowed.size(0) == n && allowed.size(1) == n_slots &&
-                    allowed.scalar_type() == at::kBool && allowed.device() == device,
+                    allowed.scalar_type() == at::kBool && SameDevice(allowed.device(), device),
                 "Eagle3Head::ForwardOnDevice: allowed must be bool [", n, ", ", n_slots, "] on ",
                 device, ", got ", ShapeString(allowed.sizes()));
   SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::ForwardOnDevice: ", cache_length_,

@@ -13,6 +13,7 @@
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
 #include "methods/eagle3/eagle3_checkpoint.h"
+#include "models/device.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -102,7 +103,7 @@ std::vector<at::Tensor> TrainableEagle3::Forward(const at::Tensor& aux, const at
                 "EAGLE-3 head forward: aux must be float32 [", b, ", ", t, ", ", c.fc_in_dim(),
                 "], got ", aux.sizes());
   SPECBED_CHECK(unroll >= 1, "EAGLE-3 head forward: unroll must be >= 1");
-  SPECBED_CHECK(tokens.device() == device() && aux.device() == device(),
+  SPECBED_CHECK(SameDevice(tokens.device(), device()) && SameDevice(aux.device(), device()),
                 "EAGLE-3 head forward: tokens (", tokens.device(), ") and aux (", aux.device(),
                 ") must be on the parameters' device ", device());
   const int64_t h = c.hidden_size, nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;

@@ -16,6 +16,7 @@
 #include "methods/common/train/train_driver.h"
 #include "methods/common/train/train_util.h"
 #include "methods/medusa/medusa_head.h"
+#include "models/device.h"
 #include "models/model_registry.h"
 
 namespace specbed {
@@ -226,7 +227,7 @@ MedusaTrainResult TrainMedusa(const MedusaTrainConfig& config, const std::string
   MedusaTrainResult result;
   // The heads are made on the CPU; placed on the training device as float32 leaves.
   for (auto& [name, t] : head.tensors) {
-    if (t.device() != driver.device()) t = t.to(driver.device());
+    if (!SameDevice(t.device(), driver.device())) t = t.to(driver.device());
     t.set_requires_grad(true);
     result.head_parameters += t.numel();
   }

@@ -42,7 +42,8 @@ void ParallelDecoder::BeginAnswer(const std::vector<int32_t>& prompt, const KvCa
   SPECBED_CHECK(cache.batch() == 1, name_, " uses a batch-1 cache");
   SPECBED_CHECK(static_cast<int64_t>(prompt.size()) < cache.max_len(), "prompt of ", prompt.size(),
                 " tokens does not fit the context (", cache.max_len(), " positions)");
-  if (!side_ || side_->threads() != draft_threads || side_->device() != target_.device()) {
+  if (!side_ || side_->threads() != draft_threads ||
+      !SameDevice(side_->device(), target_.device())) {
     side_ = std::make_unique<SideThread>(draft_threads, target_.device());
   }
   result.generation = GenerationResult();

@@ -22,6 +22,7 @@
 #include "base/names.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/device.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -228,8 +229,8 @@ LlamaWeights WeightsFromHfTensors(const LlamaConfig& config,
     SPECBED_CHECK(t.scalar_type() == dtype, source, ": tensor '", name, "' has dtype ",
                   DtypeName(t.scalar_type()), " but '", embed_name, "' has ", DtypeName(dtype),
                   " (all tensors must share one dtype)");
-    SPECBED_CHECK(t.device() == device, source, ": tensor '", name, "' is on ", t.device(),
-                  " but '", embed_name, "' is on ", device);
+    SPECBED_CHECK(SameDevice(t.device(), device), source, ": tensor '", name, "' is on ",
+                  t.device(), " but '", embed_name, "' is on ", device);
   }
 
   std::vector<std::string> unexpected;

@@ -310,6 +310,13 @@ TEST(Device, NamesParseAndUnavailableDevicesAreRefused) {
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "CPU", "cuda:1234", ""}) {
     EXPECT_THROW(ParseDevice(bad, "config 'x.json'"), Error) << bad;
   }
+  // "cuda" as parsed is the current device, where a tensor's own device names its index (the
+  // GPU run's trainers refused their own parameters when these were compared with ==).
+  EXPECT_TRUE(SameDevice(ParseDevice("cuda", "t"), at::Device(at::kCUDA, 0)));
+  EXPECT_TRUE(SameDevice(at::Device(at::kCUDA, 0), ParseDevice("cuda", "t")));
+  EXPECT_FALSE(SameDevice(ParseDevice("cuda", "t"), ParseDevice("cuda:1", "t")));
+  EXPECT_FALSE(SameDevice(ParseDevice("cuda", "t"), at::kCPU));
+  EXPECT_TRUE(SameDevice(at::kCPU, ParseDevice("cpu", "t")));
   CheckDeviceAvailable(at::kCPU, "t");
   SynchronizeDevice(at::kCPU);  // a no-op on the CPU
   if (at::globalContext().hasCUDA()) GTEST_SKIP() << "a CUDA device is visible";

@@ -292,7 +292,9 @@ TEST(ParallelDecoderCuda, SampledStepsCopyOneVerdictPerStep) {
   options.target_threads = 1;
   PearlDecoder pearl(*target.model, target.tokenizer.get(), draft.model, options);
   DecodeResult r;
-  EXPECT_EQ(TargetSideCopiesAtT1(pearl, target, "pearl", r), static_cast<int64_t>(r.steps.size()));
+  // Named first: the steps are counted after the answer (argument order is unspecified).
+  const int64_t pearl_copies = TargetSideCopiesAtT1(pearl, target, "pearl", r);
+  EXPECT_EQ(pearl_copies, static_cast<int64_t>(r.steps.size()));
   EXPECT_EQ(pearl.verify_row_copies(), 0);
   parallel_test::ExpectInvariants(r, "pearl cuda T=1");
   SpecBranchOptions sb;
@@ -300,8 +302,8 @@ TEST(ParallelDecoderCuda, SampledStepsCopyOneVerdictPerStep) {
   sb.target_threads = 1;
   SpecBranchDecoder specbranch(*target.model, target.tokenizer.get(), draft.model, nullptr, {}, sb);
   DecodeResult s;
-  EXPECT_EQ(TargetSideCopiesAtT1(specbranch, target, "specbranch", s),
-            static_cast<int64_t>(s.steps.size()));
+  const int64_t specbranch_copies = TargetSideCopiesAtT1(specbranch, target, "specbranch", s);
+  EXPECT_EQ(specbranch_copies, static_cast<int64_t>(s.steps.size()));
   EXPECT_EQ(specbranch.verify_row_copies(), 0);
   EXPECT_GT(specbranch.counters().branches, 0);
   parallel_test::ExpectInvariants(s, "specbranch cuda T=1");

@@ -42,6 +42,7 @@
 #include "methods/specblock/specblock_drafter.h"
 #include "methods/specblock/specblock_model.h"
 #include "methods/sps/sps_drafter.h"
+#include "models/device.h"
 #include "models/model_registry.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/methods/method_test_util.h"
@@ -334,13 +335,13 @@ void ExpectHandMadeBatch(const OnlineBatch& b) {
                  at::arange(20, 24, at::kFloat)})));
   for (const at::Tensor& t :
        {b.tokens, b.lengths, b.loss_mask, b.features, b.teacher_rows, b.teacher_index}) {
-    EXPECT_EQ(t.device(), b.device());
+    EXPECT_TRUE(SameDevice(t.device(), b.device())) << t.device();
   }
   EXPECT_TRUE(b.host_loss_mask.is_cpu());
   EXPECT_TRUE(b.host_teacher_index.is_cpu());
   // Rows at host indices, on the batch's device; a position that was not supervised is refused.
   const at::Tensor rows = TeacherRowsAtFlat(b, at::tensor({int64_t{6}, int64_t{1}}));
-  EXPECT_EQ(rows.device(), b.device());
+  EXPECT_TRUE(SameDevice(rows.device(), b.device())) << rows.device();
   EXPECT_TRUE(
       rows.cpu().equal(at::stack({at::arange(20, 24, at::kFloat), at::arange(0, 4, at::kFloat)})));
   EXPECT_THROW(TeacherRowsAtFlat(b, at::tensor({int64_t{2}})), Error);
@@ -383,7 +384,8 @@ void ExpectFloat32On(const std::vector<std::pair<std::string, at::Tensor>>& para
                      const at::Device& device, const std::string& what) {
   ASSERT_FALSE(params.empty()) << what;
   for (const auto& [name, p] : params) {
-    EXPECT_EQ(p.device(), device) << what << " " << name;
+    EXPECT_TRUE(SameDevice(p.device(), device))
+        << p.device() << " vs " << device << ": " << what << " " << name;
     EXPECT_EQ(p.scalar_type(), at::kFloat) << what << " " << name;
     EXPECT_TRUE(p.requires_grad()) << what << " " << name;
   }
@@ -436,7 +438,7 @@ TEST(ServedTeacherCuda, BatchOnCudaEqualsTheCpuBatch) {
     const int64_t copies = DeviceToHostCopies();
     const OnlineBatch b = BuildOnlineBatch(requests, cuda);
     EXPECT_EQ(DeviceToHostCopies(), copies) << "building the batch copies nothing back";
-    EXPECT_EQ(b.device(), cuda);
+    EXPECT_TRUE(SameDevice(b.device(), cuda)) << b.device();
     ExpectHandMadeBatch(b);
   }
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "methods/common/named_params.h"
+#include "models/device.h"
 
 namespace specbed {
 
@@ -38,7 +39,7 @@ inline std::map<std::string, at::Tensor> ToHost(std::map<std::string, at::Tensor
 // optimiser) must be built after the move.
 inline void MoveParamsTo(NamedParams& params, const at::Device& device) {
   for (auto& [name, p] : params) {
-    if (p.device() == device) continue;
+    if (SameDevice(p.device(), device)) continue;
     const bool grad = p.requires_grad();
     at::Tensor moved = p.detach().to(device).contiguous();
     if (grad) moved.set_requires_grad(true);

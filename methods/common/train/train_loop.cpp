@@ -209,8 +209,8 @@ at::Device CheckLoopSettings(const OptimConfig& optim, int64_t train_rows,
 void CheckParamsOn(const std::vector<std::pair<std::string, at::Tensor>>& params,
                    const at::Device& device, const std::string& who) {
   for (const auto& [name, p] : params) {
-    SPECBED_CHECK(p.device() == device, who, ": parameter '", name, "' is on ", p.device(),
-                  " but --device is ", DeviceName(device));
+    SPECBED_CHECK(SameDevice(p.device(), device), who, ": parameter '", name, "' is on ",
+                  p.device(), " but --device is ", DeviceName(device));
   }
 }
 

@@ -26,7 +26,7 @@ std::string TargetFingerprint(const LlamaModel& model) {
   if (!w.lm_head.is_same(w.tok_embeddings)) parts.push_back(w.lm_head);
   uint64_t h = 0xcbf29ce484222325ULL;
   for (const at::Tensor& t : parts) {
-    const at::Tensor c = t.contiguous();
+    const at::Tensor c = t.contiguous().cpu();  // hashes bytes: a device's weights come to the host
     h = Fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
   }
   return Hex64(h);

@@ -13,6 +13,7 @@
 #include "methods/common/named_params.h"
 #include "methods/common/train/param_device.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/device.h"
 #include "models/tensor_util.h"
 
 namespace specbed {
@@ -133,7 +134,7 @@ void TrainableLlama::BindParameters() {
 at::Tensor TrainableLlama::Forward(const at::Tensor& tokens) const {
   SPECBED_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong && tokens.size(1) >= 1,
                 "TrainableLlama::Forward: tokens must be int64 [batch, T] with T >= 1");
-  SPECBED_CHECK(tokens.device() == device(), "TrainableLlama::Forward: tokens are on ",
+  SPECBED_CHECK(SameDevice(tokens.device(), device()), "TrainableLlama::Forward: tokens are on ",
                 tokens.device(), " but the parameters on ", device());
   const int64_t b = tokens.size(0), t = tokens.size(1);
   SPECBED_CHECK(t <= config_.max_seq_len, "TrainableLlama::Forward: ", t,
