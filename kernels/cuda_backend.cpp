@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <optional>
 
 namespace specbed {
@@ -54,17 +55,35 @@ void DestroyEvent(void* event) {
 }
 
 // A step's graph and, while it is being captured, the side stream made current (a capture cannot
-// run on the default stream).
+// run on the default stream). `holds_pool`: its capture ended, so the graph holds a use of the
+// shared pool until it is destroyed.
 struct CapturedGraph {
   at::cuda::CUDAGraph graph;
   std::optional<c10::cuda::CUDAStreamGuard> side_stream;
+  bool holds_pool = false;
 };
 
 // One memory pool for every step graph: their temporaries never outlive a replay, and the
-// graphs run one at a time on one stream.
-auto SharedGraphPool() {
-  static const auto pool = at::cuda::graph_pool_handle();
+// graphs run one at a time on one stream. PyTorch releases a pool when its last graph goes and
+// refuses a capture into a released pool's id while its blocks are still alive (an internal
+// assert, seen on the H200 when a test's second model captured after the first was destroyed), so
+// a capture with no captured graph alive starts a new pool.
+struct SharedGraphPool {
+  std::mutex mu;
+  at::cuda::MempoolId_t id{0, 0};
+  int64_t holders = 0;  // captured graphs alive
+};
+
+SharedGraphPool& GraphPool() {
+  static SharedGraphPool pool;
   return pool;
+}
+
+at::cuda::MempoolId_t PoolForCapture() {
+  SharedGraphPool& pool = GraphPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  if (pool.holders == 0) pool.id = at::cuda::graph_pool_handle();
+  return pool.id;
 }
 
 void* NewGraph() {
@@ -76,7 +95,7 @@ void BeginCapture(void* graph, int device) {
   const c10::DeviceIndex index =
       device < 0 ? c10::cuda::current_device() : static_cast<c10::DeviceIndex>(device);
   g->side_stream.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index));
-  g->graph.capture_begin(SharedGraphPool());
+  g->graph.capture_begin(PoolForCapture());
 }
 
 void EndCapture(void* graph) {
@@ -88,6 +107,10 @@ void EndCapture(void* graph) {
     throw;
   }
   g->side_stream.reset();
+  SharedGraphPool& pool = GraphPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  g->holds_pool = true;
+  ++pool.holders;
 }
 
 void ReplayGraph(void* graph) {
@@ -95,7 +118,13 @@ void ReplayGraph(void* graph) {
 }
 
 void DestroyGraph(void* graph) {
-  delete static_cast<CapturedGraph*>(graph);
+  auto* g = static_cast<CapturedGraph*>(graph);
+  const bool held = g->holds_pool;
+  delete g;  // releases its use of the pool
+  if (!held) return;
+  SharedGraphPool& pool = GraphPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  --pool.holders;
 }
 
 std::string VersionString(int v) {  // CUDA encodes 13.0 as 13000
