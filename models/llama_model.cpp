@@ -288,13 +288,18 @@ void RowsLinear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& bia
 void PlannedLinear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
                    const at::Tensor& w_t, const at::Tensor& out, const RowPlan& plan,
                    bool accumulate) {
+  // Rows [first, first + n) of `t`: `t` itself when that is all of it (the usual one-call plan),
+  // so a step of a small model does not pay ATen's view dispatch per projection.
+  auto rows = [](const at::Tensor& t, int64_t first, int64_t n) {
+    return first == 0 && n == t.size(0) ? t : t.narrow(0, first, n);
+  };
   if (plan.gemv_rows > 0) {
-    at::Tensor o = out.narrow(0, 0, plan.gemv_rows);
-    RowsLinear(in.narrow(0, 0, plan.gemv_rows), w, bias, w_t, o, true, accumulate);
+    at::Tensor o = rows(out, 0, plan.gemv_rows);
+    RowsLinear(rows(in, 0, plan.gemv_rows), w, bias, w_t, o, true, accumulate);
   }
   for (const auto& [first, n] : plan.blas) {
-    at::Tensor o = out.narrow(0, first, n);
-    RowsLinear(in.narrow(0, first, n), w, bias, w_t, o, false, accumulate);
+    at::Tensor o = rows(out, first, n);
+    RowsLinear(rows(in, first, n), w, bias, w_t, o, false, accumulate);
   }
 }
 
@@ -462,11 +467,26 @@ void LlamaModel::EnsureCapacity(int64_t n_rows, int64_t n_slots) {
     head_in_ = at::empty({capacity_, config_.dim}, opts);
     logits_ = at::empty({capacity_, config_.vocab_size}, at::TensorOptions(at::kFloat));
     if (dtype_ != at::kFloat) logits_lowp_ = at::empty({capacity_, config_.vocab_size}, opts);
+    row_views_.assign(capacity_ + 1, RowViews{});
   }
   if (n_slots > slot_capacity_ || scores_.size(0) < at::get_num_threads()) {
     slot_capacity_ = std::max(n_slots, slot_capacity_);
     scores_ = at::empty({at::get_num_threads(), slot_capacity_}, at::TensorOptions(at::kFloat));
   }
+}
+
+const LlamaModel::RowViews& LlamaModel::RowViewsFor(int64_t rows) {
+  RowViews& v = row_views_[rows];  // rows <= capacity_ (EnsureCapacity)
+  if (v.rows != rows) {
+    v = {rows,
+         LeadingRows(x_, rows),
+         LeadingRows(xn_, rows),
+         LeadingRows(qkv_, rows),
+         LeadingRows(attn_, rows),
+         LeadingRows(gate_up_, rows),
+         LeadingRows(act_, rows)};
+  }
+  return v;
 }
 
 void LlamaModel::EnsureRope(int64_t max_position) {
@@ -646,9 +666,9 @@ void LlamaModel::RunRows(const int64_t* ids, const RowStep& step,
     using T = scalar_t;
     const int64_t dim = config_.dim;
     const float eps = static_cast<float>(config_.norm_eps);
-    at::Tensor x = LeadingRows(x_, rows), xn = LeadingRows(xn_, rows),
-               qkv = LeadingRows(qkv_, rows), attn = LeadingRows(attn_, rows),
-               gate_up = LeadingRows(gate_up_, rows), act = LeadingRows(act_, rows);
+    const RowViews& v = RowViewsFor(rows);
+    const at::Tensor &x = v.x, &xn = v.xn, &qkv = v.qkv, &attn = v.attn, &gate_up = v.gate_up,
+                     &act = v.act;
     T* xp = x.data_ptr<T>();
     T* xnp = xn.data_ptr<T>();
     EmbedRows(weights_.tok_embeddings.data_ptr<T>(), ids, rows, dim, config_.vocab_size, xp);

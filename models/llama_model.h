@@ -220,6 +220,14 @@ class LlamaModel {
 
   void EnsureCapacity(int64_t n_rows, int64_t n_slots);
   void EnsureRope(int64_t max_position);
+  // Views of the leading `rows` rows of the activation buffers, one set per row count seen (all
+  // dropped when EnsureCapacity reallocates): a small model's step otherwise pays six ATen view
+  // dispatches, which cost more than its matrix products (Speculative.SpsIsLossless...).
+  struct RowViews {
+    int64_t rows = -1;
+    at::Tensor x, xn, qkv, attn, gate_up, act;
+  };
+  const RowViews& RowViewsFor(int64_t rows);
 
   LlamaConfig config_;
   LlamaWeights weights_;
@@ -235,7 +243,8 @@ class LlamaModel {
   // Preallocated activations, capacity_ rows each.
   int64_t capacity_ = 0;
   at::Tensor x_, xn_, qkv_, q_, attn_, gate_up_, act_, logits_, logits_lowp_, head_in_;
-  at::Tensor scores_;  // float32 [threads, slot_capacity_]
+  std::vector<RowViews> row_views_;  // [rows], filled as used
+  at::Tensor scores_;                // float32 [threads, slot_capacity_]
   int64_t slot_capacity_ = 0;
   // RoPE tables, float32 [rope_capacity_, head_dim / 2].
   at::Tensor rope_cos_, rope_sin_;
