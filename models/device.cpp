@@ -33,9 +33,11 @@ std::string DeviceName(const at::Device& device) {
 namespace {
 c10::DeviceIndex IndexOrCurrent(const at::Device& d) {
   if (d.has_index() || d.is_cpu()) return d.index();
-  return c10::impl::hasDeviceGuardImpl(d.type())
-             ? c10::impl::getDeviceGuardImpl(d.type())->getDevice().index()
-             : 0;
+  if (!c10::impl::hasDeviceGuardImpl(d.type())) return 0;
+  // With no device visible (a CUDA LibTorch on a machine without a driver) asking for the
+  // current one throws; the current device of such a machine is 0 as far as comparing goes.
+  const auto* impl = c10::impl::getDeviceGuardImpl(d.type());
+  return impl->deviceCount() > 0 ? impl->getDevice().index() : 0;
 }
 }  // namespace
 
