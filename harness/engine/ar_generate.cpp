@@ -120,16 +120,21 @@ void ArDecoder::Start(const std::vector<int32_t>& prompt, const GenerationConfig
   stop_->Push(token_);
 }
 
-bool ArDecoder::Plan(int64_t /*max_nodes*/, SeqChunk& chunk) {
+bool ArDecoder::PlanDraft(int64_t /*max_nodes*/, DraftJob& job) {
+  job = DraftJob();  // nothing to draft
   if (cache_->length() >= cache_->max_len()) {
     stop_->StopForContext();
     return false;
   }
+  return true;
+}
+
+SeqChunk ArDecoder::PlanVerify() {
   row_.data_ptr<int64_t>()[0] = token_;
-  chunk = SeqChunk();
+  SeqChunk chunk;
   chunk.cache = cache_;
   chunk.tokens = row_;
-  return true;
+  return chunk;
 }
 
 StepStats ArDecoder::Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& /*hidden*/) {

@@ -208,6 +208,72 @@ std::vector<FinishedRequest> BatchEngine::TakeFinished() {
   return out;
 }
 
+// Plan, first half: every live sequence's step decided, its draft job collected (a sequence whose
+// context is full stops here).
+void BatchEngine::PlanDrafts(const std::vector<int64_t>& live, const std::vector<int64_t>& caps,
+                             StepPlan& plan, BatchStepReport& report) {
+  for (size_t j = 0; j < live.size(); ++j) {
+    Slot& slot = slots_[live[j]];
+    DraftJob job;
+    if (!slot.stepper->PlanDraft(caps[j], job)) {
+      FinishSlot(slot, report.t_adapt_us);
+      continue;
+    }
+    report.k_chosen = std::max(report.k_chosen, caps[j] < 0 ? options_.method_nodes : caps[j]);
+    plan.in_step.push_back(live[j]);
+    if (job.drafter != nullptr) plan.jobs.push_back(job);
+  }
+}
+
+// The step's drafts: jobs whose drafters share a DraftBatchKey in one DraftBatch call each
+// (options_.batch_drafts), every other job alone.
+void BatchEngine::MakeDrafts(const std::vector<DraftJob>& jobs) const {
+  std::vector<bool> done(jobs.size(), false);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (done[i]) continue;
+    const void* key = options_.batch_drafts ? jobs[i].drafter->DraftBatchKey() : nullptr;
+    if (key == nullptr) {
+      jobs[i].drafter->Draft(jobs[i].step, *jobs[i].tree);
+      continue;
+    }
+    std::vector<DraftJob> group;
+    for (size_t k = i; k < jobs.size(); ++k) {
+      if (!done[k] && jobs[k].drafter->DraftBatchKey() == key) {
+        group.push_back(jobs[k]);
+        done[k] = true;
+      }
+    }
+    jobs[i].drafter->DraftBatch(group);
+  }
+}
+
+// The batch forward over the step's chunks, then each sequence's acceptance and commit.
+void BatchEngine::ForwardAndConclude(const StepPlan& plan, std::vector<SeqChunk>& chunks,
+                                     BatchStepReport& report) {
+  const int64_t t1 = NowNanos();
+  RaggedOptions options;
+  options.hidden_layers = slots_[plan.in_step[0]].stepper->HiddenLayers();
+  options.batch_invariant = options_.batch_invariant;
+  if (chunks.size() >= 2 &&
+      g_fault.load(std::memory_order_relaxed) == static_cast<int>(BatchFault::kSwapCaches)) {
+    std::swap(chunks[0].cache, chunks[1].cache);  // the negative control's bug
+  }
+  const RaggedOutput out = target_.ForwardRagged(chunks, options);
+  report.t_verify_us += (NowNanos() - t1) * 1e-3;
+  for (size_t j = 0; j < plan.in_step.size(); ++j) {
+    Slot& slot = slots_[plan.in_step[j]];
+    const StepStats stats = slot.stepper->Conclude(out.logits[j], out.hidden[j]);
+    report.n_drafted += stats.n_drafted;
+    report.n_accepted += stats.n_accepted;
+    report.n_emitted += stats.n_emitted;
+    report.t_draft_us += stats.t_draft_us;
+    report.t_verify_us += stats.t_verify_us;
+    report.emitted.push_back({slot.id, stats.n_emitted});
+    schedule_->Observe(plan.in_step[j], stats.n_drafted, stats.n_accepted);
+    if (slot.stepper->stopped()) FinishSlot(slot, report.t_adapt_us);
+  }
+}
+
 BatchStepReport BatchEngine::Step() {
   const int64_t t0 = NowNanos();
   std::vector<int64_t> live;
@@ -218,48 +284,18 @@ BatchStepReport BatchEngine::Step() {
   BatchStepReport report;
   std::vector<int64_t> caps;
   schedule_->Choose(live, caps);
-  // Plan: every sequence drafts within its cap and stages its verify rows.
-  std::vector<SeqChunk> chunks;
-  std::vector<int64_t> in_step;  // slots in the forward, in chunk order
-  for (size_t j = 0; j < live.size(); ++j) {
-    Slot& slot = slots_[live[j]];
-    SeqChunk chunk;
-    if (!slot.stepper->Plan(caps[j], chunk)) {  // a full context: the sequence stops
-      FinishSlot(slot, report.t_adapt_us);
-      continue;
-    }
-    report.k_chosen = std::max(report.k_chosen, caps[j] < 0 ? options_.method_nodes : caps[j]);
-    report.n_verify_tokens += chunk.tokens.size(1);
-    chunks.push_back(std::move(chunk));
-    in_step.push_back(live[j]);
+  StepPlan plan;
+  PlanDrafts(live, caps, plan, report);
+  const int64_t t_draft = NowNanos();
+  MakeDrafts(plan.jobs);
+  report.t_draft_us += (NowNanos() - t_draft) * 1e-3;
+  std::vector<SeqChunk> chunks;  // the verify rows, in plan.in_step order
+  for (int64_t slot : plan.in_step) {
+    chunks.push_back(slots_[slot].stepper->PlanVerify());
+    report.n_verify_tokens += chunks.back().tokens.size(1);
   }
-  const int64_t t1 = NowNanos();
   report.batch_size = static_cast<int64_t>(chunks.size());
-  int64_t forward_ns = 0;
-  if (!chunks.empty()) {
-    RaggedOptions options;
-    options.hidden_layers = slots_[in_step[0]].stepper->HiddenLayers();
-    options.batch_invariant = options_.batch_invariant;
-    if (chunks.size() >= 2 &&
-        g_fault.load(std::memory_order_relaxed) == static_cast<int>(BatchFault::kSwapCaches)) {
-      std::swap(chunks[0].cache, chunks[1].cache);  // the negative control's bug
-    }
-    const RaggedOutput out = target_.ForwardRagged(chunks, options);
-    forward_ns = NowNanos() - t1;
-    for (size_t j = 0; j < in_step.size(); ++j) {
-      Slot& slot = slots_[in_step[j]];
-      const StepStats stats = slot.stepper->Conclude(out.logits[j], out.hidden[j]);
-      report.n_drafted += stats.n_drafted;
-      report.n_accepted += stats.n_accepted;
-      report.n_emitted += stats.n_emitted;
-      report.t_draft_us += stats.t_draft_us;
-      report.t_verify_us += stats.t_verify_us;
-      report.emitted.push_back({slot.id, stats.n_emitted});
-      schedule_->Observe(in_step[j], stats.n_drafted, stats.n_accepted);
-      if (slot.stepper->stopped()) FinishSlot(slot, report.t_adapt_us);
-    }
-  }
-  report.t_verify_us += forward_ns * 1e-3;
+  if (!chunks.empty()) ForwardAndConclude(plan, chunks, report);
   const double total_us = (NowNanos() - t0) * 1e-3;
   report.t_draft_us += report.t_adapt_us;
   report.t_other_us = std::max(0.0, total_us - report.t_draft_us - report.t_verify_us);

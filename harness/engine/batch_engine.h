@@ -6,8 +6,11 @@
 //
 // A step: the schedule gives every running sequence a draft cap (DraftSchedule: the method's own
 // budget, a per-batch-size K with K = 0 above a threshold, or one token budget split across the
-// batch); each sequence plans (drafts) within it; one ragged forward over all verify rows; each
-// sequence concludes (acceptance on its rows, compaction, its drafter's accept, the commit).
+// batch); each sequence plans its step within it; the drafts are made, those of drafters sharing
+// a draft model in one batched call (Drafter::DraftBatch: the SpS draft LM's forwards go over
+// every sequence at once); each sequence stages its verify rows; one ragged forward over all of
+// them; each sequence concludes (acceptance on its rows, compaction, its drafter's accept, the
+// commit).
 // K = 0 runs no drafter, no controller and no tree staging: the step is the plain batched AR
 // step (vLLM PR #5000: a "disabled" path that still ran the speculative machinery cost 7%).
 //
@@ -15,7 +18,8 @@
 // are those of its batch-1 decode, at T = 0 and, with the same seeds, at T > 0.
 // Checked by: tests/methods/batch_engine_test.cpp (every batchable method at B = 2, 4, 8 token-
 // identical to batch 1 on the story prompts, T = 0 and T > 0; a cache mixed up between sequences
-// fails it; K = 0 equals AR; the schedules).
+// fails it; K = 0 equals AR; the schedules; SpS's batched drafts: one draft forward a position for
+// the whole batch, the same answers as drafting alone).
 #pragma once
 
 #include <cstdint>
@@ -64,6 +68,9 @@ struct BatchOptions {
   int64_t max_running = 1;      // slots: the most sequences in one step
   int64_t cache_len = 0;        // positions of each slot's KV cache (prompt + output + draft)
   bool batch_invariant = true;  // RaggedOptions::batch_invariant
+  // Drafters that share a Drafter::DraftBatchKey (the SpS draft LM) make a step's drafts in one
+  // DraftBatch call; false: every sequence drafts alone (the same drafts, for A/B timing).
+  bool batch_drafts = true;
   // The method's own node budget (the cap -1 stands for; DraftSchedule "split" never exceeds it).
   int64_t method_nodes = 0;
 };
@@ -117,8 +124,18 @@ class BatchEngine {
     KvCache cache;
     int64_t id = -1;  // -1 = free
   };
+  // One step's plan: the slots in its forward (in chunk order) and the drafts to make.
+  struct StepPlan {
+    std::vector<int64_t> in_step;
+    std::vector<DraftJob> jobs;
+  };
   Slot& FreeSlot();
   void FinishSlot(Slot& slot, double& adapt_us);
+  void PlanDrafts(const std::vector<int64_t>& live, const std::vector<int64_t>& caps,
+                  StepPlan& plan, BatchStepReport& report);
+  void MakeDrafts(const std::vector<DraftJob>& jobs) const;
+  void ForwardAndConclude(const StepPlan& plan, std::vector<SeqChunk>& chunks,
+                          BatchStepReport& report);
 
   LlamaModel& target_;
   DecoderFactory make_decoder_;

@@ -102,6 +102,16 @@ struct DraftStep {
   DraftHooks* hooks = nullptr;
 };
 
+class Drafter;
+
+// One sequence's draft of a step, prepared and not yet made (SequenceStepper::PlanDraft): the
+// drafter appends at most step.budget nodes to *tree (given empty).
+struct DraftJob {
+  Drafter* drafter = nullptr;  // nullptr: no draft this step (AR, or a K = 0 step)
+  DraftStep step;
+  DraftTree* tree = nullptr;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -129,6 +139,17 @@ class Drafter {
   // (no draft) deferred to its next drafted step, in order, so a sequence that never drafts
   // again never pays for them (batch_engine.h).
   virtual bool AcceptReadsLogits() const { return false; }
+  // Batched drafting (the batch engine, issue 46): drafters that return the same non-null key
+  // (e.g. the draft model they share) can make several sequences' drafts in one DraftBatch call
+  // (one draft-model forward per draft position for all of them). Each sequence's draft must be
+  // the one Draft would make (the batch engine's identity tests hold them token-identical to
+  // batch 1). nullptr (the default): this drafter drafts alone.
+  virtual const void* DraftBatchKey() const { return nullptr; }
+  // Makes every job's draft; every jobs[i].drafter has this drafter's DraftBatchKey (this is one
+  // of them). The default drafts each in turn.
+  virtual void DraftBatch(const std::vector<DraftJob>& jobs) {
+    for (const DraftJob& job : jobs) job.drafter->Draft(job.step, *job.tree);
+  }
 };
 
 // Chooses the budget (optional part).
@@ -185,10 +206,14 @@ class SequenceStepper {
   virtual void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                      KvCache& cache) = 0;
   virtual bool stopped() const = 0;
-  // Plans the next step: a draft of at most `max_nodes` nodes (< 0: the method's own budget;
-  // 0: no draft, the plain AR step) and its verify rows as a chunk of the batch forward. False
-  // when the context is full (the sequence then stops).
-  virtual bool Plan(int64_t max_nodes, SeqChunk& chunk) = 0;
+  // Plans the next step in two halves, so that the batch engine can make every sequence's draft
+  // together between them (Drafter::DraftBatch). PlanDraft decides the step: a draft of at most
+  // `max_nodes` nodes (< 0: the method's own budget; 0: no draft, the plain AR step), returned
+  // as `job` (job.drafter == nullptr: nothing to draft). False when the context is full (the
+  // sequence then stops). Once the job's draft is made, PlanVerify checks it and stages its
+  // verify rows as a chunk of the batch forward.
+  virtual bool PlanDraft(int64_t max_nodes, DraftJob& job) = 0;
+  virtual SeqChunk PlanVerify() = 0;
   // Concludes the step from the chunk's rows of the batch forward (logits float32 [T, vocab];
   // hidden [1, T, dim] per HiddenLayers entry): acceptance, KV compaction, the method's accept
   // and the commit. Returns the step's counts, with t_draft_us / t_verify_us = this sequence's
@@ -234,7 +259,8 @@ class ArDecoder : public Decoder, public SequenceStepper {
   void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
              KvCache& cache) override;
   bool stopped() const override { return stop_ && stop_->stopped(); }
-  bool Plan(int64_t max_nodes, SeqChunk& chunk) override;
+  bool PlanDraft(int64_t max_nodes, DraftJob& job) override;
+  SeqChunk PlanVerify() override;
   StepStats Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& hidden) override;
   const std::vector<int32_t>& generated() const override { return stop_->tokens(); }
   double Finish(DecodeResult& result) override;

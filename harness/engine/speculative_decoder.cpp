@@ -89,18 +89,20 @@ int64_t CommitTokens(const std::vector<int32_t>& tokens, std::vector<int32_t>& c
   return static_cast<int64_t>(stop.tokens().size() - before);
 }
 
-// Drafts one step into `tree` (cleared first) with the controller's budget cut to what the cache
-// holds (`free` slots) and the tokens still allowed (`left`: a deeper draft could not be
-// emitted); checks the tree and the budget. Returns the draft's depth.
-int32_t DraftWithinBudget(Drafter& drafter, Controller* controller, DraftStep& step,
-                          DraftBudget& budget, int64_t free, int64_t left, int64_t vocab,
-                          DraftTree& tree) {
+// Prepares one step's draft: `step` gets the controller's budget cut to what the cache holds
+// (`free` slots) and the tokens still allowed (`left`: a deeper draft could not be emitted), and
+// its draft hooks; `tree` is cleared for the drafter.
+void PrepareDraftStep(Controller* controller, DraftStep& step, DraftBudget& budget, int64_t free,
+                      int64_t left, DraftTree& tree) {
   step.hooks = controller != nullptr ? controller->draft_hooks() : nullptr;
   if (controller) controller->BeforeStep(step, budget);
   step.budget.nodes = std::min(budget.nodes, free);
   step.budget.depth = std::min({budget.depth, step.budget.nodes, left});
   tree.Clear();
-  drafter.Draft(step, tree);
+}
+
+// Checks a drafter's tree for `step` (structure, budget); returns the draft's depth.
+int32_t CheckedDraftDepth(const DraftStep& step, const DraftTree& tree, int64_t vocab) {
   tree.ValidateStructure(vocab);
   const int32_t depth = tree.max_depth();
   SPECBED_CHECK(tree.size() <= step.budget.nodes && depth <= step.budget.depth,
@@ -272,21 +274,30 @@ void SpeculativeDecoder::StartSequence(const std::vector<int32_t>& prompt,
   }
 }
 
-int32_t SpeculativeDecoder::DraftNext(int64_t free, int64_t node_cap) {
+void SpeculativeDecoder::PrepareDraft(int64_t free, int64_t node_cap, DraftJob& job) {
   defer_accept_ = node_cap == 0 && !drafter_->AcceptReadsLogits();
+  job = DraftJob();
   if (node_cap == 0) {  // the plain AR step: no drafter, no controller
     tree_.Clear();
-    return 0;
+    return;
   }
   FlushDeferred();
-  DraftStep step;
-  step.root = root_;
-  step.committed = &committed_;
-  step.step_index = step_index_;
+  job.drafter = drafter_.get();
+  job.tree = &tree_;
+  job.step.root = root_;
+  job.step.committed = &committed_;
+  job.step.step_index = step_index_;
   const int64_t left = max_new_tokens_ - static_cast<int64_t>(stop_->tokens().size());
-  return DraftWithinBudget(*drafter_, controller_.get(), step, budget_,
-                           node_cap > 0 ? std::min(free, node_cap) : free, left,
-                           target_.config().vocab_size, tree_);
+  PrepareDraftStep(controller_.get(), job.step, budget_,
+                   node_cap > 0 ? std::min(free, node_cap) : free, left, tree_);
+}
+
+int32_t SpeculativeDecoder::DraftNext(int64_t free, int64_t node_cap) {
+  DraftJob job;
+  PrepareDraft(free, node_cap, job);
+  if (job.drafter == nullptr) return 0;
+  drafter_->Draft(job.step, tree_);
+  return CheckedDraftDepth(job.step, tree_, target_.config().vocab_size);
 }
 
 void SpeculativeDecoder::FlushDeferred() {
@@ -368,17 +379,26 @@ void SpeculativeDecoder::Start(const std::vector<int32_t>& prompt, const Generat
   steps_.clear();
 }
 
-bool SpeculativeDecoder::Plan(int64_t max_nodes, SeqChunk& chunk) {
+bool SpeculativeDecoder::PlanDraft(int64_t max_nodes, DraftJob& job) {
   const int64_t free = cache_->max_len() - cache_->length() - 1;  // slots after the root
   if (free < 0) {
     stop_->StopForContext();
     return false;
   }
   const int64_t t0 = NowNanos();
-  draft_depth_ = DraftNext(free, max_nodes);
+  PrepareDraft(free, max_nodes, job);
+  planned_ = job;
   plan_ns_ = NowNanos() - t0;
-  chunk = verifier_.StageChunk(root_, tree_, *cache_);
   return true;
+}
+
+SeqChunk SpeculativeDecoder::PlanVerify() {
+  const int64_t t0 = NowNanos();
+  draft_depth_ = planned_.drafter != nullptr
+                     ? CheckedDraftDepth(planned_.step, tree_, target_.config().vocab_size)
+                     : 0;
+  plan_ns_ += NowNanos() - t0;
+  return verifier_.StageChunk(root_, tree_, *cache_);
 }
 
 StepStats SpeculativeDecoder::Conclude(const at::Tensor& logits,

@@ -55,7 +55,8 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   void Start(const std::vector<int32_t>& prompt, const GenerationConfig& config,
              KvCache& cache) override;
   bool stopped() const override { return stop_ && stop_->stopped(); }
-  bool Plan(int64_t max_nodes, SeqChunk& chunk) override;
+  bool PlanDraft(int64_t max_nodes, DraftJob& job) override;
+  SeqChunk PlanVerify() override;
   StepStats Conclude(const at::Tensor& logits, const std::vector<at::Tensor>& hidden) override;
   std::vector<int64_t> HiddenLayers() const override { return drafter_->TargetHiddenLayers(); }
   const std::vector<int32_t>& generated() const override { return stop_->tokens(); }
@@ -88,8 +89,10 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   // Prefill, the first token (the first root) and the parts' starts.
   void StartSequence(const std::vector<int32_t>& prompt, const GenerationConfig& config,
                      KvCache& cache);
-  // Drafts the step into tree_ within the budget, the `free` cache slots and node_cap (< 0: no
-  // cap; 0: an empty draft without calling the drafter); returns the draft's depth.
+  // The step's draft job within the budget, the `free` cache slots and node_cap (< 0: no cap;
+  // 0: an empty draft, no job: the drafter and the controller are not called).
+  void PrepareDraft(int64_t free, int64_t node_cap, DraftJob& job);
+  // PrepareDraft, the draft made into tree_ and checked; returns the draft's depth.
   int32_t DraftNext(int64_t free, int64_t node_cap);
   // The parts' accept of verdict_ (drafter, adapter, controller); after a step without a draft
   // the drafter's Accept is deferred (Drafter::AcceptReadsLogits) until FlushDeferred.
@@ -120,6 +123,7 @@ class SpeculativeDecoder : public Decoder, public SequenceStepper {
   std::vector<int64_t> hidden_layers_;
   DraftBudget budget_;
   BeginTimes begun_;
+  DraftJob planned_;  // the stepper's job of this step (PlanDraft -> PlanVerify)
   int32_t root_ = -1, draft_depth_ = 0;
   int64_t step_index_ = 0, prompt_len_ = 0, max_new_tokens_ = 0;
   int64_t t_start_ = 0, t_prefill_end_ = 0, plan_ns_ = 0;

@@ -30,9 +30,10 @@ namespace specbed {
 namespace {
 
 const std::set<std::string> kServeKeys = {
-    "name",  "output",      "targets",   "dataset",    "methods",         "concurrency",
-    "rates", "max_running", "schedules", "n_requests", "max_new_tokens",  "temperature",
-    "seeds", "dtype",       "device",    "threads",    "batch_invariant", "warmup"};
+    "name",           "output",          "targets",     "dataset",     "methods",
+    "concurrency",    "rates",           "max_running", "schedules",   "n_requests",
+    "max_new_tokens", "temperature",     "seeds",       "dtype",       "device",
+    "threads",        "batch_invariant", "warmup",      "batch_drafts"};
 
 template <typename T>
 std::vector<T> ListOf(const nlohmann::json& j, const char* key, std::vector<T> fallback,
@@ -89,6 +90,7 @@ ServeCell BaseCell(const nlohmann::json& j, const ServeOverrides& o, const std::
   base.device = j.value("device", std::string("cpu"));
   base.threads = j.value("threads", int64_t{1});
   base.batch_invariant = j.value("batch_invariant", true);
+  base.batch_drafts = j.value("batch_drafts", true);
   base.warmup = j.value("warmup", int64_t{1});
   SPECBED_CHECK(base.n_requests >= 1 && base.max_new_tokens >= 1 && base.threads >= 1 &&
                     base.warmup >= 0 && base.temperature >= 0,
@@ -129,24 +131,27 @@ std::vector<ServeCell> LoadPoints(const nlohmann::json& j, const ServeOverrides&
 }  // namespace
 
 nlohmann::json ServeCell::IdentityJson() const {
-  return {{"target", target},
-          {"method", method.name},
-          {"knobs", method.knobs},
-          {"dataset", dataset.name},
-          {"limit", dataset.limit},
-          {"mode", mode},
-          {"concurrency", concurrency},
-          {"rate", rate},
-          {"max_running", max_running},
-          {"schedule", schedule},
-          {"n_requests", n_requests},
-          {"max_new_tokens", max_new_tokens},
-          {"temperature", temperature},
-          {"seed", seed},
-          {"dtype", dtype},
-          {"device", device},
-          {"threads", threads},
-          {"batch_invariant", batch_invariant}};
+  nlohmann::json j = {{"target", target},
+                      {"method", method.name},
+                      {"knobs", method.knobs},
+                      {"dataset", dataset.name},
+                      {"limit", dataset.limit},
+                      {"mode", mode},
+                      {"concurrency", concurrency},
+                      {"rate", rate},
+                      {"max_running", max_running},
+                      {"schedule", schedule},
+                      {"n_requests", n_requests},
+                      {"max_new_tokens", max_new_tokens},
+                      {"temperature", temperature},
+                      {"seed", seed},
+                      {"dtype", dtype},
+                      {"device", device},
+                      {"threads", threads},
+                      {"batch_invariant", batch_invariant}};
+  // Named only when off, so that the cells stored before the knob keep their keys.
+  if (!batch_drafts) j["batch_drafts"] = false;
+  return j;
 }
 
 std::string ServeCell::Key() const {
@@ -463,6 +468,7 @@ ServeSummary RunServe(const ServeConfig& config, ResultsStore& store, const RunI
     BatchOptions options;
     options.max_running = cell.max_running;
     options.batch_invariant = cell.batch_invariant;
+    options.batch_drafts = cell.batch_drafts;
     int64_t longest = 0;
     for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
     {

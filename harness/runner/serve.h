@@ -54,7 +54,8 @@ struct ServeCell {
   uint64_t seed = 0;
   std::string dtype = "float32", device = "cpu";
   bool batch_invariant = true;
-  int64_t warmup = 1;  // untimed requests before the cell (per slot)
+  bool batch_drafts = true;  // BatchOptions::batch_drafts
+  int64_t warmup = 1;        // untimed requests before the cell (per slot)
 
   nlohmann::json IdentityJson() const;
   std::string Key() const;    // hash of IdentityJson()

@@ -42,43 +42,94 @@ void SpsDrafter::Prefill() {
   prompt_ = at::Tensor();
 }
 
-void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+int64_t SpsDrafter::BeginChain(const DraftStep& step) {
   Prefill();  // the prompt, unless the decoder ran it already
   const int64_t gamma = std::min(step.budget.nodes, step.budget.depth);
   fed_ = 0;
   base_len_ = cache_.length();
-  if (gamma <= 0) return;
-  const int64_t vocab = draft_->config().vocab_size;
+  if (gamma <= 0) return 0;
   const int64_t n_pending = static_cast<int64_t>(pending_.size());
   SPECBED_CHECK(base_len_ + n_pending + gamma - 1 <= cache_.max_len(),
                 "SpS drafter: context full (", cache_.max_len(), " positions)");
-  const bool greedy = sampler_->params().greedy();
   if (ids_.size(1) < n_pending) ids_ = at::empty({1, n_pending + 8}, at::kLong);
   int64_t* ids = ids_.data_ptr<int64_t>();
   for (int64_t i = 0; i < n_pending; ++i) ids[i] = pending_[i];
-  ForwardOptions options;  // logits of the last position
-  ForwardOutput out = draft_->Forward(ids_.narrow(1, 0, n_pending), cache_, options);
   fed_ = n_pending;
+  return gamma;
+}
+
+void SpsDrafter::StartHostChain(int64_t gamma, DraftTree& tree) const {
+  if (sampler_->params().greedy()) return;
+  const int64_t vocab = draft_->config().vocab_size;
+  tree.vocab = vocab;
+  tree.draft_probs.assign(static_cast<size_t>((gamma + 1) * vocab), 0.f);
+}
+
+int32_t SpsDrafter::ChainToken(const at::Tensor& logits, int64_t i, DraftTree& tree) {
+  const bool greedy = sampler_->params().greedy();
+  const int32_t token = sampler_->DraftToken(logits.data_ptr<float>(), draft_->config().vocab_size,
+                                             greedy ? nullptr : tree.DraftProbsRow(i));
+  tree.AddNode(token, static_cast<int32_t>(i) - 1);
+  ids_.data_ptr<int64_t>()[0] = token;  // the next forward's input
+  return token;
+}
+
+void SpsDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  const int64_t gamma = BeginChain(step);
+  if (gamma == 0) return;
+  ForwardOptions options;  // logits of the last position
+  ForwardOutput out = draft_->Forward(ids_.narrow(1, 0, fed_), cache_, options);
   if (draft_->forward_path() == ForwardPath::kAten) {
-    if (greedy) {
+    if (sampler_->params().greedy()) {
       DraftGreedyOnDevice(out, gamma, tree);
     } else {
       DraftSampledOnDevice(out, gamma, tree);
     }
     return;
   }
-  if (!greedy) {
-    tree.vocab = vocab;
-    tree.draft_probs.assign(static_cast<size_t>((gamma + 1) * vocab), 0.f);
-  }
+  StartHostChain(gamma, tree);
   for (int64_t i = 0; i < gamma; ++i) {  // the row path: the CPU logits, read in place
-    const int32_t token = sampler_->DraftToken(out.logits.data_ptr<float>(), vocab,
-                                               greedy ? nullptr : tree.DraftProbsRow(i));
-    tree.AddNode(token, static_cast<int32_t>(i) - 1);
-    if (i + 1 < gamma) {
-      ids[0] = token;
-      out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
+    ChainToken(out.logits, i, tree);
+    if (i + 1 < gamma) out = draft_->Forward(ids_.narrow(1, 0, 1), cache_, options);
+  }
+}
+
+const void* SpsDrafter::DraftBatchKey() const {
+  return draft_->forward_path() == ForwardPath::kRowKernels ? draft_.get() : nullptr;
+}
+
+void SpsDrafter::DraftBatch(const std::vector<DraftJob>& jobs) {
+  struct Chain {
+    SpsDrafter* drafter;
+    DraftTree* tree;
+    int64_t gamma;
+  };
+  std::vector<Chain> chains;
+  std::vector<SeqChunk> chunks;  // chains[c]'s input of this position
+  for (const DraftJob& job : jobs) {
+    auto* drafter = dynamic_cast<SpsDrafter*>(job.drafter);
+    SPECBED_CHECK(drafter != nullptr && drafter->DraftBatchKey() == DraftBatchKey(),
+                  "SpS drafter: DraftBatch got a job of another drafter");
+    const int64_t gamma = drafter->BeginChain(job.step);
+    if (gamma == 0) continue;
+    drafter->StartHostChain(gamma, *job.tree);
+    chains.push_back({drafter, job.tree, gamma});
+    chunks.push_back({&drafter->cache_, drafter->ids_.narrow(1, 0, drafter->fed_)});
+  }
+  RaggedOptions options;  // batch-invariant: each chain's logits are its batch-1 forward's
+  options.logits = LogitsMode::kLast;
+  for (int64_t i = 0; !chunks.empty(); ++i) {  // one draft forward per position for all chains
+    const RaggedOutput out = draft_->ForwardRagged(chunks, options);
+    size_t kept = 0;
+    for (size_t c = 0; c < chains.size(); ++c) {
+      Chain& chain = chains[c];
+      chain.drafter->ChainToken(out.logits[c], i, *chain.tree);
+      if (i + 1 >= chain.gamma) continue;  // its last token is never fed (Accept)
+      chains[kept] = chain;
+      chunks[kept++] = {&chain.drafter->cache_, chain.drafter->ids_.narrow(1, 0, 1)};
     }
+    chains.resize(kept);
+    chunks.resize(kept);
   }
 }
 

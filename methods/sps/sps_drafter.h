@@ -38,6 +38,12 @@ class SpsDrafter : public Drafter {
   void Prefill() override;
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
+  // Batched drafting on the row kernels (the batch engine): the drafters sharing a draft model
+  // make their chains together, one LlamaModel::ForwardRagged per chain position over every
+  // sequence still drafting (batch-invariant, so each chain is the one Draft would make, for the
+  // same seed). On the ATen path each drafts alone (its chain stays on the device).
+  const void* DraftBatchKey() const override;
+  void DraftBatch(const std::vector<DraftJob>& jobs) override;
 
   // Serves `draft` from the next Begin on (online adaptation, methods/osd); its config must equal
   // the current draft's (the cache is reused).
@@ -48,6 +54,14 @@ class SpsDrafter : public Drafter {
   const KvCache& cache() const { return cache_; }
 
  private:
+  // A step's start: the prompt prefilled, the pending tokens staged in ids_ (fed_ of them);
+  // returns the chain length (0: nothing to draft).
+  int64_t BeginChain(const DraftStep& step);
+  // The row path's draft distributions for a chain of gamma (T > 0 only).
+  void StartHostChain(int64_t gamma, DraftTree& tree) const;
+  // Chain token i from the draft model's CPU logits (float32 [1, vocab]) after token i - 1,
+  // appended to `tree` and staged in ids_ as the next forward's input.
+  int32_t ChainToken(const at::Tensor& logits, int64_t i, DraftTree& tree);
   // Greedy chain on the draft model's device (the ATen path): `out` holds the logits after the
   // pending tokens.
   void DraftGreedyOnDevice(ForwardOutput out, int64_t gamma, DraftTree& tree);

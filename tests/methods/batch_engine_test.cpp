@@ -6,7 +6,8 @@
 // method that runs its own loop (PEARL, SpecBranch) is refused with a clear error and has
 // supports_batch = false, every other has it; a KV cache mixed up between sequences (the negative
 // control) breaks the identity; the K schedules: K = 0 runs the plain AR step and equals AR,
-// by_batch switches at its threshold, split spends its token budget.
+// by_batch switches at its threshold, split spends its token budget; SpS drafts the whole batch in
+// one draft forward per chain position, with the answers of drafting alone.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -87,10 +88,12 @@ std::vector<std::vector<int32_t>> BatchOne(const std::string& name, double tempe
 std::vector<std::vector<int32_t>> Batched(const std::string& name, double temperature,
                                           int64_t max_running, const nlohmann::json& schedule,
                                           int64_t* steps = nullptr,
-                                          std::vector<BatchStepReport>* reports = nullptr) {
+                                          std::vector<BatchStepReport>* reports = nullptr,
+                                          bool batch_drafts = true) {
   Fixture& f = F();
   BatchOptions options;
   options.max_running = max_running;
+  options.batch_drafts = batch_drafts;
   options.cache_len = 512;
   options.method_nodes = f.Build(name)->MaxDraftNodes();
   BatchEngine engine(
@@ -157,6 +160,33 @@ TEST(BatchEngine, EveryBatchableMethodIsTokenIdenticalToBatchOneAtT1) {
     if (!traits.supports_batch || traits.trains_online) continue;
     ExpectIdentical(Batched(name, 1.0, 4, kFixed), BatchOne(name, 1.0), "B=4, T=1");
   }
+}
+
+// SpS's drafts of a step are made together (Drafter::DraftBatch): one draft-model forward per
+// chain position for the whole batch, not one per sequence, with the answers (T = 1: sampled
+// chains, per-request seeds) of every sequence drafting alone.
+TEST(BatchEngine, SpsDraftsTheWholeBatchInOneForwardPerPosition) {
+  Fixture& f = F();
+  f.Build("sps");  // loads its draft model
+  auto draft_forwards = [&] {
+    int64_t n = 0;
+    for (const auto& [name, loaded] : f.loaded) n += loaded.model->forward_calls();
+    return n;
+  };
+  int64_t steps_together = 0, steps_alone = 0;
+  int64_t n0 = draft_forwards();
+  const auto together = Batched("sps", 1.0, 8, kFixed, &steps_together, nullptr, true);
+  const int64_t n_together = draft_forwards() - n0;
+  n0 = draft_forwards();
+  const auto alone = Batched("sps", 1.0, 8, kFixed, &steps_alone, nullptr, false);
+  const int64_t n_alone = draft_forwards() - n0;
+  ExpectIdentical(together, alone, "drafts made together vs alone");
+  EXPECT_EQ(steps_together, steps_alone);
+  // Together: at most gamma (4) forwards a step plus each request's prompt prefill; alone: gamma
+  // per running sequence a step.
+  const int64_t requests = static_cast<int64_t>(f.ids.size());
+  EXPECT_LE(n_together, 4 * steps_together + requests);
+  EXPECT_GT(n_alone, 3 * n_together) << "together " << n_together << ", alone " << n_alone;
 }
 
 // The negative control: with the sequences' caches swapped between two slots after a step (the
