@@ -12,9 +12,12 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -70,6 +73,28 @@ struct MethodTraits {
   nlohmann::json ToJson() const;
 };
 
+// Objects the decoders built from one MethodContext share, by key: the batch engine builds one
+// decoder per slot, and a drafter's weights are read once for all of them (which also lets a
+// batched draft call see that the slots' drafters hold the same head: Drafter::DraftBatchKey).
+// Factories run on one thread; not thread-safe.
+class SharedParts {
+ public:
+  // The part stored under (T, key), built by `build` on first use.
+  template <class T>
+  std::shared_ptr<T> GetOrBuild(const std::string& key,
+                                const std::function<std::shared_ptr<T>()>& build) {
+    const std::string full = std::string(typeid(T).name()) + " " + key;
+    auto it = parts_.find(full);
+    if (it == parts_.end()) {
+      it = parts_.emplace(full, std::const_pointer_cast<std::remove_const_t<T>>(build())).first;
+    }
+    return std::static_pointer_cast<T>(it->second);
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<void>> parts_;
+};
+
 // What a factory may use to build a method for one case.
 struct MethodContext {
   LoadedTarget* target = nullptr;  // the case's target (model, tokenizer)
@@ -81,6 +106,8 @@ struct MethodContext {
   // outlive the decoder. Null = the steady clock (WallClock); tests inject a cost model
   // (base/clock.h) so their outcome does not depend on the machine's load.
   const Clock* clock = nullptr;
+  // Parts shared by every decoder built from this context (and its copies): heads loaded once.
+  std::shared_ptr<SharedParts> shared = std::make_shared<SharedParts>();
 };
 
 using MethodFactory =

@@ -1,4 +1,5 @@
-// `specbed export`: cases (the summary's numbers), samples and steps as CSV or JSON (export.h).
+// `specbed export`: cases (the summary's numbers), samples, steps and serve cells as CSV or JSON
+// (export.h).
 // Checked by: tests/reports/export_test.cpp.
 #include "reports/export.h"
 
@@ -127,6 +128,26 @@ std::vector<Json> PositionRows(const Json& cases) {
   return rows;
 }
 
+// One row per `specbed serve` cell (the summary JSON's "serve"): its workload, every stored cell
+// field and metric, and its series' C* with the interval (null for AR).
+std::vector<Json> ServeRows(const Json& serve) {
+  std::vector<Json> rows;
+  for (const Json& group : serve) {
+    std::map<std::string, const Json*> crossover;
+    for (const Json& x : group["crossover"]) crossover[x["series"].get<std::string>()] = &x;
+    for (const Json& cell : group["cells"]) {
+      Json row = {{"workload", group["workload"]}};
+      for (auto it = cell.begin(); it != cell.end(); ++it) row[it.key()] = *it;
+      const auto x = crossover.find(cell["series"].get<std::string>());
+      row["c_star"] = x == crossover.end() ? Json(nullptr) : (*x->second)["c_star"];
+      row["c_star_ci"] =
+          x == crossover.end() ? Json::array({nullptr, nullptr}) : (*x->second)["c_star_ci"];
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 namespace {
@@ -135,7 +156,8 @@ constexpr EnumName<ExportFormat> kExportFormatNames[] = {{ExportFormat::kCsv, "c
 constexpr EnumName<ExportTable> kExportTableNames[] = {{ExportTable::kCases, "cases"},
                                                        {ExportTable::kPositions, "positions"},
                                                        {ExportTable::kSamples, "samples"},
-                                                       {ExportTable::kSteps, "steps"}};
+                                                       {ExportTable::kSteps, "steps"},
+                                                       {ExportTable::kServe, "serve"}};
 }  // namespace
 
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag) {
@@ -147,7 +169,7 @@ ExportFormat ParseExportFormat(const std::string& text, const std::string& flag)
 
 ExportTable ParseExportTable(const std::string& text, const std::string& flag) {
   if (const std::optional<ExportTable> table = EnumValueOf(kExportTableNames, text)) return *table;
-  Fail(flag, ": unknown table '", text, "' (expected cases, positions, samples or steps)");
+  Fail(flag, ": unknown table '", text, "' (expected cases, positions, samples, steps or serve)");
 }
 
 std::string ExportResults(const Summary& summary, ExportTable table, ExportFormat format) {
@@ -157,8 +179,9 @@ std::string ExportResults(const Summary& summary, ExportTable table, ExportForma
     std::vector<Json> rows(doc["cases"].begin(), doc["cases"].end());
     return Csv(rows);
   }
-  if (table == ExportTable::kPositions) {
-    const std::vector<Json> rows = PositionRows(doc["cases"]);
+  if (table == ExportTable::kPositions || table == ExportTable::kServe) {
+    const std::vector<Json> rows =
+        table == ExportTable::kPositions ? PositionRows(doc["cases"]) : ServeRows(doc["serve"]);
     return format == ExportFormat::kJson ? Json(rows).dump(2) + "\n" : Csv(rows);
   }
   std::vector<Json> rows;

@@ -1,4 +1,4 @@
-// `specbed export DB --format csv|json [--table cases|positions|samples|steps]`: a results
+// `specbed export DB --format csv|json [--table cases|positions|samples|steps|serve]`: a results
 // database as flat files for pandas / R / spreadsheets. `cases`: one row per case with every
 // number of `specbed summary --json` (the same values: built from the same Summary), in that
 // document's field order (identity, configuration, throughput, τ / T_D / rollback, vLLM's
@@ -8,8 +8,10 @@
 // `method_traits` and `stop_reasons` as JSON text; no lists in cells: the per-position numbers
 // are the `positions` table (case_id, run_id, position, r, alpha, per_position_acceptance_rate,
 // n_reached, n_accepted, n_conditional) and the divergences are in the JSON export. `samples` /
-// `steps`: the stored rows with their case_id and run_id. JSON = an array of objects (cases: the
-// summary document itself). Checked by: tests/reports/export_test.cpp.
+// `steps`: the stored rows with their case_id and run_id. `serve`: one row per `specbed serve`
+// cell (its workload, every stored cell field, the serve metrics with TTFT / TPOT / ITL / E2E
+// percentiles as dotted columns, ×AR, and its method's C* with `c_star_ci.lo` / `.hi`). JSON = an
+// array of objects (cases: the summary document itself). Checked by: tests/reports/export_test.cpp.
 #pragma once
 
 #include <string>
@@ -19,10 +21,10 @@
 namespace specbed {
 
 enum class ExportFormat { kCsv, kJson };
-enum class ExportTable { kCases, kPositions, kSamples, kSteps };
+enum class ExportTable { kCases, kPositions, kSamples, kSteps, kServe };
 
-// "csv" / "json"; "cases" / "positions" / "samples" / "steps". Anything else fails naming `flag`
-// and the accepted values.
+// "csv" / "json"; "cases" / "positions" / "samples" / "steps" / "serve". Anything else fails naming
+// `flag` and the accepted values.
 ExportFormat ParseExportFormat(const std::string& text, const std::string& flag);
 ExportTable ParseExportTable(const std::string& text, const std::string& flag);
 

@@ -1094,20 +1094,30 @@ std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench) {
 
 namespace {
 
-// Per series of a serve group: per concurrency, the mean over seeds of `value(metrics)`.
-std::map<int64_t, double> ServeSeriesCurve(
-    const ServeGroup& group, const ServeSeries& series,
-    const std::function<double(const ServeMetrics&)>& value) {
-  std::map<int64_t, std::pair<double, int>> sums;
-  for (size_t i : series.cells) {
+// Per series of a serve group: per load point, the mean over seeds of `value(metrics)`. Closed
+// loop: its cells by concurrency; open loop (`open`): the group's open-loop cells of the series'
+// label by request rate.
+std::map<double, double> ServeSeriesCurve(const ServeGroup& group, const ServeSeries& series,
+                                          const std::function<double(const ServeMetrics&)>& value,
+                                          bool open = false) {
+  std::vector<size_t> cells = series.cells;
+  if (open) {
+    cells.clear();
+    for (size_t i = 0; i < group.cells.size(); ++i) {
+      if (group.cells[i].cell.mode == "open" && group.labels[i] == series.label) cells.push_back(i);
+    }
+  }
+  std::map<double, std::pair<double, int>> sums;
+  for (size_t i : cells) {
     const double v = value(group.metrics[i]);
     if (!std::isfinite(v)) continue;
-    auto& [sum, n] = sums[group.cells[i].cell.concurrency];
+    const ServeCellRecord& c = group.cells[i].cell;
+    auto& [sum, n] = sums[open ? c.rate : static_cast<double>(c.concurrency)];
     sum += v;
     ++n;
   }
-  std::map<int64_t, double> curve;
-  for (const auto& [c, sn] : sums) curve[c] = sn.first / sn.second;
+  std::map<double, double> curve;
+  for (const auto& [x, sn] : sums) curve[x] = sn.first / sn.second;
   return curve;
 }
 
@@ -1142,15 +1152,15 @@ Plot ServeThroughputPlot(const ServeGroup& group, int index, int64_t max_c) {
     if (curve.empty()) continue;
     const std::string block = StrCat("$", p.name, "_", k);
     data << block << " << EOD\n";
-    for (const auto& [c, v] : curve) data << c << " " << Num(v) << "\n";
+    for (const auto& [c, v] : curve) data << Num(c) << " " << Num(v) << "\n";
     data << "EOD\n";
     plot << (plot.tellp() == 0 ? "plot " : ", \\\n     ") << block
          << " using 1:2 with linespoints lw 2 ps 1.1 " << ServeSeriesStyle(s)
          << (s.is_ar ? " dt 2" : "") << " title " << Quote(PlotLabel(s.label));
     if (s.is_ar || !std::isfinite(s.crossover.c_star)) continue;  // before the cast: NaN = none
-    const auto at = curve.find(static_cast<int64_t>(s.crossover.c_star));
+    const auto at = curve.find(s.crossover.c_star);
     if (at == curve.end()) continue;
-    data << block << "_cstar << EOD\n" << at->first << " " << Num(at->second) << "\nEOD\n";
+    data << block << "_cstar << EOD\n" << Num(at->first) << " " << Num(at->second) << "\nEOD\n";
     plot << ", \\\n     " << block << "_cstar using 1:2 with points pt 6 ps 3.5 lw 2 lc rgb "
          << Quote(MethodColor(s.style_index))
          << (titled_cstar ? " notitle" : " title 'C* (crossover)'");
@@ -1162,25 +1172,21 @@ Plot ServeThroughputPlot(const ServeGroup& group, int index, int64_t max_c) {
   return p;
 }
 
-Plot ServeTpotPlot(const ServeGroup& group, int index, int64_t max_c) {
-  Plot p;
-  p.name = StrCat("serve_tpot_", index);
-  p.title = "TPOT vs. concurrency — " + group.title;
-  p.caption =
-      "Time per output token after the first (p50 solid, p99 dashed; mean over seeds) per "
-      "concurrency, one colour per method configuration, AR included.";
-  std::ostringstream data, plot;
+// p50 (solid) and p99 (dashed) TPOT of every series at each load point (closed loop: by
+// concurrency; open: by request rate) as the data blocks and plot clauses of plot `name`.
+void ServeTpotLines(const ServeGroup& group, const std::string& name, bool open,
+                    std::ostringstream& data, std::ostringstream& plot) {
   for (size_t k = 0; k < group.series.size(); ++k) {
     const ServeSeries& s = group.series[k];
-    const auto p50 =
-        ServeSeriesCurve(group, s, [](const ServeMetrics& m) { return m.tpot_ms.p50; });
-    const auto p99 =
-        ServeSeriesCurve(group, s, [](const ServeMetrics& m) { return m.tpot_ms.p99; });
+    const auto p50 = ServeSeriesCurve(
+        group, s, [](const ServeMetrics& m) { return m.tpot_ms.p50; }, open);
+    const auto p99 = ServeSeriesCurve(
+        group, s, [](const ServeMetrics& m) { return m.tpot_ms.p99; }, open);
     if (p50.empty()) continue;
-    const std::string block = StrCat("$", p.name, "_", k);
+    const std::string block = StrCat("$", name, "_", k);
     data << block << " << EOD\n";
-    for (const auto& [c, v] : p50) {
-      data << c << " " << Num(v) << " " << Num(p99.count(c) ? p99.at(c) : kNoValue) << "\n";
+    for (const auto& [x, v] : p50) {
+      data << Num(x) << " " << Num(v) << " " << Num(p99.count(x) ? p99.at(x) : kNoValue) << "\n";
     }
     data << "EOD\n";
     plot << (plot.tellp() == 0 ? "plot " : ", \\\n     ") << block
@@ -1189,9 +1195,42 @@ Plot ServeTpotPlot(const ServeGroup& group, int index, int64_t max_c) {
          << " using 1:3 with linespoints lw 1.5 dt 2 ps 0.8 " << ServeSeriesStyle(s) << " title "
          << Quote(PlotLabel(s.label) + " p99");
   }
+}
+
+Plot ServeTpotPlot(const ServeGroup& group, int index, int64_t max_c) {
+  Plot p;
+  p.name = StrCat("serve_tpot_", index);
+  p.title = "TPOT vs. concurrency — " + group.title;
+  p.caption =
+      "Time per output token after the first (p50 solid, p99 dashed; mean over seeds) per "
+      "concurrency, one colour per method configuration, AR included.";
+  std::ostringstream data, plot;
+  ServeTpotLines(group, p.name, /*open=*/false, data, plot);
   if (plot.tellp() == 0) return {};
   p.script =
       data.str() + Render(p, ServeAxes(p.title, "TPOT (ms per output token)", max_c), plot.str());
+  return p;
+}
+
+// The open-loop cells: TPOT against the Poisson arrival rate λ.
+Plot ServeOpenLoopPlot(const ServeGroup& group, int index) {
+  Plot p;
+  p.name = StrCat("serve_open_", index);
+  p.title = "TPOT vs. request rate (open loop) — " + group.title;
+  p.caption =
+      "Seeded Poisson arrivals at each rate λ: time per output token after the first (p50 solid, "
+      "p99 dashed; mean over seeds), one colour per method configuration, AR on the identical "
+      "arrivals included.";
+  std::ostringstream data, plot;
+  ServeTpotLines(group, p.name, /*open=*/true, data, plot);
+  if (plot.tellp() == 0) return {};
+  double max_rate = 0;
+  for (const ServeCellData& c : group.cells) max_rate = std::max(max_rate, c.cell.rate);
+  const std::string axes =
+      Header(p.title, "request rate λ (requests/s, Poisson arrivals)",
+             "TPOT (ms per output token)") +
+      StrCat("set xrange [0:", Num(1.25 * max_rate), "]\nset grid xtics\nset yrange [0:*]\n");
+  p.script = data.str() + Render(p, axes, plot.str());
   return p;
 }
 
@@ -1202,11 +1241,15 @@ std::vector<Plot> BuildServePlots(const ServeGroup& group, int index) {
   for (const ServeSeries& s : group.series) {
     for (size_t i : s.cells) max_c = std::max(max_c, group.cells[i].cell.concurrency);
   }
-  if (max_c == 0) return {};
   std::vector<Plot> plots;
-  for (Plot p : {ServeThroughputPlot(group, index, max_c), ServeTpotPlot(group, index, max_c)}) {
-    if (!p.name.empty()) plots.push_back(std::move(p));
+  if (max_c > 0) {
+    plots.push_back(ServeThroughputPlot(group, index, max_c));
+    plots.push_back(ServeTpotPlot(group, index, max_c));
   }
+  plots.push_back(ServeOpenLoopPlot(group, index));
+  plots.erase(
+      std::remove_if(plots.begin(), plots.end(), [](const Plot& p) { return p.name.empty(); }),
+      plots.end());
   return plots;
 }
 

@@ -66,7 +66,8 @@ std::vector<Plot> BuildBenchPlots(const std::vector<BenchRow>& bench);
 // The "Serving under load" plots of one serve group (file names end in `_index`): output tokens/s
 // vs. concurrency and p50 (solid) / p99 (dashed) TPOT vs. concurrency, one line per method
 // configuration with AR (closed-loop cells; the mean over seeds at each C), each method's C*
-// circled on the throughput plot. None when the group has no closed-loop cell.
+// circled on the throughput plot; with open-loop cells, p50 / p99 TPOT vs. the arrival rate λ
+// (`serve_open_index`). None for a kind of cell the group does not have.
 std::vector<Plot> BuildServePlots(const ServeGroup& group, int index);
 
 // The gnuplot program to use: `requested` if not empty, else $SPECBED_GNUPLOT, else "gnuplot".

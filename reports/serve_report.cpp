@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/names.h"
 #include "reports/format.h"
+#include "reports/record_json.h"
 #include "reports/summary.h"
 
 namespace specbed {
@@ -145,17 +146,22 @@ std::vector<ServeGroup> BuildServeGroups(std::vector<ServeCellData> cells,
   return groups;
 }
 
-std::vector<ServeGroup> LoadServeGroups(const std::string& db_path,
-                                        const CrossoverOptions& options) {
+std::vector<ServeCellData> LoadServeCells(const std::string& db_path, int64_t run_id) {
   StoreOptions read_only;
   read_only.read_only = true;
   const std::unique_ptr<ResultsStore> store = ResultsStore::Open(db_path, read_only);
   std::vector<ServeCellData> cells;
   for (const ResultsStore::ServeCellRow& row : store->ServeCells()) {
+    if (run_id >= 0 && row.run_id != run_id) continue;
     cells.push_back(
         {row.record, store->ServeRequests(row.cell_id), store->ServeSteps(row.cell_id)});
   }
-  return BuildServeGroups(std::move(cells), options);
+  return cells;
+}
+
+std::vector<ServeGroup> LoadServeGroups(const std::string& db_path,
+                                        const CrossoverOptions& options) {
+  return BuildServeGroups(LoadServeCells(db_path), options);
 }
 
 std::string FormatCStar(double c_star, int64_t max_concurrency) {
@@ -276,6 +282,83 @@ std::string ServeTable(const std::vector<ServeCellData>& cells, const ServeSlo& 
     out += line + "\n";
   }
   return out;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json ServeNumber(double v) {
+  if (std::isnan(v)) return nullptr;
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Json LatencyJson(const LatencySummary& l) {
+  return {{"p50", ServeNumber(l.p50)}, {"p95", ServeNumber(l.p95)}, {"p99", ServeNumber(l.p99)}};
+}
+
+void AddServeMetricsJson(const ServeMetrics& m, Json& j) {
+  j["output_throughput"] = ServeNumber(m.output_throughput);
+  j["request_throughput"] = ServeNumber(m.request_throughput);
+  j["makespan_ms"] = ServeNumber(m.makespan_ms);
+  j["ttft_ms"] = LatencyJson(m.ttft_ms);
+  j["tpot_ms"] = LatencyJson(m.tpot_ms);
+  j["itl_ms"] = LatencyJson(m.itl_ms);
+  j["e2e_ms"] = LatencyJson(m.e2e_ms);
+  j["goodput"] = ServeNumber(m.goodput);
+  j["mean_tau"] = ServeNumber(m.mean_tau);
+  j["acceptance_rate"] = ServeNumber(m.acceptance_rate);
+  j["mean_batch_size"] = ServeNumber(m.mean_batch_size);
+  j["mean_verify_tokens"] = ServeNumber(m.mean_verify_tokens);
+  j["mean_k"] = ServeNumber(m.mean_k);
+}
+
+}  // namespace
+
+std::string ServeResultsText(const std::vector<ServeCellData>& cells) {
+  if (cells.empty()) return "";
+  std::string out = ServeTable(cells);
+  for (const ServeGroup& group : BuildServeGroups(cells)) {
+    for (const ServeSeries& s : group.series) {
+      if (s.is_ar || s.crossover.points.empty()) continue;
+      const CrossoverResult& x = s.crossover;
+      const int64_t max_c = x.max_concurrency();
+      out += StrCat("C* ", s.label, ": ", FormatCStar(x.c_star, max_c), " [95% CI ",
+                    FormatCStar(x.c_star_ci.lo, max_c), ", ", FormatCStar(x.c_star_ci.hi, max_c),
+                    "]\n");
+    }
+  }
+  return out;
+}
+
+Json ServeResultsJson(const std::vector<ServeCellData>& cells) {
+  Json groups = Json::array();
+  for (const ServeGroup& g : BuildServeGroups(cells)) {
+    Json j_cells = Json::array();
+    for (size_t i = 0; i < g.cells.size(); ++i) {
+      Json c;
+      AppendRecordJson(g.cells[i].cell, ServeCellFields(), c);
+      c["series"] = g.labels[i];
+      c["x_ar"] = ServeNumber(g.x_ar[i]);
+      AddServeMetricsJson(g.metrics[i], c);
+      j_cells.push_back(std::move(c));
+    }
+    Json crossover = Json::array();
+    for (const ServeSeries& s : g.series) {
+      if (s.is_ar) continue;
+      const CrossoverResult& x = s.crossover;
+      crossover.push_back(
+          {{"series", s.label},
+           {"metric", CrossoverMetricName(x.options.metric)},
+           {"c_star", ServeNumber(x.c_star)},
+           {"c_star_ci", {ServeNumber(x.c_star_ci.lo), ServeNumber(x.c_star_ci.hi)}}});
+    }
+    groups.push_back({{"workload", g.title},
+                      {"cells", std::move(j_cells)},
+                      {"crossover", std::move(crossover)}});
+  }
+  return groups;
 }
 
 }  // namespace specbed

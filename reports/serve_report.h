@@ -5,11 +5,14 @@
 // per cell with its schedule) and ServeTable, the plain-text table `specbed serve` prints at the
 // end of a run. The section's plots are in reports/plots.h (BuildServePlots).
 // Checked by: tests/reports/serve_report_test.cpp (groups, series, C* table, cell table, the
-// plain-text table, the report section and its plots, a database without serve cells).
+// plain-text table and its JSON, the report section and its plots, a database without serve
+// cells).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "metrics/serve_metrics.h"
 #include "reports/report.h"
@@ -48,9 +51,23 @@ struct ServeGroup {
 std::vector<ServeGroup> BuildServeGroups(std::vector<ServeCellData> cells,
                                          const CrossoverOptions& options = {},
                                          const ServeSlo& slo = {});
-// The serve cells of a results database (opened read-only), grouped; none before schema v14.
+// The serve cells of a results database (opened read-only) with their requests and steps, those
+// of run `run_id` (-1 = every run), in cell order; none before schema v14.
+std::vector<ServeCellData> LoadServeCells(const std::string& db_path, int64_t run_id = -1);
+// LoadServeCells, grouped.
 std::vector<ServeGroup> LoadServeGroups(const std::string& db_path,
                                         const CrossoverOptions& options = {});
+
+// What `specbed serve` prints after a run and `specbed summary` under its cases: ServeTable of
+// `cells`, then per speculative series its C* with the 95% CI ("C* sps gamma=3: 4 [95% CI 4,
+// 8]"); "" without cells.
+std::string ServeResultsText(const std::vector<ServeCellData>& cells);
+// The same as JSON (`specbed summary --json`'s "serve", `specbed export --table serve`): per
+// workload its title, its cells (every stored cell field, then "series", "x_ar" and the metrics:
+// throughputs, TTFT / TPOT / ITL / E2E p50 / p95 / p99 ms, goodput, τ, acceptance, batch; NaN =
+// null) and its series' C* ({"series", "metric", "c_star", "c_star_ci": [lo, hi]}; +inf = the
+// string "inf": never crossed up to the largest tested C).
+nlohmann::ordered_json ServeResultsJson(const std::vector<ServeCellData>& cells);
 
 // "4", "> 16" (never crossed up to the largest tested C = 16), "—" (no AR partner).
 std::string FormatCStar(double c_star, int64_t max_concurrency);

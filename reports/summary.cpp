@@ -21,6 +21,7 @@
 #include "base/names.h"
 #include "metrics/vllm_metrics.h"
 #include "reports/report.h"
+#include "reports/serve_report.h"
 
 namespace specbed {
 namespace {
@@ -196,6 +197,34 @@ void AttachBaseline(const std::vector<ResultsStore::CaseRow>& cases, size_t i,
 
 }  // namespace
 
+namespace {
+
+// Fails naming the database when options.run_id / case_id (when set) are not in it, or the case
+// is not of that run.
+void CheckSelection(const std::string& db_path, const SummaryOptions& options,
+                    const std::vector<int64_t>& run_ids,
+                    const std::vector<ResultsStore::CaseRow>& cases) {
+  if (options.run_id >= 0) {
+    SPECBED_CHECK(std::count(run_ids.begin(), run_ids.end(), options.run_id) > 0, "run ",
+                  options.run_id, " is not in results database '", db_path,
+                  "' (runs: ", JoinIds(run_ids), ")");
+  }
+  if (options.case_id < 0) return;
+  std::vector<int64_t> ids;
+  const ResultsStore::CaseRow* found = nullptr;
+  for (const auto& c : cases) {
+    ids.push_back(c.case_id);
+    if (c.case_id == options.case_id) found = &c;
+  }
+  SPECBED_CHECK(found != nullptr, "case ", options.case_id, " is not in results database '",
+                db_path, "' (cases: ", JoinIds(ids), ")");
+  SPECBED_CHECK(options.run_id < 0 || found->run_id == options.run_id, "case ", options.case_id,
+                " of results database '", db_path, "' belongs to run ", found->run_id,
+                ", not to run ", options.run_id);
+}
+
+}  // namespace
+
 Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) {
   StoreOptions store_options;
   store_options.read_only = true;
@@ -207,26 +236,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
   summary.bootstrap = options.bootstrap;
   summary.scope = options.scope;
   const std::vector<ResultsStore::CaseRow> cases = store->ListCases();
-
-  if (options.run_id >= 0) {
-    SPECBED_CHECK(std::count(summary.run_ids.begin(), summary.run_ids.end(), options.run_id) > 0,
-                  "run ", options.run_id, " is not in results database '", db_path,
-                  "' (runs: ", JoinIds(summary.run_ids), ")");
-  }
-  if (options.case_id >= 0) {
-    std::vector<int64_t> ids;
-    const ResultsStore::CaseRow* found = nullptr;
-    for (const auto& c : cases) {
-      ids.push_back(c.case_id);
-      if (c.case_id == options.case_id) found = &c;
-    }
-    SPECBED_CHECK(found != nullptr, "case ", options.case_id, " is not in results database '",
-                  db_path, "' (cases: ", JoinIds(ids), ")");
-    SPECBED_CHECK(options.run_id < 0 || found->run_id == options.run_id, "case ", options.case_id,
-                  " of results database '", db_path, "' belongs to run ", found->run_id,
-                  ", not to run ", options.run_id);
-  }
-
+  CheckSelection(db_path, options, summary.run_ids, cases);
   SPECBED_CHECK(options.slice_begin >= 0 &&
                     (options.slice_end < 0 || options.slice_end >= options.slice_begin),
                 "summary: the sample slice must satisfy 0 <= begin <= end (got ",
@@ -298,6 +308,7 @@ Summary BuildSummary(const std::string& db_path, const SummaryOptions& options) 
                   ")");
   }
   summary.cost_notes = CostRegimeNotes(cost_cases);
+  if (options.case_id < 0) summary.serve_cells = LoadServeCells(db_path, options.run_id);
   return summary;
 }
 
@@ -695,15 +706,11 @@ std::string SpeedupWithInterval(double v, const Interval& ci, int64_t n_prompts)
   return WithInterval(v, ci);
 }
 
-std::string FormatSummaryTable(const Summary& s, const SummaryTableOptions& options) {
+namespace {
+
+// The cases' table with its legend and notes.
+std::string CaseTableText(const Summary& s, const SummaryTableOptions& options) {
   std::ostringstream out;
-  out << "specbed summary: " << s.db_path << " (schema v" << s.schema_version << "), "
-      << s.rows.size() << (s.rows.size() == 1 ? " case" : " cases")
-      << "; runs in the database: " << JoinIds(s.run_ids) << "\n";
-  if (s.rows.empty()) {
-    out << "No cases recorded.\n";
-    return out.str();
-  }
   std::vector<const ResultsStore::CaseRow*> case_rows;
   for (const SummaryRow& r : s.rows) case_rows.push_back(&r.row);
   const std::vector<std::string> short_labels = ShortCaseLabels(case_rows);
@@ -735,6 +742,23 @@ std::string FormatSummaryTable(const Summary& s, const SummaryTableOptions& opti
   if (!s.notes.empty()) {
     out << "\nNotes:\n";
     for (const auto& n : s.notes) out << "- " << n << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string FormatSummaryTable(const Summary& s, const SummaryTableOptions& options) {
+  std::ostringstream out;
+  out << "specbed summary: " << s.db_path << " (schema v" << s.schema_version << "), "
+      << s.rows.size() << (s.rows.size() == 1 ? " case" : " cases");
+  if (!s.serve_cells.empty()) out << ", " << s.serve_cells.size() << " serve cells";
+  out << "; runs in the database: " << JoinIds(s.run_ids) << "\n";
+  if (s.rows.empty() && s.serve_cells.empty()) out << "No cases recorded.\n";
+  if (!s.rows.empty()) out << CaseTableText(s, options);
+  if (!s.serve_cells.empty()) {
+    out << (s.rows.empty() ? "" : "\n") << "Serving under load (`specbed serve` cells):\n"
+        << ServeResultsText(s.serve_cells);
   }
   return out.str();
 }
@@ -911,6 +935,7 @@ std::string SummaryJson(const Summary& s) {
   doc["cases"] = std::move(cases);
   doc["notes"] = s.notes;
   doc["cost_notes"] = s.cost_notes;
+  doc["serve"] = ServeResultsJson(s.serve_cells);
   // Stored text may hold invalid UTF-8 (byte-level tokenizers): replace it instead of failing.
   return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

@@ -5,10 +5,11 @@
 // throughputs and Spec-Bench's ratio of mean per-question speeds, each with a bootstrap 95% CI
 // over prompts; from the paired AR runs when recorded; decode only or end to end),
 // exact match vs. AR (rate, first divergence position, the target's top-2 logit margin there) and
-// per-position acceptance r_i / alpha_i. The AR baseline of a case is an "ar" case with the same
-// workload in the same run, else in any run of the database (a note says so). Metric definitions:
-// metrics/metrics.h, reports/README.md. Checked by: tests/reports/summary_test.cpp (library) and
-// tests/cli/summary_cli_test.cpp (CLI).
+// per-position acceptance r_i / alpha_i; then the database's `specbed serve` cells (their table
+// and each method's crossover concurrency C*). The AR baseline of a case is an "ar" case with the
+// same workload in the same run, else in any run of the database (a note says so). Metric
+// definitions: metrics/metrics.h, reports/README.md. Checked by: tests/reports/summary_test.cpp
+// (library) and tests/cli/summary_cli_test.cpp (CLI).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "metrics/metrics.h"
+#include "metrics/serve_metrics.h"
 #include "results/store.h"
 
 namespace specbed {
@@ -57,6 +59,9 @@ struct Summary {
   // (models/twin) and AR's fraction of the memory roofline per AR case (from the target_info /
   // machine the runner records in cases.config_json; empty for older databases).
   std::vector<std::string> cost_notes;
+  // The database's `specbed serve` cells (of --run when given; none with --case), shown under the
+  // cases (ServeResultsText / ServeResultsJson, reports/serve_report.h).
+  std::vector<ServeCellData> serve_cells;
   BootstrapOptions bootstrap;
   SpeedupScope scope = SpeedupScope::kDecode;
 };

@@ -1,9 +1,7 @@
-// `specbed export DB [--format csv|json] [--table cases|positions|samples|steps] [-o FILE] [--run
-// ID]
-// [--scope decode|e2e]`: a results database as CSV or JSON (reports/export.h); stdout unless -o
-// names a file (its folder is created).
-// Checked by: tests/cli/summary_cli_test.cpp (the binary vs. `summary --json`) and
-// tests/reports/export_test.cpp.
+// `specbed export DB [--format csv|json] [--table cases|positions|samples|steps|serve] [-o FILE]
+// [--run ID] [--scope decode|e2e]`: a results database as CSV or JSON (reports/export.h); stdout
+// unless -o names a file (its folder is created). Checked by: tests/cli/summary_cli_test.cpp (the
+// binary vs. `summary --json`) and tests/reports/export_test.cpp.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,16 +54,17 @@ void RunExport(const ExportCommandOptions& o) {
 void AddExportCommand(CLI::App& app) {
   auto [cmd, o] = AddSubcommand(&app, "export", RunExport,
                                 "Results database -> CSV or JSON (cases with every summary metric "
-                                "and CI, per-position acceptance, samples, steps)");
+                                "and CI, per-position acceptance, samples, steps, serve cells)");
   AddResultsDbArg(cmd, o->db);
   cmd->add_option("--format", o->format, "csv (default) or json")
       ->check(CLI::IsMember({"csv", "json"}));
   cmd->add_option("--table", o->table,
                   "cases (default: one row per case, the numbers of `specbed summary --json`), "
                   "positions (one row per case and draft position: r, alpha, vLLM's "
-                  "per-position acceptance rate), samples (one row per answer) or steps (one row "
-                  "per verify step)")
-      ->check(CLI::IsMember({"cases", "positions", "samples", "steps"}));
+                  "per-position acceptance rate), samples (one row per answer), steps (one row "
+                  "per verify step) or serve (one row per `specbed serve` cell: its metrics and "
+                  "its method's C*)")
+      ->check(CLI::IsMember({"cases", "positions", "samples", "steps", "serve"}));
   cmd->add_option("-o,--output", o->output, "Output file (default: stdout)");
   cmd->add_option("--run", o->run_id, "Only the cases of this run id")
       ->check(CLI::NonNegativeNumber);

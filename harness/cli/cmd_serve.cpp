@@ -39,17 +39,7 @@ void PrintResults(const std::string& db, const ServeConfig& config) {
     cells.push_back(
         {row.record, store->ServeRequests(row.cell_id), store->ServeSteps(row.cell_id)});
   }
-  WriteToStdout(ServeTable(cells));
-  for (const ServeGroup& group : BuildServeGroups(cells)) {
-    for (const ServeSeries& s : group.series) {
-      if (s.is_ar || s.crossover.points.empty()) continue;
-      const CrossoverResult& x = s.crossover;
-      std::printf("C* %s: %s [95%% CI %s, %s]\n", s.label.c_str(),
-                  FormatCStar(x.c_star, x.max_concurrency()).c_str(),
-                  FormatCStar(x.c_star_ci.lo, x.max_concurrency()).c_str(),
-                  FormatCStar(x.c_star_ci.hi, x.max_concurrency()).c_str());
-    }
-  }
+  WriteToStdout(ServeResultsText(cells));
 }
 
 void RunServeCommand(const ServeOptions& o) {

@@ -7,19 +7,19 @@
 // A step: the schedule gives every running sequence a draft cap (DraftSchedule: the method's own
 // budget, a per-batch-size K with K = 0 above a threshold, or one token budget split across the
 // batch); each sequence plans its step within it; the drafts are made, those of drafters sharing
-// a draft model in one batched call (Drafter::DraftBatch: the SpS draft LM's forwards go over
-// every sequence at once); each sequence stages its verify rows; one ragged forward over all of
-// them; each sequence concludes (acceptance on its rows, compaction, its drafter's accept, the
-// commit).
-// K = 0 runs no drafter, no controller and no tree staging: the step is the plain batched AR
-// step (vLLM PR #5000: a "disabled" path that still ran the speculative machinery cost 7%).
+// a draft model or head in one batched call (Drafter::DraftBatch: the SpS draft LM's forwards and
+// Medusa's heads go over every sequence at once); each sequence stages its verify rows; one ragged
+// forward over all of them; each sequence concludes (acceptance on its rows, compaction, its
+// drafter's accept, the commit). K = 0 runs no drafter, no controller and no tree staging: the step
+// is the plain batched AR step (vLLM PR #5000: a "disabled" path that still ran the speculative
+// machinery cost 7%).
 //
 // With RaggedOptions::batch_invariant (the default) on the row kernels every sequence's tokens
 // are those of its batch-1 decode, at T = 0 and, with the same seeds, at T > 0.
 // Checked by: tests/methods/batch_engine_test.cpp (every batchable method at B = 2, 4, 8 token-
 // identical to batch 1 on the story prompts, T = 0 and T > 0; a cache mixed up between sequences
 // fails it; K = 0 equals AR; the schedules; SpS's batched drafts: one draft forward a position for
-// the whole batch, the same answers as drafting alone).
+// the whole batch, Medusa's one head pass a step, the same answers as drafting alone).
 #pragma once
 
 #include <cstdint>

@@ -140,10 +140,10 @@ class Drafter {
   // again never pays for them (batch_engine.h).
   virtual bool AcceptReadsLogits() const { return false; }
   // Batched drafting (the batch engine, issue 46): drafters that return the same non-null key
-  // (e.g. the draft model they share) can make several sequences' drafts in one DraftBatch call
-  // (one draft-model forward per draft position for all of them). Each sequence's draft must be
-  // the one Draft would make (the batch engine's identity tests hold them token-identical to
-  // batch 1). nullptr (the default): this drafter drafts alone.
+  // (e.g. the draft model or head they share) can make several sequences' drafts in one
+  // DraftBatch call (one draft-model forward per draft position, one head pass, for all of them).
+  // Each sequence's draft must be the one Draft would make (the batch engine's identity tests hold
+  // them token-identical to batch 1). nullptr (the default): this drafter drafts alone.
   virtual const void* DraftBatchKey() const { return nullptr; }
   // Makes every job's draft; every jobs[i].drafter has this drafter's DraftBatchKey (this is one
   // of them). The default drafts each in turn.

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "base/enum_names.h"
 #include "base/error.h"
@@ -34,24 +35,38 @@ std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, const Med
   return BuildCalibratedRankTemplate(options.tree_nodes, accuracy);
 }
 
-MedusaDrafter::MedusaDrafter(LlamaModel& target, MedusaHead head, const MedusaOptions& options)
+std::shared_ptr<const MedusaHead> MedusaHeadOn(MedusaHead head, const LlamaModel& target) {
+  const LlamaConfig& c = target.config();
+  SPECBED_CHECK(head.config.hidden_size == c.dim && head.config.vocab_size == c.vocab_size,
+                "medusa: the heads (hidden ", head.config.hidden_size, ", vocab ",
+                head.config.vocab_size, ") do not fit the target (hidden ", c.dim, ", vocab ",
+                c.vocab_size, ")");
+  const at::Device device = target.weights().final_norm.device();
+  for (auto& [name, t] : head.tensors) t = t.to(device, target.dtype()).contiguous();
+  return std::make_shared<const MedusaHead>(std::move(head));
+}
+
+namespace {
+std::atomic<int64_t> g_head_passes{0};
+}  // namespace
+
+int64_t MedusaHeadPasses() {
+  return g_head_passes.load(std::memory_order_relaxed);
+}
+
+MedusaDrafter::MedusaDrafter(LlamaModel& target, std::shared_ptr<const MedusaHead> head,
+                             const MedusaOptions& options)
     : target_(target),
       head_(std::move(head)),
       options_(options),
-      template_(MedusaTemplate(options, head_.config, "medusa knob choices")) {
+      template_(MedusaTemplate(options, head_->config, "medusa knob choices")) {
   const LlamaConfig& c = target.config();
-  SPECBED_CHECK(head_.config.hidden_size == c.dim && head_.config.vocab_size == c.vocab_size,
-                "medusa: the heads (hidden ", head_.config.hidden_size, ", vocab ",
-                head_.config.vocab_size, ") do not fit the target (hidden ", c.dim, ", vocab ",
-                c.vocab_size, ")");
+  SPECBED_CHECK(head_->config.hidden_size == c.dim && head_->config.vocab_size == c.vocab_size,
+                "medusa: the heads do not fit the target (use MedusaHeadOn)");
   SPECBED_CHECK(options.top_k >= 1 && options.top_k <= c.vocab_size, "medusa: top_k ",
                 options.top_k, " outside [1, ", c.vocab_size, "]");
-  // The heads in the target's dtype (issue 45): with a real 128k vocabulary each head's lm_head is
-  // as large as the target's, and four float32 heads would read ~60% of a bf16 target's bytes.
-  const at::Device device = target.weights().final_norm.device();
-  for (auto& [name, t] : head_.tensors) t = t.to(device, target.dtype()).contiguous();
   norm_weight_ = target.weights().final_norm.to(at::kFloat);
-  for (int64_t k = 0; k < head_.config.num_heads; ++k) head_rows_.push_back(k);
+  for (int64_t k = 0; k < head_->config.num_heads; ++k) head_rows_.push_back(k);
 }
 
 std::vector<int64_t> MedusaDrafter::TargetHiddenLayers() const {
@@ -71,11 +86,15 @@ void MedusaDrafter::Begin(const DraftBegin& begin) {
   KeepLastHidden(begin.hidden[0]);
 }
 
-void MedusaDrafter::Draft(const DraftStep& step, DraftTree& tree) {
-  at::NoGradGuard no_grad;
-  const int64_t k_heads = head_.config.num_heads;
-  const at::Tensor logits = MedusaLogits(head_, normed_).view({k_heads, head_.config.vocab_size});
-  TopkRows(logits, head_rows_, options_.top_k, candidates_);
+at::Tensor MedusaDrafter::HeadLogits(const at::Tensor& normed) const {
+  g_head_passes.fetch_add(1, std::memory_order_relaxed);
+  if (target_.forward_path() == ForwardPath::kRowKernels) return MedusaLogitsRows(*head_, normed);
+  return MedusaLogits(*head_, normed);
+}
+
+void MedusaDrafter::FillTree(const at::Tensor& logits, const std::vector<int64_t>& head_rows,
+                             const DraftStep& step, DraftTree& tree) {
+  TopkRows(logits, head_rows, options_.top_k, candidates_);
   node_of_.assign(template_.size(), -1);
   for (size_t i = 0; i < template_.size() && tree.size() < step.budget.nodes; ++i) {
     const TemplateNode& t = template_[i];
@@ -84,6 +103,35 @@ void MedusaDrafter::Draft(const DraftStep& step, DraftTree& tree) {
     if (t.parent >= 0 && parent < 0) continue;  // the parent did not fit
     const int32_t token = candidates_[(t.depth - 1) * options_.top_k + t.rank];
     node_of_[i] = tree.AddNode(token, parent);
+  }
+}
+
+void MedusaDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  at::NoGradGuard no_grad;
+  const at::Tensor logits = HeadLogits(normed_).view({head_->config.num_heads, -1});
+  FillTree(logits, head_rows_, step, tree);
+}
+
+const void* MedusaDrafter::DraftBatchKey() const {
+  return target_.forward_path() == ForwardPath::kRowKernels ? head_.get() : nullptr;
+}
+
+void MedusaDrafter::DraftBatch(const std::vector<DraftJob>& jobs) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> rows;
+  for (const DraftJob& job : jobs) {
+    const auto* drafter = dynamic_cast<const MedusaDrafter*>(job.drafter);
+    SPECBED_CHECK(drafter != nullptr && drafter->DraftBatchKey() == DraftBatchKey(),
+                  "medusa drafter: DraftBatch got a job of another drafter");
+    rows.push_back(drafter->normed_);
+  }
+  const int64_t n = static_cast<int64_t>(rows.size()), k_heads = head_->config.num_heads;
+  const at::Tensor logits = HeadLogits(at::cat(rows)).view({k_heads * n, -1});  // [K, N] rows
+  std::vector<int64_t> head_rows(k_heads);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < k_heads; ++k) head_rows[k] = k * n + i;
+    auto* drafter = static_cast<MedusaDrafter*>(jobs[i].drafter);
+    drafter->FillTree(logits, head_rows, jobs[i].step, *jobs[i].tree);
   }
 }
 

@@ -5,7 +5,9 @@
 // candidate". The tree does not depend on its own nodes (that is Medusa: no drafting loop), so a
 // step costs one small head forward whatever the tree size. The drafts are deterministic given
 // the past, so `sample_follow` is lossless at T > 0.
-// Checked by: tests/methods/medusa_test.cpp.
+// Beside a row-kernel target every batch slot's drafter drafts in one head pass (DraftBatch).
+// Checked by: tests/methods/medusa_test.cpp, tests/methods/batch_engine_test.cpp
+// (BatchEngine.MedusaDraftsTheWholeBatchInOneHeadPass).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,31 +45,51 @@ struct MedusaOptions {
 std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, const MedusaConfig& heads,
                                          const std::string& context);
 
+// `head` on `target`: its tensors on the target's device in the target's dtype (issue 45: with a
+// real 128k vocabulary each head's lm_head is as large as the target's, and four float32 heads
+// would read ~60% of a bf16 target's bytes). Checks that the heads fit the target.
+std::shared_ptr<const MedusaHead> MedusaHeadOn(MedusaHead head, const LlamaModel& target);
+
+// Head passes made by every Medusa drafter of the process (one per Draft, one per DraftBatch): a
+// diagnostic, read by tests (one pass a batch step when the batch drafts together).
+int64_t MedusaHeadPasses();
+
 class MedusaDrafter final : public Drafter {
  public:
-  // `head` must match the target (hidden size, vocabulary); its tensors move to the target's
-  // device. top_k must not exceed the vocabulary.
-  MedusaDrafter(LlamaModel& target, MedusaHead head, const MedusaOptions& options);
+  // `head`: from MedusaHeadOn(target) (shared by every slot's drafter of a batch). top_k must not
+  // exceed the vocabulary.
+  MedusaDrafter(LlamaModel& target, std::shared_ptr<const MedusaHead> head,
+                const MedusaOptions& options);
 
   // The target's last layer (before its final norm; the drafter applies it).
   std::vector<int64_t> TargetHiddenLayers() const override;
   void Begin(const DraftBegin& begin) override;
   void Draft(const DraftStep& step, DraftTree& tree) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
+  // Beside a row-kernel target the drafters of one head draft together: one pass of the heads
+  // over every sequence's hidden state (MedusaLogitsRows, each row's logits its batch-1 bits), so
+  // the trees are those each would draw alone. On the ATen path: nullptr (each drafts alone).
+  const void* DraftBatchKey() const override;
+  void DraftBatch(const std::vector<DraftJob>& jobs) override;
 
   const std::vector<TemplateNode>& tree_template() const { return template_; }
 
  private:
   // hidden: the target's [1, S, dim] states (any float dtype, its device): keeps the last row,
-  // final-normed, as float32 [1, dim].
+  // final-normed, in the heads' dtype [1, dim].
   void KeepLastHidden(const at::Tensor& hidden);
+  // float32 [K, N, vocab] logits of the heads on `normed` [N, dim] (the heads' dtype and device).
+  at::Tensor HeadLogits(const at::Tensor& normed) const;
+  // Fills `tree` from head k's logits in row head_rows[k] of `logits` (float32 [rows, vocab]).
+  void FillTree(const at::Tensor& logits, const std::vector<int64_t>& head_rows,
+                const DraftStep& step, DraftTree& tree);
 
   LlamaModel& target_;
-  MedusaHead head_;
+  std::shared_ptr<const MedusaHead> head_;
   MedusaOptions options_;
   std::vector<TemplateNode> template_;
   at::Tensor norm_weight_;           // float32 [dim], the target's final norm, on its device
-  at::Tensor normed_;                // float32 [1, dim]
+  at::Tensor normed_;                // [1, dim], the heads' dtype and device
   std::vector<int64_t> head_rows_;   // 0..K-1
   std::vector<int32_t> candidates_;  // [K, top_k]
   std::vector<int32_t> node_of_;

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "models/checkpoint/head_checkpoint.h"
 #include "models/checkpoint/hf_checkpoint.h"
+#include "models/gemv.h"
 
 namespace specbed {
 namespace {
@@ -190,6 +191,47 @@ at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden) {
     out.push_back(at::linear(h, head.tensors.at(MedusaLmHeadName(k, c.num_layers))));
   }
   return at::stack(out).to(at::kFloat);  // a no-op for float32 heads
+}
+
+namespace {
+
+// h <- h + SiLU(t), element by element in float32, rounded once to h's dtype.
+void AddSilu(const at::Tensor& h, const at::Tensor& t) {
+  const bool wide = h.scalar_type() == at::kFloat;
+  const at::Tensor hf = wide ? h : h.to(at::kFloat);
+  const at::Tensor tf = t.to(at::kFloat);  // no copy for float32
+  float* x = hf.data_ptr<float>();
+  const float* y = tf.data_ptr<float>();
+  for (int64_t i = 0, n = hf.numel(); i < n; ++i) x[i] += y[i] / (1.f + std::exp(-y[i]));
+  if (!wide) h.copy_(hf);
+}
+
+}  // namespace
+
+at::Tensor MedusaLogitsRows(const MedusaHead& head, const at::Tensor& hidden) {
+  const MedusaConfig& c = head.config;
+  const at::Tensor& lm0 = head.tensors.at(MedusaLmHeadName(0, c.num_layers));
+  SPECBED_CHECK(hidden.dim() == 2 && hidden.size(1) == c.hidden_size &&
+                    hidden.scalar_type() == lm0.scalar_type() && hidden.device().is_cpu() &&
+                    lm0.device().is_cpu() && hidden.is_contiguous(),
+                "MedusaLogitsRows: hidden must be ", c10::toString(lm0.scalar_type()), " [N, ",
+                c.hidden_size, "] contiguous on the CPU beside CPU heads, got ", hidden.sizes(),
+                " ", hidden.scalar_type(), " on ", hidden.device(), " (heads on ", lm0.device(),
+                ")");
+  const int64_t n = hidden.size(0);
+  const at::Tensor out = at::empty({c.num_heads, n, c.vocab_size}, lm0.options());
+  const at::Tensor t = at::empty_like(hidden);
+  for (int64_t k = 0; k < c.num_heads; ++k) {
+    at::Tensor h = c.num_layers > 0 ? hidden.clone() : hidden;
+    for (int64_t j = 0; j < c.num_layers; ++j) {
+      GemvRows(h, head.tensors.at(MedusaBlockWeightName(k, j)),
+               head.tensors.at(MedusaBlockBiasName(k, j)), t, /*accumulate=*/false);
+      AddSilu(h, t);
+    }
+    GemvRows(h, head.tensors.at(MedusaLmHeadName(k, c.num_layers)), at::Tensor(), out.select(0, k),
+             /*accumulate=*/false);
+  }
+  return out.to(at::kFloat);
 }
 
 }  // namespace specbed

@@ -8,7 +8,8 @@
 // "{k}.{j}.linear.bias" [dim] for j < num_layers and "{k}.{num_layers}.weight" [vocab, dim] in
 // medusa_lm_head.safetensors. SpecBed also writes hidden_size, vocab_size and its recipe.
 // Checked by: tests/methods/medusa_test.cpp (a file written with the published names loads and
-// drafts; a wrong shape, a missing or an extra tensor is refused naming it; round trip).
+// drafts; a wrong shape, a missing or an extra tensor is refused naming it; round trip;
+// MedusaLogitsRows against MedusaLogits and at any row count).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -73,5 +74,13 @@ MedusaHead InitMedusaHead(const MedusaConfig& config, const at::Tensor& lm_head,
 // states, on the head tensors' device) -> float32 [K, N, vocab] (computed in the heads' dtype,
 // then widened). Differentiable in head.tensors.
 at::Tensor MedusaLogits(const MedusaHead& head, const at::Tensor& hidden);
+
+// MedusaLogits on the row kernels (models/gemv.h GemvRows: one pass over each weight for up to 8
+// rows), for drafting beside a row-kernel target: hidden [N, dim] CPU, contiguous, the heads' dtype
+// (float32, bfloat16 or float16; the head tensors on the CPU in that dtype) -> float32 [K, N,
+// vocab]. Each block's h + SiLU(W h + b) is computed in float32 and rounded once; each row's
+// logits are the same bits at any N (batch-invariant: a sequence drafting beside others drafts as
+// it would alone). Not differentiable.
+at::Tensor MedusaLogitsRows(const MedusaHead& head, const at::Tensor& hidden);
 
 }  // namespace specbed

@@ -85,11 +85,16 @@ void RegisterMedusaMethods(MethodRegistry& registry) {
     }
   };
   info.factory = [](MethodContext& context, const nlohmann::json& knobs) {
-    const LlamaConfig& t = context.target->model->config();
-    MedusaHead head = ReadMedusaCheckpoint(ResolveMedusaHead(knobs.at("head").get<std::string>()),
-                                           t.dim, t.vocab_size);
+    LlamaModel& target = *context.target->model;
+    const std::string dir = ResolveMedusaHead(knobs.at("head").get<std::string>());
+    // One copy of the heads for every slot's drafter (read once, one DraftBatchKey).
+    std::shared_ptr<const MedusaHead> head = context.shared->GetOrBuild<const MedusaHead>(
+        "medusa heads " + dir + " on " + std::to_string(reinterpret_cast<uintptr_t>(&target)), [&] {
+          return MedusaHeadOn(
+              ReadMedusaCheckpoint(dir, target.config().dim, target.config().vocab_size), target);
+        });
     const MedusaOptions o = OptionsOf(knobs);
-    auto drafter = std::make_unique<MedusaDrafter>(*context.target->model, std::move(head), o);
+    auto drafter = std::make_unique<MedusaDrafter>(target, std::move(head), o);
     DraftBudget budget{static_cast<int64_t>(drafter->tree_template().size()), 0};
     for (const TemplateNode& n : drafter->tree_template()) {
       budget.depth = std::max<int64_t>(budget.depth, n.depth);

@@ -84,19 +84,26 @@ std::shared_ptr<SuffixGlobalStore> RunSuffixStore(const std::string& run_key, in
   return store;
 }
 
-SuffixDrafter::SuffixDrafter(const SuffixOptions& options)
-    : options_(options),
-      request_(options.max_depth),
-      global_(options.scope == SuffixScope::kRun
-                  ? RunSuffixStore(options.run_key, options.max_depth)
-                  : std::make_shared<SuffixGlobalStore>(options.max_depth)) {
+SuffixDrafter::SuffixDrafter(const SuffixOptions& options,
+                             std::shared_ptr<SuffixGlobalStore> dataset_store)
+    : options_(options), request_(options.max_depth) {
+  if (options.scope == SuffixScope::kRun) {
+    global_ = RunSuffixStore(options.run_key, options.max_depth);
+  } else if (options.scope == SuffixScope::kDataset && dataset_store != nullptr) {
+    global_ = std::move(dataset_store);
+  } else {
+    global_ = std::make_shared<SuffixGlobalStore>(options.max_depth);
+  }
+  SPECBED_CHECK(global_->trie.max_depth() == options.max_depth,
+                "suffix drafter: the shared trie is ", global_->trie.max_depth(),
+                " deep, the drafter's max_depth is ", options.max_depth);
   SPECBED_CHECK(
       options.spec_factor > 0 && options.min_token_prob >= 0 && options.min_token_prob <= 1,
       "suffix drafter: need spec_factor > 0 and min_token_prob in [0, 1]");
 }
 
 SuffixDrafter::~SuffixDrafter() {
-  if (options_.scope == SuffixScope::kRun) FinishSequence();  // only a shared store outlives us
+  if (global_.use_count() > 1) FinishSequence();  // only a shared store outlives us
 }
 
 void SuffixDrafter::FinishSequence() {

@@ -68,7 +68,11 @@ SuffixSpeculation SpeculateFromTrie(const SuffixTrie& trie, const std::vector<in
 
 class SuffixDrafter final : public Drafter {
  public:
-  explicit SuffixDrafter(const SuffixOptions& options);
+  // `dataset_store`: scope dataset's global trie when several drafters serve one case (the batch
+  // engine's slots: every slot's finished requests reach every other's drafts, as one trie in
+  // batch 1); null = this drafter's own. Ignored for scopes none and run.
+  explicit SuffixDrafter(const SuffixOptions& options,
+                         std::shared_ptr<SuffixGlobalStore> dataset_store = nullptr);
   // Scope run: puts the last request's output into the shared store (a later case reads it).
   ~SuffixDrafter() override;
 

@@ -46,9 +46,14 @@ void RegisterSuffixMethods(MethodRegistry& registry) {
     suffix.longest_match_only = knobs.at("match_lengths").get<std::string>() == "longest";
     suffix.scope = ParsePersistScope(knobs.at("scope").get<std::string>(), "suffix knob scope");
     suffix.run_key = context.target->spec.name;
+    // Scope dataset: one global trie for every decoder of the case (the batch engine's slots).
+    auto store = context.shared->GetOrBuild<SuffixGlobalStore>(
+        "suffix dataset trie " + std::to_string(suffix.max_depth),
+        [&] { return std::make_shared<SuffixGlobalStore>(suffix.max_depth); });
     const int64_t nodes = knobs.at("max_spec_tokens").get<int64_t>();
     // A tree of n nodes is at most n deep.
-    return SampleFollowDecoder(context, std::make_unique<SuffixDrafter>(suffix), {nodes, nodes});
+    return SampleFollowDecoder(context, std::make_unique<SuffixDrafter>(suffix, std::move(store)),
+                               {nodes, nodes});
   };
   registry.Register(std::move(info));
 }

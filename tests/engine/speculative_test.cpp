@@ -385,11 +385,12 @@ TEST(Speculative, SpsSampledDraftsStayOnTheDeviceOnTheAtenPath) {
 
 // Every step records its phases' device time and its engine counters (issue 45, step 6). On the
 // CPU a device mark reads the host clock, so each phase's device time equals its synced wall time
-// to a few microseconds (the first step's device time starts after the drafter's Begin, its wall
-// time at the end of prefill: there device time is at most wall time). Greedy SpS (gamma 4) on the
-// ATen path with graphs off: the draft chain's 4 forwards upload their inputs once each, the verify
-// step its forward's inputs with the tree in them (5); the chain's tokens and the verdict come back
-// (2).
+// up to the work between a mark and the wall clock's read beside it (a few microseconds; 50
+// allowed: CI saw 5.01 on a loaded runner, and a swapped or missing phase is off by milliseconds)
+// (the first step's device time starts after the drafter's Begin, its wall time at the end of
+// prefill: there device time is at most wall time). Greedy SpS (gamma 4) on the ATen path with
+// graphs off: the draft chain's 4 forwards upload their inputs once each, the verify step its
+// forward's inputs with the tree in them (5); the chain's tokens and the verdict come back (2).
 // Launches and host reads are counted only under OpCounting: then a step launches ops and reads
 // nothing on the host.
 TEST(Speculative, StepsRecordDeviceTimeAndEngineCounters) {
@@ -412,13 +413,14 @@ TEST(Speculative, StepsRecordDeviceTimeAndEngineCounters) {
     for (size_t i = 0; i < r.steps.size(); ++i) {
       const StepStats& s = r.steps[i];
       const std::string where = "step " + std::to_string(i);
-      EXPECT_NEAR(s.t_verify_device_us, s.t_verify_us, 5) << where;
+      constexpr double kSkewUs = 50;
+      EXPECT_NEAR(s.t_verify_device_us, s.t_verify_us, kSkewUs) << where;
       if (i == 0) {  // device time starts after the drafter's Begin; wall time at prefill's end
-        EXPECT_LE(s.t_draft_device_us, s.t_draft_us + 5) << where;
-        EXPECT_LE(s.t_other_device_us, s.t_other_us + 5) << where;
+        EXPECT_LE(s.t_draft_device_us, s.t_draft_us + kSkewUs) << where;
+        EXPECT_LE(s.t_other_device_us, s.t_other_us + kSkewUs) << where;
       } else {
-        EXPECT_NEAR(s.t_draft_device_us, s.t_draft_us, 5) << where;
-        EXPECT_NEAR(s.t_other_device_us, s.t_other_us, 5) << where;
+        EXPECT_NEAR(s.t_draft_device_us, s.t_draft_us, kSkewUs) << where;
+        EXPECT_NEAR(s.t_other_device_us, s.t_other_us, kSkewUs) << where;
       }
       EXPECT_GT(s.t_verify_device_us, 0) << where;
       EXPECT_EQ(s.n_graph_replays, 0) << where;
@@ -468,7 +470,7 @@ TEST(Speculative, SpsIsLosslessAtTemperatureOneOnATinyPair) {
     const double p =
         testing_util::TinyOutputPValue(*target, sps, {1, 3}, 4, 40000, 90, &accepted, temperature);
     EXPECT_GT(p, 1e-4);
-    EXPECT_GT(accepted, 40000 / 4);  // drafts are accepted often enough to matter
+    EXPECT_GT(accepted, testing_util::ScaledDraws(40000) / 4);  // accepted often enough to matter
     for (VerifierFault fault :
          {VerifierFault::kGreedyAcceptance, VerifierFault::kTargetAsResidual}) {
       ScopedVerifierFault inject(fault);

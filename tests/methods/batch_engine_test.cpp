@@ -7,7 +7,8 @@
 // supports_batch = false, every other has it; a KV cache mixed up between sequences (the negative
 // control) breaks the identity; the K schedules: K = 0 runs the plain AR step and equals AR,
 // by_batch switches at its threshold, split spends its token budget; SpS drafts the whole batch in
-// one draft forward per chain position, with the answers of drafting alone.
+// one draft forward per chain position and Medusa in one head pass a step, with the answers (and
+// Medusa's trees) of drafting alone.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include "datasets/dataset.h"
 #include "harness/engine/batch_engine.h"
 #include "harness/runner/runner.h"
+#include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
@@ -187,6 +189,33 @@ TEST(BatchEngine, SpsDraftsTheWholeBatchInOneForwardPerPosition) {
   const int64_t requests = static_cast<int64_t>(f.ids.size());
   EXPECT_LE(n_together, 4 * steps_together + requests);
   EXPECT_GT(n_alone, 3 * n_together) << "together " << n_together << ", alone " << n_alone;
+}
+
+// Medusa's drafts of a step are made together beside the row-kernel target: one pass of the heads
+// over every drafting sequence's hidden state, not one per sequence, with the trees of drafting
+// alone (every step drafts and accepts as many tokens; the answers are equal), at T = 0 and T = 1.
+TEST(BatchEngine, MedusaDraftsTheWholeBatchInOneHeadPass) {
+  for (double temperature : {0.0, 1.0}) {
+    SCOPED_TRACE(temperature);
+    int64_t steps_together = 0, steps_alone = 0;
+    std::vector<BatchStepReport> together_steps, alone_steps;
+    int64_t p0 = MedusaHeadPasses();
+    const auto together =
+        Batched("medusa", temperature, 8, kFixed, &steps_together, &together_steps, true);
+    const int64_t passes_together = MedusaHeadPasses() - p0;
+    p0 = MedusaHeadPasses();
+    const auto alone = Batched("medusa", temperature, 8, kFixed, &steps_alone, &alone_steps, false);
+    const int64_t passes_alone = MedusaHeadPasses() - p0;
+    ExpectIdentical(together, alone, "drafts made together vs alone");
+    ASSERT_EQ(together_steps.size(), alone_steps.size());
+    for (size_t i = 0; i < together_steps.size(); ++i) {
+      EXPECT_EQ(together_steps[i].n_drafted, alone_steps[i].n_drafted) << "step " << i;
+      EXPECT_EQ(together_steps[i].n_accepted, alone_steps[i].n_accepted) << "step " << i;
+    }
+    EXPECT_LE(passes_together, steps_together);
+    EXPECT_GT(passes_alone, 3 * passes_together)
+        << "together " << passes_together << ", alone " << passes_alone;
+  }
 }
 
 // The negative control: with the sequences' caches swapped between two slots after a step (the

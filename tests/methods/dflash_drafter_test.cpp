@@ -112,7 +112,7 @@ void ExpectDflashVariantLossless(DflashT1Variant variant) {
   int64_t accepted = 0;
   EXPECT_GT(testing_util::TinyOutputPValue(*tiny.target, decoder, &accepted, 30000, temperature),
             1e-4);
-  EXPECT_GT(accepted, 1000);  // drafts are taken often enough
+  EXPECT_GT(accepted, testing_util::ScaledDraws(30000) / 30);  // drafts are taken often enough
   std::vector<VerifierFault> faults = {VerifierFault::kGreedyAcceptance};
   if (chain_rs) faults.push_back(VerifierFault::kTargetAsResidual);
   for (VerifierFault fault : faults) {

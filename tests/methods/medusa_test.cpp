@@ -6,7 +6,7 @@
 // (loss goes down, resume is exact, the written heads load, carry their calibration and draft),
 // token identity with AR at T = 0 on every story prompt and on Spec-Bench
 // prompts with the shipped heads (drafts accepted), and the T = 1 chi-square test with a negative
-// control.
+// control; the row-kernel forward of the heads (batch-invariant) against MedusaLogits.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -102,8 +102,6 @@ TEST(MedusaHead, PublishedLayoutLoadsAndComputesThePublishedForward) {
   for (const auto& [name, t] : head.tensors) EXPECT_TRUE(at::equal(back.tensors.at(name), t));
 }
 
-// Heads cast to a bf16 target's dtype compute the float32 heads' logits within bf16 rounding, as
-// float32, and refuse a hidden state of another dtype naming it.
 // Medusa-1's initialisation: every block's W zero, its bias nn.Linear's default (uniform in
 // +-1/sqrt(dim), not all zero; seeded: the same seed gives the same values, another seed others),
 // every lm_head the target's.
@@ -124,6 +122,8 @@ TEST(MedusaHead, InitZeroesTheBlockWeightOnly) {
   }
 }
 
+// Heads cast to a bf16 target's dtype compute the float32 heads' logits within bf16 rounding, as
+// float32, and refuse a hidden state of another dtype naming it.
 TEST(MedusaHead, HeadsInTheTargetDtypeGiveFloat32Logits) {
   const std::string dir = testing_util::ScratchDir("medusa_bf16");
   WritePublished(dir, 2, 2, PublishedTensors(2, 8, 11));
@@ -312,6 +312,38 @@ TEST(Medusa, MatchesArOnEveryStoryPromptAndOnSpecBench) {
                  {{"choices", "[[0], [0, 0], [1], [0, 1], [0, 0, 0], [2]]"}}});
 }
 
+// The row-kernel forward (drafting beside a row-kernel target) computes MedusaLogits, float32 and
+// bfloat16 heads, and gives each row the same bits at any row count: a sequence's tree does not
+// depend on its batch-mates. A hidden state on the wrong dtype is refused naming it.
+TEST(MedusaHead, RowKernelLogitsEqualTheForwardAndDoNotDependOnTheRowCount) {
+  const std::string dir = testing_util::ScratchDir("medusa_rows");
+  WritePublished(dir, 3, 3, PublishedTensors(3, 40, 37));
+  const MedusaHead head = ReadMedusaCheckpoint(dir, 40, 37);
+  MedusaHead low = head;
+  for (auto& [name, t] : low.tensors) t = t.to(at::kBFloat16).contiguous();
+  at::manual_seed(9);
+  const at::Tensor h = at::randn({11, 40});
+  for (const MedusaHead* heads : std::vector<const MedusaHead*>{&head, &low}) {
+    const at::ScalarType dtype = heads->tensors.begin()->second.scalar_type();
+    SCOPED_TRACE(c10::toString(dtype));
+    const at::Tensor x = h.to(dtype).contiguous();
+    const at::Tensor rows = MedusaLogitsRows(*heads, x);
+    ASSERT_EQ(rows.sizes().vec(), (std::vector<int64_t>{3, 11, 37}));
+    EXPECT_EQ(rows.scalar_type(), at::kFloat);
+    const at::Tensor want = MedusaLogits(*heads, x);
+    const double tol = dtype == at::kFloat ? 1e-4 : 0.1;
+    EXPECT_TRUE(at::allclose(rows, want, tol, tol)) << (rows - want).abs().max();
+    for (int64_t i : {0, 5, 10}) {
+      EXPECT_TRUE(
+          at::equal(MedusaLogitsRows(*heads, x.narrow(0, i, 1)).select(1, 0), rows.select(1, i)))
+          << "row " << i << " alone";
+    }
+    EXPECT_TRUE(at::equal(MedusaLogitsRows(*heads, x.narrow(0, 3, 4)), rows.narrow(1, 3, 4)));
+  }
+  EXPECT_NE(ErrorOf([&] { MedusaLogitsRows(low, h); }).find("hidden must be BFloat16"),
+            std::string::npos);
+}
+
 // At T = 1 (sample_follow over deterministic trees) the output is the target's distribution;
 // the greedy-acceptance negative control fails (testing_util::ExpectLosslessAtTemperatureOne).
 // The heads are Medusa-1's initialisation on the tiny target (each head = the target's lm_head).
@@ -324,7 +356,8 @@ TEST(Medusa, LosslessAtTemperatureOne) {
   o.tree_nodes = 6;
   o.top_k = 2;
   testing_util::ExpectLosslessAtTemperatureOne(
-      std::make_unique<MedusaDrafter>(*target, InitMedusaHead(mc, target->weights().lm_head, 5), o),
+      std::make_unique<MedusaDrafter>(
+          *target, MedusaHeadOn(InitMedusaHead(mc, target->weights().lm_head, 5), *target), o),
       6, target);
 }
 

@@ -205,12 +205,13 @@ inline double ChiSquarePValue(const std::vector<int32_t>& prompt, double tempera
 
 // ChiSquarePValue of `decoder` at `temperature` (1 by default) with top-k 3 over its first 4
 // tokens after story prompt 3 (`samples` seeded generations of 4 tokens on one cache; 12000 by
-// default).
+// default; scaled by testing_util::ScaledDraws).
 inline double TopThreeChiSquareP(Decoder& decoder, int64_t samples = 12000,
                                  double temperature = 1.0) {
   LoadedTarget& target = Shared().target;
   const auto& prompt = Shared().prompts[3];
   KvCache cache = CacheFor(*target.model, prompt, 4, decoder);
+  samples = testing_util::ScaledDraws(static_cast<int>(samples));
   return ChiSquarePValue(prompt, temperature, 3, 4, samples, [&](uint64_t seed) {
     DecodeResult r;
     decoder.Generate(prompt, Config(target, temperature, 4, seed, 3), cache, r);

@@ -167,6 +167,40 @@ TEST(SuffixDrafter, TheGlobalTrieHoldsOtherPromptsOutputsOnly) {
   EXPECT_THROW(ParsePersistScope("case", "test"), Error);
 }
 
+// Scope dataset under load: the batch engine's slots (one drafter each, built from one
+// MethodContext) share the case's global trie, so a request drafts from the outputs other slots
+// finished, as it would in batch 1; with a trie each (the control) it does not.
+TEST(SuffixDrafter, SlotsOfOneCaseShareTheDatasetTrie) {
+  const std::vector<int32_t> p1 = {1, 10}, p2 = {1, 20}, p3 = {1, 30};
+  SuffixOptions options;
+  options.min_token_prob = 0;
+  auto store = std::make_shared<SuffixGlobalStore>(options.max_depth);
+  SuffixDrafter slot_a(options, store), slot_b(options, store);
+  DraftAfter(slot_a, p1, {40, 41, 42, 43});
+  DraftAfter(slot_a, p3, {50});  // slot A's next request: p1's output enters the shared trie
+  EXPECT_EQ(DraftAfter(slot_b, p2, {40, 41}), (std::vector<int32_t>{42, 43}));
+  EXPECT_EQ(slot_b.last_source(), 2);
+  SuffixDrafter alone_a(options), alone_b(options);
+  DraftAfter(alone_a, p1, {40, 41, 42, 43});
+  DraftAfter(alone_a, p3, {50});
+  EXPECT_TRUE(DraftAfter(alone_b, p2, {40, 41}).empty());
+  // What the factory asks the case's MethodContext for: one store per key, built once, shared by
+  // copies of the context.
+  MethodContext context;
+  const MethodContext copy = context;
+  int builds = 0;
+  const auto build = [&] {
+    ++builds;
+    return std::make_shared<SuffixGlobalStore>(24);
+  };
+  const auto first = context.shared->GetOrBuild<SuffixGlobalStore>("suffix dataset trie 24", build);
+  EXPECT_EQ(copy.shared->GetOrBuild<SuffixGlobalStore>("suffix dataset trie 24", build), first);
+  EXPECT_NE(context.shared->GetOrBuild<SuffixGlobalStore>("suffix dataset trie 8", build), first);
+  EXPECT_EQ(builds, 2);
+  options.max_depth = 8;
+  EXPECT_THROW(SuffixDrafter(options, store).last_source(), Error);  // 24-deep trie, 8-deep drafter
+}
+
 // Scope run: a later case (a new drafter, as the runner builds one per case) drafts from the
 // outputs of an earlier case on the same target, including its last request (put in when the
 // earlier drafter goes away); another target's store stays apart, and scope dataset starts empty.

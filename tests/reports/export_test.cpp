@@ -194,7 +194,7 @@ TEST(Export, SamplesStepsJsonAndErrors) {
             std::string::npos);
   EXPECT_NE(error_of([] {
               ParseExportTable("runs", "--table");
-            }).find("cases, positions, samples or steps"),
+            }).find("cases, positions, samples, steps or serve"),
             std::string::npos);
 }
 

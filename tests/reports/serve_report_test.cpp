@@ -3,8 +3,9 @@
 // configuration (AR first), ×AR per cell, the C* table (a method crossing at C=4, one that never
 // crosses: "> 8"), the cell table with its schedules, the plain-text table `specbed serve`
 // prints (aligned; "—" without an AR partner), and the report: the section, its plots in
-// plots.gp (and as PNGs with gnuplot), the reading note; a database without serve cells (and a
-// schema-v13 file) gives no section.
+// plots.gp (the open-loop cells' TPOT vs. λ among them; as PNGs with gnuplot), the reading note;
+// a database without serve cells (and a schema-v13 file) gives no section; `specbed summary` and
+// `specbed export --table serve` on the same cells.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,11 +14,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "reports/export.h"
 #include "reports/plots.h"
 #include "reports/report.h"
 #include "reports/serve_report.h"
+#include "reports/summary.h"
 #include "results/store.h"
 #include "tests/common/test_util.h"
 #include "tests/reports/report_test_util.h"
@@ -214,6 +219,9 @@ TEST(ServeReport, ReportHasTheServingSectionWithPlotsAndTheReadingNote) {
   const std::string gp = ReadFileToString(dir + "/plots.gp");
   EXPECT_CONTAINS(gp, "serve_throughput_1.png");
   EXPECT_CONTAINS(gp, "serve_tpot_1.png");
+  EXPECT_CONTAINS(gp, "serve_open_1.png");  // the open-loop cells: TPOT vs. the arrival rate
+  EXPECT_CONTAINS(gp, "request rate λ");
+  EXPECT_NOT_CONTAINS(gp, "serve_open_2.png");  // other-target has no open-loop cell
   EXPECT_CONTAINS(gp, "title 'C* (crossover)'");
   EXPECT_CONTAINS(gp, "set logscale x 2");
   if (!testing::HasGnuplot()) {
@@ -223,10 +231,62 @@ TEST(ServeReport, ReportHasTheServingSectionWithPlotsAndTheReadingNote) {
   const std::string drawn = testing::ScratchDir("reports_serve_section_gnuplot");
   const ReportResult g = WriteReport(db, drawn, testing::QuietReportOptions("gnuplot"));
   EXPECT_TRUE(g.warnings.empty()) << g.warnings.front();
-  for (const char* name : {"serve_throughput_1", "serve_tpot_1", "serve_throughput_2"}) {
+  for (const char* name :
+       {"serve_throughput_1", "serve_tpot_1", "serve_open_1", "serve_throughput_2"}) {
     EXPECT_TRUE(testing::IsPngFile(drawn + "/" + name + ".png")) << name;
   }
   EXPECT_CONTAINS(ReadFileToString(g.index_html), "src=\"serve_throughput_1.png\"");
+}
+
+// `specbed summary` and `specbed export --table serve` read the serve cells: the summary's text
+// lists them (here without cases) with each method's C*, its JSON holds every cell's metrics and
+// the series' C* (never crossed: "inf"), the export one row per cell with its method's C*; a run
+// selection keeps that run's cells, a case selection none.
+TEST(ServeReport, SummaryAndExportReadTheServeCells) {
+  const std::string db = WriteServeDb("serve_summary");
+  const Summary s = BuildSummary(db);
+  EXPECT_TRUE(s.rows.empty());
+  ASSERT_EQ(s.serve_cells.size(), 34u);  // 4 series x 4 concurrencies x 2 seeds, 2 open-loop
+  const std::string text = FormatSummaryTable(s);
+  EXPECT_CONTAINS(text, "0 cases, 34 serve cells; runs in the database: 1");
+  EXPECT_NOT_CONTAINS(text, "No cases recorded.");
+  EXPECT_CONTAINS(text, "Serving under load");
+  EXPECT_CONTAINS(text, "C* spec k=2 · by_batch: 4 [95% CI 4, 4]");
+  EXPECT_CONTAINS(text, "C* never: > 8 [95% CI > 8, > 8]");
+  EXPECT_CONTAINS(text, "λ=2/s");
+
+  const nlohmann::json doc = nlohmann::json::parse(SummaryJson(s));
+  ASSERT_EQ(doc["serve"].size(), 2u);
+  const nlohmann::json& tiny = doc["serve"][0];
+  EXPECT_EQ(tiny["workload"],
+            "tiny / stories · T=0 · 48 requests × 16 new tokens · cpu float32 t1");
+  ASSERT_EQ(tiny["crossover"].size(), 2u);
+  EXPECT_EQ(tiny["crossover"][0]["series"], "never");
+  EXPECT_EQ(tiny["crossover"][0]["c_star"], "inf");
+  EXPECT_EQ(tiny["crossover"][1]["c_star"], 4);
+  EXPECT_EQ(tiny["crossover"][1]["metric"], "throughput");
+  for (const nlohmann::json& cell : tiny["cells"]) {
+    EXPECT_GT(cell["output_throughput"].get<double>(), 0) << cell["series"];
+    EXPECT_TRUE(cell["ttft_ms"]["p50"].is_number()) << cell["series"];
+  }
+
+  const std::string csv = ExportResults(s, ExportTable::kServe, ExportFormat::kCsv);
+  std::vector<std::string> lines;
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 35u);  // the header and one row per cell
+  for (const char* column : {"workload", "cell_key", "series", "x_ar", "ttft_ms.p50", "tpot_ms.p99",
+                             "c_star", "c_star_ci.lo", "c_star_ci.hi"}) {
+    EXPECT_CONTAINS(lines[0], column);
+  }
+  EXPECT_EQ(
+      nlohmann::json::parse(ExportResults(s, ExportTable::kServe, ExportFormat::kJson)).size(),
+      34u);
+
+  SummaryOptions one_run;
+  one_run.run_id = 1;
+  EXPECT_EQ(BuildSummary(db, one_run).serve_cells.size(), 34u);
+  EXPECT_EQ(ParseExportTable("serve", "--table"), ExportTable::kServe);
 }
 
 TEST(ServeReport, ADatabaseWithoutServeCellsHasNoServingSection) {
