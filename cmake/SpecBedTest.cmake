@@ -6,6 +6,8 @@
 # The environment of every test: SPECBED_HOME (the shipped files), and one ATen/OpenMP/MKL thread
 # unless the test sets its own width (PyPI's LibTorch defaults to every core, which under
 # `ctest -j 2` on two cores oversubscribes them; Debian's 1.13 defaulted to one thread here).
+# SPECBED_TEST_ENV is that environment as a list, for tests added with add_test; the GoogleTest
+# tests get it through specbed_add_test below.
 set(SPECBED_TEST_ENV "SPECBED_HOME=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
 
 # With SPECBED_CUDA=ON, a LibTorch test binary whose sources hold a *Cuda test suite
@@ -51,6 +53,12 @@ function(specbed_add_test)
   if(ARG_SERIAL)
     set(serial RUN_SERIAL TRUE)
   endif()
+  # One value per property: gtest_discover_tests passes each property value through several list
+  # expansions, which split a list however it is escaped, so ENVIRONMENT "A;B" arrived as A alone
+  # (until 2026-12-04 every LibTorch test ran with OpenMP at the machine's width: under ctest -j 2,
+  # four spinning threads on two cores, tests up to 10x slower). OMP_NUM_THREADS therefore comes
+  # through ENVIRONMENT_MODIFICATION; tests/common/test_environment_test.cpp checks both arrive.
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 120
-    PROPERTIES ENVIRONMENT "${SPECBED_TEST_ENV}" ${serial})
+    PROPERTIES ENVIRONMENT "SPECBED_HOME=${PROJECT_SOURCE_DIR}"
+               ENVIRONMENT_MODIFICATION "OMP_NUM_THREADS=set:1" ${serial})
 endfunction()

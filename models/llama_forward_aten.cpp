@@ -25,9 +25,9 @@ namespace {
 // that view / narrow / permute would give: those dispatch through two or three operators per
 // view, most of a tiny model's step.
 
-// The first elements of a contiguous buffer, viewed as `shape` (buffer.view({-1}).narrow(0, 0,
-// n).view(shape): contiguous strides).
-at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape) {
+// The elements of a contiguous buffer from `offset` on, viewed as `shape`
+// (buffer.view({-1}).narrow(0, offset, n).view(shape): contiguous strides).
+at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape, int64_t offset = 0) {
   std::array<int64_t, 8> strides;
   SPECBED_CHECK(shape.size() <= strides.size() && buffer.is_contiguous(), "AtenForward: a view of ",
                 shape.size(), " dims (internal error)");
@@ -36,9 +36,32 @@ at::Tensor Take(const at::Tensor& buffer, at::IntArrayRef shape) {
     strides[i] = n;
     n *= shape[i];
   }
-  SPECBED_CHECK(n <= buffer.numel(), "AtenForward: buffer of ", buffer.numel(),
-                " elements viewed as ", shape, " (internal error)");
-  return buffer.as_strided(shape, at::IntArrayRef(strides.data(), shape.size()));
+  SPECBED_CHECK(offset + n <= buffer.numel(), "AtenForward: buffer of ", buffer.numel(),
+                " elements viewed as ", shape, " from ", offset, " (internal error)");
+  return buffer.as_strided(shape, at::IntArrayRef(strides.data(), shape.size()),
+                           buffer.storage_offset() + offset);
+}
+
+// The fused attention's bits of causal row t among the new rows: rows 0 .. t.
+int64_t CausalBits(int64_t t) {
+  return static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
+}
+
+// Whether a chunk's mask (bool [1, T, past + T], CPU) lets every row see the whole past.
+bool SeesThePast(const at::Tensor& mask, int64_t past) {
+  const int64_t n = mask.size(1), width = mask.size(2);
+  const bool* m = mask.data_ptr<bool>();
+  for (int64_t t = 0; t < n; ++t) {
+    if (!std::all_of(m + t * width, m + t * width + past, [](bool b) { return b; })) return false;
+  }
+  return true;
+}
+
+// Row t's bits over the new slots of such a mask: bit i where row t sees new slot i.
+int64_t MaskRowBits(const bool* row, int64_t past, int64_t n) {
+  uint64_t bits = 0;
+  for (int64_t i = 0; i < n; ++i) bits |= row[past + i] ? uint64_t{1} << i : 0;
+  return static_cast<int64_t>(bits);
 }
 
 // x.narrow(dim, start, length).
@@ -236,8 +259,7 @@ void AtenForward::StageStepInputs(const at::Tensor& tokens, const ForwardOptions
   const at::Tensor given_bits = host_bits ? options.tree_bits.contiguous() : at::Tensor();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % s.n_tokens;
-    bits[r] = host_bits ? given_bits.data_ptr<int64_t>()[r]
-                        : static_cast<int64_t>(t == 63 ? ~uint64_t{0} : (uint64_t{2} << t) - 1);
+    bits[r] = host_bits ? given_bits.data_ptr<int64_t>()[r] : CausalBits(t);
   }
   std::fill(kv_len, kv_len + s.batch, s.past);
   if (extra > 0) {
@@ -294,9 +316,8 @@ void AtenForward::PrepareMask(const ForwardOptions& options, const Step& s) {
   mask5_ = Take(mask_add_, {s.batch, 1, 1, s.n_tokens, s.n_slots});
 }
 
-void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
+void AtenForward::NormQkv(int64_t l, const Step& s) {
   const LlamaLayerWeights& w = weights_.layers[l];
-  const int64_t hd = s.head_dim;
   at::Tensor x = Rows(x_, s.rows), xn = Rows(xn_, s.rows), qkv = Rows(qkv_, s.rows);
   FusedRmsNorm(x, attn_norm_f_[l], config_.norm_eps, xn);
   if (w.bqkv.defined()) {
@@ -304,6 +325,12 @@ void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
   } else {
     at::mm_out(qkv, xn, wqkv_t_[l]);
   }
+}
+
+void AtenForward::AttentionLayer(int64_t l, KvCache& cache, const Step& s) {
+  const int64_t hd = s.head_dim;
+  at::Tensor x = Rows(x_, s.rows), qkv = Rows(qkv_, s.rows);
+  NormQkv(l, s);
   // q (RoPE, Qwen3's q norm) into [batch, kv_heads, group, T, hd] = [batch, heads, T, hd] (head
   // h = kv_head * group + g); k (RoPE, k norm) and v into the cache at the slots.
   FusedRopeKvWrite(qkv, positions_view_, slots_view_, rope_cos_, rope_sin_, q_norm_f_[l],
@@ -373,8 +400,12 @@ at::Tensor AtenForward::Logits(LogitsMode mode, const Step& s) {
   const at::Tensor last = all ? x
                               : x.as_strided({s.batch, config_.dim}, {s.n_tokens * config_.dim, 1},
                                              x.storage_offset() + (s.n_tokens - 1) * config_.dim);
+  return HeadLogits(last, n_out);
+}
+
+at::Tensor AtenForward::HeadLogits(const at::Tensor& in, int64_t n_out) {
   at::Tensor head_in = Rows(head_in_, n_out);
-  FusedRmsNorm(last, final_norm_f_, config_.norm_eps, head_in);
+  FusedRmsNorm(in, final_norm_f_, config_.norm_eps, head_in);
   at::Tensor logits = Rows(logits_, n_out);
   if (dtype_ == at::kFloat) {
     at::mm_out(logits, head_in, lm_head_t_);
@@ -579,6 +610,135 @@ ForwardOutput AtenForward::Run(const at::Tensor& tokens, KvCache& cache,
   if (logits.defined()) {
     const int64_t per_sequence = options.logits == LogitsMode::kAll ? s.n_tokens : 1;
     out.logits = logits.view({s.batch, per_sequence, config_.vocab_size});
+  }
+  return out;
+}
+
+bool AtenForward::BatchesRagged(const std::vector<SeqChunk>& chunks) const {
+  return std::all_of(chunks.begin(), chunks.end(), [&](const SeqChunk& ch) {
+    return TakesTreeBits(ch.tokens.size(1)) &&
+           (!ch.mask.defined() || SeesThePast(ch.mask, ch.cache->length()));
+  });
+}
+
+// The block: [ids (rows) | slots (rows) | positions (rows) | tree bits (rows) | kv_len (chunks) |
+// last row (chunks)], each chunk's rows from ragged_first_[c] (its slots past + t, its
+// positions given or past + t, its bits from its mask or causal).
+void AtenForward::StageRaggedInputs(const std::vector<SeqChunk>& chunks, const Step& s) {
+  const int64_t rows = s.rows, n_chunks = static_cast<int64_t>(chunks.size());
+  const int64_t n_values = 4 * rows + 2 * n_chunks;
+  int64_t* h = staging_.Host(n_values);
+  int64_t *ids = h, *slot = h + rows, *pos = h + 2 * rows, *bits = h + 3 * rows,
+          *kv_len = h + 4 * rows, *last = kv_len + n_chunks;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const SeqChunk& ch = chunks[c];
+    const int64_t r0 = ragged_first_[c], n = ch.tokens.size(1), past = ch.cache->length();
+    const int64_t* tokens = ch.tokens.data_ptr<int64_t>();
+    const int64_t* given = ch.positions.defined() ? ch.positions.data_ptr<int64_t>() : nullptr;
+    const bool* mask = ch.mask.defined() ? ch.mask.data_ptr<bool>() : nullptr;
+    for (int64_t t = 0; t < n; ++t) {
+      SPECBED_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "ForwardRagged: chunk ", c,
+                    ": token id ", tokens[t], " outside the vocabulary [0, ", config_.vocab_size,
+                    ")");
+      ids[r0 + t] = tokens[t];
+      slot[r0 + t] = past + t;
+      pos[r0 + t] = given != nullptr ? given[t] : past + t;
+      bits[r0 + t] = mask != nullptr ? MaskRowBits(mask + t * (past + n), past, n) : CausalBits(t);
+    }
+    kv_len[c] = past;
+    last[c] = r0 + n - 1;
+  }
+  const at::Tensor block = staging_.Upload(n_values);
+  ids_view_ = Narrow(block, 0, 0, rows);
+  slots_view_ = Narrow(block, 0, rows, rows);
+  positions_view_ = Narrow(block, 0, 2 * rows, rows);
+  tree_bits_view_ = Narrow(block, 0, 3 * rows, rows);
+  kv_len_view_ = Narrow(block, 0, 4 * rows, n_chunks);
+  last_rows_view_ = Narrow(block, 0, 4 * rows + n_chunks, n_chunks);
+}
+
+void AtenForward::RaggedAttentionLayer(int64_t l, const std::vector<SeqChunk>& chunks,
+                                       const Step& s) {
+  NormQkv(l, s);
+  const at::Tensor qkv = Rows(qkv_, s.rows);
+  const int64_t hd = s.head_dim, q_dim = config_.q_dim();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t r0 = ragged_first_[c], n = ragged_first_[c + 1] - r0;
+    const at::Tensor& cache = chunks[c].cache->storage();
+    const at::Tensor q = Take(q_, {1, s.heads, n, hd}, r0 * q_dim);
+    FusedRopeKvWrite(Narrow(qkv, 0, r0, n), Narrow(positions_view_, 0, r0, n),
+                     Narrow(slots_view_, 0, r0, n), rope_cos_, rope_sin_, q_norm_f_[l],
+                     k_norm_f_[l], config_.norm_eps, config_.rope_interleaved, q, cache, l);
+    const at::Tensor bits = Narrow(tree_bits_view_, 0, r0, n);
+    FusedTreeAttention(q, cache, l, Narrow(kv_len_view_, 0, static_cast<int64_t>(c), 1),
+                       bits.as_strided({1, n}, {n, 1}), scale,
+                       Take(attn_rows_, {1, n, s.heads, hd}, r0 * q_dim));
+  }
+  Rows(x_, s.rows).addmm_(Rows(attn_rows_, s.rows), wo_t_[l]);
+}
+
+void AtenForward::RaggedLogits(LogitsMode mode, int64_t n_chunks, const Step& s) {
+  if (mode != LogitsMode::kLast) {  // every row, or none
+    Logits(mode, s);
+    return;
+  }
+  at::Tensor last = Rows(xn_, n_chunks);  // free after the last layer
+  at::index_select_out(last, Rows(x_, s.rows), 0, last_rows_view_);
+  HeadLogits(last, n_chunks);
+}
+
+RaggedOutput AtenForward::RunRagged(const std::vector<SeqChunk>& chunks,
+                                    const RaggedOptions& options) {
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd(std::in_place);
+  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
+  ragged_first_.assign(1, 0);
+  int64_t max_position = 1, max_len = 1;
+  for (const SeqChunk& ch : chunks) {
+    const int64_t n = ch.tokens.size(1);
+    ragged_first_.push_back(ragged_first_.back() + n);
+    max_len = std::max(max_len, ch.cache->max_len());
+    max_position = std::max(max_position, ch.cache->length() + n);
+    for (int64_t t = 0; ch.positions.defined() && t < n; ++t) {
+      const int64_t p = ch.positions.data_ptr<int64_t>()[t];
+      SPECBED_CHECK(p >= 0, "ForwardRagged: negative position");
+      max_position = std::max(max_position, p + 1);
+    }
+  }
+  // One sequence of all the rows: the norms, GEMMs, embedding and logits read s.rows only.
+  Step s = StepOf(1, ragged_first_.back(), 0, max_len);
+  s.fused = true;
+  EnsureCapacity(s.rows, 0, 0);
+  EnsureRope(std::max(max_position, max_len));
+  StageRaggedInputs(chunks, s);
+  std::vector<at::Tensor> kept(options.hidden_layers.size());
+  auto keep_hidden = [&](int64_t index) {
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (options.hidden_layers[i] == index) kept[i] = Rows(x_, s.rows).clone();
+    }
+  };
+  Embed(s);
+  keep_hidden(0);
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    MarkOpTrace("layer");
+    RaggedAttentionLayer(l, chunks, s);
+    Mlp(l, s);
+    keep_hidden(l + 1);
+  }
+  MarkOpTrace("layers_end");
+  RaggedLogits(options.logits, n_chunks, s);
+  below_autograd.reset();  // the views returned below are ordinary views of their buffers
+  const bool all = options.logits == LogitsMode::kAll;
+  const at::Tensor logits =
+      options.logits == LogitsMode::kNone ? at::Tensor() : Rows(logits_, all ? s.rows : n_chunks);
+  RaggedOutput out;
+  out.hidden.resize(chunks.size());
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t r0 = ragged_first_[c], n = ragged_first_[c + 1] - r0;
+    if (logits.defined()) {
+      out.logits.push_back(all ? logits.narrow(0, r0, n) : logits.narrow(0, c, 1));
+    }
+    for (const at::Tensor& h : kept) out.hidden[c].push_back(h.narrow(0, r0, n).view({1, n, -1}));
   }
   return out;
 }

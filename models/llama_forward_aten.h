@@ -87,6 +87,16 @@ class AtenForward {
   bool ChainsSteps(int64_t n) const {
     return ReplaysSteps(1) && n >= 2 && n - 1 <= kMaxGraphTokens;
   }
+  // LlamaModel::ForwardRagged on this path (the chunks checked by the caller, which advances the
+  // caches): one RMSNorm and one GEMM per projection over every chunk's rows, so the weights are
+  // read once for the whole batch; RoPE + KV write and FusedTreeAttention per chunk against its
+  // own cache (2 launches a chunk a layer: 7 + 2 * chunks per layer in all, against 9 * chunks
+  // for a Forward each); eager, never a captured step. Needs BatchesRagged(chunks).
+  RaggedOutput RunRagged(const std::vector<SeqChunk>& chunks, const RaggedOptions& options);
+  // Whether RunRagged takes these chunks: the fused attention at every chunk's width, and every
+  // mask (if any) lets each row see the whole cached past (a tree over the new rows, as the tree
+  // verifiers stage it). Otherwise LlamaModel runs the chunks one Forward each.
+  bool BatchesRagged(const std::vector<SeqChunk>& chunks) const;
   GraphMode graph_mode() const { return graph_mode_; }
   const GraphStats& graph_stats() const { return graph_stats_; }
 
@@ -116,11 +126,22 @@ class AtenForward {
   // The StepGraph of `key` (made when new; all released first when kMaxGraphs are held).
   StepGraph& GraphFor(const std::vector<int64_t>& key);
   void PrepareMask(const ForwardOptions& options, const Step& s);
+  // RMSNorm and the qkv GEMM (+ bias) of layer `layer` over the step's rows, into qkv_.
+  void NormQkv(int64_t layer, const Step& s);
   void AttentionLayer(int64_t layer, KvCache& cache, const Step& s);
+  // RunRagged's pieces: the chunks' inputs staged as StageStepInputs does (the rows of chunk c
+  // from ragged_first_[c]; kv_len and last-row indices per chunk); a layer's attention with
+  // RoPE, KV write and attention per chunk; the logits of every row or of each chunk's last.
+  void StageRaggedInputs(const std::vector<SeqChunk>& chunks, const Step& s);
+  void RaggedAttentionLayer(int64_t layer, const std::vector<SeqChunk>& chunks, const Step& s);
+  void RaggedLogits(LogitsMode mode, int64_t n_chunks, const Step& s);
   void Attend(const at::Tensor& k, const at::Tensor& v, const Step& s);
   void Mlp(int64_t layer, const Step& s);
   // The logits rows (float32 [batch or rows, vocab]); undefined for kNone.
   at::Tensor Logits(LogitsMode mode, const Step& s);
+  // The final norm of `in` ([n_out, dim] rows of x_ or a gather of them) and the LM head: float32
+  // logits [n_out, vocab] (a view of logits_).
+  at::Tensor HeadLogits(const at::Tensor& in, int64_t n_out);
 
   LlamaConfig config_;
   LlamaWeights weights_;
@@ -155,7 +176,9 @@ class AtenForward {
   // token ids [rows], slots [rows], RoPE positions [rows], tree bits [batch, T], cached length
   // [batch].
   at::Tensor ids_view_, slots_view_, positions_view_, tree_bits_view_, kv_len_view_;
-  at::Tensor extra_view_;  // ForwardOptions::staged_extra's device view (undefined: none)
+  at::Tensor extra_view_;      // ForwardOptions::staged_extra's device view (undefined: none)
+  at::Tensor last_rows_view_;  // RunRagged: int64 [chunks], each chunk's last row
+  std::vector<int64_t> ragged_first_;  // RunRagged: chunk c's first row; back() = all rows
   // Room for staged_extra in the block of a step of `rows` rows.
   static constexpr int64_t MaxStagedExtra(int64_t rows) { return 3 * rows + 2; }
   at::Tensor mask_view_;  // this step's additive mask [batch or 1, T, S]

@@ -749,9 +749,11 @@ RaggedOutput LlamaModel::ForwardRagged(const std::vector<SeqChunk>& chunks,
   return out;
 }
 
-// The ATen path: one Forward per chunk (their logits copied out of the shared buffer).
+// The ATen path: one batched step (AtenForward::RunRagged) where the fused attention takes every
+// chunk, else one Forward per chunk (their logits copied out of the shared buffer).
 RaggedOutput LlamaModel::RaggedAten(const std::vector<SeqChunk>& chunks,
                                     const RaggedOptions& options) {
+  if (aten_->BatchesRagged(chunks)) return aten_->RunRagged(chunks, options);
   RaggedOutput out;
   for (const SeqChunk& ch : chunks) {
     ForwardOptions fo;

@@ -165,9 +165,11 @@ class LlamaModel {
   // One forward over several sequences at once, each with its own cache, length and mask
   // (continuous batching: harness/engine/batch_engine.h). The row kernels run one matrix pass
   // per projection over every chunk's rows (the weights are read once for the whole batch) and
-  // attention per chunk against its own cache; a chunk's rows never see another chunk's. The
-  // ATen path runs the chunks one Forward each (correct, not yet batched). Caches must be
-  // distinct, batch 1 and on the model's device.
+  // attention per chunk against its own cache; a chunk's rows never see another chunk's. So does
+  // the ATen path with its fused attention (AtenForward::RunRagged: one GEMM per projection,
+  // RoPE + KV write and attention per chunk; within float tolerance of each chunk's Forward);
+  // with another attention kind, or a mask that hides part of the past, it runs the chunks one
+  // Forward each. Caches must be distinct, batch 1 and on the model's device.
   RaggedOutput ForwardRagged(const std::vector<SeqChunk>& chunks,
                              const RaggedOptions& options = {});
 

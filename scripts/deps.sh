@@ -12,6 +12,8 @@
 #    cmake/SpecBedTorch.cmake finds there), transformers/safetensors/tokenizers for the live parity
 #    test and scripts/peer_transformers. ~4.9 GB, ~2 min on a fresh machine.
 #    SPECBED_VENV=<dir> puts it elsewhere; SPECBED_SKIP_VENV=1 skips it (Torch_DIR given by hand).
+# Usage: scripts/deps.sh [--debian]    --debian: step 1 only (CI installs the packages first and
+#        starts its LibTorch-free clang build while PyPI's download runs).
 # Checked by: CI (.ci/run starts with it on a fresh machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,4 +75,5 @@ PY
 }
 
 install_debian
+if [ "${1:-}" = --debian ]; then exit 0; fi
 install_venv

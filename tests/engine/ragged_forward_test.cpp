@@ -3,7 +3,8 @@
 // writes are bit-identical to the same tokens through a batch-1 Forward, whatever its batch-mates
 // (decode rows, chains, a tree with positions and a mask, a chunk past the GEMV threshold); a
 // swapped cache changes them (the negative control); bad chunks are refused naming the chunk; the
-// ATen path agrees within float tolerance.
+// ATen path agrees within float tolerance, and batches: one GEMM per projection for all chunks
+// (its launching ops per layer counted), each chunk within float tolerance of its own Forward.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include "base/error.h"
 #include "models/gemv.h"
 #include "models/llama_model.h"
+#include "models/op_trace.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace specbed {
@@ -192,6 +194,51 @@ TEST(RaggedForward, AtenPathAgreesWithTheRowKernels) {
   for (size_t i = 0; i < ra.logits.size(); ++i) {
     EXPECT_TRUE(at::allclose(ra.logits[i], rb.logits[i], 1e-4, 1e-4)) << i;
     EXPECT_EQ(a.caches[i].length(), b.caches[i].length());
+  }
+}
+
+// The ATen path with its fused attention (the CPU default) runs the batch as one step: per layer
+// 2 RMSNorms, the qkv, wo, gate/up and down GEMMs and SiLU * up once for every chunk's rows, RoPE
+// + KV write and attention once per chunk (7 + 2 x chunks launching ops, against 9 x chunks for a
+// Forward each); every chunk's logits (all rows, last row), hidden states and cache writes
+// within float tolerance of its own Forward on the same path (the tree chunk's mask read as
+// tree bits there, as an additive mask alone).
+TEST(RaggedForward, AtenPathRunsOneGemmPerProjectionForTheWholeBatch) {
+  const auto& ckpt = testing_util::Stories260K();
+  LlamaModel aten(ckpt.config, WeightsFromHfTensors(ckpt.config, ckpt.tensors, "stories260K"),
+                  ModelOptions{ForwardPath::kAten});
+  const std::vector<Seq> seqs = Sequences();
+  const int64_t layers = aten.config().n_layers, n_chunks = static_cast<int64_t>(seqs.size());
+  for (LogitsMode mode : {LogitsMode::kAll, LogitsMode::kLast}) {
+    SCOPED_TRACE(mode == LogitsMode::kAll ? "every row's logits" : "last rows, hidden states");
+    Prepared ragged = Prepare(aten, seqs);
+    RaggedOptions options;
+    options.logits = mode;
+    if (mode == LogitsMode::kLast) options.hidden_layers = {1, layers};
+    OpTrace trace;
+    RaggedOutput out = aten.ForwardRagged(ragged.chunks, options);
+    trace.Stop();
+    if (options.hidden_layers.empty()) {  // (a kept hidden state adds a copy inside the layers)
+      EXPECT_EQ(CountOps(trace.ops()).in_layers, layers * (7 + 2 * n_chunks));
+    }
+    for (at::Tensor& l : out.logits) l = l.clone();  // views of the model's buffer
+    Prepared alone = Prepare(aten, seqs);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      ForwardOptions fo;
+      fo.positions = alone.chunks[i].positions;
+      fo.mask = alone.chunks[i].mask;
+      fo.logits = mode;
+      fo.hidden_layers = options.hidden_layers;
+      const ForwardOutput one = aten.Forward(alone.chunks[i].tokens, alone.caches[i], fo);
+      EXPECT_TRUE(at::allclose(out.logits[i], one.logits[0], 1e-5, 1e-5)) << "chunk " << i;
+      ASSERT_EQ(out.hidden[i].size(), one.hidden.size());
+      for (size_t h = 0; h < one.hidden.size(); ++h) {
+        EXPECT_TRUE(at::allclose(out.hidden[i][h], one.hidden[h], 1e-5, 1e-5)) << i << " " << h;
+      }
+      EXPECT_EQ(ragged.caches[i].length(), alone.caches[i].length());
+      EXPECT_TRUE(at::allclose(ragged.caches[i].storage(), alone.caches[i].storage(), 1e-5, 1e-5))
+          << "chunk " << i << " cache";
+    }
   }
 }
 
