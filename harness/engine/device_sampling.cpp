@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 
 #include "base/error.h"
 #include "kernels/engine_counters.h"
@@ -17,6 +18,11 @@
 
 namespace specbed {
 namespace {
+
+// kBelowAutograd: the verifier's and the draft sampler's entry points write preallocated buffers
+// and the KV cache through out= and in-place ops, which autograd never differentiates, so they
+// dispatch below the autograd and view-tracking layers (as AtenForward::Run does): their per-op
+// bookkeeping is most of the host time of a small model's verify step.
 
 std::atomic<int64_t> g_device_to_host_copies{0};
 
@@ -200,6 +206,7 @@ at::Tensor DeviceVerifier::PathSlots(int64_t n, int64_t k) {
 
 void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logits, Verdict& verdict,
                                   const CompactAfterWalk& compact, const at::Tensor& staged) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // (kBelowAutograd)
   const int64_t n = tree.size();
   Reserve(n, 0, logits.device());
   const at::Tensor in = TreeOnDevice(tree, compact.committed, staged);
@@ -214,6 +221,7 @@ void DeviceVerifier::AcceptGreedy(const DraftTree& tree, const at::Tensor& logit
 void DeviceVerifier::AcceptSampled(const DraftTree& tree, const at::Tensor& logits, int32_t mode,
                                    Sampler& sampler, Verdict& verdict,
                                    const CompactAfterWalk& compact, const at::Tensor& staged) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // (kBelowAutograd)
   const int64_t n = tree.size(), vocab = logits.size(-1);
   const at::Device device = logits.device();
   Reserve(n, vocab, device);
@@ -263,6 +271,7 @@ int32_t DeviceVerifier::SampleToken(const at::Tensor& logits, Sampler& sampler) 
 
 void DeviceDraftSampler::Begin(int64_t n, int64_t vocab, const at::Device& device,
                                std::mt19937_64& rng) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // (kBelowAutograd)
   SPECBED_CHECK(n >= 1 && vocab >= 1, "DeviceDraftSampler: a chain of ", n, " tokens over ", vocab,
                 " ids (expected >= 1 each)");
   const bool grow = !probs_.defined() || !SameDevice(probs_.device(), device) || vocab != vocab_ ||
@@ -289,6 +298,7 @@ void DeviceDraftSampler::Begin(int64_t n, int64_t vocab, const at::Device& devic
 
 void DeviceDraftSampler::Sample(const at::Tensor& logits, const SamplingParams& params,
                                 int64_t first, const at::Tensor& ids) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // (kBelowAutograd)
   const int64_t r = logits.size(0);
   SPECBED_CHECK(logits.dim() == 2 && logits.size(1) == vocab_ && first >= 0 && first + r <= n_,
                 "DeviceDraftSampler::Sample: logits ", logits.sizes(), " for rows [", first, ", ",
