@@ -445,16 +445,22 @@ void AtenForward::Program(KvCache& cache, const ForwardOptions& options, const S
       }
     }
   };
+  RunLayers(
+      s, [&](int64_t l) { AttentionLayer(l, cache, s); }, keep_hidden);
+  Logits(options.logits, s);
+}
+
+void AtenForward::RunLayers(const Step& s, const std::function<void(int64_t)>& attention,
+                            const std::function<void(int64_t)>& keep) {
   Embed(s);
-  keep_hidden(0);
+  keep(0);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     MarkOpTrace("layer");
-    AttentionLayer(l, cache, s);
+    attention(l);
     Mlp(l, s);
-    keep_hidden(l + 1);
+    keep(l + 1);
   }
   MarkOpTrace("layers_end");
-  Logits(options.logits, s);
 }
 
 StepGraph& AtenForward::GraphFor(const std::vector<int64_t>& key) {
@@ -717,15 +723,8 @@ RaggedOutput AtenForward::RunRagged(const std::vector<SeqChunk>& chunks,
       if (options.hidden_layers[i] == index) kept[i] = Rows(x_, s.rows).clone();
     }
   };
-  Embed(s);
-  keep_hidden(0);
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    MarkOpTrace("layer");
-    RaggedAttentionLayer(l, chunks, s);
-    Mlp(l, s);
-    keep_hidden(l + 1);
-  }
-  MarkOpTrace("layers_end");
+  RunLayers(
+      s, [&](int64_t l) { RaggedAttentionLayer(l, chunks, s); }, keep_hidden);
   RaggedLogits(options.logits, n_chunks, s);
   below_autograd.reset();  // the views returned below are ordinary views of their buffers
   const bool all = options.logits == LogitsMode::kAll;

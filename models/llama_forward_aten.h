@@ -31,6 +31,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -119,6 +120,10 @@ class AtenForward {
   // The step after its inputs are staged: embedding, layers, logits; hidden states are cloned
   // into `out` (eager) or copied into hidden_ (a captured program: fixed outputs).
   void Program(KvCache& cache, const ForwardOptions& options, const Step& s, ForwardOutput* out);
+  // The embedding, then every layer (`attention`(l), the MLP) between the op trace's "layer" and
+  // "layers_end" marks; `keep`(index) after the embedding (0) and after each layer (l + 1).
+  void RunLayers(const Step& s, const std::function<void(int64_t)>& attention,
+                 const std::function<void(int64_t)>& keep);
   // Program through the StepGraph of this shape and these buffer addresses.
   void ReplayProgram(KvCache& cache, const ForwardOptions& options, const Step& s,
                      ForwardOutput& out);

@@ -80,6 +80,17 @@ Prepared Prepare(LlamaModel& model, const std::vector<Seq>& seqs) {
   return p;
 }
 
+// The options of a chunk's batch-1 Forward: its positions and mask, `logits`, `hidden_layers`.
+ForwardOptions AloneOptions(const SeqChunk& chunk, LogitsMode logits,
+                            const std::vector<int64_t>& hidden_layers) {
+  ForwardOptions fo;
+  fo.positions = chunk.positions;
+  fo.mask = chunk.mask;
+  fo.logits = logits;
+  fo.hidden_layers = hidden_layers;
+  return fo;
+}
+
 void ExpectBatchOneBits(at::ScalarType dtype) {
   LlamaModel model = Stories260KModel(dtype);
   ASSERT_GT(14, GemvMaxRows(dtype)) << "the long chunk must cross the GEMV threshold";
@@ -92,12 +103,9 @@ void ExpectBatchOneBits(at::ScalarType dtype) {
   for (at::Tensor& l : out.logits) l = l.clone();  // views of the model's buffer
   Prepared alone = Prepare(model, seqs);
   for (size_t i = 0; i < seqs.size(); ++i) {
-    ForwardOptions fo;
-    fo.positions = alone.chunks[i].positions;
-    fo.mask = alone.chunks[i].mask;
-    fo.logits = LogitsMode::kAll;
-    fo.hidden_layers = options.hidden_layers;
-    const ForwardOutput one = model.Forward(alone.chunks[i].tokens, alone.caches[i], fo);
+    const ForwardOutput one =
+        model.Forward(alone.chunks[i].tokens, alone.caches[i],
+                      AloneOptions(alone.chunks[i], LogitsMode::kAll, options.hidden_layers));
     EXPECT_TRUE(at::equal(out.logits[i], one.logits[0])) << "chunk " << i << " logits";
     for (size_t h = 0; h < one.hidden.size(); ++h) {
       EXPECT_TRUE(at::equal(out.hidden[i][h], one.hidden[h])) << "chunk " << i << " hidden " << h;
@@ -224,12 +232,9 @@ TEST(RaggedForward, AtenPathRunsOneGemmPerProjectionForTheWholeBatch) {
     for (at::Tensor& l : out.logits) l = l.clone();  // views of the model's buffer
     Prepared alone = Prepare(aten, seqs);
     for (size_t i = 0; i < seqs.size(); ++i) {
-      ForwardOptions fo;
-      fo.positions = alone.chunks[i].positions;
-      fo.mask = alone.chunks[i].mask;
-      fo.logits = mode;
-      fo.hidden_layers = options.hidden_layers;
-      const ForwardOutput one = aten.Forward(alone.chunks[i].tokens, alone.caches[i], fo);
+      const ForwardOutput one =
+          aten.Forward(alone.chunks[i].tokens, alone.caches[i],
+                       AloneOptions(alone.chunks[i], mode, options.hidden_layers));
       EXPECT_TRUE(at::allclose(out.logits[i], one.logits[0], 1e-5, 1e-5)) << "chunk " << i;
       ASSERT_EQ(out.hidden[i].size(), one.hidden.size());
       for (size_t h = 0; h < one.hidden.size(); ++h) {
