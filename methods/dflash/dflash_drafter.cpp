@@ -71,11 +71,44 @@ void DflashDrafter::Accept(const DraftTree& tree, const Verdict& verdict) {
   QueueContext(verdict.hidden, 1 + verdict.n_accepted());
 }
 
-void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+int64_t DflashDrafter::PrepareDraft(const DraftStep& step) {
   const int64_t depth = std::min({block_ - 1, step.budget.depth, step.budget.nodes});
+  if (depth > 0) AppendPendingContext();
+  return depth;
+}
+
+void DflashDrafter::Draft(const DraftStep& step, DraftTree& tree) {
+  const int64_t depth = PrepareDraft(step);
   if (depth <= 0) return;
-  AppendPendingContext();
   head_->ForwardFromBonus(step.root, block_, out_);
+  BuildDraft(step, depth, tree);
+}
+
+const void* DflashDrafter::DraftBatchKey() const {
+  return head_->placement().aten ? head_->weights().get() : nullptr;
+}
+
+void DflashDrafter::DraftBatch(const std::vector<DraftJob>& jobs) {
+  std::vector<DflashBlock> blocks;
+  std::vector<int64_t> depths(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto* drafter = dynamic_cast<DflashDrafter*>(jobs[i].drafter);
+    SPECBED_CHECK(drafter != nullptr && drafter->DraftBatchKey() == DraftBatchKey(),
+                  "dflash drafter: DraftBatch got a job of another drafter");
+    depths[i] = drafter->PrepareDraft(jobs[i].step);
+    if (depths[i] <= 0) continue;
+    blocks.push_back(drafter->head_->BonusBlock(jobs[i].step.root, drafter->block_, drafter->out_));
+  }
+  if (blocks.empty()) return;
+  DflashHead::ForwardBatch(blocks);  // one head forward for every drafting sequence
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (depths[i] <= 0) continue;
+    static_cast<DflashDrafter*>(jobs[i].drafter)
+        ->BuildDraft(jobs[i].step, depths[i], *jobs[i].tree);
+  }
+}
+
+void DflashDrafter::BuildDraft(const DraftStep& step, int64_t depth, DraftTree& tree) {
   if (options_.kind == DflashTreeKind::kChain) {  // DFlash: a chain of the per-row choices
     DraftChain(depth, tree);
     return;

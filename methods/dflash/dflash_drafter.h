@@ -29,10 +29,13 @@
 //   deterministic, verified with sample-then-follow at T > 0.
 // After a verdict the rows of the root and the accepted nodes (target hidden states from the
 // verifier) are queued and appended at the next Draft.
+// Under load (the batch engine) every slot's drafter holds its own DflashHead over one shared
+// DflashWeights; on the ATen path a step's drafts come from one head forward (DraftBatch).
 // Checked by: tests/methods/dflash_drafter_test.cpp (exact match with AR at T = 0 for the chain
 // and DDTree; T = 1 distribution tests on a tiny target; the budget is respected) and
 // tests/methods/jetspec_test.cpp (JetSpec and blocks larger than the head's with causal heads),
-// tests/methods/aten_path_test.cpp (the ATen path; DFlash at T = 1 there).
+// tests/methods/aten_path_test.cpp (the ATen path; DFlash at T = 1 there),
+// tests/methods/batch_engine_test.cpp (drafts made together equal drafts made alone).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +78,11 @@ class DflashDrafter : public Drafter {
   // Appends the prompt's context rows to the head (otherwise the first Draft does).
   void Prefill() override { AppendPendingContext(); }
   void Draft(const DraftStep& step, DraftTree& tree) override;
+  // On the ATen path the drafters over one DflashWeights (a case's batch slots) draft a step's
+  // blocks in one head forward (DflashHead::ForwardBatch); the row loops draft alone (their block
+  // GEMMs are per-sequence calls either way).
+  const void* DraftBatchKey() const override;
+  void DraftBatch(const std::vector<DraftJob>& jobs) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
 
   const DflashHead& head() const { return *head_; }
@@ -86,6 +94,10 @@ class DflashDrafter : public Drafter {
 
  private:
   void QueueContext(const std::vector<at::Tensor>& hidden, int64_t n);
+  // The step's drafted depth (0 = no draft); appends the queued context when it drafts.
+  int64_t PrepareDraft(const DraftStep& step);
+  // The draft from out_ (the block forward made): a chain or a tree of `depth` levels.
+  void BuildDraft(const DraftStep& step, int64_t depth, DraftTree& tree);
   // Appends the queued context rows to the head's context (nothing when none is queued).
   void AppendPendingContext();
   // The drafted rows 1..depth of the block: chain tokens (argmax or sampled, with their draft

@@ -7,6 +7,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -34,39 +35,34 @@ void NormRopeHead(const float* src, const float* w, float* dst, int64_t head_dim
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_forwards{0};
+}  // namespace
+
+int64_t DflashHeadForwards() {
+  return g_forwards.load(std::memory_order_relaxed);
+}
+
 const float* DflashHeadOutput::logits_row(int64_t i) const {
   SPECBED_CHECK(logits.is_cpu(), "DflashHeadOutput::logits_row: the logits are on ",
                 logits.device(), ", not the CPU");
   return logits.data_ptr<float>() + i * logits.size(1);
 }
 
-DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
-                       const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
-                       const HeadPlacement& placement)
-    : config_(config), placement_(placement) {
-  ValidateDflashTensors(config_, tensors, "DflashHead");
-  num_features_ = config_.num_features();
-  fc_ = PlaceWeight(tensors.at(kDflashFc), placement_);
-  fc_t_ = fc_.t();
-  hidden_norm_ = PlaceNormWeight(tensors.at(kDflashHiddenNorm), placement_);
-  final_norm_ = PlaceNormWeight(tensors.at(kDflashFinalNorm), placement_);
-  LoadLayers(tensors);
-  ShareTargetMatrices(target_embedding, target_lm_head);
-  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
-  EnsureRope(256);
-  EnsureRows(config_.block_size);
-  ResetContext(256);
-}
+namespace {
 
-void DflashHead::LoadLayers(const std::map<std::string, at::Tensor>& tensors) {
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
+std::vector<DflashWeights::Layer> LoadDflashLayers(const DflashConfig& config,
+                                                   const std::map<std::string, at::Tensor>& tensors,
+                                                   const HeadPlacement& placement) {
+  std::vector<DflashWeights::Layer> layers;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
     auto lg = [&](const char* suffix) {
-      return PlaceWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement_);
+      return PlaceWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement);
     };
     auto norm = [&](const char* suffix) {
-      return PlaceNormWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement_);
+      return PlaceNormWeight(tensors.at(DflashLayerTensorName(l, suffix)), placement);
     };
-    Layer layer;
+    DflashWeights::Layer layer;
     const at::Tensor k = lg(kDflashKProj), v = lg(kDflashVProj);
     layer.wqkv = at::cat({lg(kDflashQProj), k, v}, 0).contiguous();
     layer.wkv = at::cat({k, v}, 0).contiguous();
@@ -82,37 +78,72 @@ void DflashHead::LoadLayers(const std::map<std::string, at::Tensor>& tensors) {
     layer.post_norm = norm(kDflashPostNorm);
     layer.q_norm = norm(kDflashQNorm);
     layer.k_norm = norm(kDflashKNorm);
-    layer.window = config_.LayerWindow(l);
-    layers_.push_back(std::move(layer));
+    layer.window = config.LayerWindow(l);
+    layers.push_back(std::move(layer));
   }
+  return layers;
 }
 
-void DflashHead::ShareTargetMatrices(const at::Tensor& target_embedding,
-                                     const at::Tensor& target_lm_head) {
-  const int64_t v = config_.vocab_size, h = config_.hidden_size;
-  auto check_vocab_matrix = [&](const at::Tensor& t, const char* what) {
-    SPECBED_CHECK(t.defined(), "DflashHead: the target's ", what, " [", v, ", ", h,
-                  "] is required (the draft has none of its own)");
-    SPECBED_CHECK(t.dim() == 2 && t.size(0) == v && t.size(1) == h, "DflashHead: target ", what,
-                  " has shape ", ShapeString(t.sizes()), ", expected [vocab_size, hidden_size] = [",
-                  v, ", ", h, "] (draft and target must share vocabulary and hidden size)");
-    SPECBED_CHECK(t.is_floating_point(), "DflashHead: target ", what,
-                  " must be a float tensor, got ", c10::toString(t.scalar_type()));
-  };
-  check_vocab_matrix(target_embedding, "token embedding");
-  check_vocab_matrix(target_lm_head, "lm_head");
-  if (placement_.aten) {  // shared as is when the target's already match
-    embedding_ = PlaceWeight(target_embedding, placement_);
-    lm_head_ = PlaceWeight(target_lm_head, placement_);
-  } else {
-    embedding_ = target_embedding.to(at::kCPU);
-    if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
-      embedding_ = embedding_.to(at::kFloat);
-    }
-    embedding_ = embedding_.contiguous();
-    lm_head_ = PlaceWeight(target_lm_head, placement_);
-  }
-  lm_head_t_ = lm_head_.t();
+void CheckVocabMatrix(const DflashConfig& c, const at::Tensor& t, const char* what) {
+  const int64_t v = c.vocab_size, h = c.hidden_size;
+  SPECBED_CHECK(t.defined(), "DflashHead: the target's ", what, " [", v, ", ", h,
+                "] is required (the draft has none of its own)");
+  SPECBED_CHECK(t.dim() == 2 && t.size(0) == v && t.size(1) == h, "DflashHead: target ", what,
+                " has shape ", ShapeString(t.sizes()), ", expected [vocab_size, hidden_size] = [",
+                v, ", ", h, "] (draft and target must share vocabulary and hidden size)");
+  SPECBED_CHECK(t.is_floating_point(), "DflashHead: target ", what, " must be a float tensor, got ",
+                c10::toString(t.scalar_type()));
+}
+
+// The target's embedding for the head: as it is on the ATen path; float32 or bfloat16 CPU for
+// the row loops.
+at::Tensor HeadEmbedding(const at::Tensor& target_embedding, const HeadPlacement& placement) {
+  if (placement.aten) return PlaceWeight(target_embedding, placement);
+  at::Tensor e = target_embedding.to(at::kCPU);
+  if (e.scalar_type() != at::kFloat && e.scalar_type() != at::kBFloat16) e = e.to(at::kFloat);
+  return e.contiguous();
+}
+
+std::shared_ptr<const DflashWeights> NonNullWeights(std::shared_ptr<const DflashWeights> w) {
+  SPECBED_CHECK(w != nullptr, "DflashHead: no weights");
+  return w;
+}
+
+}  // namespace
+
+DflashWeights::DflashWeights(const DflashConfig& config_in,
+                             const std::map<std::string, at::Tensor>& tensors,
+                             const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
+                             const HeadPlacement& placement_in)
+    : config(config_in), placement(placement_in) {
+  ValidateDflashTensors(config, tensors, "DflashHead");
+  fc = PlaceWeight(tensors.at(kDflashFc), placement);
+  fc_t = fc.t();
+  hidden_norm = PlaceNormWeight(tensors.at(kDflashHiddenNorm), placement);
+  final_norm = PlaceNormWeight(tensors.at(kDflashFinalNorm), placement);
+  layers = LoadDflashLayers(config, tensors, placement);
+  CheckVocabMatrix(config, target_embedding, "token embedding");
+  CheckVocabMatrix(config, target_lm_head, "lm_head");
+  embedding = HeadEmbedding(target_embedding, placement);  // shared when it already matches
+  lm_head = PlaceWeight(target_lm_head, placement);
+  lm_head_t = lm_head.t();
+  inv_freq = RopeInverseFrequencies(config.RopeConfig());
+}
+
+DflashHead::DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
+                       const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
+                       const HeadPlacement& placement)
+    : DflashHead(std::make_shared<const DflashWeights>(config, tensors, target_embedding,
+                                                       target_lm_head, placement)) {}
+
+DflashHead::DflashHead(std::shared_ptr<const DflashWeights> weights)
+    : w_(NonNullWeights(std::move(weights))),
+      config_(w_->config),
+      placement_(w_->placement),
+      ctx_(w_->layers.size()) {
+  EnsureRope(256);
+  EnsureRows(config_.block_size);
+  ResetContext(256);
 }
 
 void DflashHead::EnsureRows(int64_t n) {
@@ -144,34 +175,34 @@ void DflashHead::EnsureRows(int64_t n) {
 }
 
 void DflashHead::EnsureRope(int64_t max_position) {
-  GrowRopeTable(inv_freq_, max_position, rope_cos_, rope_sin_, rope_capacity_);
+  GrowRopeTable(w_->inv_freq, max_position, rope_cos_, rope_sin_, rope_capacity_);
 }
 
 void DflashHead::GrowContext(int64_t capacity) {
   if (capacity <= context_capacity_) return;
   const int64_t n_kv = config_.n_kv_heads, hd = config_.head_dim;
-  for (Layer& layer : layers_) {
+  for (LayerContext& layer : ctx_) {
     if (placement_.aten) {
       const auto opts = at::TensorOptions(placement_.dtype).device(placement_.device);
       at::Tensor k = at::zeros({n_kv, capacity, hd}, opts), v = at::zeros_like(k);
       if (context_length_ > 0) {
-        k.narrow(1, 0, context_length_).copy_(layer.k_ctx_t.narrow(1, 0, context_length_));
-        v.narrow(1, 0, context_length_).copy_(layer.v_ctx_t.narrow(1, 0, context_length_));
+        k.narrow(1, 0, context_length_).copy_(layer.k_t.narrow(1, 0, context_length_));
+        v.narrow(1, 0, context_length_).copy_(layer.v_t.narrow(1, 0, context_length_));
       }
-      layer.k_ctx_t = k;
-      layer.v_ctx_t = v;
+      layer.k_t = k;
+      layer.v_t = v;
       continue;
     }
     std::vector<float> k(static_cast<size_t>(n_kv * capacity * hd), 0.f), v(k.size(), 0.f);
     for (int64_t kh = 0; kh < n_kv && context_length_ > 0; ++kh) {
       const size_t bytes = static_cast<size_t>(context_length_ * hd) * sizeof(float);
-      std::memcpy(k.data() + kh * capacity * hd, layer.k_ctx.data() + kh * context_capacity_ * hd,
+      std::memcpy(k.data() + kh * capacity * hd, layer.k.data() + kh * context_capacity_ * hd,
                   bytes);
-      std::memcpy(v.data() + kh * capacity * hd, layer.v_ctx.data() + kh * context_capacity_ * hd,
+      std::memcpy(v.data() + kh * capacity * hd, layer.v.data() + kh * context_capacity_ * hd,
                   bytes);
     }
-    layer.k_ctx = std::move(k);
-    layer.v_ctx = std::move(v);
+    layer.k = std::move(k);
+    layer.v = std::move(v);
   }
   context_capacity_ = capacity;
 }
@@ -208,18 +239,20 @@ void DflashHead::AppendContextAten(const at::Tensor& features) {
                 kv_dim = config_.kv_dim(), past = context_length_;
   const double eps = config_.rms_norm_eps;
   if (past + n > context_capacity_) GrowContext(std::max(past + n, 2 * context_capacity_));
-  rope_device_.Ensure(inv_freq_, past + n, placement_.device);
+  rope_device_.Ensure(w_->inv_freq, past + n, placement_.device);
   const at::Tensor pos =
       at::arange(past, past + n, at::TensorOptions(at::kLong).device(placement_.device));
   const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
   const at::Tensor c = RmsNormRowsAten(
-      at::mm(features.to(placement_.device, placement_.dtype), fc_t_), hidden_norm_, eps);
-  for (Layer& layer : layers_) {
+      at::mm(features.to(placement_.device, placement_.dtype), w_->fc_t), w_->hidden_norm, eps);
+  for (size_t l = 0; l < ctx_.size(); ++l) {
+    const DflashWeights::Layer& layer = w_->layers[l];
     const at::Tensor kv = at::mm(c, layer.wkv_t);
     const at::Tensor k = RotateHalfRopeAten(
         RmsNormRowsAten(kv.narrow(1, 0, kv_dim).view({n, n_kv, hd}), layer.k_norm, eps), cos, sin);
-    layer.k_ctx_t.narrow(1, past, n).copy_(k.transpose(0, 1));
-    layer.v_ctx_t.narrow(1, past, n)
+    ctx_[l].k_t.narrow(1, past, n).copy_(k.transpose(0, 1));
+    ctx_[l]
+        .v_t.narrow(1, past, n)
         .copy_(kv.narrow(1, kv_dim, kv_dim).view({n, n_kv, hd}).transpose(0, 1));
   }
   context_length_ = past + n;
@@ -248,15 +281,16 @@ void DflashHead::AppendContext(const float* features, int64_t n) {
   at::Tensor c = ctx_rows_.narrow(0, 0, n);
   const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, config_.fc_in_dim()},
                                      at::TensorOptions().dtype(at::kFloat));
-  at::mm_out(c, f, fc_t_);
+  at::mm_out(c, f, w_->fc_t);
   float* cp = c.data_ptr<float>();
-  const float* hn = hidden_norm_.data_ptr<float>();
+  const float* hn = w_->hidden_norm.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) RmsNormRow(cp + i * h, hn, cp + i * h, h, eps);
 
   const int64_t half = hd / 2, cap = context_capacity_;
   at::Tensor kv = ctx_kv_.narrow(0, 0, n);
   const float* kvp = kv.data_ptr<float>();
-  for (Layer& layer : layers_) {
+  for (size_t l = 0; l < ctx_.size(); ++l) {
+    const DflashWeights::Layer& layer = w_->layers[l];
     at::mm_out(kv, c, layer.wkv_t);
     const float* kn = layer.k_norm.data_ptr<float>();
     for (int64_t i = 0; i < n; ++i) {
@@ -267,8 +301,8 @@ void DflashHead::AppendContext(const float* features, int64_t n) {
       const float* vrow = krow + kv_dim;
       for (int64_t kh = 0; kh < n_kv; ++kh) {
         const int64_t at_slot = (kh * cap + pos) * hd;
-        NormRopeHead(krow + kh * hd, kn, layer.k_ctx.data() + at_slot, hd, eps, cs, sn);
-        std::memcpy(layer.v_ctx.data() + at_slot, vrow + kh * hd,
+        NormRopeHead(krow + kh * hd, kn, ctx_[l].k.data() + at_slot, hd, eps, cs, sn);
+        std::memcpy(ctx_[l].v.data() + at_slot, vrow + kh * hd,
                     static_cast<size_t>(hd) * sizeof(float));
       }
     }
@@ -280,7 +314,7 @@ void DflashHead::ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out) {
   ForwardFromBonus(bonus_token, config_.block_size, out);
 }
 
-void DflashHead::ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutput& out) {
+DflashBlock DflashHead::BonusBlock(int32_t bonus_token, int64_t n, DflashHeadOutput& out) {
   SPECBED_CHECK(config_.mask_token_id >= 0,
                 "DflashHead::ForwardFromBonus: the config has no dflash_config.mask_token_id; "
                 "pass the block tokens to Forward instead");
@@ -288,7 +322,12 @@ void DflashHead::ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutp
   if (static_cast<int64_t>(bonus_block_.size()) < n) bonus_block_.resize(static_cast<size_t>(n));
   bonus_block_[0] = bonus_token;
   for (int64_t i = 1; i < n; ++i) bonus_block_[i] = static_cast<int32_t>(config_.mask_token_id);
-  Forward(bonus_block_.data(), n, context_length_, out);
+  return {this, bonus_block_.data(), n, context_length_, &out};
+}
+
+void DflashHead::ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutput& out) {
+  const DflashBlock block = BonusBlock(bonus_token, n, out);
+  Forward(block.tokens, block.n, block.start_position, out);
 }
 
 void DflashHead::Forward(const int32_t* block_tokens, int64_t start_position,
@@ -312,9 +351,10 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
                          DflashHeadOutput& out) {
   CheckBlock(block_tokens, n, start_position);
   if (placement_.aten) {
-    ForwardAten(block_tokens, n, start_position, out);
+    ForwardBlocksAten({{this, block_tokens, n, start_position, &out}});
     return;
   }
+  g_forwards.fetch_add(1, std::memory_order_relaxed);
   const int64_t b = n, h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
                 n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
                 q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim,
@@ -335,11 +375,11 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   float* hp = h_.data_ptr<float>();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t id = block_tokens[i];
-    if (embedding_.scalar_type() == at::kFloat) {
-      std::memcpy(hp + i * h, embedding_.data_ptr<float>() + id * h,
+    if (w_->embedding.scalar_type() == at::kFloat) {
+      std::memcpy(hp + i * h, w_->embedding.data_ptr<float>() + id * h,
                   static_cast<size_t>(h) * sizeof(float));
     } else {
-      const c10::BFloat16* e = embedding_.data_ptr<c10::BFloat16>() + id * h;
+      const c10::BFloat16* e = w_->embedding.data_ptr<c10::BFloat16>() + id * h;
       for (int64_t d = 0; d < h; ++d) hp[i * h + d] = static_cast<float>(e[d]);
     }
   }
@@ -348,7 +388,8 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   const float* qkvp = qkv_.data_ptr<float>();
   float* qp = q_.data_ptr<float>();
   const int64_t half = hd / 2;
-  for (Layer& layer : layers_) {
+  for (size_t l = 0; l < ctx_.size(); ++l) {
+    const DflashWeights::Layer& layer = w_->layers[l];
     // 1. x = input_layernorm(h); q, k, v with per-head norms and RoPE.
     const float* in_norm = layer.input_norm.data_ptr<float>();
     for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, in_norm, xp + i * h, h, eps);
@@ -373,7 +414,7 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
     }
 
     // 2. Attention of every (row, head) over the context rows and the (visible) block rows.
-    AttendBlock(layer, b, start_position);
+    AttendBlock(l, b, start_position);
 
     // 3. h += o_proj(attn); h += down(silu(gate(post_ln(h))) * up(post_ln(h))).
     h_.addmm_(attn_, layer.wo_t);
@@ -386,12 +427,12 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
 
   // 4. logits = target_lm_head(norm(h)).
   out.hidden.copy_(h_);
-  const float* fin = final_norm_.data_ptr<float>();
+  const float* fin = w_->final_norm.data_ptr<float>();
   for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, fin, xp + i * h, h, eps);
-  at::mm_out(out.logits, x_, lm_head_t_);
+  at::mm_out(out.logits, x_, w_->lm_head_t);
 }
 
-void DflashHead::AttendBlock(const Layer& layer, int64_t b, int64_t start_position) {
+void DflashHead::AttendBlock(size_t l, int64_t b, int64_t start_position) {
   const int64_t hd = config_.head_dim, n_heads = config_.n_heads, q_dim = config_.q_dim();
   const int64_t ctx = context_length_, cap = context_capacity_;
   const int threads = at::get_num_threads();
@@ -405,14 +446,14 @@ void DflashHead::AttendBlock(const Layer& layer, int64_t b, int64_t start_positi
   const int64_t group = n_heads / config_.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bool causal = config_.causal;
-  const float* kc = layer.k_ctx.data();
-  const float* vc = layer.v_ctx.data();
+  const float* kc = ctx_[l].k.data();
+  const float* vc = ctx_[l].v.data();
   const float* kb = k_block_.data();
   const float* vb = v_block_.data();
   float* scores_base = scores_.data();
   const int64_t sstride = score_stride_;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (ctx + b) * hd));
-  const int64_t window = layer.window;
+  const int64_t window = w_->layers[l].window;
   at::parallel_for(0, b * n_heads, grain, [&](int64_t begin, int64_t end) {
     float* scores = scores_base + at::get_thread_num() * sstride;
     float* acc = scores + ctx + b;
@@ -471,45 +512,99 @@ at::Tensor DflashHead::BlockAllowed(int64_t n, int64_t start_position, int64_t w
   return ctx_ok.logical_or(block_ok).expand({n, ctx + n});
 }
 
-void DflashHead::ForwardAten(const int32_t* block_tokens, int64_t n, int64_t start_position,
-                             DflashHeadOutput& out) {
-  const int64_t hd = config_.head_dim, n_heads = config_.n_heads, n_kv = config_.n_kv_heads,
-                q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), ctx = context_length_;
-  const double eps = config_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const at::Device device = placement_.device;
-  staging_.Resize(n, 0);
-  for (int64_t i = 0; i < n; ++i) staging_.ints()[i] = block_tokens[i];
-  const at::Tensor tok = staging_.Upload(device).first;
-  rope_device_.Ensure(inv_freq_, start_position + n, device);
-  const at::Tensor pos =
-      at::arange(start_position, start_position + n, at::TensorOptions(at::kLong).device(device));
-  const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
-  // The block's keys and values go into the context buffers right after the context (slots the
-  // next AppendContext overwrites), so attention reads one view of [context | block]: no
-  // per-layer copy of the whole context.
-  if (ctx + n > context_capacity_) GrowContext(std::max(ctx + n, 2 * context_capacity_));
-  at::Tensor h = embedding_.index_select(0, tok);
-  for (const Layer& layer : layers_) {
+void DflashHead::ForwardBatch(const std::vector<DflashBlock>& blocks) {
+  SPECBED_CHECK(!blocks.empty(), "DflashHead::ForwardBatch: no blocks");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const DflashBlock& b = blocks[i];
+    SPECBED_CHECK(b.head != nullptr && b.out != nullptr, "DflashHead::ForwardBatch: block ", i,
+                  " has no head or no output");
+    SPECBED_CHECK(b.head->w_ == blocks[0].head->w_, "DflashHead::ForwardBatch: block ", i,
+                  "'s head has other weights than block 0's (a batch shares one DflashWeights)");
+    for (size_t j = 0; j < i; ++j) {
+      SPECBED_CHECK(blocks[j].head != b.head, "DflashHead::ForwardBatch: blocks ", j, " and ", i,
+                    " have the same head (one block per sequence)");
+    }
+    b.head->CheckBlock(b.tokens, b.n, b.start_position);
+  }
+  if (blocks[0].head->placement_.aten) {
+    ForwardBlocksAten(blocks);
+    return;
+  }
+  for (const DflashBlock& b : blocks) b.head->Forward(b.tokens, b.n, b.start_position, *b.out);
+}
+
+void DflashHead::ForwardBlocksAten(const std::vector<DflashBlock>& blocks) {
+  g_forwards.fetch_add(1, std::memory_order_relaxed);
+  DflashHead& lead = *blocks[0].head;  // its staging buffer and device RoPE table serve the batch
+  const DflashWeights& w = *lead.w_;
+  const DflashConfig& c = w.config;
+  const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads, q_dim = c.q_dim(),
+                kv_dim = c.kv_dim();
+  const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const at::Device device = w.placement.device;
+  int64_t total = 0, max_position = 1;
+  for (const DflashBlock& b : blocks) {
+    total += b.n;
+    max_position = std::max(max_position, b.start_position + b.n);
+  }
+  // One upload: every block's tokens, then their positions.
+  lead.staging_.Resize(2 * total, 0);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(blocks.size()); ++i) {
+    for (int64_t j = 0; j < blocks[i].n; ++j, ++row) {
+      lead.staging_.ints()[row] = blocks[i].tokens[j];
+      lead.staging_.ints()[total + row] = blocks[i].start_position + j;
+    }
+  }
+  const at::Tensor staged = lead.staging_.Upload(device).first;
+  lead.rope_device_.Ensure(w.inv_freq, max_position, device);
+  const at::Tensor pos = staged.narrow(0, total, total);
+  const at::Tensor cos = lead.rope_device_.Cos(pos), sin = lead.rope_device_.Sin(pos);
+  // A block's keys and values go into its head's context buffers right after the context (slots
+  // the next AppendContext overwrites), so attention reads one view of [context | block]: no
+  // per-layer copy of the whole context. Masks: one per block and distinct layer window.
+  std::vector<std::map<int64_t, at::Tensor>> allowed(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    DflashHead& head = *blocks[i].head;
+    const int64_t need = head.context_length_ + blocks[i].n;
+    if (need > head.context_capacity_) head.GrowContext(std::max(need, 2 * head.context_capacity_));
+    for (const DflashWeights::Layer& layer : w.layers) {
+      at::Tensor& mask = allowed[i][layer.window];
+      if (!mask.defined())
+        mask = head.BlockAllowed(blocks[i].n, blocks[i].start_position, layer.window);
+    }
+  }
+  at::Tensor h = w.embedding.index_select(0, staged.narrow(0, 0, total));
+  std::vector<at::Tensor> attn(blocks.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const DflashWeights::Layer& layer = w.layers[l];
     const at::Tensor qkv = at::mm(RmsNormRowsAten(h, layer.input_norm, eps), layer.wqkv_t);
     const at::Tensor q = RotateHalfRopeAten(
-        RmsNormRowsAten(qkv.narrow(1, 0, q_dim).view({n, n_heads, hd}), layer.q_norm, eps), cos,
+        RmsNormRowsAten(qkv.narrow(1, 0, q_dim).view({total, n_heads, hd}), layer.q_norm, eps), cos,
         sin);
     const at::Tensor k = RotateHalfRopeAten(
-        RmsNormRowsAten(qkv.narrow(1, q_dim, kv_dim).view({n, n_kv, hd}), layer.k_norm, eps), cos,
-        sin);
-    const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({n, n_kv, hd});
-    layer.k_ctx_t.narrow(1, ctx, n).copy_(k.transpose(0, 1));
-    layer.v_ctx_t.narrow(1, ctx, n).copy_(v.transpose(0, 1));
-    const at::Tensor keys = layer.k_ctx_t.narrow(1, 0, ctx + n);
-    const at::Tensor values = layer.v_ctx_t.narrow(1, 0, ctx + n);
-    const at::Tensor attn = MaskedGqaAttentionAten(
-        q, keys, values, BlockAllowed(n, start_position, layer.window), scale);
-    h = h + at::mm(attn, layer.wo_t);
+        RmsNormRowsAten(qkv.narrow(1, q_dim, kv_dim).view({total, n_kv, hd}), layer.k_norm, eps),
+        cos, sin);
+    const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, n_kv, hd});
+    for (int64_t i = 0, row = 0; i < static_cast<int64_t>(blocks.size()); row += blocks[i++].n) {
+      const DflashHead& head = *blocks[i].head;
+      const int64_t n = blocks[i].n, ctx = head.context_length_;
+      const LayerContext& context = head.ctx_[l];
+      context.k_t.narrow(1, ctx, n).copy_(k.narrow(0, row, n).transpose(0, 1));
+      context.v_t.narrow(1, ctx, n).copy_(v.narrow(0, row, n).transpose(0, 1));
+      attn[i] = MaskedGqaAttentionAten(q.narrow(0, row, n), context.k_t.narrow(1, 0, ctx + n),
+                                       context.v_t.narrow(1, 0, ctx + n),
+                                       allowed[i].at(layer.window), scale);
+    }
+    h = h + at::mm(attn.size() == 1 ? attn[0] : at::cat(attn), layer.wo_t);
     h = h + at::mm(SwiGluAten(at::mm(RmsNormRowsAten(h, layer.post_norm, eps), layer.w_gate_up_t)),
                    layer.w_down_t);
   }
-  out.hidden = h;
-  out.logits = at::mm(RmsNormRowsAten(h, final_norm_, eps), lm_head_t_).to(at::kFloat);
+  const at::Tensor logits =
+      at::mm(RmsNormRowsAten(h, w.final_norm, eps), w.lm_head_t).to(at::kFloat);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(blocks.size()); row += blocks[i++].n) {
+    blocks[i].out->hidden = h.narrow(0, row, blocks[i].n);
+    blocks[i].out->logits = logits.narrow(0, row, blocks[i].n);
+  }
 }
 
 }  // namespace specbed

@@ -1,7 +1,9 @@
-// The DFlash draft head's inference forward, with its own cache of the projected context
-// keys/values: float32 row loops on the CPU, or batched ATen ops on the target's device and dtype
-// (HeadPlacement, methods/common/head_aten.h; context K/V device tensors, the target's embedding
-// and lm_head shared as they are: no host copy).
+// The DFlash draft head's inference forward: weights read once (DflashWeights, shared by every
+// sequence drafting beside one target), and per sequence a DflashHead with its own cache of the
+// projected context keys/values: float32 row loops on the CPU, or batched ATen ops on the
+// target's device and dtype (HeadPlacement, methods/common/head_aten.h; context K/V device
+// tensors, the target's embedding and lm_head shared as they are: no host copy), where
+// DflashHead::ForwardBatch drafts several sequences' blocks in one forward.
 //
 // Context: each committed target position t contributes one feature row, the concatenation of
 // the target's hidden states (decoder-layer outputs, pre-final-norm) at the configured
@@ -27,13 +29,16 @@
 // Checked by: tests/methods/dflash_head_test.cpp (non-causal and causal block forward against a
 // plain-loop double reference over the checkpoint tensors at n < block_size, n = block_size and
 // n > block_size, incremental context == full context, truncation, errors; the ATen path against
-// the row loops, sliding windows included).
+// the row loops, sliding windows included; ForwardBatch against each head's own Forward, bit for
+// bit on the row loops, within rounding and one GEMM per projection on the ATen path, and its
+// errors).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,8 +55,10 @@ struct DflashHeadOutput {
   const float* logits_row(int64_t i) const;  // row i of `logits` (V floats); CPU logits only
 };
 
-class DflashHead {
- public:
+// The head's weights for one placement, read once and shared (const) by every DflashHead that
+// drafts beside the same target: the batch slots of a case (MethodContext::shared), whose blocks
+// DflashHead::ForwardBatch runs as one forward.
+struct DflashWeights {
   // `tensors`: canonical names as from LoadDflashCheckpoint / RandomDflashTensors (checked with
   // ValidateDflashTensors; any float dtype/device, copied to float32 CPU).
   // `target_embedding`: the target's token embedding [V, H], float32 or bfloat16 CPU (shared, not
@@ -60,6 +67,49 @@ class DflashHead {
   // `placement`: the row loops by default; on the ATen path the weights move to its device and
   // dtype and the target's embedding and lm_head are used as they are when they already match.
   // Throws specbed::Error naming the tensor and the shapes on any mismatch.
+  DflashWeights(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
+                const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
+                const HeadPlacement& placement = {});
+
+  struct Layer {
+    at::Tensor wqkv_t, wkv_t, wo_t, w_gate_up_t, w_down_t;  // transposed views for x @ W^T
+    at::Tensor wqkv, wkv, wo, w_gate_up, w_down;            // [out, in] (placement dtype)
+    at::Tensor input_norm, post_norm, q_norm, k_norm;       // float32
+    int64_t window = 0;                                     // sliding-window size; 0 = full
+  };
+  DflashConfig config;
+  HeadPlacement placement;
+  std::vector<Layer> layers;
+  at::Tensor fc_t, fc, hidden_norm, final_norm;
+  at::Tensor embedding;           // [V, H] float32 or bfloat16 (ATen path: placement dtype)
+  at::Tensor lm_head, lm_head_t;  // [V, H] float32 (ATen: placement dtype) and its transpose
+  std::vector<double> inv_freq;   // RoPE
+};
+
+class DflashHead;
+
+// One sequence's block for DflashHead::ForwardBatch: `n` >= 1 target-vocabulary ids (int32 host
+// memory) at positions [start_position, start_position + n), drafted by `head` against its own
+// context, output into *out.
+struct DflashBlock {
+  DflashHead* head = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  int64_t start_position = 0;
+  DflashHeadOutput* out = nullptr;
+};
+
+// Block forwards made by every DflashHead of the process (one per Forward, one per ATen-path
+// ForwardBatch whatever its number of blocks): a test's way to see that a batch of sequences
+// drafted in one forward.
+int64_t DflashHeadForwards();
+
+// One sequence's head: the shared weights, this sequence's context K/V and the work buffers.
+class DflashHead {
+ public:
+  // A head over shared weights (never null).
+  explicit DflashHead(std::shared_ptr<const DflashWeights> weights);
+  // A head with weights of its own (DflashWeights' arguments).
   DflashHead(const DflashConfig& config, const std::map<std::string, at::Tensor>& tensors,
              const at::Tensor& target_embedding, const at::Tensor& target_lm_head,
              const HeadPlacement& placement = {});
@@ -82,9 +132,9 @@ class DflashHead {
   // Drafts one block of n >= 1 rows (any n; rows past config().block_size are untrained mask
   // positions). `block_tokens` int32 [n] host memory, target-vocabulary ids at positions
   // [start_position, start_position + n); start_position >= 0 (usually context_length()).
-  // Fills out.logits float32 [n, V] and out.hidden float32 [n, H] CPU (reallocated only when n
-  // changes). Does not change the context. Throws specbed::Error for n < 1, a token outside
-  // [0, V) or a negative position.
+  // Fills out.logits float32 [n, V] and out.hidden [n, H] on the head's device (row path:
+  // float32 CPU, reallocated only when n changes). Does not change the context. Throws
+  // specbed::Error for n < 1, a token outside [0, V) or a negative position.
   void Forward(const int32_t* block_tokens, int64_t n, int64_t start_position,
                DflashHeadOutput& out);
   // Forward with n = config().block_size.
@@ -94,30 +144,38 @@ class DflashHead {
   void ForwardFromBonus(int32_t bonus_token, int64_t n, DflashHeadOutput& out);
   // ForwardFromBonus with n = config().block_size.
   void ForwardFromBonus(int32_t bonus_token, DflashHeadOutput& out);
+  // The block ForwardFromBonus(bonus_token, n, out) runs (its tokens live in this head until the
+  // next call), for ForwardBatch.
+  DflashBlock BonusBlock(int32_t bonus_token, int64_t n, DflashHeadOutput& out);
+
+  // Every block's Forward, the blocks' heads sharing one DflashWeights (distinct heads). ATen
+  // path: one forward for all of them: the embedding, norms, RoPE and every projection once over
+  // the concatenated rows, attention per block against its own head's context; each out gets
+  // views of that forward's rows (within rounding of its own Forward: one GEMM of more rows). Row
+  // path: each block's Forward in turn (the head's block GEMMs are per-sequence calls there, as
+  // the target's long chunks, so every draft is the bits batch 1 makes). Throws specbed::Error
+  // for an empty batch, a null head or output, heads of other weights or a head twice.
+  static void ForwardBatch(const std::vector<DflashBlock>& blocks);
 
   const DflashConfig& config() const { return config_; }
   // Draft parameters (DflashConfig::ParameterCount), without the shared embedding / lm_head.
   int64_t parameter_count() const { return config_.ParameterCount(); }
   const HeadPlacement& placement() const { return placement_; }
+  const std::shared_ptr<const DflashWeights>& weights() const { return w_; }
 
  private:
-  struct Layer {
-    at::Tensor wqkv_t, wkv_t, wo_t, w_gate_up_t, w_down_t;  // transposed views for x @ W^T
-    at::Tensor wqkv, wkv, wo, w_gate_up, w_down;            // float32 contiguous [out, in]
-    at::Tensor input_norm, post_norm, q_norm, k_norm;       // float32
-    std::vector<float> k_ctx, v_ctx;  // [n_kv_heads, context_capacity_, head_dim]
-    at::Tensor k_ctx_t, v_ctx_t;      // the same as device tensors (ATen path)
-    int64_t window = 0;               // sliding-window size; 0 = full attention
+  // One layer's context keys and values (rotated keys), [n_kv_heads, context_capacity_, head_dim].
+  struct LayerContext {
+    std::vector<float> k, v;  // row path
+    at::Tensor k_t, v_t;      // ATen path (device tensors)
   };
 
-  void LoadLayers(const std::map<std::string, at::Tensor>& tensors);
-  void ShareTargetMatrices(const at::Tensor& target_embedding, const at::Tensor& target_lm_head);
   void CheckBlock(const int32_t* block_tokens, int64_t n, int64_t start_position) const;
-  // Attention of block rows over the context and block keys of `layer` (row path).
-  void AttendBlock(const Layer& layer, int64_t b, int64_t start_position);
+  // Attention of block rows over the context and block keys of layer `l` (row path).
+  void AttendBlock(size_t l, int64_t b, int64_t start_position);
   void AppendContextAten(const at::Tensor& features);
-  void ForwardAten(const int32_t* block_tokens, int64_t n, int64_t start_position,
-                   DflashHeadOutput& out);
+  // The ATen path of ForwardBatch (blocks checked; one block = Forward).
+  static void ForwardBlocksAten(const std::vector<DflashBlock>& blocks);
   // allowed bool [n, context_length() + n] of a block at start_position for a layer's window.
   at::Tensor BlockAllowed(int64_t n, int64_t start_position, int64_t window) const;
   void EnsureRope(int64_t max_position);
@@ -126,15 +184,11 @@ class DflashHead {
   // below n rows long (re-made only when n changes).
   void EnsureRows(int64_t n);
 
-  DflashConfig config_;
-  HeadPlacement placement_;
-  int64_t num_features_ = 0;
-  std::vector<Layer> layers_;
-  at::Tensor fc_t_, fc_, hidden_norm_, final_norm_;
-  at::Tensor embedding_;            // [V, H] float32 or bfloat16 (ATen path: placement dtype)
-  at::Tensor lm_head_, lm_head_t_;  // [V, H] float32 (ATen: placement dtype) and its transpose
+  std::shared_ptr<const DflashWeights> w_;
+  const DflashConfig& config_;
+  const HeadPlacement& placement_;
+  std::vector<LayerContext> ctx_;  // per draft layer
 
-  std::vector<double> inv_freq_;
   std::vector<float> rope_cos_, rope_sin_;  // [rope_capacity_, head_dim / 2]
   int64_t rope_capacity_ = 0;
 
@@ -159,7 +213,7 @@ class DflashHead {
   int64_t score_stride_ = 0;
   std::vector<int32_t> bonus_block_;  // [n] (grown on demand)
   DeviceRopeTable rope_device_;       // ATen path
-  HostStaging staging_;               // ATen path: the block's tokens
+  HostStaging staging_;               // ATen path: the blocks' tokens and positions
 };
 
 }  // namespace specbed

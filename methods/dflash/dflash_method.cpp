@@ -44,27 +44,45 @@ void CheckDflashDrafterKnob(const nlohmann::json& knobs, const std::string& meth
   SPECBED_CHECK(PathExists(dir), method, ": drafter '", dir, "' does not exist");
 }
 
-std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
-                                                 const nlohmann::json& knobs, DflashTreeKind kind,
-                                                 const std::string& method) {
-  CheckDflashDrafterKnob(knobs, method);
-  const std::string dir = DflashDrafterDir(knobs);
-  const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
-  const LlamaModel& target = *context.target->model;
+namespace {
+
+// Throws unless the head `config` (from `dir`) drafts for `target` (named `target_name`).
+void CheckDflashHeadFits(const DflashConfig& c, const LlamaModel& target, const std::string& dir,
+                         const std::string& target_name, const std::string& method) {
   const LlamaConfig& t = target.config();
-  const DflashConfig& c = ckpt.config;
   SPECBED_CHECK(c.vocab_size == t.vocab_size && c.hidden_size == t.dim, method, ": drafter '", dir,
                 "' (vocab ", c.vocab_size, ", hidden ", c.hidden_size,
-                ") does not match the target '", context.target->spec.name, "' (vocab ",
-                t.vocab_size, ", hidden ", t.dim, "): the head shares the target's embedding");
+                ") does not match the target '", target_name, "' (vocab ", t.vocab_size,
+                ", hidden ", t.dim, "): the head shares the target's embedding");
   for (int64_t id : c.TargetLayerIds()) {
     SPECBED_CHECK(id >= 0 && id < t.FeatureDepth(), method, ": drafter '", dir,
                   "' reads target layer ", id, " but the target has ", t.FeatureDepth(),
                   " feature layers");
   }
-  const LlamaWeights& w = target.weights();
-  auto head = std::make_unique<DflashHead>(c, ckpt.tensors, w.tok_embeddings, w.lm_head,
-                                           TargetHeadPlacement(target));
+}
+
+}  // namespace
+
+std::unique_ptr<Decoder> MakeDflashFamilyDecoder(MethodContext& context,
+                                                 const nlohmann::json& knobs, DflashTreeKind kind,
+                                                 const std::string& method) {
+  CheckDflashDrafterKnob(knobs, method);
+  const std::string dir = DflashDrafterDir(knobs);
+  const LlamaModel& target = *context.target->model;
+  // One copy of the head's weights for every slot's drafter (read once, one DraftBatchKey).
+  const std::shared_ptr<const DflashWeights> weights =
+      context.shared->GetOrBuild<const DflashWeights>(
+          "dflash head " + dir + " on " + std::to_string(reinterpret_cast<uintptr_t>(&target)),
+          [&] {
+            const DflashCheckpoint ckpt = LoadDflashCheckpoint(dir);
+            CheckDflashHeadFits(ckpt.config, target, dir, context.target->spec.name, method);
+            const LlamaWeights& w = target.weights();
+            return std::make_shared<const DflashWeights>(ckpt.config, ckpt.tensors,
+                                                         w.tok_embeddings, w.lm_head,
+                                                         TargetHeadPlacement(target));
+          });
+  const DflashConfig& c = weights->config;
+  auto head = std::make_unique<DflashHead>(weights);
   const bool tree = kind != DflashTreeKind::kChain;
   DflashDraftOptions o;
   o.kind = kind;

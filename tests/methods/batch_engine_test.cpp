@@ -7,8 +7,9 @@
 // supports_batch = false, every other has it; a KV cache mixed up between sequences (the negative
 // control) breaks the identity; the K schedules: K = 0 runs the plain AR step and equals AR,
 // by_batch switches at its threshold, split spends its token budget; SpS drafts the whole batch in
-// one draft forward per chain position and Medusa in one head pass a step, with the answers (and
-// Medusa's trees) of drafting alone.
+// one draft forward per chain position and Medusa in one head pass a step, DFlash and DDTree in
+// one head forward a step on the ATen path, with the answers (and Medusa's trees, DFlash's draft
+// sizes) of drafting alone.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "datasets/dataset.h"
 #include "harness/engine/batch_engine.h"
 #include "harness/runner/runner.h"
+#include "methods/dflash/dflash_head.h"
 #include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"
 
@@ -215,6 +217,37 @@ TEST(BatchEngine, MedusaDraftsTheWholeBatchInOneHeadPass) {
     EXPECT_LE(passes_together, steps_together);
     EXPECT_GT(passes_alone, 3 * passes_together)
         << "together " << passes_together << ", alone " << passes_alone;
+  }
+}
+
+// DFlash's and DDTree's drafts of a step are made together on the ATen path (the GPU's): one
+// forward of the shared head for every drafting sequence's block (DflashHead::ForwardBatch), with
+// the answers and draft sizes of drafting alone; on the row loops each sequence drafts alone (its
+// block GEMMs are its own calls either way). AtenPath.BatchIdentityAtT0 runs it on the ATen path.
+TEST(BatchEngine, DflashFamilyDraftsTheWholeBatchInOneHeadForwardOnTheAtenPath) {
+  const bool aten = F().target.model->forward_path() == ForwardPath::kAten;
+  for (const char* name : {"dflash", "ddtree"}) {
+    SCOPED_TRACE(name);
+    int64_t steps_together = 0, steps_alone = 0;
+    std::vector<BatchStepReport> together_steps, alone_steps;
+    int64_t f0 = DflashHeadForwards();
+    const auto together = Batched(name, 0, 8, kFixed, &steps_together, &together_steps, true);
+    const int64_t forwards_together = DflashHeadForwards() - f0;
+    f0 = DflashHeadForwards();
+    const auto alone = Batched(name, 0, 8, kFixed, &steps_alone, &alone_steps, false);
+    const int64_t forwards_alone = DflashHeadForwards() - f0;
+    ExpectIdentical(together, alone, "drafts made together vs alone");
+    ASSERT_EQ(together_steps.size(), alone_steps.size());
+    for (size_t i = 0; i < together_steps.size(); ++i) {
+      EXPECT_EQ(together_steps[i].n_drafted, alone_steps[i].n_drafted) << "step " << i;
+    }
+    if (aten) {
+      EXPECT_LE(forwards_together, steps_together);
+      EXPECT_GT(forwards_alone, 3 * forwards_together)
+          << "together " << forwards_together << ", alone " << forwards_alone;
+    } else {
+      EXPECT_EQ(forwards_together, forwards_alone);
+    }
   }
 }
 

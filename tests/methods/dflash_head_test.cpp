@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -844,6 +845,76 @@ TEST(DflashHeadAten, BlockForwardDoesNotCopyTheContext) {
   // context's keys and values with the block's made two more per layer.
   EXPECT_EQ(counts.by_name.at("aten::cat"), 2 * config.n_layers);
   EXPECT_GT(counts.by_name.count("aten::copy_"), 0u);  // the block rows, per layer
+}
+
+// Three sequences' heads over one DflashWeights (contexts of 5, 9 and 13 rows, blocks of 6, 3 and
+// 6 rows, one at an explicit position): ForwardBatch gives each the outputs of its own Forward,
+// on the row loops bit for bit (each block in turn) and on the ATen path within rounding in one
+// forward (one GEMM per projection for all 15 rows, as many as for one block).
+TEST(DflashHeadAten, ForwardBatchGivesEverySequenceItsOwnForward) {
+  const DflashConfig config = WindowedConfig();
+  const TensorMap tensors = RandomDflashTensors(config, 11);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor lm_head = at::randn({config.vocab_size, config.hidden_size});
+  for (bool aten_path : {false, true}) {
+    SCOPED_TRACE(aten_path ? "ATen path" : "row loops");
+    HeadPlacement placement;
+    placement.aten = aten_path;
+    const auto weights =
+        std::make_shared<const DflashWeights>(config, tensors, embedding, lm_head, placement);
+    std::vector<std::unique_ptr<DflashHead>> heads;
+    at::manual_seed(5);
+    for (int64_t context : {5, 9, 13}) {
+      heads.push_back(std::make_unique<DflashHead>(weights));
+      heads.back()->AppendContext(at::randn({context, config.fc_in_dim()}));
+    }
+    const std::vector<int32_t> tokens = {4, 49, 7, 49, 12, 49};
+    std::vector<DflashHeadOutput> together(3), alone(3);
+    std::vector<DflashBlock> blocks = {heads[0]->BonusBlock(7, 6, together[0]),
+                                       {heads[1].get(), tokens.data(), 3, 11, &together[1]},
+                                       heads[2]->BonusBlock(3, 6, together[2])};
+    const int64_t forwards = DflashHeadForwards();
+    OpTrace trace;
+    DflashHead::ForwardBatch(blocks);
+    trace.Stop();
+    EXPECT_EQ(DflashHeadForwards() - forwards, aten_path ? 1 : 3);
+    if (aten_path) {
+      EXPECT_EQ(CountOps(trace.ops()).by_name.at("aten::mm"), 4 * config.n_layers + 1);
+    }
+    heads[0]->ForwardFromBonus(7, 6, alone[0]);
+    heads[1]->Forward(tokens.data(), 3, 11, alone[1]);
+    heads[2]->ForwardFromBonus(3, 6, alone[2]);
+    for (size_t i = 0; i < 3; ++i) {
+      const at::Tensor a = at::cat({together[i].hidden.to(at::kFloat), together[i].logits}, 1);
+      const at::Tensor b = at::cat({alone[i].hidden.to(at::kFloat), alone[i].logits}, 1);
+      if (aten_path) {
+        EXPECT_LT(testing_util::RelativeL2(a, b), 1e-6) << "sequence " << i;
+      } else {
+        EXPECT_TRUE(at::equal(a, b)) << "sequence " << i;
+      }
+    }
+    EXPECT_EQ(heads[1]->context_length(), 9) << "a batch forward leaves the contexts";
+  }
+}
+
+TEST(DflashHeadAten, ForwardBatchRefusesMixedOrRepeatedHeads) {
+  const DflashConfig config = WindowedConfig();
+  const TensorMap tensors = RandomDflashTensors(config, 11);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  const at::Tensor lm_head = at::randn({config.vocab_size, config.hidden_size});
+  DflashHead a(config, tensors, embedding, lm_head), b(config, tensors, embedding, lm_head);
+  DflashHead c(a.weights());
+  DflashHeadOutput out_a, out_b, out_c;
+  EXPECT_THAT(ErrorOf([&] { DflashHead::ForwardBatch({}); }), HasSubstr("no blocks"));
+  EXPECT_THAT(ErrorOf([&] {
+                DflashHead::ForwardBatch({a.BonusBlock(1, 4, out_a), b.BonusBlock(1, 4, out_b)});
+              }),
+              HasSubstr("block 1's head has other weights than block 0's"));
+  EXPECT_THAT(ErrorOf([&] {
+                DflashHead::ForwardBatch({a.BonusBlock(1, 4, out_a), a.BonusBlock(2, 4, out_c)});
+              }),
+              HasSubstr("blocks 0 and 1 have the same head"));
+  EXPECT_NO_THROW(DflashHead::ForwardBatch({a.BonusBlock(1, 4, out_a), c.BonusBlock(2, 4, out_c)}));
 }
 
 TEST(DflashHeadAtenCuda, MatchesTheRowsOnTheGpu) {
