@@ -8,20 +8,20 @@
 // budget, a per-batch-size K with K = 0 above a threshold, or one token budget split across the
 // batch); each sequence plans its step within it; the drafts are made, those of drafters sharing
 // a draft model or head in one batched call (Drafter::DraftBatch: the SpS draft LM's forwards,
-// Medusa's heads and, on the ATen path, the DFlash family's head go over every sequence at once);
-// each sequence stages its verify rows; one ragged
-// forward over all of them; each sequence concludes (acceptance on its rows, compaction, its
-// drafter's accept, the commit). K = 0 runs no drafter, no controller and no tree staging: the step
-// is the plain batched AR step (vLLM PR #5000: a "disabled" path that still ran the speculative
-// machinery cost 7%).
+// Medusa's heads and, on the ATen path, the DFlash family's and EAGLE-3's heads go over every
+// sequence at once); each sequence stages its verify rows; one ragged forward over all of them;
+// each sequence concludes (acceptance on its rows, compaction, its drafter's accept, the
+// commit). K = 0 runs no drafter, no controller and no tree staging: the step is the plain
+// batched AR step (vLLM PR #5000: a "disabled" path that still ran the speculative machinery
+// cost 7%).
 //
 // With RaggedOptions::batch_invariant (the default) on the row kernels every sequence's tokens
 // are those of its batch-1 decode, at T = 0 and, with the same seeds, at T > 0.
 // Checked by: tests/methods/batch_engine_test.cpp (every batchable method at B = 2, 4, 8 token-
 // identical to batch 1 on the story prompts, T = 0 and T > 0; a cache mixed up between sequences
 // fails it; K = 0 equals AR; the schedules; SpS's batched drafts: one draft forward a position for
-// the whole batch, Medusa's one head pass a step, DFlash's and DDTree's one head forward a step on
-// the ATen path, the same answers as drafting alone).
+// the whole batch, Medusa's one head pass a step, on the ATen path DFlash's and DDTree's one head
+// forward a step and EAGLE-3's one per tree layer, the same answers as drafting alone).
 #pragma once
 
 #include <cstdint>
@@ -71,7 +71,7 @@ struct BatchOptions {
   int64_t cache_len = 0;        // positions of each slot's KV cache (prompt + output + draft)
   bool batch_invariant = true;  // RaggedOptions::batch_invariant
   // Drafters that share a Drafter::DraftBatchKey (the SpS draft LM, Medusa's heads, the DFlash
-  // family's head on the ATen path) make a step's drafts in one
+  // family's and EAGLE-3's heads on the ATen path) make a step's drafts in one
   // DraftBatch call; false: every sequence drafts alone (the same drafts, for A/B timing).
   bool batch_drafts = true;
   // The method's own node budget (the cap -1 stands for; DraftSchedule "split" never exceeds it).

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "kernels/engine_counters.h"
 #include "models/device.h"
@@ -33,46 +35,91 @@ void Eagle3DeviceFrontier::AddChildren(const at::Tensor& logits, const at::Tenso
 void Eagle3DeviceFrontier::Grow(Eagle3Head& head, const at::Tensor& root_hidden,
                                 const at::Tensor& root_logits, int64_t context_len, int64_t layers,
                                 int64_t top_k, Eagle3HeadOutput& out) {
-  const int64_t k = top_k;
-  SPECBED_CHECK(layers >= 1 && k >= 1 && context_len >= 1,
-                "eagle3 device frontier: layers, top_k and the context must be >= 1 (got ", layers,
-                ", ", k, ", ", context_len, ")");
-  const at::Device device = root_logits.device();
-  const int64_t total = k + (layers - 1) * k * k;
+  GrowBatch({{this, &head, root_hidden, root_logits, context_len, layers, top_k, &out}});
+}
+
+void Eagle3DeviceFrontier::GrowBatch(const std::vector<Job>& jobs) {
+  int64_t layers = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SPECBED_CHECK(jobs[i].frontier != nullptr && jobs[i].head != nullptr && jobs[i].out != nullptr,
+                  "eagle3 device frontier: job ", i, " has no frontier, head or output");
+    for (size_t j = 0; j < i; ++j) {
+      SPECBED_CHECK(jobs[j].frontier != jobs[i].frontier, "eagle3 device frontier: jobs ", j,
+                    " and ", i, " share a frontier");
+    }
+    jobs[i].frontier->Start(jobs[i]);
+    layers = std::max(layers, jobs[i].layers);
+  }
+  std::vector<Eagle3DeviceRows> rows;
+  std::vector<Eagle3DeviceFrontier*> growing;
+  for (int64_t d = 2; d <= layers; ++d) {
+    rows.clear();
+    growing.clear();
+    for (const Job& job : jobs) {
+      if (job.layers < d) continue;
+      growing.push_back(job.frontier);
+      rows.push_back(job.frontier->LayerRows(d));
+    }
+    Eagle3Head::ForwardBatch(rows);
+    for (Eagle3DeviceFrontier* f : growing) f->AddLayer();
+  }
+  for (const Job& job : jobs) job.frontier->Download();
+}
+
+void Eagle3DeviceFrontier::Start(const Job& job) {
+  const int64_t k = job.top_k;
+  SPECBED_CHECK(job.layers >= 1 && k >= 1 && job.context_len >= 1,
+                "eagle3 device frontier: layers, top_k and the context must be >= 1 (got ",
+                job.layers, ", ", k, ", ", job.context_len, ")");
+  job_ = job;
+  const at::Device device = job.root_logits.device();
+  const int64_t total = k + (job.layers - 1) * k * k;
   if (!packed_.defined() || packed_.size(1) < total || !SameDevice(packed_.device(), device)) {
     packed_ = at::empty({4, total}, at::TensorOptions().dtype(at::kInt).device(device));
   }
-  const at::Tensor& d2t = head.draft_to_target_tensor();
+  self_rows_ = at::eye(k, at::TensorOptions().dtype(at::kBool).device(device));
+  context_ = at::ones({k, job.context_len}, self_rows_.options());
+  AddChildren(job.root_logits, at::Tensor(), at::Tensor(), 0, k,
+              job.head->draft_to_target_tensor());
+  tree_mask_ = self_rows_;  // [k, (d-1) k]: the rows of layer d's frontier
+  begin_ = 0;
+  end_ = k;
+}
+
+Eagle3DeviceRows Eagle3DeviceFrontier::LayerRows(int64_t d) {
+  const int64_t k = job_.top_k;
   const at::Tensor scores = packed_[3].view(at::kFloat);
-  const at::TensorOptions long_options = at::TensorOptions().dtype(at::kLong).device(device);
-  const at::Tensor self_rows = at::eye(k, at::TensorOptions().dtype(at::kBool).device(device));
-  const at::Tensor context = at::ones({k, context_len}, self_rows.options());
-  AddChildren(root_logits, at::Tensor(), at::Tensor(), 0, k, d2t);
-  at::Tensor tree_mask = self_rows;  // [k, (d-1) k]: the rows of layer d's frontier
-  int64_t begin = 0, end = k;
-  for (int64_t d = 2; d <= layers; ++d) {
-    const at::Tensor beam =
-        std::get<1>(at::sort(scores.narrow(0, begin, end - begin), /*stable=*/true, /*dim=*/0,
-                             /*descending=*/true))
-            .narrow(0, 0, k);
-    const at::Tensor frontier = beam + begin;
-    // The head row that produced each frontier node: the root's at layer 2, else its parent's
-    // row of the previous call (candidate begin + f k + r came from row f).
-    const at::Tensor source = beam.div(k, "floor");
-    const at::Tensor features =
-        d == 2 ? root_hidden.expand({k, root_hidden.size(1)}) : out.hidden.index_select(0, source);
-    if (d > 2) tree_mask = at::cat({tree_mask.index_select(0, source), self_rows}, 1);
-    const int64_t position = context_len - 1 + (d - 1);
-    head.ForwardOnDevice(features, packed_[0].index_select(0, frontier).to(at::kLong),
-                         at::full({k}, position, long_options), at::cat({context, tree_mask}, 1),
-                         position + 1, out);
-    AddChildren(out.logits, frontier, scores.index_select(0, frontier), end, k, d2t);
-    begin = end;
-    end += k * k;
-  }
+  const at::Tensor beam =
+      std::get<1>(at::sort(scores.narrow(0, begin_, end_ - begin_), /*stable=*/true, /*dim=*/0,
+                           /*descending=*/true))
+          .narrow(0, 0, k);
+  frontier_ = beam + begin_;
+  // The head row that produced each frontier node: the root's at layer 2, else its parent's
+  // row of the previous call (candidate begin + f k + r came from row f).
+  const at::Tensor source = beam.div(k, "floor");
+  const at::Tensor features = d == 2 ? job_.root_hidden.expand({k, job_.root_hidden.size(1)})
+                                     : job_.out->hidden.index_select(0, source);
+  if (d > 2) tree_mask_ = at::cat({tree_mask_.index_select(0, source), self_rows_}, 1);
+  const int64_t position = job_.context_len - 1 + (d - 1);
+  return job_.head->DeviceRows(
+      features, packed_[0].index_select(0, frontier_).to(at::kLong),
+      at::full({k}, position, at::TensorOptions().dtype(at::kLong).device(scores.device())),
+      at::cat({context_, tree_mask_}, 1), position + 1, *job_.out);
+}
+
+void Eagle3DeviceFrontier::AddLayer() {
+  const int64_t k = job_.top_k;
+  AddChildren(job_.out->logits, frontier_, packed_[3].view(at::kFloat).index_select(0, frontier_),
+              end_, k, job_.head->draft_to_target_tensor());
+  begin_ = end_;
+  end_ += k * k;
+}
+
+void Eagle3DeviceFrontier::Download() {
   const TransferScope transfer(Transfer::kDeviceToHost);
-  host_ = packed_.narrow(1, 0, total).to(at::kCPU).contiguous();
-  size_ = total;
+  size_ = end_;
+  host_ = packed_.narrow(1, 0, size_).to(at::kCPU).contiguous();
+  job_ = Job{};
 }
 
 }  // namespace specbed

@@ -18,13 +18,17 @@
 // Layer 1 is the root's k children from the root's logits. Candidate order is BeamTreeBuilder's
 // (layer, then frontier rank, then child rank), so on the same logits the tree equals the host
 // path's bit for bit.
+// Under load the trees of a batch's sequences grow in lockstep (GrowBatch): one head forward per
+// tree layer for all of them.
 // Checked by: tests/methods/eagle3_drafter_test.cpp (Eagle3DeviceFrontier.*: trees equal to the
-// host path's step by step, one download per step, exact vs AR).
+// host path's step by step, one download per step, exact vs AR; GrowBatch's trees equal Grow's
+// with one head forward a layer) and tests/methods/batch_engine_test.cpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "methods/eagle3/eagle3_head.h"
 
@@ -32,15 +36,30 @@ namespace specbed {
 
 class Eagle3DeviceFrontier {
  public:
-  // Grows `layers` (>= 1) layers of `top_k` children per frontier node below the root.
+  // One sequence's tree to grow (GrowBatch): `layers` (>= 1) layers of `top_k` children per
+  // frontier node below the root.
   //   head         on the ATen path; its cache holds the context_len context rows (root last).
   //   root_hidden  [1, H] head dtype and device: the root row's output hidden.
   //   root_logits  float32 [1, Vd] head device: the root row's draft logits.
   //   out          the head's output rows (scratch; the last layer's rows on return).
-  // Leaves (layers - 1) * top_k tree rows in the head's cache (the caller truncates). One
+  struct Job {
+    Eagle3DeviceFrontier* frontier = nullptr;
+    Eagle3Head* head = nullptr;
+    at::Tensor root_hidden, root_logits;
+    int64_t context_len = 0, layers = 0, top_k = 0;
+    Eagle3HeadOutput* out = nullptr;
+  };
+
+  // Grows the job's tree (job.frontier is ignored: this frontier grows it). Leaves
+  // (layers - 1) * top_k tree rows in the head's cache (the caller truncates). One
   // device-to-host copy (of every candidate) at the end.
   void Grow(Eagle3Head& head, const at::Tensor& root_hidden, const at::Tensor& root_logits,
             int64_t context_len, int64_t layers, int64_t top_k, Eagle3HeadOutput& out);
+  // Grows every job's tree (distinct frontiers and heads over one Eagle3Weights) layer by layer
+  // in lockstep: each tree layer's head rows of every sequence still growing in one
+  // Eagle3Head::ForwardBatch. Each tree is the one Grow makes on the same logits (the batch's
+  // logits are within rounding of each sequence's own).
+  static void GrowBatch(const std::vector<Job>& jobs);
 
   // After Grow: the top_k + (layers - 1) top_k^2 candidates in BeamTreeBuilder's candidate order:
   // target token ids, parent candidate indices (-1 = the root), per-node log-probs, cumulative
@@ -52,6 +71,13 @@ class Eagle3DeviceFrontier {
   const float* scores() const { return reinterpret_cast<const float*>(tokens() + 3 * size_); }
 
  private:
+  // The steps of a grow: Start (checks, buffers, layer 1 from the root's logits), per layer
+  // d >= 2 LayerRows (the beam and its head rows) then AddLayer (their children from the head's
+  // output), Download (the candidates to the host).
+  void Start(const Job& job);
+  Eagle3DeviceRows LayerRows(int64_t d);
+  void AddLayer();
+  void Download();
   // Appends the top_k children of every row of `logits` (float32 [r, Vd]) at candidate `at`:
   // parents int64 [r] (undefined = the root) with cumulative scores parent_scores float32 [r].
   void AddChildren(const at::Tensor& logits, const at::Tensor& parents,
@@ -62,6 +88,12 @@ class Eagle3DeviceFrontier {
   at::Tensor packed_;
   at::Tensor host_;  // int32 [4, size_] CPU, contiguous (after the download)
   int64_t size_ = 0;
+  // The grow in progress: its job, the layer's frontier (candidate indices), the frontier rows'
+  // tree mask [k, (d - 1) k], the constant masks, and the candidates [begin_, end_) of the last
+  // layer.
+  Job job_;
+  at::Tensor frontier_, tree_mask_, self_rows_, context_;
+  int64_t begin_ = 0, end_ = 0;
 };
 
 }  // namespace specbed

@@ -77,11 +77,18 @@ void Eagle3Drafter::Begin(const DraftBegin& begin) {
 }
 
 void Eagle3Drafter::FlushContext() {
+  if (pending_tokens_.empty()) return;
+  head_->Forward(PendingFeatures(), pending_tokens_.data(), nullptr,
+                 static_cast<int64_t>(pending_tokens_.size()), nullptr, out_);
+  ContextAppended();
+}
+
+at::Tensor Eagle3Drafter::PendingFeatures() const {
+  return pending_features_.size() == 1 ? pending_features_[0] : at::cat(pending_features_, 0);
+}
+
+void Eagle3Drafter::ContextAppended() {
   const int64_t n = static_cast<int64_t>(pending_tokens_.size());
-  if (n == 0) return;
-  const at::Tensor features =
-      pending_features_.size() == 1 ? pending_features_[0] : at::cat(pending_features_, 0);
-  head_->Forward(features, pending_tokens_.data(), nullptr, n, nullptr, out_);
   context_len_ += n;
   last_row_ = n - 1;
   pending_features_.clear();
@@ -116,31 +123,19 @@ void Eagle3Drafter::TopK(const float* row, float log_z, int64_t k, int32_t* toke
 }
 
 void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
-  const int64_t nodes = std::min(options_.nodes, step.budget.nodes);
-  const int64_t depth = std::min(options_.depth, step.budget.depth);
-  generated_ = 0;
-  if (nodes <= 0 || depth <= 0) return;
+  if (!PlanTree(step)) return;
   // Context rows queued since the last step (the prompt at the first step, unless Prefill ran).
   FlushContext();
-  SPECBED_CHECK(last_row_ >= 0, "eagle3: no context rows to draft from (Begin not called?)");
-  EnsureNodeRows(1 + options_.top_k + (depth - 1) * options_.top_k * options_.top_k);
-  node_hidden_.narrow(0, 0, 1).copy_(out_.hidden.narrow(0, last_row_, 1));
-  root_logits_ = out_.logits.narrow(0, last_row_, 1).clone();
-  last_row_ = -1;
-  candidate_slot_.clear();
-
-  BeamTreeOptions bo;
-  bo.depth = depth;
-  bo.top_k = options_.top_k;
-  bo.budget = nodes;
-  layer_limit_ = std::min(depth, nodes);
+  TakeRoot();
   if (GrowsOnDevice(step)) {
     device_frontier_.Grow(*head_, node_hidden_.narrow(0, 0, 1), root_logits_, context_len_,
                           layer_limit_, options_.top_k, out_);
-    builder_.BuildFromCandidates(device_frontier_.tokens(), device_frontier_.parents(),
-                                 device_frontier_.logp(), device_frontier_.scores(),
-                                 device_frontier_.size(), layer_limit_, nodes, tree);
+    BuildFromFrontier(tree);
   } else {
+    BeamTreeOptions bo;
+    bo.depth = depth_;
+    bo.top_k = options_.top_k;
+    bo.budget = nodes_;
     step_ = &step;
     if (step.hooks != nullptr) best_entropy_ = Entropy(root_logits_[0]);
     try {
@@ -151,8 +146,83 @@ void Eagle3Drafter::Draft(const DraftStep& step, DraftTree& tree) {
     }
     step_ = nullptr;
   }
+  EndTree();
+}
+
+bool Eagle3Drafter::PlanTree(const DraftStep& step) {
+  nodes_ = std::min(options_.nodes, step.budget.nodes);
+  depth_ = std::min(options_.depth, step.budget.depth);
+  generated_ = 0;
+  return nodes_ > 0 && depth_ > 0;
+}
+
+void Eagle3Drafter::TakeRoot() {
+  SPECBED_CHECK(last_row_ >= 0, "eagle3: no context rows to draft from (Begin not called?)");
+  EnsureNodeRows(1 + options_.top_k + (depth_ - 1) * options_.top_k * options_.top_k);
+  node_hidden_.narrow(0, 0, 1).copy_(out_.hidden.narrow(0, last_row_, 1));
+  root_logits_ = out_.logits.narrow(0, last_row_, 1).clone();
+  last_row_ = -1;
+  candidate_slot_.clear();
+  layer_limit_ = std::min(depth_, nodes_);
+}
+
+void Eagle3Drafter::BuildFromFrontier(DraftTree& tree) {
+  builder_.BuildFromCandidates(device_frontier_.tokens(), device_frontier_.parents(),
+                               device_frontier_.logp(), device_frontier_.scores(),
+                               device_frontier_.size(), layer_limit_, nodes_, tree);
+}
+
+void Eagle3Drafter::EndTree() {
   generated_ = builder_.candidates().size();
   head_->TruncateCache(context_len_);
+}
+
+const void* Eagle3Drafter::DraftBatchKey() const {
+  const bool device =
+      head_->placement().aten && options_.frontier != Eagle3DraftOptions::Frontier::kHost;
+  return device ? head_->weights().get() : nullptr;
+}
+
+void Eagle3Drafter::DraftBatch(const std::vector<DraftJob>& jobs) {
+  std::vector<const DraftJob*> batch;  // trees grown on the device frontier, together
+  for (const DraftJob& job : jobs) {
+    auto* drafter = dynamic_cast<Eagle3Drafter*>(job.drafter);
+    SPECBED_CHECK(drafter != nullptr && drafter->DraftBatchKey() == DraftBatchKey(),
+                  "eagle3 drafter: DraftBatch got a job of another drafter");
+    if (!drafter->GrowsOnDevice(job.step)) {
+      drafter->Draft(job.step, *job.tree);  // a Controller's hooks read every layer on the host
+    } else if (drafter->PlanTree(job.step)) {
+      batch.push_back(&job);
+    }
+  }
+  if (batch.empty()) return;
+  auto of = [](const DraftJob* job) { return static_cast<Eagle3Drafter*>(job->drafter); };
+  // Every sequence's queued context rows in one head forward, then the trees layer by layer.
+  std::vector<Eagle3DeviceRows> context;
+  std::vector<Eagle3Drafter*> flushed;
+  for (const DraftJob* job : batch) {
+    Eagle3Drafter* d = of(job);
+    if (d->pending_tokens_.empty()) continue;
+    context.push_back(d->head_->StageRows(d->PendingFeatures(), d->pending_tokens_.data(), nullptr,
+                                          static_cast<int64_t>(d->pending_tokens_.size()), nullptr,
+                                          d->out_));
+    flushed.push_back(d);
+  }
+  if (!context.empty()) Eagle3Head::ForwardBatch(context);
+  for (Eagle3Drafter* d : flushed) d->ContextAppended();
+  std::vector<Eagle3DeviceFrontier::Job> grow;
+  for (const DraftJob* job : batch) {
+    Eagle3Drafter* d = of(job);
+    d->TakeRoot();
+    grow.push_back({&d->device_frontier_, d->head_.get(), d->node_hidden_.narrow(0, 0, 1),
+                    d->root_logits_, d->context_len_, d->layer_limit_, d->options_.top_k,
+                    &d->out_});
+  }
+  Eagle3DeviceFrontier::GrowBatch(grow);
+  for (const DraftJob* job : batch) {
+    of(job)->BuildFromFrontier(*job->tree);
+    of(job)->EndTree();
+  }
 }
 
 bool Eagle3Drafter::GrowsOnDevice(const DraftStep& step) const {

@@ -24,7 +24,8 @@
 // with a greedy-acceptance negative control); the tree builder alone against a brute-force
 // reimplementation in tests/methods/draft_tree_test.cpp; the device frontier against the host path
 // (Eagle3DeviceFrontier.* in eagle3_drafter_test.cpp); the head's forward against a plain-loop
-// reference in tests/methods/eagle3_head_test.cpp.
+// reference in tests/methods/eagle3_head_test.cpp; drafts made together (DraftBatch) against
+// drafts made alone in tests/methods/batch_engine_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,12 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   // Runs the prompt's context rows through the head (otherwise the first Draft does).
   void Prefill() override { FlushContext(); }
   void Draft(const DraftStep& step, DraftTree& tree) override;
+  // On the ATen path (device frontier) the drafters over one Eagle3Weights (a case's batch slots)
+  // draft a step together: every sequence's queued context rows in one head forward, then the
+  // trees in lockstep, one head forward per tree layer (Eagle3DeviceFrontier::GrowBatch). A step
+  // with a Controller's hooks (LTD) drafts alone; the row loops always do.
+  const void* DraftBatchKey() const override;
+  void DraftBatch(const std::vector<DraftJob>& jobs) override;
   void Accept(const DraftTree& tree, const Verdict& verdict) override;
   int64_t GeneratedLastStep() const override { return options_.report_generated ? generated_ : -1; }
 
@@ -103,6 +110,17 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   // Runs the queued context rows through the head (into the cache; out_ row last_row_ is the
   // newest); nothing when none is queued.
   void FlushContext();
+  // The queued context rows' features [n, 3 * Ht], and the bookkeeping once the head ran them.
+  at::Tensor PendingFeatures() const;
+  void ContextAppended();
+  // The steps of a Draft: PlanTree (the step's node and depth caps; false = no draft), the
+  // context flushed, TakeRoot (the root row's hidden and logits, the layer limit), the tree grown
+  // (host builder, or the device frontier then BuildFromFrontier), EndTree (the tree rows
+  // dropped from the head's cache).
+  bool PlanTree(const DraftStep& step);
+  void TakeRoot();
+  void BuildFromFrontier(DraftTree& tree);
+  void EndTree();
 
   std::unique_ptr<Eagle3Head> head_;
   Eagle3DraftOptions options_;
@@ -132,7 +150,7 @@ class Eagle3Drafter : public Drafter, private TopKExpander {
   // The step being drafted (during Draft only), its layer limit, the entropy below the best
   // node of the latest expansion, and the beam scores handed to the depth hook.
   const DraftStep* step_ = nullptr;
-  int64_t layer_limit_ = 0;
+  int64_t layer_limit_ = 0, nodes_ = 0, depth_ = 0;
   double best_entropy_ = 0;
   std::vector<float> best_hidden_;  // host copy of the best frontier node's hidden state
   std::vector<float> beam_scores_;

@@ -7,6 +7,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -55,44 +56,13 @@ const float* Eagle3HeadOutput::logits_row(int64_t i) const {
   return logits.data_ptr<float>() + i * logits.stride(0);
 }
 
-Eagle3Head::Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
-                       const at::Tensor& target_embedding, const HeadPlacement& placement)
-    : config_(config), placement_(placement) {
-  ValidateEagle3Tensors(config_, tensors, "Eagle3Head");
-  auto get = [&](const char* name) { return PlaceWeight(tensors.at(name), placement_); };
-  auto norm = [&](const char* name) { return PlaceNormWeight(tensors.at(name), placement_); };
-  fc_ = get(kEagle3Fc);
-  wqkv_ = at::cat({get(kEagle3QProj), get(kEagle3KProj), get(kEagle3VProj)}, 0).contiguous();
-  wo_ = get(kEagle3OProj);
-  w_gate_up_ = at::cat({get(kEagle3GateProj), get(kEagle3UpProj)}, 0).contiguous();
-  w_down_ = get(kEagle3DownProj);
-  lm_head_ = get(kEagle3LmHead);
-  fc_t_ = fc_.t();
-  wqkv_t_ = wqkv_.t();
-  wo_t_ = wo_.t();
-  w_gate_up_t_ = w_gate_up_.t();
-  w_down_t_ = w_down_.t();
-  lm_head_t_ = lm_head_.t();
-  hidden_norm_ = norm(kEagle3HiddenNorm);
-  input_norm_ = norm(kEagle3InputNorm);
-  post_norm_ = norm(kEagle3PostNorm);
-  final_norm_ = norm(kEagle3FinalNorm);
-  if (tensors.count(kEagle3Embed)) {
-    embedding_ = get(kEagle3Embed);
-    owns_embedding_ = true;
-  } else {
-    PlaceEmbedding(target_embedding);
-  }
-  parameter_count_ =
-      config_.ParameterCount() + (owns_embedding_ ? config_.vocab_size * config_.hidden_size : 0);
-  BuildVocabMaps(tensors);
-  inv_freq_ = RopeInverseFrequencies(config_.RopeConfig());
-  EnsureRope(256);
-  EnsureRows(16);
-}
+namespace {
 
-void Eagle3Head::PlaceEmbedding(const at::Tensor& target_embedding) {
-  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+// The target's embedding for the head (the checkpoint has none): as it is on the ATen path;
+// float32 or bfloat16 CPU for the row loops.
+at::Tensor TargetEmbeddingFor(const Eagle3Config& config, const at::Tensor& target_embedding,
+                              const HeadPlacement& placement) {
+  const int64_t v = config.vocab_size, h = config.hidden_size;
   SPECBED_CHECK(target_embedding.defined(), "Eagle3Head: the head has no ", kEagle3Embed,
                 ", so the target's token embedding [", v, ", ", h, "] is required");
   SPECBED_CHECK(
@@ -103,31 +73,83 @@ void Eagle3Head::PlaceEmbedding(const at::Tensor& target_embedding) {
   SPECBED_CHECK(target_embedding.is_floating_point(),
                 "Eagle3Head: target token embedding must be a float tensor, got ",
                 c10::toString(target_embedding.scalar_type()));
-  if (placement_.aten) {
-    embedding_ = PlaceWeight(target_embedding, placement_);  // shared when it already matches
-    return;
-  }
-  embedding_ = target_embedding.to(at::kCPU);
-  if (embedding_.scalar_type() != at::kFloat && embedding_.scalar_type() != at::kBFloat16) {
-    embedding_ = embedding_.to(at::kFloat);
-  }
-  embedding_ = embedding_.contiguous();
+  if (placement.aten) return PlaceWeight(target_embedding, placement);  // shared when it matches
+  at::Tensor e = target_embedding.to(at::kCPU);
+  if (e.scalar_type() != at::kFloat && e.scalar_type() != at::kBFloat16) e = e.to(at::kFloat);
+  return e.contiguous();
 }
 
-void Eagle3Head::BuildVocabMaps(const std::map<std::string, at::Tensor>& tensors) {
-  const int64_t vd = config_.draft_vocab_size;
-  draft_to_target_.assign(vd, 0);
-  target_to_draft_.assign(config_.vocab_size, -1);
+// Fills the draft <-> target vocabulary maps from d2t (identity when absent).
+void BuildVocabMaps(const std::map<std::string, at::Tensor>& tensors, Eagle3Weights& w) {
+  const int64_t vd = w.config.draft_vocab_size;
+  w.draft_to_target.assign(vd, 0);
+  w.target_to_draft.assign(w.config.vocab_size, -1);
   at::Tensor d2t;
   if (tensors.count(kEagle3D2t)) d2t = tensors.at(kEagle3D2t).to(at::kCPU).contiguous();
   at::Tensor ids = at::empty({vd}, at::kLong);
   for (int64_t d = 0; d < vd; ++d) {
     const int64_t target = d + (d2t.defined() ? d2t.data_ptr<int64_t>()[d] : 0);
-    draft_to_target_[d] = static_cast<int32_t>(target);
-    target_to_draft_[target] = static_cast<int32_t>(d);
+    w.draft_to_target[d] = static_cast<int32_t>(target);
+    w.target_to_draft[target] = static_cast<int32_t>(d);
     ids.data_ptr<int64_t>()[d] = target;
   }
-  draft_to_target_t_ = ids.to(placement_.device);
+  w.draft_to_target_t = ids.to(w.placement.device);
+}
+
+std::shared_ptr<const Eagle3Weights> NonNullWeights(std::shared_ptr<const Eagle3Weights> w) {
+  SPECBED_CHECK(w != nullptr, "Eagle3Head: no weights");
+  return w;
+}
+
+std::atomic<int64_t> g_forwards{0};
+
+}  // namespace
+
+int64_t Eagle3HeadForwards() {
+  return g_forwards.load(std::memory_order_relaxed);
+}
+
+Eagle3Weights::Eagle3Weights(const Eagle3Config& config_in,
+                             const std::map<std::string, at::Tensor>& tensors,
+                             const at::Tensor& target_embedding, const HeadPlacement& placement_in)
+    : config(config_in), placement(placement_in) {
+  ValidateEagle3Tensors(config, tensors, "Eagle3Head");
+  auto get = [&](const char* name) { return PlaceWeight(tensors.at(name), placement); };
+  auto norm = [&](const char* name) { return PlaceNormWeight(tensors.at(name), placement); };
+  fc = get(kEagle3Fc);
+  wqkv = at::cat({get(kEagle3QProj), get(kEagle3KProj), get(kEagle3VProj)}, 0).contiguous();
+  wo = get(kEagle3OProj);
+  w_gate_up = at::cat({get(kEagle3GateProj), get(kEagle3UpProj)}, 0).contiguous();
+  w_down = get(kEagle3DownProj);
+  lm_head = get(kEagle3LmHead);
+  fc_t = fc.t();
+  wqkv_t = wqkv.t();
+  wo_t = wo.t();
+  w_gate_up_t = w_gate_up.t();
+  w_down_t = w_down.t();
+  lm_head_t = lm_head.t();
+  hidden_norm = norm(kEagle3HiddenNorm);
+  input_norm = norm(kEagle3InputNorm);
+  post_norm = norm(kEagle3PostNorm);
+  final_norm = norm(kEagle3FinalNorm);
+  owns_embedding = tensors.count(kEagle3Embed) > 0;
+  embedding =
+      owns_embedding ? get(kEagle3Embed) : TargetEmbeddingFor(config, target_embedding, placement);
+  parameter_count =
+      config.ParameterCount() + (owns_embedding ? config.vocab_size * config.hidden_size : 0);
+  BuildVocabMaps(tensors, *this);
+  inv_freq = RopeInverseFrequencies(config.RopeConfig());
+}
+
+Eagle3Head::Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
+                       const at::Tensor& target_embedding, const HeadPlacement& placement)
+    : Eagle3Head(
+          std::make_shared<const Eagle3Weights>(config, tensors, target_embedding, placement)) {}
+
+Eagle3Head::Eagle3Head(std::shared_ptr<const Eagle3Weights> weights)
+    : w_(NonNullWeights(std::move(weights))), config_(w_->config), placement_(w_->placement) {
+  EnsureRope(256);
+  EnsureRows(16);
 }
 
 void Eagle3Head::EnsureRows(int64_t n) {
@@ -146,7 +168,7 @@ void Eagle3Head::EnsureRows(int64_t n) {
 }
 
 void Eagle3Head::EnsureRope(int64_t max_position) {
-  GrowRopeTable(inv_freq_, max_position, rope_cos_, rope_sin_, rope_capacity_);
+  GrowRopeTable(w_->inv_freq, max_position, rope_cos_, rope_sin_, rope_capacity_);
 }
 
 void Eagle3Head::ResetCache(int64_t capacity) {
@@ -208,21 +230,21 @@ void Eagle3Head::Forward(const at::Tensor& features, const int32_t* tokens,
     Forward(host.data_ptr<float>(), host.size(1), tokens, positions, n, mask, out);
     return;
   }
-  const int64_t max_position = CheckRows(features.size(1), tokens, positions, n);
-  ForwardAten(features, tokens, positions, n, mask, max_position, out);
+  ForwardBatch({StageRows(features, tokens, positions, n, mask, out)});
 }
 
 void Eagle3Head::Forward(const float* features, int64_t feature_width, const int32_t* tokens,
                          const int64_t* positions, int64_t n, const uint8_t* mask,
                          Eagle3HeadOutput& out) {
   SPECBED_CHECK(features != nullptr, "Eagle3Head::Forward: features and tokens are required");
-  const int64_t max_position = CheckRows(feature_width, tokens, positions, n);
   if (placement_.aten) {
     const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, feature_width},
                                        at::TensorOptions().dtype(at::kFloat));
-    ForwardAten(f.clone(), tokens, positions, n, mask, max_position, out);  // features may alias
+    ForwardBatch({StageRows(f.clone(), tokens, positions, n, mask, out)});  // features may alias
     return;
   }
+  const int64_t max_position = CheckRows(feature_width, tokens, positions, n);
+  g_forwards.fetch_add(1, std::memory_order_relaxed);
   EnsureRows(n);
   EnsureRope(max_position);
   EnsureOutput(n, out);
@@ -231,7 +253,7 @@ void Eagle3Head::Forward(const float* features, int64_t feature_width, const int
   RotateIntoCache(positions, n);
   at::Tensor attn = Rows(attn_, n);
   AttendRows(n, mask, attn);
-  hid.addmm_(attn, wo_t_);  // h = r + o_proj(attn)
+  hid.addmm_(attn, w_->wo_t);  // h = r + o_proj(attn)
   at::Tensor logits = Rows(out.logits_buffer, n);
   MlpAndLogits(n, hid, logits);
   cache_length_ += n;
@@ -264,22 +286,22 @@ void Eagle3Head::FuseRows(const float* features, int64_t feature_width, const in
   if (feature_width != h) {
     at::Tensor f = at::from_blob(const_cast<float*>(features), {n, feature_width},
                                  at::TensorOptions().dtype(at::kFloat));
-    at::mm_out(g, f, fc_t_);
+    at::mm_out(g, f, w_->fc_t);
   } else {
     std::memcpy(gp, features, static_cast<size_t>(n * h) * sizeof(float));
   }
   // x = [input_layernorm(embed(token)) | hidden_norm(g)]; residual r -> hid.
   float* hp = hid.data_ptr<float>();
   float* xp = x_.data_ptr<float>();
-  const float* in_norm = input_norm_.data_ptr<float>();
-  const float* hid_norm = hidden_norm_.data_ptr<float>();
+  const float* in_norm = w_->input_norm.data_ptr<float>();
+  const float* hid_norm = w_->hidden_norm.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
     float* xrow = xp + i * 2 * h;
     const int64_t id = tokens[i];
-    if (embedding_.scalar_type() == at::kFloat) {
-      RmsNormRow(embedding_.data_ptr<float>() + id * h, in_norm, xrow, h, eps);
+    if (w_->embedding.scalar_type() == at::kFloat) {
+      RmsNormRow(w_->embedding.data_ptr<float>() + id * h, in_norm, xrow, h, eps);
     } else {
-      RmsNormRow(embedding_.data_ptr<c10::BFloat16>() + id * h, in_norm, xrow, h, eps);
+      RmsNormRow(w_->embedding.data_ptr<c10::BFloat16>() + id * h, in_norm, xrow, h, eps);
     }
     RmsNormRow(gp + i * h, hid_norm, xrow + h, h, eps);
     std::memcpy(hp + i * h, config_.norm_before_residual ? xrow + h : gp + i * h,
@@ -292,7 +314,7 @@ void Eagle3Head::RotateIntoCache(const int64_t* positions, int64_t n) {
                 qkv_dim = config_.qkv_dim(), q_dim = config_.q_dim();
   const int64_t past = cache_length_, half = hd / 2, cap = cache_capacity_;
   at::Tensor qkv = Rows(qkv_, n);
-  at::mm_out(qkv, Rows(x_, n), wqkv_t_);
+  at::mm_out(qkv, Rows(x_, n), w_->wqkv_t);
   const float* qkvp = qkv.data_ptr<float>();
   float* qp = q_.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
@@ -318,16 +340,16 @@ void Eagle3Head::MlpAndLogits(int64_t n, at::Tensor& hid, at::Tensor& logits) {
   float* hp = hid.data_ptr<float>();
   at::Tensor hn = Rows(hn_, n);
   float* hnp = hn.data_ptr<float>();
-  const float* post = post_norm_.data_ptr<float>();
+  const float* post = w_->post_norm.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, post, hnp + i * h, h, eps);
   at::Tensor gate_up = Rows(gate_up_, n);
-  at::mm_out(gate_up, hn, w_gate_up_t_);
+  at::mm_out(gate_up, hn, w_->w_gate_up_t);
   at::Tensor act = Rows(act_, n);
   SwiGluRows(gate_up.data_ptr<float>(), act.data_ptr<float>(), n, inter);
-  hid.addmm_(act, w_down_t_);  // h += down(silu(gate(post_ln(h))) * up(post_ln(h)))
-  const float* fin = final_norm_.data_ptr<float>();
+  hid.addmm_(act, w_->w_down_t);  // h += down(silu(gate(post_ln(h))) * up(post_ln(h)))
+  const float* fin = w_->final_norm.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) RmsNormRow(hp + i * h, fin, hnp + i * h, h, eps);
-  at::mm_out(logits, hn, lm_head_t_);  // logits = lm_head(norm(h))
+  at::mm_out(logits, hn, w_->lm_head_t);  // logits = lm_head(norm(h))
 }
 
 void Eagle3Head::AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn) {
@@ -387,9 +409,14 @@ void Eagle3Head::AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn) {
   });
 }
 
-void Eagle3Head::ForwardAten(const at::Tensor& features, const int32_t* tokens,
-                             const int64_t* positions, int64_t n, const uint8_t* mask,
-                             int64_t max_position, Eagle3HeadOutput& out) {
+Eagle3DeviceRows Eagle3Head::StageRows(const at::Tensor& features, const int32_t* tokens,
+                                       const int64_t* positions, int64_t n, const uint8_t* mask,
+                                       Eagle3HeadOutput& out) {
+  SPECBED_CHECK(placement_.aten, "Eagle3Head::StageRows: the head runs the row loops; use Forward");
+  SPECBED_CHECK(features.defined() && features.dim() == 2 && features.size(0) == n,
+                "Eagle3Head::Forward: features must be [n = ", n, ", width], got ",
+                features.defined() ? ShapeString(features.sizes()) : std::string("undefined"));
+  const int64_t max_position = CheckRows(features.size(1), tokens, positions, n);
   const int64_t past = cache_length_, n_slots = past + n;
   const at::Device device = placement_.device;
   // One upload: tokens, positions, mask.
@@ -403,12 +430,19 @@ void Eagle3Head::ForwardAten(const at::Tensor& features, const int32_t* tokens,
   const auto [ints_d, bytes_d] = staging_.Upload(device);
   const at::Tensor allowed =
       mask != nullptr ? bytes_d.view({n, n_slots}).ne(0) : CausalAllowedAten(n, past, device);
-  RunRowsAten(features, ints_d.narrow(0, 0, n), ints_d.narrow(0, n, n), allowed, max_position, out);
+  return {this,         features, ints_d.narrow(0, 0, n), ints_d.narrow(0, n, n), allowed,
+          max_position, &out};
 }
 
 void Eagle3Head::ForwardOnDevice(const at::Tensor& features, const at::Tensor& tokens,
                                  const at::Tensor& positions, const at::Tensor& allowed,
                                  int64_t max_position, Eagle3HeadOutput& out) {
+  ForwardBatch({DeviceRows(features, tokens, positions, allowed, max_position, out)});
+}
+
+Eagle3DeviceRows Eagle3Head::DeviceRows(const at::Tensor& features, const at::Tensor& tokens,
+                                        const at::Tensor& positions, const at::Tensor& allowed,
+                                        int64_t max_position, Eagle3HeadOutput& out) {
   const int64_t n = features.size(0), n_slots = cache_length_ + n;
   const at::Device device = placement_.device;
   SPECBED_CHECK(placement_.aten,
@@ -428,41 +462,80 @@ void Eagle3Head::ForwardOnDevice(const at::Tensor& features, const at::Tensor& t
                 device, ", got ", ShapeString(allowed.sizes()));
   SPECBED_CHECK(n_slots <= cache_capacity_, "Eagle3Head::ForwardOnDevice: ", cache_length_,
                 " cached + ", n, " new rows exceed the cache capacity ", cache_capacity_);
-  RunRowsAten(features, tokens, positions, allowed, std::max(max_position, n_slots), out);
+  return {this, features, tokens, positions, allowed, std::max(max_position, n_slots), &out};
 }
 
-void Eagle3Head::RunRowsAten(const at::Tensor& features, const at::Tensor& tok,
-                             const at::Tensor& pos, const at::Tensor& allowed, int64_t max_position,
-                             Eagle3HeadOutput& out) {
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, n_kv = config_.n_kv_heads,
-                q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
-  const double eps = config_.rms_norm_eps;
-  const int64_t n = features.size(0), past = cache_length_, n_slots = past + n;
-  const at::Device device = placement_.device;
-  rope_device_.Ensure(inv_freq_, max_position, device);
-
-  const at::Tensor f = features.to(device, placement_.dtype);
-  const at::Tensor g = f.size(1) == h ? f : at::mm(f, fc_t_);
-  const at::Tensor gn = RmsNormRowsAten(g, hidden_norm_, eps);
-  const at::Tensor e = RmsNormRowsAten(embedding_.index_select(0, tok), input_norm_, eps);
-  const at::Tensor qkv = at::mm(at::cat({e, gn}, 1), wqkv_t_);
-  const at::Tensor cos = rope_device_.Cos(pos), sin = rope_device_.Sin(pos);
+void Eagle3Head::ForwardBatch(const std::vector<Eagle3DeviceRows>& rows) {
+  SPECBED_CHECK(!rows.empty(), "Eagle3Head::ForwardBatch: no rows");
+  Eagle3Head& lead = *rows[0].head;  // its device RoPE table serves the batch
+  const Eagle3Weights& w = *lead.w_;
+  SPECBED_CHECK(w.placement.aten, "Eagle3Head::ForwardBatch: the heads run the row loops");
+  int64_t total = 0, max_position = 1;
+  std::vector<at::Tensor> features, tokens, positions;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Eagle3DeviceRows& r = rows[i];
+    SPECBED_CHECK(r.head != nullptr && r.out != nullptr && r.head->w_ == lead.w_ &&
+                      r.features.size(1) == rows[0].features.size(1),
+                  "Eagle3Head::ForwardBatch: sequence ", i,
+                  " has no head or output, another head's weights than sequence 0's or another "
+                  "feature width");
+    for (size_t j = 0; j < i; ++j) {
+      SPECBED_CHECK(rows[j].head != r.head, "Eagle3Head::ForwardBatch: sequences ", j, " and ", i,
+                    " have the same head");
+    }
+    total += r.features.size(0);
+    max_position = std::max(max_position, r.max_position);
+    features.push_back(r.features);
+    tokens.push_back(r.tokens);
+    positions.push_back(r.positions);
+  }
+  auto all = [&](const std::vector<at::Tensor>& parts) {
+    return parts.size() == 1 ? parts[0] : at::cat(parts);
+  };
+  g_forwards.fetch_add(1, std::memory_order_relaxed);
+  const Eagle3Config& c = w.config;
+  const int64_t h = c.hidden_size, hd = c.head_dim, n_kv = c.n_kv_heads, q_dim = c.q_dim(),
+                kv_dim = c.kv_dim();
+  const double eps = c.rms_norm_eps;
+  const at::Device device = w.placement.device;
+  lead.rope_device_.Ensure(w.inv_freq, max_position, device);
+  const at::Tensor f = all(features).to(device, w.placement.dtype), pos = all(positions);
+  const at::Tensor g = f.size(1) == h ? f : at::mm(f, w.fc_t);
+  const at::Tensor gn = RmsNormRowsAten(g, w.hidden_norm, eps);
+  const at::Tensor e = RmsNormRowsAten(w.embedding.index_select(0, all(tokens)), w.input_norm, eps);
+  const at::Tensor qkv = at::mm(at::cat({e, gn}, 1), w.wqkv_t);
+  const at::Tensor cos = lead.rope_device_.Cos(pos), sin = lead.rope_device_.Sin(pos);
   const at::Tensor q =
-      RotateHalfRopeAten(qkv.narrow(1, 0, q_dim).view({n, config_.n_heads, hd}), cos, sin);
+      RotateHalfRopeAten(qkv.narrow(1, 0, q_dim).view({total, c.n_heads, hd}), cos, sin);
   const at::Tensor k =
-      RotateHalfRopeAten(qkv.narrow(1, q_dim, kv_dim).view({n, n_kv, hd}), cos, sin);
-  k_cache_t_.narrow(1, past, n).copy_(k.transpose(0, 1));
-  v_cache_t_.narrow(1, past, n)
-      .copy_(qkv.narrow(1, q_dim + kv_dim, kv_dim).view({n, n_kv, hd}).transpose(0, 1));
-  const at::Tensor attn =
-      MaskedGqaAttentionAten(q, k_cache_t_.narrow(1, 0, n_slots), v_cache_t_.narrow(1, 0, n_slots),
-                             allowed, 1.0 / std::sqrt(static_cast<double>(hd)));
-  at::Tensor hid = (config_.norm_before_residual ? gn : g) + at::mm(attn, wo_t_);
-  hid += at::mm(SwiGluAten(at::mm(RmsNormRowsAten(hid, post_norm_, eps), w_gate_up_t_)), w_down_t_);
-  out.logits = at::mm(RmsNormRowsAten(hid, final_norm_, eps), lm_head_t_).to(at::kFloat);
-  out.hidden = hid;
-  out.n = n;
-  cache_length_ = n_slots;
+      RotateHalfRopeAten(qkv.narrow(1, q_dim, kv_dim).view({total, n_kv, hd}), cos, sin);
+  const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, n_kv, hd});
+  std::vector<at::Tensor> attn;
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(rows.size()); ++i) {
+    Eagle3Head& head = *rows[i].head;
+    const int64_t n = rows[i].features.size(0), past = head.cache_length_, n_slots = past + n;
+    head.k_cache_t_.narrow(1, past, n).copy_(k.narrow(0, row, n).transpose(0, 1));
+    head.v_cache_t_.narrow(1, past, n).copy_(v.narrow(0, row, n).transpose(0, 1));
+    attn.push_back(MaskedGqaAttentionAten(q.narrow(0, row, n),
+                                          head.k_cache_t_.narrow(1, 0, n_slots),
+                                          head.v_cache_t_.narrow(1, 0, n_slots), rows[i].allowed,
+                                          1.0 / std::sqrt(static_cast<double>(hd))));
+    head.cache_length_ = n_slots;
+    row += n;
+  }
+  at::Tensor hid = (c.norm_before_residual ? gn : g) + at::mm(all(attn), w.wo_t);
+  hid +=
+      at::mm(SwiGluAten(at::mm(RmsNormRowsAten(hid, w.post_norm, eps), w.w_gate_up_t)), w.w_down_t);
+  const at::Tensor logits =
+      at::mm(RmsNormRowsAten(hid, w.final_norm, eps), w.lm_head_t).to(at::kFloat);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(rows.size()); ++i) {
+    const int64_t n = rows[i].features.size(0);
+    Eagle3HeadOutput& out = *rows[i].out;
+    out.logits = logits.narrow(0, row, n);
+    out.hidden = hid.narrow(0, row, n);
+    out.n = n;
+    row += n;
+  }
 }
 
 }  // namespace specbed

@@ -1,5 +1,8 @@
-// The EAGLE-3 draft head's inference forward, with its own KV cache: float32 row loops on the CPU,
-// or batched ATen ops on the target's device and dtype (HeadPlacement, methods/common/head_aten.h).
+// The EAGLE-3 draft head's inference forward: weights read once (Eagle3Weights, shared by every
+// sequence drafting beside one target) and per sequence an Eagle3Head with its own KV cache:
+// float32 row loops on the CPU, or batched ATen ops on the target's device and dtype
+// (HeadPlacement, methods/common/head_aten.h), where Eagle3Head::ForwardBatch runs several
+// sequences' rows in one forward.
 //
 // Row convention (as in SafeAILab/EAGLE `topK_genrate`): a row pairs the feature of target
 // position t with token t+1 and predicts token t+2. On the first step the feature is the
@@ -20,7 +23,8 @@
 // positions and mask.
 // Checked by: tests/methods/eagle3_head_test.cpp (full causal sequence, incremental == full, tree
 // mask + positions, feature width H, all against a plain-loop reference over the unfused tensors;
-// the ATen path against the row path); ForwardOnDevice through the device frontier, whose trees
+// the ATen path against the row path; ForwardBatch against each head's own forward and its
+// errors); ForwardOnDevice through the device frontier, whose trees
 // equal the host path's (tests/methods/eagle3_drafter_test.cpp, Eagle3DeviceFrontier.*).
 #pragma once
 
@@ -28,6 +32,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,8 +56,10 @@ struct Eagle3HeadOutput {
   const float* logits_row(int64_t i) const;
 };
 
-class Eagle3Head {
- public:
+// The head's weights for one placement, read once and shared (const) by every Eagle3Head that
+// drafts beside the same target: the batch slots of a case (MethodContext::shared), whose rows
+// Eagle3Head::ForwardBatch runs as one forward on the ATen path.
+struct Eagle3Weights {
   // `tensors`: canonical names as from LoadEagle3Checkpoint / RandomEagle3Tensors (checked with
   // ValidateEagle3Tensors; any float dtype/device, copied to float32 CPU; d2t int64 [Vd] and
   // t2d bool [V], optional when Vd == V). `target_embedding`: the target's frozen token
@@ -61,6 +68,49 @@ class Eagle3Head {
   // may then be undefined. `placement`: where the head runs (the row loops by default; the
   // target's device and dtype on the ATen path, where the target's embedding is shared as is).
   // Throws specbed::Error on any mismatch (names the tensor and shapes).
+  Eagle3Weights(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
+                const at::Tensor& target_embedding, const HeadPlacement& placement = {});
+
+  Eagle3Config config;
+  HeadPlacement placement;
+  // float32 contiguous CPU on the row path, else placement dtype and device; norms float32;
+  // *_t are transposed views for x @ W^T.
+  at::Tensor fc, wqkv, wo, w_gate_up, w_down, lm_head;
+  at::Tensor fc_t, wqkv_t, wo_t, w_gate_up_t, w_down_t, lm_head_t;
+  at::Tensor hidden_norm, input_norm, post_norm, final_norm;
+  at::Tensor embedding;  // [V, H] float32 or bfloat16 (row path), placement dtype (ATen path)
+  bool owns_embedding = false;
+  int64_t parameter_count = 0;
+  std::vector<int32_t> draft_to_target;  // [Vd]
+  std::vector<int32_t> target_to_draft;  // [V], -1 = absent
+  at::Tensor draft_to_target_t;          // int64 [Vd], head device
+  std::vector<double> inv_freq;          // RoPE
+};
+
+class Eagle3Head;
+
+// One sequence's rows for Eagle3Head::ForwardBatch, every input on the head's device (ATen path):
+// features [n, width] (width 3 * target hidden, fc applied, or H), tokens and positions int64 [n],
+// allowed bool [n, cache_length() + n], RoPE positions below max_position. Made by
+// Eagle3Head::StageRows (host inputs, one upload) or Eagle3Head::DeviceRows (device inputs).
+struct Eagle3DeviceRows {
+  Eagle3Head* head = nullptr;
+  at::Tensor features, tokens, positions, allowed;
+  int64_t max_position = 0;
+  Eagle3HeadOutput* out = nullptr;
+};
+
+// Row forwards made by every Eagle3Head of the process (one per Forward / ForwardOnDevice, one
+// per ForwardBatch whatever its number of sequences): a test's way to see that a batch of
+// sequences drafted in one forward a tree layer.
+int64_t Eagle3HeadForwards();
+
+// One sequence's head: the shared weights, this sequence's KV cache and the work buffers.
+class Eagle3Head {
+ public:
+  // A head over shared weights (never null).
+  explicit Eagle3Head(std::shared_ptr<const Eagle3Weights> weights);
+  // A head with weights of its own (Eagle3Weights' arguments).
   Eagle3Head(const Eagle3Config& config, const std::map<std::string, at::Tensor>& tensors,
              const at::Tensor& target_embedding, const HeadPlacement& placement = {});
 
@@ -100,27 +150,43 @@ class Eagle3Head {
   void ForwardOnDevice(const at::Tensor& features, const at::Tensor& tokens,
                        const at::Tensor& positions, const at::Tensor& allowed, int64_t max_position,
                        Eagle3HeadOutput& out);
+  // ForwardOnDevice's rows, checked the same way, for ForwardBatch.
+  Eagle3DeviceRows DeviceRows(const at::Tensor& features, const at::Tensor& tokens,
+                              const at::Tensor& positions, const at::Tensor& allowed,
+                              int64_t max_position, Eagle3HeadOutput& out);
+  // Forward's rows on the ATen path (host tokens, positions and mask checked and uploaded in one
+  // copy), for ForwardBatch. Throws specbed::Error on the row loops.
+  Eagle3DeviceRows StageRows(const at::Tensor& features, const int32_t* tokens,
+                             const int64_t* positions, int64_t n, const uint8_t* mask,
+                             Eagle3HeadOutput& out);
+  // Every sequence's rows in one forward on the ATen path: fc, the norms, RoPE and every
+  // projection once over the concatenated rows, each sequence's keys and values into its own
+  // cache and its attention against it; each out gets views of that forward's rows (within
+  // rounding of its own forward: one GEMM of more rows) and each cache grows by its rows. The
+  // heads share one Eagle3Weights (distinct heads) and the rows one feature width. Throws
+  // specbed::Error otherwise, for an empty batch or on the row loops.
+  static void ForwardBatch(const std::vector<Eagle3DeviceRows>& rows);
+
   // Target id of draft id d (d + d2t[d]); d in [0, Vd).
-  int32_t DraftToTarget(int32_t d) const { return draft_to_target_[d]; }
+  int32_t DraftToTarget(int32_t d) const { return w_->draft_to_target[d]; }
   // True when target id t (in [0, V)) is in the draft vocabulary.
-  bool InDraftVocab(int32_t t) const { return target_to_draft_[t] >= 0; }
+  bool InDraftVocab(int32_t t) const { return w_->target_to_draft[t] >= 0; }
   // Draft id of target id t, or -1 when t is not in the draft vocabulary.
-  int32_t TargetToDraft(int32_t t) const { return target_to_draft_[t]; }
+  int32_t TargetToDraft(int32_t t) const { return w_->target_to_draft[t]; }
   // Draft id -> target id for every draft id ([Vd]).
-  const std::vector<int32_t>& draft_to_target() const { return draft_to_target_; }
+  const std::vector<int32_t>& draft_to_target() const { return w_->draft_to_target; }
   // The same as int64 [Vd] on the head's device.
-  const at::Tensor& draft_to_target_tensor() const { return draft_to_target_t_; }
+  const at::Tensor& draft_to_target_tensor() const { return w_->draft_to_target_t; }
   const HeadPlacement& placement() const { return placement_; }
 
   const Eagle3Config& config() const { return config_; }
   // Parameters of the head (Eagle3Config::ParameterCount), plus embed_tokens when it is the
   // checkpoint's own.
-  int64_t parameter_count() const { return parameter_count_; }
-  bool owns_embedding() const { return owns_embedding_; }
+  int64_t parameter_count() const { return w_->parameter_count; }
+  bool owns_embedding() const { return w_->owns_embedding; }
+  const std::shared_ptr<const Eagle3Weights>& weights() const { return w_; }
 
  private:
-  void PlaceEmbedding(const at::Tensor& target_embedding);
-  void BuildVocabMaps(const std::map<std::string, at::Tensor>& tensors);
   // Checks one Forward's rows; returns the largest RoPE position + 1 it needs.
   int64_t CheckRows(int64_t feature_width, const int32_t* tokens, const int64_t* positions,
                     int64_t n) const;
@@ -135,28 +201,12 @@ class Eagle3Head {
   void MlpAndLogits(int64_t n, at::Tensor& hid, at::Tensor& logits);
   // Attention of every (row, head) of q_ over the cache slots `mask` allows (row path).
   void AttendRows(int64_t n, const uint8_t* mask, at::Tensor& attn);
-  void ForwardAten(const at::Tensor& features, const int32_t* tokens, const int64_t* positions,
-                   int64_t n, const uint8_t* mask, int64_t max_position, Eagle3HeadOutput& out);
-  // The ATen rows once the inputs are on the device (tok, pos int64 [n]; allowed bool [n, slots]).
-  void RunRowsAten(const at::Tensor& features, const at::Tensor& tok, const at::Tensor& pos,
-                   const at::Tensor& allowed, int64_t max_position, Eagle3HeadOutput& out);
 
-  Eagle3Config config_;
-  HeadPlacement placement_;
-  // Weights (float32 contiguous CPU on the row path, else placement dtype and device; norms
-  // float32); *_t_ are transposed views for x @ W^T.
-  at::Tensor fc_, wqkv_, wo_, w_gate_up_, w_down_, lm_head_;
-  at::Tensor fc_t_, wqkv_t_, wo_t_, w_gate_up_t_, w_down_t_, lm_head_t_;
-  at::Tensor hidden_norm_, input_norm_, post_norm_, final_norm_;
-  at::Tensor embedding_;  // [V, H] float32 or bfloat16 (row path), placement dtype (ATen path)
-  bool owns_embedding_ = false;
-  int64_t parameter_count_ = 0;
-  std::vector<int32_t> draft_to_target_;  // [Vd]
-  std::vector<int32_t> target_to_draft_;  // [V], -1 = absent
-  at::Tensor draft_to_target_t_;          // int64 [Vd], head device
+  std::shared_ptr<const Eagle3Weights> w_;
+  const Eagle3Config& config_;
+  const HeadPlacement& placement_;
 
   // RoPE table [rope_capacity_, head_dim / 2].
-  std::vector<double> inv_freq_;
   std::vector<float> rope_cos_, rope_sin_;
   int64_t rope_capacity_ = 0;
 

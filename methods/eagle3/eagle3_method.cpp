@@ -90,20 +90,30 @@ std::vector<MethodKnob> Eagle3Knobs() {
   };
 }
 
+std::shared_ptr<const Eagle3Weights> SharedEagle3Weights(MethodContext& context,
+                                                         const std::string& name_or_path) {
+  const LlamaModel& target = *context.target->model;
+  return context.shared->GetOrBuild<const Eagle3Weights>(
+      "eagle3 head " + ResolveEagle3Head(name_or_path) + " on " +
+          std::to_string(reinterpret_cast<uintptr_t>(&target)),
+      [&] {
+        const Eagle3Checkpoint ckpt = LoadEagle3HeadFor(name_or_path, *context.target);
+        return std::make_shared<const Eagle3Weights>(ckpt.config, ckpt.tensors,
+                                                     target.weights().tok_embeddings,
+                                                     TargetHeadPlacement(target));
+      });
+}
+
 std::unique_ptr<Decoder> MakeEagle3Decoder(MethodContext& context, const nlohmann::json& knobs,
                                            Eagle3Drafter** drafter_out) {
-  const std::string head_name = knobs.at("head").get<std::string>();
-  const Eagle3Checkpoint ckpt = LoadEagle3HeadFor(head_name, *context.target);
+  const auto weights = SharedEagle3Weights(context, knobs.at("head").get<std::string>());
   Eagle3DraftOptions o;
   o.depth = knobs.at("depth").get<int64_t>() + 1;
   o.top_k = knobs.at("top_k").get<int64_t>();
   o.nodes = knobs.at("total_tokens").get<int64_t>() - 1;
-  SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "eagle3: knob 'top_k' ", o.top_k,
-                " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
-  auto head = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
-                                           context.target->model->weights().tok_embeddings,
-                                           TargetHeadPlacement(*context.target->model));
-  auto drafter = std::make_unique<Eagle3Drafter>(std::move(head), o);
+  SPECBED_CHECK(o.top_k <= weights->config.draft_vocab_size, "eagle3: knob 'top_k' ", o.top_k,
+                " exceeds the head's draft vocabulary (", weights->config.draft_vocab_size, ")");
+  auto drafter = std::make_unique<Eagle3Drafter>(std::make_unique<Eagle3Head>(weights), o);
   if (drafter_out != nullptr) *drafter_out = drafter.get();
   SpeculativeOptions options;
   options.budget.nodes = o.nodes;

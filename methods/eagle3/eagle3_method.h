@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "methods/eagle3/eagle3_checkpoint.h"
+#include "methods/eagle3/eagle3_head.h"
 #include "methods/method_registry.h"
 
 namespace specbed {
@@ -22,6 +23,10 @@ std::string ResolveEagle3Head(const std::string& name_or_path);
 // Loads a head and checks it against `target` (vocabulary, target hidden size, embedding width,
 // aux layers within the target); fills the default aux layers when the checkpoint names none.
 Eagle3Checkpoint LoadEagle3HeadFor(const std::string& name_or_path, const LoadedTarget& target);
+// The head's weights for the context's target, loaded (LoadEagle3HeadFor) and placed once per
+// context: every batch slot's drafter shares them (MethodContext::shared, one DraftBatchKey).
+std::shared_ptr<const Eagle3Weights> SharedEagle3Weights(MethodContext& context,
+                                                         const std::string& name_or_path);
 // depth (7), top_k (10), total_tokens (60), head ("stories260K-eagle3").
 std::vector<MethodKnob> Eagle3Knobs();
 // A SpeculativeDecoder around an Eagle3Drafter for resolved `knobs`; *drafter_out (optional)

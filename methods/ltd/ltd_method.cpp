@@ -23,18 +23,15 @@ std::unique_ptr<SpeculativeDecoder> MakeLtdEagle3Decoder(MethodContext& context,
                                                          int64_t max_rounds, int64_t max_nodes,
                                                          std::unique_ptr<Controller> controller,
                                                          Eagle3Drafter** drafter_out) {
-  const Eagle3Checkpoint ckpt = LoadEagle3HeadFor(head, *context.target);
+  const auto weights = SharedEagle3Weights(context, head);
   Eagle3DraftOptions o;
   o.depth = max_rounds + 1;
   o.top_k = top_k;
   o.nodes = max_nodes;
   o.report_generated = true;
-  SPECBED_CHECK(o.top_k <= ckpt.config.draft_vocab_size, "knob 'top_k' ", o.top_k,
-                " exceeds the head's draft vocabulary (", ckpt.config.draft_vocab_size, ")");
-  auto h = std::make_unique<Eagle3Head>(ckpt.config, ckpt.tensors,
-                                        context.target->model->weights().tok_embeddings,
-                                        TargetHeadPlacement(*context.target->model));
-  auto drafter = std::make_unique<Eagle3Drafter>(std::move(h), o);
+  SPECBED_CHECK(o.top_k <= weights->config.draft_vocab_size, "knob 'top_k' ", o.top_k,
+                " exceeds the head's draft vocabulary (", weights->config.draft_vocab_size, ")");
+  auto drafter = std::make_unique<Eagle3Drafter>(std::make_unique<Eagle3Head>(weights), o);
   if (drafter_out != nullptr) *drafter_out = drafter.get();
   SpeculativeOptions options;
   options.budget.nodes = max_nodes;

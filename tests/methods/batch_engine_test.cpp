@@ -8,8 +8,8 @@
 // control) breaks the identity; the K schedules: K = 0 runs the plain AR step and equals AR,
 // by_batch switches at its threshold, split spends its token budget; SpS drafts the whole batch in
 // one draft forward per chain position and Medusa in one head pass a step, DFlash and DDTree in
-// one head forward a step on the ATen path, with the answers (and Medusa's trees, DFlash's draft
-// sizes) of drafting alone.
+// one head forward a step and EAGLE-3 in one head forward per tree layer on the ATen path, with
+// the answers (and Medusa's trees, the others' draft sizes) of drafting alone.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -25,6 +25,7 @@
 #include "harness/engine/batch_engine.h"
 #include "harness/runner/runner.h"
 #include "methods/dflash/dflash_head.h"
+#include "methods/eagle3/eagle3_head.h"
 #include "methods/medusa/medusa_drafter.h"
 #include "methods/method_registry.h"
 
@@ -127,6 +128,13 @@ std::vector<std::vector<int32_t>> Batched(const std::string& name, double temper
 }
 
 const nlohmann::json kFixed = {{"policy", "fixed"}};
+
+// Draft tokens accepted over a run's steps.
+double Accepted(const std::vector<BatchStepReport>& steps) {
+  double n = 0;
+  for (const BatchStepReport& r : steps) n += static_cast<double>(r.n_accepted);
+  return n;
+}
 
 void ExpectIdentical(const std::vector<std::vector<int32_t>>& a,
                      const std::vector<std::vector<int32_t>>& b, const std::string& what) {
@@ -241,6 +249,7 @@ TEST(BatchEngine, DflashFamilyDraftsTheWholeBatchInOneHeadForwardOnTheAtenPath) 
     for (size_t i = 0; i < together_steps.size(); ++i) {
       EXPECT_EQ(together_steps[i].n_drafted, alone_steps[i].n_drafted) << "step " << i;
     }
+    EXPECT_GE(Accepted(together_steps), 0.97 * Accepted(alone_steps));  // as EAGLE-3's, below
     if (aten) {
       EXPECT_LE(forwards_together, steps_together);
       EXPECT_GT(forwards_alone, 3 * forwards_together)
@@ -248,6 +257,39 @@ TEST(BatchEngine, DflashFamilyDraftsTheWholeBatchInOneHeadForwardOnTheAtenPath) 
     } else {
       EXPECT_EQ(forwards_together, forwards_alone);
     }
+  }
+}
+
+// EAGLE-3's drafts of a step are made together on the ATen path: every sequence's queued context
+// rows in one head forward, then its trees grown in lockstep on the device frontier, one head
+// forward per tree layer for the whole batch (Eagle3DeviceFrontier::GrowBatch), with the answers
+// and draft sizes of drafting alone; on the row loops each sequence drafts alone.
+// AtenPath.BatchIdentityAtT0 runs it on the ATen path.
+TEST(BatchEngine, Eagle3DraftsTheWholeBatchOneHeadForwardPerTreeLayerOnTheAtenPath) {
+  const bool aten = F().target.model->forward_path() == ForwardPath::kAten;
+  int64_t steps_together = 0, steps_alone = 0;
+  std::vector<BatchStepReport> together_steps, alone_steps;
+  int64_t f0 = Eagle3HeadForwards();
+  const auto together = Batched("eagle3", 0, 8, kFixed, &steps_together, &together_steps, true);
+  const int64_t forwards_together = Eagle3HeadForwards() - f0;
+  f0 = Eagle3HeadForwards();
+  const auto alone = Batched("eagle3", 0, 8, kFixed, &steps_alone, &alone_steps, false);
+  const int64_t forwards_alone = Eagle3HeadForwards() - f0;
+  ExpectIdentical(together, alone, "drafts made together vs alone");
+  ASSERT_EQ(together_steps.size(), alone_steps.size());
+  for (size_t i = 0; i < together_steps.size(); ++i) {
+    EXPECT_EQ(together_steps[i].n_drafted, alone_steps[i].n_drafted) << "step " << i;
+  }
+  // The batch's head rows are within rounding of each sequence's own, so near-ties aside the
+  // trees and their acceptance are the same (a cache mixed up between sequences drafts blind).
+  EXPECT_GE(Accepted(together_steps), 0.97 * Accepted(alone_steps));
+  if (aten) {
+    // A step: one context forward and depth (7) tree layers; a request's prompt: one more.
+    EXPECT_LE(forwards_together, 8 * steps_together + static_cast<int64_t>(F().ids.size()));
+    EXPECT_GT(forwards_alone, 3 * forwards_together)
+        << "together " << forwards_together << ", alone " << forwards_alone;
+  } else {
+    EXPECT_EQ(forwards_together, forwards_alone);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "methods/eagle3/eagle3_config.h"
 #include "methods/eagle3/eagle3_head.h"
 #include "models/checkpoint/safetensors.h"
+#include "models/op_trace.h"
 #include "tests/common/cuda_test_util.h"
 #include "tests/methods/head_test_util.h"
 #include "tests/models/model_test_util.h"
@@ -841,6 +843,108 @@ TEST(Eagle3HeadAten, MatchesTheRowsWithAnEmptyMaskRowAndInBfloat16) {
   const at::Tensor bf16 = RunContextAndTree(config, tensors, embedding, aten);
   EXPECT_LT(testing_util::RelativeL2(bf16, rows),
             3e-2);  // bf16 rounding of weights and activations
+}
+
+// Three sequences' heads over one Eagle3Weights on the ATen path, with caches of 4, 6 and 9
+// context rows: a batch of context rows (target features, causal) and then a batch of tree rows
+// (own hidden, positions, masks) each give every sequence the rows of its own forward (within
+// rounding) and grow its cache alone, in one forward each (one GEMM per projection).
+TEST(Eagle3HeadAten, ForwardBatchGivesEverySequenceItsOwnForward) {
+  const Eagle3Config config = SmallConfig();
+  const TensorMap tensors = RandomEagle3Tensors(config, 21);
+  HeadPlacement aten;
+  aten.aten = true;
+  const auto weights = std::make_shared<const Eagle3Weights>(
+      config, tensors, at::randn({config.vocab_size, config.hidden_size}), aten);
+  const std::vector<int64_t> contexts = {4, 6, 9};
+  std::vector<std::unique_ptr<Eagle3Head>> together, alone;
+  std::vector<Eagle3HeadOutput> out_together(3), out_alone(3);
+  std::vector<at::Tensor> features;
+  std::vector<std::vector<int32_t>> tokens;
+  at::manual_seed(8);
+  for (int64_t n : contexts) {
+    for (auto* heads : {&together, &alone}) {
+      heads->push_back(std::make_unique<Eagle3Head>(weights));
+      heads->back()->ResetCache(32);
+    }
+    features.push_back(at::randn({n, config.fc_in_dim()}));
+    tokens.emplace_back();
+    for (int64_t i = 0; i < n; ++i) tokens.back().push_back(static_cast<int32_t>(17 * i + n));
+  }
+  auto expect_near = [](const Eagle3HeadOutput& a, const Eagle3HeadOutput& b, size_t i) {
+    EXPECT_LT(testing_util::RelativeL2(at::cat({a.hidden, a.logits}, 1),
+                                       at::cat({b.hidden, b.logits}, 1)),
+              1e-6)
+        << "sequence " << i;
+  };
+  // Context rows.
+  std::vector<Eagle3DeviceRows> rows;
+  for (size_t i = 0; i < 3; ++i) {
+    rows.push_back(together[i]->StageRows(features[i], tokens[i].data(), nullptr, contexts[i],
+                                          nullptr, out_together[i]));
+    alone[i]->Forward(features[i], tokens[i].data(), nullptr, contexts[i], nullptr, out_alone[i]);
+  }
+  int64_t forwards = Eagle3HeadForwards();
+  OpTrace trace;
+  Eagle3Head::ForwardBatch(rows);
+  trace.Stop();
+  EXPECT_EQ(Eagle3HeadForwards() - forwards, 1);
+  EXPECT_EQ(CountOps(trace.ops()).by_name.at("aten::mm"), 6);  // fc, qkv, o, gate-up, down, lm
+  for (size_t i = 0; i < 3; ++i) {
+    expect_near(out_together[i], out_alone[i], i);
+    EXPECT_EQ(together[i]->cache_length(), contexts[i]);
+  }
+  // Two tree rows each: the last context row's hidden, both at the next position, each seeing
+  // the context and itself.
+  rows.clear();
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t n = contexts[i];
+    const at::Tensor allowed = at::cat({at::ones({2, n}, at::kBool), at::eye(2, at::kBool)}, 1);
+    const at::Tensor pos = at::full({2}, n, at::kLong), tok = at::tensor({5, 9}, at::kLong);
+    const at::Tensor own = out_alone[i].hidden.narrow(0, n - 1, 1).expand({2, -1}).contiguous();
+    rows.push_back(together[i]->DeviceRows(own, tok, pos, allowed, n + 1, out_together[i]));
+    alone[i]->ForwardOnDevice(own, tok, pos, allowed, n + 1, out_alone[i]);
+  }
+  forwards = Eagle3HeadForwards();
+  Eagle3Head::ForwardBatch(rows);
+  EXPECT_EQ(Eagle3HeadForwards() - forwards, 1);
+  for (size_t i = 0; i < 3; ++i) {
+    expect_near(out_together[i], out_alone[i], i);
+    EXPECT_EQ(together[i]->cache_length(), contexts[i] + 2);
+  }
+}
+
+TEST(Eagle3HeadAten, ForwardBatchRefusesMixedBatchesAndTheRowLoops) {
+  const Eagle3Config config = SmallConfig();
+  const TensorMap tensors = RandomEagle3Tensors(config, 21);
+  const at::Tensor embedding = at::randn({config.vocab_size, config.hidden_size});
+  HeadPlacement aten;
+  aten.aten = true;
+  Eagle3Head a(config, tensors, embedding, aten), b(config, tensors, embedding, aten);
+  Eagle3Head c(a.weights()), rows_head(config, tensors, embedding);
+  for (Eagle3Head* h : {&a, &b, &c, &rows_head}) h->ResetCache(8);
+  Eagle3HeadOutput out;
+  const std::vector<int32_t> tok = {3, 4};
+  const at::Tensor wide = at::randn({2, config.fc_in_dim()});
+  const at::Tensor narrow = at::randn({2, config.hidden_size});
+  auto stage = [&](Eagle3Head& h, const at::Tensor& f) {
+    return h.StageRows(f, tok.data(), nullptr, 2, nullptr, out);
+  };
+  EXPECT_THAT(ErrorOf([&] { Eagle3Head::ForwardBatch({}); }), HasSubstr("no rows"));
+  EXPECT_THAT(ErrorOf([&] {
+                Eagle3Head::ForwardBatch({stage(a, wide), stage(b, wide)});
+              }),
+              HasSubstr("another head's weights"));
+  EXPECT_THAT(ErrorOf([&] {
+                Eagle3Head::ForwardBatch({stage(a, wide), stage(c, narrow)});
+              }),
+              HasSubstr("another feature width"));
+  EXPECT_THAT(ErrorOf([&] {
+                Eagle3Head::ForwardBatch({stage(a, wide), stage(a, wide)});
+              }),
+              HasSubstr("sequences 0 and 1 have the same head"));
+  EXPECT_THAT(ErrorOf([&] { stage(rows_head, wide); }), HasSubstr("runs the row loops"));
+  EXPECT_NO_THROW(Eagle3Head::ForwardBatch({stage(a, wide), stage(c, wide)}));
 }
 
 // The device drafters' top-k download (methods/common/head_aten.h), run here on CPU tensors: the
