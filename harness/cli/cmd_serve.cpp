@@ -5,6 +5,7 @@
 // tok/s, xAR on the identical trace, TTFT / TPOT / ITL / E2E, tau, acceptance) and each method's
 // crossover concurrency C* with its 95% interval.
 // Checked by: tests/cli/serve_cli_test.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -32,13 +33,10 @@ struct ServeOptions {
 void PrintResults(const std::string& db, const ServeConfig& config) {
   std::set<std::string> keys;
   for (const ServeCell& c : config.cells) keys.insert(c.Key());
-  auto store = ResultsStore::Open(db, StoreOptions{10000, true});
-  std::vector<ServeCellData> cells;
-  for (const ResultsStore::ServeCellRow& row : store->ServeCells()) {
-    if (!keys.count(row.record.cell_key)) continue;
-    cells.push_back(
-        {row.record, store->ServeRequests(row.cell_id), store->ServeSteps(row.cell_id)});
-  }
+  std::vector<ServeCellData> cells = LoadServeCells(db);
+  cells.erase(std::remove_if(cells.begin(), cells.end(),
+                             [&](const ServeCellData& d) { return !keys.count(d.cell.cell_key); }),
+              cells.end());
   WriteToStdout(ServeResultsText(cells));
 }
 

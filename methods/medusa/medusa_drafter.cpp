@@ -35,12 +35,19 @@ std::vector<TemplateNode> MedusaTemplate(const MedusaOptions& options, const Med
   return BuildCalibratedRankTemplate(options.tree_nodes, accuracy);
 }
 
-std::shared_ptr<const MedusaHead> MedusaHeadOn(MedusaHead head, const LlamaModel& target) {
+namespace {
+
+void CheckHeadsFit(const MedusaConfig& heads, const LlamaModel& target) {
   const LlamaConfig& c = target.config();
-  SPECBED_CHECK(head.config.hidden_size == c.dim && head.config.vocab_size == c.vocab_size,
-                "medusa: the heads (hidden ", head.config.hidden_size, ", vocab ",
-                head.config.vocab_size, ") do not fit the target (hidden ", c.dim, ", vocab ",
-                c.vocab_size, ")");
+  SPECBED_CHECK(heads.hidden_size == c.dim && heads.vocab_size == c.vocab_size,
+                "medusa: the heads (hidden ", heads.hidden_size, ", vocab ", heads.vocab_size,
+                ") do not fit the target (hidden ", c.dim, ", vocab ", c.vocab_size, ")");
+}
+
+}  // namespace
+
+std::shared_ptr<const MedusaHead> MedusaHeadOn(MedusaHead head, const LlamaModel& target) {
+  CheckHeadsFit(head.config, target);
   const at::Device device = target.weights().final_norm.device();
   for (auto& [name, t] : head.tensors) t = t.to(device, target.dtype()).contiguous();
   return std::make_shared<const MedusaHead>(std::move(head));
@@ -61,8 +68,7 @@ MedusaDrafter::MedusaDrafter(LlamaModel& target, std::shared_ptr<const MedusaHea
       options_(options),
       template_(MedusaTemplate(options, head_->config, "medusa knob choices")) {
   const LlamaConfig& c = target.config();
-  SPECBED_CHECK(head_->config.hidden_size == c.dim && head_->config.vocab_size == c.vocab_size,
-                "medusa: the heads do not fit the target (use MedusaHeadOn)");
+  CheckHeadsFit(head_->config, target);
   SPECBED_CHECK(options.top_k >= 1 && options.top_k <= c.vocab_size, "medusa: top_k ",
                 options.top_k, " outside [1, ", c.vocab_size, "]");
   norm_weight_ = target.weights().final_norm.to(at::kFloat);
