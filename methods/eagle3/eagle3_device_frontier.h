@@ -18,8 +18,9 @@
 // Layer 1 is the root's k children from the root's logits. Candidate order is BeamTreeBuilder's
 // (layer, then frontier rank, then child rank), so on the same logits the tree equals the host
 // path's bit for bit.
-// Under load the trees of a batch's sequences grow in lockstep (GrowBatch): one head forward per
-// tree layer for all of them.
+// Every grow is a batch (Grow = a batch of one): the trees of a batch's sequences grow in lockstep
+// (GrowBatch), each layer's beam sort, gathers, head forward and children's top-k one op over all
+// of them (attention per sequence, against its own cache).
 // Checked by: tests/methods/eagle3_drafter_test.cpp (Eagle3DeviceFrontier.*: trees equal to the
 // host path's step by step, one download per step, exact vs AR; GrowBatch's trees equal Grow's
 // with one head forward a layer) and tests/methods/batch_engine_test.cpp.
@@ -55,10 +56,12 @@ class Eagle3DeviceFrontier {
   // device-to-host copy (of every candidate) at the end.
   void Grow(Eagle3Head& head, const at::Tensor& root_hidden, const at::Tensor& root_logits,
             int64_t context_len, int64_t layers, int64_t top_k, Eagle3HeadOutput& out);
-  // Grows every job's tree (distinct frontiers and heads over one Eagle3Weights) layer by layer
-  // in lockstep: each tree layer's head rows of every sequence still growing in one
-  // Eagle3Head::ForwardBatch. Each tree is the one Grow makes on the same logits (the batch's
-  // logits are within rounding of each sequence's own).
+  // Grows every job's tree (distinct frontiers, heads over one Eagle3Weights, one top_k) layer
+  // by layer in lockstep, as batched device ops: per layer one beam sort over every sequence
+  // still growing, one head forward for all of their rows (Eagle3Head::ForwardBatch: attention
+  // per sequence against its own cache), one top-k of all their rows' children; one download of
+  // every sequence's candidates at the end. Each tree is the one Grow makes on the same logits
+  // (the batch's logits are within rounding of each sequence's own).
   static void GrowBatch(const std::vector<Job>& jobs);
 
   // After Grow: the top_k + (layers - 1) top_k^2 candidates in BeamTreeBuilder's candidate order:
@@ -71,29 +74,13 @@ class Eagle3DeviceFrontier {
   const float* scores() const { return reinterpret_cast<const float*>(tokens() + 3 * size_); }
 
  private:
-  // The steps of a grow: Start (checks, buffers, layer 1 from the root's logits), per layer
-  // d >= 2 LayerRows (the beam and its head rows) then AddLayer (their children from the head's
-  // output), Download (the candidates to the host).
-  void Start(const Job& job);
-  Eagle3DeviceRows LayerRows(int64_t d);
-  void AddLayer();
-  void Download();
-  // Appends the top_k children of every row of `logits` (float32 [r, Vd]) at candidate `at`:
-  // parents int64 [r] (undefined = the root) with cumulative scores parent_scores float32 [r].
-  void AddChildren(const at::Tensor& logits, const at::Tensor& parents,
-                   const at::Tensor& parent_scores, int64_t at, int64_t k,
-                   const at::Tensor& draft_to_target);
+  // One copy of the batch's candidates (int32 [c, 4, total] on the device) to the host, each
+  // job's into its frontier.
+  static void Download(const std::vector<Job>& jobs, const at::Tensor& packed);
 
-  // int32 [4, capacity] on the head's device: token, parent, log-prob bits, score bits.
-  at::Tensor packed_;
-  at::Tensor host_;  // int32 [4, size_] CPU, contiguous (after the download)
+  at::Tensor packed_;  // the batch's candidates (GrowBatch's first job's frontier keeps it)
+  at::Tensor host_;    // int32 [4, size_] CPU, contiguous (after the download)
   int64_t size_ = 0;
-  // The grow in progress: its job, the layer's frontier (candidate indices), the frontier rows'
-  // tree mask [k, (d - 1) k], the constant masks, and the candidates [begin_, end_) of the last
-  // layer.
-  Job job_;
-  at::Tensor frontier_, tree_mask_, self_rows_, context_;
-  int64_t begin_ = 0, end_ = 0;
 };
 
 }  // namespace specbed

@@ -465,24 +465,31 @@ Eagle3DeviceRows Eagle3Head::DeviceRows(const at::Tensor& features, const at::Te
   return {this, features, tokens, positions, allowed, std::max(max_position, n_slots), &out};
 }
 
-void Eagle3Head::ForwardBatch(const std::vector<Eagle3DeviceRows>& rows) {
+void Eagle3Head::CheckBatch(const std::vector<Eagle3DeviceRows>& rows) {
   SPECBED_CHECK(!rows.empty(), "Eagle3Head::ForwardBatch: no rows");
-  Eagle3Head& lead = *rows[0].head;  // its device RoPE table serves the batch
-  const Eagle3Weights& w = *lead.w_;
-  SPECBED_CHECK(w.placement.aten, "Eagle3Head::ForwardBatch: the heads run the row loops");
-  int64_t total = 0, max_position = 1;
-  std::vector<at::Tensor> features, tokens, positions;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Eagle3DeviceRows& r = rows[i];
-    SPECBED_CHECK(r.head != nullptr && r.out != nullptr && r.head->w_ == lead.w_ &&
-                      r.features.size(1) == rows[0].features.size(1),
+    SPECBED_CHECK(r.head != nullptr && r.out != nullptr, "Eagle3Head::ForwardBatch: sequence ", i,
+                  " has no head or no output");
+    SPECBED_CHECK(r.head->w_ == rows[0].head->w_ && r.features.size(1) == rows[0].features.size(1),
                   "Eagle3Head::ForwardBatch: sequence ", i,
-                  " has no head or output, another head's weights than sequence 0's or another "
-                  "feature width");
+                  " has another head's weights than sequence 0's or another feature width");
     for (size_t j = 0; j < i; ++j) {
       SPECBED_CHECK(rows[j].head != r.head, "Eagle3Head::ForwardBatch: sequences ", j, " and ", i,
                     " have the same head");
     }
+  }
+  SPECBED_CHECK(rows[0].head->placement_.aten,
+                "Eagle3Head::ForwardBatch: the heads run the row loops");
+}
+
+void Eagle3Head::ForwardBatch(const std::vector<Eagle3DeviceRows>& rows, Eagle3HeadOutput* batch) {
+  CheckBatch(rows);
+  Eagle3Head& lead = *rows[0].head;  // its device RoPE table serves the batch
+  const Eagle3Weights& w = *lead.w_;
+  int64_t total = 0, max_position = 1;
+  std::vector<at::Tensor> features, tokens, positions;
+  for (const Eagle3DeviceRows& r : rows) {
     total += r.features.size(0);
     max_position = std::max(max_position, r.max_position);
     features.push_back(r.features);
@@ -535,6 +542,11 @@ void Eagle3Head::ForwardBatch(const std::vector<Eagle3DeviceRows>& rows) {
     out.hidden = hid.narrow(0, row, n);
     out.n = n;
     row += n;
+  }
+  if (batch != nullptr) {
+    batch->logits = logits;
+    batch->hidden = hid;
+    batch->n = total;
   }
 }
 

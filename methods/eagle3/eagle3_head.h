@@ -164,8 +164,10 @@ class Eagle3Head {
   // cache and its attention against it; each out gets views of that forward's rows (within
   // rounding of its own forward: one GEMM of more rows) and each cache grows by its rows. The
   // heads share one Eagle3Weights (distinct heads) and the rows one feature width. Throws
-  // specbed::Error otherwise, for an empty batch or on the row loops.
-  static void ForwardBatch(const std::vector<Eagle3DeviceRows>& rows);
+  // specbed::Error otherwise, for an empty batch or on the row loops. `batch` (optional) gets the
+  // whole forward's rows (sequence after sequence, in `rows` order).
+  static void ForwardBatch(const std::vector<Eagle3DeviceRows>& rows,
+                           Eagle3HeadOutput* batch = nullptr);
 
   // Target id of draft id d (d + d2t[d]); d in [0, Vd).
   int32_t DraftToTarget(int32_t d) const { return w_->draft_to_target[d]; }
@@ -187,6 +189,8 @@ class Eagle3Head {
   const std::shared_ptr<const Eagle3Weights>& weights() const { return w_; }
 
  private:
+  // ForwardBatch's checks.
+  static void CheckBatch(const std::vector<Eagle3DeviceRows>& rows);
   // Checks one Forward's rows; returns the largest RoPE position + 1 it needs.
   int64_t CheckRows(int64_t feature_width, const int32_t* tokens, const int64_t* positions,
                     int64_t n) const;

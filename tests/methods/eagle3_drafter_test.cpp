@@ -13,7 +13,9 @@
 // - the device frontier (Eagle3DeviceFrontier, the head on the ATen path on the CPU) drafts the
 //   host path's tree bit for bit at every step of every story prompt (tokens, parents, log-prob
 //   bits) with one download and at most one upload per Draft (the host path: one download per
-//   layer), and the decode matches AR; it refuses a head on the row loops.
+//   layer), and the decode matches AR; it refuses a head on the row loops; three sequences' trees
+//   grown together (GrowBatch, different contexts and depths) equal each grown alone, in one head
+//   forward per layer, one download and well under the ops of growing them one by one.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "base/error.h"
 #include "datasets/dataset.h"
@@ -37,6 +40,7 @@
 #include "methods/method_registry.h"
 #include "models/checkpoint/hf_checkpoint.h"
 #include "models/llama_model.h"
+#include "models/op_trace.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/methods/method_test_util.h"
 #include "tests/methods/story_test_util.h"
@@ -345,6 +349,78 @@ TEST(Eagle3DeviceFrontier, DraftsTheHostTreeBitForBitWithOneDownloadPerStep) {
       ASSERT_EQ(seen.device_downloads[i], 1) << what << ", step " << i;
       ASSERT_LE(seen.device_uploads[i], 1) << what << ", step " << i;
       ASSERT_EQ(seen.host_downloads[i], seen.layers[i]) << what << ", step " << i;
+    }
+  }
+}
+
+// Three sequences' trees grown together (contexts of 5, 9 and 3 rows; 3, 4 and 2 tree layers of
+// width 3) equal each tree grown alone, token for token: one head forward per tree layer for the
+// whole batch (3, for the deepest tree), one download for all of them, and well under the
+// launching ops of growing them one by one.
+TEST(Eagle3DeviceFrontier, GrowBatchGrowsEveryTreeAsGrowDoesInOneForwardPerLayer) {
+  at::set_num_threads(1);
+  Eagle3Config c;
+  testing_util::SetTinyHeadShape(c);
+  c.vocab_size = c.draft_vocab_size = 64;
+  HeadPlacement aten;
+  aten.aten = true;
+  at::manual_seed(9);
+  const auto weights = std::make_shared<const Eagle3Weights>(c, RandomEagle3Tensors(c, 9),
+                                                             at::randn({64, 16}), aten);
+  const std::vector<int64_t> contexts = {5, 9, 3}, layers = {3, 4, 2};
+  const int64_t k = 3;
+  std::vector<std::unique_ptr<Eagle3Head>> heads[2];
+  std::vector<Eagle3HeadOutput> outs[2] = {std::vector<Eagle3HeadOutput>(3),
+                                           std::vector<Eagle3HeadOutput>(3)};
+  std::vector<Eagle3DeviceFrontier> frontiers[2] = {std::vector<Eagle3DeviceFrontier>(3),
+                                                    std::vector<Eagle3DeviceFrontier>(3)};
+  std::vector<Eagle3DeviceFrontier::Job> jobs[2];
+  for (size_t i = 0; i < 3; ++i) {
+    const at::Tensor features = at::randn({contexts[i], c.fc_in_dim()});
+    std::vector<int32_t> tokens;
+    for (int64_t t = 0; t < contexts[i]; ++t)
+      tokens.push_back(static_cast<int32_t>(7 * t + i) % 64);
+    for (int side = 0; side < 2; ++side) {
+      heads[side].push_back(std::make_unique<Eagle3Head>(weights));
+      heads[side][i]->ResetCache(64);
+      heads[side][i]->Forward(features, tokens.data(), nullptr, contexts[i], nullptr,
+                              outs[side][i]);
+      const int64_t last = contexts[i] - 1;
+      jobs[side].push_back({&frontiers[side][i], heads[side][i].get(),
+                            outs[side][i].hidden.narrow(0, last, 1).clone(),
+                            outs[side][i].logits.narrow(0, last, 1).clone(), contexts[i], layers[i],
+                            k, &outs[side][i]});
+    }
+  }
+  const int64_t forwards = Eagle3HeadForwards();
+  const EngineCounters before = ReadEngineCounters();
+  OpTrace together;
+  Eagle3DeviceFrontier::GrowBatch(jobs[0]);
+  together.Stop();
+  EXPECT_EQ(Eagle3HeadForwards() - forwards, 3);
+  EXPECT_EQ(ReadEngineCounters().Since(before).d2h, 1);
+  OpTrace alone_trace;
+  for (size_t i = 0; i < 3; ++i) {
+    const Eagle3DeviceFrontier::Job& alone = jobs[1][i];
+    frontiers[1][i].Grow(*alone.head, alone.root_hidden, alone.root_logits, alone.context_len,
+                         alone.layers, k, *alone.out);
+  }
+  alone_trace.Stop();
+  const int64_t ops_together = CountOps(together.ops()).launching;
+  const int64_t ops_alone = CountOps(alone_trace.ops()).launching;
+  // The beam, gathers, top-k and every projection once a layer for the batch; attention and
+  // the cache writes stay per sequence (391 against 692 launching ops here).
+  EXPECT_LT(ops_together, 0.7 * ops_alone)
+      << "together " << ops_together << ", alone " << ops_alone;
+  for (size_t i = 0; i < 3; ++i) {
+    const Eagle3DeviceFrontier &a = frontiers[0][i], &b = frontiers[1][i];
+    ASSERT_EQ(a.size(), k + (layers[i] - 1) * k * k);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(heads[0][i]->cache_length(), contexts[i] + (layers[i] - 1) * k);
+    for (int64_t n = 0; n < a.size(); ++n) {
+      ASSERT_EQ(a.tokens()[n], b.tokens()[n]) << "sequence " << i << ", candidate " << n;
+      ASSERT_EQ(a.parents()[n], b.parents()[n]) << "sequence " << i << ", candidate " << n;
+      EXPECT_NEAR(a.scores()[n], b.scores()[n], 1e-4) << "sequence " << i << ", candidate " << n;
     }
   }
 }
