@@ -357,33 +357,13 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   g_forwards.fetch_add(1, std::memory_order_relaxed);
   const int64_t b = n, h = config_.hidden_size, hd = config_.head_dim, n_heads = config_.n_heads,
                 n_kv = config_.n_kv_heads, inter = config_.intermediate_size,
-                q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim,
-                vocab = config_.vocab_size;
+                q_dim = config_.q_dim(), kv_dim = config_.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   EnsureRows(b);
   EnsureRope(start_position + b);
-  if (!out.logits.defined() || out.logits.size(0) != b || out.logits.size(1) != vocab ||
-      !out.logits.is_cpu()) {
-    out.logits = at::empty({b, vocab}, at::TensorOptions().dtype(at::kFloat));
-  }
-  if (!out.hidden.defined() || out.hidden.size(0) != b || out.hidden.size(1) != h ||
-      !out.hidden.is_cpu() || out.hidden.scalar_type() != at::kFloat) {
-    out.hidden = at::empty({b, h}, at::TensorOptions().dtype(at::kFloat));
-  }
-
-  // Block embedding (the target's).
+  EnsureRowOutput(b, out);
+  EmbedBlock(block_tokens, b);
   float* hp = h_.data_ptr<float>();
-  for (int64_t i = 0; i < b; ++i) {
-    const int64_t id = block_tokens[i];
-    if (w_->embedding.scalar_type() == at::kFloat) {
-      std::memcpy(hp + i * h, w_->embedding.data_ptr<float>() + id * h,
-                  static_cast<size_t>(h) * sizeof(float));
-    } else {
-      const c10::BFloat16* e = w_->embedding.data_ptr<c10::BFloat16>() + id * h;
-      for (int64_t d = 0; d < h; ++d) hp[i * h + d] = static_cast<float>(e[d]);
-    }
-  }
-
   float* xp = x_.data_ptr<float>();
   const float* qkvp = qkv_.data_ptr<float>();
   float* qp = q_.data_ptr<float>();
@@ -430,6 +410,33 @@ void DflashHead::Forward(const int32_t* block_tokens, int64_t n, int64_t start_p
   const float* fin = w_->final_norm.data_ptr<float>();
   for (int64_t i = 0; i < b; ++i) RmsNormRow(hp + i * h, fin, xp + i * h, h, eps);
   at::mm_out(out.logits, x_, w_->lm_head_t);
+}
+
+void DflashHead::EnsureRowOutput(int64_t n, DflashHeadOutput& out) const {
+  const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
+  if (!out.logits.defined() || out.logits.size(0) != n || out.logits.size(1) != vocab ||
+      !out.logits.is_cpu()) {
+    out.logits = at::empty({n, vocab}, at::TensorOptions().dtype(at::kFloat));
+  }
+  if (!out.hidden.defined() || out.hidden.size(0) != n || out.hidden.size(1) != h ||
+      !out.hidden.is_cpu() || out.hidden.scalar_type() != at::kFloat) {
+    out.hidden = at::empty({n, h}, at::TensorOptions().dtype(at::kFloat));
+  }
+}
+
+void DflashHead::EmbedBlock(const int32_t* block_tokens, int64_t n) {
+  const int64_t h = config_.hidden_size;
+  float* hp = h_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = block_tokens[i];
+    if (w_->embedding.scalar_type() == at::kFloat) {
+      std::memcpy(hp + i * h, w_->embedding.data_ptr<float>() + id * h,
+                  static_cast<size_t>(h) * sizeof(float));
+    } else {
+      const c10::BFloat16* e = w_->embedding.data_ptr<c10::BFloat16>() + id * h;
+      for (int64_t d = 0; d < h; ++d) hp[i * h + d] = static_cast<float>(e[d]);
+    }
+  }
 }
 
 void DflashHead::AttendBlock(size_t l, int64_t b, int64_t start_position) {

@@ -171,6 +171,10 @@ class DflashHead {
   };
 
   void CheckBlock(const int32_t* block_tokens, int64_t n, int64_t start_position) const;
+  // Row path: out's float32 CPU [n, V] logits and [n, H] hidden (reallocated when n changes), and
+  // the block's embedding (the target's) into h_.
+  void EnsureRowOutput(int64_t n, DflashHeadOutput& out) const;
+  void EmbedBlock(const int32_t* block_tokens, int64_t n);
   // Attention of block rows over the context and block keys of layer `l` (row path).
   void AttendBlock(size_t l, int64_t b, int64_t start_position);
   void AppendContextAten(const at::Tensor& features);
